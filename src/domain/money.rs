@@ -1,0 +1,186 @@
+//! Money: integer minor units plus an ISO-4217 currency, with checked arithmetic.
+//!
+//! Floating point never touches an amount. Every operation that could overflow returns
+//! [`MoneyError::Overflow`] instead of wrapping, and amounts of different currencies never mix.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Why an amount or currency was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MoneyError {
+    #[error("amount overflows a 64-bit integer of minor units")]
+    Overflow,
+    #[error("amount must not be negative")]
+    Negative,
+    #[error("unknown ISO-4217 currency code `{0}`")]
+    UnknownCurrency(String),
+    #[error("currency mismatch: {left} and {right}")]
+    CurrencyMismatch { left: Currency, right: Currency },
+}
+
+/// The active ISO-4217 codes this service accepts (upper case, three letters).
+const ISO_4217: &[&str] = &[
+    "AED", "AFN", "ALL", "AMD", "ANG", "AOA", "ARS", "AUD", "AWG", "AZN", "BAM", "BBD", "BDT",
+    "BGN", "BHD", "BIF", "BMD", "BND", "BOB", "BRL", "BSD", "BTN", "BWP", "BYN", "BZD", "CAD",
+    "CDF", "CHF", "CLP", "CNY", "COP", "CRC", "CUP", "CVE", "CZK", "DJF", "DKK", "DOP", "DZD",
+    "EGP", "ERN", "ETB", "EUR", "FJD", "FKP", "GBP", "GEL", "GHS", "GIP", "GMD", "GNF", "GTQ",
+    "GYD", "HKD", "HNL", "HTG", "HUF", "IDR", "ILS", "INR", "IQD", "IRR", "ISK", "JMD", "JOD",
+    "JPY", "KES", "KGS", "KHR", "KMF", "KPW", "KRW", "KWD", "KYD", "KZT", "LAK", "LBP", "LKR",
+    "LRD", "LSL", "LYD", "MAD", "MDL", "MGA", "MKD", "MMK", "MNT", "MOP", "MRU", "MUR", "MVR",
+    "MWK", "MXN", "MYR", "MZN", "NAD", "NGN", "NIO", "NOK", "NPR", "NZD", "OMR", "PAB", "PEN",
+    "PGK", "PHP", "PKR", "PLN", "PYG", "QAR", "RON", "RSD", "RUB", "RWF", "SAR", "SBD", "SCR",
+    "SDG", "SEK", "SGD", "SHP", "SLE", "SOS", "SRD", "SSP", "STN", "SVC", "SYP", "SZL", "THB",
+    "TJS", "TMT", "TND", "TOP", "TRY", "TTD", "TWD", "TZS", "UAH", "UGX", "USD", "UYU", "UZS",
+    "VES", "VND", "VUV", "WST", "XAF", "XCD", "XOF", "XPF", "YER", "ZAR", "ZMW", "ZWL",
+];
+
+/// An ISO-4217 currency code, known to be valid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Currency([u8; 3]);
+
+impl Currency {
+    pub fn as_str(&self) -> &str {
+        // Constructed only from an entry of ISO_4217, which is ASCII.
+        std::str::from_utf8(&self.0).unwrap_or("???")
+    }
+}
+
+impl FromStr for Currency {
+    type Err = MoneyError;
+
+    /// Accepts exactly one of the known upper-case codes; `usd` or `US$` are refused.
+    fn from_str(code: &str) -> Result<Self, Self::Err> {
+        if ISO_4217.binary_search(&code).is_ok() {
+            let b = code.as_bytes();
+            Ok(Self([b[0], b[1], b[2]]))
+        } else {
+            Err(MoneyError::UnknownCurrency(code.chars().take(16).collect()))
+        }
+    }
+}
+
+impl fmt::Display for Currency {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A non-negative amount of minor units of one currency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Money {
+    minor: i64,
+    currency: Currency,
+}
+
+impl Money {
+    pub fn new(minor: i64, currency: Currency) -> Result<Self, MoneyError> {
+        if minor < 0 {
+            return Err(MoneyError::Negative);
+        }
+        Ok(Self { minor, currency })
+    }
+
+    pub fn zero(currency: Currency) -> Self {
+        Self { minor: 0, currency }
+    }
+
+    pub fn minor(&self) -> i64 {
+        self.minor
+    }
+
+    pub fn currency(&self) -> Currency {
+        self.currency
+    }
+
+    pub fn checked_add(self, other: Money) -> Result<Money, MoneyError> {
+        if self.currency != other.currency {
+            return Err(MoneyError::CurrencyMismatch {
+                left: self.currency,
+                right: other.currency,
+            });
+        }
+        let minor = self
+            .minor
+            .checked_add(other.minor)
+            .ok_or(MoneyError::Overflow)?;
+        Ok(Money {
+            minor,
+            currency: self.currency,
+        })
+    }
+
+    pub fn checked_mul(self, factor: i64) -> Result<Money, MoneyError> {
+        if factor < 0 {
+            return Err(MoneyError::Negative);
+        }
+        let minor = self.minor.checked_mul(factor).ok_or(MoneyError::Overflow)?;
+        Ok(Money {
+            minor,
+            currency: self.currency,
+        })
+    }
+}
+
+impl fmt::Display for Money {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.minor, self.currency)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn krw() -> Currency {
+        "KRW".parse().unwrap()
+    }
+
+    #[test]
+    fn iso_table_is_sorted_so_binary_search_is_valid() {
+        assert!(ISO_4217.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn known_codes_parse_and_unknown_or_lower_case_are_refused() {
+        assert_eq!("USD".parse::<Currency>().unwrap().as_str(), "USD");
+        for bad in ["usd", "XXX", "US", "USDD", "", "€"] {
+            assert!(
+                matches!(bad.parse::<Currency>(), Err(MoneyError::UnknownCurrency(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn negative_amounts_are_refused() {
+        assert_eq!(Money::new(-1, krw()), Err(MoneyError::Negative));
+    }
+
+    #[test]
+    fn arithmetic_is_checked() {
+        let max = Money::new(i64::MAX, krw()).unwrap();
+        assert_eq!(
+            max.checked_add(Money::new(1, krw()).unwrap()),
+            Err(MoneyError::Overflow)
+        );
+        assert_eq!(max.checked_mul(2), Err(MoneyError::Overflow));
+        assert_eq!(
+            Money::new(3, krw())
+                .unwrap()
+                .checked_mul(4)
+                .unwrap()
+                .minor(),
+            12
+        );
+    }
+
+    #[test]
+    fn currencies_never_mix() {
+        let usd = Money::new(1, "USD".parse().unwrap()).unwrap();
+        assert!(matches!(
+            usd.checked_add(Money::new(1, krw()).unwrap()),
+            Err(MoneyError::CurrencyMismatch { .. })
+        ));
+    }
+}

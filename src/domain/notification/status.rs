@@ -1,0 +1,35 @@
+//! Notification statuses, failure policies and actions.
+
+spelled!(
+    /// Where a notification stands (SPEC §3).
+    NotificationStatus {
+        Pending => "PENDING",
+        Sent => "SENT",
+        RetryScheduled => "RETRY_SCHEDULED",
+        Processing => "PROCESSING",
+        ManualInterventionRequired => "MANUAL_INTERVENTION_REQUIRED",
+        Ignored => "IGNORED",
+        Failed => "FAILED",
+    }
+);
+
+spelled!(
+    /// What a failed send asks for.
+    FailurePolicy {
+        AutoRetry => "AUTO_RETRY",
+        ManualIntervention => "MANUAL_INTERVENTION",
+        Ignore => "IGNORE",
+    }
+);
+
+spelled!(
+    /// The actions a notification accepts.
+    NotificationAction {
+        MarkSent => "MARK_SENT",
+        RecordFailure => "RECORD_FAILURE",
+        Claim => "CLAIM",
+        Reprocess => "REPROCESS",
+        Ignore => "IGNORE",
+        ReleaseClaim => "RELEASE_CLAIM",
+    }
+);

@@ -1,0 +1,500 @@
+//! The order aggregate and its transition functions.
+
+use chrono::{DateTime, Utc};
+
+use super::error::OrderError;
+use super::event::OrderEvent;
+use super::status::{FailureStage, OrderAction, OrderSource, OrderStatus};
+use crate::domain::ids::OrderId;
+use crate::domain::money::{Currency, Money};
+
+/// Input bounds: generous for real carts, tight enough that no request can make the
+/// service do unbounded work or store unbounded strings.
+pub mod limits {
+    pub const MAX_ID_LEN: usize = 64;
+    pub const MAX_SKU_LEN: usize = 64;
+    pub const MAX_ITEMS: usize = 100;
+    pub const MAX_QUANTITY: i64 = 1_000_000;
+}
+
+/// One line of an order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderItem {
+    pub sku: String,
+    pub quantity: i64,
+    pub unit_price: Money,
+}
+
+/// A line as the client sent it, not yet validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewOrderItem {
+    pub sku: String,
+    pub quantity: i64,
+    pub unit_price: i64,
+}
+
+/// A checkout as the client sent it, not yet validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewOrder {
+    pub customer_id: String,
+    pub source: OrderSource,
+    pub meeting_id: Option<String>,
+    pub currency: String,
+    pub items: Vec<NewOrderItem>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Order {
+    pub id: OrderId,
+    pub customer_id: String,
+    pub source: OrderSource,
+    pub meeting_id: Option<String>,
+    pub currency: Currency,
+    pub items: Vec<OrderItem>,
+    pub total: Money,
+    pub status: OrderStatus,
+    pub failure_stage: Option<FailureStage>,
+    pub failure_reason: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// Optimistic-concurrency version as loaded; the store updates only `WHERE version = this`.
+    pub version: i64,
+}
+
+fn check_id(field: &str, value: &str) -> Result<(), OrderError> {
+    if value.trim().is_empty() {
+        return Err(OrderError::invalid(field, "must not be empty"));
+    }
+    if value.chars().count() > limits::MAX_ID_LEN {
+        return Err(OrderError::invalid(
+            field,
+            format!("must be at most {} characters", limits::MAX_ID_LEN),
+        ));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(OrderError::invalid(
+            field,
+            "must not contain control characters",
+        ));
+    }
+    Ok(())
+}
+
+impl Order {
+    /// Validates a checkout and creates the order in `CREATED`.
+    ///
+    /// # Errors
+    /// [`OrderError::Invalid`] or [`OrderError::Money`] naming the offending field
+    /// (`items[2].quantity`, `currency`, ...); nothing is created.
+    pub fn place(id: OrderId, input: NewOrder, now: DateTime<Utc>) -> Result<Order, OrderError> {
+        check_id("customerId", &input.customer_id)?;
+        match (&input.source, &input.meeting_id) {
+            (OrderSource::Meeting, None) => {
+                return Err(OrderError::invalid(
+                    "meetingId",
+                    "is required for a meeting order",
+                ));
+            }
+            (_, Some(meeting)) => check_id("meetingId", meeting)?,
+            (OrderSource::Api, None) => {}
+        }
+        let currency: Currency = input.currency.parse().map_err(|source| OrderError::Money {
+            field: "currency".into(),
+            source,
+        })?;
+        if input.items.is_empty() {
+            return Err(OrderError::invalid(
+                "items",
+                "must contain at least one item",
+            ));
+        }
+        if input.items.len() > limits::MAX_ITEMS {
+            return Err(OrderError::invalid(
+                "items",
+                format!("must contain at most {} items", limits::MAX_ITEMS),
+            ));
+        }
+        let mut total = Money::zero(currency);
+        let mut items = Vec::with_capacity(input.items.len());
+        for (i, item) in input.items.into_iter().enumerate() {
+            let field = |name: &str| format!("items[{i}].{name}");
+            if item.sku.trim().is_empty() {
+                return Err(OrderError::invalid(field("sku"), "must not be empty"));
+            }
+            if item.sku.chars().count() > limits::MAX_SKU_LEN {
+                return Err(OrderError::invalid(
+                    field("sku"),
+                    format!("must be at most {} characters", limits::MAX_SKU_LEN),
+                ));
+            }
+            if item.quantity <= 0 || item.quantity > limits::MAX_QUANTITY {
+                return Err(OrderError::invalid(
+                    field("quantity"),
+                    format!("must be between 1 and {}", limits::MAX_QUANTITY),
+                ));
+            }
+            let unit_price =
+                Money::new(item.unit_price, currency).map_err(|source| OrderError::Money {
+                    field: field("unitPrice"),
+                    source,
+                })?;
+            let line = unit_price
+                .checked_mul(item.quantity)
+                .and_then(|line| total.checked_add(line))
+                .map_err(|source| OrderError::Money {
+                    field: field("quantity"),
+                    source,
+                })?;
+            total = line;
+            items.push(OrderItem {
+                sku: item.sku,
+                quantity: item.quantity,
+                unit_price,
+            });
+        }
+        Ok(Order {
+            id,
+            customer_id: input.customer_id,
+            source: input.source,
+            meeting_id: input.meeting_id,
+            currency,
+            items,
+            total,
+            status: OrderStatus::Created,
+            failure_stage: None,
+            failure_reason: None,
+            created_at: now,
+            updated_at: now,
+            version: 0,
+        })
+    }
+
+    fn guard(&self, action: OrderAction, allowed: bool) -> Result<(), OrderError> {
+        if allowed {
+            Ok(())
+        } else {
+            Err(OrderError::InvalidTransition {
+                from: self.status,
+                action,
+            })
+        }
+    }
+
+    fn move_to(&mut self, status: OrderStatus, now: DateTime<Utc>) {
+        self.status = status;
+        self.updated_at = now;
+    }
+
+    fn failed_at(&self, stage: FailureStage) -> bool {
+        self.status == OrderStatus::Failed && self.failure_stage == Some(stage)
+    }
+
+    /// The payment was approved (directly or after reconciliation).
+    pub fn approve_payment(&mut self, now: DateTime<Utc>) -> Result<Vec<OrderEvent>, OrderError> {
+        use OrderStatus::*;
+        self.guard(
+            OrderAction::ApprovePayment,
+            matches!(self.status, Created | PendingConfirmation),
+        )?;
+        self.move_to(PaymentApproved, now);
+        Ok(vec![])
+    }
+
+    /// The payment outcome is unknown (provider timeout): wait for reconciliation.
+    pub fn await_confirmation(
+        &mut self,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<OrderEvent>, OrderError> {
+        self.guard(
+            OrderAction::AwaitConfirmation,
+            self.status == OrderStatus::Created,
+        )?;
+        self.move_to(OrderStatus::PendingConfirmation, now);
+        Ok(vec![])
+    }
+
+    /// Settlement was asked for and accepted.
+    pub fn request_settlement(
+        &mut self,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<OrderEvent>, OrderError> {
+        self.guard(
+            OrderAction::RequestSettlement,
+            self.status == OrderStatus::PaymentApproved,
+        )?;
+        self.move_to(OrderStatus::SettlementRequested, now);
+        Ok(vec![])
+    }
+
+    /// The customer was notified (or the notification was ignored by policy or by an
+    /// operator): the order is done. Also the way back from a notification failure.
+    pub fn complete(&mut self, now: DateTime<Utc>) -> Result<Vec<OrderEvent>, OrderError> {
+        self.guard(
+            OrderAction::Complete,
+            self.status == OrderStatus::SettlementRequested
+                || self.failed_at(FailureStage::Notification),
+        )?;
+        self.failure_stage = None;
+        self.failure_reason = None;
+        self.move_to(OrderStatus::Completed, now);
+        Ok(vec![OrderEvent::Completed])
+    }
+
+    /// A step failed. Which statuses may fail depends on the stage: a payment fails before
+    /// approval, a settlement after it, a notification after settlement.
+    pub fn fail(
+        &mut self,
+        stage: FailureStage,
+        reason: impl Into<String>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<OrderEvent>, OrderError> {
+        use OrderStatus::*;
+        let (action, allowed) = match stage {
+            FailureStage::Payment => (
+                OrderAction::FailPayment,
+                matches!(self.status, Created | PendingConfirmation),
+            ),
+            FailureStage::Settlement => (
+                OrderAction::FailSettlement,
+                matches!(self.status, PaymentApproved | SettlementRequested),
+            ),
+            FailureStage::Notification => (
+                OrderAction::FailNotification,
+                self.status == SettlementRequested,
+            ),
+        };
+        self.guard(action, allowed)?;
+        let reason = reason.into();
+        self.failure_stage = Some(stage);
+        self.failure_reason = Some(reason.clone());
+        self.move_to(Failed, now);
+        Ok(vec![OrderEvent::Failed { stage, reason }])
+    }
+
+    /// Compensation undid the payment of an order whose settlement failed.
+    pub fn compensate(&mut self, now: DateTime<Utc>) -> Result<Vec<OrderEvent>, OrderError> {
+        self.guard(
+            OrderAction::Compensate,
+            self.failed_at(FailureStage::Settlement),
+        )?;
+        self.move_to(OrderStatus::Cancelled, now);
+        Ok(vec![OrderEvent::Cancelled {
+            reason: "COMPENSATED".into(),
+        }])
+    }
+
+    /// A completed order was refunded.
+    pub fn refund(&mut self, now: DateTime<Utc>) -> Result<Vec<OrderEvent>, OrderError> {
+        self.guard(OrderAction::Refund, self.status == OrderStatus::Completed)?;
+        self.move_to(OrderStatus::Cancelled, now);
+        Ok(vec![OrderEvent::Cancelled {
+            reason: "REFUNDED".into(),
+        }])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::money::MoneyError;
+
+    fn now() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000, 0).unwrap()
+    }
+
+    fn input() -> NewOrder {
+        NewOrder {
+            customer_id: "alice".into(),
+            source: OrderSource::Api,
+            meeting_id: None,
+            currency: "KRW".into(),
+            items: vec![
+                NewOrderItem {
+                    sku: "A".into(),
+                    quantity: 2,
+                    unit_price: 1500,
+                },
+                NewOrderItem {
+                    sku: "B".into(),
+                    quantity: 1,
+                    unit_price: 700,
+                },
+            ],
+        }
+    }
+
+    fn order_in(status: OrderStatus, stage: Option<FailureStage>) -> Order {
+        let mut order = Order::place(OrderId::new(), input(), now()).unwrap();
+        order.status = status;
+        order.failure_stage = stage;
+        order
+    }
+
+    #[test]
+    fn place_computes_the_total_and_starts_created() {
+        let order = Order::place(OrderId::new(), input(), now()).unwrap();
+        assert_eq!(order.total.minor(), 3700);
+        assert_eq!(order.status, OrderStatus::Created);
+        assert_eq!(order.total.currency().as_str(), "KRW");
+    }
+
+    #[test]
+    fn place_names_the_offending_field() {
+        let cases: Vec<(Box<dyn Fn(&mut NewOrder)>, &str)> = vec![
+            (Box::new(|o| o.items.clear()), "items"),
+            (Box::new(|o| o.items[1].quantity = 0), "items[1].quantity"),
+            (Box::new(|o| o.items[0].quantity = -3), "items[0].quantity"),
+            (
+                Box::new(|o| o.items[1].unit_price = -1),
+                "items[1].unitPrice",
+            ),
+            (Box::new(|o| o.items[0].sku = " ".into()), "items[0].sku"),
+            (
+                Box::new(|o| o.items[0].sku = "x".repeat(65)),
+                "items[0].sku",
+            ),
+            (Box::new(|o| o.currency = "ABC".into()), "currency"),
+            (Box::new(|o| o.customer_id = "".into()), "customerId"),
+            (Box::new(|o| o.customer_id = "c".repeat(65)), "customerId"),
+            (Box::new(|o| o.source = OrderSource::Meeting), "meetingId"),
+            (
+                Box::new(|o| {
+                    o.items = vec![
+                        NewOrderItem {
+                            sku: "A".into(),
+                            quantity: 1,
+                            unit_price: 1
+                        };
+                        101
+                    ]
+                }),
+                "items",
+            ),
+        ];
+        for (mutate, field) in cases {
+            let mut bad = input();
+            mutate(&mut bad);
+            let err = Order::place(OrderId::new(), bad, now()).unwrap_err();
+            let named = match &err {
+                OrderError::Invalid { field, .. } | OrderError::Money { field, .. } => {
+                    field.clone()
+                }
+                other => panic!("unexpected {other:?}"),
+            };
+            assert_eq!(named, field, "{err}");
+        }
+    }
+
+    #[test]
+    fn place_refuses_overflowing_totals() {
+        let mut bad = input();
+        bad.items = vec![
+            NewOrderItem {
+                sku: "A".into(),
+                quantity: 1,
+                unit_price: i64::MAX,
+            },
+            NewOrderItem {
+                sku: "B".into(),
+                quantity: 1,
+                unit_price: 1,
+            },
+        ];
+        let err = Order::place(OrderId::new(), bad, now()).unwrap_err();
+        assert_eq!(
+            err,
+            OrderError::Money {
+                field: "items[1].quantity".into(),
+                source: MoneyError::Overflow
+            }
+        );
+        let mut bad = input();
+        bad.items[0].unit_price = i64::MAX / 2 + 1;
+        assert!(Order::place(OrderId::new(), bad, now()).is_err());
+    }
+
+    type Action = fn(&mut Order) -> Result<Vec<OrderEvent>, OrderError>;
+
+    /// Every (state, action) pair: the expected next status, or `None` for illegal.
+    #[test]
+    fn transition_table() {
+        use FailureStage as F;
+        use OrderStatus::*;
+        let actions: [(&str, Action); 9] = [
+            ("approve", |o| o.approve_payment(now())),
+            ("await", |o| o.await_confirmation(now())),
+            ("settle", |o| o.request_settlement(now())),
+            ("complete", |o| o.complete(now())),
+            ("fail_payment", |o| o.fail(F::Payment, "x", now())),
+            ("fail_settlement", |o| o.fail(F::Settlement, "x", now())),
+            ("fail_notification", |o| o.fail(F::Notification, "x", now())),
+            ("compensate", |o| o.compensate(now())),
+            ("refund", |o| o.refund(now())),
+        ];
+        let states: Vec<(OrderStatus, Option<FailureStage>)> = vec![
+            (Created, None),
+            (PaymentApproved, None),
+            (SettlementRequested, None),
+            (Completed, None),
+            (Failed, Some(F::Payment)),
+            (Failed, Some(F::Settlement)),
+            (Failed, Some(F::Notification)),
+            (Cancelled, None),
+            (PendingConfirmation, None),
+        ];
+        // Rows: states above; columns: actions above.
+        #[rustfmt::skip]
+        let expected: [[Option<OrderStatus>; 9]; 9] = [
+            [Some(PaymentApproved), Some(PendingConfirmation), None, None, Some(Failed), None, None, None, None],
+            [None, None, Some(SettlementRequested), None, None, Some(Failed), None, None, None],
+            [None, None, None, Some(Completed), None, Some(Failed), Some(Failed), None, None],
+            [None, None, None, None, None, None, None, None, Some(Cancelled)],
+            [None; 9],
+            [None, None, None, None, None, None, None, Some(Cancelled), None],
+            [None, None, None, Some(Completed), None, None, None, None, None],
+            [None; 9],
+            [Some(PaymentApproved), None, None, None, Some(Failed), None, None, None, None],
+        ];
+        for (row, (status, stage)) in states.iter().enumerate() {
+            for (col, (name, action)) in actions.iter().enumerate() {
+                let mut order = order_in(*status, *stage);
+                let result = action(&mut order);
+                match expected[row][col] {
+                    Some(next) => {
+                        assert!(result.is_ok(), "{status}/{stage:?} {name}: {result:?}");
+                        assert_eq!(order.status, next, "{status}/{stage:?} {name}");
+                    }
+                    None => {
+                        let err =
+                            result.expect_err(&format!("{status}/{stage:?} {name} must fail"));
+                        assert!(
+                            matches!(err, OrderError::InvalidTransition { from, .. } if from == *status)
+                        );
+                        assert_eq!(order.status, *status, "a refused action changes nothing");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn failure_and_recovery_events() {
+        let mut order = order_in(OrderStatus::SettlementRequested, None);
+        let events = order
+            .fail(FailureStage::Notification, "smtp down", now())
+            .unwrap();
+        assert_eq!(events[0].event_type(), "order.failed");
+        assert_eq!(order.failure_reason.as_deref(), Some("smtp down"));
+        let events = order.complete(now()).unwrap();
+        assert_eq!(events, vec![OrderEvent::Completed]);
+        assert_eq!(order.failure_stage, None, "completion clears the failure");
+    }
+
+    #[test]
+    fn spellings_round_trip() {
+        for s in OrderStatus::ALL {
+            assert_eq!(OrderStatus::parse(s.as_str()), Some(*s));
+        }
+        assert_eq!(OrderStatus::parse("created"), None);
+    }
+}

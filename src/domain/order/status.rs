@@ -1,0 +1,56 @@
+//! Order statuses, failure stages, sources and the actions that move between statuses.
+//!
+//! `as_str`/`parse` here are the one place where these enums meet their wire and database
+//! spelling; adapters call them instead of writing strings of their own.
+
+spelled!(
+    /// Where an order stands (SPEC §3).
+    OrderStatus {
+        Created => "CREATED",
+        PaymentApproved => "PAYMENT_APPROVED",
+        SettlementRequested => "SETTLEMENT_REQUESTED",
+        Completed => "COMPLETED",
+        Failed => "FAILED",
+        Cancelled => "CANCELLED",
+        PendingConfirmation => "PENDING_CONFIRMATION",
+    }
+);
+
+spelled!(
+    /// The saga stage at which an order failed.
+    FailureStage {
+        Payment => "PAYMENT",
+        Settlement => "SETTLEMENT",
+        Notification => "NOTIFICATION",
+    }
+);
+
+spelled!(
+    /// How the order reached us.
+    OrderSource {
+        Api => "API",
+        Meeting => "MEETING",
+    }
+);
+
+spelled!(
+    /// The actions an order accepts; an illegal one names itself in the error.
+    OrderAction {
+        ApprovePayment => "APPROVE_PAYMENT",
+        AwaitConfirmation => "AWAIT_CONFIRMATION",
+        RequestSettlement => "REQUEST_SETTLEMENT",
+        Complete => "COMPLETE",
+        FailPayment => "FAIL_PAYMENT",
+        FailSettlement => "FAIL_SETTLEMENT",
+        FailNotification => "FAIL_NOTIFICATION",
+        Compensate => "COMPENSATE",
+        Refund => "REFUND",
+    }
+);
+
+impl OrderStatus {
+    /// No saga step will move the order on by itself (only an operator or a refund can).
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, OrderStatus::Completed | OrderStatus::Cancelled)
+    }
+}

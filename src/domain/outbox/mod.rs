@@ -1,0 +1,224 @@
+//! The outbox row's life cycle and its retry arithmetic (SPEC §6).
+//!
+//! The relay changes many rows per statement, so instead of a per-row method each action
+//! names the statuses it may leave from and the one it lands in; the store turns that into
+//! the `WHERE status IN (...)` of its conditional update. Backoff is a pure function so that
+//! it is tested without a clock.
+
+use chrono::{DateTime, Duration, Utc};
+
+spelled!(
+    /// Delivery state of one outbox row.
+    OutboxStatus {
+        Ready => "READY",
+        Processing => "PROCESSING",
+        RetryWait => "RETRY_WAIT",
+        Published => "PUBLISHED",
+        DeadLetter => "DEAD_LETTER",
+        Discarded => "DISCARDED",
+    }
+);
+
+spelled!(
+    /// What may happen to an outbox row.
+    OutboxAction {
+        Claim => "CLAIM",
+        MarkPublished => "MARK_PUBLISHED",
+        MarkFailed => "MARK_FAILED",
+        RecoverLease => "RECOVER_LEASE",
+        Republish => "REPUBLISH",
+        Discard => "DISCARD",
+    }
+);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OutboxError {
+    #[error("outbox event cannot {action} from {from}")]
+    InvalidTransition {
+        from: OutboxStatus,
+        action: OutboxAction,
+    },
+}
+
+impl OutboxAction {
+    /// The statuses this action may start from.
+    pub fn from_statuses(&self) -> &'static [OutboxStatus] {
+        use OutboxStatus::*;
+        match self {
+            OutboxAction::Claim => &[Ready, RetryWait],
+            OutboxAction::MarkPublished | OutboxAction::MarkFailed | OutboxAction::RecoverLease => {
+                &[Processing]
+            }
+            OutboxAction::Republish | OutboxAction::Discard => &[DeadLetter],
+        }
+    }
+
+    /// Where one row lands; `MarkFailed` lands in `RETRY_WAIT` or `DEAD_LETTER` by
+    /// [`RetrySchedule::after_failure`], reported here as `RETRY_WAIT`.
+    pub fn target(&self) -> OutboxStatus {
+        match self {
+            OutboxAction::Claim => OutboxStatus::Processing,
+            OutboxAction::MarkPublished => OutboxStatus::Published,
+            OutboxAction::MarkFailed | OutboxAction::RecoverLease => OutboxStatus::RetryWait,
+            OutboxAction::Republish => OutboxStatus::Ready,
+            OutboxAction::Discard => OutboxStatus::Discarded,
+        }
+    }
+
+    /// The transition function for one row.
+    pub fn apply(&self, from: OutboxStatus) -> Result<OutboxStatus, OutboxError> {
+        if self.from_statuses().contains(&from) {
+            Ok(self.target())
+        } else {
+            Err(OutboxError::InvalidTransition {
+                from,
+                action: *self,
+            })
+        }
+    }
+}
+
+/// Retry policy of the relay: `retry_count` failures are retried up to `max_retries`
+/// times, spaced `min(base * 2^(n-1), cap)` plus up to 20 % jitter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetrySchedule {
+    pub max_retries: i32,
+    pub backoff_base: Duration,
+    pub backoff_cap: Duration,
+}
+
+/// The fate of a row whose publish failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureOutcome {
+    /// `RETRY_WAIT` with the new `retry_count`, due at `next_attempt_at`.
+    Retry {
+        retry_count: i32,
+        next_attempt_at: DateTime<Utc>,
+    },
+    /// `DEAD_LETTER` with the new `retry_count`.
+    DeadLetter { retry_count: i32 },
+}
+
+impl RetrySchedule {
+    /// The delay before retry number `retry_count` (1-based), without jitter.
+    pub fn base_delay(&self, retry_count: i32) -> Duration {
+        let exp = retry_count.saturating_sub(1).clamp(0, 30) as u32;
+        let delay = self
+            .backoff_base
+            .checked_mul(1i32 << exp.min(30))
+            .unwrap_or(self.backoff_cap);
+        delay.min(self.backoff_cap)
+    }
+
+    /// Decide what a failure does to a row that had failed `retry_count` times before.
+    /// `jitter` in `[0, 1)` stretches the delay by up to 20 %.
+    pub fn after_failure(
+        &self,
+        retry_count: i32,
+        jitter: f64,
+        now: DateTime<Utc>,
+    ) -> FailureOutcome {
+        let retry_count = retry_count.saturating_add(1);
+        if retry_count > self.max_retries {
+            return FailureOutcome::DeadLetter { retry_count };
+        }
+        let base = self.base_delay(retry_count);
+        let extra_ms = (base.num_milliseconds() as f64 * 0.2 * jitter.clamp(0.0, 1.0)) as i64;
+        FailureOutcome::Retry {
+            retry_count,
+            next_attempt_at: now + base + Duration::milliseconds(extra_ms),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use OutboxStatus::*;
+
+    #[test]
+    fn transition_table() {
+        #[rustfmt::skip]
+        let expected: [(OutboxAction, [Option<OutboxStatus>; 6]); 6] = [
+            // from:           Ready,            Processing,       RetryWait,        Published, DeadLetter,      Discarded
+            (OutboxAction::Claim,         [Some(Processing), None,             Some(Processing), None, None,            None]),
+            (OutboxAction::MarkPublished, [None,             Some(Published),  None,             None, None,            None]),
+            (OutboxAction::MarkFailed,    [None,             Some(RetryWait),  None,             None, None,            None]),
+            (OutboxAction::RecoverLease,  [None,             Some(RetryWait),  None,             None, None,            None]),
+            (OutboxAction::Republish,     [None,             None,             None,             None, Some(Ready),     None]),
+            (OutboxAction::Discard,       [None,             None,             None,             None, Some(Discarded), None]),
+        ];
+        for (action, row) in expected {
+            for (from, next) in OutboxStatus::ALL.iter().zip(row) {
+                match next {
+                    Some(next) => assert_eq!(action.apply(*from), Ok(next), "{from} {action}"),
+                    None => assert_eq!(
+                        action.apply(*from),
+                        Err(OutboxError::InvalidTransition {
+                            from: *from,
+                            action
+                        }),
+                        "{from} {action}"
+                    ),
+                }
+            }
+        }
+    }
+
+    fn schedule() -> RetrySchedule {
+        RetrySchedule {
+            max_retries: 3,
+            backoff_base: Duration::seconds(10),
+            backoff_cap: Duration::seconds(300),
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_and_is_capped() {
+        let s = RetrySchedule {
+            max_retries: 100,
+            ..schedule()
+        };
+        let delays: Vec<i64> = (1..=7).map(|n| s.base_delay(n).num_seconds()).collect();
+        assert_eq!(delays, vec![10, 20, 40, 80, 160, 300, 300]);
+        assert_eq!(s.base_delay(i32::MAX).num_seconds(), 300);
+    }
+
+    #[test]
+    fn failures_past_max_retries_dead_letter() {
+        let now = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let s = schedule();
+        assert_eq!(
+            s.after_failure(0, 0.0, now),
+            FailureOutcome::Retry {
+                retry_count: 1,
+                next_attempt_at: now + Duration::seconds(10)
+            }
+        );
+        assert_eq!(
+            s.after_failure(2, 0.0, now),
+            FailureOutcome::Retry {
+                retry_count: 3,
+                next_attempt_at: now + Duration::seconds(40)
+            }
+        );
+        assert_eq!(
+            s.after_failure(3, 0.0, now),
+            FailureOutcome::DeadLetter { retry_count: 4 }
+        );
+    }
+
+    #[test]
+    fn jitter_adds_at_most_twenty_percent() {
+        let now = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let at = |j| match schedule().after_failure(0, j, now) {
+            FailureOutcome::Retry {
+                next_attempt_at, ..
+            } => next_attempt_at - now,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(at(0.0), Duration::seconds(10));
+        assert_eq!(at(0.5), Duration::seconds(11));
+        assert!(at(0.999_999) <= Duration::seconds(12));
+    }
+}

@@ -1,0 +1,23 @@
+//! Events a payment emits.
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PaymentEvent {
+    Approved { provider_transaction_id: String },
+    Declined { code: String },
+    Cancelled { reason: String },
+    Refunded,
+    RefundFailed { reason: String },
+}
+
+impl PaymentEvent {
+    /// The event type, which is also its routing key (SPEC §6).
+    pub fn event_type(&self) -> &'static str {
+        match self {
+            PaymentEvent::Approved { .. } => "payment.approved",
+            PaymentEvent::Declined { .. } => "payment.declined",
+            PaymentEvent::Cancelled { .. } => "payment.cancelled",
+            PaymentEvent::Refunded => "payment.refunded",
+            PaymentEvent::RefundFailed { .. } => "payment.refund_failed",
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! The payment aggregate and its transition functions.
+
+use chrono::{DateTime, Utc};
+
+use super::error::PaymentError;
+use super::event::PaymentEvent;
+use super::status::{PaymentAction, PaymentStatus};
+use crate::domain::ids::{OrderId, PaymentId};
+use crate::domain::money::Money;
+
+/// The deterministic request id of an order's `attempt`-th payment. The provider receives it
+/// as `Idempotency-Key`, so asking twice for the same attempt can never charge twice.
+pub fn payment_request_id(order_id: OrderId, attempt: i32) -> String {
+    format!("pay-{order_id}-{attempt}")
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Payment {
+    pub id: PaymentId,
+    pub order_id: OrderId,
+    pub attempt: i32,
+    pub payment_request_id: String,
+    pub amount: Money,
+    pub status: PaymentStatus,
+    pub provider_transaction_id: Option<String>,
+    pub decline_code: Option<String>,
+    pub refund_failure_reason: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub version: i64,
+}
+
+impl Payment {
+    /// A new payment attempt, `REQUESTED`, not yet sent to the provider.
+    pub fn request(order_id: OrderId, attempt: i32, amount: Money, now: DateTime<Utc>) -> Self {
+        Payment {
+            id: PaymentId::new(),
+            order_id,
+            attempt,
+            payment_request_id: payment_request_id(order_id, attempt),
+            amount,
+            status: PaymentStatus::Requested,
+            provider_transaction_id: None,
+            decline_code: None,
+            refund_failure_reason: None,
+            created_at: now,
+            updated_at: now,
+            version: 0,
+        }
+    }
+
+    fn guard(&self, action: PaymentAction, allowed: bool) -> Result<(), PaymentError> {
+        if allowed {
+            Ok(())
+        } else {
+            Err(PaymentError::InvalidTransition {
+                from: self.status,
+                action,
+            })
+        }
+    }
+
+    fn move_to(&mut self, status: PaymentStatus, now: DateTime<Utc>) {
+        self.status = status;
+        self.updated_at = now;
+    }
+
+    fn undecided(&self) -> bool {
+        matches!(
+            self.status,
+            PaymentStatus::Requested | PaymentStatus::ConfirmationRequired
+        )
+    }
+
+    pub fn approve(
+        &mut self,
+        provider_transaction_id: impl Into<String>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<PaymentEvent>, PaymentError> {
+        self.guard(PaymentAction::Approve, self.undecided())?;
+        let provider_transaction_id = provider_transaction_id.into();
+        self.provider_transaction_id = Some(provider_transaction_id.clone());
+        self.move_to(PaymentStatus::Approved, now);
+        Ok(vec![PaymentEvent::Approved {
+            provider_transaction_id,
+        }])
+    }
+
+    pub fn decline(
+        &mut self,
+        code: impl Into<String>,
+        provider_transaction_id: Option<String>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<PaymentEvent>, PaymentError> {
+        self.guard(PaymentAction::Decline, self.undecided())?;
+        let code = code.into();
+        self.decline_code = Some(code.clone());
+        if provider_transaction_id.is_some() {
+            self.provider_transaction_id = provider_transaction_id;
+        }
+        self.move_to(PaymentStatus::Declined, now);
+        Ok(vec![PaymentEvent::Declined { code }])
+    }
+
+    /// The provider did not answer in time: the outcome is unknown until reconciled.
+    pub fn require_confirmation(
+        &mut self,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<PaymentEvent>, PaymentError> {
+        self.guard(
+            PaymentAction::RequireConfirmation,
+            self.status == PaymentStatus::Requested,
+        )?;
+        self.move_to(PaymentStatus::ConfirmationRequired, now);
+        Ok(vec![])
+    }
+
+    /// Compensation: the provider cancelled an approved payment.
+    pub fn cancel(
+        &mut self,
+        reason: impl Into<String>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<PaymentEvent>, PaymentError> {
+        self.guard(
+            PaymentAction::Cancel,
+            self.status == PaymentStatus::Approved,
+        )?;
+        self.move_to(PaymentStatus::Cancelled, now);
+        Ok(vec![PaymentEvent::Cancelled {
+            reason: reason.into(),
+        }])
+    }
+
+    /// The provider refunded an approved payment.
+    pub fn refund(&mut self, now: DateTime<Utc>) -> Result<Vec<PaymentEvent>, PaymentError> {
+        self.guard(
+            PaymentAction::Refund,
+            self.status == PaymentStatus::Approved,
+        )?;
+        self.refund_failure_reason = None;
+        self.move_to(PaymentStatus::Refunded, now);
+        Ok(vec![PaymentEvent::Refunded])
+    }
+
+    /// The provider refused the refund: recorded, the payment stays `APPROVED`.
+    pub fn record_refund_failure(
+        &mut self,
+        reason: impl Into<String>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<PaymentEvent>, PaymentError> {
+        self.guard(
+            PaymentAction::RecordRefundFailure,
+            self.status == PaymentStatus::Approved,
+        )?;
+        let reason = reason.into();
+        self.refund_failure_reason = Some(reason.clone());
+        self.updated_at = now;
+        Ok(vec![PaymentEvent::RefundFailed { reason }])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000, 0).unwrap()
+    }
+
+    fn payment_in(status: PaymentStatus) -> Payment {
+        let mut p = Payment::request(
+            OrderId::new(),
+            1,
+            Money::new(100, "KRW".parse().unwrap()).unwrap(),
+            now(),
+        );
+        p.status = status;
+        p
+    }
+
+    type Action = fn(&mut Payment) -> Result<Vec<PaymentEvent>, PaymentError>;
+
+    #[test]
+    fn transition_table() {
+        use PaymentStatus::*;
+        let actions: [(&str, Action); 6] = [
+            ("approve", |p| p.approve("tx", now())),
+            ("decline", |p| p.decline("CARD", None, now())),
+            ("require_confirmation", |p| p.require_confirmation(now())),
+            ("cancel", |p| p.cancel("x", now())),
+            ("refund", |p| p.refund(now())),
+            ("refund_failure", |p| p.record_refund_failure("x", now())),
+        ];
+        #[rustfmt::skip]
+        let expected: [(PaymentStatus, [Option<PaymentStatus>; 6]); 6] = [
+            (Requested, [Some(Approved), Some(Declined), Some(ConfirmationRequired), None, None, None]),
+            (Approved, [None, None, None, Some(Cancelled), Some(Refunded), Some(Approved)]),
+            (Declined, [None; 6]),
+            (ConfirmationRequired, [Some(Approved), Some(Declined), None, None, None, None]),
+            (Cancelled, [None; 6]),
+            (Refunded, [None; 6]),
+        ];
+        for (from, row) in expected {
+            for ((name, action), next) in actions.iter().zip(row) {
+                let mut p = payment_in(from);
+                let result = action(&mut p);
+                match next {
+                    Some(next) => {
+                        assert!(result.is_ok(), "{from} {name}: {result:?}");
+                        assert_eq!(p.status, next, "{from} {name}");
+                    }
+                    None => {
+                        assert_eq!(
+                            result,
+                            Err(PaymentError::InvalidTransition {
+                                from,
+                                action: match *name {
+                                    "approve" => PaymentAction::Approve,
+                                    "decline" => PaymentAction::Decline,
+                                    "require_confirmation" => PaymentAction::RequireConfirmation,
+                                    "cancel" => PaymentAction::Cancel,
+                                    "refund" => PaymentAction::Refund,
+                                    _ => PaymentAction::RecordRefundFailure,
+                                }
+                            }),
+                            "{from} {name}"
+                        );
+                        assert_eq!(p.status, from);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn request_id_is_deterministic_per_order_and_attempt() {
+        let order = OrderId::new();
+        assert_eq!(payment_request_id(order, 1), payment_request_id(order, 1));
+        assert_ne!(payment_request_id(order, 1), payment_request_id(order, 2));
+    }
+
+    #[test]
+    fn refund_failure_is_recorded_and_payment_stays_approved() {
+        let mut p = payment_in(PaymentStatus::Approved);
+        let events = p.record_refund_failure("card expired", now()).unwrap();
+        assert_eq!(events[0].event_type(), "payment.refund_failed");
+        assert_eq!(p.status, PaymentStatus::Approved);
+        assert_eq!(p.refund_failure_reason.as_deref(), Some("card expired"));
+    }
+}

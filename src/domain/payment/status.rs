@@ -1,0 +1,25 @@
+//! Payment statuses and actions.
+
+spelled!(
+    /// Where a payment stands (SPEC §3).
+    PaymentStatus {
+        Requested => "REQUESTED",
+        Approved => "APPROVED",
+        Declined => "DECLINED",
+        ConfirmationRequired => "CONFIRMATION_REQUIRED",
+        Cancelled => "CANCELLED",
+        Refunded => "REFUNDED",
+    }
+);
+
+spelled!(
+    /// The actions a payment accepts.
+    PaymentAction {
+        Approve => "APPROVE",
+        Decline => "DECLINE",
+        RequireConfirmation => "REQUIRE_CONFIRMATION",
+        Cancel => "CANCEL",
+        Refund => "REFUND",
+        RecordRefundFailure => "RECORD_REFUND_FAILURE",
+    }
+);

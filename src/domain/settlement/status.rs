@@ -1,0 +1,18 @@
+//! Settlement statuses and actions.
+
+spelled!(
+    /// Where a settlement stands (SPEC §3).
+    SettlementStatus {
+        Requested => "REQUESTED",
+        Succeeded => "SUCCEEDED",
+        Failed => "FAILED",
+    }
+);
+
+spelled!(
+    /// The actions a settlement accepts.
+    SettlementAction {
+        Succeed => "SUCCEED",
+        Fail => "FAIL",
+    }
+);
