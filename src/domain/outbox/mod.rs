@@ -31,6 +31,18 @@ spelled!(
     }
 );
 
+spelled!(
+    /// Why a delivery attempt failed; stored as `failure_code`.
+    FailureCode {
+        Nacked => "NACK",
+        Unroutable => "UNROUTABLE",
+        ConfirmTimeout => "CONFIRM_TIMEOUT",
+        ConnectionLost => "CONNECTION_LOST",
+        BrokerUnavailable => "BROKER_UNAVAILABLE",
+        LeaseExpired => "LEASE_EXPIRED",
+    }
+);
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OutboxError {
     #[error("outbox event cannot {action} from {from}")]

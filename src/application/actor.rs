@@ -1,0 +1,39 @@
+//! Who is asking: the authenticated caller as the use cases see it.
+
+/// The caller of a use case. HTTP builds it from a verified token; consumers and workers
+/// use [`Actor::system`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Actor {
+    /// The token's `sub`: a customer id, or the name of a system component.
+    pub subject: String,
+    pub is_admin: bool,
+}
+
+impl Actor {
+    pub fn customer(subject: impl Into<String>) -> Self {
+        Actor {
+            subject: subject.into(),
+            is_admin: false,
+        }
+    }
+
+    pub fn admin(subject: impl Into<String>) -> Self {
+        Actor {
+            subject: subject.into(),
+            is_admin: true,
+        }
+    }
+
+    /// A component of this service acting on its own behalf (worker, consumer).
+    pub fn system(component: &str) -> Self {
+        Actor {
+            subject: format!("system:{component}"),
+            is_admin: true,
+        }
+    }
+
+    /// Whether this caller may see or act on the orders of `customer_id`.
+    pub fn may_access(&self, customer_id: &str) -> bool {
+        self.is_admin || self.subject == customer_id
+    }
+}

@@ -1,0 +1,48 @@
+//! The audit trail's vocabulary: every replay, rejection, failure branch and admin action
+//! writes one `audit_log` row (SPEC §4) with one of these actions.
+
+use chrono::{DateTime, Utc};
+
+use crate::application::Actor;
+use crate::application::ports::AuditRecord;
+
+pub const ORDER_PLACED: &str = "ORDER_PLACED";
+pub const ORDER_REJECTED: &str = "ORDER_REJECTED";
+pub const REPLAY: &str = "REPLAY";
+pub const IDEMPOTENCY_KEY_REUSED: &str = "IDEMPOTENCY_KEY_REUSED";
+pub const PAYMENT_DECLINED: &str = "PAYMENT_DECLINED";
+pub const PAYMENT_OUTCOME_UNKNOWN: &str = "PAYMENT_OUTCOME_UNKNOWN";
+pub const PAYMENT_PROVIDER_UNAVAILABLE: &str = "PAYMENT_PROVIDER_UNAVAILABLE";
+pub const SETTLEMENT_FAILED: &str = "SETTLEMENT_FAILED";
+pub const COMPENSATED: &str = "COMPENSATED";
+pub const COMPENSATION_FAILED: &str = "COMPENSATION_FAILED";
+pub const NOTIFICATION_FAILED: &str = "NOTIFICATION_FAILED";
+pub const NOTIFICATION_IGNORED: &str = "NOTIFICATION_IGNORED";
+pub const OUTBOX_REPUBLISH: &str = "OUTBOX_REPUBLISH";
+pub const OUTBOX_DISCARD: &str = "OUTBOX_DISCARD";
+pub const OUTBOX_REDRIVE: &str = "OUTBOX_REDRIVE";
+
+/// Entity types named in `audit_log.entity_type`.
+pub mod entity {
+    pub const ORDER: &str = "order";
+    pub const OUTBOX_EVENT: &str = "outbox_event";
+    pub const IDEMPOTENCY_KEY: &str = "idempotency_key";
+}
+
+pub fn record(
+    action: &str,
+    entity_type: &str,
+    entity_id: impl ToString,
+    actor: &Actor,
+    detail: Option<String>,
+    now: DateTime<Utc>,
+) -> AuditRecord {
+    AuditRecord {
+        action: action.to_owned(),
+        entity_type: entity_type.to_owned(),
+        entity_id: entity_id.to_string(),
+        actor: actor.subject.clone(),
+        detail,
+        created_at: now,
+    }
+}

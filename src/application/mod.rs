@@ -1,0 +1,18 @@
+//! The application layer: use cases and the ports they need.
+//!
+//! Services here load state through ports, call the domain's transition functions, and
+//! hand the resulting changes — aggregates, outbox events, saga steps, audit rows — to the
+//! [`ports::UnitOfWork`] to commit atomically. Nothing here names a database, broker or
+//! HTTP crate; the adapters implement the ports and `startup.rs` wires them in.
+
+pub mod actor;
+pub mod audit;
+pub mod error;
+pub mod idempotency;
+pub mod orchestration;
+pub mod outbox;
+pub mod ports;
+pub mod queries;
+
+pub use actor::Actor;
+pub use error::AppError;

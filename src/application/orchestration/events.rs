@@ -1,0 +1,154 @@
+//! Domain events -> outbox rows with the envelope of SPEC §6.
+//!
+//! The order is the saga's aggregate root: every event of an order's saga — its
+//! payment's, settlement's and notification's too — carries `aggregateType = "order"` and
+//! the order id, so the relay's per-aggregate ordering keeps an order's whole story in
+//! commit order (a consumer never sees `order.completed` before `payment.approved`).
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde_json::{Map, Value, json};
+
+use crate::application::ports::NewOutboxEvent;
+use crate::domain::ids::EventId;
+use crate::domain::notification::{Notification, NotificationEvent};
+use crate::domain::order::{Order, OrderEvent};
+use crate::domain::payment::{Payment, PaymentEvent};
+use crate::domain::settlement::{Settlement, SettlementEvent};
+
+/// The aggregate type every saga event is ordered under.
+pub const ORDER_AGGREGATE: &str = "order";
+
+/// Formats an instant the way every envelope and API response does (RFC 3339, UTC, `Z`).
+pub fn timestamp(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
+/// Builds outbox rows for one order's events, all under the order's aggregate.
+pub struct EventWriter<'a> {
+    order: &'a Order,
+    correlation_id: Option<&'a str>,
+    now: DateTime<Utc>,
+    events: Vec<NewOutboxEvent>,
+}
+
+impl<'a> EventWriter<'a> {
+    pub fn new(order: &'a Order, correlation_id: Option<&'a str>, now: DateTime<Utc>) -> Self {
+        EventWriter {
+            order,
+            correlation_id,
+            now,
+            events: Vec::new(),
+        }
+    }
+
+    fn base(&self) -> Map<String, Value> {
+        let o = self.order;
+        let mut map = Map::new();
+        map.insert("orderId".into(), json!(o.id.to_string()));
+        map.insert("customerId".into(), json!(o.customer_id));
+        map.insert("source".into(), json!(o.source.as_str()));
+        map.insert("meetingId".into(), json!(o.meeting_id));
+        map.insert("currency".into(), json!(o.currency.as_str()));
+        map.insert("totalAmount".into(), json!(o.total.minor()));
+        map.insert("orderStatus".into(), json!(o.status.as_str()));
+        map
+    }
+
+    fn push(&mut self, event_type: &'static str, extra: Value) {
+        let mut payload = self.base();
+        if let Value::Object(extra) = extra {
+            payload.extend(extra);
+        }
+        let event_id = EventId::new();
+        let envelope = json!({
+            "eventId": event_id.to_string(),
+            "eventType": event_type,
+            "aggregateType": ORDER_AGGREGATE,
+            "aggregateId": self.order.id.to_string(),
+            "correlationId": self.correlation_id,
+            "occurredAt": timestamp(self.now),
+            "payload": payload,
+        });
+        self.events.push(NewOutboxEvent {
+            event_id,
+            aggregate_type: ORDER_AGGREGATE.into(),
+            aggregate_id: self.order.id.to_string(),
+            event_type: event_type.into(),
+            routing_key: event_type.into(),
+            payload: envelope.to_string(),
+            correlation_id: self.correlation_id.map(str::to_owned),
+            created_at: self.now,
+        });
+    }
+
+    pub fn order(&mut self, events: &[OrderEvent]) -> &mut Self {
+        for event in events {
+            let extra = match event {
+                OrderEvent::Completed => json!({}),
+                OrderEvent::Failed { stage, reason } => {
+                    json!({ "failureStage": stage.as_str(), "failureReason": reason })
+                }
+                OrderEvent::Cancelled { reason } => json!({ "reason": reason }),
+            };
+            self.push(event.event_type(), extra);
+        }
+        self
+    }
+
+    pub fn payment(&mut self, payment: &Payment, events: &[PaymentEvent]) -> &mut Self {
+        for event in events {
+            let mut extra = json!({
+                "paymentId": payment.id.to_string(),
+                "paymentRequestId": payment.payment_request_id,
+                "providerTransactionId": payment.provider_transaction_id,
+                "amount": payment.amount.minor(),
+                "paymentStatus": payment.status.as_str(),
+            });
+            match event {
+                PaymentEvent::Declined { code } => extra["declineCode"] = json!(code),
+                PaymentEvent::Cancelled { reason } | PaymentEvent::RefundFailed { reason } => {
+                    extra["reason"] = json!(reason)
+                }
+                PaymentEvent::Approved { .. } | PaymentEvent::Refunded => {}
+            }
+            self.push(event.event_type(), extra);
+        }
+        self
+    }
+
+    pub fn settlement(&mut self, settlement: &Settlement, events: &[SettlementEvent]) -> &mut Self {
+        for event in events {
+            let SettlementEvent::Failed { reason } = event;
+            let extra = json!({ "settlementId": settlement.id.to_string(), "reason": reason });
+            self.push(event.event_type(), extra);
+        }
+        self
+    }
+
+    pub fn notification(
+        &mut self,
+        notification: &Notification,
+        events: &[NotificationEvent],
+    ) -> &mut Self {
+        for event in events {
+            let NotificationEvent::Failed {
+                policy,
+                reason,
+                attempts,
+            } = event;
+            let extra = json!({
+                "notificationId": notification.id.to_string(),
+                "notificationStatus": notification.status.as_str(),
+                "policy": policy.as_str(),
+                "reason": reason,
+                "attempts": attempts,
+            });
+            self.push(event.event_type(), extra);
+        }
+        self
+    }
+
+    pub fn finish(self) -> Vec<NewOutboxEvent> {
+        self.events
+    }
+}

@@ -1,0 +1,8 @@
+//! The order saga (SPEC §4): a pure step table ([`steps`]) and the service that drives it
+//! ([`Orchestrator`]), calling providers between commits and recording every outcome.
+
+pub mod events;
+mod service;
+pub mod steps;
+
+pub use service::{Orchestrator, PlaceOrder, SagaSettings};

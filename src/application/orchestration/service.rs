@@ -1,0 +1,651 @@
+//! The orchestration service: the imperative shell around the saga's step table.
+//!
+//! Each step calls one provider, then commits the step's whole outcome in one
+//! transaction — aggregates (conditional on the versions loaded), outbox events, the
+//! `orchestration_steps` row and any audit row. A lost race (`Conflict`) reloads and
+//! re-decides, so two runs of the same order never both apply a step.
+
+use std::sync::Arc;
+
+use crate::application::audit::{self, entity};
+use crate::application::orchestration::events::EventWriter;
+use crate::application::orchestration::steps::{NextAction, next_action};
+use crate::application::ports::{
+    ApprovalOutcome, ApprovePayment, CancelPayment, Changes, Clock, GatewayError,
+    NotificationRequest, Notifier, OrderContext, OrderRecord, OrderRepository, PaymentGateway,
+    RepoError, Scenario, SettlementGateway, SettlementOutcome, SettlementRequest, UnitOfWork,
+};
+use crate::application::{Actor, AppError};
+use crate::domain::ids::OrderId;
+use crate::domain::notification::{FailurePolicy, Notification, RetryPolicy};
+use crate::domain::order::{
+    FailureStage, NewOrder, NewOrderItem, Order, OrderSource, SagaStep, StepStatus,
+};
+use crate::domain::payment::{Payment, PaymentStatus};
+use crate::domain::settlement::Settlement;
+
+/// A run never takes more steps than the saga has; the bound only guards against a bug
+/// turning into a loop.
+const MAX_STEPS_PER_RUN: usize = 8;
+
+/// Failure reasons recorded on the order (`failureReason`): stable codes. The provider's
+/// own words go into the step's `detail`.
+pub mod reasons {
+    pub const PAYMENT_DECLINED: &str = "PAYMENT_DECLINED";
+    pub const PROVIDER_UNAVAILABLE: &str = "PROVIDER_UNAVAILABLE";
+    pub const SETTLEMENT_FAILED: &str = "SETTLEMENT_FAILED";
+    pub const NOTIFICATION_FAILED: &str = "NOTIFICATION_FAILED";
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SagaSettings {
+    pub notification_retry: RetryPolicy,
+}
+
+/// A checkout (HTTP) or a paid registration (AMQP), not yet validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlaceOrder {
+    /// Chosen by the caller so that a retried request (same idempotency key, same
+    /// inbound event) resumes the same order instead of creating another.
+    pub order_id: OrderId,
+    /// Defaults to the caller.
+    pub customer_id: Option<String>,
+    pub source: OrderSource,
+    pub meeting_id: Option<String>,
+    pub currency: String,
+    pub items: Vec<NewOrderItem>,
+    pub scenario: Scenario,
+    pub correlation_id: Option<String>,
+}
+
+enum Progress {
+    /// The step committed; decide again.
+    Continue,
+    /// The saga waits (for reconciliation, a retry or an operator).
+    Stop,
+    /// Someone else changed the order first: reload and decide again.
+    Reload,
+}
+
+pub struct Orchestrator {
+    orders: Arc<dyn OrderRepository>,
+    uow: Arc<dyn UnitOfWork>,
+    payments: Arc<dyn PaymentGateway>,
+    settlements: Arc<dyn SettlementGateway>,
+    notifier: Arc<dyn Notifier>,
+    clock: Arc<dyn Clock>,
+    settings: SagaSettings,
+}
+
+fn broken_invariant(err: impl std::fmt::Display) -> AppError {
+    AppError::Internal(format!("saga invariant broken: {err}"))
+}
+
+impl Orchestrator {
+    pub fn new(
+        orders: Arc<dyn OrderRepository>,
+        uow: Arc<dyn UnitOfWork>,
+        payments: Arc<dyn PaymentGateway>,
+        settlements: Arc<dyn SettlementGateway>,
+        notifier: Arc<dyn Notifier>,
+        clock: Arc<dyn Clock>,
+        settings: SagaSettings,
+    ) -> Self {
+        Orchestrator {
+            orders,
+            uow,
+            payments,
+            settlements,
+            notifier,
+            clock,
+            settings,
+        }
+    }
+
+    /// Places an order and runs the saga as far as it goes now.
+    ///
+    /// # Errors
+    /// `Forbidden` when a customer orders for someone else; `Validation` naming the field
+    /// for bad input (nothing is written); `Unavailable` when the database fails.
+    pub async fn place_order(
+        &self,
+        actor: &Actor,
+        cmd: PlaceOrder,
+    ) -> Result<OrderRecord, AppError> {
+        let customer_id = cmd
+            .customer_id
+            .clone()
+            .unwrap_or_else(|| actor.subject.clone());
+        if !actor.may_access(&customer_id) {
+            return Err(AppError::Forbidden {
+                code: "FORBIDDEN",
+                message: "a customer may only place orders for themselves".into(),
+            });
+        }
+        if let Some(existing) = self.orders.get(cmd.order_id).await? {
+            // A retry of a request that already created this order: resume it.
+            return self.drive(existing, actor).await;
+        }
+        let now = self.clock.now();
+        let input = NewOrder {
+            customer_id,
+            source: cmd.source,
+            meeting_id: cmd.meeting_id,
+            currency: cmd.currency,
+            items: cmd.items,
+        };
+        let mut order = Order::place(cmd.order_id, input, now)?;
+        let context = OrderContext {
+            scenario: cmd.scenario,
+            correlation_id: cmd.correlation_id,
+        };
+        let mut changes = Changes::default();
+        changes.insert_order(&mut order, context.clone());
+        changes.audit.push(audit::record(
+            audit::ORDER_PLACED,
+            entity::ORDER,
+            order.id,
+            actor,
+            Some(format!("source {} total {}", order.source, order.total)),
+            now,
+        ));
+        if !self.commit(changes).await? {
+            // The same id was inserted concurrently (a duplicate delivery): resume that one.
+            let existing = self.load(cmd.order_id).await?;
+            return self.drive(existing, actor).await;
+        }
+        let record = OrderRecord {
+            order,
+            payment: None,
+            settlement: None,
+            notification: None,
+            steps: Vec::new(),
+            context,
+        };
+        self.drive(record, actor).await
+    }
+
+    /// Resumes the saga of an existing order: steps already done are skipped, and on a
+    /// finished order nothing changes.
+    ///
+    /// # Errors
+    /// `NotFound` when the order does not exist or the caller may not see it.
+    pub async fn orchestrate(
+        &self,
+        actor: &Actor,
+        order_id: OrderId,
+    ) -> Result<OrderRecord, AppError> {
+        let record = self.load(order_id).await?;
+        if !actor.may_access(&record.order.customer_id) {
+            return Err(AppError::NotFound("order"));
+        }
+        self.drive(record, actor).await
+    }
+
+    async fn load(&self, order_id: OrderId) -> Result<OrderRecord, AppError> {
+        self.orders
+            .get(order_id)
+            .await?
+            .ok_or(AppError::NotFound("order"))
+    }
+
+    /// Commits; `Ok(false)` when a conditional write lost a race (nothing was written).
+    async fn commit(&self, changes: Changes) -> Result<bool, AppError> {
+        match self.uow.commit(changes).await {
+            Ok(()) => Ok(true),
+            Err(RepoError::Conflict) => Ok(false),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    async fn drive(&self, mut record: OrderRecord, actor: &Actor) -> Result<OrderRecord, AppError> {
+        for _ in 0..MAX_STEPS_PER_RUN {
+            let action = next_action(
+                &record.order,
+                record.payment.as_ref(),
+                record.settlement.as_ref(),
+                record.notification.as_ref(),
+            );
+            let progress = match action {
+                NextAction::Done
+                | NextAction::AwaitConfirmation
+                | NextAction::AwaitRetryOrOperator => return Ok(record),
+                NextAction::ApprovePayment { attempt } => {
+                    self.approve_payment(&mut record, attempt, actor).await?
+                }
+                NextAction::RequestSettlement => {
+                    self.request_settlement(&mut record, actor).await?
+                }
+                NextAction::SendNotification => self.send_notification(&mut record, actor).await?,
+                NextAction::Compensate => self.compensate(&mut record, actor).await?,
+            };
+            match progress {
+                Progress::Continue => {}
+                Progress::Stop => return Ok(record),
+                Progress::Reload => record = self.load(record.order.id).await?,
+            }
+        }
+        Ok(record)
+    }
+
+    async fn approve_payment(
+        &self,
+        record: &mut OrderRecord,
+        attempt: i32,
+        actor: &Actor,
+    ) -> Result<Progress, AppError> {
+        let mut payment = match &record.payment {
+            Some(p) if p.status == PaymentStatus::Requested && p.attempt == attempt => p.clone(),
+            _ => Payment::request(
+                record.order.id,
+                attempt,
+                record.order.total,
+                self.clock.now(),
+            ),
+        };
+        let stored = record.payment.as_ref().is_some_and(|p| p.id == payment.id);
+        let request = ApprovePayment {
+            order_id: record.order.id,
+            customer_id: record.order.customer_id.clone(),
+            payment_request_id: payment.payment_request_id.clone(),
+            amount: payment.amount,
+            scenario: record.context.scenario,
+        };
+        let result = self.payments.approve(&request).await;
+
+        let now = self.clock.now();
+        let mut order = record.order.clone();
+        let mut changes = Changes::default();
+        let (payment_events, order_events, step, detail, progress, audit_action, write_payment);
+        match result {
+            Ok(ApprovalOutcome::Approved {
+                provider_transaction_id,
+            }) => {
+                detail = format!("approved, provider transaction {provider_transaction_id}");
+                payment_events = payment
+                    .approve(provider_transaction_id, now)
+                    .map_err(broken_invariant)?;
+                order_events = order.approve_payment(now).map_err(broken_invariant)?;
+                (step, progress, audit_action, write_payment) =
+                    (StepStatus::Success, Progress::Continue, None, true);
+            }
+            Ok(ApprovalOutcome::Declined {
+                code,
+                provider_transaction_id,
+            }) => {
+                detail = format!("declined: {code}");
+                payment_events = payment
+                    .decline(code, provider_transaction_id, now)
+                    .map_err(broken_invariant)?;
+                order_events = order
+                    .fail(FailureStage::Payment, reasons::PAYMENT_DECLINED, now)
+                    .map_err(broken_invariant)?;
+                (step, progress, audit_action, write_payment) = (
+                    StepStatus::Failed,
+                    Progress::Stop,
+                    Some(audit::PAYMENT_DECLINED),
+                    true,
+                );
+            }
+            Err(GatewayError::Rejected { code, message }) => {
+                detail = format!("declined: {code}: {message}");
+                payment_events = payment.decline(code, None, now).map_err(broken_invariant)?;
+                order_events = order
+                    .fail(FailureStage::Payment, reasons::PAYMENT_DECLINED, now)
+                    .map_err(broken_invariant)?;
+                (step, progress, audit_action, write_payment) = (
+                    StepStatus::Failed,
+                    Progress::Stop,
+                    Some(audit::PAYMENT_DECLINED),
+                    true,
+                );
+            }
+            Ok(ApprovalOutcome::Unknown { reason }) => {
+                detail = format!("outcome unknown ({reason}); awaiting reconciliation");
+                payment_events = payment
+                    .require_confirmation(now)
+                    .map_err(broken_invariant)?;
+                order_events = order.await_confirmation(now).map_err(broken_invariant)?;
+                (step, progress, audit_action, write_payment) = (
+                    StepStatus::Ready,
+                    Progress::Stop,
+                    Some(audit::PAYMENT_OUTCOME_UNKNOWN),
+                    true,
+                );
+            }
+            Err(GatewayError::Unavailable(reason)) => {
+                // Nothing was charged (or the same key makes a later attempt safe): the
+                // payment row is not written, the order fails with a stable reason.
+                detail = format!("provider unavailable: {reason}");
+                payment_events = Vec::new();
+                order_events = order
+                    .fail(FailureStage::Payment, reasons::PROVIDER_UNAVAILABLE, now)
+                    .map_err(broken_invariant)?;
+                (step, progress, audit_action, write_payment) = (
+                    StepStatus::Failed,
+                    Progress::Stop,
+                    Some(audit::PAYMENT_PROVIDER_UNAVAILABLE),
+                    false,
+                );
+            }
+        }
+        if write_payment {
+            if stored {
+                changes.update_payment(&mut payment);
+            } else {
+                changes.insert_payment(&mut payment);
+            }
+        }
+        changes.update_order(&mut order);
+        changes.step(order.id, SagaStep::Payment, step, Some(detail.clone()), now);
+        if let Some(action) = audit_action {
+            changes.audit.push(audit::record(
+                action,
+                entity::ORDER,
+                order.id,
+                actor,
+                Some(detail),
+                now,
+            ));
+        }
+        let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
+        events
+            .payment(&payment, &payment_events)
+            .order(&order_events);
+        changes.outbox = events.finish();
+        let steps = changes.steps.clone();
+        if !self.commit(changes).await? {
+            return Ok(Progress::Reload);
+        }
+        record.order = order;
+        if write_payment {
+            record.payment = Some(payment);
+        }
+        record.steps.extend(steps.into_iter().map(|s| s.record));
+        Ok(progress)
+    }
+
+    async fn request_settlement(
+        &self,
+        record: &mut OrderRecord,
+        actor: &Actor,
+    ) -> Result<Progress, AppError> {
+        let payment = record
+            .payment
+            .clone()
+            .filter(|p| p.status == PaymentStatus::Approved)
+            .ok_or_else(|| broken_invariant("settlement without an approved payment"))?;
+        let mut settlement = Settlement::request(
+            record.order.id,
+            payment.id,
+            payment.amount,
+            self.clock.now(),
+        );
+        let request = SettlementRequest {
+            order_id: record.order.id,
+            payment_id: payment.id,
+            amount: payment.amount,
+            scenario: record.context.scenario,
+        };
+        let result = self.settlements.settle(&request).await;
+
+        let now = self.clock.now();
+        let mut order = record.order.clone();
+        let mut changes = Changes::default();
+        let failure = match result {
+            Ok(SettlementOutcome::Succeeded) => None,
+            Ok(SettlementOutcome::Failed { reason }) => Some(reason),
+            // The settlement service being down is a failed settlement: the payment is
+            // compensated rather than left approved with no settlement in sight.
+            Err(err) => Some(err.to_string()),
+        };
+        let (settlement_events, order_events, step, detail) = match failure {
+            None => (
+                settlement.succeed(now).map_err(broken_invariant)?,
+                order.request_settlement(now).map_err(broken_invariant)?,
+                StepStatus::Success,
+                "settled".to_string(),
+            ),
+            Some(reason) => {
+                let detail = format!("settlement failed: {reason}");
+                changes.audit.push(audit::record(
+                    audit::SETTLEMENT_FAILED,
+                    entity::ORDER,
+                    order.id,
+                    actor,
+                    Some(detail.clone()),
+                    now,
+                ));
+                (
+                    settlement.fail(reason, now).map_err(broken_invariant)?,
+                    order
+                        .fail(FailureStage::Settlement, reasons::SETTLEMENT_FAILED, now)
+                        .map_err(broken_invariant)?,
+                    StepStatus::Failed,
+                    detail,
+                )
+            }
+        };
+        changes.insert_settlement(&mut settlement);
+        changes.update_order(&mut order);
+        changes.step(order.id, SagaStep::Settlement, step, Some(detail), now);
+        let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
+        events
+            .settlement(&settlement, &settlement_events)
+            .order(&order_events);
+        changes.outbox = events.finish();
+        let steps = changes.steps.clone();
+        if !self.commit(changes).await? {
+            return Ok(Progress::Reload);
+        }
+        record.order = order;
+        record.settlement = Some(settlement);
+        record.steps.extend(steps.into_iter().map(|s| s.record));
+        Ok(Progress::Continue)
+    }
+
+    async fn send_notification(
+        &self,
+        record: &mut OrderRecord,
+        actor: &Actor,
+    ) -> Result<Progress, AppError> {
+        let mut notification = Notification::new(record.order.id, self.clock.now());
+        let request = NotificationRequest {
+            order_id: record.order.id,
+            customer_id: record.order.customer_id.clone(),
+            attempt: 1,
+            scenario: record.context.scenario,
+        };
+        let result = self.notifier.send(&request).await;
+
+        let now = self.clock.now();
+        let mut order = record.order.clone();
+        let mut changes = Changes::default();
+        let (notification_events, order_events, progress) = match result {
+            Ok(()) => {
+                let n = notification.mark_sent(now).map_err(broken_invariant)?;
+                changes.step(
+                    order.id,
+                    SagaStep::Notification,
+                    StepStatus::Success,
+                    Some("sent".into()),
+                    now,
+                );
+                (
+                    n,
+                    order.complete(now).map_err(broken_invariant)?,
+                    Progress::Continue,
+                )
+            }
+            Err(failure) => {
+                let retry = &self.settings.notification_retry;
+                let n = notification
+                    .record_failure(failure.policy, failure.reason.clone(), retry, now)
+                    .map_err(broken_invariant)?;
+                let detail = format!("{}: {}", failure.policy, failure.reason);
+                if failure.policy == FailurePolicy::Ignore {
+                    changes.step(
+                        order.id,
+                        SagaStep::Notification,
+                        StepStatus::Skipped,
+                        Some(detail.clone()),
+                        now,
+                    );
+                    changes.audit.push(audit::record(
+                        audit::NOTIFICATION_IGNORED,
+                        entity::ORDER,
+                        order.id,
+                        actor,
+                        Some(detail),
+                        now,
+                    ));
+                    (
+                        n,
+                        order.complete(now).map_err(broken_invariant)?,
+                        Progress::Continue,
+                    )
+                } else {
+                    changes.step(
+                        order.id,
+                        SagaStep::Notification,
+                        StepStatus::Failed,
+                        Some(detail.clone()),
+                        now,
+                    );
+                    // Payment and settlement stand; the notification waits for a retry or
+                    // an operator (SPEC §4: COMPENSATION READY).
+                    changes.step(
+                        order.id,
+                        SagaStep::Compensation,
+                        StepStatus::Ready,
+                        Some(format!("notification {}", notification.status)),
+                        now,
+                    );
+                    changes.audit.push(audit::record(
+                        audit::NOTIFICATION_FAILED,
+                        entity::ORDER,
+                        order.id,
+                        actor,
+                        Some(detail),
+                        now,
+                    ));
+                    let o = order
+                        .fail(
+                            FailureStage::Notification,
+                            reasons::NOTIFICATION_FAILED,
+                            now,
+                        )
+                        .map_err(broken_invariant)?;
+                    (n, o, Progress::Stop)
+                }
+            }
+        };
+        changes.insert_notification(&mut notification);
+        changes.update_order(&mut order);
+        let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
+        events
+            .notification(&notification, &notification_events)
+            .order(&order_events);
+        changes.outbox = events.finish();
+        let steps = changes.steps.clone();
+        if !self.commit(changes).await? {
+            return Ok(Progress::Reload);
+        }
+        record.order = order;
+        record.notification = Some(notification);
+        record.steps.extend(steps.into_iter().map(|s| s.record));
+        Ok(progress)
+    }
+
+    async fn compensate(
+        &self,
+        record: &mut OrderRecord,
+        actor: &Actor,
+    ) -> Result<Progress, AppError> {
+        let mut payment = record
+            .payment
+            .clone()
+            .filter(|p| p.status == PaymentStatus::Approved)
+            .ok_or_else(|| broken_invariant("compensation without an approved payment"))?;
+        let provider_transaction_id = payment
+            .provider_transaction_id
+            .clone()
+            .ok_or_else(|| broken_invariant("approved payment without a provider transaction"))?;
+        let request = CancelPayment {
+            payment_id: payment.id,
+            payment_request_id: payment.payment_request_id.clone(),
+            provider_transaction_id,
+            amount: payment.amount,
+            reason: "settlement failed".into(),
+            scenario: record.context.scenario,
+        };
+        let result = self.payments.cancel(&request).await;
+
+        let now = self.clock.now();
+        let mut order = record.order.clone();
+        let mut changes = Changes::default();
+        let progress = match result {
+            Ok(()) => {
+                let payment_events = payment
+                    .cancel("settlement failed", now)
+                    .map_err(broken_invariant)?;
+                let order_events = order.compensate(now).map_err(broken_invariant)?;
+                changes.update_payment(&mut payment);
+                changes.update_order(&mut order);
+                changes.step(
+                    order.id,
+                    SagaStep::Compensation,
+                    StepStatus::Success,
+                    Some("payment cancelled".into()),
+                    now,
+                );
+                changes.audit.push(audit::record(
+                    audit::COMPENSATED,
+                    entity::ORDER,
+                    order.id,
+                    actor,
+                    Some("payment cancelled after settlement failure".into()),
+                    now,
+                ));
+                let mut events =
+                    EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
+                events
+                    .payment(&payment, &payment_events)
+                    .order(&order_events);
+                changes.outbox = events.finish();
+                Progress::Continue
+            }
+            Err(err) => {
+                // The order stays FAILED with the payment APPROVED; the worker retries the
+                // compensation and, when attempts run out, leaves it to an operator.
+                let detail = format!("cancel failed: {err}");
+                changes.step(
+                    order.id,
+                    SagaStep::Compensation,
+                    StepStatus::Failed,
+                    Some(detail.clone()),
+                    now,
+                );
+                changes.audit.push(audit::record(
+                    audit::COMPENSATION_FAILED,
+                    entity::ORDER,
+                    order.id,
+                    actor,
+                    Some(detail),
+                    now,
+                ));
+                // Touch the order so a concurrent run of this compensation conflicts.
+                changes.update_order(&mut order);
+                Progress::Stop
+            }
+        };
+        let steps = changes.steps.clone();
+        if !self.commit(changes).await? {
+            return Ok(Progress::Reload);
+        }
+        record.order = order;
+        record.payment = Some(payment);
+        record.steps.extend(steps.into_iter().map(|s| s.record));
+        Ok(progress)
+    }
+}

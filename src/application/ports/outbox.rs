@@ -1,0 +1,200 @@
+//! The transactional outbox: storage of events to publish, and the broker that takes them.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::domain::ids::EventId;
+use crate::domain::outbox::{FailureCode, FailureOutcome, OutboxStatus};
+
+use super::repository::{AuditRecord, RepoError};
+
+/// An event to append to the outbox in the same transaction as its state change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewOutboxEvent {
+    pub event_id: EventId,
+    pub aggregate_type: String,
+    pub aggregate_id: String,
+    pub event_type: String,
+    pub routing_key: String,
+    /// The envelope JSON, published as the message body.
+    pub payload: String,
+    pub correlation_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// One outbox row as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxRecord {
+    pub id: i64,
+    pub event_id: EventId,
+    pub aggregate_type: String,
+    pub aggregate_id: String,
+    pub event_type: String,
+    pub routing_key: String,
+    pub payload: String,
+    pub correlation_id: Option<String>,
+    pub status: OutboxStatus,
+    pub retry_count: i32,
+    pub failure_code: Option<FailureCode>,
+    pub failure_reason: Option<String>,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub last_attempt_at: Option<DateTime<Utc>>,
+    pub claimed_by: Option<String>,
+    pub claimed_until: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub published_at: Option<DateTime<Utc>>,
+    pub dead_lettered_at: Option<DateTime<Utc>>,
+    pub version: i64,
+}
+
+/// What the relay decided for a row whose publish failed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeliveryFailure {
+    pub id: i64,
+    pub outcome: FailureOutcome,
+    pub code: FailureCode,
+    pub reason: String,
+}
+
+/// Listing filter for operators, newest first, keyset-paged on `id`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OutboxFilter {
+    pub status: Option<OutboxStatus>,
+    pub before_id: Option<i64>,
+    pub limit: u32,
+}
+
+/// The outbox at a glance, for operators and metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OutboxStats {
+    /// Rows per status; every status present, zero included.
+    pub by_status: Vec<(OutboxStatus, i64)>,
+    pub oldest_ready_created_at: Option<DateTime<Utc>>,
+    pub oldest_claim_at: Option<DateTime<Utc>>,
+    /// Dead letters per event type.
+    pub dead_letters_by_type: Vec<(String, i64)>,
+    /// Aggregates whose later events wait behind a dead letter.
+    pub blocked_aggregates: i64,
+}
+
+/// The broker's verdict on one message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PublishOutcome {
+    /// The broker confirmed it (or it was returned unroutable and its type allows that).
+    Confirmed,
+    /// Not confirmed: it must be retried.
+    Failed { code: FailureCode, reason: String },
+}
+
+/// Storage side of the outbox. Every state change is a conditional update whose `WHERE`
+/// clause is built from [`crate::domain::outbox::OutboxAction::from_statuses`].
+#[cfg_attr(test, mockall::automock)]
+#[async_trait]
+pub trait OutboxStore: Send + Sync {
+    /// Claims up to `limit` due rows for `worker` (status `READY`, or `RETRY_WAIT` whose
+    /// `next_attempt_at` has passed), oldest first, and only the head row of each
+    /// aggregate (no earlier row of it still unpublished or dead-lettered), moving them to
+    /// `PROCESSING` with the lease `lease_until`. Two workers never claim the same row.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails (nothing is claimed).
+    async fn claim(
+        &self,
+        worker: &str,
+        limit: u32,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Vec<OutboxRecord>, RepoError>;
+
+    /// Marks rows `PUBLISHED`, only those still `PROCESSING` under `worker`'s claim; returns
+    /// how many it marked (a row whose lease was recovered by another worker is skipped).
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    async fn mark_published(
+        &self,
+        ids: &[i64],
+        worker: &str,
+        now: DateTime<Utc>,
+    ) -> Result<u64, RepoError>;
+
+    /// Moves failed rows to `RETRY_WAIT` or `DEAD_LETTER` as each [`DeliveryFailure`] says,
+    /// only those still `PROCESSING` under `worker`'s claim; returns how many it moved.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    async fn mark_failed(
+        &self,
+        failures: &[DeliveryFailure],
+        worker: &str,
+        now: DateTime<Utc>,
+    ) -> Result<u64, RepoError>;
+
+    /// Returns `PROCESSING` rows whose lease ended before `now` to `RETRY_WAIT`, due at
+    /// once; returns how many.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    async fn recover_expired(&self, now: DateTime<Utc>) -> Result<u64, RepoError>;
+
+    /// Deletes at most `limit` `PUBLISHED` rows published before `published_before` and
+    /// `DEAD_LETTER`/`DISCARDED` rows dead-lettered before `dead_before`; returns how many.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    async fn purge(
+        &self,
+        published_before: DateTime<Utc>,
+        dead_before: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<u64, RepoError>;
+
+    /// Counts for operators and metrics.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    async fn stats(&self) -> Result<OutboxStats, RepoError>;
+
+    /// Rows matching the filter, newest first.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    async fn list(&self, filter: &OutboxFilter) -> Result<Vec<OutboxRecord>, RepoError>;
+
+    /// One aggregate's rows, oldest first.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    async fn for_aggregate(
+        &self,
+        aggregate_type: &str,
+        aggregate_id: &str,
+    ) -> Result<Vec<OutboxRecord>, RepoError>;
+
+    /// Moves rows from `DEAD_LETTER` to `READY` (retry count reset) or `DISCARDED`
+    /// (`discard = true`), writing `audit` (one row per moved id) in the same transaction.
+    /// Only rows still `DEAD_LETTER` move; returns the ids moved.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    async fn settle_dead_letters(
+        &self,
+        ids: &[i64],
+        discard: bool,
+        now: DateTime<Utc>,
+        audit: AuditRecord,
+    ) -> Result<Vec<i64>, RepoError>;
+}
+
+/// The broker side of the outbox.
+#[cfg_attr(test, mockall::automock)]
+#[async_trait]
+pub trait EventPublisher: Send + Sync {
+    /// Publishes a batch and waits (bounded) for the broker's verdict on each message.
+    /// Returns exactly one outcome per input record, in input order. Never panics on
+    /// broker failure: an unreachable broker yields `Failed` outcomes.
+    async fn publish(&self, batch: &[OutboxRecord]) -> Vec<PublishOutcome>;
+
+    /// Whether the broker is reachable (for `/health/ready`).
+    async fn is_ready(&self) -> bool;
+}

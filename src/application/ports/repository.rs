@@ -1,0 +1,229 @@
+//! Persistence of orders and everything recorded about them.
+//!
+//! Reads go through [`OrderRepository`]; every write goes through [`UnitOfWork::commit`],
+//! which applies a whole [`Changes`] set — aggregates, saga steps, audit rows and outbox
+//! events — in one transaction, with every update conditional on the version loaded.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::outbox::NewOutboxEvent;
+use super::providers::Scenario;
+use crate::domain::ids::OrderId;
+use crate::domain::notification::Notification;
+use crate::domain::order::{Order, OrderStatus, SagaStep, StepStatus};
+use crate::domain::payment::Payment;
+use crate::domain::settlement::Settlement;
+
+/// Why a repository call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RepoError {
+    #[error("not found")]
+    NotFound,
+    /// A conditional update matched nothing (someone else changed the row first) or a
+    /// unique key was taken. Nothing was written.
+    #[error("conflict: the row changed concurrently or the key exists")]
+    Conflict,
+    /// The database could not be reached or failed; retrying may succeed.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    /// A stored value could not be mapped back to the domain (a bug or manual edit).
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+}
+
+impl RepoError {
+    pub fn is_transient(&self) -> bool {
+        matches!(self, RepoError::Unavailable(_))
+    }
+}
+
+/// Facts about an order that are not part of the domain but travel with it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OrderContext {
+    /// Mock-provider behaviours requested at checkout (mock mode only).
+    pub scenario: Scenario,
+    /// The correlation id of the request that created the order.
+    pub correlation_id: Option<String>,
+}
+
+/// One saga step outcome as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepRecord {
+    pub step: SagaStep,
+    pub status: StepStatus,
+    pub detail: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A saga step outcome to append.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewStep {
+    pub order_id: OrderId,
+    pub record: StepRecord,
+}
+
+/// One `audit_log` row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditRecord {
+    pub action: String,
+    pub entity_type: String,
+    pub entity_id: String,
+    pub actor: String,
+    pub detail: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// An order with everything the saga and the API need about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderRecord {
+    pub order: Order,
+    /// The latest payment attempt.
+    pub payment: Option<Payment>,
+    pub settlement: Option<Settlement>,
+    pub notification: Option<Notification>,
+    /// Oldest first.
+    pub steps: Vec<StepRecord>,
+    pub context: OrderContext,
+}
+
+/// Order listing filter: newest first, keyset-paged on the (time-ordered) id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderFilter {
+    pub status: Option<OrderStatus>,
+    pub customer_id: Option<String>,
+    /// Only orders with an id smaller than this (the previous page's last id).
+    pub before: Option<OrderId>,
+    pub limit: u32,
+}
+
+/// Insert a new row, or update an existing one conditional on `version` (the version the
+/// aggregate was loaded with). Either way the stored version becomes `version + 1`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Write<T> {
+    Insert(T),
+    Update(T),
+}
+
+/// Everything one transaction writes. Build it with the `insert_*`/`update_*` helpers,
+/// which also advance the in-memory aggregate's version to what the store will hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    pub new_orders: Vec<(Order, OrderContext)>,
+    pub orders: Vec<Order>,
+    pub payments: Vec<Write<Payment>>,
+    pub settlements: Vec<Write<Settlement>>,
+    pub notifications: Vec<Write<Notification>>,
+    pub steps: Vec<NewStep>,
+    pub audit: Vec<AuditRecord>,
+    pub outbox: Vec<NewOutboxEvent>,
+}
+
+impl Changes {
+    pub fn insert_order(&mut self, order: &mut Order, context: OrderContext) {
+        self.new_orders.push((order.clone(), context));
+        order.version += 1;
+    }
+
+    pub fn update_order(&mut self, order: &mut Order) {
+        self.orders.push(order.clone());
+        order.version += 1;
+    }
+
+    pub fn insert_payment(&mut self, payment: &mut Payment) {
+        self.payments.push(Write::Insert(payment.clone()));
+        payment.version += 1;
+    }
+
+    pub fn update_payment(&mut self, payment: &mut Payment) {
+        self.payments.push(Write::Update(payment.clone()));
+        payment.version += 1;
+    }
+
+    pub fn insert_settlement(&mut self, settlement: &mut Settlement) {
+        self.settlements.push(Write::Insert(settlement.clone()));
+        settlement.version += 1;
+    }
+
+    pub fn update_settlement(&mut self, settlement: &mut Settlement) {
+        self.settlements.push(Write::Update(settlement.clone()));
+        settlement.version += 1;
+    }
+
+    pub fn insert_notification(&mut self, notification: &mut Notification) {
+        self.notifications.push(Write::Insert(notification.clone()));
+        notification.version += 1;
+    }
+
+    pub fn update_notification(&mut self, notification: &mut Notification) {
+        self.notifications.push(Write::Update(notification.clone()));
+        notification.version += 1;
+    }
+
+    pub fn step(
+        &mut self,
+        order_id: OrderId,
+        step: SagaStep,
+        status: StepStatus,
+        detail: Option<String>,
+        now: DateTime<Utc>,
+    ) {
+        self.steps.push(NewStep {
+            order_id,
+            record: StepRecord {
+                step,
+                status,
+                detail,
+                created_at: now,
+            },
+        });
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == Changes::default()
+    }
+}
+
+/// Reads of orders and their saga state.
+#[cfg_attr(test, mockall::automock)]
+#[async_trait]
+pub trait OrderRepository: Send + Sync {
+    /// The order with its latest payment, settlement, notification, steps and context.
+    ///
+    /// # Errors
+    /// `Ok(None)` when no such order exists; `Unavailable` when the database fails;
+    /// `Corrupt` when a stored value does not map to the domain.
+    async fn get(&self, id: OrderId) -> Result<Option<OrderRecord>, RepoError>;
+
+    /// Orders matching the filter, newest first, at most `filter.limit`.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    async fn list(&self, filter: &OrderFilter) -> Result<Vec<Order>, RepoError>;
+
+    /// Audit rows about one entity, oldest first.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    async fn audit_for(
+        &self,
+        entity_type: &str,
+        entity_id: &str,
+    ) -> Result<Vec<AuditRecord>, RepoError>;
+}
+
+/// The one way to write: apply a change set atomically.
+#[cfg_attr(test, mockall::automock)]
+#[async_trait]
+pub trait UnitOfWork: Send + Sync {
+    /// Applies every write in `changes` in one transaction, or none of them.
+    ///
+    /// After a successful commit that appended outbox events, the relay is woken (in
+    /// process at once; across processes where the database can signal).
+    ///
+    /// # Errors
+    /// `Conflict` when an update's version no longer matches or an insert hits a unique
+    /// key — nothing is written and the caller should reload; `Unavailable` when the
+    /// database fails (nothing is written).
+    async fn commit(&self, changes: Changes) -> Result<(), RepoError>;
+}

@@ -1,0 +1,151 @@
+//! Read use cases: an order's detail and the order list, with who-may-see-what applied.
+
+use std::sync::Arc;
+
+use crate::application::ports::{OrderFilter, OrderRecord, OrderRepository};
+use crate::application::{Actor, AppError};
+use crate::domain::ids::OrderId;
+use crate::domain::order::{Order, OrderStatus};
+
+/// Largest page a client may ask for.
+pub const MAX_PAGE: u32 = 100;
+pub const DEFAULT_PAGE: u32 = 20;
+
+/// A page of orders, newest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderPage {
+    pub items: Vec<Order>,
+    /// Pass as `cursor` to get the next page; `None` on the last page.
+    pub next_cursor: Option<OrderId>,
+}
+
+/// What a caller asks the list for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListOrders {
+    pub status: Option<OrderStatus>,
+    pub customer_id: Option<String>,
+    pub limit: Option<u32>,
+    pub cursor: Option<OrderId>,
+}
+
+pub struct OrderQueries {
+    orders: Arc<dyn OrderRepository>,
+}
+
+impl OrderQueries {
+    pub fn new(orders: Arc<dyn OrderRepository>) -> Self {
+        OrderQueries { orders }
+    }
+
+    /// One order with its saga state.
+    ///
+    /// # Errors
+    /// `NotFound` when it does not exist or belongs to another customer (the two are
+    /// indistinguishable on purpose).
+    pub async fn get_order(&self, actor: &Actor, id: OrderId) -> Result<OrderRecord, AppError> {
+        match self.orders.get(id).await? {
+            Some(record) if actor.may_access(&record.order.customer_id) => Ok(record),
+            _ => Err(AppError::NotFound("order")),
+        }
+    }
+
+    /// Orders newest first; a customer sees only their own, an admin everyone's.
+    ///
+    /// # Errors
+    /// `Validation` for a limit outside 1..=100; `Unavailable` when the database fails.
+    pub async fn list_orders(
+        &self,
+        actor: &Actor,
+        query: ListOrders,
+    ) -> Result<OrderPage, AppError> {
+        let limit = query.limit.unwrap_or(DEFAULT_PAGE);
+        if !(1..=MAX_PAGE).contains(&limit) {
+            return Err(AppError::validation(
+                "limit",
+                format!("must be between 1 and {MAX_PAGE}"),
+            ));
+        }
+        let customer_id = if actor.is_admin {
+            query.customer_id
+        } else {
+            match query.customer_id {
+                Some(other) if other != actor.subject => {
+                    return Ok(OrderPage {
+                        items: Vec::new(),
+                        next_cursor: None,
+                    });
+                }
+                _ => Some(actor.subject.clone()),
+            }
+        };
+        let filter = OrderFilter {
+            status: query.status,
+            customer_id,
+            before: query.cursor,
+            limit: limit + 1,
+        };
+        let mut items = self.orders.list(&filter).await?;
+        let next_cursor = if items.len() > limit as usize {
+            items.truncate(limit as usize);
+            items.last().map(|o| o.id)
+        } else {
+            None
+        };
+        Ok(OrderPage { items, next_cursor })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::application::ports::MockOrderRepository;
+
+    #[tokio::test]
+    async fn a_customer_listing_another_customers_orders_gets_nothing_and_no_query() {
+        let mut repo = MockOrderRepository::new();
+        repo.expect_list().never();
+        let queries = OrderQueries::new(Arc::new(repo));
+        let page = queries
+            .list_orders(
+                &Actor::customer("alice"),
+                ListOrders {
+                    customer_id: Some("bob".into()),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert!(page.items.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_customer_list_is_always_filtered_to_themselves() {
+        let mut repo = MockOrderRepository::new();
+        repo.expect_list()
+            .withf(|f| f.customer_id.as_deref() == Some("alice") && f.limit == 21)
+            .returning(|_| Ok(Vec::new()));
+        let queries = OrderQueries::new(Arc::new(repo));
+        queries
+            .list_orders(&Actor::customer("alice"), ListOrders::default())
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn limits_out_of_range_are_refused() {
+        let queries = OrderQueries::new(Arc::new(MockOrderRepository::new()));
+        for limit in [0, 101] {
+            let err = queries
+                .list_orders(
+                    &Actor::admin("root"),
+                    ListOrders {
+                        limit: Some(limit),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .unwrap_err();
+            assert!(matches!(err, AppError::Validation { ref field, .. } if field == "limit"));
+        }
+    }
+}
