@@ -1,2 +1,3 @@
+pub mod adapters;
 pub mod application;
 pub mod domain;

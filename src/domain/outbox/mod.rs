@@ -52,6 +52,17 @@ pub enum OutboxError {
     },
 }
 
+impl OutboxStatus {
+    /// Statuses of an earlier event that keep later events of its aggregate waiting:
+    /// anything not yet delivered or given up by an operator (SPEC §6 ordering).
+    pub const BLOCKING: &'static [OutboxStatus] = &[
+        OutboxStatus::Ready,
+        OutboxStatus::Processing,
+        OutboxStatus::RetryWait,
+        OutboxStatus::DeadLetter,
+    ];
+}
+
 impl OutboxAction {
     /// The statuses this action may start from.
     pub fn from_statuses(&self) -> &'static [OutboxStatus] {

@@ -1,0 +1,17 @@
+//! The orchestrator's schema, one migration per file (`mYYYYMMDD_HHMMSS_name.rs`).
+//!
+//! Every table works on PostgreSQL and SQLite alike; the binary runs these through
+//! `app migrate` (and automatically on the embedded SQLite default).
+
+pub use sea_orm_migration::prelude::*;
+
+mod m20261129_000001_create_tables;
+
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(m20261129_000001_create_tables::Migration)]
+    }
+}

@@ -1,0 +1,5 @@
+//! Adapters: the technology behind each port — SeaORM persistence, the HTTP API, the
+//! event publishers, the providers — and nothing the application depends on directly.
+
+pub mod clock;
+pub mod persistence;

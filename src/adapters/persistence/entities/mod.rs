@@ -1,0 +1,13 @@
+//! SeaORM entities: the tables of `migrations/`, seen from Rust. Only the persistence
+//! adapter sees these; everything else speaks domain types.
+
+pub mod audit_log;
+pub mod idempotency_keys;
+pub mod inbox;
+pub mod notification_events;
+pub mod orchestration_steps;
+pub mod order_items;
+pub mod orders;
+pub mod outbox_events;
+pub mod payments;
+pub mod settlements;

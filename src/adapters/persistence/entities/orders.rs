@@ -1,0 +1,28 @@
+//! Entity of table `orders`.
+
+use sea_orm::entity::prelude::*;
+
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "orders")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: Uuid,
+    pub customer_id: String,
+    pub source: String,
+    pub meeting_id: Option<String>,
+    pub currency: String,
+    pub total_amount: i64,
+    pub status: String,
+    pub failure_stage: Option<String>,
+    pub failure_reason: Option<String>,
+    pub mock_scenario: Option<String>,
+    pub correlation_id: Option<String>,
+    pub created_at: DateTimeUtc,
+    pub updated_at: DateTimeUtc,
+    pub version: i64,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

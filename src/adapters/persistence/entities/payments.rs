@@ -1,0 +1,27 @@
+//! Entity of table `payments`.
+
+use sea_orm::entity::prelude::*;
+
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "payments")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: Uuid,
+    pub order_id: Uuid,
+    pub attempt: i32,
+    pub payment_request_id: String,
+    pub provider_transaction_id: Option<String>,
+    pub amount: i64,
+    pub currency: String,
+    pub status: String,
+    pub decline_code: Option<String>,
+    pub refund_failure_reason: Option<String>,
+    pub created_at: DateTimeUtc,
+    pub updated_at: DateTimeUtc,
+    pub version: i64,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

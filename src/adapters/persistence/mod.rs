@@ -1,0 +1,89 @@
+//! SeaORM persistence on PostgreSQL and SQLite: connection, migrations, and the
+//! repositories that implement the application's storage ports.
+//!
+//! Entities live only here. Each repository maps rows to domain types in one place and
+//! turns database errors into [`RepoError`]: a unique-key hit is `Conflict`, anything else
+//! `Unavailable` (the caller may retry), an unmappable value `Corrupt`.
+
+pub mod entities;
+mod idempotency;
+mod mapping;
+mod orders;
+mod outbox;
+
+use std::path::Path;
+use std::time::Duration;
+
+use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
+use sea_orm::{ConnectOptions, Database, DatabaseBackend, DatabaseConnection, DbErr, SqlErr};
+use sea_orm_migration::MigratorTrait;
+
+pub use idempotency::SeaOrmIdempotencyStore;
+pub use orders::SeaOrmOrderRepository;
+pub use outbox::{OUTBOX_CHANNEL, SeaOrmOutboxStore};
+
+use crate::application::ports::RepoError;
+
+/// Opens a pool. A SQLite file and its directory are created if missing, in WAL mode with
+/// a busy timeout so that concurrent writers wait for each other instead of failing.
+///
+/// # Errors
+/// The database cannot be reached or the URL is invalid.
+pub async fn connect(url: &str, max_connections: u32) -> Result<DatabaseConnection, DbErr> {
+    if let Some(path) = sqlite_path(url) {
+        if let Some(dir) = Path::new(&path)
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| DbErr::Custom(format!("cannot create {}: {e}", dir.display())))?;
+        }
+    }
+    let mut options = ConnectOptions::new(url.to_owned());
+    options
+        .max_connections(max_connections.max(1))
+        .min_connections(1)
+        .connect_timeout(Duration::from_secs(5))
+        .acquire_timeout(Duration::from_secs(10))
+        .sqlx_logging(false)
+        .map_sqlx_sqlite_opts(|o| {
+            o.journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Normal)
+                .busy_timeout(Duration::from_secs(10))
+                .foreign_keys(true)
+        });
+    Database::connect(options).await
+}
+
+/// The file path of a `sqlite:` URL (`sqlite://data/app.db?mode=rwc` -> `data/app.db`).
+pub fn sqlite_path(url: &str) -> Option<String> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next().unwrap_or_default();
+    (!path.is_empty() && path != ":memory:").then(|| path.to_owned())
+}
+
+/// Applies every pending migration.
+///
+/// # Errors
+/// A migration failed; the database is left at the last successful one.
+pub async fn migrate(db: &DatabaseConnection) -> Result<(), DbErr> {
+    migrations::Migrator::up(db, None).await
+}
+
+pub fn is_postgres(db: &DatabaseConnection) -> bool {
+    db.get_database_backend() == DatabaseBackend::Postgres
+}
+
+pub(crate) fn repo_err(err: DbErr) -> RepoError {
+    match err.sql_err() {
+        Some(SqlErr::UniqueConstraintViolation(_)) => RepoError::Conflict,
+        _ => RepoError::Unavailable(err.to_string()),
+    }
+}
+
+/// Whether the database answers (for `/health/ready`).
+pub async fn ping(db: &DatabaseConnection) -> bool {
+    db.ping().await.is_ok()
+}

@@ -1,0 +1,339 @@
+//! Orders, their saga state, steps and audit rows; and the unit of work that writes all of
+//! it (plus outbox events) in one transaction.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use sea_orm::ActiveValue::Set;
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, EntityTrait,
+    QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
+};
+use tokio::sync::Notify;
+
+use super::entities::{
+    audit_log, notification_events, orchestration_steps, order_items, orders, outbox_events,
+    payments, settlements,
+};
+use super::mapping::*;
+use super::outbox::{OUTBOX_CHANNEL, outbox_row};
+use super::{is_postgres, repo_err};
+use crate::application::ports::{
+    AuditRecord, Changes, OrderFilter, OrderRecord, OrderRepository, RepoError, UnitOfWork, Write,
+};
+use crate::domain::ids::OrderId;
+use crate::domain::order::Order;
+
+/// Orders over SeaORM. Also the [`UnitOfWork`]: it wakes the in-process relay after a
+/// commit that appended outbox events, and on PostgreSQL `NOTIFY`s other processes.
+#[derive(Clone)]
+pub struct SeaOrmOrderRepository {
+    db: DatabaseConnection,
+    relay_wake: Arc<Notify>,
+}
+
+impl SeaOrmOrderRepository {
+    pub fn new(db: DatabaseConnection, relay_wake: Arc<Notify>) -> Self {
+        SeaOrmOrderRepository { db, relay_wake }
+    }
+}
+
+/// `Err(Conflict)` unless exactly one row was updated.
+fn one_row(rows: u64) -> Result<(), RepoError> {
+    if rows == 1 {
+        Ok(())
+    } else {
+        Err(RepoError::Conflict)
+    }
+}
+
+async fn apply(txn: &DatabaseTransaction, changes: Changes) -> Result<(), RepoError> {
+    // Conditional updates first: a lost race is found before anything is inserted, and on
+    // PostgreSQL the row lock they take serialises writers of the same order.
+    for order in &changes.orders {
+        let result = orders::Entity::update_many()
+            .set(order_to_row(order, None))
+            .filter(orders::Column::Id.eq(order.id.as_uuid()))
+            .filter(orders::Column::Version.eq(order.version))
+            .exec(txn)
+            .await
+            .map_err(repo_err)?;
+        one_row(result.rows_affected)?;
+    }
+    for write in &changes.payments {
+        if let Write::Update(p) = write {
+            let result = payments::Entity::update_many()
+                .set(payment_to_row(p))
+                .filter(payments::Column::Id.eq(p.id.as_uuid()))
+                .filter(payments::Column::Version.eq(p.version))
+                .exec(txn)
+                .await
+                .map_err(repo_err)?;
+            one_row(result.rows_affected)?;
+        }
+    }
+    for write in &changes.settlements {
+        if let Write::Update(s) = write {
+            let result = settlements::Entity::update_many()
+                .set(settlement_to_row(s))
+                .filter(settlements::Column::Id.eq(s.id.as_uuid()))
+                .filter(settlements::Column::Version.eq(s.version))
+                .exec(txn)
+                .await
+                .map_err(repo_err)?;
+            one_row(result.rows_affected)?;
+        }
+    }
+    for write in &changes.notifications {
+        if let Write::Update(n) = write {
+            let result = notification_events::Entity::update_many()
+                .set(notification_to_row(n))
+                .filter(notification_events::Column::Id.eq(n.id.as_uuid()))
+                .filter(notification_events::Column::Version.eq(n.version))
+                .exec(txn)
+                .await
+                .map_err(repo_err)?;
+            one_row(result.rows_affected)?;
+        }
+    }
+
+    for (order, context) in &changes.new_orders {
+        orders::Entity::insert(order_to_row(order, Some(context)))
+            .exec_without_returning(txn)
+            .await
+            .map_err(repo_err)?;
+        order_items::Entity::insert_many(items_to_rows(order))
+            .exec_without_returning(txn)
+            .await
+            .map_err(repo_err)?;
+    }
+    for write in &changes.payments {
+        if let Write::Insert(p) = write {
+            payments::Entity::insert(payment_to_row(p))
+                .exec_without_returning(txn)
+                .await
+                .map_err(repo_err)?;
+        }
+    }
+    for write in &changes.settlements {
+        if let Write::Insert(s) = write {
+            settlements::Entity::insert(settlement_to_row(s))
+                .exec_without_returning(txn)
+                .await
+                .map_err(repo_err)?;
+        }
+    }
+    for write in &changes.notifications {
+        if let Write::Insert(n) = write {
+            notification_events::Entity::insert(notification_to_row(n))
+                .exec_without_returning(txn)
+                .await
+                .map_err(repo_err)?;
+        }
+    }
+    if !changes.steps.is_empty() {
+        let rows = changes
+            .steps
+            .iter()
+            .map(|s| orchestration_steps::ActiveModel {
+                order_id: Set(s.order_id.as_uuid()),
+                step: Set(s.record.step.as_str().to_owned()),
+                status: Set(s.record.status.as_str().to_owned()),
+                detail: Set(s.record.detail.clone()),
+                created_at: Set(s.record.created_at),
+                ..Default::default()
+            });
+        orchestration_steps::Entity::insert_many(rows)
+            .exec_without_returning(txn)
+            .await
+            .map_err(repo_err)?;
+    }
+    if !changes.audit.is_empty() {
+        insert_audit(txn, &changes.audit).await?;
+    }
+    if !changes.outbox.is_empty() {
+        outbox_events::Entity::insert_many(changes.outbox.iter().map(outbox_row))
+            .exec_without_returning(txn)
+            .await
+            .map_err(repo_err)?;
+    }
+    Ok(())
+}
+
+pub(super) async fn insert_audit<C: ConnectionTrait>(
+    conn: &C,
+    audit: &[AuditRecord],
+) -> Result<(), RepoError> {
+    let rows = audit.iter().map(|a| audit_log::ActiveModel {
+        action: Set(a.action.clone()),
+        entity_type: Set(a.entity_type.clone()),
+        entity_id: Set(a.entity_id.clone()),
+        actor: Set(a.actor.clone()),
+        detail: Set(a.detail.clone()),
+        created_at: Set(a.created_at),
+        ..Default::default()
+    });
+    audit_log::Entity::insert_many(rows)
+        .exec_without_returning(conn)
+        .await
+        .map_err(repo_err)?;
+    Ok(())
+}
+
+#[async_trait]
+impl UnitOfWork for SeaOrmOrderRepository {
+    async fn commit(&self, changes: Changes) -> Result<(), RepoError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let has_events = !changes.outbox.is_empty();
+        let txn = self.db.begin().await.map_err(repo_err)?;
+        if let Err(err) = apply(&txn, changes).await {
+            // Dropping the transaction rolls back; say so explicitly to free the connection now.
+            let _ = txn.rollback().await;
+            return Err(err);
+        }
+        if has_events && is_postgres(&self.db) {
+            // Delivered to listeners only when (and if) the transaction commits.
+            txn.execute_unprepared(&format!("NOTIFY {OUTBOX_CHANNEL}"))
+                .await
+                .map_err(repo_err)?;
+        }
+        txn.commit().await.map_err(repo_err)?;
+        if has_events {
+            self.relay_wake.notify_one();
+        }
+        Ok(())
+    }
+}
+
+impl SeaOrmOrderRepository {
+    async fn load_orders(&self, rows: Vec<orders::Model>) -> Result<Vec<Order>, RepoError> {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<_> = rows.iter().map(|r| r.id).collect();
+        let items = order_items::Entity::find()
+            .filter(order_items::Column::OrderId.is_in(ids))
+            .order_by_asc(order_items::Column::LineNo)
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?;
+        let mut by_order: HashMap<_, Vec<_>> = HashMap::new();
+        for item in items {
+            by_order.entry(item.order_id).or_default().push(item);
+        }
+        rows.into_iter()
+            .map(|row| {
+                let items = by_order.remove(&row.id).unwrap_or_default();
+                order_from_row(row, items).map(|(order, _)| order)
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl OrderRepository for SeaOrmOrderRepository {
+    async fn get(&self, id: OrderId) -> Result<Option<OrderRecord>, RepoError> {
+        let uuid = id.as_uuid();
+        let Some(row) = orders::Entity::find_by_id(uuid)
+            .one(&self.db)
+            .await
+            .map_err(repo_err)?
+        else {
+            return Ok(None);
+        };
+        let items = order_items::Entity::find()
+            .filter(order_items::Column::OrderId.eq(uuid))
+            .order_by_asc(order_items::Column::LineNo)
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?;
+        let (order, context) = order_from_row(row, items)?;
+        let payment = payments::Entity::find()
+            .filter(payments::Column::OrderId.eq(uuid))
+            .order_by_desc(payments::Column::Attempt)
+            .one(&self.db)
+            .await
+            .map_err(repo_err)?
+            .map(payment_from_row)
+            .transpose()?;
+        let settlement = settlements::Entity::find()
+            .filter(settlements::Column::OrderId.eq(uuid))
+            .one(&self.db)
+            .await
+            .map_err(repo_err)?
+            .map(settlement_from_row)
+            .transpose()?;
+        let notification = notification_events::Entity::find()
+            .filter(notification_events::Column::OrderId.eq(uuid))
+            .one(&self.db)
+            .await
+            .map_err(repo_err)?
+            .map(notification_from_row)
+            .transpose()?;
+        let steps = orchestration_steps::Entity::find()
+            .filter(orchestration_steps::Column::OrderId.eq(uuid))
+            .order_by_asc(orchestration_steps::Column::Id)
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?
+            .into_iter()
+            .map(step_from_row)
+            .collect::<Result<_, _>>()?;
+        Ok(Some(OrderRecord {
+            order,
+            payment,
+            settlement,
+            notification,
+            steps,
+            context,
+        }))
+    }
+
+    async fn list(&self, filter: &OrderFilter) -> Result<Vec<Order>, RepoError> {
+        let mut query = orders::Entity::find();
+        if let Some(status) = filter.status {
+            query = query.filter(orders::Column::Status.eq(status.as_str()));
+        }
+        if let Some(customer) = &filter.customer_id {
+            query = query.filter(orders::Column::CustomerId.eq(customer.as_str()));
+        }
+        if let Some(before) = filter.before {
+            query = query.filter(orders::Column::Id.lt(before.as_uuid()));
+        }
+        let rows = query
+            .order_by_desc(orders::Column::Id)
+            .limit(u64::from(filter.limit))
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?;
+        self.load_orders(rows).await
+    }
+
+    async fn audit_for(
+        &self,
+        entity_type: &str,
+        entity_id: &str,
+    ) -> Result<Vec<AuditRecord>, RepoError> {
+        let rows = audit_log::Entity::find()
+            .filter(audit_log::Column::EntityType.eq(entity_type))
+            .filter(audit_log::Column::EntityId.eq(entity_id))
+            .order_by_asc(audit_log::Column::Id)
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?;
+        Ok(rows
+            .into_iter()
+            .map(|r| AuditRecord {
+                action: r.action,
+                entity_type: r.entity_type,
+                entity_id: r.entity_id,
+                actor: r.actor,
+                detail: r.detail,
+                created_at: r.created_at,
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,463 @@
+//! The outbox table: claiming (with `FOR UPDATE SKIP LOCKED` on PostgreSQL, a single
+//! conditional `UPDATE ... RETURNING` on SQLite), marking, recovery, clean-up and the
+//! operator's views and repairs.
+//!
+//! Every `WHERE status IN (...)` is built from the domain's
+//! [`OutboxAction::from_statuses`], so the SQL cannot drift from the state machine.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sea_orm::ActiveValue::Set;
+use sea_orm::sea_query::{Expr, ExprTrait};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseBackend, DatabaseConnection, EntityTrait,
+    FromQueryResult, QueryFilter, QueryOrder, QuerySelect, Statement, TransactionTrait, Value,
+};
+
+use super::entities::outbox_events::{self, Column};
+use super::mapping::{outbox_from_row, status_strings};
+use super::orders::insert_audit;
+use super::repo_err;
+use crate::application::ports::{
+    AuditRecord, DeliveryFailure, NewOutboxEvent, OutboxFilter, OutboxRecord, OutboxStats,
+    OutboxStore, RepoError,
+};
+use crate::domain::outbox::{FailureCode, FailureOutcome, OutboxAction, OutboxStatus};
+
+/// The PostgreSQL `NOTIFY` channel a commit with outbox events signals.
+pub const OUTBOX_CHANNEL: &str = "outbox_events";
+
+pub(super) fn outbox_row(e: &NewOutboxEvent) -> outbox_events::ActiveModel {
+    outbox_events::ActiveModel {
+        event_id: Set(e.event_id.as_uuid()),
+        aggregate_type: Set(e.aggregate_type.clone()),
+        aggregate_id: Set(e.aggregate_id.clone()),
+        event_type: Set(e.event_type.clone()),
+        routing_key: Set(e.routing_key.clone()),
+        payload: Set(e.payload.clone()),
+        correlation_id: Set(e.correlation_id.clone()),
+        status: Set(OutboxStatus::Ready.as_str().to_owned()),
+        retry_count: Set(0),
+        failure_code: Set(None),
+        failure_reason: Set(None),
+        next_attempt_at: Set(None),
+        last_attempt_at: Set(None),
+        claimed_by: Set(None),
+        claimed_until: Set(None),
+        created_at: Set(e.created_at),
+        published_at: Set(None),
+        dead_lettered_at: Set(None),
+        version: Set(1),
+        ..Default::default()
+    }
+}
+
+#[derive(Clone)]
+pub struct SeaOrmOutboxStore {
+    db: DatabaseConnection,
+}
+
+/// Writes SQL with `$n` placeholders for PostgreSQL and `?n` for SQLite.
+fn placeholders(backend: DatabaseBackend, sql: &str) -> String {
+    match backend {
+        DatabaseBackend::Sqlite => sql.replace('$', "?"),
+        _ => sql.to_owned(),
+    }
+}
+
+/// `$from, $from+1, ...` for `n` values.
+fn list(from: usize, n: usize) -> String {
+    (from..from + n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn texts(values: Vec<String>) -> impl Iterator<Item = Value> {
+    values.into_iter().map(Value::from)
+}
+
+impl SeaOrmOutboxStore {
+    pub fn new(db: DatabaseConnection) -> Self {
+        SeaOrmOutboxStore { db }
+    }
+
+    fn statement(&self, sql: &str, values: Vec<Value>) -> Statement {
+        let backend = self.db.get_database_backend();
+        Statement::from_sql_and_values(backend, placeholders(backend, sql), values)
+    }
+
+    async fn rows(&self, sql: &str, values: Vec<Value>) -> Result<Vec<OutboxRecord>, RepoError> {
+        let mut rows = outbox_events::Entity::find()
+            .from_raw_sql(self.statement(sql, values))
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?;
+        rows.sort_by_key(|r| r.id);
+        rows.into_iter().map(outbox_from_row).collect()
+    }
+}
+
+#[derive(Debug, FromQueryResult)]
+struct StatusCount {
+    status: String,
+    n: i64,
+}
+
+#[derive(Debug, FromQueryResult)]
+struct TypeCount {
+    event_type: String,
+    n: i64,
+}
+
+#[derive(Debug, FromQueryResult)]
+struct Count {
+    n: i64,
+}
+
+#[derive(Debug, FromQueryResult)]
+struct Oldest {
+    at: Option<DateTime<Utc>>,
+}
+
+#[async_trait]
+impl OutboxStore for SeaOrmOutboxStore {
+    async fn claim(
+        &self,
+        worker: &str,
+        limit: u32,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Vec<OutboxRecord>, RepoError> {
+        let claimable = status_strings(OutboxAction::Claim.from_statuses());
+        let blocking = status_strings(OutboxStatus::BLOCKING);
+        let lock = match self.db.get_database_backend() {
+            DatabaseBackend::Postgres => "FOR UPDATE SKIP LOCKED",
+            _ => "",
+        };
+        // $1 target, $2 worker, $3 lease, $4 now, $5 limit, then the status lists.
+        let c = list(6, claimable.len());
+        let b = list(6 + claimable.len(), blocking.len());
+        let c2 = list(6 + claimable.len() + blocking.len(), claimable.len());
+        let sql = format!(
+            "UPDATE outbox_events SET status = $1, claimed_by = $2, claimed_until = $3, \
+             last_attempt_at = $4, version = version + 1 \
+             WHERE id IN (\
+               SELECT o.id FROM outbox_events o \
+               WHERE o.status IN ({c}) \
+                 AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $4) \
+                 AND NOT EXISTS (SELECT 1 FROM outbox_events p \
+                   WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id \
+                     AND p.id < o.id AND p.status IN ({b})) \
+               ORDER BY o.id LIMIT $5 {lock}) \
+             AND status IN ({c2}) \
+             RETURNING *"
+        );
+        let mut values: Vec<Value> = vec![
+            OutboxAction::Claim.target().as_str().into(),
+            worker.into(),
+            lease_until.into(),
+            now.into(),
+            i64::from(limit).into(),
+        ];
+        values.extend(texts(claimable.clone()));
+        values.extend(texts(blocking));
+        values.extend(texts(claimable));
+        self.rows(&sql, values).await
+    }
+
+    async fn mark_published(
+        &self,
+        ids: &[i64],
+        worker: &str,
+        now: DateTime<Utc>,
+    ) -> Result<u64, RepoError> {
+        let action = OutboxAction::MarkPublished;
+        let result = outbox_events::Entity::update_many()
+            .col_expr(Column::Status, Expr::value(action.target().as_str()))
+            .col_expr(Column::PublishedAt, Expr::value(now))
+            .col_expr(
+                Column::ClaimedUntil,
+                Expr::value(Option::<DateTime<Utc>>::None),
+            )
+            .col_expr(Column::Version, Expr::col(Column::Version).add(1))
+            .filter(Column::Id.is_in(ids.iter().copied()))
+            .filter(Column::Status.is_in(status_strings(action.from_statuses())))
+            .filter(Column::ClaimedBy.eq(worker))
+            .exec(&self.db)
+            .await
+            .map_err(repo_err)?;
+        Ok(result.rows_affected)
+    }
+
+    async fn mark_failed(
+        &self,
+        failures: &[DeliveryFailure],
+        worker: &str,
+        now: DateTime<Utc>,
+    ) -> Result<u64, RepoError> {
+        let action = OutboxAction::MarkFailed;
+        let txn = self.db.begin().await.map_err(repo_err)?;
+        let mut marked = 0;
+        for f in failures {
+            let mut update = outbox_events::Entity::update_many()
+                .col_expr(Column::FailureCode, Expr::value(f.code.as_str()))
+                .col_expr(Column::FailureReason, Expr::value(truncate(&f.reason)))
+                .col_expr(
+                    Column::ClaimedUntil,
+                    Expr::value(Option::<DateTime<Utc>>::None),
+                )
+                .col_expr(Column::Version, Expr::col(Column::Version).add(1));
+            update = match f.outcome {
+                FailureOutcome::Retry {
+                    retry_count,
+                    next_attempt_at,
+                } => update
+                    .col_expr(
+                        Column::Status,
+                        Expr::value(OutboxStatus::RetryWait.as_str()),
+                    )
+                    .col_expr(Column::RetryCount, Expr::value(retry_count))
+                    .col_expr(Column::NextAttemptAt, Expr::value(next_attempt_at)),
+                FailureOutcome::DeadLetter { retry_count } => update
+                    .col_expr(
+                        Column::Status,
+                        Expr::value(OutboxStatus::DeadLetter.as_str()),
+                    )
+                    .col_expr(Column::RetryCount, Expr::value(retry_count))
+                    .col_expr(Column::DeadLetteredAt, Expr::value(now))
+                    .col_expr(
+                        Column::NextAttemptAt,
+                        Expr::value(Option::<DateTime<Utc>>::None),
+                    ),
+            };
+            let result = update
+                .filter(Column::Id.eq(f.id))
+                .filter(Column::Status.is_in(status_strings(action.from_statuses())))
+                .filter(Column::ClaimedBy.eq(worker))
+                .exec(&txn)
+                .await
+                .map_err(repo_err)?;
+            marked += result.rows_affected;
+        }
+        txn.commit().await.map_err(repo_err)?;
+        Ok(marked)
+    }
+
+    async fn recover_expired(&self, now: DateTime<Utc>) -> Result<u64, RepoError> {
+        let action = OutboxAction::RecoverLease;
+        let result = outbox_events::Entity::update_many()
+            .col_expr(Column::Status, Expr::value(action.target().as_str()))
+            .col_expr(Column::NextAttemptAt, Expr::value(now))
+            .col_expr(
+                Column::ClaimedUntil,
+                Expr::value(Option::<DateTime<Utc>>::None),
+            )
+            .col_expr(
+                Column::FailureCode,
+                Expr::value(FailureCode::LeaseExpired.as_str()),
+            )
+            .col_expr(
+                Column::FailureReason,
+                Expr::value("claim lease expired before the outcome was recorded"),
+            )
+            .col_expr(Column::RetryCount, Expr::col(Column::RetryCount).add(1))
+            .col_expr(Column::Version, Expr::col(Column::Version).add(1))
+            .filter(Column::Status.is_in(status_strings(action.from_statuses())))
+            .filter(Column::ClaimedUntil.lt(now))
+            .exec(&self.db)
+            .await
+            .map_err(repo_err)?;
+        Ok(result.rows_affected)
+    }
+
+    async fn purge(
+        &self,
+        published_before: DateTime<Utc>,
+        dead_before: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<u64, RepoError> {
+        let sql = "DELETE FROM outbox_events WHERE id IN (\
+                     SELECT id FROM outbox_events \
+                     WHERE (status = $1 AND published_at < $2) \
+                        OR (status IN ($3, $4) AND dead_lettered_at < $5) \
+                     LIMIT $6)";
+        let values: Vec<Value> = vec![
+            OutboxStatus::Published.as_str().into(),
+            published_before.into(),
+            OutboxStatus::DeadLetter.as_str().into(),
+            OutboxStatus::Discarded.as_str().into(),
+            dead_before.into(),
+            i64::from(limit).into(),
+        ];
+        let result = self
+            .db
+            .execute_raw(self.statement(sql, values))
+            .await
+            .map_err(repo_err)?;
+        Ok(result.rows_affected())
+    }
+
+    async fn stats(&self) -> Result<OutboxStats, RepoError> {
+        let backend = self.db.get_database_backend();
+        let counts = StatusCount::find_by_statement(Statement::from_string(
+            backend,
+            "SELECT status, COUNT(*) AS n FROM outbox_events GROUP BY status",
+        ))
+        .all(&self.db)
+        .await
+        .map_err(repo_err)?;
+        let counts: HashMap<String, i64> = counts.into_iter().map(|c| (c.status, c.n)).collect();
+        let by_status = OutboxStatus::ALL
+            .iter()
+            .map(|s| (*s, counts.get(s.as_str()).copied().unwrap_or(0)))
+            .collect();
+        let oldest = |sql: &str, status: OutboxStatus| {
+            Oldest::find_by_statement(self.statement(sql, vec![status.as_str().into()]))
+                .one(&self.db)
+        };
+        let oldest_ready = oldest(
+            "SELECT MIN(created_at) AS at FROM outbox_events WHERE status = $1",
+            OutboxStatus::Ready,
+        )
+        .await
+        .map_err(repo_err)?
+        .and_then(|o| o.at);
+        let oldest_claim = oldest(
+            "SELECT MIN(last_attempt_at) AS at FROM outbox_events WHERE status = $1",
+            OutboxStatus::Processing,
+        )
+        .await
+        .map_err(repo_err)?
+        .and_then(|o| o.at);
+        let dead = TypeCount::find_by_statement(self.statement(
+            "SELECT event_type, COUNT(*) AS n FROM outbox_events WHERE status = $1 \
+             GROUP BY event_type ORDER BY event_type",
+            vec![OutboxStatus::DeadLetter.as_str().into()],
+        ))
+        .all(&self.db)
+        .await
+        .map_err(repo_err)?;
+        let blocked = Count::find_by_statement(self.statement(
+            "SELECT COUNT(*) AS n FROM (SELECT DISTINCT d.aggregate_type, d.aggregate_id \
+               FROM outbox_events d WHERE d.status = $1 AND EXISTS (\
+                 SELECT 1 FROM outbox_events r WHERE r.aggregate_type = d.aggregate_type \
+                   AND r.aggregate_id = d.aggregate_id AND r.id > d.id AND r.status = $2)) blocked",
+            vec![
+                OutboxStatus::DeadLetter.as_str().into(),
+                OutboxStatus::Ready.as_str().into(),
+            ],
+        ))
+        .one(&self.db)
+        .await
+        .map_err(repo_err)?
+        .map_or(0, |c| c.n);
+        Ok(OutboxStats {
+            by_status,
+            oldest_ready_created_at: oldest_ready,
+            oldest_claim_at: oldest_claim,
+            dead_letters_by_type: dead.into_iter().map(|t| (t.event_type, t.n)).collect(),
+            blocked_aggregates: blocked,
+        })
+    }
+
+    async fn list(&self, filter: &OutboxFilter) -> Result<Vec<OutboxRecord>, RepoError> {
+        let mut query = outbox_events::Entity::find();
+        if let Some(status) = filter.status {
+            query = query.filter(Column::Status.eq(status.as_str()));
+        }
+        if let Some(before) = filter.before_id {
+            query = query.filter(Column::Id.lt(before));
+        }
+        query
+            .order_by_desc(Column::Id)
+            .limit(u64::from(filter.limit))
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?
+            .into_iter()
+            .map(outbox_from_row)
+            .collect()
+    }
+
+    async fn for_aggregate(
+        &self,
+        aggregate_type: &str,
+        aggregate_id: &str,
+    ) -> Result<Vec<OutboxRecord>, RepoError> {
+        outbox_events::Entity::find()
+            .filter(Column::AggregateType.eq(aggregate_type))
+            .filter(Column::AggregateId.eq(aggregate_id))
+            .order_by_asc(Column::Id)
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?
+            .into_iter()
+            .map(outbox_from_row)
+            .collect()
+    }
+
+    async fn settle_dead_letters(
+        &self,
+        ids: &[i64],
+        discard: bool,
+        now: DateTime<Utc>,
+        audit: AuditRecord,
+    ) -> Result<Vec<i64>, RepoError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let action = if discard {
+            OutboxAction::Discard
+        } else {
+            OutboxAction::Republish
+        };
+        let txn = self.db.begin().await.map_err(repo_err)?;
+        let mut update = outbox_events::Entity::update_many()
+            .col_expr(Column::Status, Expr::value(action.target().as_str()))
+            .col_expr(Column::Version, Expr::col(Column::Version).add(1));
+        if !discard {
+            // A fresh start: the retry budget is reset and the row is due at once.
+            update = update
+                .col_expr(Column::RetryCount, Expr::value(0))
+                .col_expr(
+                    Column::NextAttemptAt,
+                    Expr::value(Option::<DateTime<Utc>>::None),
+                )
+                .col_expr(
+                    Column::DeadLetteredAt,
+                    Expr::value(Option::<DateTime<Utc>>::None),
+                );
+        } else {
+            // Keep the discard's own clock for retention.
+            update = update.col_expr(Column::DeadLetteredAt, Expr::value(now));
+        }
+        let moved = update
+            .filter(Column::Id.is_in(ids.iter().copied()))
+            .filter(Column::Status.is_in(status_strings(action.from_statuses())))
+            .exec_with_returning(&txn)
+            .await
+            .map_err(repo_err)?;
+        let mut moved: Vec<i64> = moved.into_iter().map(|m| m.id).collect();
+        moved.sort_unstable();
+        if !moved.is_empty() {
+            let rows: Vec<AuditRecord> = moved
+                .iter()
+                .map(|id| AuditRecord {
+                    entity_id: id.to_string(),
+                    ..audit.clone()
+                })
+                .collect();
+            insert_audit(&txn, &rows).await?;
+        }
+        txn.commit().await.map_err(repo_err)?;
+        Ok(moved)
+    }
+}
+
+/// Failure reasons come from brokers and networks: keep them readable and bounded.
+fn truncate(reason: &str) -> String {
+    reason.chars().take(1000).collect()
+}
