@@ -1,3 +1,5 @@
 pub mod adapters;
 pub mod application;
+pub mod config;
 pub mod domain;
+pub mod telemetry;

@@ -1,0 +1,787 @@
+//! Configuration (SPEC §2): built-in defaults < optional file (`--config PATH` or
+//! `APP_CONFIG`) < environment `APP__SECTION__KEY`.
+//!
+//! Values are read loosely (strings for durations, options for defaults that depend on
+//! other keys) and then resolved into [`Settings`], where every invalid value is reported
+//! with the key that holds it. Secrets are wrapped in [`Secret`], which never prints.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use chrono::NaiveTime;
+use serde::Deserialize;
+
+/// A configuration problem, naming the key.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration: {0}")]
+pub struct ConfigError(pub String);
+
+fn invalid(key: &str, why: impl fmt::Display) -> ConfigError {
+    ConfigError(format!("`{key}`: {why}"))
+}
+
+/// A value that must never reach logs, errors or metrics.
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// Parses `250ms`, `10s`, `5m`, `1h`, `30d`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration like 250ms, 10s, 5m, 1h or 30d"))?;
+    let ms = match unit {
+        "ms" => Some(n),
+        "s" => n.checked_mul(1000),
+        "m" => n.checked_mul(60_000),
+        "h" => n.checked_mul(3_600_000),
+        "d" => n.checked_mul(86_400_000),
+        _ => None,
+    }
+    .ok_or_else(|| format!("`{text}` is not a duration like 250ms, 10s, 5m, 1h or 30d"))?;
+    Ok(Duration::from_millis(ms))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BrokerKind {
+    /// Events are written as JSON log lines (embedded default).
+    Log,
+    Amqp,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueType {
+    Classic,
+    Quorum,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderKind {
+    Mock,
+    External,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Json,
+    Pretty,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyAlgorithm {
+    Hs256,
+    Rs256,
+    EdDsa,
+}
+
+/// One JWT key; the first configured key signs, all verify.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct KeySettings {
+    pub kid: String,
+    pub algorithm: String,
+    #[serde(default)]
+    pub secret: Option<Secret>,
+    #[serde(default)]
+    pub public_key: Option<Secret>,
+    #[serde(default)]
+    pub private_key: Option<Secret>,
+}
+
+/// The built-in signing key's id. It exists for the embedded default only.
+pub const DEV_KID: &str = "dev";
+const DEV_SECRET: &str = "dev-only-signing-key-of-the-embedded-default-never-use-in-production";
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub http: HttpSettings,
+    pub database: DatabaseSettings,
+    pub broker: BrokerSettings,
+    pub outbox: OutboxSettings,
+    pub notification: NotificationSettings,
+    pub payment: PaymentSettings,
+    pub worker: WorkerSettings,
+    pub auth: AuthSettings,
+    pub log: LogSettings,
+}
+
+#[derive(Debug, Clone)]
+pub struct HttpSettings {
+    pub bind: SocketAddr,
+}
+
+#[derive(Debug, Clone)]
+pub struct DatabaseSettings {
+    pub url: Secret,
+    pub max_connections: u32,
+}
+
+impl DatabaseSettings {
+    pub fn is_sqlite(&self) -> bool {
+        self.url.expose().starts_with("sqlite:")
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct BrokerSettings {
+    pub kind: BrokerKind,
+    pub url: Option<Secret>,
+    pub queue_type: QueueType,
+}
+
+#[derive(Debug, Clone)]
+pub struct OutboxSettings {
+    pub batch_size: u32,
+    pub poll_interval: Duration,
+    pub retry_poll_interval: Duration,
+    pub max_retries: i32,
+    pub backoff_base: Duration,
+    pub backoff_cap: Duration,
+    pub processing_timeout: Duration,
+    pub recovery_interval: Duration,
+    pub cleanup_at: NaiveTime,
+    pub retention_published: Duration,
+    pub retention_dead_letter: Duration,
+    pub publish_window: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct NotificationSettings {
+    pub retry_enabled: bool,
+    pub retry_interval: Duration,
+    pub retry_backoff_base: Duration,
+    pub retry_max_attempts: i32,
+}
+
+#[derive(Debug, Clone)]
+pub struct PaymentSettings {
+    pub provider: ProviderKind,
+    pub reconciliation_interval: Duration,
+    pub reconciliation_max_attempts: i32,
+    pub external_base_url: Option<String>,
+    pub external_secret_key: Option<Secret>,
+    pub external_webhook_secret: Option<Secret>,
+    pub external_timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct WorkerSettings {
+    pub embedded: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct AuthSettings {
+    pub keys: Vec<KeySettings>,
+    pub issuer: Option<String>,
+}
+
+impl AuthSettings {
+    /// Whether the only key is the built-in development key.
+    pub fn only_dev_key(&self) -> bool {
+        self.keys.iter().all(|k| k.kid == DEV_KID)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct LogSettings {
+    pub format: LogFormat,
+}
+
+// ---- raw shape, as the sources give it ------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    http: RawHttp,
+    database: RawDatabase,
+    #[serde(default)]
+    broker: RawBroker,
+    outbox: RawOutbox,
+    notification: RawNotification,
+    payment: RawPayment,
+    #[serde(default)]
+    worker: RawWorker,
+    #[serde(default)]
+    auth: RawAuth,
+    log: RawLog,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHttp {
+    bind: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDatabase {
+    url: Secret,
+    max_connections: u32,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBroker {
+    kind: Option<String>,
+    url: Option<Secret>,
+    queue_type: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOutbox {
+    batch_size: u32,
+    poll_interval: String,
+    retry_poll_interval: String,
+    max_retries: i32,
+    backoff_base: String,
+    backoff_cap: String,
+    processing_timeout: String,
+    recovery_interval: String,
+    cleanup_at: String,
+    retention_published: String,
+    retention_dead_letter: String,
+    publish_window: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNotification {
+    retry: RawNotificationRetry,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNotificationRetry {
+    enabled: Option<bool>,
+    interval: String,
+    backoff_base: String,
+    max_attempts: i32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPayment {
+    provider: String,
+    reconciliation: RawReconciliation,
+    #[serde(default)]
+    external: RawExternal,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReconciliation {
+    interval: String,
+    max_attempts: i32,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExternal {
+    base_url: Option<String>,
+    secret_key: Option<Secret>,
+    webhook_secret: Option<Secret>,
+    timeout: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWorker {
+    embedded: Option<bool>,
+}
+
+/// `auth.keys` arrives as a list from a file, or as one JSON string from the environment.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawKeys {
+    List(Vec<KeySettings>),
+    Json(String),
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuth {
+    keys: Option<RawKeys>,
+    issuer: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLog {
+    format: String,
+}
+
+const DEFAULTS: &str = r#"
+[http]
+bind = "127.0.0.1:8080"
+
+[database]
+url = "sqlite://data/app.db?mode=rwc"
+max_connections = 16
+
+[outbox]
+batch_size = 256
+poll_interval = "10s"
+retry_poll_interval = "30s"
+max_retries = 3
+backoff_base = "10s"
+backoff_cap = "300s"
+processing_timeout = "5m"
+recovery_interval = "1m"
+cleanup_at = "03:00"
+retention_published = "30d"
+retention_dead_letter = "90d"
+publish_window = 256
+
+[notification.retry]
+interval = "30s"
+backoff_base = "60s"
+max_attempts = 5
+
+[payment]
+provider = "mock"
+
+[payment.reconciliation]
+interval = "30s"
+max_attempts = 10
+
+[log]
+format = "json"
+"#;
+
+impl Settings {
+    /// Loads defaults, then `file` (if given), then the process environment.
+    ///
+    /// # Errors
+    /// A source cannot be read, or a value is invalid; the message names the key.
+    pub fn load(file: Option<&Path>) -> Result<Settings, ConfigError> {
+        Self::load_from(file, std::env::vars())
+    }
+
+    /// As [`Settings::load`], with the environment given explicitly (tests).
+    ///
+    /// # Errors
+    /// As [`Settings::load`].
+    pub fn load_from(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Settings, ConfigError> {
+        let mut builder = config::Config::builder()
+            .add_source(config::File::from_str(DEFAULTS, config::FileFormat::Toml));
+        if let Some(path) = file {
+            if !path.exists() {
+                return Err(ConfigError(format!(
+                    "config file {} does not exist",
+                    path.display()
+                )));
+            }
+            builder = builder.add_source(config::File::from(path));
+        }
+        let env: std::collections::HashMap<String, String> = env
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("APP__"))
+            .collect();
+        builder = builder.add_source(
+            config::Environment::with_prefix("APP")
+                .prefix_separator("__")
+                .separator("__")
+                .try_parsing(true)
+                .source(Some(env)),
+        );
+        let raw: Raw = builder
+            .build()
+            .and_then(|c| c.try_deserialize())
+            .map_err(|e| ConfigError(redact(&e.to_string())))?;
+        Self::resolve(raw)
+    }
+
+    fn resolve(raw: Raw) -> Result<Settings, ConfigError> {
+        let dur = |key: &str, text: &str| parse_duration(text).map_err(|e| invalid(key, e));
+        let bind: SocketAddr = raw
+            .http
+            .bind
+            .parse()
+            .map_err(|_| invalid("http.bind", "expected HOST:PORT, e.g. 127.0.0.1:8080"))?;
+        let database = DatabaseSettings {
+            url: raw.database.url,
+            max_connections: raw.database.max_connections,
+        };
+        let db_url = database.url.expose();
+        if !(db_url.starts_with("sqlite:")
+            || db_url.starts_with("postgres://")
+            || db_url.starts_with("postgresql://"))
+        {
+            return Err(invalid(
+                "database.url",
+                "expected sqlite:... or postgres://...",
+            ));
+        }
+        if database.max_connections == 0 {
+            return Err(invalid("database.max_connections", "must be at least 1"));
+        }
+        let sqlite = database.is_sqlite();
+
+        let broker_kind = match raw.broker.kind.as_deref() {
+            None if raw.broker.url.is_some() => BrokerKind::Amqp,
+            None | Some("log") => BrokerKind::Log,
+            Some("amqp") => BrokerKind::Amqp,
+            Some(other) => {
+                return Err(invalid(
+                    "broker.kind",
+                    format!("`{other}` is not log or amqp"),
+                ));
+            }
+        };
+        if broker_kind == BrokerKind::Amqp {
+            match &raw.broker.url {
+                Some(url)
+                    if url.expose().starts_with("amqp://")
+                        || url.expose().starts_with("amqps://") => {}
+                Some(_) => return Err(invalid("broker.url", "expected amqp://...")),
+                None => return Err(invalid("broker.url", "is required when broker.kind = amqp")),
+            }
+        }
+        let queue_type = match raw.broker.queue_type.as_deref() {
+            None | Some("classic") => QueueType::Classic,
+            Some("quorum") => QueueType::Quorum,
+            Some(other) => {
+                return Err(invalid(
+                    "broker.queue_type",
+                    format!("`{other}` is not classic or quorum"),
+                ));
+            }
+        };
+
+        let o = raw.outbox;
+        if o.batch_size == 0 || o.batch_size > 10_000 {
+            return Err(invalid("outbox.batch_size", "must be between 1 and 10000"));
+        }
+        if o.publish_window == 0 || o.publish_window > 10_000 {
+            return Err(invalid(
+                "outbox.publish_window",
+                "must be between 1 and 10000",
+            ));
+        }
+        if o.max_retries < 0 {
+            return Err(invalid("outbox.max_retries", "must not be negative"));
+        }
+        let cleanup_at = NaiveTime::parse_from_str(&o.cleanup_at, "%H:%M")
+            .map_err(|_| invalid("outbox.cleanup_at", "expected HH:MM (UTC), e.g. 03:00"))?;
+        let outbox = OutboxSettings {
+            batch_size: o.batch_size,
+            poll_interval: dur("outbox.poll_interval", &o.poll_interval)?,
+            retry_poll_interval: dur("outbox.retry_poll_interval", &o.retry_poll_interval)?,
+            max_retries: o.max_retries,
+            backoff_base: dur("outbox.backoff_base", &o.backoff_base)?,
+            backoff_cap: dur("outbox.backoff_cap", &o.backoff_cap)?,
+            processing_timeout: dur("outbox.processing_timeout", &o.processing_timeout)?,
+            recovery_interval: dur("outbox.recovery_interval", &o.recovery_interval)?,
+            cleanup_at,
+            retention_published: dur("outbox.retention_published", &o.retention_published)?,
+            retention_dead_letter: dur("outbox.retention_dead_letter", &o.retention_dead_letter)?,
+            publish_window: o.publish_window,
+        };
+        for (key, value) in [
+            ("outbox.poll_interval", outbox.poll_interval),
+            ("outbox.processing_timeout", outbox.processing_timeout),
+            ("outbox.recovery_interval", outbox.recovery_interval),
+        ] {
+            if value.is_zero() {
+                return Err(invalid(key, "must be greater than zero"));
+            }
+        }
+
+        let r = raw.notification.retry;
+        if r.max_attempts < 1 {
+            return Err(invalid(
+                "notification.retry.max_attempts",
+                "must be at least 1",
+            ));
+        }
+        let notification = NotificationSettings {
+            retry_enabled: r.enabled.unwrap_or(sqlite),
+            retry_interval: dur("notification.retry.interval", &r.interval)?,
+            retry_backoff_base: dur("notification.retry.backoff_base", &r.backoff_base)?,
+            retry_max_attempts: r.max_attempts,
+        };
+
+        let p = raw.payment;
+        let provider = match p.provider.as_str() {
+            "mock" => ProviderKind::Mock,
+            "external" => ProviderKind::External,
+            other => {
+                return Err(invalid(
+                    "payment.provider",
+                    format!("`{other}` is not mock or external"),
+                ));
+            }
+        };
+        if provider == ProviderKind::External {
+            for (key, present) in [
+                ("payment.external.base_url", p.external.base_url.is_some()),
+                (
+                    "payment.external.secret_key",
+                    p.external.secret_key.is_some(),
+                ),
+                (
+                    "payment.external.webhook_secret",
+                    p.external.webhook_secret.is_some(),
+                ),
+            ] {
+                if !present {
+                    return Err(invalid(key, "is required when payment.provider = external"));
+                }
+            }
+        }
+        let payment = PaymentSettings {
+            provider,
+            reconciliation_interval: dur(
+                "payment.reconciliation.interval",
+                &p.reconciliation.interval,
+            )?,
+            reconciliation_max_attempts: p.reconciliation.max_attempts,
+            external_base_url: p.external.base_url,
+            external_secret_key: p.external.secret_key,
+            external_webhook_secret: p.external.webhook_secret,
+            external_timeout: dur(
+                "payment.external.timeout",
+                p.external.timeout.as_deref().unwrap_or("5s"),
+            )?,
+        };
+
+        let keys = match raw.auth.keys {
+            None => vec![KeySettings {
+                kid: DEV_KID.into(),
+                algorithm: "HS256".into(),
+                secret: Some(Secret::new(DEV_SECRET)),
+                public_key: None,
+                private_key: None,
+            }],
+            Some(RawKeys::List(keys)) => keys,
+            Some(RawKeys::Json(json)) => serde_json::from_str(&json).map_err(|e| {
+                invalid(
+                    "auth.keys",
+                    format!("not a JSON array of keys: {}", redact(&e.to_string())),
+                )
+            })?,
+        };
+        if keys.is_empty() {
+            return Err(invalid("auth.keys", "must hold at least one key"));
+        }
+        for (i, key) in keys.iter().enumerate() {
+            let name = format!("auth.keys[{i}]");
+            match key.algorithm.as_str() {
+                "HS256" if key.secret.as_ref().is_some_and(|s| s.expose().len() >= 32) => {}
+                "HS256" => {
+                    return Err(invalid(
+                        &format!("{name}.secret"),
+                        "HS256 needs a secret of at least 32 bytes",
+                    ));
+                }
+                "RS256" | "EdDSA" if key.public_key.is_some() => {}
+                "RS256" | "EdDSA" => {
+                    return Err(invalid(
+                        &format!("{name}.public_key"),
+                        "is required for RS256 and EdDSA",
+                    ));
+                }
+                other => {
+                    return Err(invalid(
+                        &format!("{name}.algorithm"),
+                        format!("`{other}` is not HS256, RS256 or EdDSA"),
+                    ));
+                }
+            }
+            if key.kid.is_empty() {
+                return Err(invalid(&format!("{name}.kid"), "must not be empty"));
+            }
+        }
+        let auth = AuthSettings {
+            keys,
+            issuer: raw.auth.issuer,
+        };
+        if !sqlite && auth.only_dev_key() {
+            return Err(invalid(
+                "auth.keys",
+                "the built-in development key is for the embedded SQLite default only; configure your own keys",
+            ));
+        }
+
+        let log = LogSettings {
+            format: match raw.log.format.as_str() {
+                "json" => LogFormat::Json,
+                "pretty" => LogFormat::Pretty,
+                other => {
+                    return Err(invalid(
+                        "log.format",
+                        format!("`{other}` is not json or pretty"),
+                    ));
+                }
+            },
+        };
+
+        Ok(Settings {
+            http: HttpSettings { bind },
+            database,
+            broker: BrokerSettings {
+                kind: broker_kind,
+                url: raw.broker.url,
+                queue_type,
+            },
+            outbox,
+            notification,
+            payment,
+            worker: WorkerSettings {
+                embedded: raw.worker.embedded.unwrap_or(sqlite),
+            },
+            auth,
+            log,
+        })
+    }
+}
+
+/// Error messages from the config crate may quote values; never let one carry a secret.
+fn redact(message: &str) -> String {
+    // The config crate quotes offending values in backticks or quotes; URLs may carry
+    // passwords. Drop any `user:password@` part of a URL-looking token.
+    message
+        .split(' ')
+        .map(|word| match (word.find("://"), word.find('@')) {
+            (Some(scheme), Some(at)) if at > scheme => {
+                format!("{}://***{}", &word[..scheme], &word[at..])
+            }
+            _ => word.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(env: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+        Settings::load_from(
+            None,
+            env.iter().map(|(k, v)| (k.to_string(), v.to_string())),
+        )
+    }
+
+    #[test]
+    fn defaults_are_the_embedded_mode() {
+        let s = load(&[]).unwrap();
+        assert!(s.database.is_sqlite());
+        assert_eq!(s.http.bind.to_string(), "127.0.0.1:8080");
+        assert_eq!(s.broker.kind, BrokerKind::Log);
+        assert!(s.worker.embedded);
+        assert!(s.notification.retry_enabled);
+        assert_eq!(s.outbox.batch_size, 256);
+        assert_eq!(s.outbox.processing_timeout, Duration::from_secs(300));
+        assert_eq!(
+            s.outbox.retention_published,
+            Duration::from_secs(30 * 86_400)
+        );
+        assert_eq!(s.auth.keys[0].kid, DEV_KID);
+    }
+
+    #[test]
+    fn environment_overrides_defaults() {
+        let s = load(&[
+            ("APP__OUTBOX__BATCH_SIZE", "64"),
+            ("APP__OUTBOX__POLL_INTERVAL", "250ms"),
+            ("APP__NOTIFICATION__RETRY__ENABLED", "false"),
+            ("APP__BROKER__URL", "amqp://guest:guest@127.0.0.1:5672/%2f"),
+        ])
+        .unwrap();
+        assert_eq!(s.outbox.batch_size, 64);
+        assert_eq!(s.outbox.poll_interval, Duration::from_millis(250));
+        assert!(!s.notification.retry_enabled);
+        assert_eq!(s.broker.kind, BrokerKind::Amqp, "a broker url implies amqp");
+    }
+
+    #[test]
+    fn keys_come_from_one_json_array_in_the_environment() {
+        let s = load(&[(
+            "APP__AUTH__KEYS",
+            r#"[{"kid":"k1","algorithm":"HS256","secret":"0123456789abcdef0123456789abcdef"}]"#,
+        )])
+        .unwrap();
+        assert_eq!(s.auth.keys[0].kid, "k1");
+        assert!(
+            !format!("{:?}", s.auth).contains("0123456789abcdef"),
+            "secrets never print"
+        );
+    }
+
+    #[test]
+    fn invalid_values_name_their_key() {
+        for (key, value, named) in [
+            ("APP__OUTBOX__POLL_INTERVAL", "soon", "outbox.poll_interval"),
+            ("APP__OUTBOX__BATCH_SIZE", "0", "outbox.batch_size"),
+            ("APP__HTTP__BIND", "nowhere", "http.bind"),
+            ("APP__BROKER__KIND", "kafka", "broker.kind"),
+            (
+                "APP__PAYMENT__PROVIDER",
+                "external",
+                "payment.external.base_url",
+            ),
+            ("APP__LOG__FORMAT", "xml", "log.format"),
+            ("APP__OUTBOX__CLEANUP_AT", "3am", "outbox.cleanup_at"),
+        ] {
+            let err = load(&[(key, value)]).unwrap_err().to_string();
+            assert!(err.contains(named), "{key}={value}: {err}");
+        }
+        let err = load(&[("APP__OUTBOX__BATCH_SIZE", "many")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("batch_size"), "{err}");
+    }
+
+    #[test]
+    fn production_refuses_the_built_in_key() {
+        let err = load(&[("APP__DATABASE__URL", "postgres://postgres@127.0.0.1/app")]).unwrap_err();
+        assert!(err.to_string().contains("auth.keys"), "{err}");
+    }
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(
+            parse_duration("30d").unwrap(),
+            Duration::from_secs(30 * 86_400)
+        );
+        for bad in ["", "10", "s", "1.5s", "-1s", "10 minutes"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn redaction_hides_url_credentials() {
+        assert_eq!(
+            redact("bad amqp://guest:secret@host/vhost"),
+            "bad amqp://***@host/vhost"
+        );
+    }
+}
