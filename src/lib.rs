@@ -2,4 +2,5 @@ pub mod adapters;
 pub mod application;
 pub mod config;
 pub mod domain;
+pub mod startup;
 pub mod telemetry;

@@ -2,4 +2,7 @@
 //! event publishers, the providers — and nothing the application depends on directly.
 
 pub mod clock;
+pub mod http;
+pub mod messaging;
 pub mod persistence;
+pub mod providers;

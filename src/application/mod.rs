@@ -8,6 +8,7 @@
 pub mod actor;
 pub mod audit;
 pub mod error;
+pub mod health;
 pub mod idempotency;
 pub mod orchestration;
 pub mod outbox;

@@ -1,1 +1,240 @@
-fn main() {}
+//! `app`: the one binary. Verbs: serve, worker, migrate, token, outbox.
+//!
+//! Exit codes: 0 ok, 2 usage or configuration error (one line on stderr), 1 runtime failure.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use orchestrator::adapters::persistence;
+use orchestrator::application::Actor;
+use orchestrator::application::audit::{self, entity};
+use orchestrator::config::{Settings, parse_duration};
+use orchestrator::startup::{self, Application, StartupError, Workers};
+use sea_orm_migration::MigratorTrait;
+
+#[derive(Parser)]
+#[command(
+    name = "app",
+    version,
+    about = "Commerce order orchestration: saga, transactional outbox, RabbitMQ"
+)]
+struct Cli {
+    /// Configuration file (TOML); also `APP_CONFIG`. Environment `APP__SECTION__KEY` overrides it.
+    #[arg(long, global = true, env = "APP_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the HTTP API (and, embedded, run the worker loops in-process).
+    Serve,
+    /// Run the worker loops: outbox relay, lease recovery, clean-up.
+    Worker,
+    /// Manage the database schema.
+    Migrate {
+        #[arg(value_enum, default_value_t = MigrateAction::Up)]
+        action: MigrateAction,
+    },
+    /// Mint a JWT with the configured signing key and print it alone on stdout.
+    Token {
+        /// The subject (customer id).
+        #[arg(long)]
+        sub: String,
+        /// A role to grant, e.g. `admin`.
+        #[arg(long)]
+        role: Vec<String>,
+        /// Lifetime, e.g. 15m, 1h, 30d.
+        #[arg(long, default_value = "1h", value_parser = parse_duration)]
+        ttl: Duration,
+    },
+    /// Inspect and repair the outbox.
+    Outbox {
+        #[command(subcommand)]
+        command: OutboxCommand,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum MigrateAction {
+    /// Apply every pending migration.
+    Up,
+    /// Revert the last migration.
+    Down,
+    /// List applied and pending migrations.
+    Status,
+    /// Drop every table and apply all migrations again (destroys data).
+    Fresh,
+}
+
+#[derive(Subcommand)]
+enum OutboxCommand {
+    /// Counts per status, the oldest READY row and claim, dead letters by type (JSON).
+    Stats,
+    /// Put one dead letter back to READY.
+    Replay {
+        /// The outbox row id.
+        #[arg(long)]
+        id: i64,
+        /// Why, for the audit log.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+}
+
+enum Failure {
+    Usage(String),
+    Runtime(String),
+}
+
+impl From<StartupError> for Failure {
+    fn from(e: StartupError) -> Self {
+        match e {
+            StartupError::Config(m) => Failure::Usage(m),
+            StartupError::Runtime(m) => Failure::Runtime(m),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let settings = match Settings::load(cli.config.as_deref()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("app: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("app: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(cli.command, settings)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(m)) => {
+            eprintln!("app: {m}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Runtime(m)) => {
+            eprintln!("app: {m}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
+    match command {
+        Command::Token { sub, role, ttl } => {
+            let keys = orchestrator::adapters::http::auth::JwtKeys::from_settings(&settings.auth)
+                .map_err(|e| Failure::Usage(e.to_string()))?;
+            if sub.is_empty() || sub.len() > 64 {
+                return Err(Failure::Usage("--sub must be 1 to 64 characters".into()));
+            }
+            let token = keys
+                .mint(&sub, &role, ttl)
+                .map_err(|e| Failure::Runtime(e.to_string()))?;
+            println!("{token}");
+            Ok(())
+        }
+        Command::Serve => {
+            orchestrator::telemetry::init(settings.log.format);
+            let app = Application::build(settings).await?;
+            tracing::info!(port = app.port(), "serving HTTP");
+            app.run_until_stopped(startup::shutdown_signal())
+                .await
+                .map_err(|e| Failure::Runtime(e.to_string()))
+        }
+        Command::Worker => {
+            orchestrator::telemetry::init(settings.log.format);
+            let services = startup::build_services(&settings).await?;
+            let workers = Workers::spawn(&services);
+            startup::shutdown_signal().await;
+            tracing::info!("shutting down: finishing publishes in flight");
+            workers.shutdown(Duration::from_secs(30)).await;
+            Ok(())
+        }
+        Command::Migrate { action } => {
+            orchestrator::telemetry::init(settings.log.format);
+            let db = persistence::connect(settings.database.url.expose(), 2)
+                .await
+                .map_err(|e| Failure::Runtime(format!("cannot open the database: {e}")))?;
+            let result = match action {
+                MigrateAction::Up => migrations::Migrator::up(&db, None).await,
+                MigrateAction::Down => migrations::Migrator::down(&db, Some(1)).await,
+                MigrateAction::Fresh => migrations::Migrator::fresh(&db).await,
+                MigrateAction::Status => {
+                    let applied = migrations::Migrator::get_applied_migrations(&db)
+                        .await
+                        .map_err(|e| Failure::Runtime(e.to_string()))?;
+                    let pending = migrations::Migrator::get_pending_migrations(&db)
+                        .await
+                        .map_err(|e| Failure::Runtime(e.to_string()))?;
+                    for m in applied {
+                        println!("applied  {}", m.name());
+                    }
+                    for m in pending {
+                        println!("pending  {}", m.name());
+                    }
+                    Ok(())
+                }
+            };
+            result.map_err(|e| Failure::Runtime(format!("migration failed: {e}")))
+        }
+        Command::Outbox { command } => {
+            orchestrator::telemetry::init(settings.log.format);
+            let services = startup::build_services(&settings).await?;
+            match command {
+                OutboxCommand::Stats => {
+                    let stats = services
+                        .outbox_store
+                        .stats()
+                        .await
+                        .map_err(|e| Failure::Runtime(e.to_string()))?;
+                    let json = serde_json::json!({
+                        "byStatus": stats.by_status.iter().map(|(s, n)| (s.as_str().to_owned(), serde_json::json!(n))).collect::<serde_json::Map<_, _>>(),
+                        "oldestReadyCreatedAt": stats.oldest_ready_created_at,
+                        "oldestClaimAt": stats.oldest_claim_at,
+                        "deadLettersByType": stats.dead_letters_by_type.iter().map(|(t, n)| (t.clone(), serde_json::json!(n))).collect::<serde_json::Map<_, _>>(),
+                        "blockedAggregates": stats.blocked_aggregates,
+                    });
+                    println!("{json:#}");
+                    Ok(())
+                }
+                OutboxCommand::Replay { id, reason } => {
+                    let operator = std::env::var("USER").unwrap_or_else(|_| "cli".into());
+                    let actor = Actor::admin(format!("cli:{operator}"));
+                    let now = chrono::Utc::now();
+                    let record = audit::record(
+                        audit::OUTBOX_REPUBLISH,
+                        entity::OUTBOX_EVENT,
+                        id,
+                        &actor,
+                        reason,
+                        now,
+                    );
+                    let moved = services
+                        .outbox_store
+                        .settle_dead_letters(&[id], false, now, record)
+                        .await
+                        .map_err(|e| Failure::Runtime(e.to_string()))?;
+                    if moved.is_empty() {
+                        return Err(Failure::Runtime(format!(
+                            "outbox event {id} is not a dead letter"
+                        )));
+                    }
+                    println!("outbox event {id}: DEAD_LETTER -> READY");
+                    Ok(())
+                }
+            }
+        }
+    }
+}

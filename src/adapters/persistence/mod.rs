@@ -22,6 +22,7 @@ pub use idempotency::SeaOrmIdempotencyStore;
 pub use orders::SeaOrmOrderRepository;
 pub use outbox::{OUTBOX_CHANNEL, SeaOrmOutboxStore};
 
+use crate::application::health::HealthProbe;
 use crate::application::ports::RepoError;
 
 /// Opens a pool. A SQLite file and its directory are created if missing, in WAL mode with
@@ -30,14 +31,15 @@ use crate::application::ports::RepoError;
 /// # Errors
 /// The database cannot be reached or the URL is invalid.
 pub async fn connect(url: &str, max_connections: u32) -> Result<DatabaseConnection, DbErr> {
-    if let Some(path) = sqlite_path(url) {
-        if let Some(dir) = Path::new(&path)
+    let dir = sqlite_path(url).and_then(|path| {
+        Path::new(&path)
             .parent()
             .filter(|d| !d.as_os_str().is_empty())
-        {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| DbErr::Custom(format!("cannot create {}: {e}", dir.display())))?;
-        }
+            .map(Path::to_path_buf)
+    });
+    if let Some(dir) = dir {
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| DbErr::Custom(format!("cannot create {}: {e}", dir.display())))?;
     }
     let mut options = ConnectOptions::new(url.to_owned());
     options
@@ -83,7 +85,16 @@ pub(crate) fn repo_err(err: DbErr) -> RepoError {
     }
 }
 
-/// Whether the database answers (for `/health/ready`).
-pub async fn ping(db: &DatabaseConnection) -> bool {
-    db.ping().await.is_ok()
+/// The database as a readiness probe.
+pub struct DatabaseProbe(pub DatabaseConnection);
+
+#[async_trait::async_trait]
+impl HealthProbe for DatabaseProbe {
+    fn name(&self) -> &'static str {
+        "database"
+    }
+
+    async fn is_healthy(&self) -> bool {
+        self.0.ping().await.is_ok()
+    }
 }

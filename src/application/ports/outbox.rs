@@ -194,7 +194,4 @@ pub trait EventPublisher: Send + Sync {
     /// Returns exactly one outcome per input record, in input order. Never panics on
     /// broker failure: an unreachable broker yields `Failed` outcomes.
     async fn publish(&self, batch: &[OutboxRecord]) -> Vec<PublishOutcome>;
-
-    /// Whether the broker is reachable (for `/health/ready`).
-    async fn is_ready(&self) -> bool;
 }

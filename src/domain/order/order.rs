@@ -340,7 +340,8 @@ mod tests {
 
     #[test]
     fn place_names_the_offending_field() {
-        let cases: Vec<(Box<dyn Fn(&mut NewOrder)>, &str)> = vec![
+        type Mutation = Box<dyn Fn(&mut NewOrder)>;
+        let cases: Vec<(Mutation, &str)> = vec![
             (Box::new(|o| o.items.clear()), "items"),
             (Box::new(|o| o.items[1].quantity = 0), "items[1].quantity"),
             (Box::new(|o| o.items[0].quantity = -3), "items[0].quantity"),

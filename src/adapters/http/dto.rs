@@ -1,0 +1,284 @@
+//! Request and response bodies of the HTTP API (camelCase JSON), and their mapping from
+//! the application's records. Status fields carry the domain enums' contract spelling.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::application::orchestration::events::timestamp;
+use crate::application::ports::{AuditRecord, OrderRecord, OutboxRecord, StepRecord};
+use crate::domain::notification::Notification;
+use crate::domain::order::Order;
+use crate::domain::payment::Payment;
+use crate::domain::settlement::Settlement;
+
+/// `POST /api/orders`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PlaceOrderRequest {
+    /// Defaults to the token's `sub`; only an admin may order for someone else.
+    #[schema(max_length = 64)]
+    pub customer_id: Option<String>,
+    /// ISO-4217 code, upper case.
+    #[schema(example = "KRW", min_length = 3, max_length = 3)]
+    pub currency: String,
+    #[schema(min_items = 1, max_items = 100)]
+    pub items: Vec<OrderItemRequest>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OrderItemRequest {
+    #[schema(min_length = 1, max_length = 64)]
+    pub sku: String,
+    #[schema(minimum = 1, maximum = 1_000_000)]
+    pub quantity: i64,
+    /// Minor units (e.g. cents), not negative.
+    #[schema(minimum = 0)]
+    pub unit_price: i64,
+}
+
+/// Optional body of admin actions.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReasonRequest {
+    #[schema(max_length = 1000)]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OrderItemResponse {
+    pub sku: String,
+    pub quantity: i64,
+    pub unit_price: i64,
+}
+
+/// An order's own fields (SPEC §3).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OrderResponse {
+    pub id: String,
+    pub customer_id: String,
+    /// `API` | `MEETING`
+    pub source: &'static str,
+    pub meeting_id: Option<String>,
+    pub items: Vec<OrderItemResponse>,
+    pub currency: String,
+    pub total_amount: i64,
+    /// `CREATED` | `PAYMENT_APPROVED` | `SETTLEMENT_REQUESTED` | `COMPLETED` | `FAILED` |
+    /// `CANCELLED` | `PENDING_CONFIRMATION`
+    pub status: &'static str,
+    /// `PAYMENT` | `SETTLEMENT` | `NOTIFICATION`
+    pub failure_stage: Option<&'static str>,
+    pub failure_reason: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentResponse {
+    pub id: String,
+    pub status: &'static str,
+    pub amount: i64,
+    pub payment_request_id: String,
+    pub provider_transaction_id: Option<String>,
+    pub refund_failure_reason: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SettlementResponse {
+    pub id: String,
+    pub status: &'static str,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NotificationResponse {
+    pub id: String,
+    pub status: &'static str,
+    pub policy: Option<&'static str>,
+    pub attempts: i32,
+    pub next_attempt_at: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StepResponse {
+    /// `PAYMENT` | `SETTLEMENT` | `NOTIFICATION` | `COMPENSATION`
+    pub step: &'static str,
+    /// `SUCCESS` | `FAILED` | `READY` | `SKIPPED`
+    pub status: &'static str,
+    pub detail: Option<String>,
+    pub created_at: String,
+}
+
+/// An order with its saga state, as `GET /api/orders/{id}` and `POST /api/orders` answer.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OrderDetailResponse {
+    #[serde(flatten)]
+    pub order: OrderResponse,
+    pub payment: Option<PaymentResponse>,
+    pub settlement: Option<SettlementResponse>,
+    pub notification: Option<NotificationResponse>,
+    /// Oldest first.
+    pub steps: Vec<StepResponse>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OrderPageResponse {
+    pub items: Vec<OrderResponse>,
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OutboxEventResponse {
+    pub id: i64,
+    pub event_id: String,
+    pub event_type: String,
+    pub routing_key: String,
+    pub aggregate_type: String,
+    pub aggregate_id: String,
+    /// `READY` | `PROCESSING` | `RETRY_WAIT` | `PUBLISHED` | `DEAD_LETTER` | `DISCARDED`
+    pub status: &'static str,
+    pub retry_count: i32,
+    pub failure_code: Option<&'static str>,
+    pub failure_reason: Option<String>,
+    pub next_attempt_at: Option<String>,
+    pub created_at: String,
+    pub published_at: Option<String>,
+    pub dead_lettered_at: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditResponse {
+    pub action: String,
+    pub entity_type: String,
+    pub entity_id: String,
+    pub actor: String,
+    pub detail: Option<String>,
+    pub created_at: String,
+}
+
+impl From<&Order> for OrderResponse {
+    fn from(o: &Order) -> Self {
+        OrderResponse {
+            id: o.id.to_string(),
+            customer_id: o.customer_id.clone(),
+            source: o.source.as_str(),
+            meeting_id: o.meeting_id.clone(),
+            items: o
+                .items
+                .iter()
+                .map(|i| OrderItemResponse {
+                    sku: i.sku.clone(),
+                    quantity: i.quantity,
+                    unit_price: i.unit_price.minor(),
+                })
+                .collect(),
+            currency: o.currency.to_string(),
+            total_amount: o.total.minor(),
+            status: o.status.as_str(),
+            failure_stage: o.failure_stage.map(|s| s.as_str()),
+            failure_reason: o.failure_reason.clone(),
+            created_at: timestamp(o.created_at),
+            updated_at: timestamp(o.updated_at),
+        }
+    }
+}
+
+impl From<&Payment> for PaymentResponse {
+    fn from(p: &Payment) -> Self {
+        PaymentResponse {
+            id: p.id.to_string(),
+            status: p.status.as_str(),
+            amount: p.amount.minor(),
+            payment_request_id: p.payment_request_id.clone(),
+            provider_transaction_id: p.provider_transaction_id.clone(),
+            refund_failure_reason: p.refund_failure_reason.clone(),
+        }
+    }
+}
+
+impl From<&Settlement> for SettlementResponse {
+    fn from(s: &Settlement) -> Self {
+        SettlementResponse {
+            id: s.id.to_string(),
+            status: s.status.as_str(),
+        }
+    }
+}
+
+impl From<&Notification> for NotificationResponse {
+    fn from(n: &Notification) -> Self {
+        NotificationResponse {
+            id: n.id.to_string(),
+            status: n.status.as_str(),
+            policy: n.policy.map(|p| p.as_str()),
+            attempts: n.attempts,
+            next_attempt_at: n.next_attempt_at.map(timestamp),
+        }
+    }
+}
+
+impl From<&StepRecord> for StepResponse {
+    fn from(s: &StepRecord) -> Self {
+        StepResponse {
+            step: s.step.as_str(),
+            status: s.status.as_str(),
+            detail: s.detail.clone(),
+            created_at: timestamp(s.created_at),
+        }
+    }
+}
+
+impl From<&OrderRecord> for OrderDetailResponse {
+    fn from(r: &OrderRecord) -> Self {
+        OrderDetailResponse {
+            order: OrderResponse::from(&r.order),
+            payment: r.payment.as_ref().map(PaymentResponse::from),
+            settlement: r.settlement.as_ref().map(SettlementResponse::from),
+            notification: r.notification.as_ref().map(NotificationResponse::from),
+            steps: r.steps.iter().map(StepResponse::from).collect(),
+        }
+    }
+}
+
+impl From<&OutboxRecord> for OutboxEventResponse {
+    fn from(e: &OutboxRecord) -> Self {
+        OutboxEventResponse {
+            id: e.id,
+            event_id: e.event_id.to_string(),
+            event_type: e.event_type.clone(),
+            routing_key: e.routing_key.clone(),
+            aggregate_type: e.aggregate_type.clone(),
+            aggregate_id: e.aggregate_id.clone(),
+            status: e.status.as_str(),
+            retry_count: e.retry_count,
+            failure_code: e.failure_code.map(|c| c.as_str()),
+            failure_reason: e.failure_reason.clone(),
+            next_attempt_at: e.next_attempt_at.map(timestamp),
+            created_at: timestamp(e.created_at),
+            published_at: e.published_at.map(timestamp),
+            dead_lettered_at: e.dead_lettered_at.map(timestamp),
+        }
+    }
+}
+
+impl From<&AuditRecord> for AuditResponse {
+    fn from(a: &AuditRecord) -> Self {
+        AuditResponse {
+            action: a.action.clone(),
+            entity_type: a.entity_type.clone(),
+            entity_id: a.entity_id.clone(),
+            actor: a.actor.clone(),
+            detail: a.detail.clone(),
+            created_at: timestamp(a.created_at),
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! Unauthenticated operations endpoints: liveness, readiness, the OpenAPI document and a
+//! self-contained docs page (no asset is downloaded at build or run time).
+
+use actix_web::{HttpResponse, web};
+use serde_json::json;
+use utoipa::OpenApi;
+
+use super::HttpState;
+
+/// The process is up.
+#[utoipa::path(get, path = "/health/live", tag = "ops", responses((status = 200, description = "Alive")))]
+pub async fn live() -> HttpResponse {
+    HttpResponse::Ok().json(json!({ "status": "UP" }))
+}
+
+/// The database and broker answer.
+#[utoipa::path(
+    get,
+    path = "/health/ready",
+    tag = "ops",
+    responses((status = 200, description = "Ready"), (status = 503, description = "A dependency is down"))
+)]
+pub async fn ready(state: web::Data<HttpState>) -> HttpResponse {
+    let (ready, checks) = state.readiness.check().await;
+    let checks: serde_json::Map<String, serde_json::Value> = checks
+        .into_iter()
+        .map(|(name, ok)| (name.to_owned(), json!(if ok { "UP" } else { "DOWN" })))
+        .collect();
+    let body = json!({ "status": if ready { "UP" } else { "DOWN" }, "checks": checks });
+    if ready {
+        HttpResponse::Ok().json(body)
+    } else {
+        HttpResponse::ServiceUnavailable().json(body)
+    }
+}
+
+pub async fn openapi() -> HttpResponse {
+    HttpResponse::Ok().json(super::ApiDoc::openapi())
+}
+
+pub async fn docs() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/html; charset=utf-8")
+        .body(DOCS_PAGE)
+}
+
+/// Renders `/openapi.json` in the browser with a few lines of inline script.
+const DOCS_PAGE: &str = r##"<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Order orchestration API</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>
+body{font:15px/1.5 system-ui,sans-serif;max-width:70rem;margin:2rem auto;padding:0 1rem;color:#222}
+h1{margin-bottom:0}.op{border:1px solid #ddd;border-radius:6px;margin:.6rem 0;padding:.5rem .8rem}
+.m{display:inline-block;min-width:4.5rem;font-weight:700;text-transform:uppercase}
+.get{color:#0a7}.post{color:#06c}.path{font-family:monospace;font-size:1rem}
+details pre{background:#f6f6f6;padding:.6rem;overflow:auto;font-size:12px}small{color:#666}
+</style></head><body>
+<h1>Order orchestration API</h1><p><small>Rendered from <a href="/openapi.json">/openapi.json</a>.
+Authenticate with <code>Authorization: Bearer $(app token --sub alice)</code>.</small></p>
+<div id="ops">Loading…</div>
+<script>
+fetch('/openapi.json').then(r=>r.json()).then(spec=>{
+  const root=document.getElementById('ops');root.textContent='';
+  const esc=s=>String(s??'').replace(/[&<>]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;'}[c]));
+  for(const [path,item] of Object.entries(spec.paths)){
+    for(const [method,op] of Object.entries(item)){
+      const d=document.createElement('div');d.className='op';
+      const params=(op.parameters||[]).map(p=>`${p.in} <b>${esc(p.name)}</b>${p.required?' (required)':''}: ${esc(p.description)}`).join('<br>');
+      const resp=Object.entries(op.responses||{}).map(([c,r])=>`<b>${c}</b> ${esc(r.description)}`).join('<br>');
+      d.innerHTML=`<span class="m ${method}">${method}</span> <span class="path">${esc(path)}</span>
+        <div>${esc(op.summary||'')} ${esc(op.description||'')}</div>
+        ${params?`<div><small>${params}</small></div>`:''}<div><small>${resp}</small></div>
+        <details><summary>schema</summary><pre>${esc(JSON.stringify(op,null,2))}</pre></details>`;
+      root.appendChild(d);
+    }
+  }
+  const s=document.createElement('details');s.innerHTML='<summary>Schemas</summary><pre>'+esc(JSON.stringify(spec.components,null,2))+'</pre>';root.appendChild(s);
+}).catch(e=>{document.getElementById('ops').textContent='Cannot load /openapi.json: '+e});
+</script></body></html>"##;

@@ -1,0 +1,294 @@
+//! `/api/orders`: checkout with idempotency keys, detail, listing, saga resumption.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use super::HttpState;
+use super::auth::Caller;
+use super::body::JsonBody;
+use super::correlation::CorrelationId;
+use super::dto::{OrderDetailResponse, OrderPageResponse, OrderResponse, PlaceOrderRequest};
+use super::problem::{ApiError, Problem};
+use crate::application::AppError;
+use crate::application::orchestration::PlaceOrder;
+use crate::application::ports::{IdempotencyBegin, Scenario, StoredResponse};
+use crate::application::queries::ListOrders;
+use crate::domain::ids::OrderId;
+use crate::domain::order::{NewOrderItem, OrderSource, OrderStatus};
+
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+pub const MOCK_SCENARIO: &str = "x-mock-scenario";
+
+fn header<'a>(req: &'a HttpRequest, name: &'static str) -> Result<Option<&'a str>, ApiError> {
+    req.headers()
+        .get(name)
+        .map(|v| {
+            v.to_str().map_err(|_| {
+                ApiError::field(StatusCode::BAD_REQUEST, name, "must be visible ASCII")
+            })
+        })
+        .transpose()
+}
+
+/// The scenario of `X-Mock-Scenario`, honoured only with the simulated providers.
+pub fn scenario(state: &HttpState, req: &HttpRequest) -> Result<Scenario, ApiError> {
+    if !state.honour_mock_scenario {
+        return Ok(Scenario::default());
+    }
+    match header(req, MOCK_SCENARIO)? {
+        None => Ok(Scenario::default()),
+        Some(text) => Scenario::parse(text).map_err(|e| {
+            ApiError::field(StatusCode::BAD_REQUEST, "X-Mock-Scenario", e.to_string())
+        }),
+    }
+}
+
+fn json_response(status: StatusCode, body: String) -> HttpResponse {
+    HttpResponse::build(status)
+        .content_type("application/json")
+        .body(body)
+}
+
+pub fn parse_order_id(text: &str) -> Result<OrderId, ApiError> {
+    text.parse().map_err(|_| ApiError::not_found("order"))
+}
+
+/// Place an order and run its saga.
+#[utoipa::path(
+    post,
+    path = "/api/orders",
+    tag = "orders",
+    request_body = PlaceOrderRequest,
+    params(
+        ("Idempotency-Key" = Option<String>, Header, description = "At most 255 visible ASCII characters, scoped to the caller, kept 24 h"),
+        ("X-Mock-Scenario" = Option<String>, Header, description = "Mock mode only: e.g. `payment=decline`, `settlement=fail`, `notification=auto_retry:2`"),
+        ("X-Correlation-Id" = Option<String>, Header, description = "Echoed back; generated when absent"),
+    ),
+    responses(
+        (status = 201, description = "The order and how far its saga got", body = OrderDetailResponse),
+        (status = 400, description = "Malformed JSON or header", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Ordering for another customer", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "IDEMPOTENCY_KEY_IN_PROGRESS", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body over 64 KiB", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "VALIDATION_FAILED (naming the field) or IDEMPOTENCY_KEY_REUSED", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn place_order(
+    state: web::Data<HttpState>,
+    caller: Caller,
+    correlation: CorrelationId,
+    req: HttpRequest,
+    body: JsonBody<PlaceOrderRequest>,
+) -> Result<HttpResponse, ApiError> {
+    let actor = caller.0;
+    let scenario = scenario(&state, &req)?;
+    let key = header(&req, IDEMPOTENCY_KEY)?.map(str::to_owned);
+    let request = body.value;
+    let mut command = PlaceOrder {
+        order_id: OrderId::new(),
+        customer_id: request.customer_id,
+        source: OrderSource::Api,
+        meeting_id: None,
+        currency: request.currency,
+        items: request
+            .items
+            .into_iter()
+            .map(|i| NewOrderItem {
+                sku: i.sku,
+                quantity: i.quantity,
+                unit_price: i.unit_price,
+            })
+            .collect(),
+        scenario,
+        correlation_id: Some(correlation.0),
+    };
+    let Some(key) = key else {
+        let record = state.orchestrator.place_order(&actor, command).await?;
+        return Ok(HttpResponse::Created().json(OrderDetailResponse::from(&record)));
+    };
+
+    let fingerprint = {
+        let mut hash = Sha256::new();
+        hash.update(body.canonical.as_bytes());
+        hash.update(b"\n");
+        hash.update(scenario.to_string().as_bytes());
+        format!("{:x}", hash.finalize())
+    };
+    match state.idempotency.begin(&actor, &key, &fingerprint).await? {
+        IdempotencyBegin::Completed(stored) => {
+            let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
+            let mut response = json_response(status, stored.body);
+            response.headers_mut().insert(
+                actix_web::http::header::HeaderName::from_static("idempotent-replayed"),
+                actix_web::http::header::HeaderValue::from_static("true"),
+            );
+            return Ok(response);
+        }
+        IdempotencyBegin::Mismatch => {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "IDEMPOTENCY_KEY_REUSED",
+                "this Idempotency-Key was used with a different request",
+            ));
+        }
+        IdempotencyBegin::InProgress => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "IDEMPOTENCY_KEY_IN_PROGRESS",
+                "a request with this Idempotency-Key is still being processed",
+            ));
+        }
+        IdempotencyBegin::Started { order_id } => command.order_id = order_id,
+    }
+    match state.orchestrator.place_order(&actor, command).await {
+        Ok(record) => {
+            let body = serde_json::to_string(&OrderDetailResponse::from(&record))
+                .map_err(|e| ApiError::from(AppError::Internal(e.to_string())))?;
+            let stored = StoredResponse {
+                status: StatusCode::CREATED.as_u16(),
+                body,
+            };
+            state.idempotency.complete(&actor, &key, &stored).await?;
+            Ok(json_response(StatusCode::CREATED, stored.body))
+        }
+        Err(err) => {
+            // Nothing was created for a refused request: the key is free again. After a
+            // system failure the order may exist: keep the key, so a retry resumes it.
+            let forget = matches!(
+                err,
+                AppError::Validation { .. } | AppError::Forbidden { .. }
+            );
+            if let Err(release) = state.idempotency.release(&actor, &key, forget).await {
+                tracing::warn!(error = %release, "could not release an idempotency key");
+            }
+            Err(err.into())
+        }
+    }
+}
+
+/// One order with its payment, settlement, notification and steps.
+#[utoipa::path(
+    get,
+    path = "/api/orders/{id}",
+    tag = "orders",
+    params(("id" = String, Path, description = "Order id (UUID)")),
+    responses(
+        (status = 200, body = OrderDetailResponse),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such order, or another customer's", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn get_order(
+    state: web::Data<HttpState>,
+    caller: Caller,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = parse_order_id(&path)?;
+    let record = state.queries.get_order(&caller.0, id).await?;
+    Ok(HttpResponse::Ok().json(OrderDetailResponse::from(&record)))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub struct ListOrdersQuery {
+    /// An order status, e.g. `COMPLETED`.
+    status: Option<String>,
+    /// Admins only; a customer always sees their own.
+    customer_id: Option<String>,
+    /// 1 to 100, default 20.
+    limit: Option<String>,
+    /// `nextCursor` of the previous page.
+    cursor: Option<String>,
+}
+
+/// Orders, newest first; a customer sees only their own.
+#[utoipa::path(
+    get,
+    path = "/api/orders",
+    tag = "orders",
+    params(ListOrdersQuery),
+    responses(
+        (status = 200, body = OrderPageResponse),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Bad status, limit or cursor", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn list_orders(
+    state: web::Data<HttpState>,
+    caller: Caller,
+    query: web::Query<ListOrdersQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let q = query.into_inner();
+    let unprocessable = |field: &str, message: &str| {
+        ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, field, message)
+    };
+    let status = q
+        .status
+        .map(|s| {
+            OrderStatus::parse(&s).ok_or_else(|| unprocessable("status", "not an order status"))
+        })
+        .transpose()?;
+    let limit = q
+        .limit
+        .map(|l| {
+            l.parse::<u32>()
+                .map_err(|_| unprocessable("limit", "must be a number between 1 and 100"))
+        })
+        .transpose()?;
+    let cursor = q
+        .cursor
+        .map(|c| {
+            c.parse::<OrderId>()
+                .map_err(|_| unprocessable("cursor", "not a cursor from this API"))
+        })
+        .transpose()?;
+    let page = state
+        .queries
+        .list_orders(
+            &caller.0,
+            ListOrders {
+                status,
+                customer_id: q.customer_id,
+                limit,
+                cursor,
+            },
+        )
+        .await?;
+    Ok(HttpResponse::Ok().json(OrderPageResponse {
+        items: page.items.iter().map(OrderResponse::from).collect(),
+        next_cursor: page.next_cursor.map(|c| c.to_string()),
+    }))
+}
+
+/// Resume the saga of an order: steps already done are skipped, no provider is called
+/// twice; a finished order is returned unchanged.
+#[utoipa::path(
+    post,
+    path = "/api/orders/{id}/orchestrate",
+    tag = "orders",
+    params(("id" = String, Path, description = "Order id (UUID)")),
+    responses(
+        (status = 200, body = OrderDetailResponse),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn orchestrate(
+    state: web::Data<HttpState>,
+    caller: Caller,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = parse_order_id(&path)?;
+    let record = state.orchestrator.orchestrate(&caller.0, id).await?;
+    Ok(HttpResponse::Ok().json(OrderDetailResponse::from(&record)))
+}

@@ -1,0 +1,382 @@
+//! The composition root: builds adapters from [`Settings`], wraps them as ports, hands
+//! them to the services, and runs the HTTP server and the worker loops. Nothing else in
+//! the crate sees every layer.
+
+use std::future::Future;
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::Duration as StdDuration;
+
+use actix_web::dev::{Server, ServerHandle};
+use actix_web::middleware::from_fn;
+use actix_web::{App, HttpServer, web};
+use chrono::Duration;
+use sea_orm::DatabaseConnection;
+use sea_orm_migration::MigratorTrait;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::adapters::clock::SystemClock;
+use crate::adapters::http::auth::JwtKeys;
+use crate::adapters::http::{self, HttpState};
+use crate::adapters::messaging::LogEventPublisher;
+use crate::adapters::persistence::{
+    self, DatabaseProbe, SeaOrmIdempotencyStore, SeaOrmOrderRepository, SeaOrmOutboxStore,
+};
+use crate::adapters::providers::{
+    ProviderCalls, SimulatedNotifier, SimulatedPaymentGateway, SimulatedSettlementGateway,
+};
+use crate::application::health::{HealthProbe, Readiness};
+use crate::application::idempotency::IdempotencyService;
+use crate::application::orchestration::{Orchestrator, SagaSettings};
+use crate::application::outbox::{Housekeeping, HousekeepingSettings, OutboxRelay, RelaySettings};
+use crate::application::ports::{
+    Clock, EventPublisher, IdempotencyStore, Notifier, OrderRepository, OutboxStore,
+    PaymentGateway, SettlementGateway, UnitOfWork,
+};
+use crate::application::queries::OrderQueries;
+use crate::config::{BrokerKind, ProviderKind, Settings};
+use crate::domain::notification::RetryPolicy;
+use crate::domain::outbox::RetrySchedule;
+
+/// Why the service could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    /// Bad configuration (exit code 2).
+    #[error("{0}")]
+    Config(String),
+    /// A dependency failed (exit code 1).
+    #[error("{0}")]
+    Runtime(String),
+}
+
+fn chrono(d: StdDuration) -> Duration {
+    Duration::from_std(d).unwrap_or(Duration::MAX)
+}
+
+/// A name for this process's claims: host, pid and a random suffix, unique per relay.
+pub fn worker_id() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "worker".into());
+    format!("{host}-{}-{:04x}", std::process::id(), fastrand::u16(..))
+}
+
+type Providers = (
+    Arc<dyn PaymentGateway>,
+    Arc<dyn SettlementGateway>,
+    Arc<dyn Notifier>,
+    Option<Arc<ProviderCalls>>,
+);
+
+/// Every service of the application, wired.
+#[derive(Clone)]
+pub struct Services {
+    pub db: DatabaseConnection,
+    pub orchestrator: Arc<Orchestrator>,
+    pub queries: Arc<OrderQueries>,
+    pub idempotency: Arc<IdempotencyService>,
+    pub readiness: Arc<Readiness>,
+    pub outbox_store: Arc<dyn OutboxStore>,
+    pub publisher: Arc<dyn EventPublisher>,
+    pub housekeeping: Arc<Housekeeping>,
+    pub clock: Arc<dyn Clock>,
+    pub jwt: Arc<JwtKeys>,
+    /// Call counters of the simulated providers (mock mode).
+    pub provider_calls: Option<Arc<ProviderCalls>>,
+    /// Woken after each commit that appended outbox events.
+    pub relay_wake: Arc<Notify>,
+    pub settings: Settings,
+}
+
+impl Services {
+    /// A relay with its own worker id, sharing this process's wake-up signal.
+    pub fn relay(&self) -> OutboxRelay {
+        let o = &self.settings.outbox;
+        OutboxRelay::new(
+            self.outbox_store.clone(),
+            self.publisher.clone(),
+            self.clock.clone(),
+            RelaySettings {
+                worker_id: worker_id(),
+                batch_size: o.batch_size,
+                lease: chrono(o.processing_timeout),
+                poll_interval: o.poll_interval,
+                schedule: RetrySchedule {
+                    max_retries: o.max_retries,
+                    backoff_base: chrono(o.backoff_base),
+                    backoff_cap: chrono(o.backoff_cap),
+                },
+            },
+            self.relay_wake.clone(),
+        )
+    }
+}
+
+/// Connects, migrates (SQLite) or checks the schema (PostgreSQL), and wires the services.
+///
+/// # Errors
+/// `Config` for unusable keys; `Runtime` when the database cannot be reached or is not
+/// migrated.
+pub async fn build_services(settings: &Settings) -> Result<Services, StartupError> {
+    let jwt = Arc::new(
+        JwtKeys::from_settings(&settings.auth).map_err(|e| StartupError::Config(e.to_string()))?,
+    );
+    let db = persistence::connect(
+        settings.database.url.expose(),
+        settings.database.max_connections,
+    )
+    .await
+    .map_err(|e| StartupError::Runtime(format!("cannot open the database: {e}")))?;
+    if settings.database.is_sqlite() {
+        persistence::migrate(&db)
+            .await
+            .map_err(|e| StartupError::Runtime(format!("migration failed: {e}")))?;
+    } else {
+        let pending = migrations::Migrator::get_pending_migrations(&db)
+            .await
+            .map_err(|e| StartupError::Runtime(format!("cannot read the schema version: {e}")))?;
+        if !pending.is_empty() {
+            return Err(StartupError::Runtime(format!(
+                "the database has {} pending migration(s); run `app migrate` first",
+                pending.len()
+            )));
+        }
+    }
+
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let relay_wake = Arc::new(Notify::new());
+    let orders = Arc::new(SeaOrmOrderRepository::new(db.clone(), relay_wake.clone()));
+    let outbox_store: Arc<dyn OutboxStore> = Arc::new(SeaOrmOutboxStore::new(db.clone()));
+    let idempotency_store: Arc<dyn IdempotencyStore> =
+        Arc::new(SeaOrmIdempotencyStore::new(db.clone()));
+
+    let (payments, settlements, notifier, provider_calls): Providers =
+        match settings.payment.provider {
+            ProviderKind::Mock => {
+                let calls = Arc::new(ProviderCalls::default());
+                (
+                    Arc::new(SimulatedPaymentGateway::new(calls.clone())),
+                    Arc::new(SimulatedSettlementGateway::new(calls.clone())),
+                    Arc::new(SimulatedNotifier::new(calls.clone())),
+                    Some(calls),
+                )
+            }
+            ProviderKind::External => {
+                return Err(StartupError::Config(
+                    "`payment.provider`: external is not available in this build yet; use mock"
+                        .into(),
+                ));
+            }
+        };
+
+    let (publisher, broker_probe): (Arc<dyn EventPublisher>, Arc<dyn HealthProbe>) =
+        match settings.broker.kind {
+            BrokerKind::Log => (Arc::new(LogEventPublisher), Arc::new(LogEventPublisher)),
+            BrokerKind::Amqp => {
+                return Err(StartupError::Config(
+                    "`broker.kind`: amqp is not available in this build yet; use log".into(),
+                ));
+            }
+        };
+
+    let orchestrator = Arc::new(Orchestrator::new(
+        orders.clone() as Arc<dyn OrderRepository>,
+        orders.clone() as Arc<dyn UnitOfWork>,
+        payments,
+        settlements,
+        notifier,
+        clock.clone(),
+        SagaSettings {
+            notification_retry: RetryPolicy {
+                max_attempts: settings.notification.retry_max_attempts,
+                backoff_base: chrono(settings.notification.retry_backoff_base),
+            },
+        },
+    ));
+    let queries = Arc::new(OrderQueries::new(orders.clone()));
+    let idempotency = Arc::new(IdempotencyService::new(
+        idempotency_store.clone(),
+        orders.clone(),
+        clock.clone(),
+        Duration::seconds(60),
+    ));
+    let readiness = Arc::new(Readiness::new(vec![
+        Arc::new(DatabaseProbe(db.clone())),
+        broker_probe,
+    ]));
+    let housekeeping = Arc::new(Housekeeping::new(
+        outbox_store.clone(),
+        idempotency_store,
+        clock.clone(),
+        HousekeepingSettings {
+            recovery_interval: settings.outbox.recovery_interval,
+            cleanup_at: settings.outbox.cleanup_at,
+            retention_published: chrono(settings.outbox.retention_published),
+            retention_dead_letter: chrono(settings.outbox.retention_dead_letter),
+            retention_idempotency: Duration::hours(24),
+            cleanup_batch: 1000,
+        },
+    ));
+    Ok(Services {
+        db,
+        orchestrator,
+        queries,
+        idempotency,
+        readiness,
+        outbox_store,
+        publisher,
+        housekeeping,
+        clock,
+        jwt,
+        provider_calls,
+        relay_wake,
+        settings: settings.clone(),
+    })
+}
+
+/// The background loops of `app worker` (and of `app serve` when embedded).
+pub struct Workers {
+    stop: CancellationToken,
+    handles: Vec<JoinHandle<()>>,
+}
+
+impl Workers {
+    pub fn spawn(services: &Services) -> Workers {
+        let stop = CancellationToken::new();
+        let mut handles = Vec::new();
+        let relay = services.relay();
+        let token = stop.clone();
+        handles.push(tokio::spawn(
+            async move { relay.run_until_stopped(token).await },
+        ));
+        let housekeeping = services.housekeeping.clone();
+        let token = stop.clone();
+        handles.push(tokio::spawn(async move {
+            housekeeping.run_until_stopped(token).await
+        }));
+        tracing::info!("worker loops started: outbox relay, lease recovery, clean-up");
+        Workers { stop, handles }
+    }
+
+    /// Stops claiming, lets rounds in flight finish (bounded), and returns.
+    pub async fn shutdown(self, grace: StdDuration) {
+        self.stop.cancel();
+        for handle in self.handles {
+            if tokio::time::timeout(grace, handle).await.is_err() {
+                tracing::warn!("a worker loop did not stop within the grace period");
+            }
+        }
+    }
+}
+
+/// A running `app serve`: the HTTP server and, when embedded, the worker loops.
+pub struct Application {
+    port: u16,
+    server: Server,
+    services: Services,
+}
+
+impl Application {
+    /// Binds `http.bind` (port 0 picks a free one) and builds everything.
+    ///
+    /// # Errors
+    /// As [`build_services`], or the address cannot be bound.
+    pub async fn build(settings: Settings) -> Result<Application, StartupError> {
+        let services = build_services(&settings).await?;
+        let listener = TcpListener::bind(settings.http.bind).map_err(|e| {
+            StartupError::Runtime(format!("cannot bind {}: {e}", settings.http.bind))
+        })?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| StartupError::Runtime(e.to_string()))?
+            .port();
+        let state = web::Data::new(HttpState {
+            orchestrator: services.orchestrator.clone(),
+            queries: services.queries.clone(),
+            idempotency: services.idempotency.clone(),
+            readiness: services.readiness.clone(),
+            honour_mock_scenario: settings.payment.provider == ProviderKind::Mock,
+        });
+        let jwt = web::Data::from(services.jwt.clone());
+        let server = HttpServer::new(move || {
+            App::new()
+                .wrap(from_fn(http::correlation::correlate))
+                .app_data(state.clone())
+                .app_data(jwt.clone())
+                .configure(http::routes)
+                .default_service(web::to(http::not_found))
+        })
+        .listen(listener)
+        .map_err(|e| StartupError::Runtime(e.to_string()))?
+        .disable_signals()
+        .shutdown_timeout(10)
+        .run();
+        Ok(Application {
+            port,
+            server,
+            services,
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn services(&self) -> &Services {
+        &self.services
+    }
+
+    pub fn server_handle(&self) -> ServerHandle {
+        self.server.handle()
+    }
+
+    /// Serves until `shutdown` resolves, then stops accepting, finishes requests in
+    /// flight, stops the worker loops and returns.
+    ///
+    /// # Errors
+    /// The server failed.
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()>,
+    ) -> std::io::Result<()> {
+        let workers = self
+            .services
+            .settings
+            .worker
+            .embedded
+            .then(|| Workers::spawn(&self.services));
+        let handle = self.server.handle();
+        let mut server = tokio::spawn(self.server);
+        let result = tokio::select! {
+            result = &mut server => result.unwrap_or_else(|e| Err(std::io::Error::other(e))),
+            _ = shutdown => {
+                tracing::info!("shutting down: finishing requests in flight");
+                handle.stop(true).await;
+                server.await.unwrap_or_else(|e| Err(std::io::Error::other(e)))
+            }
+        };
+        if let Some(workers) = workers {
+            workers.shutdown(StdDuration::from_secs(30)).await;
+        }
+        result
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}
