@@ -75,6 +75,7 @@ pub struct Services {
     pub orchestrator: Arc<Orchestrator>,
     pub queries: Arc<OrderQueries>,
     pub idempotency: Arc<IdempotencyService>,
+    pub idempotency_store: Arc<dyn IdempotencyStore>,
     pub readiness: Arc<Readiness>,
     pub outbox_store: Arc<dyn OutboxStore>,
     pub publisher: Arc<dyn EventPublisher>,
@@ -206,7 +207,7 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
     ]));
     let housekeeping = Arc::new(Housekeeping::new(
         outbox_store.clone(),
-        idempotency_store,
+        idempotency_store.clone(),
         clock.clone(),
         HousekeepingSettings {
             recovery_interval: settings.outbox.recovery_interval,
@@ -222,6 +223,7 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
         orchestrator,
         queries,
         idempotency,
+        idempotency_store,
         readiness,
         outbox_store,
         publisher,

@@ -68,6 +68,11 @@ impl IdempotencyStore for SeaOrmIdempotencyStore {
                 return Box::pin(self.begin(scope, key, fingerprint, order_id, now, lease_until))
                     .await;
             };
+            // A key whose first request still runs is busy, whatever this request is.
+            let finished = existing.response_status.is_some();
+            if !finished && existing.locked_until.is_some_and(|until| until > now) {
+                return Ok(IdempotencyBegin::InProgress);
+            }
             if existing.fingerprint != fingerprint {
                 return Ok(IdempotencyBegin::Mismatch);
             }
@@ -78,9 +83,6 @@ impl IdempotencyStore for SeaOrmIdempotencyStore {
                     status: status as u16,
                     body,
                 }));
-            }
-            if existing.locked_until.is_some_and(|until| until > now) {
-                return Ok(IdempotencyBegin::InProgress);
             }
             // The holder died or released it: take over, conditional on the lease we saw.
             let taken = idempotency_keys::Entity::update_many()

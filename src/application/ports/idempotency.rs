@@ -19,7 +19,7 @@ pub enum IdempotencyBegin {
     /// Run it. `order_id` is the id to create — or, when a previous holder of the key
     /// crashed or gave up, the id it may already have created, to resume.
     Started { order_id: OrderId },
-    /// Another request with this key is running now.
+    /// Another request with this key is running now (checked before the fingerprint).
     InProgress,
     /// This key already finished with the same request: replay its response.
     Completed(StoredResponse),

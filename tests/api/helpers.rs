@@ -1,0 +1,292 @@
+//! Shared test support: a fresh database per test (a temp file on SQLite, a UUID-named
+//! database on PostgreSQL, dropped afterwards) and the app spawned on port 0.
+//!
+//! PostgreSQL is `TEST_DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/postgres`).
+//! When it cannot be reached a test is skipped — except under `CI=true`, where it fails.
+
+use std::sync::Arc;
+
+use orchestrator::adapters::persistence;
+use orchestrator::config::Settings;
+use orchestrator::startup::{Application, Services};
+use reqwest::{RequestBuilder, Response, StatusCode};
+use sea_orm::{ConnectionTrait, Database, DatabaseConnection};
+use serde_json::Value;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Runs `$name(Backend)` as one test per database: `$name::sqlite` and `$name::postgres`.
+#[macro_export]
+macro_rules! on_both_databases {
+    ($($name:ident),+ $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    super::$name($crate::helpers::Backend::Sqlite).await
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    super::$name($crate::helpers::Backend::Postgres).await
+                }
+            }
+        )+
+    };
+}
+
+pub const TEST_SECRET: &str = "test-signing-secret-0123456789-abcdefghijklmnop";
+pub const TEST_KEYS: &str = r#"[{"kid":"test","algorithm":"HS256","secret":"test-signing-secret-0123456789-abcdefghijklmnop"}]"#;
+
+fn admin_url() -> String {
+    std::env::var("TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// Under `CI=true` a missing service is a failure, never a skip.
+pub fn service_missing(service: &str, why: impl std::fmt::Display) {
+    if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
+        panic!("{service} is required under CI=true but is not reachable: {why}");
+    }
+    eprintln!("SKIPPED: {service} is not reachable ({why}); set CI=true to make this fail");
+}
+
+/// A database that exists for one test.
+pub struct TestDb {
+    pub url: String,
+    pg_name: Option<String>,
+    sqlite_file: Option<std::path::PathBuf>,
+}
+
+impl TestDb {
+    /// A fresh, empty database (not migrated), or `None` when PostgreSQL is absent.
+    pub async fn create(backend: Backend) -> Option<TestDb> {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        match backend {
+            Backend::Sqlite => {
+                let file = std::env::temp_dir().join(format!("orchestrator-test-{id}.db"));
+                Some(TestDb {
+                    url: format!("sqlite://{}?mode=rwc", file.display()),
+                    pg_name: None,
+                    sqlite_file: Some(file),
+                })
+            }
+            Backend::Postgres => {
+                let admin = match Database::connect(admin_url()).await {
+                    Ok(db) => db,
+                    Err(e) => {
+                        service_missing("PostgreSQL", e);
+                        return None;
+                    }
+                };
+                let name = format!("orch_test_{id}");
+                admin
+                    .execute_unprepared(&format!("CREATE DATABASE \"{name}\""))
+                    .await
+                    .expect("create test database");
+                let _ = admin.close().await;
+                let base = admin_url();
+                let server = base
+                    .rsplit_once('/')
+                    .map_or(base.as_str(), |(server, _)| server);
+                Some(TestDb {
+                    url: format!("{server}/{name}"),
+                    pg_name: Some(name),
+                    sqlite_file: None,
+                })
+            }
+        }
+    }
+
+    /// A migrated connection to it.
+    pub async fn connect(&self) -> DatabaseConnection {
+        let db = persistence::connect(&self.url, 8)
+            .await
+            .expect("connect to test database");
+        persistence::migrate(&db)
+            .await
+            .expect("migrate test database");
+        db
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Some(name) = self.pg_name.take() {
+            // Drop runs inside the test's runtime: use a thread with its own.
+            let url = admin_url();
+            let _ = std::thread::spawn(move || {
+                let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                else {
+                    return;
+                };
+                rt.block_on(async move {
+                    if let Ok(admin) = Database::connect(url).await {
+                        let _ = admin
+                            .execute_unprepared(&format!(
+                                "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
+                            ))
+                            .await;
+                        let _ = admin.close().await;
+                    }
+                });
+            })
+            .join();
+        }
+        if let Some(file) = self.sqlite_file.take() {
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+            }
+        }
+    }
+}
+
+/// Settings for a test app on `db`, with `extra` environment on top.
+pub fn settings(db: &TestDb, extra: &[(&str, &str)]) -> Settings {
+    let mut env: Vec<(String, String)> = vec![
+        ("APP__DATABASE__URL".into(), db.url.clone()),
+        ("APP__DATABASE__MAX_CONNECTIONS".into(), "8".into()),
+        ("APP__HTTP__BIND".into(), "127.0.0.1:0".into()),
+        ("APP__WORKER__EMBEDDED".into(), "false".into()),
+        ("APP__AUTH__KEYS".into(), TEST_KEYS.into()),
+    ];
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    Settings::load_from(None, env).expect("test settings")
+}
+
+pub struct TestApp {
+    pub base: String,
+    pub client: reqwest::Client,
+    pub services: Services,
+    pub db: DatabaseConnection,
+    // Dropped last: the database outlives the app's connections.
+    _stop: tokio::sync::oneshot::Sender<()>,
+    _test_db: Arc<TestDb>,
+}
+
+impl TestApp {
+    /// The app on a fresh database, or `None` (skip) when PostgreSQL is absent outside CI.
+    pub async fn spawn(backend: Backend) -> Option<TestApp> {
+        Self::spawn_with(backend, &[]).await
+    }
+
+    pub async fn spawn_with(backend: Backend, extra: &[(&str, &str)]) -> Option<TestApp> {
+        let test_db = TestDb::create(backend).await?;
+        // Migrate explicitly: `serve` on PostgreSQL refuses an unmigrated schema.
+        let db = test_db.connect().await;
+        let app = Application::build(settings(&test_db, extra))
+            .await
+            .expect("build app");
+        let base = format!("http://127.0.0.1:{}", app.port());
+        let services = app.services().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(app.run_until_stopped(async move {
+            let _ = stopped.await;
+        }));
+        Some(TestApp {
+            base,
+            client: reqwest::Client::new(),
+            services,
+            db,
+            _stop: stop,
+            _test_db: Arc::new(test_db),
+        })
+    }
+
+    pub fn token(&self, sub: &str) -> String {
+        self.services
+            .jwt
+            .mint(sub, &[], std::time::Duration::from_secs(600))
+            .expect("mint")
+    }
+
+    pub fn admin_token(&self, sub: &str) -> String {
+        self.services
+            .jwt
+            .mint(
+                sub,
+                &["admin".to_owned()],
+                std::time::Duration::from_secs(600),
+            )
+            .expect("mint")
+    }
+
+    pub fn get(&self, path: &str, token: &str) -> RequestBuilder {
+        self.client
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(token)
+    }
+
+    pub fn post(&self, path: &str, token: &str) -> RequestBuilder {
+        self.client
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(token)
+    }
+
+    /// `POST /api/orders` with a JSON body and optional scenario.
+    pub async fn place_order(&self, token: &str, body: &Value, scenario: Option<&str>) -> Response {
+        let mut req = self.post("/api/orders", token).json(body);
+        if let Some(s) = scenario {
+            req = req.header("X-Mock-Scenario", s);
+        }
+        req.send().await.expect("request")
+    }
+
+    /// Counts rows of `table` (test assertions only).
+    pub async fn count(&self, table: &str) -> i64 {
+        count(&self.db, table).await
+    }
+}
+
+pub async fn count(db: &DatabaseConnection, table: &str) -> i64 {
+    count_where(db, table, "1 = 1").await
+}
+
+/// Counts rows of `table` matching a literal SQL condition (test assertions only).
+pub async fn count_where(db: &DatabaseConnection, table: &str, condition: &str) -> i64 {
+    let row = db
+        .query_one_raw(sea_orm::Statement::from_string(
+            db.get_database_backend(),
+            format!("SELECT COUNT(*) AS n FROM {table} WHERE {condition}"),
+        ))
+        .await
+        .expect("count")
+        .expect("a row");
+    row.try_get::<i64>("", "n").expect("n")
+}
+
+pub fn order_body() -> Value {
+    serde_json::json!({
+        "currency": "KRW",
+        "items": [{ "sku": "TICKET-STD", "quantity": 2, "unitPrice": 15000 }]
+    })
+}
+
+/// Reads a JSON body, asserting the status first (with the body in the message).
+pub async fn json(response: Response, expected: StatusCode) -> Value {
+    let status = response.status();
+    let text = response.text().await.expect("body");
+    assert_eq!(status, expected, "unexpected status; body: {text}");
+    serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"))
+}
+
+/// The `(step, status)` pairs of an order detail, in order.
+pub fn steps(detail: &Value) -> Vec<(String, String)> {
+    detail["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .map(|s| {
+            (
+                s["step"].as_str().unwrap().to_owned(),
+                s["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,8 @@
+//! Integration tests: one binary (link time), modules by area. Every test gets a fresh
+//! database; most run once on SQLite and once on PostgreSQL.
+
+mod helpers;
+
+mod api_orders;
+mod api_validation;
+mod repository_contract;

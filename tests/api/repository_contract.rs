@@ -1,0 +1,722 @@
+//! The storage ports' contract, run against SQLite and PostgreSQL alike: round trips,
+//! conditional updates, claiming and marking of outbox rows, idempotency keys.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, DurationRound, TimeDelta, Utc};
+use orchestrator::adapters::persistence::{
+    SeaOrmIdempotencyStore, SeaOrmOrderRepository, SeaOrmOutboxStore,
+};
+use orchestrator::application::ports::{
+    AuditRecord, Changes, DeliveryFailure, IdempotencyBegin, IdempotencyStore, NewOutboxEvent,
+    OrderContext, OrderFilter, OrderRepository, OutboxStore, RepoError, Scenario, StoredResponse,
+    UnitOfWork,
+};
+use orchestrator::domain::ids::{EventId, OrderId};
+use orchestrator::domain::order::{
+    NewOrder, NewOrderItem, Order, OrderSource, OrderStatus, SagaStep, StepStatus,
+};
+use orchestrator::domain::outbox::{FailureCode, FailureOutcome, OutboxStatus};
+use orchestrator::domain::payment::Payment;
+use sea_orm::DatabaseConnection;
+use tokio::sync::Notify;
+
+use crate::helpers::{Backend, TestDb};
+use crate::on_both_databases;
+
+fn now() -> DateTime<Utc> {
+    Utc::now()
+        .duration_trunc(TimeDelta::microseconds(1))
+        .unwrap()
+}
+
+fn new_order(customer: &str) -> Order {
+    Order::place(
+        OrderId::new(),
+        NewOrder {
+            customer_id: customer.into(),
+            source: OrderSource::Api,
+            meeting_id: None,
+            currency: "EUR".into(),
+            items: vec![
+                NewOrderItem {
+                    sku: "A".into(),
+                    quantity: 2,
+                    unit_price: 250,
+                },
+                NewOrderItem {
+                    sku: "B".into(),
+                    quantity: 1,
+                    unit_price: 100,
+                },
+            ],
+        },
+        now(),
+    )
+    .unwrap()
+}
+
+fn event(aggregate: &str, event_type: &str) -> NewOutboxEvent {
+    NewOutboxEvent {
+        event_id: EventId::new(),
+        aggregate_type: "order".into(),
+        aggregate_id: aggregate.into(),
+        event_type: event_type.into(),
+        routing_key: event_type.into(),
+        payload: format!("{{\"eventType\":\"{event_type}\"}}"),
+        correlation_id: Some("corr".into()),
+        created_at: now(),
+    }
+}
+
+struct Stores {
+    _db: TestDb,
+    conn: DatabaseConnection,
+    orders: SeaOrmOrderRepository,
+    outbox: SeaOrmOutboxStore,
+    keys: SeaOrmIdempotencyStore,
+    wake: Arc<Notify>,
+}
+
+async fn stores(backend: Backend) -> Option<Stores> {
+    let db = TestDb::create(backend).await?;
+    let conn = db.connect().await;
+    let wake = Arc::new(Notify::new());
+    Some(Stores {
+        orders: SeaOrmOrderRepository::new(conn.clone(), wake.clone()),
+        outbox: SeaOrmOutboxStore::new(conn.clone()),
+        keys: SeaOrmIdempotencyStore::new(conn.clone()),
+        conn,
+        wake,
+        _db: db,
+    })
+}
+
+async fn insert(s: &Stores, order: &mut Order, events: Vec<NewOutboxEvent>) {
+    let mut changes = Changes::default();
+    changes.insert_order(
+        order,
+        OrderContext {
+            scenario: Scenario::parse("settlement=fail").unwrap(),
+            correlation_id: Some("c-1".into()),
+        },
+    );
+    changes.outbox = events;
+    s.orders.commit(changes).await.unwrap();
+}
+
+async fn an_order_round_trips_with_its_context(backend: Backend) {
+    let Some(s) = stores(backend).await else {
+        return;
+    };
+    let mut order = new_order("alice");
+    let mut payment = Payment::request(order.id, 1, order.total, now());
+    insert(&s, &mut order, vec![]).await;
+    let mut changes = Changes::default();
+    payment.approve("tx-1", now()).unwrap();
+    order.approve_payment(now()).unwrap();
+    changes.insert_payment(&mut payment);
+    changes.update_order(&mut order);
+    changes.step(
+        order.id,
+        SagaStep::Payment,
+        StepStatus::Success,
+        Some("ok".into()),
+        now(),
+    );
+    s.orders.commit(changes).await.unwrap();
+
+    let record = s.orders.get(order.id).await.unwrap().expect("stored");
+    assert_eq!(
+        record.order, order,
+        "every field survives, version included"
+    );
+    assert_eq!(record.payment, Some(payment));
+    assert_eq!(
+        record.context.scenario,
+        Scenario::parse("settlement=fail").unwrap()
+    );
+    assert_eq!(record.context.correlation_id.as_deref(), Some("c-1"));
+    assert_eq!(record.steps.len(), 1);
+    assert_eq!(record.steps[0].step, SagaStep::Payment);
+    assert!(s.orders.get(OrderId::new()).await.unwrap().is_none());
+}
+
+async fn a_stale_update_conflicts_and_writes_nothing(backend: Backend) {
+    let Some(s) = stores(backend).await else {
+        return;
+    };
+    let mut order = new_order("alice");
+    insert(&s, &mut order, vec![]).await;
+    let mut stale = order.clone();
+
+    let mut changes = Changes::default();
+    order.approve_payment(now()).unwrap();
+    changes.update_order(&mut order);
+    s.orders.commit(changes).await.unwrap();
+
+    let mut changes = Changes::default();
+    stale
+        .fail(
+            orchestrator::domain::order::FailureStage::Payment,
+            "x",
+            now(),
+        )
+        .unwrap();
+    changes.update_order(&mut stale);
+    changes.step(stale.id, SagaStep::Payment, StepStatus::Failed, None, now());
+    changes
+        .outbox
+        .push(event(&stale.id.to_string(), "order.failed"));
+    changes.audit.push(AuditRecord {
+        action: "X".into(),
+        entity_type: "order".into(),
+        entity_id: stale.id.to_string(),
+        actor: "t".into(),
+        detail: None,
+        created_at: now(),
+    });
+    assert_eq!(s.orders.commit(changes).await, Err(RepoError::Conflict));
+    let record = s.orders.get(order.id).await.unwrap().unwrap();
+    assert_eq!(
+        record.order.status,
+        OrderStatus::PaymentApproved,
+        "the winner's write stands"
+    );
+    assert!(record.steps.is_empty(), "the loser's step was rolled back");
+    assert_eq!(
+        crate::helpers::count(&s.conn, "outbox_events").await,
+        0,
+        "and its events"
+    );
+    assert_eq!(
+        crate::helpers::count(&s.conn, "audit_log").await,
+        0,
+        "and its audit"
+    );
+
+    // Inserting the same order twice is a conflict too.
+    let mut again = record.order.clone();
+    again.version = 0;
+    let mut changes = Changes::default();
+    changes.insert_order(&mut again, OrderContext::default());
+    assert_eq!(s.orders.commit(changes).await, Err(RepoError::Conflict));
+}
+
+async fn listing_filters_and_pages(backend: Backend) {
+    let Some(s) = stores(backend).await else {
+        return;
+    };
+    let mut ids = Vec::new();
+    for customer in ["alice", "bob", "alice", "alice"] {
+        let mut o = new_order(customer);
+        insert(&s, &mut o, vec![]).await;
+        ids.push((customer, o.id));
+    }
+    let filter = |customer: Option<&str>, before: Option<OrderId>, limit| OrderFilter {
+        status: None,
+        customer_id: customer.map(str::to_owned),
+        before,
+        limit,
+    };
+    let alice: Vec<OrderId> = ids
+        .iter()
+        .rev()
+        .filter(|(c, _)| *c == "alice")
+        .map(|(_, id)| *id)
+        .collect();
+    let page = s
+        .orders
+        .list(&filter(Some("alice"), None, 2))
+        .await
+        .unwrap();
+    assert_eq!(page.iter().map(|o| o.id).collect::<Vec<_>>(), alice[..2]);
+    assert_eq!(page[0].items.len(), 2, "items are loaded");
+    let next = s
+        .orders
+        .list(&filter(Some("alice"), Some(page[1].id), 2))
+        .await
+        .unwrap();
+    assert_eq!(next.iter().map(|o| o.id).collect::<Vec<_>>(), alice[2..]);
+    let created = OrderFilter {
+        status: Some(OrderStatus::Created),
+        ..filter(None, None, 10)
+    };
+    assert_eq!(s.orders.list(&created).await.unwrap().len(), 4);
+    let completed = OrderFilter {
+        status: Some(OrderStatus::Completed),
+        ..filter(None, None, 10)
+    };
+    assert!(s.orders.list(&completed).await.unwrap().is_empty());
+}
+
+async fn committing_events_wakes_the_relay(backend: Backend) {
+    let Some(s) = stores(backend).await else {
+        return;
+    };
+    let mut order = new_order("alice");
+    let id = order.id.to_string();
+    insert(&s, &mut order, vec![event(&id, "order.created")]).await;
+    tokio::time::timeout(std::time::Duration::from_secs(1), s.wake.notified())
+        .await
+        .expect("the relay is woken after a commit with events");
+}
+
+async fn claims_take_only_the_head_of_each_aggregate(backend: Backend) {
+    let Some(s) = stores(backend).await else {
+        return;
+    };
+    let mut a = new_order("alice");
+    let mut b = new_order("bob");
+    let (a_id, b_id) = (a.id.to_string(), b.id.to_string());
+    insert(
+        &s,
+        &mut a,
+        vec![
+            event(&a_id, "one"),
+            event(&a_id, "two"),
+            event(&a_id, "three"),
+        ],
+    )
+    .await;
+    insert(&s, &mut b, vec![event(&b_id, "one")]).await;
+
+    let t = now();
+    let first = s
+        .outbox
+        .claim("w1", 10, t, t + Duration::minutes(5))
+        .await
+        .unwrap();
+    let claimed: Vec<(String, String)> = first
+        .iter()
+        .map(|e| (e.aggregate_id.clone(), e.event_type.clone()))
+        .collect();
+    assert_eq!(
+        claimed,
+        vec![(a_id.clone(), "one".into()), (b_id.clone(), "one".into())]
+    );
+    assert!(
+        first
+            .iter()
+            .all(|e| e.status == OutboxStatus::Processing && e.claimed_by.as_deref() == Some("w1"))
+    );
+    // While "one" is in flight, "two" is not claimable, by anyone.
+    assert!(
+        s.outbox
+            .claim("w2", 10, t, t + Duration::minutes(5))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // Only the owner's mark counts.
+    let ids: Vec<i64> = first.iter().map(|e| e.id).collect();
+    assert_eq!(s.outbox.mark_published(&ids, "w2", t).await.unwrap(), 0);
+    assert_eq!(s.outbox.mark_published(&ids, "w1", t).await.unwrap(), 2);
+    let second = s
+        .outbox
+        .claim("w2", 10, t, t + Duration::minutes(5))
+        .await
+        .unwrap();
+    assert_eq!(
+        second
+            .iter()
+            .map(|e| e.event_type.as_str())
+            .collect::<Vec<_>>(),
+        vec!["two"]
+    );
+
+    // A failure waits its backoff, and the aggregate's later event waits behind it.
+    let retry_at = t + Duration::seconds(10);
+    let failure = DeliveryFailure {
+        id: second[0].id,
+        outcome: FailureOutcome::Retry {
+            retry_count: 1,
+            next_attempt_at: retry_at,
+        },
+        code: FailureCode::Nacked,
+        reason: "nack".into(),
+    };
+    assert_eq!(
+        s.outbox
+            .mark_failed(std::slice::from_ref(&failure), "w2", t)
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(
+        s.outbox
+            .claim("w1", 10, t, t + Duration::minutes(5))
+            .await
+            .unwrap()
+            .is_empty(),
+        "not due, and 'three' waits"
+    );
+    let due = s
+        .outbox
+        .claim("w1", 10, retry_at, retry_at + Duration::minutes(5))
+        .await
+        .unwrap();
+    assert_eq!(due.len(), 1);
+    assert_eq!(due[0].event_type, "two");
+    assert_eq!(due[0].retry_count, 1);
+    assert_eq!(due[0].failure_code, Some(FailureCode::Nacked));
+
+    // Dead-lettered: it blocks "three" until an operator acts.
+    let dead = DeliveryFailure {
+        id: due[0].id,
+        outcome: FailureOutcome::DeadLetter { retry_count: 4 },
+        code: FailureCode::Unroutable,
+        reason: "312 NO_ROUTE".into(),
+    };
+    assert_eq!(
+        s.outbox.mark_failed(&[dead], "w1", retry_at).await.unwrap(),
+        1
+    );
+    let later = retry_at + Duration::hours(1);
+    assert!(
+        s.outbox
+            .claim("w1", 10, later, later)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a dead letter blocks its aggregate"
+    );
+    let stats = s.outbox.stats().await.unwrap();
+    assert_eq!(stats.blocked_aggregates, 1);
+    assert_eq!(stats.dead_letters_by_type, vec![("two".to_owned(), 1)]);
+    let count = |status| {
+        stats
+            .by_status
+            .iter()
+            .find(|(s, _)| *s == status)
+            .unwrap()
+            .1
+    };
+    assert_eq!(
+        (
+            count(OutboxStatus::Published),
+            count(OutboxStatus::DeadLetter),
+            count(OutboxStatus::Ready)
+        ),
+        (2, 1, 1)
+    );
+    assert!(stats.oldest_ready_created_at.is_some());
+
+    let audit = AuditRecord {
+        action: "OUTBOX_DISCARD".into(),
+        entity_type: "outbox_event".into(),
+        entity_id: String::new(),
+        actor: "ops".into(),
+        detail: Some("poison".into()),
+        created_at: later,
+    };
+    let ids = [due[0].id, first[0].id];
+    assert_eq!(
+        s.outbox
+            .settle_dead_letters(&ids, true, later, audit)
+            .await
+            .unwrap(),
+        vec![due[0].id],
+        "only dead letters move"
+    );
+    let unblocked = s
+        .outbox
+        .claim("w1", 10, later, later + Duration::minutes(5))
+        .await
+        .unwrap();
+    assert_eq!(
+        unblocked
+            .iter()
+            .map(|e| e.event_type.as_str())
+            .collect::<Vec<_>>(),
+        vec!["three"]
+    );
+    assert_eq!(crate::helpers::count(&s.conn, "audit_log").await, 1);
+}
+
+async fn republished_dead_letters_start_afresh(backend: Backend) {
+    let Some(s) = stores(backend).await else {
+        return;
+    };
+    let mut a = new_order("alice");
+    let a_id = a.id.to_string();
+    insert(&s, &mut a, vec![event(&a_id, "one")]).await;
+    let t = now();
+    let claimed = s.outbox.claim("w", 10, t, t).await.unwrap();
+    let dead = DeliveryFailure {
+        id: claimed[0].id,
+        outcome: FailureOutcome::DeadLetter { retry_count: 4 },
+        code: FailureCode::Nacked,
+        reason: "nack".into(),
+    };
+    s.outbox.mark_failed(&[dead], "w", t).await.unwrap();
+    let audit = AuditRecord {
+        action: "OUTBOX_REPUBLISH".into(),
+        entity_type: "outbox_event".into(),
+        entity_id: String::new(),
+        actor: "ops".into(),
+        detail: None,
+        created_at: t,
+    };
+    assert_eq!(
+        s.outbox
+            .settle_dead_letters(&[claimed[0].id], false, t, audit.clone())
+            .await
+            .unwrap(),
+        vec![claimed[0].id]
+    );
+    let again = s.outbox.claim("w", 10, t, t).await.unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].retry_count, 0, "the retry budget is reset");
+    // Not a dead letter any more: a second republish moves nothing.
+    assert!(
+        s.outbox
+            .settle_dead_letters(&[claimed[0].id], false, t, audit)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+async fn concurrent_claims_never_overlap(backend: Backend) {
+    let Some(s) = stores(backend).await else {
+        return;
+    };
+    for _ in 0..10 {
+        let mut o = new_order("alice");
+        let id = o.id.to_string();
+        let events = (0..20).map(|i| event(&format!("{id}-{i}"), "e")).collect();
+        insert(&s, &mut o, events).await;
+    }
+    let store = Arc::new(s.outbox.clone());
+    let mut tasks = Vec::new();
+    for w in 0..4 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            loop {
+                let t = now();
+                let batch = store
+                    .claim(&format!("w{w}"), 16, t, t + Duration::minutes(5))
+                    .await
+                    .unwrap();
+                if batch.is_empty() {
+                    break;
+                }
+                let ids: Vec<i64> = batch.iter().map(|e| e.id).collect();
+                assert_eq!(
+                    store
+                        .mark_published(&ids, &format!("w{w}"), t)
+                        .await
+                        .unwrap(),
+                    ids.len() as u64
+                );
+                mine.extend(ids);
+            }
+            mine
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    let unique: HashSet<i64> = all.iter().copied().collect();
+    assert_eq!(all.len(), 200, "every row claimed");
+    assert_eq!(unique.len(), 200, "no row claimed twice");
+}
+
+async fn expired_leases_are_recovered_and_old_rows_purged(backend: Backend) {
+    let Some(s) = stores(backend).await else {
+        return;
+    };
+    let mut o = new_order("alice");
+    let id = o.id.to_string();
+    insert(
+        &s,
+        &mut o,
+        vec![
+            event(&format!("{id}-1"), "a"),
+            event(&format!("{id}-2"), "b"),
+        ],
+    )
+    .await;
+    let t = now();
+    let claimed = s
+        .outbox
+        .claim("dead-worker", 10, t, t + Duration::seconds(30))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 2);
+    assert_eq!(
+        s.outbox
+            .recover_expired(t + Duration::seconds(10))
+            .await
+            .unwrap(),
+        0,
+        "lease still valid"
+    );
+    assert_eq!(
+        s.outbox
+            .recover_expired(t + Duration::seconds(31))
+            .await
+            .unwrap(),
+        2
+    );
+    // The dead worker's late mark must not overwrite the recovery.
+    assert_eq!(
+        s.outbox
+            .mark_published(&[claimed[0].id], "dead-worker", t)
+            .await
+            .unwrap(),
+        0
+    );
+    let later = t + Duration::seconds(31);
+    let reclaimed = s
+        .outbox
+        .claim("w2", 10, later, later + Duration::minutes(5))
+        .await
+        .unwrap();
+    assert_eq!(reclaimed.len(), 2);
+    assert!(
+        reclaimed
+            .iter()
+            .all(|e| e.failure_code == Some(FailureCode::LeaseExpired) && e.retry_count == 1)
+    );
+    s.outbox
+        .mark_published(&[reclaimed[0].id, reclaimed[1].id], "w2", later)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.outbox
+            .purge(later - Duration::seconds(1), later, 100)
+            .await
+            .unwrap(),
+        0,
+        "too young"
+    );
+    assert_eq!(
+        s.outbox
+            .purge(later + Duration::seconds(1), later, 1)
+            .await
+            .unwrap(),
+        1,
+        "bounded batch"
+    );
+    assert_eq!(
+        s.outbox
+            .purge(later + Duration::seconds(1), later, 100)
+            .await
+            .unwrap(),
+        1
+    );
+}
+
+async fn idempotency_keys_reserve_complete_and_take_over(backend: Backend) {
+    let Some(s) = stores(backend).await else {
+        return;
+    };
+    let t = now();
+    let order = OrderId::new();
+    let lease = t + Duration::seconds(60);
+    assert_eq!(
+        s.keys
+            .begin("alice", "k", "fp", order, t, lease)
+            .await
+            .unwrap(),
+        IdempotencyBegin::Started { order_id: order }
+    );
+    assert_eq!(
+        s.keys
+            .begin("alice", "k", "fp", OrderId::new(), t, lease)
+            .await
+            .unwrap(),
+        IdempotencyBegin::InProgress
+    );
+    assert_eq!(
+        s.keys
+            .begin("alice", "k", "other", OrderId::new(), t, lease)
+            .await
+            .unwrap(),
+        IdempotencyBegin::InProgress,
+        "busy comes first"
+    );
+    // Scoped to the caller.
+    assert!(matches!(
+        s.keys
+            .begin("bob", "k", "fp", OrderId::new(), t, lease)
+            .await
+            .unwrap(),
+        IdempotencyBegin::Started { .. }
+    ));
+    // A lease that ran out is taken over, resuming the same order id.
+    let later = lease + Duration::seconds(1);
+    assert_eq!(
+        s.keys
+            .begin(
+                "alice",
+                "k",
+                "fp",
+                OrderId::new(),
+                later,
+                later + Duration::seconds(60)
+            )
+            .await
+            .unwrap(),
+        IdempotencyBegin::Started { order_id: order }
+    );
+    let response = StoredResponse {
+        status: 201,
+        body: "{\"id\":1}".into(),
+    };
+    s.keys
+        .complete("alice", "k", &response, later)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.keys
+            .begin("alice", "k", "other", OrderId::new(), later, later)
+            .await
+            .unwrap(),
+        IdempotencyBegin::Mismatch
+    );
+    assert_eq!(
+        s.keys
+            .begin("alice", "k", "fp", OrderId::new(), later, later)
+            .await
+            .unwrap(),
+        IdempotencyBegin::Completed(response)
+    );
+    // Released without a response: a retry takes over at once; forgotten: starts afresh.
+    s.keys.release("bob", "k", false).await.unwrap();
+    assert!(matches!(
+        s.keys
+            .begin("bob", "k", "fp", OrderId::new(), t, lease)
+            .await
+            .unwrap(),
+        IdempotencyBegin::Started { .. }
+    ));
+    s.keys.release("bob", "k", true).await.unwrap();
+    let fresh = OrderId::new();
+    assert_eq!(
+        s.keys
+            .begin("bob", "k", "new", fresh, t, lease)
+            .await
+            .unwrap(),
+        IdempotencyBegin::Started { order_id: fresh }
+    );
+    assert_eq!(s.keys.purge(t + Duration::seconds(1)).await.unwrap(), 2);
+}
+
+on_both_databases!(
+    an_order_round_trips_with_its_context,
+    a_stale_update_conflicts_and_writes_nothing,
+    listing_filters_and_pages,
+    committing_events_wakes_the_relay,
+    claims_take_only_the_head_of_each_aggregate,
+    republished_dead_letters_start_afresh,
+    concurrent_claims_never_overlap,
+    expired_leases_are_recovered_and_old_rows_purged,
+    idempotency_keys_reserve_complete_and_take_over,
+);
