@@ -5,4 +5,5 @@ mod helpers;
 
 mod api_orders;
 mod api_validation;
+mod cli;
 mod repository_contract;

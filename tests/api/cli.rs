@@ -1,0 +1,416 @@
+//! The `app` binary as an operator uses it: verbs, exit codes, the embedded default.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use orchestrator::adapters::http::auth::JwtKeys;
+use orchestrator::adapters::persistence::{SeaOrmOrderRepository, SeaOrmOutboxStore};
+use orchestrator::application::ports::{
+    Changes, DeliveryFailure, NewOutboxEvent, OrderContext, OutboxStore, UnitOfWork,
+};
+use orchestrator::config::Settings;
+use orchestrator::domain::ids::{EventId, OrderId};
+use orchestrator::domain::order::{NewOrder, NewOrderItem, Order, OrderSource};
+use orchestrator::domain::outbox::{FailureCode, FailureOutcome, OutboxStatus};
+
+use crate::helpers::{Backend, TestDb};
+
+/// `app` with a clean `APP_*` environment, run in `dir`.
+fn app(dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_app"));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("APP_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.current_dir(dir).env("RUST_LOG", "info");
+    cmd
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.output().expect("run app")
+}
+
+fn temp_dir() -> tempdir::Dir {
+    tempdir::Dir::new()
+}
+
+mod tempdir {
+    /// A directory removed when dropped.
+    pub struct Dir(pub std::path::PathBuf);
+
+    impl Dir {
+        pub fn new() -> Dir {
+            let path = std::env::temp_dir().join(format!(
+                "orchestrator-cli-{}",
+                uuid::Uuid::new_v4().simple()
+            ));
+            std::fs::create_dir_all(&path).expect("temp dir");
+            Dir(path)
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn help_documents_every_verb() {
+    let dir = temp_dir();
+    let out = run(app(&dir.0).arg("--help"));
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for verb in ["serve", "worker", "migrate", "token", "outbox"] {
+        assert!(text.contains(verb), "--help lists {verb}: {text}");
+    }
+    for verb in ["serve", "worker", "migrate", "token", "outbox"] {
+        assert!(
+            run(app(&dir.0).args([verb, "--help"])).status.success(),
+            "{verb} --help"
+        );
+    }
+    let out = run(app(&dir.0).arg("frobnicate"));
+    assert_eq!(out.status.code(), Some(2), "usage errors exit 2");
+}
+
+#[test]
+fn token_prints_a_verifiable_token_alone_on_stdout() {
+    let dir = temp_dir();
+    let out = run(app(&dir.0).args(["token", "--sub", "alice", "--role", "admin", "--ttl", "5m"]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(stdout.lines().count(), 1, "one line: {stdout}");
+    let keys =
+        JwtKeys::from_settings(&Settings::load_from(None, Vec::new()).unwrap().auth).unwrap();
+    let actor = keys
+        .verify(stdout.trim())
+        .expect("the token verifies with the configured key");
+    assert_eq!(actor.subject, "alice");
+    assert!(actor.is_admin);
+    assert!(
+        !dir.0.join("data").exists(),
+        "minting a token touches no database"
+    );
+}
+
+#[test]
+fn invalid_configuration_exits_2_naming_the_key() {
+    let dir = temp_dir();
+    let out = run(app(&dir.0)
+        .env("APP__OUTBOX__BATCH_SIZE", "0")
+        .args(["token", "--sub", "a"]));
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("outbox.batch_size"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+
+    let out = run(app(&dir.0)
+        .env("APP__DATABASE__URL", "postgres://u:hunter2@127.0.0.1/x")
+        .arg("serve"));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "the built-in key is refused off SQLite"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("auth.keys") && !stderr.contains("hunter2"),
+        "{stderr}"
+    );
+
+    let missing = dir.0.join("nope.toml");
+    let out = run(app(&dir.0).arg("--config").arg(&missing).arg("serve"));
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn migrate_reports_and_applies_the_schema() {
+    let dir = temp_dir();
+    let url = format!("sqlite://{}/m.db?mode=rwc", dir.0.display());
+    let status = |dir: &Path| {
+        let out = run(app(dir)
+            .env("APP__DATABASE__URL", &url)
+            .args(["migrate", "status"]));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert!(
+        status(&dir.0).starts_with("pending"),
+        "a new database has pending migrations"
+    );
+    assert!(
+        run(app(&dir.0).env("APP__DATABASE__URL", &url).arg("migrate"))
+            .status
+            .success()
+    );
+    let text = status(&dir.0);
+    assert!(
+        text.starts_with("applied") && !text.contains("pending"),
+        "{text}"
+    );
+    assert!(
+        run(app(&dir.0)
+            .env("APP__DATABASE__URL", &url)
+            .args(["migrate", "down"]))
+        .status
+        .success()
+    );
+    assert!(status(&dir.0).starts_with("pending"));
+    assert!(
+        run(app(&dir.0)
+            .env("APP__DATABASE__URL", &url)
+            .args(["migrate", "fresh"]))
+        .status
+        .success()
+    );
+    assert!(status(&dir.0).starts_with("applied"));
+}
+
+async fn wait_ready(port: u16) {
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(r) = client
+            .get(format!("http://127.0.0.1:{port}/health/ready"))
+            .send()
+            .await
+        {
+            if r.status().is_success() {
+                return;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the service did not become ready"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("did not stop within 30 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_default_runs_the_whole_flow_with_no_configuration() {
+    let dir = temp_dir();
+    let port = free_port();
+    let log = std::fs::File::create(dir.0.join("serve.log")).unwrap();
+    let mut child = app(&dir.0)
+        .env("APP__HTTP__BIND", format!("127.0.0.1:{port}"))
+        .arg("serve")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    wait_ready(port).await;
+    assert!(
+        dir.0.join("data/app.db").exists(),
+        "the SQLite file is created"
+    );
+
+    let token =
+        String::from_utf8(run(app(&dir.0).args(["token", "--sub", "alice"])).stdout).unwrap();
+    let response = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}/api/orders"))
+        .bearer_auth(token.trim())
+        .json(&crate::helpers::order_body())
+        .send()
+        .await
+        .unwrap();
+    let detail = crate::helpers::json(response, reqwest::StatusCode::CREATED).await;
+    assert_eq!(detail["status"], "COMPLETED");
+
+    // The embedded relay "publishes" both events as log lines within moments.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(dir.0.join("serve.log")).unwrap();
+        if text.matches("event published").count() >= 2 {
+            assert!(text.contains("order.completed") && text.contains("payment.approved"));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "events were not published: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status = terminate(&mut child);
+    assert!(
+        status.success(),
+        "SIGTERM ends serve with exit 0, got {status}"
+    );
+}
+
+fn new_order() -> Order {
+    Order::place(
+        OrderId::new(),
+        NewOrder {
+            customer_id: "alice".into(),
+            source: OrderSource::Api,
+            meeting_id: None,
+            currency: "EUR".into(),
+            items: vec![NewOrderItem {
+                sku: "A".into(),
+                quantity: 1,
+                unit_price: 100,
+            }],
+        },
+        Utc::now(),
+    )
+    .unwrap()
+}
+
+fn event(order: &Order, event_type: &str) -> NewOutboxEvent {
+    NewOutboxEvent {
+        event_id: EventId::new(),
+        aggregate_type: "order".into(),
+        aggregate_id: order.id.to_string(),
+        event_type: event_type.into(),
+        routing_key: event_type.into(),
+        payload: "{}".into(),
+        correlation_id: None,
+        created_at: Utc::now(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_drains_the_outbox_and_replay_repairs_a_dead_letter() {
+    let dir = temp_dir();
+    let Some(db) = TestDb::create(Backend::Sqlite).await else {
+        return;
+    };
+    let conn = db.connect().await;
+    let repo = SeaOrmOrderRepository::new(conn.clone(), Default::default());
+    let store = SeaOrmOutboxStore::new(conn.clone());
+    let mut order = new_order();
+    let mut changes = Changes::default();
+    changes.insert_order(&mut order, OrderContext::default());
+    changes.outbox = (0..5)
+        .map(|i| event(&order, &format!("test.e{i}")))
+        .collect();
+    repo.commit(changes).await.unwrap();
+    // A second aggregate with a dead letter.
+    let mut other = new_order();
+    let mut changes = Changes::default();
+    changes.insert_order(&mut other, OrderContext::default());
+    changes.outbox = vec![event(&other, "test.poison")];
+    repo.commit(changes).await.unwrap();
+    let now = Utc::now();
+    let poison = store
+        .claim("test", 10, now, now)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|e| e.event_type == "test.poison")
+        .unwrap();
+    let dead = DeliveryFailure {
+        id: poison.id,
+        outcome: FailureOutcome::DeadLetter { retry_count: 4 },
+        code: FailureCode::Nacked,
+        reason: "x".into(),
+    };
+    store.mark_failed(&[dead], "test", now).await.unwrap();
+    store
+        .recover_expired(now + chrono::Duration::seconds(1))
+        .await
+        .unwrap();
+
+    let mut worker = app(&dir.0)
+        .env("APP__DATABASE__URL", &db.url)
+        .env("APP__OUTBOX__POLL_INTERVAL", "100ms")
+        .arg("worker")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let events = store
+            .for_aggregate("order", &order.id.to_string())
+            .await
+            .unwrap();
+        if events.iter().all(|e| e.status == OutboxStatus::Published) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the worker did not drain the outbox"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        terminate(&mut worker).success(),
+        "SIGTERM ends the worker with exit 0"
+    );
+
+    let stats = run(app(&dir.0)
+        .env("APP__DATABASE__URL", &db.url)
+        .args(["outbox", "stats"]));
+    assert!(stats.status.success());
+    let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert_eq!(stats["byStatus"]["DEAD_LETTER"], 1);
+    assert_eq!(stats["byStatus"]["PUBLISHED"], 5);
+
+    let replay = run(app(&dir.0).env("APP__DATABASE__URL", &db.url).args([
+        "outbox",
+        "replay",
+        "--id",
+        &poison.id.to_string(),
+    ]));
+    assert!(
+        replay.status.success(),
+        "{}",
+        String::from_utf8_lossy(&replay.stderr)
+    );
+    let row = store
+        .for_aggregate("order", &other.id.to_string())
+        .await
+        .unwrap();
+    assert_eq!(row[0].status, OutboxStatus::Ready);
+    let again = run(app(&dir.0).env("APP__DATABASE__URL", &db.url).args([
+        "outbox",
+        "replay",
+        "--id",
+        &poison.id.to_string(),
+    ]));
+    assert_eq!(
+        again.status.code(),
+        Some(1),
+        "replaying a row that is not a dead letter fails"
+    );
+}
