@@ -191,14 +191,12 @@ async fn wait_ready(port: u16) {
     let client = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Ok(r) = client
+        let response = client
             .get(format!("http://127.0.0.1:{port}/health/ready"))
             .send()
-            .await
-        {
-            if r.status().is_success() {
-                return;
-            }
+            .await;
+        if response.is_ok_and(|r| r.status().is_success()) {
+            return;
         }
         assert!(
             Instant::now() < deadline,
