@@ -25,6 +25,7 @@ pub const OUTBOX_REDRIVE: &str = "OUTBOX_REDRIVE";
 /// Entity types named in `audit_log.entity_type`.
 pub mod entity {
     pub const ORDER: &str = "order";
+    pub const CUSTOMER: &str = "customer";
     pub const OUTBOX_EVENT: &str = "outbox_event";
     pub const IDEMPOTENCY_KEY: &str = "idempotency_key";
 }

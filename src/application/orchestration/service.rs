@@ -117,6 +117,16 @@ impl Orchestrator {
             .clone()
             .unwrap_or_else(|| actor.subject.clone());
         if !actor.may_access(&customer_id) {
+            let mut changes = Changes::default();
+            changes.audit.push(audit::record(
+                audit::ORDER_REJECTED,
+                entity::CUSTOMER,
+                &customer_id,
+                actor,
+                Some("a customer may only place orders for themselves".into()),
+                self.clock.now(),
+            ));
+            self.uow.commit(changes).await?;
             return Err(AppError::Forbidden {
                 code: "FORBIDDEN",
                 message: "a customer may only place orders for themselves".into(),
@@ -973,7 +983,10 @@ mod tests {
         let mut m = Mocks::new();
         m.payments.expect_approve().never();
         let mut uow = MockUnitOfWork::new();
-        uow.expect_commit().never();
+        uow.expect_commit()
+            .times(1)
+            .withf(|c| c.new_orders.is_empty() && c.audit.len() == 1 && c.audit[0].action == audit::ORDER_REJECTED)
+            .returning(|_| Ok(()));
         m.uow = uow;
         let (saga, _) = m.build();
         let cmd = PlaceOrder {
