@@ -149,6 +149,10 @@ pub struct BrokerSettings {
     pub kind: BrokerKind,
     pub url: Option<Secret>,
     pub queue_type: QueueType,
+    /// The exchange outbox events are published to.
+    pub exchange: String,
+    /// How long the relay waits for a batch's confirms.
+    pub confirm_timeout: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -247,6 +251,8 @@ struct RawBroker {
     kind: Option<String>,
     url: Option<Secret>,
     queue_type: Option<String>,
+    exchange: Option<String>,
+    confirm_timeout: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -642,6 +648,23 @@ impl Settings {
             },
         };
 
+        let confirm_timeout = dur(
+            "broker.confirm_timeout",
+            raw.broker.confirm_timeout.as_deref().unwrap_or("30s"),
+        )?;
+        if confirm_timeout.is_zero() {
+            return Err(invalid(
+                "broker.confirm_timeout",
+                "must be greater than zero",
+            ));
+        }
+        let exchange = raw
+            .broker
+            .exchange
+            .unwrap_or_else(|| "commerce.events".into());
+        if exchange.is_empty() || exchange.len() > 255 {
+            return Err(invalid("broker.exchange", "must be 1 to 255 characters"));
+        }
         Ok(Settings {
             http: HttpSettings { bind },
             database,
@@ -649,6 +672,8 @@ impl Settings {
                 kind: broker_kind,
                 url: raw.broker.url,
                 queue_type,
+                exchange,
+                confirm_timeout,
             },
             outbox,
             notification,

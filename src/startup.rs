@@ -21,6 +21,7 @@ use crate::adapters::clock::SystemClock;
 use crate::adapters::http::auth::JwtKeys;
 use crate::adapters::http::{self, HttpState};
 use crate::adapters::messaging::LogEventPublisher;
+use crate::adapters::messaging::amqp::{AmqpEndpoint, AmqpEventPublisher, AmqpPublisherSettings};
 use crate::adapters::persistence::{
     self, DatabaseProbe, SeaOrmIdempotencyStore, SeaOrmOrderRepository, SeaOrmOutboxStore,
 };
@@ -30,7 +31,9 @@ use crate::adapters::providers::{
 use crate::application::health::{HealthProbe, Readiness};
 use crate::application::idempotency::IdempotencyService;
 use crate::application::orchestration::{Orchestrator, SagaSettings};
-use crate::application::outbox::{Housekeeping, HousekeepingSettings, OutboxRelay, RelaySettings};
+use crate::application::outbox::{
+    Housekeeping, HousekeepingSettings, OutboxAdmin, OutboxRelay, RelaySettings,
+};
 use crate::application::ports::{
     Clock, EventPublisher, IdempotencyStore, Notifier, OrderRepository, OutboxStore,
     PaymentGateway, SettlementGateway, UnitOfWork,
@@ -68,6 +71,12 @@ type Providers = (
     Option<Arc<ProviderCalls>>,
 );
 
+/// Makes a publisher for one relay (each relay gets its own broker connection).
+pub type PublisherFactory = Arc<dyn Fn(&str) -> Arc<dyn EventPublisher> + Send + Sync>;
+
+/// The event types for which "returned unroutable" counts as published (SPEC §6).
+pub const UNROUTABLE_OK: &[&str] = &["payment.refunded"];
+
 /// Every service of the application, wired.
 #[derive(Clone)]
 pub struct Services {
@@ -78,7 +87,8 @@ pub struct Services {
     pub idempotency_store: Arc<dyn IdempotencyStore>,
     pub readiness: Arc<Readiness>,
     pub outbox_store: Arc<dyn OutboxStore>,
-    pub publisher: Arc<dyn EventPublisher>,
+    pub outbox_admin: Arc<OutboxAdmin>,
+    pub publishers: PublisherFactory,
     pub housekeeping: Arc<Housekeeping>,
     pub clock: Arc<dyn Clock>,
     pub jwt: Arc<JwtKeys>,
@@ -90,15 +100,17 @@ pub struct Services {
 }
 
 impl Services {
-    /// A relay with its own worker id, sharing this process's wake-up signal.
+    /// A relay with its own worker id and publisher, sharing this process's wake-up signal.
     pub fn relay(&self) -> OutboxRelay {
         let o = &self.settings.outbox;
+        let worker_id = worker_id();
         OutboxRelay::new(
             self.outbox_store.clone(),
-            self.publisher.clone(),
+            (self.publishers)(&worker_id),
             self.clock.clone(),
             RelaySettings {
-                worker_id: worker_id(),
+                worker_id,
+                retry_poll_interval: o.retry_poll_interval,
                 batch_size: o.batch_size,
                 lease: chrono(o.processing_timeout),
                 poll_interval: o.poll_interval,
@@ -110,6 +122,46 @@ impl Services {
             },
             self.relay_wake.clone(),
         )
+    }
+}
+
+/// The publisher factory and the broker's readiness probe for `broker.kind`.
+fn publishers(
+    settings: &Settings,
+) -> Result<(PublisherFactory, Arc<dyn HealthProbe>), StartupError> {
+    match settings.broker.kind {
+        BrokerKind::Log => {
+            let factory: PublisherFactory =
+                Arc::new(|_: &str| Arc::new(LogEventPublisher) as Arc<dyn EventPublisher>);
+            Ok((factory, Arc::new(LogEventPublisher)))
+        }
+        BrokerKind::Amqp => {
+            let url = settings
+                .broker
+                .url
+                .as_ref()
+                .map(|u| u.expose())
+                .unwrap_or_default();
+            let endpoint = AmqpEndpoint::parse(url)
+                .map_err(|e| StartupError::Config(format!("`broker.url`: {e}")))?;
+            let base = AmqpPublisherSettings {
+                exchange: settings.broker.exchange.clone(),
+                window: settings.outbox.publish_window as usize,
+                confirm_timeout: settings.broker.confirm_timeout,
+                unroutable_ok: UNROUTABLE_OK.iter().map(|t| t.to_string()).collect(),
+                connection_name: "orchestrator-readiness".into(),
+            };
+            let probe = Arc::new(AmqpEventPublisher::new(endpoint.clone(), base.clone()));
+            let factory: PublisherFactory = Arc::new(move |worker: &str| {
+                let settings = AmqpPublisherSettings {
+                    connection_name: format!("orchestrator-relay-{worker}"),
+                    ..base.clone()
+                };
+                Arc::new(AmqpEventPublisher::new(endpoint.clone(), settings))
+                    as Arc<dyn EventPublisher>
+            });
+            Ok((factory, probe))
+        }
     }
 }
 
@@ -170,15 +222,7 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
             }
         };
 
-    let (publisher, broker_probe): (Arc<dyn EventPublisher>, Arc<dyn HealthProbe>) =
-        match settings.broker.kind {
-            BrokerKind::Log => (Arc::new(LogEventPublisher), Arc::new(LogEventPublisher)),
-            BrokerKind::Amqp => {
-                return Err(StartupError::Config(
-                    "`broker.kind`: amqp is not available in this build yet; use log".into(),
-                ));
-            }
-        };
+    let (publishers, broker_probe) = publishers(settings)?;
 
     let orchestrator = Arc::new(Orchestrator::new(
         orders.clone() as Arc<dyn OrderRepository>,
@@ -194,7 +238,8 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
             },
         },
     ));
-    let queries = Arc::new(OrderQueries::new(orders.clone()));
+    let queries = Arc::new(OrderQueries::new(orders.clone(), outbox_store.clone()));
+    let outbox_admin = Arc::new(OutboxAdmin::new(outbox_store.clone(), clock.clone()));
     let idempotency = Arc::new(IdempotencyService::new(
         idempotency_store.clone(),
         orders.clone(),
@@ -226,7 +271,8 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
         idempotency_store,
         readiness,
         outbox_store,
-        publisher,
+        outbox_admin,
+        publishers,
         housekeeping,
         clock,
         jwt,
@@ -256,6 +302,14 @@ impl Workers {
         handles.push(tokio::spawn(async move {
             housekeeping.run_until_stopped(token).await
         }));
+        if persistence::is_postgres(&services.db) {
+            let (db, wake, token) = (
+                services.db.clone(),
+                services.relay_wake.clone(),
+                stop.clone(),
+            );
+            handles.push(tokio::spawn(persistence::wake_on_notify(db, wake, token)));
+        }
         tracing::info!("worker loops started: outbox relay, lease recovery, clean-up");
         Workers { stop, handles }
     }
@@ -269,6 +323,40 @@ impl Workers {
             }
         }
     }
+}
+
+/// The HTTP state shared by handlers.
+fn http_state(services: &Services) -> web::Data<HttpState> {
+    web::Data::new(HttpState {
+        orchestrator: services.orchestrator.clone(),
+        queries: services.queries.clone(),
+        idempotency: services.idempotency.clone(),
+        outbox_admin: services.outbox_admin.clone(),
+        readiness: services.readiness.clone(),
+        honour_mock_scenario: services.settings.payment.provider == ProviderKind::Mock,
+    })
+}
+
+/// `app worker`'s own HTTP surface: `/health/*` and `/metrics` only, on `http.bind`.
+///
+/// # Errors
+/// The address cannot be bound.
+pub fn ops_server(services: &Services) -> Result<Server, StartupError> {
+    let bind = services.settings.http.bind;
+    let state = http_state(services);
+    let server = HttpServer::new(move || {
+        App::new()
+            .wrap(from_fn(http::correlation::correlate))
+            .app_data(state.clone())
+            .configure(http::ops_routes)
+            .default_service(web::to(http::not_found))
+    })
+    .workers(1)
+    .bind(bind)
+    .map_err(|e| StartupError::Runtime(format!("cannot bind {bind}: {e}")))?
+    .disable_signals()
+    .run();
+    Ok(server)
 }
 
 /// A running `app serve`: the HTTP server and, when embedded, the worker loops.
@@ -285,6 +373,9 @@ impl Application {
     /// As [`build_services`], or the address cannot be bound.
     pub async fn build(settings: Settings) -> Result<Application, StartupError> {
         let services = build_services(&settings).await?;
+        if crate::telemetry::prometheus().is_none() {
+            tracing::warn!("another metrics recorder is installed; /metrics will be empty");
+        }
         let listener = TcpListener::bind(settings.http.bind).map_err(|e| {
             StartupError::Runtime(format!("cannot bind {}: {e}", settings.http.bind))
         })?;
@@ -292,13 +383,7 @@ impl Application {
             .local_addr()
             .map_err(|e| StartupError::Runtime(e.to_string()))?
             .port();
-        let state = web::Data::new(HttpState {
-            orchestrator: services.orchestrator.clone(),
-            queries: services.queries.clone(),
-            idempotency: services.idempotency.clone(),
-            readiness: services.readiness.clone(),
-            honour_mock_scenario: settings.payment.provider == ProviderKind::Mock,
-        });
+        let state = http_state(&services);
         let jwt = web::Data::from(services.jwt.clone());
         let server = HttpServer::new(move || {
             App::new()

@@ -27,3 +27,24 @@ pub fn init(format: LogFormat) {
     };
     let _ = result;
 }
+
+static PROMETHEUS: std::sync::OnceLock<Option<metrics_exporter_prometheus::PrometheusHandle>> =
+    std::sync::OnceLock::new();
+
+/// The process-wide Prometheus recorder, installed on first use. `None` only if another
+/// recorder was installed first (the metrics then go there).
+pub fn prometheus() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
+    PROMETHEUS
+        .get_or_init(|| {
+            use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+            const LATENCY: &[f64] = &[
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                60.0,
+            ];
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY)
+                .ok()?;
+            builder.install_recorder().ok()
+        })
+        .clone()
+}

@@ -2,7 +2,11 @@
 
 use std::sync::Arc;
 
-use crate::application::ports::{OrderFilter, OrderRecord, OrderRepository};
+use crate::application::audit::entity;
+use crate::application::orchestration::events::ORDER_AGGREGATE;
+use crate::application::ports::{
+    AuditRecord, OrderFilter, OrderRecord, OrderRepository, OutboxRecord, OutboxStore, StepRecord,
+};
 use crate::application::{Actor, AppError};
 use crate::domain::ids::OrderId;
 use crate::domain::order::{Order, OrderStatus};
@@ -28,13 +32,47 @@ pub struct ListOrders {
     pub cursor: Option<OrderId>,
 }
 
+/// An order's whole story: its saga steps, its events with their delivery state, and
+/// its audit trail, each oldest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderFlow {
+    pub steps: Vec<StepRecord>,
+    pub events: Vec<OutboxRecord>,
+    pub audit: Vec<AuditRecord>,
+}
+
 pub struct OrderQueries {
     orders: Arc<dyn OrderRepository>,
+    outbox: Arc<dyn OutboxStore>,
 }
 
 impl OrderQueries {
-    pub fn new(orders: Arc<dyn OrderRepository>) -> Self {
-        OrderQueries { orders }
+    pub fn new(orders: Arc<dyn OrderRepository>, outbox: Arc<dyn OutboxStore>) -> Self {
+        OrderQueries { orders, outbox }
+    }
+
+    /// Orders per status, for metrics.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    pub async fn count_by_status(&self) -> Result<Vec<(OrderStatus, i64)>, AppError> {
+        Ok(self.orders.count_by_status().await?)
+    }
+
+    /// The order's steps, events and audit rows.
+    ///
+    /// # Errors
+    /// `NotFound` as for [`Self::get_order`].
+    pub async fn flow(&self, actor: &Actor, id: OrderId) -> Result<OrderFlow, AppError> {
+        let record = self.get_order(actor, id).await?;
+        let key = id.to_string();
+        let events = self.outbox.for_aggregate(ORDER_AGGREGATE, &key).await?;
+        let audit = self.orders.audit_for(entity::ORDER, &key).await?;
+        Ok(OrderFlow {
+            steps: record.steps,
+            events,
+            audit,
+        })
     }
 
     /// One order with its saga state.
@@ -98,13 +136,13 @@ impl OrderQueries {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::application::ports::MockOrderRepository;
+    use crate::application::ports::{MockOrderRepository, MockOutboxStore};
 
     #[tokio::test]
     async fn a_customer_listing_another_customers_orders_gets_nothing_and_no_query() {
         let mut repo = MockOrderRepository::new();
         repo.expect_list().never();
-        let queries = OrderQueries::new(Arc::new(repo));
+        let queries = OrderQueries::new(Arc::new(repo), Arc::new(MockOutboxStore::new()));
         let page = queries
             .list_orders(
                 &Actor::customer("alice"),
@@ -124,7 +162,7 @@ mod tests {
         repo.expect_list()
             .withf(|f| f.customer_id.as_deref() == Some("alice") && f.limit == 21)
             .returning(|_| Ok(Vec::new()));
-        let queries = OrderQueries::new(Arc::new(repo));
+        let queries = OrderQueries::new(Arc::new(repo), Arc::new(MockOutboxStore::new()));
         queries
             .list_orders(&Actor::customer("alice"), ListOrders::default())
             .await
@@ -133,7 +171,10 @@ mod tests {
 
     #[tokio::test]
     async fn limits_out_of_range_are_refused() {
-        let queries = OrderQueries::new(Arc::new(MockOrderRepository::new()));
+        let queries = OrderQueries::new(
+            Arc::new(MockOrderRepository::new()),
+            Arc::new(MockOutboxStore::new()),
+        );
         for limit in [0, 101] {
             let err = queries
                 .list_orders(

@@ -9,7 +9,6 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use orchestrator::adapters::persistence;
 use orchestrator::application::Actor;
-use orchestrator::application::audit::{self, entity};
 use orchestrator::config::{Settings, parse_duration};
 use orchestrator::startup::{self, Application, StartupError, Workers};
 use sea_orm_migration::MigratorTrait;
@@ -156,10 +155,15 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
         Command::Worker => {
             orchestrator::telemetry::init(settings.log.format);
             let services = startup::build_services(&settings).await?;
+            // Health and metrics of the worker itself, on `http.bind`.
+            let ops = startup::ops_server(&services)?;
+            let ops_handle = ops.handle();
+            tokio::spawn(ops);
             let workers = Workers::spawn(&services);
             startup::shutdown_signal().await;
             tracing::info!("shutting down: finishing publishes in flight");
             workers.shutdown(Duration::from_secs(30)).await;
+            ops_handle.stop(true).await;
             Ok(())
         }
         Command::Migrate { action } => {
@@ -212,25 +216,11 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
                 OutboxCommand::Replay { id, reason } => {
                     let operator = std::env::var("USER").unwrap_or_else(|_| "cli".into());
                     let actor = Actor::admin(format!("cli:{operator}"));
-                    let now = chrono::Utc::now();
-                    let record = audit::record(
-                        audit::OUTBOX_REPUBLISH,
-                        entity::OUTBOX_EVENT,
-                        id,
-                        &actor,
-                        reason,
-                        now,
-                    );
-                    let moved = services
-                        .outbox_store
-                        .settle_dead_letters(&[id], false, now, record)
+                    services
+                        .outbox_admin
+                        .settle(&actor, id, false, reason)
                         .await
                         .map_err(|e| Failure::Runtime(e.to_string()))?;
-                    if moved.is_empty() {
-                        return Err(Failure::Runtime(format!(
-                            "outbox event {id} is not a dead letter"
-                        )));
-                    }
                     println!("outbox event {id}: DEAD_LETTER -> READY");
                     Ok(())
                 }

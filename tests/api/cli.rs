@@ -351,6 +351,7 @@ async fn worker_drains_the_outbox_and_replay_repairs_a_dead_letter() {
     let mut worker = app(&dir.0)
         .env("APP__DATABASE__URL", &db.url)
         .env("APP__OUTBOX__POLL_INTERVAL", "100ms")
+        .env("APP__HTTP__BIND", format!("127.0.0.1:{}", free_port()))
         .arg("worker")
         .stdout(Stdio::null())
         .stderr(Stdio::null())

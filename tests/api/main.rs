@@ -5,5 +5,7 @@ mod helpers;
 
 mod api_orders;
 mod api_validation;
+mod broker;
 mod cli;
+mod relay;
 mod repository_contract;

@@ -150,6 +150,29 @@ impl<T: DeserializeOwned + 'static> FromRequest for JsonBody<T> {
     }
 }
 
+/// An optional JSON body: absent (no body, no `Content-Type`) is `None`; present, it must
+/// decode like [`JsonBody`].
+pub struct MaybeJson<T>(pub Option<T>);
+
+impl<T: DeserializeOwned + 'static> FromRequest for MaybeJson<T> {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let headers = req.headers();
+        let empty = headers.get(actix_web::http::header::CONTENT_TYPE).is_none()
+            && headers
+                .get(actix_web::http::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .is_none_or(|v| v.trim() == "0");
+        if empty {
+            return Box::pin(async { Ok(MaybeJson(None)) });
+        }
+        let body = JsonBody::<T>::from_request(req, payload);
+        Box::pin(async move { body.await.map(|b| MaybeJson(Some(b.value))) })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

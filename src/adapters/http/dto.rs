@@ -154,6 +154,16 @@ pub struct OutboxEventResponse {
     pub dead_lettered_at: Option<String>,
 }
 
+/// `GET /api/orders/{id}/flow`.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OrderFlowResponse {
+    pub order_id: String,
+    pub steps: Vec<StepResponse>,
+    pub events: Vec<OutboxEventResponse>,
+    pub audit: Vec<AuditResponse>,
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AuditResponse {

@@ -1,6 +1,7 @@
 //! The HTTP API (SPEC §5) on actix-web: routes, DTOs, problem+json errors, JWT auth,
 //! correlation ids. Handlers call use cases, never repositories.
 
+pub mod admin;
 pub mod auth;
 pub mod body;
 pub mod correlation;
@@ -19,6 +20,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use crate::application::health::Readiness;
 use crate::application::idempotency::IdempotencyService;
 use crate::application::orchestration::Orchestrator;
+use crate::application::outbox::OutboxAdmin;
 use crate::application::queries::OrderQueries;
 use problem::ApiError;
 
@@ -27,6 +29,7 @@ pub struct HttpState {
     pub orchestrator: Arc<Orchestrator>,
     pub queries: Arc<OrderQueries>,
     pub idempotency: Arc<IdempotencyService>,
+    pub outbox_admin: Arc<OutboxAdmin>,
     pub readiness: Arc<Readiness>,
     /// `X-Mock-Scenario` is honoured only with the simulated providers.
     pub honour_mock_scenario: bool,
@@ -57,25 +60,38 @@ impl utoipa::Modify for BearerAuth {
         orders::get_order,
         orders::list_orders,
         orders::orchestrate,
+        orders::flow,
+        admin::list_outbox,
+        admin::outbox_stats,
+        admin::republish,
+        admin::discard,
+        admin::redrive,
         ops::live,
         ops::ready,
+        ops::metrics,
     ),
     components(schemas(problem::Problem)),
     modifiers(&BearerAuth),
-    tags((name = "orders"), (name = "ops"))
+    tags((name = "orders"), (name = "admin", description = "Role admin"), (name = "ops"))
 )]
 pub struct ApiDoc;
 
+/// The unauthenticated operations routes (also all that `app worker` serves).
+pub fn ops_routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/health/live", web::get().to(ops::live))
+        .route("/health/ready", web::get().to(ops::ready))
+        .route("/metrics", web::get().to(ops::metrics));
+}
+
 /// Every route of the API.
 pub fn routes(cfg: &mut web::ServiceConfig) {
+    ops_routes(cfg);
     cfg.app_data(web::QueryConfig::default().error_handler(|err, _| {
         ApiError::new(StatusCode::BAD_REQUEST, "MALFORMED_QUERY", err.to_string()).into()
     }))
     .app_data(
         web::PathConfig::default().error_handler(|_, _| ApiError::not_found("resource").into()),
     )
-    .route("/health/live", web::get().to(ops::live))
-    .route("/health/ready", web::get().to(ops::ready))
     .route("/openapi.json", web::get().to(ops::openapi))
     .route("/docs", web::get().to(ops::docs))
     .service(
@@ -87,6 +103,36 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(
         web::resource("/api/orders/{id}")
             .route(web::get().to(orders::get_order))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource("/api/orders/{id}/flow")
+            .route(web::get().to(orders::flow))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource("/api/admin/outbox")
+            .route(web::get().to(admin::list_outbox))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource("/api/admin/outbox/stats")
+            .route(web::get().to(admin::outbox_stats))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource("/api/admin/outbox/redrive")
+            .route(web::post().to(admin::redrive))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource("/api/admin/outbox/{id}/republish")
+            .route(web::post().to(admin::republish))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource("/api/admin/outbox/{id}/discard")
+            .route(web::post().to(admin::discard))
             .default_service(web::to(method_not_allowed)),
     )
     .service(

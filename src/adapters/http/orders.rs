@@ -9,7 +9,10 @@ use super::HttpState;
 use super::auth::Caller;
 use super::body::JsonBody;
 use super::correlation::CorrelationId;
-use super::dto::{OrderDetailResponse, OrderPageResponse, OrderResponse, PlaceOrderRequest};
+use super::dto::{
+    AuditResponse, OrderDetailResponse, OrderFlowResponse, OrderPageResponse, OrderResponse,
+    OutboxEventResponse, PlaceOrderRequest, StepResponse,
+};
 use super::problem::{ApiError, Problem};
 use crate::application::AppError;
 use crate::application::orchestration::PlaceOrder;
@@ -291,4 +294,33 @@ pub async fn orchestrate(
     let id = parse_order_id(&path)?;
     let record = state.orchestrator.orchestrate(&caller.0, id).await?;
     Ok(HttpResponse::Ok().json(OrderDetailResponse::from(&record)))
+}
+
+/// An order's whole story for support and operators: steps, events with their delivery
+/// state, and audit rows, each oldest first.
+#[utoipa::path(
+    get,
+    path = "/api/orders/{id}/flow",
+    tag = "orders",
+    params(("id" = String, Path, description = "Order id (UUID)")),
+    responses(
+        (status = 200, body = OrderFlowResponse),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn flow(
+    state: web::Data<HttpState>,
+    caller: Caller,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = parse_order_id(&path)?;
+    let flow = state.queries.flow(&caller.0, id).await?;
+    Ok(HttpResponse::Ok().json(OrderFlowResponse {
+        order_id: id.to_string(),
+        steps: flow.steps.iter().map(StepResponse::from).collect(),
+        events: flow.events.iter().map(OutboxEventResponse::from).collect(),
+        audit: flow.audit.iter().map(AuditResponse::from).collect(),
+    }))
 }

@@ -11,6 +11,10 @@ pub struct LogEventPublisher;
 
 #[async_trait]
 impl EventPublisher for LogEventPublisher {
+    async fn ready(&self) -> Result<(), String> {
+        Ok(())
+    }
+
     async fn publish(&self, batch: &[OutboxRecord]) -> Vec<PublishOutcome> {
         batch
             .iter()

@@ -7,6 +7,7 @@
 
 pub mod entities;
 mod idempotency;
+mod listener;
 mod mapping;
 mod orders;
 mod outbox;
@@ -19,6 +20,7 @@ use sea_orm::{ConnectOptions, Database, DatabaseBackend, DatabaseConnection, DbE
 use sea_orm_migration::MigratorTrait;
 
 pub use idempotency::SeaOrmIdempotencyStore;
+pub use listener::wake_on_notify;
 pub use orders::SeaOrmOrderRepository;
 pub use outbox::{OUTBOX_CHANNEL, SeaOrmOutboxStore};
 

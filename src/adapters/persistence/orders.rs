@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use sea_orm::ActiveValue::Set;
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, EntityTrait,
-    QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
+    FromQueryResult, QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
 };
 use tokio::sync::Notify;
 
@@ -23,7 +23,7 @@ use crate::application::ports::{
     AuditRecord, Changes, OrderFilter, OrderRecord, OrderRepository, RepoError, UnitOfWork, Write,
 };
 use crate::domain::ids::OrderId;
-use crate::domain::order::Order;
+use crate::domain::order::{Order, OrderStatus};
 
 /// Orders over SeaORM. Also the [`UnitOfWork`]: it wakes the in-process relay after a
 /// commit that appended outbox events, and on PostgreSQL `NOTIFY`s other processes.
@@ -310,6 +310,26 @@ impl OrderRepository for SeaOrmOrderRepository {
             .await
             .map_err(repo_err)?;
         self.load_orders(rows).await
+    }
+
+    async fn count_by_status(&self) -> Result<Vec<(OrderStatus, i64)>, RepoError> {
+        #[derive(sea_orm::FromQueryResult)]
+        struct Count {
+            status: String,
+            n: i64,
+        }
+        let rows = Count::find_by_statement(sea_orm::Statement::from_string(
+            self.db.get_database_backend(),
+            "SELECT status, COUNT(*) AS n FROM orders GROUP BY status",
+        ))
+        .all(&self.db)
+        .await
+        .map_err(repo_err)?;
+        let counts: HashMap<String, i64> = rows.into_iter().map(|r| (r.status, r.n)).collect();
+        Ok(OrderStatus::ALL
+            .iter()
+            .map(|s| (*s, counts.get(s.as_str()).copied().unwrap_or(0)))
+            .collect())
     }
 
     async fn audit_for(

@@ -363,10 +363,28 @@ impl OutboxStore for SeaOrmOutboxStore {
         })
     }
 
+    async fn get(&self, id: i64) -> Result<Option<OutboxRecord>, RepoError> {
+        outbox_events::Entity::find_by_id(id)
+            .one(&self.db)
+            .await
+            .map_err(repo_err)?
+            .map(outbox_from_row)
+            .transpose()
+    }
+
     async fn list(&self, filter: &OutboxFilter) -> Result<Vec<OutboxRecord>, RepoError> {
         let mut query = outbox_events::Entity::find();
         if let Some(status) = filter.status {
             query = query.filter(Column::Status.eq(status.as_str()));
+        }
+        if let Some(event_type) = &filter.event_type {
+            query = query.filter(Column::EventType.eq(event_type.as_str()));
+        }
+        if let Some(code) = filter.failure_code {
+            query = query.filter(Column::FailureCode.eq(code.as_str()));
+        }
+        if let Some(before) = filter.dead_lettered_before {
+            query = query.filter(Column::DeadLetteredAt.lt(before));
         }
         if let Some(before) = filter.before_id {
             query = query.filter(Column::Id.lt(before));

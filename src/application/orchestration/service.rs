@@ -985,7 +985,11 @@ mod tests {
         let mut uow = MockUnitOfWork::new();
         uow.expect_commit()
             .times(1)
-            .withf(|c| c.new_orders.is_empty() && c.audit.len() == 1 && c.audit[0].action == audit::ORDER_REJECTED)
+            .withf(|c| {
+                c.new_orders.is_empty()
+                    && c.audit.len() == 1
+                    && c.audit[0].action == audit::ORDER_REJECTED
+            })
             .returning(|_| Ok(()));
         m.uow = uow;
         let (saga, _) = m.build();

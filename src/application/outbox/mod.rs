@@ -1,8 +1,10 @@
-//! The outbox's moving parts: the relay (claim -> publish -> mark) and its housekeeping
-//! (expired-lease recovery, clean-up by retention).
+//! The outbox's moving parts: the relay (claim -> publish -> mark), its housekeeping
+//! (expired-lease recovery, clean-up by retention) and the operator's repairs.
 
+mod admin;
 mod housekeeping;
 mod relay;
 
+pub use admin::{OutboxAdmin, Redrive, RedriveReport};
 pub use housekeeping::{Housekeeping, HousekeepingSettings};
-pub use relay::{OutboxRelay, RelayReport, RelaySettings};
+pub use relay::{OutboxRelay, RelayError, RelayReport, RelaySettings};

@@ -3,19 +3,20 @@
 //! Claim and mark are two short transactions; no transaction is open while waiting for
 //! the broker. A claim is a lease: if this worker dies, another recovers the rows when the
 //! lease ends, and the mark here is conditional on still holding the claim, so a worker
-//! whose lease was recovered can never overwrite the new owner's result.
+//! whose lease was recovered can never overwrite the new owner's result. Nothing is
+//! claimed while the broker is unreachable, so an outage spends no retry budget.
 
 use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
-use chrono::Duration;
+use chrono::{DateTime, Duration, Utc};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::application::ports::{
     Clock, DeliveryFailure, EventPublisher, OutboxStore, PublishOutcome, RepoError,
 };
-use crate::domain::outbox::{FailureOutcome, RetrySchedule};
+use crate::domain::outbox::{FailureCode, FailureOutcome, RetrySchedule};
 
 #[derive(Debug, Clone)]
 pub struct RelaySettings {
@@ -26,6 +27,8 @@ pub struct RelaySettings {
     pub lease: Duration,
     /// Idle polling interval: the safety net behind wake-ups, never a cap on throughput.
     pub poll_interval: StdDuration,
+    /// The longest a retry that came due waits while the relay is idle.
+    pub retry_poll_interval: StdDuration,
     pub schedule: RetrySchedule,
 }
 
@@ -38,6 +41,17 @@ pub struct RelayReport {
     pub dead_lettered: u64,
     /// Rows whose claim was lost before marking (lease recovered elsewhere).
     pub lost_claims: u64,
+    /// The earliest retry this round scheduled.
+    pub next_retry_at: Option<DateTime<Utc>>,
+}
+
+/// Why a round did nothing useful.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error(transparent)]
+    Store(#[from] RepoError),
+    #[error("broker unavailable: {0}")]
+    Broker(String),
 }
 
 pub struct OutboxRelay {
@@ -46,6 +60,10 @@ pub struct OutboxRelay {
     clock: Arc<dyn Clock>,
     settings: RelaySettings,
     wake: Arc<Notify>,
+}
+
+fn failure_label(code: FailureCode) -> &'static str {
+    code.as_str()
 }
 
 impl OutboxRelay {
@@ -65,12 +83,18 @@ impl OutboxRelay {
         }
     }
 
+    pub fn worker_id(&self) -> &str {
+        &self.settings.worker_id
+    }
+
     /// Claims one batch, publishes it and marks every row by the broker's verdict.
     ///
     /// # Errors
-    /// `Unavailable` when the database fails; claimed rows then stay `PROCESSING` until
-    /// their lease is recovered — never lost.
-    pub async fn run_once(&self) -> Result<RelayReport, RepoError> {
+    /// `Broker` when the broker cannot be reached (nothing was claimed); `Store` when the
+    /// database fails — claimed rows then stay `PROCESSING` until their lease is
+    /// recovered, never lost.
+    pub async fn run_once(&self) -> Result<RelayReport, RelayError> {
+        self.publisher.ready().await.map_err(RelayError::Broker)?;
         let now = self.clock.now();
         let batch = self
             .store
@@ -92,32 +116,58 @@ impl OutboxRelay {
             claimed: batch.len(),
             ..Default::default()
         };
-        for (row, outcome) in batch
-            .iter()
-            .zip(outcomes.into_iter().chain(std::iter::repeat(
-                // A publisher that returned too few outcomes: the missing ones are unconfirmed.
-                PublishOutcome::Failed {
-                    code: crate::domain::outbox::FailureCode::ConfirmTimeout,
-                    reason: "no confirm reported".into(),
-                },
-            )))
-        {
+        let missing = PublishOutcome::Failed {
+            code: FailureCode::ConfirmTimeout,
+            reason: "no confirm reported".into(),
+        };
+        for (i, row) in batch.iter().enumerate() {
+            // A publisher that returned too few outcomes: the missing ones are unconfirmed.
+            let outcome = outcomes.get(i).unwrap_or(&missing);
             match outcome {
-                PublishOutcome::Confirmed => published.push(row.id),
+                PublishOutcome::Confirmed => {
+                    published.push(row.id);
+                    let latency = (now - row.created_at).to_std().unwrap_or_default();
+                    metrics::histogram!("outbox_commit_to_confirm_seconds")
+                        .record(latency.as_secs_f64());
+                    metrics::counter!("outbox_confirms_total", "outcome" => "ack").increment(1);
+                }
                 PublishOutcome::Failed { code, reason } => {
+                    metrics::counter!("outbox_confirms_total", "outcome" => failure_label(*code))
+                        .increment(1);
                     let outcome =
                         self.settings
                             .schedule
                             .after_failure(row.retry_count, fastrand::f64(), now);
                     match outcome {
-                        FailureOutcome::Retry { .. } => report.retried += 1,
-                        FailureOutcome::DeadLetter { .. } => report.dead_lettered += 1,
+                        FailureOutcome::Retry {
+                            next_attempt_at, ..
+                        } => {
+                            report.retried += 1;
+                            report.next_retry_at = Some(
+                                report
+                                    .next_retry_at
+                                    .map_or(next_attempt_at, |t| t.min(next_attempt_at)),
+                            );
+                            metrics::counter!("outbox_retries_total").increment(1);
+                        }
+                        FailureOutcome::DeadLetter { .. } => {
+                            report.dead_lettered += 1;
+                            metrics::counter!("outbox_dead_lettered_total", "event_type" => row.event_type.clone())
+                                .increment(1);
+                            tracing::error!(
+                                event_id = %row.event_id,
+                                event_type = %row.event_type,
+                                code = code.as_str(),
+                                %reason,
+                                "outbox event dead-lettered"
+                            );
+                        }
                     }
                     failures.push(DeliveryFailure {
                         id: row.id,
                         outcome,
-                        code,
-                        reason,
+                        code: *code,
+                        reason: reason.clone(),
                     });
                 }
             }
@@ -125,6 +175,7 @@ impl OutboxRelay {
         let worker = &self.settings.worker_id;
         if !published.is_empty() {
             report.published = self.store.mark_published(&published, worker, now).await?;
+            metrics::counter!("outbox_published_total").increment(report.published);
         }
         if !failures.is_empty() {
             let marked = self.store.mark_failed(&failures, worker, now).await?;
@@ -141,32 +192,48 @@ impl OutboxRelay {
     }
 
     /// Runs rounds until `stop` is cancelled: back to back while rows are due, otherwise
-    /// waiting for a wake-up (a commit) or the poll interval. A round in progress finishes
-    /// (its confirms are awaited and marked) before this returns.
+    /// waiting for a wake-up (a commit), the next scheduled retry, or the poll interval.
+    /// A round in progress finishes — its confirms are awaited and marked — before this
+    /// returns, so a graceful stop leaves nothing to the lease timeout.
     pub async fn run_until_stopped(&self, stop: CancellationToken) {
         let mut failures: u32 = 0;
+        let mut next_retry: Option<DateTime<Utc>> = None;
         while !stop.is_cancelled() {
             let idle = match self.run_once().await {
                 Ok(report) => {
                     failures = 0;
+                    if let Some(at) = report.next_retry_at {
+                        next_retry = Some(next_retry.map_or(at, |t| t.min(at)));
+                    }
                     report.claimed == 0
                 }
                 Err(err) => {
                     failures = failures.saturating_add(1);
-                    tracing::error!(error = %err, "outbox relay round failed");
+                    if failures == 1 || failures.is_power_of_two() {
+                        tracing::error!(error = %err, failures, "outbox relay round failed");
+                    }
                     true
                 }
             };
             if !idle {
                 continue;
             }
-            let pause = if failures > 0 {
-                // Back off on a failing database, up to the poll interval.
-                (StdDuration::from_millis(100) * 2u32.saturating_pow(failures.min(10)))
-                    .min(self.settings.poll_interval)
-            } else {
-                self.settings.poll_interval
-            };
+            let now = self.clock.now();
+            if next_retry.is_some_and(|t| t <= now) {
+                next_retry = None;
+            }
+            let mut pause = self.settings.poll_interval;
+            if let Some(at) = next_retry {
+                let until = (at - now).to_std().unwrap_or_default();
+                pause = pause
+                    .min(until.max(StdDuration::from_millis(10)))
+                    .min(self.settings.retry_poll_interval);
+            }
+            if failures > 0 {
+                // Back off on a failing database or broker, up to the poll interval.
+                pause =
+                    pause.min(StdDuration::from_millis(50) * 2u32.saturating_pow(failures.min(10)));
+            }
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = self.wake.notified() => {}

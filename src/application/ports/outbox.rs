@@ -60,6 +60,10 @@ pub struct DeliveryFailure {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OutboxFilter {
     pub status: Option<OutboxStatus>,
+    pub event_type: Option<String>,
+    pub failure_code: Option<FailureCode>,
+    /// Only rows dead-lettered before this instant.
+    pub dead_lettered_before: Option<DateTime<Utc>>,
     pub before_id: Option<i64>,
     pub limit: u32,
 }
@@ -155,6 +159,12 @@ pub trait OutboxStore: Send + Sync {
     /// `Unavailable` when the database fails.
     async fn stats(&self) -> Result<OutboxStats, RepoError>;
 
+    /// One row.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    async fn get(&self, id: i64) -> Result<Option<OutboxRecord>, RepoError>;
+
     /// Rows matching the filter, newest first.
     ///
     /// # Errors
@@ -190,6 +200,13 @@ pub trait OutboxStore: Send + Sync {
 #[cfg_attr(test, mockall::automock)]
 #[async_trait]
 pub trait EventPublisher: Send + Sync {
+    /// Makes sure the broker can be published to now (connecting if needed). The relay
+    /// claims nothing while this fails, so an outage spends no retry budget.
+    ///
+    /// # Errors
+    /// Why the broker is unusable (no secrets in it).
+    async fn ready(&self) -> Result<(), String>;
+
     /// Publishes a batch and waits (bounded) for the broker's verdict on each message.
     /// Returns exactly one outcome per input record, in input order. Never panics on
     /// broker failure: an unreachable broker yields `Failed` outcomes.

@@ -201,6 +201,12 @@ pub trait OrderRepository: Send + Sync {
     /// `Unavailable` when the database fails.
     async fn list(&self, filter: &OrderFilter) -> Result<Vec<Order>, RepoError>;
 
+    /// How many orders are in each status (every status listed, zero included).
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    async fn count_by_status(&self) -> Result<Vec<(OrderStatus, i64)>, RepoError>;
+
     /// Audit rows about one entity, oldest first.
     ///
     /// # Errors

@@ -1,0 +1,315 @@
+//! Operator endpoints (role `admin`): the outbox's rows, stats and repairs. Each repair is
+//! audited with the acting subject and the optional `reason`.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, web};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::HttpState;
+use super::auth::Caller;
+use super::body::{JsonBody, MaybeJson};
+use super::dto::{OutboxEventResponse, ReasonRequest};
+use super::problem::{ApiError, Problem};
+use crate::application::orchestration::events::timestamp;
+use crate::application::outbox::Redrive;
+use crate::application::ports::{OutboxFilter, OutboxStats};
+use crate::config::parse_duration;
+use crate::domain::outbox::{FailureCode, OutboxStatus};
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct OutboxListQuery {
+    /// `READY` | `PROCESSING` | `RETRY_WAIT` | `PUBLISHED` | `DEAD_LETTER` | `DISCARDED`
+    status: Option<String>,
+    /// 1 to 100, default 50.
+    limit: Option<String>,
+    /// `nextCursor` of the previous page.
+    cursor: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OutboxPageResponse {
+    pub items: Vec<OutboxEventResponse>,
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OutboxStatsResponse {
+    /// Rows per status, every status present.
+    pub by_status: std::collections::BTreeMap<String, i64>,
+    pub oldest_ready_created_at: Option<String>,
+    /// Age of the oldest `READY` row: how far behind the relay is.
+    pub oldest_ready_age_seconds: Option<f64>,
+    /// Age of the oldest claim still `PROCESSING`.
+    pub oldest_claim_age_seconds: Option<f64>,
+    pub dead_letters_by_type: std::collections::BTreeMap<String, i64>,
+    /// Aggregates whose later events wait behind a dead letter.
+    pub blocked_aggregates: i64,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RedriveRequest {
+    pub event_type: Option<String>,
+    /// e.g. `UNROUTABLE`, `NACK`, `CONFIRM_TIMEOUT`
+    pub failure_code: Option<String>,
+    /// Only dead letters older than this: a duration (`10m`, `1h`) or an RFC 3339 instant.
+    pub older_than: Option<String>,
+    /// 1 to 1000.
+    pub limit: u32,
+    #[serde(default)]
+    pub dry_run: bool,
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RedriveResponse {
+    pub matched: usize,
+    pub redriven: usize,
+    pub ids: Vec<i64>,
+}
+
+fn unprocessable(field: &str, message: &str) -> ApiError {
+    ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, field, message)
+}
+
+pub fn stats_response(
+    stats: &OutboxStats,
+    now: chrono::DateTime<chrono::Utc>,
+) -> OutboxStatsResponse {
+    let age = |t: Option<chrono::DateTime<chrono::Utc>>| {
+        t.map(|t| ((now - t).num_milliseconds().max(0) as f64) / 1000.0)
+    };
+    OutboxStatsResponse {
+        by_status: stats
+            .by_status
+            .iter()
+            .map(|(s, n)| (s.as_str().to_owned(), *n))
+            .collect(),
+        oldest_ready_created_at: stats.oldest_ready_created_at.map(timestamp),
+        oldest_ready_age_seconds: age(stats.oldest_ready_created_at),
+        oldest_claim_age_seconds: age(stats.oldest_claim_at),
+        dead_letters_by_type: stats.dead_letters_by_type.iter().cloned().collect(),
+        blocked_aggregates: stats.blocked_aggregates,
+    }
+}
+
+/// Outbox rows, newest first.
+#[utoipa::path(
+    get,
+    path = "/api/admin/outbox",
+    tag = "admin",
+    params(OutboxListQuery),
+    responses(
+        (status = 200, body = OutboxPageResponse),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Not an admin", body = Problem, content_type = "application/problem+json"),
+        (status = 422, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn list_outbox(
+    state: web::Data<HttpState>,
+    caller: Caller,
+    query: web::Query<OutboxListQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let actor = caller.require_admin()?;
+    let q = query.into_inner();
+    let status = q
+        .status
+        .map(|s| {
+            OutboxStatus::parse(&s).ok_or_else(|| unprocessable("status", "not an outbox status"))
+        })
+        .transpose()?;
+    let limit = q
+        .limit
+        .map(|l| {
+            l.parse::<u32>()
+                .map_err(|_| unprocessable("limit", "must be a number between 1 and 100"))
+        })
+        .transpose()?
+        .unwrap_or(50);
+    let before_id = q
+        .cursor
+        .map(|c| {
+            c.parse::<i64>()
+                .map_err(|_| unprocessable("cursor", "not a cursor from this API"))
+        })
+        .transpose()?;
+    let filter = OutboxFilter {
+        status,
+        before_id,
+        limit: limit.saturating_add(1).min(101),
+        ..Default::default()
+    };
+    if !(1..=100).contains(&limit) {
+        return Err(unprocessable("limit", "must be between 1 and 100"));
+    }
+    let mut rows = state.outbox_admin.list(actor, filter).await?;
+    let next_cursor = if rows.len() > limit as usize {
+        rows.truncate(limit as usize);
+        rows.last().map(|r| r.id.to_string())
+    } else {
+        None
+    };
+    Ok(HttpResponse::Ok().json(OutboxPageResponse {
+        items: rows.iter().map(OutboxEventResponse::from).collect(),
+        next_cursor,
+    }))
+}
+
+/// Counts per status, backlog age, dead letters by type, blocked aggregates.
+#[utoipa::path(
+    get,
+    path = "/api/admin/outbox/stats",
+    tag = "admin",
+    responses(
+        (status = 200, body = OutboxStatsResponse),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn outbox_stats(
+    state: web::Data<HttpState>,
+    caller: Caller,
+) -> Result<HttpResponse, ApiError> {
+    let actor = caller.require_admin()?;
+    let stats = state.outbox_admin.stats(actor).await?;
+    Ok(HttpResponse::Ok().json(stats_response(&stats, chrono::Utc::now())))
+}
+
+fn outbox_id(text: &str) -> Result<i64, ApiError> {
+    text.parse()
+        .map_err(|_| ApiError::not_found("outbox event"))
+}
+
+fn reason(body: MaybeJson<ReasonRequest>) -> Option<String> {
+    body.0.and_then(|b| b.reason)
+}
+
+/// A dead letter back to `READY` (retry budget reset); `409` for any other status.
+#[utoipa::path(
+    post,
+    path = "/api/admin/outbox/{id}/republish",
+    tag = "admin",
+    params(("id" = i64, Path)),
+    request_body(content = Option<ReasonRequest>, description = "Optional reason, recorded in the audit log"),
+    responses(
+        (status = 200, body = OutboxEventResponse),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "OUTBOX_NOT_DEAD_LETTER", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn republish(
+    state: web::Data<HttpState>,
+    caller: Caller,
+    path: web::Path<String>,
+    body: MaybeJson<ReasonRequest>,
+) -> Result<HttpResponse, ApiError> {
+    let actor = caller.require_admin()?;
+    let id = outbox_id(&path)?;
+    let row = state
+        .outbox_admin
+        .settle(actor, id, false, reason(body))
+        .await?;
+    Ok(HttpResponse::Ok().json(OutboxEventResponse::from(&row)))
+}
+
+/// A dead letter to `DISCARDED`: never published, the aggregate unblocked.
+#[utoipa::path(
+    post,
+    path = "/api/admin/outbox/{id}/discard",
+    tag = "admin",
+    params(("id" = i64, Path)),
+    request_body(content = Option<ReasonRequest>, description = "Optional reason, recorded in the audit log"),
+    responses(
+        (status = 200, body = OutboxEventResponse),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "OUTBOX_NOT_DEAD_LETTER", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn discard(
+    state: web::Data<HttpState>,
+    caller: Caller,
+    path: web::Path<String>,
+    body: MaybeJson<ReasonRequest>,
+) -> Result<HttpResponse, ApiError> {
+    let actor = caller.require_admin()?;
+    let id = outbox_id(&path)?;
+    let row = state
+        .outbox_admin
+        .settle(actor, id, true, reason(body))
+        .await?;
+    Ok(HttpResponse::Ok().json(OutboxEventResponse::from(&row)))
+}
+
+/// Bulk republish of dead letters matching a filter; `dryRun` only reports.
+#[utoipa::path(
+    post,
+    path = "/api/admin/outbox/redrive",
+    tag = "admin",
+    request_body = RedriveRequest,
+    responses(
+        (status = 200, body = RedriveResponse),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 422, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn redrive(
+    state: web::Data<HttpState>,
+    caller: Caller,
+    body: JsonBody<RedriveRequest>,
+) -> Result<HttpResponse, ApiError> {
+    let actor = caller.require_admin()?;
+    let r = body.value;
+    let failure_code = r
+        .failure_code
+        .map(|c| {
+            FailureCode::parse(&c).ok_or_else(|| unprocessable("failureCode", "not a failure code"))
+        })
+        .transpose()?;
+    let older_than = r
+        .older_than
+        .map(|t| match t.parse::<chrono::DateTime<chrono::Utc>>() {
+            Ok(at) => Ok(at),
+            Err(_) => parse_duration(&t)
+                .ok()
+                .and_then(|d| chrono::Duration::from_std(d).ok())
+                .map(|d| chrono::Utc::now() - d)
+                .ok_or_else(|| {
+                    unprocessable(
+                        "olderThan",
+                        "expected a duration like 10m or an RFC 3339 instant",
+                    )
+                }),
+        })
+        .transpose()?;
+    let report = state
+        .outbox_admin
+        .redrive(
+            actor,
+            Redrive {
+                event_type: r.event_type,
+                failure_code,
+                older_than,
+                limit: r.limit,
+                dry_run: r.dry_run,
+                reason: r.reason,
+            },
+        )
+        .await?;
+    Ok(HttpResponse::Ok().json(RedriveResponse {
+        matched: report.matched,
+        redriven: report.redriven,
+        ids: report.ids,
+    }))
+}

@@ -1,0 +1,201 @@
+//! Opening connections from an `amqp://` URL. The URL's credentials never reach a log or
+//! an error message.
+
+use amqprs::connection::{Connection, OpenConnectionArguments};
+
+/// Where and how to connect; parsed once from `broker.url`.
+#[derive(Clone)]
+pub struct AmqpEndpoint {
+    host: String,
+    port: u16,
+    user: String,
+    password: String,
+    vhost: String,
+}
+
+impl std::fmt::Debug for AmqpEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "amqp://***@{}:{}/{}", self.host, self.port, self.vhost)
+    }
+}
+
+fn percent_decode(text: &str) -> Result<String, String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = text.get(i + 1..i + 3).ok_or("bad percent-encoding")?;
+            out.push(u8::from_str_radix(hex, 16).map_err(|_| "bad percent-encoding")?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| "percent-encoding is not UTF-8".into())
+}
+
+impl AmqpEndpoint {
+    /// Parses `amqp://user:pass@host[:port][/vhost]` (vhost percent-encoded: `%2f` is `/`).
+    ///
+    /// # Errors
+    /// A description of what is wrong, without the URL's secrets.
+    pub fn parse(url: &str) -> Result<AmqpEndpoint, String> {
+        let rest = url
+            .strip_prefix("amqp://")
+            .ok_or("broker.url must start with amqp://")?;
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let path = path.split('?').next().unwrap_or_default();
+        let (credentials, hostport) = match authority.rsplit_once('@') {
+            Some((c, h)) => (Some(c), h),
+            None => (None, authority),
+        };
+        let (user, password) = match credentials {
+            Some(c) => {
+                let (u, p) = c.split_once(':').unwrap_or((c, ""));
+                (percent_decode(u)?, percent_decode(p)?)
+            }
+            None => ("guest".to_owned(), "guest".to_owned()),
+        };
+        let (host, port) = match hostport.rsplit_once(':') {
+            Some((h, p)) => (
+                h.to_owned(),
+                p.parse::<u16>()
+                    .map_err(|_| "broker.url has an invalid port")?,
+            ),
+            None => (hostport.to_owned(), 5672),
+        };
+        if host.is_empty() {
+            return Err("broker.url has no host".into());
+        }
+        let vhost = if path.is_empty() {
+            "/".to_owned()
+        } else {
+            percent_decode(path)?
+        };
+        Ok(AmqpEndpoint {
+            host,
+            port,
+            user,
+            password,
+            vhost,
+        })
+    }
+
+    pub fn vhost(&self) -> &str {
+        &self.vhost
+    }
+
+    /// The same broker, another virtual host (tests isolate themselves this way).
+    pub fn with_vhost(&self, vhost: &str) -> AmqpEndpoint {
+        AmqpEndpoint {
+            vhost: vhost.to_owned(),
+            ..self.clone()
+        }
+    }
+
+    pub fn host_port(&self) -> (&str, u16) {
+        (&self.host, self.port)
+    }
+
+    pub fn credentials(&self) -> (&str, &str) {
+        (&self.user, &self.password)
+    }
+}
+
+/// Opens a connection named `name` (shown in the RabbitMQ management UI).
+///
+/// # Errors
+/// The broker cannot be reached or refuses the login; the message carries no secret.
+pub async fn connect(endpoint: &AmqpEndpoint, name: &str) -> Result<Connection, String> {
+    let mut args = OpenConnectionArguments::new(
+        &endpoint.host,
+        endpoint.port,
+        &endpoint.user,
+        &endpoint.password,
+    );
+    args.virtual_host(&endpoint.vhost)
+        .connection_name(name)
+        .heartbeat(30);
+    let connection =
+        tokio::time::timeout(std::time::Duration::from_secs(10), Connection::open(&args))
+            .await
+            .map_err(|_| format!("timed out connecting to {endpoint:?}"))?
+            .map_err(|e| {
+                format!(
+                    "cannot connect to {endpoint:?}: {}",
+                    redact(&e.to_string(), &endpoint.password)
+                )
+            })?;
+    connection
+        .register_callback(LoggingConnectionCallback)
+        .await
+        .map_err(|e| format!("cannot register connection callback: {e}"))?;
+    Ok(connection)
+}
+
+fn redact(message: &str, secret: &str) -> String {
+    if secret.is_empty() {
+        message.to_owned()
+    } else {
+        message.replace(secret, "***")
+    }
+}
+
+struct LoggingConnectionCallback;
+
+#[async_trait::async_trait]
+impl amqprs::callbacks::ConnectionCallback for LoggingConnectionCallback {
+    async fn close(
+        &mut self,
+        connection: &Connection,
+        close: amqprs::Close,
+    ) -> Result<(), amqprs::error::Error> {
+        tracing::warn!(connection = connection.connection_name(), reason = %close, "broker closed the connection");
+        Ok(())
+    }
+
+    async fn blocked(&mut self, connection: &Connection, reason: String) {
+        tracing::warn!(connection = connection.connection_name(), %reason, "broker blocked the connection");
+    }
+
+    async fn unblocked(&mut self, connection: &Connection) {
+        tracing::info!(
+            connection = connection.connection_name(),
+            "broker unblocked the connection"
+        );
+    }
+
+    async fn secret_updated(&mut self, _connection: &Connection) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse_with_percent_encoded_vhosts_and_defaults() {
+        let e = AmqpEndpoint::parse("amqp://guest:p%40ss@127.0.0.1:5673/%2f").unwrap();
+        assert_eq!(
+            (
+                e.host.as_str(),
+                e.port,
+                e.user.as_str(),
+                e.password.as_str(),
+                e.vhost.as_str()
+            ),
+            ("127.0.0.1", 5673, "guest", "p@ss", "/")
+        );
+        let e = AmqpEndpoint::parse("amqp://localhost").unwrap();
+        assert_eq!(
+            (e.port, e.vhost.as_str(), e.user.as_str()),
+            (5672, "/", "guest")
+        );
+        let e = AmqpEndpoint::parse("amqp://u:p@h/orders").unwrap();
+        assert_eq!(e.vhost, "orders");
+        assert!(!format!("{e:?}").contains('p') || !format!("{e:?}").contains(":p@"));
+        assert!(AmqpEndpoint::parse("http://h").is_err());
+        assert!(AmqpEndpoint::parse("amqp://h:notaport").is_err());
+    }
+}

@@ -1,0 +1,7 @@
+//! RabbitMQ over amqprs.
+
+mod connection;
+mod publisher;
+
+pub use connection::{AmqpEndpoint, connect};
+pub use publisher::{AmqpEventPublisher, AmqpPublisherSettings};

@@ -1,0 +1,404 @@
+//! The confirming publisher (SPEC §6): many messages in flight on one channel in confirm
+//! mode, each `mandatory` and persistent, `message_id = event_id`; every broker verdict —
+//! single or `multiple` ack, nack, return — is matched to its outbox row.
+//!
+//! amqprs gives no delivery tag on publish: tags are the channel's counter from 1 after
+//! `confirm.select`, assigned here under the same lock as the send. A return carries no
+//! tag: it is matched by `message_id`, and because the broker sends it *before* the ack,
+//! the ack that follows settles the message as returned, not published.
+//!
+//! The connection is opened lazily and re-opened after any failure; whatever was
+//! unconfirmed on a dead channel is reported unconfirmed (`CONNECTION_LOST`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use amqprs::channel::{
+    BasicPublishArguments, Channel, ConfirmSelectArguments, ExchangeDeclareArguments,
+};
+use amqprs::connection::Connection;
+use amqprs::{Ack, BasicProperties, Cancel, CloseChannel, Nack, Return};
+use async_trait::async_trait;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
+
+use super::connection::{AmqpEndpoint, connect};
+use crate::application::health::HealthProbe;
+use crate::application::ports::{EventPublisher, OutboxRecord, PublishOutcome};
+use crate::domain::outbox::FailureCode;
+
+#[derive(Debug, Clone)]
+pub struct AmqpPublisherSettings {
+    /// `commerce.events`: declared topic and durable at connect.
+    pub exchange: String,
+    /// Unconfirmed messages in flight at most (`outbox.publish_window`).
+    pub window: usize,
+    /// How long a batch waits for its confirms.
+    pub confirm_timeout: Duration,
+    /// Event types for which "returned unroutable" counts as published.
+    pub unroutable_ok: Vec<String>,
+    /// Shown in the broker's connection list.
+    pub connection_name: String,
+}
+
+enum Verdict {
+    Acked,
+    Nacked,
+    Returned(String),
+}
+
+struct Pending {
+    message_id: String,
+    done: oneshot::Sender<Verdict>,
+    _permit: OwnedSemaphorePermit,
+}
+
+#[derive(Default)]
+struct ConfirmTable {
+    pending: BTreeMap<u64, Pending>,
+    /// `message_id` -> reply of a `basic.return` whose ack has not come yet.
+    returned: HashMap<String, String>,
+}
+
+/// Shared between the publisher and the channel's callback.
+#[derive(Default)]
+struct Confirms(Mutex<ConfirmTable>);
+
+impl Confirms {
+    fn table(&self) -> std::sync::MutexGuard<'_, ConfirmTable> {
+        // A panic while holding this lock leaves plain maps behind; keep going.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn settle(&self, tag: u64, multiple: bool, nack: bool) {
+        let mut table = self.table();
+        let tags: Vec<u64> = if multiple {
+            table.pending.range(..=tag).map(|(t, _)| *t).collect()
+        } else {
+            vec![tag]
+        };
+        for tag in tags {
+            if let Some(p) = table.pending.remove(&tag) {
+                let returned = table.returned.remove(&p.message_id);
+                let verdict = match (nack, returned) {
+                    (true, _) => Verdict::Nacked,
+                    (false, Some(reply)) => Verdict::Returned(reply),
+                    (false, None) => Verdict::Acked,
+                };
+                let _ = p.done.send(verdict);
+            }
+        }
+    }
+
+    /// The channel is gone: every waiter learns its message is unconfirmed.
+    fn fail_all(&self) {
+        let mut table = self.table();
+        table.pending.clear();
+        table.returned.clear();
+    }
+}
+
+struct ConfirmCallback(Arc<Confirms>);
+
+#[async_trait]
+impl amqprs::callbacks::ChannelCallback for ConfirmCallback {
+    async fn close(
+        &mut self,
+        _channel: &Channel,
+        close: CloseChannel,
+    ) -> Result<(), amqprs::error::Error> {
+        tracing::warn!(reason = %close, "broker closed the publishing channel");
+        self.0.fail_all();
+        Ok(())
+    }
+
+    async fn cancel(
+        &mut self,
+        _channel: &Channel,
+        _cancel: Cancel,
+    ) -> Result<(), amqprs::error::Error> {
+        Ok(())
+    }
+
+    async fn flow(
+        &mut self,
+        _channel: &Channel,
+        active: bool,
+    ) -> Result<bool, amqprs::error::Error> {
+        tracing::warn!(active, "broker flow control on the publishing channel");
+        Ok(true)
+    }
+
+    async fn publish_ack(&mut self, _channel: &Channel, ack: Ack) {
+        self.0.settle(ack.delivery_tag(), ack.mutiple(), false);
+    }
+
+    async fn publish_nack(&mut self, _channel: &Channel, nack: Nack) {
+        self.0.settle(nack.delivery_tag(), nack.multiple(), true);
+    }
+
+    async fn publish_return(
+        &mut self,
+        _channel: &Channel,
+        ret: Return,
+        properties: BasicProperties,
+        _content: Vec<u8>,
+    ) {
+        if let Some(id) = properties.message_id() {
+            let reply = format!("{} {}", ret.reply_code(), ret.reply_text());
+            self.0.table().returned.insert(id.clone(), reply);
+        }
+    }
+}
+
+struct Link {
+    connection: Connection,
+    channel: Channel,
+    confirms: Arc<Confirms>,
+    window: Arc<Semaphore>,
+    next_tag: u64,
+}
+
+impl Link {
+    fn is_usable(&self) -> bool {
+        self.connection.is_open() && self.channel.is_open()
+    }
+}
+
+/// Publishes outbox rows to RabbitMQ with confirms. One connection and channel per
+/// instance: give each relay its own.
+pub struct AmqpEventPublisher {
+    endpoint: AmqpEndpoint,
+    settings: AmqpPublisherSettings,
+    link: tokio::sync::Mutex<Option<Link>>,
+}
+
+fn failed(code: FailureCode, reason: impl Into<String>) -> PublishOutcome {
+    PublishOutcome::Failed {
+        code,
+        reason: reason.into(),
+    }
+}
+
+impl AmqpEventPublisher {
+    pub fn new(endpoint: AmqpEndpoint, settings: AmqpPublisherSettings) -> Self {
+        AmqpEventPublisher {
+            endpoint,
+            settings,
+            link: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    async fn open(&self) -> Result<Link, String> {
+        let connection = connect(&self.endpoint, &self.settings.connection_name).await?;
+        let channel = connection
+            .open_channel(None)
+            .await
+            .map_err(|e| format!("cannot open a channel: {e}"))?;
+        let confirms = Arc::new(Confirms::default());
+        channel
+            .register_callback(ConfirmCallback(confirms.clone()))
+            .await
+            .map_err(|e| format!("cannot register the confirm callback: {e}"))?;
+        channel
+            .exchange_declare(
+                ExchangeDeclareArguments::new(&self.settings.exchange, "topic")
+                    .durable(true)
+                    .finish(),
+            )
+            .await
+            .map_err(|e| format!("cannot declare exchange {}: {e}", self.settings.exchange))?;
+        channel
+            .confirm_select(ConfirmSelectArguments::default())
+            .await
+            .map_err(|e| format!("cannot enable publisher confirms: {e}"))?;
+        // A dead socket does not always close the channel: fail the waiters ourselves.
+        let watcher = connection.clone();
+        let on_failure = confirms.clone();
+        tokio::spawn(async move {
+            if watcher.listen_network_io_failure().await {
+                tracing::warn!("broker connection lost");
+                on_failure.fail_all();
+            }
+        });
+        tracing::info!(endpoint = ?self.endpoint, "publisher connected");
+        Ok(Link {
+            connection,
+            channel,
+            confirms,
+            window: Arc::new(Semaphore::new(self.settings.window.max(1))),
+            next_tag: 0,
+        })
+    }
+
+    /// Ensures a usable link, opening one if needed.
+    async fn ensure<'a>(&self, guard: &'a mut Option<Link>) -> Result<&'a mut Link, String> {
+        if !guard.as_ref().is_some_and(Link::is_usable) {
+            if let Some(old) = guard.take() {
+                let _ = old.connection.close().await;
+            }
+            *guard = Some(self.open().await?);
+        }
+        guard.as_mut().ok_or_else(|| "no link".to_owned())
+    }
+
+    fn properties(record: &OutboxRecord) -> BasicProperties {
+        let mut props = BasicProperties::default();
+        props
+            .with_message_id(&record.event_id.to_string())
+            .with_message_type(&record.event_type)
+            .with_content_type("application/json")
+            .with_persistence(true)
+            .with_timestamp(record.created_at.timestamp().max(0) as u64);
+        if let Some(correlation) = &record.correlation_id {
+            props.with_correlation_id(correlation);
+        }
+        props.finish()
+    }
+
+    /// Closes the connection (graceful shutdown).
+    pub async fn close(&self) {
+        if let Some(link) = self.link.lock().await.take() {
+            let _ = link.channel.close().await;
+            let _ = link.connection.close().await;
+        }
+    }
+}
+
+#[async_trait]
+impl EventPublisher for AmqpEventPublisher {
+    async fn ready(&self) -> Result<(), String> {
+        let mut guard = self.link.lock().await;
+        self.ensure(&mut guard).await.map(|_| ())
+    }
+
+    async fn publish(&self, batch: &[OutboxRecord]) -> Vec<PublishOutcome> {
+        let mut guard = self.link.lock().await;
+        let link = match self.ensure(&mut guard).await {
+            Ok(link) => link,
+            Err(reason) => {
+                return batch
+                    .iter()
+                    .map(|_| failed(FailureCode::BrokerUnavailable, reason.clone()))
+                    .collect();
+            }
+        };
+        let deadline = tokio::time::Instant::now() + self.settings.confirm_timeout;
+        let mut waiting: Vec<Result<(u64, oneshot::Receiver<Verdict>), PublishOutcome>> =
+            Vec::with_capacity(batch.len());
+        let mut broken = false;
+        for record in batch {
+            if broken {
+                waiting.push(Err(failed(
+                    FailureCode::ConnectionLost,
+                    "not sent: the connection failed mid-batch",
+                )));
+                continue;
+            }
+            let permit = match tokio::time::timeout_at(
+                deadline,
+                link.window.clone().acquire_owned(),
+            )
+            .await
+            {
+                Ok(Ok(permit)) => permit,
+                _ => {
+                    waiting.push(Err(failed(
+                        FailureCode::ConfirmTimeout,
+                        "no room in the confirm window in time",
+                    )));
+                    continue;
+                }
+            };
+            link.next_tag += 1;
+            let tag = link.next_tag;
+            let (done, verdict) = oneshot::channel();
+            let message_id = record.event_id.to_string();
+            link.confirms.table().pending.insert(
+                tag,
+                Pending {
+                    message_id,
+                    done,
+                    _permit: permit,
+                },
+            );
+            let args = BasicPublishArguments::new(&self.settings.exchange, &record.routing_key)
+                .mandatory(true)
+                .finish();
+            let sent = link
+                .channel
+                .basic_publish(
+                    Self::properties(record),
+                    record.payload.as_bytes().to_vec(),
+                    args,
+                )
+                .await;
+            match sent {
+                Ok(()) => waiting.push(Ok((tag, verdict))),
+                Err(e) => {
+                    link.confirms.table().pending.remove(&tag);
+                    waiting.push(Err(failed(
+                        FailureCode::ConnectionLost,
+                        format!("publish failed: {e}"),
+                    )));
+                    broken = true;
+                }
+            }
+        }
+        let mut outcomes = Vec::with_capacity(batch.len());
+        let mut timed_out = Vec::new();
+        for (record, entry) in batch.iter().zip(waiting) {
+            let outcome = match entry {
+                Err(outcome) => outcome,
+                Ok((tag, verdict)) => match tokio::time::timeout_at(deadline, verdict).await {
+                    Ok(Ok(Verdict::Acked)) => PublishOutcome::Confirmed,
+                    Ok(Ok(Verdict::Returned(reply))) => {
+                        if self.settings.unroutable_ok.contains(&record.event_type) {
+                            PublishOutcome::Confirmed
+                        } else {
+                            failed(
+                                FailureCode::Unroutable,
+                                format!("returned by the broker: {reply}"),
+                            )
+                        }
+                    }
+                    Ok(Ok(Verdict::Nacked)) => failed(FailureCode::Nacked, "nacked by the broker"),
+                    Ok(Err(_)) => failed(
+                        FailureCode::ConnectionLost,
+                        "connection lost before the confirm",
+                    ),
+                    Err(_) => {
+                        timed_out.push(tag);
+                        failed(FailureCode::ConfirmTimeout, "no confirm within the timeout")
+                    }
+                },
+            };
+            outcomes.push(outcome);
+        }
+        if !timed_out.is_empty() {
+            // Forget them (a late ack is ignored) and start a fresh channel next time, so
+            // the tag counter cannot drift from the broker's.
+            let mut table = link.confirms.table();
+            for tag in timed_out {
+                table.pending.remove(&tag);
+            }
+            broken = true;
+        }
+        if broken && let Some(old) = guard.take() {
+            old.confirms.fail_all();
+            let _ = old.connection.close().await;
+        }
+        outcomes
+    }
+}
+
+#[async_trait]
+impl HealthProbe for AmqpEventPublisher {
+    fn name(&self) -> &'static str {
+        "broker"
+    }
+
+    async fn is_healthy(&self) -> bool {
+        self.ready().await.is_ok()
+    }
+}

@@ -1,0 +1,198 @@
+//! Operator repairs of the outbox (SPEC §5 admin): list, stats, republish, discard, and
+//! bulk redrive of dead letters. Every action is audited with the acting subject and reason.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use crate::application::audit::{self, entity};
+use crate::application::ports::{Clock, OutboxFilter, OutboxRecord, OutboxStats, OutboxStore};
+use crate::application::{Actor, AppError};
+use crate::domain::outbox::{FailureCode, OutboxAction, OutboxStatus};
+
+pub const MAX_REDRIVE: u32 = 1000;
+
+/// Which dead letters to redrive.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Redrive {
+    pub event_type: Option<String>,
+    pub failure_code: Option<FailureCode>,
+    /// Only those dead-lettered before this instant.
+    pub older_than: Option<DateTime<Utc>>,
+    pub limit: u32,
+    /// Report what would be redriven, change nothing.
+    pub dry_run: bool,
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RedriveReport {
+    pub matched: usize,
+    pub redriven: usize,
+    pub ids: Vec<i64>,
+}
+
+pub struct OutboxAdmin {
+    store: Arc<dyn OutboxStore>,
+    clock: Arc<dyn Clock>,
+}
+
+fn admin_only(actor: &Actor) -> Result<(), AppError> {
+    if actor.is_admin {
+        Ok(())
+    } else {
+        Err(AppError::Forbidden {
+            code: "FORBIDDEN",
+            message: "admin role required".into(),
+        })
+    }
+}
+
+impl OutboxAdmin {
+    pub fn new(store: Arc<dyn OutboxStore>, clock: Arc<dyn Clock>) -> Self {
+        OutboxAdmin { store, clock }
+    }
+
+    /// # Errors
+    /// `Forbidden` for a non-admin; `Validation` for a limit outside 1..=100.
+    pub async fn list(
+        &self,
+        actor: &Actor,
+        mut filter: OutboxFilter,
+    ) -> Result<Vec<OutboxRecord>, AppError> {
+        admin_only(actor)?;
+        if !(1..=100).contains(&filter.limit) {
+            return Err(AppError::validation("limit", "must be between 1 and 100"));
+        }
+        filter.limit = filter.limit.min(100);
+        Ok(self.store.list(&filter).await?)
+    }
+
+    /// # Errors
+    /// `Forbidden` for a non-admin.
+    pub async fn stats(&self, actor: &Actor) -> Result<OutboxStats, AppError> {
+        admin_only(actor)?;
+        Ok(self.store.stats().await?)
+    }
+
+    /// Counts for metrics (no caller: the metrics endpoint is not authenticated).
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    pub async fn stats_for_metrics(&self) -> Result<OutboxStats, AppError> {
+        Ok(self.store.stats().await?)
+    }
+
+    /// `DEAD_LETTER -> READY` (`republish`) or `-> DISCARDED` (`discard`), unblocking the
+    /// aggregate's later events either way.
+    ///
+    /// # Errors
+    /// `Forbidden` for a non-admin; `NotFound`; `Conflict` (`OUTBOX_NOT_DEAD_LETTER`) when
+    /// the row is not a dead letter.
+    pub async fn settle(
+        &self,
+        actor: &Actor,
+        id: i64,
+        discard: bool,
+        reason: Option<String>,
+    ) -> Result<OutboxRecord, AppError> {
+        admin_only(actor)?;
+        let row = self
+            .store
+            .get(id)
+            .await?
+            .ok_or(AppError::NotFound("outbox event"))?;
+        let action = if discard {
+            OutboxAction::Discard
+        } else {
+            OutboxAction::Republish
+        };
+        let not_dead = || AppError::Conflict {
+            code: "OUTBOX_NOT_DEAD_LETTER",
+            message: format!("outbox event {id} is {}, not DEAD_LETTER", row.status),
+        };
+        action.apply(row.status).map_err(|_| not_dead())?;
+        let name = if discard {
+            audit::OUTBOX_DISCARD
+        } else {
+            audit::OUTBOX_REPUBLISH
+        };
+        let now = self.clock.now();
+        let record = audit::record(name, entity::OUTBOX_EVENT, id, actor, reason, now);
+        let moved = self
+            .store
+            .settle_dead_letters(&[id], discard, now, record)
+            .await?;
+        if moved.is_empty() {
+            return Err(not_dead());
+        }
+        self.store
+            .get(id)
+            .await?
+            .ok_or(AppError::NotFound("outbox event"))
+    }
+
+    /// Bulk republish of dead letters matching the filter.
+    ///
+    /// # Errors
+    /// `Forbidden` for a non-admin; `Validation` for a limit outside 1..=1000.
+    pub async fn redrive(
+        &self,
+        actor: &Actor,
+        request: Redrive,
+    ) -> Result<RedriveReport, AppError> {
+        admin_only(actor)?;
+        if !(1..=MAX_REDRIVE).contains(&request.limit) {
+            return Err(AppError::validation(
+                "limit",
+                format!("must be between 1 and {MAX_REDRIVE}"),
+            ));
+        }
+        let filter = OutboxFilter {
+            status: Some(OutboxStatus::DeadLetter),
+            event_type: request.event_type.clone(),
+            failure_code: request.failure_code,
+            dead_lettered_before: request.older_than,
+            before_id: None,
+            limit: request.limit,
+        };
+        let mut ids: Vec<i64> = self
+            .store
+            .list(&filter)
+            .await?
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        ids.sort_unstable();
+        let matched = ids.len();
+        if request.dry_run || ids.is_empty() {
+            return Ok(RedriveReport {
+                matched,
+                redriven: 0,
+                ids,
+            });
+        }
+        let now = self.clock.now();
+        let detail = request
+            .reason
+            .clone()
+            .or_else(|| Some("bulk redrive".into()));
+        let record = audit::record(
+            audit::OUTBOX_REDRIVE,
+            entity::OUTBOX_EVENT,
+            "",
+            actor,
+            detail,
+            now,
+        );
+        let moved = self
+            .store
+            .settle_dead_letters(&ids, false, now, record)
+            .await?;
+        Ok(RedriveReport {
+            matched,
+            redriven: moved.len(),
+            ids: moved,
+        })
+    }
+}

@@ -1,0 +1,203 @@
+//! RabbitMQ test support: a uniquely named exchange and a queue bound to all of it, per
+//! test (deleted afterwards), a consumer that records what arrives, and a TCP proxy that
+//! can sever every connection through it to simulate a broker outage.
+//!
+//! The broker is `TEST_AMQP_URL` (default `amqp://guest:guest@127.0.0.1:5672/%2f`); when it
+//! cannot be reached a test is skipped — except under `CI=true`, where it fails.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use amqprs::channel::{
+    BasicConsumeArguments, ExchangeDeclareArguments, ExchangeDeleteArguments, QueueBindArguments,
+    QueueDeclareArguments,
+};
+use amqprs::connection::Connection;
+use orchestrator::adapters::messaging::amqp::{AmqpEndpoint, connect};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+use crate::helpers::service_missing;
+
+pub fn amqp_url() -> String {
+    std::env::var("TEST_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
+}
+
+/// One message as the test consumer received it.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub message_id: String,
+    pub message_type: Option<String>,
+    pub correlation_id: Option<String>,
+    pub routing_key: String,
+    pub persistent: bool,
+    pub body: serde_json::Value,
+}
+
+pub struct TestBroker {
+    pub endpoint: AmqpEndpoint,
+    pub exchange: String,
+    connection: Connection,
+    pub received: Arc<Mutex<Vec<Received>>>,
+    _consumer: JoinHandle<()>,
+}
+
+impl TestBroker {
+    /// A fresh exchange (declared as the publisher declares it) and a consumer of all of it.
+    pub async fn start() -> Option<TestBroker> {
+        let endpoint = AmqpEndpoint::parse(&amqp_url()).expect("TEST_AMQP_URL");
+        let connection = match connect(&endpoint, "test-consumer").await {
+            Ok(c) => c,
+            Err(e) => {
+                service_missing("RabbitMQ", e);
+                return None;
+            }
+        };
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let exchange = format!("test.events.{id}");
+        let channel = connection.open_channel(None).await.expect("channel");
+        channel
+            .exchange_declare(
+                ExchangeDeclareArguments::new(&exchange, "topic")
+                    .durable(true)
+                    .finish(),
+            )
+            .await
+            .expect("declare exchange");
+        let queue = format!("test.all.{id}");
+        channel
+            .queue_declare(
+                QueueDeclareArguments::new(&queue)
+                    .exclusive(true)
+                    .auto_delete(true)
+                    .finish(),
+            )
+            .await
+            .expect("declare queue");
+        // Everything except routing keys starting with `nobody.`, which stay unroutable.
+        for pattern in [
+            "order.#",
+            "payment.#",
+            "settlement.#",
+            "notification.#",
+            "test.#",
+        ] {
+            channel
+                .queue_bind(QueueBindArguments::new(&queue, &exchange, pattern))
+                .await
+                .expect("bind");
+        }
+        let (_, mut rx) = channel
+            .basic_consume_rx(
+                BasicConsumeArguments::new(&queue, "test-consumer")
+                    .manual_ack(false)
+                    .finish(),
+            )
+            .await
+            .expect("consume");
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let sink = received.clone();
+        let consumer = tokio::spawn(async move {
+            let _channel = channel;
+            while let Some(msg) = rx.recv().await {
+                let (Some(deliver), Some(props), Some(content)) =
+                    (msg.deliver, msg.basic_properties, msg.content)
+                else {
+                    continue;
+                };
+                sink.lock().unwrap().push(Received {
+                    message_id: props.message_id().cloned().unwrap_or_default(),
+                    message_type: props.message_type().cloned(),
+                    correlation_id: props.correlation_id().cloned(),
+                    routing_key: deliver.routing_key().clone(),
+                    persistent: props.delivery_mode() == Some(2),
+                    body: serde_json::from_slice(&content).unwrap_or(serde_json::Value::Null),
+                });
+            }
+        });
+        Some(TestBroker {
+            endpoint,
+            exchange,
+            connection,
+            received,
+            _consumer: consumer,
+        })
+    }
+
+    /// Environment for an app publishing to this exchange through `url`.
+    pub fn env(&self, url: &str) -> Vec<(String, String)> {
+        vec![
+            ("APP__BROKER__URL".into(), url.into()),
+            ("APP__BROKER__EXCHANGE".into(), self.exchange.clone()),
+        ]
+    }
+
+    pub fn count(&self) -> usize {
+        self.received.lock().unwrap().len()
+    }
+
+    /// Waits until at least `n` messages arrived (or the deadline passes), returns them all.
+    pub async fn wait_for(&self, n: usize, deadline: Duration) -> Vec<Received> {
+        let until = tokio::time::Instant::now() + deadline;
+        while self.count() < n && tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.received.lock().unwrap().clone()
+    }
+
+    /// Deletes the exchange (the queue goes with the connection).
+    pub async fn cleanup(self) {
+        if let Ok(channel) = self.connection.open_channel(None).await {
+            let _ = channel
+                .exchange_delete(ExchangeDeleteArguments::new(&self.exchange))
+                .await;
+        }
+        let _ = self.connection.close().await;
+    }
+}
+
+/// A TCP proxy in front of the broker; [`TcpProxy::sever`] cuts every open connection.
+pub struct TcpProxy {
+    pub port: u16,
+    connections: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    _accept: JoinHandle<()>,
+}
+
+impl TcpProxy {
+    pub async fn start(target: (String, u16)) -> TcpProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let port = listener.local_addr().unwrap().port();
+        let connections: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let tracked = connections.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let target = target.clone();
+                let handle = tokio::spawn(async move {
+                    if let Ok(mut outbound) = TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                tracked.lock().unwrap().push(handle);
+            }
+        });
+        TcpProxy {
+            port,
+            connections,
+            _accept: accept,
+        }
+    }
+
+    /// Drops every connection through the proxy (both sides see a reset/EOF).
+    pub fn sever(&self) {
+        for handle in self.connections.lock().unwrap().drain(..) {
+            handle.abort();
+        }
+    }
+
+    pub fn url(&self, endpoint: &AmqpEndpoint) -> String {
+        let (user, password) = endpoint.credentials();
+        let vhost = endpoint.vhost().replace('/', "%2f");
+        format!("amqp://{user}:{password}@127.0.0.1:{}/{vhost}", self.port)
+    }
+}

@@ -1,0 +1,375 @@
+//! The outbox relay against the real RabbitMQ and both databases (SPEC §6): exactly-once
+//! delivery with concurrent relays, per-aggregate order, unroutable and allow-listed
+//! events, a connection severed mid-batch, wake-ups, lease recovery and clean-up.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use orchestrator::adapters::persistence::{self, SeaOrmOrderRepository};
+use orchestrator::application::ports::{Changes, NewOutboxEvent, UnitOfWork};
+use orchestrator::domain::ids::EventId;
+use orchestrator::domain::outbox::{FailureCode, OutboxStatus};
+use orchestrator::startup::Workers;
+use serde_json::json;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::broker::{TcpProxy, TestBroker, amqp_url};
+use crate::helpers::{Backend, TestApp, count_where};
+use crate::on_both_databases;
+
+fn event(aggregate: &str, seq: usize, routing_key: &str, event_type: &str) -> NewOutboxEvent {
+    let event_id = EventId::new();
+    NewOutboxEvent {
+        event_id,
+        aggregate_type: "order".into(),
+        aggregate_id: aggregate.into(),
+        event_type: event_type.into(),
+        routing_key: routing_key.into(),
+        payload: json!({ "eventId": event_id.to_string(), "aggregateId": aggregate, "seq": seq })
+            .to_string(),
+        correlation_id: Some(format!("corr-{aggregate}")),
+        created_at: Utc::now(),
+    }
+}
+
+/// Commits `per_aggregate` events for each of `aggregates` aggregates, one transaction each.
+async fn seed(
+    uow: &dyn UnitOfWork,
+    aggregates: usize,
+    per_aggregate: usize,
+) -> Vec<NewOutboxEvent> {
+    let mut all = Vec::new();
+    for a in 0..aggregates {
+        let aggregate = format!("agg-{a}-{}", uuid::Uuid::new_v4().simple());
+        let events: Vec<_> = (0..per_aggregate)
+            .map(|s| event(&aggregate, s, "test.seq", "test.seq"))
+            .collect();
+        all.extend(events.clone());
+        uow.commit(Changes {
+            outbox: events,
+            ..Default::default()
+        })
+        .await
+        .expect("seed");
+    }
+    all
+}
+
+fn repo(app: &TestApp) -> SeaOrmOrderRepository {
+    SeaOrmOrderRepository::new(app.db.clone(), app.services.relay_wake.clone())
+}
+
+async fn spawn_app(
+    backend: Backend,
+    broker: &TestBroker,
+    url: &str,
+    extra: &[(&str, &str)],
+) -> Option<TestApp> {
+    let mut env = broker.env(url);
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    TestApp::spawn_with(backend, &refs).await
+}
+
+async fn published(app: &TestApp) -> i64 {
+    count_where(&app.db, "outbox_events", "status = 'PUBLISHED'").await
+}
+
+async fn four_relays_deliver_every_event_exactly_once_in_aggregate_order(backend: Backend) {
+    let Some(broker) = TestBroker::start().await else {
+        return;
+    };
+    let Some(app) = spawn_app(
+        backend,
+        &broker,
+        &amqp_url(),
+        &[("APP__OUTBOX__BATCH_SIZE", "64")],
+    )
+    .await
+    else {
+        return;
+    };
+    let events = seed(&repo(&app), 500, 4).await;
+    let stop = CancellationToken::new();
+    let mut relays = Vec::new();
+    for _ in 0..4 {
+        let relay = app.services.relay();
+        let token = stop.clone();
+        relays.push(tokio::spawn(
+            async move { relay.run_until_stopped(token).await },
+        ));
+    }
+    broker.wait_for(events.len(), Duration::from_secs(90)).await;
+    // Anything extra would arrive right behind: give it the chance to.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.cancel();
+    for r in relays {
+        r.await.unwrap();
+    }
+    let received = broker.received.lock().unwrap().clone();
+    assert_eq!(
+        received.len(),
+        events.len(),
+        "every event exactly once (got {})",
+        received.len()
+    );
+    let ids: HashSet<&str> = received.iter().map(|r| r.message_id.as_str()).collect();
+    let expected: HashSet<String> = events.iter().map(|e| e.event_id.to_string()).collect();
+    assert_eq!(ids.len(), events.len(), "no duplicates");
+    assert!(
+        expected.iter().all(|id| ids.contains(id.as_str())),
+        "none missing"
+    );
+    let mut last: HashMap<String, i64> = HashMap::new();
+    for r in &received {
+        let aggregate = r.body["aggregateId"].as_str().unwrap().to_owned();
+        let seq = r.body["seq"].as_i64().unwrap();
+        let previous = last.insert(aggregate.clone(), seq).unwrap_or(-1);
+        assert_eq!(seq, previous + 1, "aggregate {aggregate} out of order");
+        assert!(r.persistent, "persistent delivery mode");
+        assert_eq!(r.message_type.as_deref(), Some("test.seq"));
+        assert_eq!(r.routing_key, "test.seq");
+        assert_eq!(
+            r.correlation_id.as_deref(),
+            Some(format!("corr-{aggregate}").as_str())
+        );
+    }
+    assert_eq!(published(&app).await, events.len() as i64);
+    broker.cleanup().await;
+}
+
+async fn unroutable_events_retry_then_dead_letter_but_allow_listed_ones_publish(backend: Backend) {
+    let Some(broker) = TestBroker::start().await else {
+        return;
+    };
+    let env = [
+        ("APP__OUTBOX__MAX_RETRIES", "1"),
+        ("APP__OUTBOX__BACKOFF_BASE", "50ms"),
+        ("APP__OUTBOX__BACKOFF_CAP", "50ms"),
+    ];
+    let Some(app) = spawn_app(backend, &broker, &amqp_url(), &env).await else {
+        return;
+    };
+    let uow = repo(&app);
+    let lost = event("agg-lost", 0, "nobody.listens", "order.lost");
+    let refunded = event("agg-refund", 0, "nobody.refunds", "payment.refunded");
+    let routable = event("agg-ok", 0, "test.ok", "test.ok");
+    uow.commit(Changes {
+        outbox: vec![lost.clone(), refunded.clone(), routable.clone()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let relay = app.services.relay();
+    let report = relay.run_once().await.unwrap();
+    assert_eq!(
+        (report.claimed, report.published, report.retried),
+        (3, 2, 1)
+    );
+
+    let filter = orchestrator::application::ports::OutboxFilter {
+        limit: 100,
+        ..Default::default()
+    };
+    let rows = app.services.outbox_store.list(&filter).await.unwrap();
+    let find = |e: &NewOutboxEvent| {
+        rows.iter()
+            .find(|r| r.event_id == e.event_id)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        find(&refunded).status,
+        OutboxStatus::Published,
+        "payment.refunded may be unroutable"
+    );
+    assert_eq!(find(&routable).status, OutboxStatus::Published);
+    let retry = find(&lost);
+    assert_eq!(retry.status, OutboxStatus::RetryWait);
+    assert_eq!(retry.failure_code, Some(FailureCode::Unroutable));
+    assert_eq!(retry.retry_count, 1);
+    let wait = retry.next_attempt_at.unwrap() - retry.last_attempt_at.unwrap();
+    assert!(
+        wait >= chrono::Duration::milliseconds(50),
+        "backoff respected: {wait}"
+    );
+    assert!(
+        wait <= chrono::Duration::milliseconds(50 * 12 / 10 + 1000),
+        "jitter is bounded: {wait}"
+    );
+
+    // Not due yet: nothing is claimed.
+    assert_eq!(relay.run_once().await.unwrap().claimed, 0);
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    let report = relay.run_once().await.unwrap();
+    assert_eq!((report.claimed, report.dead_lettered), (1, 1));
+    let dead = app
+        .services
+        .outbox_store
+        .get(retry.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(dead.status, OutboxStatus::DeadLetter);
+    assert_eq!(dead.retry_count, 2);
+    assert!(dead.dead_lettered_at.is_some());
+    assert!(
+        dead.failure_reason.unwrap().contains("NO_ROUTE"),
+        "the broker's reason is kept"
+    );
+    let received = broker.wait_for(2, Duration::from_secs(1)).await;
+    assert_eq!(received.len(), 1, "only the routable one reached a queue");
+    broker.cleanup().await;
+}
+
+async fn a_connection_severed_mid_drain_loses_nothing(backend: Backend) {
+    let Some(broker) = TestBroker::start().await else {
+        return;
+    };
+    let (host, port) = broker.endpoint.host_port();
+    let proxy = TcpProxy::start((host.to_owned(), port)).await;
+    let env = [
+        ("APP__OUTBOX__BACKOFF_BASE", "20ms"),
+        ("APP__OUTBOX__BACKOFF_CAP", "100ms"),
+        ("APP__OUTBOX__MAX_RETRIES", "20"),
+        ("APP__OUTBOX__POLL_INTERVAL", "100ms"),
+        ("APP__BROKER__CONFIRM_TIMEOUT", "2s"),
+    ];
+    let Some(app) = spawn_app(backend, &broker, &proxy.url(&broker.endpoint), &env).await else {
+        return;
+    };
+    let events = seed(&repo(&app), 3000, 1).await;
+    let stop = CancellationToken::new();
+    let relay = app.services.relay();
+    let token = stop.clone();
+    let task = tokio::spawn(async move { relay.run_until_stopped(token).await });
+    broker.wait_for(300, Duration::from_secs(30)).await;
+    proxy.sever();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    while published(&app).await < events.len() as i64 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the relay did not recover: {} published",
+            published(&app).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.cancel();
+    task.await.unwrap();
+    let received = broker.wait_for(events.len(), Duration::from_secs(10)).await;
+    let ids: HashSet<&str> = received.iter().map(|r| r.message_id.as_str()).collect();
+    for e in &events {
+        assert!(
+            ids.contains(e.event_id.to_string().as_str()),
+            "event {} lost",
+            e.event_id
+        );
+    }
+    let duplicates = received.len() - ids.len();
+    assert!(
+        duplicates <= 2 * 256,
+        "duplicates only for confirms in flight at the cut: {duplicates}"
+    );
+    broker.cleanup().await;
+}
+
+async fn expired_claims_are_recovered_and_published(backend: Backend) {
+    let Some(broker) = TestBroker::start().await else {
+        return;
+    };
+    let Some(app) = spawn_app(backend, &broker, &amqp_url(), &[]).await else {
+        return;
+    };
+    let events = seed(&repo(&app), 3, 1).await;
+    // A worker claims and dies.
+    let now = Utc::now();
+    let ghost = app
+        .services
+        .outbox_store
+        .claim("ghost", 10, now, now)
+        .await
+        .unwrap();
+    assert_eq!(ghost.len(), 3);
+    let relay = app.services.relay();
+    assert_eq!(
+        relay.run_once().await.unwrap().claimed,
+        0,
+        "claimed rows are not anyone else's"
+    );
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(app.services.housekeeping.recover_leases().await.unwrap(), 3);
+    assert_eq!(relay.run_once().await.unwrap().published, 3);
+    assert_eq!(
+        broker
+            .wait_for(events.len(), Duration::from_secs(10))
+            .await
+            .len(),
+        3
+    );
+    // The ghost's late mark changes nothing.
+    let ids: Vec<i64> = ghost.iter().map(|e| e.id).collect();
+    assert_eq!(
+        app.services
+            .outbox_store
+            .mark_published(&ids, "ghost", Utc::now())
+            .await
+            .unwrap(),
+        0
+    );
+    broker.cleanup().await;
+}
+
+async fn clean_up_deletes_by_retention(backend: Backend) {
+    let Some(broker) = TestBroker::start().await else {
+        return;
+    };
+    let env = [("APP__OUTBOX__RETENTION_PUBLISHED", "1ms")];
+    let Some(app) = spawn_app(backend, &broker, &amqp_url(), &env).await else {
+        return;
+    };
+    seed(&repo(&app), 5, 1).await;
+    app.services.relay().run_once().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    seed(&repo(&app), 2, 1).await; // unpublished rows are never cleaned
+    assert!(app.services.housekeeping.clean_up().await.unwrap() >= 5);
+    assert_eq!(app.count("outbox_events").await, 2);
+    broker.cleanup().await;
+}
+
+on_both_databases!(
+    four_relays_deliver_every_event_exactly_once_in_aggregate_order,
+    unroutable_events_retry_then_dead_letter_but_allow_listed_ones_publish,
+    a_connection_severed_mid_drain_loses_nothing,
+    expired_claims_are_recovered_and_published,
+    clean_up_deletes_by_retention,
+);
+
+/// Another process's commit wakes this process's relay through `LISTEN/NOTIFY`: the poll
+/// interval is an hour, so nothing else could.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_in_another_process_wakes_the_relay_on_postgres() {
+    let Some(broker) = TestBroker::start().await else {
+        return;
+    };
+    let env = [("APP__OUTBOX__POLL_INTERVAL", "1h")];
+    let Some(app) = spawn_app(Backend::Postgres, &broker, &amqp_url(), &env).await else {
+        return;
+    };
+    let workers = Workers::spawn(&app.services);
+    // Let the relay finish its first (empty) round and the listener subscribe.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let other_process = SeaOrmOrderRepository::new(app.db.clone(), Arc::new(Notify::new()));
+    assert!(persistence::is_postgres(&app.db));
+    let events = seed(&other_process, 1, 1).await;
+    let received = broker.wait_for(1, Duration::from_secs(20)).await;
+    assert_eq!(received.len(), 1, "woken by NOTIFY, not by polling");
+    assert_eq!(received[0].message_id, events[0].event_id.to_string());
+    // And an in-process commit wakes it directly.
+    seed(&repo(&app), 1, 1).await;
+    assert_eq!(broker.wait_for(2, Duration::from_secs(20)).await.len(), 2);
+    workers.shutdown(Duration::from_secs(10)).await;
+    broker.cleanup().await;
+}
