@@ -3,6 +3,7 @@
 
 mod helpers;
 
+mod admin;
 mod api_orders;
 mod api_validation;
 mod broker;

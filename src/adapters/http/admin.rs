@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::HttpState;
-use super::auth::Caller;
+use super::auth::Admin;
 use super::body::{JsonBody, MaybeJson};
 use super::dto::{OutboxEventResponse, ReasonRequest};
 use super::problem::{ApiError, Problem};
@@ -114,10 +114,10 @@ pub fn stats_response(
 )]
 pub async fn list_outbox(
     state: web::Data<HttpState>,
-    caller: Caller,
+    admin: Admin,
     query: web::Query<OutboxListQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let actor = caller.require_admin()?;
+    let actor = &admin.0;
     let q = query.into_inner();
     let status = q
         .status
@@ -175,9 +175,9 @@ pub async fn list_outbox(
 )]
 pub async fn outbox_stats(
     state: web::Data<HttpState>,
-    caller: Caller,
+    admin: Admin,
 ) -> Result<HttpResponse, ApiError> {
-    let actor = caller.require_admin()?;
+    let actor = &admin.0;
     let stats = state.outbox_admin.stats(actor).await?;
     Ok(HttpResponse::Ok().json(stats_response(&stats, chrono::Utc::now())))
 }
@@ -208,11 +208,11 @@ fn reason(body: MaybeJson<ReasonRequest>) -> Option<String> {
 )]
 pub async fn republish(
     state: web::Data<HttpState>,
-    caller: Caller,
+    admin: Admin,
     path: web::Path<String>,
     body: MaybeJson<ReasonRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let actor = caller.require_admin()?;
+    let actor = &admin.0;
     let id = outbox_id(&path)?;
     let row = state
         .outbox_admin
@@ -238,11 +238,11 @@ pub async fn republish(
 )]
 pub async fn discard(
     state: web::Data<HttpState>,
-    caller: Caller,
+    admin: Admin,
     path: web::Path<String>,
     body: MaybeJson<ReasonRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let actor = caller.require_admin()?;
+    let actor = &admin.0;
     let id = outbox_id(&path)?;
     let row = state
         .outbox_admin
@@ -266,10 +266,10 @@ pub async fn discard(
 )]
 pub async fn redrive(
     state: web::Data<HttpState>,
-    caller: Caller,
+    admin: Admin,
     body: JsonBody<RedriveRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let actor = caller.require_admin()?;
+    let actor = &admin.0;
     let r = body.value;
     let failure_code = r
         .failure_code

@@ -241,3 +241,19 @@ impl FromRequest for Caller {
         ready(result)
     }
 }
+
+/// An authenticated caller with role `admin`; extracting it answers `401` without a valid
+/// token and `403` without the role — before the request body is even read.
+pub struct Admin(pub Actor);
+
+impl FromRequest for Admin {
+    type Error = ApiError;
+    type Future = Ready<Result<Admin, ApiError>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let result = Caller::from_request(req, payload)
+            .into_inner()
+            .and_then(|caller| caller.require_admin().map(|actor| Admin(actor.clone())));
+        ready(result)
+    }
+}
