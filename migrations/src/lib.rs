@@ -6,12 +6,16 @@
 pub use sea_orm_migration::prelude::*;
 
 mod m20261129_000001_create_tables;
+mod m20261129_000002_outbox_claim_index;
 
 pub struct Migrator;
 
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m20261129_000001_create_tables::Migration)]
+        vec![
+            Box::new(m20261129_000001_create_tables::Migration),
+            Box::new(m20261129_000002_outbox_claim_index::Migration),
+        ]
     }
 }

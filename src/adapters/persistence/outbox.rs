@@ -67,16 +67,14 @@ fn placeholders(backend: DatabaseBackend, sql: &str) -> String {
     }
 }
 
-/// `$from, $from+1, ...` for `n` values.
-fn list(from: usize, n: usize) -> String {
-    (from..from + n)
-        .map(|i| format!("${i}"))
+/// `'READY', 'RETRY_WAIT'`: domain spellings as SQL literals. They are compile-time
+/// constants of [`OutboxStatus::as_str`], upper-case letters and `_` only.
+fn literals(statuses: &[OutboxStatus]) -> String {
+    statuses
+        .iter()
+        .map(|s| format!("'{}'", s.as_str()))
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-fn texts(values: Vec<String>) -> impl Iterator<Item = Value> {
-    values.into_iter().map(Value::from)
 }
 
 impl SeaOrmOutboxStore {
@@ -131,40 +129,36 @@ impl OutboxStore for SeaOrmOutboxStore {
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
     ) -> Result<Vec<OutboxRecord>, RepoError> {
-        let claimable = status_strings(OutboxAction::Claim.from_statuses());
-        let blocking = status_strings(OutboxStatus::BLOCKING);
+        // The status lists are constants of the domain, written into the SQL as literals
+        // (not bound): only then can PostgreSQL match the partial index
+        // `idx_outbox_claimable` under a generic prepared-statement plan.
+        let claimable = literals(OutboxAction::Claim.from_statuses());
+        let blocking = literals(OutboxStatus::BLOCKING);
         let lock = match self.db.get_database_backend() {
             DatabaseBackend::Postgres => "FOR UPDATE SKIP LOCKED",
             _ => "",
         };
-        // $1 target, $2 worker, $3 lease, $4 now, $5 limit, then the status lists.
-        let c = list(6, claimable.len());
-        let b = list(6 + claimable.len(), blocking.len());
-        let c2 = list(6 + claimable.len() + blocking.len(), claimable.len());
         let sql = format!(
             "UPDATE outbox_events SET status = $1, claimed_by = $2, claimed_until = $3, \
              last_attempt_at = $4, version = version + 1 \
              WHERE id IN (\
                SELECT o.id FROM outbox_events o \
-               WHERE o.status IN ({c}) \
+               WHERE o.status IN ({claimable}) \
                  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $4) \
                  AND NOT EXISTS (SELECT 1 FROM outbox_events p \
                    WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id \
-                     AND p.id < o.id AND p.status IN ({b})) \
+                     AND p.id < o.id AND p.status IN ({blocking})) \
                ORDER BY o.id LIMIT $5 {lock}) \
-             AND status IN ({c2}) \
+             AND status IN ({claimable}) \
              RETURNING *"
         );
-        let mut values: Vec<Value> = vec![
+        let values: Vec<Value> = vec![
             OutboxAction::Claim.target().as_str().into(),
             worker.into(),
             lease_until.into(),
             now.into(),
             i64::from(limit).into(),
         ];
-        values.extend(texts(claimable.clone()));
-        values.extend(texts(blocking));
-        values.extend(texts(claimable));
         self.rows(&sql, values).await
     }
 

@@ -1,0 +1,557 @@
+//! The bench harness: `cargo run --release --bin bench -- <scenario>`.
+//!
+//! Runs against the machine's PostgreSQL (`BENCH_DATABASE_URL`, default
+//! `postgres://postgres@127.0.0.1:5432/postgres`; a `bench_<uuid>` database is created and
+//! dropped) and RabbitMQ (`BENCH_AMQP_URL`, default `amqp://guest:guest@127.0.0.1:5672/%2f`;
+//! a `bench.<uuid>` exchange and queue are created and deleted). Each scenario measures its
+//! baseline in the same run, prints a table and writes JSON to `target/bench/<scenario>.json`.
+//!
+//! Scenarios:
+//! - `relay`: N outbox rows (~500 B envelopes) drained by 1 and by 4 relays, against a bare
+//!   amqprs publisher with a sliding confirm window.
+//! - `latency`: a steady commit rate with the relay running; commit-to-confirm (stored
+//!   `created_at` -> `published_at`) and commit-to-consume percentiles.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use amqprs::channel::{
+    BasicConsumeArguments, BasicPublishArguments, Channel, ConfirmSelectArguments,
+    ExchangeDeclareArguments, ExchangeDeleteArguments, QueueBindArguments, QueueDeclareArguments,
+    QueueDeleteArguments, QueuePurgeArguments,
+};
+use amqprs::{Ack, BasicProperties, Cancel, CloseChannel, Nack, Return};
+use chrono::Utc;
+use clap::{Parser, Subcommand};
+use orchestrator::adapters::messaging::amqp::{AmqpEndpoint, connect};
+use orchestrator::adapters::persistence::{self, SeaOrmOrderRepository};
+use orchestrator::application::ports::{Changes, NewOutboxEvent, UnitOfWork};
+use orchestrator::config::Settings;
+use orchestrator::domain::ids::EventId;
+use orchestrator::startup;
+use sea_orm::{ConnectionTrait, Database, DatabaseConnection, Statement};
+use serde_json::json;
+use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser)]
+#[command(
+    name = "bench",
+    about = "Benchmarks against the real PostgreSQL and RabbitMQ"
+)]
+struct Cli {
+    #[command(subcommand)]
+    scenario: Scenario,
+}
+
+#[derive(Subcommand)]
+enum Scenario {
+    /// Drain rate of the relay (1 and 4 workers) vs a bare confirming publisher.
+    Relay {
+        #[arg(long, default_value_t = 100_000)]
+        events: usize,
+        /// Relay counts to measure, comma-separated.
+        #[arg(long, default_value = "1,4")]
+        workers: String,
+        #[arg(long, default_value_t = 256)]
+        window: usize,
+    },
+    /// Commit-to-confirm and commit-to-consume latency at a steady commit rate.
+    Latency {
+        /// Commits (one event each) per second.
+        #[arg(long, default_value_t = 1000)]
+        rate: u32,
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
+    },
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+fn admin_url() -> String {
+    std::env::var("BENCH_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+fn amqp_url() -> String {
+    std::env::var("BENCH_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
+}
+
+/// A database and broker objects that exist for one run.
+struct Fixture {
+    id: String,
+    db_url: String,
+    db: DatabaseConnection,
+    exchange: String,
+    queue: String,
+    endpoint: AmqpEndpoint,
+    channel: Channel,
+    _connection: amqprs::connection::Connection,
+}
+
+impl Fixture {
+    async fn create() -> Result<Fixture, BoxError> {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let admin = Database::connect(admin_url()).await?;
+        admin
+            .execute_unprepared(&format!("CREATE DATABASE bench_{id}"))
+            .await?;
+        admin.close().await?;
+        let base = admin_url();
+        let server = base
+            .rsplit_once('/')
+            .map_or(base.as_str(), |(s, _)| s)
+            .to_owned();
+        let db_url = format!("{server}/bench_{id}");
+        let db = persistence::connect(&db_url, 16).await?;
+        persistence::migrate(&db).await?;
+        let endpoint = AmqpEndpoint::parse(&amqp_url())?;
+        let connection = connect(&endpoint, "bench-setup").await?;
+        let channel = connection.open_channel(None).await?;
+        let exchange = format!("bench.{id}");
+        let queue = format!("bench.{id}");
+        channel
+            .exchange_declare(
+                ExchangeDeclareArguments::new(&exchange, "topic")
+                    .durable(true)
+                    .finish(),
+            )
+            .await?;
+        channel
+            .queue_declare(QueueDeclareArguments::new(&queue).durable(true).finish())
+            .await?;
+        channel
+            .queue_bind(QueueBindArguments::new(&queue, &exchange, "#"))
+            .await?;
+        Ok(Fixture {
+            id,
+            db_url,
+            db,
+            exchange,
+            queue,
+            endpoint,
+            channel,
+            _connection: connection,
+        })
+    }
+
+    fn settings(&self, extra: &[(&str, &str)]) -> Result<Settings, BoxError> {
+        let mut env: Vec<(String, String)> = vec![
+            ("APP__DATABASE__URL".into(), self.db_url.clone()),
+            ("APP__DATABASE__MAX_CONNECTIONS".into(), "16".into()),
+            ("APP__BROKER__URL".into(), amqp_url()),
+            ("APP__BROKER__EXCHANGE".into(), self.exchange.clone()),
+            ("APP__WORKER__EMBEDDED".into(), "false".into()),
+            ("APP__HTTP__BIND".into(), "127.0.0.1:0".into()),
+            (
+                "APP__AUTH__KEYS".into(),
+                r#"[{"kid":"bench","algorithm":"HS256","secret":"bench-secret-bench-secret-bench-secret"}]"#.into(),
+            ),
+        ];
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        Ok(Settings::load_from(None, env)?)
+    }
+
+    async fn published(&self) -> Result<i64, BoxError> {
+        let row = self
+            .db
+            .query_one_raw(Statement::from_string(
+                self.db.get_database_backend(),
+                "SELECT COUNT(*) AS n FROM outbox_events WHERE status = 'PUBLISHED'",
+            ))
+            .await?
+            .ok_or("no row")?;
+        Ok(row.try_get::<i64>("", "n")?)
+    }
+
+    async fn reset(&self) -> Result<(), BoxError> {
+        self.db.execute_unprepared("TRUNCATE outbox_events").await?;
+        self.channel
+            .queue_purge(QueuePurgeArguments::new(&self.queue))
+            .await?;
+        Ok(())
+    }
+
+    async fn drop_all(self) {
+        let _ = self
+            .channel
+            .queue_delete(QueueDeleteArguments::new(&self.queue))
+            .await;
+        let _ = self
+            .channel
+            .exchange_delete(ExchangeDeleteArguments::new(&self.exchange))
+            .await;
+        let _ = self.db.close().await;
+        if let Ok(admin) = Database::connect(admin_url()).await {
+            let _ = admin
+                .execute_unprepared(&format!(
+                    "DROP DATABASE IF EXISTS bench_{} WITH (FORCE)",
+                    self.id
+                ))
+                .await;
+        }
+    }
+}
+
+/// An envelope of about 500 bytes, like a real order event.
+fn envelope(event_id: EventId, aggregate: &str) -> String {
+    json!({
+        "eventId": event_id.to_string(),
+        "eventType": "order.completed",
+        "aggregateType": "order",
+        "aggregateId": aggregate,
+        "correlationId": uuid::Uuid::new_v4().to_string(),
+        "occurredAt": Utc::now().to_rfc3339(),
+        "payload": {
+            "orderId": aggregate, "customerId": "customer-0042", "source": "API", "meetingId": null,
+            "currency": "KRW", "totalAmount": 30000, "orderStatus": "COMPLETED",
+            "paymentId": uuid::Uuid::new_v4().to_string(), "providerTransactionId": "sim-0123456789abcdef0123456789abcdef",
+            "note": "x".repeat(60),
+        }
+    })
+    .to_string()
+}
+
+fn new_event(aggregate: &str) -> NewOutboxEvent {
+    let event_id = EventId::new();
+    NewOutboxEvent {
+        event_id,
+        aggregate_type: "order".into(),
+        aggregate_id: aggregate.into(),
+        event_type: "order.completed".into(),
+        routing_key: "order.completed".into(),
+        payload: envelope(event_id, aggregate),
+        correlation_id: None,
+        created_at: Utc::now(),
+    }
+}
+
+async fn seed(db: &DatabaseConnection, n: usize) -> Result<(), BoxError> {
+    let uow = SeaOrmOrderRepository::new(db.clone(), Arc::new(Notify::new()));
+    let mut left = n;
+    while left > 0 {
+        let chunk = left.min(1000);
+        let outbox = (0..chunk)
+            .map(|_| new_event(&uuid::Uuid::now_v7().to_string()))
+            .collect();
+        uow.commit(Changes {
+            outbox,
+            ..Default::default()
+        })
+        .await?;
+        left -= chunk;
+    }
+    Ok(())
+}
+
+/// Confirm callback of the bare publisher: releases one window slot per confirmed tag.
+struct WindowCallback {
+    window: Arc<Semaphore>,
+    settled: Arc<AtomicU64>,
+    last_tag: u64,
+}
+
+#[async_trait::async_trait]
+impl amqprs::callbacks::ChannelCallback for WindowCallback {
+    async fn close(&mut self, _: &Channel, _: CloseChannel) -> Result<(), amqprs::error::Error> {
+        Ok(())
+    }
+    async fn cancel(&mut self, _: &Channel, _: Cancel) -> Result<(), amqprs::error::Error> {
+        Ok(())
+    }
+    async fn flow(&mut self, _: &Channel, _: bool) -> Result<bool, amqprs::error::Error> {
+        Ok(true)
+    }
+    async fn publish_ack(&mut self, _: &Channel, ack: Ack) {
+        let n = if ack.mutiple() {
+            ack.delivery_tag() - self.last_tag
+        } else {
+            1
+        };
+        self.last_tag = self.last_tag.max(ack.delivery_tag());
+        self.settled.fetch_add(n, Ordering::SeqCst);
+        self.window.add_permits(n as usize);
+    }
+    async fn publish_nack(&mut self, _: &Channel, nack: Nack) {
+        let n = if nack.multiple() {
+            nack.delivery_tag() - self.last_tag
+        } else {
+            1
+        };
+        self.last_tag = self.last_tag.max(nack.delivery_tag());
+        self.settled.fetch_add(n, Ordering::SeqCst);
+        self.window.add_permits(n as usize);
+    }
+    async fn publish_return(&mut self, _: &Channel, _: Return, _: BasicProperties, _: Vec<u8>) {}
+}
+
+/// The baseline: the same messages straight to the broker, sliding confirm window.
+async fn bare_publisher(fixture: &Fixture, n: usize, window: usize) -> Result<f64, BoxError> {
+    let connection = connect(&fixture.endpoint, "bench-bare").await?;
+    let channel = connection.open_channel(None).await?;
+    let permits = Arc::new(Semaphore::new(window));
+    let settled = Arc::new(AtomicU64::new(0));
+    channel
+        .register_callback(WindowCallback {
+            window: permits.clone(),
+            settled: settled.clone(),
+            last_tag: 0,
+        })
+        .await?;
+    channel
+        .confirm_select(ConfirmSelectArguments::default())
+        .await?;
+    let bodies: Vec<(String, String)> = (0..n)
+        .map(|_| {
+            let e = new_event(&uuid::Uuid::now_v7().to_string());
+            (e.event_id.to_string(), e.payload)
+        })
+        .collect();
+    let started = Instant::now();
+    for (id, body) in bodies {
+        permits.acquire().await?.forget();
+        let mut props = BasicProperties::default();
+        props
+            .with_message_id(&id)
+            .with_message_type("order.completed")
+            .with_persistence(true);
+        let args = BasicPublishArguments::new(&fixture.exchange, "order.completed")
+            .mandatory(true)
+            .finish();
+        channel
+            .basic_publish(props.finish(), body.into_bytes(), args)
+            .await?;
+    }
+    while settled.load(Ordering::SeqCst) < n as u64 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let rate = n as f64 / started.elapsed().as_secs_f64();
+    let _ = connection.close().await;
+    Ok(rate)
+}
+
+async fn relay_drain(
+    fixture: &Fixture,
+    n: usize,
+    workers: usize,
+    window: usize,
+) -> Result<f64, BoxError> {
+    let window = window.to_string();
+    let settings = fixture.settings(&[
+        ("APP__OUTBOX__PUBLISH_WINDOW", &window),
+        ("APP__OUTBOX__BATCH_SIZE", &window),
+    ])?;
+    let services = startup::build_services(&settings)
+        .await
+        .map_err(|e| e.to_string())?;
+    let stop = CancellationToken::new();
+    let started = Instant::now();
+    let mut handles = Vec::new();
+    for _ in 0..workers {
+        let relay = services.relay();
+        let token = stop.clone();
+        handles.push(tokio::spawn(
+            async move { relay.run_until_stopped(token).await },
+        ));
+    }
+    while fixture.published().await? < n as i64 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let rate = n as f64 / started.elapsed().as_secs_f64();
+    stop.cancel();
+    for h in handles {
+        let _ = h.await;
+    }
+    Ok(rate)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn write_json(name: &str, value: &serde_json::Value) -> Result<(), BoxError> {
+    std::fs::create_dir_all("target/bench")?;
+    let path = format!("target/bench/{name}.json");
+    std::fs::write(&path, serde_json::to_string_pretty(value)?)?;
+    println!("\nwritten: {path}");
+    Ok(())
+}
+
+async fn relay_scenario(events: usize, workers: &str, window: usize) -> Result<(), BoxError> {
+    let fixture = Fixture::create().await?;
+    println!(
+        "relay: {events} events of ~{} B, window {window}",
+        envelope(EventId::new(), "x").len()
+    );
+    let baseline = bare_publisher(&fixture, events, window).await?;
+    fixture.reset().await?;
+    println!("| publisher | events/s | ratio to baseline |\n|---|---:|---:|");
+    println!("| bare amqprs, sliding window {window} | {baseline:.0} | 1.00 |");
+    let mut results = vec![json!({ "publisher": "bare", "eventsPerSecond": baseline })];
+    for w in workers
+        .split(',')
+        .filter_map(|w| w.trim().parse::<usize>().ok())
+    {
+        seed(&fixture.db, events).await?;
+        let rate = relay_drain(&fixture, events, w, window).await?;
+        println!(
+            "| relay, {w} worker(s) | {rate:.0} | {:.2} |",
+            rate / baseline
+        );
+        results.push(json!({ "publisher": format!("relay x{w}"), "eventsPerSecond": rate, "ratio": rate / baseline }));
+        fixture.reset().await?;
+    }
+    write_json(
+        "relay",
+        &json!({ "events": events, "window": window, "results": results }),
+    )?;
+    fixture.drop_all().await;
+    Ok(())
+}
+
+async fn latency_scenario(rate: u32, seconds: u64) -> Result<(), BoxError> {
+    let fixture = Fixture::create().await?;
+    let settings = fixture.settings(&[("APP__OUTBOX__POLL_INTERVAL", "1s")])?;
+    let services = startup::build_services(&settings)
+        .await
+        .map_err(|e| e.to_string())?;
+    let workers = startup::Workers::spawn(&services);
+
+    // Consumer: arrival instant per message id.
+    let arrivals: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let consumer_conn = connect(&fixture.endpoint, "bench-consumer").await?;
+    let consumer_channel = consumer_conn.open_channel(None).await?;
+    let (_, mut rx) = consumer_channel
+        .basic_consume_rx(
+            BasicConsumeArguments::new(&fixture.queue, "bench")
+                .manual_ack(false)
+                .finish(),
+        )
+        .await?;
+    let sink = arrivals.clone();
+    tokio::spawn(async move {
+        while let Some(msg) = rx.recv().await {
+            if let Some(id) = msg.basic_properties.and_then(|p| p.message_id().cloned()) {
+                sink.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(id, Instant::now());
+            }
+        }
+    });
+
+    // Producers: one event per commit, spread over 8 tasks to hold the rate.
+    let commits: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let producers = 8u32;
+    let per_task = Duration::from_secs_f64(producers as f64 / rate as f64);
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let mut tasks = Vec::new();
+    for _ in 0..producers {
+        let uow = SeaOrmOrderRepository::new(fixture.db.clone(), services.relay_wake.clone());
+        let commits = commits.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(per_task);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            while Instant::now() < deadline {
+                tick.tick().await;
+                let event = new_event(&uuid::Uuid::now_v7().to_string());
+                let id = event.event_id.to_string();
+                if uow
+                    .commit(Changes {
+                        outbox: vec![event],
+                        ..Default::default()
+                    })
+                    .await
+                    .is_ok()
+                {
+                    commits
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(id, Instant::now());
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await?;
+    }
+    let committed = commits.lock().unwrap_or_else(|e| e.into_inner()).len();
+    let drain_deadline = Instant::now() + Duration::from_secs(30);
+    while arrivals.lock().unwrap_or_else(|e| e.into_inner()).len() < committed
+        && Instant::now() < drain_deadline
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    workers.shutdown(Duration::from_secs(10)).await;
+
+    let commits = commits.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let arrivals = arrivals.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut consume: Vec<f64> = commits
+        .iter()
+        .filter_map(|(id, at)| {
+            arrivals
+                .get(id)
+                .map(|a| a.saturating_duration_since(*at).as_secs_f64() * 1000.0)
+        })
+        .collect();
+    consume.sort_by(f64::total_cmp);
+    let rows = fixture
+        .db
+        .query_all_raw(Statement::from_string(
+            fixture.db.get_database_backend(),
+            "SELECT (EXTRACT(EPOCH FROM (published_at - created_at)) * 1000)::float8 AS ms FROM outbox_events WHERE status = 'PUBLISHED'",
+        ))
+        .await?;
+    let mut confirm: Vec<f64> = rows
+        .iter()
+        .filter_map(|r| r.try_get::<f64>("", "ms").ok())
+        .collect();
+    confirm.sort_by(f64::total_cmp);
+    let achieved = committed as f64 / seconds as f64;
+    println!(
+        "latency: target {rate} commits/s for {seconds}s, achieved {achieved:.0}/s, {committed} events, {} consumed",
+        consume.len()
+    );
+    println!("| latency (ms) | p50 | p90 | p99 | max |\n|---|---:|---:|---:|---:|");
+    let line = |name: &str, v: &[f64]| {
+        println!(
+            "| {name} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            percentile(v, 50.0),
+            percentile(v, 90.0),
+            percentile(v, 99.0),
+            v.last().copied().unwrap_or(f64::NAN)
+        )
+    };
+    line("commit -> confirm (created_at -> published_at)", &confirm);
+    line("commit -> consume", &consume);
+    let summary = |v: &[f64]| json!({ "p50": percentile(v, 50.0), "p90": percentile(v, 90.0), "p99": percentile(v, 99.0), "max": v.last() });
+    write_json(
+        "latency",
+        &json!({
+            "targetRate": rate, "achievedRate": achieved, "seconds": seconds, "events": committed,
+            "commitToConfirmMs": summary(&confirm), "commitToConsumeMs": summary(&consume),
+        }),
+    )?;
+    let _ = consumer_conn.close().await;
+    fixture.drop_all().await;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    let cli = Cli::parse();
+    match cli.scenario {
+        Scenario::Relay {
+            events,
+            workers,
+            window,
+        } => relay_scenario(events, &workers, window).await,
+        Scenario::Latency { rate, seconds } => latency_scenario(rate, seconds).await,
+    }
+}
