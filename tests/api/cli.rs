@@ -415,3 +415,57 @@ async fn worker_drains_the_outbox_and_replay_repairs_a_dead_letter() {
         "replaying a row that is not a dead letter fails"
     );
 }
+
+/// SIGTERM while draining: the worker stops claiming, finishes the batch in flight (its
+/// confirms awaited and marked), and exits 0 — nothing is left to the lease timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_in_flight_publishes_and_leaves_no_claim_behind() {
+    let Some(broker) = crate::broker::TestBroker::start().await else {
+        return;
+    };
+    let Some(db) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    let conn = db.connect().await;
+    let repo = SeaOrmOrderRepository::new(conn.clone(), Default::default());
+    for _ in 0..20 {
+        let mut order = new_order();
+        let mut changes = Changes::default();
+        changes.insert_order(&mut order, OrderContext::default());
+        changes.outbox = (0..250)
+            .map(|i| event(&order, &format!("test.e{i}")))
+            .collect();
+        // One aggregate per event, so that whole batches are claimable at once.
+        for (i, e) in changes.outbox.iter_mut().enumerate() {
+            e.aggregate_id = format!("{}-{i}", order.id);
+        }
+        repo.commit(changes).await.unwrap();
+    }
+    let dir = temp_dir();
+    let mut worker = app(&dir.0)
+        .env("APP__DATABASE__URL", &db.url)
+        .env("APP__AUTH__KEYS", crate::helpers::TEST_KEYS)
+        .env("APP__BROKER__URL", crate::broker::amqp_url())
+        .env("APP__BROKER__EXCHANGE", &broker.exchange)
+        .env("APP__OUTBOX__BATCH_SIZE", "100")
+        .env("APP__HTTP__BIND", format!("127.0.0.1:{}", free_port()))
+        .arg("worker")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    broker.wait_for(500, Duration::from_secs(30)).await;
+    let status = terminate(&mut worker);
+    assert!(status.success(), "exit 0 after SIGTERM, got {status}");
+    let processing =
+        crate::helpers::count_where(&conn, "outbox_events", "status = 'PROCESSING'").await;
+    assert_eq!(processing, 0, "no claim is left to the lease timeout");
+    let published =
+        crate::helpers::count_where(&conn, "outbox_events", "status = 'PUBLISHED'").await;
+    assert!(published >= 500, "published before the stop: {published}");
+    // Every row marked PUBLISHED was really delivered.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(broker.count() as i64 >= published);
+    drop(conn);
+    broker.cleanup().await;
+}
