@@ -75,6 +75,27 @@ impl TestBroker {
             )
             .await
             .expect("declare queue");
+        // A queue that refuses every message: routing keys `reject.#` are nacked.
+        let mut full = amqprs::FieldTable::new();
+        full.insert("x-max-length".try_into().unwrap(), amqprs::FieldValue::l(0));
+        full.insert(
+            "x-overflow".try_into().unwrap(),
+            amqprs::FieldValue::S("reject-publish".try_into().unwrap()),
+        );
+        let rejecting = format!("test.reject.{id}");
+        channel
+            .queue_declare(
+                QueueDeclareArguments::new(&rejecting)
+                    .exclusive(true)
+                    .arguments(full)
+                    .finish(),
+            )
+            .await
+            .expect("declare rejecting queue");
+        channel
+            .queue_bind(QueueBindArguments::new(&rejecting, &exchange, "reject.#"))
+            .await
+            .expect("bind");
         // Everything except routing keys starting with `nobody.`, which stay unroutable.
         for pattern in [
             "order.#",

@@ -339,7 +339,49 @@ async fn clean_up_deletes_by_retention(backend: Backend) {
     broker.cleanup().await;
 }
 
+async fn a_nacked_event_is_retried_with_its_failure_recorded(backend: Backend) {
+    let Some(broker) = TestBroker::start().await else {
+        return;
+    };
+    let Some(app) = spawn_app(backend, &broker, &amqp_url(), &[]).await else {
+        return;
+    };
+    let refused = event("agg-refused", 0, "reject.me", "test.refused");
+    repo(&app)
+        .commit(Changes {
+            outbox: vec![refused.clone()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let report = app.services.relay().run_once().await.unwrap();
+    assert_eq!(
+        (report.claimed, report.published, report.retried),
+        (1, 0, 1)
+    );
+    let filter = orchestrator::application::ports::OutboxFilter {
+        limit: 10,
+        ..Default::default()
+    };
+    let row = app
+        .services
+        .outbox_store
+        .list(&filter)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(row.status, OutboxStatus::RetryWait);
+    assert_eq!(
+        row.failure_code,
+        Some(FailureCode::Nacked),
+        "{:?}",
+        row.failure_reason
+    );
+    broker.cleanup().await;
+}
+
 on_both_databases!(
+    a_nacked_event_is_retried_with_its_failure_recorded,
     four_relays_deliver_every_event_exactly_once_in_aggregate_order,
     unroutable_events_retry_then_dead_letter_but_allow_listed_ones_publish,
     a_connection_severed_mid_drain_loses_nothing,
