@@ -30,6 +30,7 @@ use crate::adapters::providers::{
 };
 use crate::application::health::{HealthProbe, Readiness};
 use crate::application::idempotency::IdempotencyService;
+use crate::application::notification_retry::{NotificationRetry, NotificationRetrySettings};
 use crate::application::orchestration::{Orchestrator, SagaSettings};
 use crate::application::outbox::{
     Housekeeping, HousekeepingSettings, OutboxAdmin, OutboxRelay, RelaySettings,
@@ -88,6 +89,7 @@ pub struct Services {
     pub readiness: Arc<Readiness>,
     pub outbox_store: Arc<dyn OutboxStore>,
     pub outbox_admin: Arc<OutboxAdmin>,
+    pub notifications: Arc<NotificationRetry>,
     pub publishers: PublisherFactory,
     pub housekeeping: Arc<Housekeeping>,
     pub clock: Arc<dyn Clock>,
@@ -224,6 +226,23 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
 
     let (publishers, broker_probe) = publishers(settings)?;
 
+    let retry_policy = RetryPolicy {
+        max_attempts: settings.notification.retry_max_attempts,
+        backoff_base: chrono(settings.notification.retry_backoff_base),
+    };
+    let notifications = Arc::new(NotificationRetry::new(
+        orders.clone(),
+        orders.clone(),
+        orders.clone(),
+        notifier.clone(),
+        clock.clone(),
+        NotificationRetrySettings {
+            policy: retry_policy,
+            lease: Duration::minutes(5),
+            batch: 100,
+            interval: settings.notification.retry_interval,
+        },
+    ));
     let orchestrator = Arc::new(Orchestrator::new(
         orders.clone() as Arc<dyn OrderRepository>,
         orders.clone() as Arc<dyn UnitOfWork>,
@@ -232,10 +251,7 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
         notifier,
         clock.clone(),
         SagaSettings {
-            notification_retry: RetryPolicy {
-                max_attempts: settings.notification.retry_max_attempts,
-                backoff_base: chrono(settings.notification.retry_backoff_base),
-            },
+            notification_retry: retry_policy,
         },
     ));
     let queries = Arc::new(OrderQueries::new(orders.clone(), outbox_store.clone()));
@@ -272,6 +288,7 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
         readiness,
         outbox_store,
         outbox_admin,
+        notifications,
         publishers,
         housekeeping,
         clock,
@@ -302,6 +319,13 @@ impl Workers {
         handles.push(tokio::spawn(async move {
             housekeeping.run_until_stopped(token).await
         }));
+        if services.settings.notification.retry_enabled {
+            let notifications = services.notifications.clone();
+            let token = stop.clone();
+            handles.push(tokio::spawn(async move {
+                notifications.run_until_stopped(token).await
+            }));
+        }
         if persistence::is_postgres(&services.db) {
             let (db, wake, token) = (
                 services.db.clone(),
@@ -332,6 +356,7 @@ fn http_state(services: &Services) -> web::Data<HttpState> {
         queries: services.queries.clone(),
         idempotency: services.idempotency.clone(),
         outbox_admin: services.outbox_admin.clone(),
+        notifications: services.notifications.clone(),
         readiness: services.readiness.clone(),
         honour_mock_scenario: services.settings.payment.provider == ProviderKind::Mock,
     })

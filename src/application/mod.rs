@@ -10,6 +10,7 @@ pub mod audit;
 pub mod error;
 pub mod health;
 pub mod idempotency;
+pub mod notification_retry;
 pub mod orchestration;
 pub mod outbox;
 pub mod ports;

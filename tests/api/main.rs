@@ -8,5 +8,6 @@ mod api_orders;
 mod api_validation;
 mod broker;
 mod cli;
+mod notifications;
 mod relay;
 mod repository_contract;

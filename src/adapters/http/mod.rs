@@ -6,6 +6,7 @@ pub mod auth;
 pub mod body;
 pub mod correlation;
 pub mod dto;
+pub mod notifications;
 pub mod ops;
 pub mod orders;
 pub mod problem;
@@ -19,6 +20,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 
 use crate::application::health::Readiness;
 use crate::application::idempotency::IdempotencyService;
+use crate::application::notification_retry::NotificationRetry;
 use crate::application::orchestration::Orchestrator;
 use crate::application::outbox::OutboxAdmin;
 use crate::application::queries::OrderQueries;
@@ -30,6 +32,7 @@ pub struct HttpState {
     pub queries: Arc<OrderQueries>,
     pub idempotency: Arc<IdempotencyService>,
     pub outbox_admin: Arc<OutboxAdmin>,
+    pub notifications: Arc<NotificationRetry>,
     pub readiness: Arc<Readiness>,
     /// `X-Mock-Scenario` is honoured only with the simulated providers.
     pub honour_mock_scenario: bool,
@@ -66,6 +69,10 @@ impl utoipa::Modify for BearerAuth {
         admin::republish,
         admin::discard,
         admin::redrive,
+        notifications::list,
+        notifications::retry_due,
+        notifications::reprocess,
+        notifications::ignore,
         ops::live,
         ops::ready,
         ops::metrics,
@@ -133,6 +140,26 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(
         web::resource("/api/admin/outbox/{id}/discard")
             .route(web::post().to(admin::discard))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource("/api/admin/notification-events")
+            .route(web::get().to(notifications::list))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource("/api/admin/notification-events/retry-due")
+            .route(web::post().to(notifications::retry_due))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource("/api/admin/notification-events/{id}/reprocess")
+            .route(web::post().to(notifications::reprocess))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource("/api/admin/notification-events/{id}/ignore")
+            .route(web::post().to(notifications::ignore))
             .default_service(web::to(method_not_allowed)),
     )
     .service(

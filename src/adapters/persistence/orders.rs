@@ -20,10 +20,13 @@ use super::mapping::*;
 use super::outbox::{OUTBOX_CHANNEL, outbox_row};
 use super::{is_postgres, repo_err};
 use crate::application::ports::{
-    AuditRecord, Changes, OrderFilter, OrderRecord, OrderRepository, RepoError, UnitOfWork, Write,
+    AuditRecord, Changes, NotificationRepository, OrderFilter, OrderRecord, OrderRepository,
+    RepoError, UnitOfWork, Write,
 };
-use crate::domain::ids::OrderId;
+use crate::domain::ids::{NotificationId, OrderId};
+use crate::domain::notification::{Notification, NotificationStatus};
 use crate::domain::order::{Order, OrderStatus};
+use chrono::{DateTime, Utc};
 
 /// Orders over SeaORM. Also the [`UnitOfWork`]: it wakes the in-process relay after a
 /// commit that appended outbox events, and on PostgreSQL `NOTIFY`s other processes.
@@ -355,5 +358,67 @@ impl OrderRepository for SeaOrmOrderRepository {
                 created_at: r.created_at,
             })
             .collect())
+    }
+}
+
+#[async_trait]
+impl NotificationRepository for SeaOrmOrderRepository {
+    async fn due(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<Notification>, RepoError> {
+        notification_events::Entity::find()
+            .filter(
+                notification_events::Column::Status.eq(NotificationStatus::RetryScheduled.as_str()),
+            )
+            .filter(notification_events::Column::NextAttemptAt.lte(now))
+            .order_by_asc(notification_events::Column::NextAttemptAt)
+            .limit(u64::from(limit))
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?
+            .into_iter()
+            .map(notification_from_row)
+            .collect()
+    }
+
+    async fn stuck(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<Notification>, RepoError> {
+        notification_events::Entity::find()
+            .filter(notification_events::Column::Status.eq(NotificationStatus::Processing.as_str()))
+            .filter(notification_events::Column::ClaimedUntil.lt(now))
+            .limit(u64::from(limit))
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?
+            .into_iter()
+            .map(notification_from_row)
+            .collect()
+    }
+
+    async fn list(
+        &self,
+        status: Option<NotificationStatus>,
+        limit: u32,
+    ) -> Result<Vec<Notification>, RepoError> {
+        let mut query = notification_events::Entity::find();
+        if let Some(status) = status {
+            query = query.filter(notification_events::Column::Status.eq(status.as_str()));
+        }
+        query
+            .order_by_desc(notification_events::Column::UpdatedAt)
+            .order_by_desc(notification_events::Column::Id)
+            .limit(u64::from(limit))
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?
+            .into_iter()
+            .map(notification_from_row)
+            .collect()
+    }
+
+    async fn find(&self, id: NotificationId) -> Result<Option<Notification>, RepoError> {
+        notification_events::Entity::find_by_id(id.as_uuid())
+            .one(&self.db)
+            .await
+            .map_err(repo_err)?
+            .map(notification_from_row)
+            .transpose()
     }
 }

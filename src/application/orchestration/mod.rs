@@ -2,6 +2,7 @@
 //! ([`Orchestrator`]), calling providers between commits and recording every outcome.
 
 pub mod events;
+pub mod notify;
 mod service;
 pub mod steps;
 

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::application::audit::{self, entity};
 use crate::application::orchestration::events::EventWriter;
+use crate::application::orchestration::notify::apply_send_result;
 use crate::application::orchestration::steps::{NextAction, next_action};
 use crate::application::ports::{
     ApprovalOutcome, ApprovePayment, CancelPayment, Changes, Clock, GatewayError,
@@ -17,7 +18,7 @@ use crate::application::ports::{
 };
 use crate::application::{Actor, AppError};
 use crate::domain::ids::OrderId;
-use crate::domain::notification::{FailurePolicy, Notification, RetryPolicy};
+use crate::domain::notification::{Notification, RetryPolicy};
 use crate::domain::order::{
     FailureStage, NewOrder, NewOrderItem, Order, OrderSource, SagaStep, StepStatus,
 };
@@ -459,7 +460,7 @@ impl Orchestrator {
         record: &mut OrderRecord,
         actor: &Actor,
     ) -> Result<Progress, AppError> {
-        let mut notification = Notification::new(record.order.id, self.clock.now());
+        let notification = Notification::new(record.order.id, self.clock.now());
         let request = NotificationRequest {
             order_id: record.order.id,
             customer_id: record.order.customer_id.clone(),
@@ -467,104 +468,21 @@ impl Orchestrator {
             scenario: record.context.scenario,
         };
         let result = self.notifier.send(&request).await;
-
+        let retry = &self.settings.notification_retry;
         let now = self.clock.now();
-        let mut order = record.order.clone();
-        let mut changes = Changes::default();
-        let (notification_events, order_events, progress) = match result {
-            Ok(()) => {
-                let n = notification.mark_sent(now).map_err(broken_invariant)?;
-                changes.step(
-                    order.id,
-                    SagaStep::Notification,
-                    StepStatus::Success,
-                    Some("sent".into()),
-                    now,
-                );
-                (
-                    n,
-                    order.complete(now).map_err(broken_invariant)?,
-                    Progress::Continue,
-                )
-            }
-            Err(failure) => {
-                let retry = &self.settings.notification_retry;
-                let n = notification
-                    .record_failure(failure.policy, failure.reason.clone(), retry, now)
-                    .map_err(broken_invariant)?;
-                let detail = format!("{}: {}", failure.policy, failure.reason);
-                if failure.policy == FailurePolicy::Ignore {
-                    changes.step(
-                        order.id,
-                        SagaStep::Notification,
-                        StepStatus::Skipped,
-                        Some(detail.clone()),
-                        now,
-                    );
-                    changes.audit.push(audit::record(
-                        audit::NOTIFICATION_IGNORED,
-                        entity::ORDER,
-                        order.id,
-                        actor,
-                        Some(detail),
-                        now,
-                    ));
-                    (
-                        n,
-                        order.complete(now).map_err(broken_invariant)?,
-                        Progress::Continue,
-                    )
-                } else {
-                    changes.step(
-                        order.id,
-                        SagaStep::Notification,
-                        StepStatus::Failed,
-                        Some(detail.clone()),
-                        now,
-                    );
-                    // Payment and settlement stand; the notification waits for a retry or
-                    // an operator (SPEC §4: COMPENSATION READY).
-                    changes.step(
-                        order.id,
-                        SagaStep::Compensation,
-                        StepStatus::Ready,
-                        Some(format!("notification {}", notification.status)),
-                        now,
-                    );
-                    changes.audit.push(audit::record(
-                        audit::NOTIFICATION_FAILED,
-                        entity::ORDER,
-                        order.id,
-                        actor,
-                        Some(detail),
-                        now,
-                    ));
-                    let o = order
-                        .fail(
-                            FailureStage::Notification,
-                            reasons::NOTIFICATION_FAILED,
-                            now,
-                        )
-                        .map_err(broken_invariant)?;
-                    (n, o, Progress::Stop)
-                }
-            }
-        };
-        changes.insert_notification(&mut notification);
-        changes.update_order(&mut order);
-        let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
-        events
-            .notification(&notification, &notification_events)
-            .order(&order_events);
-        changes.outbox = events.finish();
-        let steps = changes.steps.clone();
-        if !self.commit(changes).await? {
+        let outcome = apply_send_result(record, notification, true, result, retry, actor, now)?;
+        let steps = outcome.changes.steps.clone();
+        if !self.commit(outcome.changes).await? {
             return Ok(Progress::Reload);
         }
-        record.order = order;
-        record.notification = Some(notification);
+        record.order = outcome.order;
+        record.notification = Some(outcome.notification);
         record.steps.extend(steps.into_iter().map(|s| s.record));
-        Ok(progress)
+        Ok(if outcome.completed {
+            Progress::Continue
+        } else {
+            Progress::Stop
+        })
     }
 
     async fn compensate(
@@ -671,6 +589,7 @@ mod tests {
         MockClock, MockNotifier, MockOrderRepository, MockPaymentGateway, MockSettlementGateway,
         MockUnitOfWork, NotifyFailure,
     };
+    use crate::domain::notification::FailurePolicy;
     use crate::domain::order::OrderStatus;
 
     fn now() -> DateTime<Utc> {

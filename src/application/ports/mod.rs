@@ -21,8 +21,8 @@ pub use providers::{
     SettlementGateway, SettlementOutcome, SettlementRequest,
 };
 pub use repository::{
-    AuditRecord, Changes, NewStep, OrderContext, OrderFilter, OrderRecord, OrderRepository,
-    RepoError, StepRecord, UnitOfWork, Write,
+    AuditRecord, Changes, NewStep, NotificationRepository, OrderContext, OrderFilter, OrderRecord,
+    OrderRepository, RepoError, StepRecord, UnitOfWork, Write,
 };
 
 #[cfg(test)]
@@ -34,4 +34,4 @@ pub use outbox::{MockEventPublisher, MockOutboxStore};
 #[cfg(test)]
 pub use providers::{MockNotifier, MockPaymentGateway, MockSettlementGateway};
 #[cfg(test)]
-pub use repository::{MockOrderRepository, MockUnitOfWork};
+pub use repository::{MockNotificationRepository, MockOrderRepository, MockUnitOfWork};

@@ -9,8 +9,8 @@ use chrono::{DateTime, Utc};
 
 use super::outbox::NewOutboxEvent;
 use super::providers::Scenario;
-use crate::domain::ids::OrderId;
-use crate::domain::notification::Notification;
+use crate::domain::ids::{NotificationId, OrderId};
+use crate::domain::notification::{Notification, NotificationStatus};
 use crate::domain::order::{Order, OrderStatus, SagaStep, StepStatus};
 use crate::domain::payment::Payment;
 use crate::domain::settlement::Settlement;
@@ -216,6 +216,40 @@ pub trait OrderRepository: Send + Sync {
         entity_type: &str,
         entity_id: &str,
     ) -> Result<Vec<AuditRecord>, RepoError>;
+}
+
+/// Reads of notification events for the retry processor and operators.
+#[cfg_attr(test, mockall::automock)]
+#[async_trait]
+pub trait NotificationRepository: Send + Sync {
+    /// `RETRY_SCHEDULED` notifications whose `next_attempt_at` has passed, earliest due
+    /// first, at most `limit`.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails; `Corrupt` for unmappable rows.
+    async fn due(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<Notification>, RepoError>;
+
+    /// `PROCESSING` notifications whose claim ended before `now`.
+    ///
+    /// # Errors
+    /// As [`NotificationRepository::due`].
+    async fn stuck(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<Notification>, RepoError>;
+
+    /// Notifications, optionally of one status, most recently updated first.
+    ///
+    /// # Errors
+    /// As [`NotificationRepository::due`].
+    async fn list(
+        &self,
+        status: Option<NotificationStatus>,
+        limit: u32,
+    ) -> Result<Vec<Notification>, RepoError>;
+
+    /// One notification.
+    ///
+    /// # Errors
+    /// As [`NotificationRepository::due`].
+    async fn find(&self, id: NotificationId) -> Result<Option<Notification>, RepoError>;
 }
 
 /// The one way to write: apply a change set atomically.

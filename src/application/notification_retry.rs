@@ -1,0 +1,595 @@
+//! Notification retries and operator repair (SPEC §3–§5).
+//!
+//! An attempt is two commits around the send: first a *claim* — the notification moves to
+//! `PROCESSING` with a lease, conditional on the version loaded, so of any number of
+//! concurrent claimers (scheduler ticks on many workers, an operator's `retry-due`) exactly
+//! one wins and the others count it `skipped` — then the outcome, through the same rules as
+//! the saga's first send ([`apply_send_result`]). A claim whose holder vanished is released
+//! back to `RETRY_SCHEDULED` once its lease ends.
+
+use std::sync::Arc;
+use std::time::Duration as StdDuration;
+
+use chrono::Duration;
+use tokio_util::sync::CancellationToken;
+
+use crate::application::audit::{self, entity};
+use crate::application::orchestration::events::EventWriter;
+use crate::application::orchestration::notify::apply_send_result;
+use crate::application::ports::{
+    Changes, Clock, NotificationRepository, NotificationRequest, Notifier, OrderRecord,
+    OrderRepository, RepoError, UnitOfWork,
+};
+use crate::application::{Actor, AppError};
+use crate::domain::ids::NotificationId;
+use crate::domain::notification::{Notification, NotificationStatus, RetryPolicy};
+use crate::domain::order::{FailureStage, Order, OrderStatus, SagaStep, StepStatus};
+
+#[derive(Debug, Clone)]
+pub struct NotificationRetrySettings {
+    pub policy: RetryPolicy,
+    /// How long a claimed attempt may take before another worker may take it over.
+    pub lease: Duration,
+    /// Notifications attempted per `retry-due` round.
+    pub batch: u32,
+    /// Scheduler interval (`notification.retry.interval`).
+    pub interval: StdDuration,
+}
+
+/// What one `retry-due` round did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RetryReport {
+    pub claimed: usize,
+    pub succeeded: usize,
+    pub failed: usize,
+    /// Due when listed, but claimed by someone else first (or no longer due).
+    pub skipped: usize,
+    /// The notifications this round attempted.
+    pub processed_ids: Vec<NotificationId>,
+}
+
+/// One attempt's result.
+enum Attempt {
+    Lost,
+    Sent(OrderRecord),
+    Failed(OrderRecord),
+}
+
+enum Claim {
+    /// The scheduler's: only a due `RETRY_SCHEDULED` notification.
+    Due,
+    /// An operator's: from `RETRY_SCHEDULED`, `MANUAL_INTERVENTION_REQUIRED` or `FAILED`.
+    Reprocess,
+}
+
+pub struct NotificationRetry {
+    orders: Arc<dyn OrderRepository>,
+    notifications: Arc<dyn NotificationRepository>,
+    uow: Arc<dyn UnitOfWork>,
+    notifier: Arc<dyn Notifier>,
+    clock: Arc<dyn Clock>,
+    settings: NotificationRetrySettings,
+}
+
+fn admin_only(actor: &Actor) -> Result<(), AppError> {
+    if actor.is_admin {
+        Ok(())
+    } else {
+        Err(AppError::Forbidden {
+            code: "FORBIDDEN",
+            message: "admin role required".into(),
+        })
+    }
+}
+
+impl NotificationRetry {
+    pub fn new(
+        orders: Arc<dyn OrderRepository>,
+        notifications: Arc<dyn NotificationRepository>,
+        uow: Arc<dyn UnitOfWork>,
+        notifier: Arc<dyn Notifier>,
+        clock: Arc<dyn Clock>,
+        settings: NotificationRetrySettings,
+    ) -> Self {
+        NotificationRetry {
+            orders,
+            notifications,
+            uow,
+            notifier,
+            clock,
+            settings,
+        }
+    }
+
+    async fn record_of(&self, notification: &Notification) -> Result<OrderRecord, AppError> {
+        let record = self
+            .orders
+            .get(notification.order_id)
+            .await?
+            .ok_or(AppError::NotFound("order"))?;
+        match &record.notification {
+            Some(n) if n.id == notification.id => Ok(record),
+            _ => Err(AppError::Internal(
+                "notification does not belong to its order".into(),
+            )),
+        }
+    }
+
+    async fn attempt(
+        &self,
+        actor: &Actor,
+        id: NotificationId,
+        claim: Claim,
+    ) -> Result<Attempt, AppError> {
+        let stored = self
+            .notifications
+            .find(id)
+            .await?
+            .ok_or(AppError::NotFound("notification event"))?;
+        let mut record = self.record_of(&stored).await?;
+        let Some(mut notification) = record.notification.clone() else {
+            return Ok(Attempt::Lost);
+        };
+        let now = self.clock.now();
+        let lease_until = now + self.settings.lease;
+        let claimed = match claim {
+            Claim::Due => {
+                if notification.next_attempt_at.is_some_and(|at| at > now) {
+                    return Ok(Attempt::Lost);
+                }
+                notification.claim(lease_until, now)
+            }
+            Claim::Reprocess => notification.reprocess(lease_until, now),
+        };
+        if let Err(err) = claimed {
+            return match claim {
+                Claim::Due => Ok(Attempt::Lost),
+                Claim::Reprocess => Err(AppError::Conflict {
+                    code: "NOTIFICATION_NOT_REPROCESSABLE",
+                    message: err.to_string(),
+                }),
+            };
+        }
+        let mut changes = Changes::default();
+        changes.update_notification(&mut notification);
+        match self.uow.commit(changes).await {
+            Ok(()) => {}
+            Err(RepoError::Conflict) => {
+                return match claim {
+                    Claim::Due => Ok(Attempt::Lost),
+                    Claim::Reprocess => Err(AppError::Conflict {
+                        code: "NOTIFICATION_BUSY",
+                        message: "another attempt of this notification is in progress".into(),
+                    }),
+                };
+            }
+            Err(err) => return Err(err.into()),
+        }
+        record.notification = Some(notification.clone());
+
+        let request = NotificationRequest {
+            order_id: record.order.id,
+            customer_id: record.order.customer_id.clone(),
+            attempt: notification.attempts + 1,
+            scenario: record.context.scenario,
+        };
+        let result = self.notifier.send(&request).await;
+        let now = self.clock.now();
+        let outcome = apply_send_result(
+            &record,
+            notification,
+            false,
+            result,
+            &self.settings.policy,
+            actor,
+            now,
+        )?;
+        let steps = outcome.changes.steps.clone();
+        match self.uow.commit(outcome.changes).await {
+            Ok(()) => {}
+            Err(RepoError::Conflict) => {
+                // Our lease was recovered by another worker meanwhile: its attempt decides.
+                tracing::warn!(notification = %id, "notification outcome lost to a recovered claim");
+                return Ok(Attempt::Lost);
+            }
+            Err(err) => return Err(err.into()),
+        }
+        record.order = outcome.order;
+        record.notification = Some(outcome.notification);
+        record.steps.extend(steps.into_iter().map(|s| s.record));
+        Ok(if outcome.completed {
+            Attempt::Sent(record)
+        } else {
+            Attempt::Failed(record)
+        })
+    }
+
+    /// Attempts every due retry (up to the batch size) once.
+    ///
+    /// # Errors
+    /// `Forbidden` for a non-admin; `Unavailable` when the database fails (attempts made
+    /// so far stand).
+    pub async fn retry_due(&self, actor: &Actor) -> Result<RetryReport, AppError> {
+        admin_only(actor)?;
+        let due = self
+            .notifications
+            .due(self.clock.now(), self.settings.batch)
+            .await?;
+        let mut report = RetryReport::default();
+        for notification in due {
+            match self.attempt(actor, notification.id, Claim::Due).await? {
+                Attempt::Lost => report.skipped += 1,
+                Attempt::Sent(_) => {
+                    report.claimed += 1;
+                    report.succeeded += 1;
+                    report.processed_ids.push(notification.id);
+                }
+                Attempt::Failed(_) => {
+                    report.claimed += 1;
+                    report.failed += 1;
+                    report.processed_ids.push(notification.id);
+                }
+            }
+        }
+        metrics::counter!("notification_retries_total", "outcome" => "succeeded")
+            .increment(report.succeeded as u64);
+        metrics::counter!("notification_retries_total", "outcome" => "failed")
+            .increment(report.failed as u64);
+        metrics::counter!("notification_retries_total", "outcome" => "skipped")
+            .increment(report.skipped as u64);
+        Ok(report)
+    }
+
+    /// An operator re-sends now.
+    ///
+    /// # Errors
+    /// `Forbidden`; `NotFound`; `Conflict` `NOTIFICATION_NOT_REPROCESSABLE` unless the
+    /// notification is `RETRY_SCHEDULED`, `MANUAL_INTERVENTION_REQUIRED` or `FAILED`.
+    pub async fn reprocess(
+        &self,
+        actor: &Actor,
+        id: NotificationId,
+        reason: Option<String>,
+    ) -> Result<OrderRecord, AppError> {
+        admin_only(actor)?;
+        let record = match self.attempt(actor, id, Claim::Reprocess).await? {
+            Attempt::Sent(record) | Attempt::Failed(record) => record,
+            Attempt::Lost => {
+                return Err(AppError::Conflict {
+                    code: "NOTIFICATION_BUSY",
+                    message: "another attempt of this notification is in progress".into(),
+                });
+            }
+        };
+        let mut changes = Changes::default();
+        let now = self.clock.now();
+        let detail = Some(format!(
+            "notification {id} -> {}{}",
+            record
+                .notification
+                .as_ref()
+                .map_or("?", |n| n.status.as_str()),
+            reason.map(|r| format!("; reason: {r}")).unwrap_or_default()
+        ));
+        changes.audit.push(audit::record(
+            audit::NOTIFICATION_REPROCESS,
+            entity::ORDER,
+            record.order.id,
+            actor,
+            detail,
+            now,
+        ));
+        self.uow.commit(changes).await?;
+        Ok(record)
+    }
+
+    /// An operator decides the customer need not be told: the notification is `IGNORED`
+    /// and an order that failed only for it is `COMPLETED`.
+    ///
+    /// # Errors
+    /// `Forbidden`; `NotFound`; `Conflict` `NOTIFICATION_NOT_IGNORABLE` unless the
+    /// notification is `RETRY_SCHEDULED`, `MANUAL_INTERVENTION_REQUIRED` or `FAILED`.
+    pub async fn ignore(
+        &self,
+        actor: &Actor,
+        id: NotificationId,
+        reason: Option<String>,
+    ) -> Result<OrderRecord, AppError> {
+        admin_only(actor)?;
+        let stored = self
+            .notifications
+            .find(id)
+            .await?
+            .ok_or(AppError::NotFound("notification event"))?;
+        let mut record = self.record_of(&stored).await?;
+        let mut notification = record
+            .notification
+            .clone()
+            .ok_or(AppError::NotFound("notification event"))?;
+        let now = self.clock.now();
+        notification.ignore(now).map_err(|e| AppError::Conflict {
+            code: "NOTIFICATION_NOT_IGNORABLE",
+            message: e.to_string(),
+        })?;
+        let mut order: Order = record.order.clone();
+        let order_events = if order.status == OrderStatus::Failed
+            && order.failure_stage == Some(FailureStage::Notification)
+        {
+            order
+                .complete(now)
+                .map_err(|e| AppError::Internal(e.to_string()))?
+        } else {
+            Vec::new()
+        };
+        let mut changes = Changes::default();
+        changes.update_notification(&mut notification);
+        changes.update_order(&mut order);
+        let detail = format!(
+            "ignored by {}{}",
+            actor.subject,
+            reason
+                .as_ref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        );
+        changes.step(
+            order.id,
+            SagaStep::Notification,
+            StepStatus::Skipped,
+            Some(detail),
+            now,
+        );
+        changes.audit.push(audit::record(
+            audit::NOTIFICATION_IGNORE,
+            entity::ORDER,
+            order.id,
+            actor,
+            reason,
+            now,
+        ));
+        let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
+        events.order(&order_events);
+        changes.outbox = events.finish();
+        let steps = changes.steps.clone();
+        match self.uow.commit(changes).await {
+            Ok(()) => {}
+            Err(RepoError::Conflict) => {
+                return Err(AppError::Conflict {
+                    code: "NOTIFICATION_BUSY",
+                    message: "the notification changed concurrently; retry".into(),
+                });
+            }
+            Err(err) => return Err(err.into()),
+        }
+        record.order = order;
+        record.notification = Some(notification);
+        record.steps.extend(steps.into_iter().map(|s| s.record));
+        Ok(record)
+    }
+
+    /// Notifications, optionally of one status.
+    ///
+    /// # Errors
+    /// `Forbidden`; `Validation` for a limit outside 1..=100.
+    pub async fn list(
+        &self,
+        actor: &Actor,
+        status: Option<NotificationStatus>,
+        limit: u32,
+    ) -> Result<Vec<Notification>, AppError> {
+        admin_only(actor)?;
+        if !(1..=100).contains(&limit) {
+            return Err(AppError::validation("limit", "must be between 1 and 100"));
+        }
+        Ok(self.notifications.list(status, limit).await?)
+    }
+
+    /// Releases claims whose lease ended (their worker died mid-attempt).
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    pub async fn recover_stuck(&self) -> Result<usize, AppError> {
+        let now = self.clock.now();
+        let mut recovered = 0;
+        for mut n in self.notifications.stuck(now, 100).await? {
+            if n.release_claim(now).is_err() {
+                continue;
+            }
+            let mut changes = Changes::default();
+            changes.update_notification(&mut n);
+            match self.uow.commit(changes).await {
+                Ok(()) => recovered += 1,
+                Err(RepoError::Conflict) => {}
+                Err(err) => return Err(err.into()),
+            }
+        }
+        if recovered > 0 {
+            tracing::warn!(recovered, "released expired notification claims");
+        }
+        Ok(recovered)
+    }
+
+    /// The scheduler: every interval, release stuck claims and attempt due retries.
+    pub async fn run_until_stopped(&self, stop: CancellationToken) {
+        let actor = Actor::system("notification-retry");
+        let mut tick = tokio::time::interval(self.settings.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tick.tick() => {
+                    if let Err(err) = self.recover_stuck().await {
+                        tracing::error!(error = %err, "notification claim recovery failed");
+                    }
+                    match self.retry_due(&actor).await {
+                        Ok(r) if r.claimed > 0 => tracing::info!(claimed = r.claimed, succeeded = r.succeeded, failed = r.failed, skipped = r.skipped, "notification retries"),
+                        Ok(_) => {}
+                        Err(err) => tracing::error!(error = %err, "notification retry round failed"),
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{DateTime, Utc};
+
+    use super::*;
+    use crate::application::ports::{
+        MockClock, MockNotificationRepository, MockNotifier, MockOrderRepository, MockUnitOfWork,
+        OrderContext,
+    };
+    use crate::domain::ids::OrderId;
+    use crate::domain::notification::FailurePolicy;
+    use crate::domain::order::{NewOrder, NewOrderItem, OrderSource};
+
+    fn now() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000, 0).unwrap()
+    }
+
+    fn failed_order() -> OrderRecord {
+        let mut order = Order::place(
+            OrderId::new(),
+            NewOrder {
+                customer_id: "alice".into(),
+                source: OrderSource::Api,
+                meeting_id: None,
+                currency: "KRW".into(),
+                items: vec![NewOrderItem {
+                    sku: "A".into(),
+                    quantity: 1,
+                    unit_price: 10,
+                }],
+            },
+            now(),
+        )
+        .unwrap();
+        order.status = OrderStatus::Failed;
+        order.failure_stage = Some(FailureStage::Notification);
+        let mut n = Notification::new(order.id, now());
+        let policy = RetryPolicy {
+            max_attempts: 5,
+            backoff_base: Duration::seconds(1),
+        };
+        n.record_failure(
+            FailurePolicy::AutoRetry,
+            "smtp",
+            &policy,
+            now() - Duration::minutes(1),
+        )
+        .unwrap();
+        OrderRecord {
+            order,
+            payment: None,
+            settlement: None,
+            notification: Some(n),
+            steps: vec![],
+            context: OrderContext::default(),
+        }
+    }
+
+    fn service(
+        orders: MockOrderRepository,
+        notifications: MockNotificationRepository,
+        uow: MockUnitOfWork,
+        notifier: MockNotifier,
+    ) -> NotificationRetry {
+        let mut clock = MockClock::new();
+        clock.expect_now().returning(now);
+        NotificationRetry::new(
+            Arc::new(orders),
+            Arc::new(notifications),
+            Arc::new(uow),
+            Arc::new(notifier),
+            Arc::new(clock),
+            NotificationRetrySettings {
+                policy: RetryPolicy {
+                    max_attempts: 5,
+                    backoff_base: Duration::seconds(1),
+                },
+                lease: Duration::minutes(5),
+                batch: 10,
+                interval: StdDuration::from_secs(30),
+            },
+        )
+    }
+
+    #[tokio::test]
+    async fn a_lost_claim_is_skipped_and_sends_nothing() {
+        let record = failed_order();
+        let n = record.notification.clone().unwrap();
+        let mut notifications = MockNotificationRepository::new();
+        let due = n.clone();
+        notifications
+            .expect_due()
+            .returning(move |_, _| Ok(vec![due.clone()]));
+        notifications
+            .expect_find()
+            .returning(move |_| Ok(Some(n.clone())));
+        let mut orders = MockOrderRepository::new();
+        orders
+            .expect_get()
+            .returning(move |_| Ok(Some(record.clone())));
+        let mut uow = MockUnitOfWork::new();
+        uow.expect_commit()
+            .times(1)
+            .returning(|_| Err(RepoError::Conflict));
+        let mut notifier = MockNotifier::new();
+        notifier.expect_send().never();
+
+        let report = service(orders, notifications, uow, notifier)
+            .retry_due(&Actor::system("test"))
+            .await
+            .unwrap();
+        assert_eq!((report.claimed, report.skipped), (0, 1));
+    }
+
+    #[tokio::test]
+    async fn a_successful_retry_completes_the_order_with_one_event() {
+        let record = failed_order();
+        let n = record.notification.clone().unwrap();
+        let mut notifications = MockNotificationRepository::new();
+        let due = n.clone();
+        notifications
+            .expect_due()
+            .returning(move |_, _| Ok(vec![due.clone()]));
+        notifications
+            .expect_find()
+            .returning(move |_| Ok(Some(n.clone())));
+        let mut orders = MockOrderRepository::new();
+        orders
+            .expect_get()
+            .returning(move |_| Ok(Some(record.clone())));
+        let committed = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = committed.clone();
+        let mut uow = MockUnitOfWork::new();
+        uow.expect_commit().times(2).returning(move |c| {
+            sink.lock().unwrap().push(c);
+            Ok(())
+        });
+        let mut notifier = MockNotifier::new();
+        notifier
+            .expect_send()
+            .times(1)
+            .withf(|r| r.attempt == 2)
+            .returning(|_| Ok(()));
+
+        let report = service(orders, notifications, uow, notifier)
+            .retry_due(&Actor::system("test"))
+            .await
+            .unwrap();
+        assert_eq!((report.claimed, report.succeeded), (1, 1));
+        let commits = committed.lock().unwrap();
+        assert_eq!(commits[0].notifications.len(), 1, "the claim");
+        assert!(commits[0].outbox.is_empty());
+        let events: Vec<_> = commits[1]
+            .outbox
+            .iter()
+            .map(|e| e.event_type.as_str())
+            .collect();
+        assert_eq!(events, vec!["order.completed"]);
+        assert_eq!(commits[1].orders[0].status, OrderStatus::Completed);
+    }
+}
