@@ -153,6 +153,20 @@ pub struct BrokerSettings {
     pub exchange: String,
     /// How long the relay waits for a batch's confirms.
     pub confirm_timeout: Duration,
+    /// Inbound topology (SPEC §7); names configurable, defaults as the spec gives them.
+    pub meeting_exchange: String,
+    pub dead_letter_exchange: String,
+    pub register_queue: String,
+    pub cancel_queue: String,
+    pub meeting_deleted_queue: String,
+    /// Unacknowledged deliveries per consumer.
+    pub prefetch: u16,
+    /// Retries of a system failure before a message is dead-lettered.
+    pub consumer_retries: u32,
+    /// First retry delay; doubled each time.
+    pub consumer_retry_backoff: Duration,
+    /// `x-delivery-limit` of quorum queues.
+    pub delivery_limit: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -253,6 +267,15 @@ struct RawBroker {
     queue_type: Option<String>,
     exchange: Option<String>,
     confirm_timeout: Option<String>,
+    meeting_exchange: Option<String>,
+    dead_letter_exchange: Option<String>,
+    register_queue: Option<String>,
+    cancel_queue: Option<String>,
+    meeting_deleted_queue: Option<String>,
+    prefetch: Option<u16>,
+    consumer_retries: Option<u32>,
+    consumer_retry_backoff: Option<String>,
+    delivery_limit: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -665,6 +688,47 @@ impl Settings {
         if exchange.is_empty() || exchange.len() > 255 {
             return Err(invalid("broker.exchange", "must be 1 to 255 characters"));
         }
+        let name =
+            |key: &str, value: Option<String>, default: &str| -> Result<String, ConfigError> {
+                let value = value.unwrap_or_else(|| default.to_owned());
+                if value.is_empty() || value.len() > 255 {
+                    return Err(invalid(key, "must be 1 to 255 characters"));
+                }
+                Ok(value)
+            };
+        let meeting_exchange = name(
+            "broker.meeting_exchange",
+            raw.broker.meeting_exchange,
+            "meeting.events",
+        )?;
+        let dead_letter_exchange = name(
+            "broker.dead_letter_exchange",
+            raw.broker.dead_letter_exchange,
+            "payment.dlx",
+        )?;
+        let register_queue = name(
+            "broker.register_queue",
+            raw.broker.register_queue,
+            "payment.participant-register",
+        )?;
+        let cancel_queue = name(
+            "broker.cancel_queue",
+            raw.broker.cancel_queue,
+            "payment.participant-cancel",
+        )?;
+        let meeting_deleted_queue = name(
+            "broker.meeting_deleted_queue",
+            raw.broker.meeting_deleted_queue,
+            "payment.meeting-deleted",
+        )?;
+        let prefetch = raw.broker.prefetch.unwrap_or(32);
+        if prefetch == 0 {
+            return Err(invalid("broker.prefetch", "must be at least 1"));
+        }
+        let consumer_retry_backoff = dur(
+            "broker.consumer_retry_backoff",
+            raw.broker.consumer_retry_backoff.as_deref().unwrap_or("1s"),
+        )?;
         Ok(Settings {
             http: HttpSettings { bind },
             database,
@@ -674,6 +738,15 @@ impl Settings {
                 queue_type,
                 exchange,
                 confirm_timeout,
+                meeting_exchange,
+                dead_letter_exchange,
+                register_queue,
+                cancel_queue,
+                meeting_deleted_queue,
+                prefetch,
+                consumer_retries: raw.broker.consumer_retries.unwrap_or(3),
+                consumer_retry_backoff,
+                delivery_limit: raw.broker.delivery_limit.unwrap_or(5),
             },
             outbox,
             notification,

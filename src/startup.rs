@@ -21,7 +21,10 @@ use crate::adapters::clock::SystemClock;
 use crate::adapters::http::auth::JwtKeys;
 use crate::adapters::http::{self, HttpState};
 use crate::adapters::messaging::LogEventPublisher;
-use crate::adapters::messaging::amqp::{AmqpEndpoint, AmqpEventPublisher, AmqpPublisherSettings};
+use crate::adapters::messaging::amqp::{
+    AmqpEndpoint, AmqpEventPublisher, AmqpPublisherSettings, ConsumerSettings, MeetingConsumers,
+    MeetingTopology,
+};
 use crate::adapters::persistence::{
     self, DatabaseProbe, SeaOrmIdempotencyStore, SeaOrmOrderRepository, SeaOrmOutboxStore,
 };
@@ -30,6 +33,7 @@ use crate::adapters::providers::{
 };
 use crate::application::health::{HealthProbe, Readiness};
 use crate::application::idempotency::IdempotencyService;
+use crate::application::inbound::MeetingEvents;
 use crate::application::notification_retry::{NotificationRetry, NotificationRetrySettings};
 use crate::application::orchestration::{Orchestrator, SagaSettings};
 use crate::application::outbox::{
@@ -40,6 +44,7 @@ use crate::application::ports::{
     PaymentGateway, SettlementGateway, UnitOfWork,
 };
 use crate::application::queries::OrderQueries;
+use crate::application::refunds::Refunds;
 use crate::config::{BrokerKind, ProviderKind, Settings};
 use crate::domain::notification::RetryPolicy;
 use crate::domain::outbox::RetrySchedule;
@@ -90,6 +95,8 @@ pub struct Services {
     pub outbox_store: Arc<dyn OutboxStore>,
     pub outbox_admin: Arc<OutboxAdmin>,
     pub notifications: Arc<NotificationRetry>,
+    pub refunds: Arc<Refunds>,
+    pub meeting_events: Arc<MeetingEvents>,
     pub publishers: PublisherFactory,
     pub housekeeping: Arc<Housekeeping>,
     pub clock: Arc<dyn Clock>,
@@ -102,6 +109,35 @@ pub struct Services {
 }
 
 impl Services {
+    /// The AMQP consumers of the meeting service's events (`broker.kind = amqp` only).
+    pub fn meeting_consumers(&self) -> Option<Arc<MeetingConsumers>> {
+        let b = &self.settings.broker;
+        if b.kind != BrokerKind::Amqp {
+            return None;
+        }
+        let endpoint = AmqpEndpoint::parse(b.url.as_ref()?.expose()).ok()?;
+        let settings = ConsumerSettings {
+            topology: MeetingTopology {
+                exchange: b.meeting_exchange.clone(),
+                dead_letter_exchange: b.dead_letter_exchange.clone(),
+                register_queue: b.register_queue.clone(),
+                cancel_queue: b.cancel_queue.clone(),
+                deleted_queue: b.meeting_deleted_queue.clone(),
+                queue_type: b.queue_type,
+                delivery_limit: b.delivery_limit,
+            },
+            prefetch: b.prefetch,
+            retries: b.consumer_retries,
+            retry_backoff: b.consumer_retry_backoff,
+            honour_mock_scenario: self.settings.payment.provider == ProviderKind::Mock,
+        };
+        Some(Arc::new(MeetingConsumers::new(
+            endpoint,
+            settings,
+            self.meeting_events.clone(),
+        )))
+    }
+
     /// A relay with its own worker id and publisher, sharing this process's wake-up signal.
     pub fn relay(&self) -> OutboxRelay {
         let o = &self.settings.outbox;
@@ -243,6 +279,7 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
             interval: settings.notification.retry_interval,
         },
     ));
+    let payments_for_refunds = payments.clone();
     let orchestrator = Arc::new(Orchestrator::new(
         orders.clone() as Arc<dyn OrderRepository>,
         orders.clone() as Arc<dyn UnitOfWork>,
@@ -252,7 +289,22 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
         clock.clone(),
         SagaSettings {
             notification_retry: retry_policy,
+            saga_lease: Duration::seconds(60),
         },
+    ));
+    let refunds = Arc::new(Refunds::new(
+        orders.clone(),
+        orders.clone(),
+        payments_for_refunds,
+        clock.clone(),
+        Duration::seconds(60),
+    ));
+    let meeting_events = Arc::new(MeetingEvents::new(
+        orchestrator.clone(),
+        refunds.clone(),
+        orders.clone(),
+        orders.clone(),
+        clock.clone(),
     ));
     let queries = Arc::new(OrderQueries::new(orders.clone(), outbox_store.clone()));
     let outbox_admin = Arc::new(OutboxAdmin::new(outbox_store.clone(), clock.clone()));
@@ -289,6 +341,8 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
         outbox_store,
         outbox_admin,
         notifications,
+        refunds,
+        meeting_events,
         publishers,
         housekeeping,
         clock,
@@ -326,6 +380,10 @@ impl Workers {
                 notifications.run_until_stopped(token).await
             }));
         }
+        if let Some(consumers) = services.meeting_consumers() {
+            let token = stop.clone();
+            handles.push(tokio::spawn(consumers.run_until_stopped(token)));
+        }
         if persistence::is_postgres(&services.db) {
             let (db, wake, token) = (
                 services.db.clone(),
@@ -357,6 +415,7 @@ fn http_state(services: &Services) -> web::Data<HttpState> {
         idempotency: services.idempotency.clone(),
         outbox_admin: services.outbox_admin.clone(),
         notifications: services.notifications.clone(),
+        refunds: services.refunds.clone(),
         readiness: services.readiness.clone(),
         honour_mock_scenario: services.settings.payment.provider == ProviderKind::Mock,
     })

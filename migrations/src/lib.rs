@@ -7,6 +7,8 @@ pub use sea_orm_migration::prelude::*;
 
 mod m20261129_000001_create_tables;
 mod m20261129_000002_outbox_claim_index;
+mod m20261129_000003_inbox_order;
+mod m20261129_000004_order_saga_lease;
 
 pub struct Migrator;
 
@@ -16,6 +18,8 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(m20261129_000001_create_tables::Migration),
             Box::new(m20261129_000002_outbox_claim_index::Migration),
+            Box::new(m20261129_000003_inbox_order::Migration),
+            Box::new(m20261129_000004_order_saga_lease::Migration),
         ]
     }
 }

@@ -20,6 +20,13 @@ pub const NOTIFICATION_FAILED: &str = "NOTIFICATION_FAILED";
 pub const NOTIFICATION_IGNORED: &str = "NOTIFICATION_IGNORED";
 pub const NOTIFICATION_REPROCESS: &str = "NOTIFICATION_REPROCESS";
 pub const NOTIFICATION_IGNORE: &str = "NOTIFICATION_IGNORE";
+pub const REFUNDED: &str = "REFUNDED";
+pub const REFUND_FAILED: &str = "REFUND_FAILED";
+pub const REFUND_REJECTED: &str = "REFUND_REJECTED";
+pub const INBOUND_REJECTED: &str = "INBOUND_REJECTED";
+pub const INBOUND_DUPLICATE: &str = "INBOUND_DUPLICATE";
+pub const NOTHING_TO_REFUND: &str = "NOTHING_TO_REFUND";
+pub const MEETING_DELETED: &str = "MEETING_DELETED";
 pub const OUTBOX_REPUBLISH: &str = "OUTBOX_REPUBLISH";
 pub const OUTBOX_DISCARD: &str = "OUTBOX_DISCARD";
 pub const OUTBOX_REDRIVE: &str = "OUTBOX_REDRIVE";
@@ -28,6 +35,8 @@ pub const OUTBOX_REDRIVE: &str = "OUTBOX_REDRIVE";
 pub mod entity {
     pub const ORDER: &str = "order";
     pub const CUSTOMER: &str = "customer";
+    pub const MEETING: &str = "meeting";
+    pub const INBOUND_MESSAGE: &str = "inbound_message";
     pub const OUTBOX_EVENT: &str = "outbox_event";
     pub const IDEMPOTENCY_KEY: &str = "idempotency_key";
 }

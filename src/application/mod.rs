@@ -10,11 +10,13 @@ pub mod audit;
 pub mod error;
 pub mod health;
 pub mod idempotency;
+pub mod inbound;
 pub mod notification_retry;
 pub mod orchestration;
 pub mod outbox;
 pub mod ports;
 pub mod queries;
+pub mod refunds;
 
 pub use actor::Actor;
 pub use error::AppError;

@@ -8,6 +8,7 @@ mod api_orders;
 mod api_validation;
 mod broker;
 mod cli;
+mod meeting;
 mod notifications;
 mod relay;
 mod repository_contract;

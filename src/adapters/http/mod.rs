@@ -24,6 +24,7 @@ use crate::application::notification_retry::NotificationRetry;
 use crate::application::orchestration::Orchestrator;
 use crate::application::outbox::OutboxAdmin;
 use crate::application::queries::OrderQueries;
+use crate::application::refunds::Refunds;
 use problem::ApiError;
 
 /// What the handlers need, shared by every worker thread of the server.
@@ -33,6 +34,7 @@ pub struct HttpState {
     pub idempotency: Arc<IdempotencyService>,
     pub outbox_admin: Arc<OutboxAdmin>,
     pub notifications: Arc<NotificationRetry>,
+    pub refunds: Arc<Refunds>,
     pub readiness: Arc<Readiness>,
     /// `X-Mock-Scenario` is honoured only with the simulated providers.
     pub honour_mock_scenario: bool,
@@ -64,6 +66,7 @@ impl utoipa::Modify for BearerAuth {
         orders::list_orders,
         orders::orchestrate,
         orders::flow,
+        orders::refund,
         admin::list_outbox,
         admin::outbox_stats,
         admin::republish,
@@ -110,6 +113,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(
         web::resource("/api/orders/{id}")
             .route(web::get().to(orders::get_order))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource("/api/orders/{id}/refund")
+            .route(web::post().to(orders::refund))
             .default_service(web::to(method_not_allowed)),
     )
     .service(

@@ -7,17 +7,18 @@ use sha2::{Digest, Sha256};
 
 use super::HttpState;
 use super::auth::Caller;
-use super::body::JsonBody;
+use super::body::{JsonBody, MaybeJson};
 use super::correlation::CorrelationId;
 use super::dto::{
     AuditResponse, OrderDetailResponse, OrderFlowResponse, OrderPageResponse, OrderResponse,
-    OutboxEventResponse, PlaceOrderRequest, StepResponse,
+    OutboxEventResponse, PlaceOrderRequest, ReasonRequest, StepResponse,
 };
 use super::problem::{ApiError, Problem};
 use crate::application::AppError;
 use crate::application::orchestration::PlaceOrder;
 use crate::application::ports::{IdempotencyBegin, Scenario, StoredResponse};
 use crate::application::queries::ListOrders;
+use crate::application::refunds::RefundOutcome;
 use crate::domain::ids::OrderId;
 use crate::domain::order::{NewOrderItem, OrderSource, OrderStatus};
 
@@ -110,6 +111,7 @@ pub async fn place_order(
             .collect(),
         scenario,
         correlation_id: Some(correlation.0),
+        inbox: None,
     };
     let Some(key) = key else {
         let record = state.orchestrator.place_order(&actor, command).await?;
@@ -323,4 +325,47 @@ pub async fn flow(
         events: flow.events.iter().map(OutboxEventResponse::from).collect(),
         audit: flow.audit.iter().map(AuditResponse::from).collect(),
     }))
+}
+
+/// Refund a completed order: the provider cancels the approved payment; the payment
+/// becomes `REFUNDED`, the order `CANCELLED` (`payment.refunded`). Only the order's
+/// customer or an admin.
+#[utoipa::path(
+    post,
+    path = "/api/orders/{id}/refund",
+    tag = "orders",
+    params(("id" = String, Path, description = "Order id (UUID)")),
+    request_body(content = Option<ReasonRequest>, description = "Optional reason, recorded in the audit log"),
+    responses(
+        (status = 200, body = OrderDetailResponse),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "UNAUTHORIZED_REFUND: not the order's customer", body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "REFUND_NOT_ALLOWED (not COMPLETED with an APPROVED payment) or REFUND_FAILED (the provider refused; recorded)", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Provider or database unavailable; nothing changed", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn refund(
+    state: web::Data<HttpState>,
+    caller: Caller,
+    path: web::Path<String>,
+    body: MaybeJson<ReasonRequest>,
+) -> Result<HttpResponse, ApiError> {
+    let id = parse_order_id(&path)?;
+    let reason = body.0.and_then(|b| b.reason);
+    match state
+        .refunds
+        .refund_order(&caller.0, id, reason, None, Scenario::default())
+        .await?
+    {
+        RefundOutcome::Refunded(record) => {
+            Ok(HttpResponse::Ok().json(OrderDetailResponse::from(&record)))
+        }
+        RefundOutcome::Rejected { reason, .. } => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "REFUND_FAILED",
+            format!("the payment provider refused the refund: {reason}"),
+        )),
+    }
 }

@@ -13,15 +13,15 @@ use sea_orm::{
 use tokio::sync::Notify;
 
 use super::entities::{
-    audit_log, notification_events, orchestration_steps, order_items, orders, outbox_events,
+    audit_log, inbox, notification_events, orchestration_steps, order_items, orders, outbox_events,
     payments, settlements,
 };
 use super::mapping::*;
 use super::outbox::{OUTBOX_CHANNEL, outbox_row};
 use super::{is_postgres, repo_err};
 use crate::application::ports::{
-    AuditRecord, Changes, NotificationRepository, OrderFilter, OrderRecord, OrderRepository,
-    RepoError, UnitOfWork, Write,
+    AuditRecord, Changes, InboxEntry, NotificationRepository, OrderFilter, OrderRecord,
+    OrderRepository, RepoError, SagaLease, UnitOfWork, Write,
 };
 use crate::domain::ids::{NotificationId, OrderId};
 use crate::domain::notification::{Notification, NotificationStatus};
@@ -101,8 +101,13 @@ async fn apply(txn: &DatabaseTransaction, changes: Changes) -> Result<(), RepoEr
         }
     }
 
-    for (order, context) in &changes.new_orders {
-        orders::Entity::insert(order_to_row(order, Some(context)))
+    for (order, context, lease) in &changes.new_orders {
+        let mut row = order_to_row(order, Some(context));
+        if let Some(lease) = lease {
+            row.saga_locked_by = Set(Some(lease.owner.clone()));
+            row.saga_locked_until = Set(Some(lease.until));
+        }
+        orders::Entity::insert(row)
             .exec_without_returning(txn)
             .await
             .map_err(repo_err)?;
@@ -154,6 +159,17 @@ async fn apply(txn: &DatabaseTransaction, changes: Changes) -> Result<(), RepoEr
     }
     if !changes.audit.is_empty() {
         insert_audit(txn, &changes.audit).await?;
+    }
+    for entry in &changes.inbox {
+        inbox::Entity::insert(inbox::ActiveModel {
+            consumer: Set(entry.consumer.clone()),
+            event_id: Set(entry.event_id.clone()),
+            processed_at: Set(entry.processed_at),
+            order_id: Set(entry.order_id.map(|id| id.as_uuid())),
+        })
+        .exec_without_returning(txn)
+        .await
+        .map_err(repo_err)?;
     }
     if !changes.outbox.is_empty() {
         outbox_events::Entity::insert_many(changes.outbox.iter().map(outbox_row))
@@ -332,6 +348,90 @@ impl OrderRepository for SeaOrmOrderRepository {
         Ok(OrderStatus::ALL
             .iter()
             .map(|s| (*s, counts.get(s.as_str()).copied().unwrap_or(0)))
+            .collect())
+    }
+
+    async fn lease_saga(
+        &self,
+        id: OrderId,
+        lease: &SagaLease,
+        now: DateTime<Utc>,
+    ) -> Result<bool, RepoError> {
+        use sea_orm::sea_query::{Condition, Expr};
+        let free = Condition::any()
+            .add(orders::Column::SagaLockedUntil.is_null())
+            .add(orders::Column::SagaLockedUntil.lt(now))
+            .add(orders::Column::SagaLockedBy.eq(lease.owner.as_str()));
+        let result = orders::Entity::update_many()
+            .col_expr(
+                orders::Column::SagaLockedBy,
+                Expr::value(lease.owner.clone()),
+            )
+            .col_expr(orders::Column::SagaLockedUntil, Expr::value(lease.until))
+            .filter(orders::Column::Id.eq(id.as_uuid()))
+            .filter(free)
+            .exec(&self.db)
+            .await
+            .map_err(repo_err)?;
+        Ok(result.rows_affected == 1)
+    }
+
+    async fn release_saga(&self, id: OrderId, owner: &str) -> Result<(), RepoError> {
+        use sea_orm::sea_query::Expr;
+        orders::Entity::update_many()
+            .col_expr(
+                orders::Column::SagaLockedBy,
+                Expr::value(Option::<String>::None),
+            )
+            .col_expr(
+                orders::Column::SagaLockedUntil,
+                Expr::value(Option::<DateTime<Utc>>::None),
+            )
+            .filter(orders::Column::Id.eq(id.as_uuid()))
+            .filter(orders::Column::SagaLockedBy.eq(owner))
+            .exec(&self.db)
+            .await
+            .map_err(repo_err)?;
+        Ok(())
+    }
+
+    async fn inbox_entry(
+        &self,
+        consumer: &str,
+        event_id: &str,
+    ) -> Result<Option<InboxEntry>, RepoError> {
+        Ok(
+            inbox::Entity::find_by_id((consumer.to_owned(), event_id.to_owned()))
+                .one(&self.db)
+                .await
+                .map_err(repo_err)?
+                .map(|row| InboxEntry {
+                    consumer: row.consumer,
+                    event_id: row.event_id,
+                    order_id: row.order_id.map(OrderId::from_uuid),
+                    processed_at: row.processed_at,
+                }),
+        )
+    }
+
+    async fn completed_meeting_orders(
+        &self,
+        meeting_id: &str,
+        customer_id: Option<String>,
+    ) -> Result<Vec<OrderId>, RepoError> {
+        let mut query = orders::Entity::find()
+            .filter(orders::Column::MeetingId.eq(meeting_id))
+            .filter(orders::Column::Status.eq(OrderStatus::Completed.as_str()));
+        if let Some(customer) = customer_id {
+            query = query.filter(orders::Column::CustomerId.eq(customer));
+        }
+        Ok(query
+            .order_by_asc(orders::Column::Id)
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?
+            .into_iter()
+            .map(|row| OrderId::from_uuid(row.id))
             .collect())
     }
 

@@ -6,4 +6,4 @@ pub mod notify;
 mod service;
 pub mod steps;
 
-pub use service::{Orchestrator, PlaceOrder, SagaSettings};
+pub use service::{InboxKey, Orchestrator, PlaceOrder, SagaSettings};

@@ -12,9 +12,10 @@ use crate::application::orchestration::events::EventWriter;
 use crate::application::orchestration::notify::apply_send_result;
 use crate::application::orchestration::steps::{NextAction, next_action};
 use crate::application::ports::{
-    ApprovalOutcome, ApprovePayment, CancelPayment, Changes, Clock, GatewayError,
+    ApprovalOutcome, ApprovePayment, CancelPayment, Changes, Clock, GatewayError, InboxEntry,
     NotificationRequest, Notifier, OrderContext, OrderRecord, OrderRepository, PaymentGateway,
-    RepoError, Scenario, SettlementGateway, SettlementOutcome, SettlementRequest, UnitOfWork,
+    RepoError, SagaLease, Scenario, SettlementGateway, SettlementOutcome, SettlementRequest,
+    UnitOfWork,
 };
 use crate::application::{Actor, AppError};
 use crate::domain::ids::OrderId;
@@ -41,6 +42,9 @@ pub mod reasons {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SagaSettings {
     pub notification_retry: RetryPolicy,
+    /// How long one run holds an order's saga lease: only the holder calls providers for
+    /// the order; a crashed holder's lease simply runs out.
+    pub saga_lease: chrono::Duration,
 }
 
 /// A checkout (HTTP) or a paid registration (AMQP), not yet validated.
@@ -57,6 +61,16 @@ pub struct PlaceOrder {
     pub items: Vec<NewOrderItem>,
     pub scenario: Scenario,
     pub correlation_id: Option<String>,
+    /// The inbound message creating this order: recorded with the order, so that the
+    /// same message delivered again (or twice at once) resumes this order.
+    pub inbox: Option<InboxKey>,
+}
+
+/// Identifies an inbound message for the inbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboxKey {
+    pub consumer: String,
+    pub event_id: String,
 }
 
 enum Progress {
@@ -133,9 +147,12 @@ impl Orchestrator {
                 message: "a customer may only place orders for themselves".into(),
             });
         }
+        if let Some(existing) = self.created_by_inbox(cmd.inbox.as_ref()).await? {
+            return self.resume(existing, actor).await;
+        }
         if let Some(existing) = self.orders.get(cmd.order_id).await? {
             // A retry of a request that already created this order: resume it.
-            return self.drive(existing, actor).await;
+            return self.resume(existing, actor).await;
         }
         let now = self.clock.now();
         let input = NewOrder {
@@ -151,7 +168,19 @@ impl Orchestrator {
             correlation_id: cmd.correlation_id,
         };
         let mut changes = Changes::default();
-        changes.insert_order(&mut order, context.clone());
+        let lease = SagaLease {
+            owner: uuid::Uuid::new_v4().to_string(),
+            until: now + self.settings.saga_lease,
+        };
+        changes.insert_leased_order(&mut order, context.clone(), lease.clone());
+        if let Some(key) = &cmd.inbox {
+            changes.inbox.push(InboxEntry {
+                consumer: key.consumer.clone(),
+                event_id: key.event_id.clone(),
+                order_id: Some(order.id),
+                processed_at: now,
+            });
+        }
         changes.audit.push(audit::record(
             audit::ORDER_PLACED,
             entity::ORDER,
@@ -161,9 +190,12 @@ impl Orchestrator {
             now,
         ));
         if !self.commit(changes).await? {
-            // The same id was inserted concurrently (a duplicate delivery): resume that one.
-            let existing = self.load(cmd.order_id).await?;
-            return self.drive(existing, actor).await;
+            // The same message or id was processed concurrently: resume that order.
+            let existing = match self.created_by_inbox(cmd.inbox.as_ref()).await? {
+                Some(existing) => existing,
+                None => self.load(cmd.order_id).await?,
+            };
+            return self.resume(existing, actor).await;
         }
         let record = OrderRecord {
             order,
@@ -173,7 +205,7 @@ impl Orchestrator {
             steps: Vec::new(),
             context,
         };
-        self.drive(record, actor).await
+        self.run_leased(record, actor, lease).await
     }
 
     /// Resumes the saga of an existing order: steps already done are skipped, and on a
@@ -190,7 +222,66 @@ impl Orchestrator {
         if !actor.may_access(&record.order.customer_id) {
             return Err(AppError::NotFound("order"));
         }
-        self.drive(record, actor).await
+        self.resume(record, actor).await
+    }
+
+    /// Runs the saga of an existing order if no one else is running it now; otherwise
+    /// answers its current state and leaves it to the runner holding the lease.
+    async fn resume(&self, record: OrderRecord, actor: &Actor) -> Result<OrderRecord, AppError> {
+        let action = next_action(
+            &record.order,
+            record.payment.as_ref(),
+            record.settlement.as_ref(),
+            record.notification.as_ref(),
+        );
+        if matches!(
+            action,
+            NextAction::Done | NextAction::AwaitConfirmation | NextAction::AwaitRetryOrOperator
+        ) {
+            return Ok(record);
+        }
+        let now = self.clock.now();
+        let lease = SagaLease {
+            owner: uuid::Uuid::new_v4().to_string(),
+            until: now + self.settings.saga_lease,
+        };
+        if !self.orders.lease_saga(record.order.id, &lease, now).await? {
+            return Ok(record);
+        }
+        // The state may have moved on before the lease was ours.
+        let fresh = self.load(record.order.id).await?;
+        self.run_leased(fresh, actor, lease).await
+    }
+
+    async fn run_leased(
+        &self,
+        record: OrderRecord,
+        actor: &Actor,
+        lease: SagaLease,
+    ) -> Result<OrderRecord, AppError> {
+        let id = record.order.id;
+        let result = self.drive(record, actor).await;
+        if let Err(err) = self.orders.release_saga(id, &lease.owner).await {
+            // Not fatal: the lease runs out by itself.
+            tracing::warn!(order = %id, error = %err, "could not release the saga lease");
+        }
+        result
+    }
+
+    /// The order an inbound message already created, if it was processed before.
+    async fn created_by_inbox(
+        &self,
+        key: Option<&InboxKey>,
+    ) -> Result<Option<OrderRecord>, AppError> {
+        let Some(key) = key else { return Ok(None) };
+        let entry = self
+            .orders
+            .inbox_entry(&key.consumer, &key.event_id)
+            .await?;
+        match entry.and_then(|e| e.order_id) {
+            Some(order_id) => Ok(Some(self.load(order_id).await?)),
+            None => Ok(None),
+        }
     }
 
     async fn load(&self, order_id: OrderId) -> Result<OrderRecord, AppError> {
@@ -617,6 +708,8 @@ mod tests {
             });
             let mut orders = MockOrderRepository::new();
             orders.expect_get().returning(|_| Ok(None));
+            orders.expect_lease_saga().returning(|_, _, _| Ok(true));
+            orders.expect_release_saga().returning(|_, _| Ok(()));
             Mocks {
                 orders,
                 uow,
@@ -642,6 +735,7 @@ mod tests {
                         max_attempts: 5,
                         backoff_base: Duration::seconds(60),
                     },
+                    saga_lease: Duration::seconds(60),
                 },
             );
             (orchestrator, self.committed)
@@ -662,6 +756,7 @@ mod tests {
             }],
             scenario: Scenario::default(),
             correlation_id: Some("corr-1".into()),
+            inbox: None,
         }
     }
 
@@ -828,6 +923,8 @@ mod tests {
         let cmd = command();
         let order_id = cmd.order_id;
         let mut orders = MockOrderRepository::new();
+        orders.expect_lease_saga().returning(|_, _, _| Ok(true));
+        orders.expect_release_saga().returning(|_, _| Ok(()));
         let mut seq = mockall::Sequence::new();
         orders
             .expect_get()

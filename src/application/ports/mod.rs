@@ -21,8 +21,8 @@ pub use providers::{
     SettlementGateway, SettlementOutcome, SettlementRequest,
 };
 pub use repository::{
-    AuditRecord, Changes, NewStep, NotificationRepository, OrderContext, OrderFilter, OrderRecord,
-    OrderRepository, RepoError, StepRecord, UnitOfWork, Write,
+    AuditRecord, Changes, InboxEntry, NewStep, NotificationRepository, OrderContext, OrderFilter,
+    OrderRecord, OrderRepository, RepoError, SagaLease, StepRecord, UnitOfWork, Write,
 };
 
 #[cfg(test)]

@@ -38,6 +38,13 @@ impl RepoError {
     }
 }
 
+/// Who drives an order's saga, until when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SagaLease {
+    pub owner: String,
+    pub until: DateTime<Utc>,
+}
+
 /// Facts about an order that are not part of the domain but travel with it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OrderContext {
@@ -105,11 +112,23 @@ pub enum Write<T> {
     Update(T),
 }
 
+/// An inbound message processed: written in the same transaction as its effects, so a
+/// message is processed at most once per `(consumer, event_id)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboxEntry {
+    pub consumer: String,
+    pub event_id: String,
+    /// The order the message created, if any (a redelivery resumes it).
+    pub order_id: Option<OrderId>,
+    pub processed_at: DateTime<Utc>,
+}
+
 /// Everything one transaction writes. Build it with the `insert_*`/`update_*` helpers,
 /// which also advance the in-memory aggregate's version to what the store will hold.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Changes {
-    pub new_orders: Vec<(Order, OrderContext)>,
+    /// New orders, each with its context and the lease of the run creating it.
+    pub new_orders: Vec<(Order, OrderContext, Option<SagaLease>)>,
     pub orders: Vec<Order>,
     pub payments: Vec<Write<Payment>>,
     pub settlements: Vec<Write<Settlement>>,
@@ -117,11 +136,24 @@ pub struct Changes {
     pub steps: Vec<NewStep>,
     pub audit: Vec<AuditRecord>,
     pub outbox: Vec<NewOutboxEvent>,
+    /// Inserted; an existing `(consumer, event_id)` makes the whole commit a `Conflict`.
+    pub inbox: Vec<InboxEntry>,
 }
 
 impl Changes {
     pub fn insert_order(&mut self, order: &mut Order, context: OrderContext) {
-        self.new_orders.push((order.clone(), context));
+        self.new_orders.push((order.clone(), context, None));
+        order.version += 1;
+    }
+
+    /// Inserts an order whose saga the caller drives, holding `lease` from the start.
+    pub fn insert_leased_order(
+        &mut self,
+        order: &mut Order,
+        context: OrderContext,
+        lease: SagaLease,
+    ) {
+        self.new_orders.push((order.clone(), context, Some(lease)));
         order.version += 1;
     }
 
@@ -201,11 +233,49 @@ pub trait OrderRepository: Send + Sync {
     /// `Unavailable` when the database fails.
     async fn list(&self, filter: &OrderFilter) -> Result<Vec<Order>, RepoError>;
 
+    /// Takes the saga lease of an order for `owner` until `until`: succeeds when the order
+    /// has no lease, an expired one, or one already held by `owner`.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    async fn lease_saga(
+        &self,
+        id: OrderId,
+        lease: &SagaLease,
+        now: DateTime<Utc>,
+    ) -> Result<bool, RepoError>;
+
+    /// Gives the lease up (only if `owner` holds it).
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    async fn release_saga(&self, id: OrderId, owner: &str) -> Result<(), RepoError>;
+
     /// How many orders are in each status (every status listed, zero included).
     ///
     /// # Errors
     /// `Unavailable` when the database fails.
     async fn count_by_status(&self) -> Result<Vec<(OrderStatus, i64)>, RepoError>;
+
+    /// The inbox entry of an inbound message, if it was processed.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    async fn inbox_entry(
+        &self,
+        consumer: &str,
+        event_id: &str,
+    ) -> Result<Option<InboxEntry>, RepoError>;
+
+    /// `COMPLETED` orders of a meeting (of one customer, if given), oldest first.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    async fn completed_meeting_orders(
+        &self,
+        meeting_id: &str,
+        customer_id: Option<String>,
+    ) -> Result<Vec<OrderId>, RepoError>;
 
     /// Audit rows about one entity, oldest first.
     ///

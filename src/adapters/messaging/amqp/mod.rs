@@ -1,7 +1,9 @@
 //! RabbitMQ over amqprs.
 
 mod connection;
+mod consumers;
 mod publisher;
 
 pub use connection::{AmqpEndpoint, connect};
+pub use consumers::{ConsumerSettings, MeetingConsumers, MeetingTopology, declare_topology};
 pub use publisher::{AmqpEventPublisher, AmqpPublisherSettings};

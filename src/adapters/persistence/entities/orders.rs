@@ -20,6 +20,8 @@ pub struct Model {
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
     pub version: i64,
+    pub saga_locked_by: Option<String>,
+    pub saga_locked_until: Option<DateTimeUtc>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -1,0 +1,387 @@
+//! The meeting service's events: a paid registration (an order and its saga), a
+//! cancellation (a refund when asked for), a deleted meeting (refund everyone).
+
+use std::sync::Arc;
+
+use crate::application::audit::{self, entity};
+use crate::application::orchestration::{InboxKey, Orchestrator, PlaceOrder};
+use crate::application::ports::{
+    Changes, Clock, InboxEntry, OrderRepository, RepoError, Scenario, UnitOfWork,
+};
+use crate::application::refunds::{ORDER_BUSY, RefundOutcome, Refunds};
+use crate::application::{Actor, AppError};
+use crate::domain::ids::OrderId;
+use crate::domain::order::{NewOrderItem, OrderSource, OrderStatus};
+
+/// Inbox consumer names: stable identities, independent of queue names.
+pub mod consumers {
+    pub const PARTICIPANT_REGISTER: &str = "participant-register";
+    pub const PARTICIPANT_CANCEL: &str = "participant-cancel";
+    pub const MEETING_DELETED: &str = "meeting-deleted";
+}
+
+/// `meeting.participant.registered`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParticipantRegistered {
+    pub event_id: String,
+    pub meeting_id: String,
+    pub user_id: String,
+    /// Minor units.
+    pub amount: i64,
+    pub currency: String,
+}
+
+/// `meeting.participant.cancelled`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParticipantCancelled {
+    pub event_id: String,
+    pub meeting_id: String,
+    pub user_id: String,
+    pub refund_required: bool,
+}
+
+/// `meeting.deleted`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MeetingDeleted {
+    pub event_id: String,
+    pub meeting_id: String,
+}
+
+/// What a message amounted to; every variant is acknowledged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handled {
+    Processed,
+    /// Seen before (inbox): nothing done again.
+    Duplicate,
+    /// A business outcome that is not a success (declined, nothing to refund, a refund
+    /// refused): recorded and announced by event, not retried.
+    BusinessFailure(String),
+}
+
+pub struct MeetingEvents {
+    orchestrator: Arc<Orchestrator>,
+    refunds: Arc<Refunds>,
+    orders: Arc<dyn OrderRepository>,
+    uow: Arc<dyn UnitOfWork>,
+    clock: Arc<dyn Clock>,
+}
+
+fn key(consumer: &str, event_id: &str) -> InboxKey {
+    InboxKey {
+        consumer: consumer.to_owned(),
+        event_id: event_id.to_owned(),
+    }
+}
+
+impl MeetingEvents {
+    pub fn new(
+        orchestrator: Arc<Orchestrator>,
+        refunds: Arc<Refunds>,
+        orders: Arc<dyn OrderRepository>,
+        uow: Arc<dyn UnitOfWork>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        MeetingEvents {
+            orchestrator,
+            refunds,
+            orders,
+            uow,
+            clock,
+        }
+    }
+
+    fn entry(&self, consumer: &str, event_id: &str, order_id: Option<OrderId>) -> InboxEntry {
+        InboxEntry {
+            consumer: consumer.to_owned(),
+            event_id: event_id.to_owned(),
+            order_id,
+            processed_at: self.clock.now(),
+        }
+    }
+
+    /// Marks a message processed with nothing else to write (and an audit row saying why).
+    /// A concurrent duplicate that got there first makes this a `Duplicate`.
+    async fn mark(
+        &self,
+        entry: InboxEntry,
+        action: &str,
+        entity_type: &str,
+        entity_id: &str,
+        detail: String,
+    ) -> Result<bool, AppError> {
+        let actor = Actor::system(&entry.consumer);
+        let mut changes = Changes::default();
+        changes.audit.push(audit::record(
+            action,
+            entity_type,
+            entity_id,
+            &actor,
+            Some(detail),
+            entry.processed_at,
+        ));
+        changes.inbox.push(entry);
+        match self.uow.commit(changes).await {
+            Ok(()) => Ok(true),
+            Err(RepoError::Conflict) => Ok(false),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// Runs the saga for a paid registration (a `MEETING` order).
+    ///
+    /// # Errors
+    /// `Validation` for a message the saga cannot accept (bad amount or currency);
+    /// `Unavailable` for a system failure (retry).
+    pub async fn participant_registered(
+        &self,
+        msg: ParticipantRegistered,
+        scenario: Scenario,
+        correlation_id: Option<String>,
+    ) -> Result<Handled, AppError> {
+        let consumer = consumers::PARTICIPANT_REGISTER;
+        let actor = Actor::system(consumer);
+        let seen = self.orders.inbox_entry(consumer, &msg.event_id).await?;
+        let duplicate = seen.is_some();
+        let record = self
+            .orchestrator
+            .place_order(
+                &actor,
+                PlaceOrder {
+                    order_id: OrderId::new(),
+                    customer_id: Some(msg.user_id.clone()),
+                    source: OrderSource::Meeting,
+                    meeting_id: Some(msg.meeting_id.clone()),
+                    currency: msg.currency.clone(),
+                    items: vec![NewOrderItem {
+                        sku: format!("MEETING-{}", msg.meeting_id),
+                        quantity: 1,
+                        unit_price: msg.amount,
+                    }],
+                    scenario,
+                    correlation_id: correlation_id.or_else(|| Some(msg.event_id.clone())),
+                    // A redelivery resumes the order this event created (after a crash
+                    // mid-saga) instead of creating a second one.
+                    inbox: Some(key(consumer, &msg.event_id)),
+                },
+            )
+            .await?;
+        if duplicate {
+            return Ok(Handled::Duplicate);
+        }
+        Ok(match record.order.status {
+            OrderStatus::Failed | OrderStatus::Cancelled => Handled::BusinessFailure(format!(
+                "order {} {}: {}",
+                record.order.id,
+                record.order.status,
+                record.order.failure_reason.as_deref().unwrap_or("-")
+            )),
+            _ => Handled::Processed,
+        })
+    }
+
+    /// Refunds the participant's completed order when `refundRequired`.
+    ///
+    /// # Errors
+    /// `Unavailable` for a system failure (retry; nothing was recorded).
+    pub async fn participant_cancelled(
+        &self,
+        msg: ParticipantCancelled,
+        scenario: Scenario,
+    ) -> Result<Handled, AppError> {
+        let consumer = consumers::PARTICIPANT_CANCEL;
+        if self
+            .orders
+            .inbox_entry(consumer, &msg.event_id)
+            .await?
+            .is_some()
+        {
+            return Ok(Handled::Duplicate);
+        }
+        let entry = |order_id| self.entry(consumer, &msg.event_id, order_id);
+        if !msg.refund_required {
+            let detail = format!("participant {} cancelled without refund", msg.user_id);
+            return Ok(
+                if self
+                    .mark(
+                        entry(None),
+                        audit::NOTHING_TO_REFUND,
+                        entity::MEETING,
+                        &msg.meeting_id,
+                        detail,
+                    )
+                    .await?
+                {
+                    Handled::Processed
+                } else {
+                    Handled::Duplicate
+                },
+            );
+        }
+        let mut target = None;
+        for id in self
+            .orders
+            .completed_meeting_orders(&msg.meeting_id, Some(msg.user_id.clone()))
+            .await?
+            .into_iter()
+            .rev()
+        {
+            let record = self.orders.get(id).await?;
+            if record.as_ref().is_some_and(Refunds::refundable) {
+                target = Some(id);
+                break;
+            }
+        }
+        let Some(order_id) = target else {
+            let detail = format!(
+                "no completed, approved order of {} for meeting {}",
+                msg.user_id, msg.meeting_id
+            );
+            return Ok(
+                if self
+                    .mark(
+                        entry(None),
+                        audit::NOTHING_TO_REFUND,
+                        entity::MEETING,
+                        &msg.meeting_id,
+                        detail.clone(),
+                    )
+                    .await?
+                {
+                    Handled::BusinessFailure(detail)
+                } else {
+                    Handled::Duplicate
+                },
+            );
+        };
+        let actor = Actor::system(consumer);
+        let reason = Some(format!("participant cancelled (event {})", msg.event_id));
+        match self
+            .refunds
+            .refund_order(
+                &actor,
+                order_id,
+                reason,
+                Some(entry(Some(order_id))),
+                scenario,
+            )
+            .await
+        {
+            Ok(RefundOutcome::Refunded(_)) => Ok(Handled::Processed),
+            Ok(RefundOutcome::Rejected { reason, .. }) => Ok(Handled::BusinessFailure(reason)),
+            // Someone else is changing the order (a concurrent delivery of this event?):
+            // try again shortly, when the inbox will tell.
+            Err(AppError::Conflict {
+                code: ORDER_BUSY, ..
+            }) => Err(AppError::Unavailable("order busy".into())),
+            // Refunded by a concurrent delivery of the same event, or meanwhile by the API.
+            Err(AppError::Conflict { .. }) => {
+                if self
+                    .orders
+                    .inbox_entry(consumer, &msg.event_id)
+                    .await?
+                    .is_some()
+                {
+                    Ok(Handled::Duplicate)
+                } else {
+                    let detail = format!("order {order_id} is no longer refundable");
+                    self.mark(
+                        entry(Some(order_id)),
+                        audit::NOTHING_TO_REFUND,
+                        entity::ORDER,
+                        &order_id.to_string(),
+                        detail.clone(),
+                    )
+                    .await?;
+                    Ok(Handled::BusinessFailure(detail))
+                }
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Refunds every completed payment of a deleted meeting; a refused refund is recorded
+    /// (`payment.refund_failed`) and the others go on.
+    ///
+    /// # Errors
+    /// `Unavailable` for a system failure: the message is retried, and refunds already
+    /// done are not repeated (their orders are no longer `COMPLETED`).
+    pub async fn meeting_deleted(
+        &self,
+        msg: MeetingDeleted,
+        scenario: Scenario,
+    ) -> Result<Handled, AppError> {
+        let consumer = consumers::MEETING_DELETED;
+        if self
+            .orders
+            .inbox_entry(consumer, &msg.event_id)
+            .await?
+            .is_some()
+        {
+            return Ok(Handled::Duplicate);
+        }
+        let actor = Actor::system(consumer);
+        let (mut refunded, mut failed, mut skipped) = (0, Vec::new(), 0);
+        for order_id in self
+            .orders
+            .completed_meeting_orders(&msg.meeting_id, None)
+            .await?
+        {
+            // A refund the provider refused before is left to an operator, not retried by
+            // a redelivery of this message.
+            let Some(record) = self.orders.get(order_id).await? else {
+                continue;
+            };
+            if record
+                .payment
+                .as_ref()
+                .is_some_and(|p| p.refund_failure_reason.is_some())
+            {
+                failed.push(format!("{order_id}: refund refused before"));
+                continue;
+            }
+            let reason = Some(format!(
+                "meeting {} deleted (event {})",
+                msg.meeting_id, msg.event_id
+            ));
+            match self
+                .refunds
+                .refund_order(&actor, order_id, reason, None, scenario)
+                .await
+            {
+                Ok(RefundOutcome::Refunded(_)) => refunded += 1,
+                Ok(RefundOutcome::Rejected { reason, .. }) => {
+                    failed.push(format!("{order_id}: {reason}"))
+                }
+                Err(AppError::Conflict {
+                    code: ORDER_BUSY, ..
+                }) => {
+                    return Err(AppError::Unavailable("order busy".into()));
+                }
+                Err(AppError::Conflict { .. }) => skipped += 1,
+                Err(err) => return Err(err),
+            }
+        }
+        let detail = format!(
+            "refunded {refunded}, refund failed {}, not refundable {skipped}",
+            failed.len()
+        );
+        let entry = self.entry(consumer, &msg.event_id, None);
+        if !self
+            .mark(
+                entry,
+                audit::MEETING_DELETED,
+                entity::MEETING,
+                &msg.meeting_id,
+                detail,
+            )
+            .await?
+        {
+            return Ok(Handled::Duplicate);
+        }
+        Ok(if failed.is_empty() {
+            Handled::Processed
+        } else {
+            Handled::BusinessFailure(format!("refunds failed: {}", failed.join("; ")))
+        })
+    }
+}

@@ -1,0 +1,9 @@
+//! Inbound events from other services (SPEC §7). The messaging adapter decodes and
+//! validates the wire format; these use cases decide what each message means, with the
+//! inbox making each `(consumer, eventId)` count once however often it is delivered.
+
+mod meeting;
+
+pub use meeting::{
+    Handled, MeetingDeleted, MeetingEvents, ParticipantCancelled, ParticipantRegistered, consumers,
+};
