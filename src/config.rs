@@ -584,6 +584,19 @@ impl Settings {
                 }
             }
         }
+        if p.reconciliation.max_attempts < 1 {
+            return Err(invalid(
+                "payment.reconciliation.max_attempts",
+                "must be at least 1",
+            ));
+        }
+        let bad_url = |u: &String| !(u.starts_with("http://") || u.starts_with("https://"));
+        if p.external.base_url.as_ref().is_some_and(bad_url) {
+            return Err(invalid(
+                "payment.external.base_url",
+                "expected http(s)://...",
+            ));
+        }
         let payment = PaymentSettings {
             provider,
             reconciliation_interval: dur(

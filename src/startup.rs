@@ -29,7 +29,8 @@ use crate::adapters::persistence::{
     self, DatabaseProbe, SeaOrmIdempotencyStore, SeaOrmOrderRepository, SeaOrmOutboxStore,
 };
 use crate::adapters::providers::{
-    ProviderCalls, SimulatedNotifier, SimulatedPaymentGateway, SimulatedSettlementGateway,
+    ExternalPaymentGateway, ExternalProviderSettings, ProviderCalls, SimulatedNotifier,
+    SimulatedPaymentGateway, SimulatedSettlementGateway,
 };
 use crate::application::health::{HealthProbe, Readiness};
 use crate::application::idempotency::IdempotencyService;
@@ -39,6 +40,7 @@ use crate::application::orchestration::{Orchestrator, SagaSettings};
 use crate::application::outbox::{
     Housekeeping, HousekeepingSettings, OutboxAdmin, OutboxRelay, RelaySettings,
 };
+use crate::application::payment_reconciliation::{PaymentReconciliation, ReconciliationSettings};
 use crate::application::ports::{
     Clock, EventPublisher, IdempotencyStore, Notifier, OrderRepository, OutboxStore,
     PaymentGateway, SettlementGateway, UnitOfWork,
@@ -96,6 +98,7 @@ pub struct Services {
     pub outbox_admin: Arc<OutboxAdmin>,
     pub notifications: Arc<NotificationRetry>,
     pub refunds: Arc<Refunds>,
+    pub reconciliation: Arc<PaymentReconciliation>,
     pub meeting_events: Arc<MeetingEvents>,
     pub publishers: PublisherFactory,
     pub housekeeping: Arc<Housekeeping>,
@@ -203,12 +206,19 @@ fn publishers(
     }
 }
 
+/// Installs the process-wide TLS crypto provider (ring) used by HTTP clients. Idempotent.
+pub fn install_tls_provider() {
+    // Fails only if a provider is installed already, which is what we want.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// Connects, migrates (SQLite) or checks the schema (PostgreSQL), and wires the services.
 ///
 /// # Errors
 /// `Config` for unusable keys; `Runtime` when the database cannot be reached or is not
 /// migrated.
 pub async fn build_services(settings: &Settings) -> Result<Services, StartupError> {
+    install_tls_provider();
     let jwt = Arc::new(
         JwtKeys::from_settings(&settings.auth).map_err(|e| StartupError::Config(e.to_string()))?,
     );
@@ -253,10 +263,23 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
                 )
             }
             ProviderKind::External => {
-                return Err(StartupError::Config(
-                    "`payment.provider`: external is not available in this build yet; use mock"
-                        .into(),
-                ));
+                let p = &settings.payment;
+                let gateway = ExternalPaymentGateway::new(ExternalProviderSettings {
+                    base_url: p.external_base_url.clone().unwrap_or_default(),
+                    secret_key: p.external_secret_key.clone().unwrap_or_default(),
+                    timeout: p.external_timeout,
+                    retries: 2,
+                    retry_backoff: StdDuration::from_millis(200),
+                })
+                .map_err(StartupError::Config)?;
+                // Settlement and notification have no external protocol yet: simulated.
+                let calls = Arc::new(ProviderCalls::default());
+                (
+                    Arc::new(gateway),
+                    Arc::new(SimulatedSettlementGateway::new(calls.clone())),
+                    Arc::new(SimulatedNotifier::new(calls.clone())),
+                    Some(calls),
+                )
             }
         };
 
@@ -306,6 +329,20 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
         orders.clone(),
         clock.clone(),
     ));
+    let reconciliation = Arc::new(PaymentReconciliation::new(
+        orchestrator.clone(),
+        orders.clone(),
+        orders.clone(),
+        orders.clone(),
+        clock.clone(),
+        ReconciliationSettings {
+            interval: settings.payment.reconciliation_interval,
+            max_attempts: settings.payment.reconciliation_max_attempts,
+            retry_after: chrono(settings.payment.reconciliation_interval),
+            compensation_max_attempts: settings.payment.reconciliation_max_attempts.max(1) as usize,
+            compensation_backoff: chrono(settings.payment.reconciliation_interval),
+        },
+    ));
     let queries = Arc::new(OrderQueries::new(orders.clone(), outbox_store.clone()));
     let outbox_admin = Arc::new(OutboxAdmin::new(outbox_store.clone(), clock.clone()));
     let idempotency = Arc::new(IdempotencyService::new(
@@ -342,6 +379,7 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
         outbox_admin,
         notifications,
         refunds,
+        reconciliation,
         meeting_events,
         publishers,
         housekeeping,
@@ -380,6 +418,11 @@ impl Workers {
                 notifications.run_until_stopped(token).await
             }));
         }
+        let reconciliation = services.reconciliation.clone();
+        let token = stop.clone();
+        handles.push(tokio::spawn(async move {
+            reconciliation.run_until_stopped(token).await
+        }));
         if let Some(consumers) = services.meeting_consumers() {
             let token = stop.clone();
             handles.push(tokio::spawn(consumers.run_until_stopped(token)));
@@ -416,6 +459,8 @@ fn http_state(services: &Services) -> web::Data<HttpState> {
         outbox_admin: services.outbox_admin.clone(),
         notifications: services.notifications.clone(),
         refunds: services.refunds.clone(),
+        reconciliation: services.reconciliation.clone(),
+        webhook_secret: services.settings.payment.external_webhook_secret.clone(),
         readiness: services.readiness.clone(),
         honour_mock_scenario: services.settings.payment.provider == ProviderKind::Mock,
     })

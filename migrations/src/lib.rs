@@ -9,6 +9,7 @@ mod m20261129_000001_create_tables;
 mod m20261129_000002_outbox_claim_index;
 mod m20261129_000003_inbox_order;
 mod m20261129_000004_order_saga_lease;
+mod m20261129_000005_payment_reconciliation;
 
 pub struct Migrator;
 
@@ -20,6 +21,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261129_000002_outbox_claim_index::Migration),
             Box::new(m20261129_000003_inbox_order::Migration),
             Box::new(m20261129_000004_order_saga_lease::Migration),
+            Box::new(m20261129_000005_payment_reconciliation::Migration),
         ]
     }
 }

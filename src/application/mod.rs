@@ -14,6 +14,7 @@ pub mod inbound;
 pub mod notification_retry;
 pub mod orchestration;
 pub mod outbox;
+pub mod payment_reconciliation;
 pub mod ports;
 pub mod queries;
 pub mod refunds;

@@ -190,6 +190,7 @@ fn migrate_reports_and_applies_the_schema() {
 }
 
 async fn wait_ready(port: u16) {
+    orchestrator::startup::install_tls_provider();
     let client = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

@@ -177,6 +177,7 @@ impl TestApp {
     }
 
     pub async fn spawn_with(backend: Backend, extra: &[(&str, &str)]) -> Option<TestApp> {
+        orchestrator::startup::install_tls_provider();
         let test_db = TestDb::create(backend).await?;
         // Migrate explicitly: `serve` on PostgreSQL refuses an unmigrated schema.
         let db = test_db.connect().await;

@@ -8,6 +8,7 @@ mod api_orders;
 mod api_validation;
 mod broker;
 mod cli;
+mod external;
 mod meeting;
 mod notifications;
 mod relay;

@@ -173,6 +173,40 @@ impl<T: DeserializeOwned + 'static> FromRequest for MaybeJson<T> {
     }
 }
 
+/// The raw request body (at most 64 KiB), for handlers that must see the exact bytes
+/// (signature checks).
+pub struct RawBody(pub Vec<u8>);
+
+impl FromRequest for RawBody {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(_req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let mut payload = payload.take();
+        Box::pin(async move {
+            let mut body = Vec::new();
+            while let Some(chunk) = payload.next().await {
+                let chunk = chunk.map_err(|e| {
+                    ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "MALFORMED_BODY",
+                        format!("cannot read body: {e}"),
+                    )
+                })?;
+                if body.len() + chunk.len() > MAX_BODY {
+                    return Err(ApiError::new(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "PAYLOAD_TOO_LARGE",
+                        format!("request body exceeds {MAX_BODY} bytes"),
+                    ));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(RawBody(body))
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,7 @@ pub mod dto;
 pub mod notifications;
 pub mod ops;
 pub mod orders;
+pub mod payments;
 pub mod problem;
 
 use std::sync::Arc;
@@ -23,8 +24,10 @@ use crate::application::idempotency::IdempotencyService;
 use crate::application::notification_retry::NotificationRetry;
 use crate::application::orchestration::Orchestrator;
 use crate::application::outbox::OutboxAdmin;
+use crate::application::payment_reconciliation::PaymentReconciliation;
 use crate::application::queries::OrderQueries;
 use crate::application::refunds::Refunds;
+use crate::config::Secret;
 use problem::ApiError;
 
 /// What the handlers need, shared by every worker thread of the server.
@@ -35,6 +38,9 @@ pub struct HttpState {
     pub outbox_admin: Arc<OutboxAdmin>,
     pub notifications: Arc<NotificationRetry>,
     pub refunds: Arc<Refunds>,
+    pub reconciliation: Arc<PaymentReconciliation>,
+    /// `payment.external.webhook_secret`: provider callbacks are refused without it.
+    pub webhook_secret: Option<Secret>,
     pub readiness: Arc<Readiness>,
     /// `X-Mock-Scenario` is honoured only with the simulated providers.
     pub honour_mock_scenario: bool,
@@ -67,6 +73,8 @@ impl utoipa::Modify for BearerAuth {
         orders::orchestrate,
         orders::flow,
         orders::refund,
+        payments::callback,
+        payments::unconfirmed,
         admin::list_outbox,
         admin::outbox_stats,
         admin::republish,
@@ -82,7 +90,7 @@ impl utoipa::Modify for BearerAuth {
     ),
     components(schemas(problem::Problem)),
     modifiers(&BearerAuth),
-    tags((name = "orders"), (name = "admin", description = "Role admin"), (name = "ops"))
+    tags((name = "orders"), (name = "payments"), (name = "admin", description = "Role admin"), (name = "ops"))
 )]
 pub struct ApiDoc;
 
@@ -123,6 +131,16 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(
         web::resource("/api/orders/{id}/flow")
             .route(web::get().to(orders::flow))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource("/api/payments/callbacks")
+            .route(web::post().to(payments::callback))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource("/api/admin/payments/unconfirmed")
+            .route(web::get().to(payments::unconfirmed))
             .default_service(web::to(method_not_allowed)),
     )
     .service(

@@ -21,11 +21,12 @@ use super::outbox::{OUTBOX_CHANNEL, outbox_row};
 use super::{is_postgres, repo_err};
 use crate::application::ports::{
     AuditRecord, Changes, InboxEntry, NotificationRepository, OrderFilter, OrderRecord,
-    OrderRepository, RepoError, SagaLease, UnitOfWork, Write,
+    OrderRepository, PaymentRepository, RepoError, SagaLease, UnitOfWork, Write,
 };
 use crate::domain::ids::{NotificationId, OrderId};
 use crate::domain::notification::{Notification, NotificationStatus};
-use crate::domain::order::{Order, OrderStatus};
+use crate::domain::order::{FailureStage, Order, OrderStatus};
+use crate::domain::payment::{Payment, PaymentStatus};
 use chrono::{DateTime, Utc};
 
 /// Orders over SeaORM. Also the [`UnitOfWork`]: it wakes the in-process relay after a
@@ -520,5 +521,87 @@ impl NotificationRepository for SeaOrmOrderRepository {
             .map_err(repo_err)?
             .map(notification_from_row)
             .transpose()
+    }
+}
+
+#[async_trait]
+impl PaymentRepository for SeaOrmOrderRepository {
+    async fn awaiting_confirmation(
+        &self,
+        now: DateTime<Utc>,
+        max_attempts: i32,
+        limit: u32,
+    ) -> Result<Vec<Payment>, RepoError> {
+        use sea_orm::sea_query::Condition;
+        payments::Entity::find()
+            .filter(payments::Column::Status.eq(PaymentStatus::ConfirmationRequired.as_str()))
+            .filter(payments::Column::ReconcileAttempts.lt(max_attempts))
+            .filter(
+                Condition::any()
+                    .add(payments::Column::NextReconcileAt.is_null())
+                    .add(payments::Column::NextReconcileAt.lte(now)),
+            )
+            .order_by_asc(payments::Column::UpdatedAt)
+            .limit(u64::from(limit))
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?
+            .into_iter()
+            .map(payment_from_row)
+            .collect()
+    }
+
+    async fn with_status(
+        &self,
+        status: PaymentStatus,
+        limit: u32,
+    ) -> Result<Vec<Payment>, RepoError> {
+        payments::Entity::find()
+            .filter(payments::Column::Status.eq(status.as_str()))
+            .order_by_desc(payments::Column::UpdatedAt)
+            .limit(u64::from(limit))
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?
+            .into_iter()
+            .map(payment_from_row)
+            .collect()
+    }
+
+    async fn by_request_id(&self, payment_request_id: &str) -> Result<Option<Payment>, RepoError> {
+        payments::Entity::find()
+            .filter(payments::Column::PaymentRequestId.eq(payment_request_id))
+            .one(&self.db)
+            .await
+            .map_err(repo_err)?
+            .map(payment_from_row)
+            .transpose()
+    }
+
+    async fn by_provider_transaction(
+        &self,
+        provider_transaction_id: &str,
+    ) -> Result<Option<Payment>, RepoError> {
+        payments::Entity::find()
+            .filter(payments::Column::ProviderTransactionId.eq(provider_transaction_id))
+            .one(&self.db)
+            .await
+            .map_err(repo_err)?
+            .map(payment_from_row)
+            .transpose()
+    }
+
+    async fn awaiting_compensation(&self, limit: u32) -> Result<Vec<OrderId>, RepoError> {
+        Ok(orders::Entity::find()
+            .filter(orders::Column::Status.eq(OrderStatus::Failed.as_str()))
+            .filter(orders::Column::FailureStage.eq(FailureStage::Settlement.as_str()))
+            .order_by_asc(orders::Column::UpdatedAt)
+            .limit(u64::from(limit))
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?
+            .into_iter()
+            .map(|row| OrderId::from_uuid(row.id))
+            .collect())
     }
 }

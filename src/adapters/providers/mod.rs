@@ -1,8 +1,10 @@
 //! Payment, settlement and notification providers: the simulated ones of mode `mock`
-//! (driven by `X-Mock-Scenario`) and, later, the external HTTP client.
+//! (driven by `X-Mock-Scenario`) and the external HTTP client of SPEC §9.
 
+mod external;
 mod simulated;
 
+pub use external::{ExternalPaymentGateway, ExternalProviderSettings};
 pub use simulated::{
     ProviderCalls, SimulatedNotifier, SimulatedPaymentGateway, SimulatedSettlementGateway,
 };

@@ -22,7 +22,8 @@ pub use providers::{
 };
 pub use repository::{
     AuditRecord, Changes, InboxEntry, NewStep, NotificationRepository, OrderContext, OrderFilter,
-    OrderRecord, OrderRepository, RepoError, SagaLease, StepRecord, UnitOfWork, Write,
+    OrderRecord, OrderRepository, PaymentRepository, RepoError, SagaLease, StepRecord, UnitOfWork,
+    Write,
 };
 
 #[cfg(test)]
@@ -34,4 +35,6 @@ pub use outbox::{MockEventPublisher, MockOutboxStore};
 #[cfg(test)]
 pub use providers::{MockNotifier, MockPaymentGateway, MockSettlementGateway};
 #[cfg(test)]
-pub use repository::{MockNotificationRepository, MockOrderRepository, MockUnitOfWork};
+pub use repository::{
+    MockNotificationRepository, MockOrderRepository, MockPaymentRepository, MockUnitOfWork,
+};

@@ -12,7 +12,7 @@ use super::providers::Scenario;
 use crate::domain::ids::{NotificationId, OrderId};
 use crate::domain::notification::{Notification, NotificationStatus};
 use crate::domain::order::{Order, OrderStatus, SagaStep, StepStatus};
-use crate::domain::payment::Payment;
+use crate::domain::payment::{Payment, PaymentStatus};
 use crate::domain::settlement::Settlement;
 
 /// Why a repository call failed.
@@ -286,6 +286,54 @@ pub trait OrderRepository: Send + Sync {
         entity_type: &str,
         entity_id: &str,
     ) -> Result<Vec<AuditRecord>, RepoError>;
+}
+
+/// Reads of payments for reconciliation, provider callbacks and operators.
+#[cfg_attr(test, mockall::automock)]
+#[async_trait]
+pub trait PaymentRepository: Send + Sync {
+    /// `CONFIRMATION_REQUIRED` payments with fewer than `max_attempts` look-ups whose next
+    /// look-up is due, oldest first.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails; `Corrupt` for unmappable rows.
+    async fn awaiting_confirmation(
+        &self,
+        now: DateTime<Utc>,
+        max_attempts: i32,
+        limit: u32,
+    ) -> Result<Vec<Payment>, RepoError>;
+
+    /// Payments of one status, most recently changed first.
+    ///
+    /// # Errors
+    /// As [`PaymentRepository::awaiting_confirmation`].
+    async fn with_status(
+        &self,
+        status: PaymentStatus,
+        limit: u32,
+    ) -> Result<Vec<Payment>, RepoError>;
+
+    /// The payment of a request id.
+    ///
+    /// # Errors
+    /// As [`PaymentRepository::awaiting_confirmation`].
+    async fn by_request_id(&self, payment_request_id: &str) -> Result<Option<Payment>, RepoError>;
+
+    /// The payment of a provider transaction id.
+    ///
+    /// # Errors
+    /// As [`PaymentRepository::awaiting_confirmation`].
+    async fn by_provider_transaction(
+        &self,
+        provider_transaction_id: &str,
+    ) -> Result<Option<Payment>, RepoError>;
+
+    /// Orders whose settlement failed and whose payment still waits to be compensated.
+    ///
+    /// # Errors
+    /// As [`PaymentRepository::awaiting_confirmation`].
+    async fn awaiting_compensation(&self, limit: u32) -> Result<Vec<OrderId>, RepoError>;
 }
 
 /// Reads of notification events for the retry processor and operators.

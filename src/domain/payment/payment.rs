@@ -25,6 +25,10 @@ pub struct Payment {
     pub provider_transaction_id: Option<String>,
     pub decline_code: Option<String>,
     pub refund_failure_reason: Option<String>,
+    /// Look-ups made while the outcome is unknown (`CONFIRMATION_REQUIRED`).
+    pub reconcile_attempts: i32,
+    /// When reconciliation may ask the provider next.
+    pub next_reconcile_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub version: i64,
@@ -43,6 +47,8 @@ impl Payment {
             provider_transaction_id: None,
             decline_code: None,
             refund_failure_reason: None,
+            reconcile_attempts: 0,
+            next_reconcile_at: None,
             created_at: now,
             updated_at: now,
             version: 0,
@@ -115,6 +121,23 @@ impl Payment {
         Ok(vec![])
     }
 
+    /// Reconciliation asked the provider and learned nothing final; `next` is when it may
+    /// ask again.
+    pub fn record_reconcile_attempt(
+        &mut self,
+        next: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<PaymentEvent>, PaymentError> {
+        self.guard(
+            PaymentAction::RecordReconcileAttempt,
+            self.status == PaymentStatus::ConfirmationRequired,
+        )?;
+        self.reconcile_attempts += 1;
+        self.next_reconcile_at = Some(next);
+        self.updated_at = now;
+        Ok(vec![])
+    }
+
     /// Compensation: the provider cancelled an approved payment.
     pub fn cancel(
         &mut self,
@@ -183,22 +206,25 @@ mod tests {
     #[test]
     fn transition_table() {
         use PaymentStatus::*;
-        let actions: [(&str, Action); 6] = [
+        let actions: [(&str, Action); 7] = [
             ("approve", |p| p.approve("tx", now())),
             ("decline", |p| p.decline("CARD", None, now())),
             ("require_confirmation", |p| p.require_confirmation(now())),
             ("cancel", |p| p.cancel("x", now())),
             ("refund", |p| p.refund(now())),
             ("refund_failure", |p| p.record_refund_failure("x", now())),
+            ("reconcile_attempt", |p| {
+                p.record_reconcile_attempt(now(), now())
+            }),
         ];
         #[rustfmt::skip]
-        let expected: [(PaymentStatus, [Option<PaymentStatus>; 6]); 6] = [
-            (Requested, [Some(Approved), Some(Declined), Some(ConfirmationRequired), None, None, None]),
-            (Approved, [None, None, None, Some(Cancelled), Some(Refunded), Some(Approved)]),
-            (Declined, [None; 6]),
-            (ConfirmationRequired, [Some(Approved), Some(Declined), None, None, None, None]),
-            (Cancelled, [None; 6]),
-            (Refunded, [None; 6]),
+        let expected: [(PaymentStatus, [Option<PaymentStatus>; 7]); 6] = [
+            (Requested, [Some(Approved), Some(Declined), Some(ConfirmationRequired), None, None, None, None]),
+            (Approved, [None, None, None, Some(Cancelled), Some(Refunded), Some(Approved), None]),
+            (Declined, [None; 7]),
+            (ConfirmationRequired, [Some(Approved), Some(Declined), None, None, None, None, Some(ConfirmationRequired)]),
+            (Cancelled, [None; 7]),
+            (Refunded, [None; 7]),
         ];
         for (from, row) in expected {
             for ((name, action), next) in actions.iter().zip(row) {
@@ -220,7 +246,8 @@ mod tests {
                                     "require_confirmation" => PaymentAction::RequireConfirmation,
                                     "cancel" => PaymentAction::Cancel,
                                     "refund" => PaymentAction::Refund,
-                                    _ => PaymentAction::RecordRefundFailure,
+                                    "refund_failure" => PaymentAction::RecordRefundFailure,
+                                    _ => PaymentAction::RecordReconcileAttempt,
                                 }
                             }),
                             "{from} {name}"

@@ -21,5 +21,6 @@ spelled!(
         Cancel => "CANCEL",
         Refund => "REFUND",
         RecordRefundFailure => "RECORD_REFUND_FAILURE",
+        RecordReconcileAttempt => "RECORD_RECONCILE_ATTEMPT",
     }
 );

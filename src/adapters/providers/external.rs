@@ -1,0 +1,259 @@
+//! The external payment provider (SPEC §9, modelled on Toss Payments) over HTTPS.
+//!
+//! Every call carries `Authorization: Basic base64("{secret_key}:")` and the configured
+//! timeout. Outcomes map onto the port's contract: a 4xx is a business answer (declined,
+//! refused), 5xx and refused connections are transient (retried a bounded number of times
+//! with backoff — safe because every mutating call carries an `Idempotency-Key`), and a
+//! timeout after the request was sent is an *unknown* outcome for approvals. The secret key
+//! is never logged or put into an error.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use reqwest::StatusCode;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::application::ports::{
+    ApprovalOutcome, ApprovePayment, CancelPayment, GatewayError, LookupOutcome, PaymentGateway,
+    Scenario,
+};
+use crate::config::Secret;
+
+#[derive(Debug, Clone)]
+pub struct ExternalProviderSettings {
+    pub base_url: String,
+    pub secret_key: Secret,
+    pub timeout: Duration,
+    /// Transient failures retried this many times per call.
+    pub retries: u32,
+    /// First retry delay; doubled after each.
+    pub retry_backoff: Duration,
+}
+
+pub struct ExternalPaymentGateway {
+    client: reqwest::Client,
+    settings: ExternalProviderSettings,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ApproveResponse {
+    provider_transaction_id: String,
+    status: String,
+    decline_code: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LookupResponse {
+    provider_transaction_id: String,
+    status: String,
+    decline_code: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct ErrorResponse {
+    #[serde(default)]
+    code: String,
+    #[serde(default)]
+    message: String,
+}
+
+/// What one HTTP exchange amounted to.
+enum Exchange {
+    Answered(StatusCode, Vec<u8>),
+    /// Never reached the provider: nothing happened there.
+    NotSent(String),
+    /// Sent, but no complete answer (timeout, reset): the provider may have acted.
+    Lost(String),
+}
+
+impl ExternalPaymentGateway {
+    /// # Errors
+    /// The HTTP client cannot be built (no TLS provider).
+    pub fn new(settings: ExternalProviderSettings) -> Result<Self, String> {
+        // reqwest is built without a default rustls provider (no aws-lc C build); ring is
+        // installed process-wide (idempotent) before any client is built.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .connect_timeout(settings.timeout)
+            .timeout(settings.timeout)
+            .build()
+            .map_err(|e| format!("cannot build the provider client: {e}"))?;
+        Ok(ExternalPaymentGateway { client, settings })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.settings.base_url.trim_end_matches('/'))
+    }
+
+    async fn exchange(&self, request: reqwest::RequestBuilder) -> Exchange {
+        let request = request.basic_auth(self.settings.secret_key.expose(), Some(""));
+        match request.send().await {
+            Ok(response) => {
+                let status = response.status();
+                match response.bytes().await {
+                    Ok(body) => Exchange::Answered(status, body.to_vec()),
+                    Err(e) => Exchange::Lost(format!("response body lost: {}", e.without_url())),
+                }
+            }
+            Err(e) if e.is_connect() => {
+                Exchange::NotSent(format!("cannot connect: {}", e.without_url()))
+            }
+            Err(e) if e.is_timeout() => Exchange::Lost("timed out".into()),
+            Err(e) => Exchange::Lost(e.without_url().to_string()),
+        }
+    }
+
+    /// After a transient failure: whether to try again (sleeping the backoff first).
+    async fn again(&self, attempt: &mut u32, reason: &str) -> bool {
+        if *attempt >= self.settings.retries {
+            return false;
+        }
+        tracing::warn!(%reason, attempt = *attempt, "payment provider transient failure; retrying");
+        tokio::time::sleep(self.settings.retry_backoff * 2u32.saturating_pow(*attempt)).await;
+        *attempt += 1;
+        true
+    }
+}
+
+fn business_error(body: &[u8]) -> ErrorResponse {
+    serde_json::from_slice(body).unwrap_or_default()
+}
+
+#[async_trait]
+impl PaymentGateway for ExternalPaymentGateway {
+    async fn approve(&self, request: &ApprovePayment) -> Result<ApprovalOutcome, GatewayError> {
+        let body = json!({
+            "paymentRequestId": request.payment_request_id,
+            "orderId": request.order_id.to_string(),
+            "customerId": request.customer_id,
+            "amount": request.amount.minor(),
+            "currency": request.amount.currency().as_str(),
+        });
+        let mut attempt = 0;
+        loop {
+            let call = self
+                .client
+                .post(self.url("/v1/payments/confirm"))
+                .header("Idempotency-Key", &request.payment_request_id)
+                .json(&body);
+            let transient = match self.exchange(call).await {
+                Exchange::NotSent(reason) => reason,
+                Exchange::Lost(reason) => return Ok(ApprovalOutcome::Unknown { reason }),
+                Exchange::Answered(status, _) if status.is_server_error() => {
+                    format!("provider answered {status}")
+                }
+                Exchange::Answered(status, body) if status.is_client_error() => {
+                    let e = business_error(&body);
+                    let code = if e.code.is_empty() {
+                        status.as_u16().to_string()
+                    } else {
+                        e.code
+                    };
+                    return Ok(ApprovalOutcome::Declined {
+                        code,
+                        provider_transaction_id: None,
+                    });
+                }
+                Exchange::Answered(status, body) => {
+                    return Ok(match serde_json::from_slice::<ApproveResponse>(&body) {
+                        Ok(r) if r.status == "APPROVED" => ApprovalOutcome::Approved {
+                            provider_transaction_id: r.provider_transaction_id,
+                        },
+                        Ok(r) if r.status == "DECLINED" => ApprovalOutcome::Declined {
+                            code: r.decline_code.unwrap_or_else(|| "DECLINED".into()),
+                            provider_transaction_id: Some(r.provider_transaction_id),
+                        },
+                        // An answer we cannot read is not an answer: reconcile.
+                        _ => ApprovalOutcome::Unknown {
+                            reason: format!("unreadable {status} answer"),
+                        },
+                    });
+                }
+            };
+            if !self.again(&mut attempt, &transient).await {
+                return Err(GatewayError::Unavailable(transient));
+            }
+        }
+    }
+
+    async fn lookup(
+        &self,
+        payment_request_id: &str,
+        _scenario: &Scenario,
+    ) -> Result<LookupOutcome, GatewayError> {
+        let path = format!("/v1/payments/by-request/{payment_request_id}");
+        let mut attempt = 0;
+        loop {
+            let transient = match self.exchange(self.client.get(self.url(&path))).await {
+                Exchange::NotSent(reason) | Exchange::Lost(reason) => reason,
+                Exchange::Answered(StatusCode::NOT_FOUND, _) => return Ok(LookupOutcome::NotFound),
+                Exchange::Answered(status, _) if !status.is_success() => {
+                    format!("provider answered {status}")
+                }
+                Exchange::Answered(_, body) => {
+                    match serde_json::from_slice::<LookupResponse>(&body) {
+                        Ok(r) if r.status == "APPROVED" => {
+                            return Ok(LookupOutcome::Approved {
+                                provider_transaction_id: r.provider_transaction_id,
+                            });
+                        }
+                        Ok(r) if r.status == "DECLINED" => {
+                            return Ok(LookupOutcome::Declined {
+                                provider_transaction_id: Some(r.provider_transaction_id),
+                                code: r.decline_code.unwrap_or_else(|| "DECLINED".into()),
+                            });
+                        }
+                        Ok(r) if r.status == "CANCELLED" => {
+                            return Ok(LookupOutcome::Cancelled {
+                                provider_transaction_id: r.provider_transaction_id,
+                            });
+                        }
+                        _ => "unreadable look-up answer".to_owned(),
+                    }
+                }
+            };
+            if !self.again(&mut attempt, &transient).await {
+                return Err(GatewayError::Unavailable(transient));
+            }
+        }
+    }
+
+    async fn cancel(&self, request: &CancelPayment) -> Result<(), GatewayError> {
+        let path = format!("/v1/payments/{}/cancel", request.provider_transaction_id);
+        let key = format!("cancel-{}", request.payment_request_id);
+        let body = json!({ "reason": request.reason, "amount": request.amount.minor() });
+        let mut attempt = 0;
+        loop {
+            let call = self
+                .client
+                .post(self.url(&path))
+                .header("Idempotency-Key", &key)
+                .json(&body);
+            let transient = match self.exchange(call).await {
+                Exchange::NotSent(reason) | Exchange::Lost(reason) => reason,
+                Exchange::Answered(status, _) if status.is_server_error() => {
+                    format!("provider answered {status}")
+                }
+                Exchange::Answered(status, body) if status.is_client_error() => {
+                    let e = business_error(&body);
+                    let code = if e.code.is_empty() {
+                        status.as_u16().to_string()
+                    } else {
+                        e.code
+                    };
+                    return Err(GatewayError::Rejected {
+                        code,
+                        message: e.message,
+                    });
+                }
+                Exchange::Answered(_, _) => return Ok(()),
+            };
+            if !self.again(&mut attempt, &transient).await {
+                return Err(GatewayError::Unavailable(transient));
+            }
+        }
+    }
+}

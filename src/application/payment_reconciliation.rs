@@ -1,0 +1,332 @@
+//! Unknown payment outcomes and failed compensations, resolved in the background (SPEC §4,
+//! §9): reconciliation asks the provider about payments left `CONFIRMATION_REQUIRED` by a
+//! timeout; provider callbacks deliver the same answer pushed; compensations whose cancel
+//! failed are retried with backoff until their attempts run out and an operator takes over.
+
+use std::sync::Arc;
+use std::time::Duration as StdDuration;
+
+use chrono::Duration;
+use tokio_util::sync::CancellationToken;
+
+use crate::application::audit::{self, entity};
+use crate::application::orchestration::{Confirmation, Orchestrator, Reconciled};
+use crate::application::ports::{
+    Changes, Clock, OrderRecord, OrderRepository, PaymentRepository, UnitOfWork,
+};
+use crate::application::{Actor, AppError};
+use crate::domain::order::{OrderStatus, SagaStep, StepStatus};
+use crate::domain::payment::{Payment, PaymentStatus};
+
+#[derive(Debug, Clone)]
+pub struct ReconciliationSettings {
+    /// How often the worker looks (`payment.reconciliation.interval`).
+    pub interval: StdDuration,
+    /// Look-ups of one payment before an operator must decide
+    /// (`payment.reconciliation.max_attempts`).
+    pub max_attempts: i32,
+    /// Delay before the second look-up; doubled after each.
+    pub retry_after: Duration,
+    /// Cancel attempts of a failed compensation before an operator must decide.
+    pub compensation_max_attempts: usize,
+    /// Delay after the first failed cancel; doubled after each.
+    pub compensation_backoff: Duration,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReconcileReport {
+    pub resolved: usize,
+    pub still_unknown: usize,
+    pub exhausted: usize,
+    pub busy: usize,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CompensationReport {
+    pub retried: usize,
+    pub compensated: usize,
+    pub exhausted: usize,
+}
+
+/// A provider callback's claim about a payment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderCallback {
+    pub provider_transaction_id: String,
+    pub payment_request_id: String,
+    pub approved: bool,
+    pub decline_code: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallbackResult {
+    /// Applied; the saga went on.
+    Applied(Box<OrderRecord>),
+    /// Already known (a replayed callback, or reconciliation was first): nothing changed.
+    Duplicate,
+    /// Another runner holds the order right now: the provider should retry.
+    Busy,
+}
+
+pub struct PaymentReconciliation {
+    orchestrator: Arc<Orchestrator>,
+    payments: Arc<dyn PaymentRepository>,
+    orders: Arc<dyn OrderRepository>,
+    uow: Arc<dyn UnitOfWork>,
+    clock: Arc<dyn Clock>,
+    settings: ReconciliationSettings,
+}
+
+impl PaymentReconciliation {
+    pub fn new(
+        orchestrator: Arc<Orchestrator>,
+        payments: Arc<dyn PaymentRepository>,
+        orders: Arc<dyn OrderRepository>,
+        uow: Arc<dyn UnitOfWork>,
+        clock: Arc<dyn Clock>,
+        settings: ReconciliationSettings,
+    ) -> Self {
+        PaymentReconciliation {
+            orchestrator,
+            payments,
+            orders,
+            uow,
+            clock,
+            settings,
+        }
+    }
+
+    /// One look-up for every unknown payment that is due.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    pub async fn reconcile_due(&self) -> Result<ReconcileReport, AppError> {
+        let actor = Actor::system("reconciliation");
+        let due = self
+            .payments
+            .awaiting_confirmation(self.clock.now(), self.settings.max_attempts, 100)
+            .await?;
+        let mut report = ReconcileReport::default();
+        for payment in due {
+            let outcome = self
+                .orchestrator
+                .reconcile_payment(
+                    &actor,
+                    payment.order_id,
+                    self.settings.max_attempts,
+                    self.settings.retry_after,
+                )
+                .await?;
+            match outcome {
+                Reconciled::Resolved(_) => report.resolved += 1,
+                Reconciled::StillUnknown => report.still_unknown += 1,
+                Reconciled::Exhausted => report.exhausted += 1,
+                Reconciled::Busy | Reconciled::NotPending => report.busy += 1,
+            }
+        }
+        Ok(report)
+    }
+
+    /// Retries the compensations whose cancel failed, with backoff; past the attempts,
+    /// leaves them (once audited) to an operator.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    pub async fn retry_compensations(&self) -> Result<CompensationReport, AppError> {
+        let actor = Actor::system("compensation-retry");
+        let mut report = CompensationReport::default();
+        for order_id in self.payments.awaiting_compensation(100).await? {
+            let Some(record) = self.orders.get(order_id).await? else {
+                continue;
+            };
+            if !record
+                .payment
+                .as_ref()
+                .is_some_and(|p| p.status == PaymentStatus::Approved)
+            {
+                continue;
+            }
+            let failures: Vec<_> = record
+                .steps
+                .iter()
+                .filter(|s| s.step == SagaStep::Compensation && s.status == StepStatus::Failed)
+                .collect();
+            let Some(last) = failures.last() else {
+                // Never attempted (a crash between the settlement failure and compensation).
+                report.retried += 1;
+                if self
+                    .orchestrator
+                    .orchestrate(&actor, order_id)
+                    .await?
+                    .order
+                    .status
+                    == OrderStatus::Cancelled
+                {
+                    report.compensated += 1;
+                }
+                continue;
+            };
+            let now = self.clock.now();
+            if failures.len() >= self.settings.compensation_max_attempts {
+                let audited = self
+                    .orders
+                    .audit_for(entity::ORDER, &order_id.to_string())
+                    .await?;
+                if !audited
+                    .iter()
+                    .any(|a| a.action == audit::COMPENSATION_EXHAUSTED)
+                {
+                    let mut changes = Changes::default();
+                    let detail = format!(
+                        "payment cancel failed {} times; the order stays FAILED with its payment APPROVED until an operator acts",
+                        failures.len()
+                    );
+                    changes.audit.push(audit::record(
+                        audit::COMPENSATION_EXHAUSTED,
+                        entity::ORDER,
+                        order_id,
+                        &actor,
+                        Some(detail),
+                        now,
+                    ));
+                    self.uow.commit(changes).await?;
+                    report.exhausted += 1;
+                }
+                continue;
+            }
+            let exp = (failures.len() as u32).saturating_sub(1).min(16);
+            let due = last.created_at
+                + self
+                    .settings
+                    .compensation_backoff
+                    .checked_mul(1 << exp)
+                    .unwrap_or(Duration::days(1));
+            if due > now {
+                continue;
+            }
+            report.retried += 1;
+            let after = self.orchestrator.orchestrate(&actor, order_id).await?;
+            if after.order.status == OrderStatus::Cancelled {
+                report.compensated += 1;
+            }
+        }
+        Ok(report)
+    }
+
+    /// A provider callback: the final outcome of a payment, pushed.
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown `paymentRequestId`; `Unavailable` when the database fails.
+    pub async fn handle_callback(
+        &self,
+        callback: ProviderCallback,
+    ) -> Result<CallbackResult, AppError> {
+        let actor = Actor::system("payment-callback");
+        let known = self
+            .payments
+            .by_provider_transaction(&callback.provider_transaction_id)
+            .await?;
+        if known.is_some_and(|p| p.status != PaymentStatus::ConfirmationRequired) {
+            return Ok(CallbackResult::Duplicate);
+        }
+        let payment = self
+            .payments
+            .by_request_id(&callback.payment_request_id)
+            .await?
+            .ok_or(AppError::NotFound("payment"))?;
+        if payment.status != PaymentStatus::ConfirmationRequired {
+            let mut changes = Changes::default();
+            let detail = format!(
+                "callback for {} ({}) after the payment was already {}",
+                callback.payment_request_id, callback.provider_transaction_id, payment.status
+            );
+            changes.audit.push(audit::record(
+                audit::CALLBACK_DUPLICATE,
+                entity::ORDER,
+                payment.order_id,
+                &actor,
+                Some(detail),
+                self.clock.now(),
+            ));
+            self.uow.commit(changes).await?;
+            return Ok(CallbackResult::Duplicate);
+        }
+        let confirmation = if callback.approved {
+            Confirmation::Approved {
+                provider_transaction_id: callback.provider_transaction_id,
+            }
+        } else {
+            Confirmation::Declined {
+                code: callback.decline_code.unwrap_or_else(|| "DECLINED".into()),
+                provider_transaction_id: Some(callback.provider_transaction_id),
+            }
+        };
+        Ok(
+            match self
+                .orchestrator
+                .confirm_payment(&actor, payment.order_id, confirmation, "callback")
+                .await?
+            {
+                Some(record) => CallbackResult::Applied(Box::new(record)),
+                None => CallbackResult::Busy,
+            },
+        )
+    }
+
+    /// Records a callback refused before reading it (bad or stale signature).
+    pub async fn reject_callback(&self, reason: &str) {
+        let actor = Actor::system("payment-callback");
+        let mut changes = Changes::default();
+        let detail: String = reason.chars().take(200).collect();
+        changes.audit.push(audit::record(
+            audit::CALLBACK_REJECTED,
+            entity::PAYMENT_CALLBACK,
+            "-",
+            &actor,
+            Some(detail),
+            self.clock.now(),
+        ));
+        if let Err(err) = self.uow.commit(changes).await {
+            tracing::warn!(error = %err, "could not audit a rejected callback");
+        }
+    }
+
+    /// Payments whose outcome is still unknown (attempts left or not), for operators.
+    ///
+    /// # Errors
+    /// `Forbidden` for a non-admin.
+    pub async fn unconfirmed(&self, actor: &Actor) -> Result<Vec<Payment>, AppError> {
+        if !actor.is_admin {
+            return Err(AppError::Forbidden {
+                code: "FORBIDDEN",
+                message: "admin role required".into(),
+            });
+        }
+        Ok(self
+            .payments
+            .with_status(PaymentStatus::ConfirmationRequired, 100)
+            .await?)
+    }
+
+    /// Every interval: reconcile due payments, retry due compensations.
+    pub async fn run_until_stopped(&self, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(self.settings.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tick.tick() => {
+                    match self.reconcile_due().await {
+                        Ok(r) if r != ReconcileReport::default() => tracing::info!(?r, "payment reconciliation"),
+                        Ok(_) => {}
+                        Err(err) => tracing::error!(error = %err, "payment reconciliation failed"),
+                    }
+                    match self.retry_compensations().await {
+                        Ok(r) if r != CompensationReport::default() => tracing::info!(?r, "compensation retries"),
+                        Ok(_) => {}
+                        Err(err) => tracing::error!(error = %err, "compensation retries failed"),
+                    }
+                }
+            }
+        }
+    }
+}
