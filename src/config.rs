@@ -46,13 +46,10 @@ impl fmt::Debug for Secret {
 /// Parses `250ms`, `10s`, `5m`, `1h`, `30d`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     let (digits, unit) = text.split_at(split);
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration like 250ms, 10s, 5m, 1h or 30d"))?;
+    let n: u64 =
+        digits.parse().map_err(|_| format!("`{text}` is not a duration like 250ms, 10s, 5m, 1h or 30d"))?;
     let ms = match unit {
         "ms" => Some(n),
         "s" => n.checked_mul(1000),
@@ -417,21 +414,16 @@ impl Settings {
         file: Option<&Path>,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Settings, ConfigError> {
-        let mut builder = config::Config::builder()
-            .add_source(config::File::from_str(DEFAULTS, config::FileFormat::Toml));
+        let mut builder =
+            config::Config::builder().add_source(config::File::from_str(DEFAULTS, config::FileFormat::Toml));
         if let Some(path) = file {
             if !path.exists() {
-                return Err(ConfigError(format!(
-                    "config file {} does not exist",
-                    path.display()
-                )));
+                return Err(ConfigError(format!("config file {} does not exist", path.display())));
             }
             builder = builder.add_source(config::File::from(path));
         }
-        let env: std::collections::HashMap<String, String> = env
-            .into_iter()
-            .filter(|(k, _)| k.starts_with("APP__"))
-            .collect();
+        let env: std::collections::HashMap<String, String> =
+            env.into_iter().filter(|(k, _)| k.starts_with("APP__")).collect();
         builder = builder.add_source(
             config::Environment::with_prefix("APP")
                 .prefix_separator("__")
@@ -453,19 +445,14 @@ impl Settings {
             .bind
             .parse()
             .map_err(|_| invalid("http.bind", "expected HOST:PORT, e.g. 127.0.0.1:8080"))?;
-        let database = DatabaseSettings {
-            url: raw.database.url,
-            max_connections: raw.database.max_connections,
-        };
+        let database =
+            DatabaseSettings { url: raw.database.url, max_connections: raw.database.max_connections };
         let db_url = database.url.expose();
         if !(db_url.starts_with("sqlite:")
             || db_url.starts_with("postgres://")
             || db_url.starts_with("postgresql://"))
         {
-            return Err(invalid(
-                "database.url",
-                "expected sqlite:... or postgres://...",
-            ));
+            return Err(invalid("database.url", "expected sqlite:... or postgres://..."));
         }
         if database.max_connections == 0 {
             return Err(invalid("database.max_connections", "must be at least 1"));
@@ -477,17 +464,12 @@ impl Settings {
             None | Some("log") => BrokerKind::Log,
             Some("amqp") => BrokerKind::Amqp,
             Some(other) => {
-                return Err(invalid(
-                    "broker.kind",
-                    format!("`{other}` is not log or amqp"),
-                ));
+                return Err(invalid("broker.kind", format!("`{other}` is not log or amqp")));
             }
         };
         if broker_kind == BrokerKind::Amqp {
             match &raw.broker.url {
-                Some(url)
-                    if url.expose().starts_with("amqp://")
-                        || url.expose().starts_with("amqps://") => {}
+                Some(url) if url.expose().starts_with("amqp://") || url.expose().starts_with("amqps://") => {}
                 Some(_) => return Err(invalid("broker.url", "expected amqp://...")),
                 None => return Err(invalid("broker.url", "is required when broker.kind = amqp")),
             }
@@ -496,10 +478,7 @@ impl Settings {
             None | Some("classic") => QueueType::Classic,
             Some("quorum") => QueueType::Quorum,
             Some(other) => {
-                return Err(invalid(
-                    "broker.queue_type",
-                    format!("`{other}` is not classic or quorum"),
-                ));
+                return Err(invalid("broker.queue_type", format!("`{other}` is not classic or quorum")));
             }
         };
 
@@ -508,10 +487,7 @@ impl Settings {
             return Err(invalid("outbox.batch_size", "must be between 1 and 10000"));
         }
         if o.publish_window == 0 || o.publish_window > 10_000 {
-            return Err(invalid(
-                "outbox.publish_window",
-                "must be between 1 and 10000",
-            ));
+            return Err(invalid("outbox.publish_window", "must be between 1 and 10000"));
         }
         if o.max_retries < 0 {
             return Err(invalid("outbox.max_retries", "must not be negative"));
@@ -544,10 +520,7 @@ impl Settings {
 
         let r = raw.notification.retry;
         if r.max_attempts < 1 {
-            return Err(invalid(
-                "notification.retry.max_attempts",
-                "must be at least 1",
-            ));
+            return Err(invalid("notification.retry.max_attempts", "must be at least 1"));
         }
         let notification = NotificationSettings {
             retry_enabled: r.enabled.unwrap_or(sqlite),
@@ -561,23 +534,14 @@ impl Settings {
             "mock" => ProviderKind::Mock,
             "external" => ProviderKind::External,
             other => {
-                return Err(invalid(
-                    "payment.provider",
-                    format!("`{other}` is not mock or external"),
-                ));
+                return Err(invalid("payment.provider", format!("`{other}` is not mock or external")));
             }
         };
         if provider == ProviderKind::External {
             for (key, present) in [
                 ("payment.external.base_url", p.external.base_url.is_some()),
-                (
-                    "payment.external.secret_key",
-                    p.external.secret_key.is_some(),
-                ),
-                (
-                    "payment.external.webhook_secret",
-                    p.external.webhook_secret.is_some(),
-                ),
+                ("payment.external.secret_key", p.external.secret_key.is_some()),
+                ("payment.external.webhook_secret", p.external.webhook_secret.is_some()),
             ] {
                 if !present {
                     return Err(invalid(key, "is required when payment.provider = external"));
@@ -585,32 +549,20 @@ impl Settings {
             }
         }
         if p.reconciliation.max_attempts < 1 {
-            return Err(invalid(
-                "payment.reconciliation.max_attempts",
-                "must be at least 1",
-            ));
+            return Err(invalid("payment.reconciliation.max_attempts", "must be at least 1"));
         }
         let bad_url = |u: &String| !(u.starts_with("http://") || u.starts_with("https://"));
         if p.external.base_url.as_ref().is_some_and(bad_url) {
-            return Err(invalid(
-                "payment.external.base_url",
-                "expected http(s)://...",
-            ));
+            return Err(invalid("payment.external.base_url", "expected http(s)://..."));
         }
         let payment = PaymentSettings {
             provider,
-            reconciliation_interval: dur(
-                "payment.reconciliation.interval",
-                &p.reconciliation.interval,
-            )?,
+            reconciliation_interval: dur("payment.reconciliation.interval", &p.reconciliation.interval)?,
             reconciliation_max_attempts: p.reconciliation.max_attempts,
             external_base_url: p.external.base_url,
             external_secret_key: p.external.secret_key,
             external_webhook_secret: p.external.webhook_secret,
-            external_timeout: dur(
-                "payment.external.timeout",
-                p.external.timeout.as_deref().unwrap_or("5s"),
-            )?,
+            external_timeout: dur("payment.external.timeout", p.external.timeout.as_deref().unwrap_or("5s"))?,
         };
 
         let keys = match raw.auth.keys {
@@ -623,10 +575,7 @@ impl Settings {
             }],
             Some(RawKeys::List(keys)) => keys,
             Some(RawKeys::Json(json)) => serde_json::from_str(&json).map_err(|e| {
-                invalid(
-                    "auth.keys",
-                    format!("not a JSON array of keys: {}", redact(&e.to_string())),
-                )
+                invalid("auth.keys", format!("not a JSON array of keys: {}", redact(&e.to_string())))
             })?,
         };
         if keys.is_empty() {
@@ -644,10 +593,7 @@ impl Settings {
                 }
                 "RS256" | "EdDSA" if key.public_key.is_some() => {}
                 "RS256" | "EdDSA" => {
-                    return Err(invalid(
-                        &format!("{name}.public_key"),
-                        "is required for RS256 and EdDSA",
-                    ));
+                    return Err(invalid(&format!("{name}.public_key"), "is required for RS256 and EdDSA"));
                 }
                 other => {
                     return Err(invalid(
@@ -660,10 +606,7 @@ impl Settings {
                 return Err(invalid(&format!("{name}.kid"), "must not be empty"));
             }
         }
-        let auth = AuthSettings {
-            keys,
-            issuer: raw.auth.issuer,
-        };
+        let auth = AuthSettings { keys, issuer: raw.auth.issuer };
         if !sqlite && auth.only_dev_key() {
             return Err(invalid(
                 "auth.keys",
@@ -676,59 +619,35 @@ impl Settings {
                 "json" => LogFormat::Json,
                 "pretty" => LogFormat::Pretty,
                 other => {
-                    return Err(invalid(
-                        "log.format",
-                        format!("`{other}` is not json or pretty"),
-                    ));
+                    return Err(invalid("log.format", format!("`{other}` is not json or pretty")));
                 }
             },
         };
 
-        let confirm_timeout = dur(
-            "broker.confirm_timeout",
-            raw.broker.confirm_timeout.as_deref().unwrap_or("30s"),
-        )?;
+        let confirm_timeout =
+            dur("broker.confirm_timeout", raw.broker.confirm_timeout.as_deref().unwrap_or("30s"))?;
         if confirm_timeout.is_zero() {
-            return Err(invalid(
-                "broker.confirm_timeout",
-                "must be greater than zero",
-            ));
+            return Err(invalid("broker.confirm_timeout", "must be greater than zero"));
         }
-        let exchange = raw
-            .broker
-            .exchange
-            .unwrap_or_else(|| "commerce.events".into());
+        let exchange = raw.broker.exchange.unwrap_or_else(|| "commerce.events".into());
         if exchange.is_empty() || exchange.len() > 255 {
             return Err(invalid("broker.exchange", "must be 1 to 255 characters"));
         }
-        let name =
-            |key: &str, value: Option<String>, default: &str| -> Result<String, ConfigError> {
-                let value = value.unwrap_or_else(|| default.to_owned());
-                if value.is_empty() || value.len() > 255 {
-                    return Err(invalid(key, "must be 1 to 255 characters"));
-                }
-                Ok(value)
-            };
-        let meeting_exchange = name(
-            "broker.meeting_exchange",
-            raw.broker.meeting_exchange,
-            "meeting.events",
-        )?;
-        let dead_letter_exchange = name(
-            "broker.dead_letter_exchange",
-            raw.broker.dead_letter_exchange,
-            "payment.dlx",
-        )?;
-        let register_queue = name(
-            "broker.register_queue",
-            raw.broker.register_queue,
-            "payment.participant-register",
-        )?;
-        let cancel_queue = name(
-            "broker.cancel_queue",
-            raw.broker.cancel_queue,
-            "payment.participant-cancel",
-        )?;
+        let name = |key: &str, value: Option<String>, default: &str| -> Result<String, ConfigError> {
+            let value = value.unwrap_or_else(|| default.to_owned());
+            if value.is_empty() || value.len() > 255 {
+                return Err(invalid(key, "must be 1 to 255 characters"));
+            }
+            Ok(value)
+        };
+        let meeting_exchange =
+            name("broker.meeting_exchange", raw.broker.meeting_exchange, "meeting.events")?;
+        let dead_letter_exchange =
+            name("broker.dead_letter_exchange", raw.broker.dead_letter_exchange, "payment.dlx")?;
+        let register_queue =
+            name("broker.register_queue", raw.broker.register_queue, "payment.participant-register")?;
+        let cancel_queue =
+            name("broker.cancel_queue", raw.broker.cancel_queue, "payment.participant-cancel")?;
         let meeting_deleted_queue = name(
             "broker.meeting_deleted_queue",
             raw.broker.meeting_deleted_queue,
@@ -764,9 +683,7 @@ impl Settings {
             outbox,
             notification,
             payment,
-            worker: WorkerSettings {
-                embedded: raw.worker.embedded.unwrap_or(sqlite),
-            },
+            worker: WorkerSettings { embedded: raw.worker.embedded.unwrap_or(sqlite) },
             auth,
             log,
         })
@@ -794,10 +711,7 @@ mod tests {
     use super::*;
 
     fn load(env: &[(&str, &str)]) -> Result<Settings, ConfigError> {
-        Settings::load_from(
-            None,
-            env.iter().map(|(k, v)| (k.to_string(), v.to_string())),
-        )
+        Settings::load_from(None, env.iter().map(|(k, v)| (k.to_string(), v.to_string())))
     }
 
     #[test]
@@ -810,10 +724,7 @@ mod tests {
         assert!(s.notification.retry_enabled);
         assert_eq!(s.outbox.batch_size, 256);
         assert_eq!(s.outbox.processing_timeout, Duration::from_secs(300));
-        assert_eq!(
-            s.outbox.retention_published,
-            Duration::from_secs(30 * 86_400)
-        );
+        assert_eq!(s.outbox.retention_published, Duration::from_secs(30 * 86_400));
         assert_eq!(s.auth.keys[0].kid, DEV_KID);
     }
 
@@ -840,10 +751,7 @@ mod tests {
         )])
         .unwrap();
         assert_eq!(s.auth.keys[0].kid, "k1");
-        assert!(
-            !format!("{:?}", s.auth).contains("0123456789abcdef"),
-            "secrets never print"
-        );
+        assert!(!format!("{:?}", s.auth).contains("0123456789abcdef"), "secrets never print");
     }
 
     #[test]
@@ -853,20 +761,14 @@ mod tests {
             ("APP__OUTBOX__BATCH_SIZE", "0", "outbox.batch_size"),
             ("APP__HTTP__BIND", "nowhere", "http.bind"),
             ("APP__BROKER__KIND", "kafka", "broker.kind"),
-            (
-                "APP__PAYMENT__PROVIDER",
-                "external",
-                "payment.external.base_url",
-            ),
+            ("APP__PAYMENT__PROVIDER", "external", "payment.external.base_url"),
             ("APP__LOG__FORMAT", "xml", "log.format"),
             ("APP__OUTBOX__CLEANUP_AT", "3am", "outbox.cleanup_at"),
         ] {
             let err = load(&[(key, value)]).unwrap_err().to_string();
             assert!(err.contains(named), "{key}={value}: {err}");
         }
-        let err = load(&[("APP__OUTBOX__BATCH_SIZE", "many")])
-            .unwrap_err()
-            .to_string();
+        let err = load(&[("APP__OUTBOX__BATCH_SIZE", "many")]).unwrap_err().to_string();
         assert!(err.contains("batch_size"), "{err}");
     }
 
@@ -879,10 +781,7 @@ mod tests {
     #[test]
     fn durations_parse() {
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(
-            parse_duration("30d").unwrap(),
-            Duration::from_secs(30 * 86_400)
-        );
+        assert_eq!(parse_duration("30d").unwrap(), Duration::from_secs(30 * 86_400));
         for bad in ["", "10", "s", "1.5s", "-1s", "10 minutes"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
@@ -890,9 +789,6 @@ mod tests {
 
     #[test]
     fn redaction_hides_url_credentials() {
-        assert_eq!(
-            redact("bad amqp://guest:secret@host/vhost"),
-            "bad amqp://***@host/vhost"
-        );
+        assert_eq!(redact("bad amqp://guest:secret@host/vhost"), "bad amqp://***@host/vhost");
     }
 }

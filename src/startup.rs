@@ -42,8 +42,8 @@ use crate::application::outbox::{
 };
 use crate::application::payment_reconciliation::{PaymentReconciliation, ReconciliationSettings};
 use crate::application::ports::{
-    Clock, EventPublisher, IdempotencyStore, Notifier, OrderRepository, OutboxStore,
-    PaymentGateway, SettlementGateway, UnitOfWork,
+    Clock, EventPublisher, IdempotencyStore, Notifier, OrderRepository, OutboxStore, PaymentGateway,
+    SettlementGateway, UnitOfWork,
 };
 use crate::application::queries::OrderQueries;
 use crate::application::refunds::Refunds;
@@ -72,12 +72,8 @@ pub fn worker_id() -> String {
     format!("{host}-{}-{:04x}", std::process::id(), fastrand::u16(..))
 }
 
-type Providers = (
-    Arc<dyn PaymentGateway>,
-    Arc<dyn SettlementGateway>,
-    Arc<dyn Notifier>,
-    Option<Arc<ProviderCalls>>,
-);
+type Providers =
+    (Arc<dyn PaymentGateway>, Arc<dyn SettlementGateway>, Arc<dyn Notifier>, Option<Arc<ProviderCalls>>);
 
 /// Makes a publisher for one relay (each relay gets its own broker connection).
 pub type PublisherFactory = Arc<dyn Fn(&str) -> Arc<dyn EventPublisher> + Send + Sync>;
@@ -134,11 +130,7 @@ impl Services {
             retry_backoff: b.consumer_retry_backoff,
             honour_mock_scenario: self.settings.payment.provider == ProviderKind::Mock,
         };
-        Some(Arc::new(MeetingConsumers::new(
-            endpoint,
-            settings,
-            self.meeting_events.clone(),
-        )))
+        Some(Arc::new(MeetingConsumers::new(endpoint, settings, self.meeting_events.clone())))
     }
 
     /// A relay with its own worker id and publisher, sharing this process's wake-up signal.
@@ -167,9 +159,7 @@ impl Services {
 }
 
 /// The publisher factory and the broker's readiness probe for `broker.kind`.
-fn publishers(
-    settings: &Settings,
-) -> Result<(PublisherFactory, Arc<dyn HealthProbe>), StartupError> {
+fn publishers(settings: &Settings) -> Result<(PublisherFactory, Arc<dyn HealthProbe>), StartupError> {
     match settings.broker.kind {
         BrokerKind::Log => {
             let factory: PublisherFactory =
@@ -177,14 +167,9 @@ fn publishers(
             Ok((factory, Arc::new(LogEventPublisher)))
         }
         BrokerKind::Amqp => {
-            let url = settings
-                .broker
-                .url
-                .as_ref()
-                .map(|u| u.expose())
-                .unwrap_or_default();
-            let endpoint = AmqpEndpoint::parse(url)
-                .map_err(|e| StartupError::Config(format!("`broker.url`: {e}")))?;
+            let url = settings.broker.url.as_ref().map(|u| u.expose()).unwrap_or_default();
+            let endpoint =
+                AmqpEndpoint::parse(url).map_err(|e| StartupError::Config(format!("`broker.url`: {e}")))?;
             let base = AmqpPublisherSettings {
                 exchange: settings.broker.exchange.clone(),
                 window: settings.outbox.publish_window as usize,
@@ -198,8 +183,7 @@ fn publishers(
                     connection_name: format!("orchestrator-relay-{worker}"),
                     ..base.clone()
                 };
-                Arc::new(AmqpEventPublisher::new(endpoint.clone(), settings))
-                    as Arc<dyn EventPublisher>
+                Arc::new(AmqpEventPublisher::new(endpoint.clone(), settings)) as Arc<dyn EventPublisher>
             });
             Ok((factory, probe))
         }
@@ -219,15 +203,11 @@ pub fn install_tls_provider() {
 /// migrated.
 pub async fn build_services(settings: &Settings) -> Result<Services, StartupError> {
     install_tls_provider();
-    let jwt = Arc::new(
-        JwtKeys::from_settings(&settings.auth).map_err(|e| StartupError::Config(e.to_string()))?,
-    );
-    let db = persistence::connect(
-        settings.database.url.expose(),
-        settings.database.max_connections,
-    )
-    .await
-    .map_err(|e| StartupError::Runtime(format!("cannot open the database: {e}")))?;
+    let jwt =
+        Arc::new(JwtKeys::from_settings(&settings.auth).map_err(|e| StartupError::Config(e.to_string()))?);
+    let db = persistence::connect(settings.database.url.expose(), settings.database.max_connections)
+        .await
+        .map_err(|e| StartupError::Runtime(format!("cannot open the database: {e}")))?;
     if settings.database.is_sqlite() {
         persistence::migrate(&db)
             .await
@@ -248,40 +228,38 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
     let relay_wake = Arc::new(Notify::new());
     let orders = Arc::new(SeaOrmOrderRepository::new(db.clone(), relay_wake.clone()));
     let outbox_store: Arc<dyn OutboxStore> = Arc::new(SeaOrmOutboxStore::new(db.clone()));
-    let idempotency_store: Arc<dyn IdempotencyStore> =
-        Arc::new(SeaOrmIdempotencyStore::new(db.clone()));
+    let idempotency_store: Arc<dyn IdempotencyStore> = Arc::new(SeaOrmIdempotencyStore::new(db.clone()));
 
-    let (payments, settlements, notifier, provider_calls): Providers =
-        match settings.payment.provider {
-            ProviderKind::Mock => {
-                let calls = Arc::new(ProviderCalls::default());
-                (
-                    Arc::new(SimulatedPaymentGateway::new(calls.clone())),
-                    Arc::new(SimulatedSettlementGateway::new(calls.clone())),
-                    Arc::new(SimulatedNotifier::new(calls.clone())),
-                    Some(calls),
-                )
-            }
-            ProviderKind::External => {
-                let p = &settings.payment;
-                let gateway = ExternalPaymentGateway::new(ExternalProviderSettings {
-                    base_url: p.external_base_url.clone().unwrap_or_default(),
-                    secret_key: p.external_secret_key.clone().unwrap_or_default(),
-                    timeout: p.external_timeout,
-                    retries: 2,
-                    retry_backoff: StdDuration::from_millis(200),
-                })
-                .map_err(StartupError::Config)?;
-                // Settlement and notification have no external protocol yet: simulated.
-                let calls = Arc::new(ProviderCalls::default());
-                (
-                    Arc::new(gateway),
-                    Arc::new(SimulatedSettlementGateway::new(calls.clone())),
-                    Arc::new(SimulatedNotifier::new(calls.clone())),
-                    Some(calls),
-                )
-            }
-        };
+    let (payments, settlements, notifier, provider_calls): Providers = match settings.payment.provider {
+        ProviderKind::Mock => {
+            let calls = Arc::new(ProviderCalls::default());
+            (
+                Arc::new(SimulatedPaymentGateway::new(calls.clone())),
+                Arc::new(SimulatedSettlementGateway::new(calls.clone())),
+                Arc::new(SimulatedNotifier::new(calls.clone())),
+                Some(calls),
+            )
+        }
+        ProviderKind::External => {
+            let p = &settings.payment;
+            let gateway = ExternalPaymentGateway::new(ExternalProviderSettings {
+                base_url: p.external_base_url.clone().unwrap_or_default(),
+                secret_key: p.external_secret_key.clone().unwrap_or_default(),
+                timeout: p.external_timeout,
+                retries: 2,
+                retry_backoff: StdDuration::from_millis(200),
+            })
+            .map_err(StartupError::Config)?;
+            // Settlement and notification have no external protocol yet: simulated.
+            let calls = Arc::new(ProviderCalls::default());
+            (
+                Arc::new(gateway),
+                Arc::new(SimulatedSettlementGateway::new(calls.clone())),
+                Arc::new(SimulatedNotifier::new(calls.clone())),
+                Some(calls),
+            )
+        }
+    };
 
     let (publishers, broker_probe) = publishers(settings)?;
 
@@ -310,10 +288,7 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
         settlements,
         notifier,
         clock.clone(),
-        SagaSettings {
-            notification_retry: retry_policy,
-            saga_lease: Duration::seconds(60),
-        },
+        SagaSettings { notification_retry: retry_policy, saga_lease: Duration::seconds(60) },
     ));
     let refunds = Arc::new(Refunds::new(
         orders.clone(),
@@ -351,10 +326,7 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
         clock.clone(),
         Duration::seconds(60),
     ));
-    let readiness = Arc::new(Readiness::new(vec![
-        Arc::new(DatabaseProbe(db.clone())),
-        broker_probe,
-    ]));
+    let readiness = Arc::new(Readiness::new(vec![Arc::new(DatabaseProbe(db.clone())), broker_probe]));
     let housekeeping = Arc::new(Housekeeping::new(
         outbox_store.clone(),
         idempotency_store.clone(),
@@ -403,36 +375,24 @@ impl Workers {
         let mut handles = Vec::new();
         let relay = services.relay();
         let token = stop.clone();
-        handles.push(tokio::spawn(
-            async move { relay.run_until_stopped(token).await },
-        ));
+        handles.push(tokio::spawn(async move { relay.run_until_stopped(token).await }));
         let housekeeping = services.housekeeping.clone();
         let token = stop.clone();
-        handles.push(tokio::spawn(async move {
-            housekeeping.run_until_stopped(token).await
-        }));
+        handles.push(tokio::spawn(async move { housekeeping.run_until_stopped(token).await }));
         if services.settings.notification.retry_enabled {
             let notifications = services.notifications.clone();
             let token = stop.clone();
-            handles.push(tokio::spawn(async move {
-                notifications.run_until_stopped(token).await
-            }));
+            handles.push(tokio::spawn(async move { notifications.run_until_stopped(token).await }));
         }
         let reconciliation = services.reconciliation.clone();
         let token = stop.clone();
-        handles.push(tokio::spawn(async move {
-            reconciliation.run_until_stopped(token).await
-        }));
+        handles.push(tokio::spawn(async move { reconciliation.run_until_stopped(token).await }));
         if let Some(consumers) = services.meeting_consumers() {
             let token = stop.clone();
             handles.push(tokio::spawn(consumers.run_until_stopped(token)));
         }
         if persistence::is_postgres(&services.db) {
-            let (db, wake, token) = (
-                services.db.clone(),
-                services.relay_wake.clone(),
-                stop.clone(),
-            );
+            let (db, wake, token) = (services.db.clone(), services.relay_wake.clone(), stop.clone());
             handles.push(tokio::spawn(persistence::wake_on_notify(db, wake, token)));
         }
         tracing::info!("worker loops started: outbox relay, lease recovery, clean-up");
@@ -505,13 +465,9 @@ impl Application {
         if crate::telemetry::prometheus().is_none() {
             tracing::warn!("another metrics recorder is installed; /metrics will be empty");
         }
-        let listener = TcpListener::bind(settings.http.bind).map_err(|e| {
-            StartupError::Runtime(format!("cannot bind {}: {e}", settings.http.bind))
-        })?;
-        let port = listener
-            .local_addr()
-            .map_err(|e| StartupError::Runtime(e.to_string()))?
-            .port();
+        let listener = TcpListener::bind(settings.http.bind)
+            .map_err(|e| StartupError::Runtime(format!("cannot bind {}: {e}", settings.http.bind)))?;
+        let port = listener.local_addr().map_err(|e| StartupError::Runtime(e.to_string()))?.port();
         let state = http_state(&services);
         let jwt = web::Data::from(services.jwt.clone());
         let server = HttpServer::new(move || {
@@ -527,11 +483,7 @@ impl Application {
         .disable_signals()
         .shutdown_timeout(10)
         .run();
-        Ok(Application {
-            port,
-            server,
-            services,
-        })
+        Ok(Application { port, server, services })
     }
 
     pub fn port(&self) -> u16 {
@@ -551,16 +503,8 @@ impl Application {
     ///
     /// # Errors
     /// The server failed.
-    pub async fn run_until_stopped(
-        self,
-        shutdown: impl Future<Output = ()>,
-    ) -> std::io::Result<()> {
-        let workers = self
-            .services
-            .settings
-            .worker
-            .embedded
-            .then(|| Workers::spawn(&self.services));
+    pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+        let workers = self.services.settings.worker.embedded.then(|| Workers::spawn(&self.services));
         let handle = self.server.handle();
         let mut server = tokio::spawn(self.server);
         let result = tokio::select! {

@@ -20,10 +20,7 @@ pub fn init(format: LogFormat) {
             .with_env_filter(filter)
             .with_writer(writer)
             .try_init(),
-        LogFormat::Pretty => tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(writer)
-            .try_init(),
+        LogFormat::Pretty => tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).try_init(),
     };
     let _ = result;
 }
@@ -37,10 +34,8 @@ pub fn prometheus() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
     PROMETHEUS
         .get_or_init(|| {
             use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
-            const LATENCY: &[f64] = &[
-                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-                60.0,
-            ];
+            const LATENCY: &[f64] =
+                &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
             let builder = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY)
                 .ok()?;

@@ -10,6 +10,7 @@ mod m20261129_000002_outbox_claim_index;
 mod m20261129_000003_inbox_order;
 mod m20261129_000004_order_saga_lease;
 mod m20261129_000005_payment_reconciliation;
+mod m20261129_000006_outbox_partial_indexes;
 
 pub struct Migrator;
 
@@ -22,6 +23,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261129_000003_inbox_order::Migration),
             Box::new(m20261129_000004_order_saga_lease::Migration),
             Box::new(m20261129_000005_payment_reconciliation::Migration),
+            Box::new(m20261129_000006_outbox_partial_indexes::Migration),
         ]
     }
 }

@@ -72,20 +72,9 @@ impl MigrationTrait for Migration {
                 .to_owned(),
         )
         .await?;
-        m.create_index(index(
-            "orders",
-            "idx_orders_customer",
-            &["customer_id", "id"],
-        ))
-        .await?;
-        m.create_index(index("orders", "idx_orders_status", &["status", "id"]))
-            .await?;
-        m.create_index(index(
-            "orders",
-            "idx_orders_meeting",
-            &["meeting_id", "customer_id"],
-        ))
-        .await?;
+        m.create_index(index("orders", "idx_orders_customer", &["customer_id", "id"])).await?;
+        m.create_index(index("orders", "idx_orders_status", &["status", "id"])).await?;
+        m.create_index(index("orders", "idx_orders_meeting", &["meeting_id", "customer_id"])).await?;
 
         m.create_table(
             Table::create()
@@ -105,12 +94,7 @@ impl MigrationTrait for Migration {
                 .to_owned(),
         )
         .await?;
-        m.create_index(index(
-            "order_items",
-            "idx_order_items_order",
-            &["order_id", "line_no"],
-        ))
-        .await?;
+        m.create_index(index("order_items", "idx_order_items_order", &["order_id", "line_no"])).await?;
 
         m.create_table(
             Table::create()
@@ -137,18 +121,8 @@ impl MigrationTrait for Migration {
                 .to_owned(),
         )
         .await?;
-        m.create_index(index(
-            "payments",
-            "idx_payments_order",
-            &["order_id", "attempt"],
-        ))
-        .await?;
-        m.create_index(index(
-            "payments",
-            "idx_payments_status",
-            &["status", "updated_at"],
-        ))
-        .await?;
+        m.create_index(index("payments", "idx_payments_order", &["order_id", "attempt"])).await?;
+        m.create_index(index("payments", "idx_payments_status", &["status", "updated_at"])).await?;
 
         m.create_table(
             Table::create()
@@ -172,12 +146,8 @@ impl MigrationTrait for Migration {
                 .to_owned(),
         )
         .await?;
-        m.create_index(
-            index("settlements", "idx_settlements_order", &["order_id"])
-                .unique()
-                .to_owned(),
-        )
-        .await?;
+        m.create_index(index("settlements", "idx_settlements_order", &["order_id"]).unique().to_owned())
+            .await?;
 
         m.create_table(
             Table::create()
@@ -203,13 +173,7 @@ impl MigrationTrait for Migration {
         )
         .await?;
         m.create_index(
-            index(
-                "notification_events",
-                "idx_notification_events_order",
-                &["order_id"],
-            )
-            .unique()
-            .to_owned(),
+            index("notification_events", "idx_notification_events_order", &["order_id"]).unique().to_owned(),
         )
         .await?;
         m.create_index(index(
@@ -231,12 +195,8 @@ impl MigrationTrait for Migration {
                 .to_owned(),
         )
         .await?;
-        m.create_index(index(
-            "orchestration_steps",
-            "idx_orchestration_steps_order",
-            &["order_id", "id"],
-        ))
-        .await?;
+        m.create_index(index("orchestration_steps", "idx_orchestration_steps_order", &["order_id", "id"]))
+            .await?;
 
         m.create_table(
             Table::create()
@@ -251,12 +211,8 @@ impl MigrationTrait for Migration {
                 .to_owned(),
         )
         .await?;
-        m.create_index(index(
-            "audit_log",
-            "idx_audit_log_entity",
-            &["entity_type", "entity_id", "id"],
-        ))
-        .await?;
+        m.create_index(index("audit_log", "idx_audit_log_entity", &["entity_type", "entity_id", "id"]))
+            .await?;
 
         m.create_table(
             Table::create()
@@ -285,24 +241,9 @@ impl MigrationTrait for Migration {
         )
         .await?;
         // SPEC §6: the due scan, the pending pick-up, the clean-up; plus per-aggregate order.
-        m.create_index(index(
-            "outbox_events",
-            "idx_outbox_due",
-            &["status", "next_attempt_at"],
-        ))
-        .await?;
-        m.create_index(index(
-            "outbox_events",
-            "idx_outbox_pending",
-            &["status", "created_at"],
-        ))
-        .await?;
-        m.create_index(index(
-            "outbox_events",
-            "idx_outbox_cleanup",
-            &["status", "published_at"],
-        ))
-        .await?;
+        m.create_index(index("outbox_events", "idx_outbox_due", &["status", "next_attempt_at"])).await?;
+        m.create_index(index("outbox_events", "idx_outbox_pending", &["status", "created_at"])).await?;
+        m.create_index(index("outbox_events", "idx_outbox_cleanup", &["status", "published_at"])).await?;
         m.create_index(index(
             "outbox_events",
             "idx_outbox_aggregate",
@@ -336,19 +277,13 @@ impl MigrationTrait for Migration {
                 .to_owned(),
         )
         .await?;
-        m.create_index(index(
-            "idempotency_keys",
-            "idx_idempotency_keys_created",
-            &["created_at"],
-        ))
-        .await?;
+        m.create_index(index("idempotency_keys", "idx_idempotency_keys_created", &["created_at"])).await?;
         Ok(())
     }
 
     async fn down(&self, m: &SchemaManager) -> Result<(), DbErr> {
         for table in TABLES {
-            m.drop_table(Table::drop().table(a(table)).if_exists().to_owned())
-                .await?;
+            m.drop_table(Table::drop().table(a(table)).if_exists().to_owned()).await?;
         }
         Ok(())
     }

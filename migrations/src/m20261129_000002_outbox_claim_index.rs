@@ -20,9 +20,7 @@ impl MigrationTrait for Migration {
     }
 
     async fn down(&self, m: &SchemaManager) -> Result<(), DbErr> {
-        m.get_connection()
-            .execute_unprepared("DROP INDEX idx_outbox_claimable")
-            .await?;
+        m.get_connection().execute_unprepared("DROP INDEX idx_outbox_claimable").await?;
         Ok(())
     }
 }

@@ -21,10 +21,7 @@ impl MigrationTrait for Migration {
 
     async fn down(&self, m: &SchemaManager) -> Result<(), DbErr> {
         m.alter_table(
-            Table::alter()
-                .table(Alias::new("inbox"))
-                .drop_column(Alias::new("order_id"))
-                .to_owned(),
+            Table::alter().table(Alias::new("inbox")).drop_column(Alias::new("order_id")).to_owned(),
         )
         .await
     }

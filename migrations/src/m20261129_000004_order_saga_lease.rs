@@ -19,9 +19,7 @@ impl MigrationTrait for Migration {
         m.alter_table(
             Table::alter()
                 .table(Alias::new("orders"))
-                .add_column(timestamp_with_time_zone_null(Alias::new(
-                    "saga_locked_until",
-                )))
+                .add_column(timestamp_with_time_zone_null(Alias::new("saga_locked_until")))
                 .to_owned(),
         )
         .await
@@ -30,10 +28,7 @@ impl MigrationTrait for Migration {
     async fn down(&self, m: &SchemaManager) -> Result<(), DbErr> {
         for column in ["saga_locked_until", "saga_locked_by"] {
             m.alter_table(
-                Table::alter()
-                    .table(Alias::new("orders"))
-                    .drop_column(Alias::new(column))
-                    .to_owned(),
+                Table::alter().table(Alias::new("orders")).drop_column(Alias::new(column)).to_owned(),
             )
             .await?;
         }

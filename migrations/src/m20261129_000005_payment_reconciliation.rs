@@ -19,9 +19,7 @@ impl MigrationTrait for Migration {
         m.alter_table(
             Table::alter()
                 .table(Alias::new("payments"))
-                .add_column(timestamp_with_time_zone_null(Alias::new(
-                    "next_reconcile_at",
-                )))
+                .add_column(timestamp_with_time_zone_null(Alias::new("next_reconcile_at")))
                 .to_owned(),
         )
         .await
@@ -30,10 +28,7 @@ impl MigrationTrait for Migration {
     async fn down(&self, m: &SchemaManager) -> Result<(), DbErr> {
         for column in ["next_reconcile_at", "reconcile_attempts"] {
             m.alter_table(
-                Table::alter()
-                    .table(Alias::new("payments"))
-                    .drop_column(Alias::new(column))
-                    .to_owned(),
+                Table::alter().table(Alias::new("payments")).drop_column(Alias::new(column)).to_owned(),
             )
             .await?;
         }

@@ -11,7 +11,6 @@ impl Clock for SystemClock {
         let now = Utc::now();
         // Both databases keep microseconds; truncating here makes what is read back equal
         // to what was written. Truncation of a valid instant cannot fail.
-        now.duration_trunc(TimeDelta::microseconds(1))
-            .unwrap_or(now)
+        now.duration_trunc(TimeDelta::microseconds(1)).unwrap_or(now)
     }
 }

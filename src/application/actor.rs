@@ -11,25 +11,16 @@ pub struct Actor {
 
 impl Actor {
     pub fn customer(subject: impl Into<String>) -> Self {
-        Actor {
-            subject: subject.into(),
-            is_admin: false,
-        }
+        Actor { subject: subject.into(), is_admin: false }
     }
 
     pub fn admin(subject: impl Into<String>) -> Self {
-        Actor {
-            subject: subject.into(),
-            is_admin: true,
-        }
+        Actor { subject: subject.into(), is_admin: true }
     }
 
     /// A component of this service acting on its own behalf (worker, consumer).
     pub fn system(component: &str) -> Self {
-        Actor {
-            subject: format!("system:{component}"),
-            is_admin: true,
-        }
+        Actor { subject: format!("system:{component}"), is_admin: true }
     }
 
     /// Whether this caller may see or act on the orders of `customer_id`.

@@ -28,10 +28,7 @@ pub enum AppError {
 
 impl AppError {
     pub fn validation(field: impl Into<String>, message: impl Into<String>) -> Self {
-        AppError::Validation {
-            field: field.into(),
-            message: message.into(),
-        }
+        AppError::Validation { field: field.into(), message: message.into() }
     }
 
     /// Whether a retry of the same request could succeed.
@@ -58,14 +55,12 @@ impl From<OrderError> for AppError {
     fn from(err: OrderError) -> Self {
         match err {
             OrderError::Invalid { field, message } => AppError::Validation { field, message },
-            OrderError::Money { field, source } => AppError::Validation {
-                field,
-                message: source.to_string(),
-            },
-            OrderError::InvalidTransition { .. } => AppError::Conflict {
-                code: "INVALID_ORDER_STATE",
-                message: err.to_string(),
-            },
+            OrderError::Money { field, source } => {
+                AppError::Validation { field, message: source.to_string() }
+            }
+            OrderError::InvalidTransition { .. } => {
+                AppError::Conflict { code: "INVALID_ORDER_STATE", message: err.to_string() }
+            }
         }
     }
 }

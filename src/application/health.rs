@@ -28,10 +28,9 @@ impl Readiness {
     pub async fn check(&self) -> (bool, Vec<(&'static str, bool)>) {
         let mut results = Vec::with_capacity(self.probes.len());
         for probe in &self.probes {
-            let healthy =
-                tokio::time::timeout(std::time::Duration::from_secs(3), probe.is_healthy())
-                    .await
-                    .unwrap_or(false);
+            let healthy = tokio::time::timeout(std::time::Duration::from_secs(3), probe.is_healthy())
+                .await
+                .unwrap_or(false);
             results.push((probe.name(), healthy));
         }
         (results.iter().all(|(_, ok)| *ok), results)

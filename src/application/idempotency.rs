@@ -32,12 +32,7 @@ impl IdempotencyService {
         clock: Arc<dyn Clock>,
         lease: Duration,
     ) -> Self {
-        IdempotencyService {
-            store,
-            uow,
-            clock,
-            lease,
-        }
+        IdempotencyService { store, uow, clock, lease }
     }
 
     /// Checks a client-supplied key.
@@ -45,10 +40,7 @@ impl IdempotencyService {
     /// # Errors
     /// `Validation` on field `Idempotency-Key` when empty, too long or not visible ASCII.
     pub fn validate_key(key: &str) -> Result<(), AppError> {
-        if key.is_empty()
-            || key.len() > MAX_KEY_LEN
-            || !key.bytes().all(|b| (0x21..=0x7e).contains(&b))
-        {
+        if key.is_empty() || key.len() > MAX_KEY_LEN || !key.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
             return Err(AppError::validation(
                 "Idempotency-Key",
                 format!("must be 1 to {MAX_KEY_LEN} visible ASCII characters"),
@@ -69,17 +61,8 @@ impl IdempotencyService {
     ) -> Result<IdempotencyBegin, AppError> {
         Self::validate_key(key)?;
         let now = self.clock.now();
-        let begin = self
-            .store
-            .begin(
-                &actor.subject,
-                key,
-                fingerprint,
-                OrderId::new(),
-                now,
-                now + self.lease,
-            )
-            .await?;
+        let begin =
+            self.store.begin(&actor.subject, key, fingerprint, OrderId::new(), now, now + self.lease).await?;
         let action = match &begin {
             IdempotencyBegin::Completed(_) => Some(audit::REPLAY),
             IdempotencyBegin::Mismatch => Some(audit::IDEMPOTENCY_KEY_REUSED),
@@ -87,14 +70,7 @@ impl IdempotencyService {
         };
         if let Some(action) = action {
             let mut changes = Changes::default();
-            changes.audit.push(audit::record(
-                action,
-                entity::IDEMPOTENCY_KEY,
-                key,
-                actor,
-                None,
-                now,
-            ));
+            changes.audit.push(audit::record(action, entity::IDEMPOTENCY_KEY, key, actor, None, now));
             self.uow.commit(changes).await?;
         }
         Ok(begin)
@@ -110,10 +86,7 @@ impl IdempotencyService {
         key: &str,
         response: &StoredResponse,
     ) -> Result<(), AppError> {
-        Ok(self
-            .store
-            .complete(&actor.subject, key, response, self.clock.now())
-            .await?)
+        Ok(self.store.complete(&actor.subject, key, response, self.clock.now()).await?)
     }
 
     /// Gives the key up: `forget` when nothing was created (a later request may use it

@@ -17,8 +17,8 @@ use crate::application::audit::{self, entity};
 use crate::application::orchestration::events::EventWriter;
 use crate::application::orchestration::notify::apply_send_result;
 use crate::application::ports::{
-    Changes, Clock, NotificationRepository, NotificationRequest, Notifier, OrderRecord,
-    OrderRepository, RepoError, UnitOfWork,
+    Changes, Clock, NotificationRepository, NotificationRequest, Notifier, OrderRecord, OrderRepository,
+    RepoError, UnitOfWork,
 };
 use crate::application::{Actor, AppError};
 use crate::domain::ids::NotificationId;
@@ -75,10 +75,7 @@ fn admin_only(actor: &Actor) -> Result<(), AppError> {
     if actor.is_admin {
         Ok(())
     } else {
-        Err(AppError::Forbidden {
-            code: "FORBIDDEN",
-            message: "admin role required".into(),
-        })
+        Err(AppError::Forbidden { code: "FORBIDDEN", message: "admin role required".into() })
     }
 }
 
@@ -91,41 +88,19 @@ impl NotificationRetry {
         clock: Arc<dyn Clock>,
         settings: NotificationRetrySettings,
     ) -> Self {
-        NotificationRetry {
-            orders,
-            notifications,
-            uow,
-            notifier,
-            clock,
-            settings,
-        }
+        NotificationRetry { orders, notifications, uow, notifier, clock, settings }
     }
 
     async fn record_of(&self, notification: &Notification) -> Result<OrderRecord, AppError> {
-        let record = self
-            .orders
-            .get(notification.order_id)
-            .await?
-            .ok_or(AppError::NotFound("order"))?;
+        let record = self.orders.get(notification.order_id).await?.ok_or(AppError::NotFound("order"))?;
         match &record.notification {
             Some(n) if n.id == notification.id => Ok(record),
-            _ => Err(AppError::Internal(
-                "notification does not belong to its order".into(),
-            )),
+            _ => Err(AppError::Internal("notification does not belong to its order".into())),
         }
     }
 
-    async fn attempt(
-        &self,
-        actor: &Actor,
-        id: NotificationId,
-        claim: Claim,
-    ) -> Result<Attempt, AppError> {
-        let stored = self
-            .notifications
-            .find(id)
-            .await?
-            .ok_or(AppError::NotFound("notification event"))?;
+    async fn attempt(&self, actor: &Actor, id: NotificationId, claim: Claim) -> Result<Attempt, AppError> {
+        let stored = self.notifications.find(id).await?.ok_or(AppError::NotFound("notification event"))?;
         let mut record = self.record_of(&stored).await?;
         let Some(mut notification) = record.notification.clone() else {
             return Ok(Attempt::Lost);
@@ -175,15 +150,8 @@ impl NotificationRetry {
         };
         let result = self.notifier.send(&request).await;
         let now = self.clock.now();
-        let outcome = apply_send_result(
-            &record,
-            notification,
-            false,
-            result,
-            &self.settings.policy,
-            actor,
-            now,
-        )?;
+        let outcome =
+            apply_send_result(&record, notification, false, result, &self.settings.policy, actor, now)?;
         let steps = outcome.changes.steps.clone();
         match self.uow.commit(outcome.changes).await {
             Ok(()) => {}
@@ -197,11 +165,7 @@ impl NotificationRetry {
         record.order = outcome.order;
         record.notification = Some(outcome.notification);
         record.steps.extend(steps.into_iter().map(|s| s.record));
-        Ok(if outcome.completed {
-            Attempt::Sent(record)
-        } else {
-            Attempt::Failed(record)
-        })
+        Ok(if outcome.completed { Attempt::Sent(record) } else { Attempt::Failed(record) })
     }
 
     /// Attempts every due retry (up to the batch size) once.
@@ -211,10 +175,7 @@ impl NotificationRetry {
     /// so far stand).
     pub async fn retry_due(&self, actor: &Actor) -> Result<RetryReport, AppError> {
         admin_only(actor)?;
-        let due = self
-            .notifications
-            .due(self.clock.now(), self.settings.batch)
-            .await?;
+        let due = self.notifications.due(self.clock.now(), self.settings.batch).await?;
         let mut report = RetryReport::default();
         for notification in due {
             match self.attempt(actor, notification.id, Claim::Due).await? {
@@ -265,10 +226,7 @@ impl NotificationRetry {
         let now = self.clock.now();
         let detail = Some(format!(
             "notification {id} -> {}{}",
-            record
-                .notification
-                .as_ref()
-                .map_or("?", |n| n.status.as_str()),
+            record.notification.as_ref().map_or("?", |n| n.status.as_str()),
             reason.map(|r| format!("; reason: {r}")).unwrap_or_default()
         ));
         changes.audit.push(audit::record(
@@ -296,28 +254,18 @@ impl NotificationRetry {
         reason: Option<String>,
     ) -> Result<OrderRecord, AppError> {
         admin_only(actor)?;
-        let stored = self
-            .notifications
-            .find(id)
-            .await?
-            .ok_or(AppError::NotFound("notification event"))?;
+        let stored = self.notifications.find(id).await?.ok_or(AppError::NotFound("notification event"))?;
         let mut record = self.record_of(&stored).await?;
-        let mut notification = record
-            .notification
-            .clone()
-            .ok_or(AppError::NotFound("notification event"))?;
+        let mut notification = record.notification.clone().ok_or(AppError::NotFound("notification event"))?;
         let now = self.clock.now();
-        notification.ignore(now).map_err(|e| AppError::Conflict {
-            code: "NOTIFICATION_NOT_IGNORABLE",
-            message: e.to_string(),
-        })?;
+        notification
+            .ignore(now)
+            .map_err(|e| AppError::Conflict { code: "NOTIFICATION_NOT_IGNORABLE", message: e.to_string() })?;
         let mut order: Order = record.order.clone();
         let order_events = if order.status == OrderStatus::Failed
             && order.failure_stage == Some(FailureStage::Notification)
         {
-            order
-                .complete(now)
-                .map_err(|e| AppError::Internal(e.to_string()))?
+            order.complete(now).map_err(|e| AppError::Internal(e.to_string()))?
         } else {
             Vec::new()
         };
@@ -327,18 +275,9 @@ impl NotificationRetry {
         let detail = format!(
             "ignored by {}{}",
             actor.subject,
-            reason
-                .as_ref()
-                .map(|r| format!(": {r}"))
-                .unwrap_or_default()
+            reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default()
         );
-        changes.step(
-            order.id,
-            SagaStep::Notification,
-            StepStatus::Skipped,
-            Some(detail),
-            now,
-        );
+        changes.step(order.id, SagaStep::Notification, StepStatus::Skipped, Some(detail), now);
         changes.audit.push(audit::record(
             audit::NOTIFICATION_IGNORE,
             entity::ORDER,
@@ -457,11 +396,7 @@ mod tests {
                 source: OrderSource::Api,
                 meeting_id: None,
                 currency: "KRW".into(),
-                items: vec![NewOrderItem {
-                    sku: "A".into(),
-                    quantity: 1,
-                    unit_price: 10,
-                }],
+                items: vec![NewOrderItem { sku: "A".into(), quantity: 1, unit_price: 10 }],
             },
             now(),
         )
@@ -469,17 +404,8 @@ mod tests {
         order.status = OrderStatus::Failed;
         order.failure_stage = Some(FailureStage::Notification);
         let mut n = Notification::new(order.id, now());
-        let policy = RetryPolicy {
-            max_attempts: 5,
-            backoff_base: Duration::seconds(1),
-        };
-        n.record_failure(
-            FailurePolicy::AutoRetry,
-            "smtp",
-            &policy,
-            now() - Duration::minutes(1),
-        )
-        .unwrap();
+        let policy = RetryPolicy { max_attempts: 5, backoff_base: Duration::seconds(1) };
+        n.record_failure(FailurePolicy::AutoRetry, "smtp", &policy, now() - Duration::minutes(1)).unwrap();
         OrderRecord {
             order,
             payment: None,
@@ -505,10 +431,7 @@ mod tests {
             Arc::new(notifier),
             Arc::new(clock),
             NotificationRetrySettings {
-                policy: RetryPolicy {
-                    max_attempts: 5,
-                    backoff_base: Duration::seconds(1),
-                },
+                policy: RetryPolicy { max_attempts: 5, backoff_base: Duration::seconds(1) },
                 lease: Duration::minutes(5),
                 batch: 10,
                 interval: StdDuration::from_secs(30),
@@ -522,27 +445,17 @@ mod tests {
         let n = record.notification.clone().unwrap();
         let mut notifications = MockNotificationRepository::new();
         let due = n.clone();
-        notifications
-            .expect_due()
-            .returning(move |_, _| Ok(vec![due.clone()]));
-        notifications
-            .expect_find()
-            .returning(move |_| Ok(Some(n.clone())));
+        notifications.expect_due().returning(move |_, _| Ok(vec![due.clone()]));
+        notifications.expect_find().returning(move |_| Ok(Some(n.clone())));
         let mut orders = MockOrderRepository::new();
-        orders
-            .expect_get()
-            .returning(move |_| Ok(Some(record.clone())));
+        orders.expect_get().returning(move |_| Ok(Some(record.clone())));
         let mut uow = MockUnitOfWork::new();
-        uow.expect_commit()
-            .times(1)
-            .returning(|_| Err(RepoError::Conflict));
+        uow.expect_commit().times(1).returning(|_| Err(RepoError::Conflict));
         let mut notifier = MockNotifier::new();
         notifier.expect_send().never();
 
-        let report = service(orders, notifications, uow, notifier)
-            .retry_due(&Actor::system("test"))
-            .await
-            .unwrap();
+        let report =
+            service(orders, notifications, uow, notifier).retry_due(&Actor::system("test")).await.unwrap();
         assert_eq!((report.claimed, report.skipped), (0, 1));
     }
 
@@ -552,16 +465,10 @@ mod tests {
         let n = record.notification.clone().unwrap();
         let mut notifications = MockNotificationRepository::new();
         let due = n.clone();
-        notifications
-            .expect_due()
-            .returning(move |_, _| Ok(vec![due.clone()]));
-        notifications
-            .expect_find()
-            .returning(move |_| Ok(Some(n.clone())));
+        notifications.expect_due().returning(move |_, _| Ok(vec![due.clone()]));
+        notifications.expect_find().returning(move |_| Ok(Some(n.clone())));
         let mut orders = MockOrderRepository::new();
-        orders
-            .expect_get()
-            .returning(move |_| Ok(Some(record.clone())));
+        orders.expect_get().returning(move |_| Ok(Some(record.clone())));
         let committed = Arc::new(std::sync::Mutex::new(Vec::new()));
         let sink = committed.clone();
         let mut uow = MockUnitOfWork::new();
@@ -570,25 +477,15 @@ mod tests {
             Ok(())
         });
         let mut notifier = MockNotifier::new();
-        notifier
-            .expect_send()
-            .times(1)
-            .withf(|r| r.attempt == 2)
-            .returning(|_| Ok(()));
+        notifier.expect_send().times(1).withf(|r| r.attempt == 2).returning(|_| Ok(()));
 
-        let report = service(orders, notifications, uow, notifier)
-            .retry_due(&Actor::system("test"))
-            .await
-            .unwrap();
+        let report =
+            service(orders, notifications, uow, notifier).retry_due(&Actor::system("test")).await.unwrap();
         assert_eq!((report.claimed, report.succeeded), (1, 1));
         let commits = committed.lock().unwrap();
         assert_eq!(commits[0].notifications.len(), 1, "the claim");
         assert!(commits[0].outbox.is_empty());
-        let events: Vec<_> = commits[1]
-            .outbox
-            .iter()
-            .map(|e| e.event_type.as_str())
-            .collect();
+        let events: Vec<_> = commits[1].outbox.iter().map(|e| e.event_type.as_str()).collect();
         assert_eq!(events, vec!["order.completed"]);
         assert_eq!(commits[1].orders[0].status, OrderStatus::Completed);
     }

@@ -85,14 +85,7 @@ impl PaymentReconciliation {
         clock: Arc<dyn Clock>,
         settings: ReconciliationSettings,
     ) -> Self {
-        PaymentReconciliation {
-            orchestrator,
-            payments,
-            orders,
-            uow,
-            clock,
-            settings,
-        }
+        PaymentReconciliation { orchestrator, payments, orders, uow, clock, settings }
     }
 
     /// One look-up for every unknown payment that is due.
@@ -101,10 +94,8 @@ impl PaymentReconciliation {
     /// `Unavailable` when the database fails.
     pub async fn reconcile_due(&self) -> Result<ReconcileReport, AppError> {
         let actor = Actor::system("reconciliation");
-        let due = self
-            .payments
-            .awaiting_confirmation(self.clock.now(), self.settings.max_attempts, 100)
-            .await?;
+        let due =
+            self.payments.awaiting_confirmation(self.clock.now(), self.settings.max_attempts, 100).await?;
         let mut report = ReconcileReport::default();
         for payment in due {
             let outcome = self
@@ -138,11 +129,7 @@ impl PaymentReconciliation {
             let Some(record) = self.orders.get(order_id).await? else {
                 continue;
             };
-            if !record
-                .payment
-                .as_ref()
-                .is_some_and(|p| p.status == PaymentStatus::Approved)
-            {
+            if !record.payment.as_ref().is_some_and(|p| p.status == PaymentStatus::Approved) {
                 continue;
             }
             let failures: Vec<_> = record
@@ -153,12 +140,7 @@ impl PaymentReconciliation {
             let Some(last) = failures.last() else {
                 // Never attempted (a crash between the settlement failure and compensation).
                 report.retried += 1;
-                if self
-                    .orchestrator
-                    .orchestrate(&actor, order_id)
-                    .await?
-                    .order
-                    .status
+                if self.orchestrator.orchestrate(&actor, order_id).await?.order.status
                     == OrderStatus::Cancelled
                 {
                     report.compensated += 1;
@@ -167,14 +149,8 @@ impl PaymentReconciliation {
             };
             let now = self.clock.now();
             if failures.len() >= self.settings.compensation_max_attempts {
-                let audited = self
-                    .orders
-                    .audit_for(entity::ORDER, &order_id.to_string())
-                    .await?;
-                if !audited
-                    .iter()
-                    .any(|a| a.action == audit::COMPENSATION_EXHAUSTED)
-                {
+                let audited = self.orders.audit_for(entity::ORDER, &order_id.to_string()).await?;
+                if !audited.iter().any(|a| a.action == audit::COMPENSATION_EXHAUSTED) {
                     let mut changes = Changes::default();
                     let detail = format!(
                         "payment cancel failed {} times; the order stays FAILED with its payment APPROVED until an operator acts",
@@ -195,11 +171,7 @@ impl PaymentReconciliation {
             }
             let exp = (failures.len() as u32).saturating_sub(1).min(16);
             let due = last.created_at
-                + self
-                    .settings
-                    .compensation_backoff
-                    .checked_mul(1 << exp)
-                    .unwrap_or(Duration::days(1));
+                + self.settings.compensation_backoff.checked_mul(1 << exp).unwrap_or(Duration::days(1));
             if due > now {
                 continue;
             }
@@ -216,15 +188,9 @@ impl PaymentReconciliation {
     ///
     /// # Errors
     /// `NotFound` for an unknown `paymentRequestId`; `Unavailable` when the database fails.
-    pub async fn handle_callback(
-        &self,
-        callback: ProviderCallback,
-    ) -> Result<CallbackResult, AppError> {
+    pub async fn handle_callback(&self, callback: ProviderCallback) -> Result<CallbackResult, AppError> {
         let actor = Actor::system("payment-callback");
-        let known = self
-            .payments
-            .by_provider_transaction(&callback.provider_transaction_id)
-            .await?;
+        let known = self.payments.by_provider_transaction(&callback.provider_transaction_id).await?;
         if known.is_some_and(|p| p.status != PaymentStatus::ConfirmationRequired) {
             return Ok(CallbackResult::Duplicate);
         }
@@ -251,9 +217,7 @@ impl PaymentReconciliation {
             return Ok(CallbackResult::Duplicate);
         }
         let confirmation = if callback.approved {
-            Confirmation::Approved {
-                provider_transaction_id: callback.provider_transaction_id,
-            }
+            Confirmation::Approved { provider_transaction_id: callback.provider_transaction_id }
         } else {
             Confirmation::Declined {
                 code: callback.decline_code.unwrap_or_else(|| "DECLINED".into()),
@@ -296,15 +260,9 @@ impl PaymentReconciliation {
     /// `Forbidden` for a non-admin.
     pub async fn unconfirmed(&self, actor: &Actor) -> Result<Vec<Payment>, AppError> {
         if !actor.is_admin {
-            return Err(AppError::Forbidden {
-                code: "FORBIDDEN",
-                message: "admin role required".into(),
-            });
+            return Err(AppError::Forbidden { code: "FORBIDDEN", message: "admin role required".into() });
         }
-        Ok(self
-            .payments
-            .with_status(PaymentStatus::ConfirmationRequired, 100)
-            .await?)
+        Ok(self.payments.with_status(PaymentStatus::ConfirmationRequired, 100).await?)
     }
 
     /// Every interval: reconcile due payments, retry due compensations.

@@ -68,11 +68,7 @@ impl OrderQueries {
         let key = id.to_string();
         let events = self.outbox.for_aggregate(ORDER_AGGREGATE, &key).await?;
         let audit = self.orders.audit_for(entity::ORDER, &key).await?;
-        Ok(OrderFlow {
-            steps: record.steps,
-            events,
-            audit,
-        })
+        Ok(OrderFlow { steps: record.steps, events, audit })
     }
 
     /// One order with its saga state.
@@ -91,37 +87,23 @@ impl OrderQueries {
     ///
     /// # Errors
     /// `Validation` for a limit outside 1..=100; `Unavailable` when the database fails.
-    pub async fn list_orders(
-        &self,
-        actor: &Actor,
-        query: ListOrders,
-    ) -> Result<OrderPage, AppError> {
+    pub async fn list_orders(&self, actor: &Actor, query: ListOrders) -> Result<OrderPage, AppError> {
         let limit = query.limit.unwrap_or(DEFAULT_PAGE);
         if !(1..=MAX_PAGE).contains(&limit) {
-            return Err(AppError::validation(
-                "limit",
-                format!("must be between 1 and {MAX_PAGE}"),
-            ));
+            return Err(AppError::validation("limit", format!("must be between 1 and {MAX_PAGE}")));
         }
         let customer_id = if actor.is_admin {
             query.customer_id
         } else {
             match query.customer_id {
                 Some(other) if other != actor.subject => {
-                    return Ok(OrderPage {
-                        items: Vec::new(),
-                        next_cursor: None,
-                    });
+                    return Ok(OrderPage { items: Vec::new(), next_cursor: None });
                 }
                 _ => Some(actor.subject.clone()),
             }
         };
-        let filter = OrderFilter {
-            status: query.status,
-            customer_id,
-            before: query.cursor,
-            limit: limit + 1,
-        };
+        let filter =
+            OrderFilter { status: query.status, customer_id, before: query.cursor, limit: limit + 1 };
         let mut items = self.orders.list(&filter).await?;
         let next_cursor = if items.len() > limit as usize {
             items.truncate(limit as usize);
@@ -146,10 +128,7 @@ mod tests {
         let page = queries
             .list_orders(
                 &Actor::customer("alice"),
-                ListOrders {
-                    customer_id: Some("bob".into()),
-                    ..Default::default()
-                },
+                ListOrders { customer_id: Some("bob".into()), ..Default::default() },
             )
             .await
             .unwrap();
@@ -163,27 +142,16 @@ mod tests {
             .withf(|f| f.customer_id.as_deref() == Some("alice") && f.limit == 21)
             .returning(|_| Ok(Vec::new()));
         let queries = OrderQueries::new(Arc::new(repo), Arc::new(MockOutboxStore::new()));
-        queries
-            .list_orders(&Actor::customer("alice"), ListOrders::default())
-            .await
-            .unwrap();
+        queries.list_orders(&Actor::customer("alice"), ListOrders::default()).await.unwrap();
     }
 
     #[tokio::test]
     async fn limits_out_of_range_are_refused() {
-        let queries = OrderQueries::new(
-            Arc::new(MockOrderRepository::new()),
-            Arc::new(MockOutboxStore::new()),
-        );
+        let queries =
+            OrderQueries::new(Arc::new(MockOrderRepository::new()), Arc::new(MockOutboxStore::new()));
         for limit in [0, 101] {
             let err = queries
-                .list_orders(
-                    &Actor::admin("root"),
-                    ListOrders {
-                        limit: Some(limit),
-                        ..Default::default()
-                    },
-                )
+                .list_orders(&Actor::admin("root"), ListOrders { limit: Some(limit), ..Default::default() })
                 .await
                 .unwrap_err();
             assert!(matches!(err, AppError::Validation { ref field, .. } if field == "limit"));

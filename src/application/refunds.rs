@@ -8,8 +8,8 @@ use std::sync::Arc;
 use crate::application::audit::{self, entity};
 use crate::application::orchestration::events::EventWriter;
 use crate::application::ports::{
-    CancelPayment, Changes, Clock, GatewayError, InboxEntry, OrderRecord, OrderRepository,
-    PaymentGateway, RepoError, SagaLease, Scenario, UnitOfWork,
+    CancelPayment, Changes, Clock, GatewayError, InboxEntry, OrderRecord, OrderRepository, PaymentGateway,
+    RepoError, SagaLease, Scenario, UnitOfWork,
 };
 use crate::application::{Actor, AppError};
 use crate::domain::ids::OrderId;
@@ -51,22 +51,13 @@ impl Refunds {
         clock: Arc<dyn Clock>,
         lease: chrono::Duration,
     ) -> Self {
-        Refunds {
-            orders,
-            uow,
-            payments,
-            clock,
-            lease,
-        }
+        Refunds { orders, uow, payments, clock, lease }
     }
 
     /// Whether an order can be refunded now.
     pub fn refundable(record: &OrderRecord) -> bool {
         record.order.status == OrderStatus::Completed
-            && record
-                .payment
-                .as_ref()
-                .is_some_and(|p| p.status == PaymentStatus::Approved)
+            && record.payment.as_ref().is_some_and(|p| p.status == PaymentStatus::Approved)
     }
 
     /// Refunds `order_id`. `inbox` (an inbound message) is recorded in the same transaction
@@ -86,10 +77,7 @@ impl Refunds {
         scenario: Scenario,
     ) -> Result<RefundOutcome, AppError> {
         let now = self.clock.now();
-        let lease = SagaLease {
-            owner: uuid::Uuid::new_v4().to_string(),
-            until: now + self.lease,
-        };
+        let lease = SagaLease { owner: uuid::Uuid::new_v4().to_string(), until: now + self.lease };
         if !self.orders.lease_saga(order_id, &lease, now).await? {
             if self.orders.get(order_id).await?.is_none() {
                 return Err(AppError::NotFound("order"));
@@ -99,9 +87,7 @@ impl Refunds {
                 message: "the order is being changed right now; retry shortly".into(),
             });
         }
-        let result = self
-            .refund_leased(actor, order_id, reason, inbox, scenario)
-            .await;
+        let result = self.refund_leased(actor, order_id, reason, inbox, scenario).await;
         if let Err(err) = self.orders.release_saga(order_id, &lease.owner).await {
             tracing::warn!(order = %order_id, error = %err, "could not release the saga lease");
         }
@@ -116,11 +102,7 @@ impl Refunds {
         inbox: Option<InboxEntry>,
         scenario: Scenario,
     ) -> Result<RefundOutcome, AppError> {
-        let mut record = self
-            .orders
-            .get(order_id)
-            .await?
-            .ok_or(AppError::NotFound("order"))?;
+        let mut record = self.orders.get(order_id).await?.ok_or(AppError::NotFound("order"))?;
         if !actor.may_access(&record.order.customer_id) {
             let mut changes = Changes::default();
             changes.audit.push(audit::record(
@@ -158,10 +140,7 @@ impl Refunds {
                 ),
             });
         }
-        let mut payment = record
-            .payment
-            .clone()
-            .ok_or_else(|| invariant("no payment"))?;
+        let mut payment = record.payment.clone().ok_or_else(|| invariant("no payment"))?;
         let mut effective = record.context.scenario;
         if scenario.refund.is_some() {
             effective.refund = scenario.refund;
@@ -203,19 +182,14 @@ impl Refunds {
                     reason,
                     now,
                 ));
-                let mut events =
-                    EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
-                events
-                    .payment(&payment, &payment_events)
-                    .order(&order_events);
+                let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
+                events.payment(&payment, &payment_events).order(&order_events);
                 changes.outbox = events.finish();
                 None
             }
             Err(GatewayError::Rejected { code, message }) => {
                 let why = format!("{code}: {message}");
-                let payment_events = payment
-                    .record_refund_failure(why.clone(), now)
-                    .map_err(invariant)?;
+                let payment_events = payment.record_refund_failure(why.clone(), now).map_err(invariant)?;
                 changes.update_payment(&mut payment);
                 changes.step(
                     order.id,
@@ -232,8 +206,7 @@ impl Refunds {
                     Some(why.clone()),
                     now,
                 ));
-                let mut events =
-                    EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
+                let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
                 events.payment(&payment, &payment_events);
                 changes.outbox = events.finish();
                 Some(why)
@@ -249,11 +222,7 @@ impl Refunds {
             Err(RepoError::Conflict) => {
                 // Refunded concurrently (the provider deduplicated the cancel by its key):
                 // report the state that won.
-                let current = self
-                    .orders
-                    .get(order_id)
-                    .await?
-                    .ok_or(AppError::NotFound("order"))?;
+                let current = self.orders.get(order_id).await?.ok_or(AppError::NotFound("order"))?;
                 return match current.payment.as_ref().map(|p| p.status) {
                     Some(PaymentStatus::Refunded) => Ok(RefundOutcome::Refunded(current)),
                     _ => Err(AppError::Conflict {

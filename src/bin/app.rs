@@ -107,10 +107,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("app: cannot start the runtime: {e}");
@@ -138,9 +135,7 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
             if sub.is_empty() || sub.len() > 64 {
                 return Err(Failure::Usage("--sub must be 1 to 64 characters".into()));
             }
-            let token = keys
-                .mint(&sub, &role, ttl)
-                .map_err(|e| Failure::Runtime(e.to_string()))?;
+            let token = keys.mint(&sub, &role, ttl).map_err(|e| Failure::Runtime(e.to_string()))?;
             println!("{token}");
             Ok(())
         }
@@ -198,11 +193,8 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
             let services = startup::build_services(&settings).await?;
             match command {
                 OutboxCommand::Stats => {
-                    let stats = services
-                        .outbox_store
-                        .stats()
-                        .await
-                        .map_err(|e| Failure::Runtime(e.to_string()))?;
+                    let stats =
+                        services.outbox_store.stats().await.map_err(|e| Failure::Runtime(e.to_string()))?;
                     let json = serde_json::json!({
                         "byStatus": stats.by_status.iter().map(|(s, n)| (s.as_str().to_owned(), serde_json::json!(n))).collect::<serde_json::Map<_, _>>(),
                         "oldestReadyCreatedAt": stats.oldest_ready_created_at,

@@ -18,9 +18,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use amqprs::channel::{
-    BasicConsumeArguments, BasicPublishArguments, Channel, ConfirmSelectArguments,
-    ExchangeDeclareArguments, ExchangeDeleteArguments, QueueBindArguments, QueueDeclareArguments,
-    QueueDeleteArguments, QueuePurgeArguments,
+    BasicConsumeArguments, BasicPublishArguments, Channel, ConfirmSelectArguments, ExchangeDeclareArguments,
+    ExchangeDeleteArguments, QueueBindArguments, QueueDeclareArguments, QueueDeleteArguments,
+    QueuePurgeArguments,
 };
 use amqprs::{Ack, BasicProperties, Cancel, CloseChannel, Nack, Return};
 use chrono::Utc;
@@ -37,10 +37,7 @@ use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
-#[command(
-    name = "bench",
-    about = "Benchmarks against the real PostgreSQL and RabbitMQ"
-)]
+#[command(name = "bench", about = "Benchmarks against the real PostgreSQL and RabbitMQ")]
 struct Cli {
     #[command(subcommand)]
     scenario: Scenario,
@@ -57,6 +54,9 @@ enum Scenario {
         workers: String,
         #[arg(long, default_value_t = 256)]
         window: usize,
+        /// Rows claimed per relay round (`outbox.batch_size`).
+        #[arg(long, default_value_t = 256)]
+        batch: usize,
     },
     /// Commit-to-confirm and commit-to-consume latency at a steady commit rate.
     Latency {
@@ -76,8 +76,7 @@ fn admin_url() -> String {
 }
 
 fn amqp_url() -> String {
-    std::env::var("BENCH_AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
+    std::env::var("BENCH_AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
 }
 
 /// A database and broker objects that exist for one run.
@@ -96,15 +95,10 @@ impl Fixture {
     async fn create() -> Result<Fixture, BoxError> {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let admin = Database::connect(admin_url()).await?;
-        admin
-            .execute_unprepared(&format!("CREATE DATABASE bench_{id}"))
-            .await?;
+        admin.execute_unprepared(&format!("CREATE DATABASE bench_{id}")).await?;
         admin.close().await?;
         let base = admin_url();
-        let server = base
-            .rsplit_once('/')
-            .map_or(base.as_str(), |(s, _)| s)
-            .to_owned();
+        let server = base.rsplit_once('/').map_or(base.as_str(), |(s, _)| s).to_owned();
         let db_url = format!("{server}/bench_{id}");
         let db = persistence::connect(&db_url, 16).await?;
         persistence::migrate(&db).await?;
@@ -114,28 +108,11 @@ impl Fixture {
         let exchange = format!("bench.{id}");
         let queue = format!("bench.{id}");
         channel
-            .exchange_declare(
-                ExchangeDeclareArguments::new(&exchange, "topic")
-                    .durable(true)
-                    .finish(),
-            )
+            .exchange_declare(ExchangeDeclareArguments::new(&exchange, "topic").durable(true).finish())
             .await?;
-        channel
-            .queue_declare(QueueDeclareArguments::new(&queue).durable(true).finish())
-            .await?;
-        channel
-            .queue_bind(QueueBindArguments::new(&queue, &exchange, "#"))
-            .await?;
-        Ok(Fixture {
-            id,
-            db_url,
-            db,
-            exchange,
-            queue,
-            endpoint,
-            channel,
-            _connection: connection,
-        })
+        channel.queue_declare(QueueDeclareArguments::new(&queue).durable(true).finish()).await?;
+        channel.queue_bind(QueueBindArguments::new(&queue, &exchange, "#")).await?;
+        Ok(Fixture { id, db_url, db, exchange, queue, endpoint, channel, _connection: connection })
     }
 
     fn settings(&self, extra: &[(&str, &str)]) -> Result<Settings, BoxError> {
@@ -148,7 +125,8 @@ impl Fixture {
             ("APP__HTTP__BIND".into(), "127.0.0.1:0".into()),
             (
                 "APP__AUTH__KEYS".into(),
-                r#"[{"kid":"bench","algorithm":"HS256","secret":"bench-secret-bench-secret-bench-secret"}]"#.into(),
+                r#"[{"kid":"bench","algorithm":"HS256","secret":"bench-secret-bench-secret-bench-secret"}]"#
+                    .into(),
             ),
         ];
         env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
@@ -169,28 +147,17 @@ impl Fixture {
 
     async fn reset(&self) -> Result<(), BoxError> {
         self.db.execute_unprepared("TRUNCATE outbox_events").await?;
-        self.channel
-            .queue_purge(QueuePurgeArguments::new(&self.queue))
-            .await?;
+        self.channel.queue_purge(QueuePurgeArguments::new(&self.queue)).await?;
         Ok(())
     }
 
     async fn drop_all(self) {
-        let _ = self
-            .channel
-            .queue_delete(QueueDeleteArguments::new(&self.queue))
-            .await;
-        let _ = self
-            .channel
-            .exchange_delete(ExchangeDeleteArguments::new(&self.exchange))
-            .await;
+        let _ = self.channel.queue_delete(QueueDeleteArguments::new(&self.queue)).await;
+        let _ = self.channel.exchange_delete(ExchangeDeleteArguments::new(&self.exchange)).await;
         let _ = self.db.close().await;
         if let Ok(admin) = Database::connect(admin_url()).await {
             let _ = admin
-                .execute_unprepared(&format!(
-                    "DROP DATABASE IF EXISTS bench_{} WITH (FORCE)",
-                    self.id
-                ))
+                .execute_unprepared(&format!("DROP DATABASE IF EXISTS bench_{} WITH (FORCE)", self.id))
                 .await;
         }
     }
@@ -234,14 +201,8 @@ async fn seed(db: &DatabaseConnection, n: usize) -> Result<(), BoxError> {
     let mut left = n;
     while left > 0 {
         let chunk = left.min(1000);
-        let outbox = (0..chunk)
-            .map(|_| new_event(&uuid::Uuid::now_v7().to_string()))
-            .collect();
-        uow.commit(Changes {
-            outbox,
-            ..Default::default()
-        })
-        .await?;
+        let outbox = (0..chunk).map(|_| new_event(&uuid::Uuid::now_v7().to_string())).collect();
+        uow.commit(Changes { outbox, ..Default::default() }).await?;
         left -= chunk;
     }
     Ok(())
@@ -266,21 +227,13 @@ impl amqprs::callbacks::ChannelCallback for WindowCallback {
         Ok(true)
     }
     async fn publish_ack(&mut self, _: &Channel, ack: Ack) {
-        let n = if ack.mutiple() {
-            ack.delivery_tag() - self.last_tag
-        } else {
-            1
-        };
+        let n = if ack.mutiple() { ack.delivery_tag() - self.last_tag } else { 1 };
         self.last_tag = self.last_tag.max(ack.delivery_tag());
         self.settled.fetch_add(n, Ordering::SeqCst);
         self.window.add_permits(n as usize);
     }
     async fn publish_nack(&mut self, _: &Channel, nack: Nack) {
-        let n = if nack.multiple() {
-            nack.delivery_tag() - self.last_tag
-        } else {
-            1
-        };
+        let n = if nack.multiple() { nack.delivery_tag() - self.last_tag } else { 1 };
         self.last_tag = self.last_tag.max(nack.delivery_tag());
         self.settled.fetch_add(n, Ordering::SeqCst);
         self.window.add_permits(n as usize);
@@ -295,15 +248,9 @@ async fn bare_publisher(fixture: &Fixture, n: usize, window: usize) -> Result<f6
     let permits = Arc::new(Semaphore::new(window));
     let settled = Arc::new(AtomicU64::new(0));
     channel
-        .register_callback(WindowCallback {
-            window: permits.clone(),
-            settled: settled.clone(),
-            last_tag: 0,
-        })
+        .register_callback(WindowCallback { window: permits.clone(), settled: settled.clone(), last_tag: 0 })
         .await?;
-    channel
-        .confirm_select(ConfirmSelectArguments::default())
-        .await?;
+    channel.confirm_select(ConfirmSelectArguments::default()).await?;
     let bodies: Vec<(String, String)> = (0..n)
         .map(|_| {
             let e = new_event(&uuid::Uuid::now_v7().to_string());
@@ -314,16 +261,9 @@ async fn bare_publisher(fixture: &Fixture, n: usize, window: usize) -> Result<f6
     for (id, body) in bodies {
         permits.acquire().await?.forget();
         let mut props = BasicProperties::default();
-        props
-            .with_message_id(&id)
-            .with_message_type("order.completed")
-            .with_persistence(true);
-        let args = BasicPublishArguments::new(&fixture.exchange, "order.completed")
-            .mandatory(true)
-            .finish();
-        channel
-            .basic_publish(props.finish(), body.into_bytes(), args)
-            .await?;
+        props.with_message_id(&id).with_message_type("order.completed").with_persistence(true);
+        let args = BasicPublishArguments::new(&fixture.exchange, "order.completed").mandatory(true).finish();
+        channel.basic_publish(props.finish(), body.into_bytes(), args).await?;
     }
     while settled.load(Ordering::SeqCst) < n as u64 {
         tokio::time::sleep(Duration::from_millis(1)).await;
@@ -338,24 +278,19 @@ async fn relay_drain(
     n: usize,
     workers: usize,
     window: usize,
+    batch: usize,
 ) -> Result<f64, BoxError> {
-    let window = window.to_string();
-    let settings = fixture.settings(&[
-        ("APP__OUTBOX__PUBLISH_WINDOW", &window),
-        ("APP__OUTBOX__BATCH_SIZE", &window),
-    ])?;
-    let services = startup::build_services(&settings)
-        .await
-        .map_err(|e| e.to_string())?;
+    let (window, batch) = (window.to_string(), batch.to_string());
+    let settings =
+        fixture.settings(&[("APP__OUTBOX__PUBLISH_WINDOW", &window), ("APP__OUTBOX__BATCH_SIZE", &batch)])?;
+    let services = startup::build_services(&settings).await.map_err(|e| e.to_string())?;
     let stop = CancellationToken::new();
     let started = Instant::now();
     let mut handles = Vec::new();
     for _ in 0..workers {
         let relay = services.relay();
         let token = stop.clone();
-        handles.push(tokio::spawn(
-            async move { relay.run_until_stopped(token).await },
-        ));
+        handles.push(tokio::spawn(async move { relay.run_until_stopped(token).await }));
     }
     while fixture.published().await? < n as i64 {
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -384,34 +319,24 @@ fn write_json(name: &str, value: &serde_json::Value) -> Result<(), BoxError> {
     Ok(())
 }
 
-async fn relay_scenario(events: usize, workers: &str, window: usize) -> Result<(), BoxError> {
+async fn relay_scenario(events: usize, workers: &str, window: usize, batch: usize) -> Result<(), BoxError> {
     let fixture = Fixture::create().await?;
-    println!(
-        "relay: {events} events of ~{} B, window {window}",
-        envelope(EventId::new(), "x").len()
-    );
+    println!("relay: {events} events of ~{} B, window {window}", envelope(EventId::new(), "x").len());
     let baseline = bare_publisher(&fixture, events, window).await?;
     fixture.reset().await?;
     println!("| publisher | events/s | ratio to baseline |\n|---|---:|---:|");
     println!("| bare amqprs, sliding window {window} | {baseline:.0} | 1.00 |");
     let mut results = vec![json!({ "publisher": "bare", "eventsPerSecond": baseline })];
-    for w in workers
-        .split(',')
-        .filter_map(|w| w.trim().parse::<usize>().ok())
-    {
+    for w in workers.split(',').filter_map(|w| w.trim().parse::<usize>().ok()) {
         seed(&fixture.db, events).await?;
-        let rate = relay_drain(&fixture, events, w, window).await?;
-        println!(
-            "| relay, {w} worker(s) | {rate:.0} | {:.2} |",
-            rate / baseline
+        let rate = relay_drain(&fixture, events, w, window, batch).await?;
+        println!("| relay, {w} worker(s) | {rate:.0} | {:.2} |", rate / baseline);
+        results.push(
+            json!({ "publisher": format!("relay x{w}"), "eventsPerSecond": rate, "ratio": rate / baseline }),
         );
-        results.push(json!({ "publisher": format!("relay x{w}"), "eventsPerSecond": rate, "ratio": rate / baseline }));
         fixture.reset().await?;
     }
-    write_json(
-        "relay",
-        &json!({ "events": events, "window": window, "results": results }),
-    )?;
+    write_json("relay", &json!({ "events": events, "window": window, "results": results }))?;
     fixture.drop_all().await;
     Ok(())
 }
@@ -419,9 +344,7 @@ async fn relay_scenario(events: usize, workers: &str, window: usize) -> Result<(
 async fn latency_scenario(rate: u32, seconds: u64) -> Result<(), BoxError> {
     let fixture = Fixture::create().await?;
     let settings = fixture.settings(&[("APP__OUTBOX__POLL_INTERVAL", "1s")])?;
-    let services = startup::build_services(&settings)
-        .await
-        .map_err(|e| e.to_string())?;
+    let services = startup::build_services(&settings).await.map_err(|e| e.to_string())?;
     let workers = startup::Workers::spawn(&services);
 
     // Consumer: arrival instant per message id.
@@ -429,19 +352,13 @@ async fn latency_scenario(rate: u32, seconds: u64) -> Result<(), BoxError> {
     let consumer_conn = connect(&fixture.endpoint, "bench-consumer").await?;
     let consumer_channel = consumer_conn.open_channel(None).await?;
     let (_, mut rx) = consumer_channel
-        .basic_consume_rx(
-            BasicConsumeArguments::new(&fixture.queue, "bench")
-                .manual_ack(false)
-                .finish(),
-        )
+        .basic_consume_rx(BasicConsumeArguments::new(&fixture.queue, "bench").manual_ack(false).finish())
         .await?;
     let sink = arrivals.clone();
     tokio::spawn(async move {
         while let Some(msg) = rx.recv().await {
             if let Some(id) = msg.basic_properties.and_then(|p| p.message_id().cloned()) {
-                sink.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(id, Instant::now());
+                sink.lock().unwrap_or_else(|e| e.into_inner()).insert(id, Instant::now());
             }
         }
     });
@@ -462,18 +379,8 @@ async fn latency_scenario(rate: u32, seconds: u64) -> Result<(), BoxError> {
                 tick.tick().await;
                 let event = new_event(&uuid::Uuid::now_v7().to_string());
                 let id = event.event_id.to_string();
-                if uow
-                    .commit(Changes {
-                        outbox: vec![event],
-                        ..Default::default()
-                    })
-                    .await
-                    .is_ok()
-                {
-                    commits
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(id, Instant::now());
+                if uow.commit(Changes { outbox: vec![event], ..Default::default() }).await.is_ok() {
+                    commits.lock().unwrap_or_else(|e| e.into_inner()).insert(id, Instant::now());
                 }
             }
         }));
@@ -495,9 +402,7 @@ async fn latency_scenario(rate: u32, seconds: u64) -> Result<(), BoxError> {
     let mut consume: Vec<f64> = commits
         .iter()
         .filter_map(|(id, at)| {
-            arrivals
-                .get(id)
-                .map(|a| a.saturating_duration_since(*at).as_secs_f64() * 1000.0)
+            arrivals.get(id).map(|a| a.saturating_duration_since(*at).as_secs_f64() * 1000.0)
         })
         .collect();
     consume.sort_by(f64::total_cmp);
@@ -508,10 +413,7 @@ async fn latency_scenario(rate: u32, seconds: u64) -> Result<(), BoxError> {
             "SELECT (EXTRACT(EPOCH FROM (published_at - created_at)) * 1000)::float8 AS ms FROM outbox_events WHERE status = 'PUBLISHED'",
         ))
         .await?;
-    let mut confirm: Vec<f64> = rows
-        .iter()
-        .filter_map(|r| r.try_get::<f64>("", "ms").ok())
-        .collect();
+    let mut confirm: Vec<f64> = rows.iter().filter_map(|r| r.try_get::<f64>("", "ms").ok()).collect();
     confirm.sort_by(f64::total_cmp);
     let achieved = committed as f64 / seconds as f64;
     println!(
@@ -547,11 +449,9 @@ async fn latency_scenario(rate: u32, seconds: u64) -> Result<(), BoxError> {
 async fn main() -> Result<(), BoxError> {
     let cli = Cli::parse();
     match cli.scenario {
-        Scenario::Relay {
-            events,
-            workers,
-            window,
-        } => relay_scenario(events, &workers, window).await,
+        Scenario::Relay { events, workers, window, batch } => {
+            relay_scenario(events, &workers, window, batch).await
+        }
         Scenario::Latency { rate, seconds } => latency_scenario(rate, seconds).await,
     }
 }

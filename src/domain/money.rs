@@ -21,18 +21,17 @@ pub enum MoneyError {
 
 /// The active ISO-4217 codes this service accepts (upper case, three letters).
 const ISO_4217: &[&str] = &[
-    "AED", "AFN", "ALL", "AMD", "ANG", "AOA", "ARS", "AUD", "AWG", "AZN", "BAM", "BBD", "BDT",
-    "BGN", "BHD", "BIF", "BMD", "BND", "BOB", "BRL", "BSD", "BTN", "BWP", "BYN", "BZD", "CAD",
-    "CDF", "CHF", "CLP", "CNY", "COP", "CRC", "CUP", "CVE", "CZK", "DJF", "DKK", "DOP", "DZD",
-    "EGP", "ERN", "ETB", "EUR", "FJD", "FKP", "GBP", "GEL", "GHS", "GIP", "GMD", "GNF", "GTQ",
-    "GYD", "HKD", "HNL", "HTG", "HUF", "IDR", "ILS", "INR", "IQD", "IRR", "ISK", "JMD", "JOD",
-    "JPY", "KES", "KGS", "KHR", "KMF", "KPW", "KRW", "KWD", "KYD", "KZT", "LAK", "LBP", "LKR",
-    "LRD", "LSL", "LYD", "MAD", "MDL", "MGA", "MKD", "MMK", "MNT", "MOP", "MRU", "MUR", "MVR",
-    "MWK", "MXN", "MYR", "MZN", "NAD", "NGN", "NIO", "NOK", "NPR", "NZD", "OMR", "PAB", "PEN",
-    "PGK", "PHP", "PKR", "PLN", "PYG", "QAR", "RON", "RSD", "RUB", "RWF", "SAR", "SBD", "SCR",
-    "SDG", "SEK", "SGD", "SHP", "SLE", "SOS", "SRD", "SSP", "STN", "SVC", "SYP", "SZL", "THB",
-    "TJS", "TMT", "TND", "TOP", "TRY", "TTD", "TWD", "TZS", "UAH", "UGX", "USD", "UYU", "UZS",
-    "VES", "VND", "VUV", "WST", "XAF", "XCD", "XOF", "XPF", "YER", "ZAR", "ZMW", "ZWL",
+    "AED", "AFN", "ALL", "AMD", "ANG", "AOA", "ARS", "AUD", "AWG", "AZN", "BAM", "BBD", "BDT", "BGN", "BHD",
+    "BIF", "BMD", "BND", "BOB", "BRL", "BSD", "BTN", "BWP", "BYN", "BZD", "CAD", "CDF", "CHF", "CLP", "CNY",
+    "COP", "CRC", "CUP", "CVE", "CZK", "DJF", "DKK", "DOP", "DZD", "EGP", "ERN", "ETB", "EUR", "FJD", "FKP",
+    "GBP", "GEL", "GHS", "GIP", "GMD", "GNF", "GTQ", "GYD", "HKD", "HNL", "HTG", "HUF", "IDR", "ILS", "INR",
+    "IQD", "IRR", "ISK", "JMD", "JOD", "JPY", "KES", "KGS", "KHR", "KMF", "KPW", "KRW", "KWD", "KYD", "KZT",
+    "LAK", "LBP", "LKR", "LRD", "LSL", "LYD", "MAD", "MDL", "MGA", "MKD", "MMK", "MNT", "MOP", "MRU", "MUR",
+    "MVR", "MWK", "MXN", "MYR", "MZN", "NAD", "NGN", "NIO", "NOK", "NPR", "NZD", "OMR", "PAB", "PEN", "PGK",
+    "PHP", "PKR", "PLN", "PYG", "QAR", "RON", "RSD", "RUB", "RWF", "SAR", "SBD", "SCR", "SDG", "SEK", "SGD",
+    "SHP", "SLE", "SOS", "SRD", "SSP", "STN", "SVC", "SYP", "SZL", "THB", "TJS", "TMT", "TND", "TOP", "TRY",
+    "TTD", "TWD", "TZS", "UAH", "UGX", "USD", "UYU", "UZS", "VES", "VND", "VUV", "WST", "XAF", "XCD", "XOF",
+    "XPF", "YER", "ZAR", "ZMW", "ZWL",
 ];
 
 /// An ISO-4217 currency code, known to be valid.
@@ -95,19 +94,10 @@ impl Money {
 
     pub fn checked_add(self, other: Money) -> Result<Money, MoneyError> {
         if self.currency != other.currency {
-            return Err(MoneyError::CurrencyMismatch {
-                left: self.currency,
-                right: other.currency,
-            });
+            return Err(MoneyError::CurrencyMismatch { left: self.currency, right: other.currency });
         }
-        let minor = self
-            .minor
-            .checked_add(other.minor)
-            .ok_or(MoneyError::Overflow)?;
-        Ok(Money {
-            minor,
-            currency: self.currency,
-        })
+        let minor = self.minor.checked_add(other.minor).ok_or(MoneyError::Overflow)?;
+        Ok(Money { minor, currency: self.currency })
     }
 
     pub fn checked_mul(self, factor: i64) -> Result<Money, MoneyError> {
@@ -115,10 +105,7 @@ impl Money {
             return Err(MoneyError::Negative);
         }
         let minor = self.minor.checked_mul(factor).ok_or(MoneyError::Overflow)?;
-        Ok(Money {
-            minor,
-            currency: self.currency,
-        })
+        Ok(Money { minor, currency: self.currency })
     }
 }
 
@@ -145,10 +132,7 @@ mod tests {
     fn known_codes_parse_and_unknown_or_lower_case_are_refused() {
         assert_eq!("USD".parse::<Currency>().unwrap().as_str(), "USD");
         for bad in ["usd", "XXX", "US", "USDD", "", "€"] {
-            assert!(
-                matches!(bad.parse::<Currency>(), Err(MoneyError::UnknownCurrency(_))),
-                "{bad}"
-            );
+            assert!(matches!(bad.parse::<Currency>(), Err(MoneyError::UnknownCurrency(_))), "{bad}");
         }
     }
 
@@ -160,19 +144,9 @@ mod tests {
     #[test]
     fn arithmetic_is_checked() {
         let max = Money::new(i64::MAX, krw()).unwrap();
-        assert_eq!(
-            max.checked_add(Money::new(1, krw()).unwrap()),
-            Err(MoneyError::Overflow)
-        );
+        assert_eq!(max.checked_add(Money::new(1, krw()).unwrap()), Err(MoneyError::Overflow));
         assert_eq!(max.checked_mul(2), Err(MoneyError::Overflow));
-        assert_eq!(
-            Money::new(3, krw())
-                .unwrap()
-                .checked_mul(4)
-                .unwrap()
-                .minor(),
-            12
-        );
+        assert_eq!(Money::new(3, krw()).unwrap().checked_mul(4).unwrap().minor(), 12);
     }
 
     #[test]

@@ -14,19 +14,10 @@ use crate::on_both_databases;
 async fn dead_letters(app: &TestApp, n: usize) -> Vec<i64> {
     let token = app.token("alice");
     for _ in 0..n {
-        json(
-            app.place_order(&token, &order_body(), None).await,
-            StatusCode::CREATED,
-        )
-        .await;
+        json(app.place_order(&token, &order_body(), None).await, StatusCode::CREATED).await;
     }
     let now = Utc::now();
-    let claimed = app
-        .services
-        .outbox_store
-        .claim("test", 100, now, now)
-        .await
-        .unwrap();
+    let claimed = app.services.outbox_store.claim("test", 100, now, now).await.unwrap();
     assert_eq!(claimed.len(), n, "one head event per order");
     let failures: Vec<DeliveryFailure> = claimed
         .iter()
@@ -37,11 +28,7 @@ async fn dead_letters(app: &TestApp, n: usize) -> Vec<i64> {
             reason: "312 NO_ROUTE".into(),
         })
         .collect();
-    app.services
-        .outbox_store
-        .mark_failed(&failures, "test", now)
-        .await
-        .unwrap();
+    app.services.outbox_store.mark_failed(&failures, "test", now).await.unwrap();
     claimed.iter().map(|e| e.id).collect()
 }
 
@@ -70,16 +57,8 @@ async fn admin_routes_are_closed_to_customers(backend: Backend) {
             }
             r.send()
         };
-        assert_eq!(
-            request(None).await.unwrap().status(),
-            StatusCode::UNAUTHORIZED,
-            "{method} {path}"
-        );
-        let forbidden = json(
-            request(Some(&customer)).await.unwrap(),
-            StatusCode::FORBIDDEN,
-        )
-        .await;
+        assert_eq!(request(None).await.unwrap().status(), StatusCode::UNAUTHORIZED, "{method} {path}");
+        let forbidden = json(request(Some(&customer)).await.unwrap(), StatusCode::FORBIDDEN).await;
         assert_eq!(forbidden["code"], "FORBIDDEN", "{method} {path}");
     }
 }
@@ -92,23 +71,17 @@ async fn operators_inspect_and_repair_dead_letters(backend: Backend) {
     let admin = app.admin_token("ops");
 
     let page = json(
-        app.get("/api/admin/outbox?status=DEAD_LETTER&limit=3", &admin)
-            .send()
-            .await
-            .unwrap(),
+        app.get("/api/admin/outbox?status=DEAD_LETTER&limit=3", &admin).send().await.unwrap(),
         StatusCode::OK,
     )
     .await;
     assert_eq!(page["items"].as_array().unwrap().len(), 3);
     let cursor = page["nextCursor"].as_str().expect("a next page");
     let rest = json(
-        app.get(
-            &format!("/api/admin/outbox?status=DEAD_LETTER&limit=3&cursor={cursor}"),
-            &admin,
-        )
-        .send()
-        .await
-        .unwrap(),
+        app.get(&format!("/api/admin/outbox?status=DEAD_LETTER&limit=3&cursor={cursor}"), &admin)
+            .send()
+            .await
+            .unwrap(),
         StatusCode::OK,
     )
     .await;
@@ -116,19 +89,9 @@ async fn operators_inspect_and_repair_dead_letters(backend: Backend) {
     assert_eq!(rest["nextCursor"], Value::Null);
     assert_eq!(page["items"][0]["failureCode"], "UNROUTABLE");
 
-    let stats = json(
-        app.get("/api/admin/outbox/stats", &admin)
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
-    )
-    .await;
+    let stats = json(app.get("/api/admin/outbox/stats", &admin).send().await.unwrap(), StatusCode::OK).await;
     assert_eq!(stats["byStatus"]["DEAD_LETTER"], 4);
-    assert_eq!(
-        stats["byStatus"]["READY"], 4,
-        "each order's second event waits"
-    );
+    assert_eq!(stats["byStatus"]["READY"], 4, "each order's second event waits");
     assert_eq!(stats["deadLettersByType"]["payment.approved"], 4);
     assert_eq!(stats["blockedAggregates"], 4);
     assert!(stats["oldestReadyAgeSeconds"].as_f64().unwrap() >= 0.0);
@@ -141,19 +104,12 @@ async fn operators_inspect_and_repair_dead_letters(backend: Backend) {
     };
     let ready_id = app.services.outbox_store.list(&filter).await.unwrap()[0].id;
     let conflict = json(
-        app.post(&format!("/api/admin/outbox/{ready_id}/republish"), &admin)
-            .send()
-            .await
-            .unwrap(),
+        app.post(&format!("/api/admin/outbox/{ready_id}/republish"), &admin).send().await.unwrap(),
         StatusCode::CONFLICT,
     )
     .await;
     assert_eq!(conflict["code"], "OUTBOX_NOT_DEAD_LETTER");
-    let missing = app
-        .post("/api/admin/outbox/999999/republish", &admin)
-        .send()
-        .await
-        .unwrap();
+    let missing = app.post("/api/admin/outbox/999999/republish", &admin).send().await.unwrap();
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
 
     let republished = json(
@@ -168,10 +124,7 @@ async fn operators_inspect_and_repair_dead_letters(backend: Backend) {
     assert_eq!(republished["status"], "READY");
     assert_eq!(republished["retryCount"], 0);
     let discarded = json(
-        app.post(&format!("/api/admin/outbox/{}/discard", ids[1]), &admin)
-            .send()
-            .await
-            .unwrap(),
+        app.post(&format!("/api/admin/outbox/{}/discard", ids[1]), &admin).send().await.unwrap(),
         StatusCode::OK,
     )
     .await;
@@ -183,74 +136,34 @@ async fn operators_inspect_and_repair_dead_letters(backend: Backend) {
     )
     .await;
     assert_eq!(audited, 1, "the actor and reason are audited");
-    assert_eq!(
-        count_where(
-            &app.db,
-            "audit_log",
-            "action = 'OUTBOX_DISCARD' AND actor = 'ops'"
-        )
-        .await,
-        1
-    );
+    assert_eq!(count_where(&app.db, "audit_log", "action = 'OUTBOX_DISCARD' AND actor = 'ops'").await, 1);
 
     // Redrive the remaining two: dry run first.
-    let body = json!({ "eventType": "payment.approved", "failureCode": "UNROUTABLE", "limit": 10, "dryRun": true });
-    let dry = json(
-        app.post("/api/admin/outbox/redrive", &admin)
-            .json(&body)
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
-    )
-    .await;
-    assert_eq!(
-        (dry["matched"].clone(), dry["redriven"].clone()),
-        (json!(2), json!(0))
-    );
+    let body =
+        json!({ "eventType": "payment.approved", "failureCode": "UNROUTABLE", "limit": 10, "dryRun": true });
+    let dry =
+        json(app.post("/api/admin/outbox/redrive", &admin).json(&body).send().await.unwrap(), StatusCode::OK)
+            .await;
+    assert_eq!((dry["matched"].clone(), dry["redriven"].clone()), (json!(2), json!(0)));
     assert_eq!(dry["ids"], json!([ids[2], ids[3]]));
     let body = json!({ "olderThan": "0ms", "limit": 10, "reason": "broker binding restored" });
-    let real = json(
-        app.post("/api/admin/outbox/redrive", &admin)
-            .json(&body)
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
-    )
-    .await;
-    assert_eq!(
-        (real["matched"].clone(), real["redriven"].clone()),
-        (json!(2), json!(2))
-    );
+    let real =
+        json(app.post("/api/admin/outbox/redrive", &admin).json(&body).send().await.unwrap(), StatusCode::OK)
+            .await;
+    assert_eq!((real["matched"].clone(), real["redriven"].clone()), (json!(2), json!(2)));
     let again = json(
-        app.post("/api/admin/outbox/redrive", &admin)
-            .json(&json!({ "limit": 10 }))
-            .send()
-            .await
-            .unwrap(),
+        app.post("/api/admin/outbox/redrive", &admin).json(&json!({ "limit": 10 })).send().await.unwrap(),
         StatusCode::OK,
     )
     .await;
     assert_eq!(again["matched"], 0);
     let bad = json(
-        app.post("/api/admin/outbox/redrive", &admin)
-            .json(&json!({ "limit": 0 }))
-            .send()
-            .await
-            .unwrap(),
+        app.post("/api/admin/outbox/redrive", &admin).json(&json!({ "limit": 0 })).send().await.unwrap(),
         StatusCode::UNPROCESSABLE_ENTITY,
     )
     .await;
     assert_eq!(bad["field"], "limit");
-    let stats = json(
-        app.get("/api/admin/outbox/stats", &admin)
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
-    )
-    .await;
+    let stats = json(app.get("/api/admin/outbox/stats", &admin).send().await.unwrap(), StatusCode::OK).await;
     assert_eq!(stats["byStatus"]["DEAD_LETTER"], 0);
     assert_eq!(stats["blockedAggregates"], 0);
 }
@@ -260,33 +173,19 @@ async fn an_orders_flow_tells_its_whole_story(backend: Backend) {
         return;
     };
     let alice = app.token("alice");
-    let detail = json(
-        app.place_order(&alice, &order_body(), Some("settlement=fail"))
-            .await,
-        StatusCode::CREATED,
-    )
-    .await;
+    let detail =
+        json(app.place_order(&alice, &order_body(), Some("settlement=fail")).await, StatusCode::CREATED)
+            .await;
     let id = detail["id"].as_str().unwrap();
-    let flow = json(
-        app.get(&format!("/api/orders/{id}/flow"), &alice)
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
-    )
-    .await;
+    let flow =
+        json(app.get(&format!("/api/orders/{id}/flow"), &alice).send().await.unwrap(), StatusCode::OK).await;
     assert_eq!(flow["orderId"], id);
     assert_eq!(flow["steps"].as_array().unwrap().len(), 3);
     let events: Vec<(&str, &str)> = flow["events"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|e| {
-            (
-                e["eventType"].as_str().unwrap(),
-                e["status"].as_str().unwrap(),
-            )
-        })
+        .map(|e| (e["eventType"].as_str().unwrap(), e["status"].as_str().unwrap()))
         .collect();
     assert_eq!(
         events,
@@ -298,27 +197,14 @@ async fn an_orders_flow_tells_its_whole_story(backend: Backend) {
             ("order.cancelled", "READY"),
         ]
     );
-    let actions: Vec<&str> = flow["audit"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["action"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        actions,
-        vec!["ORDER_PLACED", "SETTLEMENT_FAILED", "COMPENSATED"]
-    );
+    let actions: Vec<&str> =
+        flow["audit"].as_array().unwrap().iter().map(|a| a["action"].as_str().unwrap()).collect();
+    assert_eq!(actions, vec!["ORDER_PLACED", "SETTLEMENT_FAILED", "COMPENSATED"]);
 
     let relay = app.services.relay();
     while relay.run_once().await.unwrap().claimed > 0 {}
-    let flow = json(
-        app.get(&format!("/api/orders/{id}/flow"), &alice)
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
-    )
-    .await;
+    let flow =
+        json(app.get(&format!("/api/orders/{id}/flow"), &alice).send().await.unwrap(), StatusCode::OK).await;
     assert!(
         flow["events"]
             .as_array()
@@ -326,11 +212,7 @@ async fn an_orders_flow_tells_its_whole_story(backend: Backend) {
             .iter()
             .all(|e| e["status"] == "PUBLISHED" && e["publishedAt"].is_string())
     );
-    let hidden = app
-        .get(&format!("/api/orders/{id}/flow"), &app.token("bob"))
-        .send()
-        .await
-        .unwrap();
+    let hidden = app.get(&format!("/api/orders/{id}/flow"), &app.token("bob")).send().await.unwrap();
     assert_eq!(hidden.status(), StatusCode::NOT_FOUND);
 }
 
@@ -339,28 +221,11 @@ async fn metrics_expose_orders_and_the_outbox(backend: Backend) {
         return;
     };
     let alice = app.token("alice");
-    json(
-        app.place_order(&alice, &order_body(), None).await,
-        StatusCode::CREATED,
-    )
-    .await;
-    json(
-        app.place_order(&alice, &order_body(), Some("payment=decline"))
-            .await,
-        StatusCode::CREATED,
-    )
-    .await;
+    json(app.place_order(&alice, &order_body(), None).await, StatusCode::CREATED).await;
+    json(app.place_order(&alice, &order_body(), Some("payment=decline")).await, StatusCode::CREATED).await;
     let relay = app.services.relay();
     while relay.run_once().await.unwrap().claimed > 0 {}
-    let text = app
-        .client
-        .get(format!("{}/metrics", app.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
     for expected in [
         "orders{status=\"COMPLETED\"} 1",
         "orders{status=\"FAILED\"} 1",

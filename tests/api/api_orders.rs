@@ -9,9 +9,7 @@ use crate::helpers::{Backend, TestApp, json, order_body, steps};
 use crate::on_both_databases;
 
 fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
-    list.iter()
-        .map(|(a, b)| (a.to_string(), b.to_string()))
-        .collect()
+    list.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
 }
 
 /// Event types in the order's outbox, oldest first.
@@ -31,11 +29,7 @@ async fn happy_path_completes_the_order(backend: Backend) {
         return;
     };
     let token = app.token("alice");
-    let detail = json(
-        app.place_order(&token, &order_body(), None).await,
-        StatusCode::CREATED,
-    )
-    .await;
+    let detail = json(app.place_order(&token, &order_body(), None).await, StatusCode::CREATED).await;
     assert_eq!(detail["status"], "COMPLETED");
     assert_eq!(detail["customerId"], "alice");
     assert_eq!(detail["source"], "API");
@@ -47,27 +41,14 @@ async fn happy_path_completes_the_order(backend: Backend) {
     assert_eq!(detail["notification"]["status"], "SENT");
     assert_eq!(
         steps(&detail),
-        pairs(&[
-            ("PAYMENT", "SUCCESS"),
-            ("SETTLEMENT", "SUCCESS"),
-            ("NOTIFICATION", "SUCCESS")
-        ])
+        pairs(&[("PAYMENT", "SUCCESS"), ("SETTLEMENT", "SUCCESS"), ("NOTIFICATION", "SUCCESS")])
     );
     let id = detail["id"].as_str().unwrap();
-    assert_eq!(
-        outbox_event_types(&app, id).await,
-        vec!["payment.approved", "order.completed"]
-    );
+    assert_eq!(outbox_event_types(&app, id).await, vec!["payment.approved", "order.completed"]);
 
     // GET answers the same shape and content.
-    let fetched = json(
-        app.get(&format!("/api/orders/{id}"), &token)
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
-    )
-    .await;
+    let fetched =
+        json(app.get(&format!("/api/orders/{id}"), &token).send().await.unwrap(), StatusCode::OK).await;
     assert_eq!(fetched, detail);
 }
 
@@ -76,12 +57,9 @@ async fn payment_decline_fails_the_order(backend: Backend) {
         return;
     };
     let token = app.token("alice");
-    let detail = json(
-        app.place_order(&token, &order_body(), Some("payment=decline"))
-            .await,
-        StatusCode::CREATED,
-    )
-    .await;
+    let detail =
+        json(app.place_order(&token, &order_body(), Some("payment=decline")).await, StatusCode::CREATED)
+            .await;
     assert_eq!(detail["status"], "FAILED");
     assert_eq!(detail["failureStage"], "PAYMENT");
     assert_eq!(detail["failureReason"], "PAYMENT_DECLINED");
@@ -89,16 +67,9 @@ async fn payment_decline_fails_the_order(backend: Backend) {
     assert_eq!(detail["settlement"], Value::Null);
     assert_eq!(steps(&detail), pairs(&[("PAYMENT", "FAILED")]));
     let id = detail["id"].as_str().unwrap();
-    assert_eq!(
-        outbox_event_types(&app, id).await,
-        vec!["payment.declined", "order.failed"]
-    );
+    assert_eq!(outbox_event_types(&app, id).await, vec!["payment.declined", "order.failed"]);
     let calls = app.services.provider_calls.as_ref().unwrap();
-    assert_eq!(
-        calls.settlements.load(Ordering::SeqCst),
-        0,
-        "no settlement after a decline"
-    );
+    assert_eq!(calls.settlements.load(Ordering::SeqCst), 0, "no settlement after a decline");
 }
 
 async fn settlement_failure_cancels_payment_and_order(backend: Backend) {
@@ -106,41 +77,24 @@ async fn settlement_failure_cancels_payment_and_order(backend: Backend) {
         return;
     };
     let token = app.token("alice");
-    let detail = json(
-        app.place_order(&token, &order_body(), Some("settlement=fail"))
-            .await,
-        StatusCode::CREATED,
-    )
-    .await;
+    let detail =
+        json(app.place_order(&token, &order_body(), Some("settlement=fail")).await, StatusCode::CREATED)
+            .await;
     assert_eq!(detail["status"], "CANCELLED");
     assert_eq!(detail["failureStage"], "SETTLEMENT");
     assert_eq!(detail["payment"]["status"], "CANCELLED");
     assert_eq!(detail["settlement"]["status"], "FAILED");
     assert_eq!(
         steps(&detail),
-        pairs(&[
-            ("PAYMENT", "SUCCESS"),
-            ("SETTLEMENT", "FAILED"),
-            ("COMPENSATION", "SUCCESS")
-        ])
+        pairs(&[("PAYMENT", "SUCCESS"), ("SETTLEMENT", "FAILED"), ("COMPENSATION", "SUCCESS")])
     );
     let id = detail["id"].as_str().unwrap();
     assert_eq!(
         outbox_event_types(&app, id).await,
-        vec![
-            "payment.approved",
-            "settlement.failed",
-            "order.failed",
-            "payment.cancelled",
-            "order.cancelled"
-        ]
+        vec!["payment.approved", "settlement.failed", "order.failed", "payment.cancelled", "order.cancelled"]
     );
     let calls = app.services.provider_calls.as_ref().unwrap();
-    assert_eq!(
-        calls.cancels.load(Ordering::SeqCst),
-        1,
-        "compensation runs once"
-    );
+    assert_eq!(calls.cancels.load(Ordering::SeqCst), 1, "compensation runs once");
 }
 
 async fn notification_failure_keeps_payment_and_waits(backend: Backend) {
@@ -153,25 +107,13 @@ async fn notification_failure_keeps_payment_and_waits(backend: Backend) {
         ("notification=auto_retry:3", "RETRY_SCHEDULED"),
         ("notification=manual", "MANUAL_INTERVENTION_REQUIRED"),
     ] {
-        let detail = json(
-            app.place_order(&token, &order_body(), Some(scenario)).await,
-            StatusCode::CREATED,
-        )
-        .await;
+        let detail =
+            json(app.place_order(&token, &order_body(), Some(scenario)).await, StatusCode::CREATED).await;
         assert_eq!(detail["status"], "FAILED", "{scenario}");
         assert_eq!(detail["failureStage"], "NOTIFICATION", "{scenario}");
-        assert_eq!(
-            detail["payment"]["status"], "APPROVED",
-            "payment is not undone ({scenario})"
-        );
-        assert_eq!(
-            detail["settlement"]["status"], "SUCCEEDED",
-            "settlement is not undone ({scenario})"
-        );
-        assert_eq!(
-            detail["notification"]["status"], notification_status,
-            "{scenario}"
-        );
+        assert_eq!(detail["payment"]["status"], "APPROVED", "payment is not undone ({scenario})");
+        assert_eq!(detail["settlement"]["status"], "SUCCEEDED", "settlement is not undone ({scenario})");
+        assert_eq!(detail["notification"]["status"], notification_status, "{scenario}");
         assert_eq!(detail["notification"]["attempts"], 1);
         assert_eq!(
             steps(&detail),
@@ -190,15 +132,11 @@ async fn notification_failure_keeps_payment_and_waits(backend: Backend) {
         );
     }
     let detail = json(
-        app.place_order(&token, &order_body(), Some("notification=auto_retry"))
-            .await,
+        app.place_order(&token, &order_body(), Some("notification=auto_retry")).await,
         StatusCode::CREATED,
     )
     .await;
-    assert!(
-        detail["notification"]["nextAttemptAt"].is_string(),
-        "auto retry is scheduled"
-    );
+    assert!(detail["notification"]["nextAttemptAt"].is_string(), "auto retry is scheduled");
     assert_eq!(detail["notification"]["policy"], "AUTO_RETRY");
 }
 
@@ -207,21 +145,14 @@ async fn ignored_notification_completes_the_order(backend: Backend) {
         return;
     };
     let token = app.token("alice");
-    let detail = json(
-        app.place_order(&token, &order_body(), Some("notification=ignore"))
-            .await,
-        StatusCode::CREATED,
-    )
-    .await;
+    let detail =
+        json(app.place_order(&token, &order_body(), Some("notification=ignore")).await, StatusCode::CREATED)
+            .await;
     assert_eq!(detail["status"], "COMPLETED");
     assert_eq!(detail["notification"]["status"], "IGNORED");
     assert_eq!(
         steps(&detail),
-        pairs(&[
-            ("PAYMENT", "SUCCESS"),
-            ("SETTLEMENT", "SUCCESS"),
-            ("NOTIFICATION", "SKIPPED")
-        ])
+        pairs(&[("PAYMENT", "SUCCESS"), ("SETTLEMENT", "SUCCESS"), ("NOTIFICATION", "SKIPPED")])
     );
 }
 
@@ -230,17 +161,8 @@ async fn orchestrate_on_a_finished_order_changes_nothing(backend: Backend) {
         return;
     };
     let token = app.token("alice");
-    for scenario in [
-        None,
-        Some("payment=decline"),
-        Some("settlement=fail"),
-        Some("notification=manual"),
-    ] {
-        let detail = json(
-            app.place_order(&token, &order_body(), scenario).await,
-            StatusCode::CREATED,
-        )
-        .await;
+    for scenario in [None, Some("payment=decline"), Some("settlement=fail"), Some("notification=manual")] {
+        let detail = json(app.place_order(&token, &order_body(), scenario).await, StatusCode::CREATED).await;
         let id = detail["id"].as_str().unwrap();
         let calls = app.services.provider_calls.as_ref().unwrap();
         let before = (
@@ -250,10 +172,7 @@ async fn orchestrate_on_a_finished_order_changes_nothing(backend: Backend) {
             calls.cancels.load(Ordering::SeqCst),
         );
         let again = json(
-            app.post(&format!("/api/orders/{id}/orchestrate"), &token)
-                .send()
-                .await
-                .unwrap(),
+            app.post(&format!("/api/orders/{id}/orchestrate"), &token).send().await.unwrap(),
             StatusCode::OK,
         )
         .await;
@@ -274,44 +193,30 @@ async fn idempotency_key_replays_refuses_reuse_and_conflicts_in_flight(backend: 
     };
     let token = app.token("alice");
     let send = |body: Value, key: &str| {
-        app.post("/api/orders", &token)
-            .header("Idempotency-Key", key)
-            .json(&body)
-            .send()
+        app.post("/api/orders", &token).header("Idempotency-Key", key).json(&body).send()
     };
     let first = send(order_body(), "key-1").await.unwrap();
     assert_eq!(first.status(), StatusCode::CREATED);
     let first_body = first.text().await.unwrap();
 
     // Same key, same body (keys in another order): the first response, byte for byte.
-    let reordered = json!({ "items": [{ "unitPrice": 15000, "quantity": 2, "sku": "TICKET-STD" }], "currency": "KRW" });
+    let reordered =
+        json!({ "items": [{ "unitPrice": 15000, "quantity": 2, "sku": "TICKET-STD" }], "currency": "KRW" });
     let replay = send(reordered, "key-1").await.unwrap();
     assert_eq!(replay.status(), StatusCode::CREATED);
     assert_eq!(replay.headers().get("idempotent-replayed").unwrap(), "true");
     assert_eq!(replay.text().await.unwrap(), first_body);
     assert_eq!(app.count("orders").await, 1, "a replay creates nothing");
     let calls = app.services.provider_calls.as_ref().unwrap();
-    assert_eq!(
-        calls.approvals.load(Ordering::SeqCst),
-        1,
-        "a replay charges nothing"
-    );
-    let replays = crate::helpers::count_where(
-        &app.db,
-        "audit_log",
-        "action = 'REPLAY' AND entity_id = 'key-1'",
-    )
-    .await;
+    assert_eq!(calls.approvals.load(Ordering::SeqCst), 1, "a replay charges nothing");
+    let replays =
+        crate::helpers::count_where(&app.db, "audit_log", "action = 'REPLAY' AND entity_id = 'key-1'").await;
     assert_eq!(replays, 1, "a replay is audited");
 
     // Same key, different body.
     let mut other = order_body();
     other["items"][0]["quantity"] = json!(3);
-    let reused = json(
-        send(other, "key-1").await.unwrap(),
-        StatusCode::UNPROCESSABLE_ENTITY,
-    )
-    .await;
+    let reused = json(send(other, "key-1").await.unwrap(), StatusCode::UNPROCESSABLE_ENTITY).await;
     assert_eq!(reused["code"], "IDEMPOTENCY_KEY_REUSED");
 
     // The key is scoped to the caller: bob may use "key-1" for his own order.
@@ -339,20 +244,12 @@ async fn idempotency_key_replays_refuses_reuse_and_conflicts_in_flight(backend: 
         )
         .await
         .unwrap();
-    let busy = json(
-        send(order_body(), "key-2").await.unwrap(),
-        StatusCode::CONFLICT,
-    )
-    .await;
+    let busy = json(send(order_body(), "key-2").await.unwrap(), StatusCode::CONFLICT).await;
     assert_eq!(busy["code"], "IDEMPOTENCY_KEY_IN_PROGRESS");
 
     // An over-long key is refused, naming the header.
     let long = "k".repeat(256);
-    let refused = json(
-        send(order_body(), &long).await.unwrap(),
-        StatusCode::UNPROCESSABLE_ENTITY,
-    )
-    .await;
+    let refused = json(send(order_body(), &long).await.unwrap(), StatusCode::UNPROCESSABLE_ENTITY).await;
     assert_eq!(refused["field"], "Idempotency-Key");
 }
 
@@ -363,13 +260,8 @@ async fn failed_validation_frees_the_idempotency_key(backend: Backend) {
     let token = app.token("alice");
     let mut bad = order_body();
     bad["items"][0]["quantity"] = json!(0);
-    let response = app
-        .post("/api/orders", &token)
-        .header("Idempotency-Key", "k")
-        .json(&bad)
-        .send()
-        .await
-        .unwrap();
+    let response =
+        app.post("/api/orders", &token).header("Idempotency-Key", "k").json(&bad).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
     let response = app
         .post("/api/orders", &token)
@@ -378,11 +270,7 @@ async fn failed_validation_frees_the_idempotency_key(backend: Backend) {
         .send()
         .await
         .unwrap();
-    assert_eq!(
-        response.status(),
-        StatusCode::CREATED,
-        "the key was not consumed by a refused request"
-    );
+    assert_eq!(response.status(), StatusCode::CREATED, "the key was not consumed by a refused request");
 }
 
 async fn customers_see_only_their_own_orders(backend: Backend) {
@@ -392,96 +280,37 @@ async fn customers_see_only_their_own_orders(backend: Backend) {
     let alice = app.token("alice");
     let bob = app.token("bob");
     let admin = app.admin_token("ops");
-    let a = json(
-        app.place_order(&alice, &order_body(), None).await,
-        StatusCode::CREATED,
-    )
-    .await;
-    let b = json(
-        app.place_order(&bob, &order_body(), None).await,
-        StatusCode::CREATED,
-    )
-    .await;
+    let a = json(app.place_order(&alice, &order_body(), None).await, StatusCode::CREATED).await;
+    let b = json(app.place_order(&bob, &order_body(), None).await, StatusCode::CREATED).await;
     let a_id = a["id"].as_str().unwrap();
 
-    let hidden = json(
-        app.get(&format!("/api/orders/{a_id}"), &bob)
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::NOT_FOUND,
-    )
-    .await;
+    let hidden =
+        json(app.get(&format!("/api/orders/{a_id}"), &bob).send().await.unwrap(), StatusCode::NOT_FOUND)
+            .await;
     assert_eq!(hidden["code"], "NOT_FOUND");
-    json(
-        app.get(&format!("/api/orders/{a_id}"), &admin)
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
-    )
-    .await;
-    let resumed = app
-        .post(&format!("/api/orders/{a_id}/orchestrate"), &bob)
-        .send()
-        .await
-        .unwrap();
+    json(app.get(&format!("/api/orders/{a_id}"), &admin).send().await.unwrap(), StatusCode::OK).await;
+    let resumed = app.post(&format!("/api/orders/{a_id}/orchestrate"), &bob).send().await.unwrap();
     assert_eq!(resumed.status(), StatusCode::NOT_FOUND);
 
-    let page = json(
-        app.get("/api/orders", &bob).send().await.unwrap(),
-        StatusCode::OK,
-    )
-    .await;
-    let ids: Vec<&str> = page["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|o| o["id"].as_str().unwrap())
-        .collect();
+    let page = json(app.get("/api/orders", &bob).send().await.unwrap(), StatusCode::OK).await;
+    let ids: Vec<&str> =
+        page["items"].as_array().unwrap().iter().map(|o| o["id"].as_str().unwrap()).collect();
     assert_eq!(ids, vec![b["id"].as_str().unwrap()]);
-    let page = json(
-        app.get("/api/orders?customerId=alice", &bob)
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
-    )
-    .await;
-    assert!(
-        page["items"].as_array().unwrap().is_empty(),
-        "bob cannot list alice's orders"
-    );
-    let page = json(
-        app.get("/api/orders?customerId=alice", &admin)
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
-    )
-    .await;
+    let page =
+        json(app.get("/api/orders?customerId=alice", &bob).send().await.unwrap(), StatusCode::OK).await;
+    assert!(page["items"].as_array().unwrap().is_empty(), "bob cannot list alice's orders");
+    let page =
+        json(app.get("/api/orders?customerId=alice", &admin).send().await.unwrap(), StatusCode::OK).await;
     assert_eq!(page["items"].as_array().unwrap().len(), 1);
-    let page = json(
-        app.get("/api/orders", &admin).send().await.unwrap(),
-        StatusCode::OK,
-    )
-    .await;
+    let page = json(app.get("/api/orders", &admin).send().await.unwrap(), StatusCode::OK).await;
     assert_eq!(page["items"].as_array().unwrap().len(), 2);
 
     // A customer may not order for someone else; an admin may.
     let mut for_alice = order_body();
     for_alice["customerId"] = json!("alice");
-    let refused = json(
-        app.place_order(&bob, &for_alice, None).await,
-        StatusCode::FORBIDDEN,
-    )
-    .await;
+    let refused = json(app.place_order(&bob, &for_alice, None).await, StatusCode::FORBIDDEN).await;
     assert_eq!(refused["code"], "FORBIDDEN");
-    let placed = json(
-        app.place_order(&admin, &for_alice, None).await,
-        StatusCode::CREATED,
-    )
-    .await;
+    let placed = json(app.place_order(&admin, &for_alice, None).await, StatusCode::CREATED).await;
     assert_eq!(placed["customerId"], "alice");
 }
 
@@ -491,18 +320,8 @@ async fn listing_pages_newest_first_and_filters_by_status(backend: Backend) {
     };
     let token = app.token("alice");
     let mut ids = Vec::new();
-    for scenario in [
-        None,
-        Some("payment=decline"),
-        None,
-        Some("payment=decline"),
-        None,
-    ] {
-        let detail = json(
-            app.place_order(&token, &order_body(), scenario).await,
-            StatusCode::CREATED,
-        )
-        .await;
+    for scenario in [None, Some("payment=decline"), None, Some("payment=decline"), None] {
+        let detail = json(app.place_order(&token, &order_body(), scenario).await, StatusCode::CREATED).await;
         ids.push(detail["id"].as_str().unwrap().to_owned());
     }
     ids.reverse();
@@ -523,41 +342,17 @@ async fn listing_pages_newest_first_and_filters_by_status(backend: Backend) {
         }
     }
     assert_eq!(seen, ids, "every order once, newest first");
-    let failed = json(
-        app.get("/api/orders?status=FAILED", &token)
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
-    )
-    .await;
+    let failed =
+        json(app.get("/api/orders?status=FAILED", &token).send().await.unwrap(), StatusCode::OK).await;
     assert_eq!(failed["items"].as_array().unwrap().len(), 2);
-    assert!(
-        failed["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|o| o["status"] == "FAILED")
-    );
-    for bad in [
-        "status=DONE",
-        "limit=0",
-        "limit=101",
-        "limit=x",
-        "cursor=nope",
-    ] {
+    assert!(failed["items"].as_array().unwrap().iter().all(|o| o["status"] == "FAILED"));
+    for bad in ["status=DONE", "limit=0", "limit=101", "limit=x", "cursor=nope"] {
         let problem = json(
-            app.get(&format!("/api/orders?{bad}"), &token)
-                .send()
-                .await
-                .unwrap(),
+            app.get(&format!("/api/orders?{bad}"), &token).send().await.unwrap(),
             StatusCode::UNPROCESSABLE_ENTITY,
         )
         .await;
-        assert!(
-            bad.starts_with(problem["field"].as_str().unwrap()),
-            "{bad}: {problem}"
-        );
+        assert!(bad.starts_with(problem["field"].as_str().unwrap()), "{bad}: {problem}");
     }
 }
 
@@ -573,17 +368,10 @@ async fn correlation_id_is_echoed_and_recorded_on_events(backend: Backend) {
         .send()
         .await
         .unwrap();
-    assert_eq!(
-        response.headers().get("x-correlation-id").unwrap(),
-        "checkout-42"
-    );
+    assert_eq!(response.headers().get("x-correlation-id").unwrap(), "checkout-42");
     let detail = json(response, StatusCode::CREATED).await;
-    let events = app
-        .services
-        .outbox_store
-        .for_aggregate("order", detail["id"].as_str().unwrap())
-        .await
-        .unwrap();
+    let events =
+        app.services.outbox_store.for_aggregate("order", detail["id"].as_str().unwrap()).await.unwrap();
     assert!(!events.is_empty());
     for e in &events {
         assert_eq!(e.correlation_id.as_deref(), Some("checkout-42"));
@@ -594,12 +382,7 @@ async fn correlation_id_is_echoed_and_recorded_on_events(backend: Backend) {
         assert_eq!(envelope["aggregateId"], detail["id"]);
     }
     // Generated when absent, on every response (errors too).
-    let response = app
-        .client
-        .get(format!("{}/api/orders", app.base))
-        .send()
-        .await
-        .unwrap();
+    let response = app.client.get(format!("{}/api/orders", app.base)).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
     assert!(response.headers().get("x-correlation-id").is_some());
 }
@@ -609,12 +392,9 @@ async fn the_relay_publishes_committed_events(backend: Backend) {
         return;
     };
     let token = app.token("alice");
-    let detail = json(
-        app.place_order(&token, &order_body(), Some("settlement=fail"))
-            .await,
-        StatusCode::CREATED,
-    )
-    .await;
+    let detail =
+        json(app.place_order(&token, &order_body(), Some("settlement=fail")).await, StatusCode::CREATED)
+            .await;
     let relay = app.services.relay();
     // One event per aggregate per round (order), five events.
     let mut rounds = 0;
@@ -623,83 +403,35 @@ async fn the_relay_publishes_committed_events(backend: Backend) {
         assert!(rounds <= 10, "the relay must drain");
     }
     assert_eq!(rounds, 5);
-    let events = app
-        .services
-        .outbox_store
-        .for_aggregate("order", detail["id"].as_str().unwrap())
-        .await
-        .unwrap();
-    assert!(
-        events
-            .iter()
-            .all(|e| e.status.as_str() == "PUBLISHED" && e.published_at.is_some())
-    );
+    let events =
+        app.services.outbox_store.for_aggregate("order", detail["id"].as_str().unwrap()).await.unwrap();
+    assert!(events.iter().all(|e| e.status.as_str() == "PUBLISHED" && e.published_at.is_some()));
 }
 
 async fn health_docs_and_unknown_routes(backend: Backend) {
     let Some(app) = TestApp::spawn(backend).await else {
         return;
     };
-    let live = json(
-        app.client
-            .get(format!("{}/health/live", app.base))
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
-    )
-    .await;
+    let live =
+        json(app.client.get(format!("{}/health/live", app.base)).send().await.unwrap(), StatusCode::OK).await;
     assert_eq!(live["status"], "UP");
-    let ready = json(
-        app.client
-            .get(format!("{}/health/ready", app.base))
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
-    )
-    .await;
+    let ready =
+        json(app.client.get(format!("{}/health/ready", app.base)).send().await.unwrap(), StatusCode::OK)
+            .await;
     assert_eq!(ready["checks"]["database"], "UP");
-    let spec = json(
-        app.client
-            .get(format!("{}/openapi.json", app.base))
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
-    )
-    .await;
+    let spec =
+        json(app.client.get(format!("{}/openapi.json", app.base)).send().await.unwrap(), StatusCode::OK)
+            .await;
     assert!(spec["paths"]["/api/orders"]["post"].is_object());
     assert!(spec["paths"]["/api/orders/{id}"]["get"].is_object());
-    let docs = app
-        .client
-        .get(format!("{}/docs", app.base))
-        .send()
-        .await
-        .unwrap();
+    let docs = app.client.get(format!("{}/docs", app.base)).send().await.unwrap();
     assert_eq!(docs.status(), StatusCode::OK);
     let page = docs.text().await.unwrap();
-    assert!(
-        page.contains("/openapi.json") && !page.contains("https://"),
-        "the docs page is self-contained"
-    );
-    let missing = app
-        .client
-        .get(format!("{}/nope", app.base))
-        .send()
-        .await
-        .unwrap();
+    assert!(page.contains("/openapi.json") && !page.contains("https://"), "the docs page is self-contained");
+    let missing = app.client.get(format!("{}/nope", app.base)).send().await.unwrap();
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
-    assert_eq!(
-        missing.headers().get("content-type").unwrap(),
-        "application/problem+json"
-    );
-    let wrong_method = app
-        .client
-        .delete(format!("{}/api/orders", app.base))
-        .send()
-        .await
-        .unwrap();
+    assert_eq!(missing.headers().get("content-type").unwrap(), "application/problem+json");
+    let wrong_method = app.client.delete(format!("{}/api/orders", app.base)).send().await.unwrap();
     assert_eq!(wrong_method.status(), StatusCode::METHOD_NOT_ALLOWED);
 }
 

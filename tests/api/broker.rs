@@ -20,8 +20,7 @@ use tokio::task::JoinHandle;
 use crate::helpers::service_missing;
 
 pub fn amqp_url() -> String {
-    std::env::var("TEST_AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
+    std::env::var("TEST_AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
 }
 
 /// One message as the test consumer received it.
@@ -58,21 +57,12 @@ impl TestBroker {
         let exchange = format!("test.events.{id}");
         let channel = connection.open_channel(None).await.expect("channel");
         channel
-            .exchange_declare(
-                ExchangeDeclareArguments::new(&exchange, "topic")
-                    .durable(true)
-                    .finish(),
-            )
+            .exchange_declare(ExchangeDeclareArguments::new(&exchange, "topic").durable(true).finish())
             .await
             .expect("declare exchange");
         let queue = format!("test.all.{id}");
         channel
-            .queue_declare(
-                QueueDeclareArguments::new(&queue)
-                    .exclusive(true)
-                    .auto_delete(true)
-                    .finish(),
-            )
+            .queue_declare(QueueDeclareArguments::new(&queue).exclusive(true).auto_delete(true).finish())
             .await
             .expect("declare queue");
         // A queue that refuses every message: routing keys `reject.#` are nacked.
@@ -84,37 +74,16 @@ impl TestBroker {
         );
         let rejecting = format!("test.reject.{id}");
         channel
-            .queue_declare(
-                QueueDeclareArguments::new(&rejecting)
-                    .exclusive(true)
-                    .arguments(full)
-                    .finish(),
-            )
+            .queue_declare(QueueDeclareArguments::new(&rejecting).exclusive(true).arguments(full).finish())
             .await
             .expect("declare rejecting queue");
-        channel
-            .queue_bind(QueueBindArguments::new(&rejecting, &exchange, "reject.#"))
-            .await
-            .expect("bind");
+        channel.queue_bind(QueueBindArguments::new(&rejecting, &exchange, "reject.#")).await.expect("bind");
         // Everything except routing keys starting with `nobody.`, which stay unroutable.
-        for pattern in [
-            "order.#",
-            "payment.#",
-            "settlement.#",
-            "notification.#",
-            "test.#",
-        ] {
-            channel
-                .queue_bind(QueueBindArguments::new(&queue, &exchange, pattern))
-                .await
-                .expect("bind");
+        for pattern in ["order.#", "payment.#", "settlement.#", "notification.#", "test.#"] {
+            channel.queue_bind(QueueBindArguments::new(&queue, &exchange, pattern)).await.expect("bind");
         }
         let (_, mut rx) = channel
-            .basic_consume_rx(
-                BasicConsumeArguments::new(&queue, "test-consumer")
-                    .manual_ack(false)
-                    .finish(),
-            )
+            .basic_consume_rx(BasicConsumeArguments::new(&queue, "test-consumer").manual_ack(false).finish())
             .await
             .expect("consume");
         let received = Arc::new(Mutex::new(Vec::new()));
@@ -137,21 +106,12 @@ impl TestBroker {
                 });
             }
         });
-        Some(TestBroker {
-            endpoint,
-            exchange,
-            connection,
-            received,
-            _consumer: consumer,
-        })
+        Some(TestBroker { endpoint, exchange, connection, received, _consumer: consumer })
     }
 
     /// Environment for an app publishing to this exchange through `url`.
     pub fn env(&self, url: &str) -> Vec<(String, String)> {
-        vec![
-            ("APP__BROKER__URL".into(), url.into()),
-            ("APP__BROKER__EXCHANGE".into(), self.exchange.clone()),
-        ]
+        vec![("APP__BROKER__URL".into(), url.into()), ("APP__BROKER__EXCHANGE".into(), self.exchange.clone())]
     }
 
     pub fn count(&self) -> usize {
@@ -170,9 +130,7 @@ impl TestBroker {
     /// Deletes the exchange (the queue goes with the connection).
     pub async fn cleanup(self) {
         if let Ok(channel) = self.connection.open_channel(None).await {
-            let _ = channel
-                .exchange_delete(ExchangeDeleteArguments::new(&self.exchange))
-                .await;
+            let _ = channel.exchange_delete(ExchangeDeleteArguments::new(&self.exchange)).await;
         }
         let _ = self.connection.close().await;
     }
@@ -202,11 +160,7 @@ impl TcpProxy {
                 tracked.lock().unwrap().push(handle);
             }
         });
-        TcpProxy {
-            port,
-            connections,
-            _accept: accept,
-        }
+        TcpProxy { port, connections, _accept: accept }
     }
 
     /// Drops every connection through the proxy (both sides see a reset/EOF).

@@ -43,10 +43,8 @@ mod tempdir {
 
     impl Dir {
         pub fn new() -> Dir {
-            let path = std::env::temp_dir().join(format!(
-                "orchestrator-cli-{}",
-                uuid::Uuid::new_v4().simple()
-            ));
+            let path =
+                std::env::temp_dir().join(format!("orchestrator-cli-{}", uuid::Uuid::new_v4().simple()));
             std::fs::create_dir_all(&path).expect("temp dir");
             Dir(path)
         }
@@ -60,11 +58,7 @@ mod tempdir {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 #[test]
@@ -77,10 +71,7 @@ fn help_documents_every_verb() {
         assert!(text.contains(verb), "--help lists {verb}: {text}");
     }
     for verb in ["serve", "worker", "migrate", "token", "outbox"] {
-        assert!(
-            run(app(&dir.0).args([verb, "--help"])).status.success(),
-            "{verb} --help"
-        );
+        assert!(run(app(&dir.0).args([verb, "--help"])).status.success(), "{verb} --help");
     }
     let out = run(app(&dir.0).arg("frobnicate"));
     assert_eq!(out.status.code(), Some(2), "usage errors exit 2");
@@ -90,50 +81,29 @@ fn help_documents_every_verb() {
 fn token_prints_a_verifiable_token_alone_on_stdout() {
     let dir = temp_dir();
     let out = run(app(&dir.0).args(["token", "--sub", "alice", "--role", "admin", "--ttl", "5m"]));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert_eq!(stdout.lines().count(), 1, "one line: {stdout}");
-    let keys =
-        JwtKeys::from_settings(&Settings::load_from(None, Vec::new()).unwrap().auth).unwrap();
-    let actor = keys
-        .verify(stdout.trim())
-        .expect("the token verifies with the configured key");
+    let keys = JwtKeys::from_settings(&Settings::load_from(None, Vec::new()).unwrap().auth).unwrap();
+    let actor = keys.verify(stdout.trim()).expect("the token verifies with the configured key");
     assert_eq!(actor.subject, "alice");
     assert!(actor.is_admin);
-    assert!(
-        !dir.0.join("data").exists(),
-        "minting a token touches no database"
-    );
+    assert!(!dir.0.join("data").exists(), "minting a token touches no database");
 }
 
 #[test]
 fn invalid_configuration_exits_2_naming_the_key() {
     let dir = temp_dir();
-    let out = run(app(&dir.0)
-        .env("APP__OUTBOX__BATCH_SIZE", "0")
-        .args(["token", "--sub", "a"]));
+    let out = run(app(&dir.0).env("APP__OUTBOX__BATCH_SIZE", "0").args(["token", "--sub", "a"]));
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("outbox.batch_size"), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
 
-    let out = run(app(&dir.0)
-        .env("APP__DATABASE__URL", "postgres://u:hunter2@127.0.0.1/x")
-        .arg("serve"));
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "the built-in key is refused off SQLite"
-    );
+    let out = run(app(&dir.0).env("APP__DATABASE__URL", "postgres://u:hunter2@127.0.0.1/x").arg("serve"));
+    assert_eq!(out.status.code(), Some(2), "the built-in key is refused off SQLite");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("auth.keys") && !stderr.contains("hunter2"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("auth.keys") && !stderr.contains("hunter2"), "{stderr}");
 
     let missing = dir.0.join("nope.toml");
     let out = run(app(&dir.0).arg("--config").arg(&missing).arg("serve"));
@@ -145,47 +115,19 @@ fn migrate_reports_and_applies_the_schema() {
     let dir = temp_dir();
     let url = format!("sqlite://{}/m.db?mode=rwc", dir.0.display());
     let status = |dir: &Path| {
-        let out = run(app(dir)
-            .env("APP__DATABASE__URL", &url)
-            .args(["migrate", "status"]));
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = run(app(dir).env("APP__DATABASE__URL", &url).args(["migrate", "status"]));
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap()
     };
-    assert!(
-        status(&dir.0).starts_with("pending"),
-        "a new database has pending migrations"
-    );
-    assert!(
-        run(app(&dir.0).env("APP__DATABASE__URL", &url).arg("migrate"))
-            .status
-            .success()
-    );
+    assert!(status(&dir.0).starts_with("pending"), "a new database has pending migrations");
+    assert!(run(app(&dir.0).env("APP__DATABASE__URL", &url).arg("migrate")).status.success());
     let text = status(&dir.0);
-    assert!(
-        text.starts_with("applied") && !text.contains("pending"),
-        "{text}"
-    );
-    assert!(
-        run(app(&dir.0)
-            .env("APP__DATABASE__URL", &url)
-            .args(["migrate", "down"]))
-        .status
-        .success()
-    );
+    assert!(text.starts_with("applied") && !text.contains("pending"), "{text}");
+    assert!(run(app(&dir.0).env("APP__DATABASE__URL", &url).args(["migrate", "down"])).status.success());
     let text = status(&dir.0);
     let pending = text.lines().filter(|l| l.starts_with("pending")).count();
     assert_eq!(pending, 1, "down reverts the last migration only: {text}");
-    assert!(
-        run(app(&dir.0)
-            .env("APP__DATABASE__URL", &url)
-            .args(["migrate", "fresh"]))
-        .status
-        .success()
-    );
+    assert!(run(app(&dir.0).env("APP__DATABASE__URL", &url).args(["migrate", "fresh"])).status.success());
     assert!(status(&dir.0).starts_with("applied"));
 }
 
@@ -194,25 +136,17 @@ async fn wait_ready(port: u16) {
     let client = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let response = client
-            .get(format!("http://127.0.0.1:{port}/health/ready"))
-            .send()
-            .await;
+        let response = client.get(format!("http://127.0.0.1:{port}/health/ready")).send().await;
         if response.is_ok_and(|r| r.status().is_success()) {
             return;
         }
-        assert!(
-            Instant::now() < deadline,
-            "the service did not become ready"
-        );
+        assert!(Instant::now() < deadline, "the service did not become ready");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
 fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -239,13 +173,9 @@ async fn the_embedded_default_runs_the_whole_flow_with_no_configuration() {
         .spawn()
         .unwrap();
     wait_ready(port).await;
-    assert!(
-        dir.0.join("data/app.db").exists(),
-        "the SQLite file is created"
-    );
+    assert!(dir.0.join("data/app.db").exists(), "the SQLite file is created");
 
-    let token =
-        String::from_utf8(run(app(&dir.0).args(["token", "--sub", "alice"])).stdout).unwrap();
+    let token = String::from_utf8(run(app(&dir.0).args(["token", "--sub", "alice"])).stdout).unwrap();
     let response = reqwest::Client::new()
         .post(format!("http://127.0.0.1:{port}/api/orders"))
         .bearer_auth(token.trim())
@@ -264,17 +194,11 @@ async fn the_embedded_default_runs_the_whole_flow_with_no_configuration() {
             assert!(text.contains("order.completed") && text.contains("payment.approved"));
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "events were not published: {text}"
-        );
+        assert!(Instant::now() < deadline, "events were not published: {text}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let status = terminate(&mut child);
-    assert!(
-        status.success(),
-        "SIGTERM ends serve with exit 0, got {status}"
-    );
+    assert!(status.success(), "SIGTERM ends serve with exit 0, got {status}");
 }
 
 fn new_order() -> Order {
@@ -285,11 +209,7 @@ fn new_order() -> Order {
             source: OrderSource::Api,
             meeting_id: None,
             currency: "EUR".into(),
-            items: vec![NewOrderItem {
-                sku: "A".into(),
-                quantity: 1,
-                unit_price: 100,
-            }],
+            items: vec![NewOrderItem { sku: "A".into(), quantity: 1, unit_price: 100 }],
         },
         Utc::now(),
     )
@@ -321,9 +241,7 @@ async fn worker_drains_the_outbox_and_replay_repairs_a_dead_letter() {
     let mut order = new_order();
     let mut changes = Changes::default();
     changes.insert_order(&mut order, OrderContext::default());
-    changes.outbox = (0..5)
-        .map(|i| event(&order, &format!("test.e{i}")))
-        .collect();
+    changes.outbox = (0..5).map(|i| event(&order, &format!("test.e{i}"))).collect();
     repo.commit(changes).await.unwrap();
     // A second aggregate with a dead letter.
     let mut other = new_order();
@@ -346,10 +264,7 @@ async fn worker_drains_the_outbox_and_replay_repairs_a_dead_letter() {
         reason: "x".into(),
     };
     store.mark_failed(&[dead], "test", now).await.unwrap();
-    store
-        .recover_expired(now + chrono::Duration::seconds(1))
-        .await
-        .unwrap();
+    store.recover_expired(now + chrono::Duration::seconds(1)).await.unwrap();
 
     let mut worker = app(&dir.0)
         .env("APP__DATABASE__URL", &db.url)
@@ -362,27 +277,16 @@ async fn worker_drains_the_outbox_and_replay_repairs_a_dead_letter() {
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let events = store
-            .for_aggregate("order", &order.id.to_string())
-            .await
-            .unwrap();
+        let events = store.for_aggregate("order", &order.id.to_string()).await.unwrap();
         if events.iter().all(|e| e.status == OutboxStatus::Published) {
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "the worker did not drain the outbox"
-        );
+        assert!(Instant::now() < deadline, "the worker did not drain the outbox");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(
-        terminate(&mut worker).success(),
-        "SIGTERM ends the worker with exit 0"
-    );
+    assert!(terminate(&mut worker).success(), "SIGTERM ends the worker with exit 0");
 
-    let stats = run(app(&dir.0)
-        .env("APP__DATABASE__URL", &db.url)
-        .args(["outbox", "stats"]));
+    let stats = run(app(&dir.0).env("APP__DATABASE__URL", &db.url).args(["outbox", "stats"]));
     assert!(stats.status.success());
     let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
     assert_eq!(stats["byStatus"]["DEAD_LETTER"], 1);
@@ -394,15 +298,8 @@ async fn worker_drains_the_outbox_and_replay_repairs_a_dead_letter() {
         "--id",
         &poison.id.to_string(),
     ]));
-    assert!(
-        replay.status.success(),
-        "{}",
-        String::from_utf8_lossy(&replay.stderr)
-    );
-    let row = store
-        .for_aggregate("order", &other.id.to_string())
-        .await
-        .unwrap();
+    assert!(replay.status.success(), "{}", String::from_utf8_lossy(&replay.stderr));
+    let row = store.for_aggregate("order", &other.id.to_string()).await.unwrap();
     assert_eq!(row[0].status, OutboxStatus::Ready);
     let again = run(app(&dir.0).env("APP__DATABASE__URL", &db.url).args([
         "outbox",
@@ -410,11 +307,7 @@ async fn worker_drains_the_outbox_and_replay_repairs_a_dead_letter() {
         "--id",
         &poison.id.to_string(),
     ]));
-    assert_eq!(
-        again.status.code(),
-        Some(1),
-        "replaying a row that is not a dead letter fails"
-    );
+    assert_eq!(again.status.code(), Some(1), "replaying a row that is not a dead letter fails");
 }
 
 /// SIGTERM while draining: the worker stops claiming, finishes the batch in flight (its
@@ -433,9 +326,7 @@ async fn sigterm_drains_in_flight_publishes_and_leaves_no_claim_behind() {
         let mut order = new_order();
         let mut changes = Changes::default();
         changes.insert_order(&mut order, OrderContext::default());
-        changes.outbox = (0..250)
-            .map(|i| event(&order, &format!("test.e{i}")))
-            .collect();
+        changes.outbox = (0..250).map(|i| event(&order, &format!("test.e{i}"))).collect();
         // One aggregate per event, so that whole batches are claimable at once.
         for (i, e) in changes.outbox.iter_mut().enumerate() {
             e.aggregate_id = format!("{}-{i}", order.id);
@@ -458,11 +349,9 @@ async fn sigterm_drains_in_flight_publishes_and_leaves_no_claim_behind() {
     broker.wait_for(500, Duration::from_secs(30)).await;
     let status = terminate(&mut worker);
     assert!(status.success(), "exit 0 after SIGTERM, got {status}");
-    let processing =
-        crate::helpers::count_where(&conn, "outbox_events", "status = 'PROCESSING'").await;
+    let processing = crate::helpers::count_where(&conn, "outbox_events", "status = 'PROCESSING'").await;
     assert_eq!(processing, 0, "no claim is left to the lease timeout");
-    let published =
-        crate::helpers::count_where(&conn, "outbox_events", "status = 'PUBLISHED'").await;
+    let published = crate::helpers::count_where(&conn, "outbox_events", "status = 'PUBLISHED'").await;
     assert!(published >= 500, "published before the stop: {published}");
     // Every row marked PUBLISHED was really delivered.
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -34,26 +34,17 @@ async fn spawn(backend: Backend, server: &MockServer, extra: &[(&str, &str)]) ->
 }
 
 fn approved(tx: &str) -> ResponseTemplate {
-    ResponseTemplate::new(200)
-        .set_body_json(json!({ "providerTransactionId": tx, "status": "APPROVED" }))
+    ResponseTemplate::new(200).set_body_json(json!({ "providerTransactionId": tx, "status": "APPROVED" }))
 }
 
 async fn place(app: &TestApp) -> Value {
-    json(
-        app.place_order(&app.token("alice"), &order_body(), None)
-            .await,
-        StatusCode::CREATED,
-    )
-    .await
+    json(app.place_order(&app.token("alice"), &order_body(), None).await, StatusCode::CREATED).await
 }
 
 async fn detail(app: &TestApp, id: &Value) -> Value {
     let admin = app.admin_token("ops");
     json(
-        app.get(&format!("/api/orders/{}", id.as_str().unwrap()), &admin)
-            .send()
-            .await
-            .unwrap(),
+        app.get(&format!("/api/orders/{}", id.as_str().unwrap()), &admin).send().await.unwrap(),
         StatusCode::OK,
     )
     .await
@@ -62,12 +53,7 @@ async fn detail(app: &TestApp, id: &Value) -> Value {
 fn signed(body: &str, t: i64, secret: &str) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
     mac.update(format!("{t}.{body}").as_bytes());
-    let v1: String = mac
-        .finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let v1: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
     format!("t={t},v1={v1}")
 }
 
@@ -90,9 +76,7 @@ async fn approvals_follow_the_contract(backend: Backend) {
         .and(path("/v1/payments/confirm"))
         .and(header("authorization", BASIC))
         .and(header_regex("idempotency-key", "^pay-[0-9a-f-]{36}-1$"))
-        .and(body_partial_json(
-            json!({ "amount": 30000, "currency": "KRW", "customerId": "alice" }),
-        ))
+        .and(body_partial_json(json!({ "amount": 30000, "currency": "KRW", "customerId": "alice" })))
         .respond_with(approved("tx-contract"))
         .expect(1)
         .mount(&server)
@@ -105,17 +89,10 @@ async fn approvals_follow_the_contract(backend: Backend) {
     assert_eq!(order["payment"]["providerTransactionId"], "tx-contract");
     let sent = &server.received_requests().await.unwrap()[0];
     let body: Value = serde_json::from_slice(&sent.body).unwrap();
-    assert_eq!(
-        body["paymentRequestId"],
-        order["payment"]["paymentRequestId"]
-    );
+    assert_eq!(body["paymentRequestId"], order["payment"]["paymentRequestId"]);
     assert_eq!(body["orderId"], order["id"]);
     assert_eq!(
-        sent.headers
-            .get("idempotency-key")
-            .unwrap()
-            .to_str()
-            .unwrap(),
+        sent.headers.get("idempotency-key").unwrap().to_str().unwrap(),
         order["payment"]["paymentRequestId"]
     );
 }
@@ -138,12 +115,7 @@ async fn provider_errors_map_to_the_saga(backend: Backend) {
     assert_eq!(order["status"], "FAILED");
     assert_eq!(order["failureReason"], "PAYMENT_DECLINED");
     assert_eq!(order["payment"]["status"], "DECLINED");
-    assert!(
-        order["steps"][0]["detail"]
-            .as_str()
-            .unwrap()
-            .contains("INSUFFICIENT_FUNDS")
-    );
+    assert!(order["steps"][0]["detail"].as_str().unwrap().contains("INSUFFICIENT_FUNDS"));
     drop(app);
 
     // 5xx: transient, retried (bounded), then PROVIDER_UNAVAILABLE.
@@ -160,19 +132,11 @@ async fn provider_errors_map_to_the_saga(backend: Backend) {
     assert_eq!(order["status"], "FAILED");
     assert_eq!(order["failureStage"], "PAYMENT");
     assert_eq!(order["failureReason"], "PROVIDER_UNAVAILABLE");
-    assert_eq!(
-        order["payment"],
-        Value::Null,
-        "nothing was charged, nothing recorded as a payment"
-    );
+    assert_eq!(order["payment"], Value::Null, "nothing was charged, nothing recorded as a payment");
     drop(app);
 
     // Connection refused: the same.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let uri = format!("http://127.0.0.1:{closed}");
     let refused = [("APP__PAYMENT__EXTERNAL__BASE_URL", uri.as_str())];
     let Some(app) = spawn(backend, &server, &refused).await else {
@@ -194,41 +158,22 @@ async fn a_timeout_is_an_unknown_outcome_that_reconciliation_resolves(backend: B
     let order = place(&app).await;
     assert_eq!(order["status"], "PENDING_CONFIRMATION");
     assert_eq!(order["payment"]["status"], "CONFIRMATION_REQUIRED");
-    assert_eq!(
-        order["settlement"],
-        Value::Null,
-        "nothing goes on while the outcome is unknown"
-    );
-    assert_eq!(
-        steps(&order).last().unwrap(),
-        &("PAYMENT".into(), "READY".into())
-    );
-    let prid = order["payment"]["paymentRequestId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    assert_eq!(order["settlement"], Value::Null, "nothing goes on while the outcome is unknown");
+    assert_eq!(steps(&order).last().unwrap(), &("PAYMENT".into(), "READY".into()));
+    let prid = order["payment"]["paymentRequestId"].as_str().unwrap().to_owned();
     // Orchestrating again does not touch an unknown outcome (no second approve, no compensation).
     let again = json(
-        app.post(
-            &format!("/api/orders/{}/orchestrate", order["id"].as_str().unwrap()),
-            &app.token("alice"),
-        )
-        .send()
-        .await
-        .unwrap(),
-        StatusCode::OK,
-    )
-    .await;
-    assert_eq!(again["status"], "PENDING_CONFIRMATION");
-    let admin = app.admin_token("ops");
-    let listed = json(
-        app.get("/api/admin/payments/unconfirmed", &admin)
+        app.post(&format!("/api/orders/{}/orchestrate", order["id"].as_str().unwrap()), &app.token("alice"))
             .send()
             .await
             .unwrap(),
         StatusCode::OK,
     )
     .await;
+    assert_eq!(again["status"], "PENDING_CONFIRMATION");
+    let admin = app.admin_token("ops");
+    let listed =
+        json(app.get("/api/admin/payments/unconfirmed", &admin).send().await.unwrap(), StatusCode::OK).await;
     assert_eq!(listed[0]["paymentRequestId"], prid.as_str());
 
     Mock::given(method("GET"))
@@ -246,20 +191,8 @@ async fn a_timeout_is_an_unknown_outcome_that_reconciliation_resolves(backend: B
     let now = detail(&app, &order["id"]).await;
     assert_eq!(now["status"], "COMPLETED");
     assert_eq!(now["payment"]["providerTransactionId"], "tx-late");
-    assert_eq!(
-        count_where(&app.db, "outbox_events", "event_type = 'payment.approved'").await,
-        1
-    );
-    assert_eq!(
-        app.services
-            .reconciliation
-            .reconcile_due()
-            .await
-            .unwrap()
-            .resolved,
-        0,
-        "nothing left"
-    );
+    assert_eq!(count_where(&app.db, "outbox_events", "event_type = 'payment.approved'").await, 1);
+    assert_eq!(app.services.reconciliation.reconcile_due().await.unwrap().resolved, 0, "nothing left");
 }
 
 async fn reconciliation_declines_and_reapproves_with_the_same_key(backend: Backend) {
@@ -275,15 +208,12 @@ async fn reconciliation_declines_and_reapproves_with_the_same_key(backend: Backe
     };
     let declined = place(&app).await;
     let lost = place(&app).await;
-    let prid = |o: &Value| {
-        o["payment"]["paymentRequestId"]
-            .as_str()
-            .unwrap()
-            .to_owned()
-    };
+    let prid = |o: &Value| o["payment"]["paymentRequestId"].as_str().unwrap().to_owned();
     server.reset().await;
     Mock::given(path(format!("/v1/payments/by-request/{}", prid(&declined))))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({ "providerTransactionId": "tx-d", "status": "DECLINED", "declineCode": "CARD_EXPIRED" })))
+        .respond_with(ResponseTemplate::new(200).set_body_json(
+            json!({ "providerTransactionId": "tx-d", "status": "DECLINED", "declineCode": "CARD_EXPIRED" }),
+        ))
         .mount(&server)
         .await;
     Mock::given(path(format!("/v1/payments/by-request/{}", prid(&lost))))
@@ -299,10 +229,7 @@ async fn reconciliation_declines_and_reapproves_with_the_same_key(backend: Backe
     let report = app.services.reconciliation.reconcile_due().await.unwrap();
     assert_eq!(report.resolved, 2);
     let d = detail(&app, &declined["id"]).await;
-    assert_eq!(
-        (d["status"].clone(), d["payment"]["status"].clone()),
-        (json!("FAILED"), json!("DECLINED"))
-    );
+    assert_eq!((d["status"].clone(), d["payment"]["status"].clone()), (json!("FAILED"), json!("DECLINED")));
     let l = detail(&app, &lost["id"]).await;
     assert_eq!(l["status"], "COMPLETED");
     assert_eq!(l["payment"]["providerTransactionId"], "tx-second");
@@ -319,41 +246,20 @@ async fn reconciliation_gives_up_after_its_attempts(backend: Backend) {
         return;
     };
     let order = place(&app).await;
-    Mock::given(method("GET"))
-        .respond_with(ResponseTemplate::new(500))
-        .mount(&server)
-        .await;
+    Mock::given(method("GET")).respond_with(ResponseTemplate::new(500)).mount(&server).await;
     let mut exhausted = 0;
     for _ in 0..5 {
-        exhausted += app
-            .services
-            .reconciliation
-            .reconcile_due()
-            .await
-            .unwrap()
-            .exhausted;
+        exhausted += app.services.reconciliation.reconcile_due().await.unwrap().exhausted;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(exhausted, 1);
     let d = detail(&app, &order["id"]).await;
-    assert_eq!(
-        d["status"], "PENDING_CONFIRMATION",
-        "never guessed, never compensated"
-    );
+    assert_eq!(d["status"], "PENDING_CONFIRMATION", "never guessed, never compensated");
     let admin = app.admin_token("ops");
-    let listed = json(
-        app.get("/api/admin/payments/unconfirmed", &admin)
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
-    )
-    .await;
+    let listed =
+        json(app.get("/api/admin/payments/unconfirmed", &admin).send().await.unwrap(), StatusCode::OK).await;
     assert_eq!(listed[0]["reconcileAttempts"], 2);
-    assert_eq!(
-        count_where(&app.db, "audit_log", "action = 'RECONCILIATION_EXHAUSTED'").await,
-        1
-    );
+    assert_eq!(count_where(&app.db, "audit_log", "action = 'RECONCILIATION_EXHAUSTED'").await, 1);
 }
 
 async fn signed_callbacks_resume_the_saga_once(backend: Backend) {
@@ -367,60 +273,37 @@ async fn signed_callbacks_resume_the_saga_once(backend: Backend) {
     };
     let order = place(&app).await;
     let prid = order["payment"]["paymentRequestId"].as_str().unwrap();
-    let body =
-        json!({ "providerTransactionId": "tx-cb", "paymentRequestId": prid, "status": "APPROVED" });
+    let body = json!({ "providerTransactionId": "tx-cb", "paymentRequestId": prid, "status": "APPROVED" });
     let now = chrono::Utc::now().timestamp();
 
     for (name, signature) in [
         ("missing", None),
-        (
-            "wrong secret",
-            Some(signed(&body.to_string(), now, "not-the-secret")),
-        ),
+        ("wrong secret", Some(signed(&body.to_string(), now, "not-the-secret"))),
         ("stale", Some(signed(&body.to_string(), now - 301, WEBHOOK))),
         ("malformed", Some("t=abc,v1=zz".to_owned())),
     ] {
         let response = callback(&app, &body, signature).await;
         assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{name}");
     }
-    assert_eq!(
-        detail(&app, &order["id"]).await["status"],
-        "PENDING_CONFIRMATION",
-        "nothing changed"
-    );
-    assert_eq!(
-        count_where(&app.db, "audit_log", "action = 'CALLBACK_REJECTED'").await,
-        4
-    );
+    assert_eq!(detail(&app, &order["id"]).await["status"], "PENDING_CONFIRMATION", "nothing changed");
+    assert_eq!(count_where(&app.db, "audit_log", "action = 'CALLBACK_REJECTED'").await, 4);
 
-    let applied = json(
-        callback(&app, &body, Some(signed(&body.to_string(), now, WEBHOOK))).await,
-        StatusCode::OK,
-    )
-    .await;
+    let applied =
+        json(callback(&app, &body, Some(signed(&body.to_string(), now, WEBHOOK))).await, StatusCode::OK)
+            .await;
     assert_eq!(applied["result"], "APPLIED");
     assert_eq!(applied["orderStatus"], "COMPLETED");
-    let replay = json(
-        callback(&app, &body, Some(signed(&body.to_string(), now, WEBHOOK))).await,
-        StatusCode::OK,
-    )
-    .await;
+    let replay =
+        json(callback(&app, &body, Some(signed(&body.to_string(), now, WEBHOOK))).await, StatusCode::OK)
+            .await;
     assert_eq!(replay["result"], "DUPLICATE");
-    assert_eq!(
-        count_where(&app.db, "outbox_events", "event_type = 'payment.approved'").await,
-        1
-    );
+    assert_eq!(count_where(&app.db, "outbox_events", "event_type = 'payment.approved'").await, 1);
 
-    let unknown = json!({ "providerTransactionId": "tx-x", "paymentRequestId": "pay-nope", "status": "APPROVED" });
-    let missing = callback(
-        &app,
-        &unknown,
-        Some(signed(&unknown.to_string(), now, WEBHOOK)),
-    )
-    .await;
+    let unknown =
+        json!({ "providerTransactionId": "tx-x", "paymentRequestId": "pay-nope", "status": "APPROVED" });
+    let missing = callback(&app, &unknown, Some(signed(&unknown.to_string(), now, WEBHOOK))).await;
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
-    let odd =
-        json!({ "providerTransactionId": "tx-x", "paymentRequestId": prid, "status": "MAYBE" });
+    let odd = json!({ "providerTransactionId": "tx-x", "paymentRequestId": prid, "status": "MAYBE" });
     let invalid = callback(&app, &odd, Some(signed(&odd.to_string(), now, WEBHOOK))).await;
     assert_eq!(invalid.status(), StatusCode::UNPROCESSABLE_ENTITY);
 }
@@ -454,16 +337,11 @@ async fn a_callback_racing_reconciliation_applies_once(backend: Backend) {
         let app = &app;
         async move { callback(app, &body, Some(signature)).await.status() }
     });
-    let (statuses, reconciled) = tokio::join!(
-        futures_util::future::join_all(callbacks),
-        app.services.reconciliation.reconcile_due(),
-    );
+    let (statuses, reconciled) =
+        tokio::join!(futures_util::future::join_all(callbacks), app.services.reconciliation.reconcile_due(),);
     reconciled.unwrap();
     for status in statuses {
-        assert!(
-            status == StatusCode::OK || status == StatusCode::CONFLICT,
-            "{status}"
-        );
+        assert!(status == StatusCode::OK || status == StatusCode::CONFLICT, "{status}");
     }
     // Whatever lost its race is settled by the next round (or the provider's retry).
     app.services.reconciliation.reconcile_due().await.unwrap();
@@ -476,11 +354,7 @@ async fn a_callback_racing_reconciliation_applies_once(backend: Backend) {
         3,
         "once per order"
     );
-    assert_eq!(
-        count_where(&app.db, "settlements", "1 = 1").await,
-        3,
-        "settled once per order"
-    );
+    assert_eq!(count_where(&app.db, "settlements", "1 = 1").await, 3, "settled once per order");
 }
 
 async fn an_idempotent_replay_never_calls_the_provider_again(backend: Backend) {
@@ -528,66 +402,38 @@ async fn failing_compensations_are_retried_then_left_to_an_operator(backend: Bac
         return;
     };
     let order = json(
-        app.place_order(
-            &app.token("alice"),
-            &order_body(),
-            Some("settlement=fail,refund=fail"),
-        )
-        .await,
+        app.place_order(&app.token("alice"), &order_body(), Some("settlement=fail,refund=fail")).await,
         StatusCode::CREATED,
     )
     .await;
     assert_eq!(order["status"], "FAILED");
     assert_eq!(order["payment"]["status"], "APPROVED");
-    assert_eq!(
-        steps(&order).last().unwrap(),
-        &("COMPENSATION".into(), "FAILED".into())
-    );
+    assert_eq!(steps(&order).last().unwrap(), &("COMPENSATION".into(), "FAILED".into()));
     let mut retried = 0;
     for _ in 0..20 {
         tokio::time::sleep(Duration::from_millis(30)).await;
-        retried += app
-            .services
-            .reconciliation
-            .retry_compensations()
-            .await
-            .unwrap()
-            .retried;
+        retried += app.services.reconciliation.retry_compensations().await.unwrap().retried;
     }
     assert_eq!(retried, 2, "two more attempts after the first (max 3)");
     let d = detail(&app, &order["id"]).await;
-    let failures = steps(&d)
-        .iter()
-        .filter(|s| *s == &("COMPENSATION".to_owned(), "FAILED".to_owned()))
-        .count();
+    let failures =
+        steps(&d).iter().filter(|s| *s == &("COMPENSATION".to_owned(), "FAILED".to_owned())).count();
     assert_eq!(failures, 3);
     assert_eq!(d["status"], "FAILED");
-    assert_eq!(
-        count_where(&app.db, "audit_log", "action = 'COMPENSATION_EXHAUSTED'").await,
-        1
-    );
-    let cancels = app
-        .services
-        .provider_calls
-        .as_ref()
-        .unwrap()
-        .cancels
-        .load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(count_where(&app.db, "audit_log", "action = 'COMPENSATION_EXHAUSTED'").await, 1);
+    let cancels =
+        app.services.provider_calls.as_ref().unwrap().cancels.load(std::sync::atomic::Ordering::SeqCst);
     assert_eq!(cancels, 3);
 }
 
 /// `payment=timeout` in mock mode: unknown outcome, then the embedded worker reconciles.
 async fn the_embedded_worker_reconciles_unknown_outcomes(backend: Backend) {
-    let env = [
-        ("APP__PAYMENT__RECONCILIATION__INTERVAL", "20ms"),
-        ("APP__WORKER__EMBEDDED", "true"),
-    ];
+    let env = [("APP__PAYMENT__RECONCILIATION__INTERVAL", "20ms"), ("APP__WORKER__EMBEDDED", "true")];
     let Some(app) = TestApp::spawn_with(backend, &env).await else {
         return;
     };
     let order = json(
-        app.place_order(&app.token("alice"), &order_body(), Some("payment=timeout"))
-            .await,
+        app.place_order(&app.token("alice"), &order_body(), Some("payment=timeout")).await,
         StatusCode::CREATED,
     )
     .await;

@@ -40,7 +40,8 @@ macro_rules! on_both_databases {
 }
 
 pub const TEST_SECRET: &str = "test-signing-secret-0123456789-abcdefghijklmnop";
-pub const TEST_KEYS: &str = r#"[{"kid":"test","algorithm":"HS256","secret":"test-signing-secret-0123456789-abcdefghijklmnop"}]"#;
+pub const TEST_KEYS: &str =
+    r#"[{"kid":"test","algorithm":"HS256","secret":"test-signing-secret-0123456789-abcdefghijklmnop"}]"#;
 
 fn admin_url() -> String {
     std::env::var("TEST_DATABASE_URL")
@@ -90,26 +91,16 @@ impl TestDb {
                     .expect("create test database");
                 let _ = admin.close().await;
                 let base = admin_url();
-                let server = base
-                    .rsplit_once('/')
-                    .map_or(base.as_str(), |(server, _)| server);
-                Some(TestDb {
-                    url: format!("{server}/{name}"),
-                    pg_name: Some(name),
-                    sqlite_file: None,
-                })
+                let server = base.rsplit_once('/').map_or(base.as_str(), |(server, _)| server);
+                Some(TestDb { url: format!("{server}/{name}"), pg_name: Some(name), sqlite_file: None })
             }
         }
     }
 
     /// A migrated connection to it.
     pub async fn connect(&self) -> DatabaseConnection {
-        let db = persistence::connect(&self.url, 8)
-            .await
-            .expect("connect to test database");
-        persistence::migrate(&db)
-            .await
-            .expect("migrate test database");
+        let db = persistence::connect(&self.url, 8).await.expect("connect to test database");
+        persistence::migrate(&db).await.expect("migrate test database");
         db
     }
 }
@@ -120,18 +111,13 @@ impl Drop for TestDb {
             // Drop runs inside the test's runtime: use a thread with its own.
             let url = admin_url();
             let _ = std::thread::spawn(move || {
-                let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                else {
+                let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
                     return;
                 };
                 rt.block_on(async move {
                     if let Ok(admin) = Database::connect(url).await {
                         let _ = admin
-                            .execute_unprepared(&format!(
-                                "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
-                            ))
+                            .execute_unprepared(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
                             .await;
                         let _ = admin.close().await;
                     }
@@ -181,9 +167,7 @@ impl TestApp {
         let test_db = TestDb::create(backend).await?;
         // Migrate explicitly: `serve` on PostgreSQL refuses an unmigrated schema.
         let db = test_db.connect().await;
-        let app = Application::build(settings(&test_db, extra))
-            .await
-            .expect("build app");
+        let app = Application::build(settings(&test_db, extra)).await.expect("build app");
         let base = format!("http://127.0.0.1:{}", app.port());
         let services = app.services().clone();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -201,33 +185,19 @@ impl TestApp {
     }
 
     pub fn token(&self, sub: &str) -> String {
-        self.services
-            .jwt
-            .mint(sub, &[], std::time::Duration::from_secs(600))
-            .expect("mint")
+        self.services.jwt.mint(sub, &[], std::time::Duration::from_secs(600)).expect("mint")
     }
 
     pub fn admin_token(&self, sub: &str) -> String {
-        self.services
-            .jwt
-            .mint(
-                sub,
-                &["admin".to_owned()],
-                std::time::Duration::from_secs(600),
-            )
-            .expect("mint")
+        self.services.jwt.mint(sub, &["admin".to_owned()], std::time::Duration::from_secs(600)).expect("mint")
     }
 
     pub fn get(&self, path: &str, token: &str) -> RequestBuilder {
-        self.client
-            .get(format!("{}{path}", self.base))
-            .bearer_auth(token)
+        self.client.get(format!("{}{path}", self.base)).bearer_auth(token)
     }
 
     pub fn post(&self, path: &str, token: &str) -> RequestBuilder {
-        self.client
-            .post(format!("{}{path}", self.base))
-            .bearer_auth(token)
+        self.client.post(format!("{}{path}", self.base)).bearer_auth(token)
     }
 
     /// `POST /api/orders` with a JSON body and optional scenario.
@@ -283,11 +253,6 @@ pub fn steps(detail: &Value) -> Vec<(String, String)> {
         .as_array()
         .expect("steps")
         .iter()
-        .map(|s| {
-            (
-                s["step"].as_str().unwrap().to_owned(),
-                s["status"].as_str().unwrap().to_owned(),
-            )
-        })
+        .map(|s| (s["step"].as_str().unwrap().to_owned(), s["status"].as_str().unwrap().to_owned()))
         .collect()
 }

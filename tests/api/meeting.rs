@@ -6,8 +6,7 @@
 use std::time::Duration;
 
 use amqprs::channel::{
-    BasicPublishArguments, Channel, ExchangeDeleteArguments, QueueDeclareArguments,
-    QueueDeleteArguments,
+    BasicPublishArguments, Channel, ExchangeDeleteArguments, QueueDeclareArguments, QueueDeleteArguments,
 };
 use amqprs::connection::Connection;
 use amqprs::{BasicProperties, FieldTable, FieldValue};
@@ -31,26 +30,11 @@ struct Meeting {
 impl Meeting {
     fn env(id: &str) -> Vec<(String, String)> {
         vec![
-            (
-                "APP__BROKER__MEETING_EXCHANGE".into(),
-                format!("test.meeting.{id}"),
-            ),
-            (
-                "APP__BROKER__DEAD_LETTER_EXCHANGE".into(),
-                format!("test.dlx.{id}"),
-            ),
-            (
-                "APP__BROKER__REGISTER_QUEUE".into(),
-                format!("test.register.{id}"),
-            ),
-            (
-                "APP__BROKER__CANCEL_QUEUE".into(),
-                format!("test.cancel.{id}"),
-            ),
-            (
-                "APP__BROKER__MEETING_DELETED_QUEUE".into(),
-                format!("test.deleted.{id}"),
-            ),
+            ("APP__BROKER__MEETING_EXCHANGE".into(), format!("test.meeting.{id}")),
+            ("APP__BROKER__DEAD_LETTER_EXCHANGE".into(), format!("test.dlx.{id}")),
+            ("APP__BROKER__REGISTER_QUEUE".into(), format!("test.register.{id}")),
+            ("APP__BROKER__CANCEL_QUEUE".into(), format!("test.cancel.{id}")),
+            ("APP__BROKER__MEETING_DELETED_QUEUE".into(), format!("test.deleted.{id}")),
             ("APP__BROKER__CONSUMER_RETRIES".into(), "2".into()),
             ("APP__BROKER__CONSUMER_RETRY_BACKOFF".into(), "20ms".into()),
         ]
@@ -59,42 +43,27 @@ impl Meeting {
     fn queues(&self) -> Vec<String> {
         ["register", "cancel", "deleted"]
             .iter()
-            .flat_map(|q| {
-                [
-                    format!("test.{q}.{}", self.id),
-                    format!("test.{q}.{}.dlq", self.id),
-                ]
-            })
+            .flat_map(|q| [format!("test.{q}.{}", self.id), format!("test.{q}.{}.dlq", self.id)])
             .collect()
     }
 
     async fn publish(&self, routing_key: &str, body: &str, scenario: Option<&str>) {
         let mut props = BasicProperties::default();
-        props
-            .with_content_type("application/json")
-            .with_persistence(true);
+        props.with_content_type("application/json").with_persistence(true);
         if let Some(s) = scenario {
             let mut headers = FieldTable::new();
-            headers.insert(
-                "x-mock-scenario".try_into().unwrap(),
-                FieldValue::S(s.try_into().unwrap()),
-            );
+            headers.insert("x-mock-scenario".try_into().unwrap(), FieldValue::S(s.try_into().unwrap()));
             props.with_headers(headers);
         }
         let args = BasicPublishArguments::new(&format!("test.meeting.{}", self.id), routing_key);
-        self.channel
-            .basic_publish(props.finish(), body.as_bytes().to_vec(), args)
-            .await
-            .unwrap();
+        self.channel.basic_publish(props.finish(), body.as_bytes().to_vec(), args).await.unwrap();
     }
 
     async fn depth(&self, queue: &str) -> u32 {
         let declared = self
             .channel
             .queue_declare(
-                QueueDeclareArguments::new(&format!("test.{queue}.{}", self.id))
-                    .passive(true)
-                    .finish(),
+                QueueDeclareArguments::new(&format!("test.{queue}.{}", self.id)).passive(true).finish(),
             )
             .await
             .unwrap()
@@ -104,29 +73,17 @@ impl Meeting {
 
     async fn cleanup(self) {
         for q in self.queues() {
-            let _ = self
-                .channel
-                .queue_delete(QueueDeleteArguments::new(&q))
-                .await;
+            let _ = self.channel.queue_delete(QueueDeleteArguments::new(&q)).await;
         }
-        for e in [
-            format!("test.meeting.{}", self.id),
-            format!("test.dlx.{}", self.id),
-        ] {
-            let _ = self
-                .channel
-                .exchange_delete(ExchangeDeleteArguments::new(&e))
-                .await;
+        for e in [format!("test.meeting.{}", self.id), format!("test.dlx.{}", self.id)] {
+            let _ = self.channel.exchange_delete(ExchangeDeleteArguments::new(&e)).await;
         }
         let _ = self.connection.close().await;
     }
 }
 
 /// The app with the relay and consumers running, plus the meeting side, or `None` (skip).
-async fn start(
-    backend: Backend,
-    extra: &[(&str, &str)],
-) -> Option<(TestApp, TestBroker, Meeting, Workers)> {
+async fn start(backend: Backend, extra: &[(&str, &str)]) -> Option<(TestApp, TestBroker, Meeting, Workers)> {
     let broker = TestBroker::start().await?;
     let id = uuid::Uuid::new_v4().simple().to_string();
     let mut env = broker.env(&amqp_url());
@@ -135,36 +92,26 @@ async fn start(
     let refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let app = TestApp::spawn_with(backend, &refs).await?;
     let workers = Workers::spawn(&app.services);
-    let connection = connect(&broker.endpoint, "test-meeting-service")
-        .await
-        .unwrap();
+    let connection = connect(&broker.endpoint, "test-meeting-service").await.unwrap();
     let channel = connection.open_channel(None).await.unwrap();
-    let meeting = Meeting {
-        id,
-        connection,
-        channel,
-    };
+    let meeting = Meeting { id, connection, channel };
     // The consumers declare the topology; wait until the queues exist.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let probe = meeting.connection.open_channel(None).await.unwrap();
-        let args = QueueDeclareArguments::new(&format!("test.deleted.{}", meeting.id))
-            .passive(true)
-            .finish();
+        let args = QueueDeclareArguments::new(&format!("test.deleted.{}", meeting.id)).passive(true).finish();
         if probe.queue_declare(args).await.is_ok() {
             break;
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the consumers did not declare the topology"
-        );
+        assert!(tokio::time::Instant::now() < deadline, "the consumers did not declare the topology");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Some((app, broker, meeting, workers))
 }
 
 fn registered(event: &str, meeting: &str, user: &str, amount: i64) -> String {
-    json!({ "eventId": event, "meetingId": meeting, "userId": user, "amount": amount, "currency": "KRW" }).to_string()
+    json!({ "eventId": event, "meetingId": meeting, "userId": user, "amount": amount, "currency": "KRW" })
+        .to_string()
 }
 
 async fn until<F, Fut>(what: &str, mut check: F)
@@ -174,10 +121,7 @@ where
 {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -185,10 +129,7 @@ where
 async fn orders_of(app: &TestApp, user: &str) -> Vec<Value> {
     let admin = app.admin_token("ops");
     let page = json(
-        app.get(&format!("/api/orders?customerId={user}"), &admin)
-            .send()
-            .await
-            .unwrap(),
+        app.get(&format!("/api/orders?customerId={user}"), &admin).send().await.unwrap(),
         StatusCode::OK,
     )
     .await;
@@ -196,14 +137,7 @@ async fn orders_of(app: &TestApp, user: &str) -> Vec<Value> {
     for o in page["items"].as_array().unwrap() {
         let id = o["id"].as_str().unwrap();
         details.push(
-            json(
-                app.get(&format!("/api/orders/{id}"), &admin)
-                    .send()
-                    .await
-                    .unwrap(),
-                StatusCode::OK,
-            )
-            .await,
+            json(app.get(&format!("/api/orders/{id}"), &admin).send().await.unwrap(), StatusCode::OK).await,
         );
     }
     details
@@ -227,13 +161,7 @@ async fn registrations_run_the_saga_and_announce_the_outcome(backend: Backend) {
     let Some((app, broker, meeting, workers)) = start(backend, &[]).await else {
         return;
     };
-    meeting
-        .publish(
-            "meeting.participant.registered",
-            &registered("ev-1", "m-1", "u-ok", 5000),
-            None,
-        )
-        .await;
+    meeting.publish("meeting.participant.registered", &registered("ev-1", "m-1", "u-ok", 5000), None).await;
     meeting
         .publish(
             "meeting.participant.registered",
@@ -270,12 +198,7 @@ async fn registrations_run_the_saga_and_announce_the_outcome(backend: Backend) {
     assert_eq!(declined_event.body["payload"]["meetingId"], "m-1");
     assert_eq!(declined_event.body["payload"]["customerId"], "u-declined");
     assert_eq!(meeting.depth("register").await, 0, "both acknowledged");
-    assert_eq!(
-        meeting
-            .depth("register.{}.dlq".split('.').next().unwrap())
-            .await,
-        0
-    );
+    assert_eq!(meeting.depth("register.{}.dlq".split('.').next().unwrap()).await, 0);
     workers.shutdown(Duration::from_secs(10)).await;
     meeting.cleanup().await;
     broker.cleanup().await;
@@ -288,28 +211,20 @@ async fn malformed_messages_go_to_their_dead_letter_queue_at_once(backend: Backe
     for body in [
         "not json".to_owned(),
         json!({ "eventId": "ev-x", "meetingId": "m", "userId": "u" }).to_string(),
-        json!({ "eventId": "ev-y", "meetingId": "m", "userId": "u", "amount": "many", "currency": "KRW" }).to_string(),
+        json!({ "eventId": "ev-y", "meetingId": "m", "userId": "u", "amount": "many", "currency": "KRW" })
+            .to_string(),
         registered("ev-z", "m", "u", 5000).replace("KRW", "ZZZ"),
     ] {
         meeting.publish("meeting.participant.registered", &body, None).await;
     }
-    meeting
-        .publish("meeting.participant.cancelled", "{}", None)
-        .await;
-    meeting
-        .publish(
-            "meeting.deleted",
-            &json!({ "eventId": 7, "meetingId": "m" }).to_string(),
-            None,
-        )
-        .await;
+    meeting.publish("meeting.participant.cancelled", "{}", None).await;
+    meeting.publish("meeting.deleted", &json!({ "eventId": 7, "meetingId": "m" }).to_string(), None).await;
     let dlq = |q: &'static str| {
         let meeting = &meeting;
         async move {
             let channel = meeting.connection.open_channel(None).await.unwrap();
-            let args = QueueDeclareArguments::new(&format!("test.{q}.{}.dlq", meeting.id))
-                .passive(true)
-                .finish();
+            let args =
+                QueueDeclareArguments::new(&format!("test.{q}.{}.dlq", meeting.id)).passive(true).finish();
             channel.queue_declare(args).await.unwrap().unwrap().1
         }
     };
@@ -332,11 +247,7 @@ async fn duplicate_deliveries_create_one_order(backend: Backend) {
     let second = Workers::spawn(&app.services);
     for _ in 0..6 {
         meeting
-            .publish(
-                "meeting.participant.registered",
-                &registered("ev-dup", "m-2", "u-dup", 7000),
-                None,
-            )
+            .publish("meeting.participant.registered", &registered("ev-dup", "m-2", "u-dup", 7000), None)
             .await;
     }
     until("all deliveries acknowledged", || async {
@@ -348,13 +259,8 @@ async fn duplicate_deliveries_create_one_order(backend: Backend) {
     let orders = settled(&app, "u-dup").await;
     assert_eq!(orders.len(), 1, "one order for one eventId");
     assert_eq!(orders[0]["status"], "COMPLETED");
-    let approvals = app
-        .services
-        .provider_calls
-        .as_ref()
-        .unwrap()
-        .approvals
-        .load(std::sync::atomic::Ordering::SeqCst);
+    let approvals =
+        app.services.provider_calls.as_ref().unwrap().approvals.load(std::sync::atomic::Ordering::SeqCst);
     assert_eq!(approvals, 1, "charged once");
     second.shutdown(Duration::from_secs(10)).await;
     workers.shutdown(Duration::from_secs(10)).await;
@@ -367,49 +273,25 @@ async fn system_failures_are_retried_then_dead_lettered(backend: Backend) {
         return;
     };
     // The database "breaks": the table the inbox lives in disappears.
-    app.db
-        .execute_unprepared("ALTER TABLE inbox RENAME TO inbox_away")
-        .await
-        .unwrap();
+    app.db.execute_unprepared("ALTER TABLE inbox RENAME TO inbox_away").await.unwrap();
     meeting
-        .publish(
-            "meeting.participant.registered",
-            &registered("ev-sys", "m-3", "u-sys", 1000),
-            None,
-        )
+        .publish("meeting.participant.registered", &registered("ev-sys", "m-3", "u-sys", 1000), None)
         .await;
     let dlq = || async {
         let channel = meeting.connection.open_channel(None).await.unwrap();
-        let args = QueueDeclareArguments::new(&format!("test.register.{}.dlq", meeting.id))
-            .passive(true)
-            .finish();
+        let args =
+            QueueDeclareArguments::new(&format!("test.register.{}.dlq", meeting.id)).passive(true).finish();
         channel.queue_declare(args).await.unwrap().unwrap().1
     };
     until("the dead letter", || async { dlq().await == 1 }).await;
-    app.db
-        .execute_unprepared("ALTER TABLE inbox_away RENAME TO inbox")
-        .await
-        .unwrap();
+    app.db.execute_unprepared("ALTER TABLE inbox_away RENAME TO inbox").await.unwrap();
     assert_eq!(app.count("orders").await, 0);
-    let metrics = app
-        .client
-        .get(format!("{}/metrics", app.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
     assert!(
-        metrics.contains(
-            "consumer_messages_total{consumer=\"participant-register\",outcome=\"retried\"} 2"
-        ),
+        metrics.contains("consumer_messages_total{consumer=\"participant-register\",outcome=\"retried\"} 2"),
         "{metrics}"
     );
-    assert!(
-        metrics.contains("outcome=\"dead_lettered\"} 1"),
-        "{metrics}"
-    );
+    assert!(metrics.contains("outcome=\"dead_lettered\"} 1"), "{metrics}");
     workers.shutdown(Duration::from_secs(10)).await;
     meeting.cleanup().await;
     broker.cleanup().await;
@@ -419,101 +301,38 @@ async fn cancellations_refund_when_asked_and_otherwise_just_acknowledge(backend:
     let Some((app, broker, meeting, workers)) = start(backend, &[]).await else {
         return;
     };
-    meeting
-        .publish(
-            "meeting.participant.registered",
-            &registered("ev-r1", "m-4", "u-c", 3000),
-            None,
-        )
-        .await;
+    meeting.publish("meeting.participant.registered", &registered("ev-r1", "m-4", "u-c", 3000), None).await;
     assert_eq!(settled(&app, "u-c").await[0]["status"], "COMPLETED");
     let cancel = |event: &str, user: &str, refund: bool| {
-        json!({ "eventId": event, "meetingId": "m-4", "userId": user, "refundRequired": refund })
-            .to_string()
+        json!({ "eventId": event, "meetingId": "m-4", "userId": user, "refundRequired": refund }).to_string()
     };
-    meeting
-        .publish(
-            "meeting.participant.cancelled",
-            &cancel("ev-c0", "u-c", false),
-            None,
-        )
-        .await;
-    meeting
-        .publish(
-            "meeting.participant.cancelled",
-            &cancel("ev-c1", "u-nobody", true),
-            None,
-        )
-        .await;
+    meeting.publish("meeting.participant.cancelled", &cancel("ev-c0", "u-c", false), None).await;
+    meeting.publish("meeting.participant.cancelled", &cancel("ev-c1", "u-nobody", true), None).await;
     until("acknowledged", || async {
         count_where(&app.db, "inbox", "consumer = 'participant-cancel'").await == 2
     })
     .await;
-    assert_eq!(
-        orders_of(&app, "u-c").await[0]["status"],
-        "COMPLETED",
-        "no refund asked, none made"
-    );
+    assert_eq!(orders_of(&app, "u-c").await[0]["status"], "COMPLETED", "no refund asked, none made");
 
-    meeting
-        .publish(
-            "meeting.participant.cancelled",
-            &cancel("ev-c2", "u-c", true),
-            None,
-        )
-        .await;
-    meeting
-        .publish(
-            "meeting.participant.cancelled",
-            &cancel("ev-c2", "u-c", true),
-            None,
-        )
-        .await;
-    until("the refund", || async {
-        orders_of(&app, "u-c").await[0]["status"] == "CANCELLED"
-    })
-    .await;
+    meeting.publish("meeting.participant.cancelled", &cancel("ev-c2", "u-c", true), None).await;
+    meeting.publish("meeting.participant.cancelled", &cancel("ev-c2", "u-c", true), None).await;
+    until("the refund", || async { orders_of(&app, "u-c").await[0]["status"] == "CANCELLED" }).await;
     let order = &orders_of(&app, "u-c").await[0];
     assert_eq!(order["payment"]["status"], "REFUNDED");
     until("payment.refunded", || async {
-        broker
-            .received
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|m| m.message_type.as_deref() == Some("payment.refunded"))
+        broker.received.lock().unwrap().iter().any(|m| m.message_type.as_deref() == Some("payment.refunded"))
     })
     .await;
-    until("both deliveries", || async {
-        meeting.depth("cancel").await == 0
-    })
-    .await;
+    until("both deliveries", || async { meeting.depth("cancel").await == 0 }).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let cancels = app
-        .services
-        .provider_calls
-        .as_ref()
-        .unwrap()
-        .cancels
-        .load(std::sync::atomic::Ordering::SeqCst);
+    let cancels =
+        app.services.provider_calls.as_ref().unwrap().cancels.load(std::sync::atomic::Ordering::SeqCst);
     assert_eq!(cancels, 1, "the duplicate refunded nothing");
-    assert_eq!(
-        meeting.depth("cancel.dlq".split('.').next().unwrap()).await,
-        0
-    );
+    assert_eq!(meeting.depth("cancel.dlq".split('.').next().unwrap()).await, 0);
 
     // The same user may register again afterwards: a new order, history kept.
-    meeting
-        .publish(
-            "meeting.participant.registered",
-            &registered("ev-r2", "m-4", "u-c", 3000),
-            None,
-        )
-        .await;
-    until("the second order", || async {
-        orders_of(&app, "u-c").await.len() == 2
-    })
-    .await;
+    meeting.publish("meeting.participant.registered", &registered("ev-r2", "m-4", "u-c", 3000), None).await;
+    until("the second order", || async { orders_of(&app, "u-c").await.len() == 2 }).await;
     workers.shutdown(Duration::from_secs(10)).await;
     meeting.cleanup().await;
     broker.cleanup().await;
@@ -523,20 +342,8 @@ async fn a_deleted_meeting_refunds_everyone_it_can(backend: Backend) {
     let Some((app, broker, meeting, workers)) = start(backend, &[]).await else {
         return;
     };
-    meeting
-        .publish(
-            "meeting.participant.registered",
-            &registered("d-1", "m-5", "u-a", 1000),
-            None,
-        )
-        .await;
-    meeting
-        .publish(
-            "meeting.participant.registered",
-            &registered("d-2", "m-5", "u-b", 2000),
-            None,
-        )
-        .await;
+    meeting.publish("meeting.participant.registered", &registered("d-1", "m-5", "u-a", 1000), None).await;
+    meeting.publish("meeting.participant.registered", &registered("d-2", "m-5", "u-b", 2000), None).await;
     meeting
         .publish(
             "meeting.participant.registered",
@@ -544,34 +351,21 @@ async fn a_deleted_meeting_refunds_everyone_it_can(backend: Backend) {
             Some("refund=fail"),
         )
         .await;
-    meeting
-        .publish(
-            "meeting.participant.registered",
-            &registered("d-4", "m-other", "u-a", 4000),
-            None,
-        )
-        .await;
+    meeting.publish("meeting.participant.registered", &registered("d-4", "m-other", "u-a", 4000), None).await;
     for user in ["u-a", "u-b", "u-fail"] {
         settled(&app, user).await;
     }
     // u-b already cancelled and was refunded.
     let cancel =
-        json!({ "eventId": "d-5", "meetingId": "m-5", "userId": "u-b", "refundRequired": true })
-            .to_string();
-    meeting
-        .publish("meeting.participant.cancelled", &cancel, None)
-        .await;
-    until("u-b refunded", || async {
-        orders_of(&app, "u-b").await[0]["status"] == "CANCELLED"
-    })
-    .await;
+        json!({ "eventId": "d-5", "meetingId": "m-5", "userId": "u-b", "refundRequired": true }).to_string();
+    meeting.publish("meeting.participant.cancelled", &cancel, None).await;
+    until("u-b refunded", || async { orders_of(&app, "u-b").await[0]["status"] == "CANCELLED" }).await;
 
     let deleted = json!({ "eventId": "d-6", "meetingId": "m-5" }).to_string();
     meeting.publish("meeting.deleted", &deleted, None).await;
     meeting.publish("meeting.deleted", &deleted, None).await;
     until("the deletion", || async {
-        count_where(&app.db, "inbox", "event_id = 'd-6'").await == 1
-            && meeting.depth("deleted").await == 0
+        count_where(&app.db, "inbox", "event_id = 'd-6'").await == 1 && meeting.depth("deleted").await == 0
     })
     .await;
 
@@ -579,34 +373,14 @@ async fn a_deleted_meeting_refunds_everyone_it_can(backend: Backend) {
     let in_m5 = a.iter().find(|o| o["meetingId"] == "m-5").unwrap();
     let elsewhere = a.iter().find(|o| o["meetingId"] == "m-other").unwrap();
     assert_eq!(in_m5["payment"]["status"], "REFUNDED");
-    assert_eq!(
-        elsewhere["status"], "COMPLETED",
-        "other meetings are untouched"
-    );
+    assert_eq!(elsewhere["status"], "COMPLETED", "other meetings are untouched");
     let failing = &orders_of(&app, "u-fail").await[0];
     assert_eq!(failing["status"], "COMPLETED");
-    assert_eq!(
-        failing["payment"]["status"], "APPROVED",
-        "a failed refund leaves the payment approved"
-    );
+    assert_eq!(failing["payment"]["status"], "APPROVED", "a failed refund leaves the payment approved");
     assert!(failing["payment"]["refundFailureReason"].is_string());
-    assert_eq!(
-        count_where(
-            &app.db,
-            "outbox_events",
-            "event_type = 'payment.refund_failed'"
-        )
-        .await,
-        1
-    );
-    assert_eq!(
-        count_where(&app.db, "outbox_events", "event_type = 'payment.refunded'").await,
-        2
-    );
-    assert_eq!(
-        count_where(&app.db, "audit_log", "action = 'MEETING_DELETED'").await,
-        1
-    );
+    assert_eq!(count_where(&app.db, "outbox_events", "event_type = 'payment.refund_failed'").await, 1);
+    assert_eq!(count_where(&app.db, "outbox_events", "event_type = 'payment.refunded'").await, 2);
+    assert_eq!(count_where(&app.db, "audit_log", "action = 'MEETING_DELETED'").await, 1);
     workers.shutdown(Duration::from_secs(10)).await;
     meeting.cleanup().await;
     broker.cleanup().await;
@@ -630,30 +404,17 @@ async fn refunds_are_for_the_customer_or_an_admin_and_only_when_completed(backen
     let alice = app.token("alice");
     let bob = app.token("bob");
     let admin = app.admin_token("ops");
-    let order = json(
-        app.place_order(&alice, &order_body(), None).await,
-        StatusCode::CREATED,
-    )
-    .await;
+    let order = json(app.place_order(&alice, &order_body(), None).await, StatusCode::CREATED).await;
     let id = order["id"].as_str().unwrap();
-    let refund =
-        |token: &str, id: &str| app.post(&format!("/api/orders/{id}/refund"), token).send();
+    let refund = |token: &str, id: &str| app.post(&format!("/api/orders/{id}/refund"), token).send();
 
     let denied = json(refund(&bob, id).await.unwrap(), StatusCode::FORBIDDEN).await;
     assert_eq!(denied["code"], "UNAUTHORIZED_REFUND");
-    let declined = json(
-        app.place_order(&alice, &order_body(), Some("payment=decline"))
-            .await,
-        StatusCode::CREATED,
-    )
-    .await;
-    let not_allowed = json(
-        refund(&alice, declined["id"].as_str().unwrap())
-            .await
-            .unwrap(),
-        StatusCode::CONFLICT,
-    )
-    .await;
+    let declined =
+        json(app.place_order(&alice, &order_body(), Some("payment=decline")).await, StatusCode::CREATED)
+            .await;
+    let not_allowed =
+        json(refund(&alice, declined["id"].as_str().unwrap()).await.unwrap(), StatusCode::CONFLICT).await;
     assert_eq!(not_allowed["code"], "REFUND_NOT_ALLOWED");
 
     let refunded = json(
@@ -669,10 +430,7 @@ async fn refunds_are_for_the_customer_or_an_admin_and_only_when_completed(backen
     assert_eq!(refunded["payment"]["status"], "REFUNDED");
     let again = json(refund(&alice, id).await.unwrap(), StatusCode::CONFLICT).await;
     assert_eq!(again["code"], "REFUND_NOT_ALLOWED");
-    assert_eq!(
-        count_where(&app.db, "outbox_events", "event_type = 'payment.refunded'").await,
-        1
-    );
+    assert_eq!(count_where(&app.db, "outbox_events", "event_type = 'payment.refunded'").await, 1);
     assert_eq!(
         count_where(
             &app.db,
@@ -688,66 +446,24 @@ async fn refunds_are_for_the_customer_or_an_admin_and_only_when_completed(backen
     );
 
     // Refused by the provider: recorded, the payment stays APPROVED.
-    let failing = json(
-        app.place_order(&alice, &order_body(), Some("refund=fail"))
-            .await,
-        StatusCode::CREATED,
-    )
-    .await;
+    let failing =
+        json(app.place_order(&alice, &order_body(), Some("refund=fail")).await, StatusCode::CREATED).await;
     let failing_id = failing["id"].as_str().unwrap();
-    let failed = json(
-        refund(&admin, failing_id).await.unwrap(),
-        StatusCode::CONFLICT,
-    )
-    .await;
+    let failed = json(refund(&admin, failing_id).await.unwrap(), StatusCode::CONFLICT).await;
     assert_eq!(failed["code"], "REFUND_FAILED");
-    let detail = json(
-        app.get(&format!("/api/orders/{failing_id}"), &alice)
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
-    )
-    .await;
+    let detail =
+        json(app.get(&format!("/api/orders/{failing_id}"), &alice).send().await.unwrap(), StatusCode::OK)
+            .await;
     assert_eq!(detail["status"], "COMPLETED");
     assert_eq!(detail["payment"]["status"], "APPROVED");
-    assert!(
-        detail["payment"]["refundFailureReason"]
-            .as_str()
-            .unwrap()
-            .contains("REFUND_REJECTED")
-    );
-    assert_eq!(
-        count_where(
-            &app.db,
-            "outbox_events",
-            "event_type = 'payment.refund_failed'"
-        )
-        .await,
-        1
-    );
+    assert!(detail["payment"]["refundFailureReason"].as_str().unwrap().contains("REFUND_REJECTED"));
+    assert_eq!(count_where(&app.db, "outbox_events", "event_type = 'payment.refund_failed'").await, 1);
 
     // An admin may refund anyone's; the customer may order again afterwards.
-    let another = json(
-        app.place_order(&bob, &order_body(), None).await,
-        StatusCode::CREATED,
-    )
-    .await;
-    json(
-        refund(&admin, another["id"].as_str().unwrap())
-            .await
-            .unwrap(),
-        StatusCode::OK,
-    )
-    .await;
-    json(
-        app.place_order(&alice, &order_body(), None).await,
-        StatusCode::CREATED,
-    )
-    .await;
-    let missing = refund(&admin, &uuid::Uuid::now_v7().to_string())
-        .await
-        .unwrap();
+    let another = json(app.place_order(&bob, &order_body(), None).await, StatusCode::CREATED).await;
+    json(refund(&admin, another["id"].as_str().unwrap()).await.unwrap(), StatusCode::OK).await;
+    json(app.place_order(&alice, &order_body(), None).await, StatusCode::CREATED).await;
+    let missing = refund(&admin, &uuid::Uuid::now_v7().to_string()).await.unwrap();
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
 }
 
@@ -756,29 +472,17 @@ on_both_databases!(refunds_are_for_the_customer_or_an_admin_and_only_when_comple
 /// `broker.queue_type = quorum`: quorum queues with an explicit delivery limit work the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quorum_queues_with_a_delivery_limit_work_the_same() {
-    let env = [
-        ("APP__BROKER__QUEUE_TYPE", "quorum"),
-        ("APP__BROKER__DELIVERY_LIMIT", "3"),
-    ];
+    let env = [("APP__BROKER__QUEUE_TYPE", "quorum"), ("APP__BROKER__DELIVERY_LIMIT", "3")];
     let Some((app, broker, meeting, workers)) = start(Backend::Sqlite, &env).await else {
         return;
     };
-    meeting
-        .publish(
-            "meeting.participant.registered",
-            &registered("q-1", "m-q", "u-q", 900),
-            None,
-        )
-        .await;
+    meeting.publish("meeting.participant.registered", &registered("q-1", "m-q", "u-q", 900), None).await;
     assert_eq!(settled(&app, "u-q").await[0]["status"], "COMPLETED");
-    meeting
-        .publish("meeting.participant.registered", "garbage", None)
-        .await;
+    meeting.publish("meeting.participant.registered", "garbage", None).await;
     until("the dead letter", || async {
         let channel = meeting.connection.open_channel(None).await.unwrap();
-        let args = QueueDeclareArguments::new(&format!("test.register.{}.dlq", meeting.id))
-            .passive(true)
-            .finish();
+        let args =
+            QueueDeclareArguments::new(&format!("test.register.{}.dlq", meeting.id)).passive(true).finish();
         channel.queue_declare(args).await.unwrap().unwrap().1 == 1
     })
     .await;

@@ -9,39 +9,23 @@ use serde_json::{Value, json};
 use crate::helpers::{Backend, TestApp, count_where, json, order_body, steps};
 use crate::on_both_databases;
 
-const FAST_RETRIES: &[(&str, &str)] = &[
-    ("APP__NOTIFICATION__RETRY__BACKOFF_BASE", "1ms"),
-    ("APP__NOTIFICATION__RETRY__MAX_ATTEMPTS", "5"),
-];
+const FAST_RETRIES: &[(&str, &str)] =
+    &[("APP__NOTIFICATION__RETRY__BACKOFF_BASE", "1ms"), ("APP__NOTIFICATION__RETRY__MAX_ATTEMPTS", "5")];
 
 fn sends(app: &TestApp) -> u64 {
-    app.services
-        .provider_calls
-        .as_ref()
-        .unwrap()
-        .notifications
-        .load(Ordering::SeqCst)
+    app.services.provider_calls.as_ref().unwrap().notifications.load(Ordering::SeqCst)
 }
 
 async fn retry_due(app: &TestApp) -> Value {
     let admin = app.admin_token("ops");
-    json(
-        app.post("/api/admin/notification-events/retry-due", &admin)
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
-    )
-    .await
+    json(app.post("/api/admin/notification-events/retry-due", &admin).send().await.unwrap(), StatusCode::OK)
+        .await
 }
 
 async fn order(app: &TestApp, id: &Value) -> Value {
     let admin = app.admin_token("ops");
     json(
-        app.get(&format!("/api/orders/{}", id.as_str().unwrap()), &admin)
-            .send()
-            .await
-            .unwrap(),
+        app.get(&format!("/api/orders/{}", id.as_str().unwrap()), &admin).send().await.unwrap(),
         StatusCode::OK,
     )
     .await
@@ -53,8 +37,7 @@ async fn auto_retry_succeeds_after_the_failures_it_was_given(backend: Backend) {
     };
     let alice = app.token("alice");
     let placed = json(
-        app.place_order(&alice, &order_body(), Some("notification=auto_retry:2"))
-            .await,
+        app.place_order(&alice, &order_body(), Some("notification=auto_retry:2")).await,
         StatusCode::CREATED,
     )
     .await;
@@ -63,11 +46,7 @@ async fn auto_retry_succeeds_after_the_failures_it_was_given(backend: Backend) {
 
     let first = retry_due(&app).await;
     assert_eq!(
-        (
-            first["claimed"].clone(),
-            first["failed"].clone(),
-            first["succeeded"].clone()
-        ),
+        (first["claimed"].clone(), first["failed"].clone(), first["succeeded"].clone()),
         (json!(1), json!(1), json!(0))
     );
     assert_eq!(first["processedIds"], json!([placed["notification"]["id"]]));
@@ -78,23 +57,14 @@ async fn auto_retry_succeeds_after_the_failures_it_was_given(backend: Backend) {
 
     tokio::time::sleep(Duration::from_millis(20)).await;
     let second = retry_due(&app).await;
-    assert_eq!(
-        (second["claimed"].clone(), second["succeeded"].clone()),
-        (json!(1), json!(1))
-    );
+    assert_eq!((second["claimed"].clone(), second["succeeded"].clone()), (json!(1), json!(1)));
     let detail = order(&app, &placed["id"]).await;
-    assert_eq!(
-        detail["status"], "COMPLETED",
-        "a sent notification completes the order"
-    );
+    assert_eq!(detail["status"], "COMPLETED", "a sent notification completes the order");
     assert_eq!(detail["failureStage"], Value::Null);
     assert_eq!(detail["notification"]["status"], "SENT");
     assert_eq!(detail["notification"]["attempts"], 3);
     assert_eq!(sends(&app), 3);
-    assert_eq!(
-        steps(&detail).last().unwrap(),
-        &("NOTIFICATION".to_owned(), "SUCCESS".to_owned())
-    );
+    assert_eq!(steps(&detail).last().unwrap(), &("NOTIFICATION".to_owned(), "SUCCESS".to_owned()));
     let completed = count_where(&app.db, "outbox_events", "event_type = 'order.completed'").await;
     assert_eq!(completed, 1, "order.completed goes out");
     let nothing = retry_due(&app).await;
@@ -102,17 +72,14 @@ async fn auto_retry_succeeds_after_the_failures_it_was_given(backend: Backend) {
 }
 
 async fn attempts_run_out_and_the_order_stays_failed(backend: Backend) {
-    let env = [
-        ("APP__NOTIFICATION__RETRY__BACKOFF_BASE", "1ms"),
-        ("APP__NOTIFICATION__RETRY__MAX_ATTEMPTS", "2"),
-    ];
+    let env =
+        [("APP__NOTIFICATION__RETRY__BACKOFF_BASE", "1ms"), ("APP__NOTIFICATION__RETRY__MAX_ATTEMPTS", "2")];
     let Some(app) = TestApp::spawn_with(backend, &env).await else {
         return;
     };
     let alice = app.token("alice");
     let placed = json(
-        app.place_order(&alice, &order_body(), Some("notification=auto_retry:5"))
-            .await,
+        app.place_order(&alice, &order_body(), Some("notification=auto_retry:5")).await,
         StatusCode::CREATED,
     )
     .await;
@@ -120,22 +87,12 @@ async fn attempts_run_out_and_the_order_stays_failed(backend: Backend) {
     let round = retry_due(&app).await;
     assert_eq!(round["failed"], 1);
     let detail = order(&app, &placed["id"]).await;
-    assert_eq!(
-        detail["notification"]["status"], "FAILED",
-        "max attempts reached"
-    );
+    assert_eq!(detail["notification"]["status"], "FAILED", "max attempts reached");
     assert_eq!(detail["status"], "FAILED");
-    assert_eq!(
-        retry_due(&app).await["claimed"],
-        0,
-        "a FAILED notification is no longer retried"
-    );
+    assert_eq!(retry_due(&app).await["claimed"], 0, "a FAILED notification is no longer retried");
     let admin = app.admin_token("ops");
     let listed = json(
-        app.get("/api/admin/notification-events?status=FAILED", &admin)
-            .send()
-            .await
-            .unwrap(),
+        app.get("/api/admin/notification-events?status=FAILED", &admin).send().await.unwrap(),
         StatusCode::OK,
     )
     .await;
@@ -149,51 +106,34 @@ async fn manual_intervention_reprocessed_by_an_operator_completes(backend: Backe
     };
     let alice = app.token("alice");
     let admin = app.admin_token("ops");
-    let placed = json(
-        app.place_order(&alice, &order_body(), Some("notification=manual"))
-            .await,
-        StatusCode::CREATED,
-    )
-    .await;
-    assert_eq!(
-        placed["notification"]["status"],
-        "MANUAL_INTERVENTION_REQUIRED"
-    );
-    assert_eq!(
-        retry_due(&app).await["claimed"],
-        0,
-        "manual ones are not retried automatically"
-    );
+    let placed =
+        json(app.place_order(&alice, &order_body(), Some("notification=manual")).await, StatusCode::CREATED)
+            .await;
+    assert_eq!(placed["notification"]["status"], "MANUAL_INTERVENTION_REQUIRED");
+    assert_eq!(retry_due(&app).await["claimed"], 0, "manual ones are not retried automatically");
     let id = placed["notification"]["id"].as_str().unwrap();
     let detail = json(
-        app.post(
-            &format!("/api/admin/notification-events/{id}/reprocess"),
-            &admin,
-        )
-        .json(&json!({ "reason": "customer email fixed" }))
-        .send()
-        .await
-        .unwrap(),
+        app.post(&format!("/api/admin/notification-events/{id}/reprocess"), &admin)
+            .json(&json!({ "reason": "customer email fixed" }))
+            .send()
+            .await
+            .unwrap(),
         StatusCode::OK,
     )
     .await;
     assert_eq!(detail["status"], "COMPLETED");
     assert_eq!(detail["notification"]["status"], "SENT");
     assert_eq!(sends(&app), 2, "it really re-sent");
-    let audited = count_where(&app.db, "audit_log", "action = 'NOTIFICATION_REPROCESS' AND actor = 'ops' AND detail LIKE '%customer email fixed%'").await;
+    let audited = count_where(
+        &app.db,
+        "audit_log",
+        "action = 'NOTIFICATION_REPROCESS' AND actor = 'ops' AND detail LIKE '%customer email fixed%'",
+    )
+    .await;
     assert_eq!(audited, 1);
-    assert_eq!(
-        count_where(&app.db, "outbox_events", "event_type = 'order.completed'").await,
-        1
-    );
+    assert_eq!(count_where(&app.db, "outbox_events", "event_type = 'order.completed'").await, 1);
     let again = json(
-        app.post(
-            &format!("/api/admin/notification-events/{id}/reprocess"),
-            &admin,
-        )
-        .send()
-        .await
-        .unwrap(),
+        app.post(&format!("/api/admin/notification-events/{id}/reprocess"), &admin).send().await.unwrap(),
         StatusCode::CONFLICT,
     )
     .await;
@@ -206,52 +146,26 @@ async fn manual_intervention_ignored_by_an_operator_completes(backend: Backend) 
     };
     let alice = app.token("alice");
     let admin = app.admin_token("ops");
-    let placed = json(
-        app.place_order(&alice, &order_body(), Some("notification=manual"))
-            .await,
-        StatusCode::CREATED,
-    )
-    .await;
+    let placed =
+        json(app.place_order(&alice, &order_body(), Some("notification=manual")).await, StatusCode::CREATED)
+            .await;
     let id = placed["notification"]["id"].as_str().unwrap();
     let detail = json(
-        app.post(
-            &format!("/api/admin/notification-events/{id}/ignore"),
-            &admin,
-        )
-        .send()
-        .await
-        .unwrap(),
+        app.post(&format!("/api/admin/notification-events/{id}/ignore"), &admin).send().await.unwrap(),
         StatusCode::OK,
     )
     .await;
     assert_eq!(detail["status"], "COMPLETED");
     assert_eq!(detail["notification"]["status"], "IGNORED");
     assert_eq!(sends(&app), 1, "ignoring sends nothing");
+    assert_eq!(steps(&detail).last().unwrap(), &("NOTIFICATION".to_owned(), "SKIPPED".to_owned()));
+    assert_eq!(count_where(&app.db, "outbox_events", "event_type = 'order.completed'").await, 1);
     assert_eq!(
-        steps(&detail).last().unwrap(),
-        &("NOTIFICATION".to_owned(), "SKIPPED".to_owned())
-    );
-    assert_eq!(
-        count_where(&app.db, "outbox_events", "event_type = 'order.completed'").await,
-        1
-    );
-    assert_eq!(
-        count_where(
-            &app.db,
-            "audit_log",
-            "action = 'NOTIFICATION_IGNORE' AND actor = 'ops'"
-        )
-        .await,
+        count_where(&app.db, "audit_log", "action = 'NOTIFICATION_IGNORE' AND actor = 'ops'").await,
         1
     );
     let again = json(
-        app.post(
-            &format!("/api/admin/notification-events/{id}/ignore"),
-            &admin,
-        )
-        .send()
-        .await
-        .unwrap(),
+        app.post(&format!("/api/admin/notification-events/{id}/ignore"), &admin).send().await.unwrap(),
         StatusCode::CONFLICT,
     )
     .await;
@@ -265,8 +179,7 @@ async fn concurrent_retry_rounds_never_send_twice(backend: Backend) {
     let alice = app.token("alice");
     for _ in 0..8 {
         json(
-            app.place_order(&alice, &order_body(), Some("notification=auto_retry:1"))
-                .await,
+            app.place_order(&alice, &order_body(), Some("notification=auto_retry:1")).await,
             StatusCode::CREATED,
         )
         .await;
@@ -275,22 +188,12 @@ async fn concurrent_retry_rounds_never_send_twice(backend: Backend) {
     tokio::time::sleep(Duration::from_millis(20)).await;
     let scheduler = app.services.notifications.clone();
     let system = orchestrator::application::Actor::system("test-scheduler");
-    let (a, b, c, d) = tokio::join!(
-        retry_due(&app),
-        retry_due(&app),
-        retry_due(&app),
-        scheduler.retry_due(&system),
-    );
+    let (a, b, c, d) =
+        tokio::join!(retry_due(&app), retry_due(&app), retry_due(&app), scheduler.retry_due(&system),);
     let scheduled = d.unwrap();
-    let claimed: u64 = [&a, &b, &c]
-        .iter()
-        .map(|r| r["claimed"].as_u64().unwrap())
-        .sum::<u64>()
-        + scheduled.claimed as u64;
-    let succeeded: u64 = [&a, &b, &c]
-        .iter()
-        .map(|r| r["succeeded"].as_u64().unwrap())
-        .sum::<u64>()
+    let claimed: u64 =
+        [&a, &b, &c].iter().map(|r| r["claimed"].as_u64().unwrap()).sum::<u64>() + scheduled.claimed as u64;
+    let succeeded: u64 = [&a, &b, &c].iter().map(|r| r["succeeded"].as_u64().unwrap()).sum::<u64>()
         + scheduled.succeeded as u64;
     assert_eq!(claimed, 8, "each due notification claimed exactly once");
     assert_eq!(succeeded, 8);
@@ -305,36 +208,23 @@ async fn stuck_claims_are_released_for_another_attempt(backend: Backend) {
     };
     let alice = app.token("alice");
     let placed = json(
-        app.place_order(&alice, &order_body(), Some("notification=auto_retry:1"))
-            .await,
+        app.place_order(&alice, &order_body(), Some("notification=auto_retry:1")).await,
         StatusCode::CREATED,
     )
     .await;
     // A worker claims and dies: the row is PROCESSING with a lease already over.
     let id: orchestrator::domain::ids::OrderId = placed["id"].as_str().unwrap().parse().unwrap();
-    let record = app
-        .services
-        .queries
-        .get_order(&orchestrator::application::Actor::admin("t"), id)
-        .await
-        .unwrap();
+    let record =
+        app.services.queries.get_order(&orchestrator::application::Actor::admin("t"), id).await.unwrap();
     let mut n = record.notification.unwrap();
     let past = chrono::Utc::now() - chrono::Duration::seconds(1);
     n.claim(past, past).unwrap();
     let mut changes = orchestrator::application::ports::Changes::default();
     changes.update_notification(&mut n);
-    let uow = orchestrator::adapters::persistence::SeaOrmOrderRepository::new(
-        app.db.clone(),
-        Default::default(),
-    );
-    orchestrator::application::ports::UnitOfWork::commit(&uow, changes)
-        .await
-        .unwrap();
-    assert_eq!(
-        retry_due(&app).await["claimed"],
-        0,
-        "a PROCESSING claim is not due"
-    );
+    let uow =
+        orchestrator::adapters::persistence::SeaOrmOrderRepository::new(app.db.clone(), Default::default());
+    orchestrator::application::ports::UnitOfWork::commit(&uow, changes).await.unwrap();
+    assert_eq!(retry_due(&app).await["claimed"], 0, "a PROCESSING claim is not due");
     assert_eq!(app.services.notifications.recover_stuck().await.unwrap(), 1);
     let round = retry_due(&app).await;
     assert_eq!(round["succeeded"], 1);
@@ -349,18 +239,9 @@ async fn notification_admin_is_closed_to_customers(backend: Backend) {
     let id = uuid::Uuid::now_v7();
     for (method, path) in [
         ("GET", "/api/admin/notification-events".to_owned()),
-        (
-            "POST",
-            "/api/admin/notification-events/retry-due".to_owned(),
-        ),
-        (
-            "POST",
-            format!("/api/admin/notification-events/{id}/reprocess"),
-        ),
-        (
-            "POST",
-            format!("/api/admin/notification-events/{id}/ignore"),
-        ),
+        ("POST", "/api/admin/notification-events/retry-due".to_owned()),
+        ("POST", format!("/api/admin/notification-events/{id}/reprocess")),
+        ("POST", format!("/api/admin/notification-events/{id}/ignore")),
     ] {
         let send = |token: &str| match method {
             "GET" => app.get(&path, token).send(),
@@ -368,33 +249,15 @@ async fn notification_admin_is_closed_to_customers(backend: Backend) {
         };
         let forbidden = json(send(&customer).await.unwrap(), StatusCode::FORBIDDEN).await;
         assert_eq!(forbidden["code"], "FORBIDDEN", "{method} {path}");
-        let none = app
-            .client
-            .get(format!("{}{path}", app.base))
-            .send()
-            .await
-            .unwrap();
-        assert!(
-            none.status() == StatusCode::UNAUTHORIZED
-                || none.status() == StatusCode::METHOD_NOT_ALLOWED
-        );
+        let none = app.client.get(format!("{}{path}", app.base)).send().await.unwrap();
+        assert!(none.status() == StatusCode::UNAUTHORIZED || none.status() == StatusCode::METHOD_NOT_ALLOWED);
     }
     for action in ["reprocess", "ignore"] {
-        let missing = app
-            .post(
-                &format!("/api/admin/notification-events/{id}/{action}"),
-                &admin,
-            )
-            .send()
-            .await
-            .unwrap();
+        let missing =
+            app.post(&format!("/api/admin/notification-events/{id}/{action}"), &admin).send().await.unwrap();
         assert_eq!(missing.status(), StatusCode::NOT_FOUND, "{action}");
     }
-    let bad = app
-        .get("/api/admin/notification-events?status=LOST", &admin)
-        .send()
-        .await
-        .unwrap();
+    let bad = app.get("/api/admin/notification-events?status=LOST", &admin).send().await.unwrap();
     assert_eq!(bad.status(), StatusCode::UNPROCESSABLE_ENTITY);
 }
 
@@ -410,17 +273,13 @@ async fn the_scheduler_retries_when_enabled_and_only_then(backend: Backend) {
     };
     let alice = app.token("alice");
     let placed = json(
-        app.place_order(&alice, &order_body(), Some("notification=auto_retry:1"))
-            .await,
+        app.place_order(&alice, &order_body(), Some("notification=auto_retry:1")).await,
         StatusCode::CREATED,
     )
     .await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     while order(&app, &placed["id"]).await["status"] != "COMPLETED" {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the scheduler did not retry"
-        );
+        assert!(tokio::time::Instant::now() < deadline, "the scheduler did not retry");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
@@ -434,8 +293,7 @@ async fn the_scheduler_retries_when_enabled_and_only_then(backend: Backend) {
         return;
     };
     let placed = json(
-        app.place_order(&alice, &order_body(), Some("notification=auto_retry:1"))
-            .await,
+        app.place_order(&alice, &order_body(), Some("notification=auto_retry:1")).await,
         StatusCode::CREATED,
     )
     .await;

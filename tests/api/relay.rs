@@ -28,32 +28,21 @@ fn event(aggregate: &str, seq: usize, routing_key: &str, event_type: &str) -> Ne
         aggregate_id: aggregate.into(),
         event_type: event_type.into(),
         routing_key: routing_key.into(),
-        payload: json!({ "eventId": event_id.to_string(), "aggregateId": aggregate, "seq": seq })
-            .to_string(),
+        payload: json!({ "eventId": event_id.to_string(), "aggregateId": aggregate, "seq": seq }).to_string(),
         correlation_id: Some(format!("corr-{aggregate}")),
         created_at: Utc::now(),
     }
 }
 
 /// Commits `per_aggregate` events for each of `aggregates` aggregates, one transaction each.
-async fn seed(
-    uow: &dyn UnitOfWork,
-    aggregates: usize,
-    per_aggregate: usize,
-) -> Vec<NewOutboxEvent> {
+async fn seed(uow: &dyn UnitOfWork, aggregates: usize, per_aggregate: usize) -> Vec<NewOutboxEvent> {
     let mut all = Vec::new();
     for a in 0..aggregates {
         let aggregate = format!("agg-{a}-{}", uuid::Uuid::new_v4().simple());
-        let events: Vec<_> = (0..per_aggregate)
-            .map(|s| event(&aggregate, s, "test.seq", "test.seq"))
-            .collect();
+        let events: Vec<_> =
+            (0..per_aggregate).map(|s| event(&aggregate, s, "test.seq", "test.seq")).collect();
         all.extend(events.clone());
-        uow.commit(Changes {
-            outbox: events,
-            ..Default::default()
-        })
-        .await
-        .expect("seed");
+        uow.commit(Changes { outbox: events, ..Default::default() }).await.expect("seed");
     }
     all
 }
@@ -82,13 +71,7 @@ async fn four_relays_deliver_every_event_exactly_once_in_aggregate_order(backend
     let Some(broker) = TestBroker::start().await else {
         return;
     };
-    let Some(app) = spawn_app(
-        backend,
-        &broker,
-        &amqp_url(),
-        &[("APP__OUTBOX__BATCH_SIZE", "64")],
-    )
-    .await
+    let Some(app) = spawn_app(backend, &broker, &amqp_url(), &[("APP__OUTBOX__BATCH_SIZE", "64")]).await
     else {
         return;
     };
@@ -98,9 +81,7 @@ async fn four_relays_deliver_every_event_exactly_once_in_aggregate_order(backend
     for _ in 0..4 {
         let relay = app.services.relay();
         let token = stop.clone();
-        relays.push(tokio::spawn(
-            async move { relay.run_until_stopped(token).await },
-        ));
+        relays.push(tokio::spawn(async move { relay.run_until_stopped(token).await }));
     }
     broker.wait_for(events.len(), Duration::from_secs(90)).await;
     // Anything extra would arrive right behind: give it the chance to.
@@ -110,19 +91,11 @@ async fn four_relays_deliver_every_event_exactly_once_in_aggregate_order(backend
         r.await.unwrap();
     }
     let received = broker.received.lock().unwrap().clone();
-    assert_eq!(
-        received.len(),
-        events.len(),
-        "every event exactly once (got {})",
-        received.len()
-    );
+    assert_eq!(received.len(), events.len(), "every event exactly once (got {})", received.len());
     let ids: HashSet<&str> = received.iter().map(|r| r.message_id.as_str()).collect();
     let expected: HashSet<String> = events.iter().map(|e| e.event_id.to_string()).collect();
     assert_eq!(ids.len(), events.len(), "no duplicates");
-    assert!(
-        expected.iter().all(|id| ids.contains(id.as_str())),
-        "none missing"
-    );
+    assert!(expected.iter().all(|id| ids.contains(id.as_str())), "none missing");
     let mut last: HashMap<String, i64> = HashMap::new();
     for r in &received {
         let aggregate = r.body["aggregateId"].as_str().unwrap().to_owned();
@@ -132,10 +105,7 @@ async fn four_relays_deliver_every_event_exactly_once_in_aggregate_order(backend
         assert!(r.persistent, "persistent delivery mode");
         assert_eq!(r.message_type.as_deref(), Some("test.seq"));
         assert_eq!(r.routing_key, "test.seq");
-        assert_eq!(
-            r.correlation_id.as_deref(),
-            Some(format!("corr-{aggregate}").as_str())
-        );
+        assert_eq!(r.correlation_id.as_deref(), Some(format!("corr-{aggregate}").as_str()));
     }
     assert_eq!(published(&app).await, events.len() as i64);
     broker.cleanup().await;
@@ -165,61 +135,31 @@ async fn unroutable_events_retry_then_dead_letter_but_allow_listed_ones_publish(
     .unwrap();
     let relay = app.services.relay();
     let report = relay.run_once().await.unwrap();
-    assert_eq!(
-        (report.claimed, report.published, report.retried),
-        (3, 2, 1)
-    );
+    assert_eq!((report.claimed, report.published, report.retried), (3, 2, 1));
 
-    let filter = orchestrator::application::ports::OutboxFilter {
-        limit: 100,
-        ..Default::default()
-    };
+    let filter = orchestrator::application::ports::OutboxFilter { limit: 100, ..Default::default() };
     let rows = app.services.outbox_store.list(&filter).await.unwrap();
-    let find = |e: &NewOutboxEvent| {
-        rows.iter()
-            .find(|r| r.event_id == e.event_id)
-            .unwrap()
-            .clone()
-    };
-    assert_eq!(
-        find(&refunded).status,
-        OutboxStatus::Published,
-        "payment.refunded may be unroutable"
-    );
+    let find = |e: &NewOutboxEvent| rows.iter().find(|r| r.event_id == e.event_id).unwrap().clone();
+    assert_eq!(find(&refunded).status, OutboxStatus::Published, "payment.refunded may be unroutable");
     assert_eq!(find(&routable).status, OutboxStatus::Published);
     let retry = find(&lost);
     assert_eq!(retry.status, OutboxStatus::RetryWait);
     assert_eq!(retry.failure_code, Some(FailureCode::Unroutable));
     assert_eq!(retry.retry_count, 1);
     let wait = retry.next_attempt_at.unwrap() - retry.last_attempt_at.unwrap();
-    assert!(
-        wait >= chrono::Duration::milliseconds(50),
-        "backoff respected: {wait}"
-    );
-    assert!(
-        wait <= chrono::Duration::milliseconds(50 * 12 / 10 + 1000),
-        "jitter is bounded: {wait}"
-    );
+    assert!(wait >= chrono::Duration::milliseconds(50), "backoff respected: {wait}");
+    assert!(wait <= chrono::Duration::milliseconds(50 * 12 / 10 + 1000), "jitter is bounded: {wait}");
 
     // Not due yet: nothing is claimed.
     assert_eq!(relay.run_once().await.unwrap().claimed, 0);
     tokio::time::sleep(Duration::from_millis(80)).await;
     let report = relay.run_once().await.unwrap();
     assert_eq!((report.claimed, report.dead_lettered), (1, 1));
-    let dead = app
-        .services
-        .outbox_store
-        .get(retry.id)
-        .await
-        .unwrap()
-        .unwrap();
+    let dead = app.services.outbox_store.get(retry.id).await.unwrap().unwrap();
     assert_eq!(dead.status, OutboxStatus::DeadLetter);
     assert_eq!(dead.retry_count, 2);
     assert!(dead.dead_lettered_at.is_some());
-    assert!(
-        dead.failure_reason.unwrap().contains("NO_ROUTE"),
-        "the broker's reason is kept"
-    );
+    assert!(dead.failure_reason.unwrap().contains("NO_ROUTE"), "the broker's reason is kept");
     let received = broker.wait_for(2, Duration::from_secs(1)).await;
     assert_eq!(received.len(), 1, "only the routable one reached a queue");
     broker.cleanup().await;
@@ -262,17 +202,10 @@ async fn a_connection_severed_mid_drain_loses_nothing(backend: Backend) {
     let received = broker.wait_for(events.len(), Duration::from_secs(10)).await;
     let ids: HashSet<&str> = received.iter().map(|r| r.message_id.as_str()).collect();
     for e in &events {
-        assert!(
-            ids.contains(e.event_id.to_string().as_str()),
-            "event {} lost",
-            e.event_id
-        );
+        assert!(ids.contains(e.event_id.to_string().as_str()), "event {} lost", e.event_id);
     }
     let duplicates = received.len() - ids.len();
-    assert!(
-        duplicates <= 2 * 256,
-        "duplicates only for confirms in flight at the cut: {duplicates}"
-    );
+    assert!(duplicates <= 2 * 256, "duplicates only for confirms in flight at the cut: {duplicates}");
     broker.cleanup().await;
 }
 
@@ -286,39 +219,17 @@ async fn expired_claims_are_recovered_and_published(backend: Backend) {
     let events = seed(&repo(&app), 3, 1).await;
     // A worker claims and dies.
     let now = Utc::now();
-    let ghost = app
-        .services
-        .outbox_store
-        .claim("ghost", 10, now, now)
-        .await
-        .unwrap();
+    let ghost = app.services.outbox_store.claim("ghost", 10, now, now).await.unwrap();
     assert_eq!(ghost.len(), 3);
     let relay = app.services.relay();
-    assert_eq!(
-        relay.run_once().await.unwrap().claimed,
-        0,
-        "claimed rows are not anyone else's"
-    );
+    assert_eq!(relay.run_once().await.unwrap().claimed, 0, "claimed rows are not anyone else's");
     tokio::time::sleep(Duration::from_millis(5)).await;
     assert_eq!(app.services.housekeeping.recover_leases().await.unwrap(), 3);
     assert_eq!(relay.run_once().await.unwrap().published, 3);
-    assert_eq!(
-        broker
-            .wait_for(events.len(), Duration::from_secs(10))
-            .await
-            .len(),
-        3
-    );
+    assert_eq!(broker.wait_for(events.len(), Duration::from_secs(10)).await.len(), 3);
     // The ghost's late mark changes nothing.
     let ids: Vec<i64> = ghost.iter().map(|e| e.id).collect();
-    assert_eq!(
-        app.services
-            .outbox_store
-            .mark_published(&ids, "ghost", Utc::now())
-            .await
-            .unwrap(),
-        0
-    );
+    assert_eq!(app.services.outbox_store.mark_published(&ids, "ghost", Utc::now()).await.unwrap(), 0);
     broker.cleanup().await;
 }
 
@@ -347,36 +258,13 @@ async fn a_nacked_event_is_retried_with_its_failure_recorded(backend: Backend) {
         return;
     };
     let refused = event("agg-refused", 0, "reject.me", "test.refused");
-    repo(&app)
-        .commit(Changes {
-            outbox: vec![refused.clone()],
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    repo(&app).commit(Changes { outbox: vec![refused.clone()], ..Default::default() }).await.unwrap();
     let report = app.services.relay().run_once().await.unwrap();
-    assert_eq!(
-        (report.claimed, report.published, report.retried),
-        (1, 0, 1)
-    );
-    let filter = orchestrator::application::ports::OutboxFilter {
-        limit: 10,
-        ..Default::default()
-    };
-    let row = app
-        .services
-        .outbox_store
-        .list(&filter)
-        .await
-        .unwrap()
-        .remove(0);
+    assert_eq!((report.claimed, report.published, report.retried), (1, 0, 1));
+    let filter = orchestrator::application::ports::OutboxFilter { limit: 10, ..Default::default() };
+    let row = app.services.outbox_store.list(&filter).await.unwrap().remove(0);
     assert_eq!(row.status, OutboxStatus::RetryWait);
-    assert_eq!(
-        row.failure_code,
-        Some(FailureCode::Nacked),
-        "{:?}",
-        row.failure_reason
-    );
+    assert_eq!(row.failure_code, Some(FailureCode::Nacked), "{:?}", row.failure_reason);
     broker.cleanup().await;
 }
 

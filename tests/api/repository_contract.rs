@@ -5,13 +5,10 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, DurationRound, TimeDelta, Utc};
-use orchestrator::adapters::persistence::{
-    SeaOrmIdempotencyStore, SeaOrmOrderRepository, SeaOrmOutboxStore,
-};
+use orchestrator::adapters::persistence::{SeaOrmIdempotencyStore, SeaOrmOrderRepository, SeaOrmOutboxStore};
 use orchestrator::application::ports::{
-    AuditRecord, Changes, DeliveryFailure, IdempotencyBegin, IdempotencyStore, NewOutboxEvent,
-    OrderContext, OrderFilter, OrderRepository, OutboxStore, RepoError, Scenario, StoredResponse,
-    UnitOfWork,
+    AuditRecord, Changes, DeliveryFailure, IdempotencyBegin, IdempotencyStore, NewOutboxEvent, OrderContext,
+    OrderFilter, OrderRepository, OutboxStore, RepoError, Scenario, StoredResponse, UnitOfWork,
 };
 use orchestrator::domain::ids::{EventId, OrderId};
 use orchestrator::domain::order::{
@@ -26,9 +23,7 @@ use crate::helpers::{Backend, TestDb};
 use crate::on_both_databases;
 
 fn now() -> DateTime<Utc> {
-    Utc::now()
-        .duration_trunc(TimeDelta::microseconds(1))
-        .unwrap()
+    Utc::now().duration_trunc(TimeDelta::microseconds(1)).unwrap()
 }
 
 fn new_order(customer: &str) -> Order {
@@ -40,16 +35,8 @@ fn new_order(customer: &str) -> Order {
             meeting_id: None,
             currency: "EUR".into(),
             items: vec![
-                NewOrderItem {
-                    sku: "A".into(),
-                    quantity: 2,
-                    unit_price: 250,
-                },
-                NewOrderItem {
-                    sku: "B".into(),
-                    quantity: 1,
-                    unit_price: 100,
-                },
+                NewOrderItem { sku: "A".into(), quantity: 2, unit_price: 250 },
+                NewOrderItem { sku: "B".into(), quantity: 1, unit_price: 100 },
             ],
         },
         now(),
@@ -118,25 +105,13 @@ async fn an_order_round_trips_with_its_context(backend: Backend) {
     order.approve_payment(now()).unwrap();
     changes.insert_payment(&mut payment);
     changes.update_order(&mut order);
-    changes.step(
-        order.id,
-        SagaStep::Payment,
-        StepStatus::Success,
-        Some("ok".into()),
-        now(),
-    );
+    changes.step(order.id, SagaStep::Payment, StepStatus::Success, Some("ok".into()), now());
     s.orders.commit(changes).await.unwrap();
 
     let record = s.orders.get(order.id).await.unwrap().expect("stored");
-    assert_eq!(
-        record.order, order,
-        "every field survives, version included"
-    );
+    assert_eq!(record.order, order, "every field survives, version included");
     assert_eq!(record.payment, Some(payment));
-    assert_eq!(
-        record.context.scenario,
-        Scenario::parse("settlement=fail").unwrap()
-    );
+    assert_eq!(record.context.scenario, Scenario::parse("settlement=fail").unwrap());
     assert_eq!(record.context.correlation_id.as_deref(), Some("c-1"));
     assert_eq!(record.steps.len(), 1);
     assert_eq!(record.steps[0].step, SagaStep::Payment);
@@ -157,18 +132,10 @@ async fn a_stale_update_conflicts_and_writes_nothing(backend: Backend) {
     s.orders.commit(changes).await.unwrap();
 
     let mut changes = Changes::default();
-    stale
-        .fail(
-            orchestrator::domain::order::FailureStage::Payment,
-            "x",
-            now(),
-        )
-        .unwrap();
+    stale.fail(orchestrator::domain::order::FailureStage::Payment, "x", now()).unwrap();
     changes.update_order(&mut stale);
     changes.step(stale.id, SagaStep::Payment, StepStatus::Failed, None, now());
-    changes
-        .outbox
-        .push(event(&stale.id.to_string(), "order.failed"));
+    changes.outbox.push(event(&stale.id.to_string(), "order.failed"));
     changes.audit.push(AuditRecord {
         action: "X".into(),
         entity_type: "order".into(),
@@ -179,22 +146,10 @@ async fn a_stale_update_conflicts_and_writes_nothing(backend: Backend) {
     });
     assert_eq!(s.orders.commit(changes).await, Err(RepoError::Conflict));
     let record = s.orders.get(order.id).await.unwrap().unwrap();
-    assert_eq!(
-        record.order.status,
-        OrderStatus::PaymentApproved,
-        "the winner's write stands"
-    );
+    assert_eq!(record.order.status, OrderStatus::PaymentApproved, "the winner's write stands");
     assert!(record.steps.is_empty(), "the loser's step was rolled back");
-    assert_eq!(
-        crate::helpers::count(&s.conn, "outbox_events").await,
-        0,
-        "and its events"
-    );
-    assert_eq!(
-        crate::helpers::count(&s.conn, "audit_log").await,
-        0,
-        "and its audit"
-    );
+    assert_eq!(crate::helpers::count(&s.conn, "outbox_events").await, 0, "and its events");
+    assert_eq!(crate::helpers::count(&s.conn, "audit_log").await, 0, "and its audit");
 
     // Inserting the same order twice is a conflict too.
     let mut again = record.order.clone();
@@ -220,34 +175,15 @@ async fn listing_filters_and_pages(backend: Backend) {
         before,
         limit,
     };
-    let alice: Vec<OrderId> = ids
-        .iter()
-        .rev()
-        .filter(|(c, _)| *c == "alice")
-        .map(|(_, id)| *id)
-        .collect();
-    let page = s
-        .orders
-        .list(&filter(Some("alice"), None, 2))
-        .await
-        .unwrap();
+    let alice: Vec<OrderId> = ids.iter().rev().filter(|(c, _)| *c == "alice").map(|(_, id)| *id).collect();
+    let page = s.orders.list(&filter(Some("alice"), None, 2)).await.unwrap();
     assert_eq!(page.iter().map(|o| o.id).collect::<Vec<_>>(), alice[..2]);
     assert_eq!(page[0].items.len(), 2, "items are loaded");
-    let next = s
-        .orders
-        .list(&filter(Some("alice"), Some(page[1].id), 2))
-        .await
-        .unwrap();
+    let next = s.orders.list(&filter(Some("alice"), Some(page[1].id), 2)).await.unwrap();
     assert_eq!(next.iter().map(|o| o.id).collect::<Vec<_>>(), alice[2..]);
-    let created = OrderFilter {
-        status: Some(OrderStatus::Created),
-        ..filter(None, None, 10)
-    };
+    let created = OrderFilter { status: Some(OrderStatus::Created), ..filter(None, None, 10) };
     assert_eq!(s.orders.list(&created).await.unwrap().len(), 4);
-    let completed = OrderFilter {
-        status: Some(OrderStatus::Completed),
-        ..filter(None, None, 10)
-    };
+    let completed = OrderFilter { status: Some(OrderStatus::Completed), ..filter(None, None, 10) };
     assert!(s.orders.list(&completed).await.unwrap().is_empty());
 }
 
@@ -270,94 +206,41 @@ async fn claims_take_only_the_head_of_each_aggregate(backend: Backend) {
     let mut a = new_order("alice");
     let mut b = new_order("bob");
     let (a_id, b_id) = (a.id.to_string(), b.id.to_string());
-    insert(
-        &s,
-        &mut a,
-        vec![
-            event(&a_id, "one"),
-            event(&a_id, "two"),
-            event(&a_id, "three"),
-        ],
-    )
-    .await;
+    insert(&s, &mut a, vec![event(&a_id, "one"), event(&a_id, "two"), event(&a_id, "three")]).await;
     insert(&s, &mut b, vec![event(&b_id, "one")]).await;
 
     let t = now();
-    let first = s
-        .outbox
-        .claim("w1", 10, t, t + Duration::minutes(5))
-        .await
-        .unwrap();
-    let claimed: Vec<(String, String)> = first
-        .iter()
-        .map(|e| (e.aggregate_id.clone(), e.event_type.clone()))
-        .collect();
-    assert_eq!(
-        claimed,
-        vec![(a_id.clone(), "one".into()), (b_id.clone(), "one".into())]
-    );
+    let first = s.outbox.claim("w1", 10, t, t + Duration::minutes(5)).await.unwrap();
+    let claimed: Vec<(String, String)> =
+        first.iter().map(|e| (e.aggregate_id.clone(), e.event_type.clone())).collect();
+    assert_eq!(claimed, vec![(a_id.clone(), "one".into()), (b_id.clone(), "one".into())]);
     assert!(
-        first
-            .iter()
-            .all(|e| e.status == OutboxStatus::Processing && e.claimed_by.as_deref() == Some("w1"))
+        first.iter().all(|e| e.status == OutboxStatus::Processing && e.claimed_by.as_deref() == Some("w1"))
     );
     // While "one" is in flight, "two" is not claimable, by anyone.
-    assert!(
-        s.outbox
-            .claim("w2", 10, t, t + Duration::minutes(5))
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(s.outbox.claim("w2", 10, t, t + Duration::minutes(5)).await.unwrap().is_empty());
 
     // Only the owner's mark counts.
     let ids: Vec<i64> = first.iter().map(|e| e.id).collect();
     assert_eq!(s.outbox.mark_published(&ids, "w2", t).await.unwrap(), 0);
     assert_eq!(s.outbox.mark_published(&ids, "w1", t).await.unwrap(), 2);
-    let second = s
-        .outbox
-        .claim("w2", 10, t, t + Duration::minutes(5))
-        .await
-        .unwrap();
-    assert_eq!(
-        second
-            .iter()
-            .map(|e| e.event_type.as_str())
-            .collect::<Vec<_>>(),
-        vec!["two"]
-    );
+    let second = s.outbox.claim("w2", 10, t, t + Duration::minutes(5)).await.unwrap();
+    assert_eq!(second.iter().map(|e| e.event_type.as_str()).collect::<Vec<_>>(), vec!["two"]);
 
     // A failure waits its backoff, and the aggregate's later event waits behind it.
     let retry_at = t + Duration::seconds(10);
     let failure = DeliveryFailure {
         id: second[0].id,
-        outcome: FailureOutcome::Retry {
-            retry_count: 1,
-            next_attempt_at: retry_at,
-        },
+        outcome: FailureOutcome::Retry { retry_count: 1, next_attempt_at: retry_at },
         code: FailureCode::Nacked,
         reason: "nack".into(),
     };
-    assert_eq!(
-        s.outbox
-            .mark_failed(std::slice::from_ref(&failure), "w2", t)
-            .await
-            .unwrap(),
-        1
-    );
+    assert_eq!(s.outbox.mark_failed(std::slice::from_ref(&failure), "w2", t).await.unwrap(), 1);
     assert!(
-        s.outbox
-            .claim("w1", 10, t, t + Duration::minutes(5))
-            .await
-            .unwrap()
-            .is_empty(),
+        s.outbox.claim("w1", 10, t, t + Duration::minutes(5)).await.unwrap().is_empty(),
         "not due, and 'three' waits"
     );
-    let due = s
-        .outbox
-        .claim("w1", 10, retry_at, retry_at + Duration::minutes(5))
-        .await
-        .unwrap();
+    let due = s.outbox.claim("w1", 10, retry_at, retry_at + Duration::minutes(5)).await.unwrap();
     assert_eq!(due.len(), 1);
     assert_eq!(due[0].event_type, "two");
     assert_eq!(due[0].retry_count, 1);
@@ -370,36 +253,18 @@ async fn claims_take_only_the_head_of_each_aggregate(backend: Backend) {
         code: FailureCode::Unroutable,
         reason: "312 NO_ROUTE".into(),
     };
-    assert_eq!(
-        s.outbox.mark_failed(&[dead], "w1", retry_at).await.unwrap(),
-        1
-    );
+    assert_eq!(s.outbox.mark_failed(&[dead], "w1", retry_at).await.unwrap(), 1);
     let later = retry_at + Duration::hours(1);
     assert!(
-        s.outbox
-            .claim("w1", 10, later, later)
-            .await
-            .unwrap()
-            .is_empty(),
+        s.outbox.claim("w1", 10, later, later).await.unwrap().is_empty(),
         "a dead letter blocks its aggregate"
     );
     let stats = s.outbox.stats().await.unwrap();
     assert_eq!(stats.blocked_aggregates, 1);
     assert_eq!(stats.dead_letters_by_type, vec![("two".to_owned(), 1)]);
-    let count = |status| {
-        stats
-            .by_status
-            .iter()
-            .find(|(s, _)| *s == status)
-            .unwrap()
-            .1
-    };
+    let count = |status| stats.by_status.iter().find(|(s, _)| *s == status).unwrap().1;
     assert_eq!(
-        (
-            count(OutboxStatus::Published),
-            count(OutboxStatus::DeadLetter),
-            count(OutboxStatus::Ready)
-        ),
+        (count(OutboxStatus::Published), count(OutboxStatus::DeadLetter), count(OutboxStatus::Ready)),
         (2, 1, 1)
     );
     assert!(stats.oldest_ready_created_at.is_some());
@@ -414,25 +279,12 @@ async fn claims_take_only_the_head_of_each_aggregate(backend: Backend) {
     };
     let ids = [due[0].id, first[0].id];
     assert_eq!(
-        s.outbox
-            .settle_dead_letters(&ids, true, later, audit)
-            .await
-            .unwrap(),
+        s.outbox.settle_dead_letters(&ids, true, later, audit).await.unwrap(),
         vec![due[0].id],
         "only dead letters move"
     );
-    let unblocked = s
-        .outbox
-        .claim("w1", 10, later, later + Duration::minutes(5))
-        .await
-        .unwrap();
-    assert_eq!(
-        unblocked
-            .iter()
-            .map(|e| e.event_type.as_str())
-            .collect::<Vec<_>>(),
-        vec!["three"]
-    );
+    let unblocked = s.outbox.claim("w1", 10, later, later + Duration::minutes(5)).await.unwrap();
+    assert_eq!(unblocked.iter().map(|e| e.event_type.as_str()).collect::<Vec<_>>(), vec!["three"]);
     assert_eq!(crate::helpers::count(&s.conn, "audit_log").await, 1);
 }
 
@@ -461,23 +313,14 @@ async fn republished_dead_letters_start_afresh(backend: Backend) {
         created_at: t,
     };
     assert_eq!(
-        s.outbox
-            .settle_dead_letters(&[claimed[0].id], false, t, audit.clone())
-            .await
-            .unwrap(),
+        s.outbox.settle_dead_letters(&[claimed[0].id], false, t, audit.clone()).await.unwrap(),
         vec![claimed[0].id]
     );
     let again = s.outbox.claim("w", 10, t, t).await.unwrap();
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].retry_count, 0, "the retry budget is reset");
     // Not a dead letter any more: a second republish moves nothing.
-    assert!(
-        s.outbox
-            .settle_dead_letters(&[claimed[0].id], false, t, audit)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(s.outbox.settle_dead_letters(&[claimed[0].id], false, t, audit).await.unwrap().is_empty());
 }
 
 async fn concurrent_claims_never_overlap(backend: Backend) {
@@ -498,21 +341,12 @@ async fn concurrent_claims_never_overlap(backend: Backend) {
             let mut mine = Vec::new();
             loop {
                 let t = now();
-                let batch = store
-                    .claim(&format!("w{w}"), 16, t, t + Duration::minutes(5))
-                    .await
-                    .unwrap();
+                let batch = store.claim(&format!("w{w}"), 16, t, t + Duration::minutes(5)).await.unwrap();
                 if batch.is_empty() {
                     break;
                 }
                 let ids: Vec<i64> = batch.iter().map(|e| e.id).collect();
-                assert_eq!(
-                    store
-                        .mark_published(&ids, &format!("w{w}"), t)
-                        .await
-                        .unwrap(),
-                    ids.len() as u64
-                );
+                assert_eq!(store.mark_published(&ids, &format!("w{w}"), t).await.unwrap(), ids.len() as u64);
                 mine.extend(ids);
             }
             mine
@@ -533,84 +367,24 @@ async fn expired_leases_are_recovered_and_old_rows_purged(backend: Backend) {
     };
     let mut o = new_order("alice");
     let id = o.id.to_string();
-    insert(
-        &s,
-        &mut o,
-        vec![
-            event(&format!("{id}-1"), "a"),
-            event(&format!("{id}-2"), "b"),
-        ],
-    )
-    .await;
+    insert(&s, &mut o, vec![event(&format!("{id}-1"), "a"), event(&format!("{id}-2"), "b")]).await;
     let t = now();
-    let claimed = s
-        .outbox
-        .claim("dead-worker", 10, t, t + Duration::seconds(30))
-        .await
-        .unwrap();
+    let claimed = s.outbox.claim("dead-worker", 10, t, t + Duration::seconds(30)).await.unwrap();
     assert_eq!(claimed.len(), 2);
-    assert_eq!(
-        s.outbox
-            .recover_expired(t + Duration::seconds(10))
-            .await
-            .unwrap(),
-        0,
-        "lease still valid"
-    );
-    assert_eq!(
-        s.outbox
-            .recover_expired(t + Duration::seconds(31))
-            .await
-            .unwrap(),
-        2
-    );
+    assert_eq!(s.outbox.recover_expired(t + Duration::seconds(10)).await.unwrap(), 0, "lease still valid");
+    assert_eq!(s.outbox.recover_expired(t + Duration::seconds(31)).await.unwrap(), 2);
     // The dead worker's late mark must not overwrite the recovery.
-    assert_eq!(
-        s.outbox
-            .mark_published(&[claimed[0].id], "dead-worker", t)
-            .await
-            .unwrap(),
-        0
-    );
+    assert_eq!(s.outbox.mark_published(&[claimed[0].id], "dead-worker", t).await.unwrap(), 0);
     let later = t + Duration::seconds(31);
-    let reclaimed = s
-        .outbox
-        .claim("w2", 10, later, later + Duration::minutes(5))
-        .await
-        .unwrap();
+    let reclaimed = s.outbox.claim("w2", 10, later, later + Duration::minutes(5)).await.unwrap();
     assert_eq!(reclaimed.len(), 2);
     assert!(
-        reclaimed
-            .iter()
-            .all(|e| e.failure_code == Some(FailureCode::LeaseExpired) && e.retry_count == 1)
+        reclaimed.iter().all(|e| e.failure_code == Some(FailureCode::LeaseExpired) && e.retry_count == 1)
     );
-    s.outbox
-        .mark_published(&[reclaimed[0].id, reclaimed[1].id], "w2", later)
-        .await
-        .unwrap();
-    assert_eq!(
-        s.outbox
-            .purge(later - Duration::seconds(1), later, 100)
-            .await
-            .unwrap(),
-        0,
-        "too young"
-    );
-    assert_eq!(
-        s.outbox
-            .purge(later + Duration::seconds(1), later, 1)
-            .await
-            .unwrap(),
-        1,
-        "bounded batch"
-    );
-    assert_eq!(
-        s.outbox
-            .purge(later + Duration::seconds(1), later, 100)
-            .await
-            .unwrap(),
-        1
-    );
+    s.outbox.mark_published(&[reclaimed[0].id, reclaimed[1].id], "w2", later).await.unwrap();
+    assert_eq!(s.outbox.purge(later - Duration::seconds(1), later, 100).await.unwrap(), 0, "too young");
+    assert_eq!(s.outbox.purge(later + Duration::seconds(1), later, 1).await.unwrap(), 1, "bounded batch");
+    assert_eq!(s.outbox.purge(later + Duration::seconds(1), later, 100).await.unwrap(), 1);
 }
 
 async fn idempotency_keys_reserve_complete_and_take_over(backend: Backend) {
@@ -621,89 +395,49 @@ async fn idempotency_keys_reserve_complete_and_take_over(backend: Backend) {
     let order = OrderId::new();
     let lease = t + Duration::seconds(60);
     assert_eq!(
-        s.keys
-            .begin("alice", "k", "fp", order, t, lease)
-            .await
-            .unwrap(),
+        s.keys.begin("alice", "k", "fp", order, t, lease).await.unwrap(),
         IdempotencyBegin::Started { order_id: order }
     );
     assert_eq!(
-        s.keys
-            .begin("alice", "k", "fp", OrderId::new(), t, lease)
-            .await
-            .unwrap(),
+        s.keys.begin("alice", "k", "fp", OrderId::new(), t, lease).await.unwrap(),
         IdempotencyBegin::InProgress
     );
     assert_eq!(
-        s.keys
-            .begin("alice", "k", "other", OrderId::new(), t, lease)
-            .await
-            .unwrap(),
+        s.keys.begin("alice", "k", "other", OrderId::new(), t, lease).await.unwrap(),
         IdempotencyBegin::InProgress,
         "busy comes first"
     );
     // Scoped to the caller.
     assert!(matches!(
-        s.keys
-            .begin("bob", "k", "fp", OrderId::new(), t, lease)
-            .await
-            .unwrap(),
+        s.keys.begin("bob", "k", "fp", OrderId::new(), t, lease).await.unwrap(),
         IdempotencyBegin::Started { .. }
     ));
     // A lease that ran out is taken over, resuming the same order id.
     let later = lease + Duration::seconds(1);
     assert_eq!(
-        s.keys
-            .begin(
-                "alice",
-                "k",
-                "fp",
-                OrderId::new(),
-                later,
-                later + Duration::seconds(60)
-            )
-            .await
-            .unwrap(),
+        s.keys.begin("alice", "k", "fp", OrderId::new(), later, later + Duration::seconds(60)).await.unwrap(),
         IdempotencyBegin::Started { order_id: order }
     );
-    let response = StoredResponse {
-        status: 201,
-        body: "{\"id\":1}".into(),
-    };
-    s.keys
-        .complete("alice", "k", &response, later)
-        .await
-        .unwrap();
+    let response = StoredResponse { status: 201, body: "{\"id\":1}".into() };
+    s.keys.complete("alice", "k", &response, later).await.unwrap();
     assert_eq!(
-        s.keys
-            .begin("alice", "k", "other", OrderId::new(), later, later)
-            .await
-            .unwrap(),
+        s.keys.begin("alice", "k", "other", OrderId::new(), later, later).await.unwrap(),
         IdempotencyBegin::Mismatch
     );
     assert_eq!(
-        s.keys
-            .begin("alice", "k", "fp", OrderId::new(), later, later)
-            .await
-            .unwrap(),
+        s.keys.begin("alice", "k", "fp", OrderId::new(), later, later).await.unwrap(),
         IdempotencyBegin::Completed(response)
     );
     // Released without a response: a retry takes over at once; forgotten: starts afresh.
     s.keys.release("bob", "k", false).await.unwrap();
     assert!(matches!(
-        s.keys
-            .begin("bob", "k", "fp", OrderId::new(), t, lease)
-            .await
-            .unwrap(),
+        s.keys.begin("bob", "k", "fp", OrderId::new(), t, lease).await.unwrap(),
         IdempotencyBegin::Started { .. }
     ));
     s.keys.release("bob", "k", true).await.unwrap();
     let fresh = OrderId::new();
     assert_eq!(
-        s.keys
-            .begin("bob", "k", "new", fresh, t, lease)
-            .await
-            .unwrap(),
+        s.keys.begin("bob", "k", "new", fresh, t, lease).await.unwrap(),
         IdempotencyBegin::Started { order_id: fresh }
     );
     assert_eq!(s.keys.purge(t + Duration::seconds(1)).await.unwrap(), 2);

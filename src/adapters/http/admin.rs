@@ -77,19 +77,12 @@ fn unprocessable(field: &str, message: &str) -> ApiError {
     ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, field, message)
 }
 
-pub fn stats_response(
-    stats: &OutboxStats,
-    now: chrono::DateTime<chrono::Utc>,
-) -> OutboxStatsResponse {
+pub fn stats_response(stats: &OutboxStats, now: chrono::DateTime<chrono::Utc>) -> OutboxStatsResponse {
     let age = |t: Option<chrono::DateTime<chrono::Utc>>| {
         t.map(|t| ((now - t).num_milliseconds().max(0) as f64) / 1000.0)
     };
     OutboxStatsResponse {
-        by_status: stats
-            .by_status
-            .iter()
-            .map(|(s, n)| (s.as_str().to_owned(), *n))
-            .collect(),
+        by_status: stats.by_status.iter().map(|(s, n)| (s.as_str().to_owned(), *n)).collect(),
         oldest_ready_created_at: stats.oldest_ready_created_at.map(timestamp),
         oldest_ready_age_seconds: age(stats.oldest_ready_created_at),
         oldest_claim_age_seconds: age(stats.oldest_claim_at),
@@ -121,31 +114,19 @@ pub async fn list_outbox(
     let q = query.into_inner();
     let status = q
         .status
-        .map(|s| {
-            OutboxStatus::parse(&s).ok_or_else(|| unprocessable("status", "not an outbox status"))
-        })
+        .map(|s| OutboxStatus::parse(&s).ok_or_else(|| unprocessable("status", "not an outbox status")))
         .transpose()?;
     let limit = q
         .limit
-        .map(|l| {
-            l.parse::<u32>()
-                .map_err(|_| unprocessable("limit", "must be a number between 1 and 100"))
-        })
+        .map(|l| l.parse::<u32>().map_err(|_| unprocessable("limit", "must be a number between 1 and 100")))
         .transpose()?
         .unwrap_or(50);
     let before_id = q
         .cursor
-        .map(|c| {
-            c.parse::<i64>()
-                .map_err(|_| unprocessable("cursor", "not a cursor from this API"))
-        })
+        .map(|c| c.parse::<i64>().map_err(|_| unprocessable("cursor", "not a cursor from this API")))
         .transpose()?;
-    let filter = OutboxFilter {
-        status,
-        before_id,
-        limit: limit.saturating_add(1).min(101),
-        ..Default::default()
-    };
+    let filter =
+        OutboxFilter { status, before_id, limit: limit.saturating_add(1).min(101), ..Default::default() };
     if !(1..=100).contains(&limit) {
         return Err(unprocessable("limit", "must be between 1 and 100"));
     }
@@ -173,18 +154,14 @@ pub async fn list_outbox(
     ),
     security(("bearer" = []))
 )]
-pub async fn outbox_stats(
-    state: web::Data<HttpState>,
-    admin: Admin,
-) -> Result<HttpResponse, ApiError> {
+pub async fn outbox_stats(state: web::Data<HttpState>, admin: Admin) -> Result<HttpResponse, ApiError> {
     let actor = &admin.0;
     let stats = state.outbox_admin.stats(actor).await?;
     Ok(HttpResponse::Ok().json(stats_response(&stats, chrono::Utc::now())))
 }
 
 fn outbox_id(text: &str) -> Result<i64, ApiError> {
-    text.parse()
-        .map_err(|_| ApiError::not_found("outbox event"))
+    text.parse().map_err(|_| ApiError::not_found("outbox event"))
 }
 
 fn reason(body: MaybeJson<ReasonRequest>) -> Option<String> {
@@ -214,10 +191,7 @@ pub async fn republish(
 ) -> Result<HttpResponse, ApiError> {
     let actor = &admin.0;
     let id = outbox_id(&path)?;
-    let row = state
-        .outbox_admin
-        .settle(actor, id, false, reason(body))
-        .await?;
+    let row = state.outbox_admin.settle(actor, id, false, reason(body)).await?;
     Ok(HttpResponse::Ok().json(OutboxEventResponse::from(&row)))
 }
 
@@ -244,10 +218,7 @@ pub async fn discard(
 ) -> Result<HttpResponse, ApiError> {
     let actor = &admin.0;
     let id = outbox_id(&path)?;
-    let row = state
-        .outbox_admin
-        .settle(actor, id, true, reason(body))
-        .await?;
+    let row = state.outbox_admin.settle(actor, id, true, reason(body)).await?;
     Ok(HttpResponse::Ok().json(OutboxEventResponse::from(&row)))
 }
 
@@ -273,9 +244,7 @@ pub async fn redrive(
     let r = body.value;
     let failure_code = r
         .failure_code
-        .map(|c| {
-            FailureCode::parse(&c).ok_or_else(|| unprocessable("failureCode", "not a failure code"))
-        })
+        .map(|c| FailureCode::parse(&c).ok_or_else(|| unprocessable("failureCode", "not a failure code")))
         .transpose()?;
     let older_than = r
         .older_than
@@ -286,10 +255,7 @@ pub async fn redrive(
                 .and_then(|d| chrono::Duration::from_std(d).ok())
                 .map(|d| chrono::Utc::now() - d)
                 .ok_or_else(|| {
-                    unprocessable(
-                        "olderThan",
-                        "expected a duration like 10m or an RFC 3339 instant",
-                    )
+                    unprocessable("olderThan", "expected a duration like 10m or an RFC 3339 instant")
                 }),
         })
         .transpose()?;

@@ -57,10 +57,7 @@ fn algorithm(name: &str) -> Option<Algorithm> {
 }
 
 fn bytes(secret: &Option<crate::config::Secret>) -> &[u8] {
-    secret
-        .as_ref()
-        .map(|s| s.expose().as_bytes())
-        .unwrap_or_default()
+    secret.as_ref().map(|s| s.expose().as_bytes()).unwrap_or_default()
 }
 
 impl JwtKeys {
@@ -72,10 +69,7 @@ impl JwtKeys {
         let mut verifying = HashMap::new();
         let mut signing = None;
         for (index, k) in settings.keys.iter().enumerate() {
-            let invalid = |reason: &str| KeyError::Invalid {
-                index,
-                reason: reason.to_owned(),
-            };
+            let invalid = |reason: &str| KeyError::Invalid { index, reason: reason.to_owned() };
             let alg = algorithm(&k.algorithm).ok_or_else(|| invalid("unknown algorithm"))?;
             let (decoding, encoding) = Self::material(k, alg).map_err(|e| invalid(&e))?;
             let mut validation = Validation::new(alg);
@@ -85,13 +79,7 @@ impl JwtKeys {
             if let Some(iss) = &settings.issuer {
                 validation.set_issuer(&[iss]);
             }
-            verifying.insert(
-                k.kid.clone(),
-                VerifyingKey {
-                    key: decoding,
-                    validation,
-                },
-            );
+            verifying.insert(k.kid.clone(), VerifyingKey { key: decoding, validation });
             if let (None, Some(encoding)) = (&signing, encoding) {
                 signing = Some((k.kid.clone(), alg, encoding));
             }
@@ -100,19 +88,11 @@ impl JwtKeys {
             index: 0,
             reason: "no key can sign (an RS256/EdDSA key needs private_key)".into(),
         })?;
-        Ok(JwtKeys {
-            signing,
-            verifying,
-            issuer: settings.issuer.clone(),
-        })
+        Ok(JwtKeys { signing, verifying, issuer: settings.issuer.clone() })
     }
 
-    fn material(
-        k: &KeySettings,
-        alg: Algorithm,
-    ) -> Result<(DecodingKey, Option<EncodingKey>), String> {
-        let describe =
-            |e: jsonwebtoken::errors::Error| format!("invalid key material ({:?})", e.kind());
+    fn material(k: &KeySettings, alg: Algorithm) -> Result<(DecodingKey, Option<EncodingKey>), String> {
+        let describe = |e: jsonwebtoken::errors::Error| format!("invalid key material ({:?})", e.kind());
         Ok(match alg {
             Algorithm::HS256 => (
                 DecodingKey::from_secret(bytes(&k.secret)).map_err(describe)?,
@@ -153,8 +133,7 @@ impl JwtKeys {
         let (kid, alg, key) = &self.signing;
         let mut header = Header::new(*alg);
         header.kid = Some(kid.clone());
-        jsonwebtoken::encode(&header, &claims, key)
-            .map_err(|e| KeyError::Sign(format!("{:?}", e.kind())))
+        jsonwebtoken::encode(&header, &claims, key).map_err(|e| KeyError::Sign(format!("{:?}", e.kind())))
     }
 
     /// Verifies a bearer token and returns the caller it names.
@@ -164,36 +143,25 @@ impl JwtKeys {
     /// `kid` or a wrong key. The reason is generic on purpose.
     pub fn verify(&self, token: &str) -> Result<Actor, ApiError> {
         let invalid = |why: &str| {
-            ApiError::new(
-                actix_web::http::StatusCode::UNAUTHORIZED,
-                "INVALID_TOKEN",
-                why.to_owned(),
-            )
+            ApiError::new(actix_web::http::StatusCode::UNAUTHORIZED, "INVALID_TOKEN", why.to_owned())
         };
         let header = jsonwebtoken::decode_header(token).map_err(|_| invalid("malformed token"))?;
         let kid = header.kid.ok_or_else(|| invalid("token has no kid"))?;
-        let key = self
-            .verifying
-            .get(&kid)
-            .ok_or_else(|| invalid("unknown signing key"))?;
-        let data =
-            jsonwebtoken::decode::<Claims>(token, &key.key, &key.validation).map_err(|e| {
-                use jsonwebtoken::errors::ErrorKind;
-                match e.kind() {
-                    ErrorKind::ExpiredSignature => invalid("token expired"),
-                    ErrorKind::InvalidIssuer => invalid("wrong issuer"),
-                    _ => invalid("invalid token"),
-                }
-            })?;
+        let key = self.verifying.get(&kid).ok_or_else(|| invalid("unknown signing key"))?;
+        let data = jsonwebtoken::decode::<Claims>(token, &key.key, &key.validation).map_err(|e| {
+            use jsonwebtoken::errors::ErrorKind;
+            match e.kind() {
+                ErrorKind::ExpiredSignature => invalid("token expired"),
+                ErrorKind::InvalidIssuer => invalid("wrong issuer"),
+                _ => invalid("invalid token"),
+            }
+        })?;
         let claims = data.claims;
         if claims.sub.is_empty() || claims.sub.len() > 64 {
             return Err(invalid("invalid subject"));
         }
         let is_admin = claims.roles.iter().any(|r| r == ADMIN_ROLE);
-        Ok(Actor {
-            subject: claims.sub,
-            is_admin,
-        })
+        Ok(Actor { subject: claims.sub, is_admin })
     }
 }
 
@@ -206,11 +174,7 @@ impl Caller {
     /// # Errors
     /// `403 FORBIDDEN` for a non-admin.
     pub fn require_admin(&self) -> Result<&Actor, ApiError> {
-        if self.0.is_admin {
-            Ok(&self.0)
-        } else {
-            Err(ApiError::forbidden("admin role required"))
-        }
+        if self.0.is_admin { Ok(&self.0) } else { Err(ApiError::forbidden("admin role required")) }
     }
 }
 
@@ -227,15 +191,12 @@ impl FromRequest for Caller {
                 .headers()
                 .get(actix_web::http::header::AUTHORIZATION)
                 .ok_or_else(|| ApiError::unauthenticated("missing bearer token"))?;
-            let value = header
-                .to_str()
-                .map_err(|_| ApiError::unauthenticated("malformed Authorization header"))?;
+            let value =
+                header.to_str().map_err(|_| ApiError::unauthenticated("malformed Authorization header"))?;
             let token = value
                 .strip_prefix("Bearer ")
                 .or_else(|| value.strip_prefix("bearer "))
-                .ok_or_else(|| {
-                    ApiError::unauthenticated("expected `Authorization: Bearer <token>`")
-                })?;
+                .ok_or_else(|| ApiError::unauthenticated("expected `Authorization: Bearer <token>`"))?;
             keys.verify(token.trim()).map(Caller)
         })();
         ready(result)

@@ -73,10 +73,7 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<JsonBody<T>, ApiError
         let path = e.path().to_string();
         let message = e.inner().to_string();
         // serde reports a missing field at its parent: name the field itself.
-        let field = match message
-            .strip_prefix("missing field `")
-            .and_then(|m| m.split('`').next())
-        {
+        let field = match message.strip_prefix("missing field `").and_then(|m| m.split('`').next()) {
             Some(missing) if path == "." => missing.to_owned(),
             Some(missing) => format!("{path}.{missing}"),
             None if path == "." => "body".to_owned(),
@@ -96,13 +93,7 @@ impl<T: DeserializeOwned + 'static> FromRequest for JsonBody<T> {
             .headers()
             .get(actix_web::http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .map(|v| {
-                v.split(';')
-                    .next()
-                    .unwrap_or_default()
-                    .trim()
-                    .to_ascii_lowercase()
-            });
+            .map(|v| v.split(';').next().unwrap_or_default().trim().to_ascii_lowercase());
         let declared_length = req
             .headers()
             .get(actix_web::http::header::CONTENT_LENGTH)
@@ -134,11 +125,7 @@ impl<T: DeserializeOwned + 'static> FromRequest for JsonBody<T> {
             let mut body = Vec::new();
             while let Some(chunk) = payload.next().await {
                 let chunk = chunk.map_err(|e| {
-                    ApiError::new(
-                        StatusCode::BAD_REQUEST,
-                        "MALFORMED_BODY",
-                        format!("cannot read body: {e}"),
-                    )
+                    ApiError::new(StatusCode::BAD_REQUEST, "MALFORMED_BODY", format!("cannot read body: {e}"))
                 })?;
                 if body.len() + chunk.len() > MAX_BODY {
                     return Err(too_large());
@@ -187,11 +174,7 @@ impl FromRequest for RawBody {
             let mut body = Vec::new();
             while let Some(chunk) = payload.next().await {
                 let chunk = chunk.map_err(|e| {
-                    ApiError::new(
-                        StatusCode::BAD_REQUEST,
-                        "MALFORMED_BODY",
-                        format!("cannot read body: {e}"),
-                    )
+                    ApiError::new(StatusCode::BAD_REQUEST, "MALFORMED_BODY", format!("cannot read body: {e}"))
                 })?;
                 if body.len() + chunk.len() > MAX_BODY {
                     return Err(ApiError::new(
@@ -238,28 +221,20 @@ mod tests {
     fn errors_name_the_field() {
         assert_eq!(field_of("{"), (400, None));
         assert_eq!(field_of(r#"{"items":[]}"#), (422, Some("currency".into())));
-        assert_eq!(
-            field_of(r#"{"currency":1,"items":[]}"#),
-            (422, Some("currency".into()))
-        );
+        assert_eq!(field_of(r#"{"currency":1,"items":[]}"#), (422, Some("currency".into())));
         assert_eq!(
             field_of(r#"{"currency":"KRW","items":[{"sku":"a","unitPrice":"x"}]}"#),
             (422, Some("items[0].unitPrice".into()))
         );
         assert_eq!(
-            field_of(
-                r#"{"currency":"KRW","items":[{"sku":"a","unitPrice":99999999999999999999}]}"#
-            ),
+            field_of(r#"{"currency":"KRW","items":[{"sku":"a","unitPrice":99999999999999999999}]}"#),
             (422, Some("items[0].unitPrice".into()))
         );
         assert_eq!(
             field_of(r#"{"currency":"KRW","items":[{"sku":"a"}]}"#),
             (422, Some("items[0].unitPrice".into()))
         );
-        assert_eq!(
-            field_of(r#"{"currency":"KRW","items":[],"extra":1}"#).0,
-            422
-        );
+        assert_eq!(field_of(r#"{"currency":"KRW","items":[],"extra":1}"#).0, 422);
         assert_eq!(field_of("[]"), (422, Some("body".into())));
     }
 

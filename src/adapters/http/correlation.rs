@@ -19,9 +19,7 @@ pub struct CorrelationId(pub String);
 fn acceptable(value: &str) -> bool {
     !value.is_empty()
         && value.len() <= 128
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
+        && value.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
 }
 
 /// Middleware: assigns the id, logs the request in a span carrying it, echoes it back.
@@ -49,15 +47,9 @@ pub async fn correlate(
     match result {
         Ok(mut response) => {
             let status = response.status().as_u16();
-            tracing::info!(
-                status,
-                elapsed_ms = started.elapsed().as_millis() as u64,
-                "request"
-            );
+            tracing::info!(status, elapsed_ms = started.elapsed().as_millis() as u64, "request");
             if let Ok(value) = HeaderValue::from_str(&id) {
-                response
-                    .headers_mut()
-                    .insert(HeaderName::from_static(HEADER), value);
+                response.headers_mut().insert(HeaderName::from_static(HEADER), value);
             }
             Ok(response)
         }

@@ -217,10 +217,7 @@ impl From<&Payment> for PaymentResponse {
 
 impl From<&Settlement> for SettlementResponse {
     fn from(s: &Settlement) -> Self {
-        SettlementResponse {
-            id: s.id.to_string(),
-            status: s.status.as_str(),
-        }
+        SettlementResponse { id: s.id.to_string(), status: s.status.as_str() }
     }
 }
 

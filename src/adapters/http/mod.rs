@@ -53,12 +53,7 @@ impl utoipa::Modify for BearerAuth {
         let components = openapi.components.get_or_insert_with(Default::default);
         components.add_security_scheme(
             "bearer",
-            SecurityScheme::Http(
-                Http::builder()
-                    .scheme(HttpAuthScheme::Bearer)
-                    .bearer_format("JWT")
-                    .build(),
-            ),
+            SecurityScheme::Http(Http::builder().scheme(HttpAuthScheme::Bearer).bearer_format("JWT").build()),
         );
     }
 }
@@ -107,9 +102,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.app_data(web::QueryConfig::default().error_handler(|err, _| {
         ApiError::new(StatusCode::BAD_REQUEST, "MALFORMED_QUERY", err.to_string()).into()
     }))
-    .app_data(
-        web::PathConfig::default().error_handler(|_, _| ApiError::not_found("resource").into()),
-    )
+    .app_data(web::PathConfig::default().error_handler(|_, _| ApiError::not_found("resource").into()))
     .route("/openapi.json", web::get().to(ops::openapi))
     .route("/docs", web::get().to(ops::docs))
     .service(

@@ -73,8 +73,7 @@ fn unprocessable(field: &str, message: &str) -> ApiError {
 }
 
 fn notification_id(text: &str) -> Result<NotificationId, ApiError> {
-    text.parse()
-        .map_err(|_| ApiError::not_found("notification event"))
+    text.parse().map_err(|_| ApiError::not_found("notification event"))
 }
 
 /// Notification events, most recently changed first.
@@ -99,16 +98,12 @@ pub async fn list(
     let status = q
         .status
         .map(|s| {
-            NotificationStatus::parse(&s)
-                .ok_or_else(|| unprocessable("status", "not a notification status"))
+            NotificationStatus::parse(&s).ok_or_else(|| unprocessable("status", "not a notification status"))
         })
         .transpose()?;
     let limit = q
         .limit
-        .map(|l| {
-            l.parse::<u32>()
-                .map_err(|_| unprocessable("limit", "must be a number between 1 and 100"))
-        })
+        .map(|l| l.parse::<u32>().map_err(|_| unprocessable("limit", "must be a number between 1 and 100")))
         .transpose()?
         .unwrap_or(50);
     let items = state.notifications.list(&admin.0, status, limit).await?;
@@ -128,21 +123,14 @@ pub async fn list(
     ),
     security(("bearer" = []))
 )]
-pub async fn retry_due(
-    state: web::Data<HttpState>,
-    admin: Admin,
-) -> Result<HttpResponse, ApiError> {
+pub async fn retry_due(state: web::Data<HttpState>, admin: Admin) -> Result<HttpResponse, ApiError> {
     let report = state.notifications.retry_due(&admin.0).await?;
     Ok(HttpResponse::Ok().json(RetryDueResponse {
         claimed: report.claimed,
         succeeded: report.succeeded,
         failed: report.failed,
         skipped: report.skipped,
-        processed_ids: report
-            .processed_ids
-            .iter()
-            .map(|id| id.to_string())
-            .collect(),
+        processed_ids: report.processed_ids.iter().map(|id| id.to_string()).collect(),
     }))
 }
 

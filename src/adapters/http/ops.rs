@@ -27,11 +27,7 @@ pub async fn ready(state: web::Data<HttpState>) -> HttpResponse {
         .map(|(name, ok)| (name.to_owned(), json!(if ok { "UP" } else { "DOWN" })))
         .collect();
     let body = json!({ "status": if ready { "UP" } else { "DOWN" }, "checks": checks });
-    if ready {
-        HttpResponse::Ok().json(body)
-    } else {
-        HttpResponse::ServiceUnavailable().json(body)
-    }
+    if ready { HttpResponse::Ok().json(body) } else { HttpResponse::ServiceUnavailable().json(body) }
 }
 
 /// Prometheus text: orders by status, outbox rows by status and backlog age, publish,
@@ -59,13 +55,10 @@ pub async fn metrics(state: web::Data<HttpState>) -> HttpResponse {
         metrics::gauge!("outbox_oldest_claim_age_seconds").set(age(stats.oldest_claim_at));
         metrics::gauge!("outbox_blocked_aggregates").set(stats.blocked_aggregates as f64);
         for (event_type, n) in &stats.dead_letters_by_type {
-            metrics::gauge!("outbox_dead_letters", "event_type" => event_type.clone())
-                .set(*n as f64);
+            metrics::gauge!("outbox_dead_letters", "event_type" => event_type.clone()).set(*n as f64);
         }
     }
-    HttpResponse::Ok()
-        .content_type("text/plain; version=0.0.4")
-        .body(handle.render())
+    HttpResponse::Ok().content_type("text/plain; version=0.0.4").body(handle.render())
 }
 
 pub async fn openapi() -> HttpResponse {
@@ -73,9 +66,7 @@ pub async fn openapi() -> HttpResponse {
 }
 
 pub async fn docs() -> HttpResponse {
-    HttpResponse::Ok()
-        .content_type("text/html; charset=utf-8")
-        .body(DOCS_PAGE)
+    HttpResponse::Ok().content_type("text/html; charset=utf-8").body(DOCS_PAGE)
 }
 
 /// Renders `/openapi.json` in the browser with a few lines of inline script.

@@ -29,9 +29,7 @@ fn header<'a>(req: &'a HttpRequest, name: &'static str) -> Result<Option<&'a str
     req.headers()
         .get(name)
         .map(|v| {
-            v.to_str().map_err(|_| {
-                ApiError::field(StatusCode::BAD_REQUEST, name, "must be visible ASCII")
-            })
+            v.to_str().map_err(|_| ApiError::field(StatusCode::BAD_REQUEST, name, "must be visible ASCII"))
         })
         .transpose()
 }
@@ -43,16 +41,13 @@ pub fn scenario(state: &HttpState, req: &HttpRequest) -> Result<Scenario, ApiErr
     }
     match header(req, MOCK_SCENARIO)? {
         None => Ok(Scenario::default()),
-        Some(text) => Scenario::parse(text).map_err(|e| {
-            ApiError::field(StatusCode::BAD_REQUEST, "X-Mock-Scenario", e.to_string())
-        }),
+        Some(text) => Scenario::parse(text)
+            .map_err(|e| ApiError::field(StatusCode::BAD_REQUEST, "X-Mock-Scenario", e.to_string())),
     }
 }
 
 fn json_response(status: StatusCode, body: String) -> HttpResponse {
-    HttpResponse::build(status)
-        .content_type("application/json")
-        .body(body)
+    HttpResponse::build(status).content_type("application/json").body(body)
 }
 
 pub fn parse_order_id(text: &str) -> Result<OrderId, ApiError> {
@@ -103,11 +98,7 @@ pub async fn place_order(
         items: request
             .items
             .into_iter()
-            .map(|i| NewOrderItem {
-                sku: i.sku,
-                quantity: i.quantity,
-                unit_price: i.unit_price,
-            })
+            .map(|i| NewOrderItem { sku: i.sku, quantity: i.quantity, unit_price: i.unit_price })
             .collect(),
         scenario,
         correlation_id: Some(correlation.0),
@@ -155,20 +146,14 @@ pub async fn place_order(
         Ok(record) => {
             let body = serde_json::to_string(&OrderDetailResponse::from(&record))
                 .map_err(|e| ApiError::from(AppError::Internal(e.to_string())))?;
-            let stored = StoredResponse {
-                status: StatusCode::CREATED.as_u16(),
-                body,
-            };
+            let stored = StoredResponse { status: StatusCode::CREATED.as_u16(), body };
             state.idempotency.complete(&actor, &key, &stored).await?;
             Ok(json_response(StatusCode::CREATED, stored.body))
         }
         Err(err) => {
             // Nothing was created for a refused request: the key is free again. After a
             // system failure the order may exist: keep the key, so a retry resumes it.
-            let forget = matches!(
-                err,
-                AppError::Validation { .. } | AppError::Forbidden { .. }
-            );
+            let forget = matches!(err, AppError::Validation { .. } | AppError::Forbidden { .. });
             if let Err(release) = state.idempotency.release(&actor, &key, forget).await {
                 tracing::warn!(error = %release, "could not release an idempotency key");
             }
@@ -233,40 +218,23 @@ pub async fn list_orders(
     query: web::Query<ListOrdersQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let q = query.into_inner();
-    let unprocessable = |field: &str, message: &str| {
-        ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, field, message)
-    };
+    let unprocessable =
+        |field: &str, message: &str| ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, field, message);
     let status = q
         .status
-        .map(|s| {
-            OrderStatus::parse(&s).ok_or_else(|| unprocessable("status", "not an order status"))
-        })
+        .map(|s| OrderStatus::parse(&s).ok_or_else(|| unprocessable("status", "not an order status")))
         .transpose()?;
     let limit = q
         .limit
-        .map(|l| {
-            l.parse::<u32>()
-                .map_err(|_| unprocessable("limit", "must be a number between 1 and 100"))
-        })
+        .map(|l| l.parse::<u32>().map_err(|_| unprocessable("limit", "must be a number between 1 and 100")))
         .transpose()?;
     let cursor = q
         .cursor
-        .map(|c| {
-            c.parse::<OrderId>()
-                .map_err(|_| unprocessable("cursor", "not a cursor from this API"))
-        })
+        .map(|c| c.parse::<OrderId>().map_err(|_| unprocessable("cursor", "not a cursor from this API")))
         .transpose()?;
     let page = state
         .queries
-        .list_orders(
-            &caller.0,
-            ListOrders {
-                status,
-                customer_id: q.customer_id,
-                limit,
-                cursor,
-            },
-        )
+        .list_orders(&caller.0, ListOrders { status, customer_id: q.customer_id, limit, cursor })
         .await?;
     Ok(HttpResponse::Ok().json(OrderPageResponse {
         items: page.items.iter().map(OrderResponse::from).collect(),
@@ -354,14 +322,8 @@ pub async fn refund(
 ) -> Result<HttpResponse, ApiError> {
     let id = parse_order_id(&path)?;
     let reason = body.0.and_then(|b| b.reason);
-    match state
-        .refunds
-        .refund_order(&caller.0, id, reason, None, Scenario::default())
-        .await?
-    {
-        RefundOutcome::Refunded(record) => {
-            Ok(HttpResponse::Ok().json(OrderDetailResponse::from(&record)))
-        }
+    match state.refunds.refund_order(&caller.0, id, reason, None, Scenario::default()).await? {
+        RefundOutcome::Refunded(record) => Ok(HttpResponse::Ok().json(OrderDetailResponse::from(&record))),
         RefundOutcome::Rejected { reason, .. } => Err(ApiError::new(
             StatusCode::CONFLICT,
             "REFUND_FAILED",

@@ -54,33 +54,21 @@ pub struct UnconfirmedPaymentResponse {
 }
 
 fn unauthorized(why: &str) -> ApiError {
-    ApiError::new(
-        StatusCode::UNAUTHORIZED,
-        "INVALID_SIGNATURE",
-        why.to_owned(),
-    )
+    ApiError::new(StatusCode::UNAUTHORIZED, "INVALID_SIGNATURE", why.to_owned())
 }
 
 fn hex(text: &str) -> Option<Vec<u8>> {
     if !text.len().is_multiple_of(2) {
         return None;
     }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
+    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
 }
 
 /// Checks `X-Signature` against the raw body.
 ///
 /// # Errors
 /// `401 INVALID_SIGNATURE` with a generic reason.
-pub fn verify_signature(
-    secret: &[u8],
-    header: Option<&str>,
-    body: &[u8],
-    now: i64,
-) -> Result<(), ApiError> {
+pub fn verify_signature(secret: &[u8], header: Option<&str>, body: &[u8], now: i64) -> Result<(), ApiError> {
     let header = header.ok_or_else(|| unauthorized("missing X-Signature"))?;
     let (mut t, mut v1) = (None, None);
     for part in header.split(',') {
@@ -90,20 +78,16 @@ pub fn verify_signature(
             _ => {}
         }
     }
-    let (t, v1) = t
-        .zip(v1)
-        .ok_or_else(|| unauthorized("malformed X-Signature"))?;
+    let (t, v1) = t.zip(v1).ok_or_else(|| unauthorized("malformed X-Signature"))?;
     if (now - t).abs() > TOLERANCE_SECONDS {
         return Err(unauthorized("stale or future timestamp"));
     }
-    let mut mac =
-        Hmac::<Sha256>::new_from_slice(secret).map_err(|_| unauthorized("bad signature"))?;
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).map_err(|_| unauthorized("bad signature"))?;
     mac.update(t.to_string().as_bytes());
     mac.update(b".");
     mac.update(body);
     // `verify_slice` compares in constant time.
-    mac.verify_slice(&v1)
-        .map_err(|_| unauthorized("bad signature"))
+    mac.verify_slice(&v1).map_err(|_| unauthorized("bad signature"))
 }
 
 /// The provider tells us the final outcome of a payment (e.g. one that timed out).
@@ -129,16 +113,10 @@ pub async fn callback(
     let Some(secret) = &state.webhook_secret else {
         return Err(unauthorized("provider callbacks are not configured"));
     };
-    let header = req
-        .headers()
-        .get("x-signature")
-        .and_then(|v| v.to_str().ok());
-    if let Err(err) = verify_signature(
-        secret.expose().as_bytes(),
-        header,
-        &body.0,
-        chrono::Utc::now().timestamp(),
-    ) {
+    let header = req.headers().get("x-signature").and_then(|v| v.to_str().ok());
+    if let Err(err) =
+        verify_signature(secret.expose().as_bytes(), header, &body.0, chrono::Utc::now().timestamp())
+    {
         state.reconciliation.reject_callback(&err.detail).await;
         return Err(err);
     }
@@ -176,14 +154,11 @@ pub async fn callback(
         })
         .await?;
     match result {
-        CallbackResult::Applied(record) => Ok(HttpResponse::Ok().json(CallbackResponse {
-            result: "APPLIED",
-            order_status: Some(record.order.status.as_str()),
-        })),
-        CallbackResult::Duplicate => Ok(HttpResponse::Ok().json(CallbackResponse {
-            result: "DUPLICATE",
-            order_status: None,
-        })),
+        CallbackResult::Applied(record) => Ok(HttpResponse::Ok()
+            .json(CallbackResponse { result: "APPLIED", order_status: Some(record.order.status.as_str()) })),
+        CallbackResult::Duplicate => {
+            Ok(HttpResponse::Ok().json(CallbackResponse { result: "DUPLICATE", order_status: None }))
+        }
         CallbackResult::Busy => Err(ApiError::new(
             StatusCode::CONFLICT,
             "ORDER_BUSY",
@@ -204,10 +179,7 @@ pub async fn callback(
     ),
     security(("bearer" = []))
 )]
-pub async fn unconfirmed(
-    state: web::Data<HttpState>,
-    admin: Admin,
-) -> Result<HttpResponse, ApiError> {
+pub async fn unconfirmed(state: web::Data<HttpState>, admin: Admin) -> Result<HttpResponse, ApiError> {
     let payments = state.reconciliation.unconfirmed(&admin.0).await?;
     let items: Vec<UnconfirmedPaymentResponse> = payments
         .iter()
@@ -230,12 +202,7 @@ mod tests {
         let mut mac = Hmac::<Sha256>::new_from_slice(secret).unwrap();
         mac.update(format!("{t}.").as_bytes());
         mac.update(body);
-        let v1: String = mac
-            .finalize()
-            .into_bytes()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let v1: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
         format!("t={t},v1={v1}")
     }
 
@@ -244,27 +211,15 @@ mod tests {
         let (secret, body, now) = (b"whsec", br#"{"a":1}"#, 1_800_000_000);
         assert!(verify_signature(secret, Some(&sign(secret, now, body)), body, now).is_ok());
         assert!(verify_signature(secret, Some(&sign(secret, now - 300, body)), body, now).is_ok());
-        assert!(
-            verify_signature(secret, Some(&sign(secret, now - 301, body)), body, now).is_err(),
-            "stale"
-        );
-        assert!(
-            verify_signature(secret, Some(&sign(secret, now + 301, body)), body, now).is_err(),
-            "future"
-        );
-        assert!(
-            verify_signature(b"other", Some(&sign(secret, now, body)), body, now).is_err(),
-            "wrong key"
-        );
+        assert!(verify_signature(secret, Some(&sign(secret, now - 301, body)), body, now).is_err(), "stale");
+        assert!(verify_signature(secret, Some(&sign(secret, now + 301, body)), body, now).is_err(), "future");
+        assert!(verify_signature(b"other", Some(&sign(secret, now, body)), body, now).is_err(), "wrong key");
         assert!(
             verify_signature(secret, Some(&sign(secret, now, body)), br#"{"a":2}"#, now).is_err(),
             "tampered"
         );
         for bad in ["", "t=1", "v1=00", "t=x,v1=zz", "garbage"] {
-            assert!(
-                verify_signature(secret, Some(bad), body, now).is_err(),
-                "{bad}"
-            );
+            assert!(verify_signature(secret, Some(bad), body, now).is_err(), "{bad}");
         }
         assert!(verify_signature(secret, None, body, now).is_err());
     }

@@ -36,23 +36,13 @@ pub struct Problem {
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
-        ApiError {
-            status,
-            code,
-            detail: detail.into(),
-            field: None,
-        }
+        ApiError { status, code, detail: detail.into(), field: None }
     }
 
     pub fn field(status: StatusCode, field: impl Into<String>, detail: impl Into<String>) -> Self {
         let field = field.into();
         let detail = format!("{field}: {}", detail.into());
-        ApiError {
-            status,
-            code: "VALIDATION_FAILED",
-            detail,
-            field: Some(field),
-        }
+        ApiError { status, code: "VALIDATION_FAILED", detail, field: Some(field) }
     }
 
     pub fn unauthenticated(detail: impl Into<String>) -> Self {
@@ -64,11 +54,7 @@ impl ApiError {
     }
 
     pub fn not_found(what: &str) -> Self {
-        Self::new(
-            StatusCode::NOT_FOUND,
-            "NOT_FOUND",
-            format!("{what} not found"),
-        )
+        Self::new(StatusCode::NOT_FOUND, "NOT_FOUND", format!("{what} not found"))
     }
 
     pub fn problem(&self) -> Problem {
@@ -96,9 +82,7 @@ impl ResponseError for ApiError {
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
             response.insert_header(("Retry-After", "1"));
         }
-        response
-            .content_type("application/problem+json")
-            .json(self.problem())
+        response.content_type("application/problem+json").json(self.problem())
     }
 }
 
@@ -109,12 +93,8 @@ impl From<AppError> for ApiError {
                 ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, field, message)
             }
             AppError::NotFound(what) => ApiError::not_found(what),
-            AppError::Forbidden { code, message } => {
-                ApiError::new(StatusCode::FORBIDDEN, code, message)
-            }
-            AppError::Conflict { code, message } => {
-                ApiError::new(StatusCode::CONFLICT, code, message)
-            }
+            AppError::Forbidden { code, message } => ApiError::new(StatusCode::FORBIDDEN, code, message),
+            AppError::Conflict { code, message } => ApiError::new(StatusCode::CONFLICT, code, message),
             AppError::Unavailable(cause) => {
                 tracing::error!(error = %cause, "dependency unavailable");
                 ApiError::new(
@@ -125,11 +105,7 @@ impl From<AppError> for ApiError {
             }
             AppError::Internal(cause) => {
                 tracing::error!(error = %cause, "internal error");
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "INTERNAL_ERROR",
-                    "internal error",
-                )
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR", "internal error")
             }
         }
     }

@@ -45,11 +45,7 @@ impl IdempotencyStore for SeaOrmIdempotencyStore {
             created_at: Set(now),
         };
         let inserted = idempotency_keys::Entity::insert(row)
-            .on_conflict(
-                OnConflict::columns([Column::Scope, Column::IdempotencyKey])
-                    .do_nothing()
-                    .to_owned(),
-            )
+            .on_conflict(OnConflict::columns([Column::Scope, Column::IdempotencyKey]).do_nothing().to_owned())
             .exec_without_returning(&self.db)
             .await
             .map_err(repo_err)?;
@@ -58,15 +54,13 @@ impl IdempotencyStore for SeaOrmIdempotencyStore {
         }
         // Taken: by whom, and how far did it get?
         loop {
-            let Some(existing) =
-                idempotency_keys::Entity::find_by_id((scope.to_owned(), key.to_owned()))
-                    .one(&self.db)
-                    .await
-                    .map_err(repo_err)?
+            let Some(existing) = idempotency_keys::Entity::find_by_id((scope.to_owned(), key.to_owned()))
+                .one(&self.db)
+                .await
+                .map_err(repo_err)?
             else {
                 // Released with `forget` between our insert and this read: start afresh.
-                return Box::pin(self.begin(scope, key, fingerprint, order_id, now, lease_until))
-                    .await;
+                return Box::pin(self.begin(scope, key, fingerprint, order_id, now, lease_until)).await;
             };
             // A key whose first request still runs is busy, whatever this request is.
             let finished = existing.response_status.is_some();
@@ -76,13 +70,8 @@ impl IdempotencyStore for SeaOrmIdempotencyStore {
             if existing.fingerprint != fingerprint {
                 return Ok(IdempotencyBegin::Mismatch);
             }
-            if let (Some(status), Some(body)) =
-                (existing.response_status, existing.response_body.clone())
-            {
-                return Ok(IdempotencyBegin::Completed(StoredResponse {
-                    status: status as u16,
-                    body,
-                }));
+            if let (Some(status), Some(body)) = (existing.response_status, existing.response_body.clone()) {
+                return Ok(IdempotencyBegin::Completed(StoredResponse { status: status as u16, body }));
             }
             // The holder died or released it: take over, conditional on the lease we saw.
             let taken = idempotency_keys::Entity::update_many()
@@ -98,9 +87,7 @@ impl IdempotencyStore for SeaOrmIdempotencyStore {
                 .await
                 .map_err(repo_err)?;
             if taken.rows_affected == 1 {
-                return Ok(IdempotencyBegin::Started {
-                    order_id: OrderId::from_uuid(existing.order_id),
-                });
+                return Ok(IdempotencyBegin::Started { order_id: OrderId::from_uuid(existing.order_id) });
             }
             // Someone else took it or finished it in between: look again.
         }
@@ -114,15 +101,9 @@ impl IdempotencyStore for SeaOrmIdempotencyStore {
         _now: DateTime<Utc>,
     ) -> Result<(), RepoError> {
         idempotency_keys::Entity::update_many()
-            .col_expr(
-                Column::ResponseStatus,
-                Expr::value(i32::from(response.status)),
-            )
+            .col_expr(Column::ResponseStatus, Expr::value(i32::from(response.status)))
             .col_expr(Column::ResponseBody, Expr::value(response.body.clone()))
-            .col_expr(
-                Column::LockedUntil,
-                Expr::value(Option::<DateTime<Utc>>::None),
-            )
+            .col_expr(Column::LockedUntil, Expr::value(Option::<DateTime<Utc>>::None))
             .filter(Column::Scope.eq(scope))
             .filter(Column::IdempotencyKey.eq(key))
             .exec(&self.db)
@@ -142,10 +123,7 @@ impl IdempotencyStore for SeaOrmIdempotencyStore {
                 .map_err(repo_err)?;
         } else {
             idempotency_keys::Entity::update_many()
-                .col_expr(
-                    Column::LockedUntil,
-                    Expr::value(Option::<DateTime<Utc>>::None),
-                )
+                .col_expr(Column::LockedUntil, Expr::value(Option::<DateTime<Utc>>::None))
                 .filter(Column::Scope.eq(scope))
                 .filter(Column::IdempotencyKey.eq(key))
                 .filter(Column::ResponseStatus.is_null())

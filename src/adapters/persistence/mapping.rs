@@ -4,16 +4,13 @@
 use sea_orm::ActiveValue::Set;
 
 use super::entities::{
-    notification_events, orchestration_steps, order_items, orders, outbox_events, payments,
-    settlements,
+    notification_events, orchestration_steps, order_items, orders, outbox_events, payments, settlements,
 };
 use crate::application::ports::{OrderContext, OutboxRecord, RepoError, Scenario, StepRecord};
 use crate::domain::ids::{EventId, NotificationId, OrderId, PaymentId, SettlementId};
 use crate::domain::money::{Currency, Money};
 use crate::domain::notification::{FailurePolicy, Notification, NotificationStatus};
-use crate::domain::order::{
-    FailureStage, Order, OrderItem, OrderSource, OrderStatus, SagaStep, StepStatus,
-};
+use crate::domain::order::{FailureStage, Order, OrderItem, OrderSource, OrderStatus, SagaStep, StepStatus};
 use crate::domain::outbox::{FailureCode, OutboxStatus};
 use crate::domain::payment::{Payment, PaymentStatus};
 use crate::domain::settlement::{Settlement, SettlementStatus};
@@ -35,9 +32,7 @@ fn parse_opt<T>(
 }
 
 fn money(column: &str, amount: i64, currency: &str) -> Result<Money, RepoError> {
-    let currency: Currency = currency
-        .parse()
-        .map_err(|_| corrupt("currency", currency))?;
+    let currency: Currency = currency.parse().map_err(|_| corrupt("currency", currency))?;
     Money::new(amount, currency).map_err(|_| corrupt(column, &amount.to_string()))
 }
 
@@ -69,23 +64,13 @@ pub fn order_from_row(
         items,
         total,
         status: parse("orders.status", &row.status, OrderStatus::parse)?,
-        failure_stage: parse_opt(
-            "orders.failure_stage",
-            row.failure_stage.as_deref(),
-            FailureStage::parse,
-        )?,
+        failure_stage: parse_opt("orders.failure_stage", row.failure_stage.as_deref(), FailureStage::parse)?,
         failure_reason: row.failure_reason,
         created_at: row.created_at,
         updated_at: row.updated_at,
         version: row.version,
     };
-    Ok((
-        order,
-        OrderContext {
-            scenario,
-            correlation_id: row.correlation_id,
-        },
-    ))
+    Ok((order, OrderContext { scenario, correlation_id: row.correlation_id }))
 }
 
 /// The row for `order`, with `version` set to what the store will hold after the write.
@@ -106,8 +91,7 @@ pub fn order_to_row(order: &Order, context: Option<&OrderContext>) -> orders::Ac
     };
     if let Some(context) = context {
         row.created_at = Set(order.created_at);
-        row.mock_scenario =
-            Set((!context.scenario.is_empty()).then(|| context.scenario.to_string()));
+        row.mock_scenario = Set((!context.scenario.is_empty()).then(|| context.scenario.to_string()));
         row.correlation_id = Set(context.correlation_id.clone());
     }
     row
@@ -201,16 +185,8 @@ pub fn notification_from_row(row: notification_events::Model) -> Result<Notifica
     Ok(Notification {
         id: NotificationId::from_uuid(row.id),
         order_id: OrderId::from_uuid(row.order_id),
-        status: parse(
-            "notification_events.status",
-            &row.status,
-            NotificationStatus::parse,
-        )?,
-        policy: parse_opt(
-            "notification_events.policy",
-            row.policy.as_deref(),
-            FailurePolicy::parse,
-        )?,
+        status: parse("notification_events.status", &row.status, NotificationStatus::parse)?,
+        policy: parse_opt("notification_events.policy", row.policy.as_deref(), FailurePolicy::parse)?,
         attempts: row.attempts,
         next_attempt_at: row.next_attempt_at,
         last_error: row.last_error,

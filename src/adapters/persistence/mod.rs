@@ -34,10 +34,7 @@ use crate::application::ports::RepoError;
 /// The database cannot be reached or the URL is invalid.
 pub async fn connect(url: &str, max_connections: u32) -> Result<DatabaseConnection, DbErr> {
     let dir = sqlite_path(url).and_then(|path| {
-        Path::new(&path)
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .map(Path::to_path_buf)
+        Path::new(&path).parent().filter(|d| !d.as_os_str().is_empty()).map(Path::to_path_buf)
     });
     if let Some(dir) = dir {
         std::fs::create_dir_all(&dir)
@@ -61,9 +58,7 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<DatabaseConnecti
 
 /// The file path of a `sqlite:` URL (`sqlite://data/app.db?mode=rwc` -> `data/app.db`).
 pub fn sqlite_path(url: &str) -> Option<String> {
-    let rest = url
-        .strip_prefix("sqlite://")
-        .or_else(|| url.strip_prefix("sqlite:"))?;
+    let rest = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:"))?;
     let path = rest.split('?').next().unwrap_or_default();
     (!path.is_empty() && path != ":memory:").then(|| path.to_owned())
 }

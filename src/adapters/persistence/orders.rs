@@ -7,21 +7,21 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sea_orm::ActiveValue::Set;
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, EntityTrait,
-    FromQueryResult, QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
+    ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, EntityTrait, FromQueryResult,
+    QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
 };
 use tokio::sync::Notify;
 
 use super::entities::{
-    audit_log, inbox, notification_events, orchestration_steps, order_items, orders, outbox_events,
-    payments, settlements,
+    audit_log, inbox, notification_events, orchestration_steps, order_items, orders, outbox_events, payments,
+    settlements,
 };
 use super::mapping::*;
 use super::outbox::{OUTBOX_CHANNEL, outbox_row};
 use super::{is_postgres, repo_err};
 use crate::application::ports::{
-    AuditRecord, Changes, InboxEntry, NotificationRepository, OrderFilter, OrderRecord,
-    OrderRepository, PaymentRepository, RepoError, SagaLease, UnitOfWork, Write,
+    AuditRecord, Changes, InboxEntry, NotificationRepository, OrderFilter, OrderRecord, OrderRepository,
+    PaymentRepository, RepoError, SagaLease, UnitOfWork, Write,
 };
 use crate::domain::ids::{NotificationId, OrderId};
 use crate::domain::notification::{Notification, NotificationStatus};
@@ -45,11 +45,7 @@ impl SeaOrmOrderRepository {
 
 /// `Err(Conflict)` unless exactly one row was updated.
 fn one_row(rows: u64) -> Result<(), RepoError> {
-    if rows == 1 {
-        Ok(())
-    } else {
-        Err(RepoError::Conflict)
-    }
+    if rows == 1 { Ok(()) } else { Err(RepoError::Conflict) }
 }
 
 async fn apply(txn: &DatabaseTransaction, changes: Changes) -> Result<(), RepoError> {
@@ -108,10 +104,7 @@ async fn apply(txn: &DatabaseTransaction, changes: Changes) -> Result<(), RepoEr
             row.saga_locked_by = Set(Some(lease.owner.clone()));
             row.saga_locked_until = Set(Some(lease.until));
         }
-        orders::Entity::insert(row)
-            .exec_without_returning(txn)
-            .await
-            .map_err(repo_err)?;
+        orders::Entity::insert(row).exec_without_returning(txn).await.map_err(repo_err)?;
         order_items::Entity::insert_many(items_to_rows(order))
             .exec_without_returning(txn)
             .await
@@ -142,21 +135,15 @@ async fn apply(txn: &DatabaseTransaction, changes: Changes) -> Result<(), RepoEr
         }
     }
     if !changes.steps.is_empty() {
-        let rows = changes
-            .steps
-            .iter()
-            .map(|s| orchestration_steps::ActiveModel {
-                order_id: Set(s.order_id.as_uuid()),
-                step: Set(s.record.step.as_str().to_owned()),
-                status: Set(s.record.status.as_str().to_owned()),
-                detail: Set(s.record.detail.clone()),
-                created_at: Set(s.record.created_at),
-                ..Default::default()
-            });
-        orchestration_steps::Entity::insert_many(rows)
-            .exec_without_returning(txn)
-            .await
-            .map_err(repo_err)?;
+        let rows = changes.steps.iter().map(|s| orchestration_steps::ActiveModel {
+            order_id: Set(s.order_id.as_uuid()),
+            step: Set(s.record.step.as_str().to_owned()),
+            status: Set(s.record.status.as_str().to_owned()),
+            detail: Set(s.record.detail.clone()),
+            created_at: Set(s.record.created_at),
+            ..Default::default()
+        });
+        orchestration_steps::Entity::insert_many(rows).exec_without_returning(txn).await.map_err(repo_err)?;
     }
     if !changes.audit.is_empty() {
         insert_audit(txn, &changes.audit).await?;
@@ -194,10 +181,7 @@ pub(super) async fn insert_audit<C: ConnectionTrait>(
         created_at: Set(a.created_at),
         ..Default::default()
     });
-    audit_log::Entity::insert_many(rows)
-        .exec_without_returning(conn)
-        .await
-        .map_err(repo_err)?;
+    audit_log::Entity::insert_many(rows).exec_without_returning(conn).await.map_err(repo_err)?;
     Ok(())
 }
 
@@ -216,9 +200,7 @@ impl UnitOfWork for SeaOrmOrderRepository {
         }
         if has_events && is_postgres(&self.db) {
             // Delivered to listeners only when (and if) the transaction commits.
-            txn.execute_unprepared(&format!("NOTIFY {OUTBOX_CHANNEL}"))
-                .await
-                .map_err(repo_err)?;
+            txn.execute_unprepared(&format!("NOTIFY {OUTBOX_CHANNEL}")).await.map_err(repo_err)?;
         }
         txn.commit().await.map_err(repo_err)?;
         if has_events {
@@ -257,11 +239,7 @@ impl SeaOrmOrderRepository {
 impl OrderRepository for SeaOrmOrderRepository {
     async fn get(&self, id: OrderId) -> Result<Option<OrderRecord>, RepoError> {
         let uuid = id.as_uuid();
-        let Some(row) = orders::Entity::find_by_id(uuid)
-            .one(&self.db)
-            .await
-            .map_err(repo_err)?
-        else {
+        let Some(row) = orders::Entity::find_by_id(uuid).one(&self.db).await.map_err(repo_err)? else {
             return Ok(None);
         };
         let items = order_items::Entity::find()
@@ -302,14 +280,7 @@ impl OrderRepository for SeaOrmOrderRepository {
             .into_iter()
             .map(step_from_row)
             .collect::<Result<_, _>>()?;
-        Ok(Some(OrderRecord {
-            order,
-            payment,
-            settlement,
-            notification,
-            steps,
-            context,
-        }))
+        Ok(Some(OrderRecord { order, payment, settlement, notification, steps, context }))
     }
 
     async fn list(&self, filter: &OrderFilter) -> Result<Vec<Order>, RepoError> {
@@ -346,10 +317,7 @@ impl OrderRepository for SeaOrmOrderRepository {
         .await
         .map_err(repo_err)?;
         let counts: HashMap<String, i64> = rows.into_iter().map(|r| (r.status, r.n)).collect();
-        Ok(OrderStatus::ALL
-            .iter()
-            .map(|s| (*s, counts.get(s.as_str()).copied().unwrap_or(0)))
-            .collect())
+        Ok(OrderStatus::ALL.iter().map(|s| (*s, counts.get(s.as_str()).copied().unwrap_or(0))).collect())
     }
 
     async fn lease_saga(
@@ -364,10 +332,7 @@ impl OrderRepository for SeaOrmOrderRepository {
             .add(orders::Column::SagaLockedUntil.lt(now))
             .add(orders::Column::SagaLockedBy.eq(lease.owner.as_str()));
         let result = orders::Entity::update_many()
-            .col_expr(
-                orders::Column::SagaLockedBy,
-                Expr::value(lease.owner.clone()),
-            )
+            .col_expr(orders::Column::SagaLockedBy, Expr::value(lease.owner.clone()))
             .col_expr(orders::Column::SagaLockedUntil, Expr::value(lease.until))
             .filter(orders::Column::Id.eq(id.as_uuid()))
             .filter(free)
@@ -380,14 +345,8 @@ impl OrderRepository for SeaOrmOrderRepository {
     async fn release_saga(&self, id: OrderId, owner: &str) -> Result<(), RepoError> {
         use sea_orm::sea_query::Expr;
         orders::Entity::update_many()
-            .col_expr(
-                orders::Column::SagaLockedBy,
-                Expr::value(Option::<String>::None),
-            )
-            .col_expr(
-                orders::Column::SagaLockedUntil,
-                Expr::value(Option::<DateTime<Utc>>::None),
-            )
+            .col_expr(orders::Column::SagaLockedBy, Expr::value(Option::<String>::None))
+            .col_expr(orders::Column::SagaLockedUntil, Expr::value(Option::<DateTime<Utc>>::None))
             .filter(orders::Column::Id.eq(id.as_uuid()))
             .filter(orders::Column::SagaLockedBy.eq(owner))
             .exec(&self.db)
@@ -396,23 +355,17 @@ impl OrderRepository for SeaOrmOrderRepository {
         Ok(())
     }
 
-    async fn inbox_entry(
-        &self,
-        consumer: &str,
-        event_id: &str,
-    ) -> Result<Option<InboxEntry>, RepoError> {
-        Ok(
-            inbox::Entity::find_by_id((consumer.to_owned(), event_id.to_owned()))
-                .one(&self.db)
-                .await
-                .map_err(repo_err)?
-                .map(|row| InboxEntry {
-                    consumer: row.consumer,
-                    event_id: row.event_id,
-                    order_id: row.order_id.map(OrderId::from_uuid),
-                    processed_at: row.processed_at,
-                }),
-        )
+    async fn inbox_entry(&self, consumer: &str, event_id: &str) -> Result<Option<InboxEntry>, RepoError> {
+        Ok(inbox::Entity::find_by_id((consumer.to_owned(), event_id.to_owned()))
+            .one(&self.db)
+            .await
+            .map_err(repo_err)?
+            .map(|row| InboxEntry {
+                consumer: row.consumer,
+                event_id: row.event_id,
+                order_id: row.order_id.map(OrderId::from_uuid),
+                processed_at: row.processed_at,
+            }))
     }
 
     async fn completed_meeting_orders(
@@ -436,11 +389,7 @@ impl OrderRepository for SeaOrmOrderRepository {
             .collect())
     }
 
-    async fn audit_for(
-        &self,
-        entity_type: &str,
-        entity_id: &str,
-    ) -> Result<Vec<AuditRecord>, RepoError> {
+    async fn audit_for(&self, entity_type: &str, entity_id: &str) -> Result<Vec<AuditRecord>, RepoError> {
         let rows = audit_log::Entity::find()
             .filter(audit_log::Column::EntityType.eq(entity_type))
             .filter(audit_log::Column::EntityId.eq(entity_id))
@@ -466,9 +415,7 @@ impl OrderRepository for SeaOrmOrderRepository {
 impl NotificationRepository for SeaOrmOrderRepository {
     async fn due(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<Notification>, RepoError> {
         notification_events::Entity::find()
-            .filter(
-                notification_events::Column::Status.eq(NotificationStatus::RetryScheduled.as_str()),
-            )
+            .filter(notification_events::Column::Status.eq(NotificationStatus::RetryScheduled.as_str()))
             .filter(notification_events::Column::NextAttemptAt.lte(now))
             .order_by_asc(notification_events::Column::NextAttemptAt)
             .limit(u64::from(limit))
@@ -551,11 +498,7 @@ impl PaymentRepository for SeaOrmOrderRepository {
             .collect()
     }
 
-    async fn with_status(
-        &self,
-        status: PaymentStatus,
-        limit: u32,
-    ) -> Result<Vec<Payment>, RepoError> {
+    async fn with_status(&self, status: PaymentStatus, limit: u32) -> Result<Vec<Payment>, RepoError> {
         payments::Entity::find()
             .filter(payments::Column::Status.eq(status.as_str()))
             .order_by_desc(payments::Column::UpdatedAt)

@@ -12,8 +12,8 @@ use chrono::{DateTime, Utc};
 use sea_orm::ActiveValue::Set;
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseBackend, DatabaseConnection, EntityTrait,
-    FromQueryResult, QueryFilter, QueryOrder, QuerySelect, Statement, TransactionTrait, Value,
+    ColumnTrait, ConnectionTrait, DatabaseBackend, DatabaseConnection, EntityTrait, FromQueryResult,
+    QueryFilter, QueryOrder, QuerySelect, Statement, TransactionTrait, Value,
 };
 
 use super::entities::outbox_events::{self, Column};
@@ -21,8 +21,8 @@ use super::mapping::{outbox_from_row, status_strings};
 use super::orders::insert_audit;
 use super::repo_err;
 use crate::application::ports::{
-    AuditRecord, DeliveryFailure, NewOutboxEvent, OutboxFilter, OutboxRecord, OutboxStats,
-    OutboxStore, RepoError,
+    AuditRecord, DeliveryFailure, NewOutboxEvent, OutboxFilter, OutboxRecord, OutboxStats, OutboxStore,
+    RepoError,
 };
 use crate::domain::outbox::{FailureCode, FailureOutcome, OutboxAction, OutboxStatus};
 
@@ -70,11 +70,7 @@ fn placeholders(backend: DatabaseBackend, sql: &str) -> String {
 /// `'READY', 'RETRY_WAIT'`: domain spellings as SQL literals. They are compile-time
 /// constants of [`OutboxStatus::as_str`], upper-case letters and `_` only.
 fn literals(statuses: &[OutboxStatus]) -> String {
-    statuses
-        .iter()
-        .map(|s| format!("'{}'", s.as_str()))
-        .collect::<Vec<_>>()
-        .join(", ")
+    statuses.iter().map(|s| format!("'{}'", s.as_str())).collect::<Vec<_>>().join(", ")
 }
 
 impl SeaOrmOutboxStore {
@@ -162,20 +158,12 @@ impl OutboxStore for SeaOrmOutboxStore {
         self.rows(&sql, values).await
     }
 
-    async fn mark_published(
-        &self,
-        ids: &[i64],
-        worker: &str,
-        now: DateTime<Utc>,
-    ) -> Result<u64, RepoError> {
+    async fn mark_published(&self, ids: &[i64], worker: &str, now: DateTime<Utc>) -> Result<u64, RepoError> {
         let action = OutboxAction::MarkPublished;
         let result = outbox_events::Entity::update_many()
             .col_expr(Column::Status, Expr::value(action.target().as_str()))
             .col_expr(Column::PublishedAt, Expr::value(now))
-            .col_expr(
-                Column::ClaimedUntil,
-                Expr::value(Option::<DateTime<Utc>>::None),
-            )
+            .col_expr(Column::ClaimedUntil, Expr::value(Option::<DateTime<Utc>>::None))
             .col_expr(Column::Version, Expr::col(Column::Version).add(1))
             .filter(Column::Id.is_in(ids.iter().copied()))
             .filter(Column::Status.is_in(status_strings(action.from_statuses())))
@@ -199,33 +187,18 @@ impl OutboxStore for SeaOrmOutboxStore {
             let mut update = outbox_events::Entity::update_many()
                 .col_expr(Column::FailureCode, Expr::value(f.code.as_str()))
                 .col_expr(Column::FailureReason, Expr::value(truncate(&f.reason)))
-                .col_expr(
-                    Column::ClaimedUntil,
-                    Expr::value(Option::<DateTime<Utc>>::None),
-                )
+                .col_expr(Column::ClaimedUntil, Expr::value(Option::<DateTime<Utc>>::None))
                 .col_expr(Column::Version, Expr::col(Column::Version).add(1));
             update = match f.outcome {
-                FailureOutcome::Retry {
-                    retry_count,
-                    next_attempt_at,
-                } => update
-                    .col_expr(
-                        Column::Status,
-                        Expr::value(OutboxStatus::RetryWait.as_str()),
-                    )
+                FailureOutcome::Retry { retry_count, next_attempt_at } => update
+                    .col_expr(Column::Status, Expr::value(OutboxStatus::RetryWait.as_str()))
                     .col_expr(Column::RetryCount, Expr::value(retry_count))
                     .col_expr(Column::NextAttemptAt, Expr::value(next_attempt_at)),
                 FailureOutcome::DeadLetter { retry_count } => update
-                    .col_expr(
-                        Column::Status,
-                        Expr::value(OutboxStatus::DeadLetter.as_str()),
-                    )
+                    .col_expr(Column::Status, Expr::value(OutboxStatus::DeadLetter.as_str()))
                     .col_expr(Column::RetryCount, Expr::value(retry_count))
                     .col_expr(Column::DeadLetteredAt, Expr::value(now))
-                    .col_expr(
-                        Column::NextAttemptAt,
-                        Expr::value(Option::<DateTime<Utc>>::None),
-                    ),
+                    .col_expr(Column::NextAttemptAt, Expr::value(Option::<DateTime<Utc>>::None)),
             };
             let result = update
                 .filter(Column::Id.eq(f.id))
@@ -241,30 +214,23 @@ impl OutboxStore for SeaOrmOutboxStore {
     }
 
     async fn recover_expired(&self, now: DateTime<Utc>) -> Result<u64, RepoError> {
+        // Literal statuses: the scan runs on the partial index `idx_outbox_leases`.
         let action = OutboxAction::RecoverLease;
-        let result = outbox_events::Entity::update_many()
-            .col_expr(Column::Status, Expr::value(action.target().as_str()))
-            .col_expr(Column::NextAttemptAt, Expr::value(now))
-            .col_expr(
-                Column::ClaimedUntil,
-                Expr::value(Option::<DateTime<Utc>>::None),
-            )
-            .col_expr(
-                Column::FailureCode,
-                Expr::value(FailureCode::LeaseExpired.as_str()),
-            )
-            .col_expr(
-                Column::FailureReason,
-                Expr::value("claim lease expired before the outcome was recorded"),
-            )
-            .col_expr(Column::RetryCount, Expr::col(Column::RetryCount).add(1))
-            .col_expr(Column::Version, Expr::col(Column::Version).add(1))
-            .filter(Column::Status.is_in(status_strings(action.from_statuses())))
-            .filter(Column::ClaimedUntil.lt(now))
-            .exec(&self.db)
-            .await
-            .map_err(repo_err)?;
-        Ok(result.rows_affected)
+        let sql = format!(
+            "UPDATE outbox_events SET status = $1, next_attempt_at = $2, claimed_until = NULL, \
+               failure_code = $3, failure_reason = $4, retry_count = retry_count + 1, \
+               version = version + 1 \
+             WHERE status IN ({}) AND claimed_until < $2",
+            literals(action.from_statuses())
+        );
+        let values: Vec<Value> = vec![
+            action.target().as_str().into(),
+            now.into(),
+            FailureCode::LeaseExpired.as_str().into(),
+            "claim lease expired before the outcome was recorded".into(),
+        ];
+        let result = self.db.execute_raw(self.statement(&sql, values)).await.map_err(repo_err)?;
+        Ok(result.rows_affected())
     }
 
     async fn purge(
@@ -273,25 +239,28 @@ impl OutboxStore for SeaOrmOutboxStore {
         dead_before: DateTime<Utc>,
         limit: u32,
     ) -> Result<u64, RepoError> {
-        let sql = "DELETE FROM outbox_events WHERE id IN (\
-                     SELECT id FROM outbox_events \
-                     WHERE (status = $1 AND published_at < $2) \
-                        OR (status IN ($3, $4) AND dead_lettered_at < $5) \
-                     LIMIT $6)";
-        let values: Vec<Value> = vec![
-            OutboxStatus::Published.as_str().into(),
-            published_before.into(),
-            OutboxStatus::DeadLetter.as_str().into(),
-            OutboxStatus::Discarded.as_str().into(),
-            dead_before.into(),
-            i64::from(limit).into(),
-        ];
-        let result = self
-            .db
-            .execute_raw(self.statement(sql, values))
-            .await
-            .map_err(repo_err)?;
-        Ok(result.rows_affected())
+        // One bounded statement per kind, each on its partial index.
+        let published = format!(
+            "DELETE FROM outbox_events WHERE id IN (SELECT id FROM outbox_events \
+               WHERE status = {} AND published_at < $1 LIMIT $2)",
+            literals(&[OutboxStatus::Published])
+        );
+        let dead = format!(
+            "DELETE FROM outbox_events WHERE id IN (SELECT id FROM outbox_events \
+               WHERE status IN ({}) AND dead_lettered_at < $1 LIMIT $2)",
+            literals(&[OutboxStatus::DeadLetter, OutboxStatus::Discarded])
+        );
+        let mut deleted = 0;
+        for (sql, before) in [(published, published_before), (dead, dead_before)] {
+            let budget = u64::from(limit).saturating_sub(deleted);
+            if budget == 0 {
+                break;
+            }
+            let values: Vec<Value> = vec![before.into(), (budget as i64).into()];
+            deleted +=
+                self.db.execute_raw(self.statement(&sql, values)).await.map_err(repo_err)?.rows_affected();
+        }
+        Ok(deleted)
     }
 
     async fn stats(&self) -> Result<OutboxStats, RepoError> {
@@ -304,21 +273,16 @@ impl OutboxStore for SeaOrmOutboxStore {
         .await
         .map_err(repo_err)?;
         let counts: HashMap<String, i64> = counts.into_iter().map(|c| (c.status, c.n)).collect();
-        let by_status = OutboxStatus::ALL
-            .iter()
-            .map(|s| (*s, counts.get(s.as_str()).copied().unwrap_or(0)))
-            .collect();
+        let by_status =
+            OutboxStatus::ALL.iter().map(|s| (*s, counts.get(s.as_str()).copied().unwrap_or(0))).collect();
         let oldest = |sql: &str, status: OutboxStatus| {
-            Oldest::find_by_statement(self.statement(sql, vec![status.as_str().into()]))
-                .one(&self.db)
+            Oldest::find_by_statement(self.statement(sql, vec![status.as_str().into()])).one(&self.db)
         };
-        let oldest_ready = oldest(
-            "SELECT MIN(created_at) AS at FROM outbox_events WHERE status = $1",
-            OutboxStatus::Ready,
-        )
-        .await
-        .map_err(repo_err)?
-        .and_then(|o| o.at);
+        let oldest_ready =
+            oldest("SELECT MIN(created_at) AS at FROM outbox_events WHERE status = $1", OutboxStatus::Ready)
+                .await
+                .map_err(repo_err)?
+                .and_then(|o| o.at);
         let oldest_claim = oldest(
             "SELECT MIN(last_attempt_at) AS at FROM outbox_events WHERE status = $1",
             OutboxStatus::Processing,
@@ -339,10 +303,7 @@ impl OutboxStore for SeaOrmOutboxStore {
                FROM outbox_events d WHERE d.status = $1 AND EXISTS (\
                  SELECT 1 FROM outbox_events r WHERE r.aggregate_type = d.aggregate_type \
                    AND r.aggregate_id = d.aggregate_id AND r.id > d.id AND r.status = $2)) blocked",
-            vec![
-                OutboxStatus::DeadLetter.as_str().into(),
-                OutboxStatus::Ready.as_str().into(),
-            ],
+            vec![OutboxStatus::DeadLetter.as_str().into(), OutboxStatus::Ready.as_str().into()],
         ))
         .one(&self.db)
         .await
@@ -421,11 +382,7 @@ impl OutboxStore for SeaOrmOutboxStore {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let action = if discard {
-            OutboxAction::Discard
-        } else {
-            OutboxAction::Republish
-        };
+        let action = if discard { OutboxAction::Discard } else { OutboxAction::Republish };
         let txn = self.db.begin().await.map_err(repo_err)?;
         let mut update = outbox_events::Entity::update_many()
             .col_expr(Column::Status, Expr::value(action.target().as_str()))
@@ -434,14 +391,8 @@ impl OutboxStore for SeaOrmOutboxStore {
             // A fresh start: the retry budget is reset and the row is due at once.
             update = update
                 .col_expr(Column::RetryCount, Expr::value(0))
-                .col_expr(
-                    Column::NextAttemptAt,
-                    Expr::value(Option::<DateTime<Utc>>::None),
-                )
-                .col_expr(
-                    Column::DeadLetteredAt,
-                    Expr::value(Option::<DateTime<Utc>>::None),
-                );
+                .col_expr(Column::NextAttemptAt, Expr::value(Option::<DateTime<Utc>>::None))
+                .col_expr(Column::DeadLetteredAt, Expr::value(Option::<DateTime<Utc>>::None));
         } else {
             // Keep the discard's own clock for retention.
             update = update.col_expr(Column::DeadLetteredAt, Expr::value(now));
@@ -455,13 +406,8 @@ impl OutboxStore for SeaOrmOutboxStore {
         let mut moved: Vec<i64> = moved.into_iter().map(|m| m.id).collect();
         moved.sort_unstable();
         if !moved.is_empty() {
-            let rows: Vec<AuditRecord> = moved
-                .iter()
-                .map(|id| AuditRecord {
-                    entity_id: id.to_string(),
-                    ..audit.clone()
-                })
-                .collect();
+            let rows: Vec<AuditRecord> =
+                moved.iter().map(|id| AuditRecord { entity_id: id.to_string(), ..audit.clone() }).collect();
             insert_audit(&txn, &rows).await?;
         }
         txn.commit().await.map_err(repo_err)?;

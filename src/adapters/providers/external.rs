@@ -15,8 +15,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::application::ports::{
-    ApprovalOutcome, ApprovePayment, CancelPayment, GatewayError, LookupOutcome, PaymentGateway,
-    Scenario,
+    ApprovalOutcome, ApprovePayment, CancelPayment, GatewayError, LookupOutcome, PaymentGateway, Scenario,
 };
 use crate::config::Secret;
 
@@ -98,9 +97,7 @@ impl ExternalPaymentGateway {
                     Err(e) => Exchange::Lost(format!("response body lost: {}", e.without_url())),
                 }
             }
-            Err(e) if e.is_connect() => {
-                Exchange::NotSent(format!("cannot connect: {}", e.without_url()))
-            }
+            Err(e) if e.is_connect() => Exchange::NotSent(format!("cannot connect: {}", e.without_url())),
             Err(e) if e.is_timeout() => Exchange::Lost("timed out".into()),
             Err(e) => Exchange::Lost(e.without_url().to_string()),
         }
@@ -147,29 +144,20 @@ impl PaymentGateway for ExternalPaymentGateway {
                 }
                 Exchange::Answered(status, body) if status.is_client_error() => {
                     let e = business_error(&body);
-                    let code = if e.code.is_empty() {
-                        status.as_u16().to_string()
-                    } else {
-                        e.code
-                    };
-                    return Ok(ApprovalOutcome::Declined {
-                        code,
-                        provider_transaction_id: None,
-                    });
+                    let code = if e.code.is_empty() { status.as_u16().to_string() } else { e.code };
+                    return Ok(ApprovalOutcome::Declined { code, provider_transaction_id: None });
                 }
                 Exchange::Answered(status, body) => {
                     return Ok(match serde_json::from_slice::<ApproveResponse>(&body) {
-                        Ok(r) if r.status == "APPROVED" => ApprovalOutcome::Approved {
-                            provider_transaction_id: r.provider_transaction_id,
-                        },
+                        Ok(r) if r.status == "APPROVED" => {
+                            ApprovalOutcome::Approved { provider_transaction_id: r.provider_transaction_id }
+                        }
                         Ok(r) if r.status == "DECLINED" => ApprovalOutcome::Declined {
                             code: r.decline_code.unwrap_or_else(|| "DECLINED".into()),
                             provider_transaction_id: Some(r.provider_transaction_id),
                         },
                         // An answer we cannot read is not an answer: reconcile.
-                        _ => ApprovalOutcome::Unknown {
-                            reason: format!("unreadable {status} answer"),
-                        },
+                        _ => ApprovalOutcome::Unknown { reason: format!("unreadable {status} answer") },
                     });
                 }
             };
@@ -193,27 +181,25 @@ impl PaymentGateway for ExternalPaymentGateway {
                 Exchange::Answered(status, _) if !status.is_success() => {
                     format!("provider answered {status}")
                 }
-                Exchange::Answered(_, body) => {
-                    match serde_json::from_slice::<LookupResponse>(&body) {
-                        Ok(r) if r.status == "APPROVED" => {
-                            return Ok(LookupOutcome::Approved {
-                                provider_transaction_id: r.provider_transaction_id,
-                            });
-                        }
-                        Ok(r) if r.status == "DECLINED" => {
-                            return Ok(LookupOutcome::Declined {
-                                provider_transaction_id: Some(r.provider_transaction_id),
-                                code: r.decline_code.unwrap_or_else(|| "DECLINED".into()),
-                            });
-                        }
-                        Ok(r) if r.status == "CANCELLED" => {
-                            return Ok(LookupOutcome::Cancelled {
-                                provider_transaction_id: r.provider_transaction_id,
-                            });
-                        }
-                        _ => "unreadable look-up answer".to_owned(),
+                Exchange::Answered(_, body) => match serde_json::from_slice::<LookupResponse>(&body) {
+                    Ok(r) if r.status == "APPROVED" => {
+                        return Ok(LookupOutcome::Approved {
+                            provider_transaction_id: r.provider_transaction_id,
+                        });
                     }
-                }
+                    Ok(r) if r.status == "DECLINED" => {
+                        return Ok(LookupOutcome::Declined {
+                            provider_transaction_id: Some(r.provider_transaction_id),
+                            code: r.decline_code.unwrap_or_else(|| "DECLINED".into()),
+                        });
+                    }
+                    Ok(r) if r.status == "CANCELLED" => {
+                        return Ok(LookupOutcome::Cancelled {
+                            provider_transaction_id: r.provider_transaction_id,
+                        });
+                    }
+                    _ => "unreadable look-up answer".to_owned(),
+                },
             };
             if !self.again(&mut attempt, &transient).await {
                 return Err(GatewayError::Unavailable(transient));
@@ -227,11 +213,7 @@ impl PaymentGateway for ExternalPaymentGateway {
         let body = json!({ "reason": request.reason, "amount": request.amount.minor() });
         let mut attempt = 0;
         loop {
-            let call = self
-                .client
-                .post(self.url(&path))
-                .header("Idempotency-Key", &key)
-                .json(&body);
+            let call = self.client.post(self.url(&path)).header("Idempotency-Key", &key).json(&body);
             let transient = match self.exchange(call).await {
                 Exchange::NotSent(reason) | Exchange::Lost(reason) => reason,
                 Exchange::Answered(status, _) if status.is_server_error() => {
@@ -239,15 +221,8 @@ impl PaymentGateway for ExternalPaymentGateway {
                 }
                 Exchange::Answered(status, body) if status.is_client_error() => {
                     let e = business_error(&body);
-                    let code = if e.code.is_empty() {
-                        status.as_u16().to_string()
-                    } else {
-                        e.code
-                    };
-                    return Err(GatewayError::Rejected {
-                        code,
-                        message: e.message,
-                    });
+                    let code = if e.code.is_empty() { status.as_u16().to_string() } else { e.code };
+                    return Err(GatewayError::Rejected { code, message: e.message });
                 }
                 Exchange::Answered(_, _) => return Ok(()),
             };

@@ -5,6 +5,4 @@ mod external;
 mod simulated;
 
 pub use external::{ExternalPaymentGateway, ExternalProviderSettings};
-pub use simulated::{
-    ProviderCalls, SimulatedNotifier, SimulatedPaymentGateway, SimulatedSettlementGateway,
-};
+pub use simulated::{ProviderCalls, SimulatedNotifier, SimulatedPaymentGateway, SimulatedSettlementGateway};

@@ -44,10 +44,7 @@ pub struct SimulatedPaymentGateway {
 
 impl SimulatedPaymentGateway {
     pub fn new(calls: std::sync::Arc<ProviderCalls>) -> Self {
-        SimulatedPaymentGateway {
-            decided: Mutex::default(),
-            calls,
-        }
+        SimulatedPaymentGateway { decided: Mutex::default(), calls }
     }
 
     fn decided(&self) -> std::sync::MutexGuard<'_, HashMap<String, ApprovalOutcome>> {
@@ -68,9 +65,9 @@ impl PaymentGateway for SimulatedPaymentGateway {
         if let Some(previous) = decided.get(&request.payment_request_id) {
             // Same Idempotency-Key: the first answer, never a second charge.
             return Ok(match previous {
-                ApprovalOutcome::Unknown { .. } => ApprovalOutcome::Approved {
-                    provider_transaction_id: transaction_id(),
-                },
+                ApprovalOutcome::Unknown { .. } => {
+                    ApprovalOutcome::Approved { provider_transaction_id: transaction_id() }
+                }
                 other => other.clone(),
             });
         }
@@ -79,12 +76,10 @@ impl PaymentGateway for SimulatedPaymentGateway {
                 code: "CARD_DECLINED".into(),
                 provider_transaction_id: Some(transaction_id()),
             },
-            Some(Behaviour::Timeout) => ApprovalOutcome::Unknown {
-                reason: "simulated provider timeout".into(),
-            },
-            _ => ApprovalOutcome::Approved {
-                provider_transaction_id: transaction_id(),
-            },
+            Some(Behaviour::Timeout) => {
+                ApprovalOutcome::Unknown { reason: "simulated provider timeout".into() }
+            }
+            _ => ApprovalOutcome::Approved { provider_transaction_id: transaction_id() },
         };
         decided.insert(request.payment_request_id.clone(), outcome.clone());
         Ok(outcome)
@@ -104,26 +99,16 @@ impl PaymentGateway for SimulatedPaymentGateway {
                 let provider_transaction_id = transaction_id();
                 decided.insert(
                     payment_request_id.to_owned(),
-                    ApprovalOutcome::Approved {
-                        provider_transaction_id: provider_transaction_id.clone(),
-                    },
+                    ApprovalOutcome::Approved { provider_transaction_id: provider_transaction_id.clone() },
                 );
-                LookupOutcome::Approved {
-                    provider_transaction_id,
-                }
+                LookupOutcome::Approved { provider_transaction_id }
             }
-            Some(ApprovalOutcome::Approved {
-                provider_transaction_id,
-            }) => LookupOutcome::Approved {
-                provider_transaction_id,
-            },
-            Some(ApprovalOutcome::Declined {
-                code,
-                provider_transaction_id,
-            }) => LookupOutcome::Declined {
-                code,
-                provider_transaction_id,
-            },
+            Some(ApprovalOutcome::Approved { provider_transaction_id }) => {
+                LookupOutcome::Approved { provider_transaction_id }
+            }
+            Some(ApprovalOutcome::Declined { code, provider_transaction_id }) => {
+                LookupOutcome::Declined { code, provider_transaction_id }
+            }
         })
     }
 
@@ -154,9 +139,9 @@ impl SettlementGateway for SimulatedSettlementGateway {
     async fn settle(&self, request: &SettlementRequest) -> Result<SettlementOutcome, GatewayError> {
         self.calls.settlements.fetch_add(1, Ordering::SeqCst);
         Ok(match request.scenario.settlement {
-            Some(Behaviour::Fail) => SettlementOutcome::Failed {
-                reason: "simulated settlement failure".into(),
-            },
+            Some(Behaviour::Fail) => {
+                SettlementOutcome::Failed { reason: "simulated settlement failure".into() }
+            }
             _ => SettlementOutcome::Succeeded,
         })
     }
@@ -176,27 +161,19 @@ impl SimulatedNotifier {
 impl Notifier for SimulatedNotifier {
     async fn send(&self, request: &NotificationRequest) -> Result<(), NotifyFailure> {
         self.calls.notifications.fetch_add(1, Ordering::SeqCst);
-        let fail = |policy, reason: &str| {
-            Err(NotifyFailure {
-                policy,
-                reason: reason.into(),
-            })
-        };
+        let fail = |policy, reason: &str| Err(NotifyFailure { policy, reason: reason.into() });
         match request.scenario.notification {
             // Fails the first N attempts, then succeeds.
-            Some(Behaviour::AutoRetry(times)) if request.attempt <= times as i32 => fail(
-                FailurePolicy::AutoRetry,
-                "simulated transient notification failure",
-            ),
+            Some(Behaviour::AutoRetry(times)) if request.attempt <= times as i32 => {
+                fail(FailurePolicy::AutoRetry, "simulated transient notification failure")
+            }
             // Only the first send fails: an operator's reprocess goes through.
-            Some(Behaviour::Manual) if request.attempt == 1 => fail(
-                FailurePolicy::ManualIntervention,
-                "simulated failure needing an operator",
-            ),
-            Some(Behaviour::Ignore) if request.attempt == 1 => fail(
-                FailurePolicy::Ignore,
-                "simulated failure that may be ignored",
-            ),
+            Some(Behaviour::Manual) if request.attempt == 1 => {
+                fail(FailurePolicy::ManualIntervention, "simulated failure needing an operator")
+            }
+            Some(Behaviour::Ignore) if request.attempt == 1 => {
+                fail(FailurePolicy::Ignore, "simulated failure that may be ignored")
+            }
             _ => Ok(()),
         }
     }

@@ -67,10 +67,7 @@ pub struct MeetingEvents {
 }
 
 fn key(consumer: &str, event_id: &str) -> InboxKey {
-    InboxKey {
-        consumer: consumer.to_owned(),
-        event_id: event_id.to_owned(),
-    }
+    InboxKey { consumer: consumer.to_owned(), event_id: event_id.to_owned() }
 }
 
 impl MeetingEvents {
@@ -81,13 +78,7 @@ impl MeetingEvents {
         uow: Arc<dyn UnitOfWork>,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        MeetingEvents {
-            orchestrator,
-            refunds,
-            orders,
-            uow,
-            clock,
-        }
+        MeetingEvents { orchestrator, refunds, orders, uow, clock }
     }
 
     fn entry(&self, consumer: &str, event_id: &str, order_id: Option<OrderId>) -> InboxEntry {
@@ -189,12 +180,7 @@ impl MeetingEvents {
         scenario: Scenario,
     ) -> Result<Handled, AppError> {
         let consumer = consumers::PARTICIPANT_CANCEL;
-        if self
-            .orders
-            .inbox_entry(consumer, &msg.event_id)
-            .await?
-            .is_some()
-        {
+        if self.orders.inbox_entry(consumer, &msg.event_id).await?.is_some() {
             return Ok(Handled::Duplicate);
         }
         let entry = |order_id| self.entry(consumer, &msg.event_id, order_id);
@@ -202,13 +188,7 @@ impl MeetingEvents {
             let detail = format!("participant {} cancelled without refund", msg.user_id);
             return Ok(
                 if self
-                    .mark(
-                        entry(None),
-                        audit::NOTHING_TO_REFUND,
-                        entity::MEETING,
-                        &msg.meeting_id,
-                        detail,
-                    )
+                    .mark(entry(None), audit::NOTHING_TO_REFUND, entity::MEETING, &msg.meeting_id, detail)
                     .await?
                 {
                     Handled::Processed
@@ -232,10 +212,8 @@ impl MeetingEvents {
             }
         }
         let Some(order_id) = target else {
-            let detail = format!(
-                "no completed, approved order of {} for meeting {}",
-                msg.user_id, msg.meeting_id
-            );
+            let detail =
+                format!("no completed, approved order of {} for meeting {}", msg.user_id, msg.meeting_id);
             return Ok(
                 if self
                     .mark(
@@ -255,32 +233,18 @@ impl MeetingEvents {
         };
         let actor = Actor::system(consumer);
         let reason = Some(format!("participant cancelled (event {})", msg.event_id));
-        match self
-            .refunds
-            .refund_order(
-                &actor,
-                order_id,
-                reason,
-                Some(entry(Some(order_id))),
-                scenario,
-            )
-            .await
+        match self.refunds.refund_order(&actor, order_id, reason, Some(entry(Some(order_id))), scenario).await
         {
             Ok(RefundOutcome::Refunded(_)) => Ok(Handled::Processed),
             Ok(RefundOutcome::Rejected { reason, .. }) => Ok(Handled::BusinessFailure(reason)),
             // Someone else is changing the order (a concurrent delivery of this event?):
             // try again shortly, when the inbox will tell.
-            Err(AppError::Conflict {
-                code: ORDER_BUSY, ..
-            }) => Err(AppError::Unavailable("order busy".into())),
+            Err(AppError::Conflict { code: ORDER_BUSY, .. }) => {
+                Err(AppError::Unavailable("order busy".into()))
+            }
             // Refunded by a concurrent delivery of the same event, or meanwhile by the API.
             Err(AppError::Conflict { .. }) => {
-                if self
-                    .orders
-                    .inbox_entry(consumer, &msg.event_id)
-                    .await?
-                    .is_some()
-                {
+                if self.orders.inbox_entry(consumer, &msg.event_id).await?.is_some() {
                     Ok(Handled::Duplicate)
                 } else {
                     let detail = format!("order {order_id} is no longer refundable");
@@ -311,71 +275,35 @@ impl MeetingEvents {
         scenario: Scenario,
     ) -> Result<Handled, AppError> {
         let consumer = consumers::MEETING_DELETED;
-        if self
-            .orders
-            .inbox_entry(consumer, &msg.event_id)
-            .await?
-            .is_some()
-        {
+        if self.orders.inbox_entry(consumer, &msg.event_id).await?.is_some() {
             return Ok(Handled::Duplicate);
         }
         let actor = Actor::system(consumer);
         let (mut refunded, mut failed, mut skipped) = (0, Vec::new(), 0);
-        for order_id in self
-            .orders
-            .completed_meeting_orders(&msg.meeting_id, None)
-            .await?
-        {
+        for order_id in self.orders.completed_meeting_orders(&msg.meeting_id, None).await? {
             // A refund the provider refused before is left to an operator, not retried by
             // a redelivery of this message.
             let Some(record) = self.orders.get(order_id).await? else {
                 continue;
             };
-            if record
-                .payment
-                .as_ref()
-                .is_some_and(|p| p.refund_failure_reason.is_some())
-            {
+            if record.payment.as_ref().is_some_and(|p| p.refund_failure_reason.is_some()) {
                 failed.push(format!("{order_id}: refund refused before"));
                 continue;
             }
-            let reason = Some(format!(
-                "meeting {} deleted (event {})",
-                msg.meeting_id, msg.event_id
-            ));
-            match self
-                .refunds
-                .refund_order(&actor, order_id, reason, None, scenario)
-                .await
-            {
+            let reason = Some(format!("meeting {} deleted (event {})", msg.meeting_id, msg.event_id));
+            match self.refunds.refund_order(&actor, order_id, reason, None, scenario).await {
                 Ok(RefundOutcome::Refunded(_)) => refunded += 1,
-                Ok(RefundOutcome::Rejected { reason, .. }) => {
-                    failed.push(format!("{order_id}: {reason}"))
-                }
-                Err(AppError::Conflict {
-                    code: ORDER_BUSY, ..
-                }) => {
+                Ok(RefundOutcome::Rejected { reason, .. }) => failed.push(format!("{order_id}: {reason}")),
+                Err(AppError::Conflict { code: ORDER_BUSY, .. }) => {
                     return Err(AppError::Unavailable("order busy".into()));
                 }
                 Err(AppError::Conflict { .. }) => skipped += 1,
                 Err(err) => return Err(err),
             }
         }
-        let detail = format!(
-            "refunded {refunded}, refund failed {}, not refundable {skipped}",
-            failed.len()
-        );
+        let detail = format!("refunded {refunded}, refund failed {}, not refundable {skipped}", failed.len());
         let entry = self.entry(consumer, &msg.event_id, None);
-        if !self
-            .mark(
-                entry,
-                audit::MEETING_DELETED,
-                entity::MEETING,
-                &msg.meeting_id,
-                detail,
-            )
-            .await?
-        {
+        if !self.mark(entry, audit::MEETING_DELETED, entity::MEETING, &msg.meeting_id, detail).await? {
             return Ok(Handled::Duplicate);
         }
         Ok(if failed.is_empty() {

@@ -33,12 +33,7 @@ pub struct EventWriter<'a> {
 
 impl<'a> EventWriter<'a> {
     pub fn new(order: &'a Order, correlation_id: Option<&'a str>, now: DateTime<Utc>) -> Self {
-        EventWriter {
-            order,
-            correlation_id,
-            now,
-            events: Vec::new(),
-        }
+        EventWriter { order, correlation_id, now, events: Vec::new() }
     }
 
     fn base(&self) -> Map<String, Value> {
@@ -125,17 +120,9 @@ impl<'a> EventWriter<'a> {
         self
     }
 
-    pub fn notification(
-        &mut self,
-        notification: &Notification,
-        events: &[NotificationEvent],
-    ) -> &mut Self {
+    pub fn notification(&mut self, notification: &Notification, events: &[NotificationEvent]) -> &mut Self {
         for event in events {
-            let NotificationEvent::Failed {
-                policy,
-                reason,
-                attempts,
-            } = event;
+            let NotificationEvent::Failed { policy, reason, attempts } = event;
             let extra = json!({
                 "notificationId": notification.id.to_string(),
                 "notificationStatus": notification.status.as_str(),

@@ -6,6 +6,4 @@ pub mod notify;
 mod service;
 pub mod steps;
 
-pub use service::{
-    Confirmation, InboxKey, Orchestrator, PlaceOrder, Reconciled, SagaSettings, reasons,
-};
+pub use service::{Confirmation, InboxKey, Orchestrator, PlaceOrder, Reconciled, SagaSettings, reasons};

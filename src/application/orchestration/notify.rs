@@ -55,13 +55,7 @@ pub fn apply_send_result(
         Ok(()) => {
             let n = notification.mark_sent(now).map_err(broken_invariant)?;
             let detail = format!("sent (attempt {attempt})");
-            changes.step(
-                order.id,
-                SagaStep::Notification,
-                StepStatus::Success,
-                Some(detail),
-                now,
-            );
+            changes.step(order.id, SagaStep::Notification, StepStatus::Success, Some(detail), now);
             (n, completes(&mut order)?, true)
         }
         Err(failure) => {
@@ -87,13 +81,7 @@ pub fn apply_send_result(
                 ));
                 (n, completes(&mut order)?, true)
             } else {
-                changes.step(
-                    order.id,
-                    SagaStep::Notification,
-                    StepStatus::Failed,
-                    Some(detail.clone()),
-                    now,
-                );
+                changes.step(order.id, SagaStep::Notification, StepStatus::Failed, Some(detail.clone()), now);
                 changes.audit.push(audit::record(
                     audit::NOTIFICATION_FAILED,
                     entity::ORDER,
@@ -115,11 +103,7 @@ pub fn apply_send_result(
                         now,
                     );
                     order
-                        .fail(
-                            FailureStage::Notification,
-                            reasons::NOTIFICATION_FAILED,
-                            now,
-                        )
+                        .fail(FailureStage::Notification, reasons::NOTIFICATION_FAILED, now)
                         .map_err(broken_invariant)?
                 };
                 (n, order_events, false)
@@ -133,14 +117,7 @@ pub fn apply_send_result(
     }
     changes.update_order(&mut order);
     let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
-    events
-        .notification(&notification, &notification_events)
-        .order(&order_events);
+    events.notification(&notification, &notification_events).order(&order_events);
     changes.outbox = events.finish();
-    Ok(SendOutcome {
-        changes,
-        order,
-        notification,
-        completed,
-    })
+    Ok(SendOutcome { changes, order, notification, completed })
 }

@@ -12,17 +12,14 @@ use crate::application::orchestration::events::EventWriter;
 use crate::application::orchestration::notify::apply_send_result;
 use crate::application::orchestration::steps::{NextAction, next_action};
 use crate::application::ports::{
-    ApprovalOutcome, ApprovePayment, CancelPayment, Changes, Clock, GatewayError, InboxEntry,
-    LookupOutcome, NotificationRequest, Notifier, OrderContext, OrderRecord, OrderRepository,
-    PaymentGateway, RepoError, SagaLease, Scenario, SettlementGateway, SettlementOutcome,
-    SettlementRequest, UnitOfWork,
+    ApprovalOutcome, ApprovePayment, CancelPayment, Changes, Clock, GatewayError, InboxEntry, LookupOutcome,
+    NotificationRequest, Notifier, OrderContext, OrderRecord, OrderRepository, PaymentGateway, RepoError,
+    SagaLease, Scenario, SettlementGateway, SettlementOutcome, SettlementRequest, UnitOfWork,
 };
 use crate::application::{Actor, AppError};
 use crate::domain::ids::OrderId;
 use crate::domain::notification::{Notification, RetryPolicy};
-use crate::domain::order::{
-    FailureStage, NewOrder, NewOrderItem, Order, OrderSource, SagaStep, StepStatus,
-};
+use crate::domain::order::{FailureStage, NewOrder, NewOrderItem, Order, OrderSource, SagaStep, StepStatus};
 use crate::domain::payment::{Payment, PaymentStatus};
 use crate::domain::settlement::Settlement;
 
@@ -106,15 +103,7 @@ impl Orchestrator {
         clock: Arc<dyn Clock>,
         settings: SagaSettings,
     ) -> Self {
-        Orchestrator {
-            orders,
-            uow,
-            payments,
-            settlements,
-            notifier,
-            clock,
-            settings,
-        }
+        Orchestrator { orders, uow, payments, settlements, notifier, clock, settings }
     }
 
     /// Places an order and runs the saga as far as it goes now.
@@ -122,15 +111,8 @@ impl Orchestrator {
     /// # Errors
     /// `Forbidden` when a customer orders for someone else; `Validation` naming the field
     /// for bad input (nothing is written); `Unavailable` when the database fails.
-    pub async fn place_order(
-        &self,
-        actor: &Actor,
-        cmd: PlaceOrder,
-    ) -> Result<OrderRecord, AppError> {
-        let customer_id = cmd
-            .customer_id
-            .clone()
-            .unwrap_or_else(|| actor.subject.clone());
+    pub async fn place_order(&self, actor: &Actor, cmd: PlaceOrder) -> Result<OrderRecord, AppError> {
+        let customer_id = cmd.customer_id.clone().unwrap_or_else(|| actor.subject.clone());
         if !actor.may_access(&customer_id) {
             let mut changes = Changes::default();
             changes.audit.push(audit::record(
@@ -163,15 +145,10 @@ impl Orchestrator {
             items: cmd.items,
         };
         let mut order = Order::place(cmd.order_id, input, now)?;
-        let context = OrderContext {
-            scenario: cmd.scenario,
-            correlation_id: cmd.correlation_id,
-        };
+        let context = OrderContext { scenario: cmd.scenario, correlation_id: cmd.correlation_id };
         let mut changes = Changes::default();
-        let lease = SagaLease {
-            owner: uuid::Uuid::new_v4().to_string(),
-            until: now + self.settings.saga_lease,
-        };
+        let lease =
+            SagaLease { owner: uuid::Uuid::new_v4().to_string(), until: now + self.settings.saga_lease };
         changes.insert_leased_order(&mut order, context.clone(), lease.clone());
         if let Some(key) = &cmd.inbox {
             changes.inbox.push(InboxEntry {
@@ -213,11 +190,7 @@ impl Orchestrator {
     ///
     /// # Errors
     /// `NotFound` when the order does not exist or the caller may not see it.
-    pub async fn orchestrate(
-        &self,
-        actor: &Actor,
-        order_id: OrderId,
-    ) -> Result<OrderRecord, AppError> {
+    pub async fn orchestrate(&self, actor: &Actor, order_id: OrderId) -> Result<OrderRecord, AppError> {
         let record = self.load(order_id).await?;
         if !actor.may_access(&record.order.customer_id) {
             return Err(AppError::NotFound("order"));
@@ -241,10 +214,8 @@ impl Orchestrator {
             return Ok(record);
         }
         let now = self.clock.now();
-        let lease = SagaLease {
-            owner: uuid::Uuid::new_v4().to_string(),
-            until: now + self.settings.saga_lease,
-        };
+        let lease =
+            SagaLease { owner: uuid::Uuid::new_v4().to_string(), until: now + self.settings.saga_lease };
         if !self.orders.lease_saga(record.order.id, &lease, now).await? {
             return Ok(record);
         }
@@ -269,15 +240,9 @@ impl Orchestrator {
     }
 
     /// The order an inbound message already created, if it was processed before.
-    async fn created_by_inbox(
-        &self,
-        key: Option<&InboxKey>,
-    ) -> Result<Option<OrderRecord>, AppError> {
+    async fn created_by_inbox(&self, key: Option<&InboxKey>) -> Result<Option<OrderRecord>, AppError> {
         let Some(key) = key else { return Ok(None) };
-        let entry = self
-            .orders
-            .inbox_entry(&key.consumer, &key.event_id)
-            .await?;
+        let entry = self.orders.inbox_entry(&key.consumer, &key.event_id).await?;
         match entry.and_then(|e| e.order_id) {
             Some(order_id) => Ok(Some(self.load(order_id).await?)),
             None => Ok(None),
@@ -285,10 +250,7 @@ impl Orchestrator {
     }
 
     async fn load(&self, order_id: OrderId) -> Result<OrderRecord, AppError> {
-        self.orders
-            .get(order_id)
-            .await?
-            .ok_or(AppError::NotFound("order"))
+        self.orders.get(order_id).await?.ok_or(AppError::NotFound("order"))
     }
 
     /// Commits; `Ok(false)` when a conditional write lost a race (nothing was written).
@@ -309,15 +271,13 @@ impl Orchestrator {
                 record.notification.as_ref(),
             );
             let progress = match action {
-                NextAction::Done
-                | NextAction::AwaitConfirmation
-                | NextAction::AwaitRetryOrOperator => return Ok(record),
+                NextAction::Done | NextAction::AwaitConfirmation | NextAction::AwaitRetryOrOperator => {
+                    return Ok(record);
+                }
                 NextAction::ApprovePayment { attempt } => {
                     self.approve_payment(&mut record, attempt, actor).await?
                 }
-                NextAction::RequestSettlement => {
-                    self.request_settlement(&mut record, actor).await?
-                }
+                NextAction::RequestSettlement => self.request_settlement(&mut record, actor).await?,
                 NextAction::SendNotification => self.send_notification(&mut record, actor).await?,
                 NextAction::Compensate => self.compensate(&mut record, actor).await?,
             };
@@ -338,12 +298,7 @@ impl Orchestrator {
     ) -> Result<Progress, AppError> {
         let mut payment = match &record.payment {
             Some(p) if p.status == PaymentStatus::Requested && p.attempt == attempt => p.clone(),
-            _ => Payment::request(
-                record.order.id,
-                attempt,
-                record.order.total,
-                self.clock.now(),
-            ),
+            _ => Payment::request(record.order.id, attempt, record.order.total, self.clock.now()),
         };
         let stored = record.payment.as_ref().is_some_and(|p| p.id == payment.id);
         let request = ApprovePayment {
@@ -360,34 +315,22 @@ impl Orchestrator {
         let mut changes = Changes::default();
         let (payment_events, order_events, step, detail, progress, audit_action, write_payment);
         match result {
-            Ok(ApprovalOutcome::Approved {
-                provider_transaction_id,
-            }) => {
+            Ok(ApprovalOutcome::Approved { provider_transaction_id }) => {
                 detail = format!("approved, provider transaction {provider_transaction_id}");
-                payment_events = payment
-                    .approve(provider_transaction_id, now)
-                    .map_err(broken_invariant)?;
+                payment_events = payment.approve(provider_transaction_id, now).map_err(broken_invariant)?;
                 order_events = order.approve_payment(now).map_err(broken_invariant)?;
                 (step, progress, audit_action, write_payment) =
                     (StepStatus::Success, Progress::Continue, None, true);
             }
-            Ok(ApprovalOutcome::Declined {
-                code,
-                provider_transaction_id,
-            }) => {
+            Ok(ApprovalOutcome::Declined { code, provider_transaction_id }) => {
                 detail = format!("declined: {code}");
-                payment_events = payment
-                    .decline(code, provider_transaction_id, now)
-                    .map_err(broken_invariant)?;
+                payment_events =
+                    payment.decline(code, provider_transaction_id, now).map_err(broken_invariant)?;
                 order_events = order
                     .fail(FailureStage::Payment, reasons::PAYMENT_DECLINED, now)
                     .map_err(broken_invariant)?;
-                (step, progress, audit_action, write_payment) = (
-                    StepStatus::Failed,
-                    Progress::Stop,
-                    Some(audit::PAYMENT_DECLINED),
-                    true,
-                );
+                (step, progress, audit_action, write_payment) =
+                    (StepStatus::Failed, Progress::Stop, Some(audit::PAYMENT_DECLINED), true);
             }
             Err(GatewayError::Rejected { code, message }) => {
                 detail = format!("declined: {code}: {message}");
@@ -395,25 +338,15 @@ impl Orchestrator {
                 order_events = order
                     .fail(FailureStage::Payment, reasons::PAYMENT_DECLINED, now)
                     .map_err(broken_invariant)?;
-                (step, progress, audit_action, write_payment) = (
-                    StepStatus::Failed,
-                    Progress::Stop,
-                    Some(audit::PAYMENT_DECLINED),
-                    true,
-                );
+                (step, progress, audit_action, write_payment) =
+                    (StepStatus::Failed, Progress::Stop, Some(audit::PAYMENT_DECLINED), true);
             }
             Ok(ApprovalOutcome::Unknown { reason }) => {
                 detail = format!("outcome unknown ({reason}); awaiting reconciliation");
-                payment_events = payment
-                    .require_confirmation(now)
-                    .map_err(broken_invariant)?;
+                payment_events = payment.require_confirmation(now).map_err(broken_invariant)?;
                 order_events = order.await_confirmation(now).map_err(broken_invariant)?;
-                (step, progress, audit_action, write_payment) = (
-                    StepStatus::Ready,
-                    Progress::Stop,
-                    Some(audit::PAYMENT_OUTCOME_UNKNOWN),
-                    true,
-                );
+                (step, progress, audit_action, write_payment) =
+                    (StepStatus::Ready, Progress::Stop, Some(audit::PAYMENT_OUTCOME_UNKNOWN), true);
             }
             Err(GatewayError::Unavailable(reason)) => {
                 // Nothing was charged (or the same key makes a later attempt safe): the
@@ -423,12 +356,8 @@ impl Orchestrator {
                 order_events = order
                     .fail(FailureStage::Payment, reasons::PROVIDER_UNAVAILABLE, now)
                     .map_err(broken_invariant)?;
-                (step, progress, audit_action, write_payment) = (
-                    StepStatus::Failed,
-                    Progress::Stop,
-                    Some(audit::PAYMENT_PROVIDER_UNAVAILABLE),
-                    false,
-                );
+                (step, progress, audit_action, write_payment) =
+                    (StepStatus::Failed, Progress::Stop, Some(audit::PAYMENT_PROVIDER_UNAVAILABLE), false);
             }
         }
         if write_payment {
@@ -441,19 +370,10 @@ impl Orchestrator {
         changes.update_order(&mut order);
         changes.step(order.id, SagaStep::Payment, step, Some(detail.clone()), now);
         if let Some(action) = audit_action {
-            changes.audit.push(audit::record(
-                action,
-                entity::ORDER,
-                order.id,
-                actor,
-                Some(detail),
-                now,
-            ));
+            changes.audit.push(audit::record(action, entity::ORDER, order.id, actor, Some(detail), now));
         }
         let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
-        events
-            .payment(&payment, &payment_events)
-            .order(&order_events);
+        events.payment(&payment, &payment_events).order(&order_events);
         changes.outbox = events.finish();
         let steps = changes.steps.clone();
         if !self.commit(changes).await? {
@@ -477,12 +397,8 @@ impl Orchestrator {
             .clone()
             .filter(|p| p.status == PaymentStatus::Approved)
             .ok_or_else(|| broken_invariant("settlement without an approved payment"))?;
-        let mut settlement = Settlement::request(
-            record.order.id,
-            payment.id,
-            payment.amount,
-            self.clock.now(),
-        );
+        let mut settlement =
+            Settlement::request(record.order.id, payment.id, payment.amount, self.clock.now());
         let request = SettlementRequest {
             order_id: record.order.id,
             payment_id: payment.id,
@@ -532,9 +448,7 @@ impl Orchestrator {
         changes.update_order(&mut order);
         changes.step(order.id, SagaStep::Settlement, step, Some(detail), now);
         let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
-        events
-            .settlement(&settlement, &settlement_events)
-            .order(&order_events);
+        events.settlement(&settlement, &settlement_events).order(&order_events);
         changes.outbox = events.finish();
         let steps = changes.steps.clone();
         if !self.commit(changes).await? {
@@ -546,11 +460,7 @@ impl Orchestrator {
         Ok(Progress::Continue)
     }
 
-    async fn send_notification(
-        &self,
-        record: &mut OrderRecord,
-        actor: &Actor,
-    ) -> Result<Progress, AppError> {
+    async fn send_notification(&self, record: &mut OrderRecord, actor: &Actor) -> Result<Progress, AppError> {
         let notification = Notification::new(record.order.id, self.clock.now());
         let request = NotificationRequest {
             order_id: record.order.id,
@@ -569,18 +479,10 @@ impl Orchestrator {
         record.order = outcome.order;
         record.notification = Some(outcome.notification);
         record.steps.extend(steps.into_iter().map(|s| s.record));
-        Ok(if outcome.completed {
-            Progress::Continue
-        } else {
-            Progress::Stop
-        })
+        Ok(if outcome.completed { Progress::Continue } else { Progress::Stop })
     }
 
-    async fn compensate(
-        &self,
-        record: &mut OrderRecord,
-        actor: &Actor,
-    ) -> Result<Progress, AppError> {
+    async fn compensate(&self, record: &mut OrderRecord, actor: &Actor) -> Result<Progress, AppError> {
         let mut payment = record
             .payment
             .clone()
@@ -605,9 +507,7 @@ impl Orchestrator {
         let mut changes = Changes::default();
         let progress = match result {
             Ok(()) => {
-                let payment_events = payment
-                    .cancel("settlement failed", now)
-                    .map_err(broken_invariant)?;
+                let payment_events = payment.cancel("settlement failed", now).map_err(broken_invariant)?;
                 let order_events = order.compensate(now).map_err(broken_invariant)?;
                 changes.update_payment(&mut payment);
                 changes.update_order(&mut order);
@@ -626,11 +526,8 @@ impl Orchestrator {
                     Some("payment cancelled after settlement failure".into()),
                     now,
                 ));
-                let mut events =
-                    EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
-                events
-                    .payment(&payment, &payment_events)
-                    .order(&order_events);
+                let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
+                events.payment(&payment, &payment_events).order(&order_events);
                 changes.outbox = events.finish();
                 Progress::Continue
             }
@@ -638,13 +535,7 @@ impl Orchestrator {
                 // The order stays FAILED with the payment APPROVED; the worker retries the
                 // compensation and, when attempts run out, leaves it to an operator.
                 let detail = format!("cancel failed: {err}");
-                changes.step(
-                    order.id,
-                    SagaStep::Compensation,
-                    StepStatus::Failed,
-                    Some(detail.clone()),
-                    now,
-                );
+                changes.step(order.id, SagaStep::Compensation, StepStatus::Failed, Some(detail.clone()), now);
                 changes.audit.push(audit::record(
                     audit::COMPENSATION_FAILED,
                     entity::ORDER,
@@ -672,13 +563,8 @@ impl Orchestrator {
 /// What the provider says became of a payment whose outcome was unknown.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Confirmation {
-    Approved {
-        provider_transaction_id: String,
-    },
-    Declined {
-        code: String,
-        provider_transaction_id: Option<String>,
-    },
+    Approved { provider_transaction_id: String },
+    Declined { code: String, provider_transaction_id: Option<String> },
 }
 
 /// How one reconciliation of an unknown payment ended.
@@ -699,15 +585,9 @@ pub enum Reconciled {
 impl Orchestrator {
     async fn take_lease(&self, order_id: OrderId) -> Result<Option<SagaLease>, AppError> {
         let now = self.clock.now();
-        let lease = SagaLease {
-            owner: uuid::Uuid::new_v4().to_string(),
-            until: now + self.settings.saga_lease,
-        };
-        Ok(self
-            .orders
-            .lease_saga(order_id, &lease, now)
-            .await?
-            .then_some(lease))
+        let lease =
+            SagaLease { owner: uuid::Uuid::new_v4().to_string(), until: now + self.settings.saga_lease };
+        Ok(self.orders.lease_saga(order_id, &lease, now).await?.then_some(lease))
     }
 
     async fn release(&self, order_id: OrderId, lease: &SagaLease) {
@@ -736,16 +616,12 @@ impl Orchestrator {
         };
         let result = async {
             let record = self.load(order_id).await?;
-            let pending = record
-                .payment
-                .as_ref()
-                .is_some_and(|p| p.status == PaymentStatus::ConfirmationRequired);
+            let pending =
+                record.payment.as_ref().is_some_and(|p| p.status == PaymentStatus::ConfirmationRequired);
             if !pending {
                 return Ok(record);
             }
-            let record = self
-                .apply_confirmation(record, confirmation, actor, source)
-                .await?;
+            let record = self.apply_confirmation(record, confirmation, actor, source).await?;
             self.drive(record, actor).await
         }
         .await;
@@ -761,29 +637,15 @@ impl Orchestrator {
         source: &str,
     ) -> Result<OrderRecord, AppError> {
         let now = self.clock.now();
-        let mut payment = record
-            .payment
-            .clone()
-            .ok_or_else(|| broken_invariant("no payment to confirm"))?;
+        let mut payment = record.payment.clone().ok_or_else(|| broken_invariant("no payment to confirm"))?;
         let mut order = record.order.clone();
         let mut changes = Changes::default();
         let (payment_events, order_events) = match confirmation {
-            Confirmation::Approved {
-                provider_transaction_id,
-            } => {
-                let detail =
-                    format!("approved ({source}), provider transaction {provider_transaction_id}");
-                let p = payment
-                    .approve(provider_transaction_id, now)
-                    .map_err(broken_invariant)?;
+            Confirmation::Approved { provider_transaction_id } => {
+                let detail = format!("approved ({source}), provider transaction {provider_transaction_id}");
+                let p = payment.approve(provider_transaction_id, now).map_err(broken_invariant)?;
                 let o = order.approve_payment(now).map_err(broken_invariant)?;
-                changes.step(
-                    order.id,
-                    SagaStep::Payment,
-                    StepStatus::Success,
-                    Some(detail.clone()),
-                    now,
-                );
+                changes.step(order.id, SagaStep::Payment, StepStatus::Success, Some(detail.clone()), now);
                 changes.audit.push(audit::record(
                     audit::PAYMENT_CONFIRMED,
                     entity::ORDER,
@@ -794,24 +656,13 @@ impl Orchestrator {
                 ));
                 (p, o)
             }
-            Confirmation::Declined {
-                code,
-                provider_transaction_id,
-            } => {
+            Confirmation::Declined { code, provider_transaction_id } => {
                 let detail = format!("declined ({source}): {code}");
-                let p = payment
-                    .decline(code, provider_transaction_id, now)
-                    .map_err(broken_invariant)?;
+                let p = payment.decline(code, provider_transaction_id, now).map_err(broken_invariant)?;
                 let o = order
                     .fail(FailureStage::Payment, reasons::PAYMENT_DECLINED, now)
                     .map_err(broken_invariant)?;
-                changes.step(
-                    order.id,
-                    SagaStep::Payment,
-                    StepStatus::Failed,
-                    Some(detail.clone()),
-                    now,
-                );
+                changes.step(order.id, SagaStep::Payment, StepStatus::Failed, Some(detail.clone()), now);
                 changes.audit.push(audit::record(
                     audit::PAYMENT_DECLINED,
                     entity::ORDER,
@@ -826,9 +677,7 @@ impl Orchestrator {
         changes.update_payment(&mut payment);
         changes.update_order(&mut order);
         let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
-        events
-            .payment(&payment, &payment_events)
-            .order(&order_events);
+        events.payment(&payment, &payment_events).order(&order_events);
         changes.outbox = events.finish();
         let steps = changes.steps.clone();
         match self.uow.commit(changes).await {
@@ -859,9 +708,7 @@ impl Orchestrator {
         let Some(lease) = self.take_lease(order_id).await? else {
             return Ok(Reconciled::Busy);
         };
-        let result = self
-            .reconcile_leased(actor, order_id, max_attempts, retry_after)
-            .await;
+        let result = self.reconcile_leased(actor, order_id, max_attempts, retry_after).await;
         self.release(order_id, &lease).await;
         result
     }
@@ -874,34 +721,20 @@ impl Orchestrator {
         retry_after: chrono::Duration,
     ) -> Result<Reconciled, AppError> {
         let record = self.load(order_id).await?;
-        let Some(payment) = record
-            .payment
-            .clone()
-            .filter(|p| p.status == PaymentStatus::ConfirmationRequired)
+        let Some(payment) =
+            record.payment.clone().filter(|p| p.status == PaymentStatus::ConfirmationRequired)
         else {
             return Ok(Reconciled::NotPending);
         };
         let scenario = record.context.scenario;
-        let confirmation = match self
-            .payments
-            .lookup(&payment.payment_request_id, &scenario)
-            .await
-        {
-            Ok(LookupOutcome::Approved {
-                provider_transaction_id,
-            }) => Some(Confirmation::Approved {
-                provider_transaction_id,
-            }),
-            Ok(LookupOutcome::Declined {
-                code,
-                provider_transaction_id,
-            }) => Some(Confirmation::Declined {
-                code,
-                provider_transaction_id,
-            }),
-            Ok(LookupOutcome::Cancelled {
-                provider_transaction_id,
-            }) => Some(Confirmation::Declined {
+        let confirmation = match self.payments.lookup(&payment.payment_request_id, &scenario).await {
+            Ok(LookupOutcome::Approved { provider_transaction_id }) => {
+                Some(Confirmation::Approved { provider_transaction_id })
+            }
+            Ok(LookupOutcome::Declined { code, provider_transaction_id }) => {
+                Some(Confirmation::Declined { code, provider_transaction_id })
+            }
+            Ok(LookupOutcome::Cancelled { provider_transaction_id }) => Some(Confirmation::Declined {
                 code: "CANCELLED_BY_PROVIDER".into(),
                 provider_transaction_id: Some(provider_transaction_id),
             }),
@@ -915,31 +748,22 @@ impl Orchestrator {
                     scenario,
                 };
                 match self.payments.approve(&request).await {
-                    Ok(ApprovalOutcome::Approved {
-                        provider_transaction_id,
-                    }) => Some(Confirmation::Approved {
-                        provider_transaction_id,
-                    }),
-                    Ok(ApprovalOutcome::Declined {
-                        code,
-                        provider_transaction_id,
-                    }) => Some(Confirmation::Declined {
-                        code,
-                        provider_transaction_id,
-                    }),
-                    Err(GatewayError::Rejected { code, .. }) => Some(Confirmation::Declined {
-                        code,
-                        provider_transaction_id: None,
-                    }),
+                    Ok(ApprovalOutcome::Approved { provider_transaction_id }) => {
+                        Some(Confirmation::Approved { provider_transaction_id })
+                    }
+                    Ok(ApprovalOutcome::Declined { code, provider_transaction_id }) => {
+                        Some(Confirmation::Declined { code, provider_transaction_id })
+                    }
+                    Err(GatewayError::Rejected { code, .. }) => {
+                        Some(Confirmation::Declined { code, provider_transaction_id: None })
+                    }
                     Ok(ApprovalOutcome::Unknown { .. }) | Err(GatewayError::Unavailable(_)) => None,
                 }
             }
             Err(_) => None,
         };
         if let Some(confirmation) = confirmation {
-            let record = self
-                .apply_confirmation(record, confirmation, actor, "reconciliation")
-                .await?;
+            let record = self.apply_confirmation(record, confirmation, actor, "reconciliation").await?;
             let record = self.drive(record, actor).await?;
             return Ok(Reconciled::Resolved(Box::new(record)));
         }
@@ -948,9 +772,7 @@ impl Orchestrator {
         let mut payment = payment;
         let exp = payment.reconcile_attempts.clamp(0, 16) as u32;
         let next = now + retry_after.checked_mul(1 << exp).unwrap_or(retry_after);
-        payment
-            .record_reconcile_attempt(next, now)
-            .map_err(broken_invariant)?;
+        payment.record_reconcile_attempt(next, now).map_err(broken_invariant)?;
         let exhausted = payment.reconcile_attempts >= max_attempts;
         let mut changes = Changes::default();
         changes.update_payment(&mut payment);
@@ -959,13 +781,7 @@ impl Orchestrator {
                 "outcome still unknown after {} look-ups; an operator must decide",
                 payment.reconcile_attempts
             );
-            changes.step(
-                order_id,
-                SagaStep::Payment,
-                StepStatus::Ready,
-                Some(detail.clone()),
-                now,
-            );
+            changes.step(order_id, SagaStep::Payment, StepStatus::Ready, Some(detail.clone()), now);
             changes.audit.push(audit::record(
                 audit::RECONCILIATION_EXHAUSTED,
                 entity::ORDER,
@@ -979,11 +795,7 @@ impl Orchestrator {
             Ok(()) | Err(RepoError::Conflict) => {}
             Err(err) => return Err(err.into()),
         }
-        Ok(if exhausted {
-            Reconciled::Exhausted
-        } else {
-            Reconciled::StillUnknown
-        })
+        Ok(if exhausted { Reconciled::Exhausted } else { Reconciled::StillUnknown })
     }
 }
 
@@ -1049,10 +861,7 @@ mod tests {
                 Arc::new(self.notifier),
                 Arc::new(clock),
                 SagaSettings {
-                    notification_retry: RetryPolicy {
-                        max_attempts: 5,
-                        backoff_base: Duration::seconds(60),
-                    },
+                    notification_retry: RetryPolicy { max_attempts: 5, backoff_base: Duration::seconds(60) },
                     saga_lease: Duration::seconds(60),
                 },
             );
@@ -1067,11 +876,7 @@ mod tests {
             source: OrderSource::Api,
             meeting_id: None,
             currency: "KRW".into(),
-            items: vec![NewOrderItem {
-                sku: "A".into(),
-                quantity: 2,
-                unit_price: 500,
-            }],
+            items: vec![NewOrderItem { sku: "A".into(), quantity: 2, unit_price: 500 }],
             scenario: Scenario::default(),
             correlation_id: Some("corr-1".into()),
             inbox: None,
@@ -1079,32 +884,21 @@ mod tests {
     }
 
     fn event_types(committed: &Mutex<Vec<Changes>>) -> Vec<String> {
-        committed
-            .lock()
-            .unwrap()
-            .iter()
-            .flat_map(|c| c.outbox.iter().map(|e| e.event_type.clone()))
-            .collect()
+        committed.lock().unwrap().iter().flat_map(|c| c.outbox.iter().map(|e| e.event_type.clone())).collect()
     }
 
     fn approved() -> Result<ApprovalOutcome, GatewayError> {
-        Ok(ApprovalOutcome::Approved {
-            provider_transaction_id: "tx-1".into(),
-        })
+        Ok(ApprovalOutcome::Approved { provider_transaction_id: "tx-1".into() })
     }
 
     #[tokio::test]
     async fn settlement_failure_compensates_exactly_once() {
         let mut m = Mocks::new();
-        m.payments
-            .expect_approve()
+        m.payments.expect_approve().times(1).returning(|_| approved());
+        m.settlements
+            .expect_settle()
             .times(1)
-            .returning(|_| approved());
-        m.settlements.expect_settle().times(1).returning(|_| {
-            Ok(SettlementOutcome::Failed {
-                reason: "bank closed".into(),
-            })
-        });
+            .returning(|_| Ok(SettlementOutcome::Failed { reason: "bank closed".into() }));
         m.payments
             .expect_cancel()
             .times(1)
@@ -1113,10 +907,7 @@ mod tests {
         m.notifier.expect_send().never();
         let (saga, committed) = m.build();
 
-        let record = saga
-            .place_order(&Actor::customer("alice"), command())
-            .await
-            .unwrap();
+        let record = saga.place_order(&Actor::customer("alice"), command()).await.unwrap();
 
         assert_eq!(record.order.status, OrderStatus::Cancelled);
         assert_eq!(record.payment.unwrap().status, PaymentStatus::Cancelled);
@@ -1141,80 +932,47 @@ mod tests {
         );
         let commits = committed.lock().unwrap();
         assert!(
-            commits
-                .iter()
-                .flat_map(|c| &c.outbox)
-                .all(|e| e.correlation_id.as_deref() == Some("corr-1"))
+            commits.iter().flat_map(|c| &c.outbox).all(|e| e.correlation_id.as_deref() == Some("corr-1"))
         );
-        assert!(
-            commits
-                .iter()
-                .flat_map(|c| &c.audit)
-                .any(|a| a.action == audit::COMPENSATED)
-        );
+        assert!(commits.iter().flat_map(|c| &c.audit).any(|a| a.action == audit::COMPENSATED));
     }
 
     #[tokio::test]
     async fn an_unknown_payment_outcome_is_neither_settled_nor_compensated() {
         let mut m = Mocks::new();
-        m.payments.expect_approve().times(1).returning(|_| {
-            Ok(ApprovalOutcome::Unknown {
-                reason: "timeout".into(),
-            })
-        });
+        m.payments
+            .expect_approve()
+            .times(1)
+            .returning(|_| Ok(ApprovalOutcome::Unknown { reason: "timeout".into() }));
         m.settlements.expect_settle().never();
         m.payments.expect_cancel().never();
         m.notifier.expect_send().never();
         let (saga, committed) = m.build();
 
-        let record = saga
-            .place_order(&Actor::customer("alice"), command())
-            .await
-            .unwrap();
+        let record = saga.place_order(&Actor::customer("alice"), command()).await.unwrap();
 
         assert_eq!(record.order.status, OrderStatus::PendingConfirmation);
-        assert_eq!(
-            record.payment.unwrap().status,
-            PaymentStatus::ConfirmationRequired
-        );
-        assert!(
-            event_types(&committed).is_empty(),
-            "nothing is announced before the outcome is known"
-        );
+        assert_eq!(record.payment.unwrap().status, PaymentStatus::ConfirmationRequired);
+        assert!(event_types(&committed).is_empty(), "nothing is announced before the outcome is known");
     }
 
     #[tokio::test]
     async fn a_notification_failure_undoes_nothing() {
         let mut m = Mocks::new();
-        m.payments
-            .expect_approve()
-            .times(1)
-            .returning(|_| approved());
-        m.settlements
-            .expect_settle()
-            .times(1)
-            .returning(|_| Ok(SettlementOutcome::Succeeded));
+        m.payments.expect_approve().times(1).returning(|_| approved());
+        m.settlements.expect_settle().times(1).returning(|_| Ok(SettlementOutcome::Succeeded));
         m.notifier.expect_send().times(1).returning(|_| {
-            Err(NotifyFailure {
-                policy: FailurePolicy::ManualIntervention,
-                reason: "smtp down".into(),
-            })
+            Err(NotifyFailure { policy: FailurePolicy::ManualIntervention, reason: "smtp down".into() })
         });
         m.payments.expect_cancel().never();
         let (saga, committed) = m.build();
 
-        let record = saga
-            .place_order(&Actor::customer("alice"), command())
-            .await
-            .unwrap();
+        let record = saga.place_order(&Actor::customer("alice"), command()).await.unwrap();
 
         assert_eq!(record.order.status, OrderStatus::Failed);
         assert_eq!(record.order.failure_stage, Some(FailureStage::Notification));
         assert_eq!(record.payment.unwrap().status, PaymentStatus::Approved);
-        assert_eq!(
-            event_types(&committed),
-            vec!["payment.approved", "notification.failed", "order.failed"]
-        );
+        assert_eq!(event_types(&committed), vec!["payment.approved", "notification.failed", "order.failed"]);
         assert_eq!(
             record.steps.last().map(|s| (s.step, s.status)),
             Some((SagaStep::Compensation, StepStatus::Ready))
@@ -1231,11 +989,7 @@ mod tests {
         uow.expect_commit().returning(move |c| {
             let mut n = counter.lock().unwrap();
             *n += 1;
-            if c.payments.is_empty() {
-                Ok(())
-            } else {
-                Err(RepoError::Conflict)
-            }
+            if c.payments.is_empty() { Ok(()) } else { Err(RepoError::Conflict) }
         });
         m.uow = uow;
         let cmd = command();
@@ -1244,72 +998,43 @@ mod tests {
         orders.expect_lease_saga().returning(|_, _, _| Ok(true));
         orders.expect_release_saga().returning(|_, _| Ok(()));
         let mut seq = mockall::Sequence::new();
-        orders
-            .expect_get()
-            .times(1)
-            .in_sequence(&mut seq)
-            .returning(|_| Ok(None));
-        orders
-            .expect_get()
-            .times(1)
-            .in_sequence(&mut seq)
-            .returning(move |_| {
-                let mut order = Order::place(
-                    order_id,
-                    NewOrder {
-                        customer_id: "alice".into(),
-                        source: OrderSource::Api,
-                        meeting_id: None,
-                        currency: "KRW".into(),
-                        items: vec![NewOrderItem {
-                            sku: "A".into(),
-                            quantity: 2,
-                            unit_price: 500,
-                        }],
-                    },
-                    now(),
-                )
-                .unwrap();
-                order.status = OrderStatus::Completed;
-                let mut payment = Payment::request(order_id, 1, order.total, now());
-                payment.approve("tx-other", now()).unwrap();
-                Ok(Some(OrderRecord {
-                    order,
-                    payment: Some(payment),
-                    settlement: None,
-                    notification: None,
-                    steps: vec![],
-                    context: OrderContext::default(),
-                }))
-            });
+        orders.expect_get().times(1).in_sequence(&mut seq).returning(|_| Ok(None));
+        orders.expect_get().times(1).in_sequence(&mut seq).returning(move |_| {
+            let mut order = Order::place(
+                order_id,
+                NewOrder {
+                    customer_id: "alice".into(),
+                    source: OrderSource::Api,
+                    meeting_id: None,
+                    currency: "KRW".into(),
+                    items: vec![NewOrderItem { sku: "A".into(), quantity: 2, unit_price: 500 }],
+                },
+                now(),
+            )
+            .unwrap();
+            order.status = OrderStatus::Completed;
+            let mut payment = Payment::request(order_id, 1, order.total, now());
+            payment.approve("tx-other", now()).unwrap();
+            Ok(Some(OrderRecord {
+                order,
+                payment: Some(payment),
+                settlement: None,
+                notification: None,
+                steps: vec![],
+                context: OrderContext::default(),
+            }))
+        });
         m.orders = orders;
-        m.payments
-            .expect_approve()
-            .times(1)
-            .returning(|_| approved());
+        m.payments.expect_approve().times(1).returning(|_| approved());
         m.settlements.expect_settle().never();
         m.notifier.expect_send().never();
         let (saga, _) = m.build();
 
-        let record = saga
-            .place_order(&Actor::customer("alice"), cmd)
-            .await
-            .unwrap();
+        let record = saga.place_order(&Actor::customer("alice"), cmd).await.unwrap();
 
-        assert_eq!(
-            record.order.status,
-            OrderStatus::Completed,
-            "the winner's state is returned"
-        );
-        assert_eq!(
-            record.payment.unwrap().provider_transaction_id.as_deref(),
-            Some("tx-other")
-        );
-        assert_eq!(
-            *calls.lock().unwrap(),
-            2,
-            "order insert, then the lost payment commit"
-        );
+        assert_eq!(record.order.status, OrderStatus::Completed, "the winner's state is returned");
+        assert_eq!(record.payment.unwrap().provider_transaction_id.as_deref(), Some("tx-other"));
+        assert_eq!(*calls.lock().unwrap(), 2, "order insert, then the lost payment commit");
     }
 
     #[tokio::test]
@@ -1320,21 +1045,13 @@ mod tests {
         uow.expect_commit()
             .times(1)
             .withf(|c| {
-                c.new_orders.is_empty()
-                    && c.audit.len() == 1
-                    && c.audit[0].action == audit::ORDER_REJECTED
+                c.new_orders.is_empty() && c.audit.len() == 1 && c.audit[0].action == audit::ORDER_REJECTED
             })
             .returning(|_| Ok(()));
         m.uow = uow;
         let (saga, _) = m.build();
-        let cmd = PlaceOrder {
-            customer_id: Some("bob".into()),
-            ..command()
-        };
-        let err = saga
-            .place_order(&Actor::customer("alice"), cmd)
-            .await
-            .unwrap_err();
+        let cmd = PlaceOrder { customer_id: Some("bob".into()), ..command() };
+        let err = saga.place_order(&Actor::customer("alice"), cmd).await.unwrap_err();
         assert!(matches!(err, AppError::Forbidden { .. }));
     }
 }

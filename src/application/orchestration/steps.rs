@@ -42,9 +42,7 @@ pub fn next_action(
             Some(p) if p.status == PaymentStatus::Requested => {
                 NextAction::ApprovePayment { attempt: p.attempt }
             }
-            Some(p) if p.status == PaymentStatus::ConfirmationRequired => {
-                NextAction::AwaitConfirmation
-            }
+            Some(p) if p.status == PaymentStatus::ConfirmationRequired => NextAction::AwaitConfirmation,
             // A decided payment with the order still CREATED cannot be committed (they are
             // written together); wait rather than guess.
             Some(_) => NextAction::AwaitRetryOrOperator,
@@ -89,11 +87,7 @@ mod tests {
                 source: OrderSource::Api,
                 meeting_id: None,
                 currency: "KRW".into(),
-                items: vec![NewOrderItem {
-                    sku: "s".into(),
-                    quantity: 1,
-                    unit_price: 10,
-                }],
+                items: vec![NewOrderItem { sku: "s".into(), quantity: 1, unit_price: 10 }],
             },
             now(),
         )
@@ -112,22 +106,13 @@ mod tests {
     #[test]
     fn the_happy_path_walks_forward() {
         let o = order(OrderStatus::Created, None);
-        assert_eq!(
-            next_action(&o, None, None, None),
-            NextAction::ApprovePayment { attempt: 1 }
-        );
+        assert_eq!(next_action(&o, None, None, None), NextAction::ApprovePayment { attempt: 1 });
         let o = order(OrderStatus::PaymentApproved, None);
         let p = payment(&o, PaymentStatus::Approved);
-        assert_eq!(
-            next_action(&o, Some(&p), None, None),
-            NextAction::RequestSettlement
-        );
+        assert_eq!(next_action(&o, Some(&p), None, None), NextAction::RequestSettlement);
         let o = order(OrderStatus::SettlementRequested, None);
         let s = Settlement::request(o.id, PaymentId::new(), Money::zero(o.currency), now());
-        assert_eq!(
-            next_action(&o, Some(&p), Some(&s), None),
-            NextAction::SendNotification
-        );
+        assert_eq!(next_action(&o, Some(&p), Some(&s), None), NextAction::SendNotification);
         let o = order(OrderStatus::Completed, None);
         assert_eq!(next_action(&o, Some(&p), Some(&s), None), NextAction::Done);
     }
@@ -136,30 +121,18 @@ mod tests {
     fn settlement_failure_compensates_an_approved_payment_once() {
         let o = order(OrderStatus::Failed, Some(FailureStage::Settlement));
         let approved = payment(&o, PaymentStatus::Approved);
-        assert_eq!(
-            next_action(&o, Some(&approved), None, None),
-            NextAction::Compensate
-        );
+        assert_eq!(next_action(&o, Some(&approved), None, None), NextAction::Compensate);
         let cancelled = payment(&o, PaymentStatus::Cancelled);
-        assert_eq!(
-            next_action(&o, Some(&cancelled), None, None),
-            NextAction::Done
-        );
+        assert_eq!(next_action(&o, Some(&cancelled), None, None), NextAction::Done);
     }
 
     #[test]
     fn unknown_outcomes_wait_for_reconciliation_and_are_never_compensated() {
         let o = order(OrderStatus::PendingConfirmation, None);
         let p = payment(&o, PaymentStatus::ConfirmationRequired);
-        assert_eq!(
-            next_action(&o, Some(&p), None, None),
-            NextAction::AwaitConfirmation
-        );
+        assert_eq!(next_action(&o, Some(&p), None, None), NextAction::AwaitConfirmation);
         let o = order(OrderStatus::Created, None);
-        assert_eq!(
-            next_action(&o, Some(&p), None, None),
-            NextAction::AwaitConfirmation
-        );
+        assert_eq!(next_action(&o, Some(&p), None, None), NextAction::AwaitConfirmation);
     }
 
     #[test]
@@ -167,9 +140,6 @@ mod tests {
         let o = order(OrderStatus::Failed, Some(FailureStage::Payment));
         assert_eq!(next_action(&o, None, None, None), NextAction::Done);
         let o = order(OrderStatus::Failed, Some(FailureStage::Notification));
-        assert_eq!(
-            next_action(&o, None, None, None),
-            NextAction::AwaitRetryOrOperator
-        );
+        assert_eq!(next_action(&o, None, None, None), NextAction::AwaitRetryOrOperator);
     }
 }

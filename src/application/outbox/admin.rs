@@ -41,10 +41,7 @@ fn admin_only(actor: &Actor) -> Result<(), AppError> {
     if actor.is_admin {
         Ok(())
     } else {
-        Err(AppError::Forbidden {
-            code: "FORBIDDEN",
-            message: "admin role required".into(),
-        })
+        Err(AppError::Forbidden { code: "FORBIDDEN", message: "admin role required".into() })
     }
 }
 
@@ -55,11 +52,7 @@ impl OutboxAdmin {
 
     /// # Errors
     /// `Forbidden` for a non-admin; `Validation` for a limit outside 1..=100.
-    pub async fn list(
-        &self,
-        actor: &Actor,
-        mut filter: OutboxFilter,
-    ) -> Result<Vec<OutboxRecord>, AppError> {
+    pub async fn list(&self, actor: &Actor, mut filter: OutboxFilter) -> Result<Vec<OutboxRecord>, AppError> {
         admin_only(actor)?;
         if !(1..=100).contains(&filter.limit) {
             return Err(AppError::validation("limit", "must be between 1 and 100"));
@@ -97,56 +90,31 @@ impl OutboxAdmin {
         reason: Option<String>,
     ) -> Result<OutboxRecord, AppError> {
         admin_only(actor)?;
-        let row = self
-            .store
-            .get(id)
-            .await?
-            .ok_or(AppError::NotFound("outbox event"))?;
-        let action = if discard {
-            OutboxAction::Discard
-        } else {
-            OutboxAction::Republish
-        };
+        let row = self.store.get(id).await?.ok_or(AppError::NotFound("outbox event"))?;
+        let action = if discard { OutboxAction::Discard } else { OutboxAction::Republish };
         let not_dead = || AppError::Conflict {
             code: "OUTBOX_NOT_DEAD_LETTER",
             message: format!("outbox event {id} is {}, not DEAD_LETTER", row.status),
         };
         action.apply(row.status).map_err(|_| not_dead())?;
-        let name = if discard {
-            audit::OUTBOX_DISCARD
-        } else {
-            audit::OUTBOX_REPUBLISH
-        };
+        let name = if discard { audit::OUTBOX_DISCARD } else { audit::OUTBOX_REPUBLISH };
         let now = self.clock.now();
         let record = audit::record(name, entity::OUTBOX_EVENT, id, actor, reason, now);
-        let moved = self
-            .store
-            .settle_dead_letters(&[id], discard, now, record)
-            .await?;
+        let moved = self.store.settle_dead_letters(&[id], discard, now, record).await?;
         if moved.is_empty() {
             return Err(not_dead());
         }
-        self.store
-            .get(id)
-            .await?
-            .ok_or(AppError::NotFound("outbox event"))
+        self.store.get(id).await?.ok_or(AppError::NotFound("outbox event"))
     }
 
     /// Bulk republish of dead letters matching the filter.
     ///
     /// # Errors
     /// `Forbidden` for a non-admin; `Validation` for a limit outside 1..=1000.
-    pub async fn redrive(
-        &self,
-        actor: &Actor,
-        request: Redrive,
-    ) -> Result<RedriveReport, AppError> {
+    pub async fn redrive(&self, actor: &Actor, request: Redrive) -> Result<RedriveReport, AppError> {
         admin_only(actor)?;
         if !(1..=MAX_REDRIVE).contains(&request.limit) {
-            return Err(AppError::validation(
-                "limit",
-                format!("must be between 1 and {MAX_REDRIVE}"),
-            ));
+            return Err(AppError::validation("limit", format!("must be between 1 and {MAX_REDRIVE}")));
         }
         let filter = OutboxFilter {
             status: Some(OutboxStatus::DeadLetter),
@@ -156,43 +124,16 @@ impl OutboxAdmin {
             before_id: None,
             limit: request.limit,
         };
-        let mut ids: Vec<i64> = self
-            .store
-            .list(&filter)
-            .await?
-            .into_iter()
-            .map(|r| r.id)
-            .collect();
+        let mut ids: Vec<i64> = self.store.list(&filter).await?.into_iter().map(|r| r.id).collect();
         ids.sort_unstable();
         let matched = ids.len();
         if request.dry_run || ids.is_empty() {
-            return Ok(RedriveReport {
-                matched,
-                redriven: 0,
-                ids,
-            });
+            return Ok(RedriveReport { matched, redriven: 0, ids });
         }
         let now = self.clock.now();
-        let detail = request
-            .reason
-            .clone()
-            .or_else(|| Some("bulk redrive".into()));
-        let record = audit::record(
-            audit::OUTBOX_REDRIVE,
-            entity::OUTBOX_EVENT,
-            "",
-            actor,
-            detail,
-            now,
-        );
-        let moved = self
-            .store
-            .settle_dead_letters(&ids, false, now, record)
-            .await?;
-        Ok(RedriveReport {
-            matched,
-            redriven: moved.len(),
-            ids: moved,
-        })
+        let detail = request.reason.clone().or_else(|| Some("bulk redrive".into()));
+        let record = audit::record(audit::OUTBOX_REDRIVE, entity::OUTBOX_EVENT, "", actor, detail, now);
+        let moved = self.store.settle_dead_letters(&ids, false, now, record).await?;
+        Ok(RedriveReport { matched, redriven: moved.len(), ids: moved })
     }
 }

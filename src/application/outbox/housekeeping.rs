@@ -31,11 +31,7 @@ pub struct Housekeeping {
 /// The next instant at `at` (UTC) strictly after `now`.
 pub fn next_daily(now: DateTime<Utc>, at: NaiveTime) -> DateTime<Utc> {
     let today = now.date_naive().and_time(at).and_utc();
-    if today > now {
-        today
-    } else {
-        today + Duration::days(1)
-    }
+    if today > now { today } else { today + Duration::days(1) }
 }
 
 impl Housekeeping {
@@ -45,12 +41,7 @@ impl Housekeeping {
         clock: Arc<dyn Clock>,
         settings: HousekeepingSettings,
     ) -> Self {
-        Housekeeping {
-            outbox,
-            idempotency,
-            clock,
-            settings,
-        }
+        Housekeeping { outbox, idempotency, clock, settings }
     }
 
     /// Returns expired claims to `RETRY_WAIT`; returns how many.
@@ -76,21 +67,14 @@ impl Housekeeping {
         loop {
             let n = self
                 .outbox
-                .purge(
-                    now - s.retention_published,
-                    now - s.retention_dead_letter,
-                    s.cleanup_batch,
-                )
+                .purge(now - s.retention_published, now - s.retention_dead_letter, s.cleanup_batch)
                 .await?;
             total += n;
             if n < u64::from(s.cleanup_batch) {
                 break;
             }
         }
-        total += self
-            .idempotency
-            .purge(now - s.retention_idempotency)
-            .await?;
+        total += self.idempotency.purge(now - s.retention_idempotency).await?;
         tracing::info!(deleted = total, "outbox clean-up done");
         Ok(total)
     }
@@ -100,10 +84,9 @@ impl Housekeeping {
         let mut recovery = tokio::time::interval(self.settings.recovery_interval);
         recovery.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let until_cleanup = (next_daily(self.clock.now(), self.settings.cleanup_at)
-                - self.clock.now())
-            .to_std()
-            .unwrap_or(StdDuration::from_secs(1));
+            let until_cleanup = (next_daily(self.clock.now(), self.settings.cleanup_at) - self.clock.now())
+                .to_std()
+                .unwrap_or(StdDuration::from_secs(1));
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = recovery.tick() => {
@@ -129,14 +112,8 @@ mod tests {
     fn next_daily_is_today_if_still_ahead_else_tomorrow() {
         let at = NaiveTime::from_hms_opt(3, 0, 0).unwrap();
         let before = "2026-11-29T02:00:00Z".parse::<DateTime<Utc>>().unwrap();
-        assert_eq!(
-            next_daily(before, at),
-            "2026-11-29T03:00:00Z".parse::<DateTime<Utc>>().unwrap()
-        );
+        assert_eq!(next_daily(before, at), "2026-11-29T03:00:00Z".parse::<DateTime<Utc>>().unwrap());
         let after = "2026-11-29T03:00:00Z".parse::<DateTime<Utc>>().unwrap();
-        assert_eq!(
-            next_daily(after, at),
-            "2026-11-30T03:00:00Z".parse::<DateTime<Utc>>().unwrap()
-        );
+        assert_eq!(next_daily(after, at), "2026-11-30T03:00:00Z".parse::<DateTime<Utc>>().unwrap());
     }
 }

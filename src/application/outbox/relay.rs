@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::application::ports::{
-    Clock, DeliveryFailure, EventPublisher, OutboxStore, PublishOutcome, RepoError,
+    Clock, DeliveryFailure, EventPublisher, OutboxRecord, OutboxStore, PublishOutcome, RepoError,
 };
 use crate::domain::outbox::{FailureCode, FailureOutcome, RetrySchedule};
 
@@ -74,48 +74,30 @@ impl OutboxRelay {
         settings: RelaySettings,
         wake: Arc<Notify>,
     ) -> Self {
-        OutboxRelay {
-            store,
-            publisher,
-            clock,
-            settings,
-            wake,
-        }
+        OutboxRelay { store, publisher, clock, settings, wake }
     }
 
     pub fn worker_id(&self) -> &str {
         &self.settings.worker_id
     }
 
-    /// Claims one batch, publishes it and marks every row by the broker's verdict.
-    ///
-    /// # Errors
-    /// `Broker` when the broker cannot be reached (nothing was claimed); `Store` when the
-    /// database fails — claimed rows then stay `PROCESSING` until their lease is
-    /// recovered, never lost.
-    pub async fn run_once(&self) -> Result<RelayReport, RelayError> {
-        self.publisher.ready().await.map_err(RelayError::Broker)?;
+    async fn claim(&self) -> Result<Vec<OutboxRecord>, RepoError> {
         let now = self.clock.now();
-        let batch = self
-            .store
-            .claim(
-                &self.settings.worker_id,
-                self.settings.batch_size,
-                now,
-                now + self.settings.lease,
-            )
-            .await?;
-        if batch.is_empty() {
-            return Ok(RelayReport::default());
-        }
-        let outcomes = self.publisher.publish(&batch).await;
+        self.store
+            .claim(&self.settings.worker_id, self.settings.batch_size, now, now + self.settings.lease)
+            .await
+    }
+
+    /// Records the broker's verdict on every row of a published batch.
+    async fn settle(
+        &self,
+        batch: &[OutboxRecord],
+        outcomes: Vec<PublishOutcome>,
+    ) -> Result<RelayReport, RepoError> {
         let now = self.clock.now();
         let mut published = Vec::with_capacity(batch.len());
         let mut failures = Vec::new();
-        let mut report = RelayReport {
-            claimed: batch.len(),
-            ..Default::default()
-        };
+        let mut report = RelayReport { claimed: batch.len(), ..Default::default() };
         let missing = PublishOutcome::Failed {
             code: FailureCode::ConfirmTimeout,
             reason: "no confirm reported".into(),
@@ -127,26 +109,18 @@ impl OutboxRelay {
                 PublishOutcome::Confirmed => {
                     published.push(row.id);
                     let latency = (now - row.created_at).to_std().unwrap_or_default();
-                    metrics::histogram!("outbox_commit_to_confirm_seconds")
-                        .record(latency.as_secs_f64());
+                    metrics::histogram!("outbox_commit_to_confirm_seconds").record(latency.as_secs_f64());
                     metrics::counter!("outbox_confirms_total", "outcome" => "ack").increment(1);
                 }
                 PublishOutcome::Failed { code, reason } => {
                     metrics::counter!("outbox_confirms_total", "outcome" => failure_label(*code))
                         .increment(1);
-                    let outcome =
-                        self.settings
-                            .schedule
-                            .after_failure(row.retry_count, fastrand::f64(), now);
+                    let outcome = self.settings.schedule.after_failure(row.retry_count, fastrand::f64(), now);
                     match outcome {
-                        FailureOutcome::Retry {
-                            next_attempt_at, ..
-                        } => {
+                        FailureOutcome::Retry { next_attempt_at, .. } => {
                             report.retried += 1;
                             report.next_retry_at = Some(
-                                report
-                                    .next_retry_at
-                                    .map_or(next_attempt_at, |t| t.min(next_attempt_at)),
+                                report.next_retry_at.map_or(next_attempt_at, |t| t.min(next_attempt_at)),
                             );
                             metrics::counter!("outbox_retries_total").increment(1);
                         }
@@ -191,6 +165,85 @@ impl OutboxRelay {
         Ok(report)
     }
 
+    /// Claims one batch, publishes it and marks every row by the broker's verdict.
+    ///
+    /// # Errors
+    /// `Broker` when the broker cannot be reached (nothing was claimed); `Store` when the
+    /// database fails — claimed rows then stay `PROCESSING` until their lease is
+    /// recovered, never lost.
+    pub async fn run_once(&self) -> Result<RelayReport, RelayError> {
+        self.publisher.ready().await.map_err(RelayError::Broker)?;
+        let batch = self.claim().await?;
+        if batch.is_empty() {
+            return Ok(RelayReport::default());
+        }
+        let outcomes = self.publisher.publish(&batch).await;
+        Ok(self.settle(&batch, outcomes).await?)
+    }
+
+    /// Drains while rows are due, pipelined: while batch N is on the wire, batch N+1 is
+    /// claimed and batch N-1 marked, so the broker and the database work at the same time.
+    /// Stops claiming when `stop` is cancelled but publishes and marks what it claimed.
+    ///
+    /// # Errors
+    /// As [`Self::run_once`]; a batch published before the error is still marked.
+    pub async fn drain(&self, stop: &CancellationToken) -> Result<RelayReport, RelayError> {
+        self.publisher.ready().await.map_err(RelayError::Broker)?;
+        let mut total = RelayReport::default();
+        let add = |total: &mut RelayReport, r: RelayReport| {
+            total.claimed += r.claimed;
+            total.published += r.published;
+            total.retried += r.retried;
+            total.dead_lettered += r.dead_lettered;
+            total.lost_claims += r.lost_claims;
+            total.next_retry_at = match (total.next_retry_at, r.next_retry_at) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        };
+        let mut batch = self.claim().await?;
+        let mut previous: Option<(Vec<OutboxRecord>, Vec<PublishOutcome>)> = None;
+        while !batch.is_empty() {
+            let more = !stop.is_cancelled();
+            let to_settle = previous.take();
+            let (outcomes, next, settled) = tokio::join!(
+                self.publisher.publish(&batch),
+                async { if more { self.claim().await } else { Ok(Vec::new()) } },
+                async {
+                    match &to_settle {
+                        Some((rows, outcomes)) => self.settle(rows, outcomes.clone()).await.map(Some),
+                        None => Ok(None),
+                    }
+                },
+            );
+            let published = (std::mem::take(&mut batch), outcomes);
+            match (next, settled) {
+                (Ok(next), Ok(settled)) => {
+                    if let Some(r) = settled {
+                        add(&mut total, r);
+                    }
+                    previous = Some(published);
+                    batch = next;
+                }
+                (next, settled) => {
+                    // Mark what was published before giving up; the rest waits for its lease.
+                    if let Ok(Some(r)) = settled {
+                        add(&mut total, r);
+                    }
+                    if let Ok(r) = self.settle(&published.0, published.1).await {
+                        add(&mut total, r);
+                    }
+                    next?;
+                    settled?;
+                }
+            }
+        }
+        if let Some((rows, outcomes)) = previous {
+            add(&mut total, self.settle(&rows, outcomes).await?);
+        }
+        Ok(total)
+    }
+
     /// Runs rounds until `stop` is cancelled: back to back while rows are due, otherwise
     /// waiting for a wake-up (a commit), the next scheduled retry, or the poll interval.
     /// A round in progress finishes — its confirms are awaited and marked — before this
@@ -199,7 +252,7 @@ impl OutboxRelay {
         let mut failures: u32 = 0;
         let mut next_retry: Option<DateTime<Utc>> = None;
         while !stop.is_cancelled() {
-            let idle = match self.run_once().await {
+            let idle = match self.drain(&stop).await {
                 Ok(report) => {
                     failures = 0;
                     if let Some(at) = report.next_retry_at {
@@ -225,14 +278,12 @@ impl OutboxRelay {
             let mut pause = self.settings.poll_interval;
             if let Some(at) = next_retry {
                 let until = (at - now).to_std().unwrap_or_default();
-                pause = pause
-                    .min(until.max(StdDuration::from_millis(10)))
-                    .min(self.settings.retry_poll_interval);
+                pause =
+                    pause.min(until.max(StdDuration::from_millis(10))).min(self.settings.retry_poll_interval);
             }
             if failures > 0 {
                 // Back off on a failing database or broker, up to the poll interval.
-                pause =
-                    pause.min(StdDuration::from_millis(50) * 2u32.saturating_pow(failures.min(10)));
+                pause = pause.min(StdDuration::from_millis(50) * 2u32.saturating_pow(failures.min(10)));
             }
             tokio::select! {
                 _ = stop.cancelled() => break,

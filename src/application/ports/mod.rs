@@ -12,18 +12,17 @@ mod repository;
 pub use clock::Clock;
 pub use idempotency::{IdempotencyBegin, IdempotencyStore, StoredResponse};
 pub use outbox::{
-    DeliveryFailure, EventPublisher, NewOutboxEvent, OutboxFilter, OutboxRecord, OutboxStats,
-    OutboxStore, PublishOutcome,
+    DeliveryFailure, EventPublisher, NewOutboxEvent, OutboxFilter, OutboxRecord, OutboxStats, OutboxStore,
+    PublishOutcome,
 };
 pub use providers::{
     ApprovalOutcome, ApprovePayment, Behaviour, CancelPayment, GatewayError, LookupOutcome,
-    NotificationRequest, Notifier, NotifyFailure, PaymentGateway, Scenario, ScenarioError,
-    SettlementGateway, SettlementOutcome, SettlementRequest,
+    NotificationRequest, Notifier, NotifyFailure, PaymentGateway, Scenario, ScenarioError, SettlementGateway,
+    SettlementOutcome, SettlementRequest,
 };
 pub use repository::{
     AuditRecord, Changes, InboxEntry, NewStep, NotificationRepository, OrderContext, OrderFilter,
-    OrderRecord, OrderRepository, PaymentRepository, RepoError, SagaLease, StepRecord, UnitOfWork,
-    Write,
+    OrderRecord, OrderRepository, PaymentRepository, RepoError, SagaLease, StepRecord, UnitOfWork, Write,
 };
 
 #[cfg(test)]

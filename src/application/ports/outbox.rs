@@ -115,12 +115,7 @@ pub trait OutboxStore: Send + Sync {
     ///
     /// # Errors
     /// `Unavailable` when the database fails.
-    async fn mark_published(
-        &self,
-        ids: &[i64],
-        worker: &str,
-        now: DateTime<Utc>,
-    ) -> Result<u64, RepoError>;
+    async fn mark_published(&self, ids: &[i64], worker: &str, now: DateTime<Utc>) -> Result<u64, RepoError>;
 
     /// Moves failed rows to `RETRY_WAIT` or `DEAD_LETTER` as each [`DeliveryFailure`] says,
     /// only those still `PROCESSING` under `worker`'s claim; returns how many it moved.

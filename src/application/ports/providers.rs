@@ -60,11 +60,7 @@ impl Scenario {
                 ("notification", b) if b == "auto_retry" || b.starts_with("auto_retry:") => {
                     let times = match b.strip_prefix("auto_retry:") {
                         None => 1,
-                        Some(n) => n
-                            .parse::<u32>()
-                            .ok()
-                            .filter(|n| *n <= 1000)
-                            .ok_or_else(bad)?,
+                        Some(n) => n.parse::<u32>().ok().filter(|n| *n <= 1000).ok_or_else(bad)?,
                     };
                     scenario.notification = Some(Behaviour::AutoRetry(times));
                 }
@@ -256,19 +252,13 @@ mod tests {
 
     #[test]
     fn scenarios_parse_and_print_canonically() {
-        let s =
-            Scenario::parse(" payment=decline , notification=auto_retry:3,refund=fail").unwrap();
+        let s = Scenario::parse(" payment=decline , notification=auto_retry:3,refund=fail").unwrap();
         assert_eq!(s.payment, Some(Behaviour::Decline));
         assert_eq!(s.notification, Some(Behaviour::AutoRetry(3)));
-        assert_eq!(
-            s.to_string(),
-            "payment=decline,notification=auto_retry:3,refund=fail"
-        );
+        assert_eq!(s.to_string(), "payment=decline,notification=auto_retry:3,refund=fail");
         assert_eq!(Scenario::parse(&s.to_string()).unwrap(), s);
         assert_eq!(
-            Scenario::parse("notification=auto_retry")
-                .unwrap()
-                .notification,
+            Scenario::parse("notification=auto_retry").unwrap().notification,
             Some(Behaviour::AutoRetry(1))
         );
         assert!(Scenario::parse("").unwrap().is_empty());
@@ -276,13 +266,7 @@ mod tests {
 
     #[test]
     fn unknown_scenarios_are_refused() {
-        for bad in [
-            "payment=explode",
-            "payment",
-            "x=y",
-            "notification=auto_retry:-1",
-            "settlement=decline",
-        ] {
+        for bad in ["payment=explode", "payment", "x=y", "notification=auto_retry:-1", "settlement=decline"] {
             assert!(Scenario::parse(bad).is_err(), "{bad}");
         }
     }

@@ -147,12 +147,7 @@ impl Changes {
     }
 
     /// Inserts an order whose saga the caller drives, holding `lease` from the start.
-    pub fn insert_leased_order(
-        &mut self,
-        order: &mut Order,
-        context: OrderContext,
-        lease: SagaLease,
-    ) {
+    pub fn insert_leased_order(&mut self, order: &mut Order, context: OrderContext, lease: SagaLease) {
         self.new_orders.push((order.clone(), context, Some(lease)));
         order.version += 1;
     }
@@ -200,15 +195,7 @@ impl Changes {
         detail: Option<String>,
         now: DateTime<Utc>,
     ) {
-        self.steps.push(NewStep {
-            order_id,
-            record: StepRecord {
-                step,
-                status,
-                detail,
-                created_at: now,
-            },
-        });
+        self.steps.push(NewStep { order_id, record: StepRecord { step, status, detail, created_at: now } });
     }
 
     pub fn is_empty(&self) -> bool {
@@ -238,12 +225,8 @@ pub trait OrderRepository: Send + Sync {
     ///
     /// # Errors
     /// `Unavailable` when the database fails.
-    async fn lease_saga(
-        &self,
-        id: OrderId,
-        lease: &SagaLease,
-        now: DateTime<Utc>,
-    ) -> Result<bool, RepoError>;
+    async fn lease_saga(&self, id: OrderId, lease: &SagaLease, now: DateTime<Utc>)
+    -> Result<bool, RepoError>;
 
     /// Gives the lease up (only if `owner` holds it).
     ///
@@ -261,11 +244,7 @@ pub trait OrderRepository: Send + Sync {
     ///
     /// # Errors
     /// `Unavailable` when the database fails.
-    async fn inbox_entry(
-        &self,
-        consumer: &str,
-        event_id: &str,
-    ) -> Result<Option<InboxEntry>, RepoError>;
+    async fn inbox_entry(&self, consumer: &str, event_id: &str) -> Result<Option<InboxEntry>, RepoError>;
 
     /// `COMPLETED` orders of a meeting (of one customer, if given), oldest first.
     ///
@@ -281,11 +260,7 @@ pub trait OrderRepository: Send + Sync {
     ///
     /// # Errors
     /// `Unavailable` when the database fails.
-    async fn audit_for(
-        &self,
-        entity_type: &str,
-        entity_id: &str,
-    ) -> Result<Vec<AuditRecord>, RepoError>;
+    async fn audit_for(&self, entity_type: &str, entity_id: &str) -> Result<Vec<AuditRecord>, RepoError>;
 }
 
 /// Reads of payments for reconciliation, provider callbacks and operators.
@@ -308,11 +283,7 @@ pub trait PaymentRepository: Send + Sync {
     ///
     /// # Errors
     /// As [`PaymentRepository::awaiting_confirmation`].
-    async fn with_status(
-        &self,
-        status: PaymentStatus,
-        limit: u32,
-    ) -> Result<Vec<Payment>, RepoError>;
+    async fn with_status(&self, status: PaymentStatus, limit: u32) -> Result<Vec<Payment>, RepoError>;
 
     /// The payment of a request id.
     ///

@@ -5,8 +5,5 @@ use super::status::{NotificationAction, NotificationStatus};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NotificationError {
     #[error("notification cannot {action} from {from}")]
-    InvalidTransition {
-        from: NotificationStatus,
-        action: NotificationAction,
-    },
+    InvalidTransition { from: NotificationStatus, action: NotificationAction },
 }

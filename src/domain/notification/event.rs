@@ -4,11 +4,7 @@ use super::status::FailurePolicy;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NotificationEvent {
-    Failed {
-        policy: FailurePolicy,
-        reason: String,
-        attempts: i32,
-    },
+    Failed { policy: FailurePolicy, reason: String, attempts: i32 },
 }
 
 impl NotificationEvent {

@@ -20,9 +20,7 @@ impl RetryPolicy {
     /// Delay after the `attempts`-th failed attempt: `base * 2^(attempts-1)`, saturating.
     pub fn delay_after(&self, attempts: i32) -> Duration {
         let exp = attempts.saturating_sub(1).clamp(0, 20) as u32;
-        self.backoff_base
-            .checked_mul(1 << exp)
-            .unwrap_or(Duration::days(365))
+        self.backoff_base.checked_mul(1 << exp).unwrap_or(Duration::days(365))
     }
 }
 
@@ -62,14 +60,7 @@ impl Notification {
     }
 
     fn guard(&self, action: NotificationAction, allowed: bool) -> Result<(), NotificationError> {
-        if allowed {
-            Ok(())
-        } else {
-            Err(NotificationError::InvalidTransition {
-                from: self.status,
-                action,
-            })
-        }
+        if allowed { Ok(()) } else { Err(NotificationError::InvalidTransition { from: self.status, action }) }
     }
 
     fn move_to(&mut self, status: NotificationStatus, now: DateTime<Utc>) {
@@ -84,17 +75,11 @@ impl Notification {
     }
 
     fn attempting(&self) -> bool {
-        matches!(
-            self.status,
-            NotificationStatus::Pending | NotificationStatus::Processing
-        )
+        matches!(self.status, NotificationStatus::Pending | NotificationStatus::Processing)
     }
 
     /// An attempt (first send or retry) went through.
-    pub fn mark_sent(
-        &mut self,
-        now: DateTime<Utc>,
-    ) -> Result<Vec<NotificationEvent>, NotificationError> {
+    pub fn mark_sent(&mut self, now: DateTime<Utc>) -> Result<Vec<NotificationEvent>, NotificationError> {
         self.guard(NotificationAction::MarkSent, self.attempting())?;
         self.attempts += 1;
         self.last_error = None;
@@ -118,9 +103,7 @@ impl Notification {
         self.last_error = Some(reason.clone());
         self.policy = Some(policy);
         let next = match policy {
-            FailurePolicy::AutoRetry if self.attempts >= retry.max_attempts => {
-                NotificationStatus::Failed
-            }
+            FailurePolicy::AutoRetry if self.attempts >= retry.max_attempts => NotificationStatus::Failed,
             FailurePolicy::AutoRetry => NotificationStatus::RetryScheduled,
             FailurePolicy::ManualIntervention => NotificationStatus::ManualInterventionRequired,
             FailurePolicy::Ignore => NotificationStatus::Ignored,
@@ -129,11 +112,7 @@ impl Notification {
         if next == NotificationStatus::RetryScheduled {
             self.next_attempt_at = Some(now + retry.delay_after(self.attempts));
         }
-        Ok(vec![NotificationEvent::Failed {
-            policy,
-            reason,
-            attempts: self.attempts,
-        }])
+        Ok(vec![NotificationEvent::Failed { policy, reason, attempts: self.attempts }])
     }
 
     /// The retry processor claims a due retry; `lease_until` bounds how long it may hold it.
@@ -142,10 +121,7 @@ impl Notification {
         lease_until: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<Vec<NotificationEvent>, NotificationError> {
-        self.guard(
-            NotificationAction::Claim,
-            self.status == NotificationStatus::RetryScheduled,
-        )?;
+        self.guard(NotificationAction::Claim, self.status == NotificationStatus::RetryScheduled)?;
         self.move_to(NotificationStatus::Processing, now);
         self.claimed_until = Some(lease_until);
         Ok(vec![])
@@ -160,10 +136,7 @@ impl Notification {
         use NotificationStatus::*;
         self.guard(
             NotificationAction::Reprocess,
-            matches!(
-                self.status,
-                RetryScheduled | ManualInterventionRequired | Failed
-            ),
+            matches!(self.status, RetryScheduled | ManualInterventionRequired | Failed),
         )?;
         self.move_to(Processing, now);
         self.claimed_until = Some(lease_until);
@@ -171,31 +144,19 @@ impl Notification {
     }
 
     /// An operator decides the customer need not be told.
-    pub fn ignore(
-        &mut self,
-        now: DateTime<Utc>,
-    ) -> Result<Vec<NotificationEvent>, NotificationError> {
+    pub fn ignore(&mut self, now: DateTime<Utc>) -> Result<Vec<NotificationEvent>, NotificationError> {
         use NotificationStatus::*;
         self.guard(
             NotificationAction::Ignore,
-            matches!(
-                self.status,
-                RetryScheduled | ManualInterventionRequired | Failed
-            ),
+            matches!(self.status, RetryScheduled | ManualInterventionRequired | Failed),
         )?;
         self.move_to(Ignored, now);
         Ok(vec![])
     }
 
     /// A claim whose holder vanished goes back to the retry schedule, due at once.
-    pub fn release_claim(
-        &mut self,
-        now: DateTime<Utc>,
-    ) -> Result<Vec<NotificationEvent>, NotificationError> {
-        self.guard(
-            NotificationAction::ReleaseClaim,
-            self.status == NotificationStatus::Processing,
-        )?;
+    pub fn release_claim(&mut self, now: DateTime<Utc>) -> Result<Vec<NotificationEvent>, NotificationError> {
+        self.guard(NotificationAction::ReleaseClaim, self.status == NotificationStatus::Processing)?;
         self.move_to(NotificationStatus::RetryScheduled, now);
         self.next_attempt_at = Some(now);
         Ok(vec![])
@@ -203,10 +164,7 @@ impl Notification {
 
     /// Whether this notification no longer keeps its order from completing.
     pub fn is_settled(&self) -> bool {
-        matches!(
-            self.status,
-            NotificationStatus::Sent | NotificationStatus::Ignored
-        )
+        matches!(self.status, NotificationStatus::Sent | NotificationStatus::Ignored)
     }
 }
 
@@ -219,10 +177,7 @@ mod tests {
         DateTime::from_timestamp(1_800_000_000, 0).unwrap()
     }
 
-    const RETRY: RetryPolicy = RetryPolicy {
-        max_attempts: 3,
-        backoff_base: Duration::seconds(60),
-    };
+    const RETRY: RetryPolicy = RetryPolicy { max_attempts: 3, backoff_base: Duration::seconds(60) };
 
     fn in_status(status: NotificationStatus) -> Notification {
         let mut n = Notification::new(OrderId::new(), now());
@@ -246,12 +201,8 @@ mod tests {
             (NotificationAction::RecordFailure, |n| {
                 n.record_failure(FailurePolicy::Ignore, "x", &RETRY, now())
             }),
-            (NotificationAction::Claim, |n| {
-                n.claim(now() + Duration::minutes(5), now())
-            }),
-            (NotificationAction::Reprocess, |n| {
-                n.reprocess(now() + Duration::minutes(5), now())
-            }),
+            (NotificationAction::Claim, |n| n.claim(now() + Duration::minutes(5), now())),
+            (NotificationAction::Reprocess, |n| n.reprocess(now() + Duration::minutes(5), now())),
             (NotificationAction::Ignore, |n| n.ignore(now())),
             (NotificationAction::ReleaseClaim, |n| n.release_claim(now())),
         ];
@@ -280,10 +231,7 @@ mod tests {
                     None => {
                         assert_eq!(
                             result,
-                            Err(NotificationError::InvalidTransition {
-                                from,
-                                action: *action
-                            }),
+                            Err(NotificationError::InvalidTransition { from, action: *action }),
                             "{from} {action}"
                         );
                         assert_eq!(n.status, from);
@@ -296,18 +244,14 @@ mod tests {
     #[test]
     fn auto_retry_backs_off_then_fails_when_attempts_run_out() {
         let mut n = in_status(Pending);
-        n.record_failure(FailurePolicy::AutoRetry, "smtp", &RETRY, now())
-            .unwrap();
+        n.record_failure(FailurePolicy::AutoRetry, "smtp", &RETRY, now()).unwrap();
         assert_eq!(n.status, RetryScheduled);
         assert_eq!(n.next_attempt_at, Some(now() + Duration::seconds(60)));
         n.claim(now(), now()).unwrap();
-        n.record_failure(FailurePolicy::AutoRetry, "smtp", &RETRY, now())
-            .unwrap();
+        n.record_failure(FailurePolicy::AutoRetry, "smtp", &RETRY, now()).unwrap();
         assert_eq!(n.next_attempt_at, Some(now() + Duration::seconds(120)));
         n.claim(now(), now()).unwrap();
-        let events = n
-            .record_failure(FailurePolicy::AutoRetry, "smtp", &RETRY, now())
-            .unwrap();
+        let events = n.record_failure(FailurePolicy::AutoRetry, "smtp", &RETRY, now()).unwrap();
         assert_eq!(n.status, Failed);
         assert_eq!(n.attempts, 3);
         assert_eq!(n.next_attempt_at, None);

@@ -7,10 +7,7 @@ use crate::domain::money::MoneyError;
 pub enum OrderError {
     /// The action is not allowed from the current status.
     #[error("order cannot {action} from {from}")]
-    InvalidTransition {
-        from: OrderStatus,
-        action: OrderAction,
-    },
+    InvalidTransition { from: OrderStatus, action: OrderAction },
     /// An input field is invalid; `field` is its JSON path as the client sent it.
     #[error("{field}: {message}")]
     Invalid { field: String, message: String },
@@ -20,9 +17,6 @@ pub enum OrderError {
 
 impl OrderError {
     pub(crate) fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::Invalid {
-            field: field.into(),
-            message: message.into(),
-        }
+        Self::Invalid { field: field.into(), message: message.into() }
     }
 }

@@ -66,16 +66,10 @@ fn check_id(field: &str, value: &str) -> Result<(), OrderError> {
         return Err(OrderError::invalid(field, "must not be empty"));
     }
     if value.chars().count() > limits::MAX_ID_LEN {
-        return Err(OrderError::invalid(
-            field,
-            format!("must be at most {} characters", limits::MAX_ID_LEN),
-        ));
+        return Err(OrderError::invalid(field, format!("must be at most {} characters", limits::MAX_ID_LEN)));
     }
     if value.chars().any(char::is_control) {
-        return Err(OrderError::invalid(
-            field,
-            "must not contain control characters",
-        ));
+        return Err(OrderError::invalid(field, "must not contain control characters"));
     }
     Ok(())
 }
@@ -90,23 +84,17 @@ impl Order {
         check_id("customerId", &input.customer_id)?;
         match (&input.source, &input.meeting_id) {
             (OrderSource::Meeting, None) => {
-                return Err(OrderError::invalid(
-                    "meetingId",
-                    "is required for a meeting order",
-                ));
+                return Err(OrderError::invalid("meetingId", "is required for a meeting order"));
             }
             (_, Some(meeting)) => check_id("meetingId", meeting)?,
             (OrderSource::Api, None) => {}
         }
-        let currency: Currency = input.currency.parse().map_err(|source| OrderError::Money {
-            field: "currency".into(),
-            source,
-        })?;
+        let currency: Currency = input
+            .currency
+            .parse()
+            .map_err(|source| OrderError::Money { field: "currency".into(), source })?;
         if input.items.is_empty() {
-            return Err(OrderError::invalid(
-                "items",
-                "must contain at least one item",
-            ));
+            return Err(OrderError::invalid("items", "must contain at least one item"));
         }
         if input.items.len() > limits::MAX_ITEMS {
             return Err(OrderError::invalid(
@@ -133,24 +121,14 @@ impl Order {
                     format!("must be between 1 and {}", limits::MAX_QUANTITY),
                 ));
             }
-            let unit_price =
-                Money::new(item.unit_price, currency).map_err(|source| OrderError::Money {
-                    field: field("unitPrice"),
-                    source,
-                })?;
+            let unit_price = Money::new(item.unit_price, currency)
+                .map_err(|source| OrderError::Money { field: field("unitPrice"), source })?;
             let line = unit_price
                 .checked_mul(item.quantity)
                 .and_then(|line| total.checked_add(line))
-                .map_err(|source| OrderError::Money {
-                    field: field("quantity"),
-                    source,
-                })?;
+                .map_err(|source| OrderError::Money { field: field("quantity"), source })?;
             total = line;
-            items.push(OrderItem {
-                sku: item.sku,
-                quantity: item.quantity,
-                unit_price,
-            });
+            items.push(OrderItem { sku: item.sku, quantity: item.quantity, unit_price });
         }
         Ok(Order {
             id,
@@ -170,14 +148,7 @@ impl Order {
     }
 
     fn guard(&self, action: OrderAction, allowed: bool) -> Result<(), OrderError> {
-        if allowed {
-            Ok(())
-        } else {
-            Err(OrderError::InvalidTransition {
-                from: self.status,
-                action,
-            })
-        }
+        if allowed { Ok(()) } else { Err(OrderError::InvalidTransition { from: self.status, action }) }
     }
 
     fn move_to(&mut self, status: OrderStatus, now: DateTime<Utc>) {
@@ -192,36 +163,21 @@ impl Order {
     /// The payment was approved (directly or after reconciliation).
     pub fn approve_payment(&mut self, now: DateTime<Utc>) -> Result<Vec<OrderEvent>, OrderError> {
         use OrderStatus::*;
-        self.guard(
-            OrderAction::ApprovePayment,
-            matches!(self.status, Created | PendingConfirmation),
-        )?;
+        self.guard(OrderAction::ApprovePayment, matches!(self.status, Created | PendingConfirmation))?;
         self.move_to(PaymentApproved, now);
         Ok(vec![])
     }
 
     /// The payment outcome is unknown (provider timeout): wait for reconciliation.
-    pub fn await_confirmation(
-        &mut self,
-        now: DateTime<Utc>,
-    ) -> Result<Vec<OrderEvent>, OrderError> {
-        self.guard(
-            OrderAction::AwaitConfirmation,
-            self.status == OrderStatus::Created,
-        )?;
+    pub fn await_confirmation(&mut self, now: DateTime<Utc>) -> Result<Vec<OrderEvent>, OrderError> {
+        self.guard(OrderAction::AwaitConfirmation, self.status == OrderStatus::Created)?;
         self.move_to(OrderStatus::PendingConfirmation, now);
         Ok(vec![])
     }
 
     /// Settlement was asked for and accepted.
-    pub fn request_settlement(
-        &mut self,
-        now: DateTime<Utc>,
-    ) -> Result<Vec<OrderEvent>, OrderError> {
-        self.guard(
-            OrderAction::RequestSettlement,
-            self.status == OrderStatus::PaymentApproved,
-        )?;
+    pub fn request_settlement(&mut self, now: DateTime<Utc>) -> Result<Vec<OrderEvent>, OrderError> {
+        self.guard(OrderAction::RequestSettlement, self.status == OrderStatus::PaymentApproved)?;
         self.move_to(OrderStatus::SettlementRequested, now);
         Ok(vec![])
     }
@@ -231,8 +187,7 @@ impl Order {
     pub fn complete(&mut self, now: DateTime<Utc>) -> Result<Vec<OrderEvent>, OrderError> {
         self.guard(
             OrderAction::Complete,
-            self.status == OrderStatus::SettlementRequested
-                || self.failed_at(FailureStage::Notification),
+            self.status == OrderStatus::SettlementRequested || self.failed_at(FailureStage::Notification),
         )?;
         self.failure_stage = None;
         self.failure_reason = None;
@@ -250,18 +205,13 @@ impl Order {
     ) -> Result<Vec<OrderEvent>, OrderError> {
         use OrderStatus::*;
         let (action, allowed) = match stage {
-            FailureStage::Payment => (
-                OrderAction::FailPayment,
-                matches!(self.status, Created | PendingConfirmation),
-            ),
-            FailureStage::Settlement => (
-                OrderAction::FailSettlement,
-                matches!(self.status, PaymentApproved | SettlementRequested),
-            ),
-            FailureStage::Notification => (
-                OrderAction::FailNotification,
-                self.status == SettlementRequested,
-            ),
+            FailureStage::Payment => {
+                (OrderAction::FailPayment, matches!(self.status, Created | PendingConfirmation))
+            }
+            FailureStage::Settlement => {
+                (OrderAction::FailSettlement, matches!(self.status, PaymentApproved | SettlementRequested))
+            }
+            FailureStage::Notification => (OrderAction::FailNotification, self.status == SettlementRequested),
         };
         self.guard(action, allowed)?;
         let reason = reason.into();
@@ -273,23 +223,16 @@ impl Order {
 
     /// Compensation undid the payment of an order whose settlement failed.
     pub fn compensate(&mut self, now: DateTime<Utc>) -> Result<Vec<OrderEvent>, OrderError> {
-        self.guard(
-            OrderAction::Compensate,
-            self.failed_at(FailureStage::Settlement),
-        )?;
+        self.guard(OrderAction::Compensate, self.failed_at(FailureStage::Settlement))?;
         self.move_to(OrderStatus::Cancelled, now);
-        Ok(vec![OrderEvent::Cancelled {
-            reason: "COMPENSATED".into(),
-        }])
+        Ok(vec![OrderEvent::Cancelled { reason: "COMPENSATED".into() }])
     }
 
     /// A completed order was refunded.
     pub fn refund(&mut self, now: DateTime<Utc>) -> Result<Vec<OrderEvent>, OrderError> {
         self.guard(OrderAction::Refund, self.status == OrderStatus::Completed)?;
         self.move_to(OrderStatus::Cancelled, now);
-        Ok(vec![OrderEvent::Cancelled {
-            reason: "REFUNDED".into(),
-        }])
+        Ok(vec![OrderEvent::Cancelled { reason: "REFUNDED".into() }])
     }
 }
 
@@ -309,16 +252,8 @@ mod tests {
             meeting_id: None,
             currency: "KRW".into(),
             items: vec![
-                NewOrderItem {
-                    sku: "A".into(),
-                    quantity: 2,
-                    unit_price: 1500,
-                },
-                NewOrderItem {
-                    sku: "B".into(),
-                    quantity: 1,
-                    unit_price: 700,
-                },
+                NewOrderItem { sku: "A".into(), quantity: 2, unit_price: 1500 },
+                NewOrderItem { sku: "B".into(), quantity: 1, unit_price: 700 },
             ],
         }
     }
@@ -345,29 +280,16 @@ mod tests {
             (Box::new(|o| o.items.clear()), "items"),
             (Box::new(|o| o.items[1].quantity = 0), "items[1].quantity"),
             (Box::new(|o| o.items[0].quantity = -3), "items[0].quantity"),
-            (
-                Box::new(|o| o.items[1].unit_price = -1),
-                "items[1].unitPrice",
-            ),
+            (Box::new(|o| o.items[1].unit_price = -1), "items[1].unitPrice"),
             (Box::new(|o| o.items[0].sku = " ".into()), "items[0].sku"),
-            (
-                Box::new(|o| o.items[0].sku = "x".repeat(65)),
-                "items[0].sku",
-            ),
+            (Box::new(|o| o.items[0].sku = "x".repeat(65)), "items[0].sku"),
             (Box::new(|o| o.currency = "ABC".into()), "currency"),
             (Box::new(|o| o.customer_id = "".into()), "customerId"),
             (Box::new(|o| o.customer_id = "c".repeat(65)), "customerId"),
             (Box::new(|o| o.source = OrderSource::Meeting), "meetingId"),
             (
                 Box::new(|o| {
-                    o.items = vec![
-                        NewOrderItem {
-                            sku: "A".into(),
-                            quantity: 1,
-                            unit_price: 1
-                        };
-                        101
-                    ]
+                    o.items = vec![NewOrderItem { sku: "A".into(), quantity: 1, unit_price: 1 }; 101]
                 }),
                 "items",
             ),
@@ -377,9 +299,7 @@ mod tests {
             mutate(&mut bad);
             let err = Order::place(OrderId::new(), bad, now()).unwrap_err();
             let named = match &err {
-                OrderError::Invalid { field, .. } | OrderError::Money { field, .. } => {
-                    field.clone()
-                }
+                OrderError::Invalid { field, .. } | OrderError::Money { field, .. } => field.clone(),
                 other => panic!("unexpected {other:?}"),
             };
             assert_eq!(named, field, "{err}");
@@ -390,24 +310,13 @@ mod tests {
     fn place_refuses_overflowing_totals() {
         let mut bad = input();
         bad.items = vec![
-            NewOrderItem {
-                sku: "A".into(),
-                quantity: 1,
-                unit_price: i64::MAX,
-            },
-            NewOrderItem {
-                sku: "B".into(),
-                quantity: 1,
-                unit_price: 1,
-            },
+            NewOrderItem { sku: "A".into(), quantity: 1, unit_price: i64::MAX },
+            NewOrderItem { sku: "B".into(), quantity: 1, unit_price: 1 },
         ];
         let err = Order::place(OrderId::new(), bad, now()).unwrap_err();
         assert_eq!(
             err,
-            OrderError::Money {
-                field: "items[1].quantity".into(),
-                source: MoneyError::Overflow
-            }
+            OrderError::Money { field: "items[1].quantity".into(), source: MoneyError::Overflow }
         );
         let mut bad = input();
         bad.items[0].unit_price = i64::MAX / 2 + 1;
@@ -466,11 +375,8 @@ mod tests {
                         assert_eq!(order.status, next, "{status}/{stage:?} {name}");
                     }
                     None => {
-                        let err =
-                            result.expect_err(&format!("{status}/{stage:?} {name} must fail"));
-                        assert!(
-                            matches!(err, OrderError::InvalidTransition { from, .. } if from == *status)
-                        );
+                        let err = result.expect_err(&format!("{status}/{stage:?} {name} must fail"));
+                        assert!(matches!(err, OrderError::InvalidTransition { from, .. } if from == *status));
                         assert_eq!(order.status, *status, "a refused action changes nothing");
                     }
                 }
@@ -481,9 +387,7 @@ mod tests {
     #[test]
     fn failure_and_recovery_events() {
         let mut order = order_in(OrderStatus::SettlementRequested, None);
-        let events = order
-            .fail(FailureStage::Notification, "smtp down", now())
-            .unwrap();
+        let events = order.fail(FailureStage::Notification, "smtp down", now()).unwrap();
         assert_eq!(events[0].event_type(), "order.failed");
         assert_eq!(order.failure_reason.as_deref(), Some("smtp down"));
         let events = order.complete(now()).unwrap();

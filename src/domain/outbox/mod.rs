@@ -46,21 +46,14 @@ spelled!(
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OutboxError {
     #[error("outbox event cannot {action} from {from}")]
-    InvalidTransition {
-        from: OutboxStatus,
-        action: OutboxAction,
-    },
+    InvalidTransition { from: OutboxStatus, action: OutboxAction },
 }
 
 impl OutboxStatus {
     /// Statuses of an earlier event that keep later events of its aggregate waiting:
     /// anything not yet delivered or given up by an operator (SPEC §6 ordering).
-    pub const BLOCKING: &'static [OutboxStatus] = &[
-        OutboxStatus::Ready,
-        OutboxStatus::Processing,
-        OutboxStatus::RetryWait,
-        OutboxStatus::DeadLetter,
-    ];
+    pub const BLOCKING: &'static [OutboxStatus] =
+        &[OutboxStatus::Ready, OutboxStatus::Processing, OutboxStatus::RetryWait, OutboxStatus::DeadLetter];
 }
 
 impl OutboxAction {
@@ -93,10 +86,7 @@ impl OutboxAction {
         if self.from_statuses().contains(&from) {
             Ok(self.target())
         } else {
-            Err(OutboxError::InvalidTransition {
-                from,
-                action: *self,
-            })
+            Err(OutboxError::InvalidTransition { from, action: *self })
         }
     }
 }
@@ -114,10 +104,7 @@ pub struct RetrySchedule {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailureOutcome {
     /// `RETRY_WAIT` with the new `retry_count`, due at `next_attempt_at`.
-    Retry {
-        retry_count: i32,
-        next_attempt_at: DateTime<Utc>,
-    },
+    Retry { retry_count: i32, next_attempt_at: DateTime<Utc> },
     /// `DEAD_LETTER` with the new `retry_count`.
     DeadLetter { retry_count: i32 },
 }
@@ -126,31 +113,20 @@ impl RetrySchedule {
     /// The delay before retry number `retry_count` (1-based), without jitter.
     pub fn base_delay(&self, retry_count: i32) -> Duration {
         let exp = retry_count.saturating_sub(1).clamp(0, 30) as u32;
-        let delay = self
-            .backoff_base
-            .checked_mul(1i32 << exp.min(30))
-            .unwrap_or(self.backoff_cap);
+        let delay = self.backoff_base.checked_mul(1i32 << exp.min(30)).unwrap_or(self.backoff_cap);
         delay.min(self.backoff_cap)
     }
 
     /// Decide what a failure does to a row that had failed `retry_count` times before.
     /// `jitter` in `[0, 1)` stretches the delay by up to 20 %.
-    pub fn after_failure(
-        &self,
-        retry_count: i32,
-        jitter: f64,
-        now: DateTime<Utc>,
-    ) -> FailureOutcome {
+    pub fn after_failure(&self, retry_count: i32, jitter: f64, now: DateTime<Utc>) -> FailureOutcome {
         let retry_count = retry_count.saturating_add(1);
         if retry_count > self.max_retries {
             return FailureOutcome::DeadLetter { retry_count };
         }
         let base = self.base_delay(retry_count);
         let extra_ms = (base.num_milliseconds() as f64 * 0.2 * jitter.clamp(0.0, 1.0)) as i64;
-        FailureOutcome::Retry {
-            retry_count,
-            next_attempt_at: now + base + Duration::milliseconds(extra_ms),
-        }
+        FailureOutcome::Retry { retry_count, next_attempt_at: now + base + Duration::milliseconds(extra_ms) }
     }
 }
 
@@ -177,10 +153,7 @@ mod tests {
                     Some(next) => assert_eq!(action.apply(*from), Ok(next), "{from} {action}"),
                     None => assert_eq!(
                         action.apply(*from),
-                        Err(OutboxError::InvalidTransition {
-                            from: *from,
-                            action
-                        }),
+                        Err(OutboxError::InvalidTransition { from: *from, action }),
                         "{from} {action}"
                     ),
                 }
@@ -198,10 +171,7 @@ mod tests {
 
     #[test]
     fn backoff_doubles_and_is_capped() {
-        let s = RetrySchedule {
-            max_retries: 100,
-            ..schedule()
-        };
+        let s = RetrySchedule { max_retries: 100, ..schedule() };
         let delays: Vec<i64> = (1..=7).map(|n| s.base_delay(n).num_seconds()).collect();
         assert_eq!(delays, vec![10, 20, 40, 80, 160, 300, 300]);
         assert_eq!(s.base_delay(i32::MAX).num_seconds(), 300);
@@ -213,31 +183,20 @@ mod tests {
         let s = schedule();
         assert_eq!(
             s.after_failure(0, 0.0, now),
-            FailureOutcome::Retry {
-                retry_count: 1,
-                next_attempt_at: now + Duration::seconds(10)
-            }
+            FailureOutcome::Retry { retry_count: 1, next_attempt_at: now + Duration::seconds(10) }
         );
         assert_eq!(
             s.after_failure(2, 0.0, now),
-            FailureOutcome::Retry {
-                retry_count: 3,
-                next_attempt_at: now + Duration::seconds(40)
-            }
+            FailureOutcome::Retry { retry_count: 3, next_attempt_at: now + Duration::seconds(40) }
         );
-        assert_eq!(
-            s.after_failure(3, 0.0, now),
-            FailureOutcome::DeadLetter { retry_count: 4 }
-        );
+        assert_eq!(s.after_failure(3, 0.0, now), FailureOutcome::DeadLetter { retry_count: 4 });
     }
 
     #[test]
     fn jitter_adds_at_most_twenty_percent() {
         let now = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
         let at = |j| match schedule().after_failure(0, j, now) {
-            FailureOutcome::Retry {
-                next_attempt_at, ..
-            } => next_attempt_at - now,
+            FailureOutcome::Retry { next_attempt_at, .. } => next_attempt_at - now,
             other => panic!("{other:?}"),
         };
         assert_eq!(at(0.0), Duration::seconds(10));

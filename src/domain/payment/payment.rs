@@ -56,14 +56,7 @@ impl Payment {
     }
 
     fn guard(&self, action: PaymentAction, allowed: bool) -> Result<(), PaymentError> {
-        if allowed {
-            Ok(())
-        } else {
-            Err(PaymentError::InvalidTransition {
-                from: self.status,
-                action,
-            })
-        }
+        if allowed { Ok(()) } else { Err(PaymentError::InvalidTransition { from: self.status, action }) }
     }
 
     fn move_to(&mut self, status: PaymentStatus, now: DateTime<Utc>) {
@@ -72,10 +65,7 @@ impl Payment {
     }
 
     fn undecided(&self) -> bool {
-        matches!(
-            self.status,
-            PaymentStatus::Requested | PaymentStatus::ConfirmationRequired
-        )
+        matches!(self.status, PaymentStatus::Requested | PaymentStatus::ConfirmationRequired)
     }
 
     pub fn approve(
@@ -87,9 +77,7 @@ impl Payment {
         let provider_transaction_id = provider_transaction_id.into();
         self.provider_transaction_id = Some(provider_transaction_id.clone());
         self.move_to(PaymentStatus::Approved, now);
-        Ok(vec![PaymentEvent::Approved {
-            provider_transaction_id,
-        }])
+        Ok(vec![PaymentEvent::Approved { provider_transaction_id }])
     }
 
     pub fn decline(
@@ -109,14 +97,8 @@ impl Payment {
     }
 
     /// The provider did not answer in time: the outcome is unknown until reconciled.
-    pub fn require_confirmation(
-        &mut self,
-        now: DateTime<Utc>,
-    ) -> Result<Vec<PaymentEvent>, PaymentError> {
-        self.guard(
-            PaymentAction::RequireConfirmation,
-            self.status == PaymentStatus::Requested,
-        )?;
+    pub fn require_confirmation(&mut self, now: DateTime<Utc>) -> Result<Vec<PaymentEvent>, PaymentError> {
+        self.guard(PaymentAction::RequireConfirmation, self.status == PaymentStatus::Requested)?;
         self.move_to(PaymentStatus::ConfirmationRequired, now);
         Ok(vec![])
     }
@@ -144,22 +126,14 @@ impl Payment {
         reason: impl Into<String>,
         now: DateTime<Utc>,
     ) -> Result<Vec<PaymentEvent>, PaymentError> {
-        self.guard(
-            PaymentAction::Cancel,
-            self.status == PaymentStatus::Approved,
-        )?;
+        self.guard(PaymentAction::Cancel, self.status == PaymentStatus::Approved)?;
         self.move_to(PaymentStatus::Cancelled, now);
-        Ok(vec![PaymentEvent::Cancelled {
-            reason: reason.into(),
-        }])
+        Ok(vec![PaymentEvent::Cancelled { reason: reason.into() }])
     }
 
     /// The provider refunded an approved payment.
     pub fn refund(&mut self, now: DateTime<Utc>) -> Result<Vec<PaymentEvent>, PaymentError> {
-        self.guard(
-            PaymentAction::Refund,
-            self.status == PaymentStatus::Approved,
-        )?;
+        self.guard(PaymentAction::Refund, self.status == PaymentStatus::Approved)?;
         self.refund_failure_reason = None;
         self.move_to(PaymentStatus::Refunded, now);
         Ok(vec![PaymentEvent::Refunded])
@@ -171,10 +145,7 @@ impl Payment {
         reason: impl Into<String>,
         now: DateTime<Utc>,
     ) -> Result<Vec<PaymentEvent>, PaymentError> {
-        self.guard(
-            PaymentAction::RecordRefundFailure,
-            self.status == PaymentStatus::Approved,
-        )?;
+        self.guard(PaymentAction::RecordRefundFailure, self.status == PaymentStatus::Approved)?;
         let reason = reason.into();
         self.refund_failure_reason = Some(reason.clone());
         self.updated_at = now;
@@ -191,12 +162,8 @@ mod tests {
     }
 
     fn payment_in(status: PaymentStatus) -> Payment {
-        let mut p = Payment::request(
-            OrderId::new(),
-            1,
-            Money::new(100, "KRW".parse().unwrap()).unwrap(),
-            now(),
-        );
+        let mut p =
+            Payment::request(OrderId::new(), 1, Money::new(100, "KRW".parse().unwrap()).unwrap(), now());
         p.status = status;
         p
     }
@@ -213,9 +180,7 @@ mod tests {
             ("cancel", |p| p.cancel("x", now())),
             ("refund", |p| p.refund(now())),
             ("refund_failure", |p| p.record_refund_failure("x", now())),
-            ("reconcile_attempt", |p| {
-                p.record_reconcile_attempt(now(), now())
-            }),
+            ("reconcile_attempt", |p| p.record_reconcile_attempt(now(), now())),
         ];
         #[rustfmt::skip]
         let expected: [(PaymentStatus, [Option<PaymentStatus>; 7]); 6] = [

@@ -5,8 +5,5 @@ use super::status::{SettlementAction, SettlementStatus};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SettlementError {
     #[error("settlement cannot {action} from {from}")]
-    InvalidTransition {
-        from: SettlementStatus,
-        action: SettlementAction,
-    },
+    InvalidTransition { from: SettlementStatus, action: SettlementAction },
 }

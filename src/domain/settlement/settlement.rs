@@ -22,12 +22,7 @@ pub struct Settlement {
 }
 
 impl Settlement {
-    pub fn request(
-        order_id: OrderId,
-        payment_id: PaymentId,
-        amount: Money,
-        now: DateTime<Utc>,
-    ) -> Self {
+    pub fn request(order_id: OrderId, payment_id: PaymentId, amount: Money, now: DateTime<Utc>) -> Self {
         Settlement {
             id: SettlementId::new(),
             order_id,
@@ -45,10 +40,7 @@ impl Settlement {
         if self.status == SettlementStatus::Requested {
             Ok(())
         } else {
-            Err(SettlementError::InvalidTransition {
-                from: self.status,
-                action,
-            })
+            Err(SettlementError::InvalidTransition { from: self.status, action })
         }
     }
 
@@ -91,11 +83,9 @@ mod tests {
 
     #[test]
     fn transition_table() {
-        for (from, succeed, fail) in [
-            (Requested, Some(Succeeded), Some(Failed)),
-            (Succeeded, None, None),
-            (Failed, None, None),
-        ] {
+        for (from, succeed, fail) in
+            [(Requested, Some(Succeeded), Some(Failed)), (Succeeded, None, None), (Failed, None, None)]
+        {
             let mut s = in_status(from);
             match succeed {
                 Some(next) => {
@@ -104,10 +94,7 @@ mod tests {
                 }
                 None => assert_eq!(
                     s.succeed(now()),
-                    Err(SettlementError::InvalidTransition {
-                        from,
-                        action: SettlementAction::Succeed
-                    })
+                    Err(SettlementError::InvalidTransition { from, action: SettlementAction::Succeed })
                 ),
             }
             let mut s = in_status(from);
@@ -119,10 +106,7 @@ mod tests {
                 }
                 None => assert_eq!(
                     s.fail("x", now()),
-                    Err(SettlementError::InvalidTransition {
-                        from,
-                        action: SettlementAction::Fail
-                    })
+                    Err(SettlementError::InvalidTransition { from, action: SettlementAction::Fail })
                 ),
             }
         }

@@ -42,9 +42,7 @@ impl AmqpEndpoint {
     /// # Errors
     /// A description of what is wrong, without the URL's secrets.
     pub fn parse(url: &str) -> Result<AmqpEndpoint, String> {
-        let rest = url
-            .strip_prefix("amqp://")
-            .ok_or("broker.url must start with amqp://")?;
+        let rest = url.strip_prefix("amqp://").ok_or("broker.url must start with amqp://")?;
         let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
         let path = path.split('?').next().unwrap_or_default();
         let (credentials, hostport) = match authority.rsplit_once('@') {
@@ -59,28 +57,14 @@ impl AmqpEndpoint {
             None => ("guest".to_owned(), "guest".to_owned()),
         };
         let (host, port) = match hostport.rsplit_once(':') {
-            Some((h, p)) => (
-                h.to_owned(),
-                p.parse::<u16>()
-                    .map_err(|_| "broker.url has an invalid port")?,
-            ),
+            Some((h, p)) => (h.to_owned(), p.parse::<u16>().map_err(|_| "broker.url has an invalid port")?),
             None => (hostport.to_owned(), 5672),
         };
         if host.is_empty() {
             return Err("broker.url has no host".into());
         }
-        let vhost = if path.is_empty() {
-            "/".to_owned()
-        } else {
-            percent_decode(path)?
-        };
-        Ok(AmqpEndpoint {
-            host,
-            port,
-            user,
-            password,
-            vhost,
-        })
+        let vhost = if path.is_empty() { "/".to_owned() } else { percent_decode(path)? };
+        Ok(AmqpEndpoint { host, port, user, password, vhost })
     }
 
     pub fn vhost(&self) -> &str {
@@ -89,10 +73,7 @@ impl AmqpEndpoint {
 
     /// The same broker, another virtual host (tests isolate themselves this way).
     pub fn with_vhost(&self, vhost: &str) -> AmqpEndpoint {
-        AmqpEndpoint {
-            vhost: vhost.to_owned(),
-            ..self.clone()
-        }
+        AmqpEndpoint { vhost: vhost.to_owned(), ..self.clone() }
     }
 
     pub fn host_port(&self) -> (&str, u16) {
@@ -109,25 +90,15 @@ impl AmqpEndpoint {
 /// # Errors
 /// The broker cannot be reached or refuses the login; the message carries no secret.
 pub async fn connect(endpoint: &AmqpEndpoint, name: &str) -> Result<Connection, String> {
-    let mut args = OpenConnectionArguments::new(
-        &endpoint.host,
-        endpoint.port,
-        &endpoint.user,
-        &endpoint.password,
-    );
-    args.virtual_host(&endpoint.vhost)
-        .connection_name(name)
-        .heartbeat(30);
-    let connection =
-        tokio::time::timeout(std::time::Duration::from_secs(10), Connection::open(&args))
-            .await
-            .map_err(|_| format!("timed out connecting to {endpoint:?}"))?
-            .map_err(|e| {
-                format!(
-                    "cannot connect to {endpoint:?}: {}",
-                    redact(&e.to_string(), &endpoint.password)
-                )
-            })?;
+    let mut args =
+        OpenConnectionArguments::new(&endpoint.host, endpoint.port, &endpoint.user, &endpoint.password);
+    args.virtual_host(&endpoint.vhost).connection_name(name).heartbeat(30);
+    let connection = tokio::time::timeout(std::time::Duration::from_secs(10), Connection::open(&args))
+        .await
+        .map_err(|_| format!("timed out connecting to {endpoint:?}"))?
+        .map_err(|e| {
+            format!("cannot connect to {endpoint:?}: {}", redact(&e.to_string(), &endpoint.password))
+        })?;
     connection
         .register_callback(LoggingConnectionCallback)
         .await
@@ -136,11 +107,7 @@ pub async fn connect(endpoint: &AmqpEndpoint, name: &str) -> Result<Connection, 
 }
 
 fn redact(message: &str, secret: &str) -> String {
-    if secret.is_empty() {
-        message.to_owned()
-    } else {
-        message.replace(secret, "***")
-    }
+    if secret.is_empty() { message.to_owned() } else { message.replace(secret, "***") }
 }
 
 struct LoggingConnectionCallback;
@@ -161,10 +128,7 @@ impl amqprs::callbacks::ConnectionCallback for LoggingConnectionCallback {
     }
 
     async fn unblocked(&mut self, connection: &Connection) {
-        tracing::info!(
-            connection = connection.connection_name(),
-            "broker unblocked the connection"
-        );
+        tracing::info!(connection = connection.connection_name(), "broker unblocked the connection");
     }
 
     async fn secret_updated(&mut self, _connection: &Connection) {}
@@ -178,20 +142,11 @@ mod tests {
     fn urls_parse_with_percent_encoded_vhosts_and_defaults() {
         let e = AmqpEndpoint::parse("amqp://guest:p%40ss@127.0.0.1:5673/%2f").unwrap();
         assert_eq!(
-            (
-                e.host.as_str(),
-                e.port,
-                e.user.as_str(),
-                e.password.as_str(),
-                e.vhost.as_str()
-            ),
+            (e.host.as_str(), e.port, e.user.as_str(), e.password.as_str(), e.vhost.as_str()),
             ("127.0.0.1", 5673, "guest", "p@ss", "/")
         );
         let e = AmqpEndpoint::parse("amqp://localhost").unwrap();
-        assert_eq!(
-            (e.port, e.vhost.as_str(), e.user.as_str()),
-            (5672, "/", "guest")
-        );
+        assert_eq!((e.port, e.vhost.as_str(), e.user.as_str()), (5672, "/", "guest"));
         let e = AmqpEndpoint::parse("amqp://u:p@h/orders").unwrap();
         assert_eq!(e.vhost, "orders");
         assert!(!format!("{e:?}").contains('p') || !format!("{e:?}").contains(":p@"));

@@ -68,15 +68,11 @@ impl Kind {
 }
 
 fn name(text: &str) -> Result<amqprs::FieldName, String> {
-    text.try_into()
-        .map_err(|_| format!("invalid field name {text}"))
+    text.try_into().map_err(|_| format!("invalid field name {text}"))
 }
 
 fn long_str(text: &str) -> Result<FieldValue, String> {
-    Ok(FieldValue::S(
-        text.try_into()
-            .map_err(|_| format!("invalid value {text}"))?,
-    ))
+    Ok(FieldValue::S(text.try_into().map_err(|_| format!("invalid value {text}"))?))
 }
 
 /// Declares (idempotently) the meeting exchange, the dead-letter exchange, and each
@@ -85,19 +81,9 @@ fn long_str(text: &str) -> Result<FieldValue, String> {
 /// # Errors
 /// The broker refused a declaration (e.g. an existing queue with other arguments).
 pub async fn declare_topology(channel: &Channel, t: &MeetingTopology) -> Result<(), String> {
-    let declare_exchange = |name: &str| {
-        ExchangeDeclareArguments::new(name, "topic")
-            .durable(true)
-            .finish()
-    };
-    channel
-        .exchange_declare(declare_exchange(&t.exchange))
-        .await
-        .map_err(|e| e.to_string())?;
-    channel
-        .exchange_declare(declare_exchange(&t.dead_letter_exchange))
-        .await
-        .map_err(|e| e.to_string())?;
+    let declare_exchange = |name: &str| ExchangeDeclareArguments::new(name, "topic").durable(true).finish();
+    channel.exchange_declare(declare_exchange(&t.exchange)).await.map_err(|e| e.to_string())?;
+    channel.exchange_declare(declare_exchange(&t.dead_letter_exchange)).await.map_err(|e| e.to_string())?;
     for (queue, routing_key) in [
         (&t.register_queue, "meeting.participant.registered"),
         (&t.cancel_queue, "meeting.participant.cancelled"),
@@ -106,43 +92,23 @@ pub async fn declare_topology(channel: &Channel, t: &MeetingTopology) -> Result<
         let dlq = format!("{queue}.dlq");
         let mut dlq_args = FieldTable::new();
         let mut args = FieldTable::new();
-        args.insert(
-            name("x-dead-letter-exchange")?,
-            long_str(&t.dead_letter_exchange)?,
-        );
+        args.insert(name("x-dead-letter-exchange")?, long_str(&t.dead_letter_exchange)?);
         args.insert(name("x-dead-letter-routing-key")?, long_str(queue)?);
         if t.queue_type == QueueType::Quorum {
             args.insert(name("x-queue-type")?, long_str("quorum")?);
-            args.insert(
-                name("x-delivery-limit")?,
-                FieldValue::l(i64::from(t.delivery_limit)),
-            );
+            args.insert(name("x-delivery-limit")?, FieldValue::l(i64::from(t.delivery_limit)));
             dlq_args.insert(name("x-queue-type")?, long_str("quorum")?);
         }
         channel
-            .queue_declare(
-                QueueDeclareArguments::new(&dlq)
-                    .durable(true)
-                    .arguments(dlq_args)
-                    .finish(),
-            )
+            .queue_declare(QueueDeclareArguments::new(&dlq).durable(true).arguments(dlq_args).finish())
             .await
             .map_err(|e| format!("declare {dlq}: {e}"))?;
         channel
-            .queue_bind(QueueBindArguments::new(
-                &dlq,
-                &t.dead_letter_exchange,
-                queue,
-            ))
+            .queue_bind(QueueBindArguments::new(&dlq, &t.dead_letter_exchange, queue))
             .await
             .map_err(|e| format!("bind {dlq}: {e}"))?;
         channel
-            .queue_declare(
-                QueueDeclareArguments::new(queue)
-                    .durable(true)
-                    .arguments(args)
-                    .finish(),
-            )
+            .queue_declare(QueueDeclareArguments::new(queue).durable(true).arguments(args).finish())
             .await
             .map_err(|e| format!("declare {queue}: {e}"))?;
         channel
@@ -198,10 +164,7 @@ fn field(name: &str, value: &str, max: usize) -> Result<(), String> {
 
 fn decode(kind: Kind, body: &[u8]) -> Result<Inbound, String> {
     if body.len() > MAX_MESSAGE {
-        return Err(format!(
-            "body of {} bytes exceeds {MAX_MESSAGE}",
-            body.len()
-        ));
+        return Err(format!("body of {} bytes exceeds {MAX_MESSAGE}", body.len()));
     }
     let json = |e: serde_json::Error| format!("not a valid {} message: {e}", kind.label());
     Ok(match kind {
@@ -237,10 +200,7 @@ fn decode(kind: Kind, body: &[u8]) -> Result<Inbound, String> {
             let w: DeletedWire = serde_json::from_slice(body).map_err(json)?;
             field("eventId", &w.event_id, 128)?;
             field("meetingId", &w.meeting_id, 64)?;
-            Inbound::Deleted(MeetingDeleted {
-                event_id: w.event_id,
-                meeting_id: w.meeting_id,
-            })
+            Inbound::Deleted(MeetingDeleted { event_id: w.event_id, meeting_id: w.meeting_id })
         }
     })
 }
@@ -266,16 +226,8 @@ enum Verdict {
 }
 
 impl MeetingConsumers {
-    pub fn new(
-        endpoint: AmqpEndpoint,
-        settings: ConsumerSettings,
-        events: Arc<MeetingEvents>,
-    ) -> Self {
-        MeetingConsumers {
-            endpoint,
-            settings,
-            events,
-        }
+    pub fn new(endpoint: AmqpEndpoint, settings: ConsumerSettings, events: Arc<MeetingEvents>) -> Self {
+        MeetingConsumers { endpoint, settings, events }
     }
 
     /// Consumes until `stop`; deliveries in progress finish (bounded) before it returns.
@@ -301,10 +253,7 @@ impl MeetingConsumers {
 
     async fn session(self: &Arc<Self>, stop: &CancellationToken) -> Result<(), String> {
         let connection = connect(&self.endpoint, "orchestrator-consumers").await?;
-        let setup = connection
-            .open_channel(None)
-            .await
-            .map_err(|e| e.to_string())?;
+        let setup = connection.open_channel(None).await.map_err(|e| e.to_string())?;
         declare_topology(&setup, &self.settings.topology).await?;
         let _ = setup.close().await;
         let t = &self.settings.topology;
@@ -315,20 +264,13 @@ impl MeetingConsumers {
             (Kind::Cancel, &t.cancel_queue),
             (Kind::Deleted, &t.deleted_queue),
         ] {
-            let channel = connection
-                .open_channel(None)
-                .await
-                .map_err(|e| e.to_string())?;
+            let channel = connection.open_channel(None).await.map_err(|e| e.to_string())?;
             channel
                 .basic_qos(BasicQosArguments::new(0, self.settings.prefetch, false))
                 .await
                 .map_err(|e| e.to_string())?;
             let (_, mut rx) = channel
-                .basic_consume_rx(
-                    BasicConsumeArguments::new(queue, kind.label())
-                        .manual_ack(true)
-                        .finish(),
-                )
+                .basic_consume_rx(BasicConsumeArguments::new(queue, kind.label()).manual_ack(true).finish())
                 .await
                 .map_err(|e| format!("consume {queue}: {e}"))?;
             let this = self.clone();
@@ -375,21 +317,20 @@ impl MeetingConsumers {
         // run it in its own task and dead-letter the message if it panics.
         let this = self.clone();
         let outcome = tokio::spawn(async move { this.process(kind, &props, &content).await }).await;
-        let verdict = outcome.unwrap_or_else(|panic| {
-            Verdict::Reject("panicked", format!("processing panicked: {panic}"))
-        });
+        let verdict = outcome
+            .unwrap_or_else(|panic| Verdict::Reject("panicked", format!("processing panicked: {panic}")));
         let queue = kind.label();
         let result = match verdict {
             Verdict::Ack(outcome) => {
-                metrics::counter!("consumer_messages_total", "consumer" => queue, "outcome" => outcome).increment(1);
+                metrics::counter!("consumer_messages_total", "consumer" => queue, "outcome" => outcome)
+                    .increment(1);
                 channel.basic_ack(BasicAckArguments::new(tag, false)).await
             }
             Verdict::Reject(outcome, why) => {
                 tracing::warn!(consumer = queue, %why, "message dead-lettered");
-                metrics::counter!("consumer_messages_total", "consumer" => queue, "outcome" => outcome).increment(1);
-                channel
-                    .basic_nack(BasicNackArguments::new(tag, false, false))
-                    .await
+                metrics::counter!("consumer_messages_total", "consumer" => queue, "outcome" => outcome)
+                    .increment(1);
+                channel.basic_nack(BasicNackArguments::new(tag, false, false)).await
             }
         };
         if let Err(e) = result {
@@ -399,20 +340,12 @@ impl MeetingConsumers {
         }
     }
 
-    async fn process(
-        &self,
-        kind: Kind,
-        props: &amqprs::BasicProperties,
-        content: &[u8],
-    ) -> Verdict {
+    async fn process(&self, kind: Kind, props: &amqprs::BasicProperties, content: &[u8]) -> Verdict {
         let inbound = match decode(kind, content) {
             Ok(m) => m,
             Err(why) => return Verdict::Reject("malformed", why),
         };
-        let scenario = match (
-            self.settings.honour_mock_scenario,
-            header(props, "x-mock-scenario"),
-        ) {
+        let scenario = match (self.settings.honour_mock_scenario, header(props, "x-mock-scenario")) {
             (true, Some(text)) => match Scenario::parse(&text) {
                 Ok(s) => s,
                 Err(e) => return Verdict::Reject("malformed", format!("x-mock-scenario: {e}")),
@@ -424,9 +357,7 @@ impl MeetingConsumers {
         loop {
             let result = match inbound.clone() {
                 Inbound::Register(m) => {
-                    self.events
-                        .participant_registered(m, scenario, correlation_id.clone())
-                        .await
+                    self.events.participant_registered(m, scenario, correlation_id.clone()).await
                 }
                 Inbound::Cancel(m) => self.events.participant_cancelled(m, scenario).await,
                 Inbound::Deleted(m) => self.events.meeting_deleted(m, scenario).await,
@@ -465,16 +396,20 @@ mod tests {
 
     #[test]
     fn messages_decode_or_name_what_is_wrong() {
-        let ok = br#"{"eventId":"e1","meetingId":"m1","userId":"u1","amount":5000,"currency":"KRW","extra":true}"#;
-        assert!(matches!(
-            decode(Kind::Register, ok),
-            Ok(Inbound::Register(_))
-        ));
+        let ok =
+            br#"{"eventId":"e1","meetingId":"m1","userId":"u1","amount":5000,"currency":"KRW","extra":true}"#;
+        assert!(matches!(decode(Kind::Register, ok), Ok(Inbound::Register(_))));
         for (kind, bad) in [
-            (Kind::Register, &br#"{"eventId":"e1","meetingId":"m1","userId":"u1","amount":"5000","currency":"KRW"}"#[..]),
+            (
+                Kind::Register,
+                &br#"{"eventId":"e1","meetingId":"m1","userId":"u1","amount":"5000","currency":"KRW"}"#[..],
+            ),
             (Kind::Register, br#"{"eventId":"e1","meetingId":"m1","userId":"u1","currency":"KRW"}"#),
             (Kind::Register, br#"{"eventId":"","meetingId":"m1","userId":"u1","amount":1,"currency":"KRW"}"#),
-            (Kind::Register, br#"{"eventId":"e","meetingId":"m1","userId":"u1","amount":-1,"currency":"KRW"}"#),
+            (
+                Kind::Register,
+                br#"{"eventId":"e","meetingId":"m1","userId":"u1","amount":-1,"currency":"KRW"}"#,
+            ),
             (Kind::Cancel, br#"{"eventId":"e1","meetingId":"m1","userId":"u1","refundRequired":"yes"}"#),
             (Kind::Deleted, b"not json"),
             (Kind::Deleted, br#"[]"#),

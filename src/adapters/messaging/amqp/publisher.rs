@@ -14,9 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use amqprs::channel::{
-    BasicPublishArguments, Channel, ConfirmSelectArguments, ExchangeDeclareArguments,
-};
+use amqprs::channel::{BasicPublishArguments, Channel, ConfirmSelectArguments, ExchangeDeclareArguments};
 use amqprs::connection::Connection;
 use amqprs::{Ack, BasicProperties, Cancel, CloseChannel, Nack, Return};
 use async_trait::async_trait;
@@ -72,11 +70,8 @@ impl Confirms {
 
     fn settle(&self, tag: u64, multiple: bool, nack: bool) {
         let mut table = self.table();
-        let tags: Vec<u64> = if multiple {
-            table.pending.range(..=tag).map(|(t, _)| *t).collect()
-        } else {
-            vec![tag]
-        };
+        let tags: Vec<u64> =
+            if multiple { table.pending.range(..=tag).map(|(t, _)| *t).collect() } else { vec![tag] };
         for tag in tags {
             if let Some(p) = table.pending.remove(&tag) {
                 let returned = table.returned.remove(&p.message_id);
@@ -102,29 +97,17 @@ struct ConfirmCallback(Arc<Confirms>);
 
 #[async_trait]
 impl amqprs::callbacks::ChannelCallback for ConfirmCallback {
-    async fn close(
-        &mut self,
-        _channel: &Channel,
-        close: CloseChannel,
-    ) -> Result<(), amqprs::error::Error> {
+    async fn close(&mut self, _channel: &Channel, close: CloseChannel) -> Result<(), amqprs::error::Error> {
         tracing::warn!(reason = %close, "broker closed the publishing channel");
         self.0.fail_all();
         Ok(())
     }
 
-    async fn cancel(
-        &mut self,
-        _channel: &Channel,
-        _cancel: Cancel,
-    ) -> Result<(), amqprs::error::Error> {
+    async fn cancel(&mut self, _channel: &Channel, _cancel: Cancel) -> Result<(), amqprs::error::Error> {
         Ok(())
     }
 
-    async fn flow(
-        &mut self,
-        _channel: &Channel,
-        active: bool,
-    ) -> Result<bool, amqprs::error::Error> {
+    async fn flow(&mut self, _channel: &Channel, active: bool) -> Result<bool, amqprs::error::Error> {
         tracing::warn!(active, "broker flow control on the publishing channel");
         Ok(true)
     }
@@ -174,27 +157,18 @@ pub struct AmqpEventPublisher {
 }
 
 fn failed(code: FailureCode, reason: impl Into<String>) -> PublishOutcome {
-    PublishOutcome::Failed {
-        code,
-        reason: reason.into(),
-    }
+    PublishOutcome::Failed { code, reason: reason.into() }
 }
 
 impl AmqpEventPublisher {
     pub fn new(endpoint: AmqpEndpoint, settings: AmqpPublisherSettings) -> Self {
-        AmqpEventPublisher {
-            endpoint,
-            settings,
-            link: tokio::sync::Mutex::new(None),
-        }
+        AmqpEventPublisher { endpoint, settings, link: tokio::sync::Mutex::new(None) }
     }
 
     async fn open(&self) -> Result<Link, String> {
         let connection = connect(&self.endpoint, &self.settings.connection_name).await?;
-        let channel = connection
-            .open_channel(None)
-            .await
-            .map_err(|e| format!("cannot open a channel: {e}"))?;
+        let channel =
+            connection.open_channel(None).await.map_err(|e| format!("cannot open a channel: {e}"))?;
         let confirms = Arc::new(Confirms::default());
         channel
             .register_callback(ConfirmCallback(confirms.clone()))
@@ -202,9 +176,7 @@ impl AmqpEventPublisher {
             .map_err(|e| format!("cannot register the confirm callback: {e}"))?;
         channel
             .exchange_declare(
-                ExchangeDeclareArguments::new(&self.settings.exchange, "topic")
-                    .durable(true)
-                    .finish(),
+                ExchangeDeclareArguments::new(&self.settings.exchange, "topic").durable(true).finish(),
             )
             .await
             .map_err(|e| format!("cannot declare exchange {}: {e}", self.settings.exchange))?;
@@ -295,12 +267,7 @@ impl EventPublisher for AmqpEventPublisher {
                 )));
                 continue;
             }
-            let permit = match tokio::time::timeout_at(
-                deadline,
-                link.window.clone().acquire_owned(),
-            )
-            .await
-            {
+            let permit = match tokio::time::timeout_at(deadline, link.window.clone().acquire_owned()).await {
                 Ok(Ok(permit)) => permit,
                 _ => {
                     waiting.push(Err(failed(
@@ -314,33 +281,19 @@ impl EventPublisher for AmqpEventPublisher {
             let tag = link.next_tag;
             let (done, verdict) = oneshot::channel();
             let message_id = record.event_id.to_string();
-            link.confirms.table().pending.insert(
-                tag,
-                Pending {
-                    message_id,
-                    done,
-                    _permit: permit,
-                },
-            );
+            link.confirms.table().pending.insert(tag, Pending { message_id, done, _permit: permit });
             let args = BasicPublishArguments::new(&self.settings.exchange, &record.routing_key)
                 .mandatory(true)
                 .finish();
             let sent = link
                 .channel
-                .basic_publish(
-                    Self::properties(record),
-                    record.payload.as_bytes().to_vec(),
-                    args,
-                )
+                .basic_publish(Self::properties(record), record.payload.as_bytes().to_vec(), args)
                 .await;
             match sent {
                 Ok(()) => waiting.push(Ok((tag, verdict))),
                 Err(e) => {
                     link.confirms.table().pending.remove(&tag);
-                    waiting.push(Err(failed(
-                        FailureCode::ConnectionLost,
-                        format!("publish failed: {e}"),
-                    )));
+                    waiting.push(Err(failed(FailureCode::ConnectionLost, format!("publish failed: {e}"))));
                     broken = true;
                 }
             }
@@ -356,17 +309,11 @@ impl EventPublisher for AmqpEventPublisher {
                         if self.settings.unroutable_ok.contains(&record.event_type) {
                             PublishOutcome::Confirmed
                         } else {
-                            failed(
-                                FailureCode::Unroutable,
-                                format!("returned by the broker: {reply}"),
-                            )
+                            failed(FailureCode::Unroutable, format!("returned by the broker: {reply}"))
                         }
                     }
                     Ok(Ok(Verdict::Nacked)) => failed(FailureCode::Nacked, "nacked by the broker"),
-                    Ok(Err(_)) => failed(
-                        FailureCode::ConnectionLost,
-                        "connection lost before the confirm",
-                    ),
+                    Ok(Err(_)) => failed(FailureCode::ConnectionLost, "connection lost before the confirm"),
                     Err(_) => {
                         timed_out.push(tag);
                         failed(FailureCode::ConfirmTimeout, "no confirm within the timeout")
