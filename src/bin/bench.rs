@@ -58,6 +58,26 @@ enum Scenario {
         #[arg(long, default_value_t = 256)]
         batch: usize,
     },
+    /// HTTP `POST /api/orders` at rising concurrency, then at half of saturation; baseline
+    /// pgbench (TPC-B-like) on the same server.
+    Orders {
+        /// Concurrency levels, comma-separated.
+        #[arg(long, default_value = "1,4,16,64")]
+        levels: String,
+        /// Seconds per level.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+    },
+    /// Drain rate with a large backlog against a small one, the claim's plan, and the peak
+    /// RSS of an `app worker` process (needs `cargo build --release` for `app`).
+    Backlog {
+        #[arg(long, default_value_t = 1_000_000)]
+        big: usize,
+        #[arg(long, default_value_t = 10_000)]
+        small: usize,
+        #[arg(long, default_value_t = 1024)]
+        batch: usize,
+    },
     /// Commit-to-confirm and commit-to-consume latency at a steady commit rate.
     Latency {
         /// Commits (one event each) per second.
@@ -445,6 +465,247 @@ async fn latency_scenario(rate: u32, seconds: u64) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// Runs pgbench's built-in TPC-B-like script against a scratch database; returns tps.
+fn pgbench_tps(seconds: u64) -> Result<f64, BoxError> {
+    let base = admin_url();
+    let server = base.rsplit_once('/').map_or(base.as_str(), |(s, _)| s).to_owned();
+    let name = format!("bench_pgbench_{}", uuid::Uuid::new_v4().simple());
+    let url = format!("{server}/{name}");
+    let run = |args: &[&str], db: &str| -> Result<String, BoxError> {
+        let out = std::process::Command::new(args[0]).args(&args[1..]).arg(db).output()?;
+        if !out.status.success() {
+            return Err(format!("{} failed: {}", args[0], String::from_utf8_lossy(&out.stderr)).into());
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    run(&["psql", "-q", "-c", &format!("CREATE DATABASE {name}")], &base)?;
+    let result = (|| {
+        run(&["pgbench", "-i", "-q", "-s", "10"], &url)?;
+        let secs = seconds.to_string();
+        let text = run(&["pgbench", "-c", "8", "-j", "2", "-T", &secs], &url)?;
+        text.lines()
+            .find(|l| l.starts_with("tps = "))
+            .and_then(|l| l.trim_start_matches("tps = ").split_whitespace().next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .ok_or_else(|| BoxError::from("no tps in pgbench output"))
+    })();
+    let _ = run(&["psql", "-q", "-c", &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")], &base);
+    result
+}
+
+async fn orders_scenario(levels: &str, seconds: u64) -> Result<(), BoxError> {
+    let fixture = Fixture::create().await?;
+    let settings = fixture.settings(&[("APP__BROKER__KIND", "log"), ("APP__LOG__FORMAT", "json")])?;
+    let app = startup::Application::build(settings).await.map_err(|e| e.to_string())?;
+    let port = app.port();
+    let token = app.services().jwt.mint("bench-customer", &[], Duration::from_secs(3600))?;
+    tokio::spawn(app.run_until_stopped(std::future::pending()));
+    let client = reqwest::Client::builder().pool_max_idle_per_host(256).build()?;
+    let url = format!("http://127.0.0.1:{port}/api/orders");
+    let body =
+        json!({ "currency": "KRW", "items": [{ "sku": "TICKET-STD", "quantity": 2, "unitPrice": 15000 }] });
+    let one = |client: reqwest::Client, url: String, token: String, body: serde_json::Value| async move {
+        let started = Instant::now();
+        let ok = client
+            .post(&url)
+            .bearer_auth(&token)
+            .json(&body)
+            .send()
+            .await
+            .map(|r| r.status() == reqwest::StatusCode::CREATED)
+            .unwrap_or(false);
+        (ok, started.elapsed().as_secs_f64() * 1000.0)
+    };
+    // Warm up connections and caches.
+    for _ in 0..50 {
+        one(client.clone(), url.clone(), token.clone(), body.clone()).await;
+    }
+    println!("orders: POST /api/orders on PostgreSQL, mock providers, {seconds}s per level");
+    println!("| concurrency | orders/s | p50 ms | p99 ms | errors |\n|---:|---:|---:|---:|---:|");
+    let mut results = Vec::new();
+    let mut saturation = 0.0f64;
+    for c in levels.split(',').filter_map(|c| c.trim().parse::<usize>().ok()) {
+        let deadline = Instant::now() + Duration::from_secs(seconds);
+        let mut tasks = Vec::new();
+        for _ in 0..c {
+            let (client, url, token, body) = (client.clone(), url.clone(), token.clone(), body.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut samples = Vec::new();
+                let mut errors = 0;
+                while Instant::now() < deadline {
+                    let (ok, ms) = one(client.clone(), url.clone(), token.clone(), body.clone()).await;
+                    if ok { samples.push(ms) } else { errors += 1 }
+                }
+                (samples, errors)
+            }));
+        }
+        let (mut all, mut errors) = (Vec::new(), 0);
+        for t in tasks {
+            let (s, e) = t.await?;
+            all.extend(s);
+            errors += e;
+        }
+        all.sort_by(f64::total_cmp);
+        let rate = all.len() as f64 / seconds as f64;
+        saturation = saturation.max(rate);
+        println!(
+            "| {c} | {rate:.0} | {:.1} | {:.1} | {errors} |",
+            percentile(&all, 50.0),
+            percentile(&all, 99.0)
+        );
+        results.push(json!({ "concurrency": c, "ordersPerSecond": rate, "p50": percentile(&all, 50.0), "p99": percentile(&all, 99.0), "errors": errors }));
+    }
+    // Open loop at half of saturation: latency when not overloaded.
+    let target = (saturation / 2.0).max(1.0);
+    let interval = Duration::from_secs_f64(1.0 / target);
+    let samples: Arc<Mutex<Vec<f64>>> = Arc::default();
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let mut handles = Vec::new();
+    while Instant::now() < deadline {
+        tick.tick().await;
+        let (client, url, token, body, samples) =
+            (client.clone(), url.clone(), token.clone(), body.clone(), samples.clone());
+        handles.push(tokio::spawn(async move {
+            let (ok, ms) = one(client, url, token, body).await;
+            if ok {
+                samples.lock().unwrap_or_else(|e| e.into_inner()).push(ms);
+            }
+        }));
+    }
+    for h in handles {
+        h.await?;
+    }
+    let mut half = samples.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    half.sort_by(f64::total_cmp);
+    println!(
+        "| open loop at {target:.0}/s (50 % of saturation) | {:.0} | {:.1} | {:.1} | |",
+        half.len() as f64 / seconds as f64,
+        percentile(&half, 50.0),
+        percentile(&half, 99.0)
+    );
+    let tps = pgbench_tps(seconds)?;
+    println!(
+        "\npgbench (TPC-B-like, scale 10, 8 clients, {seconds}s): {tps:.0} tps; saturation {saturation:.0} orders/s = {:.3} orders per pgbench transaction",
+        saturation / tps
+    );
+    write_json(
+        "orders",
+        &json!({
+            "levels": results, "saturation": saturation,
+            "halfSaturation": { "rate": target, "p50": percentile(&half, 50.0), "p99": percentile(&half, 99.0) },
+            "pgbenchTps": tps, "ordersPerPgbenchTps": saturation / tps,
+        }),
+    )?;
+    fixture.drop_all().await;
+    Ok(())
+}
+
+/// Seeds `n` READY rows straight in SQL (the fast way to build a large backlog).
+async fn seed_sql(db: &DatabaseConnection, n: usize) -> Result<(), BoxError> {
+    let payload = envelope(EventId::new(), "backlog").replace('\'', "''");
+    let mut done = 0;
+    while done < n {
+        let chunk = (n - done).min(100_000);
+        db.execute_unprepared(&format!(
+            "INSERT INTO outbox_events (event_id, aggregate_type, aggregate_id, event_type, routing_key, payload, \
+               status, retry_count, created_at, version) \
+             SELECT gen_random_uuid(), 'order', 'agg-' || g, 'order.completed', 'order.completed', '{payload}', \
+               'READY', 0, now(), 1 FROM generate_series({}, {}) g",
+            done + 1,
+            done + chunk
+        ))
+        .await?;
+        done += chunk;
+    }
+    db.execute_unprepared("ANALYZE outbox_events").await?;
+    Ok(())
+}
+
+fn rss_kb(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+async fn backlog_scenario(big: usize, small: usize, batch: usize) -> Result<(), BoxError> {
+    let fixture = Fixture::create().await?;
+    let app_bin = std::env::current_exe()?.with_file_name("app");
+    if !app_bin.exists() {
+        return Err(format!("{} not found: run `cargo build --release` first", app_bin.display()).into());
+    }
+    println!("backlog: drain by one `app worker` process, batch {batch}");
+    println!("| backlog | events/s | peak RSS of the worker |\n|---:|---:|---:|");
+    let mut results = Vec::new();
+    let mut plan = String::new();
+    for n in [small, big] {
+        fixture.reset().await?;
+        seed_sql(&fixture.db, n).await?;
+        let explain = fixture
+            .db
+            .query_all_raw(Statement::from_string(
+                fixture.db.get_database_backend(),
+                format!(
+                    "EXPLAIN SELECT o.id FROM outbox_events o WHERE o.status IN ('READY', 'RETRY_WAIT') \
+                       AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now()) \
+                       AND NOT EXISTS (SELECT 1 FROM outbox_events p WHERE p.aggregate_type = o.aggregate_type \
+                         AND p.aggregate_id = o.aggregate_id AND p.id < o.id \
+                         AND p.status IN ('READY', 'PROCESSING', 'RETRY_WAIT', 'DEAD_LETTER')) \
+                     ORDER BY o.id LIMIT {batch} FOR UPDATE SKIP LOCKED"
+                ),
+            ))
+            .await?;
+        plan = explain
+            .iter()
+            .filter_map(|r| r.try_get::<String>("", "QUERY PLAN").ok())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let settings_env = [
+            ("APP__DATABASE__URL", fixture.db_url.clone()),
+            ("APP__BROKER__URL", amqp_url()),
+            ("APP__BROKER__EXCHANGE", fixture.exchange.clone()),
+            ("APP__HTTP__BIND", format!("127.0.0.1:{port}")),
+            ("APP__OUTBOX__BATCH_SIZE", batch.to_string()),
+            ("APP__NOTIFICATION__RETRY__ENABLED", "false".into()),
+            (
+                "APP__AUTH__KEYS",
+                r#"[{"kid":"bench","algorithm":"HS256","secret":"bench-secret-bench-secret-bench-secret"}]"#
+                    .into(),
+            ),
+            ("RUST_LOG", "warn".into()),
+        ];
+        let mut child = std::process::Command::new(&app_bin)
+            .arg("worker")
+            .envs(settings_env)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()?;
+        let started = Instant::now();
+        let mut peak = 0;
+        while fixture.published().await? < n as i64 {
+            peak = peak.max(rss_kb(child.id(), "VmRSS:"));
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let rate = n as f64 / started.elapsed().as_secs_f64();
+        peak = peak.max(rss_kb(child.id(), "VmHWM:"));
+        let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        let _ = child.wait();
+        println!("| {n} | {rate:.0} | {:.1} MB |", peak as f64 / 1024.0);
+        results.push(json!({ "backlog": n, "eventsPerSecond": rate, "peakRssKb": peak }));
+    }
+    let ratio = results[1]["eventsPerSecond"].as_f64().unwrap_or(0.0)
+        / results[0]["eventsPerSecond"].as_f64().unwrap_or(1.0);
+    println!("\nrate at {big} / rate at {small}: {ratio:.2}\n\nclaim plan at {big} rows:\n{plan}");
+    write_json("backlog", &json!({ "results": results, "ratio": ratio, "plan": plan }))?;
+    fixture.drop_all().await;
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let cli = Cli::parse();
@@ -453,5 +714,7 @@ async fn main() -> Result<(), BoxError> {
             relay_scenario(events, &workers, window, batch).await
         }
         Scenario::Latency { rate, seconds } => latency_scenario(rate, seconds).await,
+        Scenario::Orders { levels, seconds } => orders_scenario(&levels, seconds).await,
+        Scenario::Backlog { big, small, batch } => backlog_scenario(big, small, batch).await,
     }
 }

@@ -46,6 +46,9 @@ async fn happy_path_completes_the_order(backend: Backend) {
     let id = detail["id"].as_str().unwrap();
     assert_eq!(outbox_event_types(&app, id).await, vec!["payment.approved", "order.completed"]);
 
+    // The run gave its saga lease back (in its last commit).
+    let leased = crate::helpers::count_where(&app.db, "orders", "saga_locked_by IS NOT NULL").await;
+    assert_eq!(leased, 0, "no saga lease left behind");
     // GET answers the same shape and content.
     let fetched =
         json(app.get(&format!("/api/orders/{id}"), &token).send().await.unwrap(), StatusCode::OK).await;

@@ -52,8 +52,25 @@ async fn apply(txn: &DatabaseTransaction, changes: Changes) -> Result<(), RepoEr
     // Conditional updates first: a lost race is found before anything is inserted, and on
     // PostgreSQL the row lock they take serialises writers of the same order.
     for order in &changes.orders {
-        let result = orders::Entity::update_many()
-            .set(order_to_row(order, None))
+        let mut update = orders::Entity::update_many().set(order_to_row(order, None));
+        if let Some(owner) = &changes.release_saga {
+            use sea_orm::sea_query::{Expr, ExprTrait};
+            let ours = Expr::col(orders::Column::SagaLockedBy).eq(owner.as_str());
+            update = update
+                .col_expr(
+                    orders::Column::SagaLockedUntil,
+                    Expr::case(ours.clone(), Expr::value(Option::<DateTime<Utc>>::None))
+                        .finally(Expr::col(orders::Column::SagaLockedUntil))
+                        .into(),
+                )
+                .col_expr(
+                    orders::Column::SagaLockedBy,
+                    Expr::case(ours, Expr::value(Option::<String>::None))
+                        .finally(Expr::col(orders::Column::SagaLockedBy))
+                        .into(),
+                );
+        }
+        let result = update
             .filter(orders::Column::Id.eq(order.id.as_uuid()))
             .filter(orders::Column::Version.eq(order.version))
             .exec(txn)

@@ -79,6 +79,42 @@ enum Progress {
     Reload,
 }
 
+/// One run of an order's saga: the lease it holds (if any), and whether a commit of this
+/// run already gave the lease back.
+struct Run<'a> {
+    owner: Option<&'a str>,
+    released: std::sync::atomic::AtomicBool,
+}
+
+impl<'a> Run<'a> {
+    fn new(owner: Option<&'a str>) -> Self {
+        Run { owner, released: std::sync::atomic::AtomicBool::new(false) }
+    }
+
+    fn released(&self) -> bool {
+        self.released.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// When the state a step commits leaves nothing more for this run to do, the same
+    /// commit gives the lease back — one write fewer per order.
+    fn release_if_final(
+        &self,
+        changes: &mut Changes,
+        order: &Order,
+        payment: Option<&Payment>,
+        settlement: Option<&Settlement>,
+        notification: Option<&Notification>,
+    ) {
+        let finished = matches!(
+            next_action(order, payment, settlement, notification),
+            NextAction::Done | NextAction::AwaitConfirmation | NextAction::AwaitRetryOrOperator
+        );
+        if let (true, Some(owner)) = (finished, self.owner) {
+            changes.release_saga = Some(owner.to_owned());
+        }
+    }
+}
+
 pub struct Orchestrator {
     orders: Arc<dyn OrderRepository>,
     uow: Arc<dyn UnitOfWork>,
@@ -231,8 +267,11 @@ impl Orchestrator {
         lease: SagaLease,
     ) -> Result<OrderRecord, AppError> {
         let id = record.order.id;
-        let result = self.drive(record, actor).await;
-        if let Err(err) = self.orders.release_saga(id, &lease.owner).await {
+        let run = Run::new(Some(&lease.owner));
+        let result = self.drive_run(record, actor, &run).await;
+        if !run.released()
+            && let Err(err) = self.orders.release_saga(id, &lease.owner).await
+        {
             // Not fatal: the lease runs out by itself.
             tracing::warn!(order = %id, error = %err, "could not release the saga lease");
         }
@@ -253,6 +292,16 @@ impl Orchestrator {
         self.orders.get(order_id).await?.ok_or(AppError::NotFound("order"))
     }
 
+    /// Commits a step of `run`, noting when the commit gave the lease back.
+    async fn commit_step(&self, run: &Run<'_>, changes: Changes) -> Result<bool, AppError> {
+        let releasing = changes.release_saga.is_some();
+        let committed = self.commit(changes).await?;
+        if committed && releasing {
+            run.released.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        Ok(committed)
+    }
+
     /// Commits; `Ok(false)` when a conditional write lost a race (nothing was written).
     async fn commit(&self, changes: Changes) -> Result<bool, AppError> {
         match self.uow.commit(changes).await {
@@ -262,7 +311,16 @@ impl Orchestrator {
         }
     }
 
-    async fn drive(&self, mut record: OrderRecord, actor: &Actor) -> Result<OrderRecord, AppError> {
+    async fn drive(&self, record: OrderRecord, actor: &Actor) -> Result<OrderRecord, AppError> {
+        self.drive_run(record, actor, &Run::new(None)).await
+    }
+
+    async fn drive_run(
+        &self,
+        mut record: OrderRecord,
+        actor: &Actor,
+        run: &Run<'_>,
+    ) -> Result<OrderRecord, AppError> {
         for _ in 0..MAX_STEPS_PER_RUN {
             let action = next_action(
                 &record.order,
@@ -275,11 +333,11 @@ impl Orchestrator {
                     return Ok(record);
                 }
                 NextAction::ApprovePayment { attempt } => {
-                    self.approve_payment(&mut record, attempt, actor).await?
+                    self.approve_payment(&mut record, attempt, actor, run).await?
                 }
-                NextAction::RequestSettlement => self.request_settlement(&mut record, actor).await?,
-                NextAction::SendNotification => self.send_notification(&mut record, actor).await?,
-                NextAction::Compensate => self.compensate(&mut record, actor).await?,
+                NextAction::RequestSettlement => self.request_settlement(&mut record, actor, run).await?,
+                NextAction::SendNotification => self.send_notification(&mut record, actor, run).await?,
+                NextAction::Compensate => self.compensate(&mut record, actor, run).await?,
             };
             match progress {
                 Progress::Continue => {}
@@ -295,6 +353,7 @@ impl Orchestrator {
         record: &mut OrderRecord,
         attempt: i32,
         actor: &Actor,
+        run: &Run<'_>,
     ) -> Result<Progress, AppError> {
         let mut payment = match &record.payment {
             Some(p) if p.status == PaymentStatus::Requested && p.attempt == attempt => p.clone(),
@@ -375,8 +434,16 @@ impl Orchestrator {
         let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
         events.payment(&payment, &payment_events).order(&order_events);
         changes.outbox = events.finish();
+        let post_payment = if write_payment { Some(&payment) } else { record.payment.as_ref() };
+        run.release_if_final(
+            &mut changes,
+            &order,
+            post_payment,
+            record.settlement.as_ref(),
+            record.notification.as_ref(),
+        );
         let steps = changes.steps.clone();
-        if !self.commit(changes).await? {
+        if !self.commit_step(run, changes).await? {
             return Ok(Progress::Reload);
         }
         record.order = order;
@@ -391,6 +458,7 @@ impl Orchestrator {
         &self,
         record: &mut OrderRecord,
         actor: &Actor,
+        run: &Run<'_>,
     ) -> Result<Progress, AppError> {
         let payment = record
             .payment
@@ -450,8 +518,15 @@ impl Orchestrator {
         let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
         events.settlement(&settlement, &settlement_events).order(&order_events);
         changes.outbox = events.finish();
+        run.release_if_final(
+            &mut changes,
+            &order,
+            record.payment.as_ref(),
+            Some(&settlement),
+            record.notification.as_ref(),
+        );
         let steps = changes.steps.clone();
-        if !self.commit(changes).await? {
+        if !self.commit_step(run, changes).await? {
             return Ok(Progress::Reload);
         }
         record.order = order;
@@ -460,7 +535,12 @@ impl Orchestrator {
         Ok(Progress::Continue)
     }
 
-    async fn send_notification(&self, record: &mut OrderRecord, actor: &Actor) -> Result<Progress, AppError> {
+    async fn send_notification(
+        &self,
+        record: &mut OrderRecord,
+        actor: &Actor,
+        run: &Run<'_>,
+    ) -> Result<Progress, AppError> {
         let notification = Notification::new(record.order.id, self.clock.now());
         let request = NotificationRequest {
             order_id: record.order.id,
@@ -471,9 +551,16 @@ impl Orchestrator {
         let result = self.notifier.send(&request).await;
         let retry = &self.settings.notification_retry;
         let now = self.clock.now();
-        let outcome = apply_send_result(record, notification, true, result, retry, actor, now)?;
+        let mut outcome = apply_send_result(record, notification, true, result, retry, actor, now)?;
+        run.release_if_final(
+            &mut outcome.changes,
+            &outcome.order,
+            record.payment.as_ref(),
+            record.settlement.as_ref(),
+            Some(&outcome.notification),
+        );
         let steps = outcome.changes.steps.clone();
-        if !self.commit(outcome.changes).await? {
+        if !self.commit_step(run, outcome.changes).await? {
             return Ok(Progress::Reload);
         }
         record.order = outcome.order;
@@ -482,7 +569,12 @@ impl Orchestrator {
         Ok(if outcome.completed { Progress::Continue } else { Progress::Stop })
     }
 
-    async fn compensate(&self, record: &mut OrderRecord, actor: &Actor) -> Result<Progress, AppError> {
+    async fn compensate(
+        &self,
+        record: &mut OrderRecord,
+        actor: &Actor,
+        run: &Run<'_>,
+    ) -> Result<Progress, AppError> {
         let mut payment = record
             .payment
             .clone()
@@ -549,8 +641,22 @@ impl Orchestrator {
                 Progress::Stop
             }
         };
+        if matches!(progress, Progress::Stop) {
+            // A failed cancel ends this run (the worker retries later).
+            if let Some(owner) = run.owner {
+                changes.release_saga = Some(owner.to_owned());
+            }
+        } else {
+            run.release_if_final(
+                &mut changes,
+                &order,
+                Some(&payment),
+                record.settlement.as_ref(),
+                record.notification.as_ref(),
+            );
+        }
         let steps = changes.steps.clone();
-        if !self.commit(changes).await? {
+        if !self.commit_step(run, changes).await? {
             return Ok(Progress::Reload);
         }
         record.order = order;

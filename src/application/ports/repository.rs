@@ -138,6 +138,9 @@ pub struct Changes {
     pub outbox: Vec<NewOutboxEvent>,
     /// Inserted; an existing `(consumer, event_id)` makes the whole commit a `Conflict`.
     pub inbox: Vec<InboxEntry>,
+    /// Give the saga lease of the updated order back, if this owner still holds it — in
+    /// the same commit as the run's last step.
+    pub release_saga: Option<String>,
 }
 
 impl Changes {
