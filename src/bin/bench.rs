@@ -130,7 +130,13 @@ impl Fixture {
         channel
             .exchange_declare(ExchangeDeclareArguments::new(&exchange, "topic").durable(true).finish())
             .await?;
-        channel.queue_declare(QueueDeclareArguments::new(&queue).durable(true).finish()).await?;
+        // Bounded (oldest dropped): a million messages piling up in one queue would measure
+        // the broker's paging, not the publisher. Both sides of every comparison share it.
+        let mut args = amqprs::FieldTable::new();
+        args.insert("x-max-length".try_into()?, amqprs::FieldValue::l(50_000));
+        channel
+            .queue_declare(QueueDeclareArguments::new(&queue).durable(true).arguments(args).finish())
+            .await?;
         channel.queue_bind(QueueBindArguments::new(&queue, &exchange, "#")).await?;
         Ok(Fixture { id, db_url, db, exchange, queue, endpoint, channel, _connection: connection })
     }
@@ -323,6 +329,56 @@ async fn relay_drain(
     Ok(rate)
 }
 
+/// CPU seconds used so far by the broker, PostgreSQL (all its processes) and this process.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cpu {
+    broker: f64,
+    postgres: f64,
+    app: f64,
+}
+
+impl Cpu {
+    fn now() -> Cpu {
+        // utime + stime, in clock ticks (100 per second on Linux).
+        let ticks = |stat: &str| -> f64 {
+            let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or_default();
+            let fields: Vec<&str> = after.split_whitespace().collect();
+            let get = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+            (get(11) + get(12)) / 100.0
+        };
+        let mut cpu = Cpu::default();
+        let me = std::process::id().to_string();
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !name.chars().all(|c| c.is_ascii_digit()) {
+                continue;
+            }
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+            let comm =
+                stat.split_once('(').and_then(|(_, r)| r.split_once(')')).map(|(c, _)| c).unwrap_or("");
+            if name == me {
+                cpu.app += ticks(&stat);
+            } else if comm.starts_with("beam") {
+                cpu.broker += ticks(&stat);
+            } else if comm.starts_with("postgres") {
+                cpu.postgres += ticks(&stat);
+            }
+        }
+        cpu
+    }
+
+    /// CPU milliseconds per 1 000 events since `before`.
+    fn per_thousand(&self, before: &Cpu, events: usize) -> String {
+        let k = events as f64 / 1000.0;
+        format!(
+            "broker {:.0} ms, postgres {:.0} ms, app {:.0} ms",
+            (self.broker - before.broker) * 1000.0 / k,
+            (self.postgres - before.postgres) * 1000.0 / k,
+            (self.app - before.app) * 1000.0 / k
+        )
+    }
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -342,21 +398,33 @@ fn write_json(name: &str, value: &serde_json::Value) -> Result<(), BoxError> {
 async fn relay_scenario(events: usize, workers: &str, window: usize, batch: usize) -> Result<(), BoxError> {
     let fixture = Fixture::create().await?;
     println!("relay: {events} events of ~{} B, window {window}", envelope(EventId::new(), "x").len());
+    let cpu = Cpu::now();
     let baseline = bare_publisher(&fixture, events, window).await?;
+    let bare_cpu = Cpu::now().per_thousand(&cpu, events);
     fixture.reset().await?;
     println!("| publisher | events/s | ratio to baseline |\n|---|---:|---:|");
     println!("| bare amqprs, sliding window {window} | {baseline:.0} | 1.00 |");
     let mut results = vec![json!({ "publisher": "bare", "eventsPerSecond": baseline })];
+    let mut cpu_lines = vec![format!("bare: {bare_cpu}")];
     for w in workers.split(',').filter_map(|w| w.trim().parse::<usize>().ok()) {
         seed(&fixture.db, events).await?;
+        let cpu = Cpu::now();
         let rate = relay_drain(&fixture, events, w, window, batch).await?;
+        cpu_lines.push(format!("relay x{w}: {}", Cpu::now().per_thousand(&cpu, events)));
         println!("| relay, {w} worker(s) | {rate:.0} | {:.2} |", rate / baseline);
         results.push(
             json!({ "publisher": format!("relay x{w}"), "eventsPerSecond": rate, "ratio": rate / baseline }),
         );
         fixture.reset().await?;
     }
-    write_json("relay", &json!({ "events": events, "window": window, "results": results }))?;
+    println!("\nCPU per 1 000 events (2 cores = 2 000 ms of CPU per second):");
+    for line in &cpu_lines {
+        println!("  {line}");
+    }
+    write_json(
+        "relay",
+        &json!({ "events": events, "window": window, "batch": batch, "results": results, "cpu": cpu_lines }),
+    )?;
     fixture.drop_all().await;
     Ok(())
 }
@@ -685,13 +753,30 @@ async fn backlog_scenario(big: usize, small: usize, batch: usize) -> Result<(), 
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()?;
-        let started = Instant::now();
+        // The clock starts at the first published row: process start-up and connecting
+        // are not part of the drain rate.
+        let mut first: Option<(Instant, i64)> = None;
         let mut peak = 0;
-        while fixture.published().await? < n as i64 {
+        let mut last_report = Instant::now();
+        let mut last_count = 0;
+        loop {
+            let published = fixture.published().await?;
+            if first.is_none() && published > 0 {
+                first = Some((Instant::now(), published));
+            }
+            if published >= n as i64 {
+                break;
+            }
+            if last_report.elapsed() >= Duration::from_secs(10) {
+                let rate = (published - last_count) as f64 / last_report.elapsed().as_secs_f64();
+                eprintln!("  {published} published, {rate:.0}/s over the last 10 s");
+                (last_report, last_count) = (Instant::now(), published);
+            }
             peak = peak.max(rss_kb(child.id(), "VmRSS:"));
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let rate = n as f64 / started.elapsed().as_secs_f64();
+        let (t0, p0) = first.unwrap_or((Instant::now(), 0));
+        let rate = (n as i64 - p0) as f64 / t0.elapsed().as_secs_f64().max(1e-3);
         peak = peak.max(rss_kb(child.id(), "VmHWM:"));
         let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
         let _ = child.wait();
