@@ -204,6 +204,9 @@ pub struct PaymentSettings {
 #[derive(Debug, Clone)]
 pub struct WorkerSettings {
     pub embedded: bool,
+    /// How long one run holds an order's saga (`saga.lease`); a run that died holding it
+    /// is resumed by the worker once this has passed.
+    pub saga_lease: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -238,6 +241,8 @@ struct Raw {
     payment: RawPayment,
     #[serde(default)]
     worker: RawWorker,
+    #[serde(default)]
+    saga: RawSaga,
     #[serde(default)]
     auth: RawAuth,
     log: RawLog,
@@ -336,6 +341,12 @@ struct RawExternal {
 #[serde(deny_unknown_fields)]
 struct RawWorker {
     embedded: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSaga {
+    lease: Option<String>,
 }
 
 /// `auth.keys` arrives as a list from a file, or as one JSON string from the environment.
@@ -624,6 +635,10 @@ impl Settings {
             },
         };
 
+        let saga_lease = dur("saga.lease", raw.saga.lease.as_deref().unwrap_or("60s"))?;
+        if saga_lease < Duration::from_secs(1) {
+            return Err(invalid("saga.lease", "must be at least 1s"));
+        }
         let confirm_timeout =
             dur("broker.confirm_timeout", raw.broker.confirm_timeout.as_deref().unwrap_or("30s"))?;
         if confirm_timeout.is_zero() {
@@ -683,7 +698,7 @@ impl Settings {
             outbox,
             notification,
             payment,
-            worker: WorkerSettings { embedded: raw.worker.embedded.unwrap_or(sqlite) },
+            worker: WorkerSettings { embedded: raw.worker.embedded.unwrap_or(sqlite), saga_lease },
             auth,
             log,
         })

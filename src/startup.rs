@@ -288,14 +288,14 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
         settlements,
         notifier,
         clock.clone(),
-        SagaSettings { notification_retry: retry_policy, saga_lease: Duration::seconds(60) },
+        SagaSettings { notification_retry: retry_policy, saga_lease: chrono(settings.worker.saga_lease) },
     ));
     let refunds = Arc::new(Refunds::new(
         orders.clone(),
         orders.clone(),
         payments_for_refunds,
         clock.clone(),
-        Duration::seconds(60),
+        chrono(settings.worker.saga_lease),
     ));
     let meeting_events = Arc::new(MeetingEvents::new(
         orchestrator.clone(),
@@ -316,6 +316,7 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
             retry_after: chrono(settings.payment.reconciliation_interval),
             compensation_max_attempts: settings.payment.reconciliation_max_attempts.max(1) as usize,
             compensation_backoff: chrono(settings.payment.reconciliation_interval),
+            stall_after: chrono(settings.worker.saga_lease),
         },
     ));
     let queries = Arc::new(OrderQueries::new(orders.clone(), outbox_store.clone()));
@@ -324,7 +325,7 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
         idempotency_store.clone(),
         orders.clone(),
         clock.clone(),
-        Duration::seconds(60),
+        chrono(settings.worker.saga_lease),
     ));
     let readiness = Arc::new(Readiness::new(vec![Arc::new(DatabaseProbe(db.clone())), broker_probe]));
     let housekeeping = Arc::new(Housekeeping::new(

@@ -1,7 +1,8 @@
 //! Unknown payment outcomes and failed compensations, resolved in the background (SPEC §4,
 //! §9): reconciliation asks the provider about payments left `CONFIRMATION_REQUIRED` by a
 //! timeout; provider callbacks deliver the same answer pushed; compensations whose cancel
-//! failed are retried with backoff until their attempts run out and an operator takes over.
+//! failed are retried with backoff until their attempts run out and an operator takes over;
+//! sagas a dead run left half-way are resumed once their lease has run out.
 
 use std::sync::Arc;
 use std::time::Duration as StdDuration;
@@ -31,6 +32,8 @@ pub struct ReconciliationSettings {
     pub compensation_max_attempts: usize,
     /// Delay after the first failed cancel; doubled after each.
     pub compensation_backoff: Duration,
+    /// A saga unchanged this long without a live lease was abandoned by a dead run.
+    pub stall_after: Duration,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -184,6 +187,24 @@ impl PaymentReconciliation {
         Ok(report)
     }
 
+    /// Resumes sagas a dead run left half-way (crash between steps, or a killed consumer
+    /// whose redelivery found the lease still held). Returns how many were resumed.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    pub async fn resume_stalled(&self) -> Result<usize, AppError> {
+        let actor = Actor::system("saga-recovery");
+        let now = self.clock.now();
+        let stalled = self.orders.stalled(now - self.settings.stall_after, now, 100).await?;
+        for order_id in &stalled {
+            self.orchestrator.orchestrate(&actor, *order_id).await?;
+        }
+        if !stalled.is_empty() {
+            tracing::warn!(resumed = stalled.len(), "resumed sagas a dead run had left half-way");
+        }
+        Ok(stalled.len())
+    }
+
     /// A provider callback: the final outcome of a payment, pushed.
     ///
     /// # Errors
@@ -277,6 +298,9 @@ impl PaymentReconciliation {
                         Ok(r) if r != ReconcileReport::default() => tracing::info!(?r, "payment reconciliation"),
                         Ok(_) => {}
                         Err(err) => tracing::error!(error = %err, "payment reconciliation failed"),
+                    }
+                    if let Err(err) = self.resume_stalled().await {
+                        tracing::error!(error = %err, "saga recovery failed");
                     }
                     match self.retry_compensations().await {
                         Ok(r) if r != CompensationReport::default() => tracing::info!(?r, "compensation retries"),

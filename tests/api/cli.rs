@@ -18,7 +18,7 @@ use orchestrator::domain::outbox::{FailureCode, FailureOutcome, OutboxStatus};
 use crate::helpers::{Backend, TestDb};
 
 /// `app` with a clean `APP_*` environment, run in `dir`.
-fn app(dir: &Path) -> Command {
+pub(crate) fn app(dir: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_app"));
     for (key, _) in std::env::vars() {
         if key.starts_with("APP_") {
@@ -33,11 +33,11 @@ fn run(cmd: &mut Command) -> Output {
     cmd.output().expect("run app")
 }
 
-fn temp_dir() -> tempdir::Dir {
+pub(crate) fn temp_dir() -> tempdir::Dir {
     tempdir::Dir::new()
 }
 
-mod tempdir {
+pub(crate) mod tempdir {
     /// A directory removed when dropped.
     pub struct Dir(pub std::path::PathBuf);
 
@@ -57,7 +57,7 @@ mod tempdir {
     }
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
@@ -145,7 +145,7 @@ async fn wait_ready(port: u16) {
     }
 }
 
-fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
+pub(crate) fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
     let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

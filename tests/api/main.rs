@@ -9,6 +9,7 @@ mod api_validation;
 mod broker;
 mod cli;
 mod external;
+mod faults;
 mod meeting;
 mod notifications;
 mod relay;

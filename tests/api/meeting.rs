@@ -21,14 +21,14 @@ use crate::helpers::{Backend, TestApp, count_where, json, order_body};
 use crate::on_both_databases;
 
 /// The meeting side of one test: its own exchange, dead-letter exchange and queues.
-struct Meeting {
-    id: String,
-    connection: Connection,
-    channel: Channel,
+pub(crate) struct Meeting {
+    pub(crate) id: String,
+    pub(crate) connection: Connection,
+    pub(crate) channel: Channel,
 }
 
 impl Meeting {
-    fn env(id: &str) -> Vec<(String, String)> {
+    pub(crate) fn env(id: &str) -> Vec<(String, String)> {
         vec![
             ("APP__BROKER__MEETING_EXCHANGE".into(), format!("test.meeting.{id}")),
             ("APP__BROKER__DEAD_LETTER_EXCHANGE".into(), format!("test.dlx.{id}")),
@@ -40,14 +40,14 @@ impl Meeting {
         ]
     }
 
-    fn queues(&self) -> Vec<String> {
+    pub(crate) fn queues(&self) -> Vec<String> {
         ["register", "cancel", "deleted"]
             .iter()
             .flat_map(|q| [format!("test.{q}.{}", self.id), format!("test.{q}.{}.dlq", self.id)])
             .collect()
     }
 
-    async fn publish(&self, routing_key: &str, body: &str, scenario: Option<&str>) {
+    pub(crate) async fn publish(&self, routing_key: &str, body: &str, scenario: Option<&str>) {
         let mut props = BasicProperties::default();
         props.with_content_type("application/json").with_persistence(true);
         if let Some(s) = scenario {
@@ -59,7 +59,7 @@ impl Meeting {
         self.channel.basic_publish(props.finish(), body.as_bytes().to_vec(), args).await.unwrap();
     }
 
-    async fn depth(&self, queue: &str) -> u32 {
+    pub(crate) async fn depth(&self, queue: &str) -> u32 {
         let declared = self
             .channel
             .queue_declare(
@@ -71,7 +71,7 @@ impl Meeting {
         declared.1
     }
 
-    async fn cleanup(self) {
+    pub(crate) async fn cleanup(self) {
         for q in self.queues() {
             let _ = self.channel.queue_delete(QueueDeleteArguments::new(&q)).await;
         }
@@ -83,7 +83,10 @@ impl Meeting {
 }
 
 /// The app with the relay and consumers running, plus the meeting side, or `None` (skip).
-async fn start(backend: Backend, extra: &[(&str, &str)]) -> Option<(TestApp, TestBroker, Meeting, Workers)> {
+pub(crate) async fn start(
+    backend: Backend,
+    extra: &[(&str, &str)],
+) -> Option<(TestApp, TestBroker, Meeting, Workers)> {
     let broker = TestBroker::start().await?;
     let id = uuid::Uuid::new_v4().simple().to_string();
     let mut env = broker.env(&amqp_url());
@@ -109,12 +112,12 @@ async fn start(backend: Backend, extra: &[(&str, &str)]) -> Option<(TestApp, Tes
     Some((app, broker, meeting, workers))
 }
 
-fn registered(event: &str, meeting: &str, user: &str, amount: i64) -> String {
+pub(crate) fn registered(event: &str, meeting: &str, user: &str, amount: i64) -> String {
     json!({ "eventId": event, "meetingId": meeting, "userId": user, "amount": amount, "currency": "KRW" })
         .to_string()
 }
 
-async fn until<F, Fut>(what: &str, mut check: F)
+pub(crate) async fn until<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -126,7 +129,7 @@ where
     }
 }
 
-async fn orders_of(app: &TestApp, user: &str) -> Vec<Value> {
+pub(crate) async fn orders_of(app: &TestApp, user: &str) -> Vec<Value> {
     let admin = app.admin_token("ops");
     let page = json(
         app.get(&format!("/api/orders?customerId={user}"), &admin).send().await.unwrap(),
@@ -143,7 +146,7 @@ async fn orders_of(app: &TestApp, user: &str) -> Vec<Value> {
     details
 }
 
-async fn settled(app: &TestApp, user: &str) -> Vec<Value> {
+pub(crate) async fn settled(app: &TestApp, user: &str) -> Vec<Value> {
     let mut found = Vec::new();
     until(&format!("{user}'s order"), || {
         let app = &app;

@@ -337,6 +337,32 @@ impl OrderRepository for SeaOrmOrderRepository {
         Ok(OrderStatus::ALL.iter().map(|s| (*s, counts.get(s.as_str()).copied().unwrap_or(0))).collect())
     }
 
+    async fn stalled(
+        &self,
+        before: DateTime<Utc>,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<OrderId>, RepoError> {
+        use sea_orm::sea_query::Condition;
+        let statuses = [OrderStatus::Created, OrderStatus::PaymentApproved, OrderStatus::SettlementRequested];
+        Ok(orders::Entity::find()
+            .filter(orders::Column::Status.is_in(statuses.iter().map(|s| s.as_str())))
+            .filter(orders::Column::UpdatedAt.lt(before))
+            .filter(
+                Condition::any()
+                    .add(orders::Column::SagaLockedUntil.is_null())
+                    .add(orders::Column::SagaLockedUntil.lt(now)),
+            )
+            .order_by_asc(orders::Column::UpdatedAt)
+            .limit(u64::from(limit))
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?
+            .into_iter()
+            .map(|row| OrderId::from_uuid(row.id))
+            .collect())
+    }
+
     async fn lease_saga(
         &self,
         id: OrderId,

@@ -237,6 +237,19 @@ pub trait OrderRepository: Send + Sync {
     /// `Unavailable` when the database fails.
     async fn release_saga(&self, id: OrderId, owner: &str) -> Result<(), RepoError>;
 
+    /// Orders whose saga stopped half-way — `CREATED`, `PAYMENT_APPROVED` or
+    /// `SETTLEMENT_REQUESTED`, unchanged since `before` and with no live saga lease — so a
+    /// run that died can be resumed. At most `limit`, oldest first.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    async fn stalled(
+        &self,
+        before: DateTime<Utc>,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<OrderId>, RepoError>;
+
     /// How many orders are in each status (every status listed, zero included).
     ///
     /// # Errors
