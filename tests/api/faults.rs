@@ -179,11 +179,7 @@ async fn consumers_reconnect_after_the_broker_connection_is_cut() {
     let proxy = TcpProxy::start((host.to_owned(), port)).await;
     let url = proxy.url(&broker.endpoint);
     let extra = [("APP__BROKER__URL", url.as_str())];
-    let Some((app, _b, meeting, workers)) =
-        start(Backend::Sqlite, &extra).await.map(|(a, b, m, w)| (a, b, m, w))
-    else {
-        return;
-    };
+    let Some((app, _b, meeting, workers)) = start(Backend::Sqlite, &extra).await else { return };
     for i in 0..10 {
         meeting
             .publish(
