@@ -16,6 +16,20 @@ use crate::domain::ids::OrderId;
 use crate::domain::order::{OrderStatus, SagaStep, StepStatus};
 use crate::domain::payment::PaymentStatus;
 
+/// What to refund with.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RefundRequest {
+    /// Recorded in the audit log and sent to the provider.
+    pub reason: Option<String>,
+    /// The inbound message asking for it, recorded in the same transaction as the outcome.
+    pub inbox: Option<InboxEntry>,
+    /// Overrides the order's mock refund behaviour if it names one.
+    pub scenario: Scenario,
+    /// Whether to ask the provider again for a payment whose refund it refused before
+    /// (an operator or customer asking: yes; a redelivered bulk deletion: no).
+    pub retry_refused: bool,
+}
+
 /// How a refund ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RefundOutcome {
@@ -72,9 +86,7 @@ impl Refunds {
         &self,
         actor: &Actor,
         order_id: OrderId,
-        reason: Option<String>,
-        inbox: Option<InboxEntry>,
-        scenario: Scenario,
+        request: RefundRequest,
     ) -> Result<RefundOutcome, AppError> {
         let now = self.clock.now();
         let lease = SagaLease { owner: uuid::Uuid::new_v4().to_string(), until: now + self.lease };
@@ -87,7 +99,7 @@ impl Refunds {
                 message: "the order is being changed right now; retry shortly".into(),
             });
         }
-        let result = self.refund_leased(actor, order_id, reason, inbox, scenario).await;
+        let result = self.refund_leased(actor, order_id, request).await;
         if let Err(err) = self.orders.release_saga(order_id, &lease.owner).await {
             tracing::warn!(order = %order_id, error = %err, "could not release the saga lease");
         }
@@ -98,10 +110,9 @@ impl Refunds {
         &self,
         actor: &Actor,
         order_id: OrderId,
-        reason: Option<String>,
-        inbox: Option<InboxEntry>,
-        scenario: Scenario,
+        request: RefundRequest,
     ) -> Result<RefundOutcome, AppError> {
+        let RefundRequest { reason, inbox, scenario, retry_refused } = request;
         let mut record = self.orders.get(order_id).await?.ok_or(AppError::NotFound("order"))?;
         if !actor.may_access(&record.order.customer_id) {
             let mut changes = Changes::default();
@@ -141,6 +152,10 @@ impl Refunds {
             });
         }
         let mut payment = record.payment.clone().ok_or_else(|| invariant("no payment"))?;
+        if let (false, Some(refused)) = (retry_refused, payment.refund_failure_reason.clone()) {
+            // Checked under the lease: a concurrent duplicate cannot ask the provider again.
+            return Ok(RefundOutcome::Rejected { record, reason: format!("refused before: {refused}") });
+        }
         let mut effective = record.context.scenario;
         if scenario.refund.is_some() {
             effective.refund = scenario.refund;

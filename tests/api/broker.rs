@@ -37,7 +37,8 @@ pub struct Received {
 pub struct TestBroker {
     pub endpoint: AmqpEndpoint,
     pub exchange: String,
-    connection: Connection,
+    /// Keeps the consumer's exclusive queue alive.
+    _connection: Connection,
     pub received: Arc<Mutex<Vec<Received>>>,
     _consumer: JoinHandle<()>,
 }
@@ -106,7 +107,7 @@ impl TestBroker {
                 });
             }
         });
-        Some(TestBroker { endpoint, exchange, connection, received, _consumer: consumer })
+        Some(TestBroker { endpoint, exchange, _connection: connection, received, _consumer: consumer })
     }
 
     /// Environment for an app publishing to this exchange through `url`.
@@ -127,12 +128,37 @@ impl TestBroker {
         self.received.lock().unwrap().clone()
     }
 
-    /// Deletes the exchange (the queue goes with the connection).
+    /// Deletes the exchange (the queue goes with the connection). Dropping does the same,
+    /// so a failing test leaves nothing behind either.
     pub async fn cleanup(self) {
-        if let Ok(channel) = self.connection.open_channel(None).await {
-            let _ = channel.exchange_delete(ExchangeDeleteArguments::new(&self.exchange)).await;
-        }
-        let _ = self.connection.close().await;
+        drop(self);
+    }
+}
+
+/// Deletes broker objects from a thread of its own (drop runs inside the test's runtime).
+pub fn delete_objects(endpoint: AmqpEndpoint, exchanges: Vec<String>, queues: Vec<String>) {
+    let _ = std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+        rt.block_on(async move {
+            let Ok(connection) = connect(&endpoint, "test-cleanup").await else { return };
+            if let Ok(channel) = connection.open_channel(None).await {
+                for q in queues {
+                    let _ = channel.queue_delete(amqprs::channel::QueueDeleteArguments::new(&q)).await;
+                }
+                for e in exchanges {
+                    let _ = channel.exchange_delete(ExchangeDeleteArguments::new(&e)).await;
+                }
+            }
+            let _ = connection.close().await;
+        });
+    })
+    .join();
+}
+
+impl Drop for TestBroker {
+    fn drop(&mut self) {
+        self._consumer.abort();
+        delete_objects(self.endpoint.clone(), vec![self.exchange.clone()], Vec::new());
     }
 }
 

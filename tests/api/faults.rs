@@ -179,7 +179,7 @@ async fn consumers_reconnect_after_the_broker_connection_is_cut() {
     let proxy = TcpProxy::start((host.to_owned(), port)).await;
     let url = proxy.url(&broker.endpoint);
     let extra = [("APP__BROKER__URL", url.as_str())];
-    let Some((app, _b, meeting, workers)) = start(Backend::Sqlite, &extra).await else { return };
+    let Some((app, app_broker, meeting, workers)) = start(Backend::Sqlite, &extra).await else { return };
     for i in 0..10 {
         meeting
             .publish(
@@ -212,6 +212,7 @@ async fn consumers_reconnect_after_the_broker_connection_is_cut() {
     assert_eq!(count_where(&app.db, "orders", "1 = 1").await, 20);
     workers.shutdown(Duration::from_secs(10)).await;
     meeting.cleanup().await;
+    app_broker.cleanup().await;
     broker.cleanup().await;
 }
 

@@ -5,9 +5,7 @@
 
 use std::time::Duration;
 
-use amqprs::channel::{
-    BasicPublishArguments, Channel, ExchangeDeleteArguments, QueueDeclareArguments, QueueDeleteArguments,
-};
+use amqprs::channel::{BasicPublishArguments, Channel, QueueDeclareArguments};
 use amqprs::connection::Connection;
 use amqprs::{BasicProperties, FieldTable, FieldValue};
 use orchestrator::adapters::messaging::amqp::connect;
@@ -72,13 +70,16 @@ impl Meeting {
     }
 
     pub(crate) async fn cleanup(self) {
-        for q in self.queues() {
-            let _ = self.channel.queue_delete(QueueDeleteArguments::new(&q)).await;
-        }
-        for e in [format!("test.meeting.{}", self.id), format!("test.dlx.{}", self.id)] {
-            let _ = self.channel.exchange_delete(ExchangeDeleteArguments::new(&e)).await;
-        }
-        let _ = self.connection.close().await;
+        drop(self);
+    }
+}
+
+impl Drop for Meeting {
+    fn drop(&mut self) {
+        let exchanges = vec![format!("test.meeting.{}", self.id), format!("test.dlx.{}", self.id)];
+        let endpoint =
+            orchestrator::adapters::messaging::amqp::AmqpEndpoint::parse(&amqp_url()).expect("url");
+        crate::broker::delete_objects(endpoint, exchanges, self.queues());
     }
 }
 

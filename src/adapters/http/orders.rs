@@ -18,7 +18,7 @@ use crate::application::AppError;
 use crate::application::orchestration::PlaceOrder;
 use crate::application::ports::{IdempotencyBegin, Scenario, StoredResponse};
 use crate::application::queries::ListOrders;
-use crate::application::refunds::RefundOutcome;
+use crate::application::refunds::{RefundOutcome, RefundRequest};
 use crate::domain::ids::OrderId;
 use crate::domain::order::{NewOrderItem, OrderSource, OrderStatus};
 
@@ -322,7 +322,8 @@ pub async fn refund(
 ) -> Result<HttpResponse, ApiError> {
     let id = parse_order_id(&path)?;
     let reason = body.0.and_then(|b| b.reason);
-    match state.refunds.refund_order(&caller.0, id, reason, None, Scenario::default()).await? {
+    let request = RefundRequest { reason, retry_refused: true, ..Default::default() };
+    match state.refunds.refund_order(&caller.0, id, request).await? {
         RefundOutcome::Refunded(record) => Ok(HttpResponse::Ok().json(OrderDetailResponse::from(&record))),
         RefundOutcome::Rejected { reason, .. } => Err(ApiError::new(
             StatusCode::CONFLICT,

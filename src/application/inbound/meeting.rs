@@ -8,7 +8,7 @@ use crate::application::orchestration::{InboxKey, Orchestrator, PlaceOrder};
 use crate::application::ports::{
     Changes, Clock, InboxEntry, OrderRepository, RepoError, Scenario, UnitOfWork,
 };
-use crate::application::refunds::{ORDER_BUSY, RefundOutcome, Refunds};
+use crate::application::refunds::{ORDER_BUSY, RefundOutcome, RefundRequest, Refunds};
 use crate::application::{Actor, AppError};
 use crate::domain::ids::OrderId;
 use crate::domain::order::{NewOrderItem, OrderSource, OrderStatus};
@@ -233,8 +233,9 @@ impl MeetingEvents {
         };
         let actor = Actor::system(consumer);
         let reason = Some(format!("participant cancelled (event {})", msg.event_id));
-        match self.refunds.refund_order(&actor, order_id, reason, Some(entry(Some(order_id))), scenario).await
-        {
+        let request =
+            RefundRequest { reason, inbox: Some(entry(Some(order_id))), scenario, retry_refused: true };
+        match self.refunds.refund_order(&actor, order_id, request).await {
             Ok(RefundOutcome::Refunded(_)) => Ok(Handled::Processed),
             Ok(RefundOutcome::Rejected { reason, .. }) => Ok(Handled::BusinessFailure(reason)),
             // Someone else is changing the order (a concurrent delivery of this event?):
@@ -281,17 +282,10 @@ impl MeetingEvents {
         let actor = Actor::system(consumer);
         let (mut refunded, mut failed, mut skipped) = (0, Vec::new(), 0);
         for order_id in self.orders.completed_meeting_orders(&msg.meeting_id, None).await? {
-            // A refund the provider refused before is left to an operator, not retried by
-            // a redelivery of this message.
-            let Some(record) = self.orders.get(order_id).await? else {
-                continue;
-            };
-            if record.payment.as_ref().is_some_and(|p| p.refund_failure_reason.is_some()) {
-                failed.push(format!("{order_id}: refund refused before"));
-                continue;
-            }
             let reason = Some(format!("meeting {} deleted (event {})", msg.meeting_id, msg.event_id));
-            match self.refunds.refund_order(&actor, order_id, reason, None, scenario).await {
+            // A refund the provider refused before is left to an operator, not asked again.
+            let request = RefundRequest { reason, inbox: None, scenario, retry_refused: false };
+            match self.refunds.refund_order(&actor, order_id, request).await {
                 Ok(RefundOutcome::Refunded(_)) => refunded += 1,
                 Ok(RefundOutcome::Rejected { reason, .. }) => failed.push(format!("{order_id}: {reason}")),
                 Err(AppError::Conflict { code: ORDER_BUSY, .. }) => {
