@@ -42,4 +42,6 @@ pub mod notification;
 pub mod order;
 pub mod outbox;
 pub mod payment;
+#[cfg(test)]
+mod proptests;
 pub mod settlement;

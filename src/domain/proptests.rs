@@ -1,0 +1,136 @@
+//! Property tests of the state machines: random action sequences never panic, a refused
+//! action changes nothing, and each aggregate's invariants hold after every step.
+
+use chrono::{DateTime, Duration, Utc};
+use proptest::prelude::*;
+
+use crate::domain::ids::OrderId;
+use crate::domain::money::Money;
+use crate::domain::notification::{FailurePolicy, Notification, NotificationStatus, RetryPolicy};
+use crate::domain::order::{FailureStage, NewOrder, NewOrderItem, Order, OrderSource, OrderStatus};
+use crate::domain::payment::{Payment, PaymentStatus};
+
+fn now() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_800_000_000, 0).unwrap()
+}
+
+fn order() -> Order {
+    Order::place(
+        OrderId::new(),
+        NewOrder {
+            customer_id: "c".into(),
+            source: OrderSource::Api,
+            meeting_id: None,
+            currency: "KRW".into(),
+            items: vec![NewOrderItem { sku: "s".into(), quantity: 1, unit_price: 10 }],
+        },
+        now(),
+    )
+    .unwrap()
+}
+
+fn stage() -> impl Strategy<Value = FailureStage> {
+    prop_oneof![Just(FailureStage::Payment), Just(FailureStage::Settlement), Just(FailureStage::Notification)]
+}
+
+proptest! {
+    #[test]
+    fn orders_keep_their_invariants(actions in proptest::collection::vec((0u8..7, stage()), 0..40)) {
+        let mut o = order();
+        for (action, stage) in actions {
+            let before = o.clone();
+            let result = match action {
+                0 => o.approve_payment(now()),
+                1 => o.await_confirmation(now()),
+                2 => o.request_settlement(now()),
+                3 => o.complete(now()),
+                4 => o.fail(stage, "x", now()),
+                5 => o.compensate(now()),
+                _ => o.refund(now()),
+            };
+            if result.is_err() {
+                prop_assert_eq!(&o, &before, "a refused action changes nothing");
+            }
+            match o.status {
+                OrderStatus::Failed => prop_assert!(o.failure_stage.is_some()),
+                OrderStatus::Created | OrderStatus::PaymentApproved | OrderStatus::SettlementRequested
+                | OrderStatus::PendingConfirmation | OrderStatus::Completed => prop_assert!(o.failure_stage.is_none()),
+                OrderStatus::Cancelled => {}
+            }
+            prop_assert_eq!(o.total, before.total, "the amount never changes");
+        }
+    }
+
+    #[test]
+    fn payments_keep_their_invariants(actions in proptest::collection::vec(0u8..7, 0..40)) {
+        let mut p = Payment::request(OrderId::new(), 1, Money::new(10, "KRW".parse().unwrap()).unwrap(), now());
+        for action in actions {
+            let before = p.clone();
+            let result = match action {
+                0 => p.approve("tx", now()),
+                1 => p.decline("NO", None, now()),
+                2 => p.require_confirmation(now()),
+                3 => p.cancel("x", now()),
+                4 => p.refund(now()),
+                5 => p.record_refund_failure("x", now()),
+                _ => p.record_reconcile_attempt(now(), now()),
+            };
+            if result.is_err() {
+                prop_assert_eq!(&p, &before);
+            }
+            if matches!(p.status, PaymentStatus::Approved | PaymentStatus::Cancelled | PaymentStatus::Refunded) {
+                prop_assert!(p.provider_transaction_id.is_some(), "money taken is traceable at the provider");
+            }
+            prop_assert!(p.reconcile_attempts >= before.reconcile_attempts);
+        }
+    }
+
+    #[test]
+    fn notifications_keep_their_invariants(
+        actions in proptest::collection::vec((0u8..6, 0u8..3), 0..40),
+        max_attempts in 1i32..6,
+    ) {
+        let retry = RetryPolicy { max_attempts, backoff_base: Duration::seconds(1) };
+        let mut n = Notification::new(OrderId::new(), now());
+        for (action, policy) in actions {
+            let policy = [FailurePolicy::AutoRetry, FailurePolicy::ManualIntervention, FailurePolicy::Ignore][policy as usize];
+            let before = n.clone();
+            let result = match action {
+                0 => n.mark_sent(now()),
+                1 => n.record_failure(policy, "x", &retry, now()),
+                2 => n.claim(now() + Duration::minutes(1), now()),
+                3 => n.reprocess(now() + Duration::minutes(1), now()),
+                4 => n.ignore(now()),
+                _ => n.release_claim(now()),
+            };
+            if result.is_err() {
+                prop_assert_eq!(&n, &before);
+            }
+            prop_assert_eq!(n.claimed_until.is_some(), n.status == NotificationStatus::Processing);
+            prop_assert_eq!(n.next_attempt_at.is_some(), n.status == NotificationStatus::RetryScheduled);
+            prop_assert!(n.attempts >= before.attempts);
+            if action == 1 && n.status == NotificationStatus::RetryScheduled {
+                prop_assert!(n.attempts < max_attempts, "a failure never schedules past the attempts");
+            }
+        }
+    }
+
+    #[test]
+    fn placing_never_panics_and_totals_are_exact(
+        items in proptest::collection::vec((any::<i64>(), any::<i64>()), 0..5),
+        currency in "[A-Z]{3}|[a-z]{3}|.{0,5}",
+    ) {
+        let input = NewOrder {
+            customer_id: "c".into(),
+            source: OrderSource::Api,
+            meeting_id: None,
+            currency,
+            items: items.iter().map(|(q, p)| NewOrderItem { sku: "s".into(), quantity: *q, unit_price: *p }).collect(),
+        };
+        if let Ok(order) = Order::place(OrderId::new(), input, now()) {
+            let exact: i128 = items.iter().map(|(q, p)| i128::from(*q) * i128::from(*p)).sum();
+            prop_assert_eq!(i128::from(order.total.minor()), exact);
+            prop_assert!(items.iter().all(|(q, p)| *q > 0 && *p >= 0));
+        }
+    }
+}
