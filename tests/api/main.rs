@@ -16,3 +16,4 @@ mod notifications;
 mod properties;
 mod relay;
 mod repository_contract;
+mod schemathesis;

@@ -48,6 +48,35 @@ pub struct HttpState {
 
 struct BearerAuth;
 
+/// Every operation may answer any documented error as problem+json: a `default` response
+/// says so (401, 405, 413, 415, 503 ... are not repeated on each operation).
+struct ProblemDefault;
+
+impl utoipa::Modify for ProblemDefault {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+        let problem = ResponseBuilder::new()
+            .description("An error, as RFC 7807 problem+json with a stable `code`")
+            .content(
+                "application/problem+json",
+                ContentBuilder::new().schema(Some(Ref::from_schema_name("Problem"))).build(),
+            )
+            .build();
+        for item in openapi.paths.paths.values_mut() {
+            for operation in [&mut item.get, &mut item.post, &mut item.put, &mut item.delete, &mut item.patch]
+                .into_iter()
+                .flatten()
+            {
+                operation
+                    .responses
+                    .responses
+                    .entry("default".into())
+                    .or_insert_with(|| problem.clone().into());
+            }
+        }
+    }
+}
+
 impl utoipa::Modify for BearerAuth {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let components = openapi.components.get_or_insert_with(Default::default);
@@ -84,16 +113,31 @@ impl utoipa::Modify for BearerAuth {
         ops::metrics,
     ),
     components(schemas(problem::Problem)),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &ProblemDefault),
     tags((name = "orders"), (name = "payments"), (name = "admin", description = "Role admin"), (name = "ops"))
 )]
 pub struct ApiDoc;
 
+/// A resource answering `405` with `Allow` for any method it does not serve.
+fn resource(path: &str, allow: &'static str) -> actix_web::Resource {
+    web::resource(path).default_service(web::to(move || async move {
+        let error = ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "METHOD_NOT_ALLOWED",
+            format!("this resource allows {allow}"),
+        );
+        HttpResponse::MethodNotAllowed()
+            .insert_header(("Allow", allow))
+            .content_type("application/problem+json")
+            .json(error.problem())
+    }))
+}
+
 /// The unauthenticated operations routes (also all that `app worker` serves).
 pub fn ops_routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/health/live", web::get().to(ops::live))
-        .route("/health/ready", web::get().to(ops::ready))
-        .route("/metrics", web::get().to(ops::metrics));
+    cfg.service(resource("/health/live", "GET").route(web::get().to(ops::live)))
+        .service(resource("/health/ready", "GET").route(web::get().to(ops::ready)))
+        .service(resource("/metrics", "GET").route(web::get().to(ops::metrics)));
 }
 
 /// Every route of the API.
@@ -103,97 +147,37 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         ApiError::new(StatusCode::BAD_REQUEST, "MALFORMED_QUERY", err.to_string()).into()
     }))
     .app_data(web::PathConfig::default().error_handler(|_, _| ApiError::not_found("resource").into()))
-    .route("/openapi.json", web::get().to(ops::openapi))
-    .route("/docs", web::get().to(ops::docs))
+    .service(resource("/openapi.json", "GET").route(web::get().to(ops::openapi)))
+    .service(resource("/docs", "GET").route(web::get().to(ops::docs)))
     .service(
-        web::resource("/api/orders")
+        resource("/api/orders", "GET, POST")
             .route(web::post().to(orders::place_order))
-            .route(web::get().to(orders::list_orders))
-            .default_service(web::to(method_not_allowed)),
+            .route(web::get().to(orders::list_orders)),
+    )
+    .service(resource("/api/orders/{id}", "GET").route(web::get().to(orders::get_order)))
+    .service(resource("/api/orders/{id}/refund", "POST").route(web::post().to(orders::refund)))
+    .service(resource("/api/orders/{id}/flow", "GET").route(web::get().to(orders::flow)))
+    .service(resource("/api/orders/{id}/orchestrate", "POST").route(web::post().to(orders::orchestrate)))
+    .service(resource("/api/payments/callbacks", "POST").route(web::post().to(payments::callback)))
+    .service(resource("/api/admin/payments/unconfirmed", "GET").route(web::get().to(payments::unconfirmed)))
+    .service(resource("/api/admin/outbox", "GET").route(web::get().to(admin::list_outbox)))
+    .service(resource("/api/admin/outbox/stats", "GET").route(web::get().to(admin::outbox_stats)))
+    .service(resource("/api/admin/outbox/redrive", "POST").route(web::post().to(admin::redrive)))
+    .service(resource("/api/admin/outbox/{id}/republish", "POST").route(web::post().to(admin::republish)))
+    .service(resource("/api/admin/outbox/{id}/discard", "POST").route(web::post().to(admin::discard)))
+    .service(resource("/api/admin/notification-events", "GET").route(web::get().to(notifications::list)))
+    .service(
+        resource("/api/admin/notification-events/retry-due", "POST")
+            .route(web::post().to(notifications::retry_due)),
     )
     .service(
-        web::resource("/api/orders/{id}")
-            .route(web::get().to(orders::get_order))
-            .default_service(web::to(method_not_allowed)),
+        resource("/api/admin/notification-events/{id}/reprocess", "POST")
+            .route(web::post().to(notifications::reprocess)),
     )
     .service(
-        web::resource("/api/orders/{id}/refund")
-            .route(web::post().to(orders::refund))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(
-        web::resource("/api/orders/{id}/flow")
-            .route(web::get().to(orders::flow))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(
-        web::resource("/api/payments/callbacks")
-            .route(web::post().to(payments::callback))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(
-        web::resource("/api/admin/payments/unconfirmed")
-            .route(web::get().to(payments::unconfirmed))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(
-        web::resource("/api/admin/outbox")
-            .route(web::get().to(admin::list_outbox))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(
-        web::resource("/api/admin/outbox/stats")
-            .route(web::get().to(admin::outbox_stats))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(
-        web::resource("/api/admin/outbox/redrive")
-            .route(web::post().to(admin::redrive))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(
-        web::resource("/api/admin/outbox/{id}/republish")
-            .route(web::post().to(admin::republish))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(
-        web::resource("/api/admin/outbox/{id}/discard")
-            .route(web::post().to(admin::discard))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(
-        web::resource("/api/admin/notification-events")
-            .route(web::get().to(notifications::list))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(
-        web::resource("/api/admin/notification-events/retry-due")
-            .route(web::post().to(notifications::retry_due))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(
-        web::resource("/api/admin/notification-events/{id}/reprocess")
-            .route(web::post().to(notifications::reprocess))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(
-        web::resource("/api/admin/notification-events/{id}/ignore")
-            .route(web::post().to(notifications::ignore))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(
-        web::resource("/api/orders/{id}/orchestrate")
-            .route(web::post().to(orders::orchestrate))
-            .default_service(web::to(method_not_allowed)),
+        resource("/api/admin/notification-events/{id}/ignore", "POST")
+            .route(web::post().to(notifications::ignore)),
     );
-}
-
-async fn method_not_allowed() -> Result<HttpResponse, ApiError> {
-    Err(ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "METHOD_NOT_ALLOWED",
-        "method not allowed on this resource",
-    ))
 }
 
 /// Unknown routes answer problem+json too.
