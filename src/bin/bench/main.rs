@@ -12,6 +12,8 @@
 //! - `latency`: a steady commit rate with the relay running; commit-to-confirm (stored
 //!   `created_at` -> `published_at`) and commit-to-consume percentiles.
 
+mod soak;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -77,6 +79,16 @@ enum Scenario {
         small: usize,
         #[arg(long, default_value_t = 1024)]
         batch: usize,
+    },
+    /// A steady order rate for many minutes with a fault every minute (worker SIGKILL,
+    /// database connections killed, broker connection cut, server SIGKILL); counts lost and
+    /// duplicated events and samples RSS (needs `cargo build --release` for `app`).
+    Soak {
+        #[arg(long, default_value_t = 10)]
+        minutes: u64,
+        /// Orders per second.
+        #[arg(long, default_value_t = 100)]
+        rate: u32,
     },
     /// Commit-to-confirm and commit-to-consume latency at a steady commit rate.
     Latency {
@@ -794,12 +806,14 @@ async fn backlog_scenario(big: usize, small: usize, batch: usize) -> Result<(), 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let cli = Cli::parse();
+    startup::install_tls_provider();
     match cli.scenario {
         Scenario::Relay { events, workers, window, batch } => {
             relay_scenario(events, &workers, window, batch).await
         }
         Scenario::Latency { rate, seconds } => latency_scenario(rate, seconds).await,
         Scenario::Orders { levels, seconds } => orders_scenario(&levels, seconds).await,
+        Scenario::Soak { minutes, rate } => soak::soak(minutes, rate).await,
         Scenario::Backlog { big, small, batch } => backlog_scenario(big, small, batch).await,
     }
 }
