@@ -48,6 +48,36 @@ fn one_row(rows: u64) -> Result<(), RepoError> {
     if rows == 1 { Ok(()) } else { Err(RepoError::Conflict) }
 }
 
+/// The conditional updates of one aggregate's writes: `WHERE id = ? AND version = ?`,
+/// exactly one row or `Conflict`.
+macro_rules! update_rows {
+    ($txn:expr, $writes:expr, $entity:ident, $to_row:path) => {
+        for write in &$writes {
+            if let Write::Update(row) = write {
+                let result = $entity::Entity::update_many()
+                    .set($to_row(row))
+                    .filter($entity::Column::Id.eq(row.id.as_uuid()))
+                    .filter($entity::Column::Version.eq(row.version))
+                    .exec($txn)
+                    .await
+                    .map_err(repo_err)?;
+                one_row(result.rows_affected)?;
+            }
+        }
+    };
+}
+
+/// The inserts of one aggregate's writes.
+macro_rules! insert_rows {
+    ($txn:expr, $writes:expr, $entity:ident, $to_row:path) => {
+        for write in &$writes {
+            if let Write::Insert(row) = write {
+                $entity::Entity::insert($to_row(row)).exec_without_returning($txn).await.map_err(repo_err)?;
+            }
+        }
+    };
+}
+
 async fn apply(txn: &DatabaseTransaction, changes: Changes) -> Result<(), RepoError> {
     // Conditional updates first: a lost race is found before anything is inserted, and on
     // PostgreSQL the row lock they take serialises writers of the same order.
@@ -78,42 +108,9 @@ async fn apply(txn: &DatabaseTransaction, changes: Changes) -> Result<(), RepoEr
             .map_err(repo_err)?;
         one_row(result.rows_affected)?;
     }
-    for write in &changes.payments {
-        if let Write::Update(p) = write {
-            let result = payments::Entity::update_many()
-                .set(payment_to_row(p))
-                .filter(payments::Column::Id.eq(p.id.as_uuid()))
-                .filter(payments::Column::Version.eq(p.version))
-                .exec(txn)
-                .await
-                .map_err(repo_err)?;
-            one_row(result.rows_affected)?;
-        }
-    }
-    for write in &changes.settlements {
-        if let Write::Update(s) = write {
-            let result = settlements::Entity::update_many()
-                .set(settlement_to_row(s))
-                .filter(settlements::Column::Id.eq(s.id.as_uuid()))
-                .filter(settlements::Column::Version.eq(s.version))
-                .exec(txn)
-                .await
-                .map_err(repo_err)?;
-            one_row(result.rows_affected)?;
-        }
-    }
-    for write in &changes.notifications {
-        if let Write::Update(n) = write {
-            let result = notification_events::Entity::update_many()
-                .set(notification_to_row(n))
-                .filter(notification_events::Column::Id.eq(n.id.as_uuid()))
-                .filter(notification_events::Column::Version.eq(n.version))
-                .exec(txn)
-                .await
-                .map_err(repo_err)?;
-            one_row(result.rows_affected)?;
-        }
-    }
+    update_rows!(txn, changes.payments, payments, payment_to_row);
+    update_rows!(txn, changes.settlements, settlements, settlement_to_row);
+    update_rows!(txn, changes.notifications, notification_events, notification_to_row);
 
     for (order, context, lease) in &changes.new_orders {
         let mut row = order_to_row(order, Some(context));
@@ -127,30 +124,9 @@ async fn apply(txn: &DatabaseTransaction, changes: Changes) -> Result<(), RepoEr
             .await
             .map_err(repo_err)?;
     }
-    for write in &changes.payments {
-        if let Write::Insert(p) = write {
-            payments::Entity::insert(payment_to_row(p))
-                .exec_without_returning(txn)
-                .await
-                .map_err(repo_err)?;
-        }
-    }
-    for write in &changes.settlements {
-        if let Write::Insert(s) = write {
-            settlements::Entity::insert(settlement_to_row(s))
-                .exec_without_returning(txn)
-                .await
-                .map_err(repo_err)?;
-        }
-    }
-    for write in &changes.notifications {
-        if let Write::Insert(n) = write {
-            notification_events::Entity::insert(notification_to_row(n))
-                .exec_without_returning(txn)
-                .await
-                .map_err(repo_err)?;
-        }
-    }
+    insert_rows!(txn, changes.payments, payments, payment_to_row);
+    insert_rows!(txn, changes.settlements, settlements, settlement_to_row);
+    insert_rows!(txn, changes.notifications, notification_events, notification_to_row);
     if !changes.steps.is_empty() {
         let rows = changes.steps.iter().map(|s| orchestration_steps::ActiveModel {
             order_id: Set(s.order_id.as_uuid()),

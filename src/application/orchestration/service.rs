@@ -168,10 +168,6 @@ impl Orchestrator {
         if let Some(existing) = self.created_by_inbox(cmd.inbox.as_ref()).await? {
             return self.resume(existing, actor).await;
         }
-        if let Some(existing) = self.orders.get(cmd.order_id).await? {
-            // A retry of a request that already created this order: resume it.
-            return self.resume(existing, actor).await;
-        }
         let now = self.clock.now();
         let input = NewOrder {
             customer_id,
@@ -203,7 +199,8 @@ impl Orchestrator {
             now,
         ));
         if !self.commit(changes).await? {
-            // The same message or id was processed concurrently: resume that order.
+            // The id exists already (a retried request whose idempotency key reserved it)
+            // or the same message was processed concurrently: resume that order.
             let existing = match self.created_by_inbox(cmd.inbox.as_ref()).await? {
                 Some(existing) => existing,
                 None => self.load(cmd.order_id).await?,
@@ -1104,7 +1101,6 @@ mod tests {
         orders.expect_lease_saga().returning(|_, _, _| Ok(true));
         orders.expect_release_saga().returning(|_, _| Ok(()));
         let mut seq = mockall::Sequence::new();
-        orders.expect_get().times(1).in_sequence(&mut seq).returning(|_| Ok(None));
         orders.expect_get().times(1).in_sequence(&mut seq).returning(move |_| {
             let mut order = Order::place(
                 order_id,
