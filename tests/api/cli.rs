@@ -29,6 +29,38 @@ pub(crate) fn app(dir: &Path) -> Command {
     cmd
 }
 
+/// A spawned `app` that is killed if the test ends (or fails) while it still runs, so a
+/// failing test never leaves a process behind.
+pub(crate) struct Process(pub std::process::Child);
+
+impl Process {
+    pub(crate) fn spawn(cmd: &mut Command) -> Process {
+        Process(cmd.spawn().expect("spawn app"))
+    }
+}
+
+impl std::ops::Deref for Process {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Process {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 fn run(cmd: &mut Command) -> Output {
     cmd.output().expect("run app")
 }
@@ -57,8 +89,22 @@ pub(crate) mod tempdir {
     }
 }
 
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+/// The port `app serve` bound (it was given port 0), read from its "serving HTTP" log line.
+async fn served_port(log: &Path) -> u16 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let port = text
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .find(|line| line["message"] == "serving HTTP")
+            .and_then(|line| line["port"].as_u64());
+        if let Some(port) = port {
+            return u16::try_from(port).expect("a port fits in u16");
+        }
+        assert!(Instant::now() < deadline, "the service did not start: {text}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[test]
@@ -163,15 +209,12 @@ pub(crate) fn terminate(child: &mut std::process::Child) -> std::process::ExitSt
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedded_default_runs_the_whole_flow_with_no_configuration() {
     let dir = temp_dir();
-    let port = free_port();
     let log = std::fs::File::create(dir.0.join("serve.log")).unwrap();
-    let mut child = app(&dir.0)
-        .env("APP__HTTP__BIND", format!("127.0.0.1:{port}"))
-        .arg("serve")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    // Only the port differs from the defaults: 8080 may be taken on a machine running tests.
+    let mut child = Process::spawn(
+        app(&dir.0).env("APP__HTTP__BIND", "127.0.0.1:0").arg("serve").stdout(Stdio::null()).stderr(log),
+    );
+    let port = served_port(&dir.0.join("serve.log")).await;
     wait_ready(port).await;
     assert!(dir.0.join("data/app.db").exists(), "the SQLite file is created");
 
@@ -266,15 +309,17 @@ async fn worker_drains_the_outbox_and_replay_repairs_a_dead_letter() {
     store.mark_failed(&[dead], "test", now).await.unwrap();
     store.recover_expired(now + chrono::Duration::seconds(1)).await.unwrap();
 
-    let mut worker = app(&dir.0)
-        .env("APP__DATABASE__URL", &db.url)
-        .env("APP__OUTBOX__POLL_INTERVAL", "100ms")
-        .env("APP__HTTP__BIND", format!("127.0.0.1:{}", free_port()))
-        .arg("worker")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    // Port 0: the worker's health port is not used here, and a free port picked in
+    // advance could be taken by another test before the worker binds it.
+    let mut worker = Process::spawn(
+        app(&dir.0)
+            .env("APP__DATABASE__URL", &db.url)
+            .env("APP__OUTBOX__POLL_INTERVAL", "100ms")
+            .env("APP__HTTP__BIND", "127.0.0.1:0")
+            .arg("worker")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let events = store.for_aggregate("order", &order.id.to_string()).await.unwrap();
@@ -334,18 +379,18 @@ async fn sigterm_drains_in_flight_publishes_and_leaves_no_claim_behind() {
         repo.commit(changes).await.unwrap();
     }
     let dir = temp_dir();
-    let mut worker = app(&dir.0)
-        .env("APP__DATABASE__URL", &db.url)
-        .env("APP__AUTH__KEYS", crate::helpers::TEST_KEYS)
-        .env("APP__BROKER__URL", crate::broker::amqp_url())
-        .env("APP__BROKER__EXCHANGE", &broker.exchange)
-        .env("APP__OUTBOX__BATCH_SIZE", "100")
-        .env("APP__HTTP__BIND", format!("127.0.0.1:{}", free_port()))
-        .arg("worker")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut worker = Process::spawn(
+        app(&dir.0)
+            .env("APP__DATABASE__URL", &db.url)
+            .env("APP__AUTH__KEYS", crate::helpers::TEST_KEYS)
+            .env("APP__BROKER__URL", crate::broker::amqp_url())
+            .env("APP__BROKER__EXCHANGE", &broker.exchange)
+            .env("APP__OUTBOX__BATCH_SIZE", "100")
+            .env("APP__HTTP__BIND", "127.0.0.1:0")
+            .arg("worker")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
     broker.wait_for(500, Duration::from_secs(30)).await;
     let status = terminate(&mut worker);
     assert!(status.success(), "exit 0 after SIGTERM, got {status}");

@@ -3,7 +3,7 @@
 //! under load, poison messages. Nothing lost, nothing applied twice, everything recovers.
 
 use std::collections::HashSet;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -15,18 +15,49 @@ use sea_orm::{ConnectionTrait, DatabaseConnection};
 use serde_json::json;
 
 use crate::broker::{TcpProxy, TestBroker, amqp_url};
-use crate::cli::{app, free_port, temp_dir};
+use crate::cli::{Process, app, temp_dir};
 use crate::helpers::{Backend, TEST_KEYS, TestApp, TestDb, count_where, order_body};
 use crate::meeting::{Meeting, registered, start, until};
 
-fn kill9(child: &mut Child) {
+fn kill9(child: &mut Process) {
     let _ = std::process::Command::new("kill").args(["-KILL", &child.id().to_string()]).status();
     let _ = child.wait();
 }
 
+/// Prints the workers' logs (`*.log` in the test's directory) when the test fails, so a
+/// failure of a separate process can be read from the test's own output.
+struct LogsOnFailure<'a>(&'a std::path::Path);
+
+impl Drop for LogsOnFailure<'_> {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let Ok(entries) = std::fs::read_dir(self.0) else { return };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().is_some_and(|e| e == "log") {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(60).collect();
+                eprintln!("--- {} (last {} lines)", path.display(), tail.len());
+                for line in tail.iter().rev() {
+                    eprintln!("{line}");
+                }
+            }
+        }
+    }
+}
+
 /// `app worker` against `db` and the test broker, with short leases so a killed worker's
-/// claims come back quickly.
-fn worker(dir: &std::path::Path, db: &TestDb, broker: &TestBroker, extra: &[(String, String)]) -> Child {
+/// claims come back quickly. Its log goes to `{dir}/{name}.log`.
+fn worker(
+    dir: &std::path::Path,
+    name: &str,
+    db: &TestDb,
+    broker: &TestBroker,
+    extra: &[(String, String)],
+) -> Process {
+    let log = std::fs::File::create(dir.join(format!("{name}.log"))).expect("worker log file");
     let mut cmd = app(dir);
     cmd.env("APP__DATABASE__URL", &db.url)
         .env("APP__AUTH__KEYS", TEST_KEYS)
@@ -36,12 +67,12 @@ fn worker(dir: &std::path::Path, db: &TestDb, broker: &TestBroker, extra: &[(Str
         .env("APP__OUTBOX__RECOVERY_INTERVAL", "500ms")
         .env("APP__OUTBOX__BACKOFF_BASE", "100ms")
         .env("APP__OUTBOX__POLL_INTERVAL", "200ms")
-        .env("APP__HTTP__BIND", format!("127.0.0.1:{}", free_port()))
+        .env("APP__HTTP__BIND", "127.0.0.1:0")
         .envs(extra.iter().cloned())
         .arg("worker")
         .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    cmd.spawn().expect("spawn worker")
+        .stderr(log);
+    Process::spawn(&mut cmd)
 }
 
 async fn seed_events(db: &DatabaseConnection, n: usize) -> Vec<NewOutboxEvent> {
@@ -78,12 +109,13 @@ async fn a_worker_killed_mid_drain_loses_nothing() {
     let conn = db.connect().await;
     let events = seed_events(&conn, 6000).await;
     let dir = temp_dir();
-    let mut first = worker(&dir.0, &db, &broker, &[]);
+    let _logs = LogsOnFailure(&dir.0);
+    let mut first = worker(&dir.0, "first", &db, &broker, &[]);
     broker.wait_for(1500, Duration::from_secs(60)).await;
     kill9(&mut first);
     let at_kill = broker.count();
     let killed_at = std::time::Instant::now();
-    let mut second = worker(&dir.0, &db, &broker, &[]);
+    let mut second = worker(&dir.0, "second", &db, &broker, &[]);
     until("every row published", || async {
         count_where(&conn, "outbox_events", "status = 'PUBLISHED'").await == events.len() as i64
     })
@@ -121,20 +153,13 @@ async fn a_consumer_killed_mid_message_applies_each_message_once() {
     env.push(("APP__SAGA__LEASE".into(), "2s".into()));
     env.push(("APP__PAYMENT__RECONCILIATION__INTERVAL".into(), "300ms".into()));
     let dir = temp_dir();
-    let mut first = worker(&dir.0, &db, &broker, &env);
-    // The consumer declares the topology; publish once the queue exists.
+    let _logs = LogsOnFailure(&dir.0);
+    let mut first = worker(&dir.0, "first", &db, &broker, &env);
     let connection =
         orchestrator::adapters::messaging::amqp::connect(&broker.endpoint, "test-meeting").await.unwrap();
     let channel = connection.open_channel(None).await.unwrap();
     let meeting = Meeting { id: id.clone(), connection, channel };
-    until("the topology", || async {
-        let probe = meeting.connection.open_channel(None).await.unwrap();
-        let args = amqprs::channel::QueueDeclareArguments::new(&format!("test.register.{id}"))
-            .passive(true)
-            .finish();
-        probe.queue_declare(args).await.is_ok()
-    })
-    .await;
+    meeting.wait_for_consumers().await;
     let n = 60;
     for i in 0..n {
         meeting
@@ -147,7 +172,7 @@ async fn a_consumer_killed_mid_message_applies_each_message_once() {
     }
     until("some orders", || async { count_where(&conn, "orders", "1 = 1").await >= 10 }).await;
     kill9(&mut first);
-    let mut second = worker(&dir.0, &db, &broker, &env);
+    let mut second = worker(&dir.0, "second", &db, &broker, &env);
     until("every registration", || async {
         count_where(&conn, "inbox", "consumer = 'participant-register'").await == n
             && count_where(

@@ -45,6 +45,27 @@ impl Meeting {
             .collect()
     }
 
+    /// Waits until the consumers are attached. They consume only after declaring and
+    /// binding the whole topology, so from then on a published message is routed; a queue
+    /// that merely exists may not be bound yet, and a message published then is dropped.
+    pub(crate) async fn wait_for_consumers(&self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let probe = self.connection.open_channel(None).await.unwrap();
+            let args =
+                QueueDeclareArguments::new(&format!("test.deleted.{}", self.id)).passive(true).finish();
+            // (name, messages, consumers); the deleted queue is the last one consumed.
+            if let Ok(Some((_, _, consumers))) = probe.queue_declare(args).await
+                && consumers > 0
+            {
+                let _ = probe.close().await;
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "the consumers did not attach");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     pub(crate) async fn publish(&self, routing_key: &str, body: &str, scenario: Option<&str>) {
         let mut props = BasicProperties::default();
         props.with_content_type("application/json").with_persistence(true);
@@ -99,17 +120,7 @@ pub(crate) async fn start(
     let connection = connect(&broker.endpoint, "test-meeting-service").await.unwrap();
     let channel = connection.open_channel(None).await.unwrap();
     let meeting = Meeting { id, connection, channel };
-    // The consumers declare the topology; wait until the queues exist.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let probe = meeting.connection.open_channel(None).await.unwrap();
-        let args = QueueDeclareArguments::new(&format!("test.deleted.{}", meeting.id)).passive(true).finish();
-        if probe.queue_declare(args).await.is_ok() {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "the consumers did not declare the topology");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    meeting.wait_for_consumers().await;
     Some((app, broker, meeting, workers))
 }
 
