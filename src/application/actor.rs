@@ -1,5 +1,7 @@
 //! Who is asking: the authenticated caller as the use cases see it.
 
+use crate::application::error::AppError;
+
 /// The caller of a use case. HTTP builds it from a verified token; consumers and workers
 /// use [`Actor::system`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,5 +28,17 @@ impl Actor {
     /// Whether this caller may see or act on the orders of `customer_id`.
     pub fn may_access(&self, customer_id: &str) -> bool {
         self.is_admin || self.subject == customer_id
+    }
+
+    /// `Forbidden` unless this caller is an admin (operator use cases).
+    ///
+    /// # Errors
+    /// `Forbidden` for a non-admin.
+    pub fn require_admin(&self) -> Result<(), AppError> {
+        if self.is_admin {
+            Ok(())
+        } else {
+            Err(AppError::Forbidden { code: "FORBIDDEN", message: "admin role required".into() })
+        }
     }
 }

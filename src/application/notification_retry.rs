@@ -71,14 +71,6 @@ pub struct NotificationRetry {
     settings: NotificationRetrySettings,
 }
 
-fn admin_only(actor: &Actor) -> Result<(), AppError> {
-    if actor.is_admin {
-        Ok(())
-    } else {
-        Err(AppError::Forbidden { code: "FORBIDDEN", message: "admin role required".into() })
-    }
-}
-
 impl NotificationRetry {
     pub fn new(
         orders: Arc<dyn OrderRepository>,
@@ -174,7 +166,7 @@ impl NotificationRetry {
     /// `Forbidden` for a non-admin; `Unavailable` when the database fails (attempts made
     /// so far stand).
     pub async fn retry_due(&self, actor: &Actor) -> Result<RetryReport, AppError> {
-        admin_only(actor)?;
+        actor.require_admin()?;
         let due = self.notifications.due(self.clock.now(), self.settings.batch).await?;
         let mut report = RetryReport::default();
         for notification in due {
@@ -212,7 +204,7 @@ impl NotificationRetry {
         id: NotificationId,
         reason: Option<String>,
     ) -> Result<OrderRecord, AppError> {
-        admin_only(actor)?;
+        actor.require_admin()?;
         let record = match self.attempt(actor, id, Claim::Reprocess).await? {
             Attempt::Sent(record) | Attempt::Failed(record) => record,
             Attempt::Lost => {
@@ -253,7 +245,7 @@ impl NotificationRetry {
         id: NotificationId,
         reason: Option<String>,
     ) -> Result<OrderRecord, AppError> {
-        admin_only(actor)?;
+        actor.require_admin()?;
         let stored = self.notifications.find(id).await?.ok_or(AppError::NotFound("notification event"))?;
         let mut record = self.record_of(&stored).await?;
         let mut notification = record.notification.clone().ok_or(AppError::NotFound("notification event"))?;
@@ -316,7 +308,7 @@ impl NotificationRetry {
         status: Option<NotificationStatus>,
         limit: u32,
     ) -> Result<Vec<Notification>, AppError> {
-        admin_only(actor)?;
+        actor.require_admin()?;
         if !(1..=100).contains(&limit) {
             return Err(AppError::validation("limit", "must be between 1 and 100"));
         }

@@ -280,9 +280,7 @@ impl PaymentReconciliation {
     /// # Errors
     /// `Forbidden` for a non-admin.
     pub async fn unconfirmed(&self, actor: &Actor) -> Result<Vec<Payment>, AppError> {
-        if !actor.is_admin {
-            return Err(AppError::Forbidden { code: "FORBIDDEN", message: "admin role required".into() });
-        }
+        actor.require_admin()?;
         Ok(self.payments.with_status(PaymentStatus::ConfirmationRequired, 100).await?)
     }
 

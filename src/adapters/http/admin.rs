@@ -164,10 +164,6 @@ fn outbox_id(text: &str) -> Result<i64, ApiError> {
     text.parse().map_err(|_| ApiError::not_found("outbox event"))
 }
 
-fn reason(body: MaybeJson<ReasonRequest>) -> Option<String> {
-    body.0.and_then(|b| b.reason)
-}
-
 /// A dead letter back to `READY` (retry budget reset); `409` for any other status.
 #[utoipa::path(
     post,
@@ -191,7 +187,7 @@ pub async fn republish(
 ) -> Result<HttpResponse, ApiError> {
     let actor = &admin.0;
     let id = outbox_id(&path)?;
-    let row = state.outbox_admin.settle(actor, id, false, reason(body)).await?;
+    let row = state.outbox_admin.settle(actor, id, false, ReasonRequest::of(body)).await?;
     Ok(HttpResponse::Ok().json(OutboxEventResponse::from(&row)))
 }
 
@@ -218,7 +214,7 @@ pub async fn discard(
 ) -> Result<HttpResponse, ApiError> {
     let actor = &admin.0;
     let id = outbox_id(&path)?;
-    let row = state.outbox_admin.settle(actor, id, true, reason(body)).await?;
+    let row = state.outbox_admin.settle(actor, id, true, ReasonRequest::of(body)).await?;
     Ok(HttpResponse::Ok().json(OutboxEventResponse::from(&row)))
 }
 

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::adapters::http::body::MaybeJson;
 use crate::application::orchestration::events::timestamp;
 use crate::application::ports::{AuditRecord, OrderRecord, OutboxRecord, StepRecord};
 use crate::domain::notification::Notification;
@@ -43,6 +44,13 @@ pub struct OrderItemRequest {
 pub struct ReasonRequest {
     #[schema(max_length = 1000)]
     pub reason: Option<String>,
+}
+
+impl ReasonRequest {
+    /// The reason of an optional body: none without a body or without the field.
+    pub fn of(body: MaybeJson<ReasonRequest>) -> Option<String> {
+        body.0.and_then(|b| b.reason)
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -156,7 +156,7 @@ pub async fn reprocess(
     body: MaybeJson<ReasonRequest>,
 ) -> Result<HttpResponse, ApiError> {
     let id = notification_id(&path)?;
-    let reason = body.0.and_then(|b| b.reason);
+    let reason = ReasonRequest::of(body);
     let record = state.notifications.reprocess(&admin.0, id, reason).await?;
     Ok(HttpResponse::Ok().json(OrderDetailResponse::from(&record)))
 }
@@ -183,7 +183,7 @@ pub async fn ignore(
     body: MaybeJson<ReasonRequest>,
 ) -> Result<HttpResponse, ApiError> {
     let id = notification_id(&path)?;
-    let reason = body.0.and_then(|b| b.reason);
+    let reason = ReasonRequest::of(body);
     let record = state.notifications.ignore(&admin.0, id, reason).await?;
     Ok(HttpResponse::Ok().json(OrderDetailResponse::from(&record)))
 }

@@ -321,7 +321,7 @@ pub async fn refund(
     body: MaybeJson<ReasonRequest>,
 ) -> Result<HttpResponse, ApiError> {
     let id = parse_order_id(&path)?;
-    let reason = body.0.and_then(|b| b.reason);
+    let reason = ReasonRequest::of(body);
     let request = RefundRequest { reason, retry_refused: true, ..Default::default() };
     match state.refunds.refund_order(&caller.0, id, request).await? {
         RefundOutcome::Refunded(record) => Ok(HttpResponse::Ok().json(OrderDetailResponse::from(&record))),

@@ -743,21 +743,12 @@ impl Orchestrator {
         let mut payment = record.payment.clone().ok_or_else(|| broken_invariant("no payment to confirm"))?;
         let mut order = record.order.clone();
         let mut changes = Changes::default();
-        let (payment_events, order_events) = match confirmation {
+        let (payment_events, order_events, step_status, action, detail) = match confirmation {
             Confirmation::Approved { provider_transaction_id } => {
                 let detail = format!("approved ({source}), provider transaction {provider_transaction_id}");
                 let p = payment.approve(provider_transaction_id, now).map_err(broken_invariant)?;
                 let o = order.approve_payment(now).map_err(broken_invariant)?;
-                changes.step(order.id, SagaStep::Payment, StepStatus::Success, Some(detail.clone()), now);
-                changes.audit.push(audit::record(
-                    audit::PAYMENT_CONFIRMED,
-                    entity::ORDER,
-                    order.id,
-                    actor,
-                    Some(detail),
-                    now,
-                ));
-                (p, o)
+                (p, o, StepStatus::Success, audit::PAYMENT_CONFIRMED, detail)
             }
             Confirmation::Declined { code, provider_transaction_id } => {
                 let detail = format!("declined ({source}): {code}");
@@ -765,18 +756,11 @@ impl Orchestrator {
                 let o = order
                     .fail(FailureStage::Payment, reasons::PAYMENT_DECLINED, now)
                     .map_err(broken_invariant)?;
-                changes.step(order.id, SagaStep::Payment, StepStatus::Failed, Some(detail.clone()), now);
-                changes.audit.push(audit::record(
-                    audit::PAYMENT_DECLINED,
-                    entity::ORDER,
-                    order.id,
-                    actor,
-                    Some(detail),
-                    now,
-                ));
-                (p, o)
+                (p, o, StepStatus::Failed, audit::PAYMENT_DECLINED, detail)
             }
         };
+        changes.step(order.id, SagaStep::Payment, step_status, Some(detail.clone()), now);
+        changes.audit.push(audit::record(action, entity::ORDER, order.id, actor, Some(detail), now));
         changes.update_payment(&mut payment);
         changes.update_order(&mut order);
         let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);

@@ -37,14 +37,6 @@ pub struct OutboxAdmin {
     clock: Arc<dyn Clock>,
 }
 
-fn admin_only(actor: &Actor) -> Result<(), AppError> {
-    if actor.is_admin {
-        Ok(())
-    } else {
-        Err(AppError::Forbidden { code: "FORBIDDEN", message: "admin role required".into() })
-    }
-}
-
 impl OutboxAdmin {
     pub fn new(store: Arc<dyn OutboxStore>, clock: Arc<dyn Clock>) -> Self {
         OutboxAdmin { store, clock }
@@ -53,7 +45,7 @@ impl OutboxAdmin {
     /// # Errors
     /// `Forbidden` for a non-admin; `Validation` for a limit outside 1..=100.
     pub async fn list(&self, actor: &Actor, mut filter: OutboxFilter) -> Result<Vec<OutboxRecord>, AppError> {
-        admin_only(actor)?;
+        actor.require_admin()?;
         if !(1..=100).contains(&filter.limit) {
             return Err(AppError::validation("limit", "must be between 1 and 100"));
         }
@@ -64,7 +56,7 @@ impl OutboxAdmin {
     /// # Errors
     /// `Forbidden` for a non-admin.
     pub async fn stats(&self, actor: &Actor) -> Result<OutboxStats, AppError> {
-        admin_only(actor)?;
+        actor.require_admin()?;
         Ok(self.store.stats().await?)
     }
 
@@ -89,7 +81,7 @@ impl OutboxAdmin {
         discard: bool,
         reason: Option<String>,
     ) -> Result<OutboxRecord, AppError> {
-        admin_only(actor)?;
+        actor.require_admin()?;
         let row = self.store.get(id).await?.ok_or(AppError::NotFound("outbox event"))?;
         let action = if discard { OutboxAction::Discard } else { OutboxAction::Republish };
         let not_dead = || AppError::Conflict {
@@ -112,7 +104,7 @@ impl OutboxAdmin {
     /// # Errors
     /// `Forbidden` for a non-admin; `Validation` for a limit outside 1..=1000.
     pub async fn redrive(&self, actor: &Actor, request: Redrive) -> Result<RedriveReport, AppError> {
-        admin_only(actor)?;
+        actor.require_admin()?;
         if !(1..=MAX_REDRIVE).contains(&request.limit) {
             return Err(AppError::validation("limit", format!("must be between 1 and {MAX_REDRIVE}")));
         }
