@@ -454,3 +454,41 @@ on_both_databases!(
     expired_leases_are_recovered_and_old_rows_purged,
     idempotency_keys_reserve_complete_and_take_over,
 );
+
+/// The relay stalled for seconds per batch once PostgreSQL switched the cached claim
+/// statement to a generic plan (after its fifth execution). Every pooled session must plan
+/// each execution with its bound values: no generic plan, however often a statement runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_statements_never_run_on_a_generic_plan_on_postgres() {
+    use sea_orm::{ConnectionTrait, Statement};
+    let Some(db) = TestDb::create(Backend::Postgres).await else { return };
+    db.connect().await; // migrated
+    // One connection: the statistics below are per session.
+    let conn = orchestrator::adapters::persistence::connect(&db.url, 1).await.unwrap();
+    let outbox = SeaOrmOutboxStore::new(conn.clone());
+    let orders = SeaOrmOrderRepository::new(conn.clone(), Arc::new(Notify::new()));
+    let events = (0..20).map(|i| event(&format!("agg-{i}"), "order.completed")).collect();
+    orders.commit(Changes { outbox: events, ..Default::default() }).await.unwrap();
+    for _ in 0..10 {
+        let t = now();
+        let claimed = outbox.claim("w", 2, t, t + Duration::minutes(5)).await.unwrap();
+        let ids: Vec<i64> = claimed.iter().map(|r| r.id).collect();
+        outbox.mark_published(&ids, "w", t).await.unwrap();
+    }
+    let rows = conn
+        .query_all_raw(Statement::from_string(
+            conn.get_database_backend(),
+            "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements \
+             WHERE statement LIKE 'UPDATE outbox_events%'",
+        ))
+        .await
+        .unwrap();
+    assert!(!rows.is_empty(), "the claim and mark statements are prepared and cached");
+    for row in rows {
+        let statement: String = row.try_get("", "statement").unwrap();
+        let generic: i64 = row.try_get("", "generic_plans").unwrap();
+        let custom: i64 = row.try_get("", "custom_plans").unwrap();
+        assert_eq!(generic, 0, "generic plan used for {statement}");
+        assert!(custom >= 10, "{custom} custom plans for {statement}");
+    }
+}

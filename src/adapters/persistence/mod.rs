@@ -30,6 +30,13 @@ use crate::application::ports::RepoError;
 /// Opens a pool. A SQLite file and its directory are created if missing, in WAL mode with
 /// a busy timeout so that concurrent writers wait for each other instead of failing.
 ///
+/// Every PostgreSQL session runs with [`PLAN_CACHE_MODE`]: the hot statements (the outbox
+/// claim above all) are prepared and cached by sqlx, and PostgreSQL's own choice after the
+/// fifth execution of a prepared statement — a generic plan that cannot see the bound
+/// `LIMIT` or timestamps — turned the claim into a scan over every published row and
+/// stalled the relay for seconds per batch (docs/decisions.md, "Custom plans for every
+/// statement"). A custom plan costs a few hundred microseconds of planning per statement.
+///
 /// # Errors
 /// The database cannot be reached or the URL is invalid.
 pub async fn connect(url: &str, max_connections: u32) -> Result<DatabaseConnection, DbErr> {
@@ -52,9 +59,13 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<DatabaseConnecti
                 .synchronous(SqliteSynchronous::Normal)
                 .busy_timeout(Duration::from_secs(10))
                 .foreign_keys(true)
-        });
+        })
+        .map_sqlx_postgres_opts(|o| o.options([("plan_cache_mode", PLAN_CACHE_MODE)]));
     Database::connect(options).await
 }
+
+/// The `plan_cache_mode` every PostgreSQL session of the pool runs with.
+pub const PLAN_CACHE_MODE: &str = "force_custom_plan";
 
 /// The file path of a `sqlite:` URL (`sqlite://data/app.db?mode=rwc` -> `data/app.db`).
 pub fn sqlite_path(url: &str) -> Option<String> {
