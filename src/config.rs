@@ -122,6 +122,13 @@ pub struct Settings {
     pub worker: WorkerSettings,
     pub auth: AuthSettings,
     pub log: LogSettings,
+    pub audit: AuditSettings,
+}
+
+#[derive(Debug, Clone)]
+pub struct AuditSettings {
+    /// Audit rows older than this are deleted by the daily clean-up (`audit.retention`).
+    pub retention: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -207,6 +214,8 @@ pub struct WorkerSettings {
     /// How long one run holds an order's saga (`saga.lease`); a run that died holding it
     /// is resumed by the worker once this has passed.
     pub saga_lease: Duration,
+    /// Resumes of one stalled saga before an operator must look (`saga.recovery_max_attempts`).
+    pub saga_recovery_max_attempts: i32,
 }
 
 #[derive(Debug, Clone)]
@@ -246,6 +255,14 @@ struct Raw {
     #[serde(default)]
     auth: RawAuth,
     log: RawLog,
+    #[serde(default)]
+    audit: RawAudit,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAudit {
+    retention: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -347,6 +364,7 @@ struct RawWorker {
 #[serde(deny_unknown_fields)]
 struct RawSaga {
     lease: Option<String>,
+    recovery_max_attempts: Option<i32>,
 }
 
 /// `auth.keys` arrives as a list from a file, or as one JSON string from the environment.
@@ -639,6 +657,10 @@ impl Settings {
         if saga_lease < Duration::from_secs(1) {
             return Err(invalid("saga.lease", "must be at least 1s"));
         }
+        let saga_recovery_max_attempts = raw.saga.recovery_max_attempts.unwrap_or(5);
+        if saga_recovery_max_attempts < 1 {
+            return Err(invalid("saga.recovery_max_attempts", "must be at least 1"));
+        }
         let confirm_timeout =
             dur("broker.confirm_timeout", raw.broker.confirm_timeout.as_deref().unwrap_or("30s"))?;
         if confirm_timeout.is_zero() {
@@ -698,9 +720,16 @@ impl Settings {
             outbox,
             notification,
             payment,
-            worker: WorkerSettings { embedded: raw.worker.embedded.unwrap_or(sqlite), saga_lease },
+            worker: WorkerSettings {
+                embedded: raw.worker.embedded.unwrap_or(sqlite),
+                saga_lease,
+                saga_recovery_max_attempts,
+            },
             auth,
             log,
+            audit: AuditSettings {
+                retention: dur("audit.retention", raw.audit.retention.as_deref().unwrap_or("365d"))?,
+            },
         })
     }
 }

@@ -227,7 +227,7 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let relay_wake = Arc::new(Notify::new());
     let orders = Arc::new(SeaOrmOrderRepository::new(db.clone(), relay_wake.clone()));
-    let outbox_store: Arc<dyn OutboxStore> = Arc::new(SeaOrmOutboxStore::new(db.clone()));
+    let outbox_store: Arc<dyn OutboxStore> = Arc::new(SeaOrmOutboxStore::new(db.clone(), relay_wake.clone()));
     let idempotency_store: Arc<dyn IdempotencyStore> = Arc::new(SeaOrmIdempotencyStore::new(db.clone()));
 
     let (payments, settlements, notifier, provider_calls): Providers = match settings.payment.provider {
@@ -293,9 +293,12 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
     let refunds = Arc::new(Refunds::new(
         orders.clone(),
         orders.clone(),
+        orders.clone(),
         payments_for_refunds,
         clock.clone(),
         chrono(settings.worker.saga_lease),
+        settings.payment.reconciliation_max_attempts,
+        chrono(settings.payment.reconciliation_interval),
     ));
     let meeting_events = Arc::new(MeetingEvents::new(
         orchestrator.clone(),
@@ -306,6 +309,7 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
     ));
     let reconciliation = Arc::new(PaymentReconciliation::new(
         orchestrator.clone(),
+        refunds.clone(),
         orders.clone(),
         orders.clone(),
         orders.clone(),
@@ -317,6 +321,7 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
             compensation_max_attempts: settings.payment.reconciliation_max_attempts.max(1) as usize,
             compensation_backoff: chrono(settings.payment.reconciliation_interval),
             stall_after: chrono(settings.worker.saga_lease),
+            stall_max_resumes: settings.worker.saga_recovery_max_attempts,
         },
     ));
     let queries = Arc::new(OrderQueries::new(orders.clone(), outbox_store.clone()));
@@ -331,6 +336,7 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
     let housekeeping = Arc::new(Housekeeping::new(
         outbox_store.clone(),
         idempotency_store.clone(),
+        orders.clone(),
         clock.clone(),
         HousekeepingSettings {
             recovery_interval: settings.outbox.recovery_interval,
@@ -338,6 +344,7 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
             retention_published: chrono(settings.outbox.retention_published),
             retention_dead_letter: chrono(settings.outbox.retention_dead_letter),
             retention_idempotency: Duration::hours(24),
+            retention_audit: chrono(settings.audit.retention),
             cleanup_batch: 1000,
         },
     ));

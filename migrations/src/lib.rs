@@ -11,6 +11,7 @@ mod m20261129_000003_inbox_order;
 mod m20261129_000004_order_saga_lease;
 mod m20261129_000005_payment_reconciliation;
 mod m20261129_000006_outbox_partial_indexes;
+mod m20261201_000007_registrations_and_saga_recovery;
 
 pub struct Migrator;
 
@@ -24,6 +25,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261129_000004_order_saga_lease::Migration),
             Box::new(m20261129_000005_payment_reconciliation::Migration),
             Box::new(m20261129_000006_outbox_partial_indexes::Migration),
+            Box::new(m20261201_000007_registrations_and_saga_recovery::Migration),
         ]
     }
 }

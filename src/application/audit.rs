@@ -14,6 +14,23 @@ pub const PAYMENT_DECLINED: &str = "PAYMENT_DECLINED";
 pub const PAYMENT_OUTCOME_UNKNOWN: &str = "PAYMENT_OUTCOME_UNKNOWN";
 pub const PAYMENT_PROVIDER_UNAVAILABLE: &str = "PAYMENT_PROVIDER_UNAVAILABLE";
 pub const PAYMENT_CONFIRMED: &str = "PAYMENT_CONFIRMED";
+/// The provider answered, but the answer could not be stored as it is (a transaction id
+/// another payment already has): the outcome is treated as unknown and reconciled.
+pub const PAYMENT_OUTCOME_UNSTORABLE: &str = "PAYMENT_OUTCOME_UNSTORABLE";
+/// The worker resumed a saga a dead run had left half-way.
+pub const SAGA_RESUMED: &str = "SAGA_RESUMED";
+/// Stalled-saga recovery gave up on an order: an operator must look.
+pub const SAGA_RECOVERY_EXHAUSTED: &str = "SAGA_RECOVERY_EXHAUSTED";
+/// `POST /orchestrate` on an order with nothing left to run.
+pub const ORCHESTRATE_NOOP: &str = "ORCHESTRATE_NOOP";
+/// A notification retry (scheduler, `retry-due` or reprocess) went through.
+pub const NOTIFICATION_SENT: &str = "NOTIFICATION_SENT";
+/// A refund's intent, committed before the provider is asked.
+pub const REFUND_REQUESTED: &str = "REFUND_REQUESTED";
+/// A refund whose outcome stayed unknown after every attempt: an operator must decide.
+pub const REFUND_UNRESOLVED: &str = "REFUND_UNRESOLVED";
+/// A registration refused because the (meeting, user) pair already has a live order.
+pub const REGISTRATION_REJECTED: &str = "REGISTRATION_REJECTED";
 pub const RECONCILIATION_EXHAUSTED: &str = "RECONCILIATION_EXHAUSTED";
 pub const COMPENSATION_EXHAUSTED: &str = "COMPENSATION_EXHAUSTED";
 pub const CALLBACK_REJECTED: &str = "CALLBACK_REJECTED";

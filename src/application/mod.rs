@@ -11,6 +11,7 @@ pub mod error;
 pub mod health;
 pub mod idempotency;
 pub mod inbound;
+pub mod input;
 pub mod notification_retry;
 pub mod orchestration;
 pub mod outbox;

@@ -2,7 +2,8 @@
 //! §9): reconciliation asks the provider about payments left `CONFIRMATION_REQUIRED` by a
 //! timeout; provider callbacks deliver the same answer pushed; compensations whose cancel
 //! failed are retried with backoff until their attempts run out and an operator takes over;
-//! sagas a dead run left half-way are resumed once their lease has run out.
+//! sagas a dead run left half-way are resumed once their lease has run out (a bounded
+//! number of times); refunds whose outcome was never recorded are finished.
 
 use std::sync::Arc;
 use std::time::Duration as StdDuration;
@@ -15,8 +16,9 @@ use crate::application::orchestration::{Confirmation, Orchestrator, Reconciled};
 use crate::application::ports::{
     Changes, Clock, OrderRecord, OrderRepository, PaymentRepository, UnitOfWork,
 };
+use crate::application::refunds::{PendingRefundReport, Refunds};
 use crate::application::{Actor, AppError};
-use crate::domain::order::{OrderStatus, SagaStep, StepStatus};
+use crate::domain::order::{Order, OrderStatus, SagaStep, StepStatus};
 use crate::domain::payment::{Payment, PaymentStatus};
 
 #[derive(Debug, Clone)]
@@ -34,6 +36,9 @@ pub struct ReconciliationSettings {
     pub compensation_backoff: Duration,
     /// A saga unchanged this long without a live lease was abandoned by a dead run.
     pub stall_after: Duration,
+    /// Resumes of one stalled saga (backoff doubling from `stall_after`) before an
+    /// operator must look.
+    pub stall_max_resumes: i32,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -70,8 +75,14 @@ pub enum CallbackResult {
     Busy,
 }
 
+/// At most one `CALLBACK_REJECTED` audit row per this long (per process).
+pub const CALLBACK_AUDIT_WINDOW: Duration = Duration::seconds(10);
+
 pub struct PaymentReconciliation {
+    /// When the last rejected callback was audited, and how many were refused since.
+    callback_audit: std::sync::Mutex<(Option<chrono::DateTime<chrono::Utc>>, u64)>,
     orchestrator: Arc<Orchestrator>,
+    refunds: Arc<Refunds>,
     payments: Arc<dyn PaymentRepository>,
     orders: Arc<dyn OrderRepository>,
     uow: Arc<dyn UnitOfWork>,
@@ -82,13 +93,23 @@ pub struct PaymentReconciliation {
 impl PaymentReconciliation {
     pub fn new(
         orchestrator: Arc<Orchestrator>,
+        refunds: Arc<Refunds>,
         payments: Arc<dyn PaymentRepository>,
         orders: Arc<dyn OrderRepository>,
         uow: Arc<dyn UnitOfWork>,
         clock: Arc<dyn Clock>,
         settings: ReconciliationSettings,
     ) -> Self {
-        PaymentReconciliation { orchestrator, payments, orders, uow, clock, settings }
+        PaymentReconciliation {
+            callback_audit: std::sync::Mutex::default(),
+            orchestrator,
+            refunds,
+            payments,
+            orders,
+            uow,
+            clock,
+            settings,
+        }
     }
 
     /// One look-up for every unknown payment that is due.
@@ -97,8 +118,15 @@ impl PaymentReconciliation {
     /// `Unavailable` when the database fails.
     pub async fn reconcile_due(&self) -> Result<ReconcileReport, AppError> {
         let actor = Actor::system("reconciliation");
-        let due =
-            self.payments.awaiting_confirmation(self.clock.now(), self.settings.max_attempts, 100).await?;
+        let due = self
+            .payments
+            .awaiting_confirmation(
+                PaymentStatus::ConfirmationRequired,
+                self.clock.now(),
+                self.settings.max_attempts,
+                100,
+            )
+            .await?;
         let mut report = ReconcileReport::default();
         for payment in due {
             let outcome = self
@@ -192,17 +220,68 @@ impl PaymentReconciliation {
     ///
     /// # Errors
     /// `Unavailable` when the database fails.
+    ///
+    /// Each resume is counted and audited (`SAGA_RESUMED`); the next one waits twice as
+    /// long. A saga still half-way after `stall_max_resumes` resumes (a provider that keeps
+    /// answering what cannot be stored, a bug) is left alone, audited
+    /// `SAGA_RECOVERY_EXHAUSTED` and listed by [`Self::stalled_for_operator`].
     pub async fn resume_stalled(&self) -> Result<usize, AppError> {
         let actor = Actor::system("saga-recovery");
         let now = self.clock.now();
-        let stalled = self.orders.stalled(now - self.settings.stall_after, now, 100).await?;
-        for order_id in &stalled {
-            self.orchestrator.orchestrate(&actor, *order_id).await?;
+        let max = self.settings.stall_max_resumes;
+        let stalled = self.orders.stalled(now - self.settings.stall_after, now, max, 100).await?;
+        for (order_id, resumes) in &stalled {
+            let resumes = *resumes + 1;
+            let backoff = self
+                .settings
+                .stall_after
+                .checked_mul(1 << (resumes.clamp(0, 16) as u32))
+                .unwrap_or(Duration::days(1));
+            self.orders.note_resume(*order_id, now + backoff).await?;
+            let before = self.orders.get(*order_id).await?.map(|r| r.order.status);
+            // One order that fails again must not hold up the others.
+            let (after, why) = match self.orchestrator.orchestrate(&actor, *order_id).await {
+                Ok(record) => (Some(record.order.status), String::new()),
+                Err(err) => {
+                    tracing::warn!(order = %order_id, error = %err, "resuming a stalled saga failed");
+                    (before, format!(" ({err})"))
+                }
+            };
+            let after = after.map_or("-", |s| s.as_str());
+            let still_stalled = before.map(|s| s.as_str()) == Some(after);
+            let (action, detail) = if still_stalled && resumes >= max {
+                (
+                    audit::SAGA_RECOVERY_EXHAUSTED,
+                    format!(
+                        "still {after} after {resumes} resumes{why}; left for an operator (GET /api/admin/orders/stalled)"
+                    ),
+                )
+            } else {
+                (
+                    audit::SAGA_RESUMED,
+                    format!(
+                        "resume {resumes} of {max}: {} -> {after}{why}",
+                        before.map_or("-", |s| s.as_str())
+                    ),
+                )
+            };
+            let mut changes = Changes::default();
+            changes.audit.push(audit::record(action, entity::ORDER, order_id, &actor, Some(detail), now));
+            self.uow.commit(changes).await?;
         }
         if !stalled.is_empty() {
             tracing::warn!(resumed = stalled.len(), "resumed sagas a dead run had left half-way");
         }
         Ok(stalled.len())
+    }
+
+    /// Orders whose stalled-saga recovery ran out of resumes, for operators.
+    ///
+    /// # Errors
+    /// `Forbidden` for a non-admin; `Unavailable` when the database fails.
+    pub async fn stalled_for_operator(&self, actor: &Actor) -> Result<Vec<Order>, AppError> {
+        actor.require_admin()?;
+        Ok(self.orders.stalled_for_operator(self.settings.stall_max_resumes, 100).await?)
     }
 
     /// A provider callback: the final outcome of a payment, pushed.
@@ -258,10 +337,33 @@ impl PaymentReconciliation {
     }
 
     /// Records a callback refused before reading it (bad or stale signature).
+    ///
+    /// Every rejection is counted (`payment_callbacks_rejected_total`), but an
+    /// unauthenticated caller must not be able to grow the audit log at will: at most one
+    /// `CALLBACK_REJECTED` row per [`CALLBACK_AUDIT_WINDOW`] per process, saying how many
+    /// were refused since the last one.
     pub async fn reject_callback(&self, reason: &str) {
+        metrics::counter!("payment_callbacks_rejected_total").increment(1);
+        let now = self.clock.now();
+        let suppressed = {
+            let mut window = self.callback_audit.lock().unwrap_or_else(|e| e.into_inner());
+            match window.0 {
+                Some(last) if now - last < CALLBACK_AUDIT_WINDOW => {
+                    window.1 += 1;
+                    return;
+                }
+                _ => {
+                    window.0 = Some(now);
+                    std::mem::take(&mut window.1)
+                }
+            }
+        };
         let actor = Actor::system("payment-callback");
         let mut changes = Changes::default();
-        let detail: String = reason.chars().take(200).collect();
+        let mut detail: String = reason.chars().take(200).collect();
+        if suppressed > 0 {
+            detail.push_str(&format!(" (and {suppressed} more rejected since the last audit row)"));
+        }
         changes.audit.push(audit::record(
             audit::CALLBACK_REJECTED,
             entity::PAYMENT_CALLBACK,
@@ -275,13 +377,38 @@ impl PaymentReconciliation {
         }
     }
 
-    /// Payments whose outcome is still unknown (attempts left or not), for operators.
+    /// Payments whose outcome is still unknown (attempts left or not), for operators: an
+    /// approval (`CONFIRMATION_REQUIRED`) or a refund (`REFUND_PENDING`) the provider has
+    /// not told us the end of.
     ///
     /// # Errors
     /// `Forbidden` for a non-admin.
     pub async fn unconfirmed(&self, actor: &Actor) -> Result<Vec<Payment>, AppError> {
         actor.require_admin()?;
-        Ok(self.payments.with_status(PaymentStatus::ConfirmationRequired, 100).await?)
+        let mut payments = self.payments.with_status(PaymentStatus::ConfirmationRequired, 100).await?;
+        payments.extend(self.payments.with_status(PaymentStatus::RefundPending, 100).await?);
+        Ok(payments)
+    }
+
+    /// What waits for an operator, by kind, for `/metrics` (`operator_attention{kind}`):
+    /// approvals and refunds whose outcome stayed unknown after every attempt, and sagas
+    /// stalled-saga recovery gave up on. Counted up to 1 000 of each.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    pub async fn needs_operator(&self) -> Result<Vec<(&'static str, usize)>, AppError> {
+        let max = self.settings.max_attempts;
+        let exhausted =
+            |payments: Vec<Payment>| payments.iter().filter(|p| p.reconcile_attempts >= max).count();
+        let confirmations =
+            exhausted(self.payments.with_status(PaymentStatus::ConfirmationRequired, 1000).await?);
+        let refunds = exhausted(self.payments.with_status(PaymentStatus::RefundPending, 1000).await?);
+        let stalled = self.orders.stalled_for_operator(self.settings.stall_max_resumes, 1000).await?.len();
+        Ok(vec![
+            ("payment_unconfirmed", confirmations),
+            ("refund_unresolved", refunds),
+            ("saga_stalled", stalled),
+        ])
     }
 
     /// Every interval: reconcile due payments, retry due compensations.
@@ -299,6 +426,11 @@ impl PaymentReconciliation {
                     }
                     if let Err(err) = self.resume_stalled().await {
                         tracing::error!(error = %err, "saga recovery failed");
+                    }
+                    match self.refunds.resolve_pending().await {
+                        Ok(r) if r != PendingRefundReport::default() => tracing::info!(?r, "pending refunds"),
+                        Ok(_) => {}
+                        Err(err) => tracing::error!(error = %err, "pending refunds failed"),
                     }
                     match self.retry_compensations().await {
                         Ok(r) if r != CompensationReport::default() => tracing::info!(?r, "compensation retries"),

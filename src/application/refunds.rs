@@ -1,20 +1,27 @@
-//! Refunds (SPEC §5, §7): a completed order's approved payment is cancelled at the
+//! Refunds (SPEC §3–§5, §7): a completed order's approved payment is cancelled at the
 //! provider; the payment becomes `REFUNDED` and the order `CANCELLED`, with
 //! `payment.refunded` and `order.cancelled`. A refusal by the provider is recorded
-//! (`refundFailureReason`, `payment.refund_failed`) and the payment stays `APPROVED`.
+//! (`refundFailureReason`, `payment.refund_failed`) and the payment is `APPROVED` again.
+//!
+//! Money never moves unrecorded: the refund's intent (`REFUND_PENDING`, audited with the
+//! idempotency key the call uses) is committed before the provider is asked, and its
+//! outcome after. A refund left pending — the process died, the database refused the
+//! outcome, the provider could not be reached — is finished by [`Refunds::resolve_pending`]
+//! in the worker, through a look-up at the provider and, if needed, the same call with the
+//! same key; bounded, then left to an operator.
 
 use std::sync::Arc;
 
 use crate::application::audit::{self, entity};
 use crate::application::orchestration::events::EventWriter;
 use crate::application::ports::{
-    CancelPayment, Changes, Clock, GatewayError, InboxEntry, OrderRecord, OrderRepository, PaymentGateway,
-    RepoError, SagaLease, Scenario, UnitOfWork,
+    CancelPayment, Changes, Clock, GatewayError, InboxEntry, LookupOutcome, OrderRecord, OrderRepository,
+    PaymentGateway, PaymentRepository, RepoError, SagaLease, Scenario, UnitOfWork,
 };
 use crate::application::{Actor, AppError};
 use crate::domain::ids::OrderId;
 use crate::domain::order::{OrderStatus, SagaStep, StepStatus};
-use crate::domain::payment::PaymentStatus;
+use crate::domain::payment::{Payment, PaymentStatus};
 
 /// What to refund with.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -43,11 +50,16 @@ pub enum RefundOutcome {
 
 pub struct Refunds {
     orders: Arc<dyn OrderRepository>,
+    pending: Arc<dyn PaymentRepository>,
     uow: Arc<dyn UnitOfWork>,
     payments: Arc<dyn PaymentGateway>,
     clock: Arc<dyn Clock>,
     /// A refund holds the order's saga lease: one refund at a time per order.
     lease: chrono::Duration,
+    /// Attempts at a refund whose outcome is unknown before an operator must decide.
+    max_attempts: i32,
+    /// Delay before the second attempt; doubled after each.
+    retry_after: chrono::Duration,
 }
 
 /// The order is being changed by another runner right now (try again shortly).
@@ -58,20 +70,28 @@ fn invariant(err: impl std::fmt::Display) -> AppError {
 }
 
 impl Refunds {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         orders: Arc<dyn OrderRepository>,
+        pending: Arc<dyn PaymentRepository>,
         uow: Arc<dyn UnitOfWork>,
         payments: Arc<dyn PaymentGateway>,
         clock: Arc<dyn Clock>,
         lease: chrono::Duration,
+        max_attempts: i32,
+        retry_after: chrono::Duration,
     ) -> Self {
-        Refunds { orders, uow, payments, clock, lease }
+        Refunds { orders, pending, uow, payments, clock, lease, max_attempts, retry_after }
     }
 
-    /// Whether an order can be refunded now.
+    /// Whether an order can be refunded now: `COMPLETED` with an `APPROVED` payment, or
+    /// with a refund already pending (asking again resumes it with the same key).
     pub fn refundable(record: &OrderRecord) -> bool {
         record.order.status == OrderStatus::Completed
-            && record.payment.as_ref().is_some_and(|p| p.status == PaymentStatus::Approved)
+            && record
+                .payment
+                .as_ref()
+                .is_some_and(|p| matches!(p.status, PaymentStatus::Approved | PaymentStatus::RefundPending))
     }
 
     /// Refunds `order_id`. `inbox` (an inbound message) is recorded in the same transaction
@@ -80,8 +100,9 @@ impl Refunds {
     /// # Errors
     /// `NotFound`; `Forbidden` `UNAUTHORIZED_REFUND` unless the caller is the order's
     /// customer or an admin; `Conflict` `REFUND_NOT_ALLOWED` unless the order is `COMPLETED`
-    /// with an `APPROVED` payment; `Unavailable` when the provider or database is down
-    /// (nothing recorded — retry).
+    /// with an `APPROVED` (or `REFUND_PENDING`) payment; `Unavailable` when the provider or
+    /// the database is down: the refund's intent is recorded (`REFUND_PENDING`) before the
+    /// provider is called, so a retry, or the worker, finishes it with the same key.
     pub async fn refund_order(
         &self,
         actor: &Actor,
@@ -115,34 +136,15 @@ impl Refunds {
         let RefundRequest { reason, inbox, scenario, retry_refused } = request;
         let mut record = self.orders.get(order_id).await?.ok_or(AppError::NotFound("order"))?;
         if !actor.may_access(&record.order.customer_id) {
-            let mut changes = Changes::default();
-            changes.audit.push(audit::record(
-                audit::REFUND_REJECTED,
-                entity::ORDER,
-                order_id,
-                actor,
-                Some("not the order's customer".into()),
-                self.clock.now(),
-            ));
-            self.uow.commit(changes).await?;
+            self.audit_rejection(actor, order_id, "not the order's customer".into()).await?;
             return Err(AppError::Forbidden {
                 code: "UNAUTHORIZED_REFUND",
                 message: "only the order's customer or an admin may refund it".into(),
             });
         }
         if !Self::refundable(&record) {
-            let now = self.clock.now();
-            let mut changes = Changes::default();
-            let detail = format!("order {} is {}", order_id, record.order.status);
-            changes.audit.push(audit::record(
-                audit::REFUND_REJECTED,
-                entity::ORDER,
-                order_id,
-                actor,
-                Some(detail),
-                now,
-            ));
-            self.uow.commit(changes).await?;
+            self.audit_rejection(actor, order_id, format!("order {} is {}", order_id, record.order.status))
+                .await?;
             return Err(AppError::Conflict {
                 code: "REFUND_NOT_ALLOWED",
                 message: format!(
@@ -152,15 +154,76 @@ impl Refunds {
             });
         }
         let mut payment = record.payment.clone().ok_or_else(|| invariant("no payment"))?;
-        if let (false, Some(refused)) = (retry_refused, payment.refund_failure_reason.clone()) {
-            // Checked under the lease: a concurrent duplicate cannot ask the provider again.
-            return Ok(RefundOutcome::Rejected { record, reason: format!("refused before: {refused}") });
+        if payment.status == PaymentStatus::Approved {
+            if let (false, Some(refused)) = (retry_refused, payment.refund_failure_reason.clone()) {
+                // Checked under the lease: a concurrent duplicate cannot ask the provider again.
+                return Ok(RefundOutcome::Rejected { record, reason: format!("refused before: {refused}") });
+            }
+            // The intent, committed before the provider is asked: whatever happens to the
+            // answer, the worker finds this refund and finishes it (SPEC §4).
+            let now = self.clock.now();
+            payment.begin_refund(now).map_err(invariant)?;
+            let mut changes = Changes::default();
+            changes.update_payment(&mut payment);
+            changes.audit.push(audit::record(
+                audit::REFUND_REQUESTED,
+                entity::ORDER,
+                order_id,
+                actor,
+                Some(format!(
+                    "Idempotency-Key cancel-{}: {}",
+                    payment.payment_request_id,
+                    reason.as_deref().unwrap_or("refund requested")
+                )),
+                now,
+            ));
+            match self.uow.commit(changes).await {
+                Ok(()) => {}
+                Err(RepoError::Conflict) => {
+                    return Err(AppError::Conflict {
+                        code: "REFUND_NOT_ALLOWED",
+                        message: "the order changed concurrently".into(),
+                    });
+                }
+                Err(err) => return Err(err.into()),
+            }
+            record.payment = Some(payment.clone());
         }
         let mut effective = record.context.scenario;
         if scenario.refund.is_some() {
             effective.refund = scenario.refund;
         }
         let reason_text = reason.clone().unwrap_or_else(|| "refund requested".into());
+        let answer = self.ask_provider(&payment, effective, reason_text).await?;
+        self.record_outcome(record, answer, actor, reason, inbox).await
+    }
+
+    async fn audit_rejection(
+        &self,
+        actor: &Actor,
+        order_id: OrderId,
+        detail: String,
+    ) -> Result<(), AppError> {
+        let mut changes = Changes::default();
+        changes.audit.push(audit::record(
+            audit::REFUND_REJECTED,
+            entity::ORDER,
+            order_id,
+            actor,
+            Some(detail),
+            self.clock.now(),
+        ));
+        Ok(self.uow.commit(changes).await?)
+    }
+
+    /// The call of the skeleton: the provider's cancel with the payment's refund key
+    /// (`cancel-{paymentRequestId}`), so asking again never refunds twice.
+    async fn ask_provider(
+        &self,
+        payment: &Payment,
+        scenario: Scenario,
+        reason: String,
+    ) -> Result<RefundAnswer, AppError> {
         let request = CancelPayment {
             payment_id: payment.id,
             payment_request_id: payment.payment_request_id.clone(),
@@ -169,15 +232,37 @@ impl Refunds {
                 .clone()
                 .ok_or_else(|| invariant("approved payment without a provider transaction"))?,
             amount: payment.amount,
-            reason: reason_text.clone(),
-            scenario: effective,
+            reason,
+            scenario,
         };
-        let result = self.payments.cancel(&request).await;
+        Ok(match self.payments.cancel(&request).await {
+            Ok(()) => RefundAnswer::Refunded,
+            Err(GatewayError::Rejected { code, message }) => {
+                RefundAnswer::Refused(format!("{code}: {message}"))
+            }
+            Err(GatewayError::Unavailable(cause)) => RefundAnswer::Unknown(cause),
+        })
+    }
+
+    /// The outcome commit of the skeleton. `Unknown` keeps the payment `REFUND_PENDING`
+    /// (one more attempt counted, the next due after a backoff) and answers `Unavailable`:
+    /// the refund is not lost, the worker or a retry of the request finishes it.
+    async fn record_outcome(
+        &self,
+        mut record: OrderRecord,
+        answer: RefundAnswer,
+        actor: &Actor,
+        reason: Option<String>,
+        inbox: Option<InboxEntry>,
+    ) -> Result<RefundOutcome, AppError> {
         let now = self.clock.now();
+        let order_id = record.order.id;
+        let mut payment = record.payment.clone().ok_or_else(|| invariant("no payment"))?;
         let mut order = record.order.clone();
         let mut changes = Changes::default();
-        let rejected = match result {
-            Ok(()) => {
+        let reason_text = reason.clone().unwrap_or_else(|| "refund requested".into());
+        let rejected = match answer {
+            RefundAnswer::Refunded => {
                 let payment_events = payment.refund(now).map_err(invariant)?;
                 let order_events = order.refund(now).map_err(invariant)?;
                 changes.update_payment(&mut payment);
@@ -202,8 +287,7 @@ impl Refunds {
                 changes.outbox = events.finish();
                 None
             }
-            Err(GatewayError::Rejected { code, message }) => {
-                let why = format!("{code}: {message}");
+            RefundAnswer::Refused(why) => {
                 let payment_events = payment.record_refund_failure(why.clone(), now).map_err(invariant)?;
                 changes.update_payment(&mut payment);
                 changes.step(
@@ -226,8 +310,31 @@ impl Refunds {
                 changes.outbox = events.finish();
                 Some(why)
             }
-            Err(GatewayError::Unavailable(cause)) => {
-                return Err(AppError::Unavailable(format!("payment provider: {cause}")));
+            RefundAnswer::Unknown(cause) => {
+                let exp = payment.reconcile_attempts.clamp(0, 16) as u32;
+                let next = now + self.retry_after.checked_mul(1 << exp).unwrap_or(self.retry_after);
+                payment.record_reconcile_attempt(next, now).map_err(invariant)?;
+                changes.update_payment(&mut payment);
+                if payment.reconcile_attempts >= self.max_attempts {
+                    changes.audit.push(audit::record(
+                        audit::REFUND_UNRESOLVED,
+                        entity::ORDER,
+                        order_id,
+                        actor,
+                        Some(format!(
+                            "refund outcome still unknown after {} attempts ({cause}); an operator must decide",
+                            payment.reconcile_attempts
+                        )),
+                        now,
+                    ));
+                }
+                match self.uow.commit(changes).await {
+                    Ok(()) | Err(RepoError::Conflict) => {}
+                    Err(err) => return Err(err.into()),
+                }
+                return Err(AppError::Unavailable(format!(
+                    "payment provider: {cause}; the refund is pending and will be completed"
+                )));
             }
         };
         changes.inbox.extend(inbox);
@@ -235,7 +342,7 @@ impl Refunds {
         match self.uow.commit(changes).await {
             Ok(()) => {}
             Err(RepoError::Conflict) => {
-                // Refunded concurrently (the provider deduplicated the cancel by its key):
+                // Finished concurrently (the provider deduplicated the cancel by its key):
                 // report the state that won.
                 let current = self.orders.get(order_id).await?.ok_or(AppError::NotFound("order"))?;
                 return match current.payment.as_ref().map(|p| p.status) {
@@ -256,4 +363,82 @@ impl Refunds {
             Some(reason) => RefundOutcome::Rejected { record, reason },
         })
     }
+
+    /// The worker's half of the skeleton: refunds whose intent was committed but whose
+    /// outcome was not (a crash, a database failure after the provider answered, a provider
+    /// that could not be reached). Each is looked up at the provider by `paymentRequestId`:
+    /// cancelled there means refunded; still approved means the cancel never took effect,
+    /// so it is asked again with the same key. Bounded: past `max_attempts` the refund is
+    /// audited `REFUND_UNRESOLVED`, listed at `GET /api/admin/payments/unconfirmed` and
+    /// counted in `/metrics`.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    pub async fn resolve_pending(&self) -> Result<PendingRefundReport, AppError> {
+        let actor = Actor::system("refund-recovery");
+        let now = self.clock.now();
+        let due = self
+            .pending
+            .awaiting_confirmation(PaymentStatus::RefundPending, now, self.max_attempts, 100)
+            .await?;
+        let mut report = PendingRefundReport::default();
+        for payment in due {
+            let order_id = payment.order_id;
+            let lease = SagaLease { owner: uuid::Uuid::new_v4().to_string(), until: now + self.lease };
+            if !self.orders.lease_saga(order_id, &lease, now).await? {
+                report.busy += 1;
+                continue;
+            }
+            let result = self.resolve_leased(&actor, order_id).await;
+            if let Err(err) = self.orders.release_saga(order_id, &lease.owner).await {
+                tracing::warn!(order = %order_id, error = %err, "could not release the saga lease");
+            }
+            match result {
+                Ok(RefundOutcome::Refunded(_)) => report.refunded += 1,
+                Ok(RefundOutcome::Rejected { .. }) => report.refused += 1,
+                Err(AppError::Unavailable(_)) => report.still_unknown += 1,
+                Err(AppError::Conflict { .. }) => report.busy += 1,
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(report)
+    }
+
+    async fn resolve_leased(&self, actor: &Actor, order_id: OrderId) -> Result<RefundOutcome, AppError> {
+        let record = self.orders.get(order_id).await?.ok_or(AppError::NotFound("order"))?;
+        let Some(payment) = record.payment.clone().filter(|p| p.status == PaymentStatus::RefundPending)
+        else {
+            return Err(AppError::Conflict {
+                code: "REFUND_NOT_ALLOWED",
+                message: "no refund pending".into(),
+            });
+        };
+        let scenario = record.context.scenario;
+        let answer = match self.payments.lookup(&payment.payment_request_id, &scenario).await {
+            Ok(LookupOutcome::Cancelled { .. }) => RefundAnswer::Refunded,
+            Ok(LookupOutcome::Approved { .. }) => {
+                self.ask_provider(&payment, scenario, "refund (resumed by the worker)".into()).await?
+            }
+            Ok(other) => RefundAnswer::Unknown(format!("look-up answered {other:?}")),
+            Err(err) => RefundAnswer::Unknown(err.to_string()),
+        };
+        self.record_outcome(record, answer, actor, Some("refund resumed by the worker".into()), None).await
+    }
+}
+
+/// What the provider said to a refund.
+enum RefundAnswer {
+    Refunded,
+    Refused(String),
+    /// No answer we can act on (unreachable, timed out, broke the protocol).
+    Unknown(String),
+}
+
+/// How one round of [`Refunds::resolve_pending`] went.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PendingRefundReport {
+    pub refunded: usize,
+    pub refused: usize,
+    pub still_unknown: usize,
+    pub busy: usize,
 }

@@ -45,3 +45,4 @@ pub mod payment;
 #[cfg(test)]
 mod proptests;
 pub mod settlement;
+pub mod text;

@@ -280,7 +280,7 @@ async fn worker_drains_the_outbox_and_replay_repairs_a_dead_letter() {
     };
     let conn = db.connect().await;
     let repo = SeaOrmOrderRepository::new(conn.clone(), Default::default());
-    let store = SeaOrmOutboxStore::new(conn.clone());
+    let store = SeaOrmOutboxStore::new(conn.clone(), std::sync::Arc::new(tokio::sync::Notify::new()));
     let mut order = new_order();
     let mut changes = Changes::default();
     changes.insert_order(&mut order, OrderContext::default());

@@ -72,7 +72,7 @@ async fn stores(backend: Backend) -> Option<Stores> {
     let wake = Arc::new(Notify::new());
     Some(Stores {
         orders: SeaOrmOrderRepository::new(conn.clone(), wake.clone()),
-        outbox: SeaOrmOutboxStore::new(conn.clone()),
+        outbox: SeaOrmOutboxStore::new(conn.clone(), Arc::new(Notify::new())),
         keys: SeaOrmIdempotencyStore::new(conn.clone()),
         conn,
         wake,
@@ -465,7 +465,7 @@ async fn hot_statements_never_run_on_a_generic_plan_on_postgres() {
     db.connect().await; // migrated
     // One connection: the statistics below are per session.
     let conn = orchestrator::adapters::persistence::connect(&db.url, 1).await.unwrap();
-    let outbox = SeaOrmOutboxStore::new(conn.clone());
+    let outbox = SeaOrmOutboxStore::new(conn.clone(), Arc::new(Notify::new()));
     let orders = SeaOrmOrderRepository::new(conn.clone(), Arc::new(Notify::new()));
     let events = (0..20).map(|i| event(&format!("agg-{i}"), "order.completed")).collect();
     orders.commit(Changes { outbox: events, ..Default::default() }).await.unwrap();

@@ -6,11 +6,11 @@ use actix_web::{HttpResponse, web};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::HttpState;
 use super::auth::Admin;
 use super::body::{JsonBody, MaybeJson};
 use super::dto::{OutboxEventResponse, ReasonRequest};
 use super::problem::{ApiError, Problem};
+use super::{HttpState, query_param};
 use crate::application::orchestration::events::timestamp;
 use crate::application::outbox::Redrive;
 use crate::application::ports::{OutboxFilter, OutboxStats};
@@ -112,34 +112,21 @@ pub async fn list_outbox(
 ) -> Result<HttpResponse, ApiError> {
     let actor = &admin.0;
     let q = query.into_inner();
-    let status = q
-        .status
+    let status = query_param("status", q.status, 64)?
         .map(|s| OutboxStatus::parse(&s).ok_or_else(|| unprocessable("status", "not an outbox status")))
         .transpose()?;
-    let limit = q
-        .limit
+    let limit = query_param("limit", q.limit, 16)?
         .map(|l| l.parse::<u32>().map_err(|_| unprocessable("limit", "must be a number between 1 and 100")))
         .transpose()?
         .unwrap_or(50);
-    let before_id = q
-        .cursor
+    let before_id = query_param("cursor", q.cursor, 64)?
         .map(|c| c.parse::<i64>().map_err(|_| unprocessable("cursor", "not a cursor from this API")))
         .transpose()?;
-    let filter =
-        OutboxFilter { status, before_id, limit: limit.saturating_add(1).min(101), ..Default::default() };
-    if !(1..=100).contains(&limit) {
-        return Err(unprocessable("limit", "must be between 1 and 100"));
-    }
-    let mut rows = state.outbox_admin.list(actor, filter).await?;
-    let next_cursor = if rows.len() > limit as usize {
-        rows.truncate(limit as usize);
-        rows.last().map(|r| r.id.to_string())
-    } else {
-        None
-    };
+    let filter = OutboxFilter { status, before_id, limit, ..Default::default() };
+    let page = state.outbox_admin.list(actor, filter).await?;
     Ok(HttpResponse::Ok().json(OutboxPageResponse {
-        items: rows.iter().map(OutboxEventResponse::from).collect(),
-        next_cursor,
+        items: page.items.iter().map(OutboxEventResponse::from).collect(),
+        next_cursor: page.next_before_id.map(|id| id.to_string()),
     }))
 }
 
@@ -187,7 +174,7 @@ pub async fn republish(
 ) -> Result<HttpResponse, ApiError> {
     let actor = &admin.0;
     let id = outbox_id(&path)?;
-    let row = state.outbox_admin.settle(actor, id, false, ReasonRequest::of(body)).await?;
+    let row = state.outbox_admin.settle(actor, id, false, ReasonRequest::of(body)?).await?;
     Ok(HttpResponse::Ok().json(OutboxEventResponse::from(&row)))
 }
 
@@ -214,7 +201,7 @@ pub async fn discard(
 ) -> Result<HttpResponse, ApiError> {
     let actor = &admin.0;
     let id = outbox_id(&path)?;
-    let row = state.outbox_admin.settle(actor, id, true, ReasonRequest::of(body)).await?;
+    let row = state.outbox_admin.settle(actor, id, true, ReasonRequest::of(body)?).await?;
     Ok(HttpResponse::Ok().json(OutboxEventResponse::from(&row)))
 }
 

@@ -13,8 +13,12 @@ use serde::{Deserialize, Serialize};
 use super::problem::ApiError;
 use crate::application::Actor;
 use crate::config::{AuthSettings, KeySettings};
+use crate::domain::text;
 
 pub const ADMIN_ROLE: &str = "admin";
+
+/// How far a token's `iat`/`nbf` may lie in the future (clock skew between issuers).
+pub const CLOCK_LEEWAY_SECS: u64 = 60;
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Claims {
@@ -23,6 +27,8 @@ struct Claims {
     roles: Vec<String>,
     exp: u64,
     iat: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    nbf: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     iss: Option<String>,
 }
@@ -70,6 +76,10 @@ impl JwtKeys {
         let mut signing = None;
         for (index, k) in settings.keys.iter().enumerate() {
             let invalid = |reason: &str| KeyError::Invalid { index, reason: reason.to_owned() };
+            if verifying.contains_key(&k.kid) {
+                // Two keys with one kid: a token would verify against whichever came last.
+                return Err(invalid(&format!("kid `{}` is used by an earlier key", k.kid)));
+            }
             let alg = algorithm(&k.algorithm).ok_or_else(|| invalid("unknown algorithm"))?;
             let (decoding, encoding) = Self::material(k, alg).map_err(|e| invalid(&e))?;
             let mut validation = Validation::new(alg);
@@ -127,6 +137,7 @@ impl JwtKeys {
             sub: sub.to_owned(),
             roles: roles.to_vec(),
             iat: now,
+            nbf: None,
             exp: now + ttl.as_secs(),
             iss: self.issuer.clone(),
         };
@@ -157,12 +168,30 @@ impl JwtKeys {
             }
         })?;
         let claims = data.claims;
-        if claims.sub.is_empty() || claims.sub.len() > 64 {
+        let now = chrono::Utc::now().timestamp().max(0) as u64;
+        if claims.iat > now + CLOCK_LEEWAY_SECS || claims.nbf.is_some_and(|nbf| nbf > now + CLOCK_LEEWAY_SECS)
+        {
+            return Err(invalid("token not valid yet"));
+        }
+        if claims.sub.trim().is_empty() {
             return Err(invalid("invalid subject"));
         }
+        // SPEC §5: a claim is input like any other — control characters or an over-long
+        // subject are 422 naming it, never stored.
+        text::check("sub", &claims.sub, text::limits::ID).map_err(|e| {
+            ApiError::field(actix_web::http::StatusCode::UNPROCESSABLE_ENTITY, e.field(), e.message())
+        })?;
         let is_admin = claims.roles.iter().any(|r| r == ADMIN_ROLE);
         Ok(Actor { subject: claims.sub, is_admin })
     }
+}
+
+/// The token of an `Authorization` value whose scheme is `Bearer` in any case (RFC 9110:
+/// auth schemes are case-insensitive).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 /// The authenticated caller of a handler. Extracting it answers `401` without a valid token.
@@ -187,17 +216,17 @@ impl FromRequest for Caller {
             let keys = req
                 .app_data::<web::Data<JwtKeys>>()
                 .ok_or_else(|| ApiError::unauthenticated("authentication is not configured"))?;
-            let header = req
-                .headers()
-                .get(actix_web::http::header::AUTHORIZATION)
-                .ok_or_else(|| ApiError::unauthenticated("missing bearer token"))?;
+            let mut headers = req.headers().get_all(actix_web::http::header::AUTHORIZATION);
+            let header = headers.next().ok_or_else(|| ApiError::unauthenticated("missing bearer token"))?;
+            if headers.next().is_some() {
+                // Which one would count is a guess an attacker could steer: refuse both.
+                return Err(ApiError::unauthenticated("more than one Authorization header"));
+            }
             let value =
                 header.to_str().map_err(|_| ApiError::unauthenticated("malformed Authorization header"))?;
-            let token = value
-                .strip_prefix("Bearer ")
-                .or_else(|| value.strip_prefix("bearer "))
+            let token = bearer_token(value)
                 .ok_or_else(|| ApiError::unauthenticated("expected `Authorization: Bearer <token>`"))?;
-            keys.verify(token.trim()).map(Caller)
+            keys.verify(token).map(Caller)
         })();
         ready(result)
     }

@@ -10,8 +10,41 @@ use futures_util::future::LocalBoxFuture;
 use serde::de::DeserializeOwned;
 
 use super::problem::ApiError;
+use crate::application::input::check_json_text;
 
 pub const MAX_BODY: usize = 64 * 1024;
+
+/// SPEC §5: a body must arrive within this long, else `408`. A client that trickles its
+/// body cannot hold a worker and a connection for longer.
+pub const BODY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Reads the whole payload, at most [`MAX_BODY`] bytes, within [`BODY_DEADLINE`].
+async fn read_body(mut payload: Payload) -> Result<Vec<u8>, ApiError> {
+    let read = async {
+        let mut body = Vec::new();
+        while let Some(chunk) = payload.next().await {
+            let chunk = chunk.map_err(|e| {
+                ApiError::new(StatusCode::BAD_REQUEST, "MALFORMED_BODY", format!("cannot read body: {e}"))
+            })?;
+            if body.len() + chunk.len() > MAX_BODY {
+                return Err(ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "PAYLOAD_TOO_LARGE",
+                    format!("request body exceeds {MAX_BODY} bytes"),
+                ));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    };
+    tokio::time::timeout(BODY_DEADLINE, read).await.unwrap_or_else(|_| {
+        Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "REQUEST_TIMEOUT",
+            format!("the request body did not arrive within {} s", BODY_DEADLINE.as_secs()),
+        ))
+    })
+}
 
 /// A decoded JSON body together with its canonical form (keys sorted, no whitespace),
 /// which idempotency fingerprints are taken over.
@@ -68,6 +101,9 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<JsonBody<T>, ApiError
             format!("request body is not valid JSON: {e}"),
         )
     })?;
+    // SPEC §5: no string anywhere in a body may carry a control character.
+    check_json_text(&raw)
+        .map_err(|e| ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, e.field(), e.message()))?;
     let canonical = canonical(&raw);
     let value = serde_path_to_error::deserialize::<_, T>(raw).map_err(|e| {
         let path = e.path().to_string();
@@ -99,7 +135,7 @@ impl<T: DeserializeOwned + 'static> FromRequest for JsonBody<T> {
             .get(actix_web::http::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<usize>().ok());
-        let mut payload = payload.take();
+        let payload = payload.take();
         Box::pin(async move {
             let too_large = || {
                 ApiError::new(
@@ -122,23 +158,13 @@ impl<T: DeserializeOwned + 'static> FromRequest for JsonBody<T> {
                     ));
                 }
             }
-            let mut body = Vec::new();
-            while let Some(chunk) = payload.next().await {
-                let chunk = chunk.map_err(|e| {
-                    ApiError::new(StatusCode::BAD_REQUEST, "MALFORMED_BODY", format!("cannot read body: {e}"))
-                })?;
-                if body.len() + chunk.len() > MAX_BODY {
-                    return Err(too_large());
-                }
-                body.extend_from_slice(&chunk);
-            }
-            decode(&body)
+            decode(&read_body(payload).await?)
         })
     }
 }
 
-/// An optional JSON body: absent (no body, no `Content-Type`) is `None`; present, it must
-/// decode like [`JsonBody`].
+/// An optional JSON body: absent (no body, no `Content-Type`) or `null` is `None`;
+/// present, it must decode like [`JsonBody`].
 pub struct MaybeJson<T>(pub Option<T>);
 
 impl<T: DeserializeOwned + 'static> FromRequest for MaybeJson<T> {
@@ -155,8 +181,9 @@ impl<T: DeserializeOwned + 'static> FromRequest for MaybeJson<T> {
         if empty {
             return Box::pin(async { Ok(MaybeJson(None)) });
         }
-        let body = JsonBody::<T>::from_request(req, payload);
-        Box::pin(async move { body.await.map(|b| MaybeJson(Some(b.value))) })
+        // `Option<T>` decodes a `null` body as `None` (SPEC §5: null equals no body).
+        let body = JsonBody::<Option<T>>::from_request(req, payload);
+        Box::pin(async move { body.await.map(|b| MaybeJson(b.value)) })
     }
 }
 
@@ -169,24 +196,8 @@ impl FromRequest for RawBody {
     type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
 
     fn from_request(_req: &HttpRequest, payload: &mut Payload) -> Self::Future {
-        let mut payload = payload.take();
-        Box::pin(async move {
-            let mut body = Vec::new();
-            while let Some(chunk) = payload.next().await {
-                let chunk = chunk.map_err(|e| {
-                    ApiError::new(StatusCode::BAD_REQUEST, "MALFORMED_BODY", format!("cannot read body: {e}"))
-                })?;
-                if body.len() + chunk.len() > MAX_BODY {
-                    return Err(ApiError::new(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        "PAYLOAD_TOO_LARGE",
-                        format!("request body exceeds {MAX_BODY} bytes"),
-                    ));
-                }
-                body.extend_from_slice(&chunk);
-            }
-            Ok(RawBody(body))
-        })
+        let payload = payload.take();
+        Box::pin(async move { read_body(payload).await.map(RawBody) })
     }
 }
 
@@ -236,6 +247,10 @@ mod tests {
         );
         assert_eq!(field_of(r#"{"currency":"KRW","items":[],"extra":1}"#).0, 422);
         assert_eq!(field_of("[]"), (422, Some("body".into())));
+        assert_eq!(
+            field_of(r#"{"currency":"KRW","items":[{"sku":"a\u0000","unitPrice":1}]}"#),
+            (422, Some("items[0].sku".into()))
+        );
     }
 
     #[test]

@@ -5,12 +5,14 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::adapters::http::body::MaybeJson;
+use crate::adapters::http::problem::ApiError;
 use crate::application::orchestration::events::timestamp;
 use crate::application::ports::{AuditRecord, OrderRecord, OutboxRecord, StepRecord};
 use crate::domain::notification::Notification;
 use crate::domain::order::Order;
 use crate::domain::payment::Payment;
 use crate::domain::settlement::Settlement;
+use crate::domain::text;
 
 /// `POST /api/orders`.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -47,9 +49,20 @@ pub struct ReasonRequest {
 }
 
 impl ReasonRequest {
-    /// The reason of an optional body: none without a body or without the field.
-    pub fn of(body: MaybeJson<ReasonRequest>) -> Option<String> {
-        body.0.and_then(|b| b.reason)
+    /// The reason of an optional body: none without a body, with a `null` body or without
+    /// the field.
+    ///
+    /// # Errors
+    /// `422` naming `reason` when it is longer than its documented length (control
+    /// characters were refused when the body was decoded).
+    pub fn of(body: MaybeJson<ReasonRequest>) -> Result<Option<String>, ApiError> {
+        let reason = body.0.and_then(|b| b.reason);
+        if let Some(r) = &reason {
+            text::check("reason", r, text::limits::REASON).map_err(|e| {
+                ApiError::field(actix_web::http::StatusCode::UNPROCESSABLE_ENTITY, e.field(), e.message())
+            })?;
+        }
+        Ok(reason)
     }
 }
 
@@ -234,7 +247,7 @@ impl From<&Notification> for NotificationResponse {
         NotificationResponse {
             id: n.id.to_string(),
             status: n.status.as_str(),
-            policy: n.policy.map(|p| p.as_str()),
+            policy: n.handling(),
             attempts: n.attempts,
             next_attempt_at: n.next_attempt_at.map(timestamp),
         }

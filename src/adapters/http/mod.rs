@@ -99,6 +99,7 @@ impl utoipa::Modify for BearerAuth {
         orders::refund,
         payments::callback,
         payments::unconfirmed,
+        payments::stalled,
         admin::list_outbox,
         admin::outbox_stats,
         admin::republish,
@@ -160,6 +161,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(resource("/api/orders/{id}/orchestrate", "POST").route(web::post().to(orders::orchestrate)))
     .service(resource("/api/payments/callbacks", "POST").route(web::post().to(payments::callback)))
     .service(resource("/api/admin/payments/unconfirmed", "GET").route(web::get().to(payments::unconfirmed)))
+    .service(resource("/api/admin/orders/stalled", "GET").route(web::get().to(payments::stalled)))
     .service(resource("/api/admin/outbox", "GET").route(web::get().to(admin::list_outbox)))
     .service(resource("/api/admin/outbox/stats", "GET").route(web::get().to(admin::outbox_stats)))
     .service(resource("/api/admin/outbox/redrive", "POST").route(web::post().to(admin::redrive)))
@@ -178,6 +180,23 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         resource("/api/admin/notification-events/{id}/ignore", "POST")
             .route(web::post().to(notifications::ignore)),
     );
+}
+
+/// A query parameter as SPEC §5 reads it: an empty one is absent; one with a control
+/// character or over `max` characters is `422` naming it.
+///
+/// # Errors
+/// `422 VALIDATION_FAILED` with `field = name`.
+pub(crate) fn query_param(name: &str, value: Option<String>, max: usize) -> Result<Option<String>, ApiError> {
+    match value {
+        None => Ok(None),
+        Some(v) if v.is_empty() => Ok(None),
+        Some(v) => {
+            crate::domain::text::check(name, &v, max)
+                .map_err(|e| ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, e.field(), e.message()))?;
+            Ok(Some(v))
+        }
+    }
 }
 
 /// Unknown routes answer problem+json too.

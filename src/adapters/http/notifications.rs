@@ -6,11 +6,11 @@ use actix_web::{HttpResponse, web};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::HttpState;
 use super::auth::Admin;
 use super::body::MaybeJson;
 use super::dto::{OrderDetailResponse, ReasonRequest};
 use super::problem::{ApiError, Problem};
+use super::{HttpState, query_param};
 use crate::application::orchestration::events::timestamp;
 use crate::domain::ids::NotificationId;
 use crate::domain::notification::{Notification, NotificationStatus};
@@ -59,7 +59,7 @@ impl From<&Notification> for NotificationEventResponse {
             id: n.id.to_string(),
             order_id: n.order_id.to_string(),
             status: n.status.as_str(),
-            policy: n.policy.map(|p| p.as_str()),
+            policy: n.handling(),
             attempts: n.attempts,
             next_attempt_at: n.next_attempt_at.map(timestamp),
             last_error: n.last_error.clone(),
@@ -95,14 +95,12 @@ pub async fn list(
     query: web::Query<NotificationListQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let q = query.into_inner();
-    let status = q
-        .status
+    let status = query_param("status", q.status, 64)?
         .map(|s| {
             NotificationStatus::parse(&s).ok_or_else(|| unprocessable("status", "not a notification status"))
         })
         .transpose()?;
-    let limit = q
-        .limit
+    let limit = query_param("limit", q.limit, 16)?
         .map(|l| l.parse::<u32>().map_err(|_| unprocessable("limit", "must be a number between 1 and 100")))
         .transpose()?
         .unwrap_or(50);
@@ -156,7 +154,7 @@ pub async fn reprocess(
     body: MaybeJson<ReasonRequest>,
 ) -> Result<HttpResponse, ApiError> {
     let id = notification_id(&path)?;
-    let reason = ReasonRequest::of(body);
+    let reason = ReasonRequest::of(body)?;
     let record = state.notifications.reprocess(&admin.0, id, reason).await?;
     Ok(HttpResponse::Ok().json(OrderDetailResponse::from(&record)))
 }
@@ -183,7 +181,7 @@ pub async fn ignore(
     body: MaybeJson<ReasonRequest>,
 ) -> Result<HttpResponse, ApiError> {
     let id = notification_id(&path)?;
-    let reason = ReasonRequest::of(body);
+    let reason = ReasonRequest::of(body)?;
     let record = state.notifications.ignore(&admin.0, id, reason).await?;
     Ok(HttpResponse::Ok().json(OrderDetailResponse::from(&record)))
 }

@@ -31,7 +31,8 @@ pub async fn ready(state: web::Data<HttpState>) -> HttpResponse {
 }
 
 /// Prometheus text: orders by status, outbox rows by status and backlog age, publish,
-/// confirm, retry and dead-letter counters, commit-to-confirm latency.
+/// confirm, retry and dead-letter counters, commit-to-confirm latency, and what waits for
+/// an operator (`operator_attention{kind}`).
 #[utoipa::path(get, path = "/metrics", tag = "ops", responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
 pub async fn metrics(state: web::Data<HttpState>) -> HttpResponse {
     let Some(handle) = crate::telemetry::prometheus() else {
@@ -56,6 +57,11 @@ pub async fn metrics(state: web::Data<HttpState>) -> HttpResponse {
         metrics::gauge!("outbox_blocked_aggregates").set(stats.blocked_aggregates as f64);
         for (event_type, n) in &stats.dead_letters_by_type {
             metrics::gauge!("outbox_dead_letters", "event_type" => event_type.clone()).set(*n as f64);
+        }
+    }
+    if let Ok(attention) = state.reconciliation.needs_operator().await {
+        for (kind, n) in attention {
+            metrics::gauge!("operator_attention", "kind" => kind).set(n as f64);
         }
     }
     HttpResponse::Ok().content_type("text/plain; version=0.0.4").body(handle.render())

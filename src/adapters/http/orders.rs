@@ -5,7 +5,6 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::HttpState;
 use super::auth::Caller;
 use super::body::{JsonBody, MaybeJson};
 use super::correlation::CorrelationId;
@@ -14,6 +13,7 @@ use super::dto::{
     OutboxEventResponse, PlaceOrderRequest, ReasonRequest, StepResponse,
 };
 use super::problem::{ApiError, Problem};
+use super::{HttpState, query_param};
 use crate::application::AppError;
 use crate::application::orchestration::PlaceOrder;
 use crate::application::ports::{IdempotencyBegin, Scenario, StoredResponse};
@@ -220,22 +220,18 @@ pub async fn list_orders(
     let q = query.into_inner();
     let unprocessable =
         |field: &str, message: &str| ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, field, message);
-    let status = q
-        .status
+    let status = query_param("status", q.status, 64)?
         .map(|s| OrderStatus::parse(&s).ok_or_else(|| unprocessable("status", "not an order status")))
         .transpose()?;
-    let limit = q
-        .limit
+    let limit = query_param("limit", q.limit, 16)?
         .map(|l| l.parse::<u32>().map_err(|_| unprocessable("limit", "must be a number between 1 and 100")))
         .transpose()?;
-    let cursor = q
-        .cursor
+    let customer_id = query_param("customerId", q.customer_id, crate::domain::text::limits::ID)?;
+    let cursor = query_param("cursor", q.cursor, 64)?
         .map(|c| c.parse::<OrderId>().map_err(|_| unprocessable("cursor", "not a cursor from this API")))
         .transpose()?;
-    let page = state
-        .queries
-        .list_orders(&caller.0, ListOrders { status, customer_id: q.customer_id, limit, cursor })
-        .await?;
+    let page =
+        state.queries.list_orders(&caller.0, ListOrders { status, customer_id, limit, cursor }).await?;
     Ok(HttpResponse::Ok().json(OrderPageResponse {
         items: page.items.iter().map(OrderResponse::from).collect(),
         next_cursor: page.next_cursor.map(|c| c.to_string()),
@@ -321,7 +317,7 @@ pub async fn refund(
     body: MaybeJson<ReasonRequest>,
 ) -> Result<HttpResponse, ApiError> {
     let id = parse_order_id(&path)?;
-    let reason = ReasonRequest::of(body);
+    let reason = ReasonRequest::of(body)?;
     let request = RefundRequest { reason, retry_refused: true, ..Default::default() };
     match state.refunds.refund_order(&caller.0, id, request).await? {
         RefundOutcome::Refunded(record) => Ok(HttpResponse::Ok().json(OrderDetailResponse::from(&record))),

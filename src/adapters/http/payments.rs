@@ -16,7 +16,7 @@ use utoipa::ToSchema;
 use super::HttpState;
 use super::auth::Admin;
 use super::body::RawBody;
-use super::dto::PaymentResponse;
+use super::dto::{OrderResponse, PaymentResponse};
 use super::problem::{ApiError, Problem};
 use crate::application::orchestration::events::timestamp;
 use crate::application::payment_reconciliation::{CallbackResult, ProviderCallback};
@@ -167,8 +167,8 @@ pub async fn callback(
     }
 }
 
-/// Payments whose outcome is unknown (`CONFIRMATION_REQUIRED`), with their reconciliation
-/// attempts; those out of attempts wait for an operator.
+/// Payments whose outcome is unknown — an approval (`CONFIRMATION_REQUIRED`) or a refund
+/// (`REFUND_PENDING`) — with their attempts; those out of attempts wait for an operator.
 #[utoipa::path(
     get,
     path = "/api/admin/payments/unconfirmed",
@@ -192,6 +192,23 @@ pub async fn unconfirmed(state: web::Data<HttpState>, admin: Admin) -> Result<Ht
         })
         .collect();
     Ok(HttpResponse::Ok().json(items))
+}
+
+/// Orders whose saga stalled half-way and that stalled-saga recovery gave up on after
+/// `saga.recovery_max_attempts` resumes (audited `SAGA_RECOVERY_EXHAUSTED`).
+#[utoipa::path(
+    get,
+    path = "/api/admin/orders/stalled",
+    tag = "admin",
+    responses(
+        (status = 200, body = [OrderResponse]),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn stalled(state: web::Data<HttpState>, admin: Admin) -> Result<HttpResponse, ApiError> {
+    let orders = state.reconciliation.stalled_for_operator(&admin.0).await?;
+    Ok(HttpResponse::Ok().json(orders.iter().map(OrderResponse::from).collect::<Vec<_>>()))
 }
 
 #[cfg(test)]

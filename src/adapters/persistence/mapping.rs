@@ -85,6 +85,7 @@ pub fn order_to_row(order: &Order, context: Option<&OrderContext>) -> orders::Ac
         status: Set(order.status.as_str().to_owned()),
         failure_stage: Set(order.failure_stage.map(|s| s.as_str().to_owned())),
         failure_reason: Set(order.failure_reason.clone()),
+        registration_key: Set(order.registration_key()),
         updated_at: Set(order.updated_at),
         version: Set(order.version + 1),
         ..Default::default()

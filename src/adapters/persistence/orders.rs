@@ -20,8 +20,8 @@ use super::mapping::*;
 use super::outbox::{OUTBOX_CHANNEL, outbox_row};
 use super::{is_postgres, repo_err};
 use crate::application::ports::{
-    AuditRecord, Changes, InboxEntry, NotificationRepository, OrderFilter, OrderRecord, OrderRepository,
-    PaymentRepository, RepoError, SagaLease, UnitOfWork, Write,
+    AuditLog, AuditRecord, Changes, InboxEntry, NotificationRepository, OrderFilter, OrderRecord,
+    OrderRepository, PaymentRepository, RepoError, SagaLease, UnitOfWork, Write,
 };
 use crate::domain::ids::{NotificationId, OrderId};
 use crate::domain::notification::{Notification, NotificationStatus};
@@ -42,6 +42,10 @@ impl SeaOrmOrderRepository {
         SeaOrmOrderRepository { db, relay_wake }
     }
 }
+
+/// The statuses a saga can stall in half-way (the next step is the worker's to run).
+const STALLABLE: [OrderStatus; 3] =
+    [OrderStatus::Created, OrderStatus::PaymentApproved, OrderStatus::SettlementRequested];
 
 /// `Err(Conflict)` unless exactly one row was updated.
 fn one_row(rows: u64) -> Result<(), RepoError> {
@@ -176,6 +180,24 @@ pub(super) async fn insert_audit<C: ConnectionTrait>(
     });
     audit_log::Entity::insert_many(rows).exec_without_returning(conn).await.map_err(repo_err)?;
     Ok(())
+}
+
+#[async_trait]
+impl AuditLog for SeaOrmOrderRepository {
+    async fn purge_audit(&self, before: DateTime<Utc>, limit: u32) -> Result<u64, RepoError> {
+        let backend = self.db.get_database_backend();
+        let sql = "DELETE FROM audit_log WHERE id IN (SELECT id FROM audit_log WHERE created_at < $1 \
+                   ORDER BY id LIMIT $2)";
+        let sql =
+            if backend == sea_orm::DatabaseBackend::Sqlite { sql.replace('$', "?") } else { sql.to_owned() };
+        let values: Vec<sea_orm::Value> = vec![before.into(), i64::from(limit).into()];
+        let result = self
+            .db
+            .execute_raw(sea_orm::Statement::from_sql_and_values(backend, sql, values))
+            .await
+            .map_err(repo_err)?;
+        Ok(result.rows_affected())
+    }
 }
 
 #[async_trait]
@@ -317,13 +339,19 @@ impl OrderRepository for SeaOrmOrderRepository {
         &self,
         before: DateTime<Utc>,
         now: DateTime<Utc>,
+        max_resumes: i32,
         limit: u32,
-    ) -> Result<Vec<OrderId>, RepoError> {
+    ) -> Result<Vec<(OrderId, i32)>, RepoError> {
         use sea_orm::sea_query::Condition;
-        let statuses = [OrderStatus::Created, OrderStatus::PaymentApproved, OrderStatus::SettlementRequested];
         Ok(orders::Entity::find()
-            .filter(orders::Column::Status.is_in(statuses.iter().map(|s| s.as_str())))
+            .filter(orders::Column::Status.is_in(STALLABLE.iter().map(|s| s.as_str())))
             .filter(orders::Column::UpdatedAt.lt(before))
+            .filter(orders::Column::SagaResumes.lt(max_resumes))
+            .filter(
+                Condition::any()
+                    .add(orders::Column::SagaResumeAt.is_null())
+                    .add(orders::Column::SagaResumeAt.lte(now)),
+            )
             .filter(
                 Condition::any()
                     .add(orders::Column::SagaLockedUntil.is_null())
@@ -335,8 +363,32 @@ impl OrderRepository for SeaOrmOrderRepository {
             .await
             .map_err(repo_err)?
             .into_iter()
-            .map(|row| OrderId::from_uuid(row.id))
+            .map(|row| (OrderId::from_uuid(row.id), row.saga_resumes))
             .collect())
+    }
+
+    async fn note_resume(&self, id: OrderId, next_at: DateTime<Utc>) -> Result<(), RepoError> {
+        use sea_orm::sea_query::{Expr, ExprTrait};
+        orders::Entity::update_many()
+            .col_expr(orders::Column::SagaResumes, Expr::col(orders::Column::SagaResumes).add(1))
+            .col_expr(orders::Column::SagaResumeAt, Expr::value(next_at))
+            .filter(orders::Column::Id.eq(id.as_uuid()))
+            .exec(&self.db)
+            .await
+            .map_err(repo_err)?;
+        Ok(())
+    }
+
+    async fn stalled_for_operator(&self, max_resumes: i32, limit: u32) -> Result<Vec<Order>, RepoError> {
+        let rows = orders::Entity::find()
+            .filter(orders::Column::Status.is_in(STALLABLE.iter().map(|s| s.as_str())))
+            .filter(orders::Column::SagaResumes.gte(max_resumes))
+            .order_by_desc(orders::Column::UpdatedAt)
+            .limit(u64::from(limit))
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?;
+        self.load_orders(rows).await
     }
 
     async fn lease_saga(
@@ -494,13 +546,14 @@ impl NotificationRepository for SeaOrmOrderRepository {
 impl PaymentRepository for SeaOrmOrderRepository {
     async fn awaiting_confirmation(
         &self,
+        status: PaymentStatus,
         now: DateTime<Utc>,
         max_attempts: i32,
         limit: u32,
     ) -> Result<Vec<Payment>, RepoError> {
         use sea_orm::sea_query::Condition;
         payments::Entity::find()
-            .filter(payments::Column::Status.eq(PaymentStatus::ConfirmationRequired.as_str()))
+            .filter(payments::Column::Status.eq(status.as_str()))
             .filter(payments::Column::ReconcileAttempts.lt(max_attempts))
             .filter(
                 Condition::any()

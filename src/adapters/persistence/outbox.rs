@@ -6,6 +6,7 @@
 //! [`OutboxAction::from_statuses`], so the SQL cannot drift from the state machine.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -15,6 +16,8 @@ use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseBackend, DatabaseConnection, EntityTrait, FromQueryResult,
     QueryFilter, QueryOrder, QuerySelect, Statement, TransactionTrait, Value,
 };
+
+use tokio::sync::Notify;
 
 use super::entities::outbox_events::{self, Column};
 use super::mapping::{outbox_from_row, status_strings};
@@ -57,6 +60,8 @@ pub(super) fn outbox_row(e: &NewOutboxEvent) -> outbox_events::ActiveModel {
 #[derive(Clone)]
 pub struct SeaOrmOutboxStore {
     db: DatabaseConnection,
+    /// The in-process relay's wake-up (PostgreSQL `NOTIFY` wakes relays elsewhere).
+    relay_wake: Arc<Notify>,
 }
 
 /// Writes SQL with `$n` placeholders for PostgreSQL and `?n` for SQLite.
@@ -74,8 +79,17 @@ fn literals(statuses: &[OutboxStatus]) -> String {
 }
 
 impl SeaOrmOutboxStore {
-    pub fn new(db: DatabaseConnection) -> Self {
-        SeaOrmOutboxStore { db }
+    pub fn new(db: DatabaseConnection, relay_wake: Arc<Notify>) -> Self {
+        SeaOrmOutboxStore { db, relay_wake }
+    }
+
+    /// Wakes relays: this process's at once, other processes' through `NOTIFY` on
+    /// PostgreSQL (sent on `conn`, delivered when its transaction commits).
+    async fn wake<C: ConnectionTrait>(&self, conn: &C) -> Result<(), RepoError> {
+        if self.db.get_database_backend() == DatabaseBackend::Postgres {
+            conn.execute_unprepared(&format!("NOTIFY {OUTBOX_CHANNEL}")).await.map_err(repo_err)?;
+        }
+        Ok(())
     }
 
     fn statement(&self, sql: &str, values: Vec<Value>) -> Statement {
@@ -163,6 +177,9 @@ impl OutboxStore for SeaOrmOutboxStore {
         let result = outbox_events::Entity::update_many()
             .col_expr(Column::Status, Expr::value(action.target().as_str()))
             .col_expr(Column::PublishedAt, Expr::value(now))
+            // SPEC §6: the failure of an earlier attempt is cleared once published.
+            .col_expr(Column::FailureCode, Expr::value(Option::<String>::None))
+            .col_expr(Column::FailureReason, Expr::value(Option::<String>::None))
             .col_expr(Column::ClaimedUntil, Expr::value(Option::<DateTime<Utc>>::None))
             .col_expr(Column::Version, Expr::col(Column::Version).add(1))
             .filter(Column::Id.is_in(ids.iter().copied()))
@@ -230,7 +247,24 @@ impl OutboxStore for SeaOrmOutboxStore {
             "claim lease expired before the outcome was recorded".into(),
         ];
         let result = self.db.execute_raw(self.statement(&sql, values)).await.map_err(repo_err)?;
+        if result.rows_affected() > 0 {
+            self.wake(&self.db).await?;
+            self.relay_wake.notify_one();
+        }
         Ok(result.rows_affected())
+    }
+
+    async fn next_retry_at(&self) -> Result<Option<DateTime<Utc>>, RepoError> {
+        // On the partial index `idx_outbox_due`.
+        let sql = format!(
+            "SELECT MIN(next_attempt_at) AS at FROM outbox_events WHERE status = {}",
+            literals(&[OutboxStatus::RetryWait])
+        );
+        Ok(Oldest::find_by_statement(self.statement(&sql, vec![]))
+            .one(&self.db)
+            .await
+            .map_err(repo_err)?
+            .and_then(|o| o.at))
     }
 
     async fn purge(
@@ -409,8 +443,12 @@ impl OutboxStore for SeaOrmOutboxStore {
             let rows: Vec<AuditRecord> =
                 moved.iter().map(|id| AuditRecord { entity_id: id.to_string(), ..audit.clone() }).collect();
             insert_audit(&txn, &rows).await?;
+            self.wake(&txn).await?;
         }
         txn.commit().await.map_err(repo_err)?;
+        if !moved.is_empty() {
+            self.relay_wake.notify_one();
+        }
         Ok(moved)
     }
 }

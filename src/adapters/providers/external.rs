@@ -18,6 +18,7 @@ use crate::application::ports::{
     ApprovalOutcome, ApprovePayment, CancelPayment, GatewayError, LookupOutcome, PaymentGateway, Scenario,
 };
 use crate::config::Secret;
+use crate::domain::text;
 
 #[derive(Debug, Clone)]
 pub struct ExternalProviderSettings {
@@ -119,6 +120,30 @@ fn business_error(body: &[u8]) -> ErrorResponse {
     serde_json::from_slice(body).unwrap_or_default()
 }
 
+/// SPEC §4/§5: a provider answer is input like any other. A transaction id, code or
+/// message that is over-long or carries control characters breaks the protocol: the
+/// caller treats the answer as an unknown outcome (it cannot be stored as it is), never as
+/// a decision. `Err` says which field broke it.
+fn protocol_text(field: &str, value: &str, max: usize) -> Result<(), String> {
+    if value.is_empty() && field == "providerTransactionId" {
+        return Err(format!("{field}: empty"));
+    }
+    text::check(field, value, max).map_err(|e| format!("answer breaks the protocol: {e}"))
+}
+
+fn check_transaction(id: &str) -> Result<(), String> {
+    protocol_text("providerTransactionId", id, text::limits::PROVIDER_TRANSACTION_ID)
+}
+
+fn check_code(field: &str, code: Option<&str>) -> Result<(), String> {
+    code.map_or(Ok(()), |c| protocol_text(field, c, text::limits::PROVIDER_CODE))
+}
+
+fn check_error(e: &ErrorResponse) -> Result<(), String> {
+    check_code("code", Some(&e.code))?;
+    protocol_text("message", &e.message, text::limits::PROVIDER_MESSAGE)
+}
+
 #[async_trait]
 impl PaymentGateway for ExternalPaymentGateway {
     async fn approve(&self, request: &ApprovePayment) -> Result<ApprovalOutcome, GatewayError> {
@@ -144,11 +169,23 @@ impl PaymentGateway for ExternalPaymentGateway {
                 }
                 Exchange::Answered(status, body) if status.is_client_error() => {
                     let e = business_error(&body);
+                    if let Err(reason) = check_error(&e) {
+                        return Ok(ApprovalOutcome::Unknown { reason });
+                    }
                     let code = if e.code.is_empty() { status.as_u16().to_string() } else { e.code };
                     return Ok(ApprovalOutcome::Declined { code, provider_transaction_id: None });
                 }
                 Exchange::Answered(status, body) => {
-                    return Ok(match serde_json::from_slice::<ApproveResponse>(&body) {
+                    let answer = serde_json::from_slice::<ApproveResponse>(&body);
+                    let broken = answer.as_ref().ok().and_then(|r| {
+                        check_transaction(&r.provider_transaction_id)
+                            .and_then(|()| check_code("declineCode", r.decline_code.as_deref()))
+                            .err()
+                    });
+                    if let Some(reason) = broken {
+                        return Ok(ApprovalOutcome::Unknown { reason });
+                    }
+                    return Ok(match answer {
                         Ok(r) if r.status == "APPROVED" => {
                             ApprovalOutcome::Approved { provider_transaction_id: r.provider_transaction_id }
                         }
@@ -182,6 +219,12 @@ impl PaymentGateway for ExternalPaymentGateway {
                     format!("provider answered {status}")
                 }
                 Exchange::Answered(_, body) => match serde_json::from_slice::<LookupResponse>(&body) {
+                    Ok(r)
+                        if let Err(broken) = check_transaction(&r.provider_transaction_id)
+                            .and_then(|()| check_code("declineCode", r.decline_code.as_deref())) =>
+                    {
+                        broken
+                    }
                     Ok(r) if r.status == "APPROVED" => {
                         return Ok(LookupOutcome::Approved {
                             provider_transaction_id: r.provider_transaction_id,
@@ -221,6 +264,10 @@ impl PaymentGateway for ExternalPaymentGateway {
                 }
                 Exchange::Answered(status, body) if status.is_client_error() => {
                     let e = business_error(&body);
+                    // A refusal we cannot record is no refusal: the outcome stays open.
+                    if let Err(reason) = check_error(&e) {
+                        return Err(GatewayError::Unavailable(reason));
+                    }
                     let code = if e.code.is_empty() { status.as_u16().to_string() } else { e.code };
                     return Err(GatewayError::Rejected { code, message: e.message });
                 }

@@ -39,12 +39,14 @@ impl ProviderCalls {
 pub struct SimulatedPaymentGateway {
     /// What the "provider" decided per `paymentRequestId` (its idempotency store).
     decided: Mutex<HashMap<String, ApprovalOutcome>>,
+    /// The `paymentRequestId`s whose payment it cancelled (compensated or refunded).
+    cancelled: Mutex<std::collections::HashSet<String>>,
     calls: std::sync::Arc<ProviderCalls>,
 }
 
 impl SimulatedPaymentGateway {
     pub fn new(calls: std::sync::Arc<ProviderCalls>) -> Self {
-        SimulatedPaymentGateway { decided: Mutex::default(), calls }
+        SimulatedPaymentGateway { decided: Mutex::default(), cancelled: Mutex::default(), calls }
     }
 
     fn decided(&self) -> std::sync::MutexGuard<'_, HashMap<String, ApprovalOutcome>> {
@@ -92,8 +94,12 @@ impl PaymentGateway for SimulatedPaymentGateway {
     ) -> Result<LookupOutcome, GatewayError> {
         self.calls.lookups.fetch_add(1, Ordering::SeqCst);
         let mut decided = self.decided();
+        let cancelled = self.cancelled.lock().unwrap_or_else(|e| e.into_inner()).contains(payment_request_id);
         Ok(match decided.get(payment_request_id).cloned() {
             None => LookupOutcome::NotFound,
+            Some(ApprovalOutcome::Approved { provider_transaction_id }) if cancelled => {
+                LookupOutcome::Cancelled { provider_transaction_id }
+            }
             // The simulated provider took the timed-out request and approved it.
             Some(ApprovalOutcome::Unknown { .. }) => {
                 let provider_transaction_id = transaction_id();
@@ -119,7 +125,14 @@ impl PaymentGateway for SimulatedPaymentGateway {
                 code: "REFUND_REJECTED".into(),
                 message: "simulated provider refused the cancellation".into(),
             }),
-            _ => Ok(()),
+            _ => {
+                // Remembered, so a look-up tells a refund that happened from one that did not.
+                self.cancelled
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(request.payment_request_id.clone());
+                Ok(())
+            }
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::application::audit::{self, entity};
-use crate::application::orchestration::{InboxKey, Orchestrator, PlaceOrder};
+use crate::application::orchestration::{ALREADY_REGISTERED, InboxKey, Orchestrator, PlaceOrder, events};
 use crate::application::ports::{
     Changes, Clock, InboxEntry, OrderRepository, RepoError, Scenario, UnitOfWork,
 };
@@ -133,7 +133,8 @@ impl MeetingEvents {
         let actor = Actor::system(consumer);
         let seen = self.orders.inbox_entry(consumer, &msg.event_id).await?;
         let duplicate = seen.is_some();
-        let record = self
+        let correlation = correlation_id.clone();
+        let placed = self
             .orchestrator
             .place_order(
                 &actor,
@@ -155,7 +156,14 @@ impl MeetingEvents {
                     inbox: Some(key(consumer, &msg.event_id)),
                 },
             )
-            .await?;
+            .await;
+        let record = match placed {
+            Ok(record) => record,
+            Err(AppError::Conflict { code: ALREADY_REGISTERED, .. }) => {
+                return self.refuse_registration(&msg, correlation).await;
+            }
+            Err(err) => return Err(err),
+        };
         if duplicate {
             return Ok(Handled::Duplicate);
         }
@@ -168,6 +176,45 @@ impl MeetingEvents {
             )),
             _ => Handled::Processed,
         })
+    }
+
+    /// SPEC §7: the pair holds a live order already — a business failure, acknowledged:
+    /// no order, no provider call; audited and announced (`payment.failed`), with the inbox
+    /// entry in the same commit so a redelivery is a duplicate.
+    async fn refuse_registration(
+        &self,
+        msg: &ParticipantRegistered,
+        correlation_id: Option<String>,
+    ) -> Result<Handled, AppError> {
+        let entry = self.entry(consumers::PARTICIPANT_REGISTER, &msg.event_id, None);
+        let actor = Actor::system(consumers::PARTICIPANT_REGISTER);
+        let detail = format!(
+            "user {} already has a live order for meeting {}; registration {} refused",
+            msg.user_id, msg.meeting_id, msg.event_id
+        );
+        let mut changes = Changes::default();
+        changes.audit.push(audit::record(
+            audit::REGISTRATION_REJECTED,
+            entity::MEETING,
+            &msg.meeting_id,
+            &actor,
+            Some(detail.clone()),
+            entry.processed_at,
+        ));
+        changes.outbox.push(events::registration_refused(
+            &msg.meeting_id,
+            &msg.user_id,
+            &msg.event_id,
+            ALREADY_REGISTERED,
+            correlation_id.as_deref().or(Some(&msg.event_id)),
+            entry.processed_at,
+        ));
+        changes.inbox.push(entry);
+        match self.uow.commit(changes).await {
+            Ok(()) => Ok(Handled::BusinessFailure(detail)),
+            Err(RepoError::Conflict) => Ok(Handled::Duplicate),
+            Err(err) => Err(err.into()),
+        }
     }
 
     /// Refunds the participant's completed order when `refundRequired`.
@@ -283,8 +330,11 @@ impl MeetingEvents {
         let (mut refunded, mut failed, mut skipped) = (0, Vec::new(), 0);
         for order_id in self.orders.completed_meeting_orders(&msg.meeting_id, None).await? {
             let reason = Some(format!("meeting {} deleted (event {})", msg.meeting_id, msg.event_id));
-            // A refund the provider refused before is left to an operator, not asked again.
-            let request = RefundRequest { reason, inbox: None, scenario, retry_refused: false };
+            // SPEC §7: every completed payment is refunded — one whose refund the provider
+            // refused before (a participant's cancellation) is asked again. A redelivery of
+            // this same deletion is stopped by the inbox; refused refunds keep their order
+            // `COMPLETED` with an `APPROVED` payment and are reported below.
+            let request = RefundRequest { reason, inbox: None, scenario, retry_refused: true };
             match self.refunds.refund_order(&actor, order_id, request).await {
                 Ok(RefundOutcome::Refunded(_)) => refunded += 1,
                 Ok(RefundOutcome::Rejected { reason, .. }) => failed.push(format!("{order_id}: {reason}")),

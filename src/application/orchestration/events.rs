@@ -23,6 +23,48 @@ pub fn timestamp(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::Micros, true)
 }
 
+/// The aggregate type of a (meeting, user) registration refused before any order existed.
+pub const REGISTRATION_AGGREGATE: &str = "registration";
+
+/// `payment.failed`: a registration refused before any charge (SPEC §7), under the
+/// registration's own aggregate (no order exists for it).
+pub fn registration_refused(
+    meeting_id: &str,
+    user_id: &str,
+    inbound_event_id: &str,
+    reason: &str,
+    correlation_id: Option<&str>,
+    now: DateTime<Utc>,
+) -> NewOutboxEvent {
+    let event_type = "payment.failed";
+    let event_id = EventId::new();
+    let aggregate_id = crate::domain::order::registration_key(meeting_id, user_id);
+    let envelope = json!({
+        "eventId": event_id.to_string(),
+        "eventType": event_type,
+        "aggregateType": REGISTRATION_AGGREGATE,
+        "aggregateId": aggregate_id,
+        "correlationId": correlation_id,
+        "occurredAt": timestamp(now),
+        "payload": {
+            "meetingId": meeting_id,
+            "userId": user_id,
+            "registrationEventId": inbound_event_id,
+            "reason": reason,
+        },
+    });
+    NewOutboxEvent {
+        event_id,
+        aggregate_type: REGISTRATION_AGGREGATE.into(),
+        aggregate_id,
+        event_type: event_type.into(),
+        routing_key: event_type.into(),
+        payload: envelope.to_string(),
+        correlation_id: correlation_id.map(str::to_owned),
+        created_at: now,
+    }
+}
+
 /// Builds outbox rows for one order's events, all under the order's aggregate.
 pub struct EventWriter<'a> {
     order: &'a Order,

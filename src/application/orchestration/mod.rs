@@ -6,4 +6,6 @@ pub mod notify;
 mod service;
 pub mod steps;
 
-pub use service::{Confirmation, InboxKey, Orchestrator, PlaceOrder, Reconciled, SagaSettings, reasons};
+pub use service::{
+    ALREADY_REGISTERED, Confirmation, InboxKey, Orchestrator, PlaceOrder, Reconciled, SagaSettings, reasons,
+};

@@ -55,6 +55,17 @@ pub fn apply_send_result(
         Ok(()) => {
             let n = notification.mark_sent(now).map_err(broken_invariant)?;
             let detail = format!("sent (attempt {attempt})");
+            if !is_new {
+                // A retry that went through is audited like the failures before it.
+                changes.audit.push(audit::record(
+                    audit::NOTIFICATION_SENT,
+                    entity::ORDER,
+                    order.id,
+                    actor,
+                    Some(detail.clone()),
+                    now,
+                ));
+            }
             changes.step(order.id, SagaStep::Notification, StepStatus::Success, Some(detail), now);
             (n, completes(&mut order)?, true)
         }

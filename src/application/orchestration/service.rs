@@ -27,6 +27,9 @@ use crate::domain::settlement::Settlement;
 /// turning into a loop.
 const MAX_STEPS_PER_RUN: usize = 8;
 
+/// SPEC §7: a (meeting, user) pair with a live order cannot register again.
+pub const ALREADY_REGISTERED: &str = "ALREADY_REGISTERED";
+
 /// Failure reasons recorded on the order (`failureReason`): stable codes. The provider's
 /// own words go into the step's `detail`.
 pub mod reasons {
@@ -200,10 +203,20 @@ impl Orchestrator {
         ));
         if !self.commit(changes).await? {
             // The id exists already (a retried request whose idempotency key reserved it)
-            // or the same message was processed concurrently: resume that order.
+            // or the same message was processed concurrently: resume that order. Neither,
+            // for a meeting order: its (meeting, user) pair holds a live order already.
             let existing = match self.created_by_inbox(cmd.inbox.as_ref()).await? {
                 Some(existing) => existing,
-                None => self.load(cmd.order_id).await?,
+                None => match self.orders.get(cmd.order_id).await? {
+                    Some(existing) => existing,
+                    None if order.source == OrderSource::Meeting => {
+                        return Err(AppError::Conflict {
+                            code: ALREADY_REGISTERED,
+                            message: "this participant already has a live order for this meeting".into(),
+                        });
+                    }
+                    None => return Err(AppError::NotFound("order")),
+                },
             };
             return self.resume(existing, actor).await;
         }
@@ -227,6 +240,29 @@ impl Orchestrator {
         let record = self.load(order_id).await?;
         if !actor.may_access(&record.order.customer_id) {
             return Err(AppError::NotFound("order"));
+        }
+        let action = next_action(
+            &record.order,
+            record.payment.as_ref(),
+            record.settlement.as_ref(),
+            record.notification.as_ref(),
+        );
+        if matches!(
+            action,
+            NextAction::Done | NextAction::AwaitConfirmation | NextAction::AwaitRetryOrOperator
+        ) {
+            // SPEC §4: a replay that changes nothing is audited too.
+            let mut changes = Changes::default();
+            changes.audit.push(audit::record(
+                audit::ORCHESTRATE_NOOP,
+                entity::ORDER,
+                order_id,
+                actor,
+                Some(format!("order is {}; nothing left to run ({action:?})", record.order.status)),
+                self.clock.now(),
+            ));
+            self.uow.commit(changes).await?;
+            return Ok(record);
         }
         self.resume(record, actor).await
     }
@@ -426,7 +462,14 @@ impl Orchestrator {
         changes.update_order(&mut order);
         changes.step(order.id, SagaStep::Payment, step, Some(detail.clone()), now);
         if let Some(action) = audit_action {
-            changes.audit.push(audit::record(action, entity::ORDER, order.id, actor, Some(detail), now));
+            changes.audit.push(audit::record(
+                action,
+                entity::ORDER,
+                order.id,
+                actor,
+                Some(detail.clone()),
+                now,
+            ));
         }
         let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
         events.payment(&payment, &payment_events).order(&order_events);
@@ -441,7 +484,7 @@ impl Orchestrator {
         );
         let steps = changes.steps.clone();
         if !self.commit_step(run, changes).await? {
-            return Ok(Progress::Reload);
+            return self.approval_not_stored(record, attempt, detail, actor, run).await;
         }
         record.order = order;
         if write_payment {
@@ -449,6 +492,67 @@ impl Orchestrator {
         }
         record.steps.extend(steps.into_iter().map(|s| s.record));
         Ok(progress)
+    }
+
+    /// The approval's outcome commit was refused. Either another runner moved the order on
+    /// (a lost race: reload and re-decide) or the answer itself cannot be stored — a
+    /// `providerTransactionId` another payment already has. The provider has acted, so the
+    /// order must not stay `CREATED` to be approved again and again: the payment becomes
+    /// `CONFIRMATION_REQUIRED`, audited, and reconciliation (bounded) or an operator settles it.
+    async fn approval_not_stored(
+        &self,
+        record: &mut OrderRecord,
+        attempt: i32,
+        answer: String,
+        actor: &Actor,
+        run: &Run<'_>,
+    ) -> Result<Progress, AppError> {
+        let current = self.load(record.order.id).await?;
+        let unchanged = current.order.version == record.order.version
+            && current.payment.as_ref().map(|p| (p.id, p.version))
+                == record.payment.as_ref().map(|p| (p.id, p.version));
+        if !unchanged {
+            // Re-decide from the state that won (already loaded: no second read).
+            *record = current;
+            return Ok(Progress::Continue);
+        }
+        let now = self.clock.now();
+        let mut payment = match &current.payment {
+            Some(p) if p.status == PaymentStatus::Requested && p.attempt == attempt => p.clone(),
+            _ => Payment::request(current.order.id, attempt, current.order.total, now),
+        };
+        let stored = current.payment.as_ref().is_some_and(|p| p.id == payment.id);
+        let mut order = current.order.clone();
+        payment.require_confirmation(now).map_err(broken_invariant)?;
+        order.await_confirmation(now).map_err(broken_invariant)?;
+        let detail = format!("the provider's answer cannot be stored ({answer}); awaiting reconciliation");
+        let mut changes = Changes::default();
+        if stored {
+            changes.update_payment(&mut payment);
+        } else {
+            changes.insert_payment(&mut payment);
+        }
+        changes.update_order(&mut order);
+        changes.step(order.id, SagaStep::Payment, StepStatus::Ready, Some(detail.clone()), now);
+        changes.audit.push(audit::record(
+            audit::PAYMENT_OUTCOME_UNSTORABLE,
+            entity::ORDER,
+            order.id,
+            actor,
+            Some(detail),
+            now,
+        ));
+        tracing::error!(order = %order.id, %answer, "a payment provider answer could not be stored");
+        run.release_if_final(&mut changes, &order, Some(&payment), None, None);
+        let steps = changes.steps.clone();
+        if !self.commit_step(run, changes).await? {
+            return Ok(Progress::Reload);
+        }
+        *record = current;
+        record.order = order;
+        record.payment = Some(payment);
+        record.steps.extend(steps.into_iter().map(|s| s.record));
+        Ok(Progress::Stop)
     }
 
     async fn request_settlement(
@@ -724,21 +828,28 @@ impl Orchestrator {
             if !pending {
                 return Ok(record);
             }
-            let record = self.apply_confirmation(record, confirmation, actor, source).await?;
-            self.drive(record, actor).await
+            match self.apply_confirmation(record, confirmation, actor, source).await? {
+                Some(record) => self.drive(record, actor).await,
+                // The pushed answer cannot be stored: the provider retries its callback, and
+                // reconciliation (bounded) asks meanwhile.
+                None => Err(AppError::Unavailable("the provider's answer cannot be stored".into())),
+            }
         }
         .await;
         self.release(order_id, &lease).await;
         result.map(Some)
     }
 
+    /// Applies a final answer to a `CONFIRMATION_REQUIRED` payment. `Ok(None)`: the answer
+    /// cannot be stored as it is (its transaction id belongs to another payment) and the
+    /// payment stays unknown; a lost race returns the state that won.
     async fn apply_confirmation(
         &self,
         mut record: OrderRecord,
         confirmation: Confirmation,
         actor: &Actor,
         source: &str,
-    ) -> Result<OrderRecord, AppError> {
+    ) -> Result<Option<OrderRecord>, AppError> {
         let now = self.clock.now();
         let mut payment = record.payment.clone().ok_or_else(|| broken_invariant("no payment to confirm"))?;
         let mut order = record.order.clone();
@@ -769,13 +880,19 @@ impl Orchestrator {
         let steps = changes.steps.clone();
         match self.uow.commit(changes).await {
             Ok(()) => {}
-            Err(RepoError::Conflict) => return self.load(record.order.id).await,
+            Err(RepoError::Conflict) => {
+                let current = self.load(record.order.id).await?;
+                let unchanged = current.order.version == record.order.version
+                    && current.payment.as_ref().map(|p| p.version)
+                        == record.payment.as_ref().map(|p| p.version);
+                return Ok((!unchanged).then_some(current));
+            }
             Err(err) => return Err(err.into()),
         }
         record.order = order;
         record.payment = Some(payment);
         record.steps.extend(steps.into_iter().map(|s| s.record));
-        Ok(record)
+        Ok(Some(record))
     }
 
     /// Asks the provider what became of an unknown payment (by `paymentRequestId`) and
@@ -850,9 +967,16 @@ impl Orchestrator {
             Err(_) => None,
         };
         if let Some(confirmation) = confirmation {
-            let record = self.apply_confirmation(record, confirmation, actor, "reconciliation").await?;
-            let record = self.drive(record, actor).await?;
-            return Ok(Reconciled::Resolved(Box::new(record)));
+            let answer = format!("{confirmation:?}");
+            match self.apply_confirmation(record, confirmation, actor, "reconciliation").await? {
+                Some(record) => {
+                    let record = self.drive(record, actor).await?;
+                    return Ok(Reconciled::Resolved(Box::new(record)));
+                }
+                // Not resolved: the answer cannot be stored. Count the attempt like an
+                // inconclusive look-up, so the loop ends with an operator, not forever.
+                None => tracing::error!(order = %order_id, %answer, "reconciled answer cannot be stored"),
+            }
         }
         // Still unknown: count the attempt, back off, and hand over when out of attempts.
         let now = self.clock.now();

@@ -6,11 +6,21 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use crate::application::audit::{self, entity};
+use crate::application::input;
 use crate::application::ports::{Clock, OutboxFilter, OutboxRecord, OutboxStats, OutboxStore};
 use crate::application::{Actor, AppError};
 use crate::domain::outbox::{FailureCode, OutboxAction, OutboxStatus};
+use crate::domain::text;
 
 pub const MAX_REDRIVE: u32 = 1000;
+
+/// A page of the outbox, newest first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboxPage {
+    pub items: Vec<OutboxRecord>,
+    /// Pass as `before_id` for the next page; `None` on the last.
+    pub next_before_id: Option<i64>,
+}
 
 /// Which dead letters to redrive.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -42,15 +52,27 @@ impl OutboxAdmin {
         OutboxAdmin { store, clock }
     }
 
+    /// One page of events, newest first: at most `filter.limit` rows and the cursor of the
+    /// next page (the id to pass as `before_id`), if there is one.
+    ///
     /// # Errors
     /// `Forbidden` for a non-admin; `Validation` for a limit outside 1..=100.
-    pub async fn list(&self, actor: &Actor, mut filter: OutboxFilter) -> Result<Vec<OutboxRecord>, AppError> {
+    pub async fn list(&self, actor: &Actor, mut filter: OutboxFilter) -> Result<OutboxPage, AppError> {
         actor.require_admin()?;
         if !(1..=100).contains(&filter.limit) {
             return Err(AppError::validation("limit", "must be between 1 and 100"));
         }
-        filter.limit = filter.limit.min(100);
-        Ok(self.store.list(&filter).await?)
+        let page = filter.limit as usize;
+        // One row more than the page tells whether another page follows.
+        filter.limit += 1;
+        let mut items = self.store.list(&filter).await?;
+        let next_before_id = if items.len() > page {
+            items.truncate(page);
+            items.last().map(|r| r.id)
+        } else {
+            None
+        };
+        Ok(OutboxPage { items, next_before_id })
     }
 
     /// # Errors
@@ -102,12 +124,15 @@ impl OutboxAdmin {
     /// Bulk republish of dead letters matching the filter.
     ///
     /// # Errors
-    /// `Forbidden` for a non-admin; `Validation` for a limit outside 1..=1000.
+    /// `Forbidden` for a non-admin; `Validation` for a limit outside 1..=1000 or text that
+    /// breaks SPEC §5's rules.
     pub async fn redrive(&self, actor: &Actor, request: Redrive) -> Result<RedriveReport, AppError> {
         actor.require_admin()?;
         if !(1..=MAX_REDRIVE).contains(&request.limit) {
             return Err(AppError::validation("limit", format!("must be between 1 and {MAX_REDRIVE}")));
         }
+        input::check_optional("eventType", request.event_type.as_deref(), text::limits::EVENT_TYPE)?;
+        input::check_optional("reason", request.reason.as_deref(), text::limits::REASON)?;
         let filter = OutboxFilter {
             status: Some(OutboxStatus::DeadLetter),
             event_type: request.event_type.clone(),

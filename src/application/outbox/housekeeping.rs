@@ -1,4 +1,5 @@
-//! Outbox housekeeping: expired leases back to `RETRY_WAIT`, old rows deleted by retention.
+//! Outbox housekeeping: expired leases back to `RETRY_WAIT`, old rows deleted by retention
+//! (outbox rows, idempotency keys, audit rows).
 
 use std::sync::Arc;
 use std::time::Duration as StdDuration;
@@ -6,7 +7,7 @@ use std::time::Duration as StdDuration;
 use chrono::{DateTime, Duration, NaiveTime, Utc};
 use tokio_util::sync::CancellationToken;
 
-use crate::application::ports::{Clock, IdempotencyStore, OutboxStore, RepoError};
+use crate::application::ports::{AuditLog, Clock, IdempotencyStore, OutboxStore, RepoError};
 
 #[derive(Debug, Clone)]
 pub struct HousekeepingSettings {
@@ -17,6 +18,8 @@ pub struct HousekeepingSettings {
     pub retention_dead_letter: Duration,
     /// Idempotency keys are kept at least this long.
     pub retention_idempotency: Duration,
+    /// Audit rows are kept this long (`audit.retention`).
+    pub retention_audit: Duration,
     /// Rows deleted per statement, so clean-up never holds long locks.
     pub cleanup_batch: u32,
 }
@@ -24,6 +27,7 @@ pub struct HousekeepingSettings {
 pub struct Housekeeping {
     outbox: Arc<dyn OutboxStore>,
     idempotency: Arc<dyn IdempotencyStore>,
+    audit: Arc<dyn AuditLog>,
     clock: Arc<dyn Clock>,
     settings: HousekeepingSettings,
 }
@@ -38,10 +42,11 @@ impl Housekeeping {
     pub fn new(
         outbox: Arc<dyn OutboxStore>,
         idempotency: Arc<dyn IdempotencyStore>,
+        audit: Arc<dyn AuditLog>,
         clock: Arc<dyn Clock>,
         settings: HousekeepingSettings,
     ) -> Self {
-        Housekeeping { outbox, idempotency, clock, settings }
+        Housekeeping { outbox, idempotency, audit, clock, settings }
     }
 
     /// Returns expired claims to `RETRY_WAIT`; returns how many.
@@ -75,6 +80,13 @@ impl Housekeeping {
             }
         }
         total += self.idempotency.purge(now - s.retention_idempotency).await?;
+        loop {
+            let n = self.audit.purge_audit(now - s.retention_audit, s.cleanup_batch).await?;
+            total += n;
+            if n < u64::from(s.cleanup_batch) {
+                break;
+            }
+        }
         tracing::info!(deleted = total, "outbox clean-up done");
         Ok(total)
     }

@@ -5,6 +5,6 @@ mod admin;
 mod housekeeping;
 mod relay;
 
-pub use admin::{OutboxAdmin, Redrive, RedriveReport};
+pub use admin::{OutboxAdmin, OutboxPage, Redrive, RedriveReport};
 pub use housekeeping::{Housekeeping, HousekeepingSettings};
 pub use relay::{OutboxRelay, RelayError, RelayReport, RelaySettings};

@@ -275,6 +275,13 @@ impl OutboxRelay {
             if next_retry.is_some_and(|t| t <= now) {
                 next_retry = None;
             }
+            // Retries scheduled by any worker (or recovered from a dead one's lease), not only
+            // this one's: the earliest due one bounds the idle sleep.
+            match self.store.next_retry_at().await {
+                Ok(Some(at)) => next_retry = Some(next_retry.map_or(at, |t| t.min(at))),
+                Ok(None) => {}
+                Err(err) => tracing::warn!(error = %err, "cannot read the next retry; polling"),
+            }
             let mut pause = self.settings.poll_interval;
             if let Some(at) = next_retry {
                 let until = (at - now).to_std().unwrap_or_default();

@@ -21,7 +21,7 @@ pub use providers::{
     SettlementOutcome, SettlementRequest,
 };
 pub use repository::{
-    AuditRecord, Changes, InboxEntry, NewStep, NotificationRepository, OrderContext, OrderFilter,
+    AuditLog, AuditRecord, Changes, InboxEntry, NewStep, NotificationRepository, OrderContext, OrderFilter,
     OrderRecord, OrderRepository, PaymentRepository, RepoError, SagaLease, StepRecord, UnitOfWork, Write,
 };
 

@@ -117,6 +117,13 @@ pub trait OutboxStore: Send + Sync {
     /// `Unavailable` when the database fails.
     async fn mark_published(&self, ids: &[i64], worker: &str, now: DateTime<Utc>) -> Result<u64, RepoError>;
 
+    /// When the earliest `RETRY_WAIT` row falls due, if there is one (whoever scheduled it):
+    /// an idle relay sleeps no longer than that.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    async fn next_retry_at(&self) -> Result<Option<DateTime<Utc>>, RepoError>;
+
     /// Moves failed rows to `RETRY_WAIT` or `DEAD_LETTER` as each [`DeliveryFailure`] says,
     /// only those still `PROCESSING` under `worker`'s claim; returns how many it moved.
     ///
@@ -130,7 +137,7 @@ pub trait OutboxStore: Send + Sync {
     ) -> Result<u64, RepoError>;
 
     /// Returns `PROCESSING` rows whose lease ended before `now` to `RETRY_WAIT`, due at
-    /// once; returns how many.
+    /// once; returns how many. Wakes the relay when any moved (they are due now).
     ///
     /// # Errors
     /// `Unavailable` when the database fails.
@@ -178,7 +185,9 @@ pub trait OutboxStore: Send + Sync {
 
     /// Moves rows from `DEAD_LETTER` to `READY` (retry count reset) or `DISCARDED`
     /// (`discard = true`), writing `audit` (one row per moved id) in the same transaction.
-    /// Only rows still `DEAD_LETTER` move; returns the ids moved.
+    /// Only rows still `DEAD_LETTER` move; returns the ids moved. Wakes the relay after the
+    /// commit when any moved (SPEC §6: republished rows, and the later events of an
+    /// aggregate a discard unblocked, are publishable now).
     ///
     /// # Errors
     /// `Unavailable` when the database fails.

@@ -238,8 +238,9 @@ pub trait OrderRepository: Send + Sync {
     async fn release_saga(&self, id: OrderId, owner: &str) -> Result<(), RepoError>;
 
     /// Orders whose saga stopped half-way — `CREATED`, `PAYMENT_APPROVED` or
-    /// `SETTLEMENT_REQUESTED`, unchanged since `before` and with no live saga lease — so a
-    /// run that died can be resumed. At most `limit`, oldest first.
+    /// `SETTLEMENT_REQUESTED`, unchanged since `before`, with no live saga lease, resumed
+    /// fewer than `max_resumes` times and due for the next resume — so a run that died can
+    /// be resumed. At most `limit`, oldest first, each with its resumes so far.
     ///
     /// # Errors
     /// `Unavailable` when the database fails.
@@ -247,8 +248,22 @@ pub trait OrderRepository: Send + Sync {
         &self,
         before: DateTime<Utc>,
         now: DateTime<Utc>,
+        max_resumes: i32,
         limit: u32,
-    ) -> Result<Vec<OrderId>, RepoError>;
+    ) -> Result<Vec<(OrderId, i32)>, RepoError>;
+
+    /// Counts a resume of a stalled saga and says when the next may happen (the backoff).
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    async fn note_resume(&self, id: OrderId, next_at: DateTime<Utc>) -> Result<(), RepoError>;
+
+    /// Orders still half-way after `max_resumes` resumes: an operator must look. Newest
+    /// first, at most `limit`.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    async fn stalled_for_operator(&self, max_resumes: i32, limit: u32) -> Result<Vec<Order>, RepoError>;
 
     /// How many orders are in each status (every status listed, zero included).
     ///
@@ -283,13 +298,15 @@ pub trait OrderRepository: Send + Sync {
 #[cfg_attr(test, mockall::automock)]
 #[async_trait]
 pub trait PaymentRepository: Send + Sync {
-    /// `CONFIRMATION_REQUIRED` payments with fewer than `max_attempts` look-ups whose next
-    /// look-up is due, oldest first.
+    /// Payments in `status` — an outcome the provider has not told us yet:
+    /// `CONFIRMATION_REQUIRED` (an approval) or `REFUND_PENDING` (a refund) — with fewer
+    /// than `max_attempts` look-ups whose next look-up is due, oldest first.
     ///
     /// # Errors
     /// `Unavailable` when the database fails; `Corrupt` for unmappable rows.
     async fn awaiting_confirmation(
         &self,
+        status: PaymentStatus,
         now: DateTime<Utc>,
         max_attempts: i32,
         limit: u32,
@@ -355,6 +372,16 @@ pub trait NotificationRepository: Send + Sync {
     /// # Errors
     /// As [`NotificationRepository::due`].
     async fn find(&self, id: NotificationId) -> Result<Option<Notification>, RepoError>;
+}
+
+/// The audit trail's retention (SPEC §4 rows are written through [`UnitOfWork`]).
+#[async_trait]
+pub trait AuditLog: Send + Sync {
+    /// Deletes at most `limit` audit rows created before `before`; returns how many.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails (what was deleted stays deleted).
+    async fn purge_audit(&self, before: DateTime<Utc>, limit: u32) -> Result<u64, RepoError>;
 }
 
 /// The one way to write: apply a change set atomically.

@@ -14,4 +14,4 @@ mod status;
 pub use error::NotificationError;
 pub use event::NotificationEvent;
 pub use notification::{Notification, RetryPolicy};
-pub use status::{FailurePolicy, NotificationAction, NotificationStatus};
+pub use status::{FailurePolicy, NO_POLICY, NotificationAction, NotificationStatus};

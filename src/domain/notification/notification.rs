@@ -4,7 +4,7 @@ use chrono::{DateTime, Duration, Utc};
 
 use super::error::NotificationError;
 use super::event::NotificationEvent;
-use super::status::{FailurePolicy, NotificationAction, NotificationStatus};
+use super::status::{FailurePolicy, NO_POLICY, NotificationAction, NotificationStatus};
 use crate::domain::ids::{NotificationId, OrderId};
 
 /// How automatic retries are spaced and bounded.
@@ -151,6 +151,8 @@ impl Notification {
             matches!(self.status, RetryScheduled | ManualInterventionRequired | Failed),
         )?;
         self.move_to(Ignored, now);
+        // SPEC §3: `policy` shows the current handling; the failure's policy is in the audit.
+        self.policy = Some(FailurePolicy::Ignore);
         Ok(vec![])
     }
 
@@ -160,6 +162,16 @@ impl Notification {
         self.move_to(NotificationStatus::RetryScheduled, now);
         self.next_attempt_at = Some(now);
         Ok(vec![])
+    }
+
+    /// SPEC §3's `policy`: the current handling — [`NO_POLICY`] once sent, else the last
+    /// failure's policy (`IGNORE` once an operator ignored it); `None` before any attempt.
+    pub fn handling(&self) -> Option<&'static str> {
+        if self.status == NotificationStatus::Sent {
+            Some(NO_POLICY)
+        } else {
+            self.policy.map(|p| p.as_str())
+        }
     }
 
     /// Whether this notification no longer keeps its order from completing.

@@ -22,6 +22,9 @@ spelled!(
     }
 );
 
+/// The `policy` of a notification that needs no handling (sent).
+pub const NO_POLICY: &str = "NONE";
+
 spelled!(
     /// The actions a notification accepts.
     NotificationAction {

@@ -2,6 +2,7 @@
 
 use super::status::{OrderAction, OrderStatus};
 use crate::domain::money::MoneyError;
+use crate::domain::text::TextError;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OrderError {
@@ -13,6 +14,12 @@ pub enum OrderError {
     Invalid { field: String, message: String },
     #[error("{field}: {source}")]
     Money { field: String, source: MoneyError },
+}
+
+impl From<TextError> for OrderError {
+    fn from(err: TextError) -> Self {
+        OrderError::Invalid { field: err.field().to_owned(), message: err.message() }
+    }
 }
 
 impl OrderError {

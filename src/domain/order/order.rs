@@ -7,12 +7,13 @@ use super::event::OrderEvent;
 use super::status::{FailureStage, OrderAction, OrderSource, OrderStatus};
 use crate::domain::ids::OrderId;
 use crate::domain::money::{Currency, Money};
+use crate::domain::text;
 
 /// Input bounds: generous for real carts, tight enough that no request can make the
 /// service do unbounded work or store unbounded strings.
 pub mod limits {
-    pub const MAX_ID_LEN: usize = 64;
-    pub const MAX_SKU_LEN: usize = 64;
+    pub const MAX_ID_LEN: usize = crate::domain::text::limits::ID;
+    pub const MAX_SKU_LEN: usize = crate::domain::text::limits::SKU;
     pub const MAX_ITEMS: usize = 100;
     pub const MAX_QUANTITY: i64 = 1_000_000;
 }
@@ -65,13 +66,7 @@ fn check_id(field: &str, value: &str) -> Result<(), OrderError> {
     if value.trim().is_empty() {
         return Err(OrderError::invalid(field, "must not be empty"));
     }
-    if value.chars().count() > limits::MAX_ID_LEN {
-        return Err(OrderError::invalid(field, format!("must be at most {} characters", limits::MAX_ID_LEN)));
-    }
-    if value.chars().any(char::is_control) {
-        return Err(OrderError::invalid(field, "must not contain control characters"));
-    }
-    Ok(())
+    text::check(field, value, limits::MAX_ID_LEN).map_err(OrderError::from)
 }
 
 impl Order {
@@ -109,12 +104,7 @@ impl Order {
             if item.sku.trim().is_empty() {
                 return Err(OrderError::invalid(field("sku"), "must not be empty"));
             }
-            if item.sku.chars().count() > limits::MAX_SKU_LEN {
-                return Err(OrderError::invalid(
-                    field("sku"),
-                    format!("must be at most {} characters", limits::MAX_SKU_LEN),
-                ));
-            }
+            text::check(&field("sku"), &item.sku, limits::MAX_SKU_LEN)?;
             if item.quantity <= 0 || item.quantity > limits::MAX_QUANTITY {
                 return Err(OrderError::invalid(
                     field("quantity"),
@@ -129,6 +119,10 @@ impl Order {
                 .map_err(|source| OrderError::Money { field: field("quantity"), source })?;
             total = line;
             items.push(OrderItem { sku: item.sku, quantity: item.quantity, unit_price });
+        }
+        if total.minor() <= 0 {
+            // SPEC §3: an order of nothing is refused; there is nothing to charge.
+            return Err(OrderError::invalid("totalAmount", "must be greater than 0"));
         }
         Ok(Order {
             id,
@@ -234,6 +228,33 @@ impl Order {
         self.move_to(OrderStatus::Cancelled, now);
         Ok(vec![OrderEvent::Cancelled { reason: "REFUNDED".into() }])
     }
+
+    /// SPEC §7: the key of the (meeting, user) registration this order holds, or `None`.
+    /// A meeting order holds its registration while it is in progress, completed, or
+    /// failed after the money moved (settlement or notification stage: the customer is
+    /// charged until compensation or a refund ends it); one declined, compensated or
+    /// refunded lets the pair register again. The store keeps at most one order per key.
+    pub fn registration_key(&self) -> Option<String> {
+        let live = match self.status {
+            OrderStatus::Created
+            | OrderStatus::PaymentApproved
+            | OrderStatus::SettlementRequested
+            | OrderStatus::Completed
+            | OrderStatus::PendingConfirmation => true,
+            OrderStatus::Failed => self.failure_stage != Some(FailureStage::Payment),
+            OrderStatus::Cancelled => false,
+        };
+        match (&self.source, &self.meeting_id, live) {
+            (OrderSource::Meeting, Some(meeting), true) => Some(registration_key(meeting, &self.customer_id)),
+            _ => None,
+        }
+    }
+}
+
+/// The unambiguous key of a (meeting, user) pair: the meeting id is length-prefixed, so no
+/// pair of ids can spell another pair's key.
+pub fn registration_key(meeting_id: &str, user_id: &str) -> String {
+    format!("{}:{meeting_id}/{user_id}", meeting_id.chars().count())
 }
 
 #[cfg(test)]
@@ -263,6 +284,44 @@ mod tests {
         order.status = status;
         order.failure_stage = stage;
         order
+    }
+
+    #[test]
+    fn a_meeting_order_holds_its_registration_only_while_live() {
+        use FailureStage as F;
+        use OrderStatus::*;
+        let cases = [
+            (Created, None, true),
+            (PaymentApproved, None, true),
+            (SettlementRequested, None, true),
+            (Completed, None, true),
+            (PendingConfirmation, None, true),
+            (Failed, Some(F::Payment), false),
+            (Failed, Some(F::Settlement), true),
+            (Failed, Some(F::Notification), true),
+            (Cancelled, None, false),
+        ];
+        for (status, stage, live) in cases {
+            let mut order = order_in(status, stage);
+            assert_eq!(order.registration_key(), None, "an API order holds none");
+            order.source = OrderSource::Meeting;
+            order.meeting_id = Some("m-1".into());
+            let expected = live.then(|| registration_key("m-1", "alice"));
+            assert_eq!(order.registration_key(), expected, "{status} {stage:?}");
+        }
+        assert_ne!(registration_key("a/b", "c"), registration_key("a", "b/c"));
+    }
+
+    #[test]
+    fn an_order_of_nothing_is_refused() {
+        let mut free = input();
+        for item in &mut free.items {
+            item.unit_price = 0;
+        }
+        assert_eq!(
+            Order::place(OrderId::new(), free, now()),
+            Err(OrderError::invalid("totalAmount", "must be greater than 0"))
+        );
     }
 
     #[test]

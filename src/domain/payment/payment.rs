@@ -103,8 +103,8 @@ impl Payment {
         Ok(vec![])
     }
 
-    /// Reconciliation asked the provider and learned nothing final; `next` is when it may
-    /// ask again.
+    /// Reconciliation asked the provider about an open outcome (an approval or a refund)
+    /// and learned nothing final; `next` is when it may ask again.
     pub fn record_reconcile_attempt(
         &mut self,
         next: DateTime<Utc>,
@@ -112,7 +112,7 @@ impl Payment {
     ) -> Result<Vec<PaymentEvent>, PaymentError> {
         self.guard(
             PaymentAction::RecordReconcileAttempt,
-            self.status == PaymentStatus::ConfirmationRequired,
+            matches!(self.status, PaymentStatus::ConfirmationRequired | PaymentStatus::RefundPending),
         )?;
         self.reconcile_attempts += 1;
         self.next_reconcile_at = Some(next);
@@ -131,24 +131,37 @@ impl Payment {
         Ok(vec![PaymentEvent::Cancelled { reason: reason.into() }])
     }
 
-    /// The provider refunded an approved payment.
+    /// A refund's intent, committed before the provider is asked: from here on the
+    /// worker finds the refund even if its answer is never recorded. The look-up counters
+    /// start afresh for it.
+    pub fn begin_refund(&mut self, now: DateTime<Utc>) -> Result<Vec<PaymentEvent>, PaymentError> {
+        self.guard(PaymentAction::BeginRefund, self.status == PaymentStatus::Approved)?;
+        self.reconcile_attempts = 0;
+        self.next_reconcile_at = None;
+        self.move_to(PaymentStatus::RefundPending, now);
+        Ok(vec![])
+    }
+
+    /// The provider refunded the payment.
     pub fn refund(&mut self, now: DateTime<Utc>) -> Result<Vec<PaymentEvent>, PaymentError> {
-        self.guard(PaymentAction::Refund, self.status == PaymentStatus::Approved)?;
+        self.guard(PaymentAction::Refund, self.status == PaymentStatus::RefundPending)?;
         self.refund_failure_reason = None;
+        self.next_reconcile_at = None;
         self.move_to(PaymentStatus::Refunded, now);
         Ok(vec![PaymentEvent::Refunded])
     }
 
-    /// The provider refused the refund: recorded, the payment stays `APPROVED`.
+    /// The provider refused the refund: recorded, and the payment is `APPROVED` again.
     pub fn record_refund_failure(
         &mut self,
         reason: impl Into<String>,
         now: DateTime<Utc>,
     ) -> Result<Vec<PaymentEvent>, PaymentError> {
-        self.guard(PaymentAction::RecordRefundFailure, self.status == PaymentStatus::Approved)?;
+        self.guard(PaymentAction::RecordRefundFailure, self.status == PaymentStatus::RefundPending)?;
         let reason = reason.into();
         self.refund_failure_reason = Some(reason.clone());
-        self.updated_at = now;
+        self.next_reconcile_at = None;
+        self.move_to(PaymentStatus::Approved, now);
         Ok(vec![PaymentEvent::RefundFailed { reason }])
     }
 }
@@ -173,23 +186,25 @@ mod tests {
     #[test]
     fn transition_table() {
         use PaymentStatus::*;
-        let actions: [(&str, Action); 7] = [
+        let actions: [(&str, Action); 8] = [
             ("approve", |p| p.approve("tx", now())),
             ("decline", |p| p.decline("CARD", None, now())),
             ("require_confirmation", |p| p.require_confirmation(now())),
             ("cancel", |p| p.cancel("x", now())),
+            ("begin_refund", |p| p.begin_refund(now())),
             ("refund", |p| p.refund(now())),
             ("refund_failure", |p| p.record_refund_failure("x", now())),
             ("reconcile_attempt", |p| p.record_reconcile_attempt(now(), now())),
         ];
         #[rustfmt::skip]
-        let expected: [(PaymentStatus, [Option<PaymentStatus>; 7]); 6] = [
-            (Requested, [Some(Approved), Some(Declined), Some(ConfirmationRequired), None, None, None, None]),
-            (Approved, [None, None, None, Some(Cancelled), Some(Refunded), Some(Approved), None]),
-            (Declined, [None; 7]),
-            (ConfirmationRequired, [Some(Approved), Some(Declined), None, None, None, None, Some(ConfirmationRequired)]),
-            (Cancelled, [None; 7]),
-            (Refunded, [None; 7]),
+        let expected: [(PaymentStatus, [Option<PaymentStatus>; 8]); 7] = [
+            (Requested, [Some(Approved), Some(Declined), Some(ConfirmationRequired), None, None, None, None, None]),
+            (Approved, [None, None, None, Some(Cancelled), Some(RefundPending), None, None, None]),
+            (Declined, [None; 8]),
+            (ConfirmationRequired, [Some(Approved), Some(Declined), None, None, None, None, None, Some(ConfirmationRequired)]),
+            (Cancelled, [None; 8]),
+            (RefundPending, [None, None, None, None, None, Some(Refunded), Some(Approved), Some(RefundPending)]),
+            (Refunded, [None; 8]),
         ];
         for (from, row) in expected {
             for ((name, action), next) in actions.iter().zip(row) {
@@ -210,6 +225,7 @@ mod tests {
                                     "decline" => PaymentAction::Decline,
                                     "require_confirmation" => PaymentAction::RequireConfirmation,
                                     "cancel" => PaymentAction::Cancel,
+                                    "begin_refund" => PaymentAction::BeginRefund,
                                     "refund" => PaymentAction::Refund,
                                     "refund_failure" => PaymentAction::RecordRefundFailure,
                                     _ => PaymentAction::RecordReconcileAttempt,
@@ -232,8 +248,10 @@ mod tests {
     }
 
     #[test]
-    fn refund_failure_is_recorded_and_payment_stays_approved() {
+    fn refund_failure_is_recorded_and_payment_is_approved_again() {
         let mut p = payment_in(PaymentStatus::Approved);
+        assert_eq!(p.begin_refund(now()), Ok(vec![]));
+        assert_eq!(p.status, PaymentStatus::RefundPending);
         let events = p.record_refund_failure("card expired", now()).unwrap();
         assert_eq!(events[0].event_type(), "payment.refund_failed");
         assert_eq!(p.status, PaymentStatus::Approved);

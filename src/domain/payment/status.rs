@@ -8,6 +8,7 @@ spelled!(
         Declined => "DECLINED",
         ConfirmationRequired => "CONFIRMATION_REQUIRED",
         Cancelled => "CANCELLED",
+        RefundPending => "REFUND_PENDING",
         Refunded => "REFUNDED",
     }
 );
@@ -19,6 +20,7 @@ spelled!(
         Decline => "DECLINE",
         RequireConfirmation => "REQUIRE_CONFIRMATION",
         Cancel => "CANCEL",
+        BeginRefund => "BEGIN_REFUND",
         Refund => "REFUND",
         RecordRefundFailure => "RECORD_REFUND_FAILURE",
         RecordReconcileAttempt => "RECORD_RECONCILE_ATTEMPT",

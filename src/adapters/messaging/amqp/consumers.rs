@@ -22,8 +22,10 @@ use crate::application::AppError;
 use crate::application::inbound::{
     Handled, MeetingDeleted, MeetingEvents, ParticipantCancelled, ParticipantRegistered,
 };
+use crate::application::input::check_json_text;
 use crate::application::ports::Scenario;
 use crate::config::QueueType;
+use crate::domain::text;
 
 /// Largest message body accepted; larger ones are dead-lettered unread.
 pub const MAX_MESSAGE: usize = 64 * 1024;
@@ -156,10 +158,10 @@ enum Inbound {
 }
 
 fn field(name: &str, value: &str, max: usize) -> Result<(), String> {
-    if value.trim().is_empty() || value.len() > max || value.chars().any(char::is_control) {
-        return Err(format!("{name}: must be 1 to {max} printable characters"));
+    if value.trim().is_empty() {
+        return Err(format!("{name}: must not be empty"));
     }
-    Ok(())
+    text::check(name, value, max).map_err(|e| e.to_string())
 }
 
 fn decode(kind: Kind, body: &[u8]) -> Result<Inbound, String> {
@@ -167,14 +169,19 @@ fn decode(kind: Kind, body: &[u8]) -> Result<Inbound, String> {
         return Err(format!("body of {} bytes exceeds {MAX_MESSAGE}", body.len()));
     }
     let json = |e: serde_json::Error| format!("not a valid {} message: {e}", kind.label());
+    // SPEC §5: no string anywhere in a message may carry a control character.
+    let raw: serde_json::Value = serde_json::from_slice(body).map_err(json)?;
+    check_json_text(&raw).map_err(|e| e.to_string())?;
+    let body = raw;
     Ok(match kind {
         Kind::Register => {
-            let w: RegisteredWire = serde_json::from_slice(body).map_err(json)?;
-            field("eventId", &w.event_id, 128)?;
-            field("meetingId", &w.meeting_id, 64)?;
-            field("userId", &w.user_id, 64)?;
-            if w.amount < 0 {
-                return Err("amount: must not be negative".into());
+            let w: RegisteredWire = serde_json::from_value(body).map_err(json)?;
+            field("eventId", &w.event_id, text::limits::EVENT_ID)?;
+            field("meetingId", &w.meeting_id, text::limits::ID)?;
+            field("userId", &w.user_id, text::limits::ID)?;
+            if w.amount <= 0 {
+                // SPEC §7: free meetings never reach payment.
+                return Err("amount: must be greater than 0".into());
             }
             Inbound::Register(ParticipantRegistered {
                 event_id: w.event_id,
@@ -185,10 +192,10 @@ fn decode(kind: Kind, body: &[u8]) -> Result<Inbound, String> {
             })
         }
         Kind::Cancel => {
-            let w: CancelledWire = serde_json::from_slice(body).map_err(json)?;
-            field("eventId", &w.event_id, 128)?;
-            field("meetingId", &w.meeting_id, 64)?;
-            field("userId", &w.user_id, 64)?;
+            let w: CancelledWire = serde_json::from_value(body).map_err(json)?;
+            field("eventId", &w.event_id, text::limits::EVENT_ID)?;
+            field("meetingId", &w.meeting_id, text::limits::ID)?;
+            field("userId", &w.user_id, text::limits::ID)?;
             Inbound::Cancel(ParticipantCancelled {
                 event_id: w.event_id,
                 meeting_id: w.meeting_id,
@@ -197,9 +204,9 @@ fn decode(kind: Kind, body: &[u8]) -> Result<Inbound, String> {
             })
         }
         Kind::Deleted => {
-            let w: DeletedWire = serde_json::from_slice(body).map_err(json)?;
-            field("eventId", &w.event_id, 128)?;
-            field("meetingId", &w.meeting_id, 64)?;
+            let w: DeletedWire = serde_json::from_value(body).map_err(json)?;
+            field("eventId", &w.event_id, text::limits::EVENT_ID)?;
+            field("meetingId", &w.meeting_id, text::limits::ID)?;
             Inbound::Deleted(MeetingDeleted { event_id: w.event_id, meeting_id: w.meeting_id })
         }
     })
@@ -409,6 +416,18 @@ mod tests {
             (
                 Kind::Register,
                 br#"{"eventId":"e","meetingId":"m1","userId":"u1","amount":-1,"currency":"KRW"}"#,
+            ),
+            (
+                Kind::Register,
+                br#"{"eventId":"e","meetingId":"m1","userId":"u1","amount":0,"currency":"KRW"}"#,
+            ),
+            (
+                Kind::Register,
+                br#"{"eventId":"e","meetingId":"m1","userId":"u\u0000","amount":1,"currency":"KRW"}"#,
+            ),
+            (
+                Kind::Register,
+                br#"{"eventId":"e","meetingId":"m1","userId":"u1","amount":1,"currency":"KR\u007f"}"#,
             ),
             (Kind::Cancel, br#"{"eventId":"e1","meetingId":"m1","userId":"u1","refundRequired":"yes"}"#),
             (Kind::Deleted, b"not json"),

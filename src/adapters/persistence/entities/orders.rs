@@ -22,6 +22,12 @@ pub struct Model {
     pub version: i64,
     pub saga_locked_by: Option<String>,
     pub saga_locked_until: Option<DateTimeUtc>,
+    /// `Order::registration_key`, under a unique index (SPEC §7).
+    pub registration_key: Option<String>,
+    /// Times the worker's stalled-saga recovery resumed this order.
+    pub saga_resumes: i32,
+    /// When stalled-saga recovery may resume it next.
+    pub saga_resume_at: Option<DateTimeUtc>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

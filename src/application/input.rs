@@ -1,0 +1,84 @@
+//! SPEC §5's text rules ([`crate::domain::text`]) applied to whole JSON documents: every
+//! string value and every object key of an HTTP body, an AMQP message or a provider's
+//! answer is checked for control characters before anything is decoded into a command, so
+//! no free-text field can slip past a per-field check that was forgotten. Lengths stay each
+//! field's own rule (the domain and the use cases check them).
+
+use serde_json::Value;
+
+use crate::application::AppError;
+use crate::domain::text::{self, TextError};
+
+/// The first string in `value` with a refused control character, named by its path
+/// (`reason`, `items[0].sku`; `body` for a bare string).
+///
+/// # Errors
+/// [`TextError::ControlCharacter`] naming the path.
+pub fn check_json_text(value: &Value) -> Result<(), TextError> {
+    fn walk(value: &Value, path: &mut String) -> Result<(), TextError> {
+        match value {
+            Value::String(s) => text::check_clean(if path.is_empty() { "body" } else { path }, s),
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    let len = path.len();
+                    path.push_str(&format!("[{i}]"));
+                    walk(item, path)?;
+                    path.truncate(len);
+                }
+                Ok(())
+            }
+            Value::Object(map) => {
+                for (key, item) in map {
+                    let len = path.len();
+                    if !path.is_empty() {
+                        path.push('.');
+                    }
+                    path.push_str(key);
+                    text::check_clean(path, key)?;
+                    walk(item, path)?;
+                    path.truncate(len);
+                }
+                Ok(())
+            }
+            Value::Null | Value::Bool(_) | Value::Number(_) => Ok(()),
+        }
+    }
+    walk(value, &mut String::new())
+}
+
+impl From<TextError> for AppError {
+    fn from(err: TextError) -> Self {
+        AppError::Validation { field: err.field().to_owned(), message: err.message() }
+    }
+}
+
+/// Checks an optional free-text field (an operator's reason, a filter) against both rules.
+///
+/// # Errors
+/// `Validation` naming `field`.
+pub fn check_optional(field: &str, value: Option<&str>, max: usize) -> Result<(), AppError> {
+    match value {
+        Some(v) => Ok(text::check(field, v, max)?),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn names_the_path_of_the_first_dirty_string() {
+        let ok = json!({"currency": "KRW", "items": [{"sku": "A", "quantity": 1}], "note": null});
+        assert_eq!(check_json_text(&ok), Ok(()));
+        let sku = json!({"currency": "KRW", "items": [{"sku": "A"}, {"sku": "B\u{0}"}]});
+        assert_eq!(check_json_text(&sku).unwrap_err().field(), "items[1].sku");
+        let reason = json!({"reason": "bad\u{0}reason"});
+        assert_eq!(check_json_text(&reason).unwrap_err().field(), "reason");
+        assert_eq!(check_json_text(&json!("a\u{7f}")).unwrap_err().field(), "body");
+        let key = json!({"we\u{1}ird": 1});
+        assert!(matches!(check_json_text(&key), Err(TextError::ControlCharacter { .. })));
+    }
+}

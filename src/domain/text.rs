@@ -1,0 +1,114 @@
+//! The input rules for text (SPEC §5), in one place for every source: HTTP bodies, query
+//! parameters, headers used as data, AMQP messages, token claims and provider answers.
+//!
+//! Text may not carry control characters (U+0000–U+001F, U+007F) and may not exceed its
+//! documented length (in characters). A breach is refused before anything is stored, the
+//! same way on SQLite (which would store it) and PostgreSQL (which refuses NUL bytes and
+//! over-long `varchar`s with an error that used to surface as `503`).
+
+/// Documented lengths, in characters.
+pub mod limits {
+    /// Customer, meeting and user ids, a token's `sub`.
+    pub const ID: usize = 64;
+    pub const SKU: usize = 64;
+    /// An operator's or customer's free-text reason.
+    pub const REASON: usize = 1000;
+    /// An outbox event type in a filter (`order.completed`).
+    pub const EVENT_TYPE: usize = 128;
+    /// The provider's transaction id (the `providerTransactionId` column).
+    pub const PROVIDER_TRANSACTION_ID: usize = 128;
+    /// A provider's decline or error code.
+    pub const PROVIDER_CODE: usize = 64;
+    /// A provider's message, kept in a step's detail.
+    pub const PROVIDER_MESSAGE: usize = 500;
+    /// An inbound message's `eventId`.
+    pub const EVENT_ID: usize = 128;
+    /// `Idempotency-Key`.
+    pub const IDEMPOTENCY_KEY: usize = 255;
+    /// `X-Correlation-Id`.
+    pub const CORRELATION_ID: usize = 128;
+}
+
+/// Whether `c` is one of the control characters SPEC §5 refuses.
+pub fn is_refused_control(c: char) -> bool {
+    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}')
+}
+
+/// Why a text was refused; `field` names it as the client sent it (a JSON path, a header,
+/// a claim).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TextError {
+    #[error("{field}: must not contain control characters")]
+    ControlCharacter { field: String },
+    #[error("{field}: must be at most {max} characters")]
+    TooLong { field: String, max: usize },
+}
+
+impl TextError {
+    /// The field the error is about.
+    pub fn field(&self) -> &str {
+        match self {
+            TextError::ControlCharacter { field } | TextError::TooLong { field, .. } => field,
+        }
+    }
+
+    /// The message without the field name.
+    pub fn message(&self) -> String {
+        match self {
+            TextError::ControlCharacter { .. } => "must not contain control characters".into(),
+            TextError::TooLong { max, .. } => format!("must be at most {max} characters"),
+        }
+    }
+}
+
+/// Checks the control characters only (the length is the field's own business).
+///
+/// # Errors
+/// [`TextError::ControlCharacter`] naming `field`.
+pub fn check_clean(field: &str, value: &str) -> Result<(), TextError> {
+    if value.chars().any(is_refused_control) {
+        return Err(TextError::ControlCharacter { field: field.to_owned() });
+    }
+    Ok(())
+}
+
+/// Checks `value` against both rules.
+///
+/// # Errors
+/// [`TextError`] naming `field`: a control character, or more than `max` characters.
+pub fn check(field: &str, value: &str, max: usize) -> Result<(), TextError> {
+    check_clean(field, value)?;
+    if value.chars().count() > max {
+        return Err(TextError::TooLong { field: field.to_owned(), max });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_refused_everywhere_in_the_text() {
+        for bad in ["a\u{0}b", "\u{1f}", "x\u{7f}", "line\nbreak", "tab\there", "\r"] {
+            assert_eq!(
+                check("reason", bad, 100),
+                Err(TextError::ControlCharacter { field: "reason".into() }),
+                "{bad:?}"
+            );
+        }
+        // U+0080..U+009F are not in SPEC §5's set, and ordinary Unicode is fine.
+        for good in ["", "plain", "\u{85}", "한국어 사유", "emoji 🎟"] {
+            assert_eq!(check("reason", good, 100), Ok(()), "{good:?}");
+        }
+    }
+
+    #[test]
+    fn length_counts_characters_not_bytes() {
+        assert_eq!(check("sku", &"가".repeat(64), limits::SKU), Ok(()));
+        assert_eq!(
+            check("sku", &"a".repeat(65), limits::SKU),
+            Err(TextError::TooLong { field: "sku".into(), max: 64 })
+        );
+    }
+}
