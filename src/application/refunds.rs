@@ -32,9 +32,26 @@ pub struct RefundRequest {
     pub inbox: Option<InboxEntry>,
     /// Overrides the order's mock refund behaviour if it names one.
     pub scenario: Scenario,
-    /// Whether to ask the provider again for a payment whose refund it refused before
-    /// (an operator or customer asking: yes; a redelivered bulk deletion: no).
-    pub retry_refused: bool,
+    /// Whether to ask the provider again for a payment whose refund it refused before.
+    pub retry_refused: RetryRefused,
+}
+
+/// Whether a refund refused before is asked for again.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum RetryRefused {
+    /// A customer, an operator or a participant's cancellation asking: yes.
+    #[default]
+    Yes,
+    /// A meeting deletion: unless the refusal was recorded for this same request (its
+    /// reason, which names the deletion's event), so that concurrent deliveries of one
+    /// deletion — the inbox settles them only at the end — ask the provider once per
+    /// payment, not once per delivery.
+    UnlessRefusedFor(String),
+}
+
+/// How a refusal names the request it answered, in `refundFailureReason`.
+fn refused_for(why: &str, reason: &str) -> String {
+    format!("{why} (refund for: {reason})")
 }
 
 /// How a refund ended.
@@ -155,7 +172,14 @@ impl Refunds {
         }
         let mut payment = record.payment.clone().ok_or_else(|| invariant("no payment"))?;
         if payment.status == PaymentStatus::Approved {
-            if let (false, Some(refused)) = (retry_refused, payment.refund_failure_reason.clone()) {
+            let ask_again = match &retry_refused {
+                RetryRefused::Yes => true,
+                RetryRefused::UnlessRefusedFor(reason) => !payment
+                    .refund_failure_reason
+                    .as_deref()
+                    .is_some_and(|refused| refused.ends_with(&refused_for("", reason))),
+            };
+            if let (false, Some(refused)) = (ask_again, payment.refund_failure_reason.clone()) {
                 // Checked under the lease: a concurrent duplicate cannot ask the provider again.
                 return Ok(RefundOutcome::Rejected { record, reason: format!("refused before: {refused}") });
             }
@@ -288,6 +312,7 @@ impl Refunds {
                 None
             }
             RefundAnswer::Refused(why) => {
+                let why = refused_for(&why, &reason_text);
                 let payment_events = payment.record_refund_failure(why.clone(), now).map_err(invariant)?;
                 changes.update_payment(&mut payment);
                 changes.step(

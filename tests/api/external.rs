@@ -19,7 +19,7 @@ const WEBHOOK: &str = "whsec_test";
 /// base64("sk_test_secret:")
 const BASIC: &str = "Basic c2tfdGVzdF9zZWNyZXQ6";
 
-async fn spawn(backend: Backend, server: &MockServer, extra: &[(&str, &str)]) -> Option<TestApp> {
+pub(crate) async fn spawn(backend: Backend, server: &MockServer, extra: &[(&str, &str)]) -> Option<TestApp> {
     let uri = server.uri();
     let mut env = vec![
         ("APP__PAYMENT__PROVIDER", "external"),
@@ -33,15 +33,15 @@ async fn spawn(backend: Backend, server: &MockServer, extra: &[(&str, &str)]) ->
     TestApp::spawn_with(backend, &env).await
 }
 
-fn approved(tx: &str) -> ResponseTemplate {
+pub(crate) fn approved(tx: &str) -> ResponseTemplate {
     ResponseTemplate::new(200).set_body_json(json!({ "providerTransactionId": tx, "status": "APPROVED" }))
 }
 
-async fn place(app: &TestApp) -> Value {
+pub(crate) async fn place(app: &TestApp) -> Value {
     json(app.place_order(&app.token("alice"), &order_body(), None).await, StatusCode::CREATED).await
 }
 
-async fn detail(app: &TestApp, id: &Value) -> Value {
+pub(crate) async fn detail(app: &TestApp, id: &Value) -> Value {
     let admin = app.admin_token("ops");
     json(
         app.get(&format!("/api/orders/{}", id.as_str().unwrap()), &admin).send().await.unwrap(),

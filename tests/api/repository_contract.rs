@@ -72,7 +72,7 @@ async fn stores(backend: Backend) -> Option<Stores> {
     let wake = Arc::new(Notify::new());
     Some(Stores {
         orders: SeaOrmOrderRepository::new(conn.clone(), wake.clone()),
-        outbox: SeaOrmOutboxStore::new(conn.clone(), Arc::new(Notify::new())),
+        outbox: SeaOrmOutboxStore::new(conn.clone(), wake.clone()),
         keys: SeaOrmIdempotencyStore::new(conn.clone()),
         conn,
         wake,
@@ -323,6 +323,59 @@ async fn republished_dead_letters_start_afresh(backend: Backend) {
     assert!(s.outbox.settle_dead_letters(&[claimed[0].id], false, t, audit).await.unwrap().is_empty());
 }
 
+/// Issue 11 item 6: a republished dead letter wakes the relay (no waiting for the idle
+/// poll); once published, the earlier failure is cleared; the earliest retry of any worker
+/// is visible to an idle relay.
+async fn repairs_wake_the_relay_and_publishing_clears_the_failure(backend: Backend) {
+    let Some(s) = stores(backend).await else {
+        return;
+    };
+    let woken = || async {
+        tokio::time::timeout(std::time::Duration::from_millis(50), s.wake.notified()).await.is_ok()
+    };
+    let mut a = new_order("alice");
+    let a_id = a.id.to_string();
+    insert(&s, &mut a, vec![event(&a_id, "one"), event(&a_id, "two")]).await;
+    assert!(woken().await, "a commit with events wakes the relay");
+    let t = now();
+    assert_eq!(s.outbox.next_retry_at().await.unwrap(), None);
+    let claimed = s.outbox.claim("w", 1, t, t + Duration::minutes(5)).await.unwrap();
+    let retry_at = t + Duration::seconds(7);
+    let retry = DeliveryFailure {
+        id: claimed[0].id,
+        outcome: FailureOutcome::Retry { retry_count: 1, next_attempt_at: retry_at },
+        code: FailureCode::Nacked,
+        reason: "nack".into(),
+    };
+    s.outbox.mark_failed(&[retry], "w", t).await.unwrap();
+    assert_eq!(s.outbox.next_retry_at().await.unwrap(), Some(retry_at), "visible to every relay");
+    let claimed = s.outbox.claim("w", 1, retry_at, retry_at + Duration::minutes(5)).await.unwrap();
+    let dead = DeliveryFailure {
+        id: claimed[0].id,
+        outcome: FailureOutcome::DeadLetter { retry_count: 2 },
+        code: FailureCode::Nacked,
+        reason: "nack".into(),
+    };
+    s.outbox.mark_failed(&[dead], "w", t).await.unwrap();
+    assert!(!woken().await, "nothing became publishable");
+    let audit = AuditRecord {
+        action: "OUTBOX_REPUBLISH".into(),
+        entity_type: "outbox_event".into(),
+        entity_id: String::new(),
+        actor: "ops".into(),
+        detail: None,
+        created_at: t,
+    };
+    s.outbox.settle_dead_letters(&[claimed[0].id], false, t, audit).await.unwrap();
+    assert!(woken().await, "a republish wakes the relay");
+    let again = s.outbox.claim("w", 1, t, t + Duration::minutes(5)).await.unwrap();
+    assert_eq!(again[0].failure_code, Some(FailureCode::Nacked), "still shown while unpublished");
+    s.outbox.mark_published(&[again[0].id], "w", t).await.unwrap();
+    let published = s.outbox.get(again[0].id).await.unwrap().unwrap();
+    assert_eq!(published.status, OutboxStatus::Published);
+    assert_eq!((published.failure_code, published.failure_reason), (None, None), "cleared once published");
+}
+
 async fn concurrent_claims_never_overlap(backend: Backend) {
     let Some(s) = stores(backend).await else {
         return;
@@ -450,6 +503,7 @@ on_both_databases!(
     committing_events_wakes_the_relay,
     claims_take_only_the_head_of_each_aggregate,
     republished_dead_letters_start_afresh,
+    repairs_wake_the_relay_and_publishing_clears_the_failure,
     concurrent_claims_never_overlap,
     expired_leases_are_recovered_and_old_rows_purged,
     idempotency_keys_reserve_complete_and_take_over,

@@ -318,7 +318,7 @@ pub async fn refund(
 ) -> Result<HttpResponse, ApiError> {
     let id = parse_order_id(&path)?;
     let reason = ReasonRequest::of(body)?;
-    let request = RefundRequest { reason, retry_refused: true, ..Default::default() };
+    let request = RefundRequest { reason, ..Default::default() };
     match state.refunds.refund_order(&caller.0, id, request).await? {
         RefundOutcome::Refunded(record) => Ok(HttpResponse::Ok().json(OrderDetailResponse::from(&record))),
         RefundOutcome::Rejected { reason, .. } => Err(ApiError::new(

@@ -219,11 +219,12 @@ impl PaymentGateway for ExternalPaymentGateway {
                     format!("provider answered {status}")
                 }
                 Exchange::Answered(_, body) => match serde_json::from_slice::<LookupResponse>(&body) {
+                    // Asking again at once would get the same answer: one inconclusive look-up.
                     Ok(r)
                         if let Err(broken) = check_transaction(&r.provider_transaction_id)
                             .and_then(|()| check_code("declineCode", r.decline_code.as_deref())) =>
                     {
-                        broken
+                        return Err(GatewayError::Unavailable(broken));
                     }
                     Ok(r) if r.status == "APPROVED" => {
                         return Ok(LookupOutcome::Approved {

@@ -8,7 +8,7 @@ use crate::application::orchestration::{ALREADY_REGISTERED, InboxKey, Orchestrat
 use crate::application::ports::{
     Changes, Clock, InboxEntry, OrderRepository, RepoError, Scenario, UnitOfWork,
 };
-use crate::application::refunds::{ORDER_BUSY, RefundOutcome, RefundRequest, Refunds};
+use crate::application::refunds::{ORDER_BUSY, RefundOutcome, RefundRequest, Refunds, RetryRefused};
 use crate::application::{Actor, AppError};
 use crate::domain::ids::OrderId;
 use crate::domain::order::{NewOrderItem, OrderSource, OrderStatus};
@@ -280,8 +280,12 @@ impl MeetingEvents {
         };
         let actor = Actor::system(consumer);
         let reason = Some(format!("participant cancelled (event {})", msg.event_id));
-        let request =
-            RefundRequest { reason, inbox: Some(entry(Some(order_id))), scenario, retry_refused: true };
+        let request = RefundRequest {
+            reason,
+            inbox: Some(entry(Some(order_id))),
+            scenario,
+            retry_refused: RetryRefused::Yes,
+        };
         match self.refunds.refund_order(&actor, order_id, request).await {
             Ok(RefundOutcome::Refunded(_)) => Ok(Handled::Processed),
             Ok(RefundOutcome::Rejected { reason, .. }) => Ok(Handled::BusinessFailure(reason)),
@@ -329,12 +333,13 @@ impl MeetingEvents {
         let actor = Actor::system(consumer);
         let (mut refunded, mut failed, mut skipped) = (0, Vec::new(), 0);
         for order_id in self.orders.completed_meeting_orders(&msg.meeting_id, None).await? {
-            let reason = Some(format!("meeting {} deleted (event {})", msg.meeting_id, msg.event_id));
+            let reason = format!("meeting {} deleted (event {})", msg.meeting_id, msg.event_id);
             // SPEC §7: every completed payment is refunded — one whose refund the provider
-            // refused before (a participant's cancellation) is asked again. A redelivery of
-            // this same deletion is stopped by the inbox; refused refunds keep their order
-            // `COMPLETED` with an `APPROVED` payment and are reported below.
-            let request = RefundRequest { reason, inbox: None, scenario, retry_refused: true };
+            // refused before (a participant's cancellation) is asked again, but not one that
+            // a concurrent delivery of this same deletion was just refused. Refused refunds
+            // keep their order `COMPLETED` with an `APPROVED` payment and are reported below.
+            let retry_refused = RetryRefused::UnlessRefusedFor(reason.clone());
+            let request = RefundRequest { reason: Some(reason), inbox: None, scenario, retry_refused };
             match self.refunds.refund_order(&actor, order_id, request).await {
                 Ok(RefundOutcome::Refunded(_)) => refunded += 1,
                 Ok(RefundOutcome::Rejected { reason, .. }) => failed.push(format!("{order_id}: {reason}")),

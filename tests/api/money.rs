@@ -1,0 +1,369 @@
+//! Money never moves unrecorded (SPEC §4 "intent before every call", §7): a provider call
+//! whose outcome cannot be committed is finished by the worker through the provider, with
+//! the effect happening once; a provider that answers garbage gets bounded attempts and an
+//! operator-visible state; stalled sagas are resumed a bounded number of times; one live
+//! order per (meeting, user), enforced by the database.
+
+use std::time::Duration;
+
+use orchestrator::adapters::providers::ProviderCalls;
+use reqwest::StatusCode;
+use sea_orm::ConnectionTrait;
+use serde_json::{Value, json};
+use wiremock::matchers::{method, path, path_regex};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+use crate::external::{approved, detail, place, spawn};
+use crate::helpers::{Backend, TestApp, count_where, json, order_body};
+use crate::meeting::{registered, start, until};
+use crate::on_both_databases;
+
+/// Makes every write that moves a payment to `status` fail, like a database that refuses
+/// the outcome commit after the provider answered. `None` removes it.
+async fn refuse_payment_status(app: &TestApp, status: Option<&str>) {
+    let db = &app.db;
+    let postgres = db.get_database_backend() == sea_orm::DatabaseBackend::Postgres;
+    let statements: Vec<String> = match (status, postgres) {
+        (Some(status), true) => vec![
+            format!(
+                "CREATE OR REPLACE FUNCTION refuse_payment() RETURNS trigger AS $$ BEGIN \
+                 IF NEW.status = '{status}' THEN RAISE EXCEPTION 'injected failure'; END IF; \
+                 RETURN NEW; END $$ LANGUAGE plpgsql"
+            ),
+            "CREATE TRIGGER refuse_payment BEFORE INSERT OR UPDATE ON payments \
+             FOR EACH ROW EXECUTE FUNCTION refuse_payment()"
+                .into(),
+        ],
+        (Some(status), false) => vec![
+            format!(
+                "CREATE TRIGGER refuse_payment_update BEFORE UPDATE ON payments \
+                 WHEN NEW.status = '{status}' BEGIN SELECT RAISE(ABORT, 'injected failure'); END"
+            ),
+            format!(
+                "CREATE TRIGGER refuse_payment_insert BEFORE INSERT ON payments \
+                 WHEN NEW.status = '{status}' BEGIN SELECT RAISE(ABORT, 'injected failure'); END"
+            ),
+        ],
+        (None, true) => vec!["DROP TRIGGER refuse_payment ON payments".into()],
+        (None, false) => {
+            vec!["DROP TRIGGER refuse_payment_update".into(), "DROP TRIGGER refuse_payment_insert".into()]
+        }
+    };
+    for sql in statements {
+        db.execute_unprepared(&sql).await.unwrap();
+    }
+}
+
+async fn requests_to(server: &MockServer, method_name: &str, suffix: &str) -> usize {
+    server
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .filter(|r| r.method.as_str() == method_name && r.url.path().ends_with(suffix))
+        .count()
+}
+
+fn admin(app: &TestApp) -> String {
+    app.admin_token("ops")
+}
+
+async fn refund(app: &TestApp, order: &Value, reason: &str) -> reqwest::Response {
+    app.post(&format!("/api/orders/{}/refund", order["id"].as_str().unwrap()), &app.token("alice"))
+        .json(&json!({ "reason": reason }))
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Issue 11 item 1: the provider refunded, then the outcome commit failed. The intent
+/// (`REFUND_PENDING`) was committed first, so the worker finds it, learns from the
+/// provider that the refund happened, and records it: one cancel call in all.
+async fn a_refund_whose_outcome_commit_fails_is_finished_by_the_worker(backend: Backend) {
+    let server = MockServer::start().await;
+    Mock::given(path("/v1/payments/confirm")).respond_with(approved("tx-refund")).mount(&server).await;
+    Mock::given(path("/v1/payments/tx-refund/cancel"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({ "status": "CANCELLED" })))
+        .expect(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path_regex("^/v1/payments/by-request/"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(json!({ "providerTransactionId": "tx-refund", "status": "CANCELLED" })),
+        )
+        .mount(&server)
+        .await;
+    let Some(app) = spawn(backend, &server, &[]).await else {
+        return;
+    };
+    let order = place(&app).await;
+    assert_eq!(order["status"], "COMPLETED");
+
+    refuse_payment_status(&app, Some("REFUNDED")).await;
+    let response = refund(&app, &order, "changed my mind").await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let pending = detail(&app, &order["id"]).await;
+    assert_eq!(pending["status"], "COMPLETED");
+    assert_eq!(pending["payment"]["status"], "REFUND_PENDING", "the intent was committed first");
+    assert_eq!(count_where(&app.db, "audit_log", "action = 'REFUND_REQUESTED'").await, 1);
+    let listed =
+        json(app.get("/api/admin/payments/unconfirmed", &admin(&app)).send().await.unwrap(), StatusCode::OK)
+            .await;
+    assert_eq!(listed[0]["status"], "REFUND_PENDING");
+
+    refuse_payment_status(&app, None).await;
+    let report = app.services.refunds.resolve_pending().await.unwrap();
+    assert_eq!(report.refunded, 1, "{report:?}");
+    let done = detail(&app, &order["id"]).await;
+    assert_eq!(done["status"], "CANCELLED");
+    assert_eq!(done["payment"]["status"], "REFUNDED");
+    assert_eq!(count_where(&app.db, "outbox_events", "event_type = 'payment.refunded'").await, 1);
+    assert_eq!(count_where(&app.db, "audit_log", "action = 'REFUNDED'").await, 1);
+    assert_eq!(requests_to(&server, "POST", "/cancel").await, 1, "the money moved once");
+    assert_eq!(app.services.refunds.resolve_pending().await.unwrap(), Default::default(), "nothing left");
+}
+
+/// A provider that never confirms a refund: bounded attempts, then audited and listed.
+async fn a_refund_the_provider_never_confirms_is_left_to_an_operator(backend: Backend) {
+    let server = MockServer::start().await;
+    Mock::given(path("/v1/payments/confirm")).respond_with(approved("tx-silent")).mount(&server).await;
+    Mock::given(path("/v1/payments/tx-silent/cancel"))
+        .respond_with(ResponseTemplate::new(503))
+        .mount(&server)
+        .await;
+    // A look-up that answers garbage forever (a transaction id with a NUL in it).
+    Mock::given(method("GET"))
+        .and(path_regex("^/v1/payments/by-request/"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(json!({ "providerTransactionId": "tx\u{0}silent", "status": "APPROVED" })),
+        )
+        .mount(&server)
+        .await;
+    let env = [("APP__PAYMENT__RECONCILIATION__MAX_ATTEMPTS", "3")];
+    let Some(app) = spawn(backend, &server, &env).await else {
+        return;
+    };
+    let order = place(&app).await;
+    assert_eq!(refund(&app, &order, "please").await.status(), StatusCode::SERVICE_UNAVAILABLE);
+    for _ in 0..20 {
+        app.services.refunds.resolve_pending().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let d = detail(&app, &order["id"]).await;
+    assert_eq!(d["payment"]["status"], "REFUND_PENDING", "never guessed");
+    assert_eq!(count_where(&app.db, "audit_log", "action = 'REFUND_UNRESOLVED'").await, 1);
+    let cancels = requests_to(&server, "POST", "/cancel").await;
+    assert!(cancels <= 3 * 3, "bounded: {cancels} cancel calls (3 attempts, each retried twice)");
+    let listed =
+        json(app.get("/api/admin/payments/unconfirmed", &admin(&app)).send().await.unwrap(), StatusCode::OK)
+            .await;
+    assert_eq!(listed[0]["reconcileAttempts"], 3);
+}
+
+/// Issue 11 item 3: an approval whose transaction id cannot be stored (over-long, a NUL)
+/// is an unknown outcome: no stuck `CREATED` order, no approve loop; reconciliation asks a
+/// bounded number of times, never reports it resolved, and hands it to an operator.
+async fn an_approval_that_breaks_the_protocol_is_reconciled_not_repeated(backend: Backend) {
+    for garbage in [json!("x".repeat(200)), json!("tx\u{0}nul")] {
+        let server = MockServer::start().await;
+        let answer = json!({ "providerTransactionId": garbage, "status": "APPROVED" });
+        Mock::given(path("/v1/payments/confirm"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(answer.clone()))
+            .mount(&server)
+            .await;
+        Mock::given(method("GET"))
+            .and(path_regex("^/v1/payments/by-request/"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(answer))
+            .mount(&server)
+            .await;
+        let env = [("APP__PAYMENT__RECONCILIATION__MAX_ATTEMPTS", "3")];
+        let Some(app) = spawn(backend, &server, &env).await else {
+            return;
+        };
+        let order = place(&app).await;
+        assert_eq!(order["status"], "PENDING_CONFIRMATION");
+        assert_eq!(order["payment"]["status"], "CONFIRMATION_REQUIRED");
+        let mut resolved = 0;
+        for _ in 0..20 {
+            resolved += app.services.reconciliation.reconcile_due().await.unwrap().resolved;
+            app.services.reconciliation.resume_stalled().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+        assert_eq!(resolved, 0);
+        assert_eq!(requests_to(&server, "POST", "/confirm").await, 1, "approved once, never again");
+        assert!(requests_to(&server, "GET", "").await <= 3, "bounded look-ups");
+        assert_eq!(count_where(&app.db, "audit_log", "action = 'RECONCILIATION_EXHAUSTED'").await, 1);
+        assert_eq!(detail(&app, &order["id"]).await["status"], "PENDING_CONFIRMATION");
+    }
+}
+
+/// Issue 11 item 3: a transaction id another payment already has. The provider charged,
+/// so the order must not stay `CREATED` to be approved again and again.
+async fn a_transaction_id_already_used_is_an_unknown_outcome(backend: Backend) {
+    let server = MockServer::start().await;
+    Mock::given(path("/v1/payments/confirm")).respond_with(approved("tx-same")).mount(&server).await;
+    Mock::given(method("GET"))
+        .and(path_regex("^/v1/payments/by-request/"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(json!({ "providerTransactionId": "tx-same", "status": "APPROVED" })),
+        )
+        .mount(&server)
+        .await;
+    let env = [("APP__PAYMENT__RECONCILIATION__MAX_ATTEMPTS", "2")];
+    let Some(app) = spawn(backend, &server, &env).await else {
+        return;
+    };
+    let first = place(&app).await;
+    assert_eq!(first["status"], "COMPLETED");
+    let second = place(&app).await;
+    assert_eq!(second["status"], "PENDING_CONFIRMATION");
+    assert_eq!(second["payment"]["status"], "CONFIRMATION_REQUIRED");
+    assert_eq!(count_where(&app.db, "audit_log", "action = 'PAYMENT_OUTCOME_UNSTORABLE'").await, 1);
+    let mut resolved = 0;
+    for _ in 0..10 {
+        resolved += app.services.reconciliation.reconcile_due().await.unwrap().resolved;
+        app.services.reconciliation.resume_stalled().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    assert_eq!(resolved, 0, "an answer that cannot be stored is not a resolution");
+    assert_eq!(requests_to(&server, "POST", "/confirm").await, 2, "one approve per order");
+    assert_eq!(count_where(&app.db, "audit_log", "action = 'RECONCILIATION_EXHAUSTED'").await, 1);
+}
+
+/// A database that refuses the approval's outcome every time: the order stays `CREATED`,
+/// and stalled-saga recovery resumes it a bounded number of times (each a call with the
+/// same idempotency key), then hands it to an operator.
+async fn stalled_saga_recovery_is_bounded_and_hands_over(backend: Backend) {
+    let env = [("APP__SAGA__LEASE", "1s"), ("APP__SAGA__RECOVERY_MAX_ATTEMPTS", "2")];
+    let Some(app) = TestApp::spawn_with(backend, &env).await else {
+        return;
+    };
+    refuse_payment_status(&app, Some("APPROVED")).await;
+    let response = app.place_order(&app.token("alice"), &order_body(), None).await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let calls = app.services.provider_calls.clone().unwrap();
+    let approvals = || ProviderCalls::get(&calls.approvals);
+    assert_eq!(approvals(), 1);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while count_where(&app.db, "audit_log", "action = 'SAGA_RECOVERY_EXHAUSTED'").await == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "recovery never gave up");
+        app.services.reconciliation.resume_stalled().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(approvals(), 3, "the first run and two resumes, each with the same key");
+    assert_eq!(count_where(&app.db, "audit_log", "action = 'SAGA_RESUMED'").await, 1);
+    // Nothing more: the order is the operator's now.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    app.services.reconciliation.resume_stalled().await.unwrap();
+    assert_eq!(approvals(), 3);
+    let stalled =
+        json(app.get("/api/admin/orders/stalled", &admin(&app)).send().await.unwrap(), StatusCode::OK).await;
+    assert_eq!(stalled.as_array().unwrap().len(), 1);
+    assert_eq!(stalled[0]["status"], "CREATED");
+    let metrics = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("operator_attention{kind=\"saga_stalled\"} 1"), "{metrics}");
+}
+
+/// Issue 11 item 4: many registrations of one (meeting, user) pair with distinct event ids,
+/// concurrently from two consumers' worth of deliveries: one order, one charge; the rest
+/// are refused (audited, `payment.failed` ALREADY_REGISTERED). After a refund the pair may
+/// register again.
+async fn one_live_order_per_meeting_and_user(backend: Backend) {
+    let Some((app, broker, meeting, workers)) = start(backend, &[]).await else {
+        return;
+    };
+    let n = 40;
+    for i in 0..n {
+        meeting
+            .publish(
+                "meeting.participant.registered",
+                &registered(&format!("ev-{i}"), "m-1", "u-1", 5000),
+                None,
+            )
+            .await;
+    }
+    until("every registration", || async {
+        count_where(&app.db, "inbox", "consumer = 'participant-register'").await == n
+    })
+    .await;
+    assert_eq!(count_where(&app.db, "orders", "customer_id = 'u-1'").await, 1);
+    let calls = app.services.provider_calls.clone().unwrap();
+    assert_eq!(ProviderCalls::get(&calls.approvals), 1, "charged once");
+    assert_eq!(count_where(&app.db, "audit_log", "action = 'REGISTRATION_REJECTED'").await, n - 1);
+    assert_eq!(count_where(&app.db, "outbox_events", "event_type = 'payment.failed'").await, n - 1);
+    until("payment.failed published", || async {
+        broker.received.lock().unwrap().iter().any(|m| {
+            m.message_type.as_deref() == Some("payment.failed")
+                && m.body["payload"]["reason"] == "ALREADY_REGISTERED"
+        })
+    })
+    .await;
+
+    // A refund frees the pair.
+    meeting
+        .publish(
+            "meeting.participant.cancelled",
+            &json!({ "eventId": "cancel-1", "meetingId": "m-1", "userId": "u-1", "refundRequired": true })
+                .to_string(),
+            None,
+        )
+        .await;
+    until("the refund", || async {
+        count_where(&app.db, "orders", "customer_id = 'u-1' AND status = 'CANCELLED'").await == 1
+    })
+    .await;
+    meeting
+        .publish("meeting.participant.registered", &registered("ev-again", "m-1", "u-1", 5000), None)
+        .await;
+    until("the second order", || async {
+        count_where(&app.db, "orders", "customer_id = 'u-1' AND status = 'COMPLETED'").await == 1
+    })
+    .await;
+    workers.shutdown(Duration::from_secs(10)).await;
+    meeting.cleanup().await;
+    broker.cleanup().await;
+}
+
+/// Issue 11 item 6: a participant whose cancellation refund was refused still gets a
+/// refund attempt when the meeting is deleted (SPEC §7: every completed payment).
+async fn a_meeting_deletion_retries_refunds_refused_before(backend: Backend) {
+    let Some((app, broker, meeting, workers)) = start(backend, &[]).await else {
+        return;
+    };
+    meeting.publish("meeting.participant.registered", &registered("ev-r", "m-9", "u-9", 5000), None).await;
+    until("the order", || async {
+        count_where(&app.db, "orders", "customer_id = 'u-9' AND status = 'COMPLETED'").await == 1
+    })
+    .await;
+    let cancel = json!({ "eventId": "c-9", "meetingId": "m-9", "userId": "u-9", "refundRequired": true });
+    meeting.publish("meeting.participant.cancelled", &cancel.to_string(), Some("refund=fail")).await;
+    until("the refused refund", || async {
+        count_where(&app.db, "payments", "refund_failure_reason IS NOT NULL AND status = 'APPROVED'").await
+            == 1
+    })
+    .await;
+    meeting
+        .publish("meeting.deleted", &json!({ "eventId": "d-9", "meetingId": "m-9" }).to_string(), None)
+        .await;
+    until("the refund on deletion", || async {
+        count_where(&app.db, "payments", "status = 'REFUNDED'").await == 1
+    })
+    .await;
+    workers.shutdown(Duration::from_secs(10)).await;
+    meeting.cleanup().await;
+    broker.cleanup().await;
+}
+
+on_both_databases!(
+    a_refund_whose_outcome_commit_fails_is_finished_by_the_worker,
+    a_refund_the_provider_never_confirms_is_left_to_an_operator,
+    an_approval_that_breaks_the_protocol_is_reconciled_not_repeated,
+    a_transaction_id_already_used_is_an_unknown_outcome,
+    stalled_saga_recovery_is_bounded_and_hands_over,
+    one_live_order_per_meeting_and_user,
+    a_meeting_deletion_retries_refunds_refused_before,
+);
