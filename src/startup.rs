@@ -227,7 +227,17 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let relay_wake = Arc::new(Notify::new());
     let orders = Arc::new(SeaOrmOrderRepository::new(db.clone(), relay_wake.clone()));
-    let outbox_store: Arc<dyn OutboxStore> = Arc::new(SeaOrmOutboxStore::new(db.clone(), relay_wake.clone()));
+    // The outbox has a pool of its own on PostgreSQL (custom plans for the claim; see
+    // `persistence::connect_outbox`); SQLite has one writer and shares the one pool.
+    let outbox_db = if settings.database.is_sqlite() {
+        db.clone()
+    } else {
+        let size = (settings.database.max_connections / 4).clamp(2, 8);
+        persistence::connect_outbox(settings.database.url.expose(), size)
+            .await
+            .map_err(|e| StartupError::Runtime(format!("cannot open the database: {e}")))?
+    };
+    let outbox_store: Arc<dyn OutboxStore> = Arc::new(SeaOrmOutboxStore::new(outbox_db, relay_wake.clone()));
     let idempotency_store: Arc<dyn IdempotencyStore> = Arc::new(SeaOrmIdempotencyStore::new(db.clone()));
 
     let (payments, settlements, notifier, provider_calls): Providers = match settings.payment.provider {

@@ -44,15 +44,14 @@ impl MigrationTrait for Migration {
             live2 = LIVE.replace("o.", "o2.")
         );
         m.get_connection().execute_unprepared(&backfill).await?;
-        m.create_index(
-            Index::create()
-                .name("idx_orders_registration")
-                .table(orders())
-                .col(Alias::new("registration_key"))
-                .unique()
-                .to_owned(),
-        )
-        .await
+        // Partial: orders without a registration (every API order) never enter the index.
+        m.get_connection()
+            .execute_unprepared(
+                "CREATE UNIQUE INDEX idx_orders_registration ON orders (registration_key) \
+                 WHERE registration_key IS NOT NULL",
+            )
+            .await?;
+        Ok(())
     }
 
     async fn down(&self, m: &SchemaManager) -> Result<(), DbErr> {

@@ -510,15 +510,16 @@ on_both_databases!(
 );
 
 /// The relay stalled for seconds per batch once PostgreSQL switched the cached claim
-/// statement to a generic plan (after its fifth execution). Every pooled session must plan
-/// each execution with its bound values: no generic plan, however often a statement runs.
+/// statement to a generic plan (after its fifth execution). Every session of the outbox's
+/// pool must plan each execution with its bound values: no generic plan, however often a
+/// statement runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hot_statements_never_run_on_a_generic_plan_on_postgres() {
     use sea_orm::{ConnectionTrait, Statement};
     let Some(db) = TestDb::create(Backend::Postgres).await else { return };
     db.connect().await; // migrated
     // One connection: the statistics below are per session.
-    let conn = orchestrator::adapters::persistence::connect(&db.url, 1).await.unwrap();
+    let conn = orchestrator::adapters::persistence::connect_outbox(&db.url, 1).await.unwrap();
     let outbox = SeaOrmOutboxStore::new(conn.clone(), Arc::new(Notify::new()));
     let orders = SeaOrmOrderRepository::new(conn.clone(), Arc::new(Notify::new()));
     let events = (0..20).map(|i| event(&format!("agg-{i}"), "order.completed")).collect();

@@ -30,16 +30,30 @@ use crate::application::ports::RepoError;
 /// Opens a pool. A SQLite file and its directory are created if missing, in WAL mode with
 /// a busy timeout so that concurrent writers wait for each other instead of failing.
 ///
-/// Every PostgreSQL session runs with [`PLAN_CACHE_MODE`]: the hot statements (the outbox
-/// claim above all) are prepared and cached by sqlx, and PostgreSQL's own choice after the
-/// fifth execution of a prepared statement — a generic plan that cannot see the bound
-/// `LIMIT` or timestamps — turned the claim into a scan over every published row and
-/// stalled the relay for seconds per batch (docs/decisions.md, "Custom plans for every
-/// statement"). A custom plan costs a few hundred microseconds of planning per statement.
+/// A pool of the outbox's own ([`connect_outbox`]) differs in one setting only.
 ///
 /// # Errors
 /// The database cannot be reached or the URL is invalid.
 pub async fn connect(url: &str, max_connections: u32) -> Result<DatabaseConnection, DbErr> {
+    open(url, max_connections, false).await
+}
+
+/// Opens the outbox's pool: on PostgreSQL every session runs with [`PLAN_CACHE_MODE`].
+/// sqlx prepares and caches every statement, and after the fifth execution of a prepared
+/// statement PostgreSQL may switch to a generic plan that cannot see the bound `LIMIT` or
+/// timestamps; for the claim that plan anti-joins over every published row, and it stalled
+/// the relay for seconds per batch (docs/decisions.md, "Custom plans for the outbox").
+/// The saga's statements (key look-ups and conditional updates) plan the same either way
+/// and keep the default: custom planning of every statement cost 9 % of `bench orders`.
+/// On SQLite this is the same as [`connect`].
+///
+/// # Errors
+/// As [`connect`].
+pub async fn connect_outbox(url: &str, max_connections: u32) -> Result<DatabaseConnection, DbErr> {
+    open(url, max_connections, true).await
+}
+
+async fn open(url: &str, max_connections: u32, custom_plans: bool) -> Result<DatabaseConnection, DbErr> {
     let dir = sqlite_path(url).and_then(|path| {
         Path::new(&path).parent().filter(|d| !d.as_os_str().is_empty()).map(Path::to_path_buf)
     });
@@ -60,11 +74,13 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<DatabaseConnecti
                 .busy_timeout(Duration::from_secs(10))
                 .foreign_keys(true)
         })
-        .map_sqlx_postgres_opts(|o| o.options([("plan_cache_mode", PLAN_CACHE_MODE)]));
+        .map_sqlx_postgres_opts(move |o| {
+            if custom_plans { o.options([("plan_cache_mode", PLAN_CACHE_MODE)]) } else { o }
+        });
     Database::connect(options).await
 }
 
-/// The `plan_cache_mode` every PostgreSQL session of the pool runs with.
+/// The `plan_cache_mode` every PostgreSQL session of the outbox's pool runs with.
 pub const PLAN_CACHE_MODE: &str = "force_custom_plan";
 
 /// The file path of a `sqlite:` URL (`sqlite://data/app.db?mode=rwc` -> `data/app.db`).
