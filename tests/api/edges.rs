@@ -271,3 +271,45 @@ async fn a_body_that_does_not_arrive_in_time_is_refused() {
     assert!(started.elapsed() < Duration::from_secs(20));
     assert_eq!(count(&app.db, "orders").await, 0);
 }
+
+/// Issue 11 item 7: audit rows have a retention, applied by the daily clean-up.
+async fn audit_rows_are_kept_for_their_retention(backend: Backend) {
+    let Some(app) = TestApp::spawn_with(backend, &[("APP__AUDIT__RETENTION", "300ms")]).await else {
+        return;
+    };
+    let alice = app.token("alice");
+    json(app.place_order(&alice, &order_body(), Some("payment=decline")).await, StatusCode::CREATED).await;
+    let old = count(&app.db, "audit_log").await;
+    assert!(old > 0);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    json(app.place_order(&alice, &order_body(), Some("payment=decline")).await, StatusCode::CREATED).await;
+    let before = count(&app.db, "audit_log").await;
+    app.services.housekeeping.clean_up().await.unwrap();
+    assert_eq!(count(&app.db, "audit_log").await, before - old, "only the rows past retention went");
+}
+
+/// Issue 11 item 7: an unauthenticated flood of bad callbacks cannot grow the audit log.
+async fn a_flood_of_rejected_callbacks_writes_one_audit_row(backend: Backend) {
+    let server = wiremock::MockServer::start().await;
+    let Some(app) = crate::external::spawn(backend, &server, &[]).await else {
+        return;
+    };
+    for _ in 0..200 {
+        let r = app
+            .client
+            .post(format!("{}/api/payments/callbacks", app.base))
+            .header("content-type", "application/json")
+            .header("X-Signature", "t=1,v1=00")
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    }
+    assert_eq!(count_where(&app.db, "audit_log", "action = 'CALLBACK_REJECTED'").await, 1);
+}
+
+on_both_databases!(
+    audit_rows_are_kept_for_their_retention,
+    a_flood_of_rejected_callbacks_writes_one_audit_row
+);

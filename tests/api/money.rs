@@ -21,33 +21,37 @@ use crate::on_both_databases;
 /// Makes every write that moves a payment to `status` fail, like a database that refuses
 /// the outcome commit after the provider answered. `None` removes it.
 async fn refuse_payment_status(app: &TestApp, status: Option<&str>) {
+    refuse(app, "payments", status).await
+}
+
+/// Makes every write of a `table` row in `status` fail; `None` removes it.
+async fn refuse(app: &TestApp, table: &str, status: Option<&str>) {
     let db = &app.db;
     let postgres = db.get_database_backend() == sea_orm::DatabaseBackend::Postgres;
     let statements: Vec<String> = match (status, postgres) {
         (Some(status), true) => vec![
             format!(
-                "CREATE OR REPLACE FUNCTION refuse_payment() RETURNS trigger AS $$ BEGIN \
+                "CREATE OR REPLACE FUNCTION refuse_write() RETURNS trigger AS $$ BEGIN \
                  IF NEW.status = '{status}' THEN RAISE EXCEPTION 'injected failure'; END IF; \
                  RETURN NEW; END $$ LANGUAGE plpgsql"
             ),
-            "CREATE TRIGGER refuse_payment BEFORE INSERT OR UPDATE ON payments \
-             FOR EACH ROW EXECUTE FUNCTION refuse_payment()"
-                .into(),
+            format!(
+                "CREATE TRIGGER refuse_write BEFORE INSERT OR UPDATE ON {table} \
+                 FOR EACH ROW EXECUTE FUNCTION refuse_write()"
+            ),
         ],
         (Some(status), false) => vec![
             format!(
-                "CREATE TRIGGER refuse_payment_update BEFORE UPDATE ON payments \
+                "CREATE TRIGGER refuse_update BEFORE UPDATE ON {table} \
                  WHEN NEW.status = '{status}' BEGIN SELECT RAISE(ABORT, 'injected failure'); END"
             ),
             format!(
-                "CREATE TRIGGER refuse_payment_insert BEFORE INSERT ON payments \
+                "CREATE TRIGGER refuse_insert BEFORE INSERT ON {table} \
                  WHEN NEW.status = '{status}' BEGIN SELECT RAISE(ABORT, 'injected failure'); END"
             ),
         ],
-        (None, true) => vec!["DROP TRIGGER refuse_payment ON payments".into()],
-        (None, false) => {
-            vec!["DROP TRIGGER refuse_payment_update".into(), "DROP TRIGGER refuse_payment_insert".into()]
-        }
+        (None, true) => vec![format!("DROP TRIGGER refuse_write ON {table}")],
+        (None, false) => vec!["DROP TRIGGER refuse_update".into(), "DROP TRIGGER refuse_insert".into()],
     };
     for sql in statements {
         db.execute_unprepared(&sql).await.unwrap();
@@ -268,6 +272,86 @@ async fn stalled_saga_recovery_is_bounded_and_hands_over(backend: Backend) {
     assert!(metrics.contains("operator_attention{kind=\"saga_stalled\"} 1"), "{metrics}");
 }
 
+/// The outcome commit of a provider call fails once after the provider answered (a
+/// database that refuses the write); the worker finishes the step through the provider
+/// with the same idempotency key, so the effect happens once.
+async fn an_outcome_the_database_refused_once_is_finished_with_the_same_key(
+    backend: Backend,
+    table: &str,
+    status: &str,
+    scenario: Option<&str>,
+    effect: &str,
+    expected: &str,
+) {
+    let env = [("APP__SAGA__LEASE", "1s")];
+    let Some(app) = TestApp::spawn_with(backend, &env).await else {
+        return;
+    };
+    refuse(&app, table, Some(status)).await;
+    let response = app.place_order(&app.token("alice"), &order_body(), scenario).await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "{table} {status}");
+    refuse(&app, table, None).await;
+    let calls = app.services.provider_calls.clone().unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        app.services.reconciliation.resume_stalled().await.unwrap();
+        app.services.reconciliation.retry_compensations().await.unwrap();
+        if count_where(&app.db, "orders", &format!("status = '{expected}'")).await == 1 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{table} {status}: never finished");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(calls.effects(effect), 1, "{effect}: the effect happened once");
+    let asked = match effect {
+        "settle-" => ProviderCalls::get(&calls.settlements),
+        "notify-" => ProviderCalls::get(&calls.notifications),
+        _ => ProviderCalls::get(&calls.cancels),
+    };
+    assert_eq!(asked, 2, "{effect}: asked again with the same key, once");
+    let audited = count_where(&app.db, "audit_log", "action IN ('SAGA_RESUMED', 'COMPENSATED')").await;
+    assert!(audited >= 1, "the audit says what happened");
+}
+
+async fn a_settlement_outcome_the_database_refused_is_finished_once(backend: Backend) {
+    let (table, status) = ("settlements", "SUCCEEDED");
+    an_outcome_the_database_refused_once_is_finished_with_the_same_key(
+        backend,
+        table,
+        status,
+        None,
+        "settle-",
+        "COMPLETED",
+    )
+    .await
+}
+
+async fn a_notification_outcome_the_database_refused_is_finished_once(backend: Backend) {
+    let (table, status) = ("notification_events", "SENT");
+    an_outcome_the_database_refused_once_is_finished_with_the_same_key(
+        backend,
+        table,
+        status,
+        None,
+        "notify-",
+        "COMPLETED",
+    )
+    .await
+}
+
+async fn a_compensation_outcome_the_database_refused_is_finished_once(backend: Backend) {
+    let (table, status, scenario) = ("payments", "CANCELLED", Some("settlement=fail"));
+    an_outcome_the_database_refused_once_is_finished_with_the_same_key(
+        backend,
+        table,
+        status,
+        scenario,
+        "cancel-",
+        "CANCELLED",
+    )
+    .await
+}
+
 /// Issue 11 item 4: many registrations of one (meeting, user) pair with distinct event ids,
 /// concurrently from two consumers' worth of deliveries: one order, one charge; the rest
 /// are refused (audited, `payment.failed` ALREADY_REGISTERED). After a refund the pair may
@@ -366,4 +450,7 @@ on_both_databases!(
     stalled_saga_recovery_is_bounded_and_hands_over,
     one_live_order_per_meeting_and_user,
     a_meeting_deletion_retries_refunds_refused_before,
+    a_settlement_outcome_the_database_refused_is_finished_once,
+    a_notification_outcome_the_database_refused_is_finished_once,
+    a_compensation_outcome_the_database_refused_is_finished_once,
 );

@@ -6,7 +6,7 @@
 //! Each counts its calls ([`ProviderCalls`]), so tests can prove that no step ever calls
 //! a provider twice.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -19,7 +19,8 @@ use crate::application::ports::{
 };
 use crate::domain::notification::FailurePolicy;
 
-/// Call counters of the simulated providers.
+/// Call counters of the simulated providers, and the idempotency keys whose effect they
+/// carried out (a call repeated with a known key has no second effect).
 #[derive(Debug, Default)]
 pub struct ProviderCalls {
     pub approvals: AtomicU64,
@@ -27,11 +28,28 @@ pub struct ProviderCalls {
     pub cancels: AtomicU64,
     pub settlements: AtomicU64,
     pub notifications: AtomicU64,
+    effects: Mutex<HashSet<String>>,
 }
 
 impl ProviderCalls {
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::SeqCst)
+    }
+
+    /// Records the effect of `key`; `false` if it was carried out before.
+    fn effect(&self, key: String) -> bool {
+        self.effects.lock().unwrap_or_else(|e| e.into_inner()).insert(key)
+    }
+
+    /// How many distinct effects were carried out under keys starting with `prefix`
+    /// (`settle-`, `notify-`, `cancel-`).
+    pub fn effects(&self, prefix: &str) -> usize {
+        self.effects
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|k| k.starts_with(prefix))
+            .count()
     }
 }
 
@@ -126,6 +144,7 @@ impl PaymentGateway for SimulatedPaymentGateway {
                 message: "simulated provider refused the cancellation".into(),
             }),
             _ => {
+                self.calls.effect(format!("cancel-{}", request.payment_request_id));
                 // Remembered, so a look-up tells a refund that happened from one that did not.
                 self.cancelled
                     .lock()
@@ -155,7 +174,10 @@ impl SettlementGateway for SimulatedSettlementGateway {
             Some(Behaviour::Fail) => {
                 SettlementOutcome::Failed { reason: "simulated settlement failure".into() }
             }
-            _ => SettlementOutcome::Succeeded,
+            _ => {
+                self.calls.effect(request.idempotency_key());
+                SettlementOutcome::Succeeded
+            }
         })
     }
 }
@@ -187,7 +209,10 @@ impl Notifier for SimulatedNotifier {
             Some(Behaviour::Ignore) if request.attempt == 1 => {
                 fail(FailurePolicy::Ignore, "simulated failure that may be ignored")
             }
-            _ => Ok(()),
+            _ => {
+                self.calls.effect(request.idempotency_key());
+                Ok(())
+            }
         }
     }
 }

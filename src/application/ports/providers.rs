@@ -202,6 +202,14 @@ pub struct SettlementRequest {
     pub scenario: Scenario,
 }
 
+impl SettlementRequest {
+    /// The key a settlement provider deduplicates by: one settlement per payment, however
+    /// often a resumed saga asks.
+    pub fn idempotency_key(&self) -> String {
+        format!("settle-{}", self.payment_id)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SettlementOutcome {
     Succeeded,
@@ -226,6 +234,14 @@ pub struct NotificationRequest {
     /// 1 for the first send, 2 for the first retry, ...
     pub attempt: i32,
     pub scenario: Scenario,
+}
+
+impl NotificationRequest {
+    /// The key a notifier deduplicates by: an attempt resumed after a crash (its outcome
+    /// never recorded) is the same attempt, not a second message to the customer.
+    pub fn idempotency_key(&self) -> String {
+        format!("notify-{}-{}", self.order_id, self.attempt)
+    }
 }
 
 /// A send that did not go through, with what should happen next.
