@@ -105,6 +105,8 @@ pub struct Services {
     /// Woken after each commit that appended outbox events.
     pub relay_wake: Arc<Notify>,
     pub settings: Settings,
+    /// This app's metrics registry: what its services record and `/metrics` renders.
+    pub metrics: crate::telemetry::Registry,
 }
 
 impl Services {
@@ -130,7 +132,10 @@ impl Services {
             retry_backoff: b.consumer_retry_backoff,
             honour_mock_scenario: self.settings.payment.provider == ProviderKind::Mock,
         };
-        Some(Arc::new(MeetingConsumers::new(endpoint, settings, self.meeting_events.clone())))
+        Some(Arc::new(
+            MeetingConsumers::new(endpoint, settings, self.meeting_events.clone())
+                .with_meter(self.metrics.meter.clone()),
+        ))
     }
 
     /// A relay with its own worker id and publisher, sharing this process's wake-up signal.
@@ -155,6 +160,7 @@ impl Services {
             },
             self.relay_wake.clone(),
         )
+        .with_meter(self.metrics.meter.clone())
     }
 }
 
@@ -277,19 +283,34 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
         max_attempts: settings.notification.retry_max_attempts,
         backoff_base: chrono(settings.notification.retry_backoff_base),
     };
-    let notifications = Arc::new(NotificationRetry::new(
-        orders.clone(),
-        orders.clone(),
-        orders.clone(),
-        notifier.clone(),
-        clock.clone(),
-        NotificationRetrySettings {
-            policy: retry_policy,
-            lease: Duration::minutes(5),
-            batch: 100,
-            interval: settings.notification.retry_interval,
-        },
-    ));
+    let metrics = crate::telemetry::registry();
+    let meter = metrics.meter.clone();
+    {
+        // Histograms are drained at each scrape; with no scraper, now and then.
+        let handle = metrics.handle.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+                handle.run_upkeep();
+            }
+        });
+    }
+    let notifications = Arc::new(
+        NotificationRetry::new(
+            orders.clone(),
+            orders.clone(),
+            orders.clone(),
+            notifier.clone(),
+            clock.clone(),
+            NotificationRetrySettings {
+                policy: retry_policy,
+                lease: Duration::minutes(5),
+                batch: 100,
+                interval: settings.notification.retry_interval,
+            },
+        )
+        .with_meter(meter.clone()),
+    );
     let payments_for_refunds = payments.clone();
     let orchestrator = Arc::new(Orchestrator::new(
         orders.clone() as Arc<dyn OrderRepository>,
@@ -317,23 +338,26 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
         orders.clone(),
         clock.clone(),
     ));
-    let reconciliation = Arc::new(PaymentReconciliation::new(
-        orchestrator.clone(),
-        refunds.clone(),
-        orders.clone(),
-        orders.clone(),
-        orders.clone(),
-        clock.clone(),
-        ReconciliationSettings {
-            interval: settings.payment.reconciliation_interval,
-            max_attempts: settings.payment.reconciliation_max_attempts,
-            retry_after: chrono(settings.payment.reconciliation_interval),
-            compensation_max_attempts: settings.payment.reconciliation_max_attempts.max(1) as usize,
-            compensation_backoff: chrono(settings.payment.reconciliation_interval),
-            stall_after: chrono(settings.worker.saga_lease),
-            stall_max_resumes: settings.worker.saga_recovery_max_attempts,
-        },
-    ));
+    let reconciliation = Arc::new(
+        PaymentReconciliation::new(
+            orchestrator.clone(),
+            refunds.clone(),
+            orders.clone(),
+            orders.clone(),
+            orders.clone(),
+            clock.clone(),
+            ReconciliationSettings {
+                interval: settings.payment.reconciliation_interval,
+                max_attempts: settings.payment.reconciliation_max_attempts,
+                retry_after: chrono(settings.payment.reconciliation_interval),
+                compensation_max_attempts: settings.payment.reconciliation_max_attempts.max(1) as usize,
+                compensation_backoff: chrono(settings.payment.reconciliation_interval),
+                stall_after: chrono(settings.worker.saga_lease),
+                stall_max_resumes: settings.worker.saga_recovery_max_attempts,
+            },
+        )
+        .with_meter(meter),
+    );
     let queries = Arc::new(OrderQueries::new(orders.clone(), outbox_store.clone()));
     let outbox_admin = Arc::new(OutboxAdmin::new(outbox_store.clone(), clock.clone()));
     let idempotency = Arc::new(IdempotencyService::new(
@@ -378,6 +402,7 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
         provider_calls,
         relay_wake,
         settings: settings.clone(),
+        metrics,
     })
 }
 
@@ -441,6 +466,7 @@ fn http_state(services: &Services) -> web::Data<HttpState> {
         webhook_secret: services.settings.payment.external_webhook_secret.clone(),
         readiness: services.readiness.clone(),
         honour_mock_scenario: services.settings.payment.provider == ProviderKind::Mock,
+        metrics: services.metrics.clone(),
     })
 }
 
@@ -480,9 +506,6 @@ impl Application {
     /// As [`build_services`], or the address cannot be bound.
     pub async fn build(settings: Settings) -> Result<Application, StartupError> {
         let services = build_services(&settings).await?;
-        if crate::telemetry::prometheus().is_none() {
-            tracing::warn!("another metrics recorder is installed; /metrics will be empty");
-        }
         let listener = TcpListener::bind(settings.http.bind)
             .map_err(|e| StartupError::Runtime(format!("cannot bind {}: {e}", settings.http.bind)))?;
         let port = listener.local_addr().map_err(|e| StartupError::Runtime(e.to_string()))?.port();

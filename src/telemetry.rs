@@ -3,6 +3,7 @@
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::writer::MakeWriterExt;
 
+use crate::application::meter::Meter;
 use crate::config::LogFormat;
 
 /// Installs the global subscriber once; later calls are no-ops (tests call it freely).
@@ -25,21 +26,26 @@ pub fn init(format: LogFormat) {
     let _ = result;
 }
 
-static PROMETHEUS: std::sync::OnceLock<Option<metrics_exporter_prometheus::PrometheusHandle>> =
-    std::sync::OnceLock::new();
+/// One app's Prometheus registry: where its services record ([`Meter`]) and what
+/// `/metrics` renders. Not installed globally, so apps in one process stay apart.
+#[derive(Clone)]
+pub struct Registry {
+    pub meter: Meter,
+    pub handle: metrics_exporter_prometheus::PrometheusHandle,
+}
 
-/// The process-wide Prometheus recorder, installed on first use. `None` only if another
-/// recorder was installed first (the metrics then go there).
-pub fn prometheus() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
-    PROMETHEUS
-        .get_or_init(|| {
-            use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
-            const LATENCY: &[f64] =
-                &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
-            let builder = PrometheusBuilder::new()
-                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY)
-                .ok()?;
-            builder.install_recorder().ok()
-        })
-        .clone()
+/// A new registry, with the latency histograms' buckets.
+pub fn registry() -> Registry {
+    use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+    const LATENCY: &[f64] =
+        &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+    let builder = PrometheusBuilder::new();
+    // Only an empty bucket list is refused, and this one is not.
+    let builder = match builder.set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY) {
+        Ok(with_buckets) => with_buckets,
+        Err(_) => PrometheusBuilder::new(),
+    };
+    let recorder = builder.build_recorder();
+    let handle = recorder.handle();
+    Registry { meter: Meter::new(std::sync::Arc::new(recorder)), handle }
 }

@@ -12,6 +12,7 @@ pub mod health;
 pub mod idempotency;
 pub mod inbound;
 pub mod input;
+pub mod meter;
 pub mod notification_retry;
 pub mod orchestration;
 pub mod outbox;

@@ -8,6 +8,8 @@
 //! back to `RETRY_SCHEDULED` once its lease ends.
 
 use std::sync::Arc;
+
+use crate::application::meter::Meter;
 use std::time::Duration as StdDuration;
 
 use chrono::Duration;
@@ -69,9 +71,16 @@ pub struct NotificationRetry {
     notifier: Arc<dyn Notifier>,
     clock: Arc<dyn Clock>,
     settings: NotificationRetrySettings,
+    meter: Meter,
 }
 
 impl NotificationRetry {
+    /// Records this service's metrics into `meter` (the app's registry).
+    pub fn with_meter(mut self, meter: Meter) -> Self {
+        self.meter = meter;
+        self
+    }
+
     pub fn new(
         orders: Arc<dyn OrderRepository>,
         notifications: Arc<dyn NotificationRepository>,
@@ -80,7 +89,7 @@ impl NotificationRetry {
         clock: Arc<dyn Clock>,
         settings: NotificationRetrySettings,
     ) -> Self {
-        NotificationRetry { orders, notifications, uow, notifier, clock, settings }
+        NotificationRetry { orders, notifications, uow, notifier, clock, settings, meter: Meter::default() }
     }
 
     async fn record_of(&self, notification: &Notification) -> Result<OrderRecord, AppError> {
@@ -184,12 +193,14 @@ impl NotificationRetry {
                 }
             }
         }
-        metrics::counter!("notification_retries_total", "outcome" => "succeeded")
-            .increment(report.succeeded as u64);
-        metrics::counter!("notification_retries_total", "outcome" => "failed")
-            .increment(report.failed as u64);
-        metrics::counter!("notification_retries_total", "outcome" => "skipped")
-            .increment(report.skipped as u64);
+        self.meter.record(|| {
+            metrics::counter!("notification_retries_total", "outcome" => "succeeded")
+                .increment(report.succeeded as u64);
+            metrics::counter!("notification_retries_total", "outcome" => "failed")
+                .increment(report.failed as u64);
+            metrics::counter!("notification_retries_total", "outcome" => "skipped")
+                .increment(report.skipped as u64);
+        });
         Ok(report)
     }
 

@@ -12,6 +12,7 @@ use chrono::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::application::audit::{self, entity};
+use crate::application::meter::Meter;
 use crate::application::orchestration::{Confirmation, Orchestrator, Reconciled};
 use crate::application::ports::{
     Changes, Clock, OrderRecord, OrderRepository, PaymentRepository, UnitOfWork,
@@ -88,6 +89,7 @@ pub struct PaymentReconciliation {
     uow: Arc<dyn UnitOfWork>,
     clock: Arc<dyn Clock>,
     settings: ReconciliationSettings,
+    meter: Meter,
 }
 
 impl PaymentReconciliation {
@@ -109,7 +111,14 @@ impl PaymentReconciliation {
             uow,
             clock,
             settings,
+            meter: Meter::default(),
         }
+    }
+
+    /// Records this service's metrics into `meter` (the app's registry).
+    pub fn with_meter(mut self, meter: Meter) -> Self {
+        self.meter = meter;
+        self
     }
 
     /// One look-up for every unknown payment that is due.
@@ -343,7 +352,7 @@ impl PaymentReconciliation {
     /// `CALLBACK_REJECTED` row per [`CALLBACK_AUDIT_WINDOW`] per process, saying how many
     /// were refused since the last one.
     pub async fn reject_callback(&self, reason: &str) {
-        metrics::counter!("payment_callbacks_rejected_total").increment(1);
+        self.meter.record(|| metrics::counter!("payment_callbacks_rejected_total").increment(1));
         let now = self.clock.now();
         let suppressed = {
             let mut window = self.callback_audit.lock().unwrap_or_else(|e| e.into_inner());

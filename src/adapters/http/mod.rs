@@ -44,6 +44,8 @@ pub struct HttpState {
     pub readiness: Arc<Readiness>,
     /// `X-Mock-Scenario` is honoured only with the simulated providers.
     pub honour_mock_scenario: bool,
+    /// This app's metrics registry (`/metrics`).
+    pub metrics: crate::telemetry::Registry,
 }
 
 struct BearerAuth;

@@ -35,36 +35,41 @@ pub async fn ready(state: web::Data<HttpState>) -> HttpResponse {
 /// an operator (`operator_attention{kind}`).
 #[utoipa::path(get, path = "/metrics", tag = "ops", responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
 pub async fn metrics(state: web::Data<HttpState>) -> HttpResponse {
-    let Some(handle) = crate::telemetry::prometheus() else {
-        return HttpResponse::ServiceUnavailable().body("metrics recorder unavailable");
-    };
+    let meter = &state.metrics.meter;
     // Gauges that describe stored state are read at scrape time.
     if let Ok(counts) = state.queries.count_by_status().await {
-        for (status, n) in counts {
-            metrics::gauge!("orders", "status" => status.as_str()).set(n as f64);
-        }
+        meter.record(|| {
+            for (status, n) in counts {
+                metrics::gauge!("orders", "status" => status.as_str()).set(n as f64);
+            }
+        });
     }
     if let Ok(stats) = state.outbox_admin.stats_for_metrics().await {
         let now = chrono::Utc::now();
-        for (status, n) in &stats.by_status {
-            metrics::gauge!("outbox_rows", "status" => status.as_str()).set(*n as f64);
-        }
         let age = |t: Option<chrono::DateTime<chrono::Utc>>| {
             t.map_or(0.0, |t| (now - t).num_milliseconds().max(0) as f64 / 1000.0)
         };
-        metrics::gauge!("outbox_oldest_ready_age_seconds").set(age(stats.oldest_ready_created_at));
-        metrics::gauge!("outbox_oldest_claim_age_seconds").set(age(stats.oldest_claim_at));
-        metrics::gauge!("outbox_blocked_aggregates").set(stats.blocked_aggregates as f64);
-        for (event_type, n) in &stats.dead_letters_by_type {
-            metrics::gauge!("outbox_dead_letters", "event_type" => event_type.clone()).set(*n as f64);
-        }
+        meter.record(|| {
+            for (status, n) in &stats.by_status {
+                metrics::gauge!("outbox_rows", "status" => status.as_str()).set(*n as f64);
+            }
+            metrics::gauge!("outbox_oldest_ready_age_seconds").set(age(stats.oldest_ready_created_at));
+            metrics::gauge!("outbox_oldest_claim_age_seconds").set(age(stats.oldest_claim_at));
+            metrics::gauge!("outbox_blocked_aggregates").set(stats.blocked_aggregates as f64);
+            for (event_type, n) in &stats.dead_letters_by_type {
+                metrics::gauge!("outbox_dead_letters", "event_type" => event_type.clone()).set(*n as f64);
+            }
+        });
     }
     if let Ok(attention) = state.reconciliation.needs_operator().await {
-        for (kind, n) in attention {
-            metrics::gauge!("operator_attention", "kind" => kind).set(n as f64);
-        }
+        meter.record(|| {
+            for (kind, n) in attention {
+                metrics::gauge!("operator_attention", "kind" => kind).set(n as f64);
+            }
+        });
     }
-    HttpResponse::Ok().content_type("text/plain; version=0.0.4").body(handle.render())
+    let body = state.metrics.handle.render();
+    HttpResponse::Ok().content_type("text/plain; version=0.0.4").body(body)
 }
 
 pub async fn openapi() -> HttpResponse {

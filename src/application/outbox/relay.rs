@@ -13,6 +13,7 @@ use chrono::{DateTime, Duration, Utc};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::application::meter::Meter;
 use crate::application::ports::{
     Clock, DeliveryFailure, EventPublisher, OutboxRecord, OutboxStore, PublishOutcome, RepoError,
 };
@@ -60,6 +61,7 @@ pub struct OutboxRelay {
     clock: Arc<dyn Clock>,
     settings: RelaySettings,
     wake: Arc<Notify>,
+    meter: Meter,
 }
 
 fn failure_label(code: FailureCode) -> &'static str {
@@ -74,7 +76,13 @@ impl OutboxRelay {
         settings: RelaySettings,
         wake: Arc<Notify>,
     ) -> Self {
-        OutboxRelay { store, publisher, clock, settings, wake }
+        OutboxRelay { store, publisher, clock, settings, wake, meter: Meter::default() }
+    }
+
+    /// Records this relay's metrics into `meter` (the app's registry).
+    pub fn with_meter(mut self, meter: Meter) -> Self {
+        self.meter = meter;
+        self
     }
 
     pub fn worker_id(&self) -> &str {
@@ -109,12 +117,16 @@ impl OutboxRelay {
                 PublishOutcome::Confirmed => {
                     published.push(row.id);
                     let latency = (now - row.created_at).to_std().unwrap_or_default();
-                    metrics::histogram!("outbox_commit_to_confirm_seconds").record(latency.as_secs_f64());
-                    metrics::counter!("outbox_confirms_total", "outcome" => "ack").increment(1);
+                    self.meter.record(|| {
+                        metrics::histogram!("outbox_commit_to_confirm_seconds").record(latency.as_secs_f64());
+                        metrics::counter!("outbox_confirms_total", "outcome" => "ack").increment(1);
+                    });
                 }
                 PublishOutcome::Failed { code, reason } => {
-                    metrics::counter!("outbox_confirms_total", "outcome" => failure_label(*code))
-                        .increment(1);
+                    self.meter.record(|| {
+                        metrics::counter!("outbox_confirms_total", "outcome" => failure_label(*code))
+                            .increment(1)
+                    });
                     let outcome = self.settings.schedule.after_failure(row.retry_count, fastrand::f64(), now);
                     match outcome {
                         FailureOutcome::Retry { next_attempt_at, .. } => {
@@ -122,12 +134,14 @@ impl OutboxRelay {
                             report.next_retry_at = Some(
                                 report.next_retry_at.map_or(next_attempt_at, |t| t.min(next_attempt_at)),
                             );
-                            metrics::counter!("outbox_retries_total").increment(1);
+                            self.meter.record(|| metrics::counter!("outbox_retries_total").increment(1));
                         }
                         FailureOutcome::DeadLetter { .. } => {
                             report.dead_lettered += 1;
-                            metrics::counter!("outbox_dead_lettered_total", "event_type" => row.event_type.clone())
-                                .increment(1);
+                            self.meter.record(|| {
+                                metrics::counter!("outbox_dead_lettered_total", "event_type" => row.event_type.clone())
+                                    .increment(1)
+                            });
                             tracing::error!(
                                 event_id = %row.event_id,
                                 event_type = %row.event_type,
@@ -149,7 +163,8 @@ impl OutboxRelay {
         let worker = &self.settings.worker_id;
         if !published.is_empty() {
             report.published = self.store.mark_published(&published, worker, now).await?;
-            metrics::counter!("outbox_published_total").increment(report.published);
+            let published = report.published;
+            self.meter.record(|| metrics::counter!("outbox_published_total").increment(published));
         }
         if !failures.is_empty() {
             let marked = self.store.mark_failed(&failures, worker, now).await?;

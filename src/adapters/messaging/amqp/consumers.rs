@@ -23,6 +23,7 @@ use crate::application::inbound::{
     Handled, MeetingDeleted, MeetingEvents, ParticipantCancelled, ParticipantRegistered,
 };
 use crate::application::input::check_json_text;
+use crate::application::meter::Meter;
 use crate::application::ports::Scenario;
 use crate::config::QueueType;
 use crate::domain::text;
@@ -225,6 +226,7 @@ pub struct MeetingConsumers {
     endpoint: AmqpEndpoint,
     settings: ConsumerSettings,
     events: Arc<MeetingEvents>,
+    meter: Meter,
 }
 
 enum Verdict {
@@ -234,7 +236,13 @@ enum Verdict {
 
 impl MeetingConsumers {
     pub fn new(endpoint: AmqpEndpoint, settings: ConsumerSettings, events: Arc<MeetingEvents>) -> Self {
-        MeetingConsumers { endpoint, settings, events }
+        MeetingConsumers { endpoint, settings, events, meter: Meter::default() }
+    }
+
+    /// Records the consumers' metrics into `meter` (the app's registry).
+    pub fn with_meter(mut self, meter: Meter) -> Self {
+        self.meter = meter;
+        self
     }
 
     /// Consumes until `stop`; deliveries in progress finish (bounded) before it returns.
@@ -329,14 +337,18 @@ impl MeetingConsumers {
         let queue = kind.label();
         let result = match verdict {
             Verdict::Ack(outcome) => {
-                metrics::counter!("consumer_messages_total", "consumer" => queue, "outcome" => outcome)
-                    .increment(1);
+                self.meter.record(|| {
+                    metrics::counter!("consumer_messages_total", "consumer" => queue, "outcome" => outcome)
+                        .increment(1)
+                });
                 channel.basic_ack(BasicAckArguments::new(tag, false)).await
             }
             Verdict::Reject(outcome, why) => {
                 tracing::warn!(consumer = queue, %why, "message dead-lettered");
-                metrics::counter!("consumer_messages_total", "consumer" => queue, "outcome" => outcome)
-                    .increment(1);
+                self.meter.record(|| {
+                    metrics::counter!("consumer_messages_total", "consumer" => queue, "outcome" => outcome)
+                        .increment(1)
+                });
                 channel.basic_nack(BasicNackArguments::new(tag, false, false)).await
             }
         };
@@ -382,7 +394,10 @@ impl MeetingConsumers {
                 Err(err) if attempt < self.settings.retries => {
                     let pause = self.settings.retry_backoff * 2u32.saturating_pow(attempt);
                     tracing::warn!(consumer = kind.label(), error = %err, attempt, "system failure; retrying");
-                    metrics::counter!("consumer_messages_total", "consumer" => kind.label(), "outcome" => "retried").increment(1);
+                    self.meter.record(|| {
+                        metrics::counter!("consumer_messages_total", "consumer" => kind.label(), "outcome" => "retried")
+                            .increment(1)
+                    });
                     attempt += 1;
                     tokio::time::sleep(pause).await;
                 }
