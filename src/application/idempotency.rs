@@ -13,6 +13,7 @@ use crate::application::ports::{
     Changes, Clock, IdempotencyBegin, IdempotencyStore, StoredResponse, UnitOfWork,
 };
 use crate::application::{Actor, AppError};
+use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
 
 pub const MAX_KEY_LEN: usize = 255;
@@ -64,8 +65,8 @@ impl IdempotencyService {
         let begin =
             self.store.begin(&actor.subject, key, fingerprint, OrderId::new(), now, now + self.lease).await?;
         let action = match &begin {
-            IdempotencyBegin::Completed(_) => Some(audit::REPLAY),
-            IdempotencyBegin::Mismatch => Some(audit::IDEMPOTENCY_KEY_REUSED),
+            IdempotencyBegin::Completed(_) => Some(AuditAction::Replay),
+            IdempotencyBegin::Mismatch => Some(AuditAction::IdempotencyKeyReused),
             _ => None,
         };
         if let Some(action) = action {

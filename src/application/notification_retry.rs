@@ -10,6 +10,7 @@
 use std::sync::Arc;
 
 use crate::application::meter::Meter;
+use crate::domain::audit::AuditAction;
 use std::time::Duration as StdDuration;
 
 use chrono::Duration;
@@ -233,7 +234,7 @@ impl NotificationRetry {
             reason.map(|r| format!("; reason: {r}")).unwrap_or_default()
         ));
         changes.audit.push(audit::record(
-            audit::NOTIFICATION_REPROCESS,
+            AuditAction::NotificationReprocess,
             entity::ORDER,
             record.order.id,
             actor,
@@ -282,7 +283,7 @@ impl NotificationRetry {
         );
         changes.step(order.id, SagaStep::Notification, StepStatus::Skipped, Some(detail), now);
         changes.audit.push(audit::record(
-            audit::NOTIFICATION_IGNORE,
+            AuditAction::NotificationIgnore,
             entity::ORDER,
             order.id,
             actor,

@@ -19,6 +19,7 @@ use crate::application::ports::{
 };
 use crate::application::refunds::{PendingRefundReport, Refunds};
 use crate::application::{Actor, AppError};
+use crate::domain::audit::AuditAction;
 use crate::domain::order::{Order, OrderStatus, SagaStep, StepStatus};
 use crate::domain::payment::{Payment, PaymentStatus};
 
@@ -190,14 +191,14 @@ impl PaymentReconciliation {
             let now = self.clock.now();
             if failures.len() >= self.settings.compensation_max_attempts {
                 let audited = self.orders.audit_for(entity::ORDER, &order_id.to_string()).await?;
-                if !audited.iter().any(|a| a.action == audit::COMPENSATION_EXHAUSTED) {
+                if !audited.iter().any(|a| a.action == AuditAction::CompensationExhausted) {
                     let mut changes = Changes::default();
                     let detail = format!(
                         "payment cancel failed {} times; the order stays FAILED with its payment APPROVED until an operator acts",
                         failures.len()
                     );
                     changes.audit.push(audit::record(
-                        audit::COMPENSATION_EXHAUSTED,
+                        AuditAction::CompensationExhausted,
                         entity::ORDER,
                         order_id,
                         &actor,
@@ -260,14 +261,14 @@ impl PaymentReconciliation {
             let still_stalled = before.map(|s| s.as_str()) == Some(after);
             let (action, detail) = if still_stalled && resumes >= max {
                 (
-                    audit::SAGA_RECOVERY_EXHAUSTED,
+                    AuditAction::SagaRecoveryExhausted,
                     format!(
                         "still {after} after {resumes} resumes{why}; left for an operator (GET /api/admin/orders/stalled)"
                     ),
                 )
             } else {
                 (
-                    audit::SAGA_RESUMED,
+                    AuditAction::SagaResumed,
                     format!(
                         "resume {resumes} of {max}: {} -> {after}{why}",
                         before.map_or("-", |s| s.as_str())
@@ -315,7 +316,7 @@ impl PaymentReconciliation {
                 callback.payment_request_id, callback.provider_transaction_id, payment.status
             );
             changes.audit.push(audit::record(
-                audit::CALLBACK_DUPLICATE,
+                AuditAction::CallbackDuplicate,
                 entity::ORDER,
                 payment.order_id,
                 &actor,
@@ -374,7 +375,7 @@ impl PaymentReconciliation {
             detail.push_str(&format!(" (and {suppressed} more rejected since the last audit row)"));
         }
         changes.audit.push(audit::record(
-            audit::CALLBACK_REJECTED,
+            AuditAction::CallbackRejected,
             entity::PAYMENT_CALLBACK,
             "-",
             &actor,

@@ -19,6 +19,7 @@ use crate::application::ports::{
     PaymentGateway, PaymentRepository, RepoError, SagaLease, Scenario, UnitOfWork,
 };
 use crate::application::{Actor, AppError};
+use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
 use crate::domain::order::{OrderStatus, SagaStep, StepStatus};
 use crate::domain::payment::{Payment, PaymentStatus};
@@ -190,7 +191,7 @@ impl Refunds {
             let mut changes = Changes::default();
             changes.update_payment(&mut payment);
             changes.audit.push(audit::record(
-                audit::REFUND_REQUESTED,
+                AuditAction::RefundRequested,
                 entity::ORDER,
                 order_id,
                 actor,
@@ -230,7 +231,7 @@ impl Refunds {
     ) -> Result<(), AppError> {
         let mut changes = Changes::default();
         changes.audit.push(audit::record(
-            audit::REFUND_REJECTED,
+            AuditAction::RefundRejected,
             entity::ORDER,
             order_id,
             actor,
@@ -299,7 +300,7 @@ impl Refunds {
                     now,
                 );
                 changes.audit.push(audit::record(
-                    audit::REFUNDED,
+                    AuditAction::Refunded,
                     entity::ORDER,
                     order.id,
                     actor,
@@ -323,7 +324,7 @@ impl Refunds {
                     now,
                 );
                 changes.audit.push(audit::record(
-                    audit::REFUND_FAILED,
+                    AuditAction::RefundFailed,
                     entity::ORDER,
                     order.id,
                     actor,
@@ -342,7 +343,7 @@ impl Refunds {
                 changes.update_payment(&mut payment);
                 if payment.reconcile_attempts >= self.max_attempts {
                     changes.audit.push(audit::record(
-                        audit::REFUND_UNRESOLVED,
+                        AuditAction::RefundUnresolved,
                         entity::ORDER,
                         order_id,
                         actor,

@@ -36,6 +36,7 @@ macro_rules! spelled {
     };
 }
 
+pub mod audit;
 pub mod ids;
 pub mod money;
 pub mod notification;

@@ -44,7 +44,7 @@ proptest! {
                 1 => o.await_confirmation(now()),
                 2 => o.request_settlement(now()),
                 3 => o.complete(now()),
-                4 => o.fail(stage, "x", now()),
+                4 => o.fail(stage, crate::domain::order::FailureReason::PaymentDeclined, now()),
                 5 => o.compensate(now()),
                 _ => o.refund(now()),
             };

@@ -10,6 +10,7 @@ use orchestrator::application::ports::{
     AuditRecord, Changes, DeliveryFailure, IdempotencyBegin, IdempotencyStore, NewOutboxEvent, OrderContext,
     OrderFilter, OrderRepository, OutboxStore, RepoError, Scenario, StoredResponse, UnitOfWork,
 };
+use orchestrator::domain::audit::AuditAction;
 use orchestrator::domain::ids::{EventId, OrderId};
 use orchestrator::domain::order::{
     NewOrder, NewOrderItem, Order, OrderSource, OrderStatus, SagaStep, StepStatus,
@@ -132,12 +133,18 @@ async fn a_stale_update_conflicts_and_writes_nothing(backend: Backend) {
     s.orders.commit(changes).await.unwrap();
 
     let mut changes = Changes::default();
-    stale.fail(orchestrator::domain::order::FailureStage::Payment, "x", now()).unwrap();
+    stale
+        .fail(
+            orchestrator::domain::order::FailureStage::Payment,
+            orchestrator::domain::order::FailureReason::PaymentDeclined,
+            now(),
+        )
+        .unwrap();
     changes.update_order(&mut stale);
     changes.step(stale.id, SagaStep::Payment, StepStatus::Failed, None, now());
     changes.outbox.push(event(&stale.id.to_string(), "order.failed"));
     changes.audit.push(AuditRecord {
-        action: "X".into(),
+        action: AuditAction::OrderPlaced,
         entity_type: "order".into(),
         entity_id: stale.id.to_string(),
         actor: "t".into(),
@@ -270,7 +277,7 @@ async fn claims_take_only_the_head_of_each_aggregate(backend: Backend) {
     assert!(stats.oldest_ready_created_at.is_some());
 
     let audit = AuditRecord {
-        action: "OUTBOX_DISCARD".into(),
+        action: AuditAction::OutboxDiscard,
         entity_type: "outbox_event".into(),
         entity_id: String::new(),
         actor: "ops".into(),
@@ -305,7 +312,7 @@ async fn republished_dead_letters_start_afresh(backend: Backend) {
     };
     s.outbox.mark_failed(&[dead], "w", t).await.unwrap();
     let audit = AuditRecord {
-        action: "OUTBOX_REPUBLISH".into(),
+        action: AuditAction::OutboxRepublish,
         entity_type: "outbox_event".into(),
         entity_id: String::new(),
         actor: "ops".into(),
@@ -359,7 +366,7 @@ async fn repairs_wake_the_relay_and_publishing_clears_the_failure(backend: Backe
     s.outbox.mark_failed(&[dead], "w", t).await.unwrap();
     assert!(!woken().await, "nothing became publishable");
     let audit = AuditRecord {
-        action: "OUTBOX_REPUBLISH".into(),
+        action: AuditAction::OutboxRepublish,
         entity_type: "outbox_event".into(),
         entity_id: String::new(),
         actor: "ops".into(),

@@ -216,7 +216,7 @@ impl From<&Order> for OrderResponse {
             total_amount: o.total.minor(),
             status: o.status.as_str(),
             failure_stage: o.failure_stage.map(|s| s.as_str()),
-            failure_reason: o.failure_reason.clone(),
+            failure_reason: o.failure_reason.map(|r| r.as_str().to_owned()),
             created_at: timestamp(o.created_at),
             updated_at: timestamp(o.updated_at),
         }
@@ -301,7 +301,7 @@ impl From<&OutboxRecord> for OutboxEventResponse {
 impl From<&AuditRecord> for AuditResponse {
     fn from(a: &AuditRecord) -> Self {
         AuditResponse {
-            action: a.action.clone(),
+            action: a.action.as_str().to_owned(),
             entity_type: a.entity_type.clone(),
             entity_id: a.entity_id.clone(),
             actor: a.actor.clone(),

@@ -10,7 +10,9 @@ use crate::application::ports::{OrderContext, OutboxRecord, RepoError, Scenario,
 use crate::domain::ids::{EventId, NotificationId, OrderId, PaymentId, SettlementId};
 use crate::domain::money::{Currency, Money};
 use crate::domain::notification::{FailurePolicy, Notification, NotificationStatus};
-use crate::domain::order::{FailureStage, Order, OrderItem, OrderSource, OrderStatus, SagaStep, StepStatus};
+use crate::domain::order::{
+    FailureReason, FailureStage, Order, OrderItem, OrderSource, OrderStatus, SagaStep, StepStatus,
+};
 use crate::domain::outbox::{FailureCode, OutboxStatus};
 use crate::domain::payment::{Payment, PaymentStatus};
 use crate::domain::settlement::{Settlement, SettlementStatus};
@@ -65,7 +67,11 @@ pub fn order_from_row(
         total,
         status: parse("orders.status", &row.status, OrderStatus::parse)?,
         failure_stage: parse_opt("orders.failure_stage", row.failure_stage.as_deref(), FailureStage::parse)?,
-        failure_reason: row.failure_reason,
+        failure_reason: parse_opt(
+            "orders.failure_reason",
+            row.failure_reason.as_deref(),
+            FailureReason::parse,
+        )?,
         created_at: row.created_at,
         updated_at: row.updated_at,
         version: row.version,
@@ -84,7 +90,7 @@ pub fn order_to_row(order: &Order, context: Option<&OrderContext>) -> orders::Ac
         total_amount: Set(order.total.minor()),
         status: Set(order.status.as_str().to_owned()),
         failure_stage: Set(order.failure_stage.map(|s| s.as_str().to_owned())),
-        failure_reason: Set(order.failure_reason.clone()),
+        failure_reason: Set(order.failure_reason.map(|r| r.as_str().to_owned())),
         registration_key: Set(order.registration_key()),
         updated_at: Set(order.updated_at),
         version: Set(order.version + 1),

@@ -23,6 +23,7 @@ use crate::application::ports::{
     AuditLog, AuditRecord, Changes, InboxEntry, NotificationRepository, OrderFilter, OrderRecord,
     OrderRepository, PaymentRepository, RepoError, SagaLease, UnitOfWork, Write,
 };
+use crate::domain::audit::AuditAction;
 use crate::domain::ids::{NotificationId, OrderId};
 use crate::domain::notification::{Notification, NotificationStatus};
 use crate::domain::order::{FailureStage, Order, OrderStatus};
@@ -170,7 +171,7 @@ pub(super) async fn insert_audit<C: ConnectionTrait>(
     audit: &[AuditRecord],
 ) -> Result<(), RepoError> {
     let rows = audit.iter().map(|a| audit_log::ActiveModel {
-        action: Set(a.action.clone()),
+        action: Set(a.action.as_str().to_owned()),
         entity_type: Set(a.entity_type.clone()),
         entity_id: Set(a.entity_id.clone()),
         actor: Set(a.actor.clone()),
@@ -468,17 +469,20 @@ impl OrderRepository for SeaOrmOrderRepository {
             .all(&self.db)
             .await
             .map_err(repo_err)?;
-        Ok(rows
-            .into_iter()
-            .map(|r| AuditRecord {
-                action: r.action,
-                entity_type: r.entity_type,
-                entity_id: r.entity_id,
-                actor: r.actor,
-                detail: r.detail,
-                created_at: r.created_at,
+        rows.into_iter()
+            .map(|r| {
+                let action = AuditAction::parse(&r.action)
+                    .ok_or_else(|| RepoError::Corrupt(format!("audit_log.action `{}`", r.action)))?;
+                Ok(AuditRecord {
+                    action,
+                    entity_type: r.entity_type,
+                    entity_id: r.entity_id,
+                    actor: r.actor,
+                    detail: r.detail,
+                    created_at: r.created_at,
+                })
             })
-            .collect())
+            .collect()
     }
 }
 

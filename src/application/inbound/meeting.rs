@@ -10,6 +10,7 @@ use crate::application::ports::{
 };
 use crate::application::refunds::{ORDER_BUSY, RefundOutcome, RefundRequest, Refunds, RetryRefused};
 use crate::application::{Actor, AppError};
+use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
 use crate::domain::order::{NewOrderItem, OrderSource, OrderStatus};
 
@@ -95,7 +96,7 @@ impl MeetingEvents {
     async fn mark(
         &self,
         entry: InboxEntry,
-        action: &str,
+        action: AuditAction,
         entity_type: &str,
         entity_id: &str,
         detail: String,
@@ -172,7 +173,7 @@ impl MeetingEvents {
                 "order {} {}: {}",
                 record.order.id,
                 record.order.status,
-                record.order.failure_reason.as_deref().unwrap_or("-")
+                record.order.failure_reason.map_or("-", |r| r.as_str())
             )),
             _ => Handled::Processed,
         })
@@ -194,7 +195,7 @@ impl MeetingEvents {
         );
         let mut changes = Changes::default();
         changes.audit.push(audit::record(
-            audit::REGISTRATION_REJECTED,
+            AuditAction::RegistrationRejected,
             entity::MEETING,
             &msg.meeting_id,
             &actor,
@@ -235,7 +236,7 @@ impl MeetingEvents {
             let detail = format!("participant {} cancelled without refund", msg.user_id);
             return Ok(
                 if self
-                    .mark(entry(None), audit::NOTHING_TO_REFUND, entity::MEETING, &msg.meeting_id, detail)
+                    .mark(entry(None), AuditAction::NothingToRefund, entity::MEETING, &msg.meeting_id, detail)
                     .await?
                 {
                     Handled::Processed
@@ -265,7 +266,7 @@ impl MeetingEvents {
                 if self
                     .mark(
                         entry(None),
-                        audit::NOTHING_TO_REFUND,
+                        AuditAction::NothingToRefund,
                         entity::MEETING,
                         &msg.meeting_id,
                         detail.clone(),
@@ -302,7 +303,7 @@ impl MeetingEvents {
                     let detail = format!("order {order_id} is no longer refundable");
                     self.mark(
                         entry(Some(order_id)),
-                        audit::NOTHING_TO_REFUND,
+                        AuditAction::NothingToRefund,
                         entity::ORDER,
                         &order_id.to_string(),
                         detail.clone(),
@@ -352,7 +353,7 @@ impl MeetingEvents {
         }
         let detail = format!("refunded {refunded}, refund failed {}, not refundable {skipped}", failed.len());
         let entry = self.entry(consumer, &msg.event_id, None);
-        if !self.mark(entry, audit::MEETING_DELETED, entity::MEETING, &msg.meeting_id, detail).await? {
+        if !self.mark(entry, AuditAction::MeetingDeleted, entity::MEETING, &msg.meeting_id, detail).await? {
             return Ok(Handled::Duplicate);
         }
         Ok(if failed.is_empty() {

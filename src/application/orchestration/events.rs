@@ -123,7 +123,7 @@ impl<'a> EventWriter<'a> {
             let extra = match event {
                 OrderEvent::Completed => json!({}),
                 OrderEvent::Failed { stage, reason } => {
-                    json!({ "failureStage": stage.as_str(), "failureReason": reason })
+                    json!({ "failureStage": stage.as_str(), "failureReason": reason.as_str() })
                 }
                 OrderEvent::Cancelled { reason } => json!({ "reason": reason }),
             };

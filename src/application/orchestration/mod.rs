@@ -7,5 +7,5 @@ mod service;
 pub mod steps;
 
 pub use service::{
-    ALREADY_REGISTERED, Confirmation, InboxKey, Orchestrator, PlaceOrder, Reconciled, SagaSettings, reasons,
+    ALREADY_REGISTERED, Confirmation, InboxKey, Orchestrator, PlaceOrder, Reconciled, SagaSettings,
 };

@@ -7,10 +7,9 @@ use crate::application::audit::{self, entity};
 use crate::application::orchestration::events::EventWriter;
 use crate::application::ports::{Changes, NotifyFailure, OrderRecord};
 use crate::application::{Actor, AppError};
+use crate::domain::audit::AuditAction;
 use crate::domain::notification::{FailurePolicy, Notification, RetryPolicy};
-use crate::domain::order::{FailureStage, Order, OrderStatus, SagaStep, StepStatus};
-
-use super::service::reasons;
+use crate::domain::order::{FailureReason, FailureStage, Order, OrderStatus, SagaStep, StepStatus};
 
 fn broken_invariant(err: impl std::fmt::Display) -> AppError {
     AppError::Internal(format!("notification invariant broken: {err}"))
@@ -58,7 +57,7 @@ pub fn apply_send_result(
             if !is_new {
                 // A retry that went through is audited like the failures before it.
                 changes.audit.push(audit::record(
-                    audit::NOTIFICATION_SENT,
+                    AuditAction::NotificationSent,
                     entity::ORDER,
                     order.id,
                     actor,
@@ -83,7 +82,7 @@ pub fn apply_send_result(
                     now,
                 );
                 changes.audit.push(audit::record(
-                    audit::NOTIFICATION_IGNORED,
+                    AuditAction::NotificationIgnored,
                     entity::ORDER,
                     order.id,
                     actor,
@@ -94,7 +93,7 @@ pub fn apply_send_result(
             } else {
                 changes.step(order.id, SagaStep::Notification, StepStatus::Failed, Some(detail.clone()), now);
                 changes.audit.push(audit::record(
-                    audit::NOTIFICATION_FAILED,
+                    AuditAction::NotificationFailed,
                     entity::ORDER,
                     order.id,
                     actor,
@@ -114,7 +113,7 @@ pub fn apply_send_result(
                         now,
                     );
                     order
-                        .fail(FailureStage::Notification, reasons::NOTIFICATION_FAILED, now)
+                        .fail(FailureStage::Notification, FailureReason::NotificationFailed, now)
                         .map_err(broken_invariant)?
                 };
                 (n, order_events, false)

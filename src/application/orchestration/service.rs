@@ -17,9 +17,12 @@ use crate::application::ports::{
     SagaLease, Scenario, SettlementGateway, SettlementOutcome, SettlementRequest, UnitOfWork,
 };
 use crate::application::{Actor, AppError};
+use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
 use crate::domain::notification::{Notification, RetryPolicy};
-use crate::domain::order::{FailureStage, NewOrder, NewOrderItem, Order, OrderSource, SagaStep, StepStatus};
+use crate::domain::order::{
+    FailureReason, FailureStage, NewOrder, NewOrderItem, Order, OrderSource, SagaStep, StepStatus,
+};
 use crate::domain::payment::{Payment, PaymentStatus};
 use crate::domain::settlement::Settlement;
 
@@ -29,15 +32,6 @@ const MAX_STEPS_PER_RUN: usize = 8;
 
 /// SPEC §7: a (meeting, user) pair with a live order cannot register again.
 pub const ALREADY_REGISTERED: &str = "ALREADY_REGISTERED";
-
-/// Failure reasons recorded on the order (`failureReason`): stable codes. The provider's
-/// own words go into the step's `detail`.
-pub mod reasons {
-    pub const PAYMENT_DECLINED: &str = "PAYMENT_DECLINED";
-    pub const PROVIDER_UNAVAILABLE: &str = "PROVIDER_UNAVAILABLE";
-    pub const SETTLEMENT_FAILED: &str = "SETTLEMENT_FAILED";
-    pub const NOTIFICATION_FAILED: &str = "NOTIFICATION_FAILED";
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SagaSettings {
@@ -155,7 +149,7 @@ impl Orchestrator {
         if !actor.may_access(&customer_id) {
             let mut changes = Changes::default();
             changes.audit.push(audit::record(
-                audit::ORDER_REJECTED,
+                AuditAction::OrderRejected,
                 entity::CUSTOMER,
                 &customer_id,
                 actor,
@@ -194,7 +188,7 @@ impl Orchestrator {
             });
         }
         changes.audit.push(audit::record(
-            audit::ORDER_PLACED,
+            AuditAction::OrderPlaced,
             entity::ORDER,
             order.id,
             actor,
@@ -254,7 +248,7 @@ impl Orchestrator {
             // SPEC §4: a replay that changes nothing is audited too.
             let mut changes = Changes::default();
             changes.audit.push(audit::record(
-                audit::ORCHESTRATE_NOOP,
+                AuditAction::OrchestrateNoop,
                 entity::ORDER,
                 order_id,
                 actor,
@@ -419,26 +413,26 @@ impl Orchestrator {
                 payment_events =
                     payment.decline(code, provider_transaction_id, now).map_err(broken_invariant)?;
                 order_events = order
-                    .fail(FailureStage::Payment, reasons::PAYMENT_DECLINED, now)
+                    .fail(FailureStage::Payment, FailureReason::PaymentDeclined, now)
                     .map_err(broken_invariant)?;
                 (step, progress, audit_action, write_payment) =
-                    (StepStatus::Failed, Progress::Stop, Some(audit::PAYMENT_DECLINED), true);
+                    (StepStatus::Failed, Progress::Stop, Some(AuditAction::PaymentDeclined), true);
             }
             Err(GatewayError::Rejected { code, message }) => {
                 detail = format!("declined: {code}: {message}");
                 payment_events = payment.decline(code, None, now).map_err(broken_invariant)?;
                 order_events = order
-                    .fail(FailureStage::Payment, reasons::PAYMENT_DECLINED, now)
+                    .fail(FailureStage::Payment, FailureReason::PaymentDeclined, now)
                     .map_err(broken_invariant)?;
                 (step, progress, audit_action, write_payment) =
-                    (StepStatus::Failed, Progress::Stop, Some(audit::PAYMENT_DECLINED), true);
+                    (StepStatus::Failed, Progress::Stop, Some(AuditAction::PaymentDeclined), true);
             }
             Ok(ApprovalOutcome::Unknown { reason }) => {
                 detail = format!("outcome unknown ({reason}); awaiting reconciliation");
                 payment_events = payment.require_confirmation(now).map_err(broken_invariant)?;
                 order_events = order.await_confirmation(now).map_err(broken_invariant)?;
                 (step, progress, audit_action, write_payment) =
-                    (StepStatus::Ready, Progress::Stop, Some(audit::PAYMENT_OUTCOME_UNKNOWN), true);
+                    (StepStatus::Ready, Progress::Stop, Some(AuditAction::PaymentOutcomeUnknown), true);
             }
             Err(GatewayError::Unavailable(reason)) => {
                 // Nothing was charged (or the same key makes a later attempt safe): the
@@ -446,10 +440,14 @@ impl Orchestrator {
                 detail = format!("provider unavailable: {reason}");
                 payment_events = Vec::new();
                 order_events = order
-                    .fail(FailureStage::Payment, reasons::PROVIDER_UNAVAILABLE, now)
+                    .fail(FailureStage::Payment, FailureReason::ProviderUnavailable, now)
                     .map_err(broken_invariant)?;
-                (step, progress, audit_action, write_payment) =
-                    (StepStatus::Failed, Progress::Stop, Some(audit::PAYMENT_PROVIDER_UNAVAILABLE), false);
+                (step, progress, audit_action, write_payment) = (
+                    StepStatus::Failed,
+                    Progress::Stop,
+                    Some(AuditAction::PaymentProviderUnavailable),
+                    false,
+                );
             }
         }
         if write_payment {
@@ -535,7 +533,7 @@ impl Orchestrator {
         changes.update_order(&mut order);
         changes.step(order.id, SagaStep::Payment, StepStatus::Ready, Some(detail.clone()), now);
         changes.audit.push(audit::record(
-            audit::PAYMENT_OUTCOME_UNSTORABLE,
+            AuditAction::PaymentOutcomeUnstorable,
             entity::ORDER,
             order.id,
             actor,
@@ -596,7 +594,7 @@ impl Orchestrator {
             Some(reason) => {
                 let detail = format!("settlement failed: {reason}");
                 changes.audit.push(audit::record(
-                    audit::SETTLEMENT_FAILED,
+                    AuditAction::SettlementFailed,
                     entity::ORDER,
                     order.id,
                     actor,
@@ -606,7 +604,7 @@ impl Orchestrator {
                 (
                     settlement.fail(reason, now).map_err(broken_invariant)?,
                     order
-                        .fail(FailureStage::Settlement, reasons::SETTLEMENT_FAILED, now)
+                        .fail(FailureStage::Settlement, FailureReason::SettlementFailed, now)
                         .map_err(broken_invariant)?,
                     StepStatus::Failed,
                     detail,
@@ -712,7 +710,7 @@ impl Orchestrator {
                     now,
                 );
                 changes.audit.push(audit::record(
-                    audit::COMPENSATED,
+                    AuditAction::Compensated,
                     entity::ORDER,
                     order.id,
                     actor,
@@ -730,7 +728,7 @@ impl Orchestrator {
                 let detail = format!("cancel failed: {err}");
                 changes.step(order.id, SagaStep::Compensation, StepStatus::Failed, Some(detail.clone()), now);
                 changes.audit.push(audit::record(
-                    audit::COMPENSATION_FAILED,
+                    AuditAction::CompensationFailed,
                     entity::ORDER,
                     order.id,
                     actor,
@@ -859,15 +857,15 @@ impl Orchestrator {
                 let detail = format!("approved ({source}), provider transaction {provider_transaction_id}");
                 let p = payment.approve(provider_transaction_id, now).map_err(broken_invariant)?;
                 let o = order.approve_payment(now).map_err(broken_invariant)?;
-                (p, o, StepStatus::Success, audit::PAYMENT_CONFIRMED, detail)
+                (p, o, StepStatus::Success, AuditAction::PaymentConfirmed, detail)
             }
             Confirmation::Declined { code, provider_transaction_id } => {
                 let detail = format!("declined ({source}): {code}");
                 let p = payment.decline(code, provider_transaction_id, now).map_err(broken_invariant)?;
                 let o = order
-                    .fail(FailureStage::Payment, reasons::PAYMENT_DECLINED, now)
+                    .fail(FailureStage::Payment, FailureReason::PaymentDeclined, now)
                     .map_err(broken_invariant)?;
-                (p, o, StepStatus::Failed, audit::PAYMENT_DECLINED, detail)
+                (p, o, StepStatus::Failed, AuditAction::PaymentDeclined, detail)
             }
         };
         changes.step(order.id, SagaStep::Payment, step_status, Some(detail.clone()), now);
@@ -994,7 +992,7 @@ impl Orchestrator {
             );
             changes.step(order_id, SagaStep::Payment, StepStatus::Ready, Some(detail.clone()), now);
             changes.audit.push(audit::record(
-                audit::RECONCILIATION_EXHAUSTED,
+                AuditAction::ReconciliationExhausted,
                 entity::ORDER,
                 order_id,
                 actor,
@@ -1145,7 +1143,7 @@ mod tests {
         assert!(
             commits.iter().flat_map(|c| &c.outbox).all(|e| e.correlation_id.as_deref() == Some("corr-1"))
         );
-        assert!(commits.iter().flat_map(|c| &c.audit).any(|a| a.action == audit::COMPENSATED));
+        assert!(commits.iter().flat_map(|c| &c.audit).any(|a| a.action == AuditAction::Compensated));
     }
 
     #[tokio::test]
@@ -1255,7 +1253,9 @@ mod tests {
         uow.expect_commit()
             .times(1)
             .withf(|c| {
-                c.new_orders.is_empty() && c.audit.len() == 1 && c.audit[0].action == audit::ORDER_REJECTED
+                c.new_orders.is_empty()
+                    && c.audit.len() == 1
+                    && c.audit[0].action == AuditAction::OrderRejected
             })
             .returning(|_| Ok(()));
         m.uow = uow;

@@ -9,6 +9,7 @@ use crate::application::audit::{self, entity};
 use crate::application::input;
 use crate::application::ports::{Clock, OutboxFilter, OutboxRecord, OutboxStats, OutboxStore};
 use crate::application::{Actor, AppError};
+use crate::domain::audit::AuditAction;
 use crate::domain::outbox::{FailureCode, OutboxAction, OutboxStatus};
 use crate::domain::text;
 
@@ -111,7 +112,7 @@ impl OutboxAdmin {
             message: format!("outbox event {id} is {}, not DEAD_LETTER", row.status),
         };
         action.apply(row.status).map_err(|_| not_dead())?;
-        let name = if discard { audit::OUTBOX_DISCARD } else { audit::OUTBOX_REPUBLISH };
+        let name = if discard { AuditAction::OutboxDiscard } else { AuditAction::OutboxRepublish };
         let now = self.clock.now();
         let record = audit::record(name, entity::OUTBOX_EVENT, id, actor, reason, now);
         let moved = self.store.settle_dead_letters(&[id], discard, now, record).await?;
@@ -149,7 +150,7 @@ impl OutboxAdmin {
         }
         let now = self.clock.now();
         let detail = request.reason.clone().or_else(|| Some("bulk redrive".into()));
-        let record = audit::record(audit::OUTBOX_REDRIVE, entity::OUTBOX_EVENT, "", actor, detail, now);
+        let record = audit::record(AuditAction::OutboxRedrive, entity::OUTBOX_EVENT, "", actor, detail, now);
         let moved = self.store.settle_dead_letters(&ids, false, now, record).await?;
         Ok(RedriveReport { matched, redriven: moved.len(), ids: moved })
     }

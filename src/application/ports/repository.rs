@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 
 use super::outbox::NewOutboxEvent;
 use super::providers::Scenario;
+use crate::domain::audit::AuditAction;
 use crate::domain::ids::{NotificationId, OrderId};
 use crate::domain::notification::{Notification, NotificationStatus};
 use crate::domain::order::{Order, OrderStatus, SagaStep, StepStatus};
@@ -73,7 +74,7 @@ pub struct NewStep {
 /// One `audit_log` row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditRecord {
-    pub action: String,
+    pub action: AuditAction,
     pub entity_type: String,
     pub entity_id: String,
     pub actor: String,

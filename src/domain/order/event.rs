@@ -1,13 +1,13 @@
 //! Events an order emits; the application turns each into one outbox row.
 
-use super::status::FailureStage;
+use super::status::{FailureReason, FailureStage};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OrderEvent {
     /// The saga finished: paid, settled, the customer told (or told nothing, by policy).
     Completed,
     /// A step failed; compensation or an operator may follow.
-    Failed { stage: FailureStage, reason: String },
+    Failed { stage: FailureStage, reason: FailureReason },
     /// The order is off: compensated after a failure, or refunded.
     Cancelled { reason: String },
 }

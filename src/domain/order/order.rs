@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 
 use super::error::OrderError;
 use super::event::OrderEvent;
-use super::status::{FailureStage, OrderAction, OrderSource, OrderStatus};
+use super::status::{FailureReason, FailureStage, OrderAction, OrderSource, OrderStatus};
 use crate::domain::ids::OrderId;
 use crate::domain::money::{Currency, Money};
 use crate::domain::text;
@@ -55,7 +55,7 @@ pub struct Order {
     pub total: Money,
     pub status: OrderStatus,
     pub failure_stage: Option<FailureStage>,
-    pub failure_reason: Option<String>,
+    pub failure_reason: Option<FailureReason>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     /// Optimistic-concurrency version as loaded; the store updates only `WHERE version = this`.
@@ -194,7 +194,7 @@ impl Order {
     pub fn fail(
         &mut self,
         stage: FailureStage,
-        reason: impl Into<String>,
+        reason: FailureReason,
         now: DateTime<Utc>,
     ) -> Result<Vec<OrderEvent>, OrderError> {
         use OrderStatus::*;
@@ -208,9 +208,8 @@ impl Order {
             FailureStage::Notification => (OrderAction::FailNotification, self.status == SettlementRequested),
         };
         self.guard(action, allowed)?;
-        let reason = reason.into();
         self.failure_stage = Some(stage);
-        self.failure_reason = Some(reason.clone());
+        self.failure_reason = Some(reason);
         self.move_to(Failed, now);
         Ok(vec![OrderEvent::Failed { stage, reason }])
     }
@@ -394,9 +393,9 @@ mod tests {
             ("await", |o| o.await_confirmation(now())),
             ("settle", |o| o.request_settlement(now())),
             ("complete", |o| o.complete(now())),
-            ("fail_payment", |o| o.fail(F::Payment, "x", now())),
-            ("fail_settlement", |o| o.fail(F::Settlement, "x", now())),
-            ("fail_notification", |o| o.fail(F::Notification, "x", now())),
+            ("fail_payment", |o| o.fail(F::Payment, FailureReason::PaymentDeclined, now())),
+            ("fail_settlement", |o| o.fail(F::Settlement, FailureReason::SettlementFailed, now())),
+            ("fail_notification", |o| o.fail(F::Notification, FailureReason::NotificationFailed, now())),
             ("compensate", |o| o.compensate(now())),
             ("refund", |o| o.refund(now())),
         ];
@@ -446,9 +445,10 @@ mod tests {
     #[test]
     fn failure_and_recovery_events() {
         let mut order = order_in(OrderStatus::SettlementRequested, None);
-        let events = order.fail(FailureStage::Notification, "smtp down", now()).unwrap();
+        let events =
+            order.fail(FailureStage::Notification, FailureReason::NotificationFailed, now()).unwrap();
         assert_eq!(events[0].event_type(), "order.failed");
-        assert_eq!(order.failure_reason.as_deref(), Some("smtp down"));
+        assert_eq!(order.failure_reason, Some(FailureReason::NotificationFailed));
         let events = order.complete(now()).unwrap();
         assert_eq!(events, vec![OrderEvent::Completed]);
         assert_eq!(order.failure_stage, None, "completion clears the failure");

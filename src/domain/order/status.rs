@@ -26,6 +26,17 @@ spelled!(
 );
 
 spelled!(
+    /// Why an order failed (`failureReason`): a stable code. The provider's own words go
+    /// into the step's detail and the audit row.
+    FailureReason {
+        PaymentDeclined => "PAYMENT_DECLINED",
+        ProviderUnavailable => "PROVIDER_UNAVAILABLE",
+        SettlementFailed => "SETTLEMENT_FAILED",
+        NotificationFailed => "NOTIFICATION_FAILED",
+    }
+);
+
+spelled!(
     /// How the order reached us.
     OrderSource {
         Api => "API",
