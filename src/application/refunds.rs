@@ -14,9 +14,10 @@ use std::sync::Arc;
 
 use crate::application::audit::{self, entity};
 use crate::application::orchestration::events::EventWriter;
+use crate::application::orchestration::lease::SagaLeases;
 use crate::application::ports::{
     CancelPayment, Changes, Clock, GatewayError, InboxEntry, LookupOutcome, OrderRecord, OrderRepository,
-    PaymentGateway, PaymentRepository, RepoError, SagaLease, Scenario, UnitOfWork,
+    PaymentGateway, PaymentRepository, RepoError, Scenario, UnitOfWork,
 };
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
@@ -73,7 +74,7 @@ pub struct Refunds {
     payments: Arc<dyn PaymentGateway>,
     clock: Arc<dyn Clock>,
     /// A refund holds the order's saga lease: one refund at a time per order.
-    lease: chrono::Duration,
+    leases: SagaLeases,
     /// Attempts at a refund whose outcome is unknown before an operator must decide.
     max_attempts: i32,
     /// Delay before the second attempt; doubled after each.
@@ -99,7 +100,8 @@ impl Refunds {
         max_attempts: i32,
         retry_after: chrono::Duration,
     ) -> Self {
-        Refunds { orders, pending, uow, payments, clock, lease, max_attempts, retry_after }
+        let leases = SagaLeases::new(orders.clone(), clock.clone(), lease);
+        Refunds { orders, pending, uow, payments, clock, leases, max_attempts, retry_after }
     }
 
     /// Whether an order can be refunded now: `COMPLETED` with an `APPROVED` payment, or
@@ -127,9 +129,7 @@ impl Refunds {
         order_id: OrderId,
         request: RefundRequest,
     ) -> Result<RefundOutcome, AppError> {
-        let now = self.clock.now();
-        let lease = SagaLease { owner: uuid::Uuid::new_v4().to_string(), until: now + self.lease };
-        if !self.orders.lease_saga(order_id, &lease, now).await? {
+        let Some(lease) = self.leases.take(order_id).await? else {
             if self.orders.get(order_id).await?.is_none() {
                 return Err(AppError::NotFound("order"));
             }
@@ -137,11 +137,9 @@ impl Refunds {
                 code: ORDER_BUSY,
                 message: "the order is being changed right now; retry shortly".into(),
             });
-        }
+        };
         let result = self.refund_leased(actor, order_id, request).await;
-        if let Err(err) = self.orders.release_saga(order_id, &lease.owner).await {
-            tracing::warn!(order = %order_id, error = %err, "could not release the saga lease");
-        }
+        self.leases.release(order_id, &lease.owner).await;
         result
     }
 
@@ -410,15 +408,12 @@ impl Refunds {
         let mut report = PendingRefundReport::default();
         for payment in due {
             let order_id = payment.order_id;
-            let lease = SagaLease { owner: uuid::Uuid::new_v4().to_string(), until: now + self.lease };
-            if !self.orders.lease_saga(order_id, &lease, now).await? {
+            let Some(lease) = self.leases.take(order_id).await? else {
                 report.busy += 1;
                 continue;
-            }
+            };
             let result = self.resolve_leased(&actor, order_id).await;
-            if let Err(err) = self.orders.release_saga(order_id, &lease.owner).await {
-                tracing::warn!(order = %order_id, error = %err, "could not release the saga lease");
-            }
+            self.leases.release(order_id, &lease.owner).await;
             match result {
                 Ok(RefundOutcome::Refunded(_)) => report.refunded += 1,
                 Ok(RefundOutcome::Rejected { .. }) => report.refused += 1,

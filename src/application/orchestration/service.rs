@@ -9,12 +9,14 @@ use std::sync::Arc;
 
 use crate::application::audit::{self, entity};
 use crate::application::orchestration::events::EventWriter;
+use crate::application::orchestration::lease::SagaLeases;
 use crate::application::orchestration::notify::apply_send_result;
+use crate::application::orchestration::payment::{ApprovalDecision, decide_approval};
 use crate::application::orchestration::steps::{NextAction, next_action};
 use crate::application::ports::{
-    ApprovalOutcome, ApprovePayment, CancelPayment, Changes, Clock, GatewayError, InboxEntry, LookupOutcome,
-    NotificationRequest, Notifier, OrderContext, OrderRecord, OrderRepository, PaymentGateway, RepoError,
-    SagaLease, Scenario, SettlementGateway, SettlementOutcome, SettlementRequest, UnitOfWork,
+    ApprovePayment, CancelPayment, Changes, Clock, InboxEntry, NotificationRequest, Notifier, OrderContext,
+    OrderRecord, OrderRepository, PaymentGateway, RepoError, SagaLease, Scenario, SettlementGateway,
+    SettlementOutcome, SettlementRequest, UnitOfWork,
 };
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
@@ -76,6 +78,24 @@ enum Progress {
     Reload,
 }
 
+/// What one step decided: the changes to commit in one transaction and the state they
+/// lead to. [`Orchestrator::commit_step`] commits it for every step alike.
+struct StepOutcome {
+    changes: Changes,
+    order: Order,
+    /// The step's aggregate as it is after the commit; `None` leaves the record's as is.
+    payment: Option<Payment>,
+    settlement: Option<Settlement>,
+    notification: Option<Notification>,
+    progress: Progress,
+}
+
+impl StepOutcome {
+    fn new(changes: Changes, order: Order, progress: Progress) -> Self {
+        StepOutcome { changes, order, payment: None, settlement: None, notification: None, progress }
+    }
+}
+
 /// One run of an order's saga: the lease it holds (if any), and whether a commit of this
 /// run already gave the lease back.
 struct Run<'a> {
@@ -113,16 +133,17 @@ impl<'a> Run<'a> {
 }
 
 pub struct Orchestrator {
-    orders: Arc<dyn OrderRepository>,
-    uow: Arc<dyn UnitOfWork>,
-    payments: Arc<dyn PaymentGateway>,
+    pub(super) orders: Arc<dyn OrderRepository>,
+    pub(super) uow: Arc<dyn UnitOfWork>,
+    pub(super) payments: Arc<dyn PaymentGateway>,
     settlements: Arc<dyn SettlementGateway>,
     notifier: Arc<dyn Notifier>,
-    clock: Arc<dyn Clock>,
+    pub(super) clock: Arc<dyn Clock>,
     settings: SagaSettings,
+    pub(super) leases: SagaLeases,
 }
 
-fn broken_invariant(err: impl std::fmt::Display) -> AppError {
+pub(super) fn broken_invariant(err: impl std::fmt::Display) -> AppError {
     AppError::Internal(format!("saga invariant broken: {err}"))
 }
 
@@ -136,7 +157,8 @@ impl Orchestrator {
         clock: Arc<dyn Clock>,
         settings: SagaSettings,
     ) -> Self {
-        Orchestrator { orders, uow, payments, settlements, notifier, clock, settings }
+        let leases = SagaLeases::new(orders.clone(), clock.clone(), settings.saga_lease);
+        Orchestrator { orders, uow, payments, settlements, notifier, clock, settings, leases }
     }
 
     /// Places an order and runs the saga as far as it goes now.
@@ -176,8 +198,7 @@ impl Orchestrator {
         let mut order = Order::place(cmd.order_id, input, now)?;
         let context = OrderContext { scenario: cmd.scenario, correlation_id: cmd.correlation_id };
         let mut changes = Changes::default();
-        let lease =
-            SagaLease { owner: uuid::Uuid::new_v4().to_string(), until: now + self.settings.saga_lease };
+        let lease = self.leases.fresh();
         changes.insert_leased_order(&mut order, context.clone(), lease.clone());
         if let Some(key) = &cmd.inbox {
             changes.inbox.push(InboxEntry {
@@ -276,12 +297,9 @@ impl Orchestrator {
         ) {
             return Ok(record);
         }
-        let now = self.clock.now();
-        let lease =
-            SagaLease { owner: uuid::Uuid::new_v4().to_string(), until: now + self.settings.saga_lease };
-        if !self.orders.lease_saga(record.order.id, &lease, now).await? {
+        let Some(lease) = self.leases.take(record.order.id).await? else {
             return Ok(record);
-        }
+        };
         // The state may have moved on before the lease was ours.
         let fresh = self.load(record.order.id).await?;
         self.run_leased(fresh, actor, lease).await
@@ -296,11 +314,8 @@ impl Orchestrator {
         let id = record.order.id;
         let run = Run::new(Some(&lease.owner));
         let result = self.drive_run(record, actor, &run).await;
-        if !run.released()
-            && let Err(err) = self.orders.release_saga(id, &lease.owner).await
-        {
-            // Not fatal: the lease runs out by itself.
-            tracing::warn!(order = %id, error = %err, "could not release the saga lease");
+        if !run.released() {
+            self.leases.release(id, &lease.owner).await;
         }
         result
     }
@@ -315,18 +330,49 @@ impl Orchestrator {
         }
     }
 
-    async fn load(&self, order_id: OrderId) -> Result<OrderRecord, AppError> {
+    pub(super) async fn load(&self, order_id: OrderId) -> Result<OrderRecord, AppError> {
         self.orders.get(order_id).await?.ok_or(AppError::NotFound("order"))
     }
 
-    /// Commits a step of `run`, noting when the commit gave the lease back.
-    async fn commit_step(&self, run: &Run<'_>, changes: Changes) -> Result<bool, AppError> {
-        let releasing = changes.release_saga.is_some();
-        let committed = self.commit(changes).await?;
-        if committed && releasing {
+    /// The one way a step's outcome is committed: gives the lease back in the same commit
+    /// when nothing is left for this run, commits conditionally, and on success moves
+    /// `record` to the committed state. `Ok(None)`: a conditional write lost (nothing was
+    /// written; the caller reloads or decides what the refusal means).
+    async fn commit_step(
+        &self,
+        run: &Run<'_>,
+        record: &mut OrderRecord,
+        mut outcome: StepOutcome,
+    ) -> Result<Option<Progress>, AppError> {
+        if outcome.changes.release_saga.is_none() {
+            run.release_if_final(
+                &mut outcome.changes,
+                &outcome.order,
+                outcome.payment.as_ref().or(record.payment.as_ref()),
+                outcome.settlement.as_ref().or(record.settlement.as_ref()),
+                outcome.notification.as_ref().or(record.notification.as_ref()),
+            );
+        }
+        let releasing = outcome.changes.release_saga.is_some();
+        let steps = outcome.changes.steps.clone();
+        if !self.commit(outcome.changes).await? {
+            return Ok(None);
+        }
+        if releasing {
             run.released.store(true, std::sync::atomic::Ordering::SeqCst);
         }
-        Ok(committed)
+        record.order = outcome.order;
+        if let Some(payment) = outcome.payment {
+            record.payment = Some(payment);
+        }
+        if let Some(settlement) = outcome.settlement {
+            record.settlement = Some(settlement);
+        }
+        if let Some(notification) = outcome.notification {
+            record.notification = Some(notification);
+        }
+        record.steps.extend(steps.into_iter().map(|s| s.record));
+        Ok(Some(outcome.progress))
     }
 
     /// Commits; `Ok(false)` when a conditional write lost a race (nothing was written).
@@ -338,7 +384,7 @@ impl Orchestrator {
         }
     }
 
-    async fn drive(&self, record: OrderRecord, actor: &Actor) -> Result<OrderRecord, AppError> {
+    pub(super) async fn drive(&self, record: OrderRecord, actor: &Actor) -> Result<OrderRecord, AppError> {
         self.drive_run(record, actor, &Run::new(None)).await
     }
 
@@ -394,22 +440,22 @@ impl Orchestrator {
             amount: payment.amount,
             scenario: record.context.scenario,
         };
-        let result = self.payments.approve(&request).await;
+        let decision = decide_approval(self.payments.approve(&request).await);
 
         let now = self.clock.now();
         let mut order = record.order.clone();
         let mut changes = Changes::default();
         let (payment_events, order_events, step, detail, progress, audit_action, write_payment);
-        match result {
-            Ok(ApprovalOutcome::Approved { provider_transaction_id }) => {
+        match decision {
+            ApprovalDecision::Approved { provider_transaction_id } => {
                 detail = format!("approved, provider transaction {provider_transaction_id}");
                 payment_events = payment.approve(provider_transaction_id, now).map_err(broken_invariant)?;
                 order_events = order.approve_payment(now).map_err(broken_invariant)?;
                 (step, progress, audit_action, write_payment) =
                     (StepStatus::Success, Progress::Continue, None, true);
             }
-            Ok(ApprovalOutcome::Declined { code, provider_transaction_id }) => {
-                detail = format!("declined: {code}");
+            ApprovalDecision::Declined { code, provider_transaction_id, detail: why } => {
+                detail = why;
                 payment_events =
                     payment.decline(code, provider_transaction_id, now).map_err(broken_invariant)?;
                 order_events = order
@@ -418,23 +464,14 @@ impl Orchestrator {
                 (step, progress, audit_action, write_payment) =
                     (StepStatus::Failed, Progress::Stop, Some(AuditAction::PaymentDeclined), true);
             }
-            Err(GatewayError::Rejected { code, message }) => {
-                detail = format!("declined: {code}: {message}");
-                payment_events = payment.decline(code, None, now).map_err(broken_invariant)?;
-                order_events = order
-                    .fail(FailureStage::Payment, FailureReason::PaymentDeclined, now)
-                    .map_err(broken_invariant)?;
-                (step, progress, audit_action, write_payment) =
-                    (StepStatus::Failed, Progress::Stop, Some(AuditAction::PaymentDeclined), true);
-            }
-            Ok(ApprovalOutcome::Unknown { reason }) => {
+            ApprovalDecision::Unknown { reason } => {
                 detail = format!("outcome unknown ({reason}); awaiting reconciliation");
                 payment_events = payment.require_confirmation(now).map_err(broken_invariant)?;
                 order_events = order.await_confirmation(now).map_err(broken_invariant)?;
                 (step, progress, audit_action, write_payment) =
                     (StepStatus::Ready, Progress::Stop, Some(AuditAction::PaymentOutcomeUnknown), true);
             }
-            Err(GatewayError::Unavailable(reason)) => {
+            ApprovalDecision::Unavailable { reason } => {
                 // Nothing was charged (or the same key makes a later attempt safe): the
                 // payment row is not written, the order fails with a stable reason.
                 detail = format!("provider unavailable: {reason}");
@@ -472,24 +509,12 @@ impl Orchestrator {
         let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
         events.payment(&payment, &payment_events).order(&order_events);
         changes.outbox = events.finish();
-        let post_payment = if write_payment { Some(&payment) } else { record.payment.as_ref() };
-        run.release_if_final(
-            &mut changes,
-            &order,
-            post_payment,
-            record.settlement.as_ref(),
-            record.notification.as_ref(),
-        );
-        let steps = changes.steps.clone();
-        if !self.commit_step(run, changes).await? {
-            return self.approval_not_stored(record, attempt, detail, actor, run).await;
+        let mut outcome = StepOutcome::new(changes, order, progress);
+        outcome.payment = write_payment.then_some(payment);
+        match self.commit_step(run, record, outcome).await? {
+            Some(progress) => Ok(progress),
+            None => self.approval_not_stored(record, attempt, detail, actor, run).await,
         }
-        record.order = order;
-        if write_payment {
-            record.payment = Some(payment);
-        }
-        record.steps.extend(steps.into_iter().map(|s| s.record));
-        Ok(progress)
     }
 
     /// The approval's outcome commit was refused. Either another runner moved the order on
@@ -541,16 +566,10 @@ impl Orchestrator {
             now,
         ));
         tracing::error!(order = %order.id, %answer, "a payment provider answer could not be stored");
-        run.release_if_final(&mut changes, &order, Some(&payment), None, None);
-        let steps = changes.steps.clone();
-        if !self.commit_step(run, changes).await? {
-            return Ok(Progress::Reload);
-        }
         *record = current;
-        record.order = order;
-        record.payment = Some(payment);
-        record.steps.extend(steps.into_iter().map(|s| s.record));
-        Ok(Progress::Stop)
+        let mut outcome = StepOutcome::new(changes, order, Progress::Stop);
+        outcome.payment = Some(payment);
+        Ok(self.commit_step(run, record, outcome).await?.unwrap_or(Progress::Reload))
     }
 
     async fn request_settlement(
@@ -617,21 +636,9 @@ impl Orchestrator {
         let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
         events.settlement(&settlement, &settlement_events).order(&order_events);
         changes.outbox = events.finish();
-        run.release_if_final(
-            &mut changes,
-            &order,
-            record.payment.as_ref(),
-            Some(&settlement),
-            record.notification.as_ref(),
-        );
-        let steps = changes.steps.clone();
-        if !self.commit_step(run, changes).await? {
-            return Ok(Progress::Reload);
-        }
-        record.order = order;
-        record.settlement = Some(settlement);
-        record.steps.extend(steps.into_iter().map(|s| s.record));
-        Ok(Progress::Continue)
+        let mut outcome = StepOutcome::new(changes, order, Progress::Continue);
+        outcome.settlement = Some(settlement);
+        Ok(self.commit_step(run, record, outcome).await?.unwrap_or(Progress::Reload))
     }
 
     async fn send_notification(
@@ -650,22 +657,11 @@ impl Orchestrator {
         let result = self.notifier.send(&request).await;
         let retry = &self.settings.notification_retry;
         let now = self.clock.now();
-        let mut outcome = apply_send_result(record, notification, true, result, retry, actor, now)?;
-        run.release_if_final(
-            &mut outcome.changes,
-            &outcome.order,
-            record.payment.as_ref(),
-            record.settlement.as_ref(),
-            Some(&outcome.notification),
-        );
-        let steps = outcome.changes.steps.clone();
-        if !self.commit_step(run, outcome.changes).await? {
-            return Ok(Progress::Reload);
-        }
-        record.order = outcome.order;
-        record.notification = Some(outcome.notification);
-        record.steps.extend(steps.into_iter().map(|s| s.record));
-        Ok(if outcome.completed { Progress::Continue } else { Progress::Stop })
+        let sent = apply_send_result(record, notification, true, result, retry, actor, now)?;
+        let progress = if sent.completed { Progress::Continue } else { Progress::Stop };
+        let mut outcome = StepOutcome::new(sent.changes, sent.order, progress);
+        outcome.notification = Some(sent.notification);
+        Ok(self.commit_step(run, record, outcome).await?.unwrap_or(Progress::Reload))
     }
 
     async fn compensate(
@@ -740,271 +736,13 @@ impl Orchestrator {
                 Progress::Stop
             }
         };
-        if matches!(progress, Progress::Stop) {
+        if let (Progress::Stop, Some(owner)) = (&progress, run.owner) {
             // A failed cancel ends this run (the worker retries later).
-            if let Some(owner) = run.owner {
-                changes.release_saga = Some(owner.to_owned());
-            }
-        } else {
-            run.release_if_final(
-                &mut changes,
-                &order,
-                Some(&payment),
-                record.settlement.as_ref(),
-                record.notification.as_ref(),
-            );
+            changes.release_saga = Some(owner.to_owned());
         }
-        let steps = changes.steps.clone();
-        if !self.commit_step(run, changes).await? {
-            return Ok(Progress::Reload);
-        }
-        record.order = order;
-        record.payment = Some(payment);
-        record.steps.extend(steps.into_iter().map(|s| s.record));
-        Ok(progress)
-    }
-}
-
-/// What the provider says became of a payment whose outcome was unknown.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Confirmation {
-    Approved { provider_transaction_id: String },
-    Declined { code: String, provider_transaction_id: Option<String> },
-}
-
-/// How one reconciliation of an unknown payment ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reconciled {
-    /// The outcome is known now and the saga went on.
-    Resolved(Box<OrderRecord>),
-    /// Still unknown; asked again later.
-    StillUnknown,
-    /// Still unknown and out of attempts: an operator must decide.
-    Exhausted,
-    /// Another runner holds the order (a callback, most likely): nothing done.
-    Busy,
-    /// Not waiting for confirmation (any more).
-    NotPending,
-}
-
-impl Orchestrator {
-    async fn take_lease(&self, order_id: OrderId) -> Result<Option<SagaLease>, AppError> {
-        let now = self.clock.now();
-        let lease =
-            SagaLease { owner: uuid::Uuid::new_v4().to_string(), until: now + self.settings.saga_lease };
-        Ok(self.orders.lease_saga(order_id, &lease, now).await?.then_some(lease))
-    }
-
-    async fn release(&self, order_id: OrderId, lease: &SagaLease) {
-        if let Err(err) = self.orders.release_saga(order_id, &lease.owner).await {
-            tracing::warn!(order = %order_id, error = %err, "could not release the saga lease");
-        }
-    }
-
-    /// Records the final outcome of a payment that was `CONFIRMATION_REQUIRED` and resumes
-    /// the saga (settlement ... or the failure branch). Whichever of a provider callback and
-    /// reconciliation comes first applies it; for the other this is a no-op.
-    ///
-    /// `Ok(None)`: another runner holds the order right now (try again shortly).
-    ///
-    /// # Errors
-    /// `NotFound`; `Unavailable` when the database fails.
-    pub async fn confirm_payment(
-        &self,
-        actor: &Actor,
-        order_id: OrderId,
-        confirmation: Confirmation,
-        source: &str,
-    ) -> Result<Option<OrderRecord>, AppError> {
-        let Some(lease) = self.take_lease(order_id).await? else {
-            return Ok(None);
-        };
-        let result = async {
-            let record = self.load(order_id).await?;
-            let pending =
-                record.payment.as_ref().is_some_and(|p| p.status == PaymentStatus::ConfirmationRequired);
-            if !pending {
-                return Ok(record);
-            }
-            match self.apply_confirmation(record, confirmation, actor, source).await? {
-                Some(record) => self.drive(record, actor).await,
-                // The pushed answer cannot be stored: the provider retries its callback, and
-                // reconciliation (bounded) asks meanwhile.
-                None => Err(AppError::Unavailable("the provider's answer cannot be stored".into())),
-            }
-        }
-        .await;
-        self.release(order_id, &lease).await;
-        result.map(Some)
-    }
-
-    /// Applies a final answer to a `CONFIRMATION_REQUIRED` payment. `Ok(None)`: the answer
-    /// cannot be stored as it is (its transaction id belongs to another payment) and the
-    /// payment stays unknown; a lost race returns the state that won.
-    async fn apply_confirmation(
-        &self,
-        mut record: OrderRecord,
-        confirmation: Confirmation,
-        actor: &Actor,
-        source: &str,
-    ) -> Result<Option<OrderRecord>, AppError> {
-        let now = self.clock.now();
-        let mut payment = record.payment.clone().ok_or_else(|| broken_invariant("no payment to confirm"))?;
-        let mut order = record.order.clone();
-        let mut changes = Changes::default();
-        let (payment_events, order_events, step_status, action, detail) = match confirmation {
-            Confirmation::Approved { provider_transaction_id } => {
-                let detail = format!("approved ({source}), provider transaction {provider_transaction_id}");
-                let p = payment.approve(provider_transaction_id, now).map_err(broken_invariant)?;
-                let o = order.approve_payment(now).map_err(broken_invariant)?;
-                (p, o, StepStatus::Success, AuditAction::PaymentConfirmed, detail)
-            }
-            Confirmation::Declined { code, provider_transaction_id } => {
-                let detail = format!("declined ({source}): {code}");
-                let p = payment.decline(code, provider_transaction_id, now).map_err(broken_invariant)?;
-                let o = order
-                    .fail(FailureStage::Payment, FailureReason::PaymentDeclined, now)
-                    .map_err(broken_invariant)?;
-                (p, o, StepStatus::Failed, AuditAction::PaymentDeclined, detail)
-            }
-        };
-        changes.step(order.id, SagaStep::Payment, step_status, Some(detail.clone()), now);
-        changes.audit.push(audit::record(action, entity::ORDER, order.id, actor, Some(detail), now));
-        changes.update_payment(&mut payment);
-        changes.update_order(&mut order);
-        let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
-        events.payment(&payment, &payment_events).order(&order_events);
-        changes.outbox = events.finish();
-        let steps = changes.steps.clone();
-        match self.uow.commit(changes).await {
-            Ok(()) => {}
-            Err(RepoError::Conflict) => {
-                let current = self.load(record.order.id).await?;
-                let unchanged = current.order.version == record.order.version
-                    && current.payment.as_ref().map(|p| p.version)
-                        == record.payment.as_ref().map(|p| p.version);
-                return Ok((!unchanged).then_some(current));
-            }
-            Err(err) => return Err(err.into()),
-        }
-        record.order = order;
-        record.payment = Some(payment);
-        record.steps.extend(steps.into_iter().map(|s| s.record));
-        Ok(Some(record))
-    }
-
-    /// Asks the provider what became of an unknown payment (by `paymentRequestId`) and
-    /// resumes the saga when it knows; a request the provider never took is approved again
-    /// with the same key. Each inconclusive look-up counts; at `max_attempts` the payment is
-    /// left to an operator.
-    ///
-    /// # Errors
-    /// `NotFound`; `Unavailable` when the database fails.
-    pub async fn reconcile_payment(
-        &self,
-        actor: &Actor,
-        order_id: OrderId,
-        max_attempts: i32,
-        retry_after: chrono::Duration,
-    ) -> Result<Reconciled, AppError> {
-        let Some(lease) = self.take_lease(order_id).await? else {
-            return Ok(Reconciled::Busy);
-        };
-        let result = self.reconcile_leased(actor, order_id, max_attempts, retry_after).await;
-        self.release(order_id, &lease).await;
-        result
-    }
-
-    async fn reconcile_leased(
-        &self,
-        actor: &Actor,
-        order_id: OrderId,
-        max_attempts: i32,
-        retry_after: chrono::Duration,
-    ) -> Result<Reconciled, AppError> {
-        let record = self.load(order_id).await?;
-        let Some(payment) =
-            record.payment.clone().filter(|p| p.status == PaymentStatus::ConfirmationRequired)
-        else {
-            return Ok(Reconciled::NotPending);
-        };
-        let scenario = record.context.scenario;
-        let confirmation = match self.payments.lookup(&payment.payment_request_id, &scenario).await {
-            Ok(LookupOutcome::Approved { provider_transaction_id }) => {
-                Some(Confirmation::Approved { provider_transaction_id })
-            }
-            Ok(LookupOutcome::Declined { code, provider_transaction_id }) => {
-                Some(Confirmation::Declined { code, provider_transaction_id })
-            }
-            Ok(LookupOutcome::Cancelled { provider_transaction_id }) => Some(Confirmation::Declined {
-                code: "CANCELLED_BY_PROVIDER".into(),
-                provider_transaction_id: Some(provider_transaction_id),
-            }),
-            Ok(LookupOutcome::NotFound) => {
-                // The provider never took it: asking again with the same key cannot charge twice.
-                let request = ApprovePayment {
-                    order_id,
-                    customer_id: record.order.customer_id.clone(),
-                    payment_request_id: payment.payment_request_id.clone(),
-                    amount: payment.amount,
-                    scenario,
-                };
-                match self.payments.approve(&request).await {
-                    Ok(ApprovalOutcome::Approved { provider_transaction_id }) => {
-                        Some(Confirmation::Approved { provider_transaction_id })
-                    }
-                    Ok(ApprovalOutcome::Declined { code, provider_transaction_id }) => {
-                        Some(Confirmation::Declined { code, provider_transaction_id })
-                    }
-                    Err(GatewayError::Rejected { code, .. }) => {
-                        Some(Confirmation::Declined { code, provider_transaction_id: None })
-                    }
-                    Ok(ApprovalOutcome::Unknown { .. }) | Err(GatewayError::Unavailable(_)) => None,
-                }
-            }
-            Err(_) => None,
-        };
-        if let Some(confirmation) = confirmation {
-            let answer = format!("{confirmation:?}");
-            match self.apply_confirmation(record, confirmation, actor, "reconciliation").await? {
-                Some(record) => {
-                    let record = self.drive(record, actor).await?;
-                    return Ok(Reconciled::Resolved(Box::new(record)));
-                }
-                // Not resolved: the answer cannot be stored. Count the attempt like an
-                // inconclusive look-up, so the loop ends with an operator, not forever.
-                None => tracing::error!(order = %order_id, %answer, "reconciled answer cannot be stored"),
-            }
-        }
-        // Still unknown: count the attempt, back off, and hand over when out of attempts.
-        let now = self.clock.now();
-        let mut payment = payment;
-        let exp = payment.reconcile_attempts.clamp(0, 16) as u32;
-        let next = now + retry_after.checked_mul(1 << exp).unwrap_or(retry_after);
-        payment.record_reconcile_attempt(next, now).map_err(broken_invariant)?;
-        let exhausted = payment.reconcile_attempts >= max_attempts;
-        let mut changes = Changes::default();
-        changes.update_payment(&mut payment);
-        if exhausted {
-            let detail = format!(
-                "outcome still unknown after {} look-ups; an operator must decide",
-                payment.reconcile_attempts
-            );
-            changes.step(order_id, SagaStep::Payment, StepStatus::Ready, Some(detail.clone()), now);
-            changes.audit.push(audit::record(
-                AuditAction::ReconciliationExhausted,
-                entity::ORDER,
-                order_id,
-                actor,
-                Some(detail),
-                now,
-            ));
-        }
-        match self.uow.commit(changes).await {
-            Ok(()) | Err(RepoError::Conflict) => {}
-            Err(err) => return Err(err.into()),
-        }
-        Ok(if exhausted { Reconciled::Exhausted } else { Reconciled::StillUnknown })
+        let mut outcome = StepOutcome::new(changes, order, progress);
+        outcome.payment = Some(payment);
+        Ok(self.commit_step(run, record, outcome).await?.unwrap_or(Progress::Reload))
     }
 }
 
@@ -1016,8 +754,8 @@ mod tests {
 
     use super::*;
     use crate::application::ports::{
-        MockClock, MockNotifier, MockOrderRepository, MockPaymentGateway, MockSettlementGateway,
-        MockUnitOfWork, NotifyFailure,
+        ApprovalOutcome, GatewayError, MockClock, MockNotifier, MockOrderRepository, MockPaymentGateway,
+        MockSettlementGateway, MockUnitOfWork, NotifyFailure,
     };
     use crate::domain::notification::FailurePolicy;
     use crate::domain::order::OrderStatus;
