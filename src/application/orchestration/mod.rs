@@ -1,12 +1,15 @@
 //! The order saga (SPEC §4): a pure step table ([`steps`]) and the service that drives it
 //! ([`Orchestrator`]), calling providers between commits and recording every outcome.
 
+mod compensation;
 mod confirmation;
 pub mod events;
 pub mod lease;
 pub mod notify;
+mod outcome;
 pub mod payment;
 mod service;
+mod settlement;
 pub mod steps;
 
 pub use confirmation::{Confirmation, Reconciled};

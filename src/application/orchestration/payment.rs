@@ -2,7 +2,20 @@
 //! function of the answer — the saga's first approval and reconciliation's approve-again
 //! read an answer the same way.
 
-use crate::application::ports::{ApprovalOutcome, GatewayError};
+use chrono::{DateTime, Utc};
+
+use super::outcome::{Progress, StepOutcome};
+use crate::application::audit::{self, entity};
+use crate::application::orchestration::events::EventWriter;
+use crate::application::ports::{ApprovalOutcome, Changes, GatewayError, OrderRecord};
+use crate::application::{Actor, AppError};
+use crate::domain::audit::AuditAction;
+use crate::domain::order::{FailureReason, FailureStage, SagaStep, StepStatus};
+use crate::domain::payment::{Payment, PaymentStatus};
+
+fn broken_invariant(err: impl std::fmt::Display) -> AppError {
+    AppError::Internal(format!("saga invariant broken: {err}"))
+}
 
 /// What an approval answer means for the saga.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +55,123 @@ pub fn decide_approval(answer: Result<ApprovalOutcome, GatewayError>) -> Approva
         Ok(ApprovalOutcome::Unknown { reason }) => ApprovalDecision::Unknown { reason },
         Err(GatewayError::Unavailable(reason)) => ApprovalDecision::Unavailable { reason },
     }
+}
+
+/// What `decision` means for `payment` (the attempt's, `REQUESTED`; `stored` when its row
+/// exists) and the order: the step's outcome, and its detail (kept for an outcome that
+/// cannot be stored).
+///
+/// # Errors
+/// `Internal` if the stored state does not allow the transition (a bug).
+pub(super) fn decide(
+    record: &OrderRecord,
+    mut payment: Payment,
+    stored: bool,
+    decision: ApprovalDecision,
+    actor: &Actor,
+    now: DateTime<Utc>,
+) -> Result<(StepOutcome, String), AppError> {
+    let mut order = record.order.clone();
+    let mut changes = Changes::default();
+    let (payment_events, order_events, step, detail, progress, audit_action, write_payment);
+    match decision {
+        ApprovalDecision::Approved { provider_transaction_id } => {
+            detail = format!("approved, provider transaction {provider_transaction_id}");
+            payment_events = payment.approve(provider_transaction_id, now).map_err(broken_invariant)?;
+            order_events = order.approve_payment(now).map_err(broken_invariant)?;
+            (step, progress, audit_action, write_payment) =
+                (StepStatus::Success, Progress::Continue, None, true);
+        }
+        ApprovalDecision::Declined { code, provider_transaction_id, detail: why } => {
+            detail = why;
+            payment_events = payment.decline(code, provider_transaction_id, now).map_err(broken_invariant)?;
+            order_events = order
+                .fail(FailureStage::Payment, FailureReason::PaymentDeclined, now)
+                .map_err(broken_invariant)?;
+            (step, progress, audit_action, write_payment) =
+                (StepStatus::Failed, Progress::Stop, Some(AuditAction::PaymentDeclined), true);
+        }
+        ApprovalDecision::Unknown { reason } => {
+            detail = format!("outcome unknown ({reason}); awaiting reconciliation");
+            payment_events = payment.require_confirmation(now).map_err(broken_invariant)?;
+            order_events = order.await_confirmation(now).map_err(broken_invariant)?;
+            (step, progress, audit_action, write_payment) =
+                (StepStatus::Ready, Progress::Stop, Some(AuditAction::PaymentOutcomeUnknown), true);
+        }
+        ApprovalDecision::Unavailable { reason } => {
+            // Nothing was charged (or the same key makes a later attempt safe): the
+            // payment row is not written, the order fails with a stable reason.
+            detail = format!("provider unavailable: {reason}");
+            payment_events = Vec::new();
+            order_events = order
+                .fail(FailureStage::Payment, FailureReason::ProviderUnavailable, now)
+                .map_err(broken_invariant)?;
+            (step, progress, audit_action, write_payment) =
+                (StepStatus::Failed, Progress::Stop, Some(AuditAction::PaymentProviderUnavailable), false);
+        }
+    }
+    if write_payment {
+        if stored {
+            changes.update_payment(&mut payment);
+        } else {
+            changes.insert_payment(&mut payment);
+        }
+    }
+    changes.update_order(&mut order);
+    changes.step(order.id, SagaStep::Payment, step, Some(detail.clone()), now);
+    if let Some(action) = audit_action {
+        changes.audit.push(audit::record(action, entity::ORDER, order.id, actor, Some(detail.clone()), now));
+    }
+    let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
+    events.payment(&payment, &payment_events).order(&order_events);
+    changes.outbox = events.finish();
+    let mut outcome = StepOutcome::new(changes, order, progress);
+    outcome.payment = write_payment.then_some(payment);
+    Ok((outcome, detail))
+}
+
+/// The outcome of an approval whose answer the store refused (a `providerTransactionId`
+/// another payment already has): the provider has acted, so the payment becomes
+/// `CONFIRMATION_REQUIRED` — never `CREATED` again, to be approved again and again — and
+/// reconciliation (bounded) or an operator settles it.
+///
+/// # Errors
+/// `Internal` if the stored state does not allow the transition (a bug).
+pub(super) fn unstorable(
+    current: &OrderRecord,
+    attempt: i32,
+    answer: &str,
+    actor: &Actor,
+    now: DateTime<Utc>,
+) -> Result<StepOutcome, AppError> {
+    let mut payment = match &current.payment {
+        Some(p) if p.status == PaymentStatus::Requested && p.attempt == attempt => p.clone(),
+        _ => Payment::request(current.order.id, attempt, current.order.total, now),
+    };
+    let stored = current.payment.as_ref().is_some_and(|p| p.id == payment.id);
+    let mut order = current.order.clone();
+    payment.require_confirmation(now).map_err(broken_invariant)?;
+    order.await_confirmation(now).map_err(broken_invariant)?;
+    let detail = format!("the provider's answer cannot be stored ({answer}); awaiting reconciliation");
+    let mut changes = Changes::default();
+    if stored {
+        changes.update_payment(&mut payment);
+    } else {
+        changes.insert_payment(&mut payment);
+    }
+    changes.update_order(&mut order);
+    changes.step(order.id, SagaStep::Payment, StepStatus::Ready, Some(detail.clone()), now);
+    changes.audit.push(audit::record(
+        AuditAction::PaymentOutcomeUnstorable,
+        entity::ORDER,
+        order.id,
+        actor,
+        Some(detail),
+        now,
+    ));
+    let mut outcome = StepOutcome::new(changes, order, Progress::Stop);
+    outcome.payment = Some(payment);
+    Ok(outcome)
 }
 
 #[cfg(test)]

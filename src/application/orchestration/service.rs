@@ -8,23 +8,22 @@
 use std::sync::Arc;
 
 use crate::application::audit::{self, entity};
-use crate::application::orchestration::events::EventWriter;
 use crate::application::orchestration::lease::SagaLeases;
 use crate::application::orchestration::notify::apply_send_result;
-use crate::application::orchestration::payment::{ApprovalDecision, decide_approval};
+use crate::application::orchestration::outcome::{Progress, StepOutcome};
+use crate::application::orchestration::payment::{self, decide_approval};
 use crate::application::orchestration::steps::{NextAction, next_action};
+use crate::application::orchestration::{compensation, settlement};
 use crate::application::ports::{
     ApprovePayment, CancelPayment, Changes, Clock, InboxEntry, NotificationRequest, Notifier, OrderContext,
     OrderRecord, OrderRepository, PaymentGateway, RepoError, SagaLease, Scenario, SettlementGateway,
-    SettlementOutcome, SettlementRequest, UnitOfWork,
+    SettlementRequest, UnitOfWork,
 };
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
 use crate::domain::notification::{Notification, RetryPolicy};
-use crate::domain::order::{
-    FailureReason, FailureStage, NewOrder, NewOrderItem, Order, OrderSource, SagaStep, StepStatus,
-};
+use crate::domain::order::{NewOrder, NewOrderItem, Order, OrderSource};
 use crate::domain::payment::{Payment, PaymentStatus};
 use crate::domain::settlement::Settlement;
 
@@ -67,33 +66,6 @@ pub struct PlaceOrder {
 pub struct InboxKey {
     pub consumer: String,
     pub event_id: String,
-}
-
-enum Progress {
-    /// The step committed; decide again.
-    Continue,
-    /// The saga waits (for reconciliation, a retry or an operator).
-    Stop,
-    /// Someone else changed the order first: reload and decide again.
-    Reload,
-}
-
-/// What one step decided: the changes to commit in one transaction and the state they
-/// lead to. [`Orchestrator::commit_step`] commits it for every step alike.
-struct StepOutcome {
-    changes: Changes,
-    order: Order,
-    /// The step's aggregate as it is after the commit; `None` leaves the record's as is.
-    payment: Option<Payment>,
-    settlement: Option<Settlement>,
-    notification: Option<Notification>,
-    progress: Progress,
-}
-
-impl StepOutcome {
-    fn new(changes: Changes, order: Order, progress: Progress) -> Self {
-        StepOutcome { changes, order, payment: None, settlement: None, notification: None, progress }
-    }
 }
 
 /// One run of an order's saga: the lease it holds (if any), and whether a commit of this
@@ -428,7 +400,7 @@ impl Orchestrator {
         actor: &Actor,
         run: &Run<'_>,
     ) -> Result<Progress, AppError> {
-        let mut payment = match &record.payment {
+        let payment = match &record.payment {
             Some(p) if p.status == PaymentStatus::Requested && p.attempt == attempt => p.clone(),
             _ => Payment::request(record.order.id, attempt, record.order.total, self.clock.now()),
         };
@@ -441,76 +413,7 @@ impl Orchestrator {
             scenario: record.context.scenario,
         };
         let decision = decide_approval(self.payments.approve(&request).await);
-
-        let now = self.clock.now();
-        let mut order = record.order.clone();
-        let mut changes = Changes::default();
-        let (payment_events, order_events, step, detail, progress, audit_action, write_payment);
-        match decision {
-            ApprovalDecision::Approved { provider_transaction_id } => {
-                detail = format!("approved, provider transaction {provider_transaction_id}");
-                payment_events = payment.approve(provider_transaction_id, now).map_err(broken_invariant)?;
-                order_events = order.approve_payment(now).map_err(broken_invariant)?;
-                (step, progress, audit_action, write_payment) =
-                    (StepStatus::Success, Progress::Continue, None, true);
-            }
-            ApprovalDecision::Declined { code, provider_transaction_id, detail: why } => {
-                detail = why;
-                payment_events =
-                    payment.decline(code, provider_transaction_id, now).map_err(broken_invariant)?;
-                order_events = order
-                    .fail(FailureStage::Payment, FailureReason::PaymentDeclined, now)
-                    .map_err(broken_invariant)?;
-                (step, progress, audit_action, write_payment) =
-                    (StepStatus::Failed, Progress::Stop, Some(AuditAction::PaymentDeclined), true);
-            }
-            ApprovalDecision::Unknown { reason } => {
-                detail = format!("outcome unknown ({reason}); awaiting reconciliation");
-                payment_events = payment.require_confirmation(now).map_err(broken_invariant)?;
-                order_events = order.await_confirmation(now).map_err(broken_invariant)?;
-                (step, progress, audit_action, write_payment) =
-                    (StepStatus::Ready, Progress::Stop, Some(AuditAction::PaymentOutcomeUnknown), true);
-            }
-            ApprovalDecision::Unavailable { reason } => {
-                // Nothing was charged (or the same key makes a later attempt safe): the
-                // payment row is not written, the order fails with a stable reason.
-                detail = format!("provider unavailable: {reason}");
-                payment_events = Vec::new();
-                order_events = order
-                    .fail(FailureStage::Payment, FailureReason::ProviderUnavailable, now)
-                    .map_err(broken_invariant)?;
-                (step, progress, audit_action, write_payment) = (
-                    StepStatus::Failed,
-                    Progress::Stop,
-                    Some(AuditAction::PaymentProviderUnavailable),
-                    false,
-                );
-            }
-        }
-        if write_payment {
-            if stored {
-                changes.update_payment(&mut payment);
-            } else {
-                changes.insert_payment(&mut payment);
-            }
-        }
-        changes.update_order(&mut order);
-        changes.step(order.id, SagaStep::Payment, step, Some(detail.clone()), now);
-        if let Some(action) = audit_action {
-            changes.audit.push(audit::record(
-                action,
-                entity::ORDER,
-                order.id,
-                actor,
-                Some(detail.clone()),
-                now,
-            ));
-        }
-        let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
-        events.payment(&payment, &payment_events).order(&order_events);
-        changes.outbox = events.finish();
-        let mut outcome = StepOutcome::new(changes, order, progress);
-        outcome.payment = write_payment.then_some(payment);
+        let (outcome, detail) = payment::decide(record, payment, stored, decision, actor, self.clock.now())?;
         match self.commit_step(run, record, outcome).await? {
             Some(progress) => Ok(progress),
             None => self.approval_not_stored(record, attempt, detail, actor, run).await,
@@ -539,36 +442,9 @@ impl Orchestrator {
             *record = current;
             return Ok(Progress::Continue);
         }
-        let now = self.clock.now();
-        let mut payment = match &current.payment {
-            Some(p) if p.status == PaymentStatus::Requested && p.attempt == attempt => p.clone(),
-            _ => Payment::request(current.order.id, attempt, current.order.total, now),
-        };
-        let stored = current.payment.as_ref().is_some_and(|p| p.id == payment.id);
-        let mut order = current.order.clone();
-        payment.require_confirmation(now).map_err(broken_invariant)?;
-        order.await_confirmation(now).map_err(broken_invariant)?;
-        let detail = format!("the provider's answer cannot be stored ({answer}); awaiting reconciliation");
-        let mut changes = Changes::default();
-        if stored {
-            changes.update_payment(&mut payment);
-        } else {
-            changes.insert_payment(&mut payment);
-        }
-        changes.update_order(&mut order);
-        changes.step(order.id, SagaStep::Payment, StepStatus::Ready, Some(detail.clone()), now);
-        changes.audit.push(audit::record(
-            AuditAction::PaymentOutcomeUnstorable,
-            entity::ORDER,
-            order.id,
-            actor,
-            Some(detail),
-            now,
-        ));
-        tracing::error!(order = %order.id, %answer, "a payment provider answer could not be stored");
+        tracing::error!(order = %current.order.id, %answer, "a payment provider answer could not be stored");
+        let outcome = payment::unstorable(&current, attempt, &answer, actor, self.clock.now())?;
         *record = current;
-        let mut outcome = StepOutcome::new(changes, order, Progress::Stop);
-        outcome.payment = Some(payment);
         Ok(self.commit_step(run, record, outcome).await?.unwrap_or(Progress::Reload))
     }
 
@@ -583,8 +459,7 @@ impl Orchestrator {
             .clone()
             .filter(|p| p.status == PaymentStatus::Approved)
             .ok_or_else(|| broken_invariant("settlement without an approved payment"))?;
-        let mut settlement =
-            Settlement::request(record.order.id, payment.id, payment.amount, self.clock.now());
+        let settlement = Settlement::request(record.order.id, payment.id, payment.amount, self.clock.now());
         let request = SettlementRequest {
             order_id: record.order.id,
             payment_id: payment.id,
@@ -592,52 +467,7 @@ impl Orchestrator {
             scenario: record.context.scenario,
         };
         let result = self.settlements.settle(&request).await;
-
-        let now = self.clock.now();
-        let mut order = record.order.clone();
-        let mut changes = Changes::default();
-        let failure = match result {
-            Ok(SettlementOutcome::Succeeded) => None,
-            Ok(SettlementOutcome::Failed { reason }) => Some(reason),
-            // The settlement service being down is a failed settlement: the payment is
-            // compensated rather than left approved with no settlement in sight.
-            Err(err) => Some(err.to_string()),
-        };
-        let (settlement_events, order_events, step, detail) = match failure {
-            None => (
-                settlement.succeed(now).map_err(broken_invariant)?,
-                order.request_settlement(now).map_err(broken_invariant)?,
-                StepStatus::Success,
-                "settled".to_string(),
-            ),
-            Some(reason) => {
-                let detail = format!("settlement failed: {reason}");
-                changes.audit.push(audit::record(
-                    AuditAction::SettlementFailed,
-                    entity::ORDER,
-                    order.id,
-                    actor,
-                    Some(detail.clone()),
-                    now,
-                ));
-                (
-                    settlement.fail(reason, now).map_err(broken_invariant)?,
-                    order
-                        .fail(FailureStage::Settlement, FailureReason::SettlementFailed, now)
-                        .map_err(broken_invariant)?,
-                    StepStatus::Failed,
-                    detail,
-                )
-            }
-        };
-        changes.insert_settlement(&mut settlement);
-        changes.update_order(&mut order);
-        changes.step(order.id, SagaStep::Settlement, step, Some(detail), now);
-        let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
-        events.settlement(&settlement, &settlement_events).order(&order_events);
-        changes.outbox = events.finish();
-        let mut outcome = StepOutcome::new(changes, order, Progress::Continue);
-        outcome.settlement = Some(settlement);
+        let outcome = settlement::decide(record, settlement, result, actor, self.clock.now())?;
         Ok(self.commit_step(run, record, outcome).await?.unwrap_or(Progress::Reload))
     }
 
@@ -670,7 +500,7 @@ impl Orchestrator {
         actor: &Actor,
         run: &Run<'_>,
     ) -> Result<Progress, AppError> {
-        let mut payment = record
+        let payment = record
             .payment
             .clone()
             .filter(|p| p.status == PaymentStatus::Approved)
@@ -688,60 +518,11 @@ impl Orchestrator {
             scenario: record.context.scenario,
         };
         let result = self.payments.cancel(&request).await;
-
-        let now = self.clock.now();
-        let mut order = record.order.clone();
-        let mut changes = Changes::default();
-        let progress = match result {
-            Ok(()) => {
-                let payment_events = payment.cancel("settlement failed", now).map_err(broken_invariant)?;
-                let order_events = order.compensate(now).map_err(broken_invariant)?;
-                changes.update_payment(&mut payment);
-                changes.update_order(&mut order);
-                changes.step(
-                    order.id,
-                    SagaStep::Compensation,
-                    StepStatus::Success,
-                    Some("payment cancelled".into()),
-                    now,
-                );
-                changes.audit.push(audit::record(
-                    AuditAction::Compensated,
-                    entity::ORDER,
-                    order.id,
-                    actor,
-                    Some("payment cancelled after settlement failure".into()),
-                    now,
-                ));
-                let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
-                events.payment(&payment, &payment_events).order(&order_events);
-                changes.outbox = events.finish();
-                Progress::Continue
-            }
-            Err(err) => {
-                // The order stays FAILED with the payment APPROVED; the worker retries the
-                // compensation and, when attempts run out, leaves it to an operator.
-                let detail = format!("cancel failed: {err}");
-                changes.step(order.id, SagaStep::Compensation, StepStatus::Failed, Some(detail.clone()), now);
-                changes.audit.push(audit::record(
-                    AuditAction::CompensationFailed,
-                    entity::ORDER,
-                    order.id,
-                    actor,
-                    Some(detail),
-                    now,
-                ));
-                // Touch the order so a concurrent run of this compensation conflicts.
-                changes.update_order(&mut order);
-                Progress::Stop
-            }
-        };
-        if let (Progress::Stop, Some(owner)) = (&progress, run.owner) {
+        let mut outcome = compensation::decide(record, payment, result, actor, self.clock.now())?;
+        if let (Progress::Stop, Some(owner)) = (&outcome.progress, run.owner) {
             // A failed cancel ends this run (the worker retries later).
-            changes.release_saga = Some(owner.to_owned());
+            outcome.changes.release_saga = Some(owner.to_owned());
         }
-        let mut outcome = StepOutcome::new(changes, order, progress);
-        outcome.payment = Some(payment);
         Ok(self.commit_step(run, record, outcome).await?.unwrap_or(Progress::Reload))
     }
 }
@@ -755,10 +536,11 @@ mod tests {
     use super::*;
     use crate::application::ports::{
         ApprovalOutcome, GatewayError, MockClock, MockNotifier, MockOrderRepository, MockPaymentGateway,
-        MockSettlementGateway, MockUnitOfWork, NotifyFailure,
+        MockSettlementGateway, MockUnitOfWork, NotifyFailure, SettlementOutcome,
     };
     use crate::domain::notification::FailurePolicy;
     use crate::domain::order::OrderStatus;
+    use crate::domain::order::{FailureStage, SagaStep, StepStatus};
 
     fn now() -> DateTime<Utc> {
         DateTime::from_timestamp(1_800_000_000, 0).unwrap()
