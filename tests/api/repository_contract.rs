@@ -377,6 +377,15 @@ async fn repairs_wake_the_relay_and_publishing_clears_the_failure(backend: Backe
     assert!(woken().await, "a republish wakes the relay");
     let again = s.outbox.claim("w", 1, t, t + Duration::minutes(5)).await.unwrap();
     assert_eq!(again[0].failure_code, Some(FailureCode::Nacked), "still shown while unpublished");
+    // A claim whose lease ran out is due at once: recovering it wakes the relay.
+    let mut b = new_order("bob");
+    let b_id = b.id.to_string();
+    insert(&s, &mut b, vec![event(&b_id, "lost")]).await;
+    assert!(woken().await);
+    let lost = s.outbox.claim("dead-worker", 10, t, t).await.unwrap();
+    assert_eq!(lost.len(), 1);
+    assert_eq!(s.outbox.recover_expired(t + Duration::seconds(1)).await.unwrap(), 1);
+    assert!(woken().await, "a recovered lease wakes the relay");
     s.outbox.mark_published(&[again[0].id], "w", t).await.unwrap();
     let published = s.outbox.get(again[0].id).await.unwrap().unwrap();
     assert_eq!(published.status, OutboxStatus::Published);
