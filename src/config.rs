@@ -140,6 +140,9 @@ pub struct HttpSettings {
 pub struct DatabaseSettings {
     pub url: Secret,
     pub max_connections: u32,
+    /// How long connecting may take before the start fails naming host and cause
+    /// (`database.connect_timeout`).
+    pub connect_timeout: Duration,
 }
 
 impl DatabaseSettings {
@@ -151,6 +154,8 @@ impl DatabaseSettings {
 #[derive(Debug, Clone)]
 pub struct BrokerSettings {
     pub kind: BrokerKind,
+    /// Whether the broker was chosen (`broker.url` or `broker.kind` set).
+    pub explicit: bool,
     pub url: Option<Secret>,
     pub queue_type: QueueType,
     /// The exchange outbox events are published to.
@@ -200,6 +205,8 @@ pub struct NotificationSettings {
 #[derive(Debug, Clone)]
 pub struct PaymentSettings {
     pub provider: ProviderKind,
+    /// Whether `payment.provider` was set (SPEC §2: required outside the embedded default).
+    pub provider_explicit: bool,
     pub reconciliation_interval: Duration,
     pub reconciliation_max_attempts: i32,
     pub external_base_url: Option<String>,
@@ -211,6 +218,9 @@ pub struct PaymentSettings {
 #[derive(Debug, Clone)]
 pub struct WorkerSettings {
     pub embedded: bool,
+    /// Where `app worker` serves `/health/*` and `/metrics` (`worker.http.bind`), never
+    /// `http.bind`, so `serve` and workers run side by side with one environment.
+    pub http_bind: SocketAddr,
     /// How long one run holds an order's saga (`saga.lease`); a run that died holding it
     /// is resumed by the worker once this has passed.
     pub saga_lease: Duration,
@@ -254,6 +264,7 @@ struct Raw {
     saga: RawSaga,
     #[serde(default)]
     auth: RawAuth,
+    #[serde(default)]
     log: RawLog,
     #[serde(default)]
     audit: RawAudit,
@@ -276,6 +287,7 @@ struct RawHttp {
 struct RawDatabase {
     url: Secret,
     max_connections: u32,
+    connect_timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -332,7 +344,7 @@ struct RawNotificationRetry {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawPayment {
-    provider: String,
+    provider: Option<String>,
     reconciliation: RawReconciliation,
     #[serde(default)]
     external: RawExternal,
@@ -358,6 +370,13 @@ struct RawExternal {
 #[serde(deny_unknown_fields)]
 struct RawWorker {
     embedded: Option<bool>,
+    http: Option<RawWorkerHttp>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWorkerHttp {
+    bind: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -382,10 +401,10 @@ struct RawAuth {
     issuer: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawLog {
-    format: String,
+    format: Option<String>,
 }
 
 const DEFAULTS: &str = r#"
@@ -416,17 +435,58 @@ backoff_base = "60s"
 max_attempts = 5
 
 [payment]
-provider = "mock"
 
 [payment.reconciliation]
 interval = "30s"
 max_attempts = 10
 
 [log]
-format = "json"
 "#;
 
 impl Settings {
+    /// SPEC §2: nothing silent outside the embedded default. `serve` and `worker` on a
+    /// PostgreSQL database refuse to start unless the broker and the payment provider were
+    /// chosen explicitly (a `broker.url`, or `broker.kind = "log"`; `payment.provider`).
+    ///
+    /// # Errors
+    /// A one-line reason naming the key.
+    pub fn require_explicit_production(&self) -> Result<(), ConfigError> {
+        if self.database.is_sqlite() {
+            return Ok(());
+        }
+        if !self.broker.explicit {
+            return Err(invalid(
+                "broker.url",
+                "is required with a PostgreSQL database (or set broker.kind = \"log\" explicitly)",
+            ));
+        }
+        if !self.payment.provider_explicit {
+            return Err(invalid(
+                "payment.provider",
+                "must be set explicitly with a PostgreSQL database: external, or mock (simulated payments)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// What an operator must know about a non-embedded set-up that runs on simulated
+    /// parts (SPEC §2): logged as WARN at start and shown in `/health/ready`.
+    pub fn simulated_parts(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if self.database.is_sqlite() {
+            return warnings;
+        }
+        if self.payment.provider == ProviderKind::Mock {
+            warnings.push(
+                "payment.provider = mock: payments are simulated and X-Mock-Scenario is honoured".to_owned(),
+            );
+        }
+        if self.broker.kind == BrokerKind::Log {
+            warnings.push("broker.kind = log: events are written to the log, not published".to_owned());
+        }
+        warnings
+    }
+
     /// Loads defaults, then `file` (if given), then the process environment.
     ///
     /// # Errors
@@ -474,8 +534,16 @@ impl Settings {
             .bind
             .parse()
             .map_err(|_| invalid("http.bind", "expected HOST:PORT, e.g. 127.0.0.1:8080"))?;
-        let database =
-            DatabaseSettings { url: raw.database.url, max_connections: raw.database.max_connections };
+        let connect_timeout =
+            dur("database.connect_timeout", raw.database.connect_timeout.as_deref().unwrap_or("3s"))?;
+        if connect_timeout.is_zero() {
+            return Err(invalid("database.connect_timeout", "must be greater than zero"));
+        }
+        let database = DatabaseSettings {
+            url: raw.database.url,
+            max_connections: raw.database.max_connections,
+            connect_timeout,
+        };
         let db_url = database.url.expose();
         if !(db_url.starts_with("sqlite:")
             || db_url.starts_with("postgres://")
@@ -559,10 +627,10 @@ impl Settings {
         };
 
         let p = raw.payment;
-        let provider = match p.provider.as_str() {
-            "mock" => ProviderKind::Mock,
-            "external" => ProviderKind::External,
-            other => {
+        let provider = match p.provider.as_deref() {
+            None | Some("mock") => ProviderKind::Mock,
+            Some("external") => ProviderKind::External,
+            Some(other) => {
                 return Err(invalid("payment.provider", format!("`{other}` is not mock or external")));
             }
         };
@@ -586,6 +654,7 @@ impl Settings {
         }
         let payment = PaymentSettings {
             provider,
+            provider_explicit: p.provider.is_some(),
             reconciliation_interval: dur("payment.reconciliation.interval", &p.reconciliation.interval)?,
             reconciliation_max_attempts: p.reconciliation.max_attempts,
             external_base_url: p.external.base_url,
@@ -644,10 +713,12 @@ impl Settings {
         }
 
         let log = LogSettings {
-            format: match raw.log.format.as_str() {
-                "json" => LogFormat::Json,
-                "pretty" => LogFormat::Pretty,
-                other => {
+            format: match raw.log.format.as_deref() {
+                // Unset: pretty for a person at a terminal, JSON lines for a collector.
+                None if std::io::IsTerminal::is_terminal(&std::io::stderr()) => LogFormat::Pretty,
+                None | Some("json") => LogFormat::Json,
+                Some("pretty") => LogFormat::Pretty,
+                Some(other) => {
                     return Err(invalid("log.format", format!("`{other}` is not json or pretty")));
                 }
             },
@@ -703,6 +774,7 @@ impl Settings {
             database,
             broker: BrokerSettings {
                 kind: broker_kind,
+                explicit: raw.broker.kind.is_some() || raw.broker.url.is_some(),
                 url: raw.broker.url,
                 queue_type,
                 exchange,
@@ -721,6 +793,13 @@ impl Settings {
             notification,
             payment,
             worker: WorkerSettings {
+                http_bind: raw
+                    .worker
+                    .http
+                    .and_then(|h| h.bind)
+                    .unwrap_or_else(|| "127.0.0.1:8081".into())
+                    .parse()
+                    .map_err(|_| invalid("worker.http.bind", "expected HOST:PORT, e.g. 127.0.0.1:8081"))?,
                 embedded: raw.worker.embedded.unwrap_or(sqlite),
                 saga_lease,
                 saga_recovery_max_attempts,

@@ -211,9 +211,14 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
     install_tls_provider();
     let jwt =
         Arc::new(JwtKeys::from_settings(&settings.auth).map_err(|e| StartupError::Config(e.to_string()))?);
+    persistence::probe(settings.database.url.expose(), settings.database.connect_timeout)
+        .await
+        .map_err(StartupError::Runtime)?;
     let db = persistence::connect(settings.database.url.expose(), settings.database.max_connections)
         .await
-        .map_err(|e| StartupError::Runtime(format!("cannot open the database: {e}")))?;
+        .map_err(|e| {
+            StartupError::Runtime(format!("cannot open the database: {}", persistence::describe(&e)))
+        })?;
     if settings.database.is_sqlite() {
         persistence::migrate(&db)
             .await
@@ -366,7 +371,13 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
         clock.clone(),
         chrono(settings.worker.saga_lease),
     ));
-    let readiness = Arc::new(Readiness::new(vec![Arc::new(DatabaseProbe(db.clone())), broker_probe]));
+    let simulated = settings.simulated_parts();
+    for warning in &simulated {
+        tracing::warn!("{warning}");
+    }
+    let readiness = Arc::new(
+        Readiness::new(vec![Arc::new(DatabaseProbe(db.clone())), broker_probe]).with_warnings(simulated),
+    );
     let housekeeping = Arc::new(Housekeeping::new(
         outbox_store.clone(),
         idempotency_store.clone(),
@@ -470,12 +481,16 @@ fn http_state(services: &Services) -> web::Data<HttpState> {
     })
 }
 
-/// `app worker`'s own HTTP surface: `/health/*` and `/metrics` only, on `http.bind`.
+/// `app worker`'s own HTTP surface: `/health/*` and `/metrics` only, on `worker.http.bind`
+/// (never `http.bind`, so `serve` and workers share one environment on one host).
 ///
 /// # Errors
 /// The address cannot be bound.
-pub fn ops_server(services: &Services) -> Result<Server, StartupError> {
-    let bind = services.settings.http.bind;
+pub fn ops_server(services: &Services) -> Result<(Server, std::net::SocketAddr), StartupError> {
+    let bind = services.settings.worker.http_bind;
+    let listener = TcpListener::bind(bind)
+        .map_err(|e| StartupError::Runtime(format!("cannot bind worker.http.bind {bind}: {e}")))?;
+    let local = listener.local_addr().map_err(|e| StartupError::Runtime(e.to_string()))?;
     let state = http_state(services);
     let server = HttpServer::new(move || {
         App::new()
@@ -485,11 +500,11 @@ pub fn ops_server(services: &Services) -> Result<Server, StartupError> {
             .default_service(web::to(http::not_found))
     })
     .workers(1)
-    .bind(bind)
-    .map_err(|e| StartupError::Runtime(format!("cannot bind {bind}: {e}")))?
+    .listen(listener)
+    .map_err(|e| StartupError::Runtime(format!("cannot serve worker.http.bind {bind}: {e}")))?
     .disable_signals()
     .run();
-    Ok(server)
+    Ok((server, local))
 }
 
 /// A running `app serve`: the HTTP server and, when embedded, the worker loops.
@@ -505,6 +520,7 @@ impl Application {
     /// # Errors
     /// As [`build_services`], or the address cannot be bound.
     pub async fn build(settings: Settings) -> Result<Application, StartupError> {
+        settings.require_explicit_production().map_err(|e| StartupError::Config(e.to_string()))?;
         let services = build_services(&settings).await?;
         let listener = TcpListener::bind(settings.http.bind)
             .map_err(|e| StartupError::Runtime(format!("cannot bind {}: {e}", settings.http.bind)))?;

@@ -17,11 +17,23 @@ pub trait HealthProbe: Send + Sync {
 
 pub struct Readiness {
     probes: Vec<Arc<dyn HealthProbe>>,
+    /// Simulated parts of a production set-up, shown with every answer (SPEC §2).
+    warnings: Vec<String>,
 }
 
 impl Readiness {
     pub fn new(probes: Vec<Arc<dyn HealthProbe>>) -> Self {
-        Readiness { probes }
+        Readiness { probes, warnings: Vec::new() }
+    }
+
+    /// Adds what an operator must see about this process's set-up.
+    pub fn with_warnings(mut self, warnings: Vec<String>) -> Self {
+        self.warnings = warnings;
+        self
+    }
+
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// Each dependency with its state; ready when all are healthy.

@@ -127,6 +127,27 @@ fn main() -> ExitCode {
     }
 }
 
+/// A SQLite file that does not exist is an error naming its path, never created by a
+/// verb that only reads (SPEC §2).
+fn require_existing_database(settings: &Settings) -> Result<(), Failure> {
+    match persistence::sqlite_path(settings.database.url.expose()) {
+        Some(path) if !std::path::Path::new(&path).exists() => Err(Failure::Runtime(format!(
+            "no database at {path} (run `app migrate` or `app serve` first, or set APP__DATABASE__URL)"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The database, reported within `database.connect_timeout` with host and cause.
+async fn open(settings: &Settings) -> Result<sea_orm::DatabaseConnection, Failure> {
+    persistence::probe(settings.database.url.expose(), settings.database.connect_timeout)
+        .await
+        .map_err(Failure::Runtime)?;
+    persistence::connect(settings.database.url.expose(), 2)
+        .await
+        .map_err(|e| Failure::Runtime(format!("cannot open the database: {}", persistence::describe(&e))))
+}
+
 async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
     match command {
         Command::Token { sub, role, ttl } => {
@@ -141,17 +162,33 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
         }
         Command::Serve => {
             orchestrator::telemetry::init(settings.log.format);
+            let host = settings.http.bind.ip();
             let app = Application::build(settings).await?;
-            tracing::info!(port = app.port(), "serving HTTP");
+            let base = format!("http://{host}:{}", app.port());
+            tracing::info!(
+                port = app.port(),
+                url = %base,
+                docs = %format!("{base}/docs"),
+                health = %format!("{base}/health/ready"),
+                token = "app token --sub alice [--role admin]",
+                "serving HTTP"
+            );
             app.run_until_stopped(startup::shutdown_signal())
                 .await
                 .map_err(|e| Failure::Runtime(e.to_string()))
         }
         Command::Worker => {
             orchestrator::telemetry::init(settings.log.format);
+            settings.require_explicit_production().map_err(|e| Failure::Usage(e.to_string()))?;
             let services = startup::build_services(&settings).await?;
-            // Health and metrics of the worker itself, on `http.bind`.
-            let ops = startup::ops_server(&services)?;
+            // Health and metrics of the worker itself, on `worker.http.bind`.
+            let (ops, address) = startup::ops_server(&services)?;
+            tracing::info!(
+                health = %format!("http://{address}/health/ready"),
+                metrics = %format!("http://{address}/metrics"),
+                "worker running: outbox relay, meeting consumers, notification retries, payment \
+                 reconciliation and refunds, saga recovery, lease recovery, clean-up"
+            );
             let ops_handle = ops.handle();
             tokio::spawn(ops);
             let workers = Workers::spawn(&services);
@@ -163,11 +200,23 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
         }
         Command::Migrate { action } => {
             orchestrator::telemetry::init(settings.log.format);
-            let db = persistence::connect(settings.database.url.expose(), 2)
-                .await
-                .map_err(|e| Failure::Runtime(format!("cannot open the database: {e}")))?;
+            if matches!(action, MigrateAction::Status) {
+                require_existing_database(&settings)?;
+            }
+            let db = open(&settings).await?;
             let result = match action {
-                MigrateAction::Up => migrations::Migrator::up(&db, None).await,
+                MigrateAction::Up => {
+                    let pending = migrations::Migrator::get_pending_migrations(&db)
+                        .await
+                        .map_err(|e| Failure::Runtime(persistence::describe(&e)))?
+                        .len();
+                    migrations::Migrator::up(&db, None).await.map(|()| {
+                        let total = migrations::Migrator::migrations().len();
+                        println!(
+                            "migrated: {pending} migration(s) applied, {total} in all, the schema is current"
+                        );
+                    })
+                }
                 MigrateAction::Down => migrations::Migrator::down(&db, Some(1)).await,
                 MigrateAction::Fresh => migrations::Migrator::fresh(&db).await,
                 MigrateAction::Status => {
@@ -186,10 +235,12 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
                     Ok(())
                 }
             };
-            result.map_err(|e| Failure::Runtime(format!("migration failed: {e}")))
+            result.map_err(|e| Failure::Runtime(format!("migration failed: {}", persistence::describe(&e))))
         }
         Command::Outbox { command } => {
             orchestrator::telemetry::init(settings.log.format);
+            // Read-only (stats) or a repair of rows that must exist: never a new database.
+            require_existing_database(&settings)?;
             let services = startup::build_services(&settings).await?;
             match command {
                 OutboxCommand::Stats => {

@@ -156,6 +156,103 @@ fn invalid_configuration_exits_2_naming_the_key() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// SPEC §2: off SQLite, `serve` and `worker` refuse to start on an implicit broker or
+/// payment provider (exit 2, one line naming the key); an unreachable database is reported
+/// within `database.connect_timeout`, naming host and cause.
+#[test]
+fn production_settings_are_explicit_and_failures_name_their_cause() {
+    let dir = temp_dir();
+    let pg = |cmd: &mut Command| {
+        cmd.env("APP__DATABASE__URL", "postgres://postgres:hunter2@127.0.0.1:1/orders")
+            .env("APP__AUTH__KEYS", crate::helpers::TEST_KEYS)
+            .env("APP__HTTP__BIND", "127.0.0.1:0")
+            .env("APP__WORKER__HTTP__BIND", "127.0.0.1:0");
+    };
+    for verb in ["serve", "worker"] {
+        let mut cmd = app(&dir.0);
+        pg(&mut cmd);
+        let out = run(cmd.arg(verb));
+        assert_eq!(out.status.code(), Some(2), "{verb}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("broker.url") && stderr.lines().count() == 1, "{verb}: {stderr}");
+
+        let mut cmd = app(&dir.0);
+        pg(&mut cmd);
+        let out = run(cmd.env("APP__BROKER__KIND", "log").arg(verb));
+        assert_eq!(out.status.code(), Some(2), "{verb}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("payment.provider"), "{verb}: {stderr}");
+    }
+    // Explicit choices pass the check; nothing listens on port 1, and the error says so.
+    let mut cmd = app(&dir.0);
+    pg(&mut cmd);
+    let started = Instant::now();
+    let out = run(cmd.env("APP__BROKER__KIND", "log").env("APP__PAYMENT__PROVIDER", "mock").arg("serve"));
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(last.contains("127.0.0.1:1") && last.to_lowercase().contains("refused"), "{stderr}");
+    assert!(!stderr.contains("hunter2"), "no secret in errors: {stderr}");
+    assert!(started.elapsed() < Duration::from_secs(8), "reported within the connect timeout");
+    // `app migrate` needs no broker or provider, and reports the same way.
+    let mut cmd = app(&dir.0);
+    pg(&mut cmd);
+    let out = run(cmd.arg("migrate"));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("127.0.0.1:1"));
+}
+
+/// `serve` and `worker` side by side on one host with one environment: the worker serves
+/// its health and metrics on `worker.http.bind`, never on `http.bind`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_and_worker_run_side_by_side_with_one_environment() {
+    let Some(db) = crate::helpers::TestDb::create(crate::helpers::Backend::Postgres).await else {
+        return;
+    };
+    db.connect().await; // migrated
+    let dir = temp_dir();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let env = |cmd: &mut Command| {
+        cmd.env("APP__DATABASE__URL", &db.url)
+            .env("APP__AUTH__KEYS", crate::helpers::TEST_KEYS)
+            .env("APP__BROKER__KIND", "log")
+            .env("APP__PAYMENT__PROVIDER", "mock")
+            .env("APP__HTTP__BIND", format!("127.0.0.1:{port}"))
+            .env("APP__WORKER__HTTP__BIND", "127.0.0.1:0")
+            .env("APP__LOG__FORMAT", "json");
+    };
+    let serve_log = std::fs::File::create(dir.0.join("serve.log")).unwrap();
+    let mut cmd = app(&dir.0);
+    env(&mut cmd);
+    let _serve = Process::spawn(cmd.arg("serve").stdout(Stdio::null()).stderr(serve_log));
+    assert_eq!(served_port(&dir.0.join("serve.log")).await, port);
+    wait_ready(port).await;
+    let ready: serde_json::Value =
+        reqwest::get(format!("http://127.0.0.1:{port}/health/ready")).await.unwrap().json().await.unwrap();
+    assert_eq!(ready["warnings"].as_array().map(Vec::len), Some(2), "simulated parts are shown: {ready}");
+
+    let worker_log = std::fs::File::create(dir.0.join("worker.log")).unwrap();
+    let mut cmd = app(&dir.0);
+    env(&mut cmd);
+    let _worker = Process::spawn(cmd.arg("worker").stdout(Stdio::null()).stderr(worker_log));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let health = loop {
+        let text = std::fs::read_to_string(dir.0.join("worker.log")).unwrap_or_default();
+        let found = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find_map(|l| l["health"].as_str().map(str::to_owned));
+        if let Some(url) = found {
+            break url;
+        }
+        assert!(Instant::now() < deadline, "the worker did not start: {text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(!health.contains(&format!(":{port}/")), "not on http.bind: {health}");
+    let answer = reqwest::get(&health).await.unwrap();
+    assert!(answer.status().is_success());
+}
+
 #[test]
 fn migrate_reports_and_applies_the_schema() {
     let dir = temp_dir();
@@ -165,8 +262,16 @@ fn migrate_reports_and_applies_the_schema() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap()
     };
-    assert!(status(&dir.0).starts_with("pending"), "a new database has pending migrations");
-    assert!(run(app(&dir.0).env("APP__DATABASE__URL", &url).arg("migrate")).status.success());
+    // A read-only verb never creates a database: a missing file is an error naming it.
+    let missing = run(app(&dir.0).env("APP__DATABASE__URL", &url).args(["migrate", "status"]));
+    assert_eq!(missing.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(stderr.contains(&format!("{}/m.db", dir.0.display())), "{stderr}");
+    assert!(!dir.0.join("m.db").exists(), "not created");
+    let migrated = run(app(&dir.0).env("APP__DATABASE__URL", &url).arg("migrate"));
+    assert!(migrated.status.success());
+    let summary = String::from_utf8_lossy(&migrated.stdout);
+    assert!(summary.starts_with("migrated: "), "one line says what happened: {summary}");
     let text = status(&dir.0);
     assert!(text.starts_with("applied") && !text.contains("pending"), "{text}");
     assert!(run(app(&dir.0).env("APP__DATABASE__URL", &url).args(["migrate", "down"])).status.success());
@@ -315,7 +420,9 @@ async fn worker_drains_the_outbox_and_replay_repairs_a_dead_letter() {
         app(&dir.0)
             .env("APP__DATABASE__URL", &db.url)
             .env("APP__OUTBOX__POLL_INTERVAL", "100ms")
-            .env("APP__HTTP__BIND", "127.0.0.1:0")
+            .env("APP__WORKER__HTTP__BIND", "127.0.0.1:0")
+            .env("APP__PAYMENT__PROVIDER", "mock")
+            .env("APP__BROKER__KIND", "log")
             .arg("worker")
             .stdout(Stdio::null())
             .stderr(Stdio::null()),
@@ -386,7 +493,8 @@ async fn sigterm_drains_in_flight_publishes_and_leaves_no_claim_behind() {
             .env("APP__BROKER__URL", crate::broker::amqp_url())
             .env("APP__BROKER__EXCHANGE", &broker.exchange)
             .env("APP__OUTBOX__BATCH_SIZE", "100")
-            .env("APP__HTTP__BIND", "127.0.0.1:0")
+            .env("APP__WORKER__HTTP__BIND", "127.0.0.1:0")
+            .env("APP__PAYMENT__PROVIDER", "mock")
             .arg("worker")
             .stdout(Stdio::null())
             .stderr(Stdio::null()),

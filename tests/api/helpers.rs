@@ -139,9 +139,15 @@ pub fn settings(db: &TestDb, extra: &[(&str, &str)]) -> Settings {
         ("APP__DATABASE__URL".into(), db.url.clone()),
         ("APP__DATABASE__MAX_CONNECTIONS".into(), "8".into()),
         ("APP__HTTP__BIND".into(), "127.0.0.1:0".into()),
+        ("APP__WORKER__HTTP__BIND".into(), "127.0.0.1:0".into()),
         ("APP__WORKER__EMBEDDED".into(), "false".into()),
         ("APP__AUTH__KEYS".into(), TEST_KEYS.into()),
+        // SPEC §2: explicit outside the embedded default; a test's own choice wins.
+        ("APP__PAYMENT__PROVIDER".into(), "mock".into()),
     ];
+    if !extra.iter().any(|(k, _)| *k == "APP__BROKER__URL" || *k == "APP__BROKER__KIND") {
+        env.push(("APP__BROKER__KIND".into(), "log".into()));
+    }
     env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     Settings::load_from(None, env).expect("test settings")
 }

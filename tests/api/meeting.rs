@@ -90,6 +90,16 @@ impl Meeting {
         declared.1
     }
 
+    /// Messages waiting in a queue's dead-letter queue (`register` → `test.register.<id>.dlq`).
+    pub(crate) async fn dlq_depth(&self, queue: &str) -> u32 {
+        let channel = self.connection.open_channel(None).await.unwrap();
+        let args =
+            QueueDeclareArguments::new(&format!("test.{queue}.{}.dlq", self.id)).passive(true).finish();
+        let depth = channel.queue_declare(args).await.unwrap().map_or(0, |d| d.1);
+        let _ = channel.close().await;
+        depth
+    }
+
     pub(crate) async fn cleanup(self) {
         drop(self);
     }

@@ -26,7 +26,10 @@ pub async fn ready(state: web::Data<HttpState>) -> HttpResponse {
         .into_iter()
         .map(|(name, ok)| (name.to_owned(), json!(if ok { "UP" } else { "DOWN" })))
         .collect();
-    let body = json!({ "status": if ready { "UP" } else { "DOWN" }, "checks": checks });
+    let mut body = json!({ "status": if ready { "UP" } else { "DOWN" }, "checks": checks });
+    if !state.readiness.warnings().is_empty() {
+        body["warnings"] = json!(state.readiness.warnings());
+    }
     if ready { HttpResponse::Ok().json(body) } else { HttpResponse::ServiceUnavailable().json(body) }
 }
 

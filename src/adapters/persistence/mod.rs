@@ -83,6 +83,41 @@ async fn open(url: &str, max_connections: u32, custom_plans: bool) -> Result<Dat
 /// The `plan_cache_mode` every PostgreSQL session of the outbox's pool runs with.
 pub const PLAN_CACHE_MODE: &str = "force_custom_plan";
 
+/// Checks that the database server of a `postgres://` URL accepts connections within
+/// `timeout`, so a start fails in seconds with host and cause ("connection refused")
+/// instead of a pool's bare "timed out". Other URLs pass.
+///
+/// # Errors
+/// One line naming `host:port` and the cause; never the credentials.
+pub async fn probe(url: &str, timeout: Duration) -> Result<(), String> {
+    let Some(rest) = url.strip_prefix("postgres://").or_else(|| url.strip_prefix("postgresql://")) else {
+        return Ok(());
+    };
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host_port = if host_port.is_empty() { "localhost:5432".to_owned() } else { host_port.to_owned() };
+    let address = if host_port.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) {
+        host_port
+    } else {
+        format!("{host_port}:5432")
+    };
+    match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(&address)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!("cannot reach the database at {address}: {e}")),
+        Err(_) => Err(format!("cannot reach the database at {address}: no answer within {timeout:?}")),
+    }
+}
+
+/// A database error as one line for a person: PostgreSQL's source position (`at line
+/// 948`) is dropped.
+pub fn describe(err: &DbErr) -> String {
+    let text = err.to_string();
+    match text.rfind(" at line ") {
+        Some(i) if text[i + 9..].chars().all(|c| c.is_ascii_digit()) => text[..i].to_owned(),
+        _ => text,
+    }
+}
+
 /// The file path of a `sqlite:` URL (`sqlite://data/app.db?mode=rwc` -> `data/app.db`).
 pub fn sqlite_path(url: &str) -> Option<String> {
     let rest = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:"))?;

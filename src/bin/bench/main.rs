@@ -168,6 +168,8 @@ impl Fixture {
             ("APP__BROKER__EXCHANGE".into(), self.exchange.clone()),
             ("APP__WORKER__EMBEDDED".into(), "false".into()),
             ("APP__HTTP__BIND".into(), "127.0.0.1:0".into()),
+            ("APP__WORKER__HTTP__BIND".into(), "127.0.0.1:0".into()),
+            ("APP__PAYMENT__PROVIDER".into(), "mock".into()),
             (
                 "APP__AUTH__KEYS".into(),
                 r#"[{"kid":"bench","algorithm":"HS256","secret":"bench-secret-bench-secret-bench-secret"}]"#
@@ -783,6 +785,8 @@ async fn backlog_scenario(big: usize, small: usize, batch: usize) -> Result<(), 
             ("APP__BROKER__URL", amqp_url()),
             ("APP__BROKER__EXCHANGE", fixture.exchange.clone()),
             ("APP__HTTP__BIND", format!("127.0.0.1:{port}")),
+            ("APP__WORKER__HTTP__BIND", format!("127.0.0.1:{port}")),
+            ("APP__PAYMENT__PROVIDER", "mock".into()),
             ("APP__OUTBOX__BATCH_SIZE", batch.to_string()),
             ("APP__NOTIFICATION__RETRY__ENABLED", "false".into()),
             (

@@ -70,6 +70,8 @@ impl Processes {
             .arg(verb)
             .envs(env.iter().cloned())
             .env("APP__HTTP__BIND", format!("127.0.0.1:{port}"))
+            .env("APP__WORKER__HTTP__BIND", format!("127.0.0.1:{port}"))
+            .env("APP__PAYMENT__PROVIDER", "mock")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?)
