@@ -31,8 +31,16 @@ struct Cli {
 enum Command {
     /// Serve the HTTP API (and, embedded, run the worker loops in-process).
     Serve,
-    /// Run the worker loops: outbox relay, lease recovery, clean-up.
+    /// Run the worker loops: outbox relay, meeting-service consumers, notification retries,
+    /// payment reconciliation and pending refunds, saga and lease recovery, clean-up.
     Worker,
+    /// Exit 0 when this host's `serve` (or, with `--worker`, its worker) answers
+    /// `/health/ready` with 200; for container health checks (no curl needed).
+    Health {
+        /// Ask the worker on `worker.http.bind` instead of `serve` on `http.bind`.
+        #[arg(long)]
+        worker: bool,
+    },
     /// Manage the database schema.
     Migrate {
         #[arg(value_enum, default_value_t = MigrateAction::Up)]
@@ -148,8 +156,27 @@ async fn open(settings: &Settings) -> Result<sea_orm::DatabaseConnection, Failur
         .map_err(|e| Failure::Runtime(format!("cannot open the database: {}", persistence::describe(&e))))
 }
 
+/// `GET /health/ready` on this host's `serve` or worker, within 3 s.
+async fn health(settings: &Settings, worker: bool) -> Result<(), Failure> {
+    let bind = if worker { settings.worker.http_bind } else { settings.http.bind };
+    // A wildcard bind is reached on the loopback address.
+    let host = if bind.ip().is_unspecified() { "127.0.0.1".to_owned() } else { bind.ip().to_string() };
+    let url = format!("http://{host}:{}/health/ready", bind.port());
+    startup::install_tls_provider();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(3))
+        .build()
+        .map_err(|e| Failure::Runtime(e.to_string()))?;
+    let response = client.get(&url).send().await.map_err(|e| Failure::Runtime(format!("{url}: {e}")))?;
+    let status = response.status();
+    let body = response.text().await.unwrap_or_default();
+    println!("{body}");
+    if status.is_success() { Ok(()) } else { Err(Failure::Runtime(format!("{url} answered {status}"))) }
+}
+
 async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
     match command {
+        Command::Health { worker } => health(&settings, worker).await,
         Command::Token { sub, role, ttl } => {
             let keys = orchestrator::adapters::http::auth::JwtKeys::from_settings(&settings.auth)
                 .map_err(|e| Failure::Usage(e.to_string()))?;

@@ -230,6 +230,15 @@ async fn serve_and_worker_run_side_by_side_with_one_environment() {
     let ready: serde_json::Value =
         reqwest::get(format!("http://127.0.0.1:{port}/health/ready")).await.unwrap().json().await.unwrap();
     assert_eq!(ready["warnings"].as_array().map(Vec::len), Some(2), "simulated parts are shown: {ready}");
+    // The container health check: `app health` asks this host's serve.
+    let mut cmd = app(&dir.0);
+    env(&mut cmd);
+    let out = run(cmd.arg("health"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut cmd = app(&dir.0);
+    env(&mut cmd);
+    let out = run(cmd.env("APP__HTTP__BIND", "127.0.0.1:1").arg("health"));
+    assert_eq!(out.status.code(), Some(1), "nothing answers there");
 
     let worker_log = std::fs::File::create(dir.0.join("worker.log")).unwrap();
     let mut cmd = app(&dir.0);
