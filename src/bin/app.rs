@@ -273,13 +273,12 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
                 OutboxCommand::Stats => {
                     let stats =
                         services.outbox_store.stats().await.map_err(|e| Failure::Runtime(e.to_string()))?;
-                    let json = serde_json::json!({
-                        "byStatus": stats.by_status.iter().map(|(s, n)| (s.as_str().to_owned(), serde_json::json!(n))).collect::<serde_json::Map<_, _>>(),
-                        "oldestReadyCreatedAt": stats.oldest_ready_created_at,
-                        "oldestClaimAt": stats.oldest_claim_at,
-                        "deadLettersByType": stats.dead_letters_by_type.iter().map(|(t, n)| (t.clone(), serde_json::json!(n))).collect::<serde_json::Map<_, _>>(),
-                        "blockedAggregates": stats.blocked_aggregates,
-                    });
+                    // The same fields, names and units as `GET /api/admin/outbox/stats`.
+                    let json = serde_json::to_value(orchestrator::adapters::http::admin::stats_response(
+                        &stats,
+                        chrono::Utc::now(),
+                    ))
+                    .map_err(|e| Failure::Runtime(e.to_string()))?;
                     println!("{json:#}");
                     Ok(())
                 }
