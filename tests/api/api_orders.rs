@@ -427,10 +427,16 @@ async fn health_docs_and_unknown_routes(backend: Backend) {
             .await;
     assert!(spec["paths"]["/api/orders"]["post"].is_object());
     assert!(spec["paths"]["/api/orders/{id}"]["get"].is_object());
-    let docs = app.client.get(format!("{}/docs", app.base)).send().await.unwrap();
+    let docs = app.client.get(format!("{}/docs/", app.base)).send().await.unwrap();
     assert_eq!(docs.status(), StatusCode::OK);
     let page = docs.text().await.unwrap();
-    assert!(page.contains("/openapi.json") && !page.contains("https://"), "the docs page is self-contained");
+    assert!(page.contains("swagger-ui") && !page.contains("https://"), "the docs page is self-contained");
+    let init = app.client.get(format!("{}/docs/swagger-initializer.js", app.base)).send().await.unwrap();
+    assert!(init.text().await.unwrap().contains("/openapi.json"), "Swagger UI reads our document");
+    let bare = app.client.get(format!("{}/docs", app.base)).send().await.unwrap();
+    assert_eq!(bare.url().path(), "/docs/", "/docs redirects to the page");
+    let absent = app.client.get(format!("{}/docs/nope.js", app.base)).send().await.unwrap();
+    assert_eq!(absent.status(), StatusCode::NOT_FOUND);
     let missing = app.client.get(format!("{}/nope", app.base)).send().await.unwrap();
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
     assert_eq!(missing.headers().get("content-type").unwrap(), "application/problem+json");

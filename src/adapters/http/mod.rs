@@ -79,6 +79,25 @@ impl utoipa::Modify for ProblemDefault {
     }
 }
 
+/// An operation's summary is plain text (OpenAPI renders only `description` as Markdown):
+/// the backticks our doc comments use for code would be shown raw, so summaries drop them.
+struct PlainSummaries;
+
+impl utoipa::Modify for PlainSummaries {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        for item in openapi.paths.paths.values_mut() {
+            for operation in [&mut item.get, &mut item.post, &mut item.put, &mut item.delete, &mut item.patch]
+                .into_iter()
+                .flatten()
+            {
+                if let Some(summary) = operation.summary.as_mut() {
+                    summary.retain(|c| c != '`');
+                }
+            }
+        }
+    }
+}
+
 impl utoipa::Modify for BearerAuth {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let components = openapi.components.get_or_insert_with(Default::default);
@@ -116,7 +135,7 @@ impl utoipa::Modify for BearerAuth {
         ops::metrics,
     ),
     components(schemas(problem::Problem)),
-    modifiers(&BearerAuth, &ProblemDefault),
+    modifiers(&BearerAuth, &ProblemDefault, &PlainSummaries),
     tags((name = "orders"), (name = "payments"), (name = "admin", description = "Role admin"), (name = "ops"))
 )]
 pub struct ApiDoc;
@@ -151,7 +170,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     }))
     .app_data(web::PathConfig::default().error_handler(|_, _| ApiError::not_found("resource").into()))
     .service(resource("/openapi.json", "GET").route(web::get().to(ops::openapi)))
-    .service(resource("/docs", "GET").route(web::get().to(ops::docs)))
+    .service(resource("/docs", "GET").route(web::get().to(ops::docs_root)))
+    .service(resource("/docs/{file:.*}", "GET").route(web::get().to(ops::docs)))
     .service(
         resource("/api/orders", "GET, POST")
             .route(web::post().to(orders::place_order))

@@ -1,9 +1,12 @@
-//! Unauthenticated operations endpoints: liveness, readiness, the OpenAPI document and a
-//! self-contained docs page (no asset is downloaded at build or run time).
+//! Unauthenticated operations endpoints: liveness, readiness, the OpenAPI document and the
+//! docs page (Swagger UI vendored into the binary: no asset is downloaded at build or run time).
 
-use actix_web::{HttpResponse, web};
+use std::sync::{Arc, LazyLock};
+
+use actix_web::{HttpResponse, ResponseError, http::header, web};
 use serde_json::json;
 use utoipa::OpenApi;
+use utoipa_swagger_ui::Config;
 
 use super::HttpState;
 
@@ -79,40 +82,37 @@ pub async fn openapi() -> HttpResponse {
     HttpResponse::Ok().json(super::ApiDoc::openapi())
 }
 
-pub async fn docs() -> HttpResponse {
-    HttpResponse::Ok().content_type("text/html; charset=utf-8").body(DOCS_PAGE)
+/// `/docs` is a directory: Swagger UI's page loads its assets relative to `/docs/`.
+pub async fn docs_root() -> HttpResponse {
+    HttpResponse::PermanentRedirect().insert_header((header::LOCATION, "/docs/")).finish()
 }
 
-/// Renders `/openapi.json` in the browser with a few lines of inline script.
-const DOCS_PAGE: &str = r##"<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>Order orchestration API</title>
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<style>
-body{font:15px/1.5 system-ui,sans-serif;max-width:70rem;margin:2rem auto;padding:0 1rem;color:#222}
-h1{margin-bottom:0}.op{border:1px solid #ddd;border-radius:6px;margin:.6rem 0;padding:.5rem .8rem}
-.m{display:inline-block;min-width:4.5rem;font-weight:700;text-transform:uppercase}
-.get{color:#0a7}.post{color:#06c}.path{font-family:monospace;font-size:1rem}
-details pre{background:#f6f6f6;padding:.6rem;overflow:auto;font-size:12px}small{color:#666}
-</style></head><body>
-<h1>Order orchestration API</h1><p><small>Rendered from <a href="/openapi.json">/openapi.json</a>.
-Authenticate with <code>Authorization: Bearer $(app token --sub alice)</code>.</small></p>
-<div id="ops">Loading…</div>
-<script>
-fetch('/openapi.json').then(r=>r.json()).then(spec=>{
-  const root=document.getElementById('ops');root.textContent='';
-  const esc=s=>String(s??'').replace(/[&<>]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;'}[c]));
-  for(const [path,item] of Object.entries(spec.paths)){
-    for(const [method,op] of Object.entries(item)){
-      const d=document.createElement('div');d.className='op';
-      const params=(op.parameters||[]).map(p=>`${p.in} <b>${esc(p.name)}</b>${p.required?' (required)':''}: ${esc(p.description)}`).join('<br>');
-      const resp=Object.entries(op.responses||{}).map(([c,r])=>`<b>${c}</b> ${esc(r.description)}`).join('<br>');
-      d.innerHTML=`<span class="m ${method}">${method}</span> <span class="path">${esc(path)}</span>
-        <div>${esc(op.summary||'')} ${esc(op.description||'')}</div>
-        ${params?`<div><small>${params}</small></div>`:''}<div><small>${resp}</small></div>
-        <details><summary>schema</summary><pre>${esc(JSON.stringify(op,null,2))}</pre></details>`;
-      root.appendChild(d);
+/// Swagger UI, vendored into the binary: operations grouped by tag (customer routes first),
+/// "Authorize" for a bearer token, "Try it out" on every operation.
+pub async fn docs(path: web::Path<String>) -> HttpResponse {
+    static CONFIG: LazyLock<Arc<Config<'static>>> = LazyLock::new(|| {
+        Arc::new(
+            Config::new(["/openapi.json"])
+                .try_it_out_enabled(true)
+                .persist_authorization(true)
+                .display_request_duration(true)
+                .deep_linking(true),
+        )
+    });
+    match utoipa_swagger_ui::serve(&path, CONFIG.clone()) {
+        Ok(Some(file)) => HttpResponse::Ok()
+            .content_type(file.content_type)
+            .insert_header((header::CACHE_CONTROL, "no-cache"))
+            .body(file.bytes.into_owned()),
+        Ok(None) => super::problem::ApiError::not_found("resource").error_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "the docs page cannot be rendered");
+            super::problem::ApiError::new(
+                actix_web::http::StatusCode::INTERNAL_SERVER_ERROR,
+                "DOCS_UNAVAILABLE",
+                "the docs page cannot be rendered",
+            )
+            .error_response()
+        }
     }
-  }
-  const s=document.createElement('details');s.innerHTML='<summary>Schemas</summary><pre>'+esc(JSON.stringify(spec.components,null,2))+'</pre>';root.appendChild(s);
-}).catch(e=>{document.getElementById('ops').textContent='Cannot load /openapi.json: '+e});
-</script></body></html>"##;
+}
