@@ -230,14 +230,24 @@ pub struct WorkerSettings {
 
 #[derive(Debug, Clone)]
 pub struct AuthSettings {
+    /// Static keys (`auth.keys`); none when only an identity provider's key set is used.
     pub keys: Vec<KeySettings>,
     pub issuer: Option<String>,
+    /// Required `aud` of every token (`auth.audience`); unchecked when unset.
+    pub audience: Option<String>,
+    /// Where the roles are in a token (`auth.roles_claim` [roles]): a claim name, or a dotted
+    /// path such as `realm_access.roles`.
+    pub roles_claim: String,
+    /// An identity provider's published key set (`auth.jwks_url`).
+    pub jwks_url: Option<String>,
+    /// The least time between two fetches of the key set (`auth.jwks_refresh_interval` [1m]).
+    pub jwks_refresh_interval: Duration,
 }
 
 impl AuthSettings {
     /// Whether the only key is the built-in development key.
     pub fn only_dev_key(&self) -> bool {
-        self.keys.iter().all(|k| k.kid == DEV_KID)
+        self.jwks_url.is_none() && self.keys.iter().all(|k| k.kid == DEV_KID)
     }
 }
 
@@ -399,6 +409,10 @@ enum RawKeys {
 struct RawAuth {
     keys: Option<RawKeys>,
     issuer: Option<String>,
+    audience: Option<String>,
+    roles_claim: Option<String>,
+    jwks_url: Option<String>,
+    jwks_refresh_interval: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -664,6 +678,8 @@ impl Settings {
         };
 
         let keys = match raw.auth.keys {
+            // With an identity provider, tokens are verified with its keys only.
+            None if raw.auth.jwks_url.is_some() => Vec::new(),
             None => vec![KeySettings {
                 kid: DEV_KID.into(),
                 algorithm: "HS256".into(),
@@ -676,9 +692,26 @@ impl Settings {
                 invalid("auth.keys", format!("not a JSON array of keys: {}", redact(&e.to_string())))
             })?,
         };
-        if keys.is_empty() {
-            return Err(invalid("auth.keys", "must hold at least one key"));
+        if keys.is_empty() && raw.auth.jwks_url.is_none() {
+            return Err(invalid("auth.keys", "must hold at least one key (or set auth.jwks_url)"));
         }
+        if let Some(url) = &raw.auth.jwks_url
+            && !(url.starts_with("https://") || url.starts_with("http://"))
+        {
+            return Err(invalid("auth.jwks_url", "must be an http:// or https:// URL"));
+        }
+        let roles_claim = raw.auth.roles_claim.unwrap_or_else(|| "roles".into());
+        if roles_claim.is_empty() || roles_claim.split('.').any(str::is_empty) {
+            return Err(invalid(
+                "auth.roles_claim",
+                "must be a claim name or a dotted path such as realm_access.roles",
+            ));
+        }
+        if raw.auth.audience.as_deref().is_some_and(str::is_empty) {
+            return Err(invalid("auth.audience", "must not be empty"));
+        }
+        let jwks_refresh_interval =
+            dur("auth.jwks_refresh_interval", raw.auth.jwks_refresh_interval.as_deref().unwrap_or("1m"))?;
         for (i, key) in keys.iter().enumerate() {
             let name = format!("auth.keys[{i}]");
             match key.algorithm.as_str() {
@@ -689,14 +722,17 @@ impl Settings {
                         "HS256 needs a secret of at least 32 bytes",
                     ));
                 }
-                "RS256" | "EdDSA" if key.public_key.is_some() => {}
-                "RS256" | "EdDSA" => {
-                    return Err(invalid(&format!("{name}.public_key"), "is required for RS256 and EdDSA"));
+                "RS256" | "ES256" | "EdDSA" if key.public_key.is_some() => {}
+                "RS256" | "ES256" | "EdDSA" => {
+                    return Err(invalid(
+                        &format!("{name}.public_key"),
+                        "is required for RS256, ES256 and EdDSA",
+                    ));
                 }
                 other => {
                     return Err(invalid(
                         &format!("{name}.algorithm"),
-                        format!("`{other}` is not HS256, RS256 or EdDSA"),
+                        format!("`{other}` is not HS256, RS256, ES256 or EdDSA"),
                     ));
                 }
             }
@@ -704,7 +740,14 @@ impl Settings {
                 return Err(invalid(&format!("{name}.kid"), "must not be empty"));
             }
         }
-        let auth = AuthSettings { keys, issuer: raw.auth.issuer };
+        let auth = AuthSettings {
+            keys,
+            issuer: raw.auth.issuer,
+            audience: raw.auth.audience,
+            roles_claim,
+            jwks_url: raw.auth.jwks_url,
+            jwks_refresh_interval,
+        };
         if !sqlite && auth.only_dev_key() {
             return Err(invalid(
                 "auth.keys",
@@ -899,6 +942,26 @@ mod tests {
     fn production_refuses_the_built_in_key() {
         let err = load(&[("APP__DATABASE__URL", "postgres://postgres@127.0.0.1/app")]).unwrap_err();
         assert!(err.to_string().contains("auth.keys"), "{err}");
+    }
+
+    #[test]
+    fn an_identity_provider_replaces_the_built_in_key() {
+        let jwks = ("APP__AUTH__JWKS_URL", "https://idp.example/certs");
+        let s = load(&[jwks]).expect("SQLite with an identity provider");
+        assert!(s.auth.keys.is_empty(), "no built-in key beside an identity provider");
+        assert_eq!(s.auth.roles_claim, "roles");
+        assert_eq!(s.auth.jwks_refresh_interval, Duration::from_secs(60));
+        let s = load(&[jwks, ("APP__DATABASE__URL", "postgres://postgres@127.0.0.1/app")]).expect("production");
+        assert!(!s.auth.only_dev_key());
+        for (key, value, named) in [
+            ("APP__AUTH__JWKS_URL", "idp.example/certs", "auth.jwks_url"),
+            ("APP__AUTH__ROLES_CLAIM", "realm_access..roles", "auth.roles_claim"),
+            ("APP__AUTH__AUDIENCE", "", "auth.audience"),
+            ("APP__AUTH__JWKS_REFRESH_INTERVAL", "often", "auth.jwks_refresh_interval"),
+        ] {
+            let err = load(&[jwks, (key, value)]).unwrap_err().to_string();
+            assert!(err.contains(named), "{key}={value}: {err}");
+        }
     }
 
     #[test]

@@ -522,6 +522,9 @@ impl Application {
     pub async fn build(settings: Settings) -> Result<Application, StartupError> {
         settings.require_explicit_production().map_err(|e| StartupError::Config(e.to_string()))?;
         let services = build_services(&settings).await?;
+        // An identity provider down at start is not fatal: the fetch is logged and tried
+        // again by the first token that needs it (answered 503 until then).
+        let _ = services.jwt.load_key_set().await;
         let listener = TcpListener::bind(settings.http.bind)
             .map_err(|e| StartupError::Runtime(format!("cannot bind {}: {e}", settings.http.bind)))?;
         let port = listener.local_addr().map_err(|e| StartupError::Runtime(e.to_string()))?.port();

@@ -190,6 +190,7 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
         Command::Serve => {
             orchestrator::telemetry::init(settings.log.format);
             let host = settings.http.bind.ip();
+            let settings_tokens_from_provider = settings.auth.keys.is_empty();
             let app = Application::build(settings).await?;
             let base = format!("http://{host}:{}", app.port());
             tracing::info!(
@@ -197,7 +198,7 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
                 url = %base,
                 docs = %format!("{base}/docs"),
                 health = %format!("{base}/health/ready"),
-                token = "app token --sub alice [--role admin]",
+                token = if settings_tokens_from_provider { "from the identity provider (auth.jwks_url)" } else { "app token --sub alice [--role admin]" },
                 "serving HTTP"
             );
             app.run_until_stopped(startup::shutdown_signal())

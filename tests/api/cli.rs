@@ -123,15 +123,15 @@ fn help_documents_every_verb() {
     assert_eq!(out.status.code(), Some(2), "usage errors exit 2");
 }
 
-#[test]
-fn token_prints_a_verifiable_token_alone_on_stdout() {
+#[tokio::test]
+async fn token_prints_a_verifiable_token_alone_on_stdout() {
     let dir = temp_dir();
     let out = run(app(&dir.0).args(["token", "--sub", "alice", "--role", "admin", "--ttl", "5m"]));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert_eq!(stdout.lines().count(), 1, "one line: {stdout}");
     let keys = JwtKeys::from_settings(&Settings::load_from(None, Vec::new()).unwrap().auth).unwrap();
-    let actor = keys.verify(stdout.trim()).expect("the token verifies with the configured key");
+    let actor = keys.verify(stdout.trim()).await.expect("the token verifies with the configured key");
     assert_eq!(actor.subject, "alice");
     assert!(actor.is_admin);
     assert!(!dir.0.join("data").exists(), "minting a token touches no database");

@@ -13,6 +13,7 @@ mod cli;
 mod edges;
 mod external;
 mod faults;
+mod identity;
 mod meeting;
 mod money;
 mod notifications;

@@ -1,14 +1,21 @@
-//! JWT bearer authentication (SPEC §5): keys chosen by `kid` so they can rotate; the first
-//! configured key signs (`app token`), every configured key verifies.
+//! JWT bearer authentication (SPEC §5). Keys are chosen by `kid` so they can rotate:
+//! static keys from `auth.keys` (the first that can sign mints `app token`, all verify), and
+//! an identity provider's published key set (`auth.jwks_url`) — fetched at start, cached,
+//! fetched again when a token names a `kid` the cache lacks (at most once per
+//! `auth.jwks_refresh_interval`) and in the background once the cached set is older than
+//! [`JWKS_MAX_AGE`]. Roles are read from `auth.roles_claim` (a claim or a dotted path).
 
 use std::collections::HashMap;
-use std::future::{Ready, ready};
-use std::time::Duration;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use actix_web::dev::Payload;
 use actix_web::{FromRequest, HttpRequest, web};
+use futures_util::future::LocalBoxFuture;
+use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, KeyAlgorithm, PublicKeyUse};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+use serde_json::{Map, Value};
 
 use super::problem::ApiError;
 use crate::application::Actor;
@@ -20,19 +27,32 @@ pub const ADMIN_ROLE: &str = "admin";
 /// How far a token's `iat`/`nbf` may lie in the future (clock skew between issuers).
 pub const CLOCK_LEEWAY_SECS: u64 = 60;
 
-#[derive(Debug, Serialize, Deserialize)]
-struct Claims {
-    sub: String,
-    #[serde(default)]
-    roles: Vec<String>,
+/// A cached key set older than this is fetched again in the background (so a key the
+/// provider withdrew stops verifying within this time).
+pub const JWKS_MAX_AGE: Duration = Duration::from_secs(600);
+
+/// After a failed fetch the set is tried again no sooner than this (or the refresh
+/// interval, when that is shorter): a provider down at start is picked up within seconds.
+const JWKS_RETRY_AFTER_FAILURE: Duration = Duration::from_secs(5);
+
+/// Deadline of one key-set fetch, and the most of it we read.
+const JWKS_TIMEOUT: Duration = Duration::from_secs(5);
+const JWKS_MAX_BYTES: usize = 1 << 20;
+
+/// What `app token` writes into a token.
+#[derive(Debug, Serialize)]
+struct MintedClaims<'a> {
+    sub: &'a str,
+    roles: &'a [String],
     exp: u64,
     iat: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    nbf: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    iss: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    iss: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    aud: Option<&'a str>,
 }
 
+#[derive(Clone)]
 struct VerifyingKey {
     key: DecodingKey,
     validation: Validation,
@@ -40,9 +60,12 @@ struct VerifyingKey {
 
 /// The configured keys, ready to sign and verify.
 pub struct JwtKeys {
-    signing: (String, Algorithm, EncodingKey),
+    signing: Option<(String, Algorithm, EncodingKey)>,
     verifying: HashMap<String, VerifyingKey>,
     issuer: Option<String>,
+    audience: Option<String>,
+    roles_claim: String,
+    jwks: Option<Arc<Jwks>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +80,7 @@ fn algorithm(name: &str) -> Option<Algorithm> {
     match name {
         "HS256" => Some(Algorithm::HS256),
         "RS256" => Some(Algorithm::RS256),
+        "ES256" => Some(Algorithm::ES256),
         "EdDSA" => Some(Algorithm::EdDSA),
         _ => None,
     }
@@ -66,8 +90,33 @@ fn bytes(secret: &Option<crate::config::Secret>) -> &[u8] {
     secret.as_ref().map(|s| s.expose().as_bytes()).unwrap_or_default()
 }
 
+/// How tokens signed with `alg` are checked: signature, `exp` (30 s leeway), `sub`, and the
+/// configured issuer and audience.
+fn validation(alg: Algorithm, issuer: Option<&str>, audience: Option<&str>) -> Validation {
+    let mut validation = Validation::new(alg);
+    validation.leeway = 30;
+    validation.set_required_spec_claims(&["exp", "sub"]);
+    if let Some(iss) = issuer {
+        validation.set_issuer(&[iss]);
+    }
+    match audience {
+        Some(aud) => {
+            validation.set_audience(&[aud]);
+            // Without this a token that carries no `aud` at all would pass.
+            validation.set_required_spec_claims(&["exp", "sub", "aud"]);
+        }
+        None => validation.validate_aud = false,
+    }
+    validation
+}
+
+fn invalid(why: &str) -> ApiError {
+    ApiError::new(actix_web::http::StatusCode::UNAUTHORIZED, "INVALID_TOKEN", why.to_owned())
+}
+
 impl JwtKeys {
-    /// Loads every configured key.
+    /// Loads every configured static key; the identity provider's key set, if configured,
+    /// is fetched by [`JwtKeys::load_key_set`] or on the first token that needs it.
     ///
     /// # Errors
     /// A key whose material does not parse, naming its index (never its material).
@@ -82,27 +131,41 @@ impl JwtKeys {
             }
             let alg = algorithm(&k.algorithm).ok_or_else(|| invalid("unknown algorithm"))?;
             let (decoding, encoding) = Self::material(k, alg).map_err(|e| invalid(&e))?;
-            let mut validation = Validation::new(alg);
-            validation.validate_aud = false;
-            validation.leeway = 30;
-            validation.set_required_spec_claims(&["exp", "sub"]);
-            if let Some(iss) = &settings.issuer {
-                validation.set_issuer(&[iss]);
-            }
+            let validation = validation(alg, settings.issuer.as_deref(), settings.audience.as_deref());
             verifying.insert(k.kid.clone(), VerifyingKey { key: decoding, validation });
             if let (None, Some(encoding)) = (&signing, encoding) {
                 signing = Some((k.kid.clone(), alg, encoding));
             }
         }
-        let signing = signing.ok_or(KeyError::Invalid {
-            index: 0,
-            reason: "no key can sign (an RS256/EdDSA key needs private_key)".into(),
-        })?;
-        Ok(JwtKeys { signing, verifying, issuer: settings.issuer.clone() })
+        let jwks = settings.jwks_url.as_ref().map(|url| {
+            Arc::new(Jwks::new(
+                url.clone(),
+                settings.jwks_refresh_interval,
+                settings.issuer.clone(),
+                settings.audience.clone(),
+            ))
+        });
+        if signing.is_none() && jwks.is_none() {
+            return Err(KeyError::Invalid {
+                index: 0,
+                reason: "no key can sign (an RS256/ES256/EdDSA key needs private_key)".into(),
+            });
+        }
+        Ok(JwtKeys {
+            signing,
+            verifying,
+            issuer: settings.issuer.clone(),
+            audience: settings.audience.clone(),
+            roles_claim: settings.roles_claim.clone(),
+            jwks,
+        })
     }
 
     fn material(k: &KeySettings, alg: Algorithm) -> Result<(DecodingKey, Option<EncodingKey>), String> {
         let describe = |e: jsonwebtoken::errors::Error| format!("invalid key material ({:?})", e.kind());
+        let private = |parse: fn(&[u8]) -> jsonwebtoken::errors::Result<EncodingKey>| {
+            k.private_key.as_ref().map(|p| parse(p.expose().as_bytes())).transpose().map_err(describe)
+        };
         Ok(match alg {
             Algorithm::HS256 => (
                 DecodingKey::from_secret(bytes(&k.secret)).map_err(describe)?,
@@ -110,38 +173,50 @@ impl JwtKeys {
             ),
             Algorithm::RS256 => (
                 DecodingKey::from_rsa_pem(bytes(&k.public_key)).map_err(describe)?,
-                k.private_key
-                    .as_ref()
-                    .map(|p| EncodingKey::from_rsa_pem(p.expose().as_bytes()))
-                    .transpose()
-                    .map_err(describe)?,
+                private(EncodingKey::from_rsa_pem)?,
+            ),
+            Algorithm::ES256 => (
+                DecodingKey::from_ec_pem(bytes(&k.public_key)).map_err(describe)?,
+                private(EncodingKey::from_ec_pem)?,
             ),
             _ => (
                 DecodingKey::from_ed_pem(bytes(&k.public_key)).map_err(describe)?,
-                k.private_key
-                    .as_ref()
-                    .map(|p| EncodingKey::from_ed_pem(p.expose().as_bytes()))
-                    .transpose()
-                    .map_err(describe)?,
+                private(EncodingKey::from_ed_pem)?,
             ),
         })
+    }
+
+    /// Fetches the identity provider's key set now (at start). Does nothing without
+    /// `auth.jwks_url`.
+    ///
+    /// # Errors
+    /// The set cannot be fetched or holds no usable key; tokens then wait for a later fetch.
+    pub async fn load_key_set(&self) -> Result<usize, String> {
+        match &self.jwks {
+            Some(jwks) => jwks.fetch().await,
+            None => Ok(0),
+        }
     }
 
     /// Mints a token for `sub` with the signing key.
     ///
     /// # Errors
-    /// The key cannot sign.
+    /// No static key can sign, or the key cannot.
     pub fn mint(&self, sub: &str, roles: &[String], ttl: Duration) -> Result<String, KeyError> {
-        let now = chrono::Utc::now().timestamp().max(0) as u64;
-        let claims = Claims {
-            sub: sub.to_owned(),
-            roles: roles.to_vec(),
-            iat: now,
-            nbf: None,
-            exp: now + ttl.as_secs(),
-            iss: self.issuer.clone(),
+        let Some((kid, alg, key)) = &self.signing else {
+            return Err(KeyError::Sign(
+                "no auth.keys entry can sign; tokens come from the identity provider at auth.jwks_url".into(),
+            ));
         };
-        let (kid, alg, key) = &self.signing;
+        let now = chrono::Utc::now().timestamp().max(0) as u64;
+        let claims = MintedClaims {
+            sub,
+            roles,
+            iat: now,
+            exp: now + ttl.as_secs(),
+            iss: self.issuer.as_deref(),
+            aud: self.audience.as_deref(),
+        };
         let mut header = Header::new(*alg);
         header.kid = Some(kid.clone());
         jsonwebtoken::encode(&header, &claims, key).map_err(|e| KeyError::Sign(format!("{:?}", e.kind())))
@@ -150,39 +225,278 @@ impl JwtKeys {
     /// Verifies a bearer token and returns the caller it names.
     ///
     /// # Errors
-    /// `401 INVALID_TOKEN` for a token that is malformed, expired, signed with an unknown
-    /// `kid` or a wrong key. The reason is generic on purpose.
-    pub fn verify(&self, token: &str) -> Result<Actor, ApiError> {
-        let invalid = |why: &str| {
-            ApiError::new(actix_web::http::StatusCode::UNAUTHORIZED, "INVALID_TOKEN", why.to_owned())
-        };
+    /// `401 INVALID_TOKEN` for a token that is malformed, expired, for another issuer or
+    /// audience, signed with an unknown `kid` or a wrong key (the reason is generic on
+    /// purpose); `503 AUTH_UNAVAILABLE` when its `kid` may be in the identity provider's
+    /// key set but the set cannot be fetched.
+    pub async fn verify(&self, token: &str) -> Result<Actor, ApiError> {
         let header = jsonwebtoken::decode_header(token).map_err(|_| invalid("malformed token"))?;
         let kid = header.kid.ok_or_else(|| invalid("token has no kid"))?;
-        let key = self.verifying.get(&kid).ok_or_else(|| invalid("unknown signing key"))?;
-        let data = jsonwebtoken::decode::<Claims>(token, &key.key, &key.validation).map_err(|e| {
-            use jsonwebtoken::errors::ErrorKind;
-            match e.kind() {
-                ErrorKind::ExpiredSignature => invalid("token expired"),
-                ErrorKind::InvalidIssuer => invalid("wrong issuer"),
-                _ => invalid("invalid token"),
-            }
-        })?;
+        if let Some(key) = self.verifying.get(&kid) {
+            return self.check(token, key);
+        }
+        let Some(jwks) = &self.jwks else { return Err(invalid("unknown signing key")) };
+        if let Some(key) = jwks.key(&kid) {
+            jwks.refresh_if_old();
+            return self.check(token, &key);
+        }
+        jwks.refresh_for_unknown_kid().await?;
+        match jwks.key(&kid) {
+            Some(key) => self.check(token, &key),
+            None => Err(invalid("unknown signing key")),
+        }
+    }
+
+    fn check(&self, token: &str, key: &VerifyingKey) -> Result<Actor, ApiError> {
+        let data =
+            jsonwebtoken::decode::<Map<String, Value>>(token, &key.key, &key.validation).map_err(|e| {
+                use jsonwebtoken::errors::ErrorKind;
+                match e.kind() {
+                    ErrorKind::ExpiredSignature => invalid("token expired"),
+                    ErrorKind::InvalidIssuer => invalid("wrong issuer"),
+                    ErrorKind::InvalidAudience => invalid("wrong audience"),
+                    _ => invalid("invalid token"),
+                }
+            })?;
         let claims = data.claims;
         let now = chrono::Utc::now().timestamp().max(0) as u64;
-        if claims.iat > now + CLOCK_LEEWAY_SECS || claims.nbf.is_some_and(|nbf| nbf > now + CLOCK_LEEWAY_SECS)
-        {
+        let future = |name: &str| {
+            claims.get(name).and_then(Value::as_f64).is_some_and(|t| t > (now + CLOCK_LEEWAY_SECS) as f64)
+        };
+        if future("iat") || future("nbf") {
             return Err(invalid("token not valid yet"));
         }
-        if claims.sub.trim().is_empty() {
+        let sub = claims.get("sub").and_then(Value::as_str).ok_or_else(|| invalid("invalid subject"))?;
+        if sub.trim().is_empty() {
             return Err(invalid("invalid subject"));
         }
         // SPEC §5: a claim is input like any other — control characters or an over-long
         // subject are 422 naming it, never stored.
-        text::check("sub", &claims.sub, text::limits::ID).map_err(|e| {
+        text::check("sub", sub, text::limits::ID).map_err(|e| {
             ApiError::field(actix_web::http::StatusCode::UNPROCESSABLE_ENTITY, e.field(), e.message())
         })?;
-        let is_admin = claims.roles.iter().any(|r| r == ADMIN_ROLE);
-        Ok(Actor { subject: claims.sub, is_admin })
+        let is_admin = roles(&claims, &self.roles_claim).any(|r| r == ADMIN_ROLE);
+        Ok(Actor { subject: sub.to_owned(), is_admin })
+    }
+}
+
+/// The roles a token carries at `path`: a claim of that exact name (Auth0's namespaced
+/// claims are URLs with dots), else the dotted path (`realm_access.roles`). An array of
+/// strings, or one space-separated string; anything else carries no role.
+fn roles<'a>(claims: &'a Map<String, Value>, path: &str) -> Box<dyn Iterator<Item = &'a str> + 'a> {
+    let found = claims.get(path).or_else(|| {
+        let mut parts = path.split('.');
+        let first = claims.get(parts.next()?)?;
+        parts.try_fold(first, |value, part| value.get(part))
+    });
+    match found {
+        Some(Value::Array(items)) => Box::new(items.iter().filter_map(Value::as_str)),
+        Some(Value::String(s)) => Box::new(s.split_whitespace()),
+        _ => Box::new(std::iter::empty()),
+    }
+}
+
+/// An identity provider's key set and when it was fetched.
+struct Jwks {
+    url: String,
+    client: reqwest::Client,
+    refresh_interval: Duration,
+    issuer: Option<String>,
+    audience: Option<String>,
+    state: RwLock<JwksState>,
+    /// One fetch at a time: requests that find a fetch under way wait for its result.
+    fetching: tokio::sync::Mutex<()>,
+}
+
+#[derive(Default)]
+struct JwksState {
+    keys: HashMap<String, VerifyingKey>,
+    fetched_at: Option<Instant>,
+    attempted_at: Option<Instant>,
+    /// The last fetch made because a token named a kid the cache lacked.
+    unknown_kid_at: Option<Instant>,
+    failure: Option<String>,
+}
+
+fn unavailable() -> ApiError {
+    ApiError::new(
+        actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+        "AUTH_UNAVAILABLE",
+        "the identity provider's signing keys cannot be fetched; retry later",
+    )
+}
+
+impl Jwks {
+    fn new(
+        url: String,
+        refresh_interval: Duration,
+        issuer: Option<String>,
+        audience: Option<String>,
+    ) -> Jwks {
+        Jwks {
+            url,
+            // Building a client fails only without a TLS provider; startup installs one.
+            client: reqwest::Client::builder().timeout(JWKS_TIMEOUT).build().unwrap_or_default(),
+            refresh_interval,
+            issuer,
+            audience,
+            state: RwLock::new(JwksState::default()),
+            fetching: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, JwksState> {
+        // A poisoned lock only means a panic elsewhere while writing plain data: keep going.
+        self.state.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn key(&self, kid: &str) -> Option<VerifyingKey> {
+        self.read().keys.get(kid).cloned()
+    }
+
+    /// The least time before the next fetch after `state`'s last attempt.
+    fn wait_after(&self, state: &JwksState) -> Duration {
+        if state.failure.is_some() {
+            self.refresh_interval.min(JWKS_RETRY_AFTER_FAILURE)
+        } else {
+            self.refresh_interval
+        }
+    }
+
+    /// A token names a `kid` we lack: fetch the set again unless one was fetched (or tried)
+    /// within the refresh interval.
+    ///
+    /// # Errors
+    /// `503 AUTH_UNAVAILABLE` when the last fetch failed.
+    async fn refresh_for_unknown_kid(&self) -> Result<(), ApiError> {
+        let _one = self.fetching.lock().await;
+        let recent = {
+            let state = self.read();
+            // After a failure any attempt counts (the provider is not hammered while down);
+            // otherwise only fetches made for unknown kids do (a rotation right after start
+            // or a background fetch is still picked up at once).
+            let last = if state.failure.is_some() { state.attempted_at } else { state.unknown_kid_at };
+            last.is_some_and(|at| at.elapsed() < self.wait_after(&state)).then(|| state.failure.is_none())
+        };
+        match recent {
+            Some(true) => Ok(()),
+            Some(false) => Err(unavailable()),
+            None => {
+                let fetched = self.fetch_locked().await;
+                self.state.write().unwrap_or_else(std::sync::PoisonError::into_inner).unknown_kid_at =
+                    Some(Instant::now());
+                fetched.map(|_| ()).map_err(|_| unavailable())
+            }
+        }
+    }
+
+    /// Starts a background fetch when the cached set is older than [`JWKS_MAX_AGE`].
+    fn refresh_if_old(self: &Arc<Self>) {
+        let due = {
+            let state = self.read();
+            state.fetched_at.is_some_and(|at| at.elapsed() >= JWKS_MAX_AGE)
+                && state.attempted_at.is_none_or(|at| at.elapsed() >= self.wait_after(&state))
+        };
+        if due && let Ok(_one) = self.fetching.try_lock() {
+            drop(_one);
+            let jwks = self.clone();
+            tokio::spawn(async move {
+                let _one = jwks.fetching.lock().await;
+                let _ = jwks.fetch_locked().await;
+            });
+        }
+    }
+
+    async fn fetch(&self) -> Result<usize, String> {
+        let _one = self.fetching.lock().await;
+        self.fetch_locked().await
+    }
+
+    /// Fetches and replaces the set (keys the provider withdrew stop verifying). A failed
+    /// fetch keeps the cached keys. The caller holds `fetching`.
+    async fn fetch_locked(&self) -> Result<usize, String> {
+        let result = self.download().await;
+        let mut state = self.state.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        state.attempted_at = Some(Instant::now());
+        match result {
+            Ok(keys) => {
+                let n = keys.len();
+                state.keys = keys;
+                state.fetched_at = state.attempted_at;
+                state.failure = None;
+                tracing::info!(url = %self.url, keys = n, "identity provider key set fetched");
+                Ok(n)
+            }
+            Err(why) => {
+                tracing::warn!(url = %self.url, error = %why, "identity provider key set cannot be fetched; cached keys kept");
+                state.failure = Some(why.clone());
+                Err(why)
+            }
+        }
+    }
+
+    async fn download(&self) -> Result<HashMap<String, VerifyingKey>, String> {
+        let mut response = self.client.get(&self.url).send().await.map_err(|e| format!("{e}"))?;
+        if !response.status().is_success() {
+            return Err(format!("answered {}", response.status()));
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| format!("{e}"))? {
+            if body.len() + chunk.len() > JWKS_MAX_BYTES {
+                return Err(format!("the key set is over {JWKS_MAX_BYTES} bytes"));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let set: Value = serde_json::from_slice(&body).map_err(|e| format!("not JSON: {e}"))?;
+        let entries = set.get("keys").and_then(Value::as_array).ok_or("no `keys` array")?;
+        let mut keys = HashMap::new();
+        for entry in entries {
+            // One key we cannot use (an encryption key, another algorithm) never hides the others.
+            let Ok(jwk) = serde_json::from_value::<Jwk>(entry.clone()) else { continue };
+            if let Some((kid, key)) = self.usable(&jwk) {
+                keys.insert(kid, key);
+            }
+        }
+        if keys.is_empty() {
+            return Err("the key set holds no RS256, ES256 or EdDSA signing key with a kid".into());
+        }
+        Ok(keys)
+    }
+
+    fn usable(&self, jwk: &Jwk) -> Option<(String, VerifyingKey)> {
+        let kid = jwk.common.key_id.clone()?;
+        if matches!(jwk.common.public_key_use, Some(PublicKeyUse::Encryption)) {
+            return None;
+        }
+        let alg = match (jwk.common.key_algorithm, &jwk.algorithm) {
+            (Some(KeyAlgorithm::RS256), AlgorithmParameters::RSA(_)) => Algorithm::RS256,
+            (Some(KeyAlgorithm::ES256), AlgorithmParameters::EllipticCurve(p))
+                if p.curve == EllipticCurve::P256 =>
+            {
+                Algorithm::ES256
+            }
+            (Some(KeyAlgorithm::EdDSA), AlgorithmParameters::OctetKeyPair(p))
+                if p.curve == EllipticCurve::Ed25519 =>
+            {
+                Algorithm::EdDSA
+            }
+            (None, AlgorithmParameters::RSA(_)) => Algorithm::RS256,
+            (None, AlgorithmParameters::EllipticCurve(p)) if p.curve == EllipticCurve::P256 => {
+                Algorithm::ES256
+            }
+            (None, AlgorithmParameters::OctetKeyPair(p)) if p.curve == EllipticCurve::Ed25519 => {
+                Algorithm::EdDSA
+            }
+            _ => return None,
+        };
+        let key = DecodingKey::from_jwk(jwk).ok()?;
+        Some((
+            kid,
+            VerifyingKey {
+                key,
+                validation: validation(alg, self.issuer.as_deref(), self.audience.as_deref()),
+            },
+        ))
     }
 }
 
@@ -209,10 +523,10 @@ impl Caller {
 
 impl FromRequest for Caller {
     type Error = ApiError;
-    type Future = Ready<Result<Caller, ApiError>>;
+    type Future = LocalBoxFuture<'static, Result<Caller, ApiError>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        let result = (|| {
+        let found = (|| {
             let keys = req
                 .app_data::<web::Data<JwtKeys>>()
                 .ok_or_else(|| ApiError::unauthenticated("authentication is not configured"))?;
@@ -226,9 +540,12 @@ impl FromRequest for Caller {
                 header.to_str().map_err(|_| ApiError::unauthenticated("malformed Authorization header"))?;
             let token = bearer_token(value)
                 .ok_or_else(|| ApiError::unauthenticated("expected `Authorization: Bearer <token>`"))?;
-            keys.verify(token).map(Caller)
+            Ok((keys.clone(), token.to_owned()))
         })();
-        ready(result)
+        Box::pin(async move {
+            let (keys, token) = found?;
+            keys.verify(&token).await.map(Caller)
+        })
     }
 }
 
@@ -238,12 +555,41 @@ pub struct Admin(pub Actor);
 
 impl FromRequest for Admin {
     type Error = ApiError;
-    type Future = Ready<Result<Admin, ApiError>>;
+    type Future = LocalBoxFuture<'static, Result<Admin, ApiError>>;
 
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
-        let result = Caller::from_request(req, payload)
-            .into_inner()
-            .and_then(|caller| caller.require_admin().map(|actor| Admin(actor.clone())));
-        ready(result)
+        let caller = Caller::from_request(req, payload);
+        Box::pin(async move {
+            let caller = caller.await?;
+            caller.require_admin().map(|actor| Admin(actor.clone()))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_are_read_at_a_claim_name_or_a_dotted_path() {
+        let claims: Map<String, Value> = serde_json::from_value(serde_json::json!({
+            "roles": ["admin", 7],
+            "scope": "orders:read admin",
+            "realm_access": { "roles": ["offline_access", "admin"] },
+            "https://shop.example/roles": ["admin"],
+            "nested": { "roles": { "admin": true } }
+        }))
+        .unwrap();
+        for (path, expected) in [
+            ("roles", vec!["admin"]),
+            ("scope", vec!["orders:read", "admin"]),
+            ("realm_access.roles", vec!["offline_access", "admin"]),
+            ("https://shop.example/roles", vec!["admin"]),
+            ("nested.roles", vec![]),
+            ("realm_access.missing", vec![]),
+            ("absent", vec![]),
+        ] {
+            assert_eq!(roles(&claims, path).collect::<Vec<_>>(), expected, "{path}");
+        }
     }
 }
