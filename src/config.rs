@@ -951,7 +951,8 @@ mod tests {
         assert!(s.auth.keys.is_empty(), "no built-in key beside an identity provider");
         assert_eq!(s.auth.roles_claim, "roles");
         assert_eq!(s.auth.jwks_refresh_interval, Duration::from_secs(60));
-        let s = load(&[jwks, ("APP__DATABASE__URL", "postgres://postgres@127.0.0.1/app")]).expect("production");
+        let s =
+            load(&[jwks, ("APP__DATABASE__URL", "postgres://postgres@127.0.0.1/app")]).expect("production");
         assert!(!s.auth.only_dev_key());
         for (key, value, named) in [
             ("APP__AUTH__JWKS_URL", "idp.example/certs", "auth.jwks_url"),

@@ -80,7 +80,10 @@ async fn serve_keys(server: &MockServer, keys: &[&TestKey]) {
     server.reset().await;
     let mut set = serde_json::to_value(JwkSet { keys: keys.iter().map(|k| k.jwk()).collect() }).unwrap();
     // Providers publish keys we cannot use (other types, encryption keys): they never hide the rest.
-    set["keys"].as_array_mut().unwrap().push(json!({ "kty": "post-quantum", "kid": "pq-1", "alg": "ML-DSA-65" }));
+    set["keys"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({ "kty": "post-quantum", "kid": "pq-1", "alg": "ML-DSA-65" }));
     Mock::given(method("GET"))
         .and(path("/certs"))
         .respond_with(ResponseTemplate::new(200).set_body_json(&set))
