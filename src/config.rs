@@ -192,6 +192,8 @@ pub struct OutboxSettings {
     pub retention_published: Duration,
     pub retention_dead_letter: Duration,
     pub publish_window: u32,
+    /// Lanes the outbox is split into (`outbox.lanes`); workers share them.
+    pub lanes: u16,
 }
 
 #[derive(Debug, Clone)]
@@ -334,6 +336,7 @@ struct RawOutbox {
     retention_published: String,
     retention_dead_letter: String,
     publish_window: u32,
+    lanes: u16,
 }
 
 #[derive(Debug, Deserialize)]
@@ -442,6 +445,7 @@ cleanup_at = "03:00"
 retention_published = "30d"
 retention_dead_letter = "90d"
 publish_window = 256
+lanes = 16
 
 [notification.retry]
 interval = "30s"
@@ -603,6 +607,12 @@ impl Settings {
         if o.max_retries < 0 {
             return Err(invalid("outbox.max_retries", "must not be negative"));
         }
+        if o.lanes == 0 || o.lanes > crate::domain::outbox::lanes::MAX_LANES {
+            return Err(invalid(
+                "outbox.lanes",
+                format!("must be between 1 and {}", crate::domain::outbox::lanes::MAX_LANES),
+            ));
+        }
         let cleanup_at = NaiveTime::parse_from_str(&o.cleanup_at, "%H:%M")
             .map_err(|_| invalid("outbox.cleanup_at", "expected HH:MM (UTC), e.g. 03:00"))?;
         let outbox = OutboxSettings {
@@ -618,6 +628,7 @@ impl Settings {
             retention_published: dur("outbox.retention_published", &o.retention_published)?,
             retention_dead_letter: dur("outbox.retention_dead_letter", &o.retention_dead_letter)?,
             publish_window: o.publish_window,
+            lanes: o.lanes,
         };
         for (key, value) in [
             ("outbox.poll_interval", outbox.poll_interval),

@@ -148,6 +148,7 @@ impl Services {
             self.clock.clone(),
             RelaySettings {
                 worker_id,
+                lanes: o.lanes,
                 retry_poll_interval: o.retry_poll_interval,
                 batch_size: o.batch_size,
                 lease: chrono(o.processing_timeout),
@@ -237,7 +238,9 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
 
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let relay_wake = Arc::new(Notify::new());
-    let orders = Arc::new(SeaOrmOrderRepository::new(db.clone(), relay_wake.clone()));
+    let orders = Arc::new(
+        SeaOrmOrderRepository::new(db.clone(), relay_wake.clone()).with_lanes(settings.outbox.lanes),
+    );
     // The outbox has a pool of its own on PostgreSQL (custom plans for the claim; see
     // `persistence::connect_outbox`); SQLite has one writer and shares the one pool.
     let outbox_db = if settings.database.is_sqlite() {

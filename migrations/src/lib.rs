@@ -12,6 +12,7 @@ mod m20261129_000004_order_saga_lease;
 mod m20261129_000005_payment_reconciliation;
 mod m20261129_000006_outbox_partial_indexes;
 mod m20261201_000007_registrations_and_saga_recovery;
+mod m20261201_000008_outbox_lanes;
 
 pub struct Migrator;
 
@@ -26,6 +27,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261129_000005_payment_reconciliation::Migration),
             Box::new(m20261129_000006_outbox_partial_indexes::Migration),
             Box::new(m20261201_000007_registrations_and_saga_recovery::Migration),
+            Box::new(m20261201_000008_outbox_lanes::Migration),
         ]
     }
 }

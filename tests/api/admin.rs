@@ -3,6 +3,7 @@
 
 use chrono::Utc;
 use orchestrator::application::ports::DeliveryFailure;
+use orchestrator::application::ports::LaneFilter;
 use orchestrator::domain::outbox::{FailureCode, FailureOutcome};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -17,7 +18,7 @@ async fn dead_letters(app: &TestApp, n: usize) -> Vec<i64> {
         json(app.place_order(&token, &order_body(), None).await, StatusCode::CREATED).await;
     }
     let now = Utc::now();
-    let claimed = app.services.outbox_store.claim("test", 100, now, now).await.unwrap();
+    let claimed = app.services.outbox_store.claim("test", &LaneFilter::Any, 100, now, now).await.unwrap();
     assert_eq!(claimed.len(), n, "one head event per order");
     let failures: Vec<DeliveryFailure> = claimed
         .iter()

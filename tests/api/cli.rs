@@ -1,5 +1,6 @@
 //! The `app` binary as an operator uses it: verbs, exit codes, the embedded default.
 
+use orchestrator::application::ports::LaneFilter;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -408,7 +409,7 @@ async fn worker_drains_the_outbox_and_replay_repairs_a_dead_letter() {
     repo.commit(changes).await.unwrap();
     let now = Utc::now();
     let poison = store
-        .claim("test", 10, now, now)
+        .claim("test", &LaneFilter::Any, 10, now, now)
         .await
         .unwrap()
         .into_iter()

@@ -2,6 +2,7 @@
 //! delivery with concurrent relays, per-aggregate order, unroutable and allow-listed
 //! events, a connection severed mid-batch, wake-ups, lease recovery and clean-up.
 
+use orchestrator::application::ports::LaneFilter;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -219,7 +220,7 @@ async fn expired_claims_are_recovered_and_published(backend: Backend) {
     let events = seed(&repo(&app), 3, 1).await;
     // A worker claims and dies.
     let now = Utc::now();
-    let ghost = app.services.outbox_store.claim("ghost", 10, now, now).await.unwrap();
+    let ghost = app.services.outbox_store.claim("ghost", &LaneFilter::Any, 10, now, now).await.unwrap();
     assert_eq!(ghost.len(), 3);
     let relay = app.services.relay();
     assert_eq!(relay.run_once().await.unwrap().claimed, 0, "claimed rows are not anyone else's");
@@ -268,7 +269,65 @@ async fn a_nacked_event_is_retried_with_its_failure_recorded(backend: Backend) {
     broker.cleanup().await;
 }
 
+/// Relays join and leave while events keep coming (1 → 4 → 2): the lanes are shared out
+/// among whoever is alive, and every event is delivered exactly once, in aggregate order.
+async fn relays_joining_and_leaving_share_the_lanes_and_lose_nothing(backend: Backend) {
+    let Some(broker) = TestBroker::start().await else {
+        return;
+    };
+    // A 3 s lease renews every second, so rebalancing takes seconds.
+    let env = [("APP__OUTBOX__BATCH_SIZE", "16"), ("APP__OUTBOX__PROCESSING_TIMEOUT", "3s")];
+    let Some(app) = spawn_app(backend, &broker, &amqp_url(), &env).await else {
+        return;
+    };
+    let owners = || async {
+        count_where(&app.db, "(SELECT DISTINCT owner FROM outbox_lanes WHERE owner IS NOT NULL) o", "1 = 1")
+            .await
+    };
+    let start = |relays: &mut Vec<(CancellationToken, tokio::task::JoinHandle<()>)>| {
+        let relay = app.services.relay();
+        let stop = CancellationToken::new();
+        let token = stop.clone();
+        relays.push((stop, tokio::spawn(async move { relay.run_until_stopped(token).await })));
+    };
+    let mut relays = Vec::new();
+    let mut events = seed(&repo(&app), 100, 3).await;
+    start(&mut relays);
+    crate::meeting::until("one relay holds every lane", || async { owners().await == 1 }).await;
+    for _ in 0..3 {
+        start(&mut relays);
+    }
+    events.extend(seed(&repo(&app), 100, 3).await);
+    crate::meeting::until("four relays share the lanes", || async { owners().await == 4 }).await;
+    events.extend(seed(&repo(&app), 100, 3).await);
+    for (stop, handle) in relays.drain(2..) {
+        stop.cancel();
+        handle.await.unwrap();
+    }
+    crate::meeting::until("two relays share the lanes", || async { owners().await == 2 }).await;
+    events.extend(seed(&repo(&app), 100, 3).await);
+    broker.wait_for(events.len(), Duration::from_secs(90)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for (stop, handle) in relays {
+        stop.cancel();
+        handle.await.unwrap();
+    }
+    let received = broker.received.lock().unwrap().clone();
+    let ids: HashSet<&str> = received.iter().map(|r| r.message_id.as_str()).collect();
+    assert_eq!((received.len(), ids.len()), (events.len(), events.len()), "every event exactly once");
+    let mut last: HashMap<String, i64> = HashMap::new();
+    for r in &received {
+        let aggregate = r.body["aggregateId"].as_str().unwrap().to_owned();
+        let seq = r.body["seq"].as_i64().unwrap();
+        let previous = last.insert(aggregate.clone(), seq).unwrap_or(-1);
+        assert_eq!(seq, previous + 1, "aggregate {aggregate} out of order");
+    }
+    assert_eq!(owners().await, 0, "stopped relays give their lanes back");
+    broker.cleanup().await;
+}
+
 on_both_databases!(
+    relays_joining_and_leaving_share_the_lanes_and_lose_nothing,
     a_nacked_event_is_retried_with_its_failure_recorded,
     four_relays_deliver_every_event_exactly_once_in_aggregate_order,
     unroutable_events_retry_then_dead_letter_but_allow_listed_ones_publish,

@@ -1,6 +1,7 @@
 //! The storage ports' contract, run against SQLite and PostgreSQL alike: round trips,
 //! conditional updates, claiming and marking of outbox rows, idempotency keys.
 
+use orchestrator::application::ports::LaneFilter;
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -217,7 +218,7 @@ async fn claims_take_only_the_head_of_each_aggregate(backend: Backend) {
     insert(&s, &mut b, vec![event(&b_id, "one")]).await;
 
     let t = now();
-    let first = s.outbox.claim("w1", 10, t, t + Duration::minutes(5)).await.unwrap();
+    let first = s.outbox.claim("w1", &LaneFilter::Any, 10, t, t + Duration::minutes(5)).await.unwrap();
     let claimed: Vec<(String, String)> =
         first.iter().map(|e| (e.aggregate_id.clone(), e.event_type.clone())).collect();
     assert_eq!(claimed, vec![(a_id.clone(), "one".into()), (b_id.clone(), "one".into())]);
@@ -225,13 +226,15 @@ async fn claims_take_only_the_head_of_each_aggregate(backend: Backend) {
         first.iter().all(|e| e.status == OutboxStatus::Processing && e.claimed_by.as_deref() == Some("w1"))
     );
     // While "one" is in flight, "two" is not claimable, by anyone.
-    assert!(s.outbox.claim("w2", 10, t, t + Duration::minutes(5)).await.unwrap().is_empty());
+    assert!(
+        s.outbox.claim("w2", &LaneFilter::Any, 10, t, t + Duration::minutes(5)).await.unwrap().is_empty()
+    );
 
     // Only the owner's mark counts.
     let ids: Vec<i64> = first.iter().map(|e| e.id).collect();
     assert_eq!(s.outbox.mark_published(&ids, "w2", t).await.unwrap(), 0);
     assert_eq!(s.outbox.mark_published(&ids, "w1", t).await.unwrap(), 2);
-    let second = s.outbox.claim("w2", 10, t, t + Duration::minutes(5)).await.unwrap();
+    let second = s.outbox.claim("w2", &LaneFilter::Any, 10, t, t + Duration::minutes(5)).await.unwrap();
     assert_eq!(second.iter().map(|e| e.event_type.as_str()).collect::<Vec<_>>(), vec!["two"]);
 
     // A failure waits its backoff, and the aggregate's later event waits behind it.
@@ -244,10 +247,11 @@ async fn claims_take_only_the_head_of_each_aggregate(backend: Backend) {
     };
     assert_eq!(s.outbox.mark_failed(std::slice::from_ref(&failure), "w2", t).await.unwrap(), 1);
     assert!(
-        s.outbox.claim("w1", 10, t, t + Duration::minutes(5)).await.unwrap().is_empty(),
+        s.outbox.claim("w1", &LaneFilter::Any, 10, t, t + Duration::minutes(5)).await.unwrap().is_empty(),
         "not due, and 'three' waits"
     );
-    let due = s.outbox.claim("w1", 10, retry_at, retry_at + Duration::minutes(5)).await.unwrap();
+    let due =
+        s.outbox.claim("w1", &LaneFilter::Any, 10, retry_at, retry_at + Duration::minutes(5)).await.unwrap();
     assert_eq!(due.len(), 1);
     assert_eq!(due[0].event_type, "two");
     assert_eq!(due[0].retry_count, 1);
@@ -263,7 +267,7 @@ async fn claims_take_only_the_head_of_each_aggregate(backend: Backend) {
     assert_eq!(s.outbox.mark_failed(&[dead], "w1", retry_at).await.unwrap(), 1);
     let later = retry_at + Duration::hours(1);
     assert!(
-        s.outbox.claim("w1", 10, later, later).await.unwrap().is_empty(),
+        s.outbox.claim("w1", &LaneFilter::Any, 10, later, later).await.unwrap().is_empty(),
         "a dead letter blocks its aggregate"
     );
     let stats = s.outbox.stats().await.unwrap();
@@ -290,7 +294,8 @@ async fn claims_take_only_the_head_of_each_aggregate(backend: Backend) {
         vec![due[0].id],
         "only dead letters move"
     );
-    let unblocked = s.outbox.claim("w1", 10, later, later + Duration::minutes(5)).await.unwrap();
+    let unblocked =
+        s.outbox.claim("w1", &LaneFilter::Any, 10, later, later + Duration::minutes(5)).await.unwrap();
     assert_eq!(unblocked.iter().map(|e| e.event_type.as_str()).collect::<Vec<_>>(), vec!["three"]);
     assert_eq!(crate::helpers::count(&s.conn, "audit_log").await, 1);
 }
@@ -303,7 +308,7 @@ async fn republished_dead_letters_start_afresh(backend: Backend) {
     let a_id = a.id.to_string();
     insert(&s, &mut a, vec![event(&a_id, "one")]).await;
     let t = now();
-    let claimed = s.outbox.claim("w", 10, t, t).await.unwrap();
+    let claimed = s.outbox.claim("w", &LaneFilter::Any, 10, t, t).await.unwrap();
     let dead = DeliveryFailure {
         id: claimed[0].id,
         outcome: FailureOutcome::DeadLetter { retry_count: 4 },
@@ -323,7 +328,7 @@ async fn republished_dead_letters_start_afresh(backend: Backend) {
         s.outbox.settle_dead_letters(&[claimed[0].id], false, t, audit.clone()).await.unwrap(),
         vec![claimed[0].id]
     );
-    let again = s.outbox.claim("w", 10, t, t).await.unwrap();
+    let again = s.outbox.claim("w", &LaneFilter::Any, 10, t, t).await.unwrap();
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].retry_count, 0, "the retry budget is reset");
     // Not a dead letter any more: a second republish moves nothing.
@@ -346,7 +351,7 @@ async fn repairs_wake_the_relay_and_publishing_clears_the_failure(backend: Backe
     assert!(woken().await, "a commit with events wakes the relay");
     let t = now();
     assert_eq!(s.outbox.next_retry_at().await.unwrap(), None);
-    let claimed = s.outbox.claim("w", 1, t, t + Duration::minutes(5)).await.unwrap();
+    let claimed = s.outbox.claim("w", &LaneFilter::Any, 1, t, t + Duration::minutes(5)).await.unwrap();
     let retry_at = t + Duration::seconds(7);
     let retry = DeliveryFailure {
         id: claimed[0].id,
@@ -356,7 +361,8 @@ async fn repairs_wake_the_relay_and_publishing_clears_the_failure(backend: Backe
     };
     s.outbox.mark_failed(&[retry], "w", t).await.unwrap();
     assert_eq!(s.outbox.next_retry_at().await.unwrap(), Some(retry_at), "visible to every relay");
-    let claimed = s.outbox.claim("w", 1, retry_at, retry_at + Duration::minutes(5)).await.unwrap();
+    let claimed =
+        s.outbox.claim("w", &LaneFilter::Any, 1, retry_at, retry_at + Duration::minutes(5)).await.unwrap();
     let dead = DeliveryFailure {
         id: claimed[0].id,
         outcome: FailureOutcome::DeadLetter { retry_count: 2 },
@@ -375,14 +381,14 @@ async fn repairs_wake_the_relay_and_publishing_clears_the_failure(backend: Backe
     };
     s.outbox.settle_dead_letters(&[claimed[0].id], false, t, audit).await.unwrap();
     assert!(woken().await, "a republish wakes the relay");
-    let again = s.outbox.claim("w", 1, t, t + Duration::minutes(5)).await.unwrap();
+    let again = s.outbox.claim("w", &LaneFilter::Any, 1, t, t + Duration::minutes(5)).await.unwrap();
     assert_eq!(again[0].failure_code, Some(FailureCode::Nacked), "still shown while unpublished");
     // A claim whose lease ran out is due at once: recovering it wakes the relay.
     let mut b = new_order("bob");
     let b_id = b.id.to_string();
     insert(&s, &mut b, vec![event(&b_id, "lost")]).await;
     assert!(woken().await);
-    let lost = s.outbox.claim("dead-worker", 10, t, t).await.unwrap();
+    let lost = s.outbox.claim("dead-worker", &LaneFilter::Any, 10, t, t).await.unwrap();
     assert_eq!(lost.len(), 1);
     assert_eq!(s.outbox.recover_expired(t + Duration::seconds(1)).await.unwrap(), 1);
     assert!(woken().await, "a recovered lease wakes the relay");
@@ -410,7 +416,10 @@ async fn concurrent_claims_never_overlap(backend: Backend) {
             let mut mine = Vec::new();
             loop {
                 let t = now();
-                let batch = store.claim(&format!("w{w}"), 16, t, t + Duration::minutes(5)).await.unwrap();
+                let batch = store
+                    .claim(&format!("w{w}"), &LaneFilter::Any, 16, t, t + Duration::minutes(5))
+                    .await
+                    .unwrap();
                 if batch.is_empty() {
                     break;
                 }
@@ -438,14 +447,16 @@ async fn expired_leases_are_recovered_and_old_rows_purged(backend: Backend) {
     let id = o.id.to_string();
     insert(&s, &mut o, vec![event(&format!("{id}-1"), "a"), event(&format!("{id}-2"), "b")]).await;
     let t = now();
-    let claimed = s.outbox.claim("dead-worker", 10, t, t + Duration::seconds(30)).await.unwrap();
+    let claimed =
+        s.outbox.claim("dead-worker", &LaneFilter::Any, 10, t, t + Duration::seconds(30)).await.unwrap();
     assert_eq!(claimed.len(), 2);
     assert_eq!(s.outbox.recover_expired(t + Duration::seconds(10)).await.unwrap(), 0, "lease still valid");
     assert_eq!(s.outbox.recover_expired(t + Duration::seconds(31)).await.unwrap(), 2);
     // The dead worker's late mark must not overwrite the recovery.
     assert_eq!(s.outbox.mark_published(&[claimed[0].id], "dead-worker", t).await.unwrap(), 0);
     let later = t + Duration::seconds(31);
-    let reclaimed = s.outbox.claim("w2", 10, later, later + Duration::minutes(5)).await.unwrap();
+    let reclaimed =
+        s.outbox.claim("w2", &LaneFilter::Any, 10, later, later + Duration::minutes(5)).await.unwrap();
     assert_eq!(reclaimed.len(), 2);
     assert!(
         reclaimed.iter().all(|e| e.failure_code == Some(FailureCode::LeaseExpired) && e.retry_count == 1)
@@ -512,6 +523,70 @@ async fn idempotency_keys_reserve_complete_and_take_over(backend: Backend) {
     assert_eq!(s.keys.purge(t + Duration::seconds(1)).await.unwrap(), 2);
 }
 
+async fn lanes_are_shared_fairly_and_a_dead_workers_lanes_taken_over(backend: Backend) {
+    let Some(s) = stores(backend).await else {
+        return;
+    };
+    let t = now();
+    let lease = Duration::minutes(5);
+    let all: Vec<i16> = (0..16).collect();
+    let lease_at = |worker: &'static str, at: DateTime<Utc>| {
+        let outbox = &s.outbox;
+        async move { outbox.lease_lanes(worker, 16, at, at + lease).await.unwrap() }
+    };
+    assert_eq!(lease_at("w1", t).await, all, "alone, a worker holds every lane");
+    assert_eq!(lease_at("w2", t).await, Vec::<i16>::new(), "nothing is free yet");
+    assert_eq!(lease_at("w1", t).await, (0..8).collect::<Vec<_>>(), "w1 gives back its highest half");
+    assert_eq!(lease_at("w2", t).await, (8..16).collect::<Vec<_>>());
+    assert_eq!(lease_at("w3", t).await, Vec::<i16>::new());
+    assert_eq!(lease_at("w1", t).await, (0..6).collect::<Vec<_>>(), "a third of 16, rounded up");
+    assert_eq!(lease_at("w2", t).await, (8..14).collect::<Vec<_>>());
+    assert_eq!(lease_at("w3", t).await, vec![6, 7, 14, 15]);
+
+    // w1 dies. Before its lease runs out nobody may take its lanes; after, the others do.
+    let before = t + Duration::minutes(4);
+    assert_eq!(lease_at("w2", before).await, (8..14).collect::<Vec<_>>());
+    assert_eq!(lease_at("w3", before).await, vec![6, 7, 14, 15]);
+    let after = t + Duration::minutes(6);
+    let w2 = lease_at("w2", after).await;
+    let w3 = lease_at("w3", after).await;
+    let mut union: Vec<i16> = w2.iter().chain(&w3).copied().collect();
+    union.sort_unstable();
+    assert_eq!(union, all, "every lane has an owner again: w2 {w2:?}, w3 {w3:?}");
+    assert_eq!((w2.len(), w3.len()), (8, 8), "and they share them evenly");
+
+    // A graceful stop gives the lanes back at once.
+    s.outbox.release_lanes("w3").await.unwrap();
+    assert_eq!(lease_at("w2", after).await, all);
+}
+
+async fn a_worker_that_lost_its_lane_claims_nothing_there(backend: Backend) {
+    let Some(s) = stores(backend).await else {
+        return;
+    };
+    let t = now();
+    let mut order = new_order("alice");
+    let aggregate = order.id.to_string();
+    insert(&s, &mut order, vec![event(&aggregate, "order.completed")]).await;
+    let stored = s.outbox.for_aggregate("order", &aggregate).await.unwrap();
+    let lane = orchestrator::domain::outbox::lanes::lane_of("order", &aggregate, 16);
+    assert_eq!(stored[0].lane, lane, "an event is stored in its aggregate's lane");
+
+    let held = s.outbox.lease_lanes("w1", 16, t, t + Duration::seconds(30)).await.unwrap();
+    assert!(held.contains(&lane));
+    // w1 is paused past its lease; w2 takes every lane over.
+    let later = t + Duration::minutes(1);
+    assert_eq!(s.outbox.lease_lanes("w2", 16, later, later + Duration::minutes(5)).await.unwrap().len(), 16);
+    let until = later + Duration::minutes(5);
+    let stale = s.outbox.claim("w1", &LaneFilter::Held(held.clone()), 10, later, until).await.unwrap();
+    assert!(stale.is_empty(), "the old owner's view of its lanes is fenced");
+    let fresh = s.outbox.claim("w2", &LaneFilter::Held(vec![lane]), 10, later, until).await.unwrap();
+    assert_eq!(fresh.len(), 1, "the new owner claims the row");
+    // w1 wakes up and renews: it holds nothing until w2 gives lanes back.
+    assert!(s.outbox.lease_lanes("w1", 16, later, later + Duration::minutes(5)).await.unwrap().is_empty());
+    assert!(s.outbox.claim("w2", &LaneFilter::Held(vec![]), 10, later, later).await.unwrap().is_empty());
+}
+
 on_both_databases!(
     an_order_round_trips_with_its_context,
     a_stale_update_conflicts_and_writes_nothing,
@@ -523,6 +598,8 @@ on_both_databases!(
     concurrent_claims_never_overlap,
     expired_leases_are_recovered_and_old_rows_purged,
     idempotency_keys_reserve_complete_and_take_over,
+    lanes_are_shared_fairly_and_a_dead_workers_lanes_taken_over,
+    a_worker_that_lost_its_lane_claims_nothing_there,
 );
 
 /// The relay stalled for seconds per batch once PostgreSQL switched the cached claim
@@ -542,7 +619,7 @@ async fn hot_statements_never_run_on_a_generic_plan_on_postgres() {
     orders.commit(Changes { outbox: events, ..Default::default() }).await.unwrap();
     for _ in 0..10 {
         let t = now();
-        let claimed = outbox.claim("w", 2, t, t + Duration::minutes(5)).await.unwrap();
+        let claimed = outbox.claim("w", &LaneFilter::Any, 2, t, t + Duration::minutes(5)).await.unwrap();
         let ids: Vec<i64> = claimed.iter().map(|r| r.id).collect();
         outbox.mark_published(&ids, "w", t).await.unwrap();
     }

@@ -255,6 +255,7 @@ pub fn outbox_from_row(row: outbox_events::Model) -> Result<OutboxRecord, RepoEr
         published_at: row.published_at,
         dead_lettered_at: row.dead_lettered_at,
         version: row.version,
+        lane: row.lane,
     })
 }
 

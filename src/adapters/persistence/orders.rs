@@ -27,6 +27,7 @@ use crate::domain::audit::AuditAction;
 use crate::domain::ids::{NotificationId, OrderId};
 use crate::domain::notification::{Notification, NotificationStatus};
 use crate::domain::order::{FailureStage, Order, OrderStatus};
+use crate::domain::outbox::lanes::DEFAULT_LANES;
 use crate::domain::payment::{Payment, PaymentStatus};
 use chrono::{DateTime, Utc};
 
@@ -36,11 +37,19 @@ use chrono::{DateTime, Utc};
 pub struct SeaOrmOrderRepository {
     db: DatabaseConnection,
     relay_wake: Arc<Notify>,
+    /// `outbox.lanes`: each event is stored with its aggregate's lane.
+    lanes: u16,
 }
 
 impl SeaOrmOrderRepository {
     pub fn new(db: DatabaseConnection, relay_wake: Arc<Notify>) -> Self {
-        SeaOrmOrderRepository { db, relay_wake }
+        SeaOrmOrderRepository { db, relay_wake, lanes: DEFAULT_LANES }
+    }
+
+    /// Stores events in `lanes` lanes (`outbox.lanes`; 16 unless set).
+    pub fn with_lanes(mut self, lanes: u16) -> Self {
+        self.lanes = lanes;
+        self
     }
 }
 
@@ -83,7 +92,7 @@ macro_rules! insert_rows {
     };
 }
 
-async fn apply(txn: &DatabaseTransaction, changes: Changes) -> Result<(), RepoError> {
+async fn apply(txn: &DatabaseTransaction, changes: Changes, lanes: u16) -> Result<(), RepoError> {
     // Conditional updates first: a lost race is found before anything is inserted, and on
     // PostgreSQL the row lock they take serialises writers of the same order.
     for order in &changes.orders {
@@ -158,7 +167,7 @@ async fn apply(txn: &DatabaseTransaction, changes: Changes) -> Result<(), RepoEr
         .map_err(repo_err)?;
     }
     if !changes.outbox.is_empty() {
-        outbox_events::Entity::insert_many(changes.outbox.iter().map(outbox_row))
+        outbox_events::Entity::insert_many(changes.outbox.iter().map(|e| outbox_row(e, lanes)))
             .exec_without_returning(txn)
             .await
             .map_err(repo_err)?;
@@ -209,7 +218,7 @@ impl UnitOfWork for SeaOrmOrderRepository {
         }
         let has_events = !changes.outbox.is_empty();
         let txn = self.db.begin().await.map_err(repo_err)?;
-        if let Err(err) = apply(&txn, changes).await {
+        if let Err(err) = apply(&txn, changes, self.lanes).await {
             // Dropping the transaction rolls back; say so explicitly to free the connection now.
             let _ = txn.rollback().await;
             return Err(err);

@@ -24,16 +24,18 @@ use super::mapping::{outbox_from_row, status_strings};
 use super::orders::insert_audit;
 use super::repo_err;
 use crate::application::ports::{
-    AuditRecord, DeliveryFailure, NewOutboxEvent, OutboxFilter, OutboxRecord, OutboxStats, OutboxStore,
-    RepoError,
+    AuditRecord, DeliveryFailure, LaneFilter, NewOutboxEvent, OutboxFilter, OutboxRecord, OutboxStats,
+    OutboxStore, RepoError,
 };
+use crate::domain::outbox::lanes::{self as lane_rules, lane_of};
 use crate::domain::outbox::{FailureCode, FailureOutcome, OutboxAction, OutboxStatus};
 
 /// The PostgreSQL `NOTIFY` channel a commit with outbox events signals.
 pub const OUTBOX_CHANNEL: &str = "outbox_events";
 
-pub(super) fn outbox_row(e: &NewOutboxEvent) -> outbox_events::ActiveModel {
+pub(super) fn outbox_row(e: &NewOutboxEvent, lanes: u16) -> outbox_events::ActiveModel {
     outbox_events::ActiveModel {
+        lane: Set(lane_of(&e.aggregate_type, &e.aggregate_id, lanes)),
         event_id: Set(e.event_id.as_uuid()),
         aggregate_type: Set(e.aggregate_type.clone()),
         aggregate_id: Set(e.aggregate_id.clone()),
@@ -126,6 +128,11 @@ struct Count {
 }
 
 #[derive(Debug, FromQueryResult)]
+struct LaneRow {
+    lane: i16,
+}
+
+#[derive(Debug, FromQueryResult)]
 struct Oldest {
     at: Option<DateTime<Utc>>,
 }
@@ -135,10 +142,22 @@ impl OutboxStore for SeaOrmOutboxStore {
     async fn claim(
         &self,
         worker: &str,
+        lanes: &LaneFilter,
         limit: u32,
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
     ) -> Result<Vec<OutboxRecord>, RepoError> {
+        // The lanes as literals (integers) so the planner can use `idx_outbox_claimable_lane`;
+        // the sub-select is the fence: only lanes whose lease this worker holds right now.
+        let in_lanes = match lanes {
+            LaneFilter::Any => String::new(),
+            LaneFilter::Held(held) if held.is_empty() => return Ok(Vec::new()),
+            LaneFilter::Held(held) => format!(
+                "AND o.lane IN ({}) AND o.lane IN (SELECT l.lane FROM outbox_lanes l \
+                   WHERE l.owner = $2 AND l.lease_until > $4) ",
+                held.iter().map(i16::to_string).collect::<Vec<_>>().join(", ")
+            ),
+        };
         // The status lists are constants of the domain, written into the SQL as literals
         // (not bound): only then can PostgreSQL match the partial index
         // `idx_outbox_claimable` under a generic prepared-statement plan.
@@ -154,7 +173,7 @@ impl OutboxStore for SeaOrmOutboxStore {
              WHERE id IN (\
                SELECT o.id FROM outbox_events o \
                WHERE o.status IN ({claimable}) \
-                 AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $4) \
+                 AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $4) {in_lanes}\
                  AND NOT EXISTS (SELECT 1 FROM outbox_events p \
                    WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id \
                      AND p.id < o.id AND p.status IN ({blocking})) \
@@ -170,6 +189,105 @@ impl OutboxStore for SeaOrmOutboxStore {
             i64::from(limit).into(),
         ];
         self.rows(&sql, values).await
+    }
+
+    async fn lease_lanes(
+        &self,
+        worker: &str,
+        lanes: u16,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Vec<i16>, RepoError> {
+        let txn = self.db.begin().await.map_err(repo_err)?;
+        let exec = |sql: &str, values: Vec<Value>| txn.execute_raw(self.statement(sql, values));
+        let every_lane = (0..lanes).map(|l| format!("({l}, 0)")).collect::<Vec<_>>().join(", ");
+        exec(
+            &format!(
+                "INSERT INTO outbox_lanes (lane, epoch) VALUES {every_lane} ON CONFLICT (lane) DO NOTHING"
+            ),
+            vec![],
+        )
+        .await
+        .map_err(repo_err)?;
+        exec(
+            "DELETE FROM outbox_relays WHERE alive_until < $1 AND worker <> $2",
+            vec![now.into(), worker.into()],
+        )
+        .await
+        .map_err(repo_err)?;
+        exec(
+            "INSERT INTO outbox_relays (worker, alive_until) VALUES ($1, $2) \
+             ON CONFLICT (worker) DO UPDATE SET alive_until = excluded.alive_until",
+            vec![worker.into(), lease_until.into()],
+        )
+        .await
+        .map_err(repo_err)?;
+        let count =
+            |sql: &str, values: Vec<Value>| Count::find_by_statement(self.statement(sql, values)).one(&txn);
+        let live = count("SELECT COUNT(*) AS n FROM outbox_relays WHERE alive_until >= $1", vec![now.into()])
+            .await
+            .map_err(repo_err)?
+            .map_or(1, |c| c.n);
+        let total = count("SELECT COUNT(*) AS n FROM outbox_lanes", vec![])
+            .await
+            .map_err(repo_err)?
+            .map_or(0, |c| c.n);
+        let lane_list =
+            |sql: &str, values: Vec<Value>| LaneRow::find_by_statement(self.statement(sql, values)).all(&txn);
+        // Renew what is still ours (a lane another worker took has another owner now).
+        let mut held: Vec<i16> = lane_list(
+            "UPDATE outbox_lanes SET lease_until = $1 WHERE owner = $2 RETURNING lane",
+            vec![lease_until.into(), worker.into()],
+        )
+        .await
+        .map_err(repo_err)?
+        .into_iter()
+        .map(|r| r.lane)
+        .collect();
+        let plan =
+            lane_rules::plan(&held, usize::try_from(total).unwrap_or(0), usize::try_from(live).unwrap_or(1));
+        if !plan.release.is_empty() {
+            let list = plan.release.iter().map(i16::to_string).collect::<Vec<_>>().join(", ");
+            exec(
+                &format!("UPDATE outbox_lanes SET owner = NULL, lease_until = NULL WHERE owner = $1 AND lane IN ({list})"),
+                vec![worker.into()],
+            )
+            .await
+            .map_err(repo_err)?;
+            held.retain(|l| !plan.release.contains(l));
+        }
+        if plan.acquire > 0 {
+            let skip_locked = match self.db.get_database_backend() {
+                DatabaseBackend::Postgres => "FOR UPDATE SKIP LOCKED",
+                _ => "",
+            };
+            let taken = lane_list(
+                &format!(
+                    "UPDATE outbox_lanes SET owner = $1, lease_until = $2, epoch = epoch + 1 \
+                     WHERE lane IN (SELECT lane FROM outbox_lanes \
+                       WHERE owner IS NULL OR lease_until <= $3 ORDER BY lane LIMIT $4 {skip_locked}) \
+                     AND (owner IS NULL OR lease_until <= $3) RETURNING lane"
+                ),
+                vec![worker.into(), lease_until.into(), now.into(), (plan.acquire as i64).into()],
+            )
+            .await
+            .map_err(repo_err)?;
+            held.extend(taken.into_iter().map(|r| r.lane));
+        }
+        txn.commit().await.map_err(repo_err)?;
+        held.sort_unstable();
+        Ok(held)
+    }
+
+    async fn release_lanes(&self, worker: &str) -> Result<(), RepoError> {
+        let txn = self.db.begin().await.map_err(repo_err)?;
+        for sql in [
+            "UPDATE outbox_lanes SET owner = NULL, lease_until = NULL WHERE owner = $1",
+            "DELETE FROM outbox_relays WHERE worker = $1",
+        ] {
+            txn.execute_raw(self.statement(sql, vec![worker.into()])).await.map_err(repo_err)?;
+        }
+        txn.commit().await.map_err(repo_err)
     }
 
     async fn mark_published(&self, ids: &[i64], worker: &str, now: DateTime<Utc>) -> Result<u64, RepoError> {

@@ -1,5 +1,10 @@
 //! The outbox relay: claims due rows, publishes them, records the broker's verdict.
 //!
+//! The relay claims only from the lanes it leases (SPEC §6): it renews them every
+//! `renew_every`, holds its fair share as workers come and go, claims nothing in a lane once
+//! its local view of the lease has run out (a paused worker stops before another may
+//! start), and gives its lanes back when it stops.
+//!
 //! Claim and mark are two short transactions; no transaction is open while waiting for
 //! the broker. A claim is a lease: if this worker dies, another recovers the rows when the
 //! lease ends, and the mark here is conditional on still holding the claim, so a worker
@@ -7,22 +12,24 @@
 //! claimed while the broker is unreachable, so an outage spends no retry budget.
 
 use std::sync::Arc;
-use std::time::Duration as StdDuration;
+use std::time::{Duration as StdDuration, Instant};
 
 use chrono::{DateTime, Duration, Utc};
-use tokio::sync::Notify;
+use tokio::sync::{Mutex, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::application::meter::Meter;
 use crate::application::ports::{
-    Clock, DeliveryFailure, EventPublisher, OutboxRecord, OutboxStore, PublishOutcome, RepoError,
+    Clock, DeliveryFailure, EventPublisher, LaneFilter, OutboxRecord, OutboxStore, PublishOutcome, RepoError,
 };
 use crate::domain::outbox::{FailureCode, FailureOutcome, RetrySchedule};
 
 #[derive(Debug, Clone)]
 pub struct RelaySettings {
-    /// Stored in `claimed_by`; unique per relay.
+    /// Stored in `claimed_by` and as the lanes' owner; unique per relay.
     pub worker_id: String,
+    /// `outbox.lanes`.
+    pub lanes: u16,
     pub batch_size: u32,
     /// How long a claim holds (`outbox.processing_timeout`).
     pub lease: Duration,
@@ -62,6 +69,23 @@ pub struct OutboxRelay {
     settings: RelaySettings,
     wake: Arc<Notify>,
     meter: Meter,
+    held: Mutex<HeldLanes>,
+}
+
+/// The lanes this relay leases, as of its last renewal.
+#[derive(Debug, Default)]
+struct HeldLanes {
+    lanes: Vec<i16>,
+    /// When the last renewal started (`None`: never renewed).
+    renewed_at: Option<Instant>,
+    /// Past this the lease may have lapsed: claim nothing until renewed.
+    valid_until: Option<Instant>,
+}
+
+/// How often a relay renews its lanes: often enough to rebalance within seconds as workers
+/// come and go, and at least three times per lease.
+fn renew_every(lease: Duration) -> StdDuration {
+    (lease.to_std().unwrap_or_default() / 3).min(StdDuration::from_secs(5))
 }
 
 fn failure_label(code: FailureCode) -> &'static str {
@@ -76,7 +100,15 @@ impl OutboxRelay {
         settings: RelaySettings,
         wake: Arc<Notify>,
     ) -> Self {
-        OutboxRelay { store, publisher, clock, settings, wake, meter: Meter::default() }
+        OutboxRelay {
+            store,
+            publisher,
+            clock,
+            settings,
+            wake,
+            meter: Meter::default(),
+            held: Mutex::default(),
+        }
     }
 
     /// Records this relay's metrics into `meter` (the app's registry).
@@ -89,10 +121,78 @@ impl OutboxRelay {
         &self.settings.worker_id
     }
 
+    /// The lanes this relay may claim from now, renewing the lease when due. A failed
+    /// renewal keeps the lanes only while the previous lease surely holds.
+    ///
+    /// # Errors
+    /// The renewal failed and the previous lease may have lapsed.
+    pub async fn lanes(&self) -> Result<Vec<i16>, RepoError> {
+        let mut held = self.held.lock().await;
+        let started = Instant::now();
+        if held.renewed_at.is_none_or(|at| at.elapsed() >= renew_every(self.settings.lease)) {
+            let now = self.clock.now();
+            match self
+                .store
+                .lease_lanes(&self.settings.worker_id, self.settings.lanes, now, now + self.settings.lease)
+                .await
+            {
+                Ok(lanes) => {
+                    if lanes != held.lanes {
+                        tracing::info!(worker = %self.settings.worker_id, ?lanes, "outbox lanes held");
+                    }
+                    // A tenth of the lease is the margin for clock drift and a slow statement.
+                    let lease = self.settings.lease.to_std().unwrap_or_default();
+                    *held = HeldLanes {
+                        lanes,
+                        renewed_at: Some(started),
+                        valid_until: Some(started + lease - lease / 10),
+                    };
+                }
+                Err(err) if held.valid_until.is_some_and(|until| Instant::now() < until) => {
+                    tracing::warn!(error = %err, "cannot renew the outbox lanes; the lease still holds");
+                }
+                Err(err) => {
+                    held.lanes.clear();
+                    return Err(err);
+                }
+            }
+        }
+        if held.valid_until.is_some_and(|until| Instant::now() >= until) {
+            return Ok(Vec::new());
+        }
+        Ok(held.lanes.clone())
+    }
+
+    /// Whether the lanes' lease surely still holds (by this process's clock). Checked before
+    /// each publish: a worker paused between claim and publish past its lease must not send
+    /// what another worker may already be sending.
+    async fn lease_holds(&self) -> bool {
+        self.held.lock().await.valid_until.is_some_and(|until| Instant::now() < until)
+    }
+
+    /// Gives the lanes back (graceful stop): other workers take them at their next renewal.
+    pub async fn release(&self) {
+        let mut held = self.held.lock().await;
+        if let Err(err) = self.store.release_lanes(&self.settings.worker_id).await {
+            tracing::warn!(error = %err, "cannot give the outbox lanes back; they expire with their lease");
+        }
+        *held = HeldLanes::default();
+    }
+
     async fn claim(&self) -> Result<Vec<OutboxRecord>, RepoError> {
+        let lanes = self.lanes().await?;
+        if lanes.is_empty() {
+            return Ok(Vec::new());
+        }
         let now = self.clock.now();
         self.store
-            .claim(&self.settings.worker_id, self.settings.batch_size, now, now + self.settings.lease)
+            .claim(
+                &self.settings.worker_id,
+                &LaneFilter::Held(lanes),
+                self.settings.batch_size,
+                now,
+                now + self.settings.lease,
+            )
             .await
     }
 
@@ -189,7 +289,7 @@ impl OutboxRelay {
     pub async fn run_once(&self) -> Result<RelayReport, RelayError> {
         self.publisher.ready().await.map_err(RelayError::Broker)?;
         let batch = self.claim().await?;
-        if batch.is_empty() {
+        if batch.is_empty() || !self.lease_holds().await {
             return Ok(RelayReport::default());
         }
         let outcomes = self.publisher.publish(&batch).await;
@@ -219,6 +319,14 @@ impl OutboxRelay {
         let mut batch = self.claim().await?;
         let mut previous: Option<(Vec<OutboxRecord>, Vec<PublishOutcome>)> = None;
         while !batch.is_empty() {
+            if !self.lease_holds().await {
+                // Paused past the lease: the claimed rows come back through lease recovery.
+                tracing::warn!(
+                    rows = batch.len(),
+                    "outbox lane lease lapsed before publishing; batch left to recovery"
+                );
+                break;
+            }
             let more = !stop.is_cancelled();
             let to_settle = previous.take();
             let (outcomes, next, settled) = tokio::join!(
@@ -307,11 +415,15 @@ impl OutboxRelay {
                 // Back off on a failing database or broker, up to the poll interval.
                 pause = pause.min(StdDuration::from_millis(50) * 2u32.saturating_pow(failures.min(10)));
             }
+            // Idle: sleep no longer than the next lane renewal, so that rebalancing and the
+            // lease never wait on the poll interval.
+            pause = pause.min(renew_every(self.settings.lease).max(StdDuration::from_millis(10)));
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = self.wake.notified() => {}
                 _ = tokio::time::sleep(pause) => {}
             }
         }
+        self.release().await;
     }
 }

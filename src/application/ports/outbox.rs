@@ -45,6 +45,8 @@ pub struct OutboxRecord {
     pub published_at: Option<DateTime<Utc>>,
     pub dead_lettered_at: Option<DateTime<Utc>>,
     pub version: i64,
+    /// The aggregate's lane (SPEC §6), fixed at insert.
+    pub lane: i16,
 }
 
 /// What the relay decided for a row whose publish failed.
@@ -90,6 +92,15 @@ pub enum PublishOutcome {
     Failed { code: FailureCode, reason: String },
 }
 
+/// Which lanes a claim may take rows from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LaneFilter {
+    /// Only these lanes, and only while `worker` holds their lease (the relay's claims).
+    Held(Vec<i16>),
+    /// Any lane, lease or not (operators' tools and tests that stage rows).
+    Any,
+}
+
 /// Storage side of the outbox. Every state change is a conditional update whose `WHERE`
 /// clause is built from [`crate::domain::outbox::OutboxAction::from_statuses`].
 #[cfg_attr(test, mockall::automock)]
@@ -99,16 +110,42 @@ pub trait OutboxStore: Send + Sync {
     /// `next_attempt_at` has passed), oldest first, and only the head row of each
     /// aggregate (no earlier row of it still unpublished or dead-lettered), moving them to
     /// `PROCESSING` with the lease `lease_until`. Two workers never claim the same row.
+    /// With [`LaneFilter::Held`], only rows of those lanes whose lease `worker` still holds
+    /// at `now` (fencing: a worker whose lane was taken over claims nothing there).
     ///
     /// # Errors
     /// `Unavailable` when the database fails (nothing is claimed).
     async fn claim(
         &self,
         worker: &str,
+        lanes: &LaneFilter,
         limit: u32,
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
     ) -> Result<Vec<OutboxRecord>, RepoError>;
+
+    /// Heartbeats `worker` until `lease_until`, makes sure lanes `0..lanes` exist, renews
+    /// the lanes it holds, gives back those above its fair share (`ceil(lanes / live
+    /// workers)`, its highest first) and takes free or expired ones up to it (each take
+    /// bumps the lane's fencing epoch). Returns the lanes it holds afterwards, ascending.
+    /// Two workers never hold one lane: a lane is taken only if free or expired, atomically.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails (nothing changed).
+    async fn lease_lanes(
+        &self,
+        worker: &str,
+        lanes: u16,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Vec<i16>, RepoError>;
+
+    /// Gives back every lane `worker` holds and ends its heartbeat (a graceful stop), so
+    /// that other workers take them at their next renewal instead of after the lease.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    async fn release_lanes(&self, worker: &str) -> Result<(), RepoError>;
 
     /// Marks rows `PUBLISHED`, only those still `PROCESSING` under `worker`'s claim; returns
     /// how many it marked (a row whose lease was recovered by another worker is skipped).

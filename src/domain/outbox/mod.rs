@@ -5,6 +5,8 @@
 //! the `WHERE status IN (...)` of its conditional update. Backoff is a pure function so that
 //! it is tested without a clock.
 
+pub mod lanes;
+
 use chrono::{DateTime, Duration, Utc};
 
 spelled!(

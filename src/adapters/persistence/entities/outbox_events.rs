@@ -26,6 +26,7 @@ pub struct Model {
     pub published_at: Option<DateTimeUtc>,
     pub dead_lettered_at: Option<DateTimeUtc>,
     pub version: i64,
+    pub lane: i16,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
