@@ -13,6 +13,7 @@ mod m20261129_000005_payment_reconciliation;
 mod m20261129_000006_outbox_partial_indexes;
 mod m20261201_000007_registrations_and_saga_recovery;
 mod m20261201_000008_outbox_lanes;
+mod m20261201_000009_outbox_fast_path;
 
 pub struct Migrator;
 
@@ -28,6 +29,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261129_000006_outbox_partial_indexes::Migration),
             Box::new(m20261201_000007_registrations_and_saga_recovery::Migration),
             Box::new(m20261201_000008_outbox_lanes::Migration),
+            Box::new(m20261201_000009_outbox_fast_path::Migration),
         ]
     }
 }

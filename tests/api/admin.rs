@@ -17,6 +17,7 @@ async fn dead_letters(app: &TestApp, n: usize) -> Vec<i64> {
     for _ in 0..n {
         json(app.place_order(&token, &order_body(), None).await, StatusCode::CREATED).await;
     }
+    crate::helpers::on_the_slow_path(&app.db).await;
     let now = Utc::now();
     let claimed = app.services.outbox_store.claim("test", &LaneFilter::Any, 100, now, now).await.unwrap();
     assert_eq!(claimed.len(), n, "one head event per order");

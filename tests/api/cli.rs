@@ -407,6 +407,7 @@ async fn worker_drains_the_outbox_and_replay_repairs_a_dead_letter() {
     changes.insert_order(&mut other, OrderContext::default());
     changes.outbox = vec![event(&other, "test.poison")];
     repo.commit(changes).await.unwrap();
+    crate::helpers::on_the_slow_path(&conn).await;
     let now = Utc::now();
     let poison = store
         .claim("test", &LaneFilter::Any, 10, now, now)
@@ -512,9 +513,11 @@ async fn sigterm_drains_in_flight_publishes_and_leaves_no_claim_behind() {
     broker.wait_for(500, Duration::from_secs(30)).await;
     let status = terminate(&mut worker);
     assert!(status.success(), "exit 0 after SIGTERM, got {status}");
-    let processing = crate::helpers::count_where(&conn, "outbox_events", "status = 'PROCESSING'").await;
+    let processing =
+        crate::helpers::outbox_in(&conn, orchestrator::domain::outbox::OutboxStatus::Processing).await;
     assert_eq!(processing, 0, "no claim is left to the lease timeout");
-    let published = crate::helpers::count_where(&conn, "outbox_events", "status = 'PUBLISHED'").await;
+    let published =
+        crate::helpers::outbox_in(&conn, orchestrator::domain::outbox::OutboxStatus::Published).await;
     assert!(published >= 500, "published before the stop: {published}");
     // Every row marked PUBLISHED was really delivered.
     tokio::time::sleep(Duration::from_millis(300)).await;

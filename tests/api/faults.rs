@@ -118,7 +118,8 @@ async fn a_worker_killed_mid_drain_loses_nothing() {
     let killed_at = std::time::Instant::now();
     let mut second = worker(&dir.0, "second", &db, &broker, &[]);
     until("every row published", || async {
-        count_where(&conn, "outbox_events", "status = 'PUBLISHED'").await == events.len() as i64
+        crate::helpers::outbox_in(&conn, orchestrator::domain::outbox::OutboxStatus::Published).await
+            == events.len() as i64
     })
     .await;
     let recovered_in = killed_at.elapsed();
@@ -131,7 +132,7 @@ async fn a_worker_killed_mid_drain_loses_nothing() {
     let duplicates = received.len() - ids.len();
     // Pipelined relay: at most the batch being confirmed and the one not yet marked.
     assert!(duplicates <= 2 * 256, "duplicates only for confirms in flight: {duplicates}");
-    assert_eq!(count_where(&conn, "outbox_events", "status <> 'PUBLISHED'").await, 0, "nothing stuck");
+    assert_eq!(crate::helpers::outbox_unpublished(&conn).await, 0, "nothing stuck");
     eprintln!(
         "RELIABILITY crash-relay events={} received_at_kill={at_kill} lost=0 duplicated={duplicates} recovered_in_ms={}",
         events.len(),
@@ -186,7 +187,8 @@ async fn a_worker_paused_past_its_lease_sends_only_duplicates_when_it_resumes() 
     signal(&first, "STOP");
     let mut second = worker(&dir.0, "second", &db, &broker, &[]);
     until("every row published by the second worker", || async {
-        count_where(&conn, "outbox_events", "status = 'PUBLISHED'").await == events.len() as i64
+        crate::helpers::outbox_in(&conn, orchestrator::domain::outbox::OutboxStatus::Published).await
+            == events.len() as i64
     })
     .await;
     let owners = count_where(&conn, "outbox_lanes", "owner IS NOT NULL").await;
@@ -214,7 +216,7 @@ async fn a_worker_paused_past_its_lease_sends_only_duplicates_when_it_resumes() 
     }
     let duplicates = received.len() - ids.len();
     assert!(duplicates <= 2 * 256, "duplicates only for batches in flight at the pause: {duplicates}");
-    assert_eq!(count_where(&conn, "outbox_events", "status <> 'PUBLISHED'").await, 0, "nothing stuck");
+    assert_eq!(crate::helpers::outbox_unpublished(&conn).await, 0, "nothing stuck");
     assert_eq!(owners, 16, "the second worker held every lane while the first was paused");
     eprintln!("RELIABILITY pause-relay events={} duplicated={duplicates}", events.len());
     drop(conn);
@@ -426,7 +428,7 @@ async fn database_connections_killed_under_load() {
     // Events of every committed step are in the outbox, and the relay publishes them.
     let relay = app.services.relay();
     while relay.run_once().await.unwrap().claimed > 0 {}
-    assert_eq!(count_where(&app.db, "outbox_events", "status <> 'PUBLISHED'").await, 0);
+    assert_eq!(crate::helpers::outbox_unpublished(&app.db).await, 0);
     let completed = count_where(&app.db, "orders", "status = 'COMPLETED'").await;
     assert_eq!(count_where(&app.db, "outbox_events", "event_type = 'order.completed'").await, completed);
     eprintln!(

@@ -262,3 +262,31 @@ pub fn steps(detail: &Value) -> Vec<(String, String)> {
         .map(|s| (s["step"].as_str().unwrap().to_owned(), s["status"].as_str().unwrap().to_owned()))
         .collect()
 }
+
+/// Outbox rows in `status` as operators see them (the fast path keeps no per-row status:
+/// a published event's state comes from its lane's progress), through the store's stats.
+pub async fn outbox_in(db: &DatabaseConnection, status: orchestrator::domain::outbox::OutboxStatus) -> i64 {
+    let store = orchestrator::adapters::persistence::SeaOrmOutboxStore::new(db.clone(), Default::default());
+    let stats = orchestrator::application::ports::OutboxStore::stats(&store).await.expect("outbox stats");
+    stats.by_status.iter().find(|(s, _)| *s == status).map_or(0, |(_, n)| *n)
+}
+
+/// Outbox rows not yet `PUBLISHED` (as operators see them).
+pub async fn outbox_unpublished(db: &DatabaseConnection) -> i64 {
+    let store = orchestrator::adapters::persistence::SeaOrmOutboxStore::new(db.clone(), Default::default());
+    let stats = orchestrator::application::ports::OutboxStore::stats(&store).await.expect("outbox stats");
+    stats
+        .by_status
+        .iter()
+        .filter(|(s, _)| *s != orchestrator::domain::outbox::OutboxStatus::Published)
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// Moves every outbox event to the per-event slow path, where a failure, a held-back
+/// event or a migration puts it: tests that stage claims, dead letters and lease
+/// recovery start from there.
+pub async fn on_the_slow_path(db: &DatabaseConnection) {
+    use sea_orm::ConnectionTrait;
+    db.execute_unprepared("UPDATE outbox_events SET slow = TRUE WHERE NOT slow").await.expect("slow path");
+}

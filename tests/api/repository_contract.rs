@@ -93,6 +93,14 @@ async fn insert(s: &Stores, order: &mut Order, events: Vec<NewOutboxEvent>) {
     );
     changes.outbox = events;
     s.orders.commit(changes).await.unwrap();
+    on_the_slow_path(&s.conn).await;
+}
+
+/// Moves every event to the per-event slow path — where a failure, a held-back event or a
+/// migration puts it — whose claims, marks, retries and repairs these tests pin down.
+async fn on_the_slow_path(conn: &DatabaseConnection) {
+    use sea_orm::ConnectionTrait;
+    conn.execute_unprepared("UPDATE outbox_events SET slow = TRUE WHERE NOT slow").await.unwrap();
 }
 
 async fn an_order_round_trips_with_its_context(backend: Backend) {
@@ -532,7 +540,15 @@ async fn lanes_are_shared_fairly_and_a_dead_workers_lanes_taken_over(backend: Ba
     let all: Vec<i16> = (0..16).collect();
     let lease_at = |worker: &'static str, at: DateTime<Utc>| {
         let outbox = &s.outbox;
-        async move { outbox.lease_lanes(worker, 16, at, at + lease).await.unwrap() }
+        async move {
+            outbox
+                .lease_lanes(worker, 16, at, at + lease)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|h| h.lane)
+                .collect::<Vec<i16>>()
+        }
     };
     assert_eq!(lease_at("w1", t).await, all, "alone, a worker holds every lane");
     assert_eq!(lease_at("w2", t).await, Vec::<i16>::new(), "nothing is free yet");
@@ -572,7 +588,14 @@ async fn a_worker_that_lost_its_lane_claims_nothing_there(backend: Backend) {
     let lane = orchestrator::domain::outbox::lanes::lane_of("order", &aggregate, 16);
     assert_eq!(stored[0].lane, lane, "an event is stored in its aggregate's lane");
 
-    let held = s.outbox.lease_lanes("w1", 16, t, t + Duration::seconds(30)).await.unwrap();
+    let held: Vec<i16> = s
+        .outbox
+        .lease_lanes("w1", 16, t, t + Duration::seconds(30))
+        .await
+        .unwrap()
+        .iter()
+        .map(|h| h.lane)
+        .collect();
     assert!(held.contains(&lane));
     // w1 is paused past its lease; w2 takes every lane over.
     let later = t + Duration::minutes(1);
@@ -617,17 +640,43 @@ async fn hot_statements_never_run_on_a_generic_plan_on_postgres() {
     let orders = SeaOrmOrderRepository::new(conn.clone(), Arc::new(Notify::new()));
     let events = (0..20).map(|i| event(&format!("agg-{i}"), "order.completed")).collect();
     orders.commit(Changes { outbox: events, ..Default::default() }).await.unwrap();
+    on_the_slow_path(&conn).await;
     for _ in 0..10 {
         let t = now();
         let claimed = outbox.claim("w", &LaneFilter::Any, 2, t, t + Duration::minutes(5)).await.unwrap();
         let ids: Vec<i64> = claimed.iter().map(|r| r.id).collect();
         outbox.mark_published(&ids, "w", t).await.unwrap();
     }
+    // The fast path's statements too: the snapshot difference, the fenced record.
+    let t = now();
+    let held = outbox.lease_lanes("w", 16, t, t + Duration::minutes(5)).await.unwrap();
+    let mut cursors = outbox.lane_cursors(&held).await.unwrap();
+    for i in 0..10 {
+        let events = (0..4).map(|j| event(&format!("fast-{i}-{j}"), "order.completed")).collect();
+        orders.commit(Changes { outbox: events, ..Default::default() }).await.unwrap();
+        let rows = outbox.fast_batch(&mut cursors, 256).await.unwrap();
+        assert_eq!(rows.len(), 4, "round {i}");
+        let progress = cursors
+            .iter_mut()
+            .filter(|c| !c.pending.is_empty())
+            .map(|c| {
+                let last = *c.pending.back().unwrap();
+                c.pending.clear();
+                c.done = c.current.take();
+                c.upto_id = 0;
+                let _ = last;
+                c.clone_without_pending()
+            })
+            .collect();
+        let settlement = orchestrator::application::ports::FastSettlement { progress, ..Default::default() };
+        assert!(!outbox.record_fast("w", &settlement, t).await.unwrap().is_empty());
+    }
     let rows = conn
         .query_all_raw(Statement::from_string(
             conn.get_database_backend(),
             "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements \
-             WHERE statement LIKE 'UPDATE outbox_events%'",
+             WHERE statement LIKE 'UPDATE outbox_events%' OR statement LIKE 'SELECT o.lane, o.id%' \
+               OR statement LIKE 'SELECT lane FROM outbox_lanes%'",
         ))
         .await
         .unwrap();
@@ -637,6 +686,9 @@ async fn hot_statements_never_run_on_a_generic_plan_on_postgres() {
         let generic: i64 = row.try_get("", "generic_plans").unwrap();
         let custom: i64 = row.try_get("", "custom_plans").unwrap();
         assert_eq!(generic, 0, "generic plan used for {statement}");
-        assert!(custom >= 10, "{custom} custom plans for {statement}");
+        if statement.starts_with("UPDATE outbox_events SET status") {
+            // The claim and the mark ran often enough for PostgreSQL to consider a generic plan.
+            assert!(custom >= 10, "{custom} custom plans for {statement}");
+        }
     }
 }

@@ -14,7 +14,7 @@ use sea_orm::ActiveValue::Set;
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseBackend, DatabaseConnection, EntityTrait, FromQueryResult,
-    QueryFilter, QueryOrder, QuerySelect, Statement, TransactionTrait, Value,
+    QueryFilter, Statement, TransactionTrait, Value,
 };
 
 use tokio::sync::Notify;
@@ -24,8 +24,8 @@ use super::mapping::{outbox_from_row, status_strings};
 use super::orders::insert_audit;
 use super::repo_err;
 use crate::application::ports::{
-    AuditRecord, DeliveryFailure, LaneFilter, NewOutboxEvent, OutboxFilter, OutboxRecord, OutboxStats,
-    OutboxStore, RepoError,
+    AuditRecord, DeliveryFailure, FastSettlement, HeldLane, LaneCursor, LaneFilter, NewOutboxEvent,
+    OutboxFilter, OutboxRecord, OutboxStats, OutboxStore, RepoError,
 };
 use crate::domain::outbox::lanes::{self as lane_rules, lane_of};
 use crate::domain::outbox::{FailureCode, FailureOutcome, OutboxAction, OutboxStatus};
@@ -36,6 +36,7 @@ pub const OUTBOX_CHANNEL: &str = "outbox_events";
 pub(super) fn outbox_row(e: &NewOutboxEvent, lanes: u16) -> outbox_events::ActiveModel {
     outbox_events::ActiveModel {
         lane: Set(lane_of(&e.aggregate_type, &e.aggregate_id, lanes)),
+        slow: Set(false),
         event_id: Set(e.event_id.as_uuid()),
         aggregate_type: Set(e.aggregate_type.clone()),
         aggregate_id: Set(e.aggregate_id.clone()),
@@ -99,6 +100,154 @@ impl SeaOrmOutboxStore {
         Statement::from_sql_and_values(backend, placeholders(backend, sql), values)
     }
 
+    /// Fills the `pending` ids of `cursors[which]` from snapshot differences: a cursor in the
+    /// middle of one resumes it past `upto_id`; the others start one from a new snapshot. A
+    /// lane whose difference is empty moves `done` on to it (in the cursor only).
+    async fn fill_from_snapshots(
+        &self,
+        cursors: &mut [LaneCursor],
+        which: &[usize],
+    ) -> Result<(), RepoError> {
+        let now = Snapshot::find_by_statement(
+            self.statement("SELECT pg_current_snapshot()::text AS snapshot", vec![]),
+        )
+        .one(&self.db)
+        .await
+        .map_err(repo_err)?
+        .map(|s| s.snapshot)
+        .ok_or_else(|| RepoError::Unavailable("no snapshot".into()))?;
+        for &i in which {
+            if cursors[i].current.is_none() {
+                cursors[i].current = Some(now.clone());
+                cursors[i].upto_id = 0;
+            }
+        }
+        let mut values: Vec<Value> = Vec::new();
+        let rows = which
+            .iter()
+            .map(|&i| {
+                let c = &cursors[i];
+                let b = values.len();
+                values.extend([
+                    c.lane.into(),
+                    c.done.clone().into(),
+                    c.current.clone().into(),
+                    c.upto_id.into(),
+                ]);
+                format!("(${}::smallint, ${}::text, ${}::text, ${}::bigint)", b + 1, b + 2, b + 3, b + 4)
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        // The lower bound `xmin(done)` keeps the scan on `idx_outbox_fast` to the events
+        // not yet surely done; visibility decides each one.
+        let sql = format!(
+            "SELECT o.lane, o.id FROM (VALUES {rows}) AS l(lane, done, cur, upto) \
+             JOIN outbox_events o ON o.lane = l.lane AND NOT o.slow \
+               AND o.txid >= COALESCE(pg_snapshot_xmin(l.done::pg_snapshot), '0'::xid8) \
+               AND o.txid < pg_snapshot_xmax(l.cur::pg_snapshot) \
+             WHERE pg_visible_in_snapshot(o.txid, l.cur::pg_snapshot) \
+               AND (l.done IS NULL OR NOT pg_visible_in_snapshot(o.txid, l.done::pg_snapshot)) \
+               AND o.id > l.upto \
+             ORDER BY o.lane, o.id"
+        );
+        let ids =
+            LaneId::find_by_statement(self.statement(&sql, values)).all(&self.db).await.map_err(repo_err)?;
+        let mut by_lane: HashMap<i16, std::collections::VecDeque<i64>> = HashMap::new();
+        for r in ids {
+            by_lane.entry(r.lane).or_default().push_back(r.id);
+        }
+        for &i in which {
+            let c = &mut cursors[i];
+            match by_lane.remove(&c.lane) {
+                Some(pending) => c.pending = pending,
+                None => {
+                    // Nothing between the two snapshots: the newer one is done.
+                    c.done = c.current.take();
+                    c.upto_id = 0;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn is_postgres(&self) -> bool {
+        self.db.get_database_backend() == DatabaseBackend::Postgres
+    }
+
+    /// SQL: whether outbox row `o` is done by progress row `p` (a fast-path row the lane's
+    /// progress has passed). PostgreSQL: visible in `p.done`, or in `p.cur` up to
+    /// `p.upto_id`; SQLite (ids in commit order): up to `p.upto_id`.
+    fn covered(&self, o: &str, p: &str) -> String {
+        if self.is_postgres() {
+            format!(
+                "(({p}.done IS NOT NULL AND pg_visible_in_snapshot({o}.txid, {p}.done::pg_snapshot)) \
+                 OR ({p}.cur IS NOT NULL AND {o}.id <= {p}.upto_id \
+                   AND pg_visible_in_snapshot({o}.txid, {p}.cur::pg_snapshot)))"
+            )
+        } else {
+            format!("({o}.id <= {p}.upto_id)")
+        }
+    }
+
+    /// `SELECT` of outbox rows (alias `o`) as operators see them: a fast-path row's status
+    /// is `PUBLISHED` once its lane's newest progress row covers it (`READY` before), and
+    /// its `published_at` is that of the first progress row that did.
+    fn derived_select(&self) -> String {
+        let (latest, first_published) = if self.is_postgres() {
+            (
+                "LEFT JOIN LATERAL (SELECT p.done, p.cur, p.upto_id FROM outbox_progress p \
+                   WHERE p.lane = o.lane ORDER BY p.id DESC LIMIT 1) lp ON TRUE"
+                    .to_owned(),
+                format!(
+                    "(SELECT MIN(p.published_at) FROM outbox_progress p WHERE p.lane = o.lane \
+                       AND p.published_at >= o.created_at - INTERVAL '1 minute' AND {})",
+                    self.covered("o", "p")
+                ),
+            )
+        } else {
+            (
+                "LEFT JOIN outbox_progress lp ON lp.id = \
+                   (SELECT MAX(p.id) FROM outbox_progress p WHERE p.lane = o.lane)"
+                    .to_owned(),
+                "(SELECT MIN(p.published_at) FROM outbox_progress p WHERE p.lane = o.lane AND p.upto_id >= o.id)"
+                    .to_owned(),
+            )
+        };
+        let covered = format!("COALESCE({}, FALSE)", self.covered("o", "lp"));
+        format!(
+            "SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.routing_key, \
+               o.payload, o.correlation_id, \
+               CASE WHEN o.slow THEN o.status WHEN {covered} THEN {published} ELSE {ready} END AS status, \
+               o.retry_count, o.failure_code, o.failure_reason, o.next_attempt_at, o.last_attempt_at, \
+               o.claimed_by, o.claimed_until, o.created_at, \
+               CASE WHEN o.slow THEN o.published_at WHEN {covered} THEN {first_published} END AS published_at, \
+               o.dead_lettered_at, o.version, o.lane, o.slow \
+             FROM outbox_events o {latest}",
+            published = literals(&[OutboxStatus::Published]),
+            ready = literals(&[OutboxStatus::Ready]),
+        )
+    }
+
+    /// SQL: how many fast-path rows no progress covers yet, and the oldest one's `created_at`.
+    fn fast_ready_sql(&self) -> String {
+        if self.is_postgres() {
+            format!(
+                "SELECT COUNT(*) AS n, MIN(o.created_at) AS at FROM generate_series(0, {max}) g(lane) \
+                 LEFT JOIN LATERAL (SELECT p.done, p.cur, p.upto_id FROM outbox_progress p \
+                   WHERE p.lane = g.lane ORDER BY p.id DESC LIMIT 1) lp ON TRUE \
+                 JOIN outbox_events o ON o.lane = g.lane AND NOT o.slow \
+                   AND o.txid >= COALESCE(pg_snapshot_xmin(lp.done::pg_snapshot), '0'::xid8) \
+                 WHERE NOT COALESCE({covered}, FALSE)",
+                max = lane_rules::MAX_LANES - 1,
+                covered = self.covered("o", "lp")
+            )
+        } else {
+            "SELECT COUNT(*) AS n, MIN(o.created_at) AS at FROM outbox_events o WHERE NOT o.slow \
+               AND o.id > COALESCE((SELECT MAX(p.upto_id) FROM outbox_progress p WHERE p.lane = o.lane), 0)"
+                .to_owned()
+        }
+    }
+
     async fn rows(&self, sql: &str, values: Vec<Value>) -> Result<Vec<OutboxRecord>, RepoError> {
         let mut rows = outbox_events::Entity::find()
             .from_raw_sql(self.statement(sql, values))
@@ -130,6 +279,51 @@ struct Count {
 #[derive(Debug, FromQueryResult)]
 struct LaneRow {
     lane: i16,
+    epoch: i64,
+}
+
+#[derive(Debug, FromQueryResult)]
+struct ProgressRow {
+    lane: i16,
+    done: Option<String>,
+    cur: Option<String>,
+    upto_id: i64,
+}
+
+#[derive(Debug, FromQueryResult)]
+struct LaneId {
+    lane: i16,
+    id: i64,
+}
+
+#[derive(Debug, FromQueryResult)]
+struct Aggregate {
+    aggregate_type: String,
+    aggregate_id: String,
+}
+
+#[derive(Debug, FromQueryResult)]
+struct LaneOnly {
+    lane: i16,
+}
+
+#[derive(Debug, FromQueryResult)]
+struct ProgressMark {
+    id: i64,
+}
+
+/// A row id, as `RETURNING id` gives it.
+type IdRow = ProgressMark;
+
+#[derive(Debug, FromQueryResult)]
+struct Snapshot {
+    snapshot: String,
+}
+
+#[derive(Debug, FromQueryResult)]
+struct CountOldest {
+    n: i64,
+    at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, FromQueryResult)]
@@ -172,11 +366,11 @@ impl OutboxStore for SeaOrmOutboxStore {
              last_attempt_at = $4, version = version + 1 \
              WHERE id IN (\
                SELECT o.id FROM outbox_events o \
-               WHERE o.status IN ({claimable}) \
+               WHERE o.slow AND o.status IN ({claimable}) \
                  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $4) {in_lanes}\
                  AND NOT EXISTS (SELECT 1 FROM outbox_events p \
                    WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id \
-                     AND p.id < o.id AND p.status IN ({blocking})) \
+                     AND p.id < o.id AND p.slow AND p.status IN ({blocking})) \
                ORDER BY o.id LIMIT $5 {lock}) \
              AND status IN ({claimable}) \
              RETURNING *"
@@ -197,7 +391,7 @@ impl OutboxStore for SeaOrmOutboxStore {
         lanes: u16,
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
-    ) -> Result<Vec<i16>, RepoError> {
+    ) -> Result<Vec<HeldLane>, RepoError> {
         let txn = self.db.begin().await.map_err(repo_err)?;
         let exec = |sql: &str, values: Vec<Value>| txn.execute_raw(self.statement(sql, values));
         let every_lane = (0..lanes).map(|l| format!("({l}, 0)")).collect::<Vec<_>>().join(", ");
@@ -235,17 +429,21 @@ impl OutboxStore for SeaOrmOutboxStore {
         let lane_list =
             |sql: &str, values: Vec<Value>| LaneRow::find_by_statement(self.statement(sql, values)).all(&txn);
         // Renew what is still ours (a lane another worker took has another owner now).
-        let mut held: Vec<i16> = lane_list(
-            "UPDATE outbox_lanes SET lease_until = $1 WHERE owner = $2 RETURNING lane",
+        let mut held: Vec<HeldLane> = lane_list(
+            "UPDATE outbox_lanes SET lease_until = $1 WHERE owner = $2 RETURNING lane, epoch",
             vec![lease_until.into(), worker.into()],
         )
         .await
         .map_err(repo_err)?
         .into_iter()
-        .map(|r| r.lane)
+        .map(|r| HeldLane { lane: r.lane, epoch: r.epoch })
         .collect();
-        let plan =
-            lane_rules::plan(&held, usize::try_from(total).unwrap_or(0), usize::try_from(live).unwrap_or(1));
+        let held_ids: Vec<i16> = held.iter().map(|h| h.lane).collect();
+        let plan = lane_rules::plan(
+            &held_ids,
+            usize::try_from(total).unwrap_or(0),
+            usize::try_from(live).unwrap_or(1),
+        );
         if !plan.release.is_empty() {
             let list = plan.release.iter().map(i16::to_string).collect::<Vec<_>>().join(", ");
             exec(
@@ -254,7 +452,7 @@ impl OutboxStore for SeaOrmOutboxStore {
             )
             .await
             .map_err(repo_err)?;
-            held.retain(|l| !plan.release.contains(l));
+            held.retain(|h| !plan.release.contains(&h.lane));
         }
         if plan.acquire > 0 {
             let skip_locked = match self.db.get_database_backend() {
@@ -266,17 +464,233 @@ impl OutboxStore for SeaOrmOutboxStore {
                     "UPDATE outbox_lanes SET owner = $1, lease_until = $2, epoch = epoch + 1 \
                      WHERE lane IN (SELECT lane FROM outbox_lanes \
                        WHERE owner IS NULL OR lease_until <= $3 ORDER BY lane LIMIT $4 {skip_locked}) \
-                     AND (owner IS NULL OR lease_until <= $3) RETURNING lane"
+                     AND (owner IS NULL OR lease_until <= $3) RETURNING lane, epoch"
                 ),
                 vec![worker.into(), lease_until.into(), now.into(), (plan.acquire as i64).into()],
             )
             .await
             .map_err(repo_err)?;
-            held.extend(taken.into_iter().map(|r| r.lane));
+            held.extend(taken.into_iter().map(|r| HeldLane { lane: r.lane, epoch: r.epoch }));
         }
         txn.commit().await.map_err(repo_err)?;
-        held.sort_unstable();
+        held.sort_unstable_by_key(|h| h.lane);
         Ok(held)
+    }
+
+    async fn lane_cursors(&self, held: &[HeldLane]) -> Result<Vec<LaneCursor>, RepoError> {
+        if held.is_empty() {
+            return Ok(Vec::new());
+        }
+        let list = held.iter().map(|h| h.lane.to_string()).collect::<Vec<_>>().join(", ");
+        let rows = ProgressRow::find_by_statement(self.statement(
+            &format!(
+                "SELECT p.lane, p.done, p.cur, p.upto_id FROM outbox_progress p WHERE p.id IN \
+                   (SELECT MAX(q.id) FROM outbox_progress q WHERE q.lane IN ({list}) GROUP BY q.lane)"
+            ),
+            vec![],
+        ))
+        .all(&self.db)
+        .await
+        .map_err(repo_err)?;
+        let latest: HashMap<i16, ProgressRow> = rows.into_iter().map(|r| (r.lane, r)).collect();
+        Ok(held
+            .iter()
+            .map(|h| match latest.get(&h.lane) {
+                Some(p) => LaneCursor {
+                    lane: h.lane,
+                    epoch: h.epoch,
+                    done: p.done.clone(),
+                    current: p.cur.clone(),
+                    upto_id: p.upto_id,
+                    pending: Default::default(),
+                },
+                None => LaneCursor { lane: h.lane, epoch: h.epoch, ..Default::default() },
+            })
+            .collect())
+    }
+
+    async fn fast_batch(
+        &self,
+        cursors: &mut [LaneCursor],
+        per_lane: u32,
+    ) -> Result<Vec<OutboxRecord>, RepoError> {
+        let empty: Vec<usize> = (0..cursors.len()).filter(|&i| cursors[i].pending.is_empty()).collect();
+        if !empty.is_empty() {
+            if self.is_postgres() {
+                self.fill_from_snapshots(cursors, &empty).await?;
+            } else {
+                for &i in &empty {
+                    let c = &mut cursors[i];
+                    let ids = LaneId::find_by_statement(self.statement(
+                        "SELECT lane, id FROM outbox_events WHERE NOT slow AND lane = $1 AND id > $2 \
+                         ORDER BY id LIMIT $3",
+                        vec![c.lane.into(), c.upto_id.into(), i64::from(per_lane).into()],
+                    ))
+                    .all(&self.db)
+                    .await
+                    .map_err(repo_err)?;
+                    c.pending = ids.into_iter().map(|r| r.id).collect();
+                }
+            }
+        }
+        let ids: Vec<String> = cursors
+            .iter()
+            .flat_map(|c| c.pending.iter().take(per_lane as usize))
+            .map(i64::to_string)
+            .collect();
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!("SELECT * FROM outbox_events WHERE NOT slow AND id IN ({})", ids.join(", "));
+        let mut rows = self.rows(&sql, vec![]).await?;
+        rows.sort_by_key(|r| (r.lane, r.id));
+        Ok(rows)
+    }
+
+    async fn held_aggregates(
+        &self,
+        aggregates: &[(String, String)],
+    ) -> Result<Vec<(String, String)>, RepoError> {
+        let mut unique: Vec<&(String, String)> = aggregates.iter().collect();
+        unique.sort_unstable();
+        unique.dedup();
+        let mut held = Vec::new();
+        for chunk in unique.chunks(400) {
+            let tuples = (0..chunk.len())
+                .map(|i| format!("(${}, ${})", 2 * i + 1, 2 * i + 2))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let values: Vec<Value> =
+                chunk.iter().flat_map(|(t, id)| [t.as_str().into(), id.as_str().into()]).collect();
+            let sql = format!(
+                "SELECT DISTINCT aggregate_type, aggregate_id FROM outbox_events \
+                 WHERE slow AND status IN ({}) AND (aggregate_type, aggregate_id) IN ({tuples})",
+                literals(OutboxStatus::BLOCKING)
+            );
+            let rows = Aggregate::find_by_statement(self.statement(&sql, values))
+                .all(&self.db)
+                .await
+                .map_err(repo_err)?;
+            held.extend(rows.into_iter().map(|a| (a.aggregate_type, a.aggregate_id)));
+        }
+        Ok(held)
+    }
+
+    async fn record_fast(
+        &self,
+        worker: &str,
+        settlement: &FastSettlement,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<i16>, RepoError> {
+        if settlement.progress.is_empty() {
+            return Ok(Vec::new());
+        }
+        let txn = self.db.begin().await.map_err(repo_err)?;
+        // First, and fenced: a progress row for each lane this worker still holds under the
+        // epoch it read it with (the lane row held against a take-over until commit on
+        // PostgreSQL). Writing first also takes SQLite's write lock before anything is read,
+        // so a concurrent writer makes this wait, not fail.
+        let mut values: Vec<Value> = Vec::new();
+        let rows = settlement
+            .progress
+            .iter()
+            .map(|c| {
+                let b = values.len();
+                values.extend([
+                    c.lane.into(),
+                    c.epoch.into(),
+                    c.done.clone().into(),
+                    c.current.clone().into(),
+                    c.upto_id.into(),
+                ]);
+                if self.is_postgres() {
+                    format!(
+                        "(${}::smallint, ${}::bigint, ${}::text, ${}::text, ${}::bigint)",
+                        b + 1,
+                        b + 2,
+                        b + 3,
+                        b + 4,
+                        b + 5
+                    )
+                } else {
+                    format!("(${}, ${}, ${}, ${}, ${})", b + 1, b + 2, b + 3, b + 4, b + 5)
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let (now_at, worker_at) = (values.len() + 1, values.len() + 2);
+        values.push(now.into());
+        values.push(worker.into());
+        let sql = if self.is_postgres() {
+            format!(
+                "INSERT INTO outbox_progress (lane, done, cur, upto_id, published_at, worker) \
+                 SELECT v.lane, v.done, v.cur, v.upto, ${now_at}, ${worker_at} \
+                 FROM (VALUES {rows}) AS v(lane, epoch, done, cur, upto) \
+                 JOIN outbox_lanes l ON l.lane = v.lane AND l.epoch = v.epoch AND l.owner = ${worker_at} \
+                 FOR SHARE OF l RETURNING lane"
+            )
+        } else {
+            format!(
+                "INSERT INTO outbox_progress (lane, done, cur, upto_id, published_at, worker) \
+                 SELECT v.column1, v.column3, v.column4, v.column5, ${now_at}, ${worker_at} \
+                 FROM (VALUES {rows}) AS v \
+                 JOIN outbox_lanes l ON l.lane = v.column1 AND l.epoch = v.column2 AND l.owner = ${worker_at} \
+                 RETURNING lane"
+            )
+        };
+        let fenced: Vec<i16> = LaneOnly::find_by_statement(self.statement(&sql, values))
+            .all(&txn)
+            .await
+            .map_err(repo_err)?
+            .into_iter()
+            .map(|l| l.lane)
+            .collect();
+        if fenced.is_empty() {
+            txn.rollback().await.map_err(repo_err)?;
+            return Ok(fenced);
+        }
+        let in_lanes = fenced.iter().map(i16::to_string).collect::<Vec<_>>().join(", ");
+        for f in &settlement.failures {
+            let (status, retry_count, next_attempt_at, dead_lettered_at) = match f.outcome {
+                FailureOutcome::Retry { retry_count, next_attempt_at } => {
+                    (OutboxStatus::RetryWait, retry_count, Some(next_attempt_at), None)
+                }
+                FailureOutcome::DeadLetter { retry_count } => {
+                    (OutboxStatus::DeadLetter, retry_count, None, Some(now))
+                }
+            };
+            let sql = format!(
+                "UPDATE outbox_events SET slow = TRUE, status = $1, retry_count = $2, next_attempt_at = $3, \
+                   dead_lettered_at = $4, failure_code = $5, failure_reason = $6, last_attempt_at = $7, \
+                   version = version + 1 \
+                 WHERE id = $8 AND NOT slow AND lane IN ({in_lanes})"
+            );
+            let values: Vec<Value> = vec![
+                status.as_str().into(),
+                retry_count.into(),
+                next_attempt_at.into(),
+                dead_lettered_at.into(),
+                f.code.as_str().into(),
+                truncate(&f.reason).into(),
+                now.into(),
+                f.id.into(),
+            ];
+            txn.execute_raw(self.statement(&sql, values)).await.map_err(repo_err)?;
+        }
+        if !settlement.held_back.is_empty() {
+            let ids = settlement.held_back.iter().map(i64::to_string).collect::<Vec<_>>().join(", ");
+            txn.execute_raw(self.statement(
+                &format!(
+                    "UPDATE outbox_events SET slow = TRUE, version = version + 1 \
+                     WHERE id IN ({ids}) AND NOT slow AND lane IN ({in_lanes})"
+                ),
+                vec![],
+            ))
+            .await
+            .map_err(repo_err)?;
+        }
+        txn.commit().await.map_err(repo_err)?;
+        Ok(fenced)
     }
 
     async fn release_lanes(&self, worker: &str) -> Result<(), RepoError> {
@@ -391,7 +805,7 @@ impl OutboxStore for SeaOrmOutboxStore {
         dead_before: DateTime<Utc>,
         limit: u32,
     ) -> Result<u64, RepoError> {
-        // One bounded statement per kind, each on its partial index.
+        // Slow rows: one bounded statement per kind, each on its partial index.
         let published = format!(
             "DELETE FROM outbox_events WHERE id IN (SELECT id FROM outbox_events \
                WHERE status = {} AND published_at < $1 LIMIT $2)",
@@ -406,39 +820,105 @@ impl OutboxStore for SeaOrmOutboxStore {
         for (sql, before) in [(published, published_before), (dead, dead_before)] {
             let budget = u64::from(limit).saturating_sub(deleted);
             if budget == 0 {
-                break;
+                return Ok(deleted);
             }
             let values: Vec<Value> = vec![before.into(), (budget as i64).into()];
             deleted +=
                 self.db.execute_raw(self.statement(&sql, values)).await.map_err(repo_err)?.rows_affected();
         }
+        // Fast rows, in bulk per lane: those the newest progress row older than the
+        // retention covers; then the progress rows before it, once its rows are gone.
+        let lanes =
+            LaneOnly::find_by_statement(self.statement("SELECT DISTINCT lane FROM outbox_progress", vec![]))
+                .all(&self.db)
+                .await
+                .map_err(repo_err)?;
+        for LaneOnly { lane } in lanes {
+            let budget = u64::from(limit).saturating_sub(deleted);
+            if budget == 0 {
+                break;
+            }
+            let Some(mark) = ProgressMark::find_by_statement(self.statement(
+                "SELECT p.id, p.lane, p.done, p.cur, p.upto_id FROM outbox_progress p \
+                 WHERE p.lane = $1 AND p.published_at < $2 ORDER BY p.id DESC LIMIT 1",
+                vec![lane.into(), published_before.into()],
+            ))
+            .one(&self.db)
+            .await
+            .map_err(repo_err)?
+            else {
+                continue;
+            };
+            let range = if self.is_postgres() {
+                "AND o.txid < pg_snapshot_xmax(COALESCE(p.cur, p.done)::pg_snapshot)"
+            } else {
+                ""
+            };
+            let sql = format!(
+                "DELETE FROM outbox_events WHERE id IN (SELECT o.id FROM outbox_events o \
+                   JOIN outbox_progress p ON p.id = $1 \
+                 WHERE o.lane = $2 AND NOT o.slow {range} AND {} LIMIT $3)",
+                self.covered("o", "p")
+            );
+            let values: Vec<Value> = vec![mark.id.into(), lane.into(), (budget as i64).into()];
+            let gone =
+                self.db.execute_raw(self.statement(&sql, values)).await.map_err(repo_err)?.rows_affected();
+            deleted += gone;
+            if gone < budget {
+                self.db
+                    .execute_raw(self.statement(
+                        "DELETE FROM outbox_progress WHERE lane = $1 AND id < $2",
+                        vec![lane.into(), mark.id.into()],
+                    ))
+                    .await
+                    .map_err(repo_err)?;
+            }
+        }
         Ok(deleted)
     }
 
     async fn stats(&self) -> Result<OutboxStats, RepoError> {
-        let backend = self.db.get_database_backend();
-        let counts = StatusCount::find_by_statement(Statement::from_string(
-            backend,
-            "SELECT status, COUNT(*) AS n FROM outbox_events GROUP BY status",
-        ))
-        .all(&self.db)
+        let counts =
+            StatusCount::find_by_statement(self.statement(
+                "SELECT status, COUNT(*) AS n FROM outbox_events WHERE slow GROUP BY status",
+                vec![],
+            ))
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?;
+        let mut counts: HashMap<String, i64> = counts.into_iter().map(|c| (c.status, c.n)).collect();
+        let fast_total = Count::find_by_statement(
+            self.statement("SELECT COUNT(*) AS n FROM outbox_events WHERE NOT slow", vec![]),
+        )
+        .one(&self.db)
         .await
-        .map_err(repo_err)?;
-        let counts: HashMap<String, i64> = counts.into_iter().map(|c| (c.status, c.n)).collect();
+        .map_err(repo_err)?
+        .map_or(0, |c| c.n);
+        let fast_ready = CountOldest::find_by_statement(self.statement(&self.fast_ready_sql(), vec![]))
+            .one(&self.db)
+            .await
+            .map_err(repo_err)?
+            .unwrap_or(CountOldest { n: 0, at: None });
+        *counts.entry(OutboxStatus::Ready.as_str().to_owned()).or_default() += fast_ready.n;
+        *counts.entry(OutboxStatus::Published.as_str().to_owned()).or_default() += fast_total - fast_ready.n;
         let by_status =
             OutboxStatus::ALL.iter().map(|s| (*s, counts.get(s.as_str()).copied().unwrap_or(0))).collect();
-        let oldest = |sql: &str, status: OutboxStatus| {
-            Oldest::find_by_statement(self.statement(sql, vec![status.as_str().into()])).one(&self.db)
+        let oldest = |sql: String| Oldest::find_by_statement(self.statement(&sql, vec![])).one(&self.db);
+        let oldest_slow_ready = oldest(format!(
+            "SELECT MIN(created_at) AS at FROM outbox_events WHERE slow AND status = {}",
+            literals(&[OutboxStatus::Ready])
+        ))
+        .await
+        .map_err(repo_err)?
+        .and_then(|o| o.at);
+        let oldest_ready = match (oldest_slow_ready, fast_ready.at) {
+            (Some(a), Some(b)) => Some(std::cmp::min(a, b)),
+            (a, b) => a.or(b),
         };
-        let oldest_ready =
-            oldest("SELECT MIN(created_at) AS at FROM outbox_events WHERE status = $1", OutboxStatus::Ready)
-                .await
-                .map_err(repo_err)?
-                .and_then(|o| o.at);
-        let oldest_claim = oldest(
-            "SELECT MIN(last_attempt_at) AS at FROM outbox_events WHERE status = $1",
-            OutboxStatus::Processing,
-        )
+        let oldest_claim = oldest(format!(
+            "SELECT MIN(last_attempt_at) AS at FROM outbox_events WHERE status = {}",
+            literals(&[OutboxStatus::Processing])
+        ))
         .await
         .map_err(repo_err)?
         .and_then(|o| o.at);
@@ -454,7 +934,7 @@ impl OutboxStore for SeaOrmOutboxStore {
             "SELECT COUNT(*) AS n FROM (SELECT DISTINCT d.aggregate_type, d.aggregate_id \
                FROM outbox_events d WHERE d.status = $1 AND EXISTS (\
                  SELECT 1 FROM outbox_events r WHERE r.aggregate_type = d.aggregate_type \
-                   AND r.aggregate_id = d.aggregate_id AND r.id > d.id AND r.status = $2)) blocked",
+                   AND r.aggregate_id = d.aggregate_id AND r.id > d.id AND r.slow AND r.status = $2)) blocked",
             vec![OutboxStatus::DeadLetter.as_str().into(), OutboxStatus::Ready.as_str().into()],
         ))
         .one(&self.db)
@@ -471,40 +951,54 @@ impl OutboxStore for SeaOrmOutboxStore {
     }
 
     async fn get(&self, id: i64) -> Result<Option<OutboxRecord>, RepoError> {
-        outbox_events::Entity::find_by_id(id)
-            .one(&self.db)
-            .await
-            .map_err(repo_err)?
-            .map(outbox_from_row)
-            .transpose()
+        let sql = format!("{} WHERE o.id = $1", self.derived_select());
+        Ok(self.rows(&sql, vec![id.into()]).await?.pop())
     }
 
     async fn list(&self, filter: &OutboxFilter) -> Result<Vec<OutboxRecord>, RepoError> {
-        let mut query = outbox_events::Entity::find();
-        if let Some(status) = filter.status {
-            query = query.filter(Column::Status.eq(status.as_str()));
-        }
+        let mut conditions = vec!["1 = 1".to_owned()];
+        let mut values: Vec<Value> = Vec::new();
+        let mut bind = |condition: &str, value: Value, conditions: &mut Vec<String>| {
+            values.push(value);
+            conditions.push(condition.replace('?', &format!("${}", values.len())));
+        };
         if let Some(event_type) = &filter.event_type {
-            query = query.filter(Column::EventType.eq(event_type.as_str()));
+            bind("o.event_type = ?", event_type.as_str().into(), &mut conditions);
         }
         if let Some(code) = filter.failure_code {
-            query = query.filter(Column::FailureCode.eq(code.as_str()));
+            bind("o.failure_code = ?", code.as_str().into(), &mut conditions);
         }
         if let Some(before) = filter.dead_lettered_before {
-            query = query.filter(Column::DeadLetteredAt.lt(before));
+            bind("o.dead_lettered_at < ?", before.into(), &mut conditions);
         }
         if let Some(before) = filter.before_id {
-            query = query.filter(Column::Id.lt(before));
+            bind("o.id < ?", before.into(), &mut conditions);
         }
-        query
-            .order_by_desc(Column::Id)
-            .limit(u64::from(filter.limit))
-            .all(&self.db)
-            .await
-            .map_err(repo_err)?
-            .into_iter()
-            .map(outbox_from_row)
-            .collect()
+        let limit = u64::from(filter.limit);
+        let sql = match filter.status {
+            // Derived for fast rows: filter on what the operator sees.
+            Some(status @ (OutboxStatus::Ready | OutboxStatus::Published)) => format!(
+                "SELECT * FROM ({} WHERE {}) d WHERE d.status = {} ORDER BY d.id DESC LIMIT {limit}",
+                self.derived_select(),
+                conditions.join(" AND "),
+                literals(&[status])
+            ),
+            // Only slow rows are ever in these.
+            Some(status) => format!(
+                "{} WHERE {} AND o.slow AND o.status = {} ORDER BY o.id DESC LIMIT {limit}",
+                self.derived_select(),
+                conditions.join(" AND "),
+                literals(&[status])
+            ),
+            None => format!(
+                "{} WHERE {} ORDER BY o.id DESC LIMIT {limit}",
+                self.derived_select(),
+                conditions.join(" AND ")
+            ),
+        };
+        let mut rows = self.rows(&sql, values).await?;
+        rows.reverse();
+        Ok(rows)
     }
 
     async fn for_aggregate(
@@ -512,16 +1006,8 @@ impl OutboxStore for SeaOrmOutboxStore {
         aggregate_type: &str,
         aggregate_id: &str,
     ) -> Result<Vec<OutboxRecord>, RepoError> {
-        outbox_events::Entity::find()
-            .filter(Column::AggregateType.eq(aggregate_type))
-            .filter(Column::AggregateId.eq(aggregate_id))
-            .order_by_asc(Column::Id)
-            .all(&self.db)
-            .await
-            .map_err(repo_err)?
-            .into_iter()
-            .map(outbox_from_row)
-            .collect()
+        let sql = format!("{} WHERE o.aggregate_type = $1 AND o.aggregate_id = $2", self.derived_select());
+        self.rows(&sql, vec![aggregate_type.into(), aggregate_id.into()]).await
     }
 
     async fn settle_dead_letters(
@@ -536,25 +1022,26 @@ impl OutboxStore for SeaOrmOutboxStore {
         }
         let action = if discard { OutboxAction::Discard } else { OutboxAction::Republish };
         let txn = self.db.begin().await.map_err(repo_err)?;
-        let mut update = outbox_events::Entity::update_many()
-            .col_expr(Column::Status, Expr::value(action.target().as_str()))
-            .col_expr(Column::Version, Expr::col(Column::Version).add(1));
-        if !discard {
-            // A fresh start: the retry budget is reset and the row is due at once.
-            update = update
-                .col_expr(Column::RetryCount, Expr::value(0))
-                .col_expr(Column::NextAttemptAt, Expr::value(Option::<DateTime<Utc>>::None))
-                .col_expr(Column::DeadLetteredAt, Expr::value(Option::<DateTime<Utc>>::None));
-        } else {
+        // Raw `RETURNING id`: only the ids are needed (and a whole-row RETURNING would tie
+        // this statement to the table's column list).
+        let (set, values): (&str, Vec<Value>) = if discard {
             // Keep the discard's own clock for retention.
-            update = update.col_expr(Column::DeadLetteredAt, Expr::value(now));
-        }
-        let moved = update
-            .filter(Column::Id.is_in(ids.iter().copied()))
-            .filter(Column::Status.is_in(status_strings(action.from_statuses())))
-            .exec_with_returning(&txn)
-            .await
-            .map_err(repo_err)?;
+            ("dead_lettered_at = $2", vec![action.target().as_str().into(), now.into()])
+        } else {
+            // A fresh start: the retry budget is reset and the row is due at once.
+            (
+                "retry_count = 0, next_attempt_at = NULL, dead_lettered_at = NULL",
+                vec![action.target().as_str().into()],
+            )
+        };
+        let sql = format!(
+            "UPDATE outbox_events SET status = $1, version = version + 1, {set} \
+             WHERE id IN ({}) AND status IN ({}) RETURNING id",
+            ids.iter().map(i64::to_string).collect::<Vec<_>>().join(", "),
+            literals(action.from_statuses())
+        );
+        let moved =
+            IdRow::find_by_statement(self.statement(&sql, values)).all(&txn).await.map_err(repo_err)?;
         let mut moved: Vec<i64> = moved.into_iter().map(|m| m.id).collect();
         moved.sort_unstable();
         if !moved.is_empty() {

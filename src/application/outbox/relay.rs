@@ -11,6 +11,7 @@
 //! whose lease was recovered can never overwrite the new owner's result. Nothing is
 //! claimed while the broker is unreachable, so an outage spends no retry budget.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration as StdDuration, Instant};
 
@@ -20,7 +21,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::application::meter::Meter;
 use crate::application::ports::{
-    Clock, DeliveryFailure, EventPublisher, LaneFilter, OutboxRecord, OutboxStore, PublishOutcome, RepoError,
+    Clock, DeliveryFailure, EventPublisher, FastSettlement, HeldLane, LaneCursor, LaneFilter, OutboxRecord,
+    OutboxStore, PublishOutcome, RepoError,
 };
 use crate::domain::outbox::{FailureCode, FailureOutcome, RetrySchedule};
 
@@ -47,10 +49,27 @@ pub struct RelayReport {
     pub published: u64,
     pub retried: u64,
     pub dead_lettered: u64,
-    /// Rows whose claim was lost before marking (lease recovered elsewhere).
+    /// Rows whose claim (or lane) was lost before marking (taken over elsewhere).
     pub lost_claims: u64,
+    /// Fast-path events held back behind an earlier event of their aggregate.
+    pub held_back: u64,
     /// The earliest retry this round scheduled.
     pub next_retry_at: Option<DateTime<Utc>>,
+}
+
+impl RelayReport {
+    fn add(&mut self, r: RelayReport) {
+        self.claimed += r.claimed;
+        self.published += r.published;
+        self.retried += r.retried;
+        self.dead_lettered += r.dead_lettered;
+        self.lost_claims += r.lost_claims;
+        self.held_back += r.held_back;
+        self.next_retry_at = match (self.next_retry_at, r.next_retry_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
 }
 
 /// Why a round did nothing useful.
@@ -70,12 +89,14 @@ pub struct OutboxRelay {
     wake: Arc<Notify>,
     meter: Meter,
     held: Mutex<HeldLanes>,
+    /// Each held lane's fast-path position.
+    cursors: Mutex<HashMap<i16, LaneCursor>>,
 }
 
 /// The lanes this relay leases, as of its last renewal.
 #[derive(Debug, Default)]
 struct HeldLanes {
-    lanes: Vec<i16>,
+    lanes: Vec<HeldLane>,
     /// When the last renewal started (`None`: never renewed).
     renewed_at: Option<Instant>,
     /// Past this the lease may have lapsed: claim nothing until renewed.
@@ -108,6 +129,7 @@ impl OutboxRelay {
             wake,
             meter: Meter::default(),
             held: Mutex::default(),
+            cursors: Mutex::default(),
         }
     }
 
@@ -126,7 +148,7 @@ impl OutboxRelay {
     ///
     /// # Errors
     /// The renewal failed and the previous lease may have lapsed.
-    pub async fn lanes(&self) -> Result<Vec<i16>, RepoError> {
+    pub async fn lanes(&self) -> Result<Vec<HeldLane>, RepoError> {
         let mut held = self.held.lock().await;
         let started = Instant::now();
         if held.renewed_at.is_none_or(|at| at.elapsed() >= renew_every(self.settings.lease)) {
@@ -138,7 +160,8 @@ impl OutboxRelay {
             {
                 Ok(lanes) => {
                     if lanes != held.lanes {
-                        tracing::info!(worker = %self.settings.worker_id, ?lanes, "outbox lanes held");
+                        let ids: Vec<i16> = lanes.iter().map(|h| h.lane).collect();
+                        tracing::info!(worker = %self.settings.worker_id, lanes = ?ids, "outbox lanes held");
                     }
                     // A tenth of the lease is the margin for clock drift and a slow statement.
                     let lease = self.settings.lease.to_std().unwrap_or_default();
@@ -179,8 +202,9 @@ impl OutboxRelay {
         *held = HeldLanes::default();
     }
 
-    async fn claim(&self) -> Result<Vec<OutboxRecord>, RepoError> {
-        let lanes = self.lanes().await?;
+    /// Claims due slow-path rows in the lanes this relay holds.
+    async fn claim(&self, held: &[HeldLane]) -> Result<Vec<OutboxRecord>, RepoError> {
+        let lanes: Vec<i16> = held.iter().map(|h| h.lane).collect();
         if lanes.is_empty() {
             return Ok(Vec::new());
         }
@@ -194,6 +218,54 @@ impl OutboxRelay {
                 now + self.settings.lease,
             )
             .await
+    }
+
+    /// Counts a confirmed row's delivery.
+    fn confirmed(&self, row: &OutboxRecord, now: DateTime<Utc>) {
+        let latency = (now - row.created_at).to_std().unwrap_or_default();
+        self.meter.record(|| {
+            metrics::histogram!("outbox_commit_to_confirm_seconds").record(latency.as_secs_f64());
+            metrics::counter!("outbox_confirms_total", "outcome" => "ack").increment(1);
+        });
+    }
+
+    /// What becomes of a row the broker did not take: a retry with backoff and jitter, or a
+    /// dead letter past `max_retries`.
+    fn failed(
+        &self,
+        row: &OutboxRecord,
+        code: FailureCode,
+        reason: &str,
+        now: DateTime<Utc>,
+        report: &mut RelayReport,
+    ) -> DeliveryFailure {
+        self.meter.record(|| {
+            metrics::counter!("outbox_confirms_total", "outcome" => failure_label(code)).increment(1)
+        });
+        let outcome = self.settings.schedule.after_failure(row.retry_count, fastrand::f64(), now);
+        match outcome {
+            FailureOutcome::Retry { next_attempt_at, .. } => {
+                report.retried += 1;
+                report.next_retry_at =
+                    Some(report.next_retry_at.map_or(next_attempt_at, |t| t.min(next_attempt_at)));
+                self.meter.record(|| metrics::counter!("outbox_retries_total").increment(1));
+            }
+            FailureOutcome::DeadLetter { .. } => {
+                report.dead_lettered += 1;
+                self.meter.record(|| {
+                    metrics::counter!("outbox_dead_lettered_total", "event_type" => row.event_type.clone())
+                        .increment(1)
+                });
+                tracing::error!(
+                    event_id = %row.event_id,
+                    event_type = %row.event_type,
+                    code = code.as_str(),
+                    %reason,
+                    "outbox event dead-lettered"
+                );
+            }
+        }
+        DeliveryFailure { id: row.id, outcome, code, reason: reason.to_owned() }
     }
 
     /// Records the broker's verdict on every row of a published batch.
@@ -212,51 +284,13 @@ impl OutboxRelay {
         };
         for (i, row) in batch.iter().enumerate() {
             // A publisher that returned too few outcomes: the missing ones are unconfirmed.
-            let outcome = outcomes.get(i).unwrap_or(&missing);
-            match outcome {
+            match outcomes.get(i).unwrap_or(&missing) {
                 PublishOutcome::Confirmed => {
                     published.push(row.id);
-                    let latency = (now - row.created_at).to_std().unwrap_or_default();
-                    self.meter.record(|| {
-                        metrics::histogram!("outbox_commit_to_confirm_seconds").record(latency.as_secs_f64());
-                        metrics::counter!("outbox_confirms_total", "outcome" => "ack").increment(1);
-                    });
+                    self.confirmed(row, now);
                 }
                 PublishOutcome::Failed { code, reason } => {
-                    self.meter.record(|| {
-                        metrics::counter!("outbox_confirms_total", "outcome" => failure_label(*code))
-                            .increment(1)
-                    });
-                    let outcome = self.settings.schedule.after_failure(row.retry_count, fastrand::f64(), now);
-                    match outcome {
-                        FailureOutcome::Retry { next_attempt_at, .. } => {
-                            report.retried += 1;
-                            report.next_retry_at = Some(
-                                report.next_retry_at.map_or(next_attempt_at, |t| t.min(next_attempt_at)),
-                            );
-                            self.meter.record(|| metrics::counter!("outbox_retries_total").increment(1));
-                        }
-                        FailureOutcome::DeadLetter { .. } => {
-                            report.dead_lettered += 1;
-                            self.meter.record(|| {
-                                metrics::counter!("outbox_dead_lettered_total", "event_type" => row.event_type.clone())
-                                    .increment(1)
-                            });
-                            tracing::error!(
-                                event_id = %row.event_id,
-                                event_type = %row.event_type,
-                                code = code.as_str(),
-                                %reason,
-                                "outbox event dead-lettered"
-                            );
-                        }
-                    }
-                    failures.push(DeliveryFailure {
-                        id: row.id,
-                        outcome,
-                        code: *code,
-                        reason: reason.clone(),
-                    });
+                    failures.push(self.failed(row, *code, reason, now, &mut report));
                 }
             }
         }
@@ -280,89 +314,173 @@ impl OutboxRelay {
         Ok(report)
     }
 
-    /// Claims one batch, publishes it and marks every row by the broker's verdict.
-    ///
-    /// # Errors
-    /// `Broker` when the broker cannot be reached (nothing was claimed); `Store` when the
-    /// database fails — claimed rows then stay `PROCESSING` until their lease is
-    /// recovered, never lost.
-    pub async fn run_once(&self) -> Result<RelayReport, RelayError> {
-        self.publisher.ready().await.map_err(RelayError::Broker)?;
-        let batch = self.claim().await?;
-        if batch.is_empty() || !self.lease_holds().await {
-            return Ok(RelayReport::default());
+    /// One fast-path batch over the lanes held (docs/relay-design.md): each lane's next
+    /// events, sent in waves — the first event of each aggregate, then, once those are
+    /// confirmed, the second, … — so that no event overtakes an earlier one of its aggregate
+    /// that failed; an event whose aggregate waits on the slow path is held back behind it.
+    /// One fenced transaction records the lanes' progress and moves failures and held-back
+    /// events to the slow path; no row is updated for an event that went out.
+    async fn fast_round(&self, held: &[HeldLane]) -> Result<RelayReport, RelayError> {
+        let mut cursors = self.cursors.lock().await;
+        cursors.retain(|lane, c| held.iter().any(|h| h.lane == *lane && h.epoch == c.epoch));
+        let missing: Vec<HeldLane> =
+            held.iter().filter(|h| !cursors.contains_key(&h.lane)).copied().collect();
+        if !missing.is_empty() {
+            for c in self.store.lane_cursors(&missing).await? {
+                cursors.insert(c.lane, c);
+            }
         }
-        let outcomes = self.publisher.publish(&batch).await;
-        Ok(self.settle(&batch, outcomes).await?)
+        let mut lanes: Vec<LaneCursor> = held.iter().filter_map(|h| cursors.remove(&h.lane)).collect();
+        // A round carries at most `batch_size` events over all lanes: what a crash can make
+        // the next owner send again.
+        let per_lane = (self.settings.batch_size as usize / held.len().max(1)).max(1);
+        let fetched = self.store.fast_batch(&mut lanes, per_lane as u32).await;
+        let pages: HashMap<i16, usize> =
+            lanes.iter().map(|c| (c.lane, c.pending.len().min(per_lane))).filter(|(_, n)| *n > 0).collect();
+        let rows = match fetched {
+            Ok(rows) if !pages.is_empty() && self.lease_holds().await => rows,
+            other => {
+                cursors.extend(lanes.into_iter().map(|c| (c.lane, c)));
+                other?;
+                return Ok(RelayReport::default());
+            }
+        };
+        let now = self.clock.now();
+        let mut report = RelayReport { claimed: rows.len(), ..Default::default() };
+        let aggregates: Vec<(String, String)> =
+            rows.iter().map(|r| (r.aggregate_type.clone(), r.aggregate_id.clone())).collect();
+        let waiting: HashSet<(String, String)> = match self.store.held_aggregates(&aggregates).await {
+            Ok(held) => held.into_iter().collect(),
+            Err(err) => {
+                cursors.extend(lanes.into_iter().map(|c| (c.lane, c)));
+                return Err(err.into());
+            }
+        };
+        let mut held_back = Vec::new();
+        let mut failures = Vec::new();
+        let mut confirmed = 0u64;
+        let mut failed_aggregates: HashSet<(String, String)> = HashSet::new();
+        let mut remaining: Vec<&OutboxRecord> = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let key = (row.aggregate_type.clone(), row.aggregate_id.clone());
+            if waiting.contains(&key) { held_back.push(row.id) } else { remaining.push(row) }
+        }
+        let missing = PublishOutcome::Failed {
+            code: FailureCode::ConfirmTimeout,
+            reason: "no confirm reported".into(),
+        };
+        while !remaining.is_empty() {
+            let mut wave: Vec<OutboxRecord> = Vec::new();
+            let mut later = Vec::new();
+            let mut in_wave: HashSet<(&str, &str)> = HashSet::new();
+            for row in remaining {
+                let key = (row.aggregate_type.clone(), row.aggregate_id.clone());
+                if failed_aggregates.contains(&key) {
+                    held_back.push(row.id);
+                } else if in_wave.insert((row.aggregate_type.as_str(), row.aggregate_id.as_str())) {
+                    wave.push(row.clone());
+                } else {
+                    later.push(row);
+                }
+            }
+            let outcomes = self.publisher.publish(&wave).await;
+            for (i, row) in wave.iter().enumerate() {
+                match outcomes.get(i).unwrap_or(&missing) {
+                    PublishOutcome::Confirmed => {
+                        confirmed += 1;
+                        self.confirmed(row, now);
+                    }
+                    PublishOutcome::Failed { code, reason } => {
+                        failed_aggregates.insert((row.aggregate_type.clone(), row.aggregate_id.clone()));
+                        failures.push(self.failed(row, *code, reason, now, &mut report));
+                    }
+                }
+            }
+            remaining = later;
+        }
+        let progress: Vec<LaneCursor> = lanes
+            .iter()
+            .filter_map(|c| {
+                let page = *pages.get(&c.lane)?;
+                let last = *c.pending.get(page - 1)?;
+                let mut next =
+                    LaneCursor { pending: Default::default(), upto_id: last, ..c.clone_without_pending() };
+                if next.current.is_some() && page == c.pending.len() {
+                    // The whole difference is done: its snapshot is the lane's new floor.
+                    next.done = next.current.take();
+                    next.upto_id = 0;
+                }
+                Some(next)
+            })
+            .collect();
+        let settlement = FastSettlement { progress, failures, held_back };
+        let recorded = match self.store.record_fast(&self.settings.worker_id, &settlement, now).await {
+            Ok(recorded) => recorded,
+            Err(err) => {
+                // Nothing recorded: the same events go out again next round (duplicates).
+                cursors.extend(lanes.into_iter().map(|c| (c.lane, c)));
+                return Err(err.into());
+            }
+        };
+        for mut c in lanes {
+            match (pages.get(&c.lane), settlement.progress.iter().find(|p| p.lane == c.lane)) {
+                (Some(&page), Some(next)) if recorded.contains(&c.lane) => {
+                    c.pending.drain(..page);
+                    c.done = next.done.clone();
+                    c.current = next.current.clone();
+                    c.upto_id = next.upto_id;
+                    cursors.insert(c.lane, c);
+                }
+                (Some(&page), _) => {
+                    // Fenced: the lane changed hands; forget it (its next owner resends).
+                    report.lost_claims += page as u64;
+                }
+                (None, _) => {
+                    cursors.insert(c.lane, c);
+                }
+            }
+        }
+        if report.lost_claims > 0 {
+            tracing::warn!(lost = report.lost_claims, "outbox lanes lost before their progress was recorded");
+        }
+        report.published = confirmed;
+        report.held_back = settlement.held_back.len() as u64;
+        self.meter.record(|| metrics::counter!("outbox_published_total").increment(confirmed));
+        Ok(report)
     }
 
-    /// Drains while rows are due, pipelined: while batch N is on the wire, batch N+1 is
-    /// claimed and batch N-1 marked, so the broker and the database work at the same time.
-    /// Stops claiming when `stop` is cancelled but publishes and marks what it claimed.
+    /// One round: a fast-path batch, then due slow-path rows (claimed, published, marked).
     ///
     /// # Errors
-    /// As [`Self::run_once`]; a batch published before the error is still marked.
-    pub async fn drain(&self, stop: &CancellationToken) -> Result<RelayReport, RelayError> {
+    /// `Broker` when the broker cannot be reached (nothing was read); `Store` when the
+    /// database fails — fast-path events are then sent again next round, claimed slow rows
+    /// wait for their lease to be recovered; none is lost.
+    pub async fn run_once(&self) -> Result<RelayReport, RelayError> {
         self.publisher.ready().await.map_err(RelayError::Broker)?;
+        let held = self.lanes().await?;
+        let mut report = self.fast_round(&held).await?;
+        let batch = self.claim(&held).await?;
+        if !batch.is_empty() && self.lease_holds().await {
+            let outcomes = self.publisher.publish(&batch).await;
+            report.add(self.settle(&batch, outcomes).await?);
+        }
+        Ok(report)
+    }
+
+    /// Runs rounds while there is work, until `stop` is cancelled (a round in progress
+    /// finishes and records what it sent).
+    ///
+    /// # Errors
+    /// As [`Self::run_once`]; what earlier rounds did stays recorded.
+    pub async fn drain(&self, stop: &CancellationToken) -> Result<RelayReport, RelayError> {
         let mut total = RelayReport::default();
-        let add = |total: &mut RelayReport, r: RelayReport| {
-            total.claimed += r.claimed;
-            total.published += r.published;
-            total.retried += r.retried;
-            total.dead_lettered += r.dead_lettered;
-            total.lost_claims += r.lost_claims;
-            total.next_retry_at = match (total.next_retry_at, r.next_retry_at) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-        };
-        let mut batch = self.claim().await?;
-        let mut previous: Option<(Vec<OutboxRecord>, Vec<PublishOutcome>)> = None;
-        while !batch.is_empty() {
-            if !self.lease_holds().await {
-                // Paused past the lease: the claimed rows come back through lease recovery.
-                tracing::warn!(
-                    rows = batch.len(),
-                    "outbox lane lease lapsed before publishing; batch left to recovery"
-                );
+        while !stop.is_cancelled() {
+            let round = self.run_once().await?;
+            let idle = round.claimed == 0;
+            total.add(round);
+            if idle {
                 break;
             }
-            let more = !stop.is_cancelled();
-            let to_settle = previous.take();
-            let (outcomes, next, settled) = tokio::join!(
-                self.publisher.publish(&batch),
-                async { if more { self.claim().await } else { Ok(Vec::new()) } },
-                async {
-                    match &to_settle {
-                        Some((rows, outcomes)) => self.settle(rows, outcomes.clone()).await.map(Some),
-                        None => Ok(None),
-                    }
-                },
-            );
-            let published = (std::mem::take(&mut batch), outcomes);
-            match (next, settled) {
-                (Ok(next), Ok(settled)) => {
-                    if let Some(r) = settled {
-                        add(&mut total, r);
-                    }
-                    previous = Some(published);
-                    batch = next;
-                }
-                (next, settled) => {
-                    // Mark what was published before giving up; the rest waits for its lease.
-                    if let Ok(Some(r)) = settled {
-                        add(&mut total, r);
-                    }
-                    if let Ok(r) = self.settle(&published.0, published.1).await {
-                        add(&mut total, r);
-                    }
-                    next?;
-                    settled?;
-                }
-            }
-        }
-        if let Some((rows, outcomes)) = previous {
-            add(&mut total, self.settle(&rows, outcomes).await?);
         }
         Ok(total)
     }

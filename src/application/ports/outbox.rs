@@ -101,6 +101,56 @@ pub enum LaneFilter {
     Any,
 }
 
+/// A lane a relay holds, with the fencing epoch of its lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HeldLane {
+    pub lane: i16,
+    /// Bumped each time the lane changes hands: progress is recorded only under it.
+    pub epoch: i64,
+}
+
+/// Where a lane's fast path stands (docs/relay-design.md). Its fields belong to the store
+/// that filled them; a relay keeps the cursor between batches and hands it back.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LaneCursor {
+    pub lane: i16,
+    pub epoch: i64,
+    /// Every event of the lane visible in this snapshot is done (PostgreSQL; `None`: none).
+    pub done: Option<String>,
+    /// The snapshot whose difference from `done` is being worked through.
+    pub current: Option<String>,
+    /// Within `current` (SQLite: overall), every event up to this id is done.
+    pub upto_id: i64,
+    /// Ids of the difference not yet done, ascending.
+    pub pending: std::collections::VecDeque<i64>,
+}
+
+impl LaneCursor {
+    /// The cursor's position without its (possibly long) list of pending ids.
+    pub fn clone_without_pending(&self) -> LaneCursor {
+        LaneCursor {
+            lane: self.lane,
+            epoch: self.epoch,
+            done: self.done.clone(),
+            current: self.current.clone(),
+            upto_id: self.upto_id,
+            pending: Default::default(),
+        }
+    }
+}
+
+/// What one fast-path batch came to, recorded in one transaction.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FastSettlement {
+    /// Each lane's cursor after the batch (its `pending` is not stored).
+    pub progress: Vec<LaneCursor>,
+    /// Events the broker did not take: to the slow path, `RETRY_WAIT` or `DEAD_LETTER`.
+    pub failures: Vec<DeliveryFailure>,
+    /// Events not sent because an earlier event of their aggregate is on the slow path:
+    /// to the slow path, `READY`, behind it.
+    pub held_back: Vec<i64>,
+}
+
 /// Storage side of the outbox. Every state change is a conditional update whose `WHERE`
 /// clause is built from [`crate::domain::outbox::OutboxAction::from_statuses`].
 #[cfg_attr(test, mockall::automock)]
@@ -138,6 +188,55 @@ pub trait OutboxStore: Send + Sync {
         lanes: u16,
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
+    ) -> Result<Vec<HeldLane>, RepoError>;
+
+    /// Each held lane's cursor as its newest progress row left it (a lane never published
+    /// starts before its first event).
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    async fn lane_cursors(&self, held: &[HeldLane]) -> Result<Vec<LaneCursor>, RepoError>;
+
+    /// The next fast-path events of each lane, at most `per_lane`, in lane order: the first
+    /// `per_lane` ids of each cursor's `pending`, which this fills first where it is empty
+    /// (on PostgreSQL with the difference between the cursor's `done` snapshot and a new
+    /// one, so that an event whose transaction commits late is never skipped; on SQLite, one
+    /// writer at a time, with the ids past `upto_id`). A lane whose difference is empty
+    /// moves `done` on in the cursor only. Rows come ordered by lane, then id; an id whose
+    /// row has meanwhile left the fast path is simply absent.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    async fn fast_batch(
+        &self,
+        cursors: &mut [LaneCursor],
+        per_lane: u32,
+    ) -> Result<Vec<OutboxRecord>, RepoError>;
+
+    /// Which of `aggregates` (type, id) have an event on the slow path not yet delivered or
+    /// discarded (`READY`, `PROCESSING`, `RETRY_WAIT`, `DEAD_LETTER`): their later events
+    /// must wait behind it.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    async fn held_aggregates(
+        &self,
+        aggregates: &[(String, String)],
+    ) -> Result<Vec<(String, String)>, RepoError>;
+
+    /// Records a fast-path batch in one transaction, fenced: only for lanes `worker` still
+    /// holds under the cursor's epoch — a progress row per lane (insert-only), its failures
+    /// and held-back events moved to the slow path. Returns the lanes recorded; for the
+    /// others nothing is written (another worker owns them now and sends their events
+    /// again: duplicates, never a loss).
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails (nothing recorded).
+    async fn record_fast(
+        &self,
+        worker: &str,
+        settlement: &FastSettlement,
+        now: DateTime<Utc>,
     ) -> Result<Vec<i16>, RepoError>;
 
     /// Gives back every lane `worker` holds and ends its heartbeat (a graceful stop), so

@@ -27,6 +27,8 @@ pub struct Model {
     pub dead_lettered_at: Option<DateTimeUtc>,
     pub version: i64,
     pub lane: i16,
+    /// On the per-event slow path (a failure, a held-back event, or a row from before it).
+    pub slow: bool,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
