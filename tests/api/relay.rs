@@ -363,3 +363,43 @@ async fn a_commit_in_another_process_wakes_the_relay_on_postgres() {
     workers.shutdown(Duration::from_secs(10)).await;
     broker.cleanup().await;
 }
+
+/// The visibility trap (docs/relay-design.md): ids are drawn when rows are inserted, not
+/// when they commit. An event whose transaction takes the lower id and commits after a
+/// later one must be neither skipped (a watermark past it would) nor sent before it commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_committed_after_later_ones_is_never_skipped_on_postgres() {
+    use orchestrator::domain::outbox::lanes::lane_of;
+    use sea_orm::{ConnectionTrait, TransactionTrait};
+    let Some(app) = TestApp::spawn(Backend::Postgres).await else { return };
+    let lane = lane_of("order", "late", 16);
+    // Another aggregate in the same lane.
+    let early = (0..).map(|i| format!("early-{i}")).find(|id| lane_of("order", id, 16) == lane).unwrap();
+    let open = app.db.begin().await.unwrap();
+    open.execute_unprepared(&format!(
+        "INSERT INTO outbox_events (event_id, aggregate_type, aggregate_id, event_type, routing_key, payload, \
+           status, retry_count, created_at, version, lane, slow) \
+         VALUES ('{}', 'order', 'late', 'test.late', 'test.late', '{{}}', 'READY', 0, now(), 1, {lane}, FALSE)",
+        uuid::Uuid::new_v4()
+    ))
+    .await
+    .unwrap();
+    repo(&app)
+        .commit(Changes { outbox: vec![event(&early, 0, "test.seq", "test.seq")], ..Default::default() })
+        .await
+        .unwrap();
+    let relay = app.services.relay();
+    assert_eq!(relay.run_once().await.unwrap().published, 1, "only the committed event goes out");
+    let store = &app.services.outbox_store;
+    let published = store.for_aggregate("order", &early).await.unwrap();
+    assert_eq!(published[0].status, OutboxStatus::Published);
+    assert_eq!(relay.run_once().await.unwrap().claimed, 0, "nothing else is visible yet");
+
+    open.commit().await.unwrap();
+    assert_eq!(relay.run_once().await.unwrap().published, 1, "the late event goes out once committed");
+    let late = store.for_aggregate("order", "late").await.unwrap();
+    assert_eq!(late[0].status, OutboxStatus::Published);
+    assert!(late[0].id < published[0].id, "it had the lower id all along");
+    assert!(late[0].published_at.is_some());
+    assert_eq!(relay.run_once().await.unwrap().claimed, 0, "and it is sent once");
+}
