@@ -44,6 +44,8 @@ const SQLITE: &[&str] = &[
     "CREATE TABLE outbox_progress (id INTEGER PRIMARY KEY AUTOINCREMENT, lane SMALLINT NOT NULL, \
        done TEXT NULL, cur TEXT NULL, upto_id BIGINT NOT NULL, \
        published_at timestamp_with_timezone_text NOT NULL, worker VARCHAR(200) NOT NULL)",
+    // When a row was published: the first progress row whose mark reaches it.
+    "CREATE INDEX idx_outbox_progress_upto ON outbox_progress (lane, upto_id)",
 ];
 
 const PROGRESS_INDEXES: &[&str] = &[

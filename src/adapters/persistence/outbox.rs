@@ -198,9 +198,11 @@ impl SeaOrmOutboxStore {
                 "LEFT JOIN LATERAL (SELECT p.done, p.cur, p.upto_id FROM outbox_progress p \
                    WHERE p.lane = o.lane ORDER BY p.id DESC LIMIT 1) lp ON TRUE"
                     .to_owned(),
+                // The first covering row: progress only grows, so the scan stops early.
                 format!(
-                    "(SELECT MIN(p.published_at) FROM outbox_progress p WHERE p.lane = o.lane \
-                       AND p.published_at >= o.created_at - INTERVAL '1 minute' AND {})",
+                    "(SELECT p.published_at FROM outbox_progress p WHERE p.lane = o.lane \
+                       AND p.published_at >= o.created_at - INTERVAL '1 minute' AND {} \
+                     ORDER BY p.published_at LIMIT 1)",
                     self.covered("o", "p")
                 ),
             )
@@ -209,7 +211,8 @@ impl SeaOrmOutboxStore {
                 "LEFT JOIN outbox_progress lp ON lp.id = \
                    (SELECT MAX(p.id) FROM outbox_progress p WHERE p.lane = o.lane)"
                     .to_owned(),
-                "(SELECT MIN(p.published_at) FROM outbox_progress p WHERE p.lane = o.lane AND p.upto_id >= o.id)"
+                "(SELECT p.published_at FROM outbox_progress p WHERE p.lane = o.lane AND p.upto_id >= o.id \
+                   ORDER BY p.upto_id LIMIT 1)"
                     .to_owned(),
             )
         };
@@ -512,9 +515,14 @@ impl OutboxStore for SeaOrmOutboxStore {
     async fn fast_batch(
         &self,
         cursors: &mut [LaneCursor],
+        skip: &[usize],
         per_lane: u32,
     ) -> Result<Vec<OutboxRecord>, RepoError> {
-        let empty: Vec<usize> = (0..cursors.len()).filter(|&i| cursors[i].pending.is_empty()).collect();
+        // A lane with a batch in flight is not refilled: its next difference starts once
+        // that batch is recorded.
+        let empty: Vec<usize> = (0..cursors.len())
+            .filter(|&i| cursors[i].pending.is_empty() && skip.get(i).copied().unwrap_or(0) == 0)
+            .collect();
         if !empty.is_empty() {
             if self.is_postgres() {
                 self.fill_from_snapshots(cursors, &empty).await?;
@@ -535,7 +543,10 @@ impl OutboxStore for SeaOrmOutboxStore {
         }
         let ids: Vec<String> = cursors
             .iter()
-            .flat_map(|c| c.pending.iter().take(per_lane as usize))
+            .enumerate()
+            .flat_map(|(i, c)| {
+                c.pending.iter().skip(skip.get(i).copied().unwrap_or(0)).take(per_lane as usize)
+            })
             .map(i64::to_string)
             .collect();
         if ids.is_empty() {

@@ -57,6 +57,29 @@ pub struct RelayReport {
     pub next_retry_at: Option<DateTime<Utc>>,
 }
 
+/// A fast-path batch read and ready to send.
+#[derive(Debug)]
+struct Round {
+    rows: Vec<OutboxRecord>,
+    /// Per lane: the ids taken (in lane order) and the lane's cursor once they are done.
+    pages: HashMap<i16, (Vec<i64>, LaneCursor)>,
+    aggregates: HashSet<(String, String)>,
+    /// Aggregates with an event still on the slow path: theirs are held back.
+    waiting: HashSet<(String, String)>,
+}
+
+/// What the broker made of a batch.
+#[derive(Debug, Default)]
+struct Sent {
+    report: RelayReport,
+    failures: Vec<DeliveryFailure>,
+    held_back: Vec<i64>,
+}
+
+fn aggregate_of(row: &OutboxRecord) -> (String, String) {
+    (row.aggregate_type.clone(), row.aggregate_id.clone())
+}
+
 impl RelayReport {
     fn add(&mut self, r: RelayReport) {
         self.claimed += r.claimed;
@@ -314,13 +337,15 @@ impl OutboxRelay {
         Ok(report)
     }
 
-    /// One fast-path batch over the lanes held (docs/relay-design.md): each lane's next
-    /// events, sent in waves — the first event of each aggregate, then, once those are
-    /// confirmed, the second, … — so that no event overtakes an earlier one of its aggregate
-    /// that failed; an event whose aggregate waits on the slow path is held back behind it.
-    /// One fenced transaction records the lanes' progress and moves failures and held-back
-    /// events to the slow path; no row is updated for an event that went out.
-    async fn fast_round(&self, held: &[HeldLane]) -> Result<RelayReport, RelayError> {
+    /// Reads the next fast-path batch over the lanes held (docs/relay-design.md): each
+    /// lane's next events past `in_flight` (a batch still on the wire), at most
+    /// `batch_size` in all, cut before the first event of an aggregate `in_flight` carries
+    /// (its outcome decides whether the next may go). `None` when there is nothing to send.
+    async fn prepare(
+        &self,
+        held: &[HeldLane],
+        in_flight: Option<&Round>,
+    ) -> Result<Option<Round>, RelayError> {
         let mut cursors = self.cursors.lock().await;
         cursors.retain(|lane, c| held.iter().any(|h| h.lane == *lane && h.epoch == c.epoch));
         let missing: Vec<HeldLane> =
@@ -331,39 +356,70 @@ impl OutboxRelay {
             }
         }
         let mut lanes: Vec<LaneCursor> = held.iter().filter_map(|h| cursors.remove(&h.lane)).collect();
-        // A round carries at most `batch_size` events over all lanes: what a crash can make
+        let skip: Vec<usize> = lanes
+            .iter()
+            .map(|c| in_flight.and_then(|r| r.pages.get(&c.lane)).map_or(0, |(ids, _)| ids.len()))
+            .collect();
+        // A batch carries at most `batch_size` events over all lanes: what a crash can make
         // the next owner send again.
         let per_lane = (self.settings.batch_size as usize / held.len().max(1)).max(1);
-        let fetched = self.store.fast_batch(&mut lanes, per_lane as u32).await;
-        let pages: HashMap<i16, usize> =
-            lanes.iter().map(|c| (c.lane, c.pending.len().min(per_lane))).filter(|(_, n)| *n > 0).collect();
-        let rows = match fetched {
-            Ok(rows) if !pages.is_empty() && self.lease_holds().await => rows,
-            other => {
-                cursors.extend(lanes.into_iter().map(|c| (c.lane, c)));
-                other?;
-                return Ok(RelayReport::default());
-            }
-        };
-        let now = self.clock.now();
-        let mut report = RelayReport { claimed: rows.len(), ..Default::default() };
-        let aggregates: Vec<(String, String)> =
-            rows.iter().map(|r| (r.aggregate_type.clone(), r.aggregate_id.clone())).collect();
-        let waiting: HashSet<(String, String)> = match self.store.held_aggregates(&aggregates).await {
-            Ok(held) => held.into_iter().collect(),
+        let fetched = self.store.fast_batch(&mut lanes, &skip, per_lane as u32).await;
+        let mut rows = match fetched {
+            Ok(rows) => rows,
             Err(err) => {
                 cursors.extend(lanes.into_iter().map(|c| (c.lane, c)));
                 return Err(err.into());
             }
         };
-        let mut held_back = Vec::new();
-        let mut failures = Vec::new();
-        let mut confirmed = 0u64;
-        let mut failed_aggregates: HashSet<(String, String)> = HashSet::new();
-        let mut remaining: Vec<&OutboxRecord> = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let key = (row.aggregate_type.clone(), row.aggregate_id.clone());
-            if waiting.contains(&key) { held_back.push(row.id) } else { remaining.push(row) }
+        let by_id: HashMap<i64, usize> = rows.iter().enumerate().map(|(i, r)| (r.id, i)).collect();
+        let mut pages: HashMap<i16, (Vec<i64>, LaneCursor)> = HashMap::new();
+        for (c, skip) in lanes.iter().zip(&skip) {
+            let mut page = Vec::new();
+            for id in c.pending.iter().skip(*skip).take(per_lane) {
+                let busy = by_id.get(id).is_some_and(|&i| {
+                    in_flight.is_some_and(|r| r.aggregates.contains(&aggregate_of(&rows[i])))
+                });
+                if busy {
+                    break;
+                }
+                page.push(*id);
+            }
+            let Some(&last) = page.last() else { continue };
+            let mut next = LaneCursor { upto_id: last, ..c.clone_without_pending() };
+            if next.current.is_some() && skip + page.len() == c.pending.len() {
+                // The whole difference is done: its snapshot is the lane's new floor.
+                next.done = next.current.take();
+                next.upto_id = 0;
+            }
+            pages.insert(c.lane, (page, next));
+        }
+        cursors.extend(lanes.into_iter().map(|c| (c.lane, c)));
+        drop(cursors);
+        if pages.is_empty() {
+            return Ok(None);
+        }
+        let taken: HashSet<i64> = pages.values().flat_map(|(ids, _)| ids.iter().copied()).collect();
+        rows.retain(|r| taken.contains(&r.id));
+        let aggregates: HashSet<(String, String)> = rows.iter().map(aggregate_of).collect();
+        let listed: Vec<(String, String)> = aggregates.iter().cloned().collect();
+        let waiting = self.store.held_aggregates(&listed).await?.into_iter().collect();
+        Ok(Some(Round { rows, pages, aggregates, waiting }))
+    }
+
+    /// Sends a batch in waves — the first event of each aggregate, then, once those are
+    /// confirmed, the second, … — so that no event overtakes an earlier one of its aggregate
+    /// that failed; an event whose aggregate waits on the slow path is held back behind it.
+    async fn send(&self, round: &Round) -> Sent {
+        let now = self.clock.now();
+        let mut sent = Sent::default();
+        let mut failed: HashSet<(String, String)> = HashSet::new();
+        let mut remaining: Vec<&OutboxRecord> = Vec::with_capacity(round.rows.len());
+        for row in &round.rows {
+            if round.waiting.contains(&aggregate_of(row)) {
+                sent.held_back.push(row.id);
+            } else {
+                remaining.push(row);
+            }
         }
         let missing = PublishOutcome::Failed {
             code: FailureCode::ConfirmTimeout,
@@ -372,12 +428,12 @@ impl OutboxRelay {
         while !remaining.is_empty() {
             let mut wave: Vec<OutboxRecord> = Vec::new();
             let mut later = Vec::new();
-            let mut in_wave: HashSet<(&str, &str)> = HashSet::new();
+            let mut in_wave: HashSet<(String, String)> = HashSet::new();
             for row in remaining {
-                let key = (row.aggregate_type.clone(), row.aggregate_id.clone());
-                if failed_aggregates.contains(&key) {
-                    held_back.push(row.id);
-                } else if in_wave.insert((row.aggregate_type.as_str(), row.aggregate_id.as_str())) {
+                let key = aggregate_of(row);
+                if failed.contains(&key) {
+                    sent.held_back.push(row.id);
+                } else if in_wave.insert(key) {
                     wave.push(row.clone());
                 } else {
                     later.push(row);
@@ -387,69 +443,68 @@ impl OutboxRelay {
             for (i, row) in wave.iter().enumerate() {
                 match outcomes.get(i).unwrap_or(&missing) {
                     PublishOutcome::Confirmed => {
-                        confirmed += 1;
+                        sent.report.published += 1;
                         self.confirmed(row, now);
                     }
                     PublishOutcome::Failed { code, reason } => {
-                        failed_aggregates.insert((row.aggregate_type.clone(), row.aggregate_id.clone()));
-                        failures.push(self.failed(row, *code, reason, now, &mut report));
+                        failed.insert(aggregate_of(row));
+                        let failure = self.failed(row, *code, reason, now, &mut sent.report);
+                        sent.failures.push(failure);
                     }
                 }
             }
             remaining = later;
         }
-        let progress: Vec<LaneCursor> = lanes
-            .iter()
-            .filter_map(|c| {
-                let page = *pages.get(&c.lane)?;
-                let last = *c.pending.get(page - 1)?;
-                let mut next =
-                    LaneCursor { pending: Default::default(), upto_id: last, ..c.clone_without_pending() };
-                if next.current.is_some() && page == c.pending.len() {
-                    // The whole difference is done: its snapshot is the lane's new floor.
-                    next.done = next.current.take();
-                    next.upto_id = 0;
-                }
-                Some(next)
-            })
-            .collect();
-        let settlement = FastSettlement { progress, failures, held_back };
-        let recorded = match self.store.record_fast(&self.settings.worker_id, &settlement, now).await {
-            Ok(recorded) => recorded,
-            Err(err) => {
-                // Nothing recorded: the same events go out again next round (duplicates).
-                cursors.extend(lanes.into_iter().map(|c| (c.lane, c)));
-                return Err(err.into());
-            }
+        sent.report.claimed = round.rows.len();
+        sent.report.held_back = sent.held_back.len() as u64;
+        sent
+    }
+
+    /// Records a sent batch in one fenced transaction: the lanes' progress, failures and
+    /// held-back events to the slow path. No row is updated for an event that went out.
+    async fn record(&self, round: &Round, sent: Sent) -> Result<RelayReport, RelayError> {
+        let mut report = sent.report;
+        let settlement = FastSettlement {
+            progress: round.pages.values().map(|(_, next)| next.clone()).collect(),
+            failures: sent.failures,
+            held_back: sent.held_back,
         };
-        for mut c in lanes {
-            match (pages.get(&c.lane), settlement.progress.iter().find(|p| p.lane == c.lane)) {
-                (Some(&page), Some(next)) if recorded.contains(&c.lane) => {
-                    c.pending.drain(..page);
+        let recorded =
+            self.store.record_fast(&self.settings.worker_id, &settlement, self.clock.now()).await?;
+        let mut cursors = self.cursors.lock().await;
+        for (lane, (page, next)) in &round.pages {
+            if recorded.contains(lane) {
+                if let Some(c) = cursors.get_mut(lane) {
+                    c.pending.drain(..page.len().min(c.pending.len()));
                     c.done = next.done.clone();
                     c.current = next.current.clone();
                     c.upto_id = next.upto_id;
-                    cursors.insert(c.lane, c);
                 }
-                (Some(&page), _) => {
-                    // Fenced: the lane changed hands; forget it (its next owner resends).
-                    report.lost_claims += page as u64;
-                }
-                (None, _) => {
-                    cursors.insert(c.lane, c);
-                }
+            } else {
+                // Fenced: the lane changed hands; forget it (its next owner sends again).
+                cursors.remove(lane);
+                report.lost_claims += page.len() as u64;
             }
         }
         if report.lost_claims > 0 {
             tracing::warn!(lost = report.lost_claims, "outbox lanes lost before their progress was recorded");
         }
-        report.published = confirmed;
-        report.held_back = settlement.held_back.len() as u64;
-        self.meter.record(|| metrics::counter!("outbox_published_total").increment(confirmed));
+        let published = report.published;
+        self.meter.record(|| metrics::counter!("outbox_published_total").increment(published));
         Ok(report)
     }
 
-    /// One round: a fast-path batch, then due slow-path rows (claimed, published, marked).
+    /// Sends due slow-path rows of the lanes held (claimed, published, marked).
+    async fn slow_round(&self, held: &[HeldLane]) -> Result<RelayReport, RelayError> {
+        let batch = self.claim(held).await?;
+        if batch.is_empty() || !self.lease_holds().await {
+            return Ok(RelayReport::default());
+        }
+        let outcomes = self.publisher.publish(&batch).await;
+        Ok(self.settle(&batch, outcomes).await?)
+    }
+
+    /// One round: a fast-path batch, then due slow-path rows.
     ///
     /// # Errors
     /// `Broker` when the broker cannot be reached (nothing was read); `Store` when the
@@ -458,31 +513,58 @@ impl OutboxRelay {
     pub async fn run_once(&self) -> Result<RelayReport, RelayError> {
         self.publisher.ready().await.map_err(RelayError::Broker)?;
         let held = self.lanes().await?;
-        let mut report = self.fast_round(&held).await?;
-        let batch = self.claim(&held).await?;
-        if !batch.is_empty() && self.lease_holds().await {
-            let outcomes = self.publisher.publish(&batch).await;
-            report.add(self.settle(&batch, outcomes).await?);
+        let mut report = RelayReport::default();
+        if let Some(round) = self.prepare(&held, None).await?
+            && self.lease_holds().await
+        {
+            let sent = self.send(&round).await;
+            report.add(self.record(&round, sent).await?);
         }
+        report.add(self.slow_round(&held).await?);
         Ok(report)
     }
 
-    /// Runs rounds while there is work, until `stop` is cancelled (a round in progress
-    /// finishes and records what it sent).
+    /// Runs while there is work, pipelined: while batch N is on the wire, batch N-1 is
+    /// recorded and batch N+1 read, so the broker and the database work at the same time.
+    /// Stops reading when `stop` is cancelled, but records what it sent.
     ///
     /// # Errors
-    /// As [`Self::run_once`]; what earlier rounds did stays recorded.
+    /// As [`Self::run_once`]; what earlier batches did stays recorded.
     pub async fn drain(&self, stop: &CancellationToken) -> Result<RelayReport, RelayError> {
+        self.publisher.ready().await.map_err(RelayError::Broker)?;
         let mut total = RelayReport::default();
-        while !stop.is_cancelled() {
-            let round = self.run_once().await?;
-            let idle = round.claimed == 0;
-            total.add(round);
-            if idle {
-                break;
+        loop {
+            let held = self.lanes().await?;
+            let mut current = self.prepare(&held, None).await?;
+            let mut previous: Option<(Round, Sent)> = None;
+            let mut worked = false;
+            while let Some(round) = current.take() {
+                if !self.lease_holds().await {
+                    // Paused past the lease: nothing more goes out; the next owner sends it.
+                    tracing::warn!("outbox lane lease lapsed before sending; batch left to the next owner");
+                    break;
+                }
+                worked = true;
+                let more = !stop.is_cancelled();
+                let (sent, next) = tokio::join!(self.send(&round), async {
+                    if let Some((r, s)) = previous.take() {
+                        total.add(self.record(&r, s).await?);
+                    }
+                    if more { self.prepare(&held, Some(&round)).await } else { Ok(None) }
+                });
+                previous = Some((round, sent));
+                current = next?;
+            }
+            if let Some((r, s)) = previous.take() {
+                total.add(self.record(&r, s).await?);
+            }
+            let slow = self.slow_round(&held).await?;
+            worked |= slow.claimed > 0;
+            total.add(slow);
+            if !worked || stop.is_cancelled() {
+                return Ok(total);
             }
         }
-        Ok(total)
     }
 
     /// Runs rounds until `stop` is cancelled: back to back while rows are due, otherwise

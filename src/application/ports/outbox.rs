@@ -197,8 +197,9 @@ pub trait OutboxStore: Send + Sync {
     /// `Unavailable` when the database fails.
     async fn lane_cursors(&self, held: &[HeldLane]) -> Result<Vec<LaneCursor>, RepoError>;
 
-    /// The next fast-path events of each lane, at most `per_lane`, in lane order: the first
-    /// `per_lane` ids of each cursor's `pending`, which this fills first where it is empty
+    /// The next fast-path events of each lane, at most `per_lane`, in lane order: the ids of
+    /// each cursor's `pending` after its first `skip[i]` (a batch still in flight; such a
+    /// lane is not refilled), which this fills first where it is empty
     /// (on PostgreSQL with the difference between the cursor's `done` snapshot and a new
     /// one, so that an event whose transaction commits late is never skipped; on SQLite, one
     /// writer at a time, with the ids past `upto_id`). A lane whose difference is empty
@@ -210,6 +211,7 @@ pub trait OutboxStore: Send + Sync {
     async fn fast_batch(
         &self,
         cursors: &mut [LaneCursor],
+        skip: &[usize],
         per_lane: u32,
     ) -> Result<Vec<OutboxRecord>, RepoError>;
 

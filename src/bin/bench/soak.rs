@@ -246,7 +246,7 @@ pub async fn soak(minutes: u64, rate: u32) -> Result<(), BoxError> {
             Ok::<i64, BoxError>(row.and_then(|r| r.try_get::<i64>("", "n").ok()).unwrap_or(0))
         }
     };
-    while count("SELECT COUNT(*) AS n FROM outbox_events WHERE status <> 'PUBLISHED'").await? > 0
+    while crate::unpublished(&fixture.db).await? > 0
         || count("SELECT COUNT(*) AS n FROM orders WHERE status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')")
             .await?
             > 0
