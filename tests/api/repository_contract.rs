@@ -677,7 +677,7 @@ async fn hot_statements_never_run_on_a_generic_plan_on_postgres() {
             conn.get_database_backend(),
             "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements \
              WHERE statement LIKE 'UPDATE outbox_events%' OR statement LIKE 'SELECT o.lane, o.id%' \
-               OR statement LIKE 'SELECT lane FROM outbox_lanes%'",
+               OR statement LIKE 'INSERT INTO outbox_progress%'",
         ))
         .await
         .unwrap();

@@ -122,36 +122,30 @@ impl SeaOrmOutboxStore {
                 cursors[i].upto_id = 0;
             }
         }
-        let mut values: Vec<Value> = Vec::new();
-        let rows = which
-            .iter()
-            .map(|&i| {
-                let c = &cursors[i];
-                let b = values.len();
-                values.extend([
-                    c.lane.into(),
-                    c.done.clone().into(),
-                    c.current.clone().into(),
-                    c.upto_id.into(),
-                ]);
-                format!("(${}::smallint, ${}::text, ${}::text, ${}::bigint)", b + 1, b + 2, b + 3, b + 4)
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
+        // One statement text whatever the lanes (parsed once, cached): the lanes' positions
+        // go in as delimited lists, unnested in SQL.
+        let chosen: Vec<&LaneCursor> = which.iter().map(|&i| &cursors[i]).collect();
+        let values: Vec<Value> = vec![
+            joined(chosen.iter().map(|c| Some(c.lane.to_string()))).into(),
+            joined(chosen.iter().map(|c| c.done.clone())).into(),
+            joined(chosen.iter().map(|c| c.current.clone())).into(),
+            joined(chosen.iter().map(|c| Some(c.upto_id.to_string()))).into(),
+        ];
         // The lower bound `xmin(done)` keeps the scan on `idx_outbox_fast` to the events
         // not yet surely done; visibility decides each one.
-        let sql = format!(
-            "SELECT o.lane, o.id FROM (VALUES {rows}) AS l(lane, done, cur, upto) \
+        let sql = "SELECT o.lane, o.id FROM unnest(\
+               string_to_array($1, chr(31))::smallint[], string_to_array($2, chr(31), chr(30)), \
+               string_to_array($3, chr(31), chr(30)), string_to_array($4, chr(31))::bigint[]) \
+               AS l(lane, done, cur, upto) \
              JOIN outbox_events o ON o.lane = l.lane AND NOT o.slow \
                AND o.txid >= COALESCE(pg_snapshot_xmin(l.done::pg_snapshot), '0'::xid8) \
                AND o.txid < pg_snapshot_xmax(l.cur::pg_snapshot) \
              WHERE pg_visible_in_snapshot(o.txid, l.cur::pg_snapshot) \
                AND (l.done IS NULL OR NOT pg_visible_in_snapshot(o.txid, l.done::pg_snapshot)) \
                AND o.id > l.upto \
-             ORDER BY o.lane, o.id"
-        );
+             ORDER BY o.lane, o.id";
         let ids =
-            LaneId::find_by_statement(self.statement(&sql, values)).all(&self.db).await.map_err(repo_err)?;
+            LaneId::find_by_statement(self.statement(sql, values)).all(&self.db).await.map_err(repo_err)?;
         let mut by_lane: HashMap<i16, std::collections::VecDeque<i64>> = HashMap::new();
         for r in ids {
             by_lane.entry(r.lane).or_default().push_back(r.id);
@@ -552,8 +546,14 @@ impl OutboxStore for SeaOrmOutboxStore {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let sql = format!("SELECT * FROM outbox_events WHERE NOT slow AND id IN ({})", ids.join(", "));
-        let mut rows = self.rows(&sql, vec![]).await?;
+        let mut rows = if self.is_postgres() {
+            let sql =
+                "SELECT * FROM outbox_events WHERE NOT slow AND id = ANY(string_to_array($1, ',')::bigint[])";
+            self.rows(sql, vec![ids.join(",").into()]).await?
+        } else {
+            let sql = format!("SELECT * FROM outbox_events WHERE NOT slow AND id IN ({})", ids.join(", "));
+            self.rows(&sql, vec![]).await?
+        };
         rows.sort_by_key(|r| (r.lane, r.id));
         Ok(rows)
     }
@@ -566,6 +566,23 @@ impl OutboxStore for SeaOrmOutboxStore {
         unique.sort_unstable();
         unique.dedup();
         let mut held = Vec::new();
+        if self.is_postgres() {
+            let sql = format!(
+                "SELECT DISTINCT aggregate_type, aggregate_id FROM outbox_events \
+                 WHERE slow AND status IN ({}) AND (aggregate_type, aggregate_id) IN (\
+                   SELECT u.t, u.i FROM unnest(string_to_array($1, chr(31)), string_to_array($2, chr(31))) AS u(t, i))",
+                literals(OutboxStatus::BLOCKING)
+            );
+            let values: Vec<Value> = vec![
+                joined(unique.iter().map(|(t, _)| Some(t.clone()))).into(),
+                joined(unique.iter().map(|(_, id)| Some(id.clone()))).into(),
+            ];
+            let rows = Aggregate::find_by_statement(self.statement(&sql, values))
+                .all(&self.db)
+                .await
+                .map_err(repo_err)?;
+            return Ok(rows.into_iter().map(|a| (a.aggregate_type, a.aggregate_id)).collect());
+        }
         for chunk in unique.chunks(400) {
             let tuples = (0..chunk.len())
                 .map(|i| format!("(${}, ${})", 2 * i + 1, 2 * i + 2))
@@ -601,53 +618,54 @@ impl OutboxStore for SeaOrmOutboxStore {
         // epoch it read it with (the lane row held against a take-over until commit on
         // PostgreSQL). Writing first also takes SQLite's write lock before anything is read,
         // so a concurrent writer makes this wait, not fail.
-        let mut values: Vec<Value> = Vec::new();
-        let rows = settlement
-            .progress
-            .iter()
-            .map(|c| {
-                let b = values.len();
-                values.extend([
-                    c.lane.into(),
-                    c.epoch.into(),
-                    c.done.clone().into(),
-                    c.current.clone().into(),
-                    c.upto_id.into(),
-                ]);
-                if self.is_postgres() {
-                    format!(
-                        "(${}::smallint, ${}::bigint, ${}::text, ${}::text, ${}::bigint)",
-                        b + 1,
-                        b + 2,
-                        b + 3,
-                        b + 4,
-                        b + 5
-                    )
-                } else {
-                    format!("(${}, ${}, ${}, ${}, ${})", b + 1, b + 2, b + 3, b + 4, b + 5)
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
-        let (now_at, worker_at) = (values.len() + 1, values.len() + 2);
-        values.push(now.into());
-        values.push(worker.into());
-        let sql = if self.is_postgres() {
-            format!(
-                "INSERT INTO outbox_progress (lane, done, cur, upto_id, published_at, worker) \
-                 SELECT v.lane, v.done, v.cur, v.upto, ${now_at}, ${worker_at} \
-                 FROM (VALUES {rows}) AS v(lane, epoch, done, cur, upto) \
-                 JOIN outbox_lanes l ON l.lane = v.lane AND l.epoch = v.epoch AND l.owner = ${worker_at} \
+        let progress = &settlement.progress;
+        let (sql, values) = if self.is_postgres() {
+            let values: Vec<Value> = vec![
+                joined(progress.iter().map(|c| Some(c.lane.to_string()))).into(),
+                joined(progress.iter().map(|c| Some(c.epoch.to_string()))).into(),
+                joined(progress.iter().map(|c| c.done.clone())).into(),
+                joined(progress.iter().map(|c| c.current.clone())).into(),
+                joined(progress.iter().map(|c| Some(c.upto_id.to_string()))).into(),
+                now.into(),
+                worker.into(),
+            ];
+            let sql = "INSERT INTO outbox_progress (lane, done, cur, upto_id, published_at, worker) \
+                 SELECT v.lane, v.done, v.cur, v.upto, $6, $7 FROM unnest(\
+                   string_to_array($1, chr(31))::smallint[], string_to_array($2, chr(31))::bigint[], \
+                   string_to_array($3, chr(31), chr(30)), string_to_array($4, chr(31), chr(30)), \
+                   string_to_array($5, chr(31))::bigint[]) AS v(lane, epoch, done, cur, upto) \
+                 JOIN outbox_lanes l ON l.lane = v.lane AND l.epoch = v.epoch AND l.owner = $7 \
                  FOR SHARE OF l RETURNING lane"
-            )
+                .to_owned();
+            (sql, values)
         } else {
-            format!(
+            let mut values: Vec<Value> = Vec::new();
+            let rows = progress
+                .iter()
+                .map(|c| {
+                    let b = values.len();
+                    values.extend([
+                        c.lane.into(),
+                        c.epoch.into(),
+                        c.done.clone().into(),
+                        c.current.clone().into(),
+                        c.upto_id.into(),
+                    ]);
+                    format!("(${}, ${}, ${}, ${}, ${})", b + 1, b + 2, b + 3, b + 4, b + 5)
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            let (now_at, worker_at) = (values.len() + 1, values.len() + 2);
+            values.push(now.into());
+            values.push(worker.into());
+            let sql = format!(
                 "INSERT INTO outbox_progress (lane, done, cur, upto_id, published_at, worker) \
                  SELECT v.column1, v.column3, v.column4, v.column5, ${now_at}, ${worker_at} \
                  FROM (VALUES {rows}) AS v \
                  JOIN outbox_lanes l ON l.lane = v.column1 AND l.epoch = v.column2 AND l.owner = ${worker_at} \
                  RETURNING lane"
-            )
+            );
+            (sql, values)
         };
         let fenced: Vec<i16> = LaneOnly::find_by_statement(self.statement(&sql, values))
             .all(&txn)
@@ -1067,6 +1085,14 @@ impl OutboxStore for SeaOrmOutboxStore {
         }
         Ok(moved)
     }
+}
+
+/// A list as one text parameter for `string_to_array($n, chr(31), chr(30))`: items joined
+/// by the unit separator, `None` as the record separator (read back as NULL). Neither can
+/// occur in what is joined: numbers, snapshots, and aggregate types and ids (SPEC §5 refuses
+/// control characters in input).
+fn joined(items: impl Iterator<Item = Option<String>>) -> String {
+    items.map(|i| i.unwrap_or_else(|| "\u{1e}".to_owned())).collect::<Vec<_>>().join("\u{1f}")
 }
 
 /// Failure reasons come from brokers and networks: keep them readable and bounded.
