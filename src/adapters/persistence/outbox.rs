@@ -30,6 +30,9 @@ use crate::application::ports::{
 use crate::domain::outbox::lanes::{self as lane_rules, lane_of};
 use crate::domain::outbox::{FailureCode, FailureOutcome, OutboxAction, OutboxStatus};
 
+/// The most ids of one lane's snapshot difference held at once (PostgreSQL).
+const FILL: usize = 16_384;
+
 /// The PostgreSQL `NOTIFY` channel a commit with outbox events signals.
 pub const OUTBOX_CHANNEL: &str = "outbox_events";
 
@@ -130,20 +133,24 @@ impl SeaOrmOutboxStore {
             joined(chosen.iter().map(|c| c.done.clone())).into(),
             joined(chosen.iter().map(|c| c.current.clone())).into(),
             joined(chosen.iter().map(|c| Some(c.upto_id.to_string()))).into(),
+            (FILL as i64).into(),
         ];
         // The lower bound `xmin(done)` keeps the scan on `idx_outbox_fast` to the events
         // not yet surely done; visibility decides each one.
-        let sql = "SELECT o.lane, o.id FROM unnest(\
+        // At most FILL ids per lane: a difference of a million events is read in slices, so
+        // that memory stays bounded; the next slice starts past `upto`.
+        let sql = "SELECT l.lane, x.id FROM unnest(\
                string_to_array($1, chr(31))::smallint[], string_to_array($2, chr(31), chr(30)), \
                string_to_array($3, chr(31), chr(30)), string_to_array($4, chr(31))::bigint[]) \
                AS l(lane, done, cur, upto) \
-             JOIN outbox_events o ON o.lane = l.lane AND NOT o.slow \
+             CROSS JOIN LATERAL (SELECT o.id FROM outbox_events o WHERE o.lane = l.lane AND NOT o.slow \
                AND o.txid >= COALESCE(pg_snapshot_xmin(l.done::pg_snapshot), '0'::xid8) \
                AND o.txid < pg_snapshot_xmax(l.cur::pg_snapshot) \
-             WHERE pg_visible_in_snapshot(o.txid, l.cur::pg_snapshot) \
+               AND pg_visible_in_snapshot(o.txid, l.cur::pg_snapshot) \
                AND (l.done IS NULL OR NOT pg_visible_in_snapshot(o.txid, l.done::pg_snapshot)) \
                AND o.id > l.upto \
-             ORDER BY o.lane, o.id";
+             ORDER BY o.id LIMIT $5) x \
+             ORDER BY l.lane, x.id";
         let ids =
             LaneId::find_by_statement(self.statement(sql, values)).all(&self.db).await.map_err(repo_err)?;
         let mut by_lane: HashMap<i16, std::collections::VecDeque<i64>> = HashMap::new();
@@ -153,7 +160,10 @@ impl SeaOrmOutboxStore {
         for &i in which {
             let c = &mut cursors[i];
             match by_lane.remove(&c.lane) {
-                Some(pending) => c.pending = pending,
+                Some(pending) => {
+                    c.complete = pending.len() < FILL;
+                    c.pending = pending;
+                }
                 None => {
                     // Nothing between the two snapshots: the newer one is done.
                     c.done = c.current.take();
@@ -500,6 +510,7 @@ impl OutboxStore for SeaOrmOutboxStore {
                     current: p.cur.clone(),
                     upto_id: p.upto_id,
                     pending: Default::default(),
+                    complete: false,
                 },
                 None => LaneCursor { lane: h.lane, epoch: h.epoch, ..Default::default() },
             })
@@ -532,6 +543,8 @@ impl OutboxStore for SeaOrmOutboxStore {
                     .await
                     .map_err(repo_err)?;
                     c.pending = ids.into_iter().map(|r| r.id).collect();
+                    // One writer: there is no difference to finish, only ids past the mark.
+                    c.complete = false;
                 }
             }
         }

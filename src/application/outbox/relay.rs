@@ -386,7 +386,7 @@ impl OutboxRelay {
             }
             let Some(&last) = page.last() else { continue };
             let mut next = LaneCursor { upto_id: last, ..c.clone_without_pending() };
-            if next.current.is_some() && skip + page.len() == c.pending.len() {
+            if next.current.is_some() && c.complete && skip + page.len() == c.pending.len() {
                 // The whole difference is done: its snapshot is the lane's new floor.
                 next.done = next.current.take();
                 next.upto_id = 0;

@@ -121,8 +121,10 @@ pub struct LaneCursor {
     pub current: Option<String>,
     /// Within `current` (SQLite: overall), every event up to this id is done.
     pub upto_id: i64,
-    /// Ids of the difference not yet done, ascending.
+    /// Ids of the difference not yet done, ascending (at most a bounded slice of it).
     pub pending: std::collections::VecDeque<i64>,
+    /// Whether `pending` holds the rest of the difference (else more follows past it).
+    pub complete: bool,
 }
 
 impl LaneCursor {
@@ -135,6 +137,7 @@ impl LaneCursor {
             current: self.current.clone(),
             upto_id: self.upto_id,
             pending: Default::default(),
+            complete: false,
         }
     }
 }
