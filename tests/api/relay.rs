@@ -403,3 +403,33 @@ async fn an_event_committed_after_later_ones_is_never_skipped_on_postgres() {
     assert!(late[0].published_at.is_some());
     assert_eq!(relay.run_once().await.unwrap().claimed, 0, "and it is sent once");
 }
+
+/// SPEC §6's cost contract: publishing writes no row version per event. Every event row
+/// keeps its physical version (`ctid`, which any UPDATE changes, HOT or not) from insert to
+/// published, so the success path leaves no dead tuple behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishing_rewrites_no_event_row_on_postgres() {
+    use sea_orm::ConnectionTrait;
+    let Some(app) = TestApp::spawn(Backend::Postgres).await else { return };
+    let events = seed(&repo(&app), 100, 5).await;
+    let ctids = || async {
+        let rows = app
+            .db
+            .query_all_raw(sea_orm::Statement::from_string(
+                app.db.get_database_backend(),
+                "SELECT id, ctid::text AS ctid FROM outbox_events ORDER BY id",
+            ))
+            .await
+            .unwrap();
+        rows.iter()
+            .map(|r| (r.try_get::<i64>("", "id").unwrap(), r.try_get::<String>("", "ctid").unwrap()))
+            .collect::<Vec<_>>()
+    };
+    let before = ctids().await;
+    assert_eq!(before.len(), events.len());
+    let relay = app.services.relay();
+    let report = relay.drain(&CancellationToken::new()).await.unwrap();
+    assert_eq!(report.published, events.len() as u64);
+    assert_eq!(crate::helpers::outbox_in(&app.db, OutboxStatus::Published).await, events.len() as i64);
+    assert_eq!(ctids().await, before, "no event row was rewritten");
+}
