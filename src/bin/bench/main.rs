@@ -11,6 +11,9 @@
 //!   amqprs publisher with a sliding confirm window.
 //! - `latency`: a steady commit rate with the relay running; commit-to-confirm (stored
 //!   `created_at` -> `published_at`) and commit-to-consume percentiles.
+//! - `horizon`: the latency run without and with a REPEATABLE READ transaction held open;
+//!   rate, p99 and dead tuples of the outbox's tables.
+//! - `orders`, `backlog`, `soak`: see `bench --help`.
 
 mod soak;
 
@@ -90,6 +93,15 @@ enum Scenario {
         /// Orders per second.
         #[arg(long, default_value_t = 100)]
         rate: u32,
+    },
+    /// The latency run twice, the second with a REPEATABLE READ transaction held open
+    /// throughout: relay rate, p99 and dead tuples on the outbox's tables.
+    Horizon {
+        #[arg(long, default_value_t = 1000)]
+        rate: u32,
+        /// How long the transaction is held (the length of each run).
+        #[arg(long, default_value_t = 120)]
+        seconds: u64,
     },
     /// Commit-to-confirm and commit-to-consume latency at a steady commit rate.
     Latency {
@@ -499,7 +511,37 @@ async fn latency_gate(rate: u32, seconds: u64, runs: u32, max_p99_ms: Option<f64
 
 /// One latency run: (commit -> confirm p99 in ms, events committed, events consumed).
 async fn latency_scenario(rate: u32, seconds: u64) -> Result<(f64, usize, usize), BoxError> {
+    let run = latency_run(rate, seconds, false).await?;
+    Ok((run.confirm_p99, run.committed, run.consumed))
+}
+
+/// What one latency run measured.
+struct LatencyRun {
+    confirm_p99: f64,
+    consume_p99: f64,
+    committed: usize,
+    consumed: usize,
+    /// Consumed events per second over the producing window and the drain.
+    rate: f64,
+    /// `pg_stat_user_tables.n_dead_tup` of the outbox's tables after the run.
+    dead_tuples: Vec<(String, i64)>,
+}
+
+/// A steady commit rate with the relay running; with `hold`, a REPEATABLE READ transaction
+/// is open on the database the whole time (holding back vacuum, as a report, `pg_dump` or
+/// a lagging replica with `hot_standby_feedback` does).
+async fn latency_run(rate: u32, seconds: u64, hold: bool) -> Result<LatencyRun, BoxError> {
     let fixture = Fixture::create().await?;
+    let holder = if hold {
+        let conn = persistence::connect(&fixture.db_url, 1).await?;
+        conn.execute_unprepared("BEGIN ISOLATION LEVEL REPEATABLE READ").await?;
+        // The snapshot is taken by the first statement and held until COMMIT.
+        conn.execute_unprepared("SELECT count(*) FROM outbox_events").await?;
+        Some(conn)
+    } else {
+        None
+    };
+    let started = Instant::now();
     let settings = fixture.settings(&[("APP__OUTBOX__POLL_INTERVAL", "1s")])?;
     let services = startup::build_services(&settings).await.map_err(|e| e.to_string())?;
     let workers = startup::Workers::spawn(&services);
@@ -605,8 +647,65 @@ async fn latency_scenario(rate: u32, seconds: u64) -> Result<(f64, usize, usize)
         }),
     )?;
     let _ = consumer_conn.close().await;
+    let elapsed = started.elapsed().as_secs_f64();
+    let dead = fixture
+        .db
+        .query_all_raw(Statement::from_string(
+            fixture.db.get_database_backend(),
+            "SELECT relname::text AS name, n_dead_tup AS n FROM pg_stat_user_tables \
+             WHERE relname IN ('outbox_events', 'outbox_progress', 'outbox_lanes') ORDER BY relname",
+        ))
+        .await?
+        .iter()
+        .filter_map(|r| Some((r.try_get::<String>("", "name").ok()?, r.try_get::<i64>("", "n").ok()?)))
+        .collect();
+    if let Some(conn) = holder {
+        conn.execute_unprepared("COMMIT").await?;
+        let _ = conn.close().await;
+    }
     fixture.drop_all().await;
-    Ok((percentile(&confirm, 99.0), committed, consume.len()))
+    Ok(LatencyRun {
+        confirm_p99: percentile(&confirm, 99.0),
+        consume_p99: percentile(&consume, 99.0),
+        committed,
+        consumed: consume.len(),
+        rate: consume.len() as f64 / elapsed,
+        dead_tuples: dead,
+    })
+}
+
+/// The latency run without and with a REPEATABLE READ transaction held open for the whole
+/// run: rate, p99 and the outbox tables' dead tuples side by side.
+async fn horizon_scenario(rate: u32, seconds: u64) -> Result<(), BoxError> {
+    let plain = latency_run(rate, seconds, false).await?;
+    // Let the statistics collector catch up between runs.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let held = latency_run(rate, seconds, true).await?;
+    println!(
+        "\nhorizon: {rate} commits/s for {seconds}s, without and with a REPEATABLE READ transaction held open"
+    );
+    println!("| run | consumed/s | commit -> confirm p99 (ms) | commit -> consume p99 (ms) | dead tuples |");
+    println!("|---|---:|---:|---:|---|");
+    for (name, r) in [("no transaction held", &plain), ("transaction held", &held)] {
+        let dead = r.dead_tuples.iter().map(|(t, n)| format!("{t} {n}")).collect::<Vec<_>>().join(", ");
+        println!("| {name} | {:.0} | {:.1} | {:.1} | {dead} |", r.rate, r.confirm_p99, r.consume_p99);
+    }
+    println!(
+        "\nrate held/plain {:.2}, consume p99 held/plain {:.2}; {} of {} events consumed with the transaction held",
+        held.rate / plain.rate,
+        held.consume_p99 / plain.consume_p99,
+        held.consumed,
+        held.committed
+    );
+    let json_run = |r: &LatencyRun| {
+        json!({ "rate": r.rate, "confirmP99": r.confirm_p99, "consumeP99": r.consume_p99,
+                "committed": r.committed, "consumed": r.consumed,
+                "deadTuples": r.dead_tuples.iter().map(|(t, n)| json!({ "table": t, "n": n })).collect::<Vec<_>>() })
+    };
+    write_json(
+        "horizon",
+        &json!({ "rate": rate, "seconds": seconds, "plain": json_run(&plain), "held": json_run(&held) }),
+    )
 }
 
 /// Runs pgbench's built-in TPC-B-like script against a scratch database; returns tps.
@@ -880,6 +979,7 @@ async fn main() -> Result<(), BoxError> {
             latency_gate(rate, seconds, runs, max_p99_ms).await
         }
         Scenario::Orders { levels, seconds } => orders_scenario(&levels, seconds).await,
+        Scenario::Horizon { rate, seconds } => horizon_scenario(rate, seconds).await,
         Scenario::Soak { minutes, rate } => soak::soak(minutes, rate).await,
         Scenario::Backlog { big, small, batch } => backlog_scenario(big, small, batch).await,
     }
