@@ -433,3 +433,58 @@ async fn publishing_rewrites_no_event_row_on_postgres() {
     assert_eq!(crate::helpers::outbox_in(&app.db, OutboxStatus::Published).await, events.len() as i64);
     assert_eq!(ctids().await, before, "no event row was rewritten");
 }
+
+/// SPEC §6 ordering on the fast path: an event behind a failed event of its aggregate is
+/// not sent in a later wave of the same batch, nor in a later batch; it waits (`READY`,
+/// `blocked`) until the dead letter is discarded, then goes out in order.
+async fn an_event_behind_a_failed_one_of_its_aggregate_waits_for_it(backend: Backend) {
+    let Some(broker) = TestBroker::start().await else {
+        return;
+    };
+    let env = [("APP__OUTBOX__MAX_RETRIES", "0")];
+    let Some(app) = spawn_app(backend, &broker, &amqp_url(), &env).await else {
+        return;
+    };
+    let uow = repo(&app);
+    let poison = event("agg-g", 0, "nobody.listens", "order.lost");
+    let second = event("agg-g", 1, "test.seq", "test.seq");
+    let other = event("agg-h", 0, "test.seq", "test.seq");
+    uow.commit(Changes { outbox: vec![poison.clone(), second.clone(), other.clone()], ..Default::default() })
+        .await
+        .unwrap();
+    let relay = app.services.relay();
+    let report = relay.run_once().await.unwrap();
+    assert_eq!((report.published, report.dead_lettered, report.held_back), (1, 1, 1), "{report:?}");
+    let third = event("agg-g", 2, "test.seq", "test.seq");
+    uow.commit(Changes { outbox: vec![third.clone()], ..Default::default() }).await.unwrap();
+    let report = relay.run_once().await.unwrap();
+    assert_eq!((report.published, report.held_back), (0, 1), "a later batch holds it back too");
+    let store = &app.services.outbox_store;
+    let stats = store.stats().await.unwrap();
+    assert_eq!(stats.blocked_aggregates, 1);
+    let g = store.for_aggregate("order", "agg-g").await.unwrap();
+    let states: Vec<OutboxStatus> = g.iter().map(|r| r.status).collect();
+    assert_eq!(states, vec![OutboxStatus::DeadLetter, OutboxStatus::Ready, OutboxStatus::Ready]);
+
+    let audit = orchestrator::application::ports::AuditRecord {
+        action: orchestrator::domain::audit::AuditAction::OutboxDiscard,
+        entity_type: "outbox_event".into(),
+        entity_id: String::new(),
+        actor: "ops".into(),
+        detail: None,
+        created_at: Utc::now(),
+    };
+    store.settle_dead_letters(&[g[0].id], true, Utc::now(), audit).await.unwrap();
+    let report = relay.drain(&CancellationToken::new()).await.unwrap();
+    assert_eq!(report.published, 2);
+    let received = broker.wait_for(3, Duration::from_secs(10)).await;
+    let g_seqs: Vec<i64> = received
+        .iter()
+        .filter(|r| r.body["aggregateId"] == "agg-g")
+        .map(|r| r.body["seq"].as_i64().unwrap())
+        .collect();
+    assert_eq!(g_seqs, vec![1, 2], "in order, after the discard");
+    broker.cleanup().await;
+}
+
+on_both_databases!(an_event_behind_a_failed_one_of_its_aggregate_waits_for_it);

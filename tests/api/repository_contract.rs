@@ -655,7 +655,7 @@ async fn hot_statements_never_run_on_a_generic_plan_on_postgres() {
         let events = (0..4).map(|j| event(&format!("fast-{i}-{j}"), "order.completed")).collect();
         orders.commit(Changes { outbox: events, ..Default::default() }).await.unwrap();
         let skip = vec![0; cursors.len()];
-        let rows = outbox.fast_batch(&mut cursors, &skip, 256).await.unwrap();
+        let rows = outbox.fast_batch(&mut cursors, &skip, 256).await.unwrap().rows;
         assert_eq!(rows.len(), 4, "round {i}");
         let progress = cursors
             .iter_mut()
@@ -712,7 +712,7 @@ async fn a_difference_bigger_than_a_slice_is_read_whole_on_postgres() {
     let mut seen = Vec::new();
     for _ in 0..20 {
         let skip = vec![0; cursors.len()];
-        let rows = s.outbox.fast_batch(&mut cursors, &skip, 4_096).await.unwrap();
+        let rows = s.outbox.fast_batch(&mut cursors, &skip, 4_096).await.unwrap().rows;
         if rows.is_empty() {
             break;
         }

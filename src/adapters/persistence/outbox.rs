@@ -24,8 +24,8 @@ use super::mapping::{outbox_from_row, status_strings};
 use super::orders::insert_audit;
 use super::repo_err;
 use crate::application::ports::{
-    AuditRecord, DeliveryFailure, FastSettlement, HeldLane, LaneCursor, LaneFilter, NewOutboxEvent,
-    OutboxFilter, OutboxRecord, OutboxStats, OutboxStore, RepoError,
+    AuditRecord, DeliveryFailure, FastBatch, FastSettlement, HeldLane, LaneCursor, LaneFilter,
+    NewOutboxEvent, OutboxFilter, OutboxRecord, OutboxStats, OutboxStore, RepoError,
 };
 use crate::domain::outbox::lanes::{self as lane_rules, lane_of};
 use crate::domain::outbox::{FailureCode, FailureOutcome, OutboxAction, OutboxStatus};
@@ -111,17 +111,8 @@ impl SeaOrmOutboxStore {
         cursors: &mut [LaneCursor],
         which: &[usize],
     ) -> Result<(), RepoError> {
-        let now = Snapshot::find_by_statement(
-            self.statement("SELECT pg_current_snapshot()::text AS snapshot", vec![]),
-        )
-        .one(&self.db)
-        .await
-        .map_err(repo_err)?
-        .map(|s| s.snapshot)
-        .ok_or_else(|| RepoError::Unavailable("no snapshot".into()))?;
         for &i in which {
             if cursors[i].current.is_none() {
-                cursors[i].current = Some(now.clone());
                 cursors[i].upto_id = 0;
             }
         }
@@ -139,26 +130,39 @@ impl SeaOrmOutboxStore {
         // not yet surely done; visibility decides each one.
         // At most FILL ids per lane: a difference of a million events is read in slices, so
         // that memory stays bounded; the next slice starts past `upto`.
-        let sql = "SELECT l.lane, x.id FROM unnest(\
+        // A lane starting a difference takes this statement's own snapshot as its `cur`
+        // (one snapshot for the whole statement, the one its reads see); the last row,
+        // lane -1, reports it.
+        let sql = "SELECT l.lane, x.id, NULL AS snap FROM unnest(\
                string_to_array($1, chr(31))::smallint[], string_to_array($2, chr(31), chr(30)), \
                string_to_array($3, chr(31), chr(30)), string_to_array($4, chr(31))::bigint[]) \
                AS l(lane, done, cur, upto) \
              CROSS JOIN LATERAL (SELECT o.id FROM outbox_events o WHERE o.lane = l.lane AND NOT o.slow \
                AND o.txid >= COALESCE(pg_snapshot_xmin(l.done::pg_snapshot), '0'::xid8) \
-               AND o.txid < pg_snapshot_xmax(l.cur::pg_snapshot) \
-               AND pg_visible_in_snapshot(o.txid, l.cur::pg_snapshot) \
+               AND o.txid < pg_snapshot_xmax(COALESCE(l.cur::pg_snapshot, pg_current_snapshot())) \
+               AND pg_visible_in_snapshot(o.txid, COALESCE(l.cur::pg_snapshot, pg_current_snapshot())) \
                AND (l.done IS NULL OR NOT pg_visible_in_snapshot(o.txid, l.done::pg_snapshot)) \
                AND o.id > l.upto \
              ORDER BY o.id LIMIT $5) x \
-             ORDER BY l.lane, x.id";
-        let ids =
-            LaneId::find_by_statement(self.statement(sql, values)).all(&self.db).await.map_err(repo_err)?;
+             UNION ALL SELECT -1::smallint, -1::bigint, pg_current_snapshot()::text \
+             ORDER BY 1, 2";
+        let rows =
+            FillRow::find_by_statement(self.statement(sql, values)).all(&self.db).await.map_err(repo_err)?;
+        let mut snapshot = None;
         let mut by_lane: HashMap<i16, std::collections::VecDeque<i64>> = HashMap::new();
-        for r in ids {
-            by_lane.entry(r.lane).or_default().push_back(r.id);
+        for r in rows {
+            if r.lane < 0 {
+                snapshot = r.snap;
+            } else {
+                by_lane.entry(r.lane).or_default().push_back(r.id);
+            }
         }
+        let snapshot = snapshot.ok_or_else(|| RepoError::Unavailable("no snapshot reported".into()))?;
         for &i in which {
             let c = &mut cursors[i];
+            if c.current.is_none() {
+                c.current = Some(snapshot.clone());
+            }
             match by_lane.remove(&c.lane) {
                 Some(pending) => {
                     c.complete = pending.len() < FILL;
@@ -298,18 +302,6 @@ struct ProgressRow {
 }
 
 #[derive(Debug, FromQueryResult)]
-struct LaneId {
-    lane: i16,
-    id: i64,
-}
-
-#[derive(Debug, FromQueryResult)]
-struct Aggregate {
-    aggregate_type: String,
-    aggregate_id: String,
-}
-
-#[derive(Debug, FromQueryResult)]
 struct LaneOnly {
     lane: i16,
 }
@@ -323,8 +315,10 @@ struct ProgressMark {
 type IdRow = ProgressMark;
 
 #[derive(Debug, FromQueryResult)]
-struct Snapshot {
-    snapshot: String,
+struct FillRow {
+    lane: i16,
+    id: i64,
+    snap: Option<String>,
 }
 
 #[derive(Debug, FromQueryResult)]
@@ -522,7 +516,7 @@ impl OutboxStore for SeaOrmOutboxStore {
         cursors: &mut [LaneCursor],
         skip: &[usize],
         per_lane: u32,
-    ) -> Result<Vec<OutboxRecord>, RepoError> {
+    ) -> Result<FastBatch, RepoError> {
         // A lane with a batch in flight is not refilled: its next difference starts once
         // that batch is recorded.
         let empty: Vec<usize> = (0..cursors.len())
@@ -534,8 +528,8 @@ impl OutboxStore for SeaOrmOutboxStore {
             } else {
                 for &i in &empty {
                     let c = &mut cursors[i];
-                    let ids = LaneId::find_by_statement(self.statement(
-                        "SELECT lane, id FROM outbox_events WHERE NOT slow AND lane = $1 AND id > $2 \
+                    let ids = IdRow::find_by_statement(self.statement(
+                        "SELECT id FROM outbox_events WHERE NOT slow AND lane = $1 AND id > $2 \
                          ORDER BY id LIMIT $3",
                         vec![c.lane.into(), c.upto_id.into(), i64::from(per_lane).into()],
                     ))
@@ -557,64 +551,46 @@ impl OutboxStore for SeaOrmOutboxStore {
             .map(i64::to_string)
             .collect();
         if ids.is_empty() {
-            return Ok(Vec::new());
+            return Ok(FastBatch::default());
         }
-        let mut rows = if self.is_postgres() {
-            let sql =
-                "SELECT * FROM outbox_events WHERE NOT slow AND id = ANY(string_to_array($1, ',')::bigint[])";
-            self.rows(sql, vec![ids.join(",").into()]).await?
+        // Each row with whether its aggregate waits on the slow path (an earlier event not yet
+        // delivered or discarded): one statement, not a second round trip.
+        let held = format!(
+            "EXISTS (SELECT 1 FROM outbox_events h WHERE h.slow AND h.status IN ({}) \
+               AND h.aggregate_type = o.aggregate_type AND h.aggregate_id = o.aggregate_id) AS held",
+            literals(OutboxStatus::BLOCKING)
+        );
+        let statement = if self.is_postgres() {
+            self.statement(
+                &format!(
+                    "SELECT o.*, {held} FROM outbox_events o \
+                     WHERE NOT o.slow AND o.id = ANY(string_to_array($1, ',')::bigint[])"
+                ),
+                vec![ids.join(",").into()],
+            )
         } else {
-            let sql = format!("SELECT * FROM outbox_events WHERE NOT slow AND id IN ({})", ids.join(", "));
-            self.rows(&sql, vec![]).await?
+            self.statement(
+                &format!(
+                    "SELECT o.*, {held} FROM outbox_events o WHERE NOT o.slow AND o.id IN ({})",
+                    ids.join(", ")
+                ),
+                vec![],
+            )
         };
+        let results = self.db.query_all_raw(statement).await.map_err(repo_err)?;
+        let mut rows = Vec::with_capacity(results.len());
+        let mut waiting = Vec::new();
+        for result in results {
+            let model = outbox_events::Model::from_query_result(&result, "").map_err(repo_err)?;
+            if result.try_get::<bool>("", "held").map_err(repo_err)? {
+                waiting.push((model.aggregate_type.clone(), model.aggregate_id.clone()));
+            }
+            rows.push(outbox_from_row(model)?);
+        }
         rows.sort_by_key(|r| (r.lane, r.id));
-        Ok(rows)
-    }
-
-    async fn held_aggregates(
-        &self,
-        aggregates: &[(String, String)],
-    ) -> Result<Vec<(String, String)>, RepoError> {
-        let mut unique: Vec<&(String, String)> = aggregates.iter().collect();
-        unique.sort_unstable();
-        unique.dedup();
-        let mut held = Vec::new();
-        if self.is_postgres() {
-            let sql = format!(
-                "SELECT DISTINCT aggregate_type, aggregate_id FROM outbox_events \
-                 WHERE slow AND status IN ({}) AND (aggregate_type, aggregate_id) IN (\
-                   SELECT u.t, u.i FROM unnest(string_to_array($1, chr(31)), string_to_array($2, chr(31))) AS u(t, i))",
-                literals(OutboxStatus::BLOCKING)
-            );
-            let values: Vec<Value> = vec![
-                joined(unique.iter().map(|(t, _)| Some(t.clone()))).into(),
-                joined(unique.iter().map(|(_, id)| Some(id.clone()))).into(),
-            ];
-            let rows = Aggregate::find_by_statement(self.statement(&sql, values))
-                .all(&self.db)
-                .await
-                .map_err(repo_err)?;
-            return Ok(rows.into_iter().map(|a| (a.aggregate_type, a.aggregate_id)).collect());
-        }
-        for chunk in unique.chunks(400) {
-            let tuples = (0..chunk.len())
-                .map(|i| format!("(${}, ${})", 2 * i + 1, 2 * i + 2))
-                .collect::<Vec<_>>()
-                .join(", ");
-            let values: Vec<Value> =
-                chunk.iter().flat_map(|(t, id)| [t.as_str().into(), id.as_str().into()]).collect();
-            let sql = format!(
-                "SELECT DISTINCT aggregate_type, aggregate_id FROM outbox_events \
-                 WHERE slow AND status IN ({}) AND (aggregate_type, aggregate_id) IN ({tuples})",
-                literals(OutboxStatus::BLOCKING)
-            );
-            let rows = Aggregate::find_by_statement(self.statement(&sql, values))
-                .all(&self.db)
-                .await
-                .map_err(repo_err)?;
-            held.extend(rows.into_iter().map(|a| (a.aggregate_type, a.aggregate_id)));
-        }
-        Ok(held)
+        waiting.sort_unstable();
+        waiting.dedup();
+        Ok(FastBatch { rows, waiting })
     }
 
     async fn record_fast(

@@ -21,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::application::meter::Meter;
 use crate::application::ports::{
-    Clock, DeliveryFailure, EventPublisher, FastSettlement, HeldLane, LaneCursor, LaneFilter, OutboxRecord,
-    OutboxStore, PublishOutcome, RepoError,
+    Clock, DeliveryFailure, EventPublisher, FastBatch, FastSettlement, HeldLane, LaneCursor, LaneFilter,
+    OutboxRecord, OutboxStore, PublishOutcome, RepoError,
 };
 use crate::domain::outbox::{FailureCode, FailureOutcome, RetrySchedule};
 
@@ -364,8 +364,8 @@ impl OutboxRelay {
         // the next owner send again.
         let per_lane = (self.settings.batch_size as usize / held.len().max(1)).max(1);
         let fetched = self.store.fast_batch(&mut lanes, &skip, per_lane as u32).await;
-        let mut rows = match fetched {
-            Ok(rows) => rows,
+        let FastBatch { mut rows, waiting } = match fetched {
+            Ok(batch) => batch,
             Err(err) => {
                 cursors.extend(lanes.into_iter().map(|c| (c.lane, c)));
                 return Err(err.into());
@@ -401,8 +401,7 @@ impl OutboxRelay {
         let taken: HashSet<i64> = pages.values().flat_map(|(ids, _)| ids.iter().copied()).collect();
         rows.retain(|r| taken.contains(&r.id));
         let aggregates: HashSet<(String, String)> = rows.iter().map(aggregate_of).collect();
-        let listed: Vec<(String, String)> = aggregates.iter().cloned().collect();
-        let waiting = self.store.held_aggregates(&listed).await?.into_iter().collect();
+        let waiting = waiting.into_iter().collect();
         Ok(Some(Round { rows, pages, aggregates, waiting }))
     }
 

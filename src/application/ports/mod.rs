@@ -12,8 +12,8 @@ mod repository;
 pub use clock::Clock;
 pub use idempotency::{IdempotencyBegin, IdempotencyStore, StoredResponse};
 pub use outbox::{
-    DeliveryFailure, EventPublisher, FastSettlement, HeldLane, LaneCursor, LaneFilter, NewOutboxEvent,
-    OutboxFilter, OutboxRecord, OutboxStats, OutboxStore, PublishOutcome,
+    DeliveryFailure, EventPublisher, FastBatch, FastSettlement, HeldLane, LaneCursor, LaneFilter,
+    NewOutboxEvent, OutboxFilter, OutboxRecord, OutboxStats, OutboxStore, PublishOutcome,
 };
 pub use providers::{
     ApprovalOutcome, ApprovePayment, Behaviour, CancelPayment, GatewayError, LookupOutcome,

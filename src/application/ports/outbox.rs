@@ -142,6 +142,13 @@ impl LaneCursor {
     }
 }
 
+/// The next fast-path events and which of their aggregates wait on the slow path.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FastBatch {
+    pub rows: Vec<OutboxRecord>,
+    pub waiting: Vec<(String, String)>,
+}
+
 /// What one fast-path batch came to, recorded in one transaction.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FastSettlement {
@@ -207,7 +214,9 @@ pub trait OutboxStore: Send + Sync {
     /// one, so that an event whose transaction commits late is never skipped; on SQLite, one
     /// writer at a time, with the ids past `upto_id`). A lane whose difference is empty
     /// moves `done` on in the cursor only. Rows come ordered by lane, then id; an id whose
-    /// row has meanwhile left the fast path is simply absent.
+    /// row has meanwhile left the fast path is simply absent. With them, the aggregates
+    /// among them that have an event on the slow path not yet delivered or discarded
+    /// (`READY`, `PROCESSING`, `RETRY_WAIT`, `DEAD_LETTER`): their events must wait.
     ///
     /// # Errors
     /// `Unavailable` when the database fails.
@@ -216,18 +225,7 @@ pub trait OutboxStore: Send + Sync {
         cursors: &mut [LaneCursor],
         skip: &[usize],
         per_lane: u32,
-    ) -> Result<Vec<OutboxRecord>, RepoError>;
-
-    /// Which of `aggregates` (type, id) have an event on the slow path not yet delivered or
-    /// discarded (`READY`, `PROCESSING`, `RETRY_WAIT`, `DEAD_LETTER`): their later events
-    /// must wait behind it.
-    ///
-    /// # Errors
-    /// `Unavailable` when the database fails.
-    async fn held_aggregates(
-        &self,
-        aggregates: &[(String, String)],
-    ) -> Result<Vec<(String, String)>, RepoError>;
+    ) -> Result<FastBatch, RepoError>;
 
     /// Records a fast-path batch in one transaction, fenced: only for lanes `worker` still
     /// holds under the cursor's epoch — a progress row per lane (insert-only), its failures
