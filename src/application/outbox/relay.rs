@@ -552,6 +552,9 @@ impl OutboxRelay {
                     if more { self.prepare(&held, Some(&round)).await } else { Ok(None) }
                 });
                 previous = Some((round, sent));
+                // Nothing more is recorded after a failure: the batch on the wire goes out
+                // again next time (duplicates). Recording it could pass over a failure of the
+                // batch before it whose record is what failed.
                 current = next?;
             }
             if let Some((r, s)) = previous.take() {
