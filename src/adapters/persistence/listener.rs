@@ -10,7 +10,8 @@ use sea_orm::sqlx::postgres::PgListener;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::OUTBOX_CHANNEL;
+/// The PostgreSQL `NOTIFY` channel a commit with outbox events signals.
+pub const OUTBOX_CHANNEL: &str = "outbox_events";
 
 /// Listens until `stop`, waking `wake` on every notification. Reconnects after failures;
 /// polling covers any gap.

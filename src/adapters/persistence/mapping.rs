@@ -6,13 +6,16 @@ use sea_orm::ActiveValue::Set;
 use super::entities::{
     notification_events, orchestration_steps, order_items, orders, outbox_events, payments, settlements,
 };
-use crate::application::ports::{OrderContext, OutboxRecord, RepoError, Scenario, StepRecord};
+use crate::application::ports::{
+    NewOutboxEvent, OrderContext, OutboxRecord, RepoError, Scenario, StepRecord,
+};
 use crate::domain::ids::{EventId, NotificationId, OrderId, PaymentId, SettlementId};
 use crate::domain::money::{Currency, Money};
 use crate::domain::notification::{FailurePolicy, Notification, NotificationStatus};
 use crate::domain::order::{
     FailureReason, FailureStage, Order, OrderItem, OrderSource, OrderStatus, SagaStep, StepStatus,
 };
+use crate::domain::outbox::lanes::lane_of;
 use crate::domain::outbox::{FailureCode, OutboxStatus};
 use crate::domain::payment::{Payment, PaymentStatus};
 use crate::domain::settlement::{Settlement, SettlementStatus};
@@ -262,4 +265,32 @@ pub fn outbox_from_row(row: outbox_events::Model) -> Result<OutboxRecord, RepoEr
 /// Statuses as the strings a `WHERE status IN (...)` compares with.
 pub fn status_strings(statuses: &[OutboxStatus]) -> Vec<String> {
     statuses.iter().map(|s| s.as_str().to_owned()).collect()
+}
+
+/// A new outbox event as a row: stored in its aggregate's lane, on the fast path.
+pub(super) fn outbox_row(e: &NewOutboxEvent, lanes: u16) -> outbox_events::ActiveModel {
+    outbox_events::ActiveModel {
+        lane: Set(lane_of(&e.aggregate_type, &e.aggregate_id, lanes)),
+        slow: Set(false),
+        event_id: Set(e.event_id.as_uuid()),
+        aggregate_type: Set(e.aggregate_type.clone()),
+        aggregate_id: Set(e.aggregate_id.clone()),
+        event_type: Set(e.event_type.clone()),
+        routing_key: Set(e.routing_key.clone()),
+        payload: Set(e.payload.clone()),
+        correlation_id: Set(e.correlation_id.clone()),
+        status: Set(OutboxStatus::Ready.as_str().to_owned()),
+        retry_count: Set(0),
+        failure_code: Set(None),
+        failure_reason: Set(None),
+        next_attempt_at: Set(None),
+        last_attempt_at: Set(None),
+        claimed_by: Set(None),
+        claimed_until: Set(None),
+        created_at: Set(e.created_at),
+        published_at: Set(None),
+        dead_lettered_at: Set(None),
+        version: Set(1),
+        ..Default::default()
+    }
 }

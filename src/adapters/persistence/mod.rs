@@ -5,6 +5,7 @@
 //! turns database errors into [`RepoError`]: a unique-key hit is `Conflict`, anything else
 //! `Unavailable` (the caller may retry), an unmappable value `Corrupt`.
 
+mod audit;
 pub mod entities;
 mod idempotency;
 mod listener;
@@ -20,9 +21,9 @@ use sea_orm::{ConnectOptions, Database, DatabaseBackend, DatabaseConnection, DbE
 use sea_orm_migration::MigratorTrait;
 
 pub use idempotency::SeaOrmIdempotencyStore;
-pub use listener::wake_on_notify;
+pub use listener::{OUTBOX_CHANNEL, wake_on_notify};
 pub use orders::SeaOrmOrderRepository;
-pub use outbox::{OUTBOX_CHANNEL, SeaOrmOutboxStore};
+pub use outbox::SeaOrmOutboxStore;
 
 use crate::application::health::HealthProbe;
 use crate::application::ports::RepoError;

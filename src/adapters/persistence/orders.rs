@@ -12,12 +12,13 @@ use sea_orm::{
 };
 use tokio::sync::Notify;
 
+use super::audit::insert_audit;
 use super::entities::{
     audit_log, inbox, notification_events, orchestration_steps, order_items, orders, outbox_events, payments,
     settlements,
 };
+use super::listener::OUTBOX_CHANNEL;
 use super::mapping::*;
-use super::outbox::{OUTBOX_CHANNEL, outbox_row};
 use super::{is_postgres, repo_err};
 use crate::application::ports::{
     AuditLog, AuditRecord, Changes, InboxEntry, NotificationRepository, OrderFilter, OrderRecord,
@@ -172,23 +173,6 @@ async fn apply(txn: &DatabaseTransaction, changes: Changes, lanes: u16) -> Resul
             .await
             .map_err(repo_err)?;
     }
-    Ok(())
-}
-
-pub(super) async fn insert_audit<C: ConnectionTrait>(
-    conn: &C,
-    audit: &[AuditRecord],
-) -> Result<(), RepoError> {
-    let rows = audit.iter().map(|a| audit_log::ActiveModel {
-        action: Set(a.action.as_str().to_owned()),
-        entity_type: Set(a.entity_type.clone()),
-        entity_id: Set(a.entity_id.clone()),
-        actor: Set(a.actor.clone()),
-        detail: Set(a.detail.clone()),
-        created_at: Set(a.created_at),
-        ..Default::default()
-    });
-    audit_log::Entity::insert_many(rows).exec_without_returning(conn).await.map_err(repo_err)?;
     Ok(())
 }
 

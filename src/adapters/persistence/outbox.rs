@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sea_orm::ActiveValue::Set;
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseBackend, DatabaseConnection, EntityTrait, FromQueryResult,
@@ -19,49 +18,20 @@ use sea_orm::{
 
 use tokio::sync::Notify;
 
+use super::audit::insert_audit;
 use super::entities::outbox_events::{self, Column};
+use super::listener::OUTBOX_CHANNEL;
 use super::mapping::{outbox_from_row, status_strings};
-use super::orders::insert_audit;
 use super::repo_err;
 use crate::application::ports::{
-    AuditRecord, DeliveryFailure, FastBatch, FastSettlement, HeldLane, LaneCursor, LaneFilter,
-    NewOutboxEvent, OutboxFilter, OutboxRecord, OutboxStats, OutboxStore, RepoError,
+    AuditRecord, DeliveryFailure, FastBatch, FastSettlement, HeldLane, LaneCursor, LaneFilter, OutboxFilter,
+    OutboxRecord, OutboxStats, OutboxStore, RepoError,
 };
-use crate::domain::outbox::lanes::{self as lane_rules, lane_of};
+use crate::domain::outbox::lanes as lane_rules;
 use crate::domain::outbox::{FailureCode, FailureOutcome, OutboxAction, OutboxStatus};
 
 /// The most ids of one lane's snapshot difference held at once (PostgreSQL).
 const FILL: usize = 16_384;
-
-/// The PostgreSQL `NOTIFY` channel a commit with outbox events signals.
-pub const OUTBOX_CHANNEL: &str = "outbox_events";
-
-pub(super) fn outbox_row(e: &NewOutboxEvent, lanes: u16) -> outbox_events::ActiveModel {
-    outbox_events::ActiveModel {
-        lane: Set(lane_of(&e.aggregate_type, &e.aggregate_id, lanes)),
-        slow: Set(false),
-        event_id: Set(e.event_id.as_uuid()),
-        aggregate_type: Set(e.aggregate_type.clone()),
-        aggregate_id: Set(e.aggregate_id.clone()),
-        event_type: Set(e.event_type.clone()),
-        routing_key: Set(e.routing_key.clone()),
-        payload: Set(e.payload.clone()),
-        correlation_id: Set(e.correlation_id.clone()),
-        status: Set(OutboxStatus::Ready.as_str().to_owned()),
-        retry_count: Set(0),
-        failure_code: Set(None),
-        failure_reason: Set(None),
-        next_attempt_at: Set(None),
-        last_attempt_at: Set(None),
-        claimed_by: Set(None),
-        claimed_until: Set(None),
-        created_at: Set(e.created_at),
-        published_at: Set(None),
-        dead_lettered_at: Set(None),
-        version: Set(1),
-        ..Default::default()
-    }
-}
 
 #[derive(Clone)]
 pub struct SeaOrmOutboxStore {

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::repository::RepoError;
+use super::error::RepoError;
 use crate::domain::ids::OrderId;
 
 /// A response as it was first given, to replay byte for byte.

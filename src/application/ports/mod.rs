@@ -3,13 +3,17 @@
 //! Adapters implement them (`SeaOrm...`, `Amqp...`, `Log...`, `Mock...`); application
 //! services hold them as `Arc<dyn Port>`.
 
+mod audit;
 mod clock;
+mod error;
 mod idempotency;
 mod outbox;
 mod providers;
 mod repository;
 
+pub use audit::AuditRecord;
 pub use clock::Clock;
+pub use error::RepoError;
 pub use idempotency::{IdempotencyBegin, IdempotencyStore, StoredResponse};
 pub use outbox::{
     DeliveryFailure, EventPublisher, FastBatch, FastSettlement, HeldLane, LaneCursor, LaneFilter,
@@ -21,8 +25,8 @@ pub use providers::{
     SettlementOutcome, SettlementRequest,
 };
 pub use repository::{
-    AuditLog, AuditRecord, Changes, InboxEntry, NewStep, NotificationRepository, OrderContext, OrderFilter,
-    OrderRecord, OrderRepository, PaymentRepository, RepoError, SagaLease, StepRecord, UnitOfWork, Write,
+    AuditLog, Changes, InboxEntry, NewStep, NotificationRepository, OrderContext, OrderFilter, OrderRecord,
+    OrderRepository, PaymentRepository, SagaLease, StepRecord, UnitOfWork, Write,
 };
 
 #[cfg(test)]

@@ -6,7 +6,8 @@ use chrono::{DateTime, Utc};
 use crate::domain::ids::EventId;
 use crate::domain::outbox::{FailureCode, FailureOutcome, OutboxStatus};
 
-use super::repository::{AuditRecord, RepoError};
+use super::audit::AuditRecord;
+use super::error::RepoError;
 
 /// An event to append to the outbox in the same transaction as its state change.
 #[derive(Debug, Clone, PartialEq, Eq)]

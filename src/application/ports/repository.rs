@@ -7,37 +7,15 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
+use super::audit::AuditRecord;
+use super::error::RepoError;
 use super::outbox::NewOutboxEvent;
 use super::providers::Scenario;
-use crate::domain::audit::AuditAction;
 use crate::domain::ids::{NotificationId, OrderId};
 use crate::domain::notification::{Notification, NotificationStatus};
 use crate::domain::order::{Order, OrderStatus, SagaStep, StepStatus};
 use crate::domain::payment::{Payment, PaymentStatus};
 use crate::domain::settlement::Settlement;
-
-/// Why a repository call failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RepoError {
-    #[error("not found")]
-    NotFound,
-    /// A conditional update matched nothing (someone else changed the row first) or a
-    /// unique key was taken. Nothing was written.
-    #[error("conflict: the row changed concurrently or the key exists")]
-    Conflict,
-    /// The database could not be reached or failed; retrying may succeed.
-    #[error("database unavailable: {0}")]
-    Unavailable(String),
-    /// A stored value could not be mapped back to the domain (a bug or manual edit).
-    #[error("corrupt row: {0}")]
-    Corrupt(String),
-}
-
-impl RepoError {
-    pub fn is_transient(&self) -> bool {
-        matches!(self, RepoError::Unavailable(_))
-    }
-}
 
 /// Who drives an order's saga, until when.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,17 +47,6 @@ pub struct StepRecord {
 pub struct NewStep {
     pub order_id: OrderId,
     pub record: StepRecord,
-}
-
-/// One `audit_log` row.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AuditRecord {
-    pub action: AuditAction,
-    pub entity_type: String,
-    pub entity_id: String,
-    pub actor: String,
-    pub detail: Option<String>,
-    pub created_at: DateTime<Utc>,
 }
 
 /// An order with everything the saga and the API need about it.
