@@ -452,11 +452,15 @@ impl OutboxStore for SeaOrmOutboxStore {
         if held.is_empty() {
             return Ok(Vec::new());
         }
-        let list = held.iter().map(|h| h.lane.to_string()).collect::<Vec<_>>().join(", ");
+        // One index probe per lane (`(lane, id)`), however long the progress log is.
+        let newest = held
+            .iter()
+            .map(|h| format!("(SELECT MAX(q.id) FROM outbox_progress q WHERE q.lane = {})", h.lane))
+            .collect::<Vec<_>>()
+            .join(", ");
         let rows = ProgressRow::find_by_statement(self.statement(
             &format!(
-                "SELECT p.lane, p.done, p.cur, p.upto_id FROM outbox_progress p WHERE p.id IN \
-                   (SELECT MAX(q.id) FROM outbox_progress q WHERE q.lane IN ({list}) GROUP BY q.lane)"
+                "SELECT p.lane, p.done, p.cur, p.upto_id FROM outbox_progress p WHERE p.id IN ({newest})"
             ),
             vec![],
         ))
