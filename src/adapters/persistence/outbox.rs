@@ -664,7 +664,7 @@ impl OutboxStore for SeaOrmOutboxStore {
                 dead_lettered_at.into(),
                 f.code.as_str().into(),
                 truncate(&f.reason).into(),
-                now.into(),
+                settlement.attempted_at.into(),
                 f.id.into(),
             ];
             txn.execute_raw(self.statement(&sql, values)).await.map_err(repo_err)?;

@@ -71,6 +71,8 @@ struct Round {
 /// What the broker made of a batch.
 #[derive(Debug, Default)]
 struct Sent {
+    /// When sending started (the attempt's time).
+    at: DateTime<Utc>,
     report: RelayReport,
     failures: Vec<DeliveryFailure>,
     held_back: Vec<i64>,
@@ -410,7 +412,7 @@ impl OutboxRelay {
     /// that failed; an event whose aggregate waits on the slow path is held back behind it.
     async fn send(&self, round: &Round) -> Sent {
         let now = self.clock.now();
-        let mut sent = Sent::default();
+        let mut sent = Sent { at: now, ..Sent::default() };
         let mut failed: HashSet<(String, String)> = HashSet::new();
         let mut remaining: Vec<&OutboxRecord> = Vec::with_capacity(round.rows.len());
         for row in &round.rows {
@@ -467,6 +469,7 @@ impl OutboxRelay {
             progress: round.pages.values().map(|(_, next)| next.clone()).collect(),
             failures: sent.failures,
             held_back: sent.held_back,
+            attempted_at: sent.at,
         };
         let recorded =
             self.store.record_fast(&self.settings.worker_id, &settlement, self.clock.now()).await?;

@@ -160,6 +160,8 @@ pub struct FastSettlement {
     /// Events not sent because an earlier event of their aggregate is on the slow path:
     /// to the slow path, `READY`, behind it.
     pub held_back: Vec<i64>,
+    /// When the batch was sent: the failures' `last_attempt_at` (their backoff runs from it).
+    pub attempted_at: DateTime<Utc>,
 }
 
 /// Storage side of the outbox. Every state change is a conditional update whose `WHERE`
