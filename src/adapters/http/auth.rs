@@ -392,19 +392,25 @@ impl Jwks {
 
     /// Starts a background fetch when the cached set is older than [`JWKS_MAX_AGE`].
     fn refresh_if_old(self: &Arc<Self>) {
-        let due = {
-            let state = self.read();
-            state.fetched_at.is_some_and(|at| at.elapsed() >= JWKS_MAX_AGE)
-                && state.attempted_at.is_none_or(|at| at.elapsed() >= self.wait_after(&state))
-        };
-        if due && let Ok(_one) = self.fetching.try_lock() {
-            drop(_one);
+        // No task while a fetch is under way (`try_lock` fails then).
+        if self.old() && self.fetching.try_lock().is_ok() {
             let jwks = self.clone();
             tokio::spawn(async move {
                 let _one = jwks.fetching.lock().await;
-                let _ = jwks.fetch_locked().await;
+                // Requests that found the set old at the same moment each spawned this: only
+                // the first still finds it old once it holds the lock.
+                if jwks.old() {
+                    let _ = jwks.fetch_locked().await;
+                }
             });
         }
+    }
+
+    /// The cached set is older than [`JWKS_MAX_AGE`] and no fetch was tried too recently.
+    fn old(&self) -> bool {
+        let state = self.read();
+        state.fetched_at.is_some_and(|at| at.elapsed() >= JWKS_MAX_AGE)
+            && state.attempted_at.is_none_or(|at| at.elapsed() >= self.wait_after(&state))
     }
 
     async fn fetch(&self) -> Result<usize, String> {

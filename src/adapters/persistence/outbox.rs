@@ -276,13 +276,11 @@ struct LaneOnly {
     lane: i16,
 }
 
+/// A row id, as `SELECT id` or `RETURNING id` gives it.
 #[derive(Debug, FromQueryResult)]
-struct ProgressMark {
+struct IdRow {
     id: i64,
 }
-
-/// A row id, as `RETURNING id` gives it.
-type IdRow = ProgressMark;
 
 #[derive(Debug, FromQueryResult)]
 struct FillRow {
@@ -830,8 +828,8 @@ impl OutboxStore for SeaOrmOutboxStore {
             if budget == 0 {
                 break;
             }
-            let Some(mark) = ProgressMark::find_by_statement(self.statement(
-                "SELECT p.id, p.lane, p.done, p.cur, p.upto_id FROM outbox_progress p \
+            let Some(mark) = IdRow::find_by_statement(self.statement(
+                "SELECT p.id FROM outbox_progress p \
                  WHERE p.lane = $1 AND p.published_at < $2 ORDER BY p.id DESC LIMIT 1",
                 vec![lane.into(), published_before.into()],
             ))

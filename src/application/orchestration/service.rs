@@ -12,7 +12,7 @@ use crate::application::orchestration::lease::SagaLeases;
 use crate::application::orchestration::notify::apply_send_result;
 use crate::application::orchestration::outcome::{Progress, StepOutcome};
 use crate::application::orchestration::payment::{self, decide_approval};
-use crate::application::orchestration::steps::{NextAction, next_action};
+use crate::application::orchestration::steps::{NextAction, next_action, next_action_of};
 use crate::application::orchestration::{compensation, settlement};
 use crate::application::ports::{
     ApprovePayment, CancelPayment, Changes, Clock, InboxEntry, NotificationRequest, Notifier, OrderContext,
@@ -94,10 +94,7 @@ impl<'a> Run<'a> {
         settlement: Option<&Settlement>,
         notification: Option<&Notification>,
     ) {
-        let finished = matches!(
-            next_action(order, payment, settlement, notification),
-            NextAction::Done | NextAction::AwaitConfirmation | NextAction::AwaitRetryOrOperator
-        );
+        let finished = next_action(order, payment, settlement, notification).runs_nothing();
         if let (true, Some(owner)) = (finished, self.owner) {
             changes.release_saga = Some(owner.to_owned());
         }
@@ -228,16 +225,8 @@ impl Orchestrator {
         if !actor.may_access(&record.order.customer_id) {
             return Err(AppError::NotFound("order"));
         }
-        let action = next_action(
-            &record.order,
-            record.payment.as_ref(),
-            record.settlement.as_ref(),
-            record.notification.as_ref(),
-        );
-        if matches!(
-            action,
-            NextAction::Done | NextAction::AwaitConfirmation | NextAction::AwaitRetryOrOperator
-        ) {
+        let action = next_action_of(&record);
+        if action.runs_nothing() {
             // SPEC §4: a replay that changes nothing is audited too.
             let mut changes = Changes::default();
             changes.audit.push(audit::record(
@@ -257,16 +246,7 @@ impl Orchestrator {
     /// Runs the saga of an existing order if no one else is running it now; otherwise
     /// answers its current state and leaves it to the runner holding the lease.
     async fn resume(&self, record: OrderRecord, actor: &Actor) -> Result<OrderRecord, AppError> {
-        let action = next_action(
-            &record.order,
-            record.payment.as_ref(),
-            record.settlement.as_ref(),
-            record.notification.as_ref(),
-        );
-        if matches!(
-            action,
-            NextAction::Done | NextAction::AwaitConfirmation | NextAction::AwaitRetryOrOperator
-        ) {
+        if next_action_of(&record).runs_nothing() {
             return Ok(record);
         }
         let Some(lease) = self.leases.take(record.order.id).await? else {
@@ -367,13 +347,7 @@ impl Orchestrator {
         run: &Run<'_>,
     ) -> Result<OrderRecord, AppError> {
         for _ in 0..MAX_STEPS_PER_RUN {
-            let action = next_action(
-                &record.order,
-                record.payment.as_ref(),
-                record.settlement.as_ref(),
-                record.notification.as_ref(),
-            );
-            let progress = match action {
+            let progress = match next_action_of(&record) {
                 NextAction::Done | NextAction::AwaitConfirmation | NextAction::AwaitRetryOrOperator => {
                     return Ok(record);
                 }

@@ -4,6 +4,7 @@
 //! crash, a redelivery or a reconciliation resumes exactly where it stopped: a step whose
 //! outcome is stored is never attempted again.
 
+use crate::application::ports::OrderRecord;
 use crate::domain::notification::Notification;
 use crate::domain::order::{FailureStage, Order, OrderStatus};
 use crate::domain::payment::{Payment, PaymentStatus};
@@ -26,6 +27,24 @@ pub enum NextAction {
     AwaitRetryOrOperator,
     /// Nothing left to do.
     Done,
+}
+
+impl NextAction {
+    /// Nothing for a saga run to do now: the order is finished or waits on someone else
+    /// (reconciliation, a notification retry, an operator).
+    pub fn runs_nothing(&self) -> bool {
+        matches!(self, NextAction::Done | NextAction::AwaitConfirmation | NextAction::AwaitRetryOrOperator)
+    }
+}
+
+/// The next action of a loaded order, from everything stored about it.
+pub fn next_action_of(record: &OrderRecord) -> NextAction {
+    next_action(
+        &record.order,
+        record.payment.as_ref(),
+        record.settlement.as_ref(),
+        record.notification.as_ref(),
+    )
 }
 
 /// Decides the next action from the stored state.

@@ -128,6 +128,13 @@ struct HeldLanes {
     valid_until: Option<Instant>,
 }
 
+impl HeldLanes {
+    /// Whether the lease surely still holds, by this process's clock.
+    fn valid(&self) -> bool {
+        self.valid_until.is_some_and(|until| Instant::now() < until)
+    }
+}
+
 /// How often a relay renews its lanes: often enough to rebalance within seconds as workers
 /// come and go, and at least three times per lease.
 fn renew_every(lease: Duration) -> StdDuration {
@@ -196,7 +203,7 @@ impl OutboxRelay {
                         valid_until: Some(started + lease - lease / 10),
                     };
                 }
-                Err(err) if held.valid_until.is_some_and(|until| Instant::now() < until) => {
+                Err(err) if held.valid() => {
                     tracing::warn!(error = %err, "cannot renew the outbox lanes; the lease still holds");
                 }
                 Err(err) => {
@@ -205,17 +212,14 @@ impl OutboxRelay {
                 }
             }
         }
-        if held.valid_until.is_some_and(|until| Instant::now() >= until) {
-            return Ok(Vec::new());
-        }
-        Ok(held.lanes.clone())
+        if held.valid() { Ok(held.lanes.clone()) } else { Ok(Vec::new()) }
     }
 
     /// Whether the lanes' lease surely still holds (by this process's clock). Checked before
     /// each publish: a worker paused between claim and publish past its lease must not send
     /// what another worker may already be sending.
     async fn lease_holds(&self) -> bool {
-        self.held.lock().await.valid_until.is_some_and(|until| Instant::now() < until)
+        self.held.lock().await.valid()
     }
 
     /// Gives the lanes back (graceful stop): other workers take them at their next renewal.
@@ -441,11 +445,12 @@ impl OutboxRelay {
                 }
             }
             let outcomes = self.publisher.publish(&wave).await;
+            let confirmed_at = self.clock.now();
             for (i, row) in wave.iter().enumerate() {
                 match outcomes.get(i).unwrap_or(&missing) {
                     PublishOutcome::Confirmed => {
                         sent.report.published += 1;
-                        self.confirmed(row, now);
+                        self.confirmed(row, confirmed_at);
                     }
                     PublishOutcome::Failed { code, reason } => {
                         failed.insert(aggregate_of(row));
