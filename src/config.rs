@@ -1,4 +1,4 @@
-//! Configuration (SPEC §2): built-in defaults < optional file (`--config PATH` or
+//! Configuration (docs/spec.md §2): built-in defaults < optional file (`--config PATH` or
 //! `APP_CONFIG`) < environment `APP__SECTION__KEY`.
 //!
 //! Values are read loosely (strings for durations, options for defaults that depend on
@@ -162,7 +162,7 @@ pub struct BrokerSettings {
     pub exchange: String,
     /// How long the relay waits for a batch's confirms.
     pub confirm_timeout: Duration,
-    /// Inbound topology (SPEC §7); names configurable, defaults as the spec gives them.
+    /// Inbound topology (docs/spec.md §7); names configurable, defaults as the spec gives them.
     pub meeting_exchange: String,
     pub dead_letter_exchange: String,
     pub register_queue: String,
@@ -207,7 +207,7 @@ pub struct NotificationSettings {
 #[derive(Debug, Clone)]
 pub struct PaymentSettings {
     pub provider: ProviderKind,
-    /// Whether `payment.provider` was set (SPEC §2: required outside the embedded default).
+    /// Whether `payment.provider` was set (docs/spec.md §2: required outside the embedded default).
     pub provider_explicit: bool,
     pub reconciliation_interval: Duration,
     pub reconciliation_max_attempts: i32,
@@ -462,7 +462,7 @@ max_attempts = 10
 "#;
 
 impl Settings {
-    /// SPEC §2: nothing silent outside the embedded default. `serve` and `worker` on a
+    /// docs/spec.md §2: nothing silent outside the embedded default. `serve` and `worker` on a
     /// PostgreSQL database refuse to start unless the broker and the payment provider were
     /// chosen explicitly (a `broker.url`, or `broker.kind = "log"`; `payment.provider`).
     ///
@@ -488,7 +488,7 @@ impl Settings {
     }
 
     /// What an operator must know about a non-embedded set-up that runs on simulated
-    /// parts (SPEC §2): logged as WARN at start and shown in `/health/ready`.
+    /// parts (docs/spec.md §2): logged as WARN at start and shown in `/health/ready`.
     pub fn simulated_parts(&self) -> Vec<String> {
         let mut warnings = Vec::new();
         if self.database.is_sqlite() {

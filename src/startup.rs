@@ -78,7 +78,7 @@ type Providers =
 /// Makes a publisher for one relay (each relay gets its own broker connection).
 pub type PublisherFactory = Arc<dyn Fn(&str) -> Arc<dyn EventPublisher> + Send + Sync>;
 
-/// The event types for which "returned unroutable" counts as published (SPEC §6).
+/// The event types for which "returned unroutable" counts as published (docs/spec.md §6).
 pub const UNROUTABLE_OK: &[&str] = &["payment.refunded"];
 
 /// Every service of the application, wired.

@@ -240,7 +240,7 @@ impl MigrationTrait for Migration {
                 .to_owned(),
         )
         .await?;
-        // SPEC §6: the due scan, the pending pick-up, the clean-up; plus per-aggregate order.
+        // docs/spec.md §6: the due scan, the pending pick-up, the clean-up; plus per-aggregate order.
         m.create_index(index("outbox_events", "idx_outbox_due", &["status", "next_attempt_at"])).await?;
         m.create_index(index("outbox_events", "idx_outbox_pending", &["status", "created_at"])).await?;
         m.create_index(index("outbox_events", "idx_outbox_cleanup", &["status", "published_at"])).await?;

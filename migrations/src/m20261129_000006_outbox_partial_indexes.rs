@@ -1,5 +1,5 @@
 //! The outbox's status indexes become partial: each covers only the rows its query looks
-//! at (SPEC §6: the due scan, the pending pick-up, the clean-up), plus the lease recovery
+//! at (docs/spec.md §6: the due scan, the pending pick-up, the clean-up), plus the lease recovery
 //! scan. A row moving between statuses then only enters the indexes of its new status,
 //! instead of every index on every update — about half the index writes per event, which
 //! is most of the relay's database cost.

@@ -1,4 +1,4 @@
-//! SPEC §7's registration rule enforced by the database, and bounded stalled-saga recovery.
+//! docs/spec.md §7's registration rule enforced by the database, and bounded stalled-saga recovery.
 //!
 //! - `orders.registration_key`: the (meeting, user) key a live meeting order holds
 //!   (`Order::registration_key`), `NULL` otherwise, under a unique index — so two

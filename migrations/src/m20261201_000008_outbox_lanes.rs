@@ -1,4 +1,4 @@
-//! Lanes (SPEC §6): `outbox_events.lane` (the aggregate's lane, written at insert), the lane
+//! Lanes (docs/spec.md §6): `outbox_events.lane` (the aggregate's lane, written at insert), the lane
 //! leases `outbox_lanes` (one row per lane: its owner, lease end and fencing epoch) and the
 //! relays' heartbeats `outbox_relays` that fair sharing counts.
 //!

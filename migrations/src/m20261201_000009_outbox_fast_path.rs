@@ -1,4 +1,4 @@
-//! The relay's success path writes no row version per event (SPEC §6). An event is inserted
+//! The relay's success path writes no row version per event (docs/spec.md §6). An event is inserted
 //! once and never updated while all goes well: each lane's progress is an insert-only log,
 //! `outbox_progress`, one row per published batch. Only the rare path writes per event: a
 //! failed or held-back event moves to the *slow path* (`slow = true`), where its stored

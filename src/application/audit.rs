@@ -1,4 +1,4 @@
-//! Audit rows (SPEC §4): every replay, rejection, failure branch and admin action writes
+//! Audit rows (docs/spec.md §4): every replay, rejection, failure branch and admin action writes
 //! one `audit_log` row. The actions are the domain's [`AuditAction`]; this module names
 //! the entity types and builds the rows.
 

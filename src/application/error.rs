@@ -1,7 +1,10 @@
 //! The error every use case returns, shaped so the HTTP and AMQP adapters can map it to a
 //! status code / ack decision without knowing the cause.
 
-use crate::application::ports::RepoError;
+use std::error::Error;
+use std::fmt;
+
+use crate::application::ports::{Cause, RepoError};
 use crate::domain::order::OrderError;
 
 #[derive(Debug, thiserror::Error)]
@@ -19,16 +22,26 @@ pub enum AppError {
     #[error("{message}")]
     Conflict { code: &'static str, message: String },
     /// A dependency (database, provider) is unavailable; retrying later may succeed.
-    #[error("unavailable: {0}")]
-    Unavailable(String),
+    #[error("unavailable")]
+    Unavailable(#[source] Cause),
     /// A bug or broken invariant; the cause is logged, never shown.
-    #[error("internal error: {0}")]
-    Internal(String),
+    #[error("internal error")]
+    Internal(#[source] Cause),
 }
 
 impl AppError {
     pub fn validation(field: impl Into<String>, message: impl Into<String>) -> Self {
         AppError::Validation { field: field.into(), message: message.into() }
+    }
+
+    /// `Unavailable` for a cause told in words.
+    pub fn unavailable(text: impl Into<String>) -> Self {
+        AppError::Unavailable(Cause::msg(text))
+    }
+
+    /// `Internal` for a cause told in words.
+    pub fn internal(text: impl Into<String>) -> Self {
+        AppError::Internal(Cause::msg(text))
     }
 
     /// Whether a retry of the same request could succeed.
@@ -40,13 +53,12 @@ impl AppError {
 impl From<RepoError> for AppError {
     fn from(err: RepoError) -> Self {
         match err {
-            RepoError::NotFound => AppError::NotFound("resource"),
             RepoError::Conflict => AppError::Conflict {
                 code: "CONCURRENT_MODIFICATION",
                 message: "the resource was changed concurrently; retry".into(),
             },
-            RepoError::Unavailable(cause) => AppError::Unavailable(cause),
-            RepoError::Corrupt(cause) => AppError::Internal(cause),
+            err @ RepoError::Unavailable(_) => AppError::Unavailable(Cause::new(err)),
+            err @ RepoError::Corrupt(_) => AppError::Internal(Cause::new(err)),
         }
     }
 }
@@ -62,5 +74,35 @@ impl From<OrderError> for AppError {
                 AppError::Conflict { code: "INVALID_ORDER_STATE", message: err.to_string() }
             }
         }
+    }
+}
+
+/// An error with its whole `source()` chain, `: `-separated — how the edges (HTTP, AMQP,
+/// worker loops, CLI) log a failure, once.
+pub struct Chain<'a>(pub &'a (dyn Error + 'static));
+
+impl fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut next = self.0.source();
+        while let Some(err) = next {
+            write!(f, ": {err}")?;
+            next = err.source();
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repository_failure_keeps_its_cause_up_to_the_edge() {
+        let err = AppError::from(RepoError::unavailable("connection refused"));
+        assert!(err.is_transient());
+        assert_eq!(Chain(&err).to_string(), "unavailable: database unavailable: connection refused");
+        let err = AppError::from(RepoError::corrupt("orders.status = \"NOPE\""));
+        assert_eq!(Chain(&err).to_string(), "internal error: corrupt row: orders.status = \"NOPE\"");
     }
 }

@@ -17,7 +17,7 @@ pub trait HealthProbe: Send + Sync {
 
 pub struct Readiness {
     probes: Vec<Arc<dyn HealthProbe>>,
-    /// Simulated parts of a production set-up, shown with every answer (SPEC §2).
+    /// Simulated parts of a production set-up, shown with every answer (docs/spec.md §2).
     warnings: Vec<String>,
 }
 

@@ -1,4 +1,4 @@
-//! Idempotency keys (SPEC §5): the same key with the same request replays the first
+//! Idempotency keys (docs/spec.md §5): the same key with the same request replays the first
 //! response; with a different request it is refused; while the first runs, it conflicts.
 //!
 //! Keys are scoped to the caller. A reservation carries the order id it will create, so a

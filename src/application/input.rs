@@ -1,4 +1,4 @@
-//! SPEC §5's text rules ([`crate::domain::text`]) applied to whole JSON documents: every
+//! docs/spec.md §5's text rules ([`crate::domain::text`]) applied to whole JSON documents: every
 //! string value and every object key of an HTTP body, an AMQP message or a provider's
 //! answer is checked for control characters before anything is decoded into a command, so
 //! no free-text field can slip past a per-field check that was forgotten. Lengths stay each

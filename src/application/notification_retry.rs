@@ -1,4 +1,4 @@
-//! Notification retries and operator repair (SPEC §3–§5).
+//! Notification retries and operator repair (docs/spec.md §3–§5).
 //!
 //! An attempt is two commits around the send: first a *claim* — the notification moves to
 //! `PROCESSING` with a lease, conditional on the version loaded, so of any number of
@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use crate::application::error::Chain;
 use crate::application::meter::Meter;
 use crate::domain::audit::AuditAction;
 use std::time::Duration as StdDuration;
@@ -97,7 +98,7 @@ impl NotificationRetry {
         let record = self.orders.get(notification.order_id).await?.ok_or(AppError::NotFound("order"))?;
         match &record.notification {
             Some(n) if n.id == notification.id => Ok(record),
-            _ => Err(AppError::Internal("notification does not belong to its order".into())),
+            _ => Err(AppError::internal("notification does not belong to its order")),
         }
     }
 
@@ -269,7 +270,7 @@ impl NotificationRetry {
         let order_events = if order.status == OrderStatus::Failed
             && order.failure_stage == Some(FailureStage::Notification)
         {
-            order.complete(now).map_err(|e| AppError::Internal(e.to_string()))?
+            order.complete(now).map_err(|e| AppError::internal(e.to_string()))?
         } else {
             Vec::new()
         };
@@ -362,12 +363,12 @@ impl NotificationRetry {
                 _ = stop.cancelled() => break,
                 _ = tick.tick() => {
                     if let Err(err) = self.recover_stuck().await {
-                        tracing::error!(error = %err, "notification claim recovery failed");
+                        tracing::error!(error = %Chain(&err), "notification claim recovery failed");
                     }
                     match self.retry_due(&actor).await {
                         Ok(r) if r.claimed > 0 => tracing::info!(claimed = r.claimed, succeeded = r.succeeded, failed = r.failed, skipped = r.skipped, "notification retries"),
                         Ok(_) => {}
-                        Err(err) => tracing::error!(error = %err, "notification retry round failed"),
+                        Err(err) => tracing::error!(error = %Chain(&err), "notification retry round failed"),
                     }
                 }
             }

@@ -1,4 +1,4 @@
-//! Unknown payment outcomes and failed compensations, resolved in the background (SPEC §4,
+//! Unknown payment outcomes and failed compensations, resolved in the background (docs/spec.md §4,
 //! §9): reconciliation asks the provider about payments left `CONFIRMATION_REQUIRED` by a
 //! timeout; provider callbacks deliver the same answer pushed; compensations whose cancel
 //! failed are retried with backoff until their attempts run out and an operator takes over;
@@ -12,6 +12,7 @@ use chrono::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::application::audit::{self, entity};
+use crate::application::error::Chain;
 use crate::application::meter::Meter;
 use crate::application::orchestration::{Confirmation, Orchestrator, Reconciled};
 use crate::application::ports::{
@@ -253,8 +254,8 @@ impl PaymentReconciliation {
             let (after, why) = match self.orchestrator.orchestrate(&actor, *order_id).await {
                 Ok(record) => (Some(record.order.status), String::new()),
                 Err(err) => {
-                    tracing::warn!(order = %order_id, error = %err, "resuming a stalled saga failed");
-                    (before, format!(" ({err})"))
+                    tracing::warn!(order = %order_id, error = %Chain(&err), "resuming a stalled saga failed");
+                    (before, format!(" ({})", Chain(&err)))
                 }
             };
             let after = after.map_or("-", |s| s.as_str());
@@ -383,7 +384,7 @@ impl PaymentReconciliation {
             self.clock.now(),
         ));
         if let Err(err) = self.uow.commit(changes).await {
-            tracing::warn!(error = %err, "could not audit a rejected callback");
+            tracing::warn!(error = %Chain(&err), "could not audit a rejected callback");
         }
     }
 
@@ -432,20 +433,20 @@ impl PaymentReconciliation {
                     match self.reconcile_due().await {
                         Ok(r) if r != ReconcileReport::default() => tracing::info!(?r, "payment reconciliation"),
                         Ok(_) => {}
-                        Err(err) => tracing::error!(error = %err, "payment reconciliation failed"),
+                        Err(err) => tracing::error!(error = %Chain(&err), "payment reconciliation failed"),
                     }
                     if let Err(err) = self.resume_stalled().await {
-                        tracing::error!(error = %err, "saga recovery failed");
+                        tracing::error!(error = %Chain(&err), "saga recovery failed");
                     }
                     match self.refunds.resolve_pending().await {
                         Ok(r) if r != PendingRefundReport::default() => tracing::info!(?r, "pending refunds"),
                         Ok(_) => {}
-                        Err(err) => tracing::error!(error = %err, "pending refunds failed"),
+                        Err(err) => tracing::error!(error = %Chain(&err), "pending refunds failed"),
                     }
                     match self.retry_compensations().await {
                         Ok(r) if r != CompensationReport::default() => tracing::info!(?r, "compensation retries"),
                         Ok(_) => {}
-                        Err(err) => tracing::error!(error = %err, "compensation retries failed"),
+                        Err(err) => tracing::error!(error = %Chain(&err), "compensation retries failed"),
                     }
                 }
             }

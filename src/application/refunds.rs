@@ -1,4 +1,4 @@
-//! Refunds (SPEC §3–§5, §7): a completed order's approved payment is cancelled at the
+//! Refunds (docs/spec.md §3–§5, §7): a completed order's approved payment is cancelled at the
 //! provider; the payment becomes `REFUNDED` and the order `CANCELLED`, with
 //! `payment.refunded` and `order.cancelled`. A refusal by the provider is recorded
 //! (`refundFailureReason`, `payment.refund_failed`) and the payment is `APPROVED` again.
@@ -85,7 +85,7 @@ pub struct Refunds {
 pub const ORDER_BUSY: &str = "ORDER_BUSY";
 
 fn invariant(err: impl std::fmt::Display) -> AppError {
-    AppError::Internal(format!("refund invariant broken: {err}"))
+    AppError::internal(format!("refund invariant broken: {err}"))
 }
 
 impl Refunds {
@@ -183,7 +183,7 @@ impl Refunds {
                 return Ok(RefundOutcome::Rejected { record, reason: format!("refused before: {refused}") });
             }
             // The intent, committed before the provider is asked: whatever happens to the
-            // answer, the worker finds this refund and finishes it (SPEC §4).
+            // answer, the worker finds this refund and finishes it (docs/spec.md §4).
             let now = self.clock.now();
             payment.begin_refund(now).map_err(invariant)?;
             let mut changes = Changes::default();
@@ -356,7 +356,7 @@ impl Refunds {
                     Ok(()) | Err(RepoError::Conflict) => {}
                     Err(err) => return Err(err.into()),
                 }
-                return Err(AppError::Unavailable(format!(
+                return Err(AppError::unavailable(format!(
                     "payment provider: {cause}; the refund is pending and will be completed"
                 )));
             }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use orchestrator::adapters::persistence;
 use orchestrator::application::Actor;
+use orchestrator::application::error::Chain;
 use orchestrator::config::{Settings, parse_duration};
 use orchestrator::startup::{self, Application, StartupError, Workers};
 use sea_orm_migration::MigratorTrait;
@@ -136,7 +137,7 @@ fn main() -> ExitCode {
 }
 
 /// A SQLite file that does not exist is an error naming its path, never created by a
-/// verb that only reads (SPEC §2).
+/// verb that only reads (docs/spec.md §2).
 fn require_existing_database(settings: &Settings) -> Result<(), Failure> {
     match persistence::sqlite_path(settings.database.url.expose()) {
         Some(path) if !std::path::Path::new(&path).exists() => Err(Failure::Runtime(format!(
@@ -272,8 +273,11 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
             let services = startup::build_services(&settings).await?;
             match command {
                 OutboxCommand::Stats => {
-                    let stats =
-                        services.outbox_store.stats().await.map_err(|e| Failure::Runtime(e.to_string()))?;
+                    let stats = services
+                        .outbox_store
+                        .stats()
+                        .await
+                        .map_err(|e| Failure::Runtime(Chain(&e).to_string()))?;
                     // The same fields, names and units as `GET /api/admin/outbox/stats`.
                     let json = serde_json::to_value(orchestrator::adapters::http::admin::stats_response(
                         &stats,
@@ -290,7 +294,7 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
                         .outbox_admin
                         .settle(&actor, id, false, reason)
                         .await
-                        .map_err(|e| Failure::Runtime(e.to_string()))?;
+                        .map_err(|e| Failure::Runtime(Chain(&e).to_string()))?;
                     println!("outbox event {id}: DEAD_LETTER -> READY");
                     Ok(())
                 }

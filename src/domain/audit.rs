@@ -1,4 +1,4 @@
-//! The audit trail's vocabulary (SPEC §4): every replay, rejection, failure branch and
+//! The audit trail's vocabulary (docs/spec.md §4): every replay, rejection, failure branch and
 //! admin action writes one `audit_log` row with one of these actions. Spelled once here;
 //! the store maps them to and from its column.
 

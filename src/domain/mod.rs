@@ -17,7 +17,7 @@ macro_rules! spelled {
             /// Every variant, in declaration order.
             pub const ALL: &'static [$name] = &[$($name::$variant),+];
 
-            /// The contract spelling (SPEC §3).
+            /// The contract spelling (docs/spec.md §3).
             pub fn as_str(&self) -> &'static str {
                 match self { $($name::$variant => $text),+ }
             }

@@ -1,4 +1,4 @@
-//! The input rules for text (SPEC §5), in one place for every source: HTTP bodies, query
+//! The input rules for text (docs/spec.md §5), in one place for every source: HTTP bodies, query
 //! parameters, headers used as data, AMQP messages, token claims and provider answers.
 //!
 //! Text may not carry control characters (U+0000–U+001F, U+007F) and may not exceed its
@@ -29,7 +29,7 @@ pub mod limits {
     pub const CORRELATION_ID: usize = 128;
 }
 
-/// Whether `c` is one of the control characters SPEC §5 refuses.
+/// Whether `c` is one of the control characters docs/spec.md §5 refuses.
 pub fn is_refused_control(c: char) -> bool {
     matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}')
 }
@@ -97,7 +97,7 @@ mod tests {
                 "{bad:?}"
             );
         }
-        // U+0080..U+009F are not in SPEC §5's set, and ordinary Unicode is fine.
+        // U+0080..U+009F are not in docs/spec.md §5's set, and ordinary Unicode is fine.
         for good in ["", "plain", "\u{85}", "한국어 사유", "emoji 🎟"] {
             assert_eq!(check("reason", good, 100), Ok(()), "{good:?}");
         }

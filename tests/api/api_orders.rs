@@ -1,4 +1,4 @@
-//! The saga over HTTP (SPEC §4, §5): every scenario, idempotency keys, visibility.
+//! The saga over HTTP (docs/spec.md §4, §5): every scenario, idempotency keys, visibility.
 
 use std::sync::atomic::Ordering;
 

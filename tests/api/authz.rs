@@ -1,4 +1,4 @@
-//! The authorization matrix (SPEC §5): every route against every kind of caller, no object
+//! The authorization matrix (docs/spec.md §5): every route against every kind of caller, no object
 //! of one customer visible or refundable by another, admin routes closed to customers, and
 //! signing-key rotation.
 

@@ -157,7 +157,7 @@ fn invalid_configuration_exits_2_naming_the_key() {
     assert_eq!(out.status.code(), Some(2));
 }
 
-/// SPEC §2: off SQLite, `serve` and `worker` refuse to start on an implicit broker or
+/// docs/spec.md §2: off SQLite, `serve` and `worker` refuse to start on an implicit broker or
 /// payment provider (exit 2, one line naming the key); an unreachable database is reported
 /// within `database.connect_timeout`, naming host and cause.
 #[test]

@@ -1,4 +1,4 @@
-//! The edges an outside test found (issue 11 items 2, 5–7): SPEC §5's input rules the same
+//! The edges an outside test found (issue 11 items 2, 5–7): docs/spec.md §5's input rules the same
 //! on both databases and for every source, the audit of replays and retries, the outbox
 //! admin's limits, and the authentication rules.
 
@@ -132,14 +132,14 @@ async fn replays_and_successful_retries_are_audited(backend: Backend) {
     let id = retried["id"].as_str().unwrap();
     let now = json(app.get(&format!("/api/orders/{id}"), &alice).send().await.unwrap(), StatusCode::OK).await;
     assert_eq!(now["status"], "COMPLETED");
-    assert_eq!(now["notification"]["policy"], "NONE", "SPEC §3: NONE once sent");
+    assert_eq!(now["notification"]["policy"], "NONE", "docs/spec.md §3: NONE once sent");
 
     // An operator's ignore shows IGNORE, whatever the failure's policy was.
     let manual =
         json(app.place_order(&alice, &order_body(), Some("notification=manual")).await, StatusCode::CREATED)
             .await;
     let notification = manual["notification"]["id"].as_str().unwrap();
-    // A `null` body equals no body (SPEC §5).
+    // A `null` body equals no body (docs/spec.md §5).
     let ignored = app
         .post(&format!("/api/admin/notification-events/{notification}/ignore"), &admin(&app))
         .header("content-type", "application/json")
@@ -246,7 +246,7 @@ fn two_keys_with_one_kid_are_a_configuration_error() {
     assert!(err.to_string().contains("auth.keys[1]"), "{err}");
 }
 
-/// SPEC §5: a body must arrive within 10 s; a client that trickles it gets `408`.
+/// docs/spec.md §5: a body must arrive within 10 s; a client that trickles it gets `408`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_that_does_not_arrive_in_time_is_refused() {
     let Some(app) = TestApp::spawn(Backend::Sqlite).await else {

@@ -1,4 +1,4 @@
-//! The external payment provider (SPEC §9) against an HTTP mock of it (wiremock): the
+//! The external payment provider (docs/spec.md §9) against an HTTP mock of it (wiremock): the
 //! request contract, every error mapping, unknown outcomes and reconciliation, signed
 //! callbacks, and the race between the two.
 
@@ -286,7 +286,7 @@ async fn signed_callbacks_resume_the_saga_once(backend: Backend) {
         assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{name}");
     }
     assert_eq!(detail(&app, &order["id"]).await["status"], "PENDING_CONFIRMATION", "nothing changed");
-    // Bounded (SPEC §5, issue 11 item 7): one audit row per 10 s window for an
+    // Bounded (docs/spec.md §5, issue 11 item 7): one audit row per 10 s window for an
     // unauthenticated flood; every rejection still counts in /metrics.
     assert_eq!(count_where(&app.db, "audit_log", "action = 'CALLBACK_REJECTED'").await, 1);
 

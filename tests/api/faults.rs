@@ -1,4 +1,4 @@
-//! Breaking things for real (SPEC §8): a worker killed with SIGKILL mid-drain and
+//! Breaking things for real (docs/spec.md §8): a worker killed with SIGKILL mid-drain and
 //! mid-message, the broker connection severed, the database's connections terminated
 //! under load, poison messages. Nothing lost, nothing applied twice, everything recovers.
 

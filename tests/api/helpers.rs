@@ -142,7 +142,7 @@ pub fn settings(db: &TestDb, extra: &[(&str, &str)]) -> Settings {
         ("APP__WORKER__HTTP__BIND".into(), "127.0.0.1:0".into()),
         ("APP__WORKER__EMBEDDED".into(), "false".into()),
         ("APP__AUTH__KEYS".into(), TEST_KEYS.into()),
-        // SPEC §2: explicit outside the embedded default; a test's own choice wins.
+        // docs/spec.md §2: explicit outside the embedded default; a test's own choice wins.
         ("APP__PAYMENT__PROVIDER".into(), "mock".into()),
     ];
     if !extra.iter().any(|(k, _)| *k == "APP__BROKER__URL" || *k == "APP__BROKER__KIND") {

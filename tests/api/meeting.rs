@@ -1,5 +1,5 @@
-//! The meeting service's events over the real RabbitMQ (SPEC §7) and refunds over HTTP
-//! (SPEC §5): each consumer's success, business failure, malformed (its DLQ),
+//! The meeting service's events over the real RabbitMQ (docs/spec.md §7) and refunds over HTTP
+//! (docs/spec.md §5): each consumer's success, business failure, malformed (its DLQ),
 //! duplicate-delivery and system-failure paths; a meeting deletion with a mix of
 //! refundable, refunded and failing refunds; refund authorization.
 

@@ -1,4 +1,4 @@
-//! Money never moves unrecorded (SPEC §4 "intent before every call", §7): a provider call
+//! Money never moves unrecorded (docs/spec.md §4 "intent before every call", §7): a provider call
 //! whose outcome cannot be committed is finished by the worker through the provider, with
 //! the effect happening once; a provider that answers garbage gets bounded attempts and an
 //! operator-visible state; stalled sagas are resumed a bounded number of times; one live
@@ -420,7 +420,7 @@ async fn one_live_order_per_meeting_and_user(backend: Backend) {
 }
 
 /// Issue 11 item 6: a participant whose cancellation refund was refused still gets a
-/// refund attempt when the meeting is deleted (SPEC §7: every completed payment).
+/// refund attempt when the meeting is deleted (docs/spec.md §7: every completed payment).
 async fn a_meeting_deletion_retries_refunds_refused_before(backend: Backend) {
     let Some((app, broker, meeting, workers)) = start(backend, &[]).await else {
         return;

@@ -1,4 +1,4 @@
-//! Notification retries and operator repair over HTTP (SPEC §3–§5).
+//! Notification retries and operator repair over HTTP (docs/spec.md §3–§5).
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! The outbox relay against the real RabbitMQ and both databases (SPEC §6): exactly-once
+//! The outbox relay against the real RabbitMQ and both databases (docs/spec.md §6): exactly-once
 //! delivery with concurrent relays, per-aggregate order, unroutable and allow-listed
 //! events, a connection severed mid-batch, wake-ups, lease recovery and clean-up.
 
@@ -404,7 +404,7 @@ async fn an_event_committed_after_later_ones_is_never_skipped_on_postgres() {
     assert_eq!(relay.run_once().await.unwrap().claimed, 0, "and it is sent once");
 }
 
-/// SPEC §6's cost contract: publishing writes no row version per event. Every event row
+/// docs/spec.md §6's cost contract: publishing writes no row version per event. Every event row
 /// keeps its physical version (`ctid`, which any UPDATE changes, HOT or not) from insert to
 /// published, so the success path leaves no dead tuple behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -434,7 +434,7 @@ async fn publishing_rewrites_no_event_row_on_postgres() {
     assert_eq!(ctids().await, before, "no event row was rewritten");
 }
 
-/// SPEC §6 ordering on the fast path: an event behind a failed event of its aggregate is
+/// docs/spec.md §6 ordering on the fast path: an event behind a failed event of its aggregate is
 /// not sent in a later wave of the same batch, nor in a later batch; it waits (`READY`,
 /// `blocked`) until the dead letter is discarded, then goes out in order.
 async fn an_event_behind_a_failed_one_of_its_aggregate_waits_for_it(backend: Backend) {

@@ -1,4 +1,4 @@
-//! JWT bearer authentication (SPEC §5). Keys are chosen by `kid` so they can rotate:
+//! JWT bearer authentication (docs/spec.md §5). Keys are chosen by `kid` so they can rotate:
 //! static keys from `auth.keys` (the first that can sign mints `app token`, all verify), and
 //! an identity provider's published key set (`auth.jwks_url`) — fetched at start, cached,
 //! fetched again when a token names a `kid` the cache lacks (at most once per
@@ -270,7 +270,7 @@ impl JwtKeys {
         if sub.trim().is_empty() {
             return Err(invalid("invalid subject"));
         }
-        // SPEC §5: a claim is input like any other — control characters or an over-long
+        // docs/spec.md §5: a claim is input like any other — control characters or an over-long
         // subject are 422 naming it, never stored.
         text::check("sub", sub, text::limits::ID).map_err(|e| {
             ApiError::field(actix_web::http::StatusCode::UNPROCESSABLE_ENTITY, e.field(), e.message())

@@ -14,7 +14,7 @@ use crate::application::input::check_json_text;
 
 pub const MAX_BODY: usize = 64 * 1024;
 
-/// SPEC §5: a body must arrive within this long, else `408`. A client that trickles its
+/// docs/spec.md §5: a body must arrive within this long, else `408`. A client that trickles its
 /// body cannot hold a worker and a connection for longer.
 pub const BODY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -101,7 +101,7 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<JsonBody<T>, ApiError
             format!("request body is not valid JSON: {e}"),
         )
     })?;
-    // SPEC §5: no string anywhere in a body may carry a control character.
+    // docs/spec.md §5: no string anywhere in a body may carry a control character.
     check_json_text(&raw)
         .map_err(|e| ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, e.field(), e.message()))?;
     let canonical = canonical(&raw);
@@ -181,7 +181,7 @@ impl<T: DeserializeOwned + 'static> FromRequest for MaybeJson<T> {
         if empty {
             return Box::pin(async { Ok(MaybeJson(None)) });
         }
-        // `Option<T>` decodes a `null` body as `None` (SPEC §5: null equals no body).
+        // `Option<T>` decodes a `null` body as `None` (docs/spec.md §5: null equals no body).
         let body = JsonBody::<Option<T>>::from_request(req, payload);
         Box::pin(async move { body.await.map(|b| MaybeJson(b.value)) })
     }

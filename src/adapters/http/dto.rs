@@ -74,7 +74,7 @@ pub struct OrderItemResponse {
     pub unit_price: i64,
 }
 
-/// An order's own fields (SPEC §3).
+/// An order's own fields (docs/spec.md §3).
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OrderResponse {

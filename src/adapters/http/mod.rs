@@ -1,4 +1,4 @@
-//! The HTTP API (SPEC §5) on actix-web: routes, DTOs, problem+json errors, JWT auth,
+//! The HTTP API (docs/spec.md §5) on actix-web: routes, DTOs, problem+json errors, JWT auth,
 //! correlation ids. Handlers call use cases, never repositories.
 
 pub mod admin;
@@ -204,7 +204,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     );
 }
 
-/// A query parameter as SPEC §5 reads it: an empty one is absent; one with a control
+/// A query parameter as docs/spec.md §5 reads it: an empty one is absent; one with a control
 /// character or over `max` characters is `422` naming it.
 ///
 /// # Errors

@@ -15,6 +15,7 @@ use super::dto::{
 use super::problem::{ApiError, Problem};
 use super::{HttpState, query_param};
 use crate::application::AppError;
+use crate::application::error::Chain;
 use crate::application::orchestration::PlaceOrder;
 use crate::application::ports::{IdempotencyBegin, Scenario, StoredResponse};
 use crate::application::queries::ListOrders;
@@ -145,7 +146,7 @@ pub async fn place_order(
     match state.orchestrator.place_order(&actor, command).await {
         Ok(record) => {
             let body = serde_json::to_string(&OrderDetailResponse::from(&record))
-                .map_err(|e| ApiError::from(AppError::Internal(e.to_string())))?;
+                .map_err(|e| ApiError::from(AppError::internal(e.to_string())))?;
             let stored = StoredResponse { status: StatusCode::CREATED.as_u16(), body };
             state.idempotency.complete(&actor, &key, &stored).await?;
             Ok(json_response(StatusCode::CREATED, stored.body))
@@ -155,7 +156,7 @@ pub async fn place_order(
             // system failure the order may exist: keep the key, so a retry resumes it.
             let forget = matches!(err, AppError::Validation { .. } | AppError::Forbidden { .. });
             if let Err(release) = state.idempotency.release(&actor, &key, forget).await {
-                tracing::warn!(error = %release, "could not release an idempotency key");
+                tracing::warn!(error = %Chain(&release), "could not release an idempotency key");
             }
             Err(err.into())
         }

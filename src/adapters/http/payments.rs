@@ -1,4 +1,4 @@
-//! Provider callbacks (`POST /api/payments/callbacks`, SPEC §5) and the operators' view of
+//! Provider callbacks (`POST /api/payments/callbacks`, docs/spec.md §5) and the operators' view of
 //! payments whose outcome is unknown.
 //!
 //! A callback is authenticated by `X-Signature: t=<unix seconds>,v1=<hex>`, where `v1` is

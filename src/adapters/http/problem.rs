@@ -7,6 +7,7 @@ use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
 use crate::application::AppError;
+use crate::application::error::Chain;
 
 /// The one error type of every HTTP handler.
 #[derive(Debug, thiserror::Error)]
@@ -95,16 +96,16 @@ impl From<AppError> for ApiError {
             AppError::NotFound(what) => ApiError::not_found(what),
             AppError::Forbidden { code, message } => ApiError::new(StatusCode::FORBIDDEN, code, message),
             AppError::Conflict { code, message } => ApiError::new(StatusCode::CONFLICT, code, message),
-            AppError::Unavailable(cause) => {
-                tracing::error!(error = %cause, "dependency unavailable");
+            err @ AppError::Unavailable(_) => {
+                tracing::error!(error = %Chain(&err), "dependency unavailable");
                 ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "SERVICE_UNAVAILABLE",
                     "a dependency is unavailable; retry later",
                 )
             }
-            AppError::Internal(cause) => {
-                tracing::error!(error = %cause, "internal error");
+            err @ AppError::Internal(_) => {
+                tracing::error!(error = %Chain(&err), "internal error");
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR", "internal error")
             }
         }

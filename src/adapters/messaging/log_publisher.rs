@@ -5,13 +5,13 @@
 use async_trait::async_trait;
 
 use crate::application::health::HealthProbe;
-use crate::application::ports::{EventPublisher, OutboxRecord, PublishOutcome};
+use crate::application::ports::{BrokerUnavailable, EventPublisher, OutboxRecord, PublishOutcome};
 
 pub struct LogEventPublisher;
 
 #[async_trait]
 impl EventPublisher for LogEventPublisher {
-    async fn ready(&self) -> Result<(), String> {
+    async fn ready(&self) -> Result<(), BrokerUnavailable> {
         Ok(())
     }
 

@@ -21,7 +21,7 @@ use crate::domain::payment::{Payment, PaymentStatus};
 use crate::domain::settlement::{Settlement, SettlementStatus};
 
 fn corrupt(column: &str, value: &str) -> RepoError {
-    RepoError::Corrupt(format!("{column} = {value:?}"))
+    RepoError::corrupt(format!("{column} = {value:?}"))
 }
 
 fn parse<T>(column: &str, value: &str, f: impl Fn(&str) -> Option<T>) -> Result<T, RepoError> {

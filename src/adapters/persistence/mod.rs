@@ -26,7 +26,7 @@ pub use orders::SeaOrmOrderRepository;
 pub use outbox::SeaOrmOutboxStore;
 
 use crate::application::health::HealthProbe;
-use crate::application::ports::RepoError;
+use crate::application::ports::{Cause, RepoError};
 
 /// Opens a pool. A SQLite file and its directory are created if missing, in WAL mode with
 /// a busy timeout so that concurrent writers wait for each other instead of failing.
@@ -141,7 +141,7 @@ pub fn is_postgres(db: &DatabaseConnection) -> bool {
 pub(crate) fn repo_err(err: DbErr) -> RepoError {
     match err.sql_err() {
         Some(SqlErr::UniqueConstraintViolation(_)) => RepoError::Conflict,
-        _ => RepoError::Unavailable(err.to_string()),
+        _ => RepoError::Unavailable(Cause::new(err)),
     }
 }
 

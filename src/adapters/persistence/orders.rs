@@ -465,7 +465,7 @@ impl OrderRepository for SeaOrmOrderRepository {
         rows.into_iter()
             .map(|r| {
                 let action = AuditAction::parse(&r.action)
-                    .ok_or_else(|| RepoError::Corrupt(format!("audit_log.action `{}`", r.action)))?;
+                    .ok_or_else(|| RepoError::corrupt(format!("audit_log.action `{}`", r.action)))?;
                 Ok(AuditRecord {
                     action,
                     entity_type: r.entity_type,

@@ -127,7 +127,7 @@ impl SeaOrmOutboxStore {
                 by_lane.entry(r.lane).or_default().push_back(r.id);
             }
         }
-        let snapshot = snapshot.ok_or_else(|| RepoError::Unavailable("no snapshot reported".into()))?;
+        let snapshot = snapshot.ok_or_else(|| RepoError::unavailable("no snapshot reported"))?;
         for &i in which {
             let c = &mut cursors[i];
             if c.current.is_none() {
@@ -699,7 +699,7 @@ impl OutboxStore for SeaOrmOutboxStore {
         let result = outbox_events::Entity::update_many()
             .col_expr(Column::Status, Expr::value(action.target().as_str()))
             .col_expr(Column::PublishedAt, Expr::value(now))
-            // SPEC §6: the failure of an earlier attempt is cleared once published.
+            // docs/spec.md §6: the failure of an earlier attempt is cleared once published.
             .col_expr(Column::FailureCode, Expr::value(Option::<String>::None))
             .col_expr(Column::FailureReason, Expr::value(Option::<String>::None))
             .col_expr(Column::ClaimedUntil, Expr::value(Option::<DateTime<Utc>>::None))
@@ -1050,7 +1050,7 @@ impl OutboxStore for SeaOrmOutboxStore {
 
 /// A list as one text parameter for `string_to_array($n, chr(31), chr(30))`: items joined
 /// by the unit separator, `None` as the record separator (read back as NULL). Neither can
-/// occur in what is joined: numbers, snapshots, and aggregate types and ids (SPEC §5 refuses
+/// occur in what is joined: numbers, snapshots, and aggregate types and ids (docs/spec.md §5 refuses
 /// control characters in input).
 fn joined(items: impl Iterator<Item = Option<String>>) -> String {
     items.map(|i| i.unwrap_or_else(|| "\u{1e}".to_owned())).collect::<Vec<_>>().join("\u{1f}")

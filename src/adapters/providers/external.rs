@@ -1,4 +1,4 @@
-//! The external payment provider (SPEC §9, modelled on Toss Payments) over HTTPS.
+//! The external payment provider (docs/spec.md §9, modelled on Toss Payments) over HTTPS.
 //!
 //! Every call carries `Authorization: Basic base64("{secret_key}:")` and the configured
 //! timeout. Outcomes map onto the port's contract: a 4xx is a business answer (declined,
@@ -120,7 +120,7 @@ fn business_error(body: &[u8]) -> ErrorResponse {
     serde_json::from_slice(body).unwrap_or_default()
 }
 
-/// SPEC §4/§5: a provider answer is input like any other. A transaction id, code or
+/// docs/spec.md §4/§5: a provider answer is input like any other. A transaction id, code or
 /// message that is over-long or carries control characters breaks the protocol: the
 /// caller treats the answer as an unknown outcome (it cannot be stored as it is), never as
 /// a decision. `Err` says which field broke it.

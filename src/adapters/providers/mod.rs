@@ -1,5 +1,5 @@
 //! Payment, settlement and notification providers: the simulated ones of mode `mock`
-//! (driven by `X-Mock-Scenario`) and the external HTTP client of SPEC §9.
+//! (driven by `X-Mock-Scenario`) and the external HTTP client of docs/spec.md §9.
 
 mod external;
 mod simulated;

@@ -1,5 +1,5 @@
 //! Simulated providers (mode `mock`): they succeed unless the order's scenario asks
-//! otherwise (SPEC §4), and they behave like real ones where it matters — the payment
+//! otherwise (docs/spec.md §4), and they behave like real ones where it matters — the payment
 //! simulator is idempotent by `paymentRequestId`, and a timed-out approval is remembered
 //! as taken, so reconciliation finds it.
 //!

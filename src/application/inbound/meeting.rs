@@ -179,7 +179,7 @@ impl MeetingEvents {
         })
     }
 
-    /// SPEC §7: the pair holds a live order already — a business failure, acknowledged:
+    /// docs/spec.md §7: the pair holds a live order already — a business failure, acknowledged:
     /// no order, no provider call; audited and announced (`payment.failed`), with the inbox
     /// entry in the same commit so a redelivery is a duplicate.
     async fn refuse_registration(
@@ -292,9 +292,7 @@ impl MeetingEvents {
             Ok(RefundOutcome::Rejected { reason, .. }) => Ok(Handled::BusinessFailure(reason)),
             // Someone else is changing the order (a concurrent delivery of this event?):
             // try again shortly, when the inbox will tell.
-            Err(AppError::Conflict { code: ORDER_BUSY, .. }) => {
-                Err(AppError::Unavailable("order busy".into()))
-            }
+            Err(AppError::Conflict { code: ORDER_BUSY, .. }) => Err(AppError::unavailable("order busy")),
             // Refunded by a concurrent delivery of the same event, or meanwhile by the API.
             Err(AppError::Conflict { .. }) => {
                 if self.orders.inbox_entry(consumer, &msg.event_id).await?.is_some() {
@@ -335,7 +333,7 @@ impl MeetingEvents {
         let (mut refunded, mut failed, mut skipped) = (0, Vec::new(), 0);
         for order_id in self.orders.completed_meeting_orders(&msg.meeting_id, None).await? {
             let reason = format!("meeting {} deleted (event {})", msg.meeting_id, msg.event_id);
-            // SPEC §7: every completed payment is refunded — one whose refund the provider
+            // docs/spec.md §7: every completed payment is refunded — one whose refund the provider
             // refused before (a participant's cancellation) is asked again, but not one that
             // a concurrent delivery of this same deletion was just refused. Refused refunds
             // keep their order `COMPLETED` with an `APPROVED` payment and are reported below.
@@ -345,7 +343,7 @@ impl MeetingEvents {
                 Ok(RefundOutcome::Refunded(_)) => refunded += 1,
                 Ok(RefundOutcome::Rejected { reason, .. }) => failed.push(format!("{order_id}: {reason}")),
                 Err(AppError::Conflict { code: ORDER_BUSY, .. }) => {
-                    return Err(AppError::Unavailable("order busy".into()));
+                    return Err(AppError::unavailable("order busy"));
                 }
                 Err(AppError::Conflict { .. }) => skipped += 1,
                 Err(err) => return Err(err),

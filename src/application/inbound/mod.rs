@@ -1,4 +1,4 @@
-//! Inbound events from other services (SPEC §7). The messaging adapter decodes and
+//! Inbound events from other services (docs/spec.md §7). The messaging adapter decodes and
 //! validates the wire format; these use cases decide what each message means, with the
 //! inbox making each `(consumer, eventId)` count once however often it is delivered.
 

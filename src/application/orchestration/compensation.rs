@@ -15,7 +15,7 @@ use crate::domain::order::{SagaStep, StepStatus};
 use crate::domain::payment::Payment;
 
 fn broken_invariant(err: impl std::fmt::Display) -> AppError {
-    AppError::Internal(format!("saga invariant broken: {err}"))
+    AppError::internal(format!("saga invariant broken: {err}"))
 }
 
 /// What the cancel's `answer` means for `payment` (`APPROVED`) and the order.

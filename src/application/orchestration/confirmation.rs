@@ -1,4 +1,4 @@
-//! Unknown payment outcomes (SPEC §4, §9): a provider callback or the worker's
+//! Unknown payment outcomes (docs/spec.md §4, §9): a provider callback or the worker's
 //! reconciliation learns the final answer of a `CONFIRMATION_REQUIRED` payment, records it
 //! under the order's saga lease, and resumes the saga. Whichever comes first applies it.
 
@@ -65,7 +65,7 @@ impl Orchestrator {
                 Some(record) => self.drive(record, actor).await,
                 // The pushed answer cannot be stored: the provider retries its callback, and
                 // reconciliation (bounded) asks meanwhile.
-                None => Err(AppError::Unavailable("the provider's answer cannot be stored".into())),
+                None => Err(AppError::unavailable("the provider's answer cannot be stored")),
             }
         }
         .await;

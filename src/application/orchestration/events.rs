@@ -1,4 +1,4 @@
-//! Domain events -> outbox rows with the envelope of SPEC §6.
+//! Domain events -> outbox rows with the envelope of docs/spec.md §6.
 //!
 //! The order is the saga's aggregate root: every event of an order's saga — its
 //! payment's, settlement's and notification's too — carries `aggregateType = "order"` and
@@ -26,7 +26,7 @@ pub fn timestamp(at: DateTime<Utc>) -> String {
 /// The aggregate type of a (meeting, user) registration refused before any order existed.
 pub const REGISTRATION_AGGREGATE: &str = "registration";
 
-/// `payment.failed`: a registration refused before any charge (SPEC §7), under the
+/// `payment.failed`: a registration refused before any charge (docs/spec.md §7), under the
 /// registration's own aggregate (no order exists for it).
 pub fn registration_refused(
     meeting_id: &str,

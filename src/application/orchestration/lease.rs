@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use crate::application::AppError;
+use crate::application::error::Chain;
 use crate::application::ports::{Clock, OrderRepository, SagaLease};
 use crate::domain::ids::OrderId;
 
@@ -38,7 +39,7 @@ impl SagaLeases {
     /// Gives the lease back. Not fatal when it fails: the lease runs out by itself.
     pub async fn release(&self, order_id: OrderId, owner: &str) {
         if let Err(err) = self.orders.release_saga(order_id, owner).await {
-            tracing::warn!(order = %order_id, error = %err, "could not release the saga lease");
+            tracing::warn!(order = %order_id, error = %Chain(&err), "could not release the saga lease");
         }
     }
 }

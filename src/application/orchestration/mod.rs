@@ -1,4 +1,4 @@
-//! The order saga (SPEC §4): a pure step table ([`steps`]) and the service that drives it
+//! The order saga (docs/spec.md §4): a pure step table ([`steps`]) and the service that drives it
 //! ([`Orchestrator`]), calling providers between commits and recording every outcome.
 
 mod compensation;

@@ -12,7 +12,7 @@ use crate::domain::notification::{FailurePolicy, Notification, RetryPolicy};
 use crate::domain::order::{FailureReason, FailureStage, Order, OrderStatus, SagaStep, StepStatus};
 
 fn broken_invariant(err: impl std::fmt::Display) -> AppError {
-    AppError::Internal(format!("notification invariant broken: {err}"))
+    AppError::internal(format!("notification invariant broken: {err}"))
 }
 
 /// The writes of one send's outcome, and the aggregates as they will be once committed.
@@ -104,7 +104,7 @@ pub fn apply_send_result(
                     Vec::new()
                 } else {
                     // Payment and settlement stand; the notification waits for a retry or
-                    // an operator (SPEC §4: COMPENSATION READY).
+                    // an operator (docs/spec.md §4: COMPENSATION READY).
                     changes.step(
                         order.id,
                         SagaStep::Compensation,

@@ -14,7 +14,7 @@ use crate::domain::order::{FailureReason, FailureStage, SagaStep, StepStatus};
 use crate::domain::payment::{Payment, PaymentStatus};
 
 fn broken_invariant(err: impl std::fmt::Display) -> AppError {
-    AppError::Internal(format!("saga invariant broken: {err}"))
+    AppError::internal(format!("saga invariant broken: {err}"))
 }
 
 /// What an approval answer means for the saga.

@@ -31,7 +31,7 @@ use crate::domain::settlement::Settlement;
 /// turning into a loop.
 const MAX_STEPS_PER_RUN: usize = 8;
 
-/// SPEC §7: a (meeting, user) pair with a live order cannot register again.
+/// docs/spec.md §7: a (meeting, user) pair with a live order cannot register again.
 pub const ALREADY_REGISTERED: &str = "ALREADY_REGISTERED";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,7 +113,7 @@ pub struct Orchestrator {
 }
 
 pub(super) fn broken_invariant(err: impl std::fmt::Display) -> AppError {
-    AppError::Internal(format!("saga invariant broken: {err}"))
+    AppError::internal(format!("saga invariant broken: {err}"))
 }
 
 impl Orchestrator {
@@ -227,7 +227,7 @@ impl Orchestrator {
         }
         let action = next_action_of(&record);
         if action.runs_nothing() {
-            // SPEC §4: a replay that changes nothing is audited too.
+            // docs/spec.md §4: a replay that changes nothing is audited too.
             let mut changes = Changes::default();
             changes.audit.push(audit::record(
                 AuditAction::OrchestrateNoop,

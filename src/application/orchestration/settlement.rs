@@ -14,7 +14,7 @@ use crate::domain::order::{FailureReason, FailureStage, SagaStep, StepStatus};
 use crate::domain::settlement::Settlement;
 
 fn broken_invariant(err: impl std::fmt::Display) -> AppError {
-    AppError::Internal(format!("saga invariant broken: {err}"))
+    AppError::internal(format!("saga invariant broken: {err}"))
 }
 
 /// What `answer` means for `settlement` (new, `REQUESTED`) and the order.

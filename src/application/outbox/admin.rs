@@ -1,4 +1,4 @@
-//! Operator repairs of the outbox (SPEC §5 admin): list, stats, republish, discard, and
+//! Operator repairs of the outbox (docs/spec.md §5 admin): list, stats, republish, discard, and
 //! bulk redrive of dead letters. Every action is audited with the acting subject and reason.
 
 use std::sync::Arc;
@@ -126,7 +126,7 @@ impl OutboxAdmin {
     ///
     /// # Errors
     /// `Forbidden` for a non-admin; `Validation` for a limit outside 1..=1000 or text that
-    /// breaks SPEC §5's rules.
+    /// breaks docs/spec.md §5's rules.
     pub async fn redrive(&self, actor: &Actor, request: Redrive) -> Result<RedriveReport, AppError> {
         actor.require_admin()?;
         if !(1..=MAX_REDRIVE).contains(&request.limit) {

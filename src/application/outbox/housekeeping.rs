@@ -7,6 +7,7 @@ use std::time::Duration as StdDuration;
 use chrono::{DateTime, Duration, NaiveTime, Utc};
 use tokio_util::sync::CancellationToken;
 
+use crate::application::error::Chain;
 use crate::application::ports::{AuditLog, Clock, IdempotencyStore, OutboxStore, RepoError};
 
 #[derive(Debug, Clone)]
@@ -103,12 +104,12 @@ impl Housekeeping {
                 _ = stop.cancelled() => break,
                 _ = recovery.tick() => {
                     if let Err(err) = self.recover_leases().await {
-                        tracing::error!(error = %err, "lease recovery failed");
+                        tracing::error!(error = %Chain(&err), "lease recovery failed");
                     }
                 }
                 _ = tokio::time::sleep(until_cleanup) => {
                     if let Err(err) = self.clean_up().await {
-                        tracing::error!(error = %err, "outbox clean-up failed");
+                        tracing::error!(error = %Chain(&err), "outbox clean-up failed");
                     }
                 }
             }

@@ -1,6 +1,6 @@
 //! The outbox relay: claims due rows, publishes them, records the broker's verdict.
 //!
-//! The relay claims only from the lanes it leases (SPEC §6): it renews them every
+//! The relay claims only from the lanes it leases (docs/spec.md §6): it renews them every
 //! `renew_every`, holds its fair share as workers come and go, claims nothing in a lane once
 //! its local view of the lease has run out (a paused worker stops before another may
 //! start), and gives its lanes back when it stops.
@@ -19,10 +19,11 @@ use chrono::{DateTime, Duration, Utc};
 use tokio::sync::{Mutex, Notify};
 use tokio_util::sync::CancellationToken;
 
+use crate::application::error::Chain;
 use crate::application::meter::Meter;
 use crate::application::ports::{
-    Clock, DeliveryFailure, EventPublisher, FastBatch, FastSettlement, HeldLane, LaneCursor, LaneFilter,
-    OutboxRecord, OutboxStore, PublishOutcome, RepoError,
+    BrokerUnavailable, Clock, DeliveryFailure, EventPublisher, FastBatch, FastSettlement, HeldLane,
+    LaneCursor, LaneFilter, OutboxRecord, OutboxStore, PublishOutcome, RepoError,
 };
 use crate::domain::outbox::{FailureCode, FailureOutcome, RetrySchedule};
 
@@ -102,8 +103,8 @@ impl RelayReport {
 pub enum RelayError {
     #[error(transparent)]
     Store(#[from] RepoError),
-    #[error("broker unavailable: {0}")]
-    Broker(String),
+    #[error(transparent)]
+    Broker(#[from] BrokerUnavailable),
 }
 
 pub struct OutboxRelay {
@@ -204,7 +205,7 @@ impl OutboxRelay {
                     };
                 }
                 Err(err) if held.valid() => {
-                    tracing::warn!(error = %err, "cannot renew the outbox lanes; the lease still holds");
+                    tracing::warn!(error = %Chain(&err), "cannot renew the outbox lanes; the lease still holds");
                 }
                 Err(err) => {
                     held.lanes.clear();
@@ -226,7 +227,7 @@ impl OutboxRelay {
     pub async fn release(&self) {
         let mut held = self.held.lock().await;
         if let Err(err) = self.store.release_lanes(&self.settings.worker_id).await {
-            tracing::warn!(error = %err, "cannot give the outbox lanes back; they expire with their lease");
+            tracing::warn!(error = %Chain(&err), "cannot give the outbox lanes back; they expire with their lease");
         }
         *held = HeldLanes::default();
     }
@@ -518,7 +519,7 @@ impl OutboxRelay {
     /// database fails — fast-path events are then sent again next round, claimed slow rows
     /// wait for their lease to be recovered; none is lost.
     pub async fn run_once(&self) -> Result<RelayReport, RelayError> {
-        self.publisher.ready().await.map_err(RelayError::Broker)?;
+        self.publisher.ready().await?;
         let held = self.lanes().await?;
         let mut report = RelayReport::default();
         if let Some(round) = self.prepare(&held, None).await?
@@ -538,7 +539,7 @@ impl OutboxRelay {
     /// # Errors
     /// As [`Self::run_once`]; what earlier batches did stays recorded.
     pub async fn drain(&self, stop: &CancellationToken) -> Result<RelayReport, RelayError> {
-        self.publisher.ready().await.map_err(RelayError::Broker)?;
+        self.publisher.ready().await?;
         let mut total = RelayReport::default();
         loop {
             let held = self.lanes().await?;
@@ -596,7 +597,7 @@ impl OutboxRelay {
                 Err(err) => {
                     failures = failures.saturating_add(1);
                     if failures == 1 || failures.is_power_of_two() {
-                        tracing::error!(error = %err, failures, "outbox relay round failed");
+                        tracing::error!(error = %Chain(&err), failures, "outbox relay round failed");
                     }
                     true
                 }
@@ -613,7 +614,7 @@ impl OutboxRelay {
             match self.store.next_retry_at().await {
                 Ok(Some(at)) => next_retry = Some(next_retry.map_or(at, |t| t.min(at))),
                 Ok(None) => {}
-                Err(err) => tracing::warn!(error = %err, "cannot read the next retry; polling"),
+                Err(err) => tracing::warn!(error = %Chain(&err), "cannot read the next retry; polling"),
             }
             let mut pause = self.settings.poll_interval;
             if let Some(at) = next_retry {

@@ -1,4 +1,4 @@
-//! Storage of idempotency keys (SPEC §5): the first response to a key is kept and replayed.
+//! Storage of idempotency keys (docs/spec.md §5): the first response to a key is kept and replayed.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -34,8 +34,15 @@ pub trait IdempotencyStore: Send + Sync {
     /// A new reservation records `order_id` and holds a lease until `lease_until`; a
     /// reservation whose lease ended (its holder died or released it) is taken over.
     ///
+    /// MUST return `InProgress` while an unfinished reservation holds a live lease (whatever
+    /// its fingerprint); otherwise `Mismatch` when the key was used with another fingerprint,
+    /// `Completed` with the stored response when it was completed with this one, and
+    /// `Started` with the reservation's order id (the one recorded first, on a take-over)
+    /// for a new or abandoned reservation. Two concurrent calls MUST NOT both get `Started`
+    /// for one key.
+    ///
     /// # Errors
-    /// `Unavailable` when the database fails.
+    /// MUST return `Unavailable` when the database fails.
     async fn begin(
         &self,
         scope: &str,
@@ -49,7 +56,7 @@ pub trait IdempotencyStore: Send + Sync {
     /// Stores the response for replay and ends the lease.
     ///
     /// # Errors
-    /// `Unavailable` when the database fails.
+    /// MUST return `Unavailable` when the database fails.
     async fn complete(
         &self,
         scope: &str,
@@ -63,12 +70,12 @@ pub trait IdempotencyStore: Send + Sync {
     /// created, e.g. validation failed).
     ///
     /// # Errors
-    /// `Unavailable` when the database fails.
+    /// MUST return `Unavailable` when the database fails.
     async fn release(&self, scope: &str, key: &str, forget: bool) -> Result<(), RepoError>;
 
     /// Deletes keys created before `before`; returns how many.
     ///
     /// # Errors
-    /// `Unavailable` when the database fails.
+    /// MUST return `Unavailable` when the database fails.
     async fn purge(&self, before: DateTime<Utc>) -> Result<u64, RepoError>;
 }

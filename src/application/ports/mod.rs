@@ -1,43 +1,83 @@
-//! Ports: one trait per capability the use cases need, each documenting its contract.
+//! Ports: one trait per capability the use cases need, one file each, every method's
+//! contract stated as what implementors MUST do and return.
 //!
-//! Adapters implement them (`SeaOrm...`, `Amqp...`, `Log...`, `Mock...`); application
-//! services hold them as `Arc<dyn Port>`.
+//! Adapters implement them (`SeaOrm...`, `Amqp...`, `Log...`, `Simulated...`); application
+//! services hold them as `Arc<dyn Port>`; unit tests use the `Mock...` doubles mockall
+//! generates.
+//!
+//! Storage ports return [`RepoError`]. Unless a method says otherwise, every one of them
+//! MUST return `Unavailable` (with its cause) when the database cannot be reached or fails,
+//! having written nothing; `Corrupt` when a stored value does not map back to the domain;
+//! and `Conflict` only where its doc says so. "Not found" is never an error: a look-up
+//! returns `Ok(None)` or an empty list.
+//!
+//! - [`unit_of_work`](UnitOfWork) — every write, in one transaction.
+//! - [`order_repository`](OrderRepository), [`payment_repository`](PaymentRepository),
+//!   [`notification_repository`](NotificationRepository) — reads.
+//! - [`audit_log`](AuditLog) — audit rows and their retention.
+//! - [`outbox_store`](OutboxStore) and [`event_publisher`](EventPublisher) — the outbox.
+//! - [`idempotency`](IdempotencyStore) — idempotency keys.
+//! - [`payment_gateway`](PaymentGateway), [`settlement_gateway`](SettlementGateway),
+//!   [`notifier`](Notifier) — the providers the saga calls, with [`GatewayError`] and the
+//!   mock [`Scenario`].
+//! - [`clock`](Clock) — time.
 
-mod audit;
+mod audit_log;
 mod clock;
 mod error;
+mod event_publisher;
+mod gateway_error;
 mod idempotency;
-mod outbox;
-mod providers;
-mod repository;
+mod notification_repository;
+mod notifier;
+mod order_repository;
+mod outbox_store;
+mod payment_gateway;
+mod payment_repository;
+mod scenario;
+mod settlement_gateway;
+mod unit_of_work;
 
-pub use audit::AuditRecord;
+pub use audit_log::{AuditLog, AuditRecord};
 pub use clock::Clock;
-pub use error::RepoError;
+pub use error::{Cause, RepoError};
+pub use event_publisher::{BrokerUnavailable, EventPublisher, PublishOutcome};
+pub use gateway_error::GatewayError;
 pub use idempotency::{IdempotencyBegin, IdempotencyStore, StoredResponse};
-pub use outbox::{
-    DeliveryFailure, EventPublisher, FastBatch, FastSettlement, HeldLane, LaneCursor, LaneFilter,
-    NewOutboxEvent, OutboxFilter, OutboxRecord, OutboxStats, OutboxStore, PublishOutcome,
+pub use notification_repository::NotificationRepository;
+pub use notifier::{NotificationRequest, Notifier, NotifyFailure};
+pub use order_repository::{
+    InboxEntry, OrderContext, OrderFilter, OrderRecord, OrderRepository, SagaLease, StepRecord,
 };
-pub use providers::{
-    ApprovalOutcome, ApprovePayment, Behaviour, CancelPayment, GatewayError, LookupOutcome,
-    NotificationRequest, Notifier, NotifyFailure, PaymentGateway, Scenario, ScenarioError, SettlementGateway,
-    SettlementOutcome, SettlementRequest,
+pub use outbox_store::{
+    DeliveryFailure, FastBatch, FastSettlement, HeldLane, LaneCursor, LaneFilter, NewOutboxEvent,
+    OutboxFilter, OutboxRecord, OutboxStats, OutboxStore,
 };
-pub use repository::{
-    AuditLog, Changes, InboxEntry, NewStep, NotificationRepository, OrderContext, OrderFilter, OrderRecord,
-    OrderRepository, PaymentRepository, SagaLease, StepRecord, UnitOfWork, Write,
-};
+pub use payment_gateway::{ApprovalOutcome, ApprovePayment, CancelPayment, LookupOutcome, PaymentGateway};
+pub use payment_repository::PaymentRepository;
+pub use scenario::{Behaviour, Scenario, ScenarioError};
+pub use settlement_gateway::{SettlementGateway, SettlementOutcome, SettlementRequest};
+pub use unit_of_work::{Changes, NewStep, UnitOfWork, Write};
 
 #[cfg(test)]
 pub use clock::MockClock;
 #[cfg(test)]
+pub use event_publisher::MockEventPublisher;
+#[cfg(test)]
 pub use idempotency::MockIdempotencyStore;
 #[cfg(test)]
-pub use outbox::{MockEventPublisher, MockOutboxStore};
+pub use notification_repository::MockNotificationRepository;
 #[cfg(test)]
-pub use providers::{MockNotifier, MockPaymentGateway, MockSettlementGateway};
+pub use notifier::MockNotifier;
 #[cfg(test)]
-pub use repository::{
-    MockNotificationRepository, MockOrderRepository, MockPaymentRepository, MockUnitOfWork,
-};
+pub use order_repository::MockOrderRepository;
+#[cfg(test)]
+pub use outbox_store::MockOutboxStore;
+#[cfg(test)]
+pub use payment_gateway::MockPaymentGateway;
+#[cfg(test)]
+pub use payment_repository::MockPaymentRepository;
+#[cfg(test)]
+pub use settlement_gateway::MockSettlementGateway;
+#[cfg(test)]
+pub use unit_of_work::MockUnitOfWork;

@@ -8,7 +8,7 @@ pub enum NotificationEvent {
 }
 
 impl NotificationEvent {
-    /// The event type, which is also its routing key (SPEC §6).
+    /// The event type, which is also its routing key (docs/spec.md §6).
     pub fn event_type(&self) -> &'static str {
         match self {
             NotificationEvent::Failed { .. } => "notification.failed",

@@ -151,7 +151,7 @@ impl Notification {
             matches!(self.status, RetryScheduled | ManualInterventionRequired | Failed),
         )?;
         self.move_to(Ignored, now);
-        // SPEC §3: `policy` shows the current handling; the failure's policy is in the audit.
+        // docs/spec.md §3: `policy` shows the current handling; the failure's policy is in the audit.
         self.policy = Some(FailurePolicy::Ignore);
         Ok(vec![])
     }
@@ -164,7 +164,7 @@ impl Notification {
         Ok(vec![])
     }
 
-    /// SPEC §3's `policy`: the current handling — [`NO_POLICY`] once sent, else the last
+    /// docs/spec.md §3's `policy`: the current handling — [`NO_POLICY`] once sent, else the last
     /// failure's policy (`IGNORE` once an operator ignored it); `None` before any attempt.
     pub fn handling(&self) -> Option<&'static str> {
         if self.status == NotificationStatus::Sent {

@@ -1,7 +1,7 @@
 //! Notification statuses, failure policies and actions.
 
 spelled!(
-    /// Where a notification stands (SPEC §3).
+    /// Where a notification stands (docs/spec.md §3).
     NotificationStatus {
         Pending => "PENDING",
         Sent => "SENT",

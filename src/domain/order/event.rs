@@ -13,7 +13,7 @@ pub enum OrderEvent {
 }
 
 impl OrderEvent {
-    /// The event type, which is also its routing key (SPEC §6).
+    /// The event type, which is also its routing key (docs/spec.md §6).
     pub fn event_type(&self) -> &'static str {
         match self {
             OrderEvent::Completed => "order.completed",

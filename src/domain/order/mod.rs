@@ -1,7 +1,7 @@
 //! The order aggregate: what was bought, by whom, and where it stands in the saga.
 //!
 //! `CREATED -> PAYMENT_APPROVED -> SETTLEMENT_REQUESTED -> COMPLETED`, with `FAILED`,
-//! `CANCELLED` and `PENDING_CONFIRMATION` as SPEC §3 describes. The saga's step records
+//! `CANCELLED` and `PENDING_CONFIRMATION` as docs/spec.md §3 describes. The saga's step records
 //! (`step.rs`) live here too because they are part of an order's story.
 
 mod error;

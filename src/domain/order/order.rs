@@ -121,7 +121,7 @@ impl Order {
             items.push(OrderItem { sku: item.sku, quantity: item.quantity, unit_price });
         }
         if total.minor() <= 0 {
-            // SPEC §3: an order of nothing is refused; there is nothing to charge.
+            // docs/spec.md §3: an order of nothing is refused; there is nothing to charge.
             return Err(OrderError::invalid("totalAmount", "must be greater than 0"));
         }
         Ok(Order {
@@ -228,7 +228,7 @@ impl Order {
         Ok(vec![OrderEvent::Cancelled { reason: "REFUNDED".into() }])
     }
 
-    /// SPEC §7: the key of the (meeting, user) registration this order holds, or `None`.
+    /// docs/spec.md §7: the key of the (meeting, user) registration this order holds, or `None`.
     /// A meeting order holds its registration while it is in progress, completed, or
     /// failed after the money moved (settlement or notification stage: the customer is
     /// charged until compensation or a refund ends it); one declined, compensated or

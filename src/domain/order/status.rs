@@ -4,7 +4,7 @@
 //! spelling; adapters call them instead of writing strings of their own.
 
 spelled!(
-    /// Where an order stands (SPEC §3).
+    /// Where an order stands (docs/spec.md §3).
     OrderStatus {
         Created => "CREATED",
         PaymentApproved => "PAYMENT_APPROVED",

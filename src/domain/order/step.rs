@@ -1,4 +1,4 @@
-//! The saga's step vocabulary: one `orchestration_steps` row per step outcome (SPEC §4).
+//! The saga's step vocabulary: one `orchestration_steps` row per step outcome (docs/spec.md §4).
 
 spelled!(
     /// A step of the order saga.

@@ -1,4 +1,4 @@
-//! The outbox row's life cycle and its retry arithmetic (SPEC §6).
+//! The outbox row's life cycle and its retry arithmetic (docs/spec.md §6).
 //!
 //! The relay changes many rows per statement, so instead of a per-row method each action
 //! names the statuses it may leave from and the one it lands in; the store turns that into
@@ -53,7 +53,7 @@ pub enum OutboxError {
 
 impl OutboxStatus {
     /// Statuses of an earlier event that keep later events of its aggregate waiting:
-    /// anything not yet delivered or given up by an operator (SPEC §6 ordering).
+    /// anything not yet delivered or given up by an operator (docs/spec.md §6 ordering).
     pub const BLOCKING: &'static [OutboxStatus] =
         &[OutboxStatus::Ready, OutboxStatus::Processing, OutboxStatus::RetryWait, OutboxStatus::DeadLetter];
 }

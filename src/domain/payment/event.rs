@@ -10,7 +10,7 @@ pub enum PaymentEvent {
 }
 
 impl PaymentEvent {
-    /// The event type, which is also its routing key (SPEC §6).
+    /// The event type, which is also its routing key (docs/spec.md §6).
     pub fn event_type(&self) -> &'static str {
         match self {
             PaymentEvent::Approved { .. } => "payment.approved",

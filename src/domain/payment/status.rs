@@ -1,7 +1,7 @@
 //! Payment statuses and actions.
 
 spelled!(
-    /// Where a payment stands (SPEC §3).
+    /// Where a payment stands (docs/spec.md §3).
     PaymentStatus {
         Requested => "REQUESTED",
         Approved => "APPROVED",

@@ -6,7 +6,7 @@ pub enum SettlementEvent {
 }
 
 impl SettlementEvent {
-    /// The event type, which is also its routing key (SPEC §6).
+    /// The event type, which is also its routing key (docs/spec.md §6).
     pub fn event_type(&self) -> &'static str {
         match self {
             SettlementEvent::Failed { .. } => "settlement.failed",

@@ -1,7 +1,7 @@
 //! Settlement statuses and actions.
 
 spelled!(
-    /// Where a settlement stands (SPEC §3).
+    /// Where a settlement stands (docs/spec.md §3).
     SettlementStatus {
         Requested => "REQUESTED",
         Succeeded => "SUCCEEDED",

@@ -1,4 +1,4 @@
-//! Consumers of the meeting service's events (SPEC §7): topology, decoding, and the
+//! Consumers of the meeting service's events (docs/spec.md §7): topology, decoding, and the
 //! failure policy — malformed or mistyped messages go to the queue's DLQ at once
 //! (`basic.nack`, no requeue, through `x-dead-letter-exchange`); business outcomes are
 //! acknowledged; system failures are retried with backoff, then dead-lettered. Every
@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::connection::{AmqpEndpoint, connect};
 use crate::application::AppError;
+use crate::application::error::Chain;
 use crate::application::inbound::{
     Handled, MeetingDeleted, MeetingEvents, ParticipantCancelled, ParticipantRegistered,
 };
@@ -170,7 +171,7 @@ fn decode(kind: Kind, body: &[u8]) -> Result<Inbound, String> {
         return Err(format!("body of {} bytes exceeds {MAX_MESSAGE}", body.len()));
     }
     let json = |e: serde_json::Error| format!("not a valid {} message: {e}", kind.label());
-    // SPEC §5: no string anywhere in a message may carry a control character.
+    // docs/spec.md §5: no string anywhere in a message may carry a control character.
     let raw: serde_json::Value = serde_json::from_slice(body).map_err(json)?;
     check_json_text(&raw).map_err(|e| e.to_string())?;
     let body = raw;
@@ -181,7 +182,7 @@ fn decode(kind: Kind, body: &[u8]) -> Result<Inbound, String> {
             field("meetingId", &w.meeting_id, text::limits::ID)?;
             field("userId", &w.user_id, text::limits::ID)?;
             if w.amount <= 0 {
-                // SPEC §7: free meetings never reach payment.
+                // docs/spec.md §7: free meetings never reach payment.
                 return Err("amount: must be greater than 0".into());
             }
             Inbound::Register(ParticipantRegistered {
@@ -393,7 +394,7 @@ impl MeetingConsumers {
                 }
                 Err(err) if attempt < self.settings.retries => {
                     let pause = self.settings.retry_backoff * 2u32.saturating_pow(attempt);
-                    tracing::warn!(consumer = kind.label(), error = %err, attempt, "system failure; retrying");
+                    tracing::warn!(consumer = kind.label(), error = %Chain(&err), attempt, "system failure; retrying");
                     self.meter.record(|| {
                         metrics::counter!("consumer_messages_total", "consumer" => kind.label(), "outcome" => "retried")
                             .increment(1)
@@ -404,7 +405,7 @@ impl MeetingConsumers {
                 Err(err) => {
                     return Verdict::Reject(
                         "dead_lettered",
-                        format!("system failure after {attempt} retries: {err}"),
+                        format!("system failure after {attempt} retries: {}", Chain(&err)),
                     );
                 }
             }

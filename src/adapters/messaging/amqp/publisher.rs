@@ -1,4 +1,4 @@
-//! The confirming publisher (SPEC §6): many messages in flight on one channel in confirm
+//! The confirming publisher (docs/spec.md §6): many messages in flight on one channel in confirm
 //! mode, each `mandatory` and persistent, `message_id = event_id`; every broker verdict —
 //! single or `multiple` ack, nack, return — is matched to its outbox row.
 //!
@@ -22,7 +22,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
 use super::connection::{AmqpEndpoint, connect};
 use crate::application::health::HealthProbe;
-use crate::application::ports::{EventPublisher, OutboxRecord, PublishOutcome};
+use crate::application::ports::{BrokerUnavailable, EventPublisher, OutboxRecord, PublishOutcome};
 use crate::domain::outbox::FailureCode;
 
 #[derive(Debug, Clone)]
@@ -239,9 +239,9 @@ impl AmqpEventPublisher {
 
 #[async_trait]
 impl EventPublisher for AmqpEventPublisher {
-    async fn ready(&self) -> Result<(), String> {
+    async fn ready(&self) -> Result<(), BrokerUnavailable> {
         let mut guard = self.link.lock().await;
-        self.ensure(&mut guard).await.map(|_| ())
+        self.ensure(&mut guard).await.map(|_| ()).map_err(BrokerUnavailable)
     }
 
     async fn publish(&self, batch: &[OutboxRecord]) -> Vec<PublishOutcome> {

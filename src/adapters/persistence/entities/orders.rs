@@ -22,7 +22,7 @@ pub struct Model {
     pub version: i64,
     pub saga_locked_by: Option<String>,
     pub saga_locked_until: Option<DateTimeUtc>,
-    /// `Order::registration_key`, under a unique index (SPEC §7).
+    /// `Order::registration_key`, under a unique index (docs/spec.md §7).
     pub registration_key: Option<String>,
     /// Times the worker's stalled-saga recovery resumed this order.
     pub saga_resumes: i32,

@@ -1,4 +1,5 @@
-//! The transactional outbox: storage of events to publish, and the broker that takes them.
+//! The transactional outbox's storage: events appended with their state change, the relay's
+//! lanes and progress, failures and operator actions.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -6,7 +7,7 @@ use chrono::{DateTime, Utc};
 use crate::domain::ids::EventId;
 use crate::domain::outbox::{FailureCode, FailureOutcome, OutboxStatus};
 
-use super::audit::AuditRecord;
+use super::audit_log::AuditRecord;
 use super::error::RepoError;
 
 /// An event to append to the outbox in the same transaction as its state change.
@@ -46,7 +47,7 @@ pub struct OutboxRecord {
     pub published_at: Option<DateTime<Utc>>,
     pub dead_lettered_at: Option<DateTime<Utc>>,
     pub version: i64,
-    /// The aggregate's lane (SPEC §6), fixed at insert.
+    /// The aggregate's lane (docs/spec.md §6), fixed at insert.
     pub lane: i16,
 }
 
@@ -82,15 +83,6 @@ pub struct OutboxStats {
     pub dead_letters_by_type: Vec<(String, i64)>,
     /// Aggregates whose later events wait behind a dead letter.
     pub blocked_aggregates: i64,
-}
-
-/// The broker's verdict on one message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PublishOutcome {
-    /// The broker confirmed it (or it was returned unroutable and its type allows that).
-    Confirmed,
-    /// Not confirmed: it must be retried.
-    Failed { code: FailureCode, reason: String },
 }
 
 /// Which lanes a claim may take rows from.
@@ -177,7 +169,7 @@ pub trait OutboxStore: Send + Sync {
     /// at `now` (fencing: a worker whose lane was taken over claims nothing there).
     ///
     /// # Errors
-    /// `Unavailable` when the database fails (nothing is claimed).
+    /// MUST return `Unavailable` when the database fails (nothing is claimed).
     async fn claim(
         &self,
         worker: &str,
@@ -194,7 +186,7 @@ pub trait OutboxStore: Send + Sync {
     /// Two workers never hold one lane: a lane is taken only if free or expired, atomically.
     ///
     /// # Errors
-    /// `Unavailable` when the database fails (nothing changed).
+    /// MUST return `Unavailable` when the database fails (nothing changed).
     async fn lease_lanes(
         &self,
         worker: &str,
@@ -207,7 +199,7 @@ pub trait OutboxStore: Send + Sync {
     /// starts before its first event).
     ///
     /// # Errors
-    /// `Unavailable` when the database fails.
+    /// MUST return `Unavailable` when the database fails.
     async fn lane_cursors(&self, held: &[HeldLane]) -> Result<Vec<LaneCursor>, RepoError>;
 
     /// The next fast-path events of each lane, at most `per_lane`, in lane order: the ids of
@@ -222,7 +214,7 @@ pub trait OutboxStore: Send + Sync {
     /// (`READY`, `PROCESSING`, `RETRY_WAIT`, `DEAD_LETTER`): their events must wait.
     ///
     /// # Errors
-    /// `Unavailable` when the database fails.
+    /// MUST return `Unavailable` when the database fails.
     async fn fast_batch(
         &self,
         cursors: &mut [LaneCursor],
@@ -237,7 +229,7 @@ pub trait OutboxStore: Send + Sync {
     /// again: duplicates, never a loss).
     ///
     /// # Errors
-    /// `Unavailable` when the database fails (nothing recorded).
+    /// MUST return `Unavailable` when the database fails (nothing recorded).
     async fn record_fast(
         &self,
         worker: &str,
@@ -249,28 +241,28 @@ pub trait OutboxStore: Send + Sync {
     /// that other workers take them at their next renewal instead of after the lease.
     ///
     /// # Errors
-    /// `Unavailable` when the database fails.
+    /// MUST return `Unavailable` when the database fails.
     async fn release_lanes(&self, worker: &str) -> Result<(), RepoError>;
 
     /// Marks rows `PUBLISHED`, only those still `PROCESSING` under `worker`'s claim; returns
     /// how many it marked (a row whose lease was recovered by another worker is skipped).
     ///
     /// # Errors
-    /// `Unavailable` when the database fails.
+    /// MUST return `Unavailable` when the database fails.
     async fn mark_published(&self, ids: &[i64], worker: &str, now: DateTime<Utc>) -> Result<u64, RepoError>;
 
     /// When the earliest `RETRY_WAIT` row falls due, if there is one (whoever scheduled it):
     /// an idle relay sleeps no longer than that.
     ///
     /// # Errors
-    /// `Unavailable` when the database fails.
+    /// MUST return `Unavailable` when the database fails.
     async fn next_retry_at(&self) -> Result<Option<DateTime<Utc>>, RepoError>;
 
     /// Moves failed rows to `RETRY_WAIT` or `DEAD_LETTER` as each [`DeliveryFailure`] says,
     /// only those still `PROCESSING` under `worker`'s claim; returns how many it moved.
     ///
     /// # Errors
-    /// `Unavailable` when the database fails.
+    /// MUST return `Unavailable` when the database fails.
     async fn mark_failed(
         &self,
         failures: &[DeliveryFailure],
@@ -282,14 +274,14 @@ pub trait OutboxStore: Send + Sync {
     /// once; returns how many. Wakes the relay when any moved (they are due now).
     ///
     /// # Errors
-    /// `Unavailable` when the database fails.
+    /// MUST return `Unavailable` when the database fails.
     async fn recover_expired(&self, now: DateTime<Utc>) -> Result<u64, RepoError>;
 
     /// Deletes at most `limit` `PUBLISHED` rows published before `published_before` and
     /// `DEAD_LETTER`/`DISCARDED` rows dead-lettered before `dead_before`; returns how many.
     ///
     /// # Errors
-    /// `Unavailable` when the database fails.
+    /// MUST return `Unavailable` when the database fails.
     async fn purge(
         &self,
         published_before: DateTime<Utc>,
@@ -300,25 +292,25 @@ pub trait OutboxStore: Send + Sync {
     /// Counts for operators and metrics.
     ///
     /// # Errors
-    /// `Unavailable` when the database fails.
+    /// MUST return `Unavailable` when the database fails.
     async fn stats(&self) -> Result<OutboxStats, RepoError>;
 
     /// One row.
     ///
     /// # Errors
-    /// `Unavailable` when the database fails.
+    /// MUST return `Unavailable` when the database fails.
     async fn get(&self, id: i64) -> Result<Option<OutboxRecord>, RepoError>;
 
     /// Rows matching the filter, newest first.
     ///
     /// # Errors
-    /// `Unavailable` when the database fails.
+    /// MUST return `Unavailable` when the database fails.
     async fn list(&self, filter: &OutboxFilter) -> Result<Vec<OutboxRecord>, RepoError>;
 
     /// One aggregate's rows, oldest first.
     ///
     /// # Errors
-    /// `Unavailable` when the database fails.
+    /// MUST return `Unavailable` when the database fails.
     async fn for_aggregate(
         &self,
         aggregate_type: &str,
@@ -328,11 +320,11 @@ pub trait OutboxStore: Send + Sync {
     /// Moves rows from `DEAD_LETTER` to `READY` (retry count reset) or `DISCARDED`
     /// (`discard = true`), writing `audit` (one row per moved id) in the same transaction.
     /// Only rows still `DEAD_LETTER` move; returns the ids moved. Wakes the relay after the
-    /// commit when any moved (SPEC §6: republished rows, and the later events of an
+    /// commit when any moved (docs/spec.md §6: republished rows, and the later events of an
     /// aggregate a discard unblocked, are publishable now).
     ///
     /// # Errors
-    /// `Unavailable` when the database fails.
+    /// MUST return `Unavailable` when the database fails.
     async fn settle_dead_letters(
         &self,
         ids: &[i64],
@@ -340,21 +332,4 @@ pub trait OutboxStore: Send + Sync {
         now: DateTime<Utc>,
         audit: AuditRecord,
     ) -> Result<Vec<i64>, RepoError>;
-}
-
-/// The broker side of the outbox.
-#[cfg_attr(test, mockall::automock)]
-#[async_trait]
-pub trait EventPublisher: Send + Sync {
-    /// Makes sure the broker can be published to now (connecting if needed). The relay
-    /// claims nothing while this fails, so an outage spends no retry budget.
-    ///
-    /// # Errors
-    /// Why the broker is unusable (no secrets in it).
-    async fn ready(&self) -> Result<(), String>;
-
-    /// Publishes a batch and waits (bounded) for the broker's verdict on each message.
-    /// Returns exactly one outcome per input record, in input order. Never panics on
-    /// broker failure: an unreachable broker yields `Failed` outcomes.
-    async fn publish(&self, batch: &[OutboxRecord]) -> Vec<PublishOutcome>;
 }

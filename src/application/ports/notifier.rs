@@ -1,0 +1,42 @@
+//! The customer notification service.
+
+use async_trait::async_trait;
+
+use super::scenario::Scenario;
+use crate::domain::ids::OrderId;
+use crate::domain::notification::FailurePolicy;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotificationRequest {
+    pub order_id: OrderId,
+    pub customer_id: String,
+    /// 1 for the first send, 2 for the first retry, ...
+    pub attempt: i32,
+    pub scenario: Scenario,
+}
+
+impl NotificationRequest {
+    /// The key a notifier deduplicates by: an attempt resumed after a crash (its outcome
+    /// never recorded) is the same attempt, not a second message to the customer.
+    pub fn idempotency_key(&self) -> String {
+        format!("notify-{}-{}", self.order_id, self.attempt)
+    }
+}
+
+/// A send that did not go through, with what should happen next.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("notification failed ({policy}): {reason}")]
+pub struct NotifyFailure {
+    pub policy: FailurePolicy,
+    pub reason: String,
+}
+
+#[cfg_attr(test, mockall::automock)]
+#[async_trait]
+pub trait Notifier: Send + Sync {
+    /// Tells the customer their order went through.
+    ///
+    /// # Errors
+    /// MUST return [`NotifyFailure`] with the policy the failure calls for.
+    async fn send(&self, request: &NotificationRequest) -> Result<(), NotifyFailure>;
+}

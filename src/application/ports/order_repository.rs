@@ -1,0 +1,160 @@
+//! Reads of orders and their saga state (every write goes through the unit of work).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::audit_log::AuditRecord;
+use super::error::RepoError;
+use super::scenario::Scenario;
+use crate::domain::ids::OrderId;
+use crate::domain::notification::Notification;
+use crate::domain::order::{Order, OrderStatus, SagaStep, StepStatus};
+use crate::domain::payment::Payment;
+use crate::domain::settlement::Settlement;
+
+/// Who drives an order's saga, until when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SagaLease {
+    pub owner: String,
+    pub until: DateTime<Utc>,
+}
+
+/// Facts about an order that are not part of the domain but travel with it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OrderContext {
+    /// Mock-provider behaviours requested at checkout (mock mode only).
+    pub scenario: Scenario,
+    /// The correlation id of the request that created the order.
+    pub correlation_id: Option<String>,
+}
+
+/// One saga step outcome as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepRecord {
+    pub step: SagaStep,
+    pub status: StepStatus,
+    pub detail: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// An order with everything the saga and the API need about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderRecord {
+    pub order: Order,
+    /// The latest payment attempt.
+    pub payment: Option<Payment>,
+    pub settlement: Option<Settlement>,
+    pub notification: Option<Notification>,
+    /// Oldest first.
+    pub steps: Vec<StepRecord>,
+    pub context: OrderContext,
+}
+
+/// Order listing filter: newest first, keyset-paged on the (time-ordered) id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderFilter {
+    pub status: Option<OrderStatus>,
+    pub customer_id: Option<String>,
+    /// Only orders with an id smaller than this (the previous page's last id).
+    pub before: Option<OrderId>,
+    pub limit: u32,
+}
+
+/// An inbound message processed: written in the same transaction as its effects, so a
+/// message is processed at most once per `(consumer, event_id)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboxEntry {
+    pub consumer: String,
+    pub event_id: String,
+    /// The order the message created, if any (a redelivery resumes it).
+    pub order_id: Option<OrderId>,
+    pub processed_at: DateTime<Utc>,
+}
+
+/// Reads of orders and their saga state.
+#[cfg_attr(test, mockall::automock)]
+#[async_trait]
+pub trait OrderRepository: Send + Sync {
+    /// The order with its latest payment, settlement, notification, steps and context.
+    ///
+    /// # Errors
+    /// MUST return `Ok(None)` when no such order exists; `Unavailable` when the database fails;
+    /// `Corrupt` when a stored value does not map to the domain.
+    async fn get(&self, id: OrderId) -> Result<Option<OrderRecord>, RepoError>;
+
+    /// Orders matching the filter, newest first, at most `filter.limit`.
+    ///
+    /// # Errors
+    /// MUST return `Unavailable` when the database fails.
+    async fn list(&self, filter: &OrderFilter) -> Result<Vec<Order>, RepoError>;
+
+    /// Takes the saga lease of an order for `owner` until `until`: succeeds when the order
+    /// has no lease, an expired one, or one already held by `owner`.
+    ///
+    /// # Errors
+    /// MUST return `Unavailable` when the database fails.
+    async fn lease_saga(&self, id: OrderId, lease: &SagaLease, now: DateTime<Utc>)
+    -> Result<bool, RepoError>;
+
+    /// Gives the lease up (only if `owner` holds it).
+    ///
+    /// # Errors
+    /// MUST return `Unavailable` when the database fails.
+    async fn release_saga(&self, id: OrderId, owner: &str) -> Result<(), RepoError>;
+
+    /// Orders whose saga stopped half-way — `CREATED`, `PAYMENT_APPROVED` or
+    /// `SETTLEMENT_REQUESTED`, unchanged since `before`, with no live saga lease, resumed
+    /// fewer than `max_resumes` times and due for the next resume — so a run that died can
+    /// be resumed. At most `limit`, oldest first, each with its resumes so far.
+    ///
+    /// # Errors
+    /// MUST return `Unavailable` when the database fails.
+    async fn stalled(
+        &self,
+        before: DateTime<Utc>,
+        now: DateTime<Utc>,
+        max_resumes: i32,
+        limit: u32,
+    ) -> Result<Vec<(OrderId, i32)>, RepoError>;
+
+    /// Counts a resume of a stalled saga and says when the next may happen (the backoff).
+    ///
+    /// # Errors
+    /// MUST return `Unavailable` when the database fails.
+    async fn note_resume(&self, id: OrderId, next_at: DateTime<Utc>) -> Result<(), RepoError>;
+
+    /// Orders still half-way after `max_resumes` resumes: an operator must look. Newest
+    /// first, at most `limit`.
+    ///
+    /// # Errors
+    /// MUST return `Unavailable` when the database fails.
+    async fn stalled_for_operator(&self, max_resumes: i32, limit: u32) -> Result<Vec<Order>, RepoError>;
+
+    /// How many orders are in each status (every status listed, zero included).
+    ///
+    /// # Errors
+    /// MUST return `Unavailable` when the database fails.
+    async fn count_by_status(&self) -> Result<Vec<(OrderStatus, i64)>, RepoError>;
+
+    /// The inbox entry of an inbound message, if it was processed.
+    ///
+    /// # Errors
+    /// MUST return `Unavailable` when the database fails.
+    async fn inbox_entry(&self, consumer: &str, event_id: &str) -> Result<Option<InboxEntry>, RepoError>;
+
+    /// `COMPLETED` orders of a meeting (of one customer, if given), oldest first.
+    ///
+    /// # Errors
+    /// MUST return `Unavailable` when the database fails.
+    async fn completed_meeting_orders(
+        &self,
+        meeting_id: &str,
+        customer_id: Option<String>,
+    ) -> Result<Vec<OrderId>, RepoError>;
+
+    /// Audit rows about one entity, oldest first.
+    ///
+    /// # Errors
+    /// MUST return `Unavailable` when the database fails.
+    async fn audit_for(&self, entity_type: &str, entity_id: &str) -> Result<Vec<AuditRecord>, RepoError>;
+}
