@@ -237,12 +237,12 @@ pub struct AuthSettings {
     pub issuer: Option<String>,
     /// Required `aud` of every token (`auth.audience`); unchecked when unset.
     pub audience: Option<String>,
-    /// Where the roles are in a token (`auth.roles_claim` [roles]): a claim name, or a dotted
+    /// Where the roles are in a token (`auth.roles_claim` \[roles\]): a claim name, or a dotted
     /// path such as `realm_access.roles`.
     pub roles_claim: String,
     /// An identity provider's published key set (`auth.jwks_url`).
     pub jwks_url: Option<String>,
-    /// The least time between two fetches of the key set (`auth.jwks_refresh_interval` [1m]).
+    /// The least time between two fetches of the key set (`auth.jwks_refresh_interval` \[1m\]).
     pub jwks_refresh_interval: Duration,
 }
 

@@ -18,16 +18,19 @@
 //!   - `orchestration/` — the saga: `steps` (what runs next), one pure decision per step
 //!     (`payment`, `settlement`, `compensation`, `notify`), `service` (the `Orchestrator`
 //!     that calls providers and commits), `lease`, `confirmation`.
-//!   - `recovery/` — background repair: unknown payment outcomes looked up, compensations
-//!     retried, stalled sagas resumed.
+//!   - `recovery` — background repair: unknown payment outcomes looked up (and provider
+//!     callbacks), compensations retried, stalled sagas resumed, pending refunds finished.
 //!   - `outbox/` — the relay (lanes, fast and slow paths), operator actions, retention.
 //!   - `inbound/` — messages from the meeting service.
 //!   - `idempotency`, `queries`, `refunds`, `notification_retry`, `envelopes` (the outbox
 //!     event writer shared by every use case), `input` (request checks), `health`, `meter`.
 //! - [`adapters`] — the outside world behind the ports: `persistence` (SeaORM on
-//!   PostgreSQL and SQLite: one file per port), `http` (actix-web handlers, auth,
-//!   problem+json), `messaging` (the confirming AMQP publisher and the meeting consumers),
-//!   `providers` (simulated and external HTTP payment), `clock`.
+//!   PostgreSQL and SQLite: `store` and one file per port it implements — `unit_of_work`,
+//!   `orders`, `payments`, `notifications`, `audit`, `outbox`, `idempotency`), `http`
+//!   (actix-web handlers per resource — `orders`, `payments`, `notifications`,
+//!   `outbox_admin`, `ops` — with `auth` and `problem`), `messaging` (the confirming AMQP
+//!   publisher and the meeting consumers), `providers` (simulated and external HTTP
+//!   payment), `clock`.
 //! - [`config`] — layered configuration (built-in defaults, file, environment) resolved
 //!   into each part's settings.
 //! - [`startup`] — the composition root: builds the services for `serve`, `worker` and the

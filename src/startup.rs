@@ -26,7 +26,7 @@ use crate::adapters::messaging::amqp::{
     MeetingTopology,
 };
 use crate::adapters::persistence::{
-    self, DatabaseProbe, SeaOrmIdempotencyStore, SeaOrmOrderRepository, SeaOrmOutboxStore,
+    self, DatabaseProbe, SeaOrmIdempotencyStore, SeaOrmOutboxStore, SeaOrmStore,
 };
 use crate::adapters::providers::{
     ExternalPaymentGateway, ExternalProviderSettings, ProviderCalls, SimulatedNotifier,
@@ -40,12 +40,12 @@ use crate::application::orchestration::{Orchestrator, SagaSettings};
 use crate::application::outbox::{
     Housekeeping, HousekeepingSettings, OutboxAdmin, OutboxRelay, RelaySettings,
 };
-use crate::application::payment_reconciliation::{PaymentReconciliation, ReconciliationSettings};
 use crate::application::ports::{
     Clock, EventPublisher, IdempotencyStore, Notifier, OrderRepository, OutboxStore, PaymentGateway,
     SettlementGateway, UnitOfWork,
 };
 use crate::application::queries::OrderQueries;
+use crate::application::recovery::{ReconciliationSettings, Recovery};
 use crate::application::refunds::Refunds;
 use crate::config::{BrokerKind, ProviderKind, Settings};
 use crate::domain::notification::RetryPolicy;
@@ -94,7 +94,7 @@ pub struct Services {
     pub outbox_admin: Arc<OutboxAdmin>,
     pub notifications: Arc<NotificationRetry>,
     pub refunds: Arc<Refunds>,
-    pub reconciliation: Arc<PaymentReconciliation>,
+    pub recovery: Arc<Recovery>,
     pub meeting_events: Arc<MeetingEvents>,
     pub publishers: PublisherFactory,
     pub housekeeping: Arc<Housekeeping>,
@@ -238,9 +238,7 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
 
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let relay_wake = Arc::new(Notify::new());
-    let orders = Arc::new(
-        SeaOrmOrderRepository::new(db.clone(), relay_wake.clone()).with_lanes(settings.outbox.lanes),
-    );
+    let orders = Arc::new(SeaOrmStore::new(db.clone(), relay_wake.clone()).with_lanes(settings.outbox.lanes));
     // The outbox has a pool of its own on PostgreSQL (custom plans for the claim; see
     // `persistence::connect_outbox`); SQLite has one writer and shares the one pool.
     let outbox_db = if settings.database.is_sqlite() {
@@ -346,8 +344,8 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
         orders.clone(),
         clock.clone(),
     ));
-    let reconciliation = Arc::new(
-        PaymentReconciliation::new(
+    let recovery = Arc::new(
+        Recovery::new(
             orchestrator.clone(),
             refunds.clone(),
             orders.clone(),
@@ -407,7 +405,7 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
         outbox_admin,
         notifications,
         refunds,
-        reconciliation,
+        recovery,
         meeting_events,
         publishers,
         housekeeping,
@@ -441,9 +439,9 @@ impl Workers {
             let token = stop.clone();
             handles.push(tokio::spawn(async move { notifications.run_until_stopped(token).await }));
         }
-        let reconciliation = services.reconciliation.clone();
+        let recovery = services.recovery.clone();
         let token = stop.clone();
-        handles.push(tokio::spawn(async move { reconciliation.run_until_stopped(token).await }));
+        handles.push(tokio::spawn(async move { recovery.run_until_stopped(token).await }));
         if let Some(consumers) = services.meeting_consumers() {
             let token = stop.clone();
             handles.push(tokio::spawn(consumers.run_until_stopped(token)));
@@ -476,7 +474,7 @@ fn http_state(services: &Services) -> web::Data<HttpState> {
         outbox_admin: services.outbox_admin.clone(),
         notifications: services.notifications.clone(),
         refunds: services.refunds.clone(),
-        reconciliation: services.reconciliation.clone(),
+        recovery: services.recovery.clone(),
         webhook_secret: services.settings.payment.external_webhook_secret.clone(),
         readiness: services.readiness.clone(),
         honour_mock_scenario: services.settings.payment.provider == ProviderKind::Mock,

@@ -7,6 +7,7 @@
 
 pub mod actor;
 pub mod audit;
+pub mod envelopes;
 pub mod error;
 pub mod health;
 pub mod idempotency;
@@ -16,9 +17,9 @@ pub mod meter;
 pub mod notification_retry;
 pub mod orchestration;
 pub mod outbox;
-pub mod payment_reconciliation;
 pub mod ports;
 pub mod queries;
+pub mod recovery;
 pub mod refunds;
 
 pub use actor::Actor;

@@ -18,7 +18,7 @@ use chrono::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::application::audit::{self, entity};
-use crate::application::orchestration::events::EventWriter;
+use crate::application::envelopes::EventWriter;
 use crate::application::orchestration::notify::apply_send_result;
 use crate::application::ports::{
     Changes, Clock, NotificationRepository, NotificationRequest, Notifier, OrderRecord, OrderRepository,

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::application::audit::entity;
-use crate::application::orchestration::events::ORDER_AGGREGATE;
+use crate::application::envelopes::ORDER_AGGREGATE;
 use crate::application::ports::{
     AuditRecord, OrderFilter, OrderRecord, OrderRepository, OutboxRecord, OutboxStore, StepRecord,
 };

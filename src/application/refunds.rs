@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use crate::application::audit::{self, entity};
-use crate::application::orchestration::events::EventWriter;
+use crate::application::envelopes::EventWriter;
 use crate::application::orchestration::lease::SagaLeases;
 use crate::application::ports::{
     CancelPayment, Changes, Clock, GatewayError, InboxEntry, LookupOutcome, OrderRecord, OrderRepository,

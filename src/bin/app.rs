@@ -279,11 +279,12 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
                         .await
                         .map_err(|e| Failure::Runtime(Chain(&e).to_string()))?;
                     // The same fields, names and units as `GET /api/admin/outbox/stats`.
-                    let json = serde_json::to_value(orchestrator::adapters::http::admin::stats_response(
-                        &stats,
-                        chrono::Utc::now(),
-                    ))
-                    .map_err(|e| Failure::Runtime(e.to_string()))?;
+                    let json =
+                        serde_json::to_value(orchestrator::adapters::http::outbox_admin::stats_response(
+                            &stats,
+                            chrono::Utc::now(),
+                        ))
+                        .map_err(|e| Failure::Runtime(e.to_string()))?;
                     println!("{json:#}");
                     Ok(())
                 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use orchestrator::adapters::http::auth::JwtKeys;
-use orchestrator::adapters::persistence::{SeaOrmOrderRepository, SeaOrmOutboxStore};
+use orchestrator::adapters::persistence::{SeaOrmOutboxStore, SeaOrmStore};
 use orchestrator::application::ports::{
     Changes, DeliveryFailure, NewOutboxEvent, OrderContext, OutboxStore, UnitOfWork,
 };
@@ -394,7 +394,7 @@ async fn worker_drains_the_outbox_and_replay_repairs_a_dead_letter() {
         return;
     };
     let conn = db.connect().await;
-    let repo = SeaOrmOrderRepository::new(conn.clone(), Default::default());
+    let repo = SeaOrmStore::new(conn.clone(), Default::default());
     let store = SeaOrmOutboxStore::new(conn.clone(), std::sync::Arc::new(tokio::sync::Notify::new()));
     let mut order = new_order();
     let mut changes = Changes::default();
@@ -484,7 +484,7 @@ async fn sigterm_drains_in_flight_publishes_and_leaves_no_claim_behind() {
         return;
     };
     let conn = db.connect().await;
-    let repo = SeaOrmOrderRepository::new(conn.clone(), Default::default());
+    let repo = SeaOrmStore::new(conn.clone(), Default::default());
     for _ in 0..20 {
         let mut order = new_order();
         let mut changes = Changes::default();

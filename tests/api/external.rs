@@ -186,13 +186,13 @@ async fn a_timeout_is_an_unknown_outcome_that_reconciliation_resolves(backend: B
         .expect(1)
         .mount(&server)
         .await;
-    let report = app.services.reconciliation.reconcile_due().await.unwrap();
+    let report = app.services.recovery.reconcile_due().await.unwrap();
     assert_eq!(report.resolved, 1);
     let now = detail(&app, &order["id"]).await;
     assert_eq!(now["status"], "COMPLETED");
     assert_eq!(now["payment"]["providerTransactionId"], "tx-late");
     assert_eq!(count_where(&app.db, "outbox_events", "event_type = 'payment.approved'").await, 1);
-    assert_eq!(app.services.reconciliation.reconcile_due().await.unwrap().resolved, 0, "nothing left");
+    assert_eq!(app.services.recovery.reconcile_due().await.unwrap().resolved, 0, "nothing left");
 }
 
 async fn reconciliation_declines_and_reapproves_with_the_same_key(backend: Backend) {
@@ -226,7 +226,7 @@ async fn reconciliation_declines_and_reapproves_with_the_same_key(backend: Backe
         .expect(1)
         .mount(&server)
         .await;
-    let report = app.services.reconciliation.reconcile_due().await.unwrap();
+    let report = app.services.recovery.reconcile_due().await.unwrap();
     assert_eq!(report.resolved, 2);
     let d = detail(&app, &declined["id"]).await;
     assert_eq!((d["status"].clone(), d["payment"]["status"].clone()), (json!("FAILED"), json!("DECLINED")));
@@ -249,7 +249,7 @@ async fn reconciliation_gives_up_after_its_attempts(backend: Backend) {
     Mock::given(method("GET")).respond_with(ResponseTemplate::new(500)).mount(&server).await;
     let mut exhausted = 0;
     for _ in 0..5 {
-        exhausted += app.services.reconciliation.reconcile_due().await.unwrap().exhausted;
+        exhausted += app.services.recovery.reconcile_due().await.unwrap().exhausted;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(exhausted, 1);
@@ -340,13 +340,13 @@ async fn a_callback_racing_reconciliation_applies_once(backend: Backend) {
         async move { callback(app, &body, Some(signature)).await.status() }
     });
     let (statuses, reconciled) =
-        tokio::join!(futures_util::future::join_all(callbacks), app.services.reconciliation.reconcile_due(),);
+        tokio::join!(futures_util::future::join_all(callbacks), app.services.recovery.reconcile_due(),);
     reconciled.unwrap();
     for status in statuses {
         assert!(status == StatusCode::OK || status == StatusCode::CONFLICT, "{status}");
     }
     // Whatever lost its race is settled by the next round (or the provider's retry).
-    app.services.reconciliation.reconcile_due().await.unwrap();
+    app.services.recovery.reconcile_due().await.unwrap();
     for o in &orders {
         let d = detail(&app, &o["id"]).await;
         assert_eq!(d["status"], "COMPLETED");
@@ -414,7 +414,7 @@ async fn failing_compensations_are_retried_then_left_to_an_operator(backend: Bac
     let mut retried = 0;
     for _ in 0..20 {
         tokio::time::sleep(Duration::from_millis(30)).await;
-        retried += app.services.reconciliation.retry_compensations().await.unwrap().retried;
+        retried += app.services.recovery.retry_compensations().await.unwrap().retried;
     }
     assert_eq!(retried, 2, "two more attempts after the first (max 3)");
     let d = detail(&app, &order["id"]).await;

@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use chrono::Utc;
-use orchestrator::adapters::persistence::SeaOrmOrderRepository;
+use orchestrator::adapters::persistence::SeaOrmStore;
 use orchestrator::application::ports::{Changes, NewOutboxEvent, UnitOfWork};
 use orchestrator::domain::ids::EventId;
 use reqwest::StatusCode;
@@ -77,7 +77,7 @@ fn worker(
 }
 
 async fn seed_events(db: &DatabaseConnection, n: usize) -> Vec<NewOutboxEvent> {
-    let uow = SeaOrmOrderRepository::new(db.clone(), Default::default());
+    let uow = SeaOrmStore::new(db.clone(), Default::default());
     let mut all = Vec::new();
     for chunk in 0..n.div_ceil(500) {
         let events: Vec<NewOutboxEvent> = (0..500.min(n - chunk * 500))
@@ -157,7 +157,7 @@ async fn a_worker_paused_past_its_lease_sends_only_duplicates_when_it_resumes() 
     let Some(broker) = TestBroker::start().await else { return };
     let Some(db) = TestDb::create(Backend::Postgres).await else { return };
     let conn = db.connect().await;
-    let uow = SeaOrmOrderRepository::new(conn.clone(), Default::default());
+    let uow = SeaOrmStore::new(conn.clone(), Default::default());
     let mut events = Vec::new();
     for a in 0..1000 {
         let aggregate = format!("agg-{a}");

@@ -192,8 +192,8 @@ async fn an_approval_that_breaks_the_protocol_is_reconciled_not_repeated(backend
         assert_eq!(order["payment"]["status"], "CONFIRMATION_REQUIRED");
         let mut resolved = 0;
         for _ in 0..20 {
-            resolved += app.services.reconciliation.reconcile_due().await.unwrap().resolved;
-            app.services.reconciliation.resume_stalled().await.unwrap();
+            resolved += app.services.recovery.reconcile_due().await.unwrap().resolved;
+            app.services.recovery.resume_stalled().await.unwrap();
             tokio::time::sleep(Duration::from_millis(30)).await;
         }
         assert_eq!(resolved, 0);
@@ -229,8 +229,8 @@ async fn a_transaction_id_already_used_is_an_unknown_outcome(backend: Backend) {
     assert_eq!(count_where(&app.db, "audit_log", "action = 'PAYMENT_OUTCOME_UNSTORABLE'").await, 1);
     let mut resolved = 0;
     for _ in 0..10 {
-        resolved += app.services.reconciliation.reconcile_due().await.unwrap().resolved;
-        app.services.reconciliation.resume_stalled().await.unwrap();
+        resolved += app.services.recovery.reconcile_due().await.unwrap().resolved;
+        app.services.recovery.resume_stalled().await.unwrap();
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
     assert_eq!(resolved, 0, "an answer that cannot be stored is not a resolution");
@@ -255,14 +255,14 @@ async fn stalled_saga_recovery_is_bounded_and_hands_over(backend: Backend) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while count_where(&app.db, "audit_log", "action = 'SAGA_RECOVERY_EXHAUSTED'").await == 0 {
         assert!(tokio::time::Instant::now() < deadline, "recovery never gave up");
-        app.services.reconciliation.resume_stalled().await.unwrap();
+        app.services.recovery.resume_stalled().await.unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(approvals(), 3, "the first run and two resumes, each with the same key");
     assert_eq!(count_where(&app.db, "audit_log", "action = 'SAGA_RESUMED'").await, 1);
     // Nothing more: the order is the operator's now.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    app.services.reconciliation.resume_stalled().await.unwrap();
+    app.services.recovery.resume_stalled().await.unwrap();
     assert_eq!(approvals(), 3);
     let stalled =
         json(app.get("/api/admin/orders/stalled", &admin(&app)).send().await.unwrap(), StatusCode::OK).await;
@@ -294,8 +294,8 @@ async fn an_outcome_the_database_refused_once_is_finished_with_the_same_key(
     let calls = app.services.provider_calls.clone().unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
-        app.services.reconciliation.resume_stalled().await.unwrap();
-        app.services.reconciliation.retry_compensations().await.unwrap();
+        app.services.recovery.resume_stalled().await.unwrap();
+        app.services.recovery.retry_compensations().await.unwrap();
         if count_where(&app.db, "orders", &format!("status = '{expected}'")).await == 1 {
             break;
         }

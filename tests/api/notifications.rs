@@ -221,8 +221,7 @@ async fn stuck_claims_are_released_for_another_attempt(backend: Backend) {
     n.claim(past, past).unwrap();
     let mut changes = orchestrator::application::ports::Changes::default();
     changes.update_notification(&mut n);
-    let uow =
-        orchestrator::adapters::persistence::SeaOrmOrderRepository::new(app.db.clone(), Default::default());
+    let uow = orchestrator::adapters::persistence::SeaOrmStore::new(app.db.clone(), Default::default());
     orchestrator::application::ports::UnitOfWork::commit(&uow, changes).await.unwrap();
     assert_eq!(retry_due(&app).await["claimed"], 0, "a PROCESSING claim is not due");
     assert_eq!(app.services.notifications.recover_stuck().await.unwrap(), 1);

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use orchestrator::adapters::persistence::{self, SeaOrmOrderRepository};
+use orchestrator::adapters::persistence::{self, SeaOrmStore};
 use orchestrator::application::ports::{Changes, NewOutboxEvent, UnitOfWork};
 use orchestrator::domain::ids::EventId;
 use orchestrator::domain::outbox::{FailureCode, OutboxStatus};
@@ -48,8 +48,8 @@ async fn seed(uow: &dyn UnitOfWork, aggregates: usize, per_aggregate: usize) -> 
     all
 }
 
-fn repo(app: &TestApp) -> SeaOrmOrderRepository {
-    SeaOrmOrderRepository::new(app.db.clone(), app.services.relay_wake.clone())
+fn repo(app: &TestApp) -> SeaOrmStore {
+    SeaOrmStore::new(app.db.clone(), app.services.relay_wake.clone())
 }
 
 async fn spawn_app(
@@ -351,7 +351,7 @@ async fn a_commit_in_another_process_wakes_the_relay_on_postgres() {
     let workers = Workers::spawn(&app.services);
     // Let the relay finish its first (empty) round and the listener subscribe.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let other_process = SeaOrmOrderRepository::new(app.db.clone(), Arc::new(Notify::new()));
+    let other_process = SeaOrmStore::new(app.db.clone(), Arc::new(Notify::new()));
     assert!(persistence::is_postgres(&app.db));
     let events = seed(&other_process, 1, 1).await;
     let received = broker.wait_for(1, Duration::from_secs(20)).await;

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, DurationRound, TimeDelta, Utc};
-use orchestrator::adapters::persistence::{SeaOrmIdempotencyStore, SeaOrmOrderRepository, SeaOrmOutboxStore};
+use orchestrator::adapters::persistence::{SeaOrmIdempotencyStore, SeaOrmOutboxStore, SeaOrmStore};
 use orchestrator::application::ports::{
     AuditRecord, Changes, DeliveryFailure, IdempotencyBegin, IdempotencyStore, NewOutboxEvent, OrderContext,
     OrderFilter, OrderRepository, OutboxStore, RepoError, Scenario, StoredResponse, UnitOfWork,
@@ -62,7 +62,7 @@ fn event(aggregate: &str, event_type: &str) -> NewOutboxEvent {
 struct Stores {
     _db: TestDb,
     conn: DatabaseConnection,
-    orders: SeaOrmOrderRepository,
+    orders: SeaOrmStore,
     outbox: SeaOrmOutboxStore,
     keys: SeaOrmIdempotencyStore,
     wake: Arc<Notify>,
@@ -73,7 +73,7 @@ async fn stores(backend: Backend) -> Option<Stores> {
     let conn = db.connect().await;
     let wake = Arc::new(Notify::new());
     Some(Stores {
-        orders: SeaOrmOrderRepository::new(conn.clone(), wake.clone()),
+        orders: SeaOrmStore::new(conn.clone(), wake.clone()),
         outbox: SeaOrmOutboxStore::new(conn.clone(), wake.clone()),
         keys: SeaOrmIdempotencyStore::new(conn.clone()),
         conn,
@@ -637,7 +637,7 @@ async fn hot_statements_never_run_on_a_generic_plan_on_postgres() {
     // One connection: the statistics below are per session.
     let conn = orchestrator::adapters::persistence::connect_outbox(&db.url, 1).await.unwrap();
     let outbox = SeaOrmOutboxStore::new(conn.clone(), Arc::new(Notify::new()));
-    let orders = SeaOrmOrderRepository::new(conn.clone(), Arc::new(Notify::new()));
+    let orders = SeaOrmStore::new(conn.clone(), Arc::new(Notify::new()));
     let events = (0..20).map(|i| event(&format!("agg-{i}"), "order.completed")).collect();
     orders.commit(Changes { outbox: events, ..Default::default() }).await.unwrap();
     on_the_slow_path(&conn).await;

@@ -6,7 +6,7 @@ use utoipa::ToSchema;
 
 use crate::adapters::http::body::MaybeJson;
 use crate::adapters::http::problem::ApiError;
-use crate::application::orchestration::events::timestamp;
+use crate::application::envelopes::timestamp;
 use crate::application::ports::{AuditRecord, OrderRecord, OutboxRecord, StepRecord};
 use crate::domain::notification::Notification;
 use crate::domain::order::Order;

@@ -1,7 +1,6 @@
 //! The HTTP API (docs/spec.md §5) on actix-web: routes, DTOs, problem+json errors, JWT auth,
 //! correlation ids. Handlers call use cases, never repositories.
 
-pub mod admin;
 pub mod auth;
 pub mod body;
 pub mod correlation;
@@ -9,6 +8,7 @@ pub mod dto;
 pub mod notifications;
 pub mod ops;
 pub mod orders;
+pub mod outbox_admin;
 pub mod payments;
 pub mod problem;
 
@@ -24,8 +24,8 @@ use crate::application::idempotency::IdempotencyService;
 use crate::application::notification_retry::NotificationRetry;
 use crate::application::orchestration::Orchestrator;
 use crate::application::outbox::OutboxAdmin;
-use crate::application::payment_reconciliation::PaymentReconciliation;
 use crate::application::queries::OrderQueries;
+use crate::application::recovery::Recovery;
 use crate::application::refunds::Refunds;
 use crate::config::Secret;
 use problem::ApiError;
@@ -38,7 +38,7 @@ pub struct HttpState {
     pub outbox_admin: Arc<OutboxAdmin>,
     pub notifications: Arc<NotificationRetry>,
     pub refunds: Arc<Refunds>,
-    pub reconciliation: Arc<PaymentReconciliation>,
+    pub recovery: Arc<Recovery>,
     /// `payment.external.webhook_secret`: provider callbacks are refused without it.
     pub webhook_secret: Option<Secret>,
     pub readiness: Arc<Readiness>,
@@ -121,11 +121,11 @@ impl utoipa::Modify for BearerAuth {
         payments::callback,
         payments::unconfirmed,
         payments::stalled,
-        admin::list_outbox,
-        admin::outbox_stats,
-        admin::republish,
-        admin::discard,
-        admin::redrive,
+        outbox_admin::list_outbox,
+        outbox_admin::outbox_stats,
+        outbox_admin::republish,
+        outbox_admin::discard,
+        outbox_admin::redrive,
         notifications::list,
         notifications::retry_due,
         notifications::reprocess,
@@ -184,11 +184,13 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(resource("/api/payments/callbacks", "POST").route(web::post().to(payments::callback)))
     .service(resource("/api/admin/payments/unconfirmed", "GET").route(web::get().to(payments::unconfirmed)))
     .service(resource("/api/admin/orders/stalled", "GET").route(web::get().to(payments::stalled)))
-    .service(resource("/api/admin/outbox", "GET").route(web::get().to(admin::list_outbox)))
-    .service(resource("/api/admin/outbox/stats", "GET").route(web::get().to(admin::outbox_stats)))
-    .service(resource("/api/admin/outbox/redrive", "POST").route(web::post().to(admin::redrive)))
-    .service(resource("/api/admin/outbox/{id}/republish", "POST").route(web::post().to(admin::republish)))
-    .service(resource("/api/admin/outbox/{id}/discard", "POST").route(web::post().to(admin::discard)))
+    .service(resource("/api/admin/outbox", "GET").route(web::get().to(outbox_admin::list_outbox)))
+    .service(resource("/api/admin/outbox/stats", "GET").route(web::get().to(outbox_admin::outbox_stats)))
+    .service(resource("/api/admin/outbox/redrive", "POST").route(web::post().to(outbox_admin::redrive)))
+    .service(
+        resource("/api/admin/outbox/{id}/republish", "POST").route(web::post().to(outbox_admin::republish)),
+    )
+    .service(resource("/api/admin/outbox/{id}/discard", "POST").route(web::post().to(outbox_admin::discard)))
     .service(resource("/api/admin/notification-events", "GET").route(web::get().to(notifications::list)))
     .service(
         resource("/api/admin/notification-events/retry-due", "POST")

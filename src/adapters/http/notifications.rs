@@ -11,7 +11,7 @@ use super::body::MaybeJson;
 use super::dto::{OrderDetailResponse, ReasonRequest};
 use super::problem::{ApiError, Problem};
 use super::{HttpState, query_param};
-use crate::application::orchestration::events::timestamp;
+use crate::application::envelopes::timestamp;
 use crate::domain::ids::NotificationId;
 use crate::domain::notification::{Notification, NotificationStatus};
 

@@ -67,7 +67,7 @@ pub async fn metrics(state: web::Data<HttpState>) -> HttpResponse {
             }
         });
     }
-    if let Ok(attention) = state.reconciliation.needs_operator().await {
+    if let Ok(attention) = state.recovery.needs_operator().await {
         meter.record(|| {
             for (kind, n) in attention {
                 metrics::gauge!("operator_attention", "kind" => kind).set(n as f64);

@@ -18,8 +18,8 @@ use super::auth::Admin;
 use super::body::RawBody;
 use super::dto::{OrderResponse, PaymentResponse};
 use super::problem::{ApiError, Problem};
-use crate::application::orchestration::events::timestamp;
-use crate::application::payment_reconciliation::{CallbackResult, ProviderCallback};
+use crate::application::envelopes::timestamp;
+use crate::application::recovery::{CallbackResult, ProviderCallback};
 
 /// How far a callback's timestamp may be from now.
 pub const TOLERANCE_SECONDS: i64 = 300;
@@ -117,7 +117,7 @@ pub async fn callback(
     if let Err(err) =
         verify_signature(secret.expose().as_bytes(), header, &body.0, chrono::Utc::now().timestamp())
     {
-        state.reconciliation.reject_callback(&err.detail).await;
+        state.recovery.reject_callback(&err.detail).await;
         return Err(err);
     }
     let request: CallbackRequest = super::body::decode(&body.0)?.value;
@@ -145,7 +145,7 @@ pub async fn callback(
         }
     }
     let result = state
-        .reconciliation
+        .recovery
         .handle_callback(ProviderCallback {
             provider_transaction_id: request.provider_transaction_id,
             payment_request_id: request.payment_request_id,
@@ -180,7 +180,7 @@ pub async fn callback(
     security(("bearer" = []))
 )]
 pub async fn unconfirmed(state: web::Data<HttpState>, admin: Admin) -> Result<HttpResponse, ApiError> {
-    let payments = state.reconciliation.unconfirmed(&admin.0).await?;
+    let payments = state.recovery.unconfirmed(&admin.0).await?;
     let items: Vec<UnconfirmedPaymentResponse> = payments
         .iter()
         .map(|p| UnconfirmedPaymentResponse {
@@ -207,7 +207,7 @@ pub async fn unconfirmed(state: web::Data<HttpState>, admin: Admin) -> Result<Ht
     security(("bearer" = []))
 )]
 pub async fn stalled(state: web::Data<HttpState>, admin: Admin) -> Result<HttpResponse, ApiError> {
-    let orders = state.reconciliation.stalled_for_operator(&admin.0).await?;
+    let orders = state.recovery.stalled_for_operator(&admin.0).await?;
     Ok(HttpResponse::Ok().json(orders.iter().map(OrderResponse::from).collect::<Vec<_>>()))
 }
 

@@ -1,11 +1,15 @@
-//! Audit rows, inserted inside whichever transaction records what they describe.
+//! Audit rows, inserted inside whichever transaction records what they describe, and their
+//! retention.
 
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use sea_orm::ActiveValue::Set;
 use sea_orm::{ConnectionTrait, EntityTrait};
 
 use super::entities::audit_log;
 use super::repo_err;
-use crate::application::ports::{AuditRecord, RepoError};
+use super::store::SeaOrmStore;
+use crate::application::ports::{AuditLog, AuditRecord, RepoError};
 
 /// Inserts `audit` on `conn` (a transaction, so the rows commit with the change).
 pub(super) async fn insert_audit<C: ConnectionTrait>(
@@ -23,4 +27,22 @@ pub(super) async fn insert_audit<C: ConnectionTrait>(
     });
     audit_log::Entity::insert_many(rows).exec_without_returning(conn).await.map_err(repo_err)?;
     Ok(())
+}
+
+#[async_trait]
+impl AuditLog for SeaOrmStore {
+    async fn purge_audit(&self, before: DateTime<Utc>, limit: u32) -> Result<u64, RepoError> {
+        let backend = self.db.get_database_backend();
+        let sql = "DELETE FROM audit_log WHERE id IN (SELECT id FROM audit_log WHERE created_at < $1 \
+                   ORDER BY id LIMIT $2)";
+        let sql =
+            if backend == sea_orm::DatabaseBackend::Sqlite { sql.replace('$', "?") } else { sql.to_owned() };
+        let values: Vec<sea_orm::Value> = vec![before.into(), i64::from(limit).into()];
+        let result = self
+            .db
+            .execute_raw(sea_orm::Statement::from_sql_and_values(backend, sql, values))
+            .await
+            .map_err(repo_err)?;
+        Ok(result.rows_affected())
+    }
 }

@@ -10,8 +10,12 @@ pub mod entities;
 mod idempotency;
 mod listener;
 mod mapping;
+mod notifications;
 mod orders;
 mod outbox;
+mod payments;
+mod store;
+mod unit_of_work;
 
 use std::path::Path;
 use std::time::Duration;
@@ -22,8 +26,8 @@ use sea_orm_migration::MigratorTrait;
 
 pub use idempotency::SeaOrmIdempotencyStore;
 pub use listener::{OUTBOX_CHANNEL, wake_on_notify};
-pub use orders::SeaOrmOrderRepository;
 pub use outbox::SeaOrmOutboxStore;
+pub use store::SeaOrmStore;
 
 use crate::application::health::HealthProbe;
 use crate::application::ports::{Cause, RepoError};

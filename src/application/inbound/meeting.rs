@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use crate::application::audit::{self, entity};
-use crate::application::orchestration::{ALREADY_REGISTERED, InboxKey, Orchestrator, PlaceOrder, events};
+use crate::application::envelopes;
+use crate::application::orchestration::{ALREADY_REGISTERED, InboxKey, Orchestrator, PlaceOrder};
 use crate::application::ports::{
     Changes, Clock, InboxEntry, OrderRepository, RepoError, Scenario, UnitOfWork,
 };
@@ -202,7 +203,7 @@ impl MeetingEvents {
             Some(detail.clone()),
             entry.processed_at,
         ));
-        changes.outbox.push(events::registration_refused(
+        changes.outbox.push(envelopes::registration_refused(
             &msg.meeting_id,
             &msg.user_id,
             &msg.event_id,

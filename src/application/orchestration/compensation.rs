@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 
 use super::outcome::{Progress, StepOutcome};
 use crate::application::audit::{self, entity};
-use crate::application::orchestration::events::EventWriter;
+use crate::application::envelopes::EventWriter;
 use crate::application::ports::{Changes, GatewayError, OrderRecord};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;

@@ -3,7 +3,7 @@
 //! under the order's saga lease, and resumes the saga. Whichever comes first applies it.
 
 use crate::application::audit::{self, entity};
-use crate::application::orchestration::events::EventWriter;
+use crate::application::envelopes::EventWriter;
 use crate::application::orchestration::payment::{ApprovalDecision, decide_approval};
 use crate::application::orchestration::service::{Orchestrator, broken_invariant};
 use crate::application::ports::{ApprovePayment, Changes, LookupOutcome, OrderRecord, RepoError};

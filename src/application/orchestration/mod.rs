@@ -3,7 +3,6 @@
 
 mod compensation;
 mod confirmation;
-pub mod events;
 pub mod lease;
 pub mod notify;
 mod outcome;

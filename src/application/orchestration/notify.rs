@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 
 use crate::application::audit::{self, entity};
-use crate::application::orchestration::events::EventWriter;
+use crate::application::envelopes::EventWriter;
 use crate::application::ports::{Changes, NotifyFailure, OrderRecord};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;

@@ -16,7 +16,7 @@ use serde_json::json;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-use super::{BoxError, Fixture, admin_url, amqp_url, rss_kb, write_json};
+use crate::fixture::{BoxError, Fixture, admin_url, amqp_url, rss_kb, unpublished, write_json};
 
 /// A TCP proxy whose connections can all be cut at once.
 struct Proxy {
@@ -246,7 +246,7 @@ pub async fn soak(minutes: u64, rate: u32) -> Result<(), BoxError> {
             Ok::<i64, BoxError>(row.and_then(|r| r.try_get::<i64>("", "n").ok()).unwrap_or(0))
         }
     };
-    while crate::unpublished(&fixture.db).await? > 0
+    while unpublished(&fixture.db).await? > 0
         || count("SELECT COUNT(*) AS n FROM orders WHERE status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')")
             .await?
             > 0

@@ -81,7 +81,7 @@ pub enum CallbackResult {
 /// At most one `CALLBACK_REJECTED` audit row per this long (per process).
 pub const CALLBACK_AUDIT_WINDOW: Duration = Duration::seconds(10);
 
-pub struct PaymentReconciliation {
+pub struct Recovery {
     /// When the last rejected callback was audited, and how many were refused since.
     callback_audit: std::sync::Mutex<(Option<chrono::DateTime<chrono::Utc>>, u64)>,
     orchestrator: Arc<Orchestrator>,
@@ -94,7 +94,7 @@ pub struct PaymentReconciliation {
     meter: Meter,
 }
 
-impl PaymentReconciliation {
+impl Recovery {
     pub fn new(
         orchestrator: Arc<Orchestrator>,
         refunds: Arc<Refunds>,
@@ -104,7 +104,7 @@ impl PaymentReconciliation {
         clock: Arc<dyn Clock>,
         settings: ReconciliationSettings,
     ) -> Self {
-        PaymentReconciliation {
+        Recovery {
             callback_audit: std::sync::Mutex::default(),
             orchestrator,
             refunds,

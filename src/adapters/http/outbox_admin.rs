@@ -11,7 +11,7 @@ use super::body::{JsonBody, MaybeJson};
 use super::dto::{OutboxEventResponse, ReasonRequest};
 use super::problem::{ApiError, Problem};
 use super::{HttpState, query_param};
-use crate::application::orchestration::events::timestamp;
+use crate::application::envelopes::timestamp;
 use crate::application::outbox::Redrive;
 use crate::application::ports::{OutboxFilter, OutboxStats};
 use crate::config::parse_duration;

@@ -1,0 +1,272 @@
+//! Shared by every scenario: the per-run database and broker objects, seeding, CPU accounting from /proc, percentiles and the JSON results.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use amqprs::channel::{
+    Channel, ExchangeDeclareArguments, ExchangeDeleteArguments, QueueBindArguments, QueueDeclareArguments,
+    QueueDeleteArguments, QueuePurgeArguments,
+};
+use chrono::Utc;
+use orchestrator::adapters::messaging::amqp::{AmqpEndpoint, connect};
+use orchestrator::adapters::persistence::{self, SeaOrmStore};
+use orchestrator::application::ports::{Changes, NewOutboxEvent, OutboxStore, UnitOfWork};
+use orchestrator::config::Settings;
+use orchestrator::domain::ids::EventId;
+use orchestrator::domain::outbox::OutboxStatus;
+use sea_orm::{ConnectionTrait, Database, DatabaseConnection};
+use serde_json::json;
+use tokio::sync::Notify;
+
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+pub(crate) fn admin_url() -> String {
+    std::env::var("BENCH_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+pub(crate) fn amqp_url() -> String {
+    std::env::var("BENCH_AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
+}
+
+/// A database and broker objects that exist for one run.
+pub(crate) struct Fixture {
+    pub(crate) id: String,
+    pub(crate) db_url: String,
+    pub(crate) db: DatabaseConnection,
+    pub(crate) exchange: String,
+    pub(crate) queue: String,
+    pub(crate) endpoint: AmqpEndpoint,
+    pub(crate) channel: Channel,
+    pub(crate) _connection: amqprs::connection::Connection,
+}
+
+impl Fixture {
+    pub(crate) async fn create() -> Result<Fixture, BoxError> {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let admin = Database::connect(admin_url()).await?;
+        admin.execute_unprepared(&format!("CREATE DATABASE bench_{id}")).await?;
+        admin.close().await?;
+        let base = admin_url();
+        let server = base.rsplit_once('/').map_or(base.as_str(), |(s, _)| s).to_owned();
+        let db_url = format!("{server}/bench_{id}");
+        let db = persistence::connect(&db_url, 16).await?;
+        persistence::migrate(&db).await?;
+        let endpoint = AmqpEndpoint::parse(&amqp_url())?;
+        let connection = connect(&endpoint, "bench-setup").await?;
+        let channel = connection.open_channel(None).await?;
+        let exchange = format!("bench.{id}");
+        let queue = format!("bench.{id}");
+        channel
+            .exchange_declare(ExchangeDeclareArguments::new(&exchange, "topic").durable(true).finish())
+            .await?;
+        // Bounded (oldest dropped): a million messages piling up in one queue would measure
+        // the broker's paging, not the publisher. Both sides of every comparison share it.
+        let mut args = amqprs::FieldTable::new();
+        args.insert("x-max-length".try_into()?, amqprs::FieldValue::l(50_000));
+        channel
+            .queue_declare(QueueDeclareArguments::new(&queue).durable(true).arguments(args).finish())
+            .await?;
+        channel.queue_bind(QueueBindArguments::new(&queue, &exchange, "#")).await?;
+        Ok(Fixture { id, db_url, db, exchange, queue, endpoint, channel, _connection: connection })
+    }
+
+    pub(crate) fn settings(&self, extra: &[(&str, &str)]) -> Result<Settings, BoxError> {
+        let mut env: Vec<(String, String)> = vec![
+            ("APP__DATABASE__URL".into(), self.db_url.clone()),
+            ("APP__DATABASE__MAX_CONNECTIONS".into(), "16".into()),
+            ("APP__BROKER__URL".into(), amqp_url()),
+            ("APP__BROKER__EXCHANGE".into(), self.exchange.clone()),
+            ("APP__WORKER__EMBEDDED".into(), "false".into()),
+            ("APP__HTTP__BIND".into(), "127.0.0.1:0".into()),
+            ("APP__WORKER__HTTP__BIND".into(), "127.0.0.1:0".into()),
+            ("APP__PAYMENT__PROVIDER".into(), "mock".into()),
+            (
+                "APP__AUTH__KEYS".into(),
+                r#"[{"kid":"bench","algorithm":"HS256","secret":"bench-secret-bench-secret-bench-secret"}]"#
+                    .into(),
+            ),
+        ];
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        Ok(Settings::load_from(None, env)?)
+    }
+
+    pub(crate) async fn published(&self) -> Result<i64, BoxError> {
+        Ok(outbox_counts(&self.db).await?.get(&OutboxStatus::Published).copied().unwrap_or(0))
+    }
+
+    pub(crate) async fn reset(&self) -> Result<(), BoxError> {
+        self.db.execute_unprepared("TRUNCATE outbox_events").await?;
+        self.channel.queue_purge(QueuePurgeArguments::new(&self.queue)).await?;
+        Ok(())
+    }
+
+    pub(crate) async fn drop_all(self) {
+        let _ = self.channel.queue_delete(QueueDeleteArguments::new(&self.queue)).await;
+        let _ = self.channel.exchange_delete(ExchangeDeleteArguments::new(&self.exchange)).await;
+        let _ = self.db.close().await;
+        if let Ok(admin) = Database::connect(admin_url()).await {
+            let _ = admin
+                .execute_unprepared(&format!("DROP DATABASE IF EXISTS bench_{} WITH (FORCE)", self.id))
+                .await;
+        }
+    }
+}
+
+/// Outbox rows per status as operators see them (a published event keeps no per-row
+/// status: it comes from its lane's progress).
+pub(crate) async fn outbox_counts(db: &DatabaseConnection) -> Result<HashMap<OutboxStatus, i64>, BoxError> {
+    let store = persistence::SeaOrmOutboxStore::new(db.clone(), Arc::new(Notify::new()));
+    Ok(store.stats().await?.by_status.into_iter().collect())
+}
+
+/// An envelope of about 500 bytes, like a real order event.
+pub(crate) fn envelope(event_id: EventId, aggregate: &str) -> String {
+    json!({
+        "eventId": event_id.to_string(),
+        "eventType": "order.completed",
+        "aggregateType": "order",
+        "aggregateId": aggregate,
+        "correlationId": uuid::Uuid::new_v4().to_string(),
+        "occurredAt": Utc::now().to_rfc3339(),
+        "payload": {
+            "orderId": aggregate, "customerId": "customer-0042", "source": "API", "meetingId": null,
+            "currency": "KRW", "totalAmount": 30000, "orderStatus": "COMPLETED",
+            "paymentId": uuid::Uuid::new_v4().to_string(), "providerTransactionId": "sim-0123456789abcdef0123456789abcdef",
+            "note": "x".repeat(60),
+        }
+    })
+    .to_string()
+}
+
+pub(crate) fn new_event(aggregate: &str) -> NewOutboxEvent {
+    let event_id = EventId::new();
+    NewOutboxEvent {
+        event_id,
+        aggregate_type: "order".into(),
+        aggregate_id: aggregate.into(),
+        event_type: "order.completed".into(),
+        routing_key: "order.completed".into(),
+        payload: envelope(event_id, aggregate),
+        correlation_id: None,
+        created_at: Utc::now(),
+    }
+}
+
+pub(crate) async fn seed(db: &DatabaseConnection, n: usize) -> Result<(), BoxError> {
+    let uow = SeaOrmStore::new(db.clone(), Arc::new(Notify::new()));
+    let mut left = n;
+    while left > 0 {
+        let chunk = left.min(1000);
+        let outbox = (0..chunk).map(|_| new_event(&uuid::Uuid::now_v7().to_string())).collect();
+        uow.commit(Changes { outbox, ..Default::default() }).await?;
+        left -= chunk;
+    }
+    Ok(())
+}
+
+/// CPU seconds used so far by the broker, PostgreSQL (all its processes) and this process.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Cpu {
+    pub(crate) broker: f64,
+    pub(crate) postgres: f64,
+    pub(crate) app: f64,
+}
+
+impl Cpu {
+    pub(crate) fn now() -> Cpu {
+        // utime + stime, in clock ticks (100 per second on Linux).
+        let ticks = |stat: &str| -> f64 {
+            let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or_default();
+            let fields: Vec<&str> = after.split_whitespace().collect();
+            let get = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+            (get(11) + get(12)) / 100.0
+        };
+        let mut cpu = Cpu::default();
+        let me = std::process::id().to_string();
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !name.chars().all(|c| c.is_ascii_digit()) {
+                continue;
+            }
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+            let comm =
+                stat.split_once('(').and_then(|(_, r)| r.split_once(')')).map(|(c, _)| c).unwrap_or("");
+            if name == me {
+                cpu.app += ticks(&stat);
+            } else if comm.starts_with("beam") {
+                cpu.broker += ticks(&stat);
+            } else if comm.starts_with("postgres") {
+                cpu.postgres += ticks(&stat);
+            }
+        }
+        cpu
+    }
+
+    /// CPU milliseconds per 1 000 events since `before`.
+    pub(crate) fn per_thousand(&self, before: &Cpu, events: usize) -> String {
+        let k = events as f64 / 1000.0;
+        format!(
+            "broker {:.0} ms, postgres {:.0} ms, app {:.0} ms",
+            (self.broker - before.broker) * 1000.0 / k,
+            (self.postgres - before.postgres) * 1000.0 / k,
+            (self.app - before.app) * 1000.0 / k
+        )
+    }
+}
+
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+pub(crate) fn write_json(name: &str, value: &serde_json::Value) -> Result<(), BoxError> {
+    std::fs::create_dir_all("target/bench")?;
+    let path = format!("target/bench/{name}.json");
+    std::fs::write(&path, serde_json::to_string_pretty(value)?)?;
+    println!("\nwritten: {path}");
+    Ok(())
+}
+
+/// Seeds `n` READY rows straight in SQL (the fast way to build a large backlog).
+pub(crate) async fn seed_sql(db: &DatabaseConnection, n: usize) -> Result<(), BoxError> {
+    let payload = envelope(EventId::new(), "backlog").replace('\'', "''");
+    let mut done = 0;
+    while done < n {
+        let chunk = (n - done).min(100_000);
+        db.execute_unprepared(&format!(
+            "INSERT INTO outbox_events (event_id, aggregate_type, aggregate_id, event_type, routing_key, payload, \
+               status, retry_count, created_at, version, lane) \
+             SELECT gen_random_uuid(), 'order', 'agg-' || g, 'order.completed', 'order.completed', '{payload}', \
+               'READY', 0, now(), 1, g % 16 FROM generate_series({}, {}) g",
+            done + 1,
+            done + chunk
+        ))
+        .await?;
+        done += chunk;
+    }
+    db.execute_unprepared("ANALYZE outbox_events").await?;
+    Ok(())
+}
+
+pub(crate) fn rss_kb(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Outbox rows not yet published.
+pub(crate) async fn unpublished(db: &DatabaseConnection) -> Result<i64, BoxError> {
+    Ok(outbox_counts(db)
+        .await?
+        .into_iter()
+        .filter(|(s, _)| *s != OutboxStatus::Published)
+        .map(|(_, n)| n)
+        .sum())
+}

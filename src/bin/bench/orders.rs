@@ -1,0 +1,146 @@
+//! `bench orders`: `POST /api/orders` at rising concurrency, against pgbench on the same server.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use orchestrator::startup;
+use serde_json::json;
+
+use crate::fixture::*;
+
+/// Runs pgbench's built-in TPC-B-like script against a scratch database; returns tps.
+pub(crate) fn pgbench_tps(seconds: u64) -> Result<f64, BoxError> {
+    let base = admin_url();
+    let server = base.rsplit_once('/').map_or(base.as_str(), |(s, _)| s).to_owned();
+    let name = format!("bench_pgbench_{}", uuid::Uuid::new_v4().simple());
+    let url = format!("{server}/{name}");
+    let run = |args: &[&str], db: &str| -> Result<String, BoxError> {
+        let out = std::process::Command::new(args[0]).args(&args[1..]).arg(db).output()?;
+        if !out.status.success() {
+            return Err(format!("{} failed: {}", args[0], String::from_utf8_lossy(&out.stderr)).into());
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    run(&["psql", "-q", "-c", &format!("CREATE DATABASE {name}")], &base)?;
+    let result = (|| {
+        run(&["pgbench", "-i", "-q", "-s", "10"], &url)?;
+        let secs = seconds.to_string();
+        let text = run(&["pgbench", "-c", "8", "-j", "2", "-T", &secs], &url)?;
+        text.lines()
+            .find(|l| l.starts_with("tps = "))
+            .and_then(|l| l.trim_start_matches("tps = ").split_whitespace().next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .ok_or_else(|| BoxError::from("no tps in pgbench output"))
+    })();
+    let _ = run(&["psql", "-q", "-c", &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")], &base);
+    result
+}
+
+pub(crate) async fn orders_scenario(levels: &str, seconds: u64) -> Result<(), BoxError> {
+    let fixture = Fixture::create().await?;
+    let settings = fixture.settings(&[("APP__BROKER__KIND", "log"), ("APP__LOG__FORMAT", "json")])?;
+    let app = startup::Application::build(settings).await.map_err(|e| e.to_string())?;
+    let port = app.port();
+    let token = app.services().jwt.mint("bench-customer", &[], Duration::from_secs(3600))?;
+    tokio::spawn(app.run_until_stopped(std::future::pending()));
+    let client = reqwest::Client::builder().pool_max_idle_per_host(256).build()?;
+    let url = format!("http://127.0.0.1:{port}/api/orders");
+    let body =
+        json!({ "currency": "KRW", "items": [{ "sku": "TICKET-STD", "quantity": 2, "unitPrice": 15000 }] });
+    let one = |client: reqwest::Client, url: String, token: String, body: serde_json::Value| async move {
+        let started = Instant::now();
+        let ok = client
+            .post(&url)
+            .bearer_auth(&token)
+            .json(&body)
+            .send()
+            .await
+            .map(|r| r.status() == reqwest::StatusCode::CREATED)
+            .unwrap_or(false);
+        (ok, started.elapsed().as_secs_f64() * 1000.0)
+    };
+    // Warm up connections and caches.
+    for _ in 0..50 {
+        one(client.clone(), url.clone(), token.clone(), body.clone()).await;
+    }
+    println!("orders: POST /api/orders on PostgreSQL, mock providers, {seconds}s per level");
+    println!("| concurrency | orders/s | p50 ms | p99 ms | errors |\n|---:|---:|---:|---:|---:|");
+    let mut results = Vec::new();
+    let mut saturation = 0.0f64;
+    for c in levels.split(',').filter_map(|c| c.trim().parse::<usize>().ok()) {
+        let deadline = Instant::now() + Duration::from_secs(seconds);
+        let mut tasks = Vec::new();
+        for _ in 0..c {
+            let (client, url, token, body) = (client.clone(), url.clone(), token.clone(), body.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut samples = Vec::new();
+                let mut errors = 0;
+                while Instant::now() < deadline {
+                    let (ok, ms) = one(client.clone(), url.clone(), token.clone(), body.clone()).await;
+                    if ok { samples.push(ms) } else { errors += 1 }
+                }
+                (samples, errors)
+            }));
+        }
+        let (mut all, mut errors) = (Vec::new(), 0);
+        for t in tasks {
+            let (s, e) = t.await?;
+            all.extend(s);
+            errors += e;
+        }
+        all.sort_by(f64::total_cmp);
+        let rate = all.len() as f64 / seconds as f64;
+        saturation = saturation.max(rate);
+        println!(
+            "| {c} | {rate:.0} | {:.1} | {:.1} | {errors} |",
+            percentile(&all, 50.0),
+            percentile(&all, 99.0)
+        );
+        results.push(json!({ "concurrency": c, "ordersPerSecond": rate, "p50": percentile(&all, 50.0), "p99": percentile(&all, 99.0), "errors": errors }));
+    }
+    // Open loop at half of saturation: latency when not overloaded.
+    let target = (saturation / 2.0).max(1.0);
+    let interval = Duration::from_secs_f64(1.0 / target);
+    let samples: Arc<Mutex<Vec<f64>>> = Arc::default();
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let mut handles = Vec::new();
+    while Instant::now() < deadline {
+        tick.tick().await;
+        let (client, url, token, body, samples) =
+            (client.clone(), url.clone(), token.clone(), body.clone(), samples.clone());
+        handles.push(tokio::spawn(async move {
+            let (ok, ms) = one(client, url, token, body).await;
+            if ok {
+                samples.lock().unwrap_or_else(|e| e.into_inner()).push(ms);
+            }
+        }));
+    }
+    for h in handles {
+        h.await?;
+    }
+    let mut half = samples.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    half.sort_by(f64::total_cmp);
+    println!(
+        "| open loop at {target:.0}/s (50 % of saturation) | {:.0} | {:.1} | {:.1} | |",
+        half.len() as f64 / seconds as f64,
+        percentile(&half, 50.0),
+        percentile(&half, 99.0)
+    );
+    let tps = pgbench_tps(seconds)?;
+    println!(
+        "\npgbench (TPC-B-like, scale 10, 8 clients, {seconds}s): {tps:.0} tps; saturation {saturation:.0} orders/s = {:.3} orders per pgbench transaction",
+        saturation / tps
+    );
+    write_json(
+        "orders",
+        &json!({
+            "levels": results, "saturation": saturation,
+            "halfSaturation": { "rate": target, "p50": percentile(&half, 50.0), "p99": percentile(&half, 99.0) },
+            "pgbenchTps": tps, "ordersPerPgbenchTps": saturation / tps,
+        }),
+    )?;
+    fixture.drop_all().await;
+    Ok(())
+}

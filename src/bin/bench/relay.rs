@@ -1,0 +1,162 @@
+//! `bench relay`: the relay's drain rate against a bare confirming publisher.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use amqprs::channel::{BasicPublishArguments, Channel, ConfirmSelectArguments};
+use amqprs::{Ack, BasicProperties, Cancel, CloseChannel, Nack, Return};
+use orchestrator::adapters::messaging::amqp::connect;
+use orchestrator::domain::ids::EventId;
+use orchestrator::startup;
+use serde_json::json;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::fixture::*;
+
+/// Confirm callback of the bare publisher: releases one window slot per confirmed tag.
+pub(crate) struct WindowCallback {
+    window: Arc<Semaphore>,
+    settled: Arc<AtomicU64>,
+    last_tag: u64,
+}
+
+#[async_trait::async_trait]
+impl amqprs::callbacks::ChannelCallback for WindowCallback {
+    async fn close(&mut self, _: &Channel, _: CloseChannel) -> Result<(), amqprs::error::Error> {
+        Ok(())
+    }
+    async fn cancel(&mut self, _: &Channel, _: Cancel) -> Result<(), amqprs::error::Error> {
+        Ok(())
+    }
+    async fn flow(&mut self, _: &Channel, _: bool) -> Result<bool, amqprs::error::Error> {
+        Ok(true)
+    }
+    async fn publish_ack(&mut self, _: &Channel, ack: Ack) {
+        let n = if ack.mutiple() { ack.delivery_tag() - self.last_tag } else { 1 };
+        self.last_tag = self.last_tag.max(ack.delivery_tag());
+        self.settled.fetch_add(n, Ordering::SeqCst);
+        self.window.add_permits(n as usize);
+    }
+    async fn publish_nack(&mut self, _: &Channel, nack: Nack) {
+        let n = if nack.multiple() { nack.delivery_tag() - self.last_tag } else { 1 };
+        self.last_tag = self.last_tag.max(nack.delivery_tag());
+        self.settled.fetch_add(n, Ordering::SeqCst);
+        self.window.add_permits(n as usize);
+    }
+    async fn publish_return(&mut self, _: &Channel, _: Return, _: BasicProperties, _: Vec<u8>) {}
+}
+
+/// The baseline: the same messages straight to the broker, sliding confirm window.
+pub(crate) async fn bare_publisher(fixture: &Fixture, n: usize, window: usize) -> Result<f64, BoxError> {
+    let connection = connect(&fixture.endpoint, "bench-bare").await?;
+    let channel = connection.open_channel(None).await?;
+    let permits = Arc::new(Semaphore::new(window));
+    let settled = Arc::new(AtomicU64::new(0));
+    channel
+        .register_callback(WindowCallback { window: permits.clone(), settled: settled.clone(), last_tag: 0 })
+        .await?;
+    channel.confirm_select(ConfirmSelectArguments::default()).await?;
+    let bodies: Vec<(String, String)> = (0..n)
+        .map(|_| {
+            let e = new_event(&uuid::Uuid::now_v7().to_string());
+            (e.event_id.to_string(), e.payload)
+        })
+        .collect();
+    let started = Instant::now();
+    for (id, body) in bodies {
+        permits.acquire().await?.forget();
+        let mut props = BasicProperties::default();
+        props.with_message_id(&id).with_message_type("order.completed").with_persistence(true);
+        let args = BasicPublishArguments::new(&fixture.exchange, "order.completed").mandatory(true).finish();
+        channel.basic_publish(props.finish(), body.into_bytes(), args).await?;
+    }
+    while settled.load(Ordering::SeqCst) < n as u64 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let rate = n as f64 / started.elapsed().as_secs_f64();
+    let _ = connection.close().await;
+    Ok(rate)
+}
+
+pub(crate) async fn relay_drain(
+    fixture: &Fixture,
+    n: usize,
+    workers: usize,
+    window: usize,
+    batch: usize,
+) -> Result<f64, BoxError> {
+    let (window, batch) = (window.to_string(), batch.to_string());
+    let settings =
+        fixture.settings(&[("APP__OUTBOX__PUBLISH_WINDOW", &window), ("APP__OUTBOX__BATCH_SIZE", &batch)])?;
+    let services = startup::build_services(&settings).await.map_err(|e| e.to_string())?;
+    // The relays count what they publish: polling the database for the end would cost it
+    // more than the relay does.
+    let stop = CancellationToken::new();
+    let published = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut handles = Vec::new();
+    for _ in 0..workers {
+        let relay = services.relay();
+        let (stop, published) = (stop.clone(), published.clone());
+        handles.push(tokio::spawn(async move {
+            while published.load(Ordering::Relaxed) < n as u64 {
+                match relay.drain(&stop).await {
+                    Ok(r) if r.claimed > 0 => {
+                        published.fetch_add(r.published, Ordering::Relaxed);
+                    }
+                    _ => tokio::time::sleep(Duration::from_millis(5)).await,
+                }
+            }
+            relay.release().await;
+        }));
+    }
+    for h in handles {
+        h.await?;
+    }
+    let rate = n as f64 / started.elapsed().as_secs_f64();
+    if fixture.published().await? < n as i64 {
+        return Err("the relays stopped before every event was published".into());
+    }
+    Ok(rate)
+}
+
+pub(crate) async fn relay_scenario(
+    events: usize,
+    workers: &str,
+    window: usize,
+    batch: usize,
+) -> Result<(), BoxError> {
+    let fixture = Fixture::create().await?;
+    println!("relay: {events} events of ~{} B, window {window}", envelope(EventId::new(), "x").len());
+    let cpu = Cpu::now();
+    let baseline = bare_publisher(&fixture, events, window).await?;
+    let bare_cpu = Cpu::now().per_thousand(&cpu, events);
+    fixture.reset().await?;
+    println!("| publisher | events/s | ratio to baseline |\n|---|---:|---:|");
+    println!("| bare amqprs, sliding window {window} | {baseline:.0} | 1.00 |");
+    let mut results = vec![json!({ "publisher": "bare", "eventsPerSecond": baseline })];
+    let mut cpu_lines = vec![format!("bare: {bare_cpu}")];
+    for w in workers.split(',').filter_map(|w| w.trim().parse::<usize>().ok()) {
+        seed(&fixture.db, events).await?;
+        let cpu = Cpu::now();
+        let rate = relay_drain(&fixture, events, w, window, batch).await?;
+        cpu_lines.push(format!("relay x{w}: {}", Cpu::now().per_thousand(&cpu, events)));
+        println!("| relay, {w} worker(s) | {rate:.0} | {:.2} |", rate / baseline);
+        results.push(
+            json!({ "publisher": format!("relay x{w}"), "eventsPerSecond": rate, "ratio": rate / baseline }),
+        );
+        fixture.reset().await?;
+    }
+    println!("\nCPU per 1 000 events (2 cores = 2 000 ms of CPU per second):");
+    for line in &cpu_lines {
+        println!("  {line}");
+    }
+    write_json(
+        "relay",
+        &json!({ "events": events, "window": window, "batch": batch, "results": results, "cpu": cpu_lines }),
+    )?;
+    fixture.drop_all().await;
+    Ok(())
+}
