@@ -18,6 +18,10 @@ pub enum AppError {
     /// The caller may not do this; `code` is the stable problem code.
     #[error("{message}")]
     Forbidden { code: &'static str, message: String },
+    /// The request is well-formed but cannot be accepted as it is (e.g. an idempotency key
+    /// reused with another body); `code` is the stable problem code.
+    #[error("{message}")]
+    Unprocessable { code: &'static str, message: String },
     /// The resource is not in a state that allows this; `code` is the stable problem code.
     #[error("{message}")]
     Conflict { code: &'static str, message: String },

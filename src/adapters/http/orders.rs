@@ -15,9 +15,9 @@ use super::dto::{
 use super::problem::{ApiError, Problem};
 use super::{HttpState, query_param};
 use crate::application::AppError;
-use crate::application::error::Chain;
+use crate::application::idempotency::Keyed;
 use crate::application::orchestration::PlaceOrder;
-use crate::application::ports::{IdempotencyBegin, Scenario, StoredResponse};
+use crate::application::ports::{Scenario, StoredResponse};
 use crate::application::queries::ListOrders;
 use crate::application::refunds::{RefundOutcome, RefundRequest};
 use crate::domain::ids::OrderId;
@@ -117,50 +117,29 @@ pub async fn place_order(
         hash.update(scenario.to_string().as_bytes());
         format!("{:x}", hash.finalize())
     };
-    match state.idempotency.begin(&actor, &key, &fingerprint).await? {
-        IdempotencyBegin::Completed(stored) => {
+    let (orchestrator, caller) = (&state.orchestrator, &actor);
+    let outcome = state
+        .idempotency
+        .run(&actor, &key, &fingerprint, |order_id| async move {
+            command.order_id = order_id;
+            let record = orchestrator.place_order(caller, command).await?;
+            let body = serde_json::to_string(&OrderDetailResponse::from(&record))
+                .map_err(|e| AppError::internal(format!("cannot serialise the order: {e}")))?;
+            Ok(StoredResponse { status: StatusCode::CREATED.as_u16(), body })
+        })
+        .await?;
+    Ok(match outcome {
+        Keyed::Ran(stored) => json_response(StatusCode::CREATED, stored.body),
+        Keyed::Replayed(stored) => {
             let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
             let mut response = json_response(status, stored.body);
             response.headers_mut().insert(
                 actix_web::http::header::HeaderName::from_static("idempotent-replayed"),
                 actix_web::http::header::HeaderValue::from_static("true"),
             );
-            return Ok(response);
+            response
         }
-        IdempotencyBegin::Mismatch => {
-            return Err(ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "IDEMPOTENCY_KEY_REUSED",
-                "this Idempotency-Key was used with a different request",
-            ));
-        }
-        IdempotencyBegin::InProgress => {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "IDEMPOTENCY_KEY_IN_PROGRESS",
-                "a request with this Idempotency-Key is still being processed",
-            ));
-        }
-        IdempotencyBegin::Started { order_id } => command.order_id = order_id,
-    }
-    match state.orchestrator.place_order(&actor, command).await {
-        Ok(record) => {
-            let body = serde_json::to_string(&OrderDetailResponse::from(&record))
-                .map_err(|e| ApiError::from(AppError::internal(e.to_string())))?;
-            let stored = StoredResponse { status: StatusCode::CREATED.as_u16(), body };
-            state.idempotency.complete(&actor, &key, &stored).await?;
-            Ok(json_response(StatusCode::CREATED, stored.body))
-        }
-        Err(err) => {
-            // Nothing was created for a refused request: the key is free again. After a
-            // system failure the order may exist: keep the key, so a retry resumes it.
-            let forget = matches!(err, AppError::Validation { .. } | AppError::Forbidden { .. });
-            if let Err(release) = state.idempotency.release(&actor, &key, forget).await {
-                tracing::warn!(error = %Chain(&release), "could not release an idempotency key");
-            }
-            Err(err.into())
-        }
-    }
+    })
 }
 
 /// One order with its payment, settlement, notification and steps.

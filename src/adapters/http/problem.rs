@@ -96,6 +96,9 @@ impl From<AppError> for ApiError {
             AppError::NotFound(what) => ApiError::not_found(what),
             AppError::Forbidden { code, message } => ApiError::new(StatusCode::FORBIDDEN, code, message),
             AppError::Conflict { code, message } => ApiError::new(StatusCode::CONFLICT, code, message),
+            AppError::Unprocessable { code, message } => {
+                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, code, message)
+            }
             err @ AppError::Unavailable(_) => {
                 tracing::error!(error = %Chain(&err), "dependency unavailable");
                 ApiError::new(
