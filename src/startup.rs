@@ -209,6 +209,17 @@ pub fn install_tls_provider() {
 /// `Config` for unusable keys; `Runtime` when the database cannot be reached or is not
 /// migrated.
 pub async fn build_services(settings: &Settings) -> Result<Services, StartupError> {
+    build_services_with_clock(settings, Arc::new(SystemClock)).await
+}
+
+/// [`build_services`] on `clock` (tests pass a `ManualClock` and drive time by hand).
+///
+/// # Errors
+/// As [`build_services`].
+pub async fn build_services_with_clock(
+    settings: &Settings,
+    clock: Arc<dyn Clock>,
+) -> Result<Services, StartupError> {
     install_tls_provider();
     let jwt =
         Arc::new(JwtKeys::from_settings(&settings.auth).map_err(|e| StartupError::Config(e.to_string()))?);
@@ -236,7 +247,6 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
         }
     }
 
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let relay_wake = Arc::new(Notify::new());
     let orders = Arc::new(SeaOrmStore::new(db.clone(), relay_wake.clone()).with_lanes(settings.outbox.lanes));
     // The outbox has a pool of its own on PostgreSQL (custom plans for the claim; see
@@ -422,12 +432,14 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
 pub struct Workers {
     stop: CancellationToken,
     handles: Vec<JoinHandle<()>>,
+    loops: Vec<&'static str>,
 }
 
 impl Workers {
     pub fn spawn(services: &Services) -> Workers {
         let stop = CancellationToken::new();
         let mut handles = Vec::new();
+        let mut loops = vec!["outbox relay", "outbox lease recovery and clean-up"];
         let relay = services.relay();
         let token = stop.clone();
         handles.push(tokio::spawn(async move { relay.run_until_stopped(token).await }));
@@ -438,20 +450,29 @@ impl Workers {
             let notifications = services.notifications.clone();
             let token = stop.clone();
             handles.push(tokio::spawn(async move { notifications.run_until_stopped(token).await }));
+            loops.push("notification retries");
         }
+        loops.push("payment reconciliation, compensations, stalled sagas and pending refunds");
         let recovery = services.recovery.clone();
         let token = stop.clone();
         handles.push(tokio::spawn(async move { recovery.run_until_stopped(token).await }));
         if let Some(consumers) = services.meeting_consumers() {
             let token = stop.clone();
             handles.push(tokio::spawn(consumers.run_until_stopped(token)));
+            loops.push("meeting-service consumers");
         }
         if persistence::is_postgres(&services.db) {
             let (db, wake, token) = (services.db.clone(), services.relay_wake.clone(), stop.clone());
             handles.push(tokio::spawn(persistence::wake_on_notify(db, wake, token)));
+            loops.push("outbox wake-ups (LISTEN)");
         }
-        tracing::info!("worker loops started: outbox relay, lease recovery, clean-up");
-        Workers { stop, handles }
+        tracing::info!(loops = %loops.join("; "), "worker loops started");
+        Workers { stop, handles, loops }
+    }
+
+    /// The loops this worker runs (which ones depends on the configuration).
+    pub fn loops(&self) -> &[&'static str] {
+        &self.loops
     }
 
     /// Stops claiming, lets rounds in flight finish (bounded), and returns.
@@ -521,8 +542,19 @@ impl Application {
     /// # Errors
     /// As [`build_services`], or the address cannot be bound.
     pub async fn build(settings: Settings) -> Result<Application, StartupError> {
+        Self::build_with_clock(settings, Arc::new(SystemClock)).await
+    }
+
+    /// [`Application::build`] on `clock` (tests drive time by hand).
+    ///
+    /// # Errors
+    /// As [`Application::build`].
+    pub async fn build_with_clock(
+        settings: Settings,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Application, StartupError> {
         settings.require_explicit_production().map_err(|e| StartupError::Config(e.to_string()))?;
-        let services = build_services(&settings).await?;
+        let services = build_services_with_clock(&settings, clock).await?;
         // An identity provider down at start is not fatal: the fetch is logged and tried
         // again by the first token that needs it (answered 503 until then).
         let _ = services.jwt.load_key_set().await;

@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use orchestrator::adapters::clock::ManualClock;
 use orchestrator::adapters::persistence;
 use orchestrator::config::Settings;
 use orchestrator::startup::{Application, Services};
@@ -48,12 +49,29 @@ fn admin_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
 }
 
-/// Under `CI=true` a missing service is a failure, never a skip.
+/// Tests skipped in this process because a service was missing.
+static SKIPPED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Under `CI=true` a missing service is a failure, never a skip. Outside it the test
+/// returns early — and says so where a green run cannot hide it: on the process's real
+/// stderr (not the captured test output), with the count of tests skipped so far, and in
+/// `target/tmp/skipped-tests.txt` (one line per skipped test, whatever runner ran it).
 pub fn service_missing(service: &str, why: impl std::fmt::Display) {
     if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
         panic!("{service} is required under CI=true but is not reachable: {why}");
     }
-    eprintln!("SKIPPED: {service} is not reachable ({why}); set CI=true to make this fail");
+    use std::io::Write;
+    let n = SKIPPED.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+    let test = std::thread::current().name().unwrap_or("a test").to_owned();
+    let line = format!(
+        "SKIPPED ({n} so far): {test}: {service} is not reachable ({why}); set CI=true to make this fail"
+    );
+    // `std::io::stderr()` written directly is not captured by the test harness.
+    let _ = writeln!(std::io::stderr(), "{line}");
+    let file = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("skipped-tests.txt");
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(file) {
+        let _ = writeln!(f, "{line}");
+    }
 }
 
 /// A database that exists for one test.
@@ -153,6 +171,8 @@ pub fn settings(db: &TestDb, extra: &[(&str, &str)]) -> Settings {
 }
 
 pub struct TestApp {
+    /// Set when the app runs on a manual clock ([`TestApp::spawn_on_manual_clock`]).
+    pub clock: Option<Arc<ManualClock>>,
     pub base: String,
     pub client: reqwest::Client,
     pub services: Services,
@@ -169,11 +189,37 @@ impl TestApp {
     }
 
     pub async fn spawn_with(backend: Backend, extra: &[(&str, &str)]) -> Option<TestApp> {
+        Self::spawn_on(backend, extra, None).await
+    }
+
+    /// The app with time in the test's hands: nothing is due, no lease runs out and no row
+    /// ages until the test calls [`TestApp::advance`]. Loops are driven by their
+    /// `run_once`-style calls (the worker is not embedded).
+    pub async fn spawn_on_manual_clock(backend: Backend, extra: &[(&str, &str)]) -> Option<TestApp> {
+        Self::spawn_on(backend, extra, Some(Arc::new(ManualClock::new()))).await
+    }
+
+    /// Moves the manual clock forward.
+    pub fn advance(&self, by: std::time::Duration) {
+        let clock = self.clock.as_ref().expect("advance needs an app spawned on the manual clock");
+        clock.advance(chrono::TimeDelta::from_std(by).expect("a test duration fits"));
+    }
+
+    async fn spawn_on(
+        backend: Backend,
+        extra: &[(&str, &str)],
+        clock: Option<Arc<ManualClock>>,
+    ) -> Option<TestApp> {
         orchestrator::startup::install_tls_provider();
         let test_db = TestDb::create(backend).await?;
         // Migrate explicitly: `serve` on PostgreSQL refuses an unmigrated schema.
         let db = test_db.connect().await;
-        let app = Application::build(settings(&test_db, extra)).await.expect("build app");
+        let settings = settings(&test_db, extra);
+        let app = match &clock {
+            Some(clock) => Application::build_with_clock(settings, clock.clone()).await,
+            None => Application::build(settings).await,
+        }
+        .expect("build app");
         let base = format!("http://127.0.0.1:{}", app.port());
         let services = app.services().clone();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -181,6 +227,7 @@ impl TestApp {
             let _ = stopped.await;
         }));
         Some(TestApp {
+            clock,
             base,
             client: reqwest::Client::new(),
             services,

@@ -6,11 +6,19 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+use orchestrator::startup::Workers;
+
 use crate::helpers::{Backend, TestApp, count_where, json, order_body, steps};
+use crate::meeting::until;
 use crate::on_both_databases;
 
-const FAST_RETRIES: &[(&str, &str)] =
-    &[("APP__NOTIFICATION__RETRY__BACKOFF_BASE", "1ms"), ("APP__NOTIFICATION__RETRY__MAX_ATTEMPTS", "5")];
+/// Retries a minute apart (doubling): on the manual clock, a retry is due only once the test
+/// has moved time past its backoff.
+const RETRIES: &[(&str, &str)] =
+    &[("APP__NOTIFICATION__RETRY__BACKOFF_BASE", "1m"), ("APP__NOTIFICATION__RETRY__MAX_ATTEMPTS", "5")];
+
+/// Past any backoff these tests schedule.
+const PAST_THE_BACKOFF: Duration = Duration::from_secs(3600);
 
 fn sends(app: &TestApp) -> u64 {
     app.services.provider_calls.as_ref().unwrap().notifications.load(Ordering::SeqCst)
@@ -32,7 +40,7 @@ async fn order(app: &TestApp, id: &Value) -> Value {
 }
 
 async fn auto_retry_succeeds_after_the_failures_it_was_given(backend: Backend) {
-    let Some(app) = TestApp::spawn_with(backend, FAST_RETRIES).await else {
+    let Some(app) = TestApp::spawn_on_manual_clock(backend, RETRIES).await else {
         return;
     };
     let alice = app.token("alice");
@@ -42,7 +50,8 @@ async fn auto_retry_succeeds_after_the_failures_it_was_given(backend: Backend) {
     )
     .await;
     assert_eq!(placed["notification"]["status"], "RETRY_SCHEDULED");
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(retry_due(&app).await["claimed"], 0, "not due before its backoff");
+    app.advance(PAST_THE_BACKOFF);
 
     let first = retry_due(&app).await;
     assert_eq!(
@@ -55,7 +64,8 @@ async fn auto_retry_succeeds_after_the_failures_it_was_given(backend: Backend) {
     assert_eq!(detail["notification"]["status"], "RETRY_SCHEDULED");
     assert_eq!(detail["notification"]["attempts"], 2);
 
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(retry_due(&app).await["claimed"], 0, "the next retry waits for its backoff");
+    app.advance(PAST_THE_BACKOFF);
     let second = retry_due(&app).await;
     assert_eq!((second["claimed"].clone(), second["succeeded"].clone()), (json!(1), json!(1)));
     let detail = order(&app, &placed["id"]).await;
@@ -73,8 +83,8 @@ async fn auto_retry_succeeds_after_the_failures_it_was_given(backend: Backend) {
 
 async fn attempts_run_out_and_the_order_stays_failed(backend: Backend) {
     let env =
-        [("APP__NOTIFICATION__RETRY__BACKOFF_BASE", "1ms"), ("APP__NOTIFICATION__RETRY__MAX_ATTEMPTS", "2")];
-    let Some(app) = TestApp::spawn_with(backend, &env).await else {
+        [("APP__NOTIFICATION__RETRY__BACKOFF_BASE", "1m"), ("APP__NOTIFICATION__RETRY__MAX_ATTEMPTS", "2")];
+    let Some(app) = TestApp::spawn_on_manual_clock(backend, &env).await else {
         return;
     };
     let alice = app.token("alice");
@@ -83,12 +93,13 @@ async fn attempts_run_out_and_the_order_stays_failed(backend: Backend) {
         StatusCode::CREATED,
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    app.advance(PAST_THE_BACKOFF);
     let round = retry_due(&app).await;
     assert_eq!(round["failed"], 1);
     let detail = order(&app, &placed["id"]).await;
     assert_eq!(detail["notification"]["status"], "FAILED", "max attempts reached");
     assert_eq!(detail["status"], "FAILED");
+    app.advance(PAST_THE_BACKOFF);
     assert_eq!(retry_due(&app).await["claimed"], 0, "a FAILED notification is no longer retried");
     let admin = app.admin_token("ops");
     let listed = json(
@@ -173,7 +184,7 @@ async fn manual_intervention_ignored_by_an_operator_completes(backend: Backend) 
 }
 
 async fn concurrent_retry_rounds_never_send_twice(backend: Backend) {
-    let Some(app) = TestApp::spawn_with(backend, FAST_RETRIES).await else {
+    let Some(app) = TestApp::spawn_on_manual_clock(backend, RETRIES).await else {
         return;
     };
     let alice = app.token("alice");
@@ -185,7 +196,7 @@ async fn concurrent_retry_rounds_never_send_twice(backend: Backend) {
         .await;
     }
     assert_eq!(sends(&app), 8);
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    app.advance(PAST_THE_BACKOFF);
     let scheduler = app.services.notifications.clone();
     let system = orchestrator::application::Actor::system("test-scheduler");
     let (a, b, c, d) =
@@ -203,7 +214,7 @@ async fn concurrent_retry_rounds_never_send_twice(backend: Backend) {
 }
 
 async fn stuck_claims_are_released_for_another_attempt(backend: Backend) {
-    let Some(app) = TestApp::spawn_with(backend, FAST_RETRIES).await else {
+    let Some(app) = TestApp::spawn_on_manual_clock(backend, RETRIES).await else {
         return;
     };
     let alice = app.token("alice");
@@ -217,7 +228,8 @@ async fn stuck_claims_are_released_for_another_attempt(backend: Backend) {
     let record =
         app.services.queries.get_order(&orchestrator::application::Actor::admin("t"), id).await.unwrap();
     let mut n = record.notification.unwrap();
-    let past = chrono::Utc::now() - chrono::Duration::seconds(1);
+    let clock = app.clock.clone().unwrap();
+    let past = orchestrator::application::ports::Clock::now(clock.as_ref()) - chrono::Duration::seconds(1);
     n.claim(past, past).unwrap();
     let mut changes = orchestrator::application::ports::Changes::default();
     changes.update_notification(&mut n);
@@ -225,6 +237,7 @@ async fn stuck_claims_are_released_for_another_attempt(backend: Backend) {
     orchestrator::application::ports::UnitOfWork::commit(&uow, changes).await.unwrap();
     assert_eq!(retry_due(&app).await["claimed"], 0, "a PROCESSING claim is not due");
     assert_eq!(app.services.notifications.recover_stuck().await.unwrap(), 1);
+    app.advance(PAST_THE_BACKOFF);
     let round = retry_due(&app).await;
     assert_eq!(round["succeeded"], 1);
 }
@@ -261,47 +274,39 @@ async fn notification_admin_is_closed_to_customers(backend: Backend) {
 }
 
 async fn the_scheduler_retries_when_enabled_and_only_then(backend: Backend) {
-    let mut env = FAST_RETRIES.to_vec();
-    env.extend([
-        ("APP__NOTIFICATION__RETRY__ENABLED", "true"),
-        ("APP__NOTIFICATION__RETRY__INTERVAL", "50ms"),
-        ("APP__WORKER__EMBEDDED", "true"),
-    ]);
-    let Some(app) = TestApp::spawn_with(backend, &env).await else {
-        return;
-    };
-    let alice = app.token("alice");
-    let placed = json(
-        app.place_order(&alice, &order_body(), Some("notification=auto_retry:1")).await,
-        StatusCode::CREATED,
-    )
-    .await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    while order(&app, &placed["id"]).await["status"] != "COMPLETED" {
-        assert!(tokio::time::Instant::now() < deadline, "the scheduler did not retry");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    for enabled in [true, false] {
+        let mut env = RETRIES.to_vec();
+        env.extend([
+            ("APP__NOTIFICATION__RETRY__ENABLED", if enabled { "true" } else { "false" }),
+            ("APP__NOTIFICATION__RETRY__INTERVAL", "50ms"),
+        ]);
+        let Some(app) = TestApp::spawn_on_manual_clock(backend, &env).await else {
+            return;
+        };
+        let workers = Workers::spawn(&app.services);
+        assert_eq!(workers.loops().contains(&"notification retries"), enabled, "{:?}", workers.loops());
+        let alice = app.token("alice");
+        let placed = json(
+            app.place_order(&alice, &order_body(), Some("notification=auto_retry:1")).await,
+            StatusCode::CREATED,
+        )
+        .await;
+        app.advance(PAST_THE_BACKOFF);
+        if enabled {
+            until("the scheduler's retry", || async {
+                order(&app, &placed["id"]).await["status"] == "COMPLETED"
+            })
+            .await;
+        } else {
+            // No loop to wait for: none was started. The retry is due and still there.
+            let round = retry_due(&app).await;
+            assert_eq!(
+                round["claimed"], 1,
+                "disabled means disabled: the due retry was left to the operator"
+            );
+        }
+        workers.shutdown(Duration::from_secs(5)).await;
     }
-
-    let mut env = FAST_RETRIES.to_vec();
-    env.extend([
-        ("APP__NOTIFICATION__RETRY__ENABLED", "false"),
-        ("APP__NOTIFICATION__RETRY__INTERVAL", "50ms"),
-        ("APP__WORKER__EMBEDDED", "true"),
-    ]);
-    let Some(app) = TestApp::spawn_with(backend, &env).await else {
-        return;
-    };
-    let placed = json(
-        app.place_order(&alice, &order_body(), Some("notification=auto_retry:1")).await,
-        StatusCode::CREATED,
-    )
-    .await;
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(
-        order(&app, &placed["id"]).await["notification"]["status"],
-        "RETRY_SCHEDULED",
-        "disabled means disabled"
-    );
 }
 
 on_both_databases!(
