@@ -151,6 +151,21 @@ where
     }
 }
 
+/// Messages a consumer has finished with (acknowledged or dead-lettered), from the app's
+/// `/metrics`: counted after processing, just before the ack — so once it reaches a number,
+/// that many deliveries have had every effect they will have.
+pub(crate) async fn handled(app: &TestApp, consumer: &str) -> u64 {
+    let metrics = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
+    let label = format!("consumer=\"{consumer}\"");
+    metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("consumer_messages_total{") && l.contains(&label) && !l.contains("\"retried\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
 pub(crate) async fn orders_of(app: &TestApp, user: &str) -> Vec<Value> {
     let admin = app.admin_token("ops");
     let page = json(
@@ -275,12 +290,9 @@ async fn duplicate_deliveries_create_one_order(backend: Backend) {
             .publish("meeting.participant.registered", &registered("ev-dup", "m-2", "u-dup", 7000), None)
             .await;
     }
-    until("all deliveries acknowledged", || async {
-        meeting.depth("register").await == 0
-            && count_where(&app.db, "inbox", "event_id = 'ev-dup'").await == 1
-    })
-    .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    until("all six deliveries handled", || async { handled(&app, "participant-register").await == 6 }).await;
+    assert_eq!(meeting.depth("register").await, 0);
+    assert_eq!(count_where(&app.db, "inbox", "event_id = 'ev-dup'").await, 1);
     let orders = settled(&app, "u-dup").await;
     assert_eq!(orders.len(), 1, "one order for one eventId");
     assert_eq!(orders[0]["status"], "COMPLETED");
@@ -348,8 +360,7 @@ async fn cancellations_refund_when_asked_and_otherwise_just_acknowledge(backend:
         broker.received.lock().unwrap().iter().any(|m| m.message_type.as_deref() == Some("payment.refunded"))
     })
     .await;
-    until("both deliveries", || async { meeting.depth("cancel").await == 0 }).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    until("both deliveries handled", || async { handled(&app, "participant-cancel").await == 4 }).await;
     let cancels =
         app.services.provider_calls.as_ref().unwrap().cancels.load(std::sync::atomic::Ordering::SeqCst);
     assert_eq!(cancels, 1, "the duplicate refunded nothing");
