@@ -20,6 +20,25 @@ const WEBHOOK: &str = "whsec_test";
 const BASIC: &str = "Basic c2tfdGVzdF9zZWNyZXQ6";
 
 pub(crate) async fn spawn(backend: Backend, server: &MockServer, extra: &[(&str, &str)]) -> Option<TestApp> {
+    spawn_on(backend, server, extra, false).await
+}
+
+/// [`spawn`] on the manual clock: look-ups and compensations fall due when the test
+/// advances time past their backoff.
+pub(crate) async fn spawn_manual(
+    backend: Backend,
+    server: &MockServer,
+    extra: &[(&str, &str)],
+) -> Option<TestApp> {
+    spawn_on(backend, server, extra, true).await
+}
+
+async fn spawn_on(
+    backend: Backend,
+    server: &MockServer,
+    extra: &[(&str, &str)],
+    manual: bool,
+) -> Option<TestApp> {
     let uri = server.uri();
     let mut env = vec![
         ("APP__PAYMENT__PROVIDER", "external"),
@@ -30,8 +49,15 @@ pub(crate) async fn spawn(backend: Backend, server: &MockServer, extra: &[(&str,
         ("APP__PAYMENT__RECONCILIATION__INTERVAL", "10ms"),
     ];
     env.extend_from_slice(extra);
-    TestApp::spawn_with(backend, &env).await
+    if manual {
+        TestApp::spawn_on_manual_clock(backend, &env).await
+    } else {
+        TestApp::spawn_with(backend, &env).await
+    }
 }
+
+/// Past any reconciliation or compensation backoff these tests schedule.
+pub(crate) const PAST_THE_BACKOFF: Duration = Duration::from_secs(24 * 3600);
 
 pub(crate) fn approved(tx: &str) -> ResponseTemplate {
     ResponseTemplate::new(200).set_body_json(json!({ "providerTransactionId": tx, "status": "APPROVED" }))
@@ -242,7 +268,7 @@ async fn reconciliation_gives_up_after_its_attempts(backend: Backend) {
         .mount(&server)
         .await;
     let env = [("APP__PAYMENT__RECONCILIATION__MAX_ATTEMPTS", "2")];
-    let Some(app) = spawn(backend, &server, &env).await else {
+    let Some(app) = spawn_manual(backend, &server, &env).await else {
         return;
     };
     let order = place(&app).await;
@@ -250,7 +276,7 @@ async fn reconciliation_gives_up_after_its_attempts(backend: Backend) {
     let mut exhausted = 0;
     for _ in 0..5 {
         exhausted += app.services.recovery.reconcile_due().await.unwrap().exhausted;
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        app.advance(PAST_THE_BACKOFF);
     }
     assert_eq!(exhausted, 1);
     let d = detail(&app, &order["id"]).await;
@@ -397,10 +423,10 @@ on_both_databases!(
 /// operator: the order stays FAILED with its payment APPROVED (mock providers).
 async fn failing_compensations_are_retried_then_left_to_an_operator(backend: Backend) {
     let env = [
-        ("APP__PAYMENT__RECONCILIATION__INTERVAL", "5ms"),
+        ("APP__PAYMENT__RECONCILIATION__INTERVAL", "1m"),
         ("APP__PAYMENT__RECONCILIATION__MAX_ATTEMPTS", "3"),
     ];
-    let Some(app) = TestApp::spawn_with(backend, &env).await else {
+    let Some(app) = TestApp::spawn_on_manual_clock(backend, &env).await else {
         return;
     };
     let order = json(
@@ -411,9 +437,14 @@ async fn failing_compensations_are_retried_then_left_to_an_operator(backend: Bac
     assert_eq!(order["status"], "FAILED");
     assert_eq!(order["payment"]["status"], "APPROVED");
     assert_eq!(steps(&order).last().unwrap(), &("COMPENSATION".into(), "FAILED".into()));
+    assert_eq!(
+        app.services.recovery.retry_compensations().await.unwrap().retried,
+        0,
+        "not before its backoff"
+    );
     let mut retried = 0;
     for _ in 0..20 {
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        app.advance(PAST_THE_BACKOFF);
         retried += app.services.recovery.retry_compensations().await.unwrap().retried;
     }
     assert_eq!(retried, 2, "two more attempts after the first (max 3)");

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use wiremock::matchers::{method, path, path_regex};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-use crate::external::{approved, detail, place, spawn};
+use crate::external::{PAST_THE_BACKOFF, approved, detail, place, spawn, spawn_manual};
 use crate::helpers::{Backend, TestApp, count_where, json, order_body};
 use crate::meeting::{registered, start, until};
 use crate::on_both_databases;
@@ -147,14 +147,14 @@ async fn a_refund_the_provider_never_confirms_is_left_to_an_operator(backend: Ba
         .mount(&server)
         .await;
     let env = [("APP__PAYMENT__RECONCILIATION__MAX_ATTEMPTS", "3")];
-    let Some(app) = spawn(backend, &server, &env).await else {
+    let Some(app) = spawn_manual(backend, &server, &env).await else {
         return;
     };
     let order = place(&app).await;
     assert_eq!(refund(&app, &order, "please").await.status(), StatusCode::SERVICE_UNAVAILABLE);
     for _ in 0..20 {
         app.services.refunds.resolve_pending().await.unwrap();
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        app.advance(PAST_THE_BACKOFF);
     }
     let d = detail(&app, &order["id"]).await;
     assert_eq!(d["payment"]["status"], "REFUND_PENDING", "never guessed");
@@ -184,7 +184,7 @@ async fn an_approval_that_breaks_the_protocol_is_reconciled_not_repeated(backend
             .mount(&server)
             .await;
         let env = [("APP__PAYMENT__RECONCILIATION__MAX_ATTEMPTS", "3")];
-        let Some(app) = spawn(backend, &server, &env).await else {
+        let Some(app) = spawn_manual(backend, &server, &env).await else {
             return;
         };
         let order = place(&app).await;
@@ -194,7 +194,7 @@ async fn an_approval_that_breaks_the_protocol_is_reconciled_not_repeated(backend
         for _ in 0..20 {
             resolved += app.services.recovery.reconcile_due().await.unwrap().resolved;
             app.services.recovery.resume_stalled().await.unwrap();
-            tokio::time::sleep(Duration::from_millis(30)).await;
+            app.advance(PAST_THE_BACKOFF);
         }
         assert_eq!(resolved, 0);
         assert_eq!(requests_to(&server, "POST", "/confirm").await, 1, "approved once, never again");
@@ -218,7 +218,7 @@ async fn a_transaction_id_already_used_is_an_unknown_outcome(backend: Backend) {
         .mount(&server)
         .await;
     let env = [("APP__PAYMENT__RECONCILIATION__MAX_ATTEMPTS", "2")];
-    let Some(app) = spawn(backend, &server, &env).await else {
+    let Some(app) = spawn_manual(backend, &server, &env).await else {
         return;
     };
     let first = place(&app).await;
@@ -231,7 +231,7 @@ async fn a_transaction_id_already_used_is_an_unknown_outcome(backend: Backend) {
     for _ in 0..10 {
         resolved += app.services.recovery.reconcile_due().await.unwrap().resolved;
         app.services.recovery.resume_stalled().await.unwrap();
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        app.advance(PAST_THE_BACKOFF);
     }
     assert_eq!(resolved, 0, "an answer that cannot be stored is not a resolution");
     assert_eq!(requests_to(&server, "POST", "/confirm").await, 2, "one approve per order");
@@ -287,8 +287,8 @@ async fn an_outcome_the_database_refused_once_is_finished_with_the_same_key(
     effect: &str,
     expected: &str,
 ) {
-    let env = [("APP__SAGA__LEASE", "1s")];
-    let Some(app) = TestApp::spawn_with(backend, &env).await else {
+    let env = [("APP__SAGA__LEASE", "1m")];
+    let Some(app) = TestApp::spawn_on_manual_clock(backend, &env).await else {
         return;
     };
     refuse(&app, table, Some(status)).await;
@@ -296,15 +296,17 @@ async fn an_outcome_the_database_refused_once_is_finished_with_the_same_key(
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "{table} {status}");
     refuse(&app, table, None).await;
     let calls = app.services.provider_calls.clone().unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let mut rounds = 0;
     loop {
         app.services.recovery.resume_stalled().await.unwrap();
         app.services.recovery.retry_compensations().await.unwrap();
         if count_where(&app.db, "orders", &format!("status = '{expected}'")).await == 1 {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "{table} {status}: never finished");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        rounds += 1;
+        assert!(rounds <= 10, "{table} {status}: never finished");
+        // Past the lease, the stall delay and any backoff.
+        app.advance(PAST_THE_BACKOFF);
     }
     assert_eq!(calls.effects(effect), 1, "{effect}: the effect happened once");
     let asked = match effect {

@@ -64,6 +64,15 @@ async fn spawn_app(
     TestApp::spawn_with(backend, &refs).await
 }
 
+/// [`spawn_app`] on the manual clock: backoffs, leases and retention pass when the test
+/// advances time.
+async fn spawn_app_manual(backend: Backend, broker: &TestBroker, extra: &[(&str, &str)]) -> Option<TestApp> {
+    let mut env = broker.env(&amqp_url());
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    TestApp::spawn_on_manual_clock(backend, &refs).await
+}
+
 async fn published(app: &TestApp) -> i64 {
     crate::helpers::outbox_in(&app.db, OutboxStatus::Published).await
 }
@@ -121,7 +130,7 @@ async fn unroutable_events_retry_then_dead_letter_but_allow_listed_ones_publish(
         ("APP__OUTBOX__BACKOFF_BASE", "50ms"),
         ("APP__OUTBOX__BACKOFF_CAP", "50ms"),
     ];
-    let Some(app) = spawn_app(backend, &broker, &amqp_url(), &env).await else {
+    let Some(app) = spawn_app_manual(backend, &broker, &env).await else {
         return;
     };
     let uow = repo(&app);
@@ -153,7 +162,7 @@ async fn unroutable_events_retry_then_dead_letter_but_allow_listed_ones_publish(
 
     // Not due yet: nothing is claimed.
     assert_eq!(relay.run_once().await.unwrap().claimed, 0);
-    tokio::time::sleep(Duration::from_millis(80)).await;
+    app.advance(Duration::from_secs(2));
     let report = relay.run_once().await.unwrap();
     assert_eq!((report.claimed, report.dead_lettered), (1, 1));
     let dead = app.services.outbox_store.get(retry.id).await.unwrap().unwrap();
@@ -214,18 +223,19 @@ async fn expired_claims_are_recovered_and_published(backend: Backend) {
     let Some(broker) = TestBroker::start().await else {
         return;
     };
-    let Some(app) = spawn_app(backend, &broker, &amqp_url(), &[]).await else {
+    let Some(app) = spawn_app_manual(backend, &broker, &[]).await else {
         return;
     };
     let events = seed(&repo(&app), 3, 1).await;
     crate::helpers::on_the_slow_path(&app.db).await;
     // A worker claims (on the slow path) and dies.
-    let now = Utc::now();
+    let now = app.services.clock.now();
     let ghost = app.services.outbox_store.claim("ghost", &LaneFilter::Any, 10, now, now).await.unwrap();
     assert_eq!(ghost.len(), 3);
     let relay = app.services.relay();
     assert_eq!(relay.run_once().await.unwrap().claimed, 0, "claimed rows are not anyone else's");
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(app.services.housekeeping.recover_leases().await.unwrap(), 0, "its lease has not run out");
+    app.advance(Duration::from_secs(1));
     assert_eq!(app.services.housekeeping.recover_leases().await.unwrap(), 3);
     assert_eq!(relay.run_once().await.unwrap().published, 3);
     assert_eq!(broker.wait_for(events.len(), Duration::from_secs(10)).await.len(), 3);
@@ -239,13 +249,14 @@ async fn clean_up_deletes_by_retention(backend: Backend) {
     let Some(broker) = TestBroker::start().await else {
         return;
     };
-    let env = [("APP__OUTBOX__RETENTION_PUBLISHED", "1ms")];
-    let Some(app) = spawn_app(backend, &broker, &amqp_url(), &env).await else {
+    let env = [("APP__OUTBOX__RETENTION_PUBLISHED", "7d")];
+    let Some(app) = spawn_app_manual(backend, &broker, &env).await else {
         return;
     };
     seed(&repo(&app), 5, 1).await;
     app.services.relay().run_once().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(app.services.housekeeping.clean_up().await.unwrap(), 0, "kept for its retention");
+    app.advance(Duration::from_secs(8 * 24 * 3600));
     seed(&repo(&app), 2, 1).await; // unpublished rows are never cleaned
     assert!(app.services.housekeeping.clean_up().await.unwrap() >= 5);
     assert_eq!(app.count("outbox_events").await, 2);
