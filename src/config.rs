@@ -1,9 +1,12 @@
 //! Configuration (docs/spec.md §2): built-in defaults < optional file (`--config PATH` or
 //! `APP_CONFIG`) < environment `APP__SECTION__KEY`.
 //!
-//! Values are read loosely (strings for durations, options for defaults that depend on
-//! other keys) and then resolved into [`Settings`], where every invalid value is reported
-//! with the key that holds it. Secrets are wrapped in [`Secret`], which never prints.
+//! Every fixed default lives in one place, `DEFAULTS` (checked against
+//! docs/configuration.md by a test). Values are read loosely (strings for durations,
+//! options only where unset means something) and then resolved section by section
+//! (`resolve_*`) into [`Settings`], where every invalid value is reported with the key that
+//! holds it. Where an adapter has settings of its own it defines their type (`AuthSettings`,
+//! `QueueType`, `LogFormat`, [`Secret`]) and this module builds it.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -12,6 +15,12 @@ use std::time::Duration;
 
 use chrono::NaiveTime;
 use serde::Deserialize;
+
+use crate::adapters::Secret;
+use crate::adapters::http::auth::{AuthSettings, DEV_KID, KeyAlgorithm, KeySettings, RawKey};
+use crate::adapters::messaging::amqp::QueueType;
+use crate::application::input::parse_duration;
+use crate::telemetry::LogFormat;
 
 /// A configuration problem, naming the key.
 #[derive(Debug, thiserror::Error)]
@@ -22,46 +31,6 @@ fn invalid(key: &str, why: impl fmt::Display) -> ConfigError {
     ConfigError(format!("`{key}`: {why}"))
 }
 
-/// A value that must never reach logs, errors or metrics.
-#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
-    }
-
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(***)")
-    }
-}
-
-/// Parses `250ms`, `10s`, `5m`, `1h`, `30d`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let n: u64 =
-        digits.parse().map_err(|_| format!("`{text}` is not a duration like 250ms, 10s, 5m, 1h or 30d"))?;
-    let ms = match unit {
-        "ms" => Some(n),
-        "s" => n.checked_mul(1000),
-        "m" => n.checked_mul(60_000),
-        "h" => n.checked_mul(3_600_000),
-        "d" => n.checked_mul(86_400_000),
-        _ => None,
-    }
-    .ok_or_else(|| format!("`{text}` is not a duration like 250ms, 10s, 5m, 1h or 30d"))?;
-    Ok(Duration::from_millis(ms))
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BrokerKind {
     /// Events are written as JSON log lines (embedded default).
@@ -70,45 +39,11 @@ pub enum BrokerKind {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QueueType {
-    Classic,
-    Quorum,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProviderKind {
     Mock,
     External,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
-    Json,
-    Pretty,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyAlgorithm {
-    Hs256,
-    Rs256,
-    EdDsa,
-}
-
-/// One JWT key; the first configured key signs, all verify.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct KeySettings {
-    pub kid: String,
-    pub algorithm: String,
-    #[serde(default)]
-    pub secret: Option<Secret>,
-    #[serde(default)]
-    pub public_key: Option<Secret>,
-    #[serde(default)]
-    pub private_key: Option<Secret>,
-}
-
-/// The built-in signing key's id. It exists for the embedded default only.
-pub const DEV_KID: &str = "dev";
 const DEV_SECRET: &str = "dev-only-signing-key-of-the-embedded-default-never-use-in-production";
 
 #[derive(Debug, Clone)]
@@ -231,61 +166,37 @@ pub struct WorkerSettings {
 }
 
 #[derive(Debug, Clone)]
-pub struct AuthSettings {
-    /// Static keys (`auth.keys`); none when only an identity provider's key set is used.
-    pub keys: Vec<KeySettings>,
-    pub issuer: Option<String>,
-    /// Required `aud` of every token (`auth.audience`); unchecked when unset.
-    pub audience: Option<String>,
-    /// Where the roles are in a token (`auth.roles_claim` \[roles\]): a claim name, or a dotted
-    /// path such as `realm_access.roles`.
-    pub roles_claim: String,
-    /// An identity provider's published key set (`auth.jwks_url`).
-    pub jwks_url: Option<String>,
-    /// The least time between two fetches of the key set (`auth.jwks_refresh_interval` \[1m\]).
-    pub jwks_refresh_interval: Duration,
-}
-
-impl AuthSettings {
-    /// Whether the only key is the built-in development key.
-    pub fn only_dev_key(&self) -> bool {
-        self.jwks_url.is_none() && self.keys.iter().all(|k| k.kid == DEV_KID)
-    }
-}
-
-#[derive(Debug, Clone)]
 pub struct LogSettings {
     pub format: LogFormat,
 }
 
 // ---- raw shape, as the sources give it ------------------------------------------------
+//
+// Every fixed default is in `DEFAULTS` below, the one place defaults live: a field is an
+// `Option` only where being unset means something (a default that depends on another
+// key, or a value that is simply absent).
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Raw {
     http: RawHttp,
     database: RawDatabase,
-    #[serde(default)]
     broker: RawBroker,
     outbox: RawOutbox,
     notification: RawNotification,
     payment: RawPayment,
-    #[serde(default)]
     worker: RawWorker,
-    #[serde(default)]
     saga: RawSaga,
-    #[serde(default)]
     auth: RawAuth,
     #[serde(default)]
     log: RawLog,
-    #[serde(default)]
     audit: RawAudit,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawAudit {
-    retention: Option<String>,
+    retention: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -299,26 +210,27 @@ struct RawHttp {
 struct RawDatabase {
     url: Secret,
     max_connections: u32,
-    connect_timeout: Option<String>,
+    connect_timeout: String,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawBroker {
+    /// Unset: `amqp` when `url` is set, else `log`.
     kind: Option<String>,
     url: Option<Secret>,
-    queue_type: Option<String>,
-    exchange: Option<String>,
-    confirm_timeout: Option<String>,
-    meeting_exchange: Option<String>,
-    dead_letter_exchange: Option<String>,
-    register_queue: Option<String>,
-    cancel_queue: Option<String>,
-    meeting_deleted_queue: Option<String>,
-    prefetch: Option<u16>,
-    consumer_retries: Option<u32>,
-    consumer_retry_backoff: Option<String>,
-    delivery_limit: Option<u32>,
+    queue_type: String,
+    exchange: String,
+    confirm_timeout: String,
+    meeting_exchange: String,
+    dead_letter_exchange: String,
+    register_queue: String,
+    cancel_queue: String,
+    meeting_deleted_queue: String,
+    prefetch: u16,
+    consumer_retries: u32,
+    consumer_retry_backoff: String,
+    delivery_limit: u32,
 }
 
 #[derive(Debug, Deserialize)]
@@ -348,6 +260,7 @@ struct RawNotification {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawNotificationRetry {
+    /// Unset: on for the embedded SQLite default, off elsewhere.
     enabled: Option<bool>,
     interval: String,
     backoff_base: String,
@@ -357,9 +270,9 @@ struct RawNotificationRetry {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawPayment {
+    /// Unset: `mock`, which production refuses unless chosen explicitly.
     provider: Option<String>,
     reconciliation: RawReconciliation,
-    #[serde(default)]
     external: RawExternal,
 }
 
@@ -370,60 +283,65 @@ struct RawReconciliation {
     max_attempts: i32,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawExternal {
     base_url: Option<String>,
     secret_key: Option<Secret>,
     webhook_secret: Option<Secret>,
-    timeout: Option<String>,
+    timeout: String,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawWorker {
+    /// Unset: on for the embedded SQLite default, off elsewhere.
     embedded: Option<bool>,
-    http: Option<RawWorkerHttp>,
+    http: RawWorkerHttp,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawWorkerHttp {
-    bind: Option<String>,
+    bind: String,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSaga {
-    lease: Option<String>,
-    recovery_max_attempts: Option<i32>,
+    lease: String,
+    recovery_max_attempts: i32,
 }
 
 /// `auth.keys` arrives as a list from a file, or as one JSON string from the environment.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 enum RawKeys {
-    List(Vec<KeySettings>),
+    List(Vec<RawKey>),
     Json(String),
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawAuth {
+    /// Unset: the built-in development key, unless an identity provider is configured.
     keys: Option<RawKeys>,
     issuer: Option<String>,
     audience: Option<String>,
-    roles_claim: Option<String>,
+    roles_claim: String,
     jwks_url: Option<String>,
-    jwks_refresh_interval: Option<String>,
+    jwks_refresh_interval: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawLog {
+    /// Unset: pretty at a terminal, JSON lines otherwise.
     format: Option<String>,
 }
 
+/// Every fixed default, in the shape of a configuration file (docs/configuration.md lists
+/// them with what each means).
 const DEFAULTS: &str = r#"
 [http]
 bind = "127.0.0.1:8080"
@@ -431,6 +349,21 @@ bind = "127.0.0.1:8080"
 [database]
 url = "sqlite://data/app.db?mode=rwc"
 max_connections = 16
+connect_timeout = "3s"
+
+[broker]
+queue_type = "classic"
+exchange = "commerce.events"
+confirm_timeout = "30s"
+meeting_exchange = "meeting.events"
+dead_letter_exchange = "payment.dlx"
+register_queue = "payment.participant-register"
+cancel_queue = "payment.participant-cancel"
+meeting_deleted_queue = "payment.meeting-deleted"
+prefetch = 32
+consumer_retries = 3
+consumer_retry_backoff = "1s"
+delivery_limit = 5
 
 [outbox]
 batch_size = 256
@@ -452,11 +385,26 @@ interval = "30s"
 backoff_base = "60s"
 max_attempts = 5
 
-[payment]
-
 [payment.reconciliation]
 interval = "30s"
 max_attempts = 10
+
+[payment.external]
+timeout = "5s"
+
+[worker.http]
+bind = "127.0.0.1:8081"
+
+[saga]
+lease = "60s"
+recovery_max_attempts = 5
+
+[auth]
+roles_claim = "roles"
+jwks_refresh_interval = "1m"
+
+[audit]
+retention = "365d"
 
 [log]
 "#;
@@ -545,329 +493,294 @@ impl Settings {
         Self::resolve(raw)
     }
 
+    /// Each section resolved on its own, naming the key of any invalid value.
     fn resolve(raw: Raw) -> Result<Settings, ConfigError> {
-        let dur = |key: &str, text: &str| parse_duration(text).map_err(|e| invalid(key, e));
-        let bind: SocketAddr = raw
-            .http
-            .bind
-            .parse()
-            .map_err(|_| invalid("http.bind", "expected HOST:PORT, e.g. 127.0.0.1:8080"))?;
-        let connect_timeout =
-            dur("database.connect_timeout", raw.database.connect_timeout.as_deref().unwrap_or("3s"))?;
-        if connect_timeout.is_zero() {
-            return Err(invalid("database.connect_timeout", "must be greater than zero"));
-        }
-        let database = DatabaseSettings {
-            url: raw.database.url,
-            max_connections: raw.database.max_connections,
-            connect_timeout,
-        };
-        let db_url = database.url.expose();
-        if !(db_url.starts_with("sqlite:")
-            || db_url.starts_with("postgres://")
-            || db_url.starts_with("postgresql://"))
-        {
-            return Err(invalid("database.url", "expected sqlite:... or postgres://..."));
-        }
-        if database.max_connections == 0 {
-            return Err(invalid("database.max_connections", "must be at least 1"));
-        }
+        let database = resolve_database(raw.database)?;
         let sqlite = database.is_sqlite();
-
-        let broker_kind = match raw.broker.kind.as_deref() {
-            None if raw.broker.url.is_some() => BrokerKind::Amqp,
-            None | Some("log") => BrokerKind::Log,
-            Some("amqp") => BrokerKind::Amqp,
-            Some(other) => {
-                return Err(invalid("broker.kind", format!("`{other}` is not log or amqp")));
-            }
-        };
-        if broker_kind == BrokerKind::Amqp {
-            match &raw.broker.url {
-                Some(url) if url.expose().starts_with("amqp://") || url.expose().starts_with("amqps://") => {}
-                Some(_) => return Err(invalid("broker.url", "expected amqp://...")),
-                None => return Err(invalid("broker.url", "is required when broker.kind = amqp")),
-            }
-        }
-        let queue_type = match raw.broker.queue_type.as_deref() {
-            None | Some("classic") => QueueType::Classic,
-            Some("quorum") => QueueType::Quorum,
-            Some(other) => {
-                return Err(invalid("broker.queue_type", format!("`{other}` is not classic or quorum")));
-            }
-        };
-
-        let o = raw.outbox;
-        if o.batch_size == 0 || o.batch_size > 10_000 {
-            return Err(invalid("outbox.batch_size", "must be between 1 and 10000"));
-        }
-        if o.publish_window == 0 || o.publish_window > 10_000 {
-            return Err(invalid("outbox.publish_window", "must be between 1 and 10000"));
-        }
-        if o.max_retries < 0 {
-            return Err(invalid("outbox.max_retries", "must not be negative"));
-        }
-        if o.lanes == 0 || o.lanes > crate::domain::outbox::lanes::MAX_LANES {
-            return Err(invalid(
-                "outbox.lanes",
-                format!("must be between 1 and {}", crate::domain::outbox::lanes::MAX_LANES),
-            ));
-        }
-        let cleanup_at = NaiveTime::parse_from_str(&o.cleanup_at, "%H:%M")
-            .map_err(|_| invalid("outbox.cleanup_at", "expected HH:MM (UTC), e.g. 03:00"))?;
-        let outbox = OutboxSettings {
-            batch_size: o.batch_size,
-            poll_interval: dur("outbox.poll_interval", &o.poll_interval)?,
-            retry_poll_interval: dur("outbox.retry_poll_interval", &o.retry_poll_interval)?,
-            max_retries: o.max_retries,
-            backoff_base: dur("outbox.backoff_base", &o.backoff_base)?,
-            backoff_cap: dur("outbox.backoff_cap", &o.backoff_cap)?,
-            processing_timeout: dur("outbox.processing_timeout", &o.processing_timeout)?,
-            recovery_interval: dur("outbox.recovery_interval", &o.recovery_interval)?,
-            cleanup_at,
-            retention_published: dur("outbox.retention_published", &o.retention_published)?,
-            retention_dead_letter: dur("outbox.retention_dead_letter", &o.retention_dead_letter)?,
-            publish_window: o.publish_window,
-            lanes: o.lanes,
-        };
-        for (key, value) in [
-            ("outbox.poll_interval", outbox.poll_interval),
-            ("outbox.processing_timeout", outbox.processing_timeout),
-            ("outbox.recovery_interval", outbox.recovery_interval),
-        ] {
-            if value.is_zero() {
-                return Err(invalid(key, "must be greater than zero"));
-            }
-        }
-
-        let r = raw.notification.retry;
-        if r.max_attempts < 1 {
-            return Err(invalid("notification.retry.max_attempts", "must be at least 1"));
-        }
-        let notification = NotificationSettings {
-            retry_enabled: r.enabled.unwrap_or(sqlite),
-            retry_interval: dur("notification.retry.interval", &r.interval)?,
-            retry_backoff_base: dur("notification.retry.backoff_base", &r.backoff_base)?,
-            retry_max_attempts: r.max_attempts,
-        };
-
-        let p = raw.payment;
-        let provider = match p.provider.as_deref() {
-            None | Some("mock") => ProviderKind::Mock,
-            Some("external") => ProviderKind::External,
-            Some(other) => {
-                return Err(invalid("payment.provider", format!("`{other}` is not mock or external")));
-            }
-        };
-        if provider == ProviderKind::External {
-            for (key, present) in [
-                ("payment.external.base_url", p.external.base_url.is_some()),
-                ("payment.external.secret_key", p.external.secret_key.is_some()),
-                ("payment.external.webhook_secret", p.external.webhook_secret.is_some()),
-            ] {
-                if !present {
-                    return Err(invalid(key, "is required when payment.provider = external"));
-                }
-            }
-        }
-        if p.reconciliation.max_attempts < 1 {
-            return Err(invalid("payment.reconciliation.max_attempts", "must be at least 1"));
-        }
-        let bad_url = |u: &String| !(u.starts_with("http://") || u.starts_with("https://"));
-        if p.external.base_url.as_ref().is_some_and(bad_url) {
-            return Err(invalid("payment.external.base_url", "expected http(s)://..."));
-        }
-        let payment = PaymentSettings {
-            provider,
-            provider_explicit: p.provider.is_some(),
-            reconciliation_interval: dur("payment.reconciliation.interval", &p.reconciliation.interval)?,
-            reconciliation_max_attempts: p.reconciliation.max_attempts,
-            external_base_url: p.external.base_url,
-            external_secret_key: p.external.secret_key,
-            external_webhook_secret: p.external.webhook_secret,
-            external_timeout: dur("payment.external.timeout", p.external.timeout.as_deref().unwrap_or("5s"))?,
-        };
-
-        let keys = match raw.auth.keys {
-            // With an identity provider, tokens are verified with its keys only.
-            None if raw.auth.jwks_url.is_some() => Vec::new(),
-            None => vec![KeySettings {
-                kid: DEV_KID.into(),
-                algorithm: "HS256".into(),
-                secret: Some(Secret::new(DEV_SECRET)),
-                public_key: None,
-                private_key: None,
-            }],
-            Some(RawKeys::List(keys)) => keys,
-            Some(RawKeys::Json(json)) => serde_json::from_str(&json).map_err(|e| {
-                invalid("auth.keys", format!("not a JSON array of keys: {}", redact(&e.to_string())))
-            })?,
-        };
-        if keys.is_empty() && raw.auth.jwks_url.is_none() {
-            return Err(invalid("auth.keys", "must hold at least one key (or set auth.jwks_url)"));
-        }
-        if let Some(url) = &raw.auth.jwks_url
-            && !(url.starts_with("https://") || url.starts_with("http://"))
-        {
-            return Err(invalid("auth.jwks_url", "must be an http:// or https:// URL"));
-        }
-        let roles_claim = raw.auth.roles_claim.unwrap_or_else(|| "roles".into());
-        if roles_claim.is_empty() || roles_claim.split('.').any(str::is_empty) {
-            return Err(invalid(
-                "auth.roles_claim",
-                "must be a claim name or a dotted path such as realm_access.roles",
-            ));
-        }
-        if raw.auth.audience.as_deref().is_some_and(str::is_empty) {
-            return Err(invalid("auth.audience", "must not be empty"));
-        }
-        let jwks_refresh_interval =
-            dur("auth.jwks_refresh_interval", raw.auth.jwks_refresh_interval.as_deref().unwrap_or("1m"))?;
-        for (i, key) in keys.iter().enumerate() {
-            let name = format!("auth.keys[{i}]");
-            match key.algorithm.as_str() {
-                "HS256" if key.secret.as_ref().is_some_and(|s| s.expose().len() >= 32) => {}
-                "HS256" => {
-                    return Err(invalid(
-                        &format!("{name}.secret"),
-                        "HS256 needs a secret of at least 32 bytes",
-                    ));
-                }
-                "RS256" | "ES256" | "EdDSA" if key.public_key.is_some() => {}
-                "RS256" | "ES256" | "EdDSA" => {
-                    return Err(invalid(
-                        &format!("{name}.public_key"),
-                        "is required for RS256, ES256 and EdDSA",
-                    ));
-                }
-                other => {
-                    return Err(invalid(
-                        &format!("{name}.algorithm"),
-                        format!("`{other}` is not HS256, RS256, ES256 or EdDSA"),
-                    ));
-                }
-            }
-            if key.kid.is_empty() {
-                return Err(invalid(&format!("{name}.kid"), "must not be empty"));
-            }
-        }
-        let auth = AuthSettings {
-            keys,
-            issuer: raw.auth.issuer,
-            audience: raw.auth.audience,
-            roles_claim,
-            jwks_url: raw.auth.jwks_url,
-            jwks_refresh_interval,
-        };
-        if !sqlite && auth.only_dev_key() {
-            return Err(invalid(
-                "auth.keys",
-                "the built-in development key is for the embedded SQLite default only; configure your own keys",
-            ));
-        }
-
-        let log = LogSettings {
-            format: match raw.log.format.as_deref() {
-                // Unset: pretty for a person at a terminal, JSON lines for a collector.
-                None if std::io::IsTerminal::is_terminal(&std::io::stderr()) => LogFormat::Pretty,
-                None | Some("json") => LogFormat::Json,
-                Some("pretty") => LogFormat::Pretty,
-                Some(other) => {
-                    return Err(invalid("log.format", format!("`{other}` is not json or pretty")));
-                }
-            },
-        };
-
-        let saga_lease = dur("saga.lease", raw.saga.lease.as_deref().unwrap_or("60s"))?;
-        if saga_lease < Duration::from_secs(1) {
-            return Err(invalid("saga.lease", "must be at least 1s"));
-        }
-        let saga_recovery_max_attempts = raw.saga.recovery_max_attempts.unwrap_or(5);
-        if saga_recovery_max_attempts < 1 {
-            return Err(invalid("saga.recovery_max_attempts", "must be at least 1"));
-        }
-        let confirm_timeout =
-            dur("broker.confirm_timeout", raw.broker.confirm_timeout.as_deref().unwrap_or("30s"))?;
-        if confirm_timeout.is_zero() {
-            return Err(invalid("broker.confirm_timeout", "must be greater than zero"));
-        }
-        let exchange = raw.broker.exchange.unwrap_or_else(|| "commerce.events".into());
-        if exchange.is_empty() || exchange.len() > 255 {
-            return Err(invalid("broker.exchange", "must be 1 to 255 characters"));
-        }
-        let name = |key: &str, value: Option<String>, default: &str| -> Result<String, ConfigError> {
-            let value = value.unwrap_or_else(|| default.to_owned());
-            if value.is_empty() || value.len() > 255 {
-                return Err(invalid(key, "must be 1 to 255 characters"));
-            }
-            Ok(value)
-        };
-        let meeting_exchange =
-            name("broker.meeting_exchange", raw.broker.meeting_exchange, "meeting.events")?;
-        let dead_letter_exchange =
-            name("broker.dead_letter_exchange", raw.broker.dead_letter_exchange, "payment.dlx")?;
-        let register_queue =
-            name("broker.register_queue", raw.broker.register_queue, "payment.participant-register")?;
-        let cancel_queue =
-            name("broker.cancel_queue", raw.broker.cancel_queue, "payment.participant-cancel")?;
-        let meeting_deleted_queue = name(
-            "broker.meeting_deleted_queue",
-            raw.broker.meeting_deleted_queue,
-            "payment.meeting-deleted",
-        )?;
-        let prefetch = raw.broker.prefetch.unwrap_or(32);
-        if prefetch == 0 {
-            return Err(invalid("broker.prefetch", "must be at least 1"));
-        }
-        let consumer_retry_backoff = dur(
-            "broker.consumer_retry_backoff",
-            raw.broker.consumer_retry_backoff.as_deref().unwrap_or("1s"),
-        )?;
         Ok(Settings {
-            http: HttpSettings { bind },
+            http: HttpSettings { bind: address("http.bind", &raw.http.bind)? },
             database,
-            broker: BrokerSettings {
-                kind: broker_kind,
-                explicit: raw.broker.kind.is_some() || raw.broker.url.is_some(),
-                url: raw.broker.url,
-                queue_type,
-                exchange,
-                confirm_timeout,
-                meeting_exchange,
-                dead_letter_exchange,
-                register_queue,
-                cancel_queue,
-                meeting_deleted_queue,
-                prefetch,
-                consumer_retries: raw.broker.consumer_retries.unwrap_or(3),
-                consumer_retry_backoff,
-                delivery_limit: raw.broker.delivery_limit.unwrap_or(5),
-            },
-            outbox,
-            notification,
-            payment,
-            worker: WorkerSettings {
-                http_bind: raw
-                    .worker
-                    .http
-                    .and_then(|h| h.bind)
-                    .unwrap_or_else(|| "127.0.0.1:8081".into())
-                    .parse()
-                    .map_err(|_| invalid("worker.http.bind", "expected HOST:PORT, e.g. 127.0.0.1:8081"))?,
-                embedded: raw.worker.embedded.unwrap_or(sqlite),
-                saga_lease,
-                saga_recovery_max_attempts,
-            },
-            auth,
-            log,
-            audit: AuditSettings {
-                retention: dur("audit.retention", raw.audit.retention.as_deref().unwrap_or("365d"))?,
-            },
+            broker: resolve_broker(raw.broker)?,
+            outbox: resolve_outbox(raw.outbox)?,
+            notification: resolve_notification(raw.notification, sqlite)?,
+            payment: resolve_payment(raw.payment)?,
+            worker: resolve_worker(raw.worker, raw.saga, sqlite)?,
+            auth: resolve_auth(raw.auth, sqlite)?,
+            log: resolve_log(raw.log)?,
+            audit: AuditSettings { retention: duration("audit.retention", &raw.audit.retention)? },
         })
     }
 }
 
+fn duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
+    parse_duration(text).map_err(|e| invalid(key, e))
+}
+
+/// A duration that must be greater than zero.
+fn positive(key: &str, text: &str) -> Result<Duration, ConfigError> {
+    let value = duration(key, text)?;
+    if value.is_zero() {
+        return Err(invalid(key, "must be greater than zero"));
+    }
+    Ok(value)
+}
+
+fn address(key: &str, text: &str) -> Result<SocketAddr, ConfigError> {
+    text.parse().map_err(|_| invalid(key, "expected HOST:PORT, e.g. 127.0.0.1:8080"))
+}
+
+/// An exchange or queue name.
+fn name(key: &str, value: String) -> Result<String, ConfigError> {
+    if value.is_empty() || value.len() > 255 {
+        return Err(invalid(key, "must be 1 to 255 characters"));
+    }
+    Ok(value)
+}
+
+fn resolve_database(raw: RawDatabase) -> Result<DatabaseSettings, ConfigError> {
+    let url = raw.url.expose();
+    if !(url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(invalid("database.url", "expected sqlite:... or postgres://..."));
+    }
+    if raw.max_connections == 0 {
+        return Err(invalid("database.max_connections", "must be at least 1"));
+    }
+    Ok(DatabaseSettings {
+        url: raw.url,
+        max_connections: raw.max_connections,
+        connect_timeout: positive("database.connect_timeout", &raw.connect_timeout)?,
+    })
+}
+
+fn resolve_broker(raw: RawBroker) -> Result<BrokerSettings, ConfigError> {
+    let kind = match raw.kind.as_deref() {
+        None if raw.url.is_some() => BrokerKind::Amqp,
+        None | Some("log") => BrokerKind::Log,
+        Some("amqp") => BrokerKind::Amqp,
+        Some(other) => return Err(invalid("broker.kind", format!("`{other}` is not log or amqp"))),
+    };
+    if kind == BrokerKind::Amqp {
+        match &raw.url {
+            Some(url) if url.expose().starts_with("amqp://") || url.expose().starts_with("amqps://") => {}
+            Some(_) => return Err(invalid("broker.url", "expected amqp://...")),
+            None => return Err(invalid("broker.url", "is required when broker.kind = amqp")),
+        }
+    }
+    let queue_type = match raw.queue_type.as_str() {
+        "classic" => QueueType::Classic,
+        "quorum" => QueueType::Quorum,
+        other => return Err(invalid("broker.queue_type", format!("`{other}` is not classic or quorum"))),
+    };
+    if raw.prefetch == 0 {
+        return Err(invalid("broker.prefetch", "must be at least 1"));
+    }
+    Ok(BrokerSettings {
+        kind,
+        explicit: raw.kind.is_some() || raw.url.is_some(),
+        url: raw.url,
+        queue_type,
+        exchange: name("broker.exchange", raw.exchange)?,
+        confirm_timeout: positive("broker.confirm_timeout", &raw.confirm_timeout)?,
+        meeting_exchange: name("broker.meeting_exchange", raw.meeting_exchange)?,
+        dead_letter_exchange: name("broker.dead_letter_exchange", raw.dead_letter_exchange)?,
+        register_queue: name("broker.register_queue", raw.register_queue)?,
+        cancel_queue: name("broker.cancel_queue", raw.cancel_queue)?,
+        meeting_deleted_queue: name("broker.meeting_deleted_queue", raw.meeting_deleted_queue)?,
+        prefetch: raw.prefetch,
+        consumer_retries: raw.consumer_retries,
+        consumer_retry_backoff: duration("broker.consumer_retry_backoff", &raw.consumer_retry_backoff)?,
+        delivery_limit: raw.delivery_limit,
+    })
+}
+
+fn resolve_outbox(o: RawOutbox) -> Result<OutboxSettings, ConfigError> {
+    if o.batch_size == 0 || o.batch_size > 10_000 {
+        return Err(invalid("outbox.batch_size", "must be between 1 and 10000"));
+    }
+    if o.publish_window == 0 || o.publish_window > 10_000 {
+        return Err(invalid("outbox.publish_window", "must be between 1 and 10000"));
+    }
+    if o.max_retries < 0 {
+        return Err(invalid("outbox.max_retries", "must not be negative"));
+    }
+    let max_lanes = crate::domain::outbox::lanes::MAX_LANES;
+    if o.lanes == 0 || o.lanes > max_lanes {
+        return Err(invalid("outbox.lanes", format!("must be between 1 and {max_lanes}")));
+    }
+    let cleanup_at = NaiveTime::parse_from_str(&o.cleanup_at, "%H:%M")
+        .map_err(|_| invalid("outbox.cleanup_at", "expected HH:MM (UTC), e.g. 03:00"))?;
+    Ok(OutboxSettings {
+        batch_size: o.batch_size,
+        poll_interval: positive("outbox.poll_interval", &o.poll_interval)?,
+        retry_poll_interval: duration("outbox.retry_poll_interval", &o.retry_poll_interval)?,
+        max_retries: o.max_retries,
+        backoff_base: duration("outbox.backoff_base", &o.backoff_base)?,
+        backoff_cap: duration("outbox.backoff_cap", &o.backoff_cap)?,
+        processing_timeout: positive("outbox.processing_timeout", &o.processing_timeout)?,
+        recovery_interval: positive("outbox.recovery_interval", &o.recovery_interval)?,
+        cleanup_at,
+        retention_published: duration("outbox.retention_published", &o.retention_published)?,
+        retention_dead_letter: duration("outbox.retention_dead_letter", &o.retention_dead_letter)?,
+        publish_window: o.publish_window,
+        lanes: o.lanes,
+    })
+}
+
+fn resolve_notification(raw: RawNotification, sqlite: bool) -> Result<NotificationSettings, ConfigError> {
+    let r = raw.retry;
+    if r.max_attempts < 1 {
+        return Err(invalid("notification.retry.max_attempts", "must be at least 1"));
+    }
+    Ok(NotificationSettings {
+        retry_enabled: r.enabled.unwrap_or(sqlite),
+        retry_interval: duration("notification.retry.interval", &r.interval)?,
+        retry_backoff_base: duration("notification.retry.backoff_base", &r.backoff_base)?,
+        retry_max_attempts: r.max_attempts,
+    })
+}
+
+fn resolve_payment(p: RawPayment) -> Result<PaymentSettings, ConfigError> {
+    let provider = match p.provider.as_deref() {
+        None | Some("mock") => ProviderKind::Mock,
+        Some("external") => ProviderKind::External,
+        Some(other) => return Err(invalid("payment.provider", format!("`{other}` is not mock or external"))),
+    };
+    if provider == ProviderKind::External {
+        for (key, present) in [
+            ("payment.external.base_url", p.external.base_url.is_some()),
+            ("payment.external.secret_key", p.external.secret_key.is_some()),
+            ("payment.external.webhook_secret", p.external.webhook_secret.is_some()),
+        ] {
+            if !present {
+                return Err(invalid(key, "is required when payment.provider = external"));
+            }
+        }
+    }
+    if p.reconciliation.max_attempts < 1 {
+        return Err(invalid("payment.reconciliation.max_attempts", "must be at least 1"));
+    }
+    let bad_url = |u: &String| !(u.starts_with("http://") || u.starts_with("https://"));
+    if p.external.base_url.as_ref().is_some_and(bad_url) {
+        return Err(invalid("payment.external.base_url", "expected http(s)://..."));
+    }
+    Ok(PaymentSettings {
+        provider,
+        provider_explicit: p.provider.is_some(),
+        reconciliation_interval: duration("payment.reconciliation.interval", &p.reconciliation.interval)?,
+        reconciliation_max_attempts: p.reconciliation.max_attempts,
+        external_base_url: p.external.base_url,
+        external_secret_key: p.external.secret_key,
+        external_webhook_secret: p.external.webhook_secret,
+        external_timeout: duration("payment.external.timeout", &p.external.timeout)?,
+    })
+}
+
+fn resolve_worker(raw: RawWorker, saga: RawSaga, sqlite: bool) -> Result<WorkerSettings, ConfigError> {
+    let saga_lease = duration("saga.lease", &saga.lease)?;
+    if saga_lease < Duration::from_secs(1) {
+        return Err(invalid("saga.lease", "must be at least 1s"));
+    }
+    if saga.recovery_max_attempts < 1 {
+        return Err(invalid("saga.recovery_max_attempts", "must be at least 1"));
+    }
+    Ok(WorkerSettings {
+        http_bind: address("worker.http.bind", &raw.http.bind)?,
+        embedded: raw.embedded.unwrap_or(sqlite),
+        saga_lease,
+        saga_recovery_max_attempts: saga.recovery_max_attempts,
+    })
+}
+
+fn resolve_auth(raw: RawAuth, sqlite: bool) -> Result<AuthSettings, ConfigError> {
+    let raw_keys: Vec<RawKey> = match raw.keys {
+        // With an identity provider, tokens are verified with its keys only.
+        None if raw.jwks_url.is_some() => Vec::new(),
+        None => vec![RawKey {
+            kid: DEV_KID.into(),
+            algorithm: "HS256".into(),
+            secret: Some(Secret::new(DEV_SECRET)),
+            public_key: None,
+            private_key: None,
+        }],
+        Some(RawKeys::List(keys)) => keys,
+        Some(RawKeys::Json(json)) => serde_json::from_str(&json).map_err(|e| {
+            invalid("auth.keys", format!("not a JSON array of keys: {}", redact(&e.to_string())))
+        })?,
+    };
+    if raw_keys.is_empty() && raw.jwks_url.is_none() {
+        return Err(invalid("auth.keys", "must hold at least one key (or set auth.jwks_url)"));
+    }
+    let keys = raw_keys.into_iter().enumerate().map(|(i, k)| resolve_key(i, k)).collect::<Result<_, _>>()?;
+    if let Some(url) = &raw.jwks_url
+        && !(url.starts_with("https://") || url.starts_with("http://"))
+    {
+        return Err(invalid("auth.jwks_url", "must be an http:// or https:// URL"));
+    }
+    if raw.roles_claim.is_empty() || raw.roles_claim.split('.').any(str::is_empty) {
+        return Err(invalid(
+            "auth.roles_claim",
+            "must be a claim name or a dotted path such as realm_access.roles",
+        ));
+    }
+    if raw.audience.as_deref().is_some_and(str::is_empty) {
+        return Err(invalid("auth.audience", "must not be empty"));
+    }
+    let auth = AuthSettings {
+        keys,
+        issuer: raw.issuer,
+        audience: raw.audience,
+        roles_claim: raw.roles_claim,
+        jwks_url: raw.jwks_url,
+        jwks_refresh_interval: duration("auth.jwks_refresh_interval", &raw.jwks_refresh_interval)?,
+    };
+    if !sqlite && auth.only_dev_key() {
+        return Err(invalid(
+            "auth.keys",
+            "the built-in development key is for the embedded SQLite default only; configure your own keys",
+        ));
+    }
+    Ok(auth)
+}
+
+fn resolve_log(raw: RawLog) -> Result<LogSettings, ConfigError> {
+    let format = match raw.format.as_deref() {
+        // Unset: pretty for a person at a terminal, JSON lines for a collector.
+        None if std::io::IsTerminal::is_terminal(&std::io::stderr()) => LogFormat::Pretty,
+        None | Some("json") => LogFormat::Json,
+        Some("pretty") => LogFormat::Pretty,
+        Some(other) => return Err(invalid("log.format", format!("`{other}` is not json or pretty"))),
+    };
+    Ok(LogSettings { format })
+}
+
 /// Error messages from the config crate may quote values; never let one carry a secret.
+/// One static key, its algorithm parsed once and its material checked for presence.
+fn resolve_key(i: usize, key: RawKey) -> Result<KeySettings, ConfigError> {
+    let name = format!("auth.keys[{i}]");
+    let algorithm = KeyAlgorithm::parse(&key.algorithm).ok_or_else(|| {
+        invalid(
+            &format!("{name}.algorithm"),
+            format!("`{}` is not HS256, RS256, ES256 or EdDSA", key.algorithm),
+        )
+    })?;
+    if algorithm.is_asymmetric() && key.public_key.is_none() {
+        return Err(invalid(&format!("{name}.public_key"), "is required for RS256, ES256 and EdDSA"));
+    }
+    if !algorithm.is_asymmetric() && key.secret.as_ref().is_none_or(|s| s.expose().len() < 32) {
+        return Err(invalid(&format!("{name}.secret"), "HS256 needs a secret of at least 32 bytes"));
+    }
+    if key.kid.is_empty() {
+        return Err(invalid(&format!("{name}.kid"), "must not be empty"));
+    }
+    Ok(KeySettings {
+        kid: key.kid,
+        algorithm,
+        secret: key.secret,
+        public_key: key.public_key,
+        private_key: key.private_key,
+    })
+}
+
 fn redact(message: &str) -> String {
     // The config crate quotes offending values in backticks or quotes; URLs may carry
     // passwords. Drop any `user:password@` part of a URL-looking token.
@@ -988,5 +901,43 @@ mod tests {
     #[test]
     fn redaction_hides_url_credentials() {
         assert_eq!(redact("bad amqp://guest:secret@host/vhost"), "bad amqp://***@host/vhost");
+    }
+
+    #[test]
+    fn the_documented_defaults_are_the_defaults() {
+        // docs/configuration.md's table and `DEFAULTS` must not drift apart: every key whose
+        // documented default is a plain value has exactly that value in `DEFAULTS`, and
+        // every key of `DEFAULTS` is documented.
+        let defaults = config::Config::builder()
+            .add_source(config::File::from_str(DEFAULTS, config::FileFormat::Toml))
+            .build()
+            .unwrap();
+        let doc = include_str!("../docs/configuration.md");
+        let mut documented = Vec::new();
+        for row in doc.lines().filter(|l| l.starts_with("| `")) {
+            let cells: Vec<&str> = row.split(" | ").collect();
+            let key = cells[0].trim_start_matches("| ").trim_matches('`');
+            documented.push(key.to_owned());
+            let default = cells[1];
+            // Plain values only: `—` (none) and prose (mode-dependent) are not literals.
+            if default.matches('`').count() == 2 && default.starts_with('`') && default.ends_with('`') {
+                let value = default.trim_matches('`');
+                assert_eq!(defaults.get_string(key).ok().as_deref(), Some(value), "{key}");
+            }
+        }
+        fn keys(prefix: &str, table: config::Map<String, config::Value>, out: &mut Vec<String>) {
+            for (k, v) in table {
+                let key = if prefix.is_empty() { k } else { format!("{prefix}.{k}") };
+                match v.kind {
+                    config::ValueKind::Table(t) => keys(&key, t, out),
+                    _ => out.push(key),
+                }
+            }
+        }
+        let mut all = Vec::new();
+        keys("", defaults.clone().try_deserialize().unwrap(), &mut all);
+        for key in all {
+            assert!(documented.contains(&key), "`{key}` has a default but is not in docs/configuration.md");
+        }
     }
 }

@@ -4,7 +4,15 @@ use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::writer::MakeWriterExt;
 
 use crate::application::meter::Meter;
-use crate::config::LogFormat;
+
+/// How log lines are written (`log.format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One JSON object per line.
+    Json,
+    /// For people at a terminal.
+    Pretty,
+}
 
 /// Installs the global subscriber once; later calls are no-ops (tests call it freely).
 pub fn init(format: LogFormat) {

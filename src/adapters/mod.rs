@@ -6,3 +6,6 @@ pub mod http;
 pub mod messaging;
 pub mod persistence;
 pub mod providers;
+pub mod secret;
+
+pub use secret::Secret;

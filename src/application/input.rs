@@ -4,6 +4,8 @@
 //! no free-text field can slip past a per-field check that was forgotten. Lengths stay each
 //! field's own rule (the domain and the use cases check them).
 
+use std::time::Duration;
+
 use serde_json::Value;
 
 use crate::application::AppError;
@@ -61,6 +63,29 @@ pub fn check_optional(field: &str, value: Option<&str>, max: usize) -> Result<()
         Some(v) => Ok(text::check(field, v, max)?),
         None => Ok(()),
     }
+}
+
+/// Parses a duration as operators write it: `250ms`, `10s`, `5m`, `1h`, `30d` (settings and
+/// query parameters alike).
+///
+/// # Errors
+/// A message saying what a duration looks like.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 =
+        digits.parse().map_err(|_| format!("`{text}` is not a duration like 250ms, 10s, 5m, 1h or 30d"))?;
+    let ms = match unit {
+        "ms" => Some(n),
+        "s" => n.checked_mul(1000),
+        "m" => n.checked_mul(60_000),
+        "h" => n.checked_mul(3_600_000),
+        "d" => n.checked_mul(86_400_000),
+        _ => None,
+    }
+    .ok_or_else(|| format!("`{text}` is not a duration like 250ms, 10s, 5m, 1h or 30d"))?;
+    Ok(Duration::from_millis(ms))
 }
 
 #[cfg(test)]

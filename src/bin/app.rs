@@ -10,7 +10,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use orchestrator::adapters::persistence;
 use orchestrator::application::Actor;
 use orchestrator::application::error::Chain;
-use orchestrator::config::{Settings, parse_duration};
+use orchestrator::application::input::parse_duration;
+use orchestrator::config::Settings;
 use orchestrator::startup::{self, Application, StartupError, Workers};
 use sea_orm_migration::MigratorTrait;
 

@@ -19,6 +19,7 @@ use actix_web::{HttpResponse, web};
 use utoipa::OpenApi;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 
+use crate::adapters::Secret;
 use crate::application::health::Readiness;
 use crate::application::idempotency::IdempotencyService;
 use crate::application::notification_retry::NotificationRetry;
@@ -27,7 +28,6 @@ use crate::application::outbox::OutboxAdmin;
 use crate::application::queries::OrderQueries;
 use crate::application::recovery::Recovery;
 use crate::application::refunds::Refunds;
-use crate::config::Secret;
 use problem::ApiError;
 
 /// What the handlers need, shared by every worker thread of the server.

@@ -12,9 +12,9 @@ use super::dto::{OutboxEventResponse, ReasonRequest};
 use super::problem::{ApiError, Problem};
 use super::{HttpState, query_param};
 use crate::application::envelopes::timestamp;
+use crate::application::input::parse_duration;
 use crate::application::outbox::Redrive;
 use crate::application::ports::{OutboxFilter, OutboxStats};
-use crate::config::parse_duration;
 use crate::domain::outbox::{FailureCode, OutboxStatus};
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]

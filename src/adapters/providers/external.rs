@@ -14,10 +14,10 @@ use reqwest::StatusCode;
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::adapters::Secret;
 use crate::application::ports::{
     ApprovalOutcome, ApprovePayment, CancelPayment, GatewayError, LookupOutcome, PaymentGateway, Scenario,
 };
-use crate::config::Secret;
 use crate::domain::text;
 
 #[derive(Debug, Clone)]

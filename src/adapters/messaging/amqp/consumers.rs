@@ -26,11 +26,18 @@ use crate::application::inbound::{
 use crate::application::input::check_json_text;
 use crate::application::meter::Meter;
 use crate::application::ports::Scenario;
-use crate::config::QueueType;
 use crate::domain::text;
 
 /// Largest message body accepted; larger ones are dead-lettered unread.
 pub const MAX_MESSAGE: usize = 64 * 1024;
+
+/// The kind of queue the consumers declare (`broker.queue_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueType {
+    Classic,
+    /// Replicated (RabbitMQ quorum queues), with a delivery limit.
+    Quorum,
+}
 
 /// Names and kinds of the inbound topology.
 #[derive(Debug, Clone)]

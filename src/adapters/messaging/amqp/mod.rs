@@ -5,5 +5,5 @@ mod consumers;
 mod publisher;
 
 pub use connection::{AmqpEndpoint, connect};
-pub use consumers::{ConsumerSettings, MeetingConsumers, MeetingTopology, declare_topology};
+pub use consumers::{ConsumerSettings, MeetingConsumers, MeetingTopology, QueueType, declare_topology};
 pub use publisher::{AmqpEventPublisher, AmqpPublisherSettings};
