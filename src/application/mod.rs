@@ -7,6 +7,7 @@
 
 pub mod actor;
 pub mod audit;
+mod commit;
 pub mod envelopes;
 pub mod error;
 pub mod health;

@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use crate::application::commit::commit;
 use crate::application::error::Chain;
 use crate::application::meter::Meter;
 use crate::domain::audit::AuditAction;
@@ -130,18 +131,14 @@ impl NotificationRetry {
         }
         let mut changes = Changes::default();
         changes.update_notification(&mut notification);
-        match self.uow.commit(changes).await {
-            Ok(()) => {}
-            Err(RepoError::Conflict) => {
-                return match claim {
-                    Claim::Due => Ok(Attempt::Lost),
-                    Claim::Reprocess => Err(AppError::Conflict {
-                        code: "NOTIFICATION_BUSY",
-                        message: "another attempt of this notification is in progress".into(),
-                    }),
-                };
-            }
-            Err(err) => return Err(err.into()),
+        if !commit(self.uow.as_ref(), changes).await? {
+            return match claim {
+                Claim::Due => Ok(Attempt::Lost),
+                Claim::Reprocess => Err(AppError::Conflict {
+                    code: "NOTIFICATION_BUSY",
+                    message: "another attempt of this notification is in progress".into(),
+                }),
+            };
         }
         record.notification = Some(notification.clone());
 
@@ -156,14 +153,10 @@ impl NotificationRetry {
         let outcome =
             apply_send_result(&record, notification, false, result, &self.settings.policy, actor, now)?;
         let steps = outcome.changes.steps.clone();
-        match self.uow.commit(outcome.changes).await {
-            Ok(()) => {}
-            Err(RepoError::Conflict) => {
-                // Our lease was recovered by another worker meanwhile: its attempt decides.
-                tracing::warn!(notification = %id, "notification outcome lost to a recovered claim");
-                return Ok(Attempt::Lost);
-            }
-            Err(err) => return Err(err.into()),
+        if !commit(self.uow.as_ref(), outcome.changes).await? {
+            // Our lease was recovered by another worker meanwhile: its attempt decides.
+            tracing::warn!(notification = %id, "notification outcome lost to a recovered claim");
+            return Ok(Attempt::Lost);
         }
         record.order = outcome.order;
         record.notification = Some(outcome.notification);
@@ -295,15 +288,11 @@ impl NotificationRetry {
         events.order(&order_events);
         changes.outbox = events.finish();
         let steps = changes.steps.clone();
-        match self.uow.commit(changes).await {
-            Ok(()) => {}
-            Err(RepoError::Conflict) => {
-                return Err(AppError::Conflict {
-                    code: "NOTIFICATION_BUSY",
-                    message: "the notification changed concurrently; retry".into(),
-                });
-            }
-            Err(err) => return Err(err.into()),
+        if !commit(self.uow.as_ref(), changes).await? {
+            return Err(AppError::Conflict {
+                code: "NOTIFICATION_BUSY",
+                message: "the notification changed concurrently; retry".into(),
+            });
         }
         record.order = order;
         record.notification = Some(notification);

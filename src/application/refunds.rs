@@ -13,6 +13,7 @@
 use std::sync::Arc;
 
 use crate::application::audit::{self, entity};
+use crate::application::commit::commit;
 use crate::application::envelopes::EventWriter;
 use crate::application::orchestration::lease::SagaLeases;
 use crate::application::ports::{
@@ -200,15 +201,11 @@ impl Refunds {
                 )),
                 now,
             ));
-            match self.uow.commit(changes).await {
-                Ok(()) => {}
-                Err(RepoError::Conflict) => {
-                    return Err(AppError::Conflict {
-                        code: "REFUND_NOT_ALLOWED",
-                        message: "the order changed concurrently".into(),
-                    });
-                }
-                Err(err) => return Err(err.into()),
+            if !commit(self.uow.as_ref(), changes).await? {
+                return Err(AppError::Conflict {
+                    code: "REFUND_NOT_ALLOWED",
+                    message: "the order changed concurrently".into(),
+                });
             }
             record.payment = Some(payment.clone());
         }
@@ -363,21 +360,17 @@ impl Refunds {
         };
         changes.inbox.extend(inbox);
         let steps = changes.steps.clone();
-        match self.uow.commit(changes).await {
-            Ok(()) => {}
-            Err(RepoError::Conflict) => {
-                // Finished concurrently (the provider deduplicated the cancel by its key):
-                // report the state that won.
-                let current = self.orders.get(order_id).await?.ok_or(AppError::NotFound("order"))?;
-                return match current.payment.as_ref().map(|p| p.status) {
-                    Some(PaymentStatus::Refunded) => Ok(RefundOutcome::Refunded(current)),
-                    _ => Err(AppError::Conflict {
-                        code: "REFUND_NOT_ALLOWED",
-                        message: "the order changed concurrently".into(),
-                    }),
-                };
-            }
-            Err(err) => return Err(err.into()),
+        if !commit(self.uow.as_ref(), changes).await? {
+            // Finished concurrently (the provider deduplicated the cancel by its key):
+            // report the state that won.
+            let current = self.orders.get(order_id).await?.ok_or(AppError::NotFound("order"))?;
+            return match current.payment.as_ref().map(|p| p.status) {
+                Some(PaymentStatus::Refunded) => Ok(RefundOutcome::Refunded(current)),
+                _ => Err(AppError::Conflict {
+                    code: "REFUND_NOT_ALLOWED",
+                    message: "the order changed concurrently".into(),
+                }),
+            };
         }
         record.order = order;
         record.payment = Some(payment);

@@ -151,6 +151,19 @@ fn outbox_id(text: &str) -> Result<i64, ApiError> {
     text.parse().map_err(|_| ApiError::not_found("outbox event"))
 }
 
+/// A dead letter republished or (`discard`) discarded, answered with the row after.
+async fn settle(
+    state: &HttpState,
+    admin: &Admin,
+    path: &str,
+    body: MaybeJson<ReasonRequest>,
+    discard: bool,
+) -> Result<HttpResponse, ApiError> {
+    let id = outbox_id(path)?;
+    let row = state.outbox_admin.settle(&admin.0, id, discard, ReasonRequest::of(body)?).await?;
+    Ok(HttpResponse::Ok().json(OutboxEventResponse::from(&row)))
+}
+
 /// A dead letter back to `READY` (retry budget reset); `409` for any other status.
 #[utoipa::path(
     post,
@@ -172,10 +185,7 @@ pub async fn republish(
     path: web::Path<String>,
     body: MaybeJson<ReasonRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let actor = &admin.0;
-    let id = outbox_id(&path)?;
-    let row = state.outbox_admin.settle(actor, id, false, ReasonRequest::of(body)?).await?;
-    Ok(HttpResponse::Ok().json(OutboxEventResponse::from(&row)))
+    settle(&state, &admin, &path, body, false).await
 }
 
 /// A dead letter to `DISCARDED`: never published, the aggregate unblocked.
@@ -199,10 +209,7 @@ pub async fn discard(
     path: web::Path<String>,
     body: MaybeJson<ReasonRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let actor = &admin.0;
-    let id = outbox_id(&path)?;
-    let row = state.outbox_admin.settle(actor, id, true, ReasonRequest::of(body)?).await?;
-    Ok(HttpResponse::Ok().json(OutboxEventResponse::from(&row)))
+    settle(&state, &admin, &path, body, true).await
 }
 
 /// Bulk republish of dead letters matching a filter; `dryRun` only reports.

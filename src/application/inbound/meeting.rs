@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use crate::application::audit::{self, entity};
+use crate::application::commit::commit;
 use crate::application::envelopes;
 use crate::application::orchestration::{ALREADY_REGISTERED, InboxKey, Orchestrator, PlaceOrder};
 use crate::application::ports::{
@@ -113,11 +114,7 @@ impl MeetingEvents {
             entry.processed_at,
         ));
         changes.inbox.push(entry);
-        match self.uow.commit(changes).await {
-            Ok(()) => Ok(true),
-            Err(RepoError::Conflict) => Ok(false),
-            Err(err) => Err(err.into()),
-        }
+        commit(self.uow.as_ref(), changes).await
     }
 
     /// Runs the saga for a paid registration (a `MEETING` order).

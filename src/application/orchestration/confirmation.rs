@@ -3,6 +3,7 @@
 //! under the order's saga lease, and resumes the saga. Whichever comes first applies it.
 
 use crate::application::audit::{self, entity};
+use crate::application::commit::commit;
 use crate::application::envelopes::EventWriter;
 use crate::application::orchestration::payment::{ApprovalDecision, decide_approval};
 use crate::application::orchestration::service::{Orchestrator, broken_invariant};
@@ -111,16 +112,11 @@ impl Orchestrator {
         events.payment(&payment, &payment_events).order(&order_events);
         changes.outbox = events.finish();
         let steps = changes.steps.clone();
-        match self.uow.commit(changes).await {
-            Ok(()) => {}
-            Err(RepoError::Conflict) => {
-                let current = self.load(record.order.id).await?;
-                let unchanged = current.order.version == record.order.version
-                    && current.payment.as_ref().map(|p| p.version)
-                        == record.payment.as_ref().map(|p| p.version);
-                return Ok((!unchanged).then_some(current));
-            }
-            Err(err) => return Err(err.into()),
+        if !commit(self.uow.as_ref(), changes).await? {
+            let current = self.load(record.order.id).await?;
+            let unchanged = current.order.version == record.order.version
+                && current.payment.as_ref().map(|p| p.version) == record.payment.as_ref().map(|p| p.version);
+            return Ok((!unchanged).then_some(current));
         }
         record.order = order;
         record.payment = Some(payment);

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use crate::application::audit::{self, entity};
+use crate::application::commit;
 use crate::application::orchestration::lease::SagaLeases;
 use crate::application::orchestration::notify::apply_send_result;
 use crate::application::orchestration::outcome::{Progress, StepOutcome};
@@ -16,8 +17,8 @@ use crate::application::orchestration::steps::{NextAction, next_action, next_act
 use crate::application::orchestration::{compensation, settlement};
 use crate::application::ports::{
     ApprovePayment, CancelPayment, Changes, Clock, InboxEntry, NotificationRequest, Notifier, OrderContext,
-    OrderRecord, OrderRepository, PaymentGateway, RepoError, SagaLease, Scenario, SettlementGateway,
-    SettlementRequest, UnitOfWork,
+    OrderRecord, OrderRepository, PaymentGateway, SagaLease, Scenario, SettlementGateway, SettlementRequest,
+    UnitOfWork,
 };
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
@@ -110,6 +111,15 @@ pub struct Orchestrator {
     pub(super) clock: Arc<dyn Clock>,
     settings: SagaSettings,
     pub(super) leases: SagaLeases,
+}
+
+/// The order's payment, which the step being run requires to be `APPROVED`.
+fn approved_payment(record: &OrderRecord, step: &str) -> Result<Payment, AppError> {
+    record
+        .payment
+        .clone()
+        .filter(|p| p.status == PaymentStatus::Approved)
+        .ok_or_else(|| broken_invariant(step))
 }
 
 pub(super) fn broken_invariant(err: impl std::fmt::Display) -> AppError {
@@ -329,11 +339,7 @@ impl Orchestrator {
 
     /// Commits; `Ok(false)` when a conditional write lost a race (nothing was written).
     async fn commit(&self, changes: Changes) -> Result<bool, AppError> {
-        match self.uow.commit(changes).await {
-            Ok(()) => Ok(true),
-            Err(RepoError::Conflict) => Ok(false),
-            Err(err) => Err(err.into()),
-        }
+        commit::commit(self.uow.as_ref(), changes).await
     }
 
     pub(super) async fn drive(&self, record: OrderRecord, actor: &Actor) -> Result<OrderRecord, AppError> {
@@ -428,11 +434,7 @@ impl Orchestrator {
         actor: &Actor,
         run: &Run<'_>,
     ) -> Result<Progress, AppError> {
-        let payment = record
-            .payment
-            .clone()
-            .filter(|p| p.status == PaymentStatus::Approved)
-            .ok_or_else(|| broken_invariant("settlement without an approved payment"))?;
+        let payment = approved_payment(record, "settlement without an approved payment")?;
         let settlement = Settlement::request(record.order.id, payment.id, payment.amount, self.clock.now());
         let request = SettlementRequest {
             order_id: record.order.id,
@@ -474,11 +476,7 @@ impl Orchestrator {
         actor: &Actor,
         run: &Run<'_>,
     ) -> Result<Progress, AppError> {
-        let payment = record
-            .payment
-            .clone()
-            .filter(|p| p.status == PaymentStatus::Approved)
-            .ok_or_else(|| broken_invariant("compensation without an approved payment"))?;
+        let payment = approved_payment(record, "compensation without an approved payment")?;
         let provider_transaction_id = payment
             .provider_transaction_id
             .clone()
@@ -510,7 +508,7 @@ mod tests {
     use super::*;
     use crate::application::ports::{
         ApprovalOutcome, GatewayError, MockClock, MockNotifier, MockOrderRepository, MockPaymentGateway,
-        MockSettlementGateway, MockUnitOfWork, NotifyFailure, SettlementOutcome,
+        MockSettlementGateway, MockUnitOfWork, NotifyFailure, RepoError, SettlementOutcome,
     };
     use crate::domain::notification::FailurePolicy;
     use crate::domain::order::OrderStatus;
