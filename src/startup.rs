@@ -221,8 +221,10 @@ pub async fn build_services_with_clock(
     clock: Arc<dyn Clock>,
 ) -> Result<Services, StartupError> {
     install_tls_provider();
-    let jwt =
-        Arc::new(JwtKeys::from_settings(&settings.auth).map_err(|e| StartupError::Config(e.to_string()))?);
+    let jwt = Arc::new(
+        JwtKeys::from_settings_with_clock(&settings.auth, clock.clone())
+            .map_err(|e| StartupError::Config(e.to_string()))?,
+    );
     persistence::probe(settings.database.url.expose(), settings.database.connect_timeout)
         .await
         .map_err(StartupError::Runtime)?;

@@ -14,7 +14,6 @@ use amqprs::channel::{
 };
 use amqprs::connection::Connection;
 use orchestrator::adapters::messaging::amqp::{AmqpEndpoint, connect};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 use crate::helpers::service_missing;
@@ -128,6 +127,38 @@ impl TestBroker {
         self.received.lock().unwrap().clone()
     }
 
+    /// Returns once every message the broker accepted before this call has reached the
+    /// consumer: a marker published now queues behind them (one queue, FIFO), so its
+    /// arrival is the barrier. The marker is taken out of `received`. Call it after the
+    /// publishers have stopped (their confirms settled) instead of waiting for stragglers.
+    pub async fn barrier(&self) {
+        let channel = self._connection.open_channel(None).await.expect("channel");
+        let marker = uuid::Uuid::new_v4().to_string();
+        let mut props = amqprs::BasicProperties::default();
+        props.with_message_id(&marker);
+        channel
+            .basic_publish(
+                props.finish(),
+                b"null".to_vec(),
+                amqprs::channel::BasicPublishArguments::new(&self.exchange, "test.barrier"),
+            )
+            .await
+            .expect("publish the barrier");
+        let until = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            {
+                let mut received = self.received.lock().unwrap();
+                if let Some(at) = received.iter().position(|r| r.message_id == marker) {
+                    received.remove(at);
+                    break;
+                }
+            }
+            assert!(tokio::time::Instant::now() < until, "the barrier never arrived");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = channel.close().await;
+    }
+
     /// Deletes the exchange (the queue goes with the connection). Dropping does the same,
     /// so a failing test leaves nothing behind either.
     pub async fn cleanup(self) {
@@ -159,46 +190,5 @@ impl Drop for TestBroker {
     fn drop(&mut self) {
         self._consumer.abort();
         delete_objects(self.endpoint.clone(), vec![self.exchange.clone()], Vec::new());
-    }
-}
-
-/// A TCP proxy in front of the broker; [`TcpProxy::sever`] cuts every open connection.
-pub struct TcpProxy {
-    pub port: u16,
-    connections: Arc<Mutex<Vec<JoinHandle<()>>>>,
-    _accept: JoinHandle<()>,
-}
-
-impl TcpProxy {
-    pub async fn start(target: (String, u16)) -> TcpProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
-        let port = listener.local_addr().unwrap().port();
-        let connections: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
-        let tracked = connections.clone();
-        let accept = tokio::spawn(async move {
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                let target = target.clone();
-                let handle = tokio::spawn(async move {
-                    if let Ok(mut outbound) = TcpStream::connect(target).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                    }
-                });
-                tracked.lock().unwrap().push(handle);
-            }
-        });
-        TcpProxy { port, connections, _accept: accept }
-    }
-
-    /// Drops every connection through the proxy (both sides see a reset/EOF).
-    pub fn sever(&self) {
-        for handle in self.connections.lock().unwrap().drain(..) {
-            handle.abort();
-        }
-    }
-
-    pub fn url(&self, endpoint: &AmqpEndpoint) -> String {
-        let (user, password) = endpoint.credentials();
-        let vhost = endpoint.vhost().replace('/', "%2f");
-        format!("amqp://{user}:{password}@127.0.0.1:{}/{vhost}", self.port)
     }
 }

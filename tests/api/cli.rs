@@ -16,7 +16,7 @@ use orchestrator::domain::ids::{EventId, OrderId};
 use orchestrator::domain::order::{NewOrder, NewOrderItem, Order, OrderSource};
 use orchestrator::domain::outbox::{FailureCode, FailureOutcome, OutboxStatus};
 
-use crate::helpers::{Backend, TestDb};
+use crate::helpers::{Backend, Process, TestDb, terminate};
 
 /// `app` with a clean `APP_*` environment, run in `dir`.
 pub(crate) fn app(dir: &Path) -> Command {
@@ -28,38 +28,6 @@ pub(crate) fn app(dir: &Path) -> Command {
     }
     cmd.current_dir(dir).env("RUST_LOG", "info");
     cmd
-}
-
-/// A spawned `app` that is killed if the test ends (or fails) while it still runs, so a
-/// failing test never leaves a process behind.
-pub(crate) struct Process(pub std::process::Child);
-
-impl Process {
-    pub(crate) fn spawn(cmd: &mut Command) -> Process {
-        Process(cmd.spawn().expect("spawn app"))
-    }
-}
-
-impl std::ops::Deref for Process {
-    type Target = std::process::Child;
-    fn deref(&self) -> &Self::Target {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Process {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.0
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
 }
 
 fn run(cmd: &mut Command) -> Output {
@@ -306,21 +274,6 @@ async fn wait_ready(port: u16) {
     }
 }
 
-pub(crate) fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
-    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("did not stop within 30 s of SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedded_default_runs_the_whole_flow_with_no_configuration() {
     let dir = temp_dir();
@@ -520,7 +473,7 @@ async fn sigterm_drains_in_flight_publishes_and_leaves_no_claim_behind() {
         crate::helpers::outbox_in(&conn, orchestrator::domain::outbox::OutboxStatus::Published).await;
     assert!(published >= 500, "published before the stop: {published}");
     // Every row marked PUBLISHED was really delivered.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    broker.barrier().await;
     assert!(broker.count() as i64 >= published);
     drop(conn);
     broker.cleanup().await;

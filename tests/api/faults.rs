@@ -14,10 +14,12 @@ use reqwest::StatusCode;
 use sea_orm::{ConnectionTrait, DatabaseConnection};
 use serde_json::json;
 
-use crate::broker::{TcpProxy, TestBroker, amqp_url};
-use crate::cli::{Process, app, temp_dir};
+use crate::broker::{TestBroker, amqp_url};
+use crate::cli::{app, temp_dir};
+use crate::helpers::TcpProxy;
 use crate::helpers::{Backend, TEST_KEYS, TestApp, TestDb, count_where, order_body};
-use crate::meeting::{Meeting, registered, start, until};
+use crate::helpers::{Process, until};
+use crate::meeting::{Meeting, registered, start};
 
 fn kill9(child: &mut Process) {
     let _ = std::process::Command::new("kill").args(["-KILL", &child.id().to_string()]).status();
@@ -123,7 +125,7 @@ async fn a_worker_killed_mid_drain_loses_nothing() {
     })
     .await;
     let recovered_in = killed_at.elapsed();
-    crate::cli::terminate(&mut second);
+    crate::helpers::terminate(&mut second);
     let received = broker.wait_for(events.len(), Duration::from_secs(10)).await;
     let ids: HashSet<&str> = received.iter().map(|r| r.message_id.as_str()).collect();
     for e in &events {
@@ -193,11 +195,12 @@ async fn a_worker_paused_past_its_lease_sends_only_duplicates_when_it_resumes() 
     .await;
     let owners = count_where(&conn, "outbox_lanes", "owner IS NOT NULL").await;
     signal(&first, "CONT");
-    // Let the resumed worker do whatever it still would.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    crate::cli::terminate(&mut first);
-    crate::cli::terminate(&mut second);
-    let received = broker.wait_for(events.len(), Duration::from_secs(10)).await;
+    // A graceful stop finishes the round the resumed worker was in (whatever it still
+    // sends goes out before it exits); the barrier then has every delivery in.
+    crate::helpers::terminate(&mut first);
+    crate::helpers::terminate(&mut second);
+    broker.barrier().await;
+    let received = broker.received.lock().unwrap().clone();
     let ids: HashSet<&str> = received.iter().map(|r| r.message_id.as_str()).collect();
     for e in &events {
         assert!(ids.contains(e.event_id.to_string().as_str()), "event {} lost", e.event_id);
@@ -265,7 +268,7 @@ async fn a_consumer_killed_mid_message_applies_each_message_once() {
                 == 0
     })
     .await;
-    crate::cli::terminate(&mut second);
+    crate::helpers::terminate(&mut second);
     assert_eq!(count_where(&conn, "orders", "1 = 1").await, n, "one order per message");
     assert_eq!(count_where(&conn, "payments", "1 = 1").await, n, "one payment per order");
     assert_eq!(count_where(&conn, "orders", "status = 'COMPLETED'").await, n, "every saga finished");

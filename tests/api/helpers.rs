@@ -4,7 +4,13 @@
 //! PostgreSQL is `TEST_DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/postgres`).
 //! When it cannot be reached a test is skipped — except under `CI=true`, where it fails.
 
-use std::sync::Arc;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use orchestrator::adapters::messaging::amqp::AmqpEndpoint;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
 
 use orchestrator::adapters::clock::ManualClock;
 use orchestrator::adapters::persistence;
@@ -336,4 +342,108 @@ pub async fn outbox_unpublished(db: &DatabaseConnection) -> i64 {
 pub async fn on_the_slow_path(db: &DatabaseConnection) {
     use sea_orm::ConnectionTrait;
     db.execute_unprepared("UPDATE outbox_events SET slow = TRUE WHERE NOT slow").await.expect("slow path");
+}
+
+// ---- waiting, processes and a severable connection, shared by every test file ----------
+
+/// Waits (polling) until `check` holds; fails the test after 30 s naming `what`.
+pub(crate) async fn until<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A spawned `app` that is killed if the test ends (or fails) while it still runs, so a
+/// failing test never leaves a process behind.
+pub(crate) struct Process(pub std::process::Child);
+
+impl Process {
+    pub(crate) fn spawn(cmd: &mut Command) -> Process {
+        Process(cmd.spawn().expect("spawn app"))
+    }
+}
+
+impl std::ops::Deref for Process {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Process {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// Sends SIGTERM and waits (at most 30 s) for the process to exit; returns its status.
+pub(crate) fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("did not stop within 30 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A TCP proxy in front of the broker; [`TcpProxy::sever`] cuts every open connection.
+pub struct TcpProxy {
+    pub port: u16,
+    connections: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    _accept: JoinHandle<()>,
+}
+
+impl TcpProxy {
+    pub async fn start(target: (String, u16)) -> TcpProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let port = listener.local_addr().unwrap().port();
+        let connections: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let tracked = connections.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let target = target.clone();
+                let handle = tokio::spawn(async move {
+                    if let Ok(mut outbound) = TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                tracked.lock().unwrap().push(handle);
+            }
+        });
+        TcpProxy { port, connections, _accept: accept }
+    }
+
+    /// Drops every connection through the proxy (both sides see a reset/EOF).
+    pub fn sever(&self) {
+        for handle in self.connections.lock().unwrap().drain(..) {
+            handle.abort();
+        }
+    }
+
+    pub fn url(&self, endpoint: &AmqpEndpoint) -> String {
+        let (user, password) = endpoint.credentials();
+        let vhost = endpoint.vhost().replace('/', "%2f");
+        format!("amqp://{user}:{password}@127.0.0.1:{}/{vhost}", self.port)
+    }
 }

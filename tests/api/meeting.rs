@@ -15,7 +15,7 @@ use sea_orm::ConnectionTrait;
 use serde_json::{Value, json};
 
 use crate::broker::{TestBroker, amqp_url};
-use crate::helpers::{Backend, TestApp, count_where, json, order_body};
+use crate::helpers::{Backend, TestApp, count_where, json, order_body, until};
 use crate::on_both_databases;
 
 /// The meeting side of one test: its own exchange, dead-letter exchange and queues.
@@ -137,18 +137,6 @@ pub(crate) async fn start(
 pub(crate) fn registered(event: &str, meeting: &str, user: &str, amount: i64) -> String {
     json!({ "eventId": event, "meetingId": meeting, "userId": user, "amount": amount, "currency": "KRW" })
         .to_string()
-}
-
-pub(crate) async fn until<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Messages a consumer has finished with (acknowledged or dead-lettered), from the app's

@@ -14,8 +14,9 @@ use wiremock::matchers::{method, path, path_regex};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 use crate::external::{PAST_THE_BACKOFF, approved, detail, place, spawn, spawn_manual};
+use crate::helpers::until;
 use crate::helpers::{Backend, TestApp, count_where, json, order_body};
-use crate::meeting::{registered, start, until};
+use crate::meeting::{registered, start};
 use crate::on_both_databases;
 
 /// Makes every write that moves a payment to `status` fail, like a database that refuses

@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 
 use orchestrator::startup::Workers;
 
+use crate::helpers::until;
 use crate::helpers::{Backend, TestApp, count_where, json, order_body, steps};
-use crate::meeting::until;
 use crate::on_both_databases;
 
 /// Retries a minute apart (doubling): on the manual clock, a retry is due only once the test

@@ -17,7 +17,8 @@ use serde_json::json;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::broker::{TcpProxy, TestBroker, amqp_url};
+use crate::broker::{TestBroker, amqp_url};
+use crate::helpers::TcpProxy;
 use crate::helpers::{Backend, TestApp, count_where};
 use crate::on_both_databases;
 
@@ -94,12 +95,12 @@ async fn four_relays_deliver_every_event_exactly_once_in_aggregate_order(backend
         relays.push(tokio::spawn(async move { relay.run_until_stopped(token).await }));
     }
     broker.wait_for(events.len(), Duration::from_secs(90)).await;
-    // Anything extra would arrive right behind: give it the chance to.
-    tokio::time::sleep(Duration::from_millis(300)).await;
     stop.cancel();
     for r in relays {
         r.await.unwrap();
     }
+    // Anything sent twice arrived before this.
+    broker.barrier().await;
     let received = broker.received.lock().unwrap().clone();
     assert_eq!(received.len(), events.len(), "every event exactly once (got {})", received.len());
     let ids: HashSet<&str> = received.iter().map(|r| r.message_id.as_str()).collect();
@@ -305,25 +306,26 @@ async fn relays_joining_and_leaving_share_the_lanes_and_lose_nothing(backend: Ba
     let mut relays = Vec::new();
     let mut events = seed(&repo(&app), 100, 3).await;
     start(&mut relays);
-    crate::meeting::until("one relay holds every lane", || async { owners().await == 1 }).await;
+    crate::helpers::until("one relay holds every lane", || async { owners().await == 1 }).await;
     for _ in 0..3 {
         start(&mut relays);
     }
     events.extend(seed(&repo(&app), 100, 3).await);
-    crate::meeting::until("four relays share the lanes", || async { owners().await == 4 }).await;
+    crate::helpers::until("four relays share the lanes", || async { owners().await == 4 }).await;
     events.extend(seed(&repo(&app), 100, 3).await);
     for (stop, handle) in relays.drain(2..) {
         stop.cancel();
         handle.await.unwrap();
     }
-    crate::meeting::until("two relays share the lanes", || async { owners().await == 2 }).await;
+    crate::helpers::until("two relays share the lanes", || async { owners().await == 2 }).await;
     events.extend(seed(&repo(&app), 100, 3).await);
     broker.wait_for(events.len(), Duration::from_secs(90)).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     for (stop, handle) in relays {
         stop.cancel();
         handle.await.unwrap();
     }
+    // Anything sent twice arrived before this.
+    broker.barrier().await;
     let received = broker.received.lock().unwrap().clone();
     let ids: HashSet<&str> = received.iter().map(|r| r.message_id.as_str()).collect();
     assert_eq!((received.len(), ids.len()), (events.len(), events.len()), "every event exactly once");
@@ -360,8 +362,17 @@ async fn a_commit_in_another_process_wakes_the_relay_on_postgres() {
         return;
     };
     let workers = Workers::spawn(&app.services);
-    // Let the relay finish its first (empty) round and the listener subscribe.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The listener has subscribed: its session's last statement is the LISTEN.
+    crate::helpers::until("the relay listening for NOTIFY", || async {
+        count_where(
+            &app.db,
+            "pg_stat_activity",
+            "datname = current_database() AND query LIKE 'LISTEN %' AND pid <> pg_backend_pid()",
+        )
+        .await
+            == 1
+    })
+    .await;
     let other_process = SeaOrmStore::new(app.db.clone(), Arc::new(Notify::new()));
     assert!(persistence::is_postgres(&app.db));
     let events = seed(&other_process, 1, 1).await;

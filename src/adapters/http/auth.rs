@@ -7,7 +7,9 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
 
 use actix_web::dev::Payload;
 use actix_web::{FromRequest, HttpRequest, web};
@@ -21,7 +23,9 @@ use serde_json::{Map, Value};
 
 use super::problem::ApiError;
 use crate::adapters::Secret;
+use crate::adapters::clock::SystemClock;
 use crate::application::Actor;
+use crate::application::ports::Clock;
 use crate::domain::text;
 
 pub const ADMIN_ROLE: &str = "admin";
@@ -200,6 +204,18 @@ impl JwtKeys {
     /// # Errors
     /// A key whose material does not parse, naming its index (never its material).
     pub fn from_settings(settings: &AuthSettings) -> Result<JwtKeys, KeyError> {
+        Self::from_settings_with_clock(settings, Arc::new(SystemClock))
+    }
+
+    /// [`JwtKeys::from_settings`] on `clock`, which times the key set's fetches (tests
+    /// move it by hand).
+    ///
+    /// # Errors
+    /// As [`JwtKeys::from_settings`].
+    pub fn from_settings_with_clock(
+        settings: &AuthSettings,
+        clock: Arc<dyn Clock>,
+    ) -> Result<JwtKeys, KeyError> {
         let mut verifying = HashMap::new();
         let mut signing = None;
         for (index, k) in settings.keys.iter().enumerate() {
@@ -222,6 +238,7 @@ impl JwtKeys {
                 settings.jwks_refresh_interval,
                 settings.issuer.clone(),
                 settings.audience.clone(),
+                clock.clone(),
             ))
         });
         if signing.is_none() && jwks.is_none() {
@@ -385,15 +402,16 @@ struct Jwks {
     state: RwLock<JwksState>,
     /// One fetch at a time: requests that find a fetch under way wait for its result.
     fetching: tokio::sync::Mutex<()>,
+    clock: Arc<dyn Clock>,
 }
 
 #[derive(Default)]
 struct JwksState {
     keys: HashMap<String, VerifyingKey>,
-    fetched_at: Option<Instant>,
-    attempted_at: Option<Instant>,
+    fetched_at: Option<DateTime<Utc>>,
+    attempted_at: Option<DateTime<Utc>>,
     /// The last fetch made because a token named a kid the cache lacked.
-    unknown_kid_at: Option<Instant>,
+    unknown_kid_at: Option<DateTime<Utc>>,
     failure: Option<String>,
 }
 
@@ -411,8 +429,10 @@ impl Jwks {
         refresh_interval: Duration,
         issuer: Option<String>,
         audience: Option<String>,
+        clock: Arc<dyn Clock>,
     ) -> Jwks {
         Jwks {
+            clock,
             url,
             // Building a client fails only without a TLS provider; startup installs one.
             client: reqwest::Client::builder().timeout(JWKS_TIMEOUT).build().unwrap_or_default(),
@@ -427,6 +447,11 @@ impl Jwks {
     fn read(&self) -> std::sync::RwLockReadGuard<'_, JwksState> {
         // A poisoned lock only means a panic elsewhere while writing plain data: keep going.
         self.state.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// How long ago `at` was, by the clock (zero for an instant in the future).
+    fn since(&self, at: DateTime<Utc>) -> Duration {
+        (self.clock.now() - at).to_std().unwrap_or_default()
     }
 
     fn key(&self, kid: &str) -> Option<VerifyingKey> {
@@ -455,7 +480,7 @@ impl Jwks {
             // otherwise only fetches made for unknown kids do (a rotation right after start
             // or a background fetch is still picked up at once).
             let last = if state.failure.is_some() { state.attempted_at } else { state.unknown_kid_at };
-            last.is_some_and(|at| at.elapsed() < self.wait_after(&state)).then(|| state.failure.is_none())
+            last.is_some_and(|at| self.since(at) < self.wait_after(&state)).then(|| state.failure.is_none())
         };
         match recent {
             Some(true) => Ok(()),
@@ -463,7 +488,7 @@ impl Jwks {
             None => {
                 let fetched = self.fetch_locked().await;
                 self.state.write().unwrap_or_else(std::sync::PoisonError::into_inner).unknown_kid_at =
-                    Some(Instant::now());
+                    Some(self.clock.now());
                 fetched.map(|_| ()).map_err(|_| unavailable())
             }
         }
@@ -488,8 +513,8 @@ impl Jwks {
     /// The cached set is older than [`JWKS_MAX_AGE`] and no fetch was tried too recently.
     fn old(&self) -> bool {
         let state = self.read();
-        state.fetched_at.is_some_and(|at| at.elapsed() >= JWKS_MAX_AGE)
-            && state.attempted_at.is_none_or(|at| at.elapsed() >= self.wait_after(&state))
+        state.fetched_at.is_some_and(|at| self.since(at) >= JWKS_MAX_AGE)
+            && state.attempted_at.is_none_or(|at| self.since(at) >= self.wait_after(&state))
     }
 
     async fn fetch(&self) -> Result<usize, String> {
@@ -502,7 +527,7 @@ impl Jwks {
     async fn fetch_locked(&self) -> Result<usize, String> {
         let result = self.download().await;
         let mut state = self.state.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        state.attempted_at = Some(Instant::now());
+        state.attempted_at = Some(self.clock.now());
         match result {
             Ok(keys) => {
                 let n = keys.len();
