@@ -29,7 +29,7 @@ use crate::adapters::persistence::{
     self, DatabaseProbe, SeaOrmIdempotencyStore, SeaOrmOutboxStore, SeaOrmStore,
 };
 use crate::adapters::providers::{
-    ExternalPaymentGateway, ExternalProviderSettings, ProviderCalls, SimulatedNotifier,
+    ExternalPaymentGateway, ExternalProviderSettings, Measured, ProviderCalls, SimulatedNotifier,
     SimulatedPaymentGateway, SimulatedSettlementGateway,
 };
 use crate::application::health::{HealthProbe, Readiness};
@@ -303,6 +303,16 @@ pub async fn build_services_with_clock(
     };
     let metrics = crate::telemetry::registry();
     let meter = metrics.meter.clone();
+    // Every provider call timed and counted, whichever provider it is.
+    let payment_provider = match settings.payment.provider {
+        ProviderKind::Mock => "mock",
+        ProviderKind::External => "external",
+    };
+    let payments: Arc<dyn PaymentGateway> =
+        Arc::new(Measured::new(payments, payment_provider, meter.clone()));
+    let settlements: Arc<dyn SettlementGateway> =
+        Arc::new(Measured::new(settlements, "simulated", meter.clone()));
+    let notifier: Arc<dyn Notifier> = Arc::new(Measured::new(notifier, "simulated", meter.clone()));
     {
         // Histograms are drained at each scrape; with no scraper, now and then.
         let handle = metrics.handle.clone();
@@ -330,15 +340,18 @@ pub async fn build_services_with_clock(
         .with_meter(meter.clone()),
     );
     let payments_for_refunds = payments.clone();
-    let orchestrator = Arc::new(Orchestrator::new(
-        orders.clone() as Arc<dyn OrderRepository>,
-        orders.clone() as Arc<dyn UnitOfWork>,
-        payments,
-        settlements,
-        notifier,
-        clock.clone(),
-        SagaSettings { notification_retry: retry_policy, saga_lease: chrono(settings.worker.saga_lease) },
-    ));
+    let orchestrator = Arc::new(
+        Orchestrator::new(
+            orders.clone() as Arc<dyn OrderRepository>,
+            orders.clone() as Arc<dyn UnitOfWork>,
+            payments,
+            settlements,
+            notifier,
+            clock.clone(),
+            SagaSettings { notification_retry: retry_policy, saga_lease: chrono(settings.worker.saga_lease) },
+        )
+        .with_meter(meter.clone()),
+    );
     let refunds = Arc::new(Refunds::new(
         orders.clone(),
         orders.clone(),

@@ -55,5 +55,23 @@ pub fn registry() -> Registry {
     };
     let recorder = builder.build_recorder();
     let handle = recorder.handle();
-    Registry { meter: Meter::new(std::sync::Arc::new(recorder)), handle }
+    let meter = Meter::new(std::sync::Arc::new(recorder));
+    meter.record(|| {
+        metrics::gauge!("orchestrator_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+        // Counters exist from process start (at 0), so that a scrape before the first event
+        // and `increase()` over a restart both see them.
+        for name in [
+            "outbox_published_total",
+            "outbox_retries_total",
+            "compensations_exhausted_total",
+            "payment_callbacks_rejected_total",
+        ] {
+            metrics::counter!(name).absolute(0);
+        }
+        metrics::counter!("outbox_confirms_total", "outcome" => "ack").absolute(0);
+        for outcome in ["succeeded", "failed", "skipped"] {
+            metrics::counter!("notification_retries_total", "outcome" => outcome).absolute(0);
+        }
+    });
+    Registry { meter, handle }
 }

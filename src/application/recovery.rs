@@ -208,6 +208,7 @@ impl Recovery {
                     ));
                     self.uow.commit(changes).await?;
                     report.exhausted += 1;
+                    self.meter.record(|| metrics::counter!("compensations_exhausted_total").increment(1));
                 }
                 continue;
             }

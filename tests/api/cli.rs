@@ -478,3 +478,57 @@ async fn sigterm_drains_in_flight_publishes_and_leaves_no_claim_behind() {
     drop(conn);
     broker.cleanup().await;
 }
+
+/// A worker's first scrape shows every event it published since it started (counters
+/// exist from process start, not from the first scrape).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workers_first_scrape_counts_everything_it_published() {
+    orchestrator::startup::install_tls_provider();
+    let Some(broker) = crate::broker::TestBroker::start().await else {
+        return;
+    };
+    let Some(db) = TestDb::create(Backend::Postgres).await else {
+        return;
+    };
+    let conn = db.connect().await;
+    let repo = SeaOrmStore::new(conn.clone(), Default::default());
+    let mut order = new_order();
+    let mut changes = Changes::default();
+    changes.insert_order(&mut order, OrderContext::default());
+    changes.outbox = (0..6).map(|i| event(&order, &format!("test.e{i}"))).collect();
+    repo.commit(changes).await.unwrap();
+    let dir = temp_dir();
+    let log = std::fs::File::create(dir.0.join("worker.log")).unwrap();
+    let _worker = Process::spawn(
+        app(&dir.0)
+            .env("APP__DATABASE__URL", &db.url)
+            .env("APP__AUTH__KEYS", crate::helpers::TEST_KEYS)
+            .env("APP__BROKER__URL", crate::broker::amqp_url())
+            .env("APP__BROKER__EXCHANGE", &broker.exchange)
+            .env("APP__WORKER__HTTP__BIND", "127.0.0.1:0")
+            .env("APP__PAYMENT__PROVIDER", "mock")
+            .env("APP__LOG__FORMAT", "json")
+            .arg("worker")
+            .stdout(Stdio::null())
+            .stderr(log),
+    );
+    assert_eq!(broker.wait_for(6, Duration::from_secs(30)).await.len(), 6);
+    crate::helpers::until("all six recorded", || async {
+        crate::helpers::outbox_in(&conn, OutboxStatus::Published).await == 6
+    })
+    .await;
+    let text = std::fs::read_to_string(dir.0.join("worker.log")).unwrap_or_default();
+    let health = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find_map(|l| l["health"].as_str().map(str::to_owned))
+        .expect("the worker logs its health URL");
+    let metrics =
+        reqwest::get(health.replace("/health/ready", "/metrics")).await.unwrap().text().await.unwrap();
+    let published: f64 = metrics
+        .lines()
+        .find(|l| l.starts_with("outbox_published_total"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no outbox_published_total in the first scrape:\n{metrics}"));
+    assert_eq!(published, 6.0, "{metrics}");
+}

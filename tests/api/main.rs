@@ -17,6 +17,7 @@ mod identity;
 mod meeting;
 mod money;
 mod notifications;
+mod observability;
 mod properties;
 mod relay;
 mod repository_contract;

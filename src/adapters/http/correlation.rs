@@ -7,8 +7,11 @@ use actix_web::body::MessageBody;
 use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::middleware::Next;
-use actix_web::{FromRequest, HttpMessage, HttpRequest};
+use actix_web::{FromRequest, HttpMessage, HttpRequest, web};
 use tracing::Instrument;
+
+use super::HttpState;
+use crate::application::meter::Meter;
 
 pub const HEADER: &str = "x-correlation-id";
 
@@ -42,19 +45,45 @@ pub async fn correlate(
         path = %req.path()
     );
     let started = std::time::Instant::now();
+    let method = req.method().to_string();
+    let meter = req.app_data::<web::Data<HttpState>>().map(|s| s.metrics.meter.clone());
     let result = next.call(req).instrument(span.clone()).await;
     let _enter = span.enter();
+    let elapsed = started.elapsed();
     match result {
         Ok(mut response) => {
             let status = response.status().as_u16();
-            tracing::info!(status, elapsed_ms = started.elapsed().as_millis() as u64, "request");
+            tracing::info!(status, elapsed_ms = elapsed.as_millis() as u64, "request");
+            if let Some(meter) = meter {
+                // The route's template (`/api/orders/{id}`), never the raw path: one series
+                // per route, whatever ids and probes arrive.
+                let route = response.request().match_pattern().unwrap_or_else(|| "unmatched".into());
+                record_request(&meter, method, route, status, elapsed);
+            }
             if let Ok(value) = HeaderValue::from_str(&id) {
                 response.headers_mut().insert(HeaderName::from_static(HEADER), value);
             }
             Ok(response)
         }
-        Err(err) => Err(err),
+        Err(err) => {
+            if let Some(meter) = meter {
+                let status = err.as_response_error().status_code().as_u16();
+                record_request(&meter, method, "unmatched".into(), status, elapsed);
+            }
+            Err(err)
+        }
     }
+}
+
+/// RED metrics of one request: `http_requests_total{method,route,status}` and
+/// `http_request_duration_seconds{method,route}`.
+fn record_request(meter: &Meter, method: String, route: String, status: u16, elapsed: std::time::Duration) {
+    meter.record(|| {
+        metrics::counter!("http_requests_total", "method" => method.clone(), "route" => route.clone(), "status" => status.to_string())
+            .increment(1);
+        metrics::histogram!("http_request_duration_seconds", "method" => method, "route" => route)
+            .record(elapsed.as_secs_f64());
+    });
 }
 
 impl FromRequest for CorrelationId {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::application::audit::{self, entity};
 use crate::application::commit;
+use crate::application::meter::Meter;
 use crate::application::orchestration::lease::SagaLeases;
 use crate::application::orchestration::notify::apply_send_result;
 use crate::application::orchestration::outcome::{Progress, StepOutcome};
@@ -111,6 +112,7 @@ pub struct Orchestrator {
     pub(super) clock: Arc<dyn Clock>,
     settings: SagaSettings,
     pub(super) leases: SagaLeases,
+    meter: Meter,
 }
 
 /// The order's payment, which the step being run requires to be `APPROVED`.
@@ -137,7 +139,23 @@ impl Orchestrator {
         settings: SagaSettings,
     ) -> Self {
         let leases = SagaLeases::new(orders.clone(), clock.clone(), settings.saga_lease);
-        Orchestrator { orders, uow, payments, settlements, notifier, clock, settings, leases }
+        Orchestrator {
+            orders,
+            uow,
+            payments,
+            settlements,
+            notifier,
+            clock,
+            settings,
+            leases,
+            meter: Meter::default(),
+        }
+    }
+
+    /// Records the saga's step metrics into `meter` (the app's registry).
+    pub fn with_meter(mut self, meter: Meter) -> Self {
+        self.meter = meter;
+        self
     }
 
     /// Places an order and runs the saga as far as it goes now.
@@ -353,17 +371,36 @@ impl Orchestrator {
         run: &Run<'_>,
     ) -> Result<OrderRecord, AppError> {
         for _ in 0..MAX_STEPS_PER_RUN {
-            let progress = match next_action_of(&record) {
+            let started = std::time::Instant::now();
+            let (step, result) = match next_action_of(&record) {
                 NextAction::Done | NextAction::AwaitConfirmation | NextAction::AwaitRetryOrOperator => {
                     return Ok(record);
                 }
                 NextAction::ApprovePayment { attempt } => {
-                    self.approve_payment(&mut record, attempt, actor, run).await?
+                    ("payment", self.approve_payment(&mut record, attempt, actor, run).await)
                 }
-                NextAction::RequestSettlement => self.request_settlement(&mut record, actor, run).await?,
-                NextAction::SendNotification => self.send_notification(&mut record, actor, run).await?,
-                NextAction::Compensate => self.compensate(&mut record, actor, run).await?,
+                NextAction::RequestSettlement => {
+                    ("settlement", self.request_settlement(&mut record, actor, run).await)
+                }
+                NextAction::SendNotification => {
+                    ("notification", self.send_notification(&mut record, actor, run).await)
+                }
+                NextAction::Compensate => ("compensation", self.compensate(&mut record, actor, run).await),
             };
+            // What became of the step: the saga moved on, stopped there (a final or waiting
+            // state), lost a race (re-decided), or failed (a dependency down).
+            let outcome = match &result {
+                Ok(Progress::Continue) => "continued",
+                Ok(Progress::Stop) => "stopped",
+                Ok(Progress::Reload) => "raced",
+                Err(_) => "error",
+            };
+            let elapsed = started.elapsed().as_secs_f64();
+            self.meter.record(|| {
+                metrics::counter!("saga_steps_total", "step" => step, "outcome" => outcome).increment(1);
+                metrics::histogram!("saga_step_duration_seconds", "step" => step).record(elapsed);
+            });
+            let progress = result?;
             match progress {
                 Progress::Continue => {}
                 Progress::Stop => return Ok(record),

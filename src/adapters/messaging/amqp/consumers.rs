@@ -339,7 +339,13 @@ impl MeetingConsumers {
         // A panic in processing must not leave the delivery hanging (redelivered forever):
         // run it in its own task and dead-letter the message if it panics.
         let this = self.clone();
+        let started = std::time::Instant::now();
         let outcome = tokio::spawn(async move { this.process(kind, &props, &content).await }).await;
+        let elapsed = started.elapsed().as_secs_f64();
+        self.meter.record(|| {
+            metrics::histogram!("consumer_handling_duration_seconds", "consumer" => kind.label())
+                .record(elapsed)
+        });
         let verdict = outcome
             .unwrap_or_else(|panic| Verdict::Reject("panicked", format!("processing panicked: {panic}")));
         let queue = kind.label();

@@ -1,0 +1,120 @@
+//! Every provider call timed and counted: `provider_call_duration_seconds{provider,
+//! operation,outcome}` (a histogram, so its `_count` is the call count). A decorator around
+//! any gateway, so that the simulated and the external providers are measured alike.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+
+use crate::application::meter::Meter;
+use crate::application::ports::{
+    ApprovalOutcome, ApprovePayment, CancelPayment, GatewayError, LookupOutcome, NotificationRequest,
+    Notifier, NotifyFailure, PaymentGateway, Scenario, SettlementGateway, SettlementOutcome,
+    SettlementRequest,
+};
+
+/// A gateway whose calls are measured, labelled `provider` (`mock`, `external`,
+/// `simulated`).
+pub struct Measured<T: ?Sized> {
+    inner: Arc<T>,
+    provider: &'static str,
+    meter: Meter,
+}
+
+impl<T: ?Sized> Measured<T> {
+    pub fn new(inner: Arc<T>, provider: &'static str, meter: Meter) -> Self {
+        Measured { inner, provider, meter }
+    }
+
+    fn record(&self, operation: &'static str, outcome: &'static str, started: Instant) {
+        let elapsed = started.elapsed().as_secs_f64();
+        let provider = self.provider;
+        self.meter.record(|| {
+            metrics::histogram!(
+                "provider_call_duration_seconds",
+                "provider" => provider,
+                "operation" => operation,
+                "outcome" => outcome
+            )
+            .record(elapsed)
+        });
+    }
+}
+
+fn gateway_error(err: &GatewayError) -> &'static str {
+    match err {
+        GatewayError::Rejected { .. } => "rejected",
+        GatewayError::Unavailable(_) => "unavailable",
+    }
+}
+
+#[async_trait]
+impl PaymentGateway for Measured<dyn PaymentGateway> {
+    async fn approve(&self, request: &ApprovePayment) -> Result<ApprovalOutcome, GatewayError> {
+        let started = Instant::now();
+        let result = self.inner.approve(request).await;
+        let outcome = match &result {
+            Ok(ApprovalOutcome::Approved { .. }) => "approved",
+            Ok(ApprovalOutcome::Declined { .. }) => "declined",
+            Ok(ApprovalOutcome::Unknown { .. }) => "unknown",
+            Err(err) => gateway_error(err),
+        };
+        self.record("approve", outcome, started);
+        result
+    }
+
+    async fn lookup(
+        &self,
+        payment_request_id: &str,
+        scenario: &Scenario,
+    ) -> Result<LookupOutcome, GatewayError> {
+        let started = Instant::now();
+        let result = self.inner.lookup(payment_request_id, scenario).await;
+        let outcome = match &result {
+            Ok(LookupOutcome::Approved { .. }) => "approved",
+            Ok(LookupOutcome::Declined { .. }) => "declined",
+            Ok(LookupOutcome::Cancelled { .. }) => "cancelled",
+            Ok(LookupOutcome::NotFound) => "not_found",
+            Err(err) => gateway_error(err),
+        };
+        self.record("lookup", outcome, started);
+        result
+    }
+
+    async fn cancel(&self, request: &CancelPayment) -> Result<(), GatewayError> {
+        let started = Instant::now();
+        let result = self.inner.cancel(request).await;
+        let outcome = match &result {
+            Ok(()) => "cancelled",
+            Err(err) => gateway_error(err),
+        };
+        self.record("cancel", outcome, started);
+        result
+    }
+}
+
+#[async_trait]
+impl SettlementGateway for Measured<dyn SettlementGateway> {
+    async fn settle(&self, request: &SettlementRequest) -> Result<SettlementOutcome, GatewayError> {
+        let started = Instant::now();
+        let result = self.inner.settle(request).await;
+        let outcome = match &result {
+            Ok(SettlementOutcome::Succeeded) => "succeeded",
+            Ok(SettlementOutcome::Failed { .. }) => "failed",
+            Err(err) => gateway_error(err),
+        };
+        self.record("settle", outcome, started);
+        result
+    }
+}
+
+#[async_trait]
+impl Notifier for Measured<dyn Notifier> {
+    async fn send(&self, request: &NotificationRequest) -> Result<(), NotifyFailure> {
+        let started = Instant::now();
+        let result = self.inner.send(request).await;
+        self.record("send", if result.is_ok() { "sent" } else { "failed" }, started);
+        result
+    }
+}
