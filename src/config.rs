@@ -20,7 +20,7 @@ use crate::adapters::Secret;
 use crate::adapters::http::auth::{AuthSettings, DEV_KID, KeyAlgorithm, KeySettings, RawKey};
 use crate::adapters::messaging::amqp::QueueType;
 use crate::application::input::parse_duration;
-use crate::telemetry::LogFormat;
+use crate::telemetry::{LogFormat, TelemetrySettings};
 
 /// A configuration problem, naming the key.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +58,7 @@ pub struct Settings {
     pub auth: AuthSettings,
     pub log: LogSettings,
     pub audit: AuditSettings,
+    pub telemetry: TelemetrySettings,
 }
 
 #[derive(Debug, Clone)]
@@ -191,6 +192,15 @@ struct Raw {
     #[serde(default)]
     log: RawLog,
     audit: RawAudit,
+    telemetry: RawTelemetry,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTelemetry {
+    /// Unset: no traces.
+    otlp_endpoint: Option<String>,
+    service_name: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -406,6 +416,9 @@ jwks_refresh_interval = "1m"
 [audit]
 retention = "365d"
 
+[telemetry]
+service_name = "orchestrator"
+
 [log]
 "#;
 
@@ -508,6 +521,7 @@ impl Settings {
             auth: resolve_auth(raw.auth, sqlite)?,
             log: resolve_log(raw.log)?,
             audit: AuditSettings { retention: duration("audit.retention", &raw.audit.retention)? },
+            telemetry: resolve_telemetry(raw.telemetry)?,
         })
     }
 }
@@ -740,6 +754,18 @@ fn resolve_auth(raw: RawAuth, sqlite: bool) -> Result<AuthSettings, ConfigError>
         ));
     }
     Ok(auth)
+}
+
+fn resolve_telemetry(raw: RawTelemetry) -> Result<TelemetrySettings, ConfigError> {
+    if let Some(url) = &raw.otlp_endpoint
+        && !(url.starts_with("http://") || url.starts_with("https://"))
+    {
+        return Err(invalid("telemetry.otlp_endpoint", "expected http(s)://host:4318"));
+    }
+    if raw.service_name.is_empty() {
+        return Err(invalid("telemetry.service_name", "must not be empty"));
+    }
+    Ok(TelemetrySettings { otlp_endpoint: raw.otlp_endpoint, service_name: raw.service_name })
 }
 
 fn resolve_log(raw: RawLog) -> Result<LogSettings, ConfigError> {

@@ -14,6 +14,7 @@ mod m20261129_000006_outbox_partial_indexes;
 mod m20261201_000007_registrations_and_saga_recovery;
 mod m20261201_000008_outbox_lanes;
 mod m20261201_000009_outbox_fast_path;
+mod m20261201_000010_outbox_trace_context;
 
 pub struct Migrator;
 
@@ -30,6 +31,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000007_registrations_and_saga_recovery::Migration),
             Box::new(m20261201_000008_outbox_lanes::Migration),
             Box::new(m20261201_000009_outbox_fast_path::Migration),
+            Box::new(m20261201_000010_outbox_trace_context::Migration),
         ]
     }
 }

@@ -110,6 +110,9 @@ impl From<StartupError> for Failure {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Before any HTTP client is built (the identity provider's, the payment provider's, the
+    // trace exporter's).
+    orchestrator::startup::install_tls_provider();
     let settings = match Settings::load(cli.config.as_deref()) {
         Ok(s) => s,
         Err(e) => {
@@ -190,7 +193,7 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
             Ok(())
         }
         Command::Serve => {
-            orchestrator::telemetry::init(settings.log.format);
+            let _telemetry = orchestrator::telemetry::init(settings.log.format, &settings.telemetry);
             let host = settings.http.bind.ip();
             let settings_tokens_from_provider = settings.auth.keys.is_empty();
             let app = Application::build(settings).await?;
@@ -208,7 +211,7 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
                 .map_err(|e| Failure::Runtime(e.to_string()))
         }
         Command::Worker => {
-            orchestrator::telemetry::init(settings.log.format);
+            let _telemetry = orchestrator::telemetry::init(settings.log.format, &settings.telemetry);
             settings.require_explicit_production().map_err(|e| Failure::Usage(e.to_string()))?;
             let services = startup::build_services(&settings).await?;
             // Health and metrics of the worker itself, on `worker.http.bind`.
@@ -229,7 +232,7 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
             Ok(())
         }
         Command::Migrate { action } => {
-            orchestrator::telemetry::init(settings.log.format);
+            let _telemetry = orchestrator::telemetry::init(settings.log.format, &settings.telemetry);
             if matches!(action, MigrateAction::Status) {
                 require_existing_database(&settings)?;
             }
@@ -268,7 +271,7 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
             result.map_err(|e| Failure::Runtime(format!("migration failed: {}", persistence::describe(&e))))
         }
         Command::Outbox { command } => {
-            orchestrator::telemetry::init(settings.log.format);
+            let _telemetry = orchestrator::telemetry::init(settings.log.format, &settings.telemetry);
             // Read-only (stats) or a repair of rows that must exist: never a new database.
             require_existing_database(&settings)?;
             let services = startup::build_services(&settings).await?;

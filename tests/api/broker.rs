@@ -30,6 +30,8 @@ pub struct Received {
     pub correlation_id: Option<String>,
     pub routing_key: String,
     pub persistent: bool,
+    /// The W3C trace context header, if the message carries one.
+    pub traceparent: Option<String>,
     pub body: serde_json::Value,
 }
 
@@ -102,6 +104,14 @@ impl TestBroker {
                     correlation_id: props.correlation_id().cloned(),
                     routing_key: deliver.routing_key().clone(),
                     persistent: props.delivery_mode() == Some(2),
+                    traceparent: props.headers().and_then(|h| {
+                        h.as_ref().iter().find_map(|(k, v)| match v {
+                            amqprs::FieldValue::S(s) if k.as_ref() == "traceparent" => {
+                                Some(s.as_ref().to_owned())
+                            }
+                            _ => None,
+                        })
+                    }),
                     body: serde_json::from_slice(&content).unwrap_or(serde_json::Value::Null),
                 });
             }

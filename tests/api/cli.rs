@@ -59,7 +59,7 @@ pub(crate) mod tempdir {
 }
 
 /// The port `app serve` bound (it was given port 0), read from its "serving HTTP" log line.
-async fn served_port(log: &Path) -> u16 {
+pub(crate) async fn served_port(log: &Path) -> u16 {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let text = std::fs::read_to_string(log).unwrap_or_default();
@@ -260,7 +260,7 @@ fn migrate_reports_and_applies_the_schema() {
     assert!(status(&dir.0).starts_with("applied"));
 }
 
-async fn wait_ready(port: u16) {
+pub(crate) async fn wait_ready(port: u16) {
     orchestrator::startup::install_tls_provider();
     let client = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -22,3 +22,4 @@ mod properties;
 mod relay;
 mod repository_contract;
 mod schemathesis;
+mod traces;

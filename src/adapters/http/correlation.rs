@@ -40,10 +40,16 @@ pub async fn correlate(
     req.extensions_mut().insert(CorrelationId(id.clone()));
     let span = tracing::info_span!(
         "http",
+        otel.name = %format!("{} {}", req.method(), req.path()),
         correlation_id = %id,
         method = %req.method(),
-        path = %req.path()
+        path = %req.path(),
+        trace_id = tracing::field::Empty,
+        span_id = tracing::field::Empty,
     );
+    // An incoming W3C `traceparent` is continued; otherwise this request starts a trace.
+    let traceparent = req.headers().get("traceparent").and_then(|v| v.to_str().ok());
+    crate::telemetry::continue_trace(&span, traceparent);
     let started = std::time::Instant::now();
     let method = req.method().to_string();
     let meter = req.app_data::<web::Data<HttpState>>().map(|s| s.metrics.meter.clone());
@@ -58,6 +64,8 @@ pub async fn correlate(
                 // The route's template (`/api/orders/{id}`), never the raw path: one series
                 // per route, whatever ids and probes arrive.
                 let route = response.request().match_pattern().unwrap_or_else(|| "unmatched".into());
+                // The span is named by the route too, not the raw path.
+                span.record("otel.name", format!("{method} {route}"));
                 record_request(&meter, method, route, status, elapsed);
             }
             if let Ok(value) = HeaderValue::from_str(&id) {

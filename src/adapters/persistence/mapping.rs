@@ -259,6 +259,7 @@ pub fn outbox_from_row(row: outbox_events::Model) -> Result<OutboxRecord, RepoEr
         dead_lettered_at: row.dead_lettered_at,
         version: row.version,
         lane: row.lane,
+        traceparent: row.traceparent,
     })
 }
 
@@ -272,6 +273,8 @@ pub(super) fn outbox_row(e: &NewOutboxEvent, lanes: u16) -> outbox_events::Activ
     outbox_events::ActiveModel {
         lane: Set(lane_of(&e.aggregate_type, &e.aggregate_id, lanes)),
         slow: Set(false),
+        // The trace of the transaction writing it: its publish continues that trace.
+        traceparent: Set(crate::telemetry::current_traceparent()),
         event_id: Set(e.event_id.as_uuid()),
         aggregate_type: Set(e.aggregate_type.clone()),
         aggregate_id: Set(e.aggregate_id.clone()),

@@ -202,7 +202,7 @@ impl SeaOrmOutboxStore {
                o.retry_count, o.failure_code, o.failure_reason, o.next_attempt_at, o.last_attempt_at, \
                o.claimed_by, o.claimed_until, o.created_at, \
                CASE WHEN o.slow THEN o.published_at WHEN {covered} THEN {first_published} END AS published_at, \
-               o.dead_lettered_at, o.version, o.lane, o.slow \
+               o.dead_lettered_at, o.version, o.lane, o.slow, o.traceparent \
              FROM outbox_events o {latest}",
             published = literals(&[OutboxStatus::Published]),
             ready = literals(&[OutboxStatus::Ready]),

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
+use tracing::Instrument;
 
 use crate::application::meter::Meter;
 use crate::application::ports::{
@@ -25,6 +26,11 @@ pub struct Measured<T: ?Sized> {
 impl<T: ?Sized> Measured<T> {
     pub fn new(inner: Arc<T>, provider: &'static str, meter: Meter) -> Self {
         Measured { inner, provider, meter }
+    }
+
+    /// The call's span, a child of the saga step's.
+    fn span(&self, operation: &'static str) -> tracing::Span {
+        tracing::info_span!("provider.call", otel.name = %format!("{} {operation}", self.provider), provider = self.provider, operation)
     }
 
     fn record(&self, operation: &'static str, outcome: &'static str, started: Instant) {
@@ -53,7 +59,7 @@ fn gateway_error(err: &GatewayError) -> &'static str {
 impl PaymentGateway for Measured<dyn PaymentGateway> {
     async fn approve(&self, request: &ApprovePayment) -> Result<ApprovalOutcome, GatewayError> {
         let started = Instant::now();
-        let result = self.inner.approve(request).await;
+        let result = self.inner.approve(request).instrument(self.span("approve")).await;
         let outcome = match &result {
             Ok(ApprovalOutcome::Approved { .. }) => "approved",
             Ok(ApprovalOutcome::Declined { .. }) => "declined",
@@ -70,7 +76,7 @@ impl PaymentGateway for Measured<dyn PaymentGateway> {
         scenario: &Scenario,
     ) -> Result<LookupOutcome, GatewayError> {
         let started = Instant::now();
-        let result = self.inner.lookup(payment_request_id, scenario).await;
+        let result = self.inner.lookup(payment_request_id, scenario).instrument(self.span("lookup")).await;
         let outcome = match &result {
             Ok(LookupOutcome::Approved { .. }) => "approved",
             Ok(LookupOutcome::Declined { .. }) => "declined",
@@ -84,7 +90,7 @@ impl PaymentGateway for Measured<dyn PaymentGateway> {
 
     async fn cancel(&self, request: &CancelPayment) -> Result<(), GatewayError> {
         let started = Instant::now();
-        let result = self.inner.cancel(request).await;
+        let result = self.inner.cancel(request).instrument(self.span("cancel")).await;
         let outcome = match &result {
             Ok(()) => "cancelled",
             Err(err) => gateway_error(err),
@@ -98,7 +104,7 @@ impl PaymentGateway for Measured<dyn PaymentGateway> {
 impl SettlementGateway for Measured<dyn SettlementGateway> {
     async fn settle(&self, request: &SettlementRequest) -> Result<SettlementOutcome, GatewayError> {
         let started = Instant::now();
-        let result = self.inner.settle(request).await;
+        let result = self.inner.settle(request).instrument(self.span("settle")).await;
         let outcome = match &result {
             Ok(SettlementOutcome::Succeeded) => "succeeded",
             Ok(SettlementOutcome::Failed { .. }) => "failed",
@@ -113,7 +119,7 @@ impl SettlementGateway for Measured<dyn SettlementGateway> {
 impl Notifier for Measured<dyn Notifier> {
     async fn send(&self, request: &NotificationRequest) -> Result<(), NotifyFailure> {
         let started = Instant::now();
-        let result = self.inner.send(request).await;
+        let result = self.inner.send(request).instrument(self.span("send")).await;
         self.record("send", if result.is_ok() { "sent" } else { "failed" }, started);
         result
     }

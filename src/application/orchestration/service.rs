@@ -9,6 +9,8 @@ use std::sync::Arc;
 
 use crate::application::audit::{self, entity};
 use crate::application::commit;
+use tracing::Instrument;
+
 use crate::application::meter::Meter;
 use crate::application::orchestration::lease::SagaLeases;
 use crate::application::orchestration::notify::apply_send_result;
@@ -372,21 +374,30 @@ impl Orchestrator {
     ) -> Result<OrderRecord, AppError> {
         for _ in 0..MAX_STEPS_PER_RUN {
             let started = std::time::Instant::now();
-            let (step, result) = match next_action_of(&record) {
+            let action = next_action_of(&record);
+            let step = match action {
                 NextAction::Done | NextAction::AwaitConfirmation | NextAction::AwaitRetryOrOperator => {
                     return Ok(record);
                 }
-                NextAction::ApprovePayment { attempt } => {
-                    ("payment", self.approve_payment(&mut record, attempt, actor, run).await)
-                }
-                NextAction::RequestSettlement => {
-                    ("settlement", self.request_settlement(&mut record, actor, run).await)
-                }
-                NextAction::SendNotification => {
-                    ("notification", self.send_notification(&mut record, actor, run).await)
-                }
-                NextAction::Compensate => ("compensation", self.compensate(&mut record, actor, run).await),
+                NextAction::ApprovePayment { .. } => "payment",
+                NextAction::RequestSettlement => "settlement",
+                NextAction::SendNotification => "notification",
+                NextAction::Compensate => "compensation",
             };
+            // One span per step (a child of the request's or message's trace).
+            let span = tracing::info_span!("saga.step", otel.name = %format!("saga {step}"), step, order = %record.order.id);
+            let result = async {
+                match action {
+                    NextAction::ApprovePayment { attempt } => {
+                        self.approve_payment(&mut record, attempt, actor, run).await
+                    }
+                    NextAction::RequestSettlement => self.request_settlement(&mut record, actor, run).await,
+                    NextAction::SendNotification => self.send_notification(&mut record, actor, run).await,
+                    _ => self.compensate(&mut record, actor, run).await,
+                }
+            }
+            .instrument(span)
+            .await;
             // What became of the step: the saga moved on, stopped there (a final or waiting
             // state), lost a race (re-decided), or failed (a dependency down).
             let outcome = match &result {

@@ -49,6 +49,8 @@ pub struct OutboxRecord {
     pub version: i64,
     /// The aggregate's lane (docs/spec.md §6), fixed at insert.
     pub lane: i16,
+    /// The W3C `traceparent` of the request that wrote it, when traces are on.
+    pub traceparent: Option<String>,
 }
 
 /// What the relay decided for a row whose publish failed.

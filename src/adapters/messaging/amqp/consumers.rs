@@ -18,6 +18,8 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::connection::{AmqpEndpoint, connect};
+use tracing::Instrument;
+
 use crate::application::AppError;
 use crate::application::error::Chain;
 use crate::application::inbound::{
@@ -340,7 +342,23 @@ impl MeetingConsumers {
         // run it in its own task and dead-letter the message if it panics.
         let this = self.clone();
         let started = std::time::Instant::now();
-        let outcome = tokio::spawn(async move { this.process(kind, &props, &content).await }).await;
+        // A message carrying a W3C `traceparent` header continues that trace.
+        let span = tracing::info_span!(
+            "amqp.consume",
+            otel.name = %format!("{} process", kind.label()),
+            consumer = kind.label(),
+            trace_id = tracing::field::Empty,
+        span_id = tracing::field::Empty,
+        );
+        let traceparent = props.headers().and_then(|h| {
+            h.as_ref().iter().find_map(|(k, v)| match v {
+                amqprs::FieldValue::S(s) if k.as_ref() == "traceparent" => Some(s.as_ref().to_owned()),
+                _ => None,
+            })
+        });
+        crate::telemetry::continue_trace(&span, traceparent.as_deref());
+        let outcome =
+            tokio::spawn(async move { this.process(kind, &props, &content).await }.instrument(span)).await;
         let elapsed = started.elapsed().as_secs_f64();
         self.meter.record(|| {
             metrics::histogram!("consumer_handling_duration_seconds", "consumer" => kind.label())

@@ -214,7 +214,7 @@ impl AmqpEventPublisher {
         guard.as_mut().ok_or_else(|| "no link".to_owned())
     }
 
-    fn properties(record: &OutboxRecord) -> BasicProperties {
+    fn properties(record: &OutboxRecord, traceparent: Option<&str>) -> BasicProperties {
         let mut props = BasicProperties::default();
         props
             .with_message_id(&record.event_id.to_string())
@@ -224,6 +224,13 @@ impl AmqpEventPublisher {
             .with_timestamp(record.created_at.timestamp().max(0) as u64);
         if let Some(correlation) = &record.correlation_id {
             props.with_correlation_id(correlation);
+        }
+        if let Some(value) = traceparent.and_then(|v| amqprs::FieldValue::S(v.try_into().ok()?).into()) {
+            let mut headers = amqprs::FieldTable::new();
+            if let Ok(key) = "traceparent".try_into() {
+                headers.insert(key, value);
+            }
+            props.with_headers(headers);
         }
         props.finish()
     }
@@ -285,9 +292,26 @@ impl EventPublisher for AmqpEventPublisher {
             let args = BasicPublishArguments::new(&self.settings.exchange, &record.routing_key)
                 .mandatory(true)
                 .finish();
+            // With traces on: a publish span in the trace of the request that wrote the event,
+            // whose context the message carries on (`traceparent` header) to its consumers.
+            let traceparent = crate::telemetry::tracing_enabled().then(|| {
+                let span = tracing::info_span!(
+                            "outbox.publish",
+                            otel.name = %format!("{} publish", record.routing_key),
+                            event_type = %record.event_type,
+                            trace_id = tracing::field::Empty,
+                span_id = tracing::field::Empty,
+                        );
+                crate::telemetry::continue_trace(&span, record.traceparent.as_deref());
+                span.in_scope(crate::telemetry::current_traceparent)
+            });
             let sent = link
                 .channel
-                .basic_publish(Self::properties(record), record.payload.as_bytes().to_vec(), args)
+                .basic_publish(
+                    Self::properties(record, traceparent.flatten().as_deref()),
+                    record.payload.as_bytes().to_vec(),
+                    args,
+                )
                 .await;
             match sent {
                 Ok(()) => waiting.push(Ok((tag, verdict))),

@@ -29,6 +29,8 @@ pub struct Model {
     pub lane: i16,
     /// On the per-event slow path (a failure, a held-back event, or a row from before it).
     pub slow: bool,
+    /// The W3C trace context of the transaction that wrote it (traces on only).
+    pub traceparent: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
