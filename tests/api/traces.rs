@@ -158,7 +158,8 @@ async fn one_trace_per_order_through_the_outbox_and_the_consumer(backend: Backen
     // The logs of the request carry its trace id beside its correlation id.
     let logs = std::fs::read_to_string(dir.0.join("serve.log")).unwrap();
     assert!(
-        logs.lines().any(|l| l.contains(&format!(r#""trace_id":"{http_trace}""#)) && l.contains("correlation_id")),
+        logs.lines()
+            .any(|l| l.contains(&format!(r#""trace_id":"{http_trace}""#)) && l.contains("correlation_id")),
         "no log line of the request carries its trace id"
     );
     let meeting = traces.get(meeting_trace).cloned().unwrap_or_default();

@@ -19,6 +19,8 @@ use chrono::{DateTime, Duration, Utc};
 use tokio::sync::{Mutex, Notify};
 use tokio_util::sync::CancellationToken;
 
+use tracing::Instrument;
+
 use crate::application::error::Chain;
 use crate::application::meter::Meter;
 use crate::application::ports::{
@@ -586,7 +588,10 @@ impl OutboxRelay {
         let mut failures: u32 = 0;
         let mut next_retry: Option<DateTime<Utc>> = None;
         while !stop.is_cancelled() {
-            let idle = match self.drain(&stop).await {
+            // A relay round as a span: its rounds show beside the events' publish spans (which
+            // belong to the traces of the requests that wrote them).
+            let round = tracing::info_span!("outbox.relay", otel.name = "outbox relay round");
+            let idle = match self.drain(&stop).instrument(round).await {
                 Ok(report) => {
                     failures = 0;
                     if let Some(at) = report.next_retry_at {
