@@ -340,7 +340,44 @@ async fn relays_joining_and_leaving_share_the_lanes_and_lose_nothing(backend: Ba
     broker.cleanup().await;
 }
 
+/// The relay's lag lane by lane (`outbox_lane_oldest_ready_age_seconds`): a lane with an
+/// event waiting reports its age, every other lane — and that one once it is published — 0.
+async fn stats_report_each_lanes_oldest_waiting_event(backend: Backend) {
+    let Some(broker) = TestBroker::start().await else {
+        return;
+    };
+    let Some(app) = spawn_app_manual(backend, &broker, &[]).await else {
+        return;
+    };
+    // Lanes exist once a relay has leased them.
+    let relay = app.services.relay();
+    assert_eq!(relay.run_once().await.unwrap().published, 0);
+    // Written 90 s ago (its age is what the gauge shows).
+    let mut waiting = event(&format!("agg-lag-{}", uuid::Uuid::new_v4().simple()), 0, "test.seq", "test.seq");
+    waiting.created_at = Utc::now() - chrono::Duration::seconds(90);
+    repo(&app).commit(Changes { outbox: vec![waiting.clone()], ..Default::default() }).await.unwrap();
+    let lane = orchestrator::domain::outbox::lanes::lane_of("order", &waiting.aggregate_id, 16);
+    let stats = app.services.outbox_store.stats().await.unwrap();
+    assert_eq!(stats.oldest_ready_by_lane.len(), 16, "every lane is reported");
+    for (l, at) in &stats.oldest_ready_by_lane {
+        assert_eq!(at.is_some(), *l == lane, "lane {l}");
+    }
+    let admin = app.admin_token("ops");
+    let metrics = app.get("/metrics", &admin).send().await.unwrap().text().await.unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with(&format!("outbox_lane_oldest_ready_age_seconds{{lane=\"{lane}\"}} 9"))),
+        "the waiting lane's age: {metrics}"
+    );
+    assert_eq!(relay.run_once().await.unwrap().published, 1);
+    let stats = app.services.outbox_store.stats().await.unwrap();
+    assert!(stats.oldest_ready_by_lane.iter().all(|(_, at)| at.is_none()), "{stats:?}");
+    broker.cleanup().await;
+}
+
 on_both_databases!(
+    stats_report_each_lanes_oldest_waiting_event,
     relays_joining_and_leaving_share_the_lanes_and_lose_nothing,
     a_nacked_event_is_retried_with_its_failure_recorded,
     four_relays_deliver_every_event_exactly_once_in_aggregate_order,

@@ -62,6 +62,10 @@ pub async fn metrics(state: web::Data<HttpState>) -> HttpResponse {
             metrics::gauge!("outbox_oldest_ready_age_seconds").set(age(stats.oldest_ready_created_at));
             metrics::gauge!("outbox_oldest_claim_age_seconds").set(age(stats.oldest_claim_at));
             metrics::gauge!("outbox_blocked_aggregates").set(stats.blocked_aggregates as f64);
+            for (lane, at) in &stats.oldest_ready_by_lane {
+                metrics::gauge!("outbox_lane_oldest_ready_age_seconds", "lane" => lane.to_string())
+                    .set(age(*at));
+            }
             for (event_type, n) in &stats.dead_letters_by_type {
                 metrics::gauge!("outbox_dead_letters", "event_type" => event_type.clone()).set(*n as f64);
             }

@@ -209,22 +209,24 @@ impl SeaOrmOutboxStore {
         )
     }
 
-    /// SQL: how many fast-path rows no progress covers yet, and the oldest one's `created_at`.
+    /// SQL: per lane, how many fast-path rows no progress covers yet, and the oldest one's
+    /// `created_at`.
     fn fast_ready_sql(&self) -> String {
         if self.is_postgres() {
             format!(
-                "SELECT COUNT(*) AS n, MIN(o.created_at) AS at FROM generate_series(0, {max}) g(lane) \
+                "SELECT g.lane::smallint AS lane, COUNT(*) AS n, MIN(o.created_at) AS at FROM generate_series(0, {max}) g(lane) \
                  LEFT JOIN LATERAL (SELECT p.done, p.cur, p.upto_id FROM outbox_progress p \
                    WHERE p.lane = g.lane ORDER BY p.id DESC LIMIT 1) lp ON TRUE \
                  JOIN outbox_events o ON o.lane = g.lane AND NOT o.slow \
                    AND o.txid >= COALESCE(pg_snapshot_xmin(lp.done::pg_snapshot), '0'::xid8) \
-                 WHERE NOT COALESCE({covered}, FALSE)",
+                 WHERE NOT COALESCE({covered}, FALSE) GROUP BY g.lane",
                 max = lane_rules::MAX_LANES - 1,
                 covered = self.covered("o", "lp")
             )
         } else {
-            "SELECT COUNT(*) AS n, MIN(o.created_at) AS at FROM outbox_events o WHERE NOT o.slow \
-               AND o.id > COALESCE((SELECT MAX(p.upto_id) FROM outbox_progress p WHERE p.lane = o.lane), 0)"
+            "SELECT o.lane, COUNT(*) AS n, MIN(o.created_at) AS at FROM outbox_events o WHERE NOT o.slow \
+               AND o.id > COALESCE((SELECT MAX(p.upto_id) FROM outbox_progress p WHERE p.lane = o.lane), 0) \
+             GROUP BY o.lane"
                 .to_owned()
         }
     }
@@ -291,6 +293,13 @@ struct FillRow {
 
 #[derive(Debug, FromQueryResult)]
 struct CountOldest {
+    n: i64,
+    at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, FromQueryResult)]
+struct LaneOldest {
+    lane: i16,
     n: i64,
     at: Option<DateTime<Utc>>,
 }
@@ -884,11 +893,41 @@ impl OutboxStore for SeaOrmOutboxStore {
         .await
         .map_err(repo_err)?
         .map_or(0, |c| c.n);
-        let fast_ready = CountOldest::find_by_statement(self.statement(&self.fast_ready_sql(), vec![]))
-            .one(&self.db)
+        let fast_by_lane = LaneOldest::find_by_statement(self.statement(&self.fast_ready_sql(), vec![]))
+            .all(&self.db)
             .await
-            .map_err(repo_err)?
-            .unwrap_or(CountOldest { n: 0, at: None });
+            .map_err(repo_err)?;
+        let slow_by_lane = LaneOldest::find_by_statement(self.statement(
+            &format!(
+                "SELECT lane, COUNT(*) AS n, MIN(created_at) AS at FROM outbox_events \
+                 WHERE slow AND status = {} GROUP BY lane",
+                literals(&[OutboxStatus::Ready])
+            ),
+            vec![],
+        ))
+        .all(&self.db)
+        .await
+        .map_err(repo_err)?;
+        let fast_ready = CountOldest {
+            n: fast_by_lane.iter().map(|l| l.n).sum(),
+            at: fast_by_lane.iter().filter_map(|l| l.at).min(),
+        };
+        // Every lane that exists, waiting or not (a lane that caught up reads 0).
+        let lanes = LaneOnly::find_by_statement(
+            self.statement("SELECT lane FROM outbox_lanes ORDER BY lane", vec![]),
+        )
+        .all(&self.db)
+        .await
+        .map_err(repo_err)?;
+        let mut by_lane: std::collections::BTreeMap<i16, Option<DateTime<Utc>>> =
+            lanes.into_iter().map(|l| (l.lane, None)).collect();
+        for l in fast_by_lane.iter().chain(&slow_by_lane) {
+            let entry = by_lane.entry(l.lane).or_default();
+            *entry = match (*entry, l.at) {
+                (Some(a), Some(b)) => Some(std::cmp::min(a, b)),
+                (a, b) => a.or(b),
+            };
+        }
         *counts.entry(OutboxStatus::Ready.as_str().to_owned()).or_default() += fast_ready.n;
         *counts.entry(OutboxStatus::Published.as_str().to_owned()).or_default() += fast_total - fast_ready.n;
         let by_status =
@@ -937,6 +976,7 @@ impl OutboxStore for SeaOrmOutboxStore {
             oldest_claim_at: oldest_claim,
             dead_letters_by_type: dead.into_iter().map(|t| (t.event_type, t.n)).collect(),
             blocked_aggregates: blocked,
+            oldest_ready_by_lane: by_lane.into_iter().collect(),
         })
     }
 

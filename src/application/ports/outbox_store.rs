@@ -85,6 +85,9 @@ pub struct OutboxStats {
     pub dead_letters_by_type: Vec<(String, i64)>,
     /// Aggregates whose later events wait behind a dead letter.
     pub blocked_aggregates: i64,
+    /// Per lane (every lane that exists), the `created_at` of its oldest event not yet
+    /// published: the relay's lag lane by lane.
+    pub oldest_ready_by_lane: Vec<(i16, Option<DateTime<Utc>>)>,
 }
 
 /// Which lanes a claim may take rows from.
