@@ -10,6 +10,7 @@ mod authz;
 mod broker;
 mod browser;
 mod cli;
+mod console;
 mod edges;
 mod external;
 mod faults;

@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod body;
+pub mod console;
 pub mod correlation;
 pub mod dto;
 pub mod notifications;
@@ -170,6 +171,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     }))
     .app_data(web::PathConfig::default().error_handler(|_, _| ApiError::not_found("resource").into()))
     .service(resource("/openapi.json", "GET").route(web::get().to(ops::openapi)))
+    .service(resource("/console", "GET").route(web::get().to(console::console_root)))
+    .service(resource("/console/{file:.*}", "GET").route(web::get().to(console::console)))
     .service(resource("/docs", "GET").route(web::get().to(ops::docs_root)))
     .service(resource("/docs/{file:.*}", "GET").route(web::get().to(ops::docs)))
     .service(

@@ -1,0 +1,288 @@
+// The operator console: a thin page over the admin API (no backend of its own). The token
+// lives in sessionStorage (this tab only), never in the URL.
+"use strict";
+
+const TOKEN = "console-token";
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else if (v !== undefined && v !== null) node.setAttribute(k, v);
+  }
+  for (const c of children.flat()) node.append(c instanceof Node ? c : document.createTextNode(c ?? ""));
+  return node;
+}
+
+function table(headers, rows) {
+  if (rows.length === 0) return el("p", {}, "None.");
+  return el("table", {},
+    el("thead", {}, el("tr", {}, headers.map((h) => el("th", { scope: "col" }, h)))),
+    el("tbody", {}, rows.map((r) => el("tr", {}, r.map((c) => el("td", {}, c))))));
+}
+
+function say(text) { $("status").textContent = text; }
+
+async function api(method, path, body) {
+  const headers = { Authorization: `Bearer ${sessionStorage.getItem(TOKEN)}` };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await response.text();
+  const json = text ? JSON.parse(text) : null;
+  if (!response.ok) {
+    const error = new Error(json && json.detail ? `${response.status} ${json.code}: ${json.detail}` : `HTTP ${response.status}`);
+    error.status = response.status;
+    throw error;
+  }
+  return json;
+}
+
+// Asks for the reason of an action; resolves to the reason ("" for none) or null (cancelled).
+function reasonFor(what) {
+  const dialog = $("reason-dialog");
+  $("reason-what").textContent = `Before ${what}:`;
+  $("reason").value = "";
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => {
+      resolve(dialog.returnValue === "ok" ? $("reason").value.trim() : null);
+    }, { once: true });
+    dialog.showModal();
+    $("reason").focus();
+  });
+}
+
+function age(seconds) {
+  if (seconds === null || seconds === undefined) return "none waiting";
+  if (seconds < 90) return `${Math.round(seconds)} s`;
+  if (seconds < 5400) return `${Math.round(seconds / 60)} min`;
+  return `${(seconds / 3600).toFixed(1)} h`;
+}
+
+// ---- sign-in ---------------------------------------------------------------------------
+
+async function signIn(token) {
+  sessionStorage.setItem(TOKEN, token.trim());
+  try {
+    await api("GET", "/api/admin/outbox/stats");
+  } catch (e) {
+    sessionStorage.removeItem(TOKEN);
+    $("sign-in-error").textContent = e.status === 403
+      ? "This token has no admin role: the console is for operators (a customer token cannot use it)."
+      : e.status === 401 ? `The token was refused (${e.message}).` : `Cannot reach the service (${e.message}).`;
+    return false;
+  }
+  $("sign-in-error").textContent = "";
+  $("token").value = "";
+  return true;
+}
+
+$("sign-in-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  if (await signIn($("token").value)) {
+    location.hash = location.hash && location.hash !== "#sign-in" ? location.hash : "#overview";
+    route();
+  }
+});
+
+$("sign-out").addEventListener("click", () => {
+  sessionStorage.removeItem(TOKEN);
+  location.hash = "";
+  route();
+});
+
+// ---- overview --------------------------------------------------------------------------
+
+function card(label, value, attention) {
+  return el("div", { class: attention ? "card attention" : "card" }, label, el("strong", {}, String(value)));
+}
+
+async function overview() {
+  const [stats, unconfirmed, stalled, manual, failed] = await Promise.all([
+    api("GET", "/api/admin/outbox/stats"),
+    api("GET", "/api/admin/payments/unconfirmed"),
+    api("GET", "/api/admin/orders/stalled"),
+    api("GET", "/api/admin/notification-events?status=MANUAL_INTERVENTION_REQUIRED&limit=100"),
+    api("GET", "/api/admin/notification-events?status=FAILED&limit=100"),
+  ]);
+  const dead = stats.byStatus.DEAD_LETTER || 0;
+  const waiting = stats.oldestReadyAgeSeconds;
+  $("overview-body").replaceChildren(
+    el("div", { class: "cards" },
+      card("Oldest event waiting to be published", age(waiting), waiting > 300),
+      card("Dead letters", dead, dead > 0),
+      card("Aggregates blocked behind a dead letter", stats.blockedAggregates, stats.blockedAggregates > 0),
+      card("Notifications needing an operator", manual.items.length, manual.items.length > 0),
+      card("Notifications failed", failed.items.length, failed.items.length > 0),
+      card("Payments awaiting confirmation (past reconciliation)", unconfirmed.length, unconfirmed.length > 0),
+      card("Stalled sagas", stalled.length, stalled.length > 0)),
+    el("h3", {}, "Outbox events by state"),
+    table(["state", "events"], Object.entries(stats.byStatus)),
+    el("h3", {}, "Dead letters by event type"),
+    table(["event type", "dead letters"], Object.entries(stats.deadLettersByType)));
+}
+
+// ---- dead letters ----------------------------------------------------------------------
+
+function filters() {
+  const form = new FormData($("dl-filter"));
+  const pick = (k) => (form.get(k) || "").trim() || undefined;
+  return { eventType: pick("eventType"), failureCode: pick("failureCode"), olderThan: pick("olderThan") };
+}
+
+async function settle(row, discard) {
+  const reason = await reasonFor(`${discard ? "discarding" : "republishing"} event ${row.id}`);
+  if (reason === null) return;
+  const after = await api("POST", `/api/admin/outbox/${row.id}/${discard ? "discard" : "republish"}`, { reason: reason || undefined });
+  say(`Event ${row.id}: ${after.status}.`);
+  await deadLetters();
+}
+
+async function deadLetters() {
+  const page = await api("GET", "/api/admin/outbox?status=DEAD_LETTER&limit=100");
+  const f = filters();
+  const rows = page.items.filter((r) =>
+    (!f.eventType || r.eventType === f.eventType) && (!f.failureCode || r.failureCode === f.failureCode));
+  $("dl-body").replaceChildren(table(
+    ["id", "event type", "aggregate", "failure", "retries", "dead-lettered at", "actions"],
+    rows.map((r) => [
+      String(r.id), r.eventType, `${r.aggregateType} ${r.aggregateId}`,
+      el("span", {}, r.failureCode || "", el("br"), r.failureReason || ""),
+      String(r.retryCount), r.deadLetteredAt || "",
+      el("span", {},
+        el("button", { type: "button", onclick: () => settle(r, false).catch((e) => say(e.message)) }, `Republish ${r.id}`), " ",
+        el("button", { type: "button", onclick: () => settle(r, true).catch((e) => say(e.message)) }, `Discard ${r.id}`)),
+    ])));
+}
+
+$("dl-filter").addEventListener("submit", (event) => {
+  event.preventDefault();
+  deadLetters().catch((e) => say(e.message));
+});
+
+$("dl-dry-run").addEventListener("click", async () => {
+  try {
+    const request = { ...filters(), limit: 100, dryRun: true };
+    const dry = await api("POST", "/api/admin/outbox/redrive", request);
+    const confirm = el("button", { type: "button", id: "dl-confirm" }, `Redrive these ${dry.matched}`);
+    confirm.addEventListener("click", async () => {
+      const reason = await reasonFor(`redriving ${dry.matched} dead letters`);
+      if (reason === null) return;
+      const done = await api("POST", "/api/admin/outbox/redrive", { ...request, dryRun: false, reason: reason || undefined });
+      say(`Redriven: ${done.redriven} (ids ${done.ids.join(", ")}).`);
+      $("dl-redrive").replaceChildren();
+      await deadLetters();
+    });
+    $("dl-redrive").replaceChildren(
+      el("p", { id: "dl-would-move" }, `Would move ${dry.matched}: ids ${dry.ids.join(", ") || "none"}.`),
+      dry.matched > 0 ? confirm : "");
+  } catch (e) { say(e.message); }
+});
+
+// ---- notifications ---------------------------------------------------------------------
+
+async function act(n, verb) {
+  const reason = await reasonFor(`${verb === "reprocess" ? "reprocessing" : "ignoring"} notification ${n.id}`);
+  if (reason === null) return;
+  const order = await api("POST", `/api/admin/notification-events/${n.id}/${verb}`, { reason: reason || undefined });
+  say(`Notification ${n.id}: order ${order.id} is ${order.status}.`);
+  await notifications();
+}
+
+async function notifications() {
+  const lists = await Promise.all(["MANUAL_INTERVENTION_REQUIRED", "FAILED", "RETRY_SCHEDULED"].map((s) =>
+    api("GET", `/api/admin/notification-events?status=${s}&limit=100`)));
+  $("n-body").replaceChildren(...["Needing an operator", "Failed (attempts used up)", "Retry scheduled"].flatMap((title, i) => [
+    el("h3", {}, title),
+    table(["id", "order", "policy", "attempts", "last error", "actions"], lists[i].items.map((n) => [
+      n.id, n.orderId, n.policy || "", String(n.attempts), n.lastError || "",
+      el("span", {},
+        el("button", { type: "button", onclick: () => act(n, "reprocess").catch((e) => say(e.message)) }, "Reprocess"), " ",
+        el("button", { type: "button", onclick: () => act(n, "ignore").catch((e) => say(e.message)) }, "Ignore")),
+    ])),
+  ]));
+}
+
+$("n-retry-due").addEventListener("click", async () => {
+  try {
+    const r = await api("POST", "/api/admin/notification-events/retry-due");
+    $("n-round").replaceChildren(el("p", {}, `Round: claimed ${r.claimed}, succeeded ${r.succeeded}, failed ${r.failed}, skipped ${r.skipped}.`));
+    await notifications();
+  } catch (e) { say(e.message); }
+});
+
+// ---- payments --------------------------------------------------------------------------
+
+async function payments() {
+  const [unconfirmed, stalled] = await Promise.all([
+    api("GET", "/api/admin/payments/unconfirmed"),
+    api("GET", "/api/admin/orders/stalled"),
+  ]);
+  $("p-body").replaceChildren(
+    el("h3", {}, "Awaiting confirmation"),
+    el("p", {}, "The provider's answer to these charges is unknown and reconciliation has used its look-ups. Ask the provider by the payment request id (its idempotency key), then let a provider callback settle it. Never charge again by hand."),
+    table(["order", "payment request id", "status", "amount", "look-ups"], unconfirmed.map((p) => [
+      el("a", { href: `#order/${p.orderId}` }, p.orderId), p.payment.paymentRequestId, p.payment.status,
+      String(p.payment.amount), String(p.reconcileAttempts)])),
+    el("h3", {}, "Stalled sagas"),
+    el("p", {}, "Orders that stopped half-way after every automatic resume. Read the order's story; once the cause is fixed, run it again (POST /api/orders/{id}/orchestrate)."),
+    table(["order", "status", "customer"], stalled.map((o) => [
+      el("a", { href: `#order/${o.id}` }, o.id), o.status, o.customerId || ""])));
+}
+
+// ---- order look-up ---------------------------------------------------------------------
+
+async function order(id) {
+  const [detail, flow] = await Promise.all([api("GET", `/api/orders/${id}`), api("GET", `/api/orders/${id}/flow`)]);
+  $("o-body").replaceChildren(
+    el("p", { id: "o-summary" }, `Order ${detail.id}: ${detail.status}` + (detail.failureStage ? ` (failed at ${detail.failureStage})` : "")),
+    el("h3", {}, "Saga steps"),
+    table(["when", "step", "status", "detail"], flow.steps.map((s) => [s.createdAt, s.step, s.status, s.detail || ""])),
+    el("h3", {}, "Events"),
+    table(["id", "event type", "delivery", "failure", "published at"], flow.events.map((e) => [
+      String(e.id), e.eventType, e.status, e.failureCode || "", e.publishedAt || ""])),
+    el("h3", {}, "Audit"),
+    table(["when", "action", "by", "detail"], flow.audit.map((a) => [a.createdAt, a.action, a.actor, a.detail || ""])));
+}
+
+$("o-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  location.hash = `#order/${new FormData($("o-form")).get("id").trim()}`;
+});
+
+// ---- routing ---------------------------------------------------------------------------
+
+let refresh = null;
+
+async function route() {
+  clearInterval(refresh);
+  const signedIn = !!sessionStorage.getItem(TOKEN);
+  const [section, arg] = (location.hash.slice(1) || "overview").split("/");
+  const show = signedIn ? section : "sign-in";
+  for (const s of document.querySelectorAll("main > section")) s.hidden = s.id !== show;
+  $("nav").hidden = !signedIn;
+  for (const a of document.querySelectorAll("nav a")) {
+    if (a.getAttribute("href") === `#${show}`) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+  if (!signedIn) return;
+  say("");
+  try {
+    if (show === "overview") {
+      await overview();
+      refresh = setInterval(() => overview().catch((e) => say(e.message)), 10000);
+    } else if (show === "dead-letters") await deadLetters();
+    else if (show === "notifications") await notifications();
+    else if (show === "payments") await payments();
+    else if (show === "order" && arg) {
+      $("o-form").elements.id.value = arg;
+      await order(arg);
+    }
+  } catch (e) {
+    if (e.status === 401) { sessionStorage.removeItem(TOKEN); route(); return; }
+    say(e.message);
+  }
+}
+
+window.addEventListener("hashchange", route);
+route();

@@ -1,0 +1,99 @@
+//! The operator console (`/console/`) in a real browser: headless Chromium driven by
+//! `tests/browser/console_page.py`. A customer token is refused; an admin signs in, sees a
+//! dead letter, dry-runs and redrives it and sees it published; reprocesses a notification
+//! waiting for an operator and sees its order completed. Screenshots of each page are
+//! written to `target/console-screens/` (the ones in docs/images come from there).
+
+use std::path::Path;
+use std::process::Command;
+
+use orchestrator::startup::Workers;
+use reqwest::StatusCode;
+use sea_orm::ConnectionTrait;
+
+use crate::broker::{TestBroker, amqp_url};
+use crate::helpers::{Backend, TestApp, count_where, json, order_body, service_missing, until};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_repairs_a_dead_letter_and_a_notification_from_the_console() {
+    if !Path::new("/usr/bin/chromium").exists() || !Path::new("/usr/bin/chromedriver").exists() {
+        service_missing("chromium", "/usr/bin/chromium or /usr/bin/chromedriver missing");
+        return;
+    }
+    if !Command::new("python3").args(["-c", "import selenium"]).output().is_ok_and(|o| o.status.success()) {
+        service_missing("selenium", "python3 cannot import selenium (pip install selenium)");
+        return;
+    }
+    let Some(broker) = TestBroker::start().await else {
+        return;
+    };
+    let env = broker.env(&amqp_url());
+    let refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let Some(app) = TestApp::spawn_with(Backend::Sqlite, &refs).await else {
+        return;
+    };
+    let workers = Workers::spawn(&app.services);
+    let alice = app.token("alice");
+    // An order whose `order.completed` event is a dead letter (the broker refused it).
+    let broken = json(app.place_order(&alice, &order_body(), None).await, StatusCode::CREATED).await;
+    let broken_id = broken["id"].as_str().unwrap().to_owned();
+    until("its events published", || async {
+        broker.received.lock().unwrap().iter().any(|m| m.body["aggregateId"] == broken_id.as_str())
+    })
+    .await;
+    app.db
+        .execute_raw(sea_orm::Statement::from_sql_and_values(
+            sea_orm::DatabaseBackend::Sqlite,
+            "UPDATE outbox_events SET slow = TRUE, status = 'DEAD_LETTER', failure_code = 'NACK', \
+             failure_reason = 'nacked by the broker', retry_count = 3, dead_lettered_at = ?, \
+             published_at = NULL WHERE aggregate_id = ? AND event_type = 'order.completed'",
+            [chrono::Utc::now().into(), broken_id.clone().into()],
+        ))
+        .await
+        .unwrap();
+    // An order whose notification waits for an operator.
+    let manual =
+        json(app.place_order(&alice, &order_body(), Some("notification=manual")).await, StatusCode::CREATED)
+            .await;
+    assert_eq!(manual["notification"]["status"], "MANUAL_INTERVENTION_REQUIRED");
+    let manual_id = manual["id"].as_str().unwrap().to_owned();
+
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser/console_page.py");
+    let shots = concat!(env!("CARGO_MANIFEST_DIR"), "/target/console-screens");
+    let args = [
+        app.base.clone(),
+        app.admin_token("ops-olga"),
+        alice,
+        broken_id.clone(),
+        manual_id.clone(),
+        shots.into(),
+    ];
+    let output = tokio::task::spawn_blocking(move || Command::new("python3").arg(script).args(args).output())
+        .await
+        .unwrap()
+        .expect("run python3");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the console failed in the browser:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.starts_with("ok:"), "{stdout}");
+    // What the page showed is what the service recorded, with who did it.
+    let admin = app.admin_token("checker");
+    let after =
+        json(app.get(&format!("/api/orders/{manual_id}"), &admin).send().await.unwrap(), StatusCode::OK)
+            .await;
+    assert_eq!(after["status"], "COMPLETED");
+    assert_eq!(
+        count_where(&app.db, "audit_log", "actor = 'ops-olga' AND detail LIKE '%broker fixed%'").await,
+        1
+    );
+    assert!(
+        count_where(&app.db, "audit_log", "actor = 'ops-olga' AND detail LIKE '%customer asked again%'")
+            .await
+            >= 1
+    );
+    workers.shutdown(std::time::Duration::from_secs(10)).await;
+    broker.cleanup().await;
+}
