@@ -52,6 +52,10 @@ function reasonFor(what) {
   });
 }
 
+function pretty(json) {
+  try { return JSON.stringify(JSON.parse(json), null, 2); } catch { return json; }
+}
+
 function age(seconds) {
   if (seconds === null || seconds === undefined) return "none waiting";
   if (seconds < 90) return `${Math.round(seconds)} s`;
@@ -124,6 +128,13 @@ async function overview() {
 
 // ---- dead letters ----------------------------------------------------------------------
 
+// "90s", "30m", "2h", "7d" as seconds; undefined when empty or unreadable.
+function seconds(text) {
+  const m = /^(\d+)(ms|s|m|h|d)$/.exec((text || "").trim());
+  if (!m) return undefined;
+  return Number(m[1]) * { ms: 0.001, s: 1, m: 60, h: 3600, d: 86400 }[m[2]];
+}
+
 function filters() {
   const form = new FormData($("dl-filter"));
   const pick = (k) => (form.get(k) || "").trim() || undefined;
@@ -141,14 +152,17 @@ async function settle(row, discard) {
 async function deadLetters() {
   const page = await api("GET", "/api/admin/outbox?status=DEAD_LETTER&limit=100");
   const f = filters();
+  const older = seconds(f.olderThan);
   const rows = page.items.filter((r) =>
-    (!f.eventType || r.eventType === f.eventType) && (!f.failureCode || r.failureCode === f.failureCode));
+    (!f.eventType || r.eventType === f.eventType) && (!f.failureCode || r.failureCode === f.failureCode)
+    && (older === undefined || (Date.now() - Date.parse(r.deadLetteredAt)) / 1000 >= older));
   $("dl-body").replaceChildren(table(
-    ["id", "event type", "aggregate", "failure", "retries", "dead-lettered at", "actions"],
+    ["id", "event type", "aggregate", "failure", "retries", "dead-lettered at", "payload", "actions"],
     rows.map((r) => [
       String(r.id), r.eventType, `${r.aggregateType} ${r.aggregateId}`,
       el("span", {}, r.failureCode || "", el("br"), r.failureReason || ""),
       String(r.retryCount), r.deadLetteredAt || "",
+      el("details", {}, el("summary", {}, "show"), el("pre", {}, pretty(r.payload))),
       el("span", {},
         el("button", { type: "button", onclick: () => settle(r, false).catch((e) => say(e.message)) }, `Republish ${r.id}`), " ",
         el("button", { type: "button", onclick: () => settle(r, true).catch((e) => say(e.message)) }, `Discard ${r.id}`)),

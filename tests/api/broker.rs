@@ -38,6 +38,8 @@ pub struct Received {
 pub struct TestBroker {
     pub endpoint: AmqpEndpoint,
     pub exchange: String,
+    /// The consumer's queue (bound to every routing key but `nobody.*` and `reject.*`).
+    queue: String,
     /// Keeps the consumer's exclusive queue alive.
     _connection: Connection,
     pub received: Arc<Mutex<Vec<Received>>>,
@@ -116,7 +118,7 @@ impl TestBroker {
                 });
             }
         });
-        Some(TestBroker { endpoint, exchange, _connection: connection, received, _consumer: consumer })
+        Some(TestBroker { endpoint, exchange, queue, _connection: connection, received, _consumer: consumer })
     }
 
     /// Environment for an app publishing to this exchange through `url`.
@@ -135,6 +137,16 @@ impl TestBroker {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         self.received.lock().unwrap().clone()
+    }
+
+    /// Routes `pattern` to the consumer too (e.g. `nobody.#`: what was unroutable no longer is).
+    pub async fn bind(&self, pattern: &str) {
+        let channel = self._connection.open_channel(None).await.expect("channel");
+        channel
+            .queue_bind(QueueBindArguments::new(&self.queue, &self.exchange, pattern))
+            .await
+            .expect("bind");
+        let _ = channel.close().await;
     }
 
     /// Returns once every message the broker accepted before this call has reached the

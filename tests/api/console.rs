@@ -9,7 +9,6 @@ use std::process::Command;
 
 use orchestrator::startup::Workers;
 use reqwest::StatusCode;
-use sea_orm::ConnectionTrait;
 
 use crate::broker::{TestBroker, amqp_url};
 use crate::helpers::{Backend, TestApp, count_where, json, order_body, service_missing, until};
@@ -27,30 +26,45 @@ async fn an_operator_repairs_a_dead_letter_and_a_notification_from_the_console()
     let Some(broker) = TestBroker::start().await else {
         return;
     };
-    let env = broker.env(&amqp_url());
+    // No retries: an event nobody routes is a dead letter at its first return.
+    let mut env = broker.env(&amqp_url());
+    env.push(("APP__OUTBOX__MAX_RETRIES".into(), "0".into()));
     let refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let Some(app) = TestApp::spawn_with(Backend::Sqlite, &refs).await else {
         return;
     };
     let workers = Workers::spawn(&app.services);
     let alice = app.token("alice");
-    // An order whose `order.completed` event is a dead letter (the broker refused it).
+    // An order, and an event of it that no queue is bound for: returned unroutable, a dead letter.
     let broken = json(app.place_order(&alice, &order_body(), None).await, StatusCode::CREATED).await;
     let broken_id = broken["id"].as_str().unwrap().to_owned();
-    until("its events published", || async {
-        broker.received.lock().unwrap().iter().any(|m| m.body["aggregateId"] == broken_id.as_str())
+    let event_id = orchestrator::domain::ids::EventId::new();
+    let unroutable = orchestrator::application::ports::NewOutboxEvent {
+        event_id,
+        aggregate_type: "order".into(),
+        aggregate_id: broken_id.clone(),
+        event_type: "order.archived".into(),
+        routing_key: "nobody.archive".into(),
+        payload: serde_json::json!({ "eventId": event_id.to_string(), "orderId": broken_id }).to_string(),
+        correlation_id: None,
+        created_at: chrono::Utc::now(),
+    };
+    let store = orchestrator::adapters::persistence::SeaOrmStore::new(
+        app.db.clone(),
+        app.services.relay_wake.clone(),
+    );
+    orchestrator::application::ports::UnitOfWork::commit(
+        &store,
+        orchestrator::application::ports::Changes { outbox: vec![unroutable], ..Default::default() },
+    )
+    .await
+    .unwrap();
+    until("the unroutable event dead-lettered", || async {
+        crate::helpers::outbox_in(&app.db, orchestrator::domain::outbox::OutboxStatus::DeadLetter).await == 1
     })
     .await;
-    app.db
-        .execute_raw(sea_orm::Statement::from_sql_and_values(
-            sea_orm::DatabaseBackend::Sqlite,
-            "UPDATE outbox_events SET slow = TRUE, status = 'DEAD_LETTER', failure_code = 'NACK', \
-             failure_reason = 'nacked by the broker', retry_count = 3, dead_lettered_at = ?, \
-             published_at = NULL WHERE aggregate_id = ? AND event_type = 'order.completed'",
-            [chrono::Utc::now().into(), broken_id.clone().into()],
-        ))
-        .await
-        .unwrap();
+    // The archive's queue is bound now: a redrive can deliver it.
+    broker.bind("nobody.#").await;
     // An order whose notification waits for an operator.
     let manual =
         json(app.place_order(&alice, &order_body(), Some("notification=manual")).await, StatusCode::CREATED)

@@ -4,8 +4,8 @@ Usage: python3 console_page.py BASE_URL ADMIN_TOKEN CUSTOMER_TOKEN ORDER_WITH_DE
        ORDER_WAITING_FOR_OPERATOR SCREENSHOT_DIR
 
 A customer token is refused with a clear message; the admin token signs in; the overview
-shows the dead letter; the dead letter is dry-run then redriven and its order's story shows
-it PUBLISHED; the notification waiting for an operator is reprocessed and its order is
+shows the dead letter (an unroutable event, now routable); its payload is previewed; it is
+dry-run then redriven and its order's story shows it PUBLISHED; the notification waiting for an operator is reprocessed and its order is
 COMPLETED. A screenshot of each page goes to SCREENSHOT_DIR. Exits 0 when every check holds;
 otherwise prints what failed and exits 1.
 """
@@ -57,6 +57,9 @@ def main() -> int:
 
         driver.find_element(By.LINK_TEXT, "Dead letters").click()
         wait.until(ec.presence_of_element_located((By.XPATH, "//button[starts-with(., 'Republish')]")))
+        driver.find_element(By.XPATH, "//details/summary[.='show']").click()
+        if "order.archived" not in text() or '"orderId"' not in text():
+            raise AssertionError("the dead letter's type and payload are not shown")
         driver.find_element(By.ID, "dl-dry-run").click()
         wait.until(ec.text_to_be_present_in_element((By.ID, "dl-would-move"), "Would move 1"))
         driver.save_screenshot(f"{shots}/dead-letters.png")

@@ -173,6 +173,8 @@ pub struct OutboxEventResponse {
     pub created_at: String,
     pub published_at: Option<String>,
     pub dead_lettered_at: Option<String>,
+    /// The envelope as published (JSON text).
+    pub payload: String,
 }
 
 /// `GET /api/orders/{id}/flow`.
@@ -294,6 +296,7 @@ impl From<&OutboxRecord> for OutboxEventResponse {
             created_at: timestamp(e.created_at),
             published_at: e.published_at.map(timestamp),
             dead_lettered_at: e.dead_lettered_at.map(timestamp),
+            payload: e.payload.clone(),
         }
     }
 }
