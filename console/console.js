@@ -102,12 +102,13 @@ function card(label, value, attention) {
 }
 
 async function overview() {
-  const [stats, unconfirmed, stalled, manual, failed] = await Promise.all([
+  const [stats, unconfirmed, stalled, manual, failed, exhausted] = await Promise.all([
     api("GET", "/api/admin/outbox/stats"),
     api("GET", "/api/admin/payments/unconfirmed"),
     api("GET", "/api/admin/orders/stalled"),
     api("GET", "/api/admin/notification-events?status=MANUAL_INTERVENTION_REQUIRED&limit=100"),
     api("GET", "/api/admin/notification-events?status=FAILED&limit=100"),
+    api("GET", "/api/admin/payments/compensations-exhausted"),
   ]);
   const dead = stats.byStatus.DEAD_LETTER || 0;
   const waiting = stats.oldestReadyAgeSeconds;
@@ -119,7 +120,8 @@ async function overview() {
       card("Notifications needing an operator", manual.items.length, manual.items.length > 0),
       card("Notifications failed", failed.items.length, failed.items.length > 0),
       card("Payments awaiting confirmation (past reconciliation)", unconfirmed.length, unconfirmed.length > 0),
-      card("Stalled sagas", stalled.length, stalled.length > 0)),
+      card("Stalled sagas", stalled.length, stalled.length > 0),
+      card("Compensations exhausted", exhausted.length, exhausted.length > 0)),
     el("h3", {}, "Outbox events by state"),
     table(["state", "events"], Object.entries(stats.byStatus)),
     el("h3", {}, "Dead letters by event type"),
@@ -228,11 +230,16 @@ $("n-retry-due").addEventListener("click", async () => {
 // ---- payments --------------------------------------------------------------------------
 
 async function payments() {
-  const [unconfirmed, stalled] = await Promise.all([
+  const [unconfirmed, stalled, exhausted] = await Promise.all([
     api("GET", "/api/admin/payments/unconfirmed"),
     api("GET", "/api/admin/orders/stalled"),
+    api("GET", "/api/admin/payments/compensations-exhausted"),
   ]);
   $("p-body").replaceChildren(
+    el("h3", {}, "Compensations exhausted"),
+    el("p", {}, "The settlement failed and cancelling the payment failed on every retry: the customer was charged for a failed order. Once the provider answers again, run the order again (POST /api/orders/{id}/orchestrate) to cancel with the same idempotency key; if it keeps refusing, refund in the provider's console."),
+    table(["order", "status", "customer", "total"], exhausted.map((o) => [
+      el("a", { href: `#order/${o.id}` }, o.id), o.status, o.customerId || "", `${o.totalAmount} ${o.currency}`])),
     el("h3", {}, "Awaiting confirmation"),
     el("p", {}, "The provider's answer to these charges is unknown and reconciliation has used its look-ups. Ask the provider by the payment request id (its idempotency key), then let a provider callback settle it. Never charge again by hand."),
     table(["order", "payment request id", "status", "amount", "look-ups"], unconfirmed.map((p) => [

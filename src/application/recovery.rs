@@ -174,11 +174,7 @@ impl Recovery {
             if !record.payment.as_ref().is_some_and(|p| p.status == PaymentStatus::Approved) {
                 continue;
             }
-            let failures: Vec<_> = record
-                .steps
-                .iter()
-                .filter(|s| s.step == SagaStep::Compensation && s.status == StepStatus::Failed)
-                .collect();
+            let failures = compensation_failures(&record);
             let Some(last) = failures.last() else {
                 // Never attempted (a crash between the settlement failure and compensation).
                 report.retried += 1;
@@ -285,6 +281,26 @@ impl Recovery {
             tracing::warn!(resumed = stalled.len(), "resumed sagas a dead run had left half-way");
         }
         Ok(stalled.len())
+    }
+
+    /// Orders whose compensation failed on every retry: the payment is still `APPROVED` for
+    /// a `FAILED` order (money taken for nothing) and only an operator can settle it.
+    ///
+    /// # Errors
+    /// `Forbidden` for a non-admin; `Unavailable` when the database fails.
+    pub async fn compensations_exhausted(&self, actor: &Actor) -> Result<Vec<Order>, AppError> {
+        actor.require_admin()?;
+        let mut exhausted = Vec::new();
+        for order_id in self.payments.awaiting_compensation(1000).await? {
+            let Some(record) = self.orders.get(order_id).await? else {
+                continue;
+            };
+            let approved = record.payment.as_ref().is_some_and(|p| p.status == PaymentStatus::Approved);
+            if approved && compensation_failures(&record).len() >= self.settings.compensation_max_attempts {
+                exhausted.push(record.order);
+            }
+        }
+        Ok(exhausted)
     }
 
     /// Orders whose stalled-saga recovery ran out of resumes, for operators.
@@ -453,4 +469,13 @@ impl Recovery {
             }
         }
     }
+}
+
+/// The failed cancel attempts of an order's compensation, oldest first.
+fn compensation_failures(record: &OrderRecord) -> Vec<&crate::application::ports::StepRecord> {
+    record
+        .steps
+        .iter()
+        .filter(|s| s.step == SagaStep::Compensation && s.status == StepStatus::Failed)
+        .collect()
 }

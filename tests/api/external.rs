@@ -442,6 +442,12 @@ async fn failing_compensations_are_retried_then_left_to_an_operator(backend: Bac
         0,
         "not before its backoff"
     );
+    let exhausted = |token: String| {
+        let request = app.get("/api/admin/payments/compensations-exhausted", &token).send();
+        async move { request.await.unwrap() }
+    };
+    let listed = json(exhausted(app.admin_token("ops")).await, StatusCode::OK).await;
+    assert_eq!(listed, json!([]), "one failure is not exhaustion");
     let mut retried = 0;
     for _ in 0..20 {
         app.advance(PAST_THE_BACKOFF);
@@ -454,6 +460,9 @@ async fn failing_compensations_are_retried_then_left_to_an_operator(backend: Bac
     assert_eq!(failures, 3);
     assert_eq!(d["status"], "FAILED");
     assert_eq!(count_where(&app.db, "audit_log", "action = 'COMPENSATION_EXHAUSTED'").await, 1);
+    let listed = json(exhausted(app.admin_token("ops")).await, StatusCode::OK).await;
+    assert_eq!(listed[0]["id"], order["id"], "listed for an operator: {listed}");
+    assert_eq!(exhausted(app.token("alice")).await.status(), StatusCode::FORBIDDEN);
     let cancels =
         app.services.provider_calls.as_ref().unwrap().cancels.load(std::sync::atomic::Ordering::SeqCst);
     assert_eq!(cancels, 3);

@@ -122,6 +122,7 @@ impl utoipa::Modify for BearerAuth {
         payments::callback,
         payments::unconfirmed,
         payments::stalled,
+        payments::compensations_exhausted,
         outbox_admin::list_outbox,
         outbox_admin::outbox_stats,
         outbox_admin::republish,
@@ -187,6 +188,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(resource("/api/payments/callbacks", "POST").route(web::post().to(payments::callback)))
     .service(resource("/api/admin/payments/unconfirmed", "GET").route(web::get().to(payments::unconfirmed)))
     .service(resource("/api/admin/orders/stalled", "GET").route(web::get().to(payments::stalled)))
+    .service(
+        resource("/api/admin/payments/compensations-exhausted", "GET")
+            .route(web::get().to(payments::compensations_exhausted)),
+    )
     .service(resource("/api/admin/outbox", "GET").route(web::get().to(outbox_admin::list_outbox)))
     .service(resource("/api/admin/outbox/stats", "GET").route(web::get().to(outbox_admin::outbox_stats)))
     .service(resource("/api/admin/outbox/redrive", "POST").route(web::post().to(outbox_admin::redrive)))

@@ -194,6 +194,26 @@ pub async fn unconfirmed(state: web::Data<HttpState>, admin: Admin) -> Result<Ht
     Ok(HttpResponse::Ok().json(items))
 }
 
+/// Orders whose compensation failed on every retry (audited `COMPENSATION_EXHAUSTED`): the
+/// order is `FAILED` and its payment still `APPROVED`; an operator must settle it.
+#[utoipa::path(
+    get,
+    path = "/api/admin/payments/compensations-exhausted",
+    tag = "admin",
+    responses(
+        (status = 200, body = [OrderResponse]),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn compensations_exhausted(
+    state: web::Data<HttpState>,
+    admin: Admin,
+) -> Result<HttpResponse, ApiError> {
+    let orders = state.recovery.compensations_exhausted(&admin.0).await?;
+    Ok(HttpResponse::Ok().json(orders.iter().map(OrderResponse::from).collect::<Vec<_>>()))
+}
+
 /// Orders whose saga stalled half-way and that stalled-saga recovery gave up on after
 /// `saga.recovery_max_attempts` resumes (audited `SAGA_RECOVERY_EXHAUSTED`).
 #[utoipa::path(
