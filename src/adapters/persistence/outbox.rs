@@ -278,6 +278,13 @@ struct LaneOnly {
     lane: i16,
 }
 
+/// Every column of an outbox row, named: a statement returning them keeps its shape
+/// whatever columns are added later (`*` is expanded when a statement is prepared, and a
+/// cached SQLite statement whose table changed under it returns rows of another width).
+const OUTBOX_COLUMNS: &str = "id, event_id, aggregate_type, aggregate_id, event_type, routing_key, payload, \
+    correlation_id, status, retry_count, failure_code, failure_reason, next_attempt_at, last_attempt_at, \
+    claimed_by, claimed_until, created_at, published_at, dead_lettered_at, version, lane, slow, traceparent";
+
 /// A row id, as `SELECT id` or `RETURNING id` gives it.
 #[derive(Debug, FromQueryResult)]
 struct IdRow {
@@ -351,7 +358,7 @@ impl OutboxStore for SeaOrmOutboxStore {
                      AND p.id < o.id AND p.slow AND p.status IN ({blocking})) \
                ORDER BY o.id LIMIT $5 {lock}) \
              AND status IN ({claimable}) \
-             RETURNING *"
+             RETURNING {OUTBOX_COLUMNS}"
         );
         let values: Vec<Value> = vec![
             OutboxAction::Claim.target().as_str().into(),
@@ -541,10 +548,11 @@ impl OutboxStore for SeaOrmOutboxStore {
                AND h.aggregate_type = o.aggregate_type AND h.aggregate_id = o.aggregate_id) AS held",
             literals(OutboxStatus::BLOCKING)
         );
+        let columns = OUTBOX_COLUMNS.split(", ").map(|c| format!("o.{c}")).collect::<Vec<_>>().join(", ");
         let statement = if self.is_postgres() {
             self.statement(
                 &format!(
-                    "SELECT o.*, {held} FROM outbox_events o \
+                    "SELECT {columns}, {held} FROM outbox_events o \
                      WHERE NOT o.slow AND o.id = ANY(string_to_array($1, ',')::bigint[])"
                 ),
                 vec![ids.join(",").into()],
@@ -552,7 +560,7 @@ impl OutboxStore for SeaOrmOutboxStore {
         } else {
             self.statement(
                 &format!(
-                    "SELECT o.*, {held} FROM outbox_events o WHERE NOT o.slow AND o.id IN ({})",
+                    "SELECT {columns}, {held} FROM outbox_events o WHERE NOT o.slow AND o.id IN ({})",
                     ids.join(", ")
                 ),
                 vec![],
