@@ -426,6 +426,20 @@ async fn worker_drains_the_outbox_and_replay_repairs_a_dead_letter() {
     assert_eq!(again.status.code(), Some(1), "replaying a row that is not a dead letter fails");
 }
 
+/// `app worker` on `db`, publishing to `broker`'s exchange, its ops port free.
+fn broker_worker(dir: &Path, db: &TestDb, broker: &crate::broker::TestBroker) -> Command {
+    let mut cmd = app(dir);
+    cmd.env("APP__DATABASE__URL", &db.url)
+        .env("APP__AUTH__KEYS", crate::helpers::TEST_KEYS)
+        .env("APP__BROKER__URL", crate::broker::amqp_url())
+        .env("APP__BROKER__EXCHANGE", &broker.exchange)
+        .env("APP__WORKER__HTTP__BIND", "127.0.0.1:0")
+        .env("APP__PAYMENT__PROVIDER", "mock")
+        .arg("worker")
+        .stdout(Stdio::null());
+    cmd
+}
+
 /// SIGTERM while draining: the worker stops claiming, finishes the batch in flight (its
 /// confirms awaited and marked), and exits 0 — nothing is left to the lease timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -451,17 +465,7 @@ async fn sigterm_drains_in_flight_publishes_and_leaves_no_claim_behind() {
     }
     let dir = temp_dir();
     let mut worker = Process::spawn(
-        app(&dir.0)
-            .env("APP__DATABASE__URL", &db.url)
-            .env("APP__AUTH__KEYS", crate::helpers::TEST_KEYS)
-            .env("APP__BROKER__URL", crate::broker::amqp_url())
-            .env("APP__BROKER__EXCHANGE", &broker.exchange)
-            .env("APP__OUTBOX__BATCH_SIZE", "100")
-            .env("APP__WORKER__HTTP__BIND", "127.0.0.1:0")
-            .env("APP__PAYMENT__PROVIDER", "mock")
-            .arg("worker")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
+        broker_worker(&dir.0, &db, &broker).env("APP__OUTBOX__BATCH_SIZE", "100").stderr(Stdio::null()),
     );
     broker.wait_for(500, Duration::from_secs(30)).await;
     let status = terminate(&mut worker);
@@ -499,19 +503,8 @@ async fn a_workers_first_scrape_counts_everything_it_published() {
     repo.commit(changes).await.unwrap();
     let dir = temp_dir();
     let log = std::fs::File::create(dir.0.join("worker.log")).unwrap();
-    let _worker = Process::spawn(
-        app(&dir.0)
-            .env("APP__DATABASE__URL", &db.url)
-            .env("APP__AUTH__KEYS", crate::helpers::TEST_KEYS)
-            .env("APP__BROKER__URL", crate::broker::amqp_url())
-            .env("APP__BROKER__EXCHANGE", &broker.exchange)
-            .env("APP__WORKER__HTTP__BIND", "127.0.0.1:0")
-            .env("APP__PAYMENT__PROVIDER", "mock")
-            .env("APP__LOG__FORMAT", "json")
-            .arg("worker")
-            .stdout(Stdio::null())
-            .stderr(log),
-    );
+    let _worker =
+        Process::spawn(broker_worker(&dir.0, &db, &broker).env("APP__LOG__FORMAT", "json").stderr(log));
     assert_eq!(broker.wait_for(6, Duration::from_secs(30)).await.len(), 6);
     crate::helpers::until("all six recorded", || async {
         crate::helpers::outbox_in(&conn, OutboxStatus::Published).await == 6

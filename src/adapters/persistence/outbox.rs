@@ -299,12 +299,6 @@ struct FillRow {
 }
 
 #[derive(Debug, FromQueryResult)]
-struct CountOldest {
-    n: i64,
-    at: Option<DateTime<Utc>>,
-}
-
-#[derive(Debug, FromQueryResult)]
 struct LaneOldest {
     lane: i16,
     n: i64,
@@ -916,10 +910,7 @@ impl OutboxStore for SeaOrmOutboxStore {
         .all(&self.db)
         .await
         .map_err(repo_err)?;
-        let fast_ready = CountOldest {
-            n: fast_by_lane.iter().map(|l| l.n).sum(),
-            at: fast_by_lane.iter().filter_map(|l| l.at).min(),
-        };
+        let fast_ready: i64 = fast_by_lane.iter().map(|l| l.n).sum();
         // Every lane that exists, waiting or not (a lane that caught up reads 0).
         let lanes = LaneOnly::find_by_statement(
             self.statement("SELECT lane FROM outbox_lanes ORDER BY lane", vec![]),
@@ -936,22 +927,13 @@ impl OutboxStore for SeaOrmOutboxStore {
                 (a, b) => a.or(b),
             };
         }
-        *counts.entry(OutboxStatus::Ready.as_str().to_owned()).or_default() += fast_ready.n;
-        *counts.entry(OutboxStatus::Published.as_str().to_owned()).or_default() += fast_total - fast_ready.n;
+        *counts.entry(OutboxStatus::Ready.as_str().to_owned()).or_default() += fast_ready;
+        *counts.entry(OutboxStatus::Published.as_str().to_owned()).or_default() += fast_total - fast_ready;
         let by_status =
             OutboxStatus::ALL.iter().map(|s| (*s, counts.get(s.as_str()).copied().unwrap_or(0))).collect();
         let oldest = |sql: String| Oldest::find_by_statement(self.statement(&sql, vec![])).one(&self.db);
-        let oldest_slow_ready = oldest(format!(
-            "SELECT MIN(created_at) AS at FROM outbox_events WHERE slow AND status = {}",
-            literals(&[OutboxStatus::Ready])
-        ))
-        .await
-        .map_err(repo_err)?
-        .and_then(|o| o.at);
-        let oldest_ready = match (oldest_slow_ready, fast_ready.at) {
-            (Some(a), Some(b)) => Some(std::cmp::min(a, b)),
-            (a, b) => a.or(b),
-        };
+        // The lanes' oldest waiting events, fast and slow path, already read above.
+        let oldest_ready = by_lane.values().flatten().min().copied();
         let oldest_claim = oldest(format!(
             "SELECT MIN(last_attempt_at) AS at FROM outbox_events WHERE status = {}",
             literals(&[OutboxStatus::Processing])

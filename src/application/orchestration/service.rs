@@ -375,17 +375,18 @@ impl Orchestrator {
         for _ in 0..MAX_STEPS_PER_RUN {
             let started = std::time::Instant::now();
             let action = next_action_of(&record);
-            let step = match action {
+            // The step's label (metrics) and its span's name.
+            let (step, name) = match action {
                 NextAction::Done | NextAction::AwaitConfirmation | NextAction::AwaitRetryOrOperator => {
                     return Ok(record);
                 }
-                NextAction::ApprovePayment { .. } => "payment",
-                NextAction::RequestSettlement => "settlement",
-                NextAction::SendNotification => "notification",
-                NextAction::Compensate => "compensation",
+                NextAction::ApprovePayment { .. } => ("payment", "saga payment"),
+                NextAction::RequestSettlement => ("settlement", "saga settlement"),
+                NextAction::SendNotification => ("notification", "saga notification"),
+                NextAction::Compensate => ("compensation", "saga compensation"),
             };
             // One span per step (a child of the request's or message's trace).
-            let span = tracing::info_span!("saga.step", otel.name = %format!("saga {step}"), step, order = %record.order.id);
+            let span = tracing::info_span!("saga.step", otel.name = name, step, order = %record.order.id);
             let result = async {
                 match action {
                     NextAction::ApprovePayment { attempt } => {
