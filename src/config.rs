@@ -90,9 +90,10 @@ impl DatabaseSettings {
 #[derive(Debug, Clone)]
 pub struct BrokerSettings {
     pub kind: BrokerKind,
-    /// Whether the broker was chosen (`broker.url` or `broker.kind` set).
+    /// Whether the broker was chosen (`broker.url`, `broker.urls` or `broker.kind` set).
     pub explicit: bool,
-    pub url: Option<Secret>,
+    /// The broker's nodes: `broker.urls`, or the one `broker.url`; empty with `log`.
+    pub urls: Vec<Secret>,
     pub queue_type: QueueType,
     /// The exchange outbox events are published to.
     pub exchange: String,
@@ -226,9 +227,11 @@ struct RawDatabase {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawBroker {
-    /// Unset: `amqp` when `url` is set, else `log`.
+    /// Unset: `amqp` when `url` or `urls` is set, else `log`.
     kind: Option<String>,
     url: Option<Secret>,
+    /// A cluster's nodes: a list in a file, comma-separated in the environment.
+    urls: Option<RawUrls>,
     queue_type: String,
     exchange: String,
     confirm_timeout: String,
@@ -241,6 +244,24 @@ struct RawBroker {
     consumer_retries: u32,
     consumer_retry_backoff: String,
     delivery_limit: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawUrls {
+    List(Vec<Secret>),
+    Text(Secret),
+}
+
+impl RawUrls {
+    fn into_list(self) -> Vec<Secret> {
+        match self {
+            RawUrls::List(list) => list,
+            RawUrls::Text(text) => {
+                text.expose().split(',').map(str::trim).filter(|u| !u.is_empty()).map(Secret::new).collect()
+            }
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -567,17 +588,38 @@ fn resolve_database(raw: RawDatabase) -> Result<DatabaseSettings, ConfigError> {
 }
 
 fn resolve_broker(raw: RawBroker) -> Result<BrokerSettings, ConfigError> {
+    let (urls, key) = match (raw.url, raw.urls) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "broker.urls",
+                "set broker.url (one node) or broker.urls (a cluster), not both",
+            ));
+        }
+        (Some(url), None) => (vec![url], "broker.url"),
+        (None, Some(urls)) => {
+            let urls = urls.into_list();
+            if urls.is_empty() {
+                return Err(invalid("broker.urls", "lists no node"));
+            }
+            (urls, "broker.urls")
+        }
+        (None, None) => (Vec::new(), "broker.url"),
+    };
     let kind = match raw.kind.as_deref() {
-        None if raw.url.is_some() => BrokerKind::Amqp,
+        None if !urls.is_empty() => BrokerKind::Amqp,
         None | Some("log") => BrokerKind::Log,
         Some("amqp") => BrokerKind::Amqp,
         Some(other) => return Err(invalid("broker.kind", format!("`{other}` is not log or amqp"))),
     };
     if kind == BrokerKind::Amqp {
-        match &raw.url {
-            Some(url) if url.expose().starts_with("amqp://") || url.expose().starts_with("amqps://") => {}
-            Some(_) => return Err(invalid("broker.url", "expected amqp://...")),
-            None => return Err(invalid("broker.url", "is required when broker.kind = amqp")),
+        if urls.is_empty() {
+            return Err(invalid("broker.url", "is required when broker.kind = amqp"));
+        }
+        for (i, url) in urls.iter().enumerate() {
+            if !(url.expose().starts_with("amqp://") || url.expose().starts_with("amqps://")) {
+                let which = if urls.len() > 1 { format!("node {}: ", i + 1) } else { String::new() };
+                return Err(invalid(key, format!("{which}expected amqp://...")));
+            }
         }
     }
     let queue_type = match raw.queue_type.as_str() {
@@ -590,8 +632,8 @@ fn resolve_broker(raw: RawBroker) -> Result<BrokerSettings, ConfigError> {
     }
     Ok(BrokerSettings {
         kind,
-        explicit: raw.kind.is_some() || raw.url.is_some(),
-        url: raw.url,
+        explicit: raw.kind.is_some() || !urls.is_empty(),
+        urls,
         queue_type,
         exchange: name("broker.exchange", raw.exchange)?,
         confirm_timeout: positive("broker.confirm_timeout", &raw.confirm_timeout)?,
@@ -857,6 +899,35 @@ mod tests {
         assert_eq!(s.outbox.poll_interval, Duration::from_millis(250));
         assert!(!s.notification.retry_enabled);
         assert_eq!(s.broker.kind, BrokerKind::Amqp, "a broker url implies amqp");
+    }
+
+    #[test]
+    fn a_cluster_is_a_list_of_urls() {
+        let s =
+            load(&[("APP__BROKER__URLS", "amqp://u:p@r1:5672/%2f, amqp://u:p@r2:5672/%2f,amqp://u:p@r3")])
+                .unwrap();
+        assert_eq!(s.broker.kind, BrokerKind::Amqp, "urls imply amqp");
+        assert!(s.broker.explicit);
+        let urls: Vec<&str> = s.broker.urls.iter().map(Secret::expose).collect();
+        assert_eq!(urls, ["amqp://u:p@r1:5672/%2f", "amqp://u:p@r2:5672/%2f", "amqp://u:p@r3"]);
+
+        let dir = std::env::temp_dir().join(format!("cfg-urls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("app.toml");
+        std::fs::write(&file, "[broker]\nurls = [\"amqp://a\", \"amqp://b\"]\n").unwrap();
+        let s = Settings::load_from(Some(&file), std::iter::empty()).unwrap();
+        assert_eq!(s.broker.urls.len(), 2);
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        for (env, key) in [
+            (vec![("APP__BROKER__URLS", "amqp://a,http://b")], "broker.urls"),
+            (vec![("APP__BROKER__URLS", " , ")], "broker.urls"),
+            (vec![("APP__BROKER__URL", "amqp://a"), ("APP__BROKER__URLS", "amqp://b")], "broker.urls"),
+        ] {
+            let err = load(&env).unwrap_err().to_string();
+            assert!(err.contains(key), "{env:?}: {err}");
+            assert!(!err.contains("://a") && !err.contains("://b"), "no url (secrets) in {err}");
+        }
     }
 
     #[test]

@@ -17,13 +17,13 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::adapters::Secret;
 use crate::adapters::clock::SystemClock;
 use crate::adapters::http::auth::JwtKeys;
 use crate::adapters::http::{self, HttpState};
 use crate::adapters::messaging::LogEventPublisher;
 use crate::adapters::messaging::amqp::{
-    AmqpEndpoint, AmqpEventPublisher, AmqpPublisherSettings, ConsumerSettings, MeetingConsumers,
-    MeetingTopology,
+    AmqpEventPublisher, AmqpNodes, AmqpPublisherSettings, ConsumerSettings, MeetingConsumers, MeetingTopology,
 };
 use crate::adapters::persistence::{
     self, DatabaseProbe, SeaOrmIdempotencyStore, SeaOrmOutboxStore, SeaOrmStore,
@@ -116,7 +116,7 @@ impl Services {
         if b.kind != BrokerKind::Amqp {
             return None;
         }
-        let endpoint = AmqpEndpoint::parse(b.url.as_ref()?.expose()).ok()?;
+        let nodes = AmqpNodes::parse(b.urls.iter().map(Secret::expose)).ok()?;
         let settings = ConsumerSettings {
             topology: MeetingTopology {
                 exchange: b.meeting_exchange.clone(),
@@ -133,7 +133,7 @@ impl Services {
             honour_mock_scenario: self.settings.payment.provider == ProviderKind::Mock,
         };
         Some(Arc::new(
-            MeetingConsumers::new(endpoint, settings, self.meeting_events.clone())
+            MeetingConsumers::new(nodes, settings, self.meeting_events.clone())
                 .with_meter(self.metrics.meter.clone()),
         ))
     }
@@ -174,9 +174,8 @@ fn publishers(settings: &Settings) -> Result<(PublisherFactory, Arc<dyn HealthPr
             Ok((factory, Arc::new(LogEventPublisher)))
         }
         BrokerKind::Amqp => {
-            let url = settings.broker.url.as_ref().map(|u| u.expose()).unwrap_or_default();
-            let endpoint =
-                AmqpEndpoint::parse(url).map_err(|e| StartupError::Config(format!("`broker.url`: {e}")))?;
+            let nodes = AmqpNodes::parse(settings.broker.urls.iter().map(Secret::expose))
+                .map_err(|e| StartupError::Config(format!("`broker.urls`: {e}")))?;
             let base = AmqpPublisherSettings {
                 exchange: settings.broker.exchange.clone(),
                 window: settings.outbox.publish_window as usize,
@@ -184,13 +183,13 @@ fn publishers(settings: &Settings) -> Result<(PublisherFactory, Arc<dyn HealthPr
                 unroutable_ok: UNROUTABLE_OK.iter().map(|t| t.to_string()).collect(),
                 connection_name: "orchestrator-readiness".into(),
             };
-            let probe = Arc::new(AmqpEventPublisher::new(endpoint.clone(), base.clone()));
+            let probe = Arc::new(AmqpEventPublisher::new(nodes.clone(), base.clone()));
             let factory: PublisherFactory = Arc::new(move |worker: &str| {
                 let settings = AmqpPublisherSettings {
                     connection_name: format!("orchestrator-relay-{worker}"),
                     ..base.clone()
                 };
-                Arc::new(AmqpEventPublisher::new(endpoint.clone(), settings)) as Arc<dyn EventPublisher>
+                Arc::new(AmqpEventPublisher::new(nodes.clone(), settings)) as Arc<dyn EventPublisher>
             });
             Ok((factory, probe))
         }

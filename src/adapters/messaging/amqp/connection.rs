@@ -1,5 +1,8 @@
-//! Opening connections from an `amqp://` URL. The URL's credentials never reach a log or
-//! an error message.
+//! Opening connections from `amqp://` URLs (`broker.url`, or a cluster's nodes in
+//! `broker.urls`). The URLs' credentials never reach a log or an error message.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use amqprs::connection::{Connection, OpenConnectionArguments};
 
@@ -85,6 +88,78 @@ impl AmqpEndpoint {
     }
 }
 
+/// The nodes of one broker (a RabbitMQ cluster, or a single node), tried in turn.
+///
+/// A connection goes to the node that served last; when a connection to it is lost, the
+/// holder reports it (`lost`) and the next connection starts at the following node, going
+/// round the list once before giving up. Callers pace their reconnections (the consumers
+/// back off, the relay's failed events wait out their retry backoff). Clones share the
+/// cursor, so the connections of one process move together.
+#[derive(Clone, Debug)]
+pub struct AmqpNodes {
+    endpoints: Arc<[AmqpEndpoint]>,
+    current: Arc<AtomicUsize>,
+}
+
+impl AmqpNodes {
+    /// # Errors
+    /// No endpoint given.
+    pub fn new(endpoints: Vec<AmqpEndpoint>) -> Result<AmqpNodes, String> {
+        if endpoints.is_empty() {
+            return Err("no broker node given".into());
+        }
+        Ok(AmqpNodes { endpoints: endpoints.into(), current: Arc::new(AtomicUsize::new(0)) })
+    }
+
+    /// Parses each URL (`broker.urls`).
+    ///
+    /// # Errors
+    /// Which URL (by position, never by content) is malformed, and how.
+    pub fn parse<'a>(urls: impl IntoIterator<Item = &'a str>) -> Result<AmqpNodes, String> {
+        let endpoints = urls
+            .into_iter()
+            .enumerate()
+            .map(|(i, url)| AmqpEndpoint::parse(url).map_err(|e| format!("node {}: {e}", i + 1)))
+            .collect::<Result<Vec<_>, _>>()?;
+        AmqpNodes::new(endpoints)
+    }
+
+    pub fn endpoints(&self) -> &[AmqpEndpoint] {
+        &self.endpoints
+    }
+
+    /// The connection to `endpoint` was lost: the next connection starts at the node after
+    /// it (unless another holder has moved on already).
+    pub fn lost(&self, endpoint: usize) {
+        let next = (endpoint + 1) % self.endpoints.len();
+        let _ = self.current.compare_exchange(endpoint, next, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// Connects to the first node that answers, starting at the current one; returns the
+    /// connection and the node's position (for `lost`).
+    ///
+    /// # Errors
+    /// No node could be reached: every node's failure, without secrets.
+    pub async fn connect(&self, name: &str) -> Result<(Connection, usize), String> {
+        let start = self.current.load(Ordering::Acquire) % self.endpoints.len();
+        let mut failures = Vec::new();
+        for step in 0..self.endpoints.len() {
+            let at = (start + step) % self.endpoints.len();
+            match connect(&self.endpoints[at], name).await {
+                Ok(connection) => {
+                    if at != start {
+                        self.current.store(at, Ordering::Release);
+                        tracing::warn!(endpoint = ?self.endpoints[at], "broker: moved to another node");
+                    }
+                    return Ok((connection, at));
+                }
+                Err(e) => failures.push(e),
+            }
+        }
+        Err(failures.join("; "))
+    }
+}
+
 /// Opens a connection named `name` (shown in the RabbitMQ management UI).
 ///
 /// # Errors
@@ -152,5 +227,41 @@ mod tests {
         assert!(!format!("{e:?}").contains('p') || !format!("{e:?}").contains(":p@"));
         assert!(AmqpEndpoint::parse("http://h").is_err());
         assert!(AmqpEndpoint::parse("amqp://h:notaport").is_err());
+    }
+
+    #[test]
+    fn a_lost_node_sends_the_next_connection_to_the_following_node() {
+        let nodes = AmqpNodes::parse(["amqp://a", "amqp://b:5673", "amqp://c"]).unwrap();
+        assert_eq!(nodes.endpoints().len(), 3);
+        assert_eq!(nodes.current.load(Ordering::Acquire), 0);
+        nodes.lost(0);
+        assert_eq!(nodes.current.load(Ordering::Acquire), 1);
+        // A second holder reporting the same loss late does not skip a node.
+        nodes.lost(0);
+        assert_eq!(nodes.current.load(Ordering::Acquire), 1);
+        nodes.lost(1);
+        nodes.lost(2);
+        assert_eq!(nodes.current.load(Ordering::Acquire), 0, "round the list");
+        let err = AmqpNodes::parse(["amqp://a", "http://b"]).unwrap_err();
+        assert!(err.starts_with("node 2:"), "{err}");
+        assert!(AmqpNodes::parse(Vec::<&str>::new()).is_err());
+    }
+
+    #[tokio::test]
+    async fn when_no_node_answers_every_node_is_named() {
+        // Two ports nothing listens on (the listeners are dropped at once).
+        let closed = |_| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let (a, b) = (closed(()), closed(()));
+        let nodes = AmqpNodes::parse([
+            format!("amqp://u:pw@127.0.0.1:{a}").as_str(),
+            &format!("amqp://u:pw@127.0.0.1:{b}"),
+        ])
+        .unwrap();
+        let Err(err) = nodes.connect("test").await else { panic!("nothing listens there") };
+        assert!(err.contains(&a.to_string()) && err.contains(&b.to_string()), "{err}");
+        assert!(!err.contains("pw"), "no secret in {err}");
     }
 }

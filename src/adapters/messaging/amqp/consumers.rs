@@ -12,12 +12,13 @@ use amqprs::channel::{
     BasicAckArguments, BasicConsumeArguments, BasicNackArguments, BasicQosArguments, Channel,
     ConsumerMessage, ExchangeDeclareArguments, QueueBindArguments, QueueDeclareArguments,
 };
+use amqprs::connection::Connection;
 use amqprs::{FieldTable, FieldValue};
 use serde::Deserialize;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use super::connection::{AmqpEndpoint, connect};
+use super::connection::AmqpNodes;
 use tracing::Instrument;
 
 use crate::application::AppError;
@@ -233,7 +234,7 @@ fn header(props: &amqprs::BasicProperties, key: &str) -> Option<String> {
 
 /// Runs the three consumers until stopped, reconnecting after failures.
 pub struct MeetingConsumers {
-    endpoint: AmqpEndpoint,
+    nodes: AmqpNodes,
     settings: ConsumerSettings,
     events: Arc<MeetingEvents>,
     meter: Meter,
@@ -245,8 +246,8 @@ enum Verdict {
 }
 
 impl MeetingConsumers {
-    pub fn new(endpoint: AmqpEndpoint, settings: ConsumerSettings, events: Arc<MeetingEvents>) -> Self {
-        MeetingConsumers { endpoint, settings, events, meter: Meter::default() }
+    pub fn new(nodes: AmqpNodes, settings: ConsumerSettings, events: Arc<MeetingEvents>) -> Self {
+        MeetingConsumers { nodes, settings, events, meter: Meter::default() }
     }
 
     /// Records the consumers' metrics into `meter` (the app's registry).
@@ -259,9 +260,14 @@ impl MeetingConsumers {
     pub async fn run_until_stopped(self: Arc<Self>, stop: CancellationToken) {
         let mut failures = 0u32;
         while !stop.is_cancelled() {
+            let began = tokio::time::Instant::now();
             match self.session(&stop).await {
                 Ok(()) => break,
                 Err(err) => {
+                    // A session that ran a while was healthy: start backing off afresh.
+                    if began.elapsed() > Duration::from_secs(60) {
+                        failures = 0;
+                    }
                     failures = failures.saturating_add(1);
                     if failures == 1 || failures.is_power_of_two() {
                         tracing::error!(error = %err, failures, "meeting consumers disconnected; reconnecting");
@@ -276,14 +282,31 @@ impl MeetingConsumers {
         }
     }
 
+    /// One connection's life: `Ok` when stopped, `Err` when it failed (the next session
+    /// starts at the next node of a cluster).
     async fn session(self: &Arc<Self>, stop: &CancellationToken) -> Result<(), String> {
-        let connection = connect(&self.endpoint, "orchestrator-consumers").await?;
+        let (connection, node) = self.nodes.connect("orchestrator-consumers").await?;
+        let result = self.consume(&connection, stop).await;
+        if result.is_err() {
+            self.nodes.lost(node);
+        }
+        let _ = connection.close().await;
+        result
+    }
+
+    async fn consume(
+        self: &Arc<Self>,
+        connection: &Connection,
+        stop: &CancellationToken,
+    ) -> Result<(), String> {
         let setup = connection.open_channel(None).await.map_err(|e| e.to_string())?;
         declare_topology(&setup, &self.settings.topology).await?;
         let _ = setup.close().await;
         let t = &self.settings.topology;
         let mut loops = Vec::new();
         let in_flight = Arc::new(Semaphore::new(3 * self.settings.prefetch as usize));
+        // A channel the broker closes (its queue's node gone, say) ends the session too.
+        let ended = CancellationToken::new();
         for (kind, queue) in [
             (Kind::Register, &t.register_queue),
             (Kind::Cancel, &t.cancel_queue),
@@ -300,6 +323,7 @@ impl MeetingConsumers {
                 .map_err(|e| format!("consume {queue}: {e}"))?;
             let this = self.clone();
             let in_flight = in_flight.clone();
+            let ended = ended.clone();
             loops.push(tokio::spawn(async move {
                 while let Some(message) = rx.recv().await {
                     let Ok(permit) = in_flight.clone().acquire_owned().await else {
@@ -311,6 +335,7 @@ impl MeetingConsumers {
                         drop(permit);
                     });
                 }
+                ended.cancel();
             }));
         }
         tracing::info!("meeting consumers started");
@@ -320,6 +345,7 @@ impl MeetingConsumers {
         let result = tokio::select! {
             _ = stop.cancelled() => Ok(()),
             _ = lost => Err("connection lost".to_owned()),
+            _ = ended.cancelled() => Err("the broker closed a consumer's channel".to_owned()),
         };
         for l in &loops {
             l.abort();
@@ -327,7 +353,6 @@ impl MeetingConsumers {
         // Let deliveries in progress finish and ack before the connection goes.
         let all = 3 * u32::from(self.settings.prefetch);
         let _ = tokio::time::timeout(Duration::from_secs(30), in_flight.acquire_many(all)).await;
-        let _ = connection.close().await;
         result
     }
 

@@ -7,8 +7,9 @@
 //! tag: it is matched by `message_id`, and because the broker sends it *before* the ack,
 //! the ack that follows settles the message as returned, not published.
 //!
-//! The connection is opened lazily and re-opened after any failure; whatever was
-//! unconfirmed on a dead channel is reported unconfirmed (`CONNECTION_LOST`).
+//! The connection is opened lazily and re-opened after any failure, on the next node of
+//! `broker.urls` when the broker is a cluster; whatever was unconfirmed on a dead channel is
+//! reported unconfirmed (`CONNECTION_LOST`) and sent again later with the same `message_id`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -20,7 +21,7 @@ use amqprs::{Ack, BasicProperties, Cancel, CloseChannel, Nack, Return};
 use async_trait::async_trait;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
-use super::connection::{AmqpEndpoint, connect};
+use super::connection::AmqpNodes;
 use crate::application::health::HealthProbe;
 use crate::application::ports::{BrokerUnavailable, EventPublisher, OutboxRecord, PublishOutcome};
 use crate::domain::outbox::FailureCode;
@@ -135,6 +136,8 @@ impl amqprs::callbacks::ChannelCallback for ConfirmCallback {
 }
 
 struct Link {
+    /// The node it is connected to (`AmqpNodes::lost`).
+    node: usize,
     connection: Connection,
     channel: Channel,
     confirms: Arc<Confirms>,
@@ -151,7 +154,7 @@ impl Link {
 /// Publishes outbox rows to RabbitMQ with confirms. One connection and channel per
 /// instance: give each relay its own.
 pub struct AmqpEventPublisher {
-    endpoint: AmqpEndpoint,
+    nodes: AmqpNodes,
     settings: AmqpPublisherSettings,
     link: tokio::sync::Mutex<Option<Link>>,
 }
@@ -161,12 +164,12 @@ fn failed(code: FailureCode, reason: impl Into<String>) -> PublishOutcome {
 }
 
 impl AmqpEventPublisher {
-    pub fn new(endpoint: AmqpEndpoint, settings: AmqpPublisherSettings) -> Self {
-        AmqpEventPublisher { endpoint, settings, link: tokio::sync::Mutex::new(None) }
+    pub fn new(nodes: AmqpNodes, settings: AmqpPublisherSettings) -> Self {
+        AmqpEventPublisher { nodes, settings, link: tokio::sync::Mutex::new(None) }
     }
 
     async fn open(&self) -> Result<Link, String> {
-        let connection = connect(&self.endpoint, &self.settings.connection_name).await?;
+        let (connection, node) = self.nodes.connect(&self.settings.connection_name).await?;
         let channel =
             connection.open_channel(None).await.map_err(|e| format!("cannot open a channel: {e}"))?;
         let confirms = Arc::new(Confirms::default());
@@ -193,8 +196,9 @@ impl AmqpEventPublisher {
                 on_failure.fail_all();
             }
         });
-        tracing::info!(endpoint = ?self.endpoint, "publisher connected");
+        tracing::info!(endpoint = ?self.nodes.endpoints().get(node), "publisher connected");
         Ok(Link {
+            node,
             connection,
             channel,
             confirms,
@@ -207,6 +211,7 @@ impl AmqpEventPublisher {
     async fn ensure<'a>(&self, guard: &'a mut Option<Link>) -> Result<&'a mut Link, String> {
         if !guard.as_ref().is_some_and(Link::is_usable) {
             if let Some(old) = guard.take() {
+                self.nodes.lost(old.node);
                 let _ = old.connection.close().await;
             }
             *guard = Some(self.open().await?);
@@ -356,6 +361,7 @@ impl EventPublisher for AmqpEventPublisher {
             broken = true;
         }
         if broken && let Some(old) = guard.take() {
+            self.nodes.lost(old.node);
             old.confirms.fail_all();
             let _ = old.connection.close().await;
         }
