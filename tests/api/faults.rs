@@ -28,7 +28,7 @@ fn kill9(child: &mut Process) {
 
 /// Prints the workers' logs (`*.log` in the test's directory) when the test fails, so a
 /// failure of a separate process can be read from the test's own output.
-struct LogsOnFailure<'a>(&'a std::path::Path);
+pub(crate) struct LogsOnFailure<'a>(pub(crate) &'a std::path::Path);
 
 impl Drop for LogsOnFailure<'_> {
     fn drop(&mut self) {
@@ -78,7 +78,7 @@ fn worker(
     Process::spawn(&mut cmd)
 }
 
-async fn seed_events(db: &DatabaseConnection, n: usize) -> Vec<NewOutboxEvent> {
+pub(crate) async fn seed_events(db: &DatabaseConnection, n: usize) -> Vec<NewOutboxEvent> {
     let uow = SeaOrmStore::new(db.clone(), Default::default());
     let mut all = Vec::new();
     for chunk in 0..n.div_ceil(500) {

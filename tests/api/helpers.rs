@@ -169,7 +169,8 @@ pub fn settings(db: &TestDb, extra: &[(&str, &str)]) -> Settings {
         // docs/spec.md §2: explicit outside the embedded default; a test's own choice wins.
         ("APP__PAYMENT__PROVIDER".into(), "mock".into()),
     ];
-    if !extra.iter().any(|(k, _)| *k == "APP__BROKER__URL" || *k == "APP__BROKER__KIND") {
+    if !extra.iter().any(|(k, _)| ["APP__BROKER__URL", "APP__BROKER__URLS", "APP__BROKER__KIND"].contains(k))
+    {
         env.push(("APP__BROKER__KIND".into(), "log".into()));
     }
     env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
@@ -347,12 +348,21 @@ pub async fn on_the_slow_path(db: &DatabaseConnection) {
 // ---- waiting, processes and a severable connection, shared by every test file ----------
 
 /// Waits (polling) until `check` holds; fails the test after 30 s naming `what`.
-pub(crate) async fn until<F, Fut>(what: &str, mut check: F)
+pub(crate) async fn until<F, Fut>(what: &str, check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    until_within(what, Duration::from_secs(30), check).await;
+}
+
+/// As [`until`], with the test's own limit (a cluster's failover, a long drain).
+pub(crate) async fn until_within<F, Fut>(what: &str, limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
     while !check().await {
         assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -10,6 +10,7 @@ mod authz;
 mod broker;
 mod browser;
 mod cli;
+mod cluster;
 mod console;
 mod edges;
 mod external;

@@ -329,6 +329,7 @@ impl EventPublisher for AmqpEventPublisher {
         }
         let mut outcomes = Vec::with_capacity(batch.len());
         let mut timed_out = Vec::new();
+        let mut nacked = false;
         for (record, entry) in batch.iter().zip(waiting) {
             let outcome = match entry {
                 Err(outcome) => outcome,
@@ -341,7 +342,10 @@ impl EventPublisher for AmqpEventPublisher {
                             failed(FailureCode::Unroutable, format!("returned by the broker: {reply}"))
                         }
                     }
-                    Ok(Ok(Verdict::Nacked)) => failed(FailureCode::Nacked, "nacked by the broker"),
+                    Ok(Ok(Verdict::Nacked)) => {
+                        nacked = true;
+                        failed(FailureCode::Nacked, "nacked by the broker")
+                    }
                     Ok(Err(_)) => failed(FailureCode::ConnectionLost, "connection lost before the confirm"),
                     Err(_) => {
                         timed_out.push(tag);
@@ -358,6 +362,13 @@ impl EventPublisher for AmqpEventPublisher {
             for tag in timed_out {
                 table.pending.remove(&tag);
             }
+            broken = true;
+        }
+        // A nack starts a fresh channel too: on a cluster, a channel that began publishing to
+        // a quorum queue while its leader's node was down keeps nacking it after a new leader
+        // is elected (seen with RabbitMQ 3.10, tests/api/cluster.rs); a new channel asks
+        // for the leader again. Nacks are rare otherwise, so this costs nothing.
+        if nacked {
             broken = true;
         }
         if broken && let Some(old) = guard.take() {
