@@ -392,12 +392,35 @@ async fn database_connections_killed_under_load() {
     })
     .await;
     let recovered_in = recovered.elapsed();
-    // No half-applied step: every order's state matches its rows, and resuming finishes it.
+    let resumed = no_half_applied_step(&app).await;
+    eprintln!(
+        "RELIABILITY db-kill requests={} created={created} unavailable={unavailable} resumed={resumed} lost=0 duplicated=0 recovered_in_ms={}",
+        created + unavailable,
+        recovered_in.as_millis()
+    );
+}
+
+/// After a database failure: every order's state matches its rows (no step half applied),
+/// each order left part-way resumes to the end, and every committed step's events are in
+/// the outbox and get published. Returns how many orders had to be resumed.
+pub(crate) async fn no_half_applied_step(app: &TestApp) -> usize {
     let admin = app.admin_token("ops");
-    let page: serde_json::Value =
-        app.get("/api/orders?limit=100", &admin).send().await.unwrap().json().await.unwrap();
+    let mut orders = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/api/orders?limit=100&cursor={c}"),
+            None => "/api/orders?limit=100".to_owned(),
+        };
+        let page: serde_json::Value = app.get(&path, &admin).send().await.unwrap().json().await.unwrap();
+        orders.extend(page["items"].as_array().unwrap().iter().cloned());
+        match page["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
     let mut resumed = 0;
-    for o in page["items"].as_array().unwrap() {
+    for o in &orders {
         let id = o["id"].as_str().unwrap();
         let d: serde_json::Value =
             app.get(&format!("/api/orders/{id}"), &admin).send().await.unwrap().json().await.unwrap();
@@ -434,11 +457,7 @@ async fn database_connections_killed_under_load() {
     assert_eq!(crate::helpers::outbox_unpublished(&app.db).await, 0);
     let completed = count_where(&app.db, "orders", "status = 'COMPLETED'").await;
     assert_eq!(count_where(&app.db, "outbox_events", "event_type = 'order.completed'").await, completed);
-    eprintln!(
-        "RELIABILITY db-kill requests={} created={created} unavailable={unavailable} resumed={resumed} lost=0 duplicated=0 recovered_in_ms={}",
-        created + unavailable,
-        recovered_in.as_millis()
-    );
+    resumed
 }
 
 /// Poison in the queue — undecodable, oversized, wrong types, another message type — goes

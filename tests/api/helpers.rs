@@ -83,6 +83,8 @@ pub fn service_missing(service: &str, why: impl std::fmt::Display) {
 /// A database that exists for one test.
 pub struct TestDb {
     pub url: String,
+    /// The server's admin URL the database was created with (and is dropped with).
+    admin: String,
     pg_name: Option<String>,
     sqlite_file: Option<std::path::PathBuf>,
 }
@@ -96,29 +98,39 @@ impl TestDb {
                 let file = std::env::temp_dir().join(format!("orchestrator-test-{id}.db"));
                 Some(TestDb {
                     url: format!("sqlite://{}?mode=rwc", file.display()),
+                    admin: String::new(),
                     pg_name: None,
                     sqlite_file: Some(file),
                 })
             }
-            Backend::Postgres => {
-                let admin = match Database::connect(admin_url()).await {
-                    Ok(db) => db,
-                    Err(e) => {
-                        service_missing("PostgreSQL", e);
-                        return None;
-                    }
-                };
-                let name = format!("orch_test_{id}");
-                admin
-                    .execute_unprepared(&format!("CREATE DATABASE \"{name}\""))
-                    .await
-                    .expect("create test database");
-                let _ = admin.close().await;
-                let base = admin_url();
-                let server = base.rsplit_once('/').map_or(base.as_str(), |(server, _)| server);
-                Some(TestDb { url: format!("{server}/{name}"), pg_name: Some(name), sqlite_file: None })
-            }
+            Backend::Postgres => Self::create_on(&admin_url()).await,
         }
+    }
+
+    /// A fresh database on the PostgreSQL server of `admin` (a URL to a database there that
+    /// may create others), or `None` when that server is absent.
+    pub async fn create_on(admin: &str) -> Option<TestDb> {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let server = match Database::connect(admin).await {
+            Ok(db) => db,
+            Err(e) => {
+                service_missing("PostgreSQL", e);
+                return None;
+            }
+        };
+        let name = format!("orch_test_{id}");
+        server
+            .execute_unprepared(&format!("CREATE DATABASE \"{name}\""))
+            .await
+            .expect("create test database");
+        let _ = server.close().await;
+        let base = admin.rsplit_once('/').map_or(admin, |(server, _)| server);
+        Some(TestDb {
+            url: format!("{base}/{name}"),
+            admin: admin.to_owned(),
+            pg_name: Some(name),
+            sqlite_file: None,
+        })
     }
 
     /// A migrated connection to it.
@@ -133,7 +145,7 @@ impl Drop for TestDb {
     fn drop(&mut self) {
         if let Some(name) = self.pg_name.take() {
             // Drop runs inside the test's runtime: use a thread with its own.
-            let url = admin_url();
+            let url = self.admin.clone();
             let _ = std::thread::spawn(move || {
                 let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
                     return;
@@ -217,8 +229,17 @@ impl TestApp {
         extra: &[(&str, &str)],
         clock: Option<Arc<ManualClock>>,
     ) -> Option<TestApp> {
-        orchestrator::startup::install_tls_provider();
         let test_db = TestDb::create(backend).await?;
+        Some(Self::spawn_on_database(test_db, extra, clock).await)
+    }
+
+    /// The app on a database the test made (on a server of its own, say).
+    pub async fn spawn_on_database(
+        test_db: TestDb,
+        extra: &[(&str, &str)],
+        clock: Option<Arc<ManualClock>>,
+    ) -> TestApp {
+        orchestrator::startup::install_tls_provider();
         // Migrate explicitly: `serve` on PostgreSQL refuses an unmigrated schema.
         let db = test_db.connect().await;
         let settings = settings(&test_db, extra);
@@ -233,7 +254,7 @@ impl TestApp {
         tokio::spawn(app.run_until_stopped(async move {
             let _ = stopped.await;
         }));
-        Some(TestApp {
+        TestApp {
             clock,
             base,
             client: reqwest::Client::new(),
@@ -241,7 +262,7 @@ impl TestApp {
             db,
             _stop: stop,
             _test_db: Arc::new(test_db),
-        })
+        }
     }
 
     pub fn token(&self, sub: &str) -> String {

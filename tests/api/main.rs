@@ -14,6 +14,7 @@ mod cluster;
 mod console;
 mod edges;
 mod external;
+mod failover;
 mod faults;
 mod identity;
 mod meeting;

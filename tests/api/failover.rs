@@ -1,0 +1,192 @@
+//! The database server going away under load and coming back (docs/scaling.md, "The
+//! database fails over"): a PostgreSQL server of the test's own (initdb in a temporary
+//! directory, its own port — the machine's server is never touched) is stopped with
+//! `pg_ctl -m immediate` (a crash: every connection cut, no checkpoint) while orders arrive,
+//! kept down for a moment, and started again at the same address, which is what the
+//! service's pool sees of a primary that fails over behind a DNS name or a virtual IP.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+
+use crate::faults::no_half_applied_step;
+use crate::helpers::{TestApp, TestDb, service_missing, until_within};
+
+/// A PostgreSQL server in a temporary directory, stopped and deleted when dropped.
+struct PgServer {
+    bin: PathBuf,
+    dir: PathBuf,
+    port: u16,
+}
+
+/// Runs a PostgreSQL program as the `postgres` user when we are root (initdb refuses root).
+fn pg_command(bin: &Path, program: &str) -> Command {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    let path = bin.join(program);
+    if root {
+        let mut cmd = Command::new("runuser");
+        cmd.args(["-u", "postgres", "--"]).arg(path);
+        cmd
+    } else {
+        Command::new(path)
+    }
+}
+
+fn run(mut cmd: Command, what: &str) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl PgServer {
+    /// Installed PostgreSQL's programs (the newest version under /usr/lib/postgresql).
+    fn bin() -> Option<PathBuf> {
+        let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .ok()?
+            .flatten()
+            .map(|e| e.path().join("bin"))
+            .filter(|b| b.join("initdb").exists())
+            .collect();
+        versions.sort();
+        versions.pop()
+    }
+
+    fn start() -> Option<PgServer> {
+        let Some(bin) = Self::bin() else {
+            service_missing(
+                "PostgreSQL's server programs (initdb, pg_ctl)",
+                "none under /usr/lib/postgresql",
+            );
+            return None;
+        };
+        let dir = std::env::temp_dir().join(format!("orchestrator-pg-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).expect("server directory");
+        let _ = Command::new("chown").args(["postgres:postgres"]).arg(&dir).status();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let server = PgServer { bin, dir, port };
+        let mut initdb = pg_command(&server.bin, "initdb");
+        initdb.args(["-A", "trust", "-U", "postgres", "--no-sync", "-D"]).arg(server.dir.join("data"));
+        run(initdb, "initdb");
+        server.pg_ctl_start();
+        Some(server)
+    }
+
+    fn pg_ctl_start(&self) {
+        let mut start = pg_command(&self.bin, "pg_ctl");
+        start
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .arg("-l")
+            .arg(self.dir.join("server.log"))
+            .arg("-o")
+            .arg(format!(
+                "-p {} -c listen_addresses=127.0.0.1 -k {} -c fsync=off -c max_connections=50",
+                self.port,
+                self.dir.display()
+            ))
+            .args(["-w", "start"]);
+        run(start, "pg_ctl start");
+    }
+
+    /// A crash: the postmaster and every backend stop at once, connections are cut.
+    fn crash(&self) {
+        let mut stop = pg_command(&self.bin, "pg_ctl");
+        stop.arg("-D").arg(self.dir.join("data")).args(["-m", "immediate", "-w", "stop"]);
+        run(stop, "pg_ctl stop -m immediate");
+    }
+
+    fn admin_url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        let mut stop = pg_command(&self.bin, "pg_ctl");
+        stop.arg("-D").arg(self.dir.join("data")).args(["-m", "immediate", "-w", "stop"]);
+        let _ = stop.output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Orders arrive continuously; the server crashes and stays down ~2 s, then comes back.
+/// Every answer is a 201 or a 503 problem+json (never a 500, never a hang): a request whose
+/// connection is cut is refused with 503, one that waits for a connection (up to the pool's
+/// 10 s) is served once the server is back. The service recovers by itself, and no step is
+/// half applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_database_server_crashes_and_returns_under_load() {
+    let Some(server) = PgServer::start() else { return };
+    let Some(test_db) = TestDb::create_on(&server.admin_url()).await else { return };
+    let app = TestApp::spawn_on_database(test_db, &[("APP__DATABASE__CONNECT_TIMEOUT", "1s")], None).await;
+    let token = app.token("alice");
+    let (mut created, mut unavailable) = (0u32, 0u32);
+    let mut slowest_refusal = Duration::ZERO;
+    // The server crashes 2 s into the load and is started again 2 s later.
+    let gap: Arc<Mutex<(Option<Instant>, Option<Instant>)>> = Arc::default();
+    let outage = {
+        let gap = gap.clone();
+        tokio::task::spawn_blocking(move || {
+            std::thread::sleep(Duration::from_secs(2));
+            server.crash();
+            gap.lock().unwrap().0 = Some(Instant::now());
+            std::thread::sleep(Duration::from_secs(2));
+            server.pg_ctl_start();
+            gap.lock().unwrap().1 = Some(Instant::now());
+            server
+        })
+    };
+    let mut during_gap = 0u32;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(8) {
+        let sent = Instant::now();
+        let response = tokio::time::timeout(
+            Duration::from_secs(20),
+            app.post("/api/orders", &token).json(&crate::helpers::order_body()).send(),
+        )
+        .await
+        .expect("an answer while the database is down, not a hang")
+        .unwrap();
+        let (down, up) = *gap.lock().unwrap();
+        if down.is_some_and(|down| Instant::now() > down) && up.is_none_or(|up| sent < up) {
+            during_gap += 1;
+        }
+        match response.status() {
+            StatusCode::CREATED => created += 1,
+            StatusCode::SERVICE_UNAVAILABLE => {
+                slowest_refusal = slowest_refusal.max(sent.elapsed());
+                assert_eq!(response.headers().get("content-type").unwrap(), "application/problem+json");
+                let body: serde_json::Value = response.json().await.unwrap();
+                assert_eq!(body["code"], "SERVICE_UNAVAILABLE");
+                unavailable += 1;
+            }
+            other => panic!(
+                "only 201 or 503 while the database is down, got {other}: {}",
+                response.text().await.unwrap()
+            ),
+        }
+    }
+    let _server = outage.await.expect("the server was crashed and restarted during the load");
+    assert!(during_gap > 0, "requests were in flight while the server was down");
+    let recovered = Instant::now();
+    until_within("recovery", Duration::from_secs(30), || async {
+        app.post("/api/orders", &token).json(&crate::helpers::order_body()).send().await.unwrap().status()
+            == StatusCode::CREATED
+    })
+    .await;
+    let ready = app.client.get(format!("{}/health/ready", app.base)).send().await.unwrap();
+    assert_eq!(ready.status(), StatusCode::OK, "ready again");
+    let resumed = no_half_applied_step(&app).await;
+    eprintln!(
+        "RELIABILITY db-restart created={created} unavailable={unavailable} in_flight_during_gap={during_gap} slowest_refusal_ms={} resumed={resumed} lost=0 recovered_after_load_ms={}",
+        slowest_refusal.as_millis(),
+        recovered.elapsed().as_millis()
+    );
+}
