@@ -514,3 +514,30 @@ async fn quorum_queues_with_a_delivery_limit_work_the_same() {
     meeting.cleanup().await;
     broker.cleanup().await;
 }
+
+/// A queue deleted under the consumers (an operator's mistake, or its node gone): the broker
+/// cancels the consumer; the session ends, the topology is declared again and consumed, and
+/// a registration published afterwards becomes an order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_deleted_under_the_consumers_is_declared_again() {
+    let Some((app, broker, meeting, workers)) = start(Backend::Sqlite, &[]).await else {
+        return;
+    };
+    let register = format!("test.register.{}", meeting.id);
+    let channel = meeting.connection.open_channel(None).await.unwrap();
+    channel.queue_delete(amqprs::channel::QueueDeleteArguments::new(&register)).await.unwrap();
+    until("the register queue declared and consumed again", || async {
+        let probe = meeting.connection.open_channel(None).await.unwrap();
+        let args = QueueDeclareArguments::new(&register).passive(true).finish();
+        let consumed =
+            matches!(probe.queue_declare(args).await, Ok(Some((_, _, consumers))) if consumers > 0);
+        let _ = probe.close().await;
+        consumed
+    })
+    .await;
+    meeting.publish("meeting.participant.registered", &registered("d-1", "m-d", "u-d", 700), None).await;
+    assert_eq!(settled(&app, "u-d").await[0]["status"], "COMPLETED");
+    workers.shutdown(Duration::from_secs(10)).await;
+    meeting.cleanup().await;
+    broker.cleanup().await;
+}

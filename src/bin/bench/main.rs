@@ -21,6 +21,9 @@
 //!   fast path's plan, and the peak RSS of an `app worker` process.
 //! - `soak` (`soak.rs`): a steady order rate for many minutes with a fault every minute;
 //!   lost and duplicated events, RSS.
+//! - `scale` (`scale.rs`): 2 `serve` + 3 `worker` processes under HTTP orders and AMQP
+//!   registrations for minutes: throughput, p99, outbox backlog, CPU, commits and events
+//!   per order, nothing lost (docs/scaling.md starts from it).
 //!
 //! `fixture.rs` holds what they share: the per-run database and broker objects, seeding,
 //! CPU accounting from `/proc`, percentiles and the JSON results.
@@ -30,6 +33,7 @@ mod fixture;
 mod latency;
 mod orders;
 mod relay;
+mod scale;
 mod soak;
 
 use clap::{Parser, Subcommand};
@@ -89,6 +93,23 @@ enum Scenario {
         #[arg(long, default_value_t = 100)]
         rate: u32,
     },
+    /// 2 `serve` + 3 `worker` processes under a sustained mixed load (HTTP orders and AMQP
+    /// registrations): throughput, p99, outbox backlog, CPU and commits per order, 0 lost
+    /// (needs `cargo build --release` for `app`).
+    Scale {
+        #[arg(long, default_value_t = 180)]
+        seconds: u64,
+        /// HTTP orders per second.
+        #[arg(long, default_value_t = 100)]
+        rate: u32,
+        /// Meeting registrations per second (AMQP).
+        #[arg(long, default_value_t = 50)]
+        registrations: u32,
+        #[arg(long, default_value_t = 2)]
+        serves: usize,
+        #[arg(long, default_value_t = 3)]
+        workers: usize,
+    },
     /// The latency run twice, the second with a REPEATABLE READ transaction held open
     /// throughout: relay rate, p99 and dead tuples on the outbox's tables.
     Horizon {
@@ -130,5 +151,8 @@ async fn main() -> Result<(), BoxError> {
         Scenario::Horizon { rate, seconds } => latency::horizon_scenario(rate, seconds).await,
         Scenario::Soak { minutes, rate } => soak::soak(minutes, rate).await,
         Scenario::Backlog { big, small, batch } => backlog::backlog_scenario(big, small, batch).await,
+        Scenario::Scale { seconds, rate, registrations, serves, workers } => {
+            scale::scale_scenario(seconds, rate, registrations, serves, workers).await
+        }
     }
 }
