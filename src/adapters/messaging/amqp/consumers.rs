@@ -232,6 +232,50 @@ fn header(props: &amqprs::BasicProperties, key: &str) -> Option<String> {
     }
 }
 
+/// Lets the broker cancel a consumer (its queue deleted, or the queue's node gone): amqprs
+/// then drops the consumer, its delivery stream ends and the session with it, and the next
+/// session declares the topology again. Without a callback amqprs ignores the cancel and
+/// the consumer would wait forever on a queue that no longer exists.
+struct ConsumerChannelCallback;
+
+#[async_trait::async_trait]
+impl amqprs::callbacks::ChannelCallback for ConsumerChannelCallback {
+    async fn close(
+        &mut self,
+        _channel: &Channel,
+        close: amqprs::CloseChannel,
+    ) -> Result<(), amqprs::error::Error> {
+        tracing::warn!(reason = %close, "broker closed a consumer's channel");
+        Ok(())
+    }
+
+    async fn cancel(
+        &mut self,
+        _channel: &Channel,
+        cancel: amqprs::Cancel,
+    ) -> Result<(), amqprs::error::Error> {
+        tracing::warn!(consumer = %cancel.consumer_tag(), "broker cancelled a consumer; reconnecting");
+        Ok(())
+    }
+
+    async fn flow(&mut self, _channel: &Channel, active: bool) -> Result<bool, amqprs::error::Error> {
+        Ok(active)
+    }
+
+    async fn publish_ack(&mut self, _channel: &Channel, _ack: amqprs::Ack) {}
+
+    async fn publish_nack(&mut self, _channel: &Channel, _nack: amqprs::Nack) {}
+
+    async fn publish_return(
+        &mut self,
+        _channel: &Channel,
+        _ret: amqprs::Return,
+        _properties: amqprs::BasicProperties,
+        _content: Vec<u8>,
+    ) {
+    }
+}
+
 /// Runs the three consumers until stopped, reconnecting after failures.
 pub struct MeetingConsumers {
     nodes: AmqpNodes,
@@ -313,6 +357,7 @@ impl MeetingConsumers {
             (Kind::Deleted, &t.deleted_queue),
         ] {
             let channel = connection.open_channel(None).await.map_err(|e| e.to_string())?;
+            channel.register_callback(ConsumerChannelCallback).await.map_err(|e| e.to_string())?;
             channel
                 .basic_qos(BasicQosArguments::new(0, self.settings.prefetch, false))
                 .await
