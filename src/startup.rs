@@ -455,6 +455,7 @@ impl Workers {
         let mut handles = Vec::new();
         let mut loops = vec!["outbox relay", "outbox lease recovery and clean-up"];
         let relay = services.relay();
+        let interest = relay.interest();
         let token = stop.clone();
         handles.push(tokio::spawn(async move { relay.run_until_stopped(token).await }));
         let housekeeping = services.housekeeping.clone();
@@ -477,7 +478,7 @@ impl Workers {
         }
         if persistence::is_postgres(&services.db) {
             let (db, wake, token) = (services.db.clone(), services.relay_wake.clone(), stop.clone());
-            handles.push(tokio::spawn(persistence::wake_on_notify(db, wake, token)));
+            handles.push(tokio::spawn(persistence::wake_on_notify(db, wake, interest, token)));
             loops.push("outbox wake-ups (LISTEN)");
         }
         tracing::info!(loops = %loops.join("; "), "worker loops started");

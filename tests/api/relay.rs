@@ -547,3 +547,45 @@ async fn an_event_behind_a_failed_one_of_its_aggregate_waits_for_it(backend: Bac
 }
 
 on_both_databases!(an_event_behind_a_failed_one_of_its_aggregate_waits_for_it);
+
+/// A commit's notification names the lanes of its events (PostgreSQL), so that only the
+/// workers holding them wake: the lanes notified for an order's saga are exactly the lanes
+/// its events were stored in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_notifies_the_lanes_of_its_events() {
+    let Some(app) = TestApp::spawn(Backend::Postgres).await else { return };
+    let pool = app.db.get_postgres_connection_pool().clone();
+    let mut listener = sea_orm::sqlx::postgres::PgListener::connect_with(&pool).await.unwrap();
+    listener.listen(persistence::OUTBOX_CHANNEL).await.unwrap();
+    let token = app.token("lanes");
+    for _ in 0..3 {
+        let r = app.post("/api/orders", &token).json(&crate::helpers::order_body()).send().await.unwrap();
+        assert_eq!(r.status(), reqwest::StatusCode::CREATED);
+    }
+    let stored: HashSet<i16> = {
+        use sea_orm::ConnectionTrait;
+        let rows = app
+            .db
+            .query_all_raw(sea_orm::Statement::from_string(
+                app.db.get_database_backend(),
+                "SELECT DISTINCT lane FROM outbox_events",
+            ))
+            .await
+            .unwrap();
+        rows.iter().map(|r| r.try_get_by_index::<i16>(0).unwrap()).collect()
+    };
+    let mut notified = HashSet::new();
+    while notified.len() < stored.len() {
+        let n = tokio::time::timeout(Duration::from_secs(10), listener.recv())
+            .await
+            .expect("a notification for every lane written")
+            .unwrap();
+        let lanes = persistence::notified_lanes(n.payload());
+        assert!(!lanes.is_empty(), "a commit names its lanes: {:?}", n.payload());
+        for lane in lanes {
+            assert!(stored.contains(&lane), "lane {lane} notified but holds no event");
+            notified.insert(lane);
+        }
+    }
+    assert_eq!(notified, stored);
+}

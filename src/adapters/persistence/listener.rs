@@ -1,6 +1,7 @@
 //! Cross-process relay wake-ups on PostgreSQL: `LISTEN outbox_events`. A commit that
-//! appended outbox rows sends `NOTIFY` (delivered only if it commits); every relay
-//! process hears it and claims at once instead of waiting for its next poll.
+//! appended outbox rows sends `NOTIFY` with the lanes of its events as the payload
+//! (`3,7`; delivered only if it commits); a relay process that holds one of them claims at
+//! once instead of waiting for its next poll, the others stay asleep.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,12 +11,27 @@ use sea_orm::sqlx::postgres::PgListener;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::application::outbox::LaneInterest;
+
 /// The PostgreSQL `NOTIFY` channel a commit with outbox events signals.
 pub const OUTBOX_CHANNEL: &str = "outbox_events";
 
-/// Listens until `stop`, waking `wake` on every notification. Reconnects after failures;
-/// polling covers any gap.
-pub async fn wake_on_notify(db: DatabaseConnection, wake: Arc<Notify>, stop: CancellationToken) {
+/// The lanes a notification's payload names; empty when it names none or is not a list of
+/// lanes (then it wakes every relay).
+pub fn notified_lanes(payload: &str) -> Vec<i16> {
+    let lanes: Result<Vec<i16>, _> =
+        payload.split(',').filter(|l| !l.is_empty()).map(|l| l.trim().parse::<i16>()).collect();
+    lanes.unwrap_or_default()
+}
+
+/// Listens until `stop`, waking `wake` on every notification for a lane `interest` holds.
+/// Reconnects after failures; polling covers any gap.
+pub async fn wake_on_notify(
+    db: DatabaseConnection,
+    wake: Arc<Notify>,
+    interest: Arc<LaneInterest>,
+    stop: CancellationToken,
+) {
     let pool = db.get_postgres_connection_pool().clone();
     while !stop.is_cancelled() {
         let mut listener = match PgListener::connect_with(&pool).await {
@@ -37,7 +53,11 @@ pub async fn wake_on_notify(db: DatabaseConnection, wake: Arc<Notify>, stop: Can
             tokio::select! {
                 _ = stop.cancelled() => return,
                 received = listener.recv() => match received {
-                    Ok(_) => wake.notify_one(),
+                    Ok(notification) => {
+                        if interest.wants(&notified_lanes(notification.payload())) {
+                            wake.notify_one();
+                        }
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "outbox LISTEN connection lost; reconnecting");
                         break;
@@ -45,5 +65,18 @@ pub async fn wake_on_notify(db: DatabaseConnection, wake: Arc<Notify>, stop: Can
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::notified_lanes;
+
+    #[test]
+    fn payloads_name_lanes_or_nothing() {
+        assert_eq!(notified_lanes("3,7"), vec![3, 7]);
+        assert_eq!(notified_lanes("12"), vec![12]);
+        assert!(notified_lanes("").is_empty());
+        assert!(notified_lanes("3,x").is_empty(), "not a list of lanes: wake everyone");
     }
 }

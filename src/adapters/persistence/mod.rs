@@ -25,7 +25,7 @@ use sea_orm::{ConnectOptions, Database, DatabaseBackend, DatabaseConnection, DbE
 use sea_orm_migration::MigratorTrait;
 
 pub use idempotency::SeaOrmIdempotencyStore;
-pub use listener::{OUTBOX_CHANNEL, wake_on_notify};
+pub use listener::{OUTBOX_CHANNEL, notified_lanes, wake_on_notify};
 pub use outbox::SeaOrmOutboxStore;
 pub use store::SeaOrmStore;
 

@@ -144,6 +144,14 @@ impl UnitOfWork for SeaOrmStore {
             return Ok(());
         }
         let has_events = !changes.outbox.is_empty();
+        // The lanes of the events, for the notification: only the workers holding them wake.
+        let mut lanes: Vec<i16> = changes
+            .outbox
+            .iter()
+            .map(|e| crate::domain::outbox::lanes::lane_of(&e.aggregate_type, &e.aggregate_id, self.lanes))
+            .collect();
+        lanes.sort_unstable();
+        lanes.dedup();
         let txn = self.db.begin().await.map_err(repo_err)?;
         if let Err(err) = apply(&txn, changes, self.lanes).await {
             // Dropping the transaction rolls back; say so explicitly to free the connection now.
@@ -151,8 +159,12 @@ impl UnitOfWork for SeaOrmStore {
             return Err(err);
         }
         if has_events && is_postgres(&self.db) {
-            // Delivered to listeners only when (and if) the transaction commits.
-            txn.execute_unprepared(&format!("NOTIFY {OUTBOX_CHANNEL}")).await.map_err(repo_err)?;
+            // Delivered to listeners only when (and if) the transaction commits. The payload
+            // is digits and commas only.
+            let payload = lanes.iter().map(i16::to_string).collect::<Vec<_>>().join(",");
+            txn.execute_unprepared(&format!("NOTIFY {OUTBOX_CHANNEL}, '{payload}'"))
+                .await
+                .map_err(repo_err)?;
         }
         txn.commit().await.map_err(repo_err)?;
         if has_events {

@@ -7,4 +7,4 @@ mod relay;
 
 pub use admin::{OutboxAdmin, OutboxPage, Redrive, RedriveReport};
 pub use housekeeping::{Housekeeping, HousekeepingSettings};
-pub use relay::{OutboxRelay, RelayError, RelayReport, RelaySettings};
+pub use relay::{LaneInterest, OutboxRelay, RelayError, RelayReport, RelaySettings};

@@ -109,12 +109,42 @@ pub enum RelayError {
     Broker(#[from] BrokerUnavailable),
 }
 
+/// The lanes a process's relay holds, for its cross-process wake-ups: a commit's
+/// notification names the lanes of its events, and a worker that holds none of them stays
+/// asleep — with several workers, each commit wakes the one that owns its lanes, not all.
+/// Until the relay has leased lanes, and for a notification that names none (an operator's
+/// action), every notification wakes it.
+#[derive(Debug, Default)]
+pub struct LaneInterest {
+    lanes: std::sync::Mutex<Option<Vec<i16>>>,
+}
+
+impl LaneInterest {
+    fn set(&self, held: &[HeldLane]) {
+        let mut lanes: Vec<i16> = held.iter().map(|h| h.lane).collect();
+        lanes.sort_unstable();
+        // A poisoned lock holds a plain list: keep using it.
+        *self.lanes.lock().unwrap_or_else(|e| e.into_inner()) = Some(lanes);
+    }
+
+    /// Whether a commit whose events are on `lanes` should wake this relay (`lanes` empty:
+    /// not said, so yes).
+    pub fn wants(&self, lanes: &[i16]) -> bool {
+        match &*self.lanes.lock().unwrap_or_else(|e| e.into_inner()) {
+            None => true,
+            Some(_) if lanes.is_empty() => true,
+            Some(held) => lanes.iter().any(|l| held.binary_search(l).is_ok()),
+        }
+    }
+}
+
 pub struct OutboxRelay {
     store: Arc<dyn OutboxStore>,
     publisher: Arc<dyn EventPublisher>,
     clock: Arc<dyn Clock>,
     settings: RelaySettings,
     wake: Arc<Notify>,
+    interest: Arc<LaneInterest>,
     meter: Meter,
     held: Mutex<HeldLanes>,
     /// Each held lane's fast-path position.
@@ -162,6 +192,7 @@ impl OutboxRelay {
             clock,
             settings,
             wake,
+            interest: Arc::default(),
             meter: Meter::default(),
             held: Mutex::default(),
             cursors: Mutex::default(),
@@ -176,6 +207,11 @@ impl OutboxRelay {
 
     pub fn worker_id(&self) -> &str {
         &self.settings.worker_id
+    }
+
+    /// The lanes this relay holds, kept current for the wake-up listener.
+    pub fn interest(&self) -> Arc<LaneInterest> {
+        self.interest.clone()
     }
 
     /// The lanes this relay may claim from now, renewing the lease when due. A failed
@@ -200,6 +236,7 @@ impl OutboxRelay {
                     }
                     // A tenth of the lease is the margin for clock drift and a slow statement.
                     let lease = self.settings.lease.to_std().unwrap_or_default();
+                    self.interest.set(&lanes);
                     *held = HeldLanes {
                         lanes,
                         renewed_at: Some(started),
@@ -641,5 +678,23 @@ impl OutboxRelay {
             }
         }
         self.release().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_relay_is_woken_for_its_own_lanes_only_once_it_holds_some() {
+        let interest = LaneInterest::default();
+        assert!(interest.wants(&[3]), "before any lease: every notification");
+        interest.set(&[HeldLane { lane: 7, epoch: 1 }, HeldLane { lane: 2, epoch: 4 }]);
+        assert!(interest.wants(&[7]));
+        assert!(interest.wants(&[1, 2]));
+        assert!(!interest.wants(&[3, 9]), "another worker's lanes");
+        assert!(interest.wants(&[]), "a notification naming no lane (an operator's action)");
+        interest.set(&[]);
+        assert!(!interest.wants(&[7]), "no lane held: nothing to do for a commit");
     }
 }
