@@ -125,7 +125,9 @@ impl Drop for PgServer {
 async fn the_database_server_crashes_and_returns_under_load() {
     let Some(server) = PgServer::start() else { return };
     let Some(test_db) = TestDb::create_on(&server.admin_url()).await else { return };
-    let app = TestApp::spawn_on_database(test_db, &[("APP__DATABASE__CONNECT_TIMEOUT", "1s")], None).await;
+    // A saga run cut off by the crash holds its order's lease until it expires: short here.
+    let env = [("APP__DATABASE__CONNECT_TIMEOUT", "1s"), ("APP__SAGA__LEASE", "2s")];
+    let app = TestApp::spawn_on_database(test_db, &env, None).await;
     let token = app.token("alice");
     let (mut created, mut unavailable) = (0u32, 0u32);
     let mut slowest_refusal = Duration::ZERO;
