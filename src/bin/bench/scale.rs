@@ -4,7 +4,9 @@
 //! at a fixed rate spread over both servers, and meeting registrations over AMQP. It
 //! reports throughput, HTTP latency, the outbox's backlog, CPU and database commits per
 //! order, events per order, and checks that nothing was lost: every outbox event reached
-//! the broker, every registration became exactly one order.
+//! the broker, every registration became exactly one order. On a RabbitMQ cluster:
+//! `BENCH_AMQP_URL` (a node, for the harness), `BENCH_AMQP_URLS` (every node, for the app)
+//! and `BENCH_QUEUE_TYPE=quorum`.
 
 use std::collections::HashSet;
 use std::process::{Child, Command, Stdio};
@@ -75,9 +77,17 @@ pub async fn scale_scenario(
     let id = fixture.id.clone();
     let meeting_exchange = format!("bench.meeting.{id}");
     let register_queue = format!("bench.register.{id}");
+    // A cluster: `BENCH_AMQP_URLS` (all its nodes, for the app; `BENCH_AMQP_URL` is the node
+    // the harness itself uses) and `BENCH_QUEUE_TYPE=quorum`.
+    let broker = match std::env::var("BENCH_AMQP_URLS") {
+        Ok(urls) => ("APP__BROKER__URLS".to_owned(), urls),
+        Err(_) => ("APP__BROKER__URL".to_owned(), amqp_url()),
+    };
+    let queue_type = std::env::var("BENCH_QUEUE_TYPE").unwrap_or_else(|_| "classic".into());
     let env: Vec<(String, String)> = vec![
         ("APP__DATABASE__URL".into(), fixture.db_url.clone()),
-        ("APP__BROKER__URL".into(), amqp_url()),
+        broker,
+        ("APP__BROKER__QUEUE_TYPE".into(), queue_type.clone()),
         ("APP__BROKER__EXCHANGE".into(), fixture.exchange.clone()),
         ("APP__BROKER__MEETING_EXCHANGE".into(), meeting_exchange.clone()),
         ("APP__BROKER__DEAD_LETTER_EXCHANGE".into(), format!("bench.dlx.{id}")),
@@ -313,7 +323,7 @@ pub async fn scale_scenario(
     let marginal_commits_per_order =
         ((commits_after - commits_before) as f64 - idle.3 * measured_seconds) / orders.max(1) as f64;
     println!(
-        "scale: {serves} serve + {workers} worker processes, {rate} HTTP orders/s + {registrations} registrations/s for {seconds} s"
+        "scale: {serves} serve + {workers} worker processes, {rate} HTTP orders/s + {registrations} registrations/s for {seconds} s, {queue_type} queues"
     );
     println!("| measure | value |\n|---|---:|");
     for (k, v) in [
@@ -366,7 +376,7 @@ pub async fn scale_scenario(
     write_json(
         "scale",
         &json!({ "serves": serves, "workers": workers, "rate": rate, "registrationsRate": registrations,
-            "seconds": seconds, "created": created, "unavailable": unavailable, "otherErrors": other,
+            "seconds": seconds, "queueType": queue_type, "created": created, "unavailable": unavailable, "otherErrors": other,
             "registrations": published_registrations, "meetingOrders": meeting_made, "duplicateOrders": doubled,
             "p50Ms": percentile(&sorted, 50.0), "p99Ms": percentile(&sorted, 99.0), "maxBacklog": max_backlog,
             "drainSeconds": drained_in, "events": expected.len(), "delivered": got.len(), "lost": lost,
