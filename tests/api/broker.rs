@@ -188,6 +188,23 @@ impl TestBroker {
     }
 }
 
+/// `(messages, consumers)` of `queue`, asked on a channel of its own (a passive declare of
+/// a queue that does not exist yet closes its channel).
+pub(crate) async fn queue_state(
+    connection: &amqprs::connection::Connection,
+    queue: &str,
+) -> Option<(u32, u32)> {
+    let probe = connection.open_channel(None).await.ok()?;
+    let state = probe
+        .queue_declare(QueueDeclareArguments::new(queue).passive(true).finish())
+        .await
+        .ok()
+        .flatten()
+        .map(|(_, messages, consumers)| (messages, consumers));
+    let _ = probe.close().await;
+    state
+}
+
 /// Deletes broker objects from a thread of its own (drop runs inside the test's runtime).
 pub fn delete_objects(endpoint: AmqpEndpoint, exchanges: Vec<String>, queues: Vec<String>) {
     let _ = std::thread::spawn(move || {

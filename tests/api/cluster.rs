@@ -21,6 +21,7 @@ use orchestrator::domain::outbox::OutboxStatus;
 use orchestrator::startup::Workers;
 use sea_orm::{ConnectionTrait, Statement};
 
+use crate::broker::queue_state;
 use crate::cli::{app, temp_dir};
 use crate::faults::{LogsOnFailure, seed_events};
 use crate::helpers::{Backend, Process, TEST_KEYS, TestApp, TestDb, outbox_in, outbox_unpublished};
@@ -236,20 +237,6 @@ async fn the_relay_drains_through_the_loss_of_the_quorum_leaders_node() {
         received.len() - distinct.len(),
         recovered_in.as_millis()
     );
-}
-
-/// `(messages, consumers)` of `queue`, asked on a channel of its own (a passive declare of
-/// a queue that does not exist yet closes its channel).
-async fn queue_state(connection: &amqprs::connection::Connection, queue: &str) -> Option<(u32, u32)> {
-    let probe = connection.open_channel(None).await.ok()?;
-    let state = probe
-        .queue_declare(QueueDeclareArguments::new(queue).passive(true).finish())
-        .await
-        .ok()
-        .flatten()
-        .map(|(_, messages, consumers)| (messages, consumers));
-    let _ = probe.close().await;
-    state
 }
 
 /// Counts the broker's confirms of one publishing channel.

@@ -14,7 +14,7 @@ use reqwest::StatusCode;
 use sea_orm::ConnectionTrait;
 use serde_json::{Value, json};
 
-use crate::broker::{TestBroker, amqp_url};
+use crate::broker::{TestBroker, amqp_url, queue_state};
 use crate::helpers::{Backend, TestApp, count_where, json, order_body, until};
 use crate::on_both_databases;
 
@@ -49,21 +49,12 @@ impl Meeting {
     /// binding the whole topology, so from then on a published message is routed; a queue
     /// that merely exists may not be bound yet, and a message published then is dropped.
     pub(crate) async fn wait_for_consumers(&self) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let probe = self.connection.open_channel(None).await.unwrap();
-            let args =
-                QueueDeclareArguments::new(&format!("test.deleted.{}", self.id)).passive(true).finish();
-            // (name, messages, consumers); the deleted queue is the last one consumed.
-            if let Ok(Some((_, _, consumers))) = probe.queue_declare(args).await
-                && consumers > 0
-            {
-                let _ = probe.close().await;
-                return;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "the consumers did not attach");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        // The deleted queue is the last one consumed.
+        let queue = format!("test.deleted.{}", self.id);
+        until("the consumers attached", || async {
+            queue_state(&self.connection, &queue).await.is_some_and(|(_, consumers)| consumers > 0)
+        })
+        .await;
     }
 
     pub(crate) async fn publish(&self, routing_key: &str, body: &str, scenario: Option<&str>) {
@@ -92,12 +83,10 @@ impl Meeting {
 
     /// Messages waiting in a queue's dead-letter queue (`register` → `test.register.<id>.dlq`).
     pub(crate) async fn dlq_depth(&self, queue: &str) -> u32 {
-        let channel = self.connection.open_channel(None).await.unwrap();
-        let args =
-            QueueDeclareArguments::new(&format!("test.{queue}.{}.dlq", self.id)).passive(true).finish();
-        let depth = channel.queue_declare(args).await.unwrap().map_or(0, |d| d.1);
-        let _ = channel.close().await;
-        depth
+        queue_state(&self.connection, &format!("test.{queue}.{}.dlq", self.id))
+            .await
+            .expect("the dead-letter queue exists")
+            .0
     }
 
     pub(crate) async fn cleanup(self) {
@@ -527,12 +516,7 @@ async fn a_queue_deleted_under_the_consumers_is_declared_again() {
     let channel = meeting.connection.open_channel(None).await.unwrap();
     channel.queue_delete(amqprs::channel::QueueDeleteArguments::new(&register)).await.unwrap();
     until("the register queue declared and consumed again", || async {
-        let probe = meeting.connection.open_channel(None).await.unwrap();
-        let args = QueueDeclareArguments::new(&register).passive(true).finish();
-        let consumed =
-            matches!(probe.queue_declare(args).await, Ok(Some((_, _, consumers))) if consumers > 0);
-        let _ = probe.close().await;
-        consumed
+        queue_state(&meeting.connection, &register).await.is_some_and(|(_, consumers)| consumers > 0)
     })
     .await;
     meeting.publish("meeting.participant.registered", &registered("d-1", "m-d", "u-d", 700), None).await;

@@ -144,21 +144,27 @@ impl UnitOfWork for SeaOrmStore {
             return Ok(());
         }
         let has_events = !changes.outbox.is_empty();
+        let notify = has_events && is_postgres(&self.db);
         // The lanes of the events, for the notification: only the workers holding them wake.
-        let mut lanes: Vec<i16> = changes
-            .outbox
-            .iter()
-            .map(|e| crate::domain::outbox::lanes::lane_of(&e.aggregate_type, &e.aggregate_id, self.lanes))
-            .collect();
-        lanes.sort_unstable();
-        lanes.dedup();
+        let mut lanes: Vec<i16> = Vec::new();
+        if notify {
+            lanes = changes
+                .outbox
+                .iter()
+                .map(|e| {
+                    crate::domain::outbox::lanes::lane_of(&e.aggregate_type, &e.aggregate_id, self.lanes)
+                })
+                .collect();
+            lanes.sort_unstable();
+            lanes.dedup();
+        }
         let txn = self.db.begin().await.map_err(repo_err)?;
         if let Err(err) = apply(&txn, changes, self.lanes).await {
             // Dropping the transaction rolls back; say so explicitly to free the connection now.
             let _ = txn.rollback().await;
             return Err(err);
         }
-        if has_events && is_postgres(&self.db) {
+        if notify {
             // Delivered to listeners only when (and if) the transaction commits. The payload
             // is digits and commas only.
             let payload = lanes.iter().map(i16::to_string).collect::<Vec<_>>().join(",");

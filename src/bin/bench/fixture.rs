@@ -1,11 +1,12 @@
 //! Shared by every scenario: the per-run database and broker objects, seeding, CPU accounting from /proc, percentiles and the JSON results.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use amqprs::channel::{
-    Channel, ExchangeDeclareArguments, ExchangeDeleteArguments, QueueBindArguments, QueueDeclareArguments,
-    QueueDeleteArguments, QueuePurgeArguments,
+    BasicConsumeArguments, Channel, ExchangeDeclareArguments, ExchangeDeleteArguments, QueueBindArguments,
+    QueueDeclareArguments, QueueDeleteArguments, QueuePurgeArguments,
 };
 use chrono::Utc;
 use orchestrator::adapters::messaging::amqp::{AmqpEndpoint, connect};
@@ -14,7 +15,7 @@ use orchestrator::application::ports::{Changes, NewOutboxEvent, OutboxStore, Uni
 use orchestrator::config::Settings;
 use orchestrator::domain::ids::EventId;
 use orchestrator::domain::outbox::OutboxStatus;
-use sea_orm::{ConnectionTrait, Database, DatabaseConnection};
+use sea_orm::{ConnectionTrait, Database, DatabaseConnection, Statement};
 use serde_json::json;
 use tokio::sync::Notify;
 
@@ -165,6 +166,19 @@ pub(crate) async fn seed(db: &DatabaseConnection, n: usize) -> Result<(), BoxErr
     Ok(())
 }
 
+/// CPU seconds (utime + stime, clock ticks of 1/100 s on Linux) of a `/proc/<pid>/stat` line.
+pub(crate) fn cpu_seconds(stat: &str) -> f64 {
+    let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or_default();
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let get = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (get(11) + get(12)) / 100.0
+}
+
+/// The command name of a `/proc/<pid>/stat` line.
+pub(crate) fn command(stat: &str) -> &str {
+    stat.split_once('(').and_then(|(_, r)| r.split_once(')')).map(|(c, _)| c).unwrap_or("")
+}
+
 /// CPU seconds used so far by the broker, PostgreSQL (all its processes) and this process.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Cpu {
@@ -175,13 +189,6 @@ pub(crate) struct Cpu {
 
 impl Cpu {
     pub(crate) fn now() -> Cpu {
-        // utime + stime, in clock ticks (100 per second on Linux).
-        let ticks = |stat: &str| -> f64 {
-            let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or_default();
-            let fields: Vec<&str> = after.split_whitespace().collect();
-            let get = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-            (get(11) + get(12)) / 100.0
-        };
         let mut cpu = Cpu::default();
         let me = std::process::id().to_string();
         for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
@@ -190,14 +197,13 @@ impl Cpu {
                 continue;
             }
             let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
-            let comm =
-                stat.split_once('(').and_then(|(_, r)| r.split_once(')')).map(|(c, _)| c).unwrap_or("");
+            let seconds = cpu_seconds(&stat);
             if name == me {
-                cpu.app += ticks(&stat);
-            } else if comm.starts_with("beam") {
-                cpu.broker += ticks(&stat);
-            } else if comm.starts_with("postgres") {
-                cpu.postgres += ticks(&stat);
+                cpu.app += seconds;
+            } else if command(&stat).starts_with("beam") {
+                cpu.broker += seconds;
+            } else if command(&stat).starts_with("postgres") {
+                cpu.postgres += seconds;
             }
         }
         cpu
@@ -269,4 +275,82 @@ pub(crate) async fn unpublished(db: &DatabaseConnection) -> Result<i64, BoxError
         .filter(|(s, _)| *s != OutboxStatus::Published)
         .map(|(_, n)| n)
         .sum())
+}
+
+/// A token from `app token --sub <sub>` run with `env`.
+pub(crate) fn app_token(
+    app: &std::path::Path,
+    env: &[(String, String)],
+    sub: &str,
+) -> Result<String, BoxError> {
+    let out =
+        std::process::Command::new(app).args(["token", "--sub", sub]).envs(env.iter().cloned()).output()?;
+    Ok(String::from_utf8(out.stdout)?.trim().to_owned())
+}
+
+/// Waits until `app serve` on `port` answers `/health/live` (30 s at most).
+pub(crate) async fn wait_live(client: &reqwest::Client, port: u16) -> Result<(), BoxError> {
+    let ready = Instant::now();
+    while client.get(format!("http://127.0.0.1:{port}/health/live")).send().await.is_err() {
+        if ready.elapsed() > Duration::from_secs(30) {
+            return Err("app serve did not start".into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// Every `message_id` delivered to the fixture's queue from now on, straight from the broker.
+/// Keep the connection open while collecting.
+pub(crate) async fn collect_ids(
+    fixture: &Fixture,
+    name: &str,
+) -> Result<(amqprs::connection::Connection, Arc<Mutex<Vec<String>>>), BoxError> {
+    let received: Arc<Mutex<Vec<String>>> = Arc::default();
+    let consumer = connect(&fixture.endpoint, &format!("{name}-consumer")).await?;
+    let channel = consumer.open_channel(None).await?;
+    let (_, mut rx) = channel
+        .basic_consume_rx(BasicConsumeArguments::new(&fixture.queue, name).manual_ack(false).finish())
+        .await?;
+    let sink = received.clone();
+    tokio::spawn(async move {
+        let _channel = channel;
+        while let Some(m) = rx.recv().await {
+            if let Some(id) = m.basic_properties.and_then(|p| p.message_id().cloned()) {
+                sink.lock().unwrap_or_else(|e| e.into_inner()).push(id);
+            }
+        }
+    });
+    Ok((consumer, received))
+}
+
+/// What reached the broker of every event in the outbox.
+pub(crate) struct Delivery {
+    pub(crate) events: usize,
+    pub(crate) delivered: usize,
+    pub(crate) lost: usize,
+    pub(crate) duplicated: usize,
+}
+
+/// Compares the outbox's events with the ids `received`.
+pub(crate) async fn delivery(
+    db: &DatabaseConnection,
+    received: &Mutex<Vec<String>>,
+) -> Result<Delivery, BoxError> {
+    let rows = db
+        .query_all_raw(Statement::from_string(
+            db.get_database_backend(),
+            "SELECT event_id::text FROM outbox_events",
+        ))
+        .await?;
+    let expected: HashSet<String> =
+        rows.iter().filter_map(|r| r.try_get_by_index::<String>(0).ok()).collect();
+    let got = received.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let unique: HashSet<&String> = got.iter().collect();
+    Ok(Delivery {
+        events: expected.len(),
+        delivered: got.len(),
+        lost: expected.iter().filter(|id| !unique.contains(id)).count(),
+        duplicated: got.len() - unique.len(),
+    })
 }

@@ -8,39 +8,33 @@
 //! `BENCH_AMQP_URL` (a node, for the harness), `BENCH_AMQP_URLS` (every node, for the app)
 //! and `BENCH_QUEUE_TYPE=quorum`.
 
-use std::collections::HashSet;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use amqprs::BasicProperties;
-use amqprs::channel::{BasicConsumeArguments, BasicPublishArguments, QueueDeclareArguments};
+use amqprs::channel::{BasicPublishArguments, QueueDeclareArguments};
 use orchestrator::adapters::messaging::amqp::connect;
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 use serde_json::json;
 
-use crate::fixture::{BoxError, Fixture, amqp_url, percentile, unpublished, write_json};
+use crate::fixture::{
+    BoxError, Delivery, Fixture, amqp_url, app_token, collect_ids, command, cpu_seconds, delivery,
+    percentile, unpublished, wait_live, write_json,
+};
 
 /// CPU seconds (user + system) of the given processes, PostgreSQL's and the broker's.
 fn cpu(pids: &[u32]) -> (f64, f64, f64) {
-    let ticks = |stat: &str| -> f64 {
-        let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or_default();
-        let fields: Vec<&str> = after.split_whitespace().collect();
-        let get = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-        (get(11) + get(12)) / 100.0
-    };
     let (mut app, mut postgres, mut broker) = (0.0, 0.0, 0.0);
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Ok(pid) = name.parse::<u32>() else { continue };
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
-        let comm = stat.split_once('(').and_then(|(_, r)| r.split_once(')')).map(|(c, _)| c).unwrap_or("");
         if pids.contains(&pid) {
-            app += ticks(&stat);
-        } else if comm.starts_with("postgres") {
-            postgres += ticks(&stat);
-        } else if comm.starts_with("beam") {
-            broker += ticks(&stat);
+            app += cpu_seconds(&stat);
+        } else if command(&stat).starts_with("postgres") {
+            postgres += cpu_seconds(&stat);
+        } else if command(&stat).starts_with("beam") {
+            broker += cpu_seconds(&stat);
         }
     }
     (app, postgres, broker)
@@ -125,36 +119,13 @@ pub async fn scale_scenario(
         children.0.push(spawn("worker", free_port()?)?);
     }
     let pids: Vec<u32> = children.0.iter().map(Child::id).collect();
-    let token = {
-        let out = Command::new(&app).args(["token", "--sub", "scale"]).envs(env.iter().cloned()).output()?;
-        String::from_utf8(out.stdout)?.trim().to_owned()
-    };
+    let token = app_token(&app, &env, "scale")?;
     let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
     for port in &http_ports {
-        let ready = Instant::now();
-        while client.get(format!("http://127.0.0.1:{port}/health/live")).send().await.is_err() {
-            if ready.elapsed() > Duration::from_secs(30) {
-                return Err("app serve did not start".into());
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_live(&client, *port).await?;
     }
-
     // Every event the relays deliver, straight from the broker.
-    let received: Arc<Mutex<Vec<String>>> = Arc::default();
-    let consumer = connect(&fixture.endpoint, "scale-consumer").await?;
-    let channel = consumer.open_channel(None).await?;
-    let (_, mut rx) = channel
-        .basic_consume_rx(BasicConsumeArguments::new(&fixture.queue, "scale").manual_ack(false).finish())
-        .await?;
-    let sink = received.clone();
-    tokio::spawn(async move {
-        while let Some(m) = rx.recv().await {
-            if let Some(id) = m.basic_properties.and_then(|p| p.message_id().cloned()) {
-                sink.lock().unwrap_or_else(|e| e.into_inner()).push(id);
-            }
-        }
-    });
+    let (consumer, received) = collect_ids(&fixture, "scale").await?;
     // The meeting service: waits for the workers' consumers, then publishes.
     let meeting = connect(&fixture.endpoint, "scale-meeting-service").await?;
     let ready = Instant::now();
@@ -284,19 +255,7 @@ pub async fn scale_scenario(
     let cpu_after = cpu(&pids);
     let commits_after = scalar(&fixture.db, commits).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let rows = fixture
-        .db
-        .query_all_raw(Statement::from_string(
-            fixture.db.get_database_backend(),
-            "SELECT event_id::text FROM outbox_events",
-        ))
-        .await?;
-    let expected: HashSet<String> =
-        rows.iter().filter_map(|r| r.try_get_by_index::<String>(0).ok()).collect();
-    let got = received.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let unique: HashSet<&String> = got.iter().collect();
-    let lost = expected.iter().filter(|id| !unique.contains(id)).count();
-    let duplicated = got.len() - unique.len();
+    let Delivery { events, delivered, lost, duplicated } = delivery(&fixture.db, &received).await?;
     let (created, unavailable, other) = *stats.lock().unwrap_or_else(|e| e.into_inner());
     let orders = scalar(&fixture.db, "SELECT COUNT(*) FROM orders").await?;
     let meeting_made = scalar(&fixture.db, meeting_orders).await?;
@@ -318,7 +277,7 @@ pub async fn scale_scenario(
         pg_cpu - idle.1 * measured_seconds,
         broker_cpu - idle.2 * measured_seconds,
     );
-    let events_per_order = expected.len() as f64 / orders.max(1) as f64;
+    let events_per_order = events as f64 / orders.max(1) as f64;
     let commits_per_order = (commits_after - commits_before) as f64 / orders.max(1) as f64;
     let marginal_commits_per_order =
         ((commits_after - commits_before) as f64 - idle.3 * measured_seconds) / orders.max(1) as f64;
@@ -339,7 +298,7 @@ pub async fn scale_scenario(
         ("drained after the load", format!("{drained_in:.1} s")),
         (
             "events / delivered / lost / duplicated",
-            format!("{} / {} / {lost} / {duplicated}", expected.len(), got.len()),
+            format!("{} / {} / {lost} / {duplicated}", events, delivered),
         ),
         ("orders unfinished", left.to_string()),
         ("events per order", format!("{events_per_order:.2}")),
@@ -379,7 +338,7 @@ pub async fn scale_scenario(
             "seconds": seconds, "queueType": queue_type, "created": created, "unavailable": unavailable, "otherErrors": other,
             "registrations": published_registrations, "meetingOrders": meeting_made, "duplicateOrders": doubled,
             "p50Ms": percentile(&sorted, 50.0), "p99Ms": percentile(&sorted, 99.0), "maxBacklog": max_backlog,
-            "drainSeconds": drained_in, "events": expected.len(), "delivered": got.len(), "lost": lost,
+            "drainSeconds": drained_in, "events": events, "delivered": delivered, "lost": lost,
             "duplicated": duplicated, "unfinished": left, "eventsPerOrder": events_per_order,
             "commitsPerOrder": commits_per_order, "marginalCommitsPerOrder": marginal_commits_per_order,
             "idle": { "appCpuMsPerSecond": idle.0 * 1000.0, "postgresCpuMsPerSecond": idle.1 * 1000.0,

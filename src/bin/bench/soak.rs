@@ -4,19 +4,19 @@
 //! the broker connection cut, SIGKILL of the server. At the end every committed event must
 //! have been delivered (lost = 0); duplicates are counted; RSS is sampled throughout.
 
-use std::collections::HashSet;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use amqprs::channel::BasicConsumeArguments;
-use orchestrator::adapters::messaging::amqp::connect;
 use sea_orm::{ConnectionTrait, Database, Statement};
 use serde_json::json;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-use crate::fixture::{BoxError, Fixture, admin_url, amqp_url, rss_kb, unpublished, write_json};
+use crate::fixture::{
+    BoxError, Delivery, Fixture, admin_url, amqp_url, app_token, collect_ids, delivery, rss_kb, unpublished,
+    wait_live, write_json,
+};
 
 /// A TCP proxy whose connections can all be cut at once.
 struct Proxy {
@@ -137,37 +137,13 @@ pub async fn soak(minutes: u64, rate: u32) -> Result<(), BoxError> {
         serve: Processes::spawn(&app, &env, "serve", http_port)?,
         worker: Processes::spawn(&app, &env, "worker", worker_port)?,
     };
-    let token = {
-        let out = Command::new(&app).args(["token", "--sub", "soak"]).envs(env.iter().cloned()).output()?;
-        String::from_utf8(out.stdout)?.trim().to_owned()
-    };
-
+    let token = app_token(&app, &env, "soak")?;
     // The consumer: every delivered message id, directly from the broker (not proxied).
-    let received: Arc<Mutex<Vec<String>>> = Arc::default();
-    let consumer = connect(&fixture.endpoint, "soak-consumer").await?;
-    let channel = consumer.open_channel(None).await?;
-    let (_, mut rx) = channel
-        .basic_consume_rx(BasicConsumeArguments::new(&fixture.queue, "soak").manual_ack(false).finish())
-        .await?;
-    let sink = received.clone();
-    tokio::spawn(async move {
-        while let Some(m) = rx.recv().await {
-            if let Some(id) = m.basic_properties.and_then(|p| p.message_id().cloned()) {
-                sink.lock().unwrap_or_else(|e| e.into_inner()).push(id);
-            }
-        }
-    });
+    let (consumer, received) = collect_ids(&fixture, "soak").await?;
 
     let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
     let url = format!("http://127.0.0.1:{http_port}/api/orders");
-    // Wait for the server.
-    let ready = Instant::now();
-    while client.get(format!("http://127.0.0.1:{http_port}/health/live")).send().await.is_err() {
-        if ready.elapsed() > Duration::from_secs(30) {
-            return Err("app serve did not start".into());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_live(&client, http_port).await?;
 
     let stats: Arc<Mutex<(u64, u64, u64)>> = Arc::default(); // created, 503s, other errors
     let started = Instant::now();
@@ -258,31 +234,20 @@ pub async fn soak(minutes: u64, rate: u32) -> Result<(), BoxError> {
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let recovered_in = drain_started.elapsed();
-    let rows = fixture
-        .db
-        .query_all_raw(Statement::from_string(
-            fixture.db.get_database_backend(),
-            "SELECT event_id::text AS id FROM outbox_events",
-        ))
-        .await?;
-    let expected: HashSet<String> = rows.iter().filter_map(|r| r.try_get::<String>("", "id").ok()).collect();
-    let got = received.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let unique: HashSet<&String> = got.iter().collect();
-    let lost = expected.iter().filter(|id| !unique.contains(id)).count();
-    let duplicated = got.len() - unique.len();
+    let Delivery { events, delivered, lost, duplicated } = delivery(&fixture.db, &received).await?;
     let unfinished =
         count("SELECT COUNT(*) AS n FROM orders WHERE status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')")
             .await?;
     let (created, unavailable, other) = *stats.lock().unwrap_or_else(|e| e.into_inner());
     println!(
         "\nevents {} | delivered {} | lost {lost} | duplicated {duplicated} | orders created {created} | unfinished {unfinished} | 503 {unavailable} | other errors {other} | drained {:.1} s after the load stopped",
-        expected.len(),
-        got.len(),
+        events,
+        delivered,
         recovered_in.as_secs_f64()
     );
     write_json(
         "soak",
-        &json!({ "minutes": minutes, "rate": rate, "timeline": timeline, "events": expected.len(), "delivered": got.len(),
+        &json!({ "minutes": minutes, "rate": rate, "timeline": timeline, "events": events, "delivered": delivered,
             "lost": lost, "duplicated": duplicated, "ordersCreated": created, "unfinished": unfinished,
             "unavailable": unavailable, "otherErrors": other, "drainSeconds": recovered_in.as_secs_f64() }),
     )?;
