@@ -543,20 +543,21 @@ impl OutboxStore for SeaOrmOutboxStore {
             literals(OutboxStatus::BLOCKING)
         );
         let columns = OUTBOX_COLUMNS.split(", ").map(|c| format!("o.{c}")).collect::<Vec<_>>().join(", ");
+        // By id alone, the primary key's plan whatever the statistics: a `NOT o.slow` here
+        // let a table without statistics (truncated, restored, not analyzed yet) be read
+        // through the whole of `idx_outbox_fast` for every batch (docs/decisions.md). A row
+        // moved to the slow path since its lane was filled is dropped below instead.
         let statement = if self.is_postgres() {
             self.statement(
                 &format!(
                     "SELECT {columns}, {held} FROM outbox_events o \
-                     WHERE NOT o.slow AND o.id = ANY(string_to_array($1, ',')::bigint[])"
+                     WHERE o.id = ANY(string_to_array($1, ',')::bigint[])"
                 ),
                 vec![ids.join(",").into()],
             )
         } else {
             self.statement(
-                &format!(
-                    "SELECT {columns}, {held} FROM outbox_events o WHERE NOT o.slow AND o.id IN ({})",
-                    ids.join(", ")
-                ),
+                &format!("SELECT {columns}, {held} FROM outbox_events o WHERE o.id IN ({})", ids.join(", ")),
                 vec![],
             )
         };
@@ -565,6 +566,9 @@ impl OutboxStore for SeaOrmOutboxStore {
         let mut waiting = Vec::new();
         for result in results {
             let model = outbox_events::Model::from_query_result(&result, "").map_err(repo_err)?;
+            if model.slow {
+                continue;
+            }
             if result.try_get::<bool>("", "held").map_err(repo_err)? {
                 waiting.push((model.aggregate_type.clone(), model.aggregate_id.clone()));
             }
