@@ -6,4 +6,4 @@ mod publisher;
 
 pub use connection::{AmqpEndpoint, AmqpNodes, connect};
 pub use consumers::{ConsumerSettings, MeetingConsumers, MeetingTopology, QueueType, declare_topology};
-pub use publisher::{AmqpEventPublisher, AmqpPublisherSettings};
+pub use publisher::{AmqpEventPublisher, AmqpPublisherSettings, message_properties};

@@ -159,6 +159,37 @@ pub struct AmqpEventPublisher {
     link: tokio::sync::Mutex<Option<Link>>,
 }
 
+/// The properties of an event's message (docs/messages.md): `message_id`, `type`,
+/// `content_type`, persistent, `timestamp`, `correlation_id` and, with traces on, a
+/// `traceparent` header. Public so that the bench's bare publisher sends the very same
+/// messages (the broker's cost per message depends on them: docs/benchmarks.md).
+pub fn message_properties(
+    event_id: &str,
+    event_type: &str,
+    correlation_id: Option<&str>,
+    created_at: chrono::DateTime<chrono::Utc>,
+    traceparent: Option<&str>,
+) -> BasicProperties {
+    let mut props = BasicProperties::default();
+    props
+        .with_message_id(event_id)
+        .with_message_type(event_type)
+        .with_content_type("application/json")
+        .with_persistence(true)
+        .with_timestamp(created_at.timestamp().max(0) as u64);
+    if let Some(correlation) = correlation_id {
+        props.with_correlation_id(correlation);
+    }
+    if let Some(value) = traceparent.and_then(|v| amqprs::FieldValue::S(v.try_into().ok()?).into()) {
+        let mut headers = amqprs::FieldTable::new();
+        if let Ok(key) = "traceparent".try_into() {
+            headers.insert(key, value);
+        }
+        props.with_headers(headers);
+    }
+    props.finish()
+}
+
 fn failed(code: FailureCode, reason: impl Into<String>) -> PublishOutcome {
     PublishOutcome::Failed { code, reason: reason.into() }
 }
@@ -220,24 +251,13 @@ impl AmqpEventPublisher {
     }
 
     fn properties(record: &OutboxRecord, traceparent: Option<&str>) -> BasicProperties {
-        let mut props = BasicProperties::default();
-        props
-            .with_message_id(&record.event_id.to_string())
-            .with_message_type(&record.event_type)
-            .with_content_type("application/json")
-            .with_persistence(true)
-            .with_timestamp(record.created_at.timestamp().max(0) as u64);
-        if let Some(correlation) = &record.correlation_id {
-            props.with_correlation_id(correlation);
-        }
-        if let Some(value) = traceparent.and_then(|v| amqprs::FieldValue::S(v.try_into().ok()?).into()) {
-            let mut headers = amqprs::FieldTable::new();
-            if let Ok(key) = "traceparent".try_into() {
-                headers.insert(key, value);
-            }
-            props.with_headers(headers);
-        }
-        props.finish()
+        message_properties(
+            &record.event_id.to_string(),
+            &record.event_type,
+            record.correlation_id.as_deref(),
+            record.created_at,
+            traceparent,
+        )
     }
 
     /// Closes the connection (graceful shutdown).
