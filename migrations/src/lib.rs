@@ -15,6 +15,7 @@ mod m20261201_000007_registrations_and_saga_recovery;
 mod m20261201_000008_outbox_lanes;
 mod m20261201_000009_outbox_fast_path;
 mod m20261201_000010_outbox_trace_context;
+mod m20261201_000011_outbox_fast_index_covering;
 
 pub struct Migrator;
 
@@ -32,6 +33,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000008_outbox_lanes::Migration),
             Box::new(m20261201_000009_outbox_fast_path::Migration),
             Box::new(m20261201_000010_outbox_trace_context::Migration),
+            Box::new(m20261201_000011_outbox_fast_index_covering::Migration),
         ]
     }
 }
