@@ -649,3 +649,74 @@ async fn a_commit_notifies_the_lanes_of_its_events() {
     }
     assert_eq!(notified, stored);
 }
+
+fn record(id: i64, routing_key: &str) -> orchestrator::application::ports::OutboxRecord {
+    let event = event(&format!("agg-{id}"), 0, routing_key, "test.seq");
+    orchestrator::application::ports::OutboxRecord {
+        id,
+        event_id: event.event_id,
+        aggregate_type: event.aggregate_type,
+        aggregate_id: event.aggregate_id,
+        event_type: event.event_type,
+        routing_key: event.routing_key,
+        payload: event.payload,
+        correlation_id: event.correlation_id,
+        status: OutboxStatus::Ready,
+        retry_count: 0,
+        failure_code: None,
+        failure_reason: None,
+        next_attempt_at: None,
+        last_attempt_at: None,
+        claimed_by: None,
+        claimed_until: None,
+        created_at: event.created_at,
+        published_at: None,
+        dead_lettered_at: None,
+        version: 1,
+        lane: 0,
+        traceparent: None,
+    }
+}
+
+/// The relay's pipeline sends a batch while the one before it still awaits its confirms, on
+/// one channel and one window: each batch resolves to its own verdicts, in its own order,
+/// whichever is awaited first — here the first batch's unroutable message is returned, the
+/// second batch (sent while the window was still full of the first) is confirmed whole.
+#[tokio::test]
+async fn a_batch_sent_before_the_one_before_it_is_confirmed_gets_its_own_verdicts() {
+    use orchestrator::adapters::messaging::amqp::{AmqpEventPublisher, AmqpNodes, AmqpPublisherSettings};
+    use orchestrator::application::ports::{EventPublisher, PublishOutcome};
+    let Some(broker) = TestBroker::start().await else { return };
+    let publisher = AmqpEventPublisher::new(
+        AmqpNodes::parse([amqp_url().as_str()]).expect("the test broker's URL"),
+        AmqpPublisherSettings {
+            exchange: broker.exchange.clone(),
+            window: 4,
+            confirm_timeout: Duration::from_secs(10),
+            unroutable_ok: vec![],
+            connection_name: "test-overlapping-batches".into(),
+        },
+    );
+    let first: Vec<_> = (1..=6).map(|i| record(i, if i == 3 { "nobody.lost" } else { "test.seq" })).collect();
+    let second: Vec<_> = (7..=11).map(|i| record(i, "test.seq")).collect();
+    let first_verdicts = publisher.send(&first).await;
+    let second_verdicts = publisher.send(&second).await;
+    let second_outcomes = second_verdicts.await;
+    let first_outcomes = first_verdicts.await;
+    assert_eq!(second_outcomes, vec![PublishOutcome::Confirmed; 5]);
+    assert_eq!(first_outcomes.len(), 6);
+    for (i, outcome) in first_outcomes.iter().enumerate() {
+        match (i, outcome) {
+            (2, PublishOutcome::Failed { code: FailureCode::Unroutable, .. }) => {}
+            (2, other) => panic!("the unroutable message: {other:?}"),
+            (_, other) => assert_eq!(other, &PublishOutcome::Confirmed, "message {i}"),
+        }
+    }
+    let received = broker.wait_for(10, Duration::from_secs(10)).await;
+    let ids: Vec<String> = received.iter().map(|r| r.message_id.clone()).collect();
+    let expected: Vec<String> =
+        first.iter().chain(&second).filter(|r| r.id != 3).map(|r| r.event_id.to_string()).collect();
+    assert_eq!(ids, expected, "every routable message, in the order sent");
+    publisher.close().await;
+    broker.cleanup().await;
+}

@@ -12,6 +12,8 @@
 //! claimed while the broker is unreachable, so an outage spends no retry budget.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration as StdDuration, Instant};
 
@@ -76,6 +78,8 @@ struct Round {
 struct Sent {
     /// When sending started (the attempt's time).
     at: DateTime<Utc>,
+    /// When the broker's last verdict on it arrived: the batch's `publishedAt`.
+    confirmed_at: DateTime<Utc>,
     report: RelayReport,
     failures: Vec<DeliveryFailure>,
     held_back: Vec<i64>,
@@ -83,6 +87,35 @@ struct Sent {
 
 fn aggregate_of(row: &OutboxRecord) -> (String, String) {
     (row.aggregate_type.clone(), row.aggregate_id.clone())
+}
+
+/// A round on its way: its first wave is with the broker; awaiting it waits for the
+/// confirms and sends the later waves.
+type InFlight<'a> = Pin<Box<dyn Future<Output = Sent> + Send + 'a>>;
+
+/// The next wave of `rows[remaining]`: the first remaining event of each aggregate, in
+/// order, and the rest for later waves. An event of an aggregate that `failed` in an earlier
+/// wave is held back (it goes to the slow path, behind the failed one).
+fn next_wave(
+    rows: &[OutboxRecord],
+    remaining: Vec<usize>,
+    failed: &HashSet<(String, String)>,
+    held_back: &mut Vec<i64>,
+) -> (Vec<OutboxRecord>, Vec<usize>) {
+    let mut wave = Vec::new();
+    let mut later = Vec::new();
+    let mut in_wave: HashSet<(String, String)> = HashSet::new();
+    for i in remaining {
+        let key = aggregate_of(&rows[i]);
+        if failed.contains(&key) {
+            held_back.push(rows[i].id);
+        } else if in_wave.insert(key) {
+            wave.push(rows[i].clone());
+        } else {
+            later.push(i);
+        }
+    }
+    (wave, later)
 }
 
 impl RelayReport {
@@ -454,56 +487,55 @@ impl OutboxRelay {
     /// Sends a batch in waves — the first event of each aggregate, then, once those are
     /// confirmed, the second, … — so that no event overtakes an earlier one of its aggregate
     /// that failed; an event whose aggregate waits on the slow path is held back behind it.
-    async fn send(&self, round: &Round) -> Sent {
+    ///
+    /// Returns once the first wave is with the broker: awaiting what it returns waits for
+    /// the confirms (and sends the later waves), so the next batch can go out meanwhile.
+    async fn transmit(&self, round: Arc<Round>) -> InFlight<'_> {
         let now = self.clock.now();
-        let mut sent = Sent { at: now, ..Sent::default() };
-        let mut failed: HashSet<(String, String)> = HashSet::new();
-        let mut remaining: Vec<&OutboxRecord> = Vec::with_capacity(round.rows.len());
-        for row in &round.rows {
+        let mut sent = Sent { at: now, confirmed_at: now, ..Sent::default() };
+        let mut remaining: Vec<usize> = Vec::with_capacity(round.rows.len());
+        for (i, row) in round.rows.iter().enumerate() {
             if round.waiting.contains(&aggregate_of(row)) {
                 sent.held_back.push(row.id);
             } else {
-                remaining.push(row);
+                remaining.push(i);
             }
         }
-        let missing = PublishOutcome::Failed {
-            code: FailureCode::ConfirmTimeout,
-            reason: "no confirm reported".into(),
-        };
-        while !remaining.is_empty() {
-            let mut wave: Vec<OutboxRecord> = Vec::new();
-            let mut later = Vec::new();
-            let mut in_wave: HashSet<(String, String)> = HashSet::new();
-            for row in remaining {
-                let key = aggregate_of(row);
-                if failed.contains(&key) {
-                    sent.held_back.push(row.id);
-                } else if in_wave.insert(key) {
-                    wave.push(row.clone());
-                } else {
-                    later.push(row);
-                }
-            }
-            let outcomes = self.publisher.publish(&wave).await;
-            let confirmed_at = self.clock.now();
-            for (i, row) in wave.iter().enumerate() {
-                match outcomes.get(i).unwrap_or(&missing) {
-                    PublishOutcome::Confirmed => {
-                        sent.report.published += 1;
-                        self.confirmed(row, confirmed_at);
-                    }
-                    PublishOutcome::Failed { code, reason } => {
-                        failed.insert(aggregate_of(row));
-                        let failure = self.failed(row, *code, reason, now, &mut sent.report);
-                        sent.failures.push(failure);
+        let mut failed: HashSet<(String, String)> = HashSet::new();
+        let (mut wave, mut later) = next_wave(&round.rows, remaining, &failed, &mut sent.held_back);
+        let mut confirmation = self.publisher.send(&wave).await;
+        Box::pin(async move {
+            let missing = PublishOutcome::Failed {
+                code: FailureCode::ConfirmTimeout,
+                reason: "no confirm reported".into(),
+            };
+            loop {
+                let outcomes = confirmation.await;
+                let confirmed_at = self.clock.now();
+                sent.confirmed_at = confirmed_at;
+                for (i, row) in wave.iter().enumerate() {
+                    match outcomes.get(i).unwrap_or(&missing) {
+                        PublishOutcome::Confirmed => {
+                            sent.report.published += 1;
+                            self.confirmed(row, confirmed_at);
+                        }
+                        PublishOutcome::Failed { code, reason } => {
+                            failed.insert(aggregate_of(row));
+                            let failure = self.failed(row, *code, reason, now, &mut sent.report);
+                            sent.failures.push(failure);
+                        }
                     }
                 }
+                (wave, later) = next_wave(&round.rows, later, &failed, &mut sent.held_back);
+                if wave.is_empty() {
+                    break;
+                }
+                confirmation = self.publisher.send(&wave).await;
             }
-            remaining = later;
-        }
-        sent.report.claimed = round.rows.len();
-        sent.report.held_back = sent.held_back.len() as u64;
-        sent
+            sent.report.claimed = round.rows.len();
+            sent.report.held_back = sent.held_back.len() as u64;
+            sent
+        })
     }
 
     /// Records a sent batch in one fenced transaction: the lanes' progress, failures and
@@ -516,8 +548,10 @@ impl OutboxRelay {
             held_back: sent.held_back,
             attempted_at: sent.at,
         };
+        // Dated by the broker's confirm, not by this write: `publishedAt` says when the
+        // broker took the batch (commit -> confirm is what operators and the bench read).
         let recorded =
-            self.store.record_fast(&self.settings.worker_id, &settlement, self.clock.now()).await?;
+            self.store.record_fast(&self.settings.worker_id, &settlement, sent.confirmed_at).await?;
         let mut cursors = self.cursors.lock().await;
         for (lane, (page, next)) in &round.pages {
             if recorded.contains(lane) {
@@ -564,16 +598,21 @@ impl OutboxRelay {
         if let Some(round) = self.prepare(&held, None).await?
             && self.lease_holds().await
         {
-            let sent = self.send(&round).await;
+            let round = Arc::new(round);
+            let sent = self.transmit(round.clone()).await.await;
             report.add(self.record(&round, sent).await?);
         }
         report.add(self.slow_round(&held).await?);
         Ok(report)
     }
 
-    /// Runs while there is work, pipelined: while batch N is on the wire, batch N-1 is
-    /// recorded and batch N+1 read, so the broker and the database work at the same time.
-    /// Stops reading when `stop` is cancelled, but records what it sent.
+    /// Runs while there is work, pipelined: batch N goes out while batch N-1 still awaits
+    /// its confirms (the publish window spans both, so the broker is never left idle for a
+    /// batch's last confirm); meanwhile N-1 is recorded once confirmed and N+1 read, so the
+    /// broker and the database work at the same time. N+1 is read after N-1 is recorded
+    /// and leaves out N's aggregates: an event never overtakes an earlier one of its
+    /// aggregate whose outcome is not recorded yet. Stops reading when `stop` is cancelled,
+    /// but records what it sent.
     ///
     /// # Errors
     /// As [`Self::run_once`]; what earlier batches did stays recorded.
@@ -582,8 +621,8 @@ impl OutboxRelay {
         let mut total = RelayReport::default();
         loop {
             let held = self.lanes().await?;
-            let mut current = self.prepare(&held, None).await?;
-            let mut previous: Option<(Round, Sent)> = None;
+            let mut current = self.prepare(&held, None).await?.map(Arc::new);
+            let mut previous: Option<(Arc<Round>, InFlight<'_>)> = None;
             let mut worked = false;
             while let Some(round) = current.take() {
                 if !self.lease_holds().await {
@@ -593,20 +632,22 @@ impl OutboxRelay {
                 }
                 worked = true;
                 let more = !stop.is_cancelled();
-                let (sent, next) = tokio::join!(self.send(&round), async {
-                    if let Some((r, s)) = previous.take() {
-                        total.add(self.record(&r, s).await?);
+                let (in_flight, next) = tokio::join!(self.transmit(round.clone()), async {
+                    if let Some((r, confirming)) = previous.take() {
+                        let sent = confirming.await;
+                        total.add(self.record(&r, sent).await?);
                     }
                     if more { self.prepare(&held, Some(&round)).await } else { Ok(None) }
                 });
-                previous = Some((round, sent));
+                previous = Some((round, in_flight));
                 // Nothing more is recorded after a failure: the batch on the wire goes out
                 // again next time (duplicates). Recording it could pass over a failure of the
                 // batch before it whose record is what failed.
-                current = next?;
+                current = next?.map(Arc::new);
             }
-            if let Some((r, s)) = previous.take() {
-                total.add(self.record(&r, s).await?);
+            if let Some((r, confirming)) = previous.take() {
+                let sent = confirming.await;
+                total.add(self.record(&r, sent).await?);
             }
             let slow = self.slow_round(&held).await?;
             worked |= slow.claimed > 0;

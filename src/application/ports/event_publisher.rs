@@ -1,5 +1,8 @@
 //! The broker side of the outbox: where the relay sends events.
 
+use std::future::Future;
+use std::pin::Pin;
+
 use async_trait::async_trait;
 
 use crate::domain::outbox::FailureCode;
@@ -20,6 +23,10 @@ pub enum PublishOutcome {
     /// Not confirmed: it must be retried.
     Failed { code: FailureCode, reason: String },
 }
+
+/// A batch handed to the broker whose verdicts are still to come: resolves to one outcome
+/// per message, as [`EventPublisher::publish`] returns them.
+pub type Confirmation = Pin<Box<dyn Future<Output = Vec<PublishOutcome>> + Send>>;
 
 /// The broker side of the outbox.
 #[cfg_attr(test, mockall::automock)]
@@ -43,4 +50,18 @@ pub trait EventPublisher: Send + Sync {
     /// connection lost, broker unreachable). MUST NOT panic on broker failure. Messages
     /// of one aggregate MUST reach the broker in input order.
     async fn publish(&self, batch: &[OutboxRecord]) -> Vec<PublishOutcome>;
+
+    /// Hands a batch to the broker and returns once every message of it is sent, with
+    /// the verdicts still to come: the relay sends its next batch while this one's confirms
+    /// are outstanding, so the broker is never left idle waiting for a batch's last
+    /// confirm (a sliding window across batches, as a bare confirming publisher keeps).
+    ///
+    /// The [`Confirmation`] MUST resolve as [`Self::publish`] would return, bounded by the
+    /// same confirm timeout, whether or not further batches are sent meanwhile. Messages
+    /// sent by a later call MUST reach the broker after this call's. The default sends and
+    /// waits for the verdicts before it returns (no overlap).
+    async fn send(&self, batch: &[OutboxRecord]) -> Confirmation {
+        let outcomes = self.publish(batch).await;
+        Box::pin(std::future::ready(outcomes))
+    }
 }

@@ -41,7 +41,7 @@ mod unit_of_work;
 pub use audit_log::{AuditLog, AuditRecord};
 pub use clock::Clock;
 pub use error::{Cause, RepoError};
-pub use event_publisher::{BrokerUnavailable, EventPublisher, PublishOutcome};
+pub use event_publisher::{BrokerUnavailable, Confirmation, EventPublisher, PublishOutcome};
 pub use gateway_error::GatewayError;
 pub use idempotency::{IdempotencyBegin, IdempotencyStore, StoredResponse};
 pub use notification_repository::NotificationRepository;

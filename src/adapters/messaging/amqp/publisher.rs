@@ -12,6 +12,7 @@
 //! reported unconfirmed (`CONNECTION_LOST`) and sent again later with the same `message_id`.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,7 +24,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
 use super::connection::AmqpNodes;
 use crate::application::health::HealthProbe;
-use crate::application::ports::{BrokerUnavailable, EventPublisher, OutboxRecord, PublishOutcome};
+use crate::application::ports::{
+    BrokerUnavailable, Confirmation, EventPublisher, OutboxRecord, PublishOutcome,
+};
 use crate::domain::outbox::FailureCode;
 
 #[derive(Debug, Clone)]
@@ -143,11 +146,14 @@ struct Link {
     confirms: Arc<Confirms>,
     window: Arc<Semaphore>,
     next_tag: u64,
+    /// Set by a batch's confirmation after a nack or a confirm timeout: the next send
+    /// starts a fresh channel.
+    spoiled: Arc<AtomicBool>,
 }
 
 impl Link {
     fn is_usable(&self) -> bool {
-        self.connection.is_open() && self.channel.is_open()
+        self.connection.is_open() && self.channel.is_open() && !self.spoiled.load(Ordering::SeqCst)
     }
 }
 
@@ -235,6 +241,7 @@ impl AmqpEventPublisher {
             confirms,
             window: Arc::new(Semaphore::new(self.settings.window.max(1))),
             next_tag: 0,
+            spoiled: Arc::default(),
         })
     }
 
@@ -243,6 +250,9 @@ impl AmqpEventPublisher {
         if !guard.as_ref().is_some_and(Link::is_usable) {
             if let Some(old) = guard.take() {
                 self.nodes.lost(old.node);
+                // A batch still waiting on the old channel learns now that its confirms
+                // will not come.
+                old.confirms.fail_all();
                 let _ = old.connection.close().await;
             }
             *guard = Some(self.open().await?);
@@ -277,14 +287,17 @@ impl EventPublisher for AmqpEventPublisher {
     }
 
     async fn publish(&self, batch: &[OutboxRecord]) -> Vec<PublishOutcome> {
+        self.send(batch).await.await
+    }
+
+    async fn send(&self, batch: &[OutboxRecord]) -> Confirmation {
         let mut guard = self.link.lock().await;
         let link = match self.ensure(&mut guard).await {
             Ok(link) => link,
             Err(reason) => {
-                return batch
-                    .iter()
-                    .map(|_| failed(FailureCode::BrokerUnavailable, reason.clone()))
-                    .collect();
+                let outcomes =
+                    batch.iter().map(|_| failed(FailureCode::BrokerUnavailable, reason.clone())).collect();
+                return Box::pin(std::future::ready(outcomes));
             }
         };
         let deadline = tokio::time::Instant::now() + self.settings.confirm_timeout;
@@ -299,6 +312,8 @@ impl EventPublisher for AmqpEventPublisher {
                 )));
                 continue;
             }
+            // The window is the link's: a batch sent while an earlier one awaits its
+            // confirms waits here for the room they free.
             let permit = match tokio::time::timeout_at(deadline, link.window.clone().acquire_owned()).await {
                 Ok(Ok(permit)) => permit,
                 _ => {
@@ -321,12 +336,12 @@ impl EventPublisher for AmqpEventPublisher {
             // whose context the message carries on (`traceparent` header) to its consumers.
             let traceparent = crate::telemetry::tracing_enabled().then(|| {
                 let span = tracing::info_span!(
-                            "outbox.publish",
-                            otel.name = %format!("{} publish", record.routing_key),
-                            event_type = %record.event_type,
-                            trace_id = tracing::field::Empty,
-                span_id = tracing::field::Empty,
-                        );
+                    "outbox.publish",
+                    otel.name = %format!("{} publish", record.routing_key),
+                    event_type = %record.event_type,
+                    trace_id = tracing::field::Empty,
+                    span_id = tracing::field::Empty,
+                );
                 crate::telemetry::continue_trace(&span, record.traceparent.as_deref());
                 span.in_scope(crate::telemetry::current_traceparent)
             });
@@ -347,57 +362,77 @@ impl EventPublisher for AmqpEventPublisher {
                 }
             }
         }
-        let mut outcomes = Vec::with_capacity(batch.len());
-        let mut timed_out = Vec::new();
-        let mut nacked = false;
-        for (record, entry) in batch.iter().zip(waiting) {
-            let outcome = match entry {
-                Err(outcome) => outcome,
-                Ok((tag, verdict)) => match tokio::time::timeout_at(deadline, verdict).await {
-                    Ok(Ok(Verdict::Acked)) => PublishOutcome::Confirmed,
-                    Ok(Ok(Verdict::Returned(reply))) => {
-                        if self.settings.unroutable_ok.contains(&record.event_type) {
-                            PublishOutcome::Confirmed
-                        } else {
-                            failed(FailureCode::Unroutable, format!("returned by the broker: {reply}"))
-                        }
-                    }
-                    Ok(Ok(Verdict::Nacked)) => {
-                        nacked = true;
-                        failed(FailureCode::Nacked, "nacked by the broker")
-                    }
-                    Ok(Err(_)) => failed(FailureCode::ConnectionLost, "connection lost before the confirm"),
-                    Err(_) => {
-                        timed_out.push(tag);
-                        failed(FailureCode::ConfirmTimeout, "no confirm within the timeout")
-                    }
-                },
-            };
-            outcomes.push(outcome);
-        }
-        if !timed_out.is_empty() {
-            // Forget them (a late ack is ignored) and start a fresh channel next time, so
-            // the tag counter cannot drift from the broker's.
-            let mut table = link.confirms.table();
-            for tag in timed_out {
-                table.pending.remove(&tag);
-            }
-            broken = true;
-        }
-        // A nack starts a fresh channel too: on a cluster, a channel that began publishing to
-        // a quorum queue while its leader's node was down keeps nacking it after a new leader
-        // is elected (seen with RabbitMQ 3.10, tests/api/cluster.rs); a new channel asks
-        // for the leader again. Nacks are rare otherwise, so this costs nothing.
-        if nacked {
-            broken = true;
-        }
         if broken && let Some(old) = guard.take() {
             self.nodes.lost(old.node);
             old.confirms.fail_all();
             let _ = old.connection.close().await;
         }
-        outcomes
+        let confirms = link_state(guard.as_ref());
+        drop(guard);
+        let unroutable_ok: Vec<bool> =
+            batch.iter().map(|r| self.settings.unroutable_ok.contains(&r.event_type)).collect();
+        Box::pin(verdicts(waiting, unroutable_ok, deadline, confirms))
     }
+}
+
+/// What the confirmation of a batch needs of its link once the link's lock is given back:
+/// its confirm table, and its flag for "start a fresh channel".
+fn link_state(link: Option<&Link>) -> Option<(Arc<Confirms>, Arc<AtomicBool>)> {
+    link.map(|l| (l.confirms.clone(), l.spoiled.clone()))
+}
+
+/// Waits, up to `deadline`, for the broker's verdict on each message sent. A confirm that
+/// does not come in time, or a nack, spoils the link: the next send starts a fresh channel
+/// (so the tag counter cannot drift from the broker's, and on a cluster a channel that kept
+/// nacking a quorum queue whose leader moved asks for the leader again — seen with
+/// RabbitMQ 3.10, tests/api/cluster.rs), and whatever else waits on it is unconfirmed.
+async fn verdicts(
+    waiting: Vec<Result<(u64, oneshot::Receiver<Verdict>), PublishOutcome>>,
+    unroutable_ok: Vec<bool>,
+    deadline: tokio::time::Instant,
+    link: Option<(Arc<Confirms>, Arc<AtomicBool>)>,
+) -> Vec<PublishOutcome> {
+    let mut outcomes = Vec::with_capacity(waiting.len());
+    let mut timed_out = Vec::new();
+    let mut nacked = false;
+    for (entry, unroutable_ok) in waiting.into_iter().zip(unroutable_ok) {
+        let outcome = match entry {
+            Err(outcome) => outcome,
+            Ok((tag, verdict)) => match tokio::time::timeout_at(deadline, verdict).await {
+                Ok(Ok(Verdict::Acked)) => PublishOutcome::Confirmed,
+                Ok(Ok(Verdict::Returned(reply))) => {
+                    if unroutable_ok {
+                        PublishOutcome::Confirmed
+                    } else {
+                        failed(FailureCode::Unroutable, format!("returned by the broker: {reply}"))
+                    }
+                }
+                Ok(Ok(Verdict::Nacked)) => {
+                    nacked = true;
+                    failed(FailureCode::Nacked, "nacked by the broker")
+                }
+                Ok(Err(_)) => failed(FailureCode::ConnectionLost, "connection lost before the confirm"),
+                Err(_) => {
+                    timed_out.push(tag);
+                    failed(FailureCode::ConfirmTimeout, "no confirm within the timeout")
+                }
+            },
+        };
+        outcomes.push(outcome);
+    }
+    if (nacked || !timed_out.is_empty())
+        && let Some((confirms, spoiled)) = link
+    {
+        // Forget what timed out (a late ack is ignored). A batch sent after this one on the
+        // same channel keeps waiting for its own confirms until the next send replaces the
+        // channel, which tells it that they will not come.
+        let mut table = confirms.table();
+        for tag in timed_out {
+            table.pending.remove(&tag);
+        }
+        spoiled.store(true, Ordering::SeqCst);
+    }
+    outcomes
 }
 
 #[async_trait]
