@@ -634,9 +634,10 @@ impl OutboxRelay {
                 let more = !stop.is_cancelled();
                 // Overlap only under a backlog (a round of half a batch or more). A trickle's
                 // round waits for the confirms of the one before it, as the events that
-                // commit meanwhile make the next round fuller: overlapping tiny rounds
-                // multiplied the database's statements per event (at 1 000 commits/s the
-                // producers' own commits slowed to ~700/s, commit -> consume p50 17 ms).
+                // commit meanwhile make the next round fuller: overlapping tiny rounds costs
+                // the database more statements per event (`bench latency` at 1 000
+                // commits/s: the producers' own commits fell to 544–793/s, against 901–954/s
+                // with this rule; docs/benchmarks.md).
                 let mut confirmed = None;
                 if round.rows.len() * 2 < self.settings.batch_size as usize
                     && let Some((r, confirming)) = previous.take()
