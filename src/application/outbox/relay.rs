@@ -26,8 +26,8 @@ use tracing::Instrument;
 use crate::application::error::Chain;
 use crate::application::meter::Meter;
 use crate::application::ports::{
-    BrokerUnavailable, Clock, DeliveryFailure, EventPublisher, FastBatch, FastSettlement, HeldLane,
-    LaneCursor, LaneFilter, OutboxRecord, OutboxStore, PublishOutcome, RepoError,
+    BrokerUnavailable, Clock, Confirmation, DeliveryFailure, EventPublisher, FastBatch, FastSettlement,
+    HeldLane, LaneCursor, LaneFilter, OutboxRecord, OutboxStore, PublishOutcome, RepoError,
 };
 use crate::domain::outbox::{FailureCode, FailureOutcome, RetrySchedule};
 
@@ -503,7 +503,12 @@ impl OutboxRelay {
         }
         let mut failed: HashSet<(String, String)> = HashSet::new();
         let (mut wave, mut later) = next_wave(&round.rows, remaining, &failed, &mut sent.held_back);
-        let mut confirmation = self.publisher.send(&wave).await;
+        // Every event held back: nothing to send (and no connection to open for it).
+        let mut confirmation: Confirmation = if wave.is_empty() {
+            Box::pin(std::future::ready(Vec::new()))
+        } else {
+            self.publisher.send(&wave).await
+        };
         Box::pin(async move {
             let missing = PublishOutcome::Failed {
                 code: FailureCode::ConfirmTimeout,
