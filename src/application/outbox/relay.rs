@@ -643,17 +643,17 @@ impl OutboxRelay {
                 // the database more statements per event (`bench latency` at 1 000
                 // commits/s: the producers' own commits fell to 544–793/s, against 901–954/s
                 // with this rule; docs/benchmarks.md).
-                let mut confirmed = None;
+                let mut settled = None;
                 if round.rows.len() * 2 < self.settings.batch_size as usize
                     && let Some((r, confirming)) = previous.take()
                 {
-                    confirmed = Some((r, confirming.await));
+                    settled = Some((r, confirming.await));
                 }
                 let (in_flight, next) = tokio::join!(self.transmit(round.clone()), async {
-                    if let Some((r, sent)) = confirmed.take() {
-                        total.add(self.record(&r, sent).await?);
-                    } else if let Some((r, confirming)) = previous.take() {
-                        let sent = confirming.await;
+                    if let Some((r, confirming)) = previous.take() {
+                        settled = Some((r, confirming.await));
+                    }
+                    if let Some((r, sent)) = settled.take() {
                         total.add(self.record(&r, sent).await?);
                     }
                     if more { self.prepare(&held, Some(&round)).await } else { Ok(None) }

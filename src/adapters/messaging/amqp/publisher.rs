@@ -367,25 +367,22 @@ impl EventPublisher for AmqpEventPublisher {
             old.confirms.fail_all();
             let _ = old.connection.close().await;
         }
-        let confirms = link_state(guard.as_ref());
+        // What the confirmation needs of the link once its lock is given back.
+        let link = guard.as_ref().map(|l| (l.confirms.clone(), l.spoiled.clone()));
         drop(guard);
         let unroutable_ok: Vec<bool> =
             batch.iter().map(|r| self.settings.unroutable_ok.contains(&r.event_type)).collect();
-        Box::pin(verdicts(waiting, unroutable_ok, deadline, confirms))
+        Box::pin(verdicts(waiting, unroutable_ok, deadline, link))
     }
-}
-
-/// What the confirmation of a batch needs of its link once the link's lock is given back:
-/// its confirm table, and its flag for "start a fresh channel".
-fn link_state(link: Option<&Link>) -> Option<(Arc<Confirms>, Arc<AtomicBool>)> {
-    link.map(|l| (l.confirms.clone(), l.spoiled.clone()))
 }
 
 /// Waits, up to `deadline`, for the broker's verdict on each message sent. A confirm that
 /// does not come in time, or a nack, spoils the link: the next send starts a fresh channel
 /// (so the tag counter cannot drift from the broker's, and on a cluster a channel that kept
 /// nacking a quorum queue whose leader moved asks for the leader again — seen with
-/// RabbitMQ 3.10, tests/api/cluster.rs), and whatever else waits on it is unconfirmed.
+/// RabbitMQ 3.10, tests/api/cluster.rs); a batch still waiting on the old channel learns
+/// then that its confirms will not come. `link`: the channel's confirm table and its
+/// "start afresh" flag.
 async fn verdicts(
     waiting: Vec<Result<(u64, oneshot::Receiver<Verdict>), PublishOutcome>>,
     unroutable_ok: Vec<bool>,
