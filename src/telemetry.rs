@@ -50,6 +50,14 @@ pub fn tracing_enabled() -> bool {
 
 static TRACING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// The log lines written when `RUST_LOG` is unset.
+const LOG_FILTER: &str = "info,sqlx=warn,sea_orm=warn,sea_orm_migration=warn";
+
+/// The spans exported, whatever `RUST_LOG` says: every span of the service's own (requests,
+/// saga steps, provider calls, publishes, consumed messages; all at info), and only warnings
+/// and errors of its dependencies as span events.
+const TRACE_FILTER: &str = "warn,orchestrator=info,app=info";
+
 /// Installs the global subscriber once; later calls are no-ops (tests call it freely).
 /// With an OTLP endpoint, spans are exported and the W3C trace context propagator is set.
 /// Keep the returned guard for the life of the process.
@@ -58,8 +66,11 @@ pub fn init(format: LogFormat, settings: &TelemetrySettings) -> Telemetry {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
 
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,sea_orm=warn,sea_orm_migration=warn"));
+    // Each layer has its own filter: `RUST_LOG` says which log lines are written, never which
+    // spans are exported. With one filter on the whole subscriber, `RUST_LOG=warn` disabled
+    // every (info-level) span, so nothing was exported and no `traceparent` reached the
+    // outbox or the broker.
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(LOG_FILTER));
     // Logs go to stderr so that stdout stays clean for `app token` and `app outbox stats`.
     let writer = std::io::stderr.with_max_level(tracing::Level::TRACE);
     let fmt = match format {
@@ -88,9 +99,12 @@ pub fn init(format: LogFormat, settings: &TelemetrySettings) -> Telemetry {
         opentelemetry::global::set_text_map_propagator(
             opentelemetry_sdk::propagation::TraceContextPropagator::new(),
         );
-        tracing_opentelemetry::layer().with_tracer(provider.tracer("orchestrator"))
+        tracing_opentelemetry::layer()
+            .with_tracer(provider.tracer("orchestrator"))
+            .with_filter(EnvFilter::new(TRACE_FILTER))
     });
-    let installed = tracing_subscriber::registry().with(filter).with(fmt).with(otel).try_init().is_ok();
+    let installed =
+        tracing_subscriber::registry().with(fmt.with_filter(filter)).with(otel).try_init().is_ok();
     if installed && provider.is_some() {
         TRACING.store(true, std::sync::atomic::Ordering::Relaxed);
     }

@@ -16,6 +16,7 @@ mod edges;
 mod external;
 mod failover;
 mod faults;
+mod hostile;
 mod identity;
 mod meeting;
 mod money;

@@ -39,6 +39,18 @@ async fn exported(server: &MockServer) -> HashMap<String, BTreeSet<String>> {
 }
 
 async fn one_trace_per_order_through_the_outbox_and_the_consumer(backend: Backend) {
+    traced_run(backend, None).await
+}
+
+/// At `RUST_LOG=warn` (as many operators run production) spans are exported and the
+/// `traceparent` reaches the broker all the same: the log filter is the log layer's own.
+/// Only the line that says which port was bound is let through, for the test to find it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traces_are_exported_when_the_logs_say_only_warnings() {
+    traced_run(Backend::Postgres, Some("warn,app=info")).await
+}
+
+async fn traced_run(backend: Backend, rust_log: Option<&str>) {
     orchestrator::startup::install_tls_provider();
     let Some(broker) = TestBroker::start().await else {
         return;
@@ -73,6 +85,9 @@ async fn one_trace_per_order_through_the_outbox_and_the_consumer(backend: Backen
         .env("APP__PAYMENT__PROVIDER", "mock")
         .env("APP__LOG__FORMAT", "json")
         .env("APP__TELEMETRY__OTLP_ENDPOINT", otlp.uri());
+    if let Some(filter) = rust_log {
+        cmd.env("RUST_LOG", filter);
+    }
     for (k, v) in broker.env(&amqp_url()).into_iter().chain(Meeting::env(&id)) {
         cmd.env(k, v);
     }
@@ -155,13 +170,21 @@ async fn one_trace_per_order_through_the_outbox_and_the_consumer(backend: Backen
     ] {
         assert!(order.contains(name), "`{name}` missing from the order's trace: {order:?}\nall: {traces:?}");
     }
-    // The logs of the request carry its trace id beside its correlation id.
     let logs = std::fs::read_to_string(dir.0.join("serve.log")).unwrap();
-    assert!(
-        logs.lines()
-            .any(|l| l.contains(&format!(r#""trace_id":"{http_trace}""#)) && l.contains("correlation_id")),
-        "no log line of the request carries its trace id"
-    );
+    if rust_log.is_none() {
+        // The logs of the request carry its trace id beside its correlation id.
+        assert!(
+            logs.lines()
+                .any(|l| l.contains(&format!(r#""trace_id":"{http_trace}""#)) && l.contains("correlation_id")),
+            "no log line of the request carries its trace id"
+        );
+    } else {
+        // The log filter held: no info line of a request or a saga step was written.
+        assert!(
+            !logs.lines().any(|l| l.contains(r#""level":"INFO""#) && l.contains("correlation_id")),
+            "{logs}"
+        );
+    }
     let meeting = traces.get(meeting_trace).cloned().unwrap_or_default();
     for name in ["participant-register process", "saga payment", "mock approve", "order.completed publish"] {
         assert!(meeting.contains(name), "`{name}` missing from the message's trace: {meeting:?}");

@@ -38,11 +38,15 @@ pub async fn correlate(
         .map(str::to_owned)
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     req.extensions_mut().insert(CorrelationId(id.clone()));
+    // The method as a label or span name is one of the standard ones or `_OTHER`: a client
+    // can send any token there (`XABCDEFGHIJ`, a thousand characters), and each distinct
+    // value would be a new series in `/metrics`.
+    let method = method_label(req.method());
     let span = tracing::info_span!(
         "http",
-        otel.name = %format!("{} {}", req.method(), req.path()),
+        otel.name = %format!("{method} {}", req.path()),
         correlation_id = %id,
-        method = %req.method(),
+        method,
         path = %req.path(),
         trace_id = tracing::field::Empty,
         span_id = tracing::field::Empty,
@@ -51,7 +55,6 @@ pub async fn correlate(
     let traceparent = req.headers().get("traceparent").and_then(|v| v.to_str().ok());
     crate::telemetry::continue_trace(&span, traceparent);
     let started = std::time::Instant::now();
-    let method = req.method().to_string();
     let meter = req.app_data::<web::Data<HttpState>>().map(|s| s.metrics.meter.clone());
     let result = next.call(req).instrument(span.clone()).await;
     let _enter = span.enter();
@@ -83,11 +86,36 @@ pub async fn correlate(
     }
 }
 
+/// The request method as a label value: the methods of RFC 9110 and PATCH by name, any
+/// other `_OTHER` (OpenTelemetry's convention for `http.request.method`).
+fn method_label(method: &actix_web::http::Method) -> &'static str {
+    use actix_web::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::OPTIONS => "OPTIONS",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => "_OTHER",
+    }
+}
+
 /// RED metrics of one request: `http_requests_total{method,route,status}` and
-/// `http_request_duration_seconds{method,route}`.
-fn record_request(meter: &Meter, method: String, route: String, status: u16, elapsed: std::time::Duration) {
+/// `http_request_duration_seconds{method,route}`. Every label is bounded: the method by
+/// [`method_label`], the route by the app's route table, the status by HTTP.
+fn record_request(
+    meter: &Meter,
+    method: &'static str,
+    route: String,
+    status: u16,
+    elapsed: std::time::Duration,
+) {
     meter.record(|| {
-        metrics::counter!("http_requests_total", "method" => method.clone(), "route" => route.clone(), "status" => status.to_string())
+        metrics::counter!("http_requests_total", "method" => method, "route" => route.clone(), "status" => status.to_string())
             .increment(1);
         metrics::histogram!("http_request_duration_seconds", "method" => method, "route" => route)
             .record(elapsed.as_secs_f64());
