@@ -7,6 +7,9 @@ WORKDIR /src
 # project's crates. Stub sources with the real manifests build every dependency once.
 COPY Cargo.toml Cargo.lock ./
 COPY migrations/Cargo.toml ./migrations/Cargo.toml
+# The fake Toss API is a workspace member (tests and local runs only): its manifest and
+# sources come along so that the workspace resolves; it is not built into the image.
+COPY fake-toss ./fake-toss
 RUN mkdir -p src/bin/bench migrations/src \
  && echo 'fn main() {}' > src/bin/app.rs \
  && echo 'fn main() {}' > src/bin/bench/main.rs \

@@ -16,6 +16,7 @@ mod m20261201_000008_outbox_lanes;
 mod m20261201_000009_outbox_fast_path;
 mod m20261201_000010_outbox_trace_context;
 mod m20261201_000011_outbox_fast_index_covering;
+mod m20261202_000012_provider_transaction_id_200;
 
 pub struct Migrator;
 
@@ -34,6 +35,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000009_outbox_fast_path::Migration),
             Box::new(m20261201_000010_outbox_trace_context::Migration),
             Box::new(m20261201_000011_outbox_fast_index_covering::Migration),
+            Box::new(m20261202_000012_provider_transaction_id_200::Migration),
         ]
     }
 }

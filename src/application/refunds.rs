@@ -251,12 +251,14 @@ impl Refunds {
                 .provider_transaction_id
                 .clone()
                 .ok_or_else(|| invariant("approved payment without a provider transaction"))?,
+            idempotency_key: format!("cancel-{}", payment.payment_request_id),
             amount: payment.amount,
+            balance: payment.amount,
             reason,
             scenario,
         };
         Ok(match self.payments.cancel(&request).await {
-            Ok(()) => RefundAnswer::Refunded,
+            Ok(_) => RefundAnswer::Refunded,
             Err(GatewayError::Rejected { code, message }) => {
                 RefundAnswer::Refused(format!("{code}: {message}"))
             }

@@ -15,8 +15,9 @@ pub mod limits {
     pub const REASON: usize = 1000;
     /// An outbox event type in a filter (`order.completed`).
     pub const EVENT_TYPE: usize = 128;
-    /// The provider's transaction id (the `providerTransactionId` column).
-    pub const PROVIDER_TRANSACTION_ID: usize = 128;
+    /// The provider's transaction id (the `providerTransactionId` column): Toss's
+    /// `paymentKey` is documented as up to 200 characters.
+    pub const PROVIDER_TRANSACTION_ID: usize = 200;
     /// A provider's decline or error code.
     pub const PROVIDER_CODE: usize = 64;
     /// A provider's message, kept in a step's detail.

@@ -26,4 +26,5 @@ mod properties;
 mod relay;
 mod repository_contract;
 mod schemathesis;
+mod toss;
 mod traces;

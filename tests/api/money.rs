@@ -172,7 +172,7 @@ async fn a_refund_the_provider_never_confirms_is_left_to_an_operator(backend: Ba
 /// is an unknown outcome: no stuck `CREATED` order, no approve loop; reconciliation asks a
 /// bounded number of times, never reports it resolved, and hands it to an operator.
 async fn an_approval_that_breaks_the_protocol_is_reconciled_not_repeated(backend: Backend) {
-    for garbage in [json!("x".repeat(200)), json!("tx\u{0}nul")] {
+    for garbage in [json!("x".repeat(201)), json!("tx\u{0}nul")] {
         let server = MockServer::start().await;
         let answer = json!({ "providerTransactionId": garbage, "status": "APPROVED" });
         Mock::given(path("/v1/payments/confirm"))

@@ -16,9 +16,12 @@ use serde_json::json;
 
 use crate::adapters::Secret;
 use crate::application::ports::{
-    ApprovalOutcome, ApprovePayment, CancelPayment, GatewayError, LookupOutcome, PaymentGateway, Scenario,
+    ApprovalOutcome, ApprovePayment, CancelPayment, CancelReceipt, GatewayError, LookupOutcome,
+    PaymentGateway, Scenario,
 };
 use crate::domain::text;
+
+use super::transport::{Exchange, exchange};
 
 #[derive(Debug, Clone)]
 pub struct ExternalProviderSettings {
@@ -60,15 +63,6 @@ struct ErrorResponse {
     message: String,
 }
 
-/// What one HTTP exchange amounted to.
-enum Exchange {
-    Answered(StatusCode, Vec<u8>),
-    /// Never reached the provider: nothing happened there.
-    NotSent(String),
-    /// Sent, but no complete answer (timeout, reset): the provider may have acted.
-    Lost(String),
-}
-
 impl ExternalPaymentGateway {
     /// # Errors
     /// The HTTP client cannot be built (no TLS provider).
@@ -89,19 +83,7 @@ impl ExternalPaymentGateway {
     }
 
     async fn exchange(&self, request: reqwest::RequestBuilder) -> Exchange {
-        let request = request.basic_auth(self.settings.secret_key.expose(), Some(""));
-        match request.send().await {
-            Ok(response) => {
-                let status = response.status();
-                match response.bytes().await {
-                    Ok(body) => Exchange::Answered(status, body.to_vec()),
-                    Err(e) => Exchange::Lost(format!("response body lost: {}", e.without_url())),
-                }
-            }
-            Err(e) if e.is_connect() => Exchange::NotSent(format!("cannot connect: {}", e.without_url())),
-            Err(e) if e.is_timeout() => Exchange::Lost("timed out".into()),
-            Err(e) => Exchange::Lost(e.without_url().to_string()),
-        }
+        exchange(request, &self.settings.secret_key).await
     }
 
     /// After a transient failure: whether to try again (sleeping the backoff first).
@@ -251,13 +233,13 @@ impl PaymentGateway for ExternalPaymentGateway {
         }
     }
 
-    async fn cancel(&self, request: &CancelPayment) -> Result<(), GatewayError> {
+    async fn cancel(&self, request: &CancelPayment) -> Result<CancelReceipt, GatewayError> {
         let path = format!("/v1/payments/{}/cancel", request.provider_transaction_id);
-        let key = format!("cancel-{}", request.payment_request_id);
+        let key = &request.idempotency_key;
         let body = json!({ "reason": request.reason, "amount": request.amount.minor() });
         let mut attempt = 0;
         loop {
-            let call = self.client.post(self.url(&path)).header("Idempotency-Key", &key).json(&body);
+            let call = self.client.post(self.url(&path)).header("Idempotency-Key", key).json(&body);
             let transient = match self.exchange(call).await {
                 Exchange::NotSent(reason) | Exchange::Lost(reason) => reason,
                 Exchange::Answered(status, _) if status.is_server_error() => {
@@ -272,7 +254,7 @@ impl PaymentGateway for ExternalPaymentGateway {
                     let code = if e.code.is_empty() { status.as_u16().to_string() } else { e.code };
                     return Err(GatewayError::Rejected { code, message: e.message });
                 }
-                Exchange::Answered(_, _) => return Ok(()),
+                Exchange::Answered(_, _) => return Ok(CancelReceipt::default()),
             };
             if !self.again(&mut attempt, &transient).await {
                 return Err(GatewayError::Unavailable(transient));

@@ -10,9 +10,9 @@ use tracing::Instrument;
 
 use crate::application::meter::Meter;
 use crate::application::ports::{
-    ApprovalOutcome, ApprovePayment, CancelPayment, GatewayError, LookupOutcome, NotificationRequest,
-    Notifier, NotifyFailure, PaymentGateway, Scenario, SettlementGateway, SettlementOutcome,
-    SettlementRequest,
+    ApprovalOutcome, ApprovePayment, CancelPayment, CancelReceipt, GatewayError, LookupOutcome,
+    NotificationRequest, Notifier, NotifyFailure, PaymentGateway, Scenario, SettlementGateway,
+    SettlementOutcome, SettlementRequest,
 };
 
 /// A gateway whose calls are measured, labelled `provider` (`mock`, `external`,
@@ -88,11 +88,11 @@ impl PaymentGateway for Measured<dyn PaymentGateway> {
         result
     }
 
-    async fn cancel(&self, request: &CancelPayment) -> Result<(), GatewayError> {
+    async fn cancel(&self, request: &CancelPayment) -> Result<CancelReceipt, GatewayError> {
         let started = Instant::now();
         let result = self.inner.cancel(request).instrument(self.span("cancel")).await;
         let outcome = match &result {
-            Ok(()) => "cancelled",
+            Ok(_) => "cancelled",
             Err(err) => gateway_error(err),
         };
         self.record("cancel", outcome, started);

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use async_trait::async_trait;
 
 use crate::application::ports::{
-    ApprovalOutcome, ApprovePayment, Behaviour, CancelPayment, GatewayError, LookupOutcome,
+    ApprovalOutcome, ApprovePayment, Behaviour, CancelPayment, CancelReceipt, GatewayError, LookupOutcome,
     NotificationRequest, Notifier, NotifyFailure, PaymentGateway, Scenario, SettlementGateway,
     SettlementOutcome, SettlementRequest,
 };
@@ -136,7 +136,7 @@ impl PaymentGateway for SimulatedPaymentGateway {
         })
     }
 
-    async fn cancel(&self, request: &CancelPayment) -> Result<(), GatewayError> {
+    async fn cancel(&self, request: &CancelPayment) -> Result<CancelReceipt, GatewayError> {
         self.calls.cancels.fetch_add(1, Ordering::SeqCst);
         match request.scenario.refund {
             Some(Behaviour::Fail) => Err(GatewayError::Rejected {
@@ -150,7 +150,7 @@ impl PaymentGateway for SimulatedPaymentGateway {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .insert(request.payment_request_id.clone());
-                Ok(())
+                Ok(CancelReceipt::default())
             }
         }
     }

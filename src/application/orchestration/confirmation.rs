@@ -178,6 +178,8 @@ impl Orchestrator {
                     customer_id: record.order.customer_id.clone(),
                     payment_request_id: payment.payment_request_id.clone(),
                     amount: payment.amount,
+                    order_name: record.order.name(),
+                    authorization: None,
                     scenario,
                 };
                 match decide_approval(self.payments.approve(&request).await) {

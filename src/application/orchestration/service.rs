@@ -439,6 +439,8 @@ impl Orchestrator {
             customer_id: record.order.customer_id.clone(),
             payment_request_id: payment.payment_request_id.clone(),
             amount: payment.amount,
+            order_name: record.order.name(),
+            authorization: None,
             scenario: record.context.scenario,
         };
         let decision = decide_approval(self.payments.approve(&request).await);
@@ -534,12 +536,16 @@ impl Orchestrator {
             payment_id: payment.id,
             payment_request_id: payment.payment_request_id.clone(),
             provider_transaction_id,
+            // The whole payment: compensation is a full cancel, keyed like every cancel of
+            // this payment's approval.
+            idempotency_key: format!("cancel-{}", payment.payment_request_id),
             amount: payment.amount,
+            balance: payment.amount,
             reason: "settlement failed".into(),
             scenario: record.context.scenario,
         };
         let result = self.payments.cancel(&request).await;
-        let mut outcome = compensation::decide(record, payment, result, actor, self.clock.now())?;
+        let mut outcome = compensation::decide(record, payment, result.map(|_| ()), actor, self.clock.now())?;
         if let (Progress::Stop, Some(owner)) = (&outcome.progress, run.owner) {
             // A failed cancel ends this run (the worker retries later).
             outcome.changes.release_saga = Some(owner.to_owned());
@@ -653,7 +659,7 @@ mod tests {
             .expect_cancel()
             .times(1)
             .withf(|c| c.provider_transaction_id == "tx-1")
-            .returning(|_| Ok(()));
+            .returning(|_| Ok(crate::application::ports::CancelReceipt::default()));
         m.notifier.expect_send().never();
         let (saga, committed) = m.build();
 

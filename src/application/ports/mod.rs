@@ -53,7 +53,10 @@ pub use outbox_store::{
     DeliveryFailure, FastBatch, FastSettlement, HeldLane, LaneCursor, LaneFilter, NewOutboxEvent,
     OutboxFilter, OutboxRecord, OutboxStats, OutboxStore,
 };
-pub use payment_gateway::{ApprovalOutcome, ApprovePayment, CancelPayment, LookupOutcome, PaymentGateway};
+pub use payment_gateway::{
+    ApprovalOutcome, ApprovePayment, BillingKey, CancelPayment, CancelReceipt, LookupOutcome,
+    PaymentAuthorization, PaymentGateway,
+};
 pub use payment_repository::PaymentRepository;
 pub use scenario::{Behaviour, Scenario, ScenarioError};
 pub use settlement_gateway::{SettlementGateway, SettlementOutcome, SettlementRequest};

@@ -12,10 +12,35 @@ use crate::domain::money::Money;
 pub struct ApprovePayment {
     pub order_id: OrderId,
     pub customer_id: String,
-    /// Sent as `Idempotency-Key`: asking twice never charges twice.
+    /// Sent as `Idempotency-Key`: asking twice never charges twice. Toss also takes it as
+    /// its `orderId` (one per payment attempt, 6–64 of `[A-Za-z0-9_-]`).
     pub payment_request_id: String,
     pub amount: Money,
+    /// What the customer sees the charge as (Toss's `orderName`).
+    pub order_name: String,
+    /// What the customer gave to be charged with, for a provider that needs it (Toss);
+    /// `None` for the mock and the external protocol, which charge the customer by id.
+    pub authorization: Option<PaymentAuthorization>,
     pub scenario: Scenario,
+}
+
+/// How the customer authorized a charge at a provider that asks first (docs/spec.md §10).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PaymentAuthorization {
+    /// The payment widget's `paymentKey`: the customer authorized this one payment.
+    Checkout { payment_key: String },
+    /// A saved card: its billing key and the customer's key it is bound to.
+    SavedCard { billing_key: BillingKey, customer_key: String },
+}
+
+/// A saved card's billing key: as good as the card, so never printed (`Debug` hides it).
+#[derive(Clone, PartialEq, Eq)]
+pub struct BillingKey(pub String);
+
+impl std::fmt::Debug for BillingKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BillingKey(***)")
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,9 +81,25 @@ pub struct CancelPayment {
     pub payment_id: PaymentId,
     pub payment_request_id: String,
     pub provider_transaction_id: String,
+    /// Sent as `Idempotency-Key`: the intent's key, one per cancel (a provider that scopes
+    /// keys by URL, as Toss does, would replay an earlier partial cancel's answer otherwise).
+    pub idempotency_key: String,
+    /// How much to cancel.
     pub amount: Money,
+    /// What can still be cancelled before this one, as we have it; a provider that checks
+    /// it (Toss's `refundableAmount`) refuses a cancel when it disagrees.
+    pub balance: Money,
     pub reason: String,
     pub scenario: Scenario,
+}
+
+/// What a provider said of a cancel it made, where it says more than "done".
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CancelReceipt {
+    /// The provider's key of this cancel (Toss's `transactionKey`).
+    pub transaction_key: Option<String>,
+    /// What can still be cancelled after it, by the provider's books.
+    pub balance_after: Option<i64>,
 }
 
 #[cfg_attr(test, mockall::automock)]
@@ -81,10 +122,10 @@ pub trait PaymentGateway: Send + Sync {
         scenario: &Scenario,
     ) -> Result<LookupOutcome, GatewayError>;
 
-    /// Cancels or refunds an approved payment; idempotent by `payment_request_id`.
+    /// Cancels or refunds (part of) an approved payment; idempotent by `idempotency_key`.
     ///
     /// # Errors
     /// MUST return `Rejected` when the provider refuses (recorded, not retried); `Unavailable` when it
     /// cannot be reached (retried later).
-    async fn cancel(&self, request: &CancelPayment) -> Result<(), GatewayError>;
+    async fn cancel(&self, request: &CancelPayment) -> Result<CancelReceipt, GatewayError>;
 }

@@ -70,6 +70,19 @@ fn check_id(field: &str, value: &str) -> Result<(), OrderError> {
 }
 
 impl Order {
+    /// What a payment provider shows the customer the charge as: the first line's SKU and
+    /// how many other lines there are (`TICKET-STD and 1 more`), or the meeting for a
+    /// registration; at most 100 characters (Toss's `orderName`).
+    pub fn name(&self) -> String {
+        let name = match (&self.meeting_id, self.items.as_slice()) {
+            (Some(meeting), _) => format!("meeting {meeting}"),
+            (None, [first]) => first.sku.clone(),
+            (None, [first, rest @ ..]) => format!("{} and {} more", first.sku, rest.len()),
+            (None, []) => format!("order {}", self.id),
+        };
+        name.chars().take(100).collect()
+    }
+
     /// Validates a checkout and creates the order in `CREATED`.
     ///
     /// # Errors
@@ -283,6 +296,18 @@ mod tests {
         order.status = status;
         order.failure_stage = stage;
         order
+    }
+
+    #[test]
+    fn an_order_is_named_by_its_first_line_and_the_count_of_the_rest() {
+        let mut order = order_in(OrderStatus::Created, None);
+        assert_eq!(order.name(), "A and 1 more");
+        order.items.truncate(1);
+        assert_eq!(order.name(), "A");
+        order.items[0].sku = "S".repeat(150);
+        assert_eq!(order.name().chars().count(), 100);
+        order.meeting_id = Some("m-1".into());
+        assert_eq!(order.name(), "meeting m-1");
     }
 
     #[test]
