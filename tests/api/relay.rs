@@ -720,3 +720,95 @@ async fn a_batch_sent_before_the_one_before_it_is_confirmed_gets_its_own_verdict
     publisher.close().await;
     broker.cleanup().await;
 }
+
+/// A publisher that confirms everything and remembers what it was sent; the confirms of its
+/// first batch arrive only after `pause` (the worker stopped between two waves).
+struct PausingPublisher {
+    sent: std::sync::Mutex<Vec<EventId>>,
+    pause: Duration,
+    first: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl orchestrator::application::ports::EventPublisher for PausingPublisher {
+    async fn ready(&self) -> Result<(), orchestrator::application::ports::BrokerUnavailable> {
+        Ok(())
+    }
+
+    async fn publish(
+        &self,
+        batch: &[orchestrator::application::ports::OutboxRecord],
+    ) -> Vec<orchestrator::application::ports::PublishOutcome> {
+        self.sent.lock().unwrap().extend(batch.iter().map(|r| r.event_id));
+        if self.first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            tokio::time::sleep(self.pause).await;
+        }
+        vec![orchestrator::application::ports::PublishOutcome::Confirmed; batch.len()]
+    }
+}
+
+fn relay_with(
+    app: &TestApp,
+    worker: &str,
+    publisher: Arc<PausingPublisher>,
+) -> orchestrator::application::outbox::OutboxRelay {
+    use orchestrator::application::outbox::{OutboxRelay, RelaySettings};
+    use orchestrator::domain::outbox::RetrySchedule;
+    OutboxRelay::new(
+        app.services.outbox_store.clone(),
+        publisher,
+        app.services.clock.clone(),
+        RelaySettings {
+            worker_id: worker.into(),
+            lanes: 16,
+            batch_size: 256,
+            lease: chrono::Duration::seconds(1),
+            poll_interval: Duration::from_secs(10),
+            retry_poll_interval: Duration::from_secs(30),
+            schedule: RetrySchedule {
+                max_retries: 3,
+                backoff_base: chrono::Duration::seconds(10),
+                backoff_cap: chrono::Duration::seconds(300),
+            },
+            wave_margin: Duration::from_millis(100),
+        },
+        Arc::new(Notify::new()),
+    )
+}
+
+/// Issue 28: a worker whose lease lapsed between two waves of one batch (here its first
+/// wave's confirms came 1.5 s late on a 1 s lease) sends no further wave and records
+/// nothing; the lanes' next owner sends the whole batch, in aggregate order.
+async fn a_worker_whose_lease_lapsed_mid_batch_sends_no_further_wave(backend: Backend) {
+    let Some(app) = TestApp::spawn_on_manual_clock(backend, &[]).await else {
+        return;
+    };
+    // Three aggregates of two events: two waves.
+    let events = seed(&repo(&app), 3, 2).await;
+    let paused = Arc::new(PausingPublisher {
+        sent: Default::default(),
+        pause: Duration::from_millis(1500),
+        first: true.into(),
+    });
+    let stop = CancellationToken::new();
+    let report = relay_with(&app, "paused-worker", paused.clone()).drain(&stop).await.unwrap();
+    let first_wave: HashSet<EventId> = events.iter().filter(|e| e.payload.contains(r#""seq":0"#)).map(|e| e.event_id).collect();
+    let sent: HashSet<EventId> = paused.sent.lock().unwrap().iter().copied().collect();
+    assert_eq!(sent, first_wave, "only the wave sent before the pause went out");
+    assert_eq!((report.published, report.lost_claims), (0, 6), "{report:?}");
+    assert_eq!(published(&app).await, 0, "nothing recorded");
+
+    // Its lanes' lease runs out; another worker takes them and sends everything.
+    app.advance(Duration::from_secs(2));
+    let next = Arc::new(PausingPublisher { sent: Default::default(), pause: Duration::ZERO, first: false.into() });
+    let report = relay_with(&app, "next-owner", next.clone()).drain(&stop).await.unwrap();
+    assert_eq!(report.published, 6, "{report:?}");
+    assert_eq!(published(&app).await, 6);
+    let order = next.sent.lock().unwrap().clone();
+    for aggregate in events.chunks(2) {
+        let at = |e: &NewOutboxEvent| order.iter().position(|id| *id == e.event_id).unwrap();
+        assert!(at(&aggregate[0]) < at(&aggregate[1]), "per-aggregate order");
+    }
+}
+
+on_both_databases!(a_worker_whose_lease_lapsed_mid_batch_sends_no_further_wave);

@@ -45,6 +45,10 @@ pub struct RelaySettings {
     /// The longest a retry that came due waits while the relay is idle.
     pub retry_poll_interval: StdDuration,
     pub schedule: RetrySchedule,
+    /// The longest a wave can take with the broker (its confirm timeout): a wave is sent only
+    /// while the lease holds for at least this much longer, so a worker that lost its lease
+    /// mid-batch (paused, starved) stops before another may start (docs/spec.md §6).
+    pub wave_margin: StdDuration,
 }
 
 /// What one round did.
@@ -83,6 +87,9 @@ struct Sent {
     report: RelayReport,
     failures: Vec<DeliveryFailure>,
     held_back: Vec<i64>,
+    /// The lease ran out (or would have during the next wave) before the batch was all
+    /// sent: nothing of it may be recorded, its next owner sends it again.
+    lapsed: bool,
 }
 
 fn aggregate_of(row: &OutboxRecord) -> (String, String) {
@@ -197,7 +204,12 @@ struct HeldLanes {
 impl HeldLanes {
     /// Whether the lease surely still holds, by this process's clock.
     fn valid(&self) -> bool {
-        self.valid_until.is_some_and(|until| Instant::now() < until)
+        self.valid_for(StdDuration::ZERO)
+    }
+
+    /// Whether the lease surely holds for `margin` more.
+    fn valid_for(&self, margin: StdDuration) -> bool {
+        self.valid_until.is_some_and(|until| Instant::now() + margin < until)
     }
 }
 
@@ -293,6 +305,13 @@ impl OutboxRelay {
     /// what another worker may already be sending.
     async fn lease_holds(&self) -> bool {
         self.held.lock().await.valid()
+    }
+
+    /// Whether a wave may go out now: the lease holds for longer than a wave can take. The
+    /// waves of a batch follow each other for as long as the broker takes to confirm them,
+    /// so the check before the batch is not enough for its later waves.
+    async fn wave_may_go(&self) -> bool {
+        self.held.lock().await.valid_for(self.settings.wave_margin)
     }
 
     /// Gives the lanes back (graceful stop): other workers take them at their next renewal.
@@ -506,6 +525,10 @@ impl OutboxRelay {
         // Every event held back: nothing to send (and no connection to open for it).
         let mut confirmation: Confirmation = if wave.is_empty() {
             Box::pin(std::future::ready(Vec::new()))
+        } else if !self.wave_may_go().await {
+            sent.lapsed = true;
+            wave.clear();
+            Box::pin(std::future::ready(Vec::new()))
         } else {
             self.publisher.send(&wave).await
         };
@@ -531,8 +554,17 @@ impl OutboxRelay {
                         }
                     }
                 }
+                if sent.lapsed {
+                    break;
+                }
                 (wave, later) = next_wave(&round.rows, later, &failed, &mut sent.held_back);
                 if wave.is_empty() {
+                    break;
+                }
+                if !self.wave_may_go().await {
+                    // Paused or starved past the lease mid-batch: this wave and the rest stay
+                    // unsent; another worker may already be sending this lane.
+                    sent.lapsed = true;
                     break;
                 }
                 confirmation = self.publisher.send(&wave).await;
@@ -547,6 +579,22 @@ impl OutboxRelay {
     /// held-back events to the slow path. No row is updated for an event that went out.
     async fn record(&self, round: &Round, sent: Sent) -> Result<RelayReport, RelayError> {
         let mut report = sent.report;
+        if sent.lapsed {
+            // Not all of it went out: recording the lanes' progress would pass over the
+            // unsent events. Nothing is recorded; the lanes are forgotten here and their next
+            // owner (this worker again, once it renews) sends the batch from the start.
+            let mut cursors = self.cursors.lock().await;
+            for (lane, (page, _)) in &round.pages {
+                cursors.remove(lane);
+                report.lost_claims += page.len() as u64;
+            }
+            report.published = 0;
+            tracing::warn!(
+                lost = report.lost_claims,
+                "outbox lane lease lapsed mid-batch; nothing more was sent and nothing recorded"
+            );
+            return Ok(report);
+        }
         let settlement = FastSettlement {
             progress: round.pages.values().map(|(_, next)| next.clone()).collect(),
             failures: sent.failures,
