@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::broker::{TestBroker, amqp_url};
 use crate::helpers::TcpProxy;
-use crate::helpers::{Backend, TestApp, count_where};
+use crate::helpers::{Backend, TestApp, count_where, until};
 use crate::on_both_databases;
 
 fn event(aggregate: &str, seq: usize, routing_key: &str, event_type: &str) -> NewOutboxEvent {
@@ -776,9 +776,9 @@ fn relay_with(
     )
 }
 
-/// Issue 28: a worker whose lease lapsed between two waves of one batch (here its first
-/// wave's confirms came 1.5 s late on a 1 s lease) sends no further wave and records
-/// nothing; the lanes' next owner sends the whole batch, in aggregate order.
+/// Issue 28: a worker whose lease lapsed between two waves of one batch (its first wave's
+/// confirms come 1.5 s late on a 1 s lease, and meanwhile another worker takes its lanes and
+/// publishes everything) sends no further wave when it resumes, and records nothing.
 async fn a_worker_whose_lease_lapsed_mid_batch_sends_no_further_wave(backend: Backend) {
     let Some(app) = TestApp::spawn_on_manual_clock(backend, &[]).await else {
         return;
@@ -791,24 +791,34 @@ async fn a_worker_whose_lease_lapsed_mid_batch_sends_no_further_wave(backend: Ba
         first: true.into(),
     });
     let stop = CancellationToken::new();
-    let report = relay_with(&app, "paused-worker", paused.clone()).drain(&stop).await.unwrap();
-    let first_wave: HashSet<EventId> = events.iter().filter(|e| e.payload.contains(r#""seq":0"#)).map(|e| e.event_id).collect();
-    let sent: HashSet<EventId> = paused.sent.lock().unwrap().iter().copied().collect();
-    assert_eq!(sent, first_wave, "only the wave sent before the pause went out");
-    assert_eq!((report.published, report.lost_claims), (0, 6), "{report:?}");
-    assert_eq!(published(&app).await, 0, "nothing recorded");
+    let worker = relay_with(&app, "paused-worker", paused.clone());
+    let paused_run = {
+        let stop = stop.clone();
+        tokio::spawn(async move { worker.drain(&stop).await })
+    };
+    until("the first wave sent", || async { !paused.sent.lock().unwrap().is_empty() }).await;
 
-    // Its lanes' lease runs out; another worker takes them and sends everything.
+    // While it waits, its lanes' lease runs out; another worker takes them and sends all.
     app.advance(Duration::from_secs(2));
-    let next = Arc::new(PausingPublisher { sent: Default::default(), pause: Duration::ZERO, first: false.into() });
+    let next =
+        Arc::new(PausingPublisher { sent: Default::default(), pause: Duration::ZERO, first: false.into() });
     let report = relay_with(&app, "next-owner", next.clone()).drain(&stop).await.unwrap();
     assert_eq!(report.published, 6, "{report:?}");
-    assert_eq!(published(&app).await, 6);
     let order = next.sent.lock().unwrap().clone();
     for aggregate in events.chunks(2) {
         let at = |e: &NewOutboxEvent| order.iter().position(|id| *id == e.event_id).unwrap();
         assert!(at(&aggregate[0]) < at(&aggregate[1]), "per-aggregate order");
     }
+
+    // The paused worker resumes: nothing it had not sent before the pause goes out.
+    let report = paused_run.await.unwrap().unwrap();
+    let first_wave: HashSet<EventId> =
+        events.iter().filter(|e| e.payload.contains(r#""seq":0"#)).map(|e| e.event_id).collect();
+    let sent: HashSet<EventId> = paused.sent.lock().unwrap().iter().copied().collect();
+    assert_eq!(sent, first_wave, "only the wave sent before the pause went out");
+    assert_eq!(paused.sent.lock().unwrap().len(), 3, "and once");
+    assert_eq!((report.published, report.lost_claims), (0, 6), "{report:?}");
+    assert_eq!(published(&app).await, 6, "the next owner's record stands");
 }
 
 on_both_databases!(a_worker_whose_lease_lapsed_mid_batch_sends_no_further_wave);
