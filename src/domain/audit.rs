@@ -6,6 +6,9 @@ spelled!(
     /// What an audit row records.
     AuditAction {
         OrderPlaced => "ORDER_PLACED",
+        PaymentAuthorized => "PAYMENT_AUTHORIZED",
+        PaymentRejected => "PAYMENT_REJECTED",
+        PaymentWindowExpired => "PAYMENT_WINDOW_EXPIRED",
         OrderRejected => "ORDER_REJECTED",
         Replay => "REPLAY",
         IdempotencyKeyReused => "IDEMPOTENCY_KEY_REUSED",

@@ -35,7 +35,7 @@ fn stage() -> impl Strategy<Value = FailureStage> {
 
 proptest! {
     #[test]
-    fn orders_keep_their_invariants(actions in proptest::collection::vec((0u8..7, stage()), 0..40)) {
+    fn orders_keep_their_invariants(actions in proptest::collection::vec((0u8..8, stage()), 0..40)) {
         let mut o = order();
         for (action, stage) in actions {
             let before = o.clone();
@@ -46,6 +46,7 @@ proptest! {
                 3 => o.complete(now()),
                 4 => o.fail(stage, crate::domain::order::FailureReason::PaymentDeclined, now()),
                 5 => o.compensate(now()),
+                6 => o.await_payment(now()),
                 _ => o.refund(now()),
             };
             if result.is_err() {
@@ -54,7 +55,9 @@ proptest! {
             match o.status {
                 OrderStatus::Failed => prop_assert!(o.failure_stage.is_some()),
                 OrderStatus::Created | OrderStatus::PaymentApproved | OrderStatus::SettlementRequested
-                | OrderStatus::PendingConfirmation | OrderStatus::Completed => prop_assert!(o.failure_stage.is_none()),
+                | OrderStatus::PendingConfirmation | OrderStatus::AwaitingPayment | OrderStatus::Completed => {
+                    prop_assert!(o.failure_stage.is_none())
+                }
                 OrderStatus::Cancelled => {}
             }
             prop_assert_eq!(o.total, before.total, "the amount never changes");

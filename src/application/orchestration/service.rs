@@ -377,7 +377,10 @@ impl Orchestrator {
             let action = next_action_of(&record);
             // The step's label (metrics) and its span's name.
             let (step, name) = match action {
-                NextAction::Done | NextAction::AwaitConfirmation | NextAction::AwaitRetryOrOperator => {
+                NextAction::Done
+                | NextAction::AwaitConfirmation
+                | NextAction::AwaitPayment
+                | NextAction::AwaitRetryOrOperator => {
                     return Ok(record);
                 }
                 NextAction::ApprovePayment { .. } => ("payment", "saga payment"),

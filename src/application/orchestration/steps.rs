@@ -23,6 +23,9 @@ pub enum NextAction {
     Compensate,
     /// The payment outcome is unknown: only reconciliation (or a provider callback) may move on.
     AwaitConfirmation,
+    /// The provider needs the customer's authorization first (Toss's checkout): only the
+    /// customer's `POST /api/orders/{id}/payment`, or the window running out, moves on.
+    AwaitPayment,
     /// A notification retry or an operator is needed.
     AwaitRetryOrOperator,
     /// Nothing left to do.
@@ -33,7 +36,13 @@ impl NextAction {
     /// Nothing for a saga run to do now: the order is finished or waits on someone else
     /// (reconciliation, a notification retry, an operator).
     pub fn runs_nothing(&self) -> bool {
-        matches!(self, NextAction::Done | NextAction::AwaitConfirmation | NextAction::AwaitRetryOrOperator)
+        matches!(
+            self,
+            NextAction::Done
+                | NextAction::AwaitConfirmation
+                | NextAction::AwaitPayment
+                | NextAction::AwaitRetryOrOperator
+        )
     }
 }
 
@@ -55,15 +64,16 @@ pub fn next_action(
     notification: Option<&Notification>,
 ) -> NextAction {
     match order.status {
-        OrderStatus::Created => match payment {
+        OrderStatus::Created | OrderStatus::AwaitingPayment => match payment {
+            None if order.status == OrderStatus::AwaitingPayment => NextAction::AwaitPayment,
             None => NextAction::ApprovePayment { attempt: 1 },
             // An attempt that never got an answer is asked again with the same key.
             Some(p) if p.status == PaymentStatus::Requested => {
                 NextAction::ApprovePayment { attempt: p.attempt }
             }
             Some(p) if p.status == PaymentStatus::ConfirmationRequired => NextAction::AwaitConfirmation,
-            // A decided payment with the order still CREATED cannot be committed (they are
-            // written together); wait rather than guess.
+            // A decided payment with the order still before its payment cannot be committed
+            // (they are written together); wait rather than guess.
             Some(_) => NextAction::AwaitRetryOrOperator,
         },
         OrderStatus::PendingConfirmation => NextAction::AwaitConfirmation,
@@ -120,6 +130,19 @@ mod tests {
         let mut p = Payment::request(o.id, 1, o.total, now());
         p.status = status;
         p
+    }
+
+    #[test]
+    fn an_order_awaiting_the_customers_authorization_waits_until_it_is_given() {
+        let o = order(OrderStatus::AwaitingPayment, None);
+        assert_eq!(next_action(&o, None, None, None), NextAction::AwaitPayment);
+        assert!(NextAction::AwaitPayment.runs_nothing());
+        // The customer authorized it: its intent is committed, the charge goes on (again,
+        // after a crash) with the same attempt.
+        let p = payment(&o, PaymentStatus::Requested);
+        assert_eq!(next_action(&o, Some(&p), None, None), NextAction::ApprovePayment { attempt: 1 });
+        let p = payment(&o, PaymentStatus::ConfirmationRequired);
+        assert_eq!(next_action(&o, Some(&p), None, None), NextAction::AwaitConfirmation);
     }
 
     #[test]

@@ -167,17 +167,31 @@ impl Order {
         self.status == OrderStatus::Failed && self.failure_stage == Some(stage)
     }
 
+    /// The provider needs the customer's authorization before it can be charged (Toss's
+    /// checkout, docs/spec.md §10): the order waits for it, within the payment window.
+    pub fn await_payment(&mut self, now: DateTime<Utc>) -> Result<Vec<OrderEvent>, OrderError> {
+        self.guard(OrderAction::AwaitPayment, self.status == OrderStatus::Created)?;
+        self.move_to(OrderStatus::AwaitingPayment, now);
+        Ok(vec![])
+    }
+
+    /// Whether the order may still take its payment: created, or waiting for the customer's
+    /// authorization.
+    fn before_payment(&self) -> bool {
+        matches!(self.status, OrderStatus::Created | OrderStatus::AwaitingPayment)
+    }
+
     /// The payment was approved (directly or after reconciliation).
     pub fn approve_payment(&mut self, now: DateTime<Utc>) -> Result<Vec<OrderEvent>, OrderError> {
-        use OrderStatus::*;
-        self.guard(OrderAction::ApprovePayment, matches!(self.status, Created | PendingConfirmation))?;
-        self.move_to(PaymentApproved, now);
+        let allowed = self.before_payment() || self.status == OrderStatus::PendingConfirmation;
+        self.guard(OrderAction::ApprovePayment, allowed)?;
+        self.move_to(OrderStatus::PaymentApproved, now);
         Ok(vec![])
     }
 
     /// The payment outcome is unknown (provider timeout): wait for reconciliation.
     pub fn await_confirmation(&mut self, now: DateTime<Utc>) -> Result<Vec<OrderEvent>, OrderError> {
-        self.guard(OrderAction::AwaitConfirmation, self.status == OrderStatus::Created)?;
+        self.guard(OrderAction::AwaitConfirmation, self.before_payment())?;
         self.move_to(OrderStatus::PendingConfirmation, now);
         Ok(vec![])
     }
@@ -212,9 +226,10 @@ impl Order {
     ) -> Result<Vec<OrderEvent>, OrderError> {
         use OrderStatus::*;
         let (action, allowed) = match stage {
-            FailureStage::Payment => {
-                (OrderAction::FailPayment, matches!(self.status, Created | PendingConfirmation))
-            }
+            FailureStage::Payment => (
+                OrderAction::FailPayment,
+                matches!(self.status, Created | AwaitingPayment | PendingConfirmation),
+            ),
             FailureStage::Settlement => {
                 (OrderAction::FailSettlement, matches!(self.status, PaymentApproved | SettlementRequested))
             }
@@ -249,6 +264,7 @@ impl Order {
     pub fn registration_key(&self) -> Option<String> {
         let live = match self.status {
             OrderStatus::Created
+            | OrderStatus::AwaitingPayment
             | OrderStatus::PaymentApproved
             | OrderStatus::SettlementRequested
             | OrderStatus::Completed
@@ -320,6 +336,7 @@ mod tests {
             (SettlementRequested, None, true),
             (Completed, None, true),
             (PendingConfirmation, None, true),
+            (AwaitingPayment, None, true),
             (Failed, Some(F::Payment), false),
             (Failed, Some(F::Settlement), true),
             (Failed, Some(F::Notification), true),
@@ -413,7 +430,8 @@ mod tests {
     fn transition_table() {
         use FailureStage as F;
         use OrderStatus::*;
-        let actions: [(&str, Action); 9] = [
+        let actions: [(&str, Action); 10] = [
+            ("await_payment", |o| o.await_payment(now())),
             ("approve", |o| o.approve_payment(now())),
             ("await", |o| o.await_confirmation(now())),
             ("settle", |o| o.request_settlement(now())),
@@ -434,19 +452,23 @@ mod tests {
             (Failed, Some(F::Notification)),
             (Cancelled, None),
             (PendingConfirmation, None),
+            (AwaitingPayment, None),
         ];
         // Rows: states above; columns: actions above.
         #[rustfmt::skip]
-        let expected: [[Option<OrderStatus>; 9]; 9] = [
-            [Some(PaymentApproved), Some(PendingConfirmation), None, None, Some(Failed), None, None, None, None],
-            [None, None, Some(SettlementRequested), None, None, Some(Failed), None, None, None],
-            [None, None, None, Some(Completed), None, Some(Failed), Some(Failed), None, None],
-            [None, None, None, None, None, None, None, None, Some(Cancelled)],
-            [None; 9],
-            [None, None, None, None, None, None, None, Some(Cancelled), None],
-            [None, None, None, Some(Completed), None, None, None, None, None],
-            [None; 9],
-            [Some(PaymentApproved), None, None, None, Some(Failed), None, None, None, None],
+        let expected: [[Option<OrderStatus>; 10]; 10] = [
+            [Some(AwaitingPayment), Some(PaymentApproved), Some(PendingConfirmation), None, None, Some(Failed), None, None, None, None],
+            [None, None, None, Some(SettlementRequested), None, None, Some(Failed), None, None, None],
+            [None, None, None, None, Some(Completed), None, Some(Failed), Some(Failed), None, None],
+            [None, None, None, None, None, None, None, None, None, Some(Cancelled)],
+            [None; 10],
+            [None, None, None, None, None, None, None, None, Some(Cancelled), None],
+            [None, None, None, None, Some(Completed), None, None, None, None, None],
+            [None; 10],
+            [None, Some(PaymentApproved), None, None, None, Some(Failed), None, None, None, None],
+            // Waiting for the customer's authorization (§10): the charge is approved, or its
+            // outcome is unknown, or it fails (declined, or the window ran out).
+            [None, Some(PaymentApproved), Some(PendingConfirmation), None, None, Some(Failed), None, None, None, None],
         ];
         for (row, (status, stage)) in states.iter().enumerate() {
             for (col, (name, action)) in actions.iter().enumerate() {

@@ -13,6 +13,7 @@ spelled!(
         Failed => "FAILED",
         Cancelled => "CANCELLED",
         PendingConfirmation => "PENDING_CONFIRMATION",
+        AwaitingPayment => "AWAITING_PAYMENT",
     }
 );
 
@@ -33,6 +34,7 @@ spelled!(
         ProviderUnavailable => "PROVIDER_UNAVAILABLE",
         SettlementFailed => "SETTLEMENT_FAILED",
         NotificationFailed => "NOTIFICATION_FAILED",
+        PaymentWindowExpired => "PAYMENT_WINDOW_EXPIRED",
     }
 );
 
@@ -47,6 +49,7 @@ spelled!(
 spelled!(
     /// The actions an order accepts; an illegal one names itself in the error.
     OrderAction {
+        AwaitPayment => "AWAIT_PAYMENT",
         ApprovePayment => "APPROVE_PAYMENT",
         AwaitConfirmation => "AWAIT_CONFIRMATION",
         RequestSettlement => "REQUEST_SETTLEMENT",

@@ -55,6 +55,19 @@ impl Payment {
         }
     }
 
+    /// A new attempt the customer authorized at a provider that asks first (Toss's
+    /// checkout): `provider_key` (the widget's `paymentKey`) is what the charge confirms,
+    /// and the provider's transaction id once approved.
+    pub fn request_authorized(
+        order_id: OrderId,
+        attempt: i32,
+        amount: Money,
+        provider_key: impl Into<String>,
+        now: DateTime<Utc>,
+    ) -> Self {
+        Payment { provider_transaction_id: Some(provider_key.into()), ..Payment::request(order_id, attempt, amount, now) }
+    }
+
     fn guard(&self, action: PaymentAction, allowed: bool) -> Result<(), PaymentError> {
         if allowed { Ok(()) } else { Err(PaymentError::InvalidTransition { from: self.status, action }) }
     }
@@ -238,6 +251,20 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn an_authorized_attempt_carries_the_customers_key_until_approved_with_it() {
+        let mut p = Payment::request_authorized(
+            OrderId::new(),
+            1,
+            Money::new(100, "KRW".parse().unwrap()).unwrap(),
+            "tgen_1",
+            now(),
+        );
+        assert_eq!((p.status, p.provider_transaction_id.as_deref()), (PaymentStatus::Requested, Some("tgen_1")));
+        p.approve("tgen_1", now()).unwrap();
+        assert_eq!(p.status, PaymentStatus::Approved);
     }
 
     #[test]
