@@ -42,6 +42,8 @@ pub enum BrokerKind {
 pub enum ProviderKind {
     Mock,
     External,
+    /// Toss Payments' v1 API (docs/spec.md §10).
+    Toss,
 }
 
 const DEV_SECRET: &str = "dev-only-signing-key-of-the-embedded-default-never-use-in-production";
@@ -152,6 +154,23 @@ pub struct PaymentSettings {
     pub external_secret_key: Option<Secret>,
     pub external_webhook_secret: Option<Secret>,
     pub external_timeout: Duration,
+    pub toss: TossConfig,
+}
+
+/// `payment.toss.*` (docs/spec.md §10; docs/configuration.md).
+#[derive(Debug, Clone)]
+pub struct TossConfig {
+    /// `test_sk_…` or `live_sk_…`; required with `payment.provider = toss`.
+    pub secret_key: Option<Secret>,
+    pub base_url: String,
+    pub timeout: Duration,
+    /// How long an order may wait `AWAITING_PAYMENT`.
+    pub confirm_window: Duration,
+    /// The ledger's day is a day in this zone; only `Asia/Seoul` (UTC+09:00, no daylight
+    /// saving) is known, Toss's own zone.
+    pub timezone: String,
+    /// When the worker reconciles the previous day's ledger (`HH:MM` in `timezone`).
+    pub ledger_at: String,
 }
 
 #[derive(Debug, Clone)]
@@ -305,6 +324,18 @@ struct RawPayment {
     provider: Option<String>,
     reconciliation: RawReconciliation,
     external: RawExternal,
+    toss: RawToss,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawToss {
+    secret_key: Option<Secret>,
+    base_url: String,
+    timeout: String,
+    confirm_window: String,
+    timezone: String,
+    ledger_at: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -423,6 +454,13 @@ max_attempts = 10
 [payment.external]
 timeout = "5s"
 
+[payment.toss]
+base_url = "https://api.tosspayments.com"
+timeout = "5s"
+confirm_window = "10m"
+timezone = "Asia/Seoul"
+ledger_at = "04:00"
+
 [worker.http]
 bind = "127.0.0.1:8081"
 
@@ -463,7 +501,7 @@ impl Settings {
         if !self.payment.provider_explicit {
             return Err(invalid(
                 "payment.provider",
-                "must be set explicitly with a PostgreSQL database: external, or mock (simulated payments)",
+                "must be set explicitly with a PostgreSQL database: toss, external, or mock (simulated payments)",
             ));
         }
         Ok(())
@@ -699,8 +737,30 @@ fn resolve_payment(p: RawPayment) -> Result<PaymentSettings, ConfigError> {
     let provider = match p.provider.as_deref() {
         None | Some("mock") => ProviderKind::Mock,
         Some("external") => ProviderKind::External,
-        Some(other) => return Err(invalid("payment.provider", format!("`{other}` is not mock or external"))),
+        Some("toss") => ProviderKind::Toss,
+        Some(other) => {
+            return Err(invalid("payment.provider", format!("`{other}` is not mock, toss or external")));
+        }
     };
+    if provider == ProviderKind::Toss {
+        match &p.toss.secret_key {
+            None => return Err(invalid("payment.toss.secret_key", "is required when payment.provider = toss")),
+            Some(key) if !(key.expose().starts_with("test_sk_") || key.expose().starts_with("live_sk_")) => {
+                // Never the key itself in the message.
+                return Err(invalid("payment.toss.secret_key", "must be a secret key, test_sk_... or live_sk_..."));
+            }
+            Some(_) => {}
+        }
+    }
+    if !(p.toss.base_url.starts_with("http://") || p.toss.base_url.starts_with("https://")) {
+        return Err(invalid("payment.toss.base_url", "expected http(s)://..."));
+    }
+    if p.toss.timezone != "Asia/Seoul" {
+        return Err(invalid("payment.toss.timezone", "only Asia/Seoul (Toss's zone) is supported"));
+    }
+    if chrono::NaiveTime::parse_from_str(&p.toss.ledger_at, "%H:%M").is_err() {
+        return Err(invalid("payment.toss.ledger_at", "expected HH:MM"));
+    }
     if provider == ProviderKind::External {
         for (key, present) in [
             ("payment.external.base_url", p.external.base_url.is_some()),
@@ -728,6 +788,14 @@ fn resolve_payment(p: RawPayment) -> Result<PaymentSettings, ConfigError> {
         external_secret_key: p.external.secret_key,
         external_webhook_secret: p.external.webhook_secret,
         external_timeout: duration("payment.external.timeout", &p.external.timeout)?,
+        toss: TossConfig {
+            secret_key: p.toss.secret_key,
+            base_url: p.toss.base_url,
+            timeout: positive("payment.toss.timeout", &p.toss.timeout)?,
+            confirm_window: positive("payment.toss.confirm_window", &p.toss.confirm_window)?,
+            timezone: p.toss.timezone,
+            ledger_at: p.toss.ledger_at,
+        },
     })
 }
 
@@ -949,6 +1017,11 @@ mod tests {
             ("APP__HTTP__BIND", "nowhere", "http.bind"),
             ("APP__BROKER__KIND", "kafka", "broker.kind"),
             ("APP__PAYMENT__PROVIDER", "external", "payment.external.base_url"),
+            ("APP__PAYMENT__PROVIDER", "toss", "payment.toss.secret_key"),
+            ("APP__PAYMENT__PROVIDER", "paypal", "payment.provider"),
+            ("APP__PAYMENT__TOSS__TIMEZONE", "Europe/Paris", "payment.toss.timezone"),
+            ("APP__PAYMENT__TOSS__LEDGER_AT", "4am", "payment.toss.ledger_at"),
+            ("APP__PAYMENT__TOSS__CONFIRM_WINDOW", "0s", "payment.toss.confirm_window"),
             ("APP__LOG__FORMAT", "xml", "log.format"),
             ("APP__OUTBOX__CLEANUP_AT", "3am", "outbox.cleanup_at"),
         ] {
@@ -957,6 +1030,20 @@ mod tests {
         }
         let err = load(&[("APP__OUTBOX__BATCH_SIZE", "many")]).unwrap_err().to_string();
         assert!(err.contains("batch_size"), "{err}");
+    }
+
+    #[test]
+    fn a_toss_key_that_is_no_secret_key_is_refused_without_being_printed() {
+        for key in ["test_ck_client_key_0000", "live_gck_widget", "sk_live_stripe"] {
+            let err = load(&[("APP__PAYMENT__PROVIDER", "toss"), ("APP__PAYMENT__TOSS__SECRET_KEY", key)])
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("payment.toss.secret_key") && !err.contains(key), "{err}");
+        }
+        let s = load(&[("APP__PAYMENT__PROVIDER", "toss"), ("APP__PAYMENT__TOSS__SECRET_KEY", "test_sk_abc")]).unwrap();
+        assert_eq!(s.payment.provider, ProviderKind::Toss);
+        assert_eq!(s.payment.toss.confirm_window, Duration::from_secs(600));
+        assert!(!format!("{:?}", s.payment).contains("test_sk_abc"), "secrets never print");
     }
 
     #[test]

@@ -29,14 +29,14 @@ use crate::adapters::persistence::{
     self, DatabaseProbe, SeaOrmIdempotencyStore, SeaOrmOutboxStore, SeaOrmStore,
 };
 use crate::adapters::providers::{
-    ExternalPaymentGateway, ExternalProviderSettings, Measured, ProviderCalls, SimulatedNotifier,
+    ExternalPaymentGateway, ExternalProviderSettings, Measured, TossClient, TossPaymentGateway, TossSettings, ProviderCalls, SimulatedNotifier,
     SimulatedPaymentGateway, SimulatedSettlementGateway,
 };
 use crate::application::health::{HealthProbe, Readiness};
 use crate::application::idempotency::IdempotencyService;
 use crate::application::inbound::MeetingEvents;
 use crate::application::notification_retry::{NotificationRetry, NotificationRetrySettings};
-use crate::application::orchestration::{Orchestrator, SagaSettings};
+use crate::application::orchestration::{CheckoutSettings, Orchestrator, SagaSettings};
 use crate::application::outbox::{
     Housekeeping, HousekeepingSettings, OutboxAdmin, OutboxRelay, RelaySettings,
 };
@@ -295,6 +295,26 @@ pub async fn build_services_with_clock(
                 Some(calls),
             )
         }
+        ProviderKind::Toss => {
+            let t = &settings.payment.toss;
+            let client = TossClient::new(TossSettings {
+                base_url: t.base_url.clone(),
+                secret_key: t.secret_key.clone().unwrap_or_default(),
+                timeout: t.timeout,
+                ledger_timeout: StdDuration::from_secs(60),
+                retries: 2,
+                retry_backoff: StdDuration::from_millis(200),
+            })
+            .map_err(StartupError::Config)?;
+            // Settlement and notification have no provider protocol yet: simulated.
+            let calls = Arc::new(ProviderCalls::default());
+            (
+                Arc::new(TossPaymentGateway::new(client)),
+                Arc::new(SimulatedSettlementGateway::new(calls.clone())),
+                Arc::new(SimulatedNotifier::new(calls.clone())),
+                Some(calls),
+            )
+        }
     };
 
     let (publishers, broker_probe) = publishers(settings)?;
@@ -309,6 +329,7 @@ pub async fn build_services_with_clock(
     let payment_provider = match settings.payment.provider {
         ProviderKind::Mock => "mock",
         ProviderKind::External => "external",
+        ProviderKind::Toss => "toss",
     };
     let payments: Arc<dyn PaymentGateway> =
         Arc::new(Measured::new(payments, payment_provider, meter.clone()));
@@ -350,7 +371,12 @@ pub async fn build_services_with_clock(
             settlements,
             notifier,
             clock.clone(),
-            SagaSettings { notification_retry: retry_policy, saga_lease: chrono(settings.worker.saga_lease) },
+            SagaSettings {
+                notification_retry: retry_policy,
+                saga_lease: chrono(settings.worker.saga_lease),
+                checkout: (settings.payment.provider == ProviderKind::Toss)
+                    .then(|| CheckoutSettings { window: chrono(settings.payment.toss.confirm_window) }),
+            },
         )
         .with_meter(meter.clone()),
     );

@@ -439,7 +439,8 @@ impl Recovery {
         ])
     }
 
-    /// Every interval: reconcile due payments, retry due compensations.
+    /// Every interval: reconcile due payments, resume stalled sagas, fail orders unpaid past
+    /// their payment window, finish pending refunds, retry due compensations.
     pub async fn run_until_stopped(&self, stop: CancellationToken) {
         let mut tick = tokio::time::interval(self.settings.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -454,6 +455,11 @@ impl Recovery {
                     }
                     if let Err(err) = self.resume_stalled().await {
                         tracing::error!(error = %Chain(&err), "saga recovery failed");
+                    }
+                    match self.orchestrator.expire_unpaid().await {
+                        Ok(0) => {}
+                        Ok(expired) => tracing::info!(expired, "orders unpaid past the payment window failed"),
+                        Err(err) => tracing::error!(error = %Chain(&err), "expiring unpaid orders failed"),
                     }
                     match self.refunds.resolve_pending().await {
                         Ok(r) if r != PendingRefundReport::default() => tracing::info!(?r, "pending refunds"),

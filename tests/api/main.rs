@@ -8,6 +8,7 @@ mod api_orders;
 mod api_validation;
 mod authz;
 mod broker;
+mod checkout;
 mod browser;
 mod cli;
 mod cluster;

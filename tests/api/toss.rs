@@ -17,7 +17,7 @@ use orchestrator::domain::ids::{OrderId, PaymentId};
 use orchestrator::domain::money::Money;
 use serde_json::{Value, json};
 
-const SECRET: &str = "test_sk_fake_for_the_adapter_tests";
+pub(crate) const SECRET: &str = "test_sk_fake_for_the_adapter_tests";
 
 pub(crate) struct Fake {
     pub running: RunningFake,
@@ -46,7 +46,7 @@ impl Fake {
         session["paymentKey"].as_str().unwrap().to_owned()
     }
 
-    async fn fault(&self, operation: &str, kind: &str, delay_ms: u64, times: u32) {
+    pub(crate) async fn fault(&self, operation: &str, kind: &str, delay_ms: u64, times: u32) {
         let body = json!({ "operation": operation, "kind": kind, "delayMs": delay_ms, "times": times });
         let response = self
             .http

@@ -1,6 +1,7 @@
 //! Request and response bodies of the HTTP API (camelCase JSON), and their mapping from
 //! the application's records. Status fields carry the domain enums' contract spelling.
 
+use crate::application::orchestration::Checkout;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -38,6 +39,36 @@ pub struct OrderItemRequest {
     /// Minor units (e.g. cents), not negative.
     #[schema(minimum = 0)]
     pub unit_price: i64,
+}
+
+/// `POST /api/orders/{id}/payment`: what the payment widget's success redirect gave the
+/// client (docs/spec.md §10).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PayOrderRequest {
+    /// The widget's `paymentKey`.
+    #[schema(min_length = 1, max_length = 200)]
+    pub payment_key: String,
+    /// The amount the widget charged: the order's total, else `422 AMOUNT_MISMATCH`.
+    pub amount: i64,
+}
+
+/// What the client needs to open Toss's payment widget for an order `AWAITING_PAYMENT`.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckoutResponse {
+    /// Toss's `orderId` for this payment.
+    pub order_id: String,
+    pub order_name: String,
+    pub amount: i64,
+    /// The customer's key at Toss.
+    pub customer_key: Option<String>,
+}
+
+impl From<Checkout> for CheckoutResponse {
+    fn from(c: Checkout) -> Self {
+        CheckoutResponse { order_id: c.order_id, order_name: c.order_name, amount: c.amount, customer_key: c.customer_key }
+    }
 }
 
 /// Optional body of admin actions.
@@ -86,8 +117,8 @@ pub struct OrderResponse {
     pub items: Vec<OrderItemResponse>,
     pub currency: String,
     pub total_amount: i64,
-    /// `CREATED` | `PAYMENT_APPROVED` | `SETTLEMENT_REQUESTED` | `COMPLETED` | `FAILED` |
-    /// `CANCELLED` | `PENDING_CONFIRMATION`
+    /// `CREATED` | `AWAITING_PAYMENT` | `PAYMENT_APPROVED` | `SETTLEMENT_REQUESTED` |
+    /// `COMPLETED` | `FAILED` | `CANCELLED` | `PENDING_CONFIRMATION`
     pub status: &'static str,
     /// `PAYMENT` | `SETTLEMENT` | `NOTIFICATION`
     pub failure_stage: Option<&'static str>,
@@ -146,6 +177,10 @@ pub struct OrderDetailResponse {
     pub notification: Option<NotificationResponse>,
     /// Oldest first.
     pub steps: Vec<StepResponse>,
+    /// While the order is `AWAITING_PAYMENT` (docs/spec.md §10): the payment widget's
+    /// parameters. Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkout: Option<CheckoutResponse>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -275,6 +310,7 @@ impl From<&OrderRecord> for OrderDetailResponse {
             settlement: r.settlement.as_ref().map(SettlementResponse::from),
             notification: r.notification.as_ref().map(NotificationResponse::from),
             steps: r.steps.iter().map(StepResponse::from).collect(),
+            checkout: None,
         }
     }
 }

@@ -119,6 +119,7 @@ impl utoipa::Modify for BearerAuth {
         orders::orchestrate,
         orders::flow,
         orders::refund,
+        orders::pay,
         payments::callback,
         payments::unconfirmed,
         payments::stalled,
@@ -183,6 +184,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     )
     .service(resource("/api/orders/{id}", "GET").route(web::get().to(orders::get_order)))
     .service(resource("/api/orders/{id}/refund", "POST").route(web::post().to(orders::refund)))
+    .service(resource("/api/orders/{id}/payment", "POST").route(web::post().to(orders::pay)))
     .service(resource("/api/orders/{id}/flow", "GET").route(web::get().to(orders::flow)))
     .service(resource("/api/orders/{id}/orchestrate", "POST").route(web::post().to(orders::orchestrate)))
     .service(resource("/api/payments/callbacks", "POST").route(web::post().to(payments::callback)))

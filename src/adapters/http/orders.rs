@@ -9,15 +9,15 @@ use super::auth::Caller;
 use super::body::{JsonBody, MaybeJson};
 use super::correlation::CorrelationId;
 use super::dto::{
-    AuditResponse, OrderDetailResponse, OrderFlowResponse, OrderPageResponse, OrderResponse,
-    OutboxEventResponse, PlaceOrderRequest, ReasonRequest, StepResponse,
+    AuditResponse, CheckoutResponse, OrderDetailResponse, OrderFlowResponse, OrderPageResponse, OrderResponse,
+    OutboxEventResponse, PayOrderRequest, PlaceOrderRequest, ReasonRequest, StepResponse,
 };
 use super::problem::{ApiError, Problem};
 use super::{HttpState, query_param};
 use crate::application::AppError;
 use crate::application::idempotency::Keyed;
-use crate::application::orchestration::PlaceOrder;
-use crate::application::ports::{Scenario, StoredResponse};
+use crate::application::orchestration::{Orchestrator, PayOrder, PlaceOrder};
+use crate::application::ports::{OrderRecord, Scenario, StoredResponse};
 use crate::application::queries::ListOrders;
 use crate::application::refunds::{RefundOutcome, RefundRequest};
 use crate::domain::ids::OrderId;
@@ -107,7 +107,7 @@ pub async fn place_order(
     };
     let Some(key) = key else {
         let record = state.orchestrator.place_order(&actor, command).await?;
-        return Ok(HttpResponse::Created().json(OrderDetailResponse::from(&record)));
+        return Ok(HttpResponse::Created().json(detail(&state, &record)));
     };
 
     let fingerprint = {
@@ -123,7 +123,7 @@ pub async fn place_order(
         .run(&actor, &key, &fingerprint, |order_id| async move {
             command.order_id = order_id;
             let record = orchestrator.place_order(caller, command).await?;
-            let body = serde_json::to_string(&OrderDetailResponse::from(&record))
+            let body = serde_json::to_string(&detail_of(orchestrator, &record))
                 .map_err(|e| AppError::internal(format!("cannot serialise the order: {e}")))?;
             Ok(StoredResponse { status: StatusCode::CREATED.as_u16(), body })
         })
@@ -162,7 +162,7 @@ pub async fn get_order(
 ) -> Result<HttpResponse, ApiError> {
     let id = parse_order_id(&path)?;
     let record = state.queries.get_order(&caller.0, id).await?;
-    Ok(HttpResponse::Ok().json(OrderDetailResponse::from(&record)))
+    Ok(HttpResponse::Ok().json(detail(&state, &record)))
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -239,7 +239,48 @@ pub async fn orchestrate(
 ) -> Result<HttpResponse, ApiError> {
     let id = parse_order_id(&path)?;
     let record = state.orchestrator.orchestrate(&caller.0, id).await?;
-    Ok(HttpResponse::Ok().json(OrderDetailResponse::from(&record)))
+    Ok(HttpResponse::Ok().json(detail(&state, &record)))
+}
+
+/// An order's detail, with the payment widget's parameters while it awaits its payment.
+fn detail_of(orchestrator: &Orchestrator, record: &OrderRecord) -> OrderDetailResponse {
+    let mut detail = OrderDetailResponse::from(record);
+    detail.checkout = orchestrator.checkout_of(record).map(CheckoutResponse::from);
+    detail
+}
+
+fn detail(state: &HttpState, record: &OrderRecord) -> OrderDetailResponse {
+    detail_of(&state.orchestrator, record)
+}
+
+/// The customer authorized the payment in Toss's widget: confirms it and runs the saga on
+/// (docs/spec.md §10). Answers the order detail.
+#[utoipa::path(
+    post,
+    path = "/api/orders/{id}/payment",
+    tag = "orders",
+    params(("id" = String, Path, description = "Order id (UUID)")),
+    request_body = PayOrderRequest,
+    responses(
+        (status = 200, body = OrderDetailResponse),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Not the order's customer", body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "PAYMENT_WINDOW_EXPIRED, PAYMENT_NOT_EXPECTED or ORDER_BUSY", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "AMOUNT_MISMATCH (nothing called) or a bad paymentKey", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn pay(
+    state: web::Data<HttpState>,
+    caller: Caller,
+    path: web::Path<String>,
+    body: JsonBody<PayOrderRequest>,
+) -> Result<HttpResponse, ApiError> {
+    let id = parse_order_id(&path)?;
+    let PayOrderRequest { payment_key, amount } = body.value;
+    let record = state.orchestrator.pay_order(&caller.0, id, PayOrder { payment_key, amount }).await?;
+    Ok(HttpResponse::Ok().json(detail(&state, &record)))
 }
 
 /// An order's whole story for support and operators: steps, events with their delivery

@@ -165,6 +165,24 @@ impl OrderRepository for SeaOrmStore {
             .collect())
     }
 
+    async fn awaiting_payment_since_before(
+        &self,
+        created_before: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<OrderId>, RepoError> {
+        Ok(orders::Entity::find()
+            .filter(orders::Column::Status.eq(OrderStatus::AwaitingPayment.as_str()))
+            .filter(orders::Column::CreatedAt.lt(created_before))
+            .order_by_asc(orders::Column::CreatedAt)
+            .limit(u64::from(limit))
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?
+            .into_iter()
+            .map(|row| OrderId::from_uuid(row.id))
+            .collect())
+    }
+
     async fn note_resume(&self, id: OrderId, next_at: DateTime<Utc>) -> Result<(), RepoError> {
         use sea_orm::sea_query::{Expr, ExprTrait};
         orders::Entity::update_many()

@@ -98,6 +98,10 @@ impl PaymentGateway for Measured<dyn PaymentGateway> {
         self.record("cancel", outcome, started);
         result
     }
+
+    fn customer_key(&self, customer_id: &str) -> Option<String> {
+        self.inner.customer_key(customer_id)
+    }
 }
 
 #[async_trait]

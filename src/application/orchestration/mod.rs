@@ -1,6 +1,7 @@
 //! The order saga (docs/spec.md §4): a pure step table ([`steps`]) and the service that drives it
 //! ([`Orchestrator`]), calling providers between commits and recording every outcome.
 
+mod checkout;
 mod compensation;
 mod confirmation;
 pub mod lease;
@@ -11,5 +12,6 @@ mod service;
 mod settlement;
 pub mod steps;
 
+pub use checkout::{Checkout, CheckoutSettings, PayOrder};
 pub use confirmation::{Confirmation, Reconciled};
 pub use service::{ALREADY_REGISTERED, InboxKey, Orchestrator, PlaceOrder, SagaSettings};

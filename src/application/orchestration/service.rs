@@ -20,6 +20,7 @@ use crate::application::orchestration::steps::{NextAction, next_action, next_act
 use crate::application::orchestration::{compensation, settlement};
 use crate::application::ports::{
     ApprovePayment, CancelPayment, Changes, Clock, InboxEntry, NotificationRequest, Notifier, OrderContext,
+    PaymentAuthorization,
     OrderRecord, OrderRepository, PaymentGateway, SagaLease, Scenario, SettlementGateway, SettlementRequest,
     UnitOfWork,
 };
@@ -44,6 +45,9 @@ pub struct SagaSettings {
     /// How long one run holds an order's saga lease: only the holder calls providers for
     /// the order; a crashed holder's lease simply runs out.
     pub saga_lease: chrono::Duration,
+    /// Set when the payment provider needs the customer's authorization before a charge
+    /// (Toss): API orders then wait `AWAITING_PAYMENT` (docs/spec.md §10).
+    pub checkout: Option<super::checkout::CheckoutSettings>,
 }
 
 /// A checkout (HTTP) or a paid registration (AMQP), not yet validated.
@@ -112,7 +116,7 @@ pub struct Orchestrator {
     settlements: Arc<dyn SettlementGateway>,
     notifier: Arc<dyn Notifier>,
     pub(super) clock: Arc<dyn Clock>,
-    settings: SagaSettings,
+    pub(super) settings: SagaSettings,
     pub(super) leases: SagaLeases,
     meter: Meter,
 }
@@ -124,6 +128,16 @@ fn approved_payment(record: &OrderRecord, step: &str) -> Result<Payment, AppErro
         .clone()
         .filter(|p| p.status == PaymentStatus::Approved)
         .ok_or_else(|| broken_invariant(step))
+}
+
+/// What the customer authorized a payment attempt with, where it was committed with it
+/// (Toss's checkout: the widget's `paymentKey`, before the charge is approved).
+pub(super) fn authorization_of(payment: &Payment) -> Option<PaymentAuthorization> {
+    let undecided = matches!(payment.status, PaymentStatus::Requested | PaymentStatus::ConfirmationRequired);
+    match (&payment.provider_transaction_id, undecided) {
+        (Some(key), true) => Some(PaymentAuthorization::Checkout { payment_key: key.clone() }),
+        _ => None,
+    }
 }
 
 pub(super) fn broken_invariant(err: impl std::fmt::Display) -> AppError {
@@ -195,6 +209,10 @@ impl Orchestrator {
             items: cmd.items,
         };
         let mut order = Order::place(cmd.order_id, input, now)?;
+        if self.settings.checkout.is_some() && order.source == OrderSource::Api {
+            // The provider charges only what the customer authorized in its widget.
+            order.await_payment(now)?;
+        }
         let context = OrderContext { scenario: cmd.scenario, correlation_id: cmd.correlation_id };
         let mut changes = Changes::default();
         let lease = self.leases.fresh();
@@ -275,7 +293,7 @@ impl Orchestrator {
 
     /// Runs the saga of an existing order if no one else is running it now; otherwise
     /// answers its current state and leaves it to the runner holding the lease.
-    async fn resume(&self, record: OrderRecord, actor: &Actor) -> Result<OrderRecord, AppError> {
+    pub(super) async fn resume(&self, record: OrderRecord, actor: &Actor) -> Result<OrderRecord, AppError> {
         if next_action_of(&record).runs_nothing() {
             return Ok(record);
         }
@@ -287,7 +305,7 @@ impl Orchestrator {
         self.run_leased(fresh, actor, lease).await
     }
 
-    async fn run_leased(
+    pub(super) async fn run_leased(
         &self,
         record: OrderRecord,
         actor: &Actor,
@@ -358,7 +376,7 @@ impl Orchestrator {
     }
 
     /// Commits; `Ok(false)` when a conditional write lost a race (nothing was written).
-    async fn commit(&self, changes: Changes) -> Result<bool, AppError> {
+    pub(super) async fn commit(&self, changes: Changes) -> Result<bool, AppError> {
         commit::commit(self.uow.as_ref(), changes).await
     }
 
@@ -443,7 +461,7 @@ impl Orchestrator {
             payment_request_id: payment.payment_request_id.clone(),
             amount: payment.amount,
             order_name: record.order.name(),
-            authorization: None,
+            authorization: authorization_of(&payment),
             scenario: record.context.scenario,
         };
         let decision = decide_approval(self.payments.approve(&request).await);
@@ -622,6 +640,7 @@ mod tests {
                 SagaSettings {
                     notification_retry: RetryPolicy { max_attempts: 5, backoff_base: Duration::seconds(60) },
                     saga_lease: Duration::seconds(60),
+                    checkout: None,
                 },
             );
             (orchestrator, self.committed)

@@ -117,6 +117,17 @@ pub trait OrderRepository: Send + Sync {
         limit: u32,
     ) -> Result<Vec<(OrderId, i32)>, RepoError>;
 
+    /// Orders `AWAITING_PAYMENT` created before `created_before` (their payment window has
+    /// run out): at most `limit`, oldest first.
+    ///
+    /// # Errors
+    /// MUST return `Unavailable` when the database fails.
+    async fn awaiting_payment_since_before(
+        &self,
+        created_before: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<OrderId>, RepoError>;
+
     /// Counts a resume of a stalled saga and says when the next may happen (the backoff).
     ///
     /// # Errors

@@ -128,4 +128,11 @@ pub trait PaymentGateway: Send + Sync {
     /// MUST return `Rejected` when the provider refuses (recorded, not retried); `Unavailable` when it
     /// cannot be reached (retried later).
     async fn cancel(&self, request: &CancelPayment) -> Result<CancelReceipt, GatewayError>;
+
+    /// The customer's key at the provider, for a provider whose widget needs one (Toss's
+    /// `customerKey`): stable per customer, unguessable, never the customer id itself.
+    /// `None` (the default) for a provider that has no such thing.
+    fn customer_key(&self, _customer_id: &str) -> Option<String> {
+        None
+    }
 }

@@ -465,6 +465,21 @@ impl PaymentGateway for TossPaymentGateway {
         })
     }
 
+    /// A UUID-shaped HMAC-SHA256 of the customer id under the secret key: stable, and
+    /// unguessable by anyone without the key (Toss asks for a random key, never an e-mail,
+    /// a phone number or an id that counts up). A new secret key (test to live) gives every
+    /// customer a new key; saved cards keep the key they were issued with.
+    fn customer_key(&self, customer_id: &str) -> Option<String> {
+        use hmac::{Hmac, Mac};
+        let secret = self.client.settings.secret_key.expose().as_bytes();
+        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret).ok()?;
+        mac.update(b"customerKey:");
+        mac.update(customer_id.as_bytes());
+        let digest = mac.finalize().into_bytes();
+        let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+        Some(format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32]))
+    }
+
     async fn lookup(
         &self,
         payment_request_id: &str,
