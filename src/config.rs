@@ -744,10 +744,15 @@ fn resolve_payment(p: RawPayment) -> Result<PaymentSettings, ConfigError> {
     };
     if provider == ProviderKind::Toss {
         match &p.toss.secret_key {
-            None => return Err(invalid("payment.toss.secret_key", "is required when payment.provider = toss")),
+            None => {
+                return Err(invalid("payment.toss.secret_key", "is required when payment.provider = toss"));
+            }
             Some(key) if !(key.expose().starts_with("test_sk_") || key.expose().starts_with("live_sk_")) => {
                 // Never the key itself in the message.
-                return Err(invalid("payment.toss.secret_key", "must be a secret key, test_sk_... or live_sk_..."));
+                return Err(invalid(
+                    "payment.toss.secret_key",
+                    "must be a secret key, test_sk_... or live_sk_...",
+                ));
             }
             Some(_) => {}
         }
@@ -1040,7 +1045,9 @@ mod tests {
                 .to_string();
             assert!(err.contains("payment.toss.secret_key") && !err.contains(key), "{err}");
         }
-        let s = load(&[("APP__PAYMENT__PROVIDER", "toss"), ("APP__PAYMENT__TOSS__SECRET_KEY", "test_sk_abc")]).unwrap();
+        let s =
+            load(&[("APP__PAYMENT__PROVIDER", "toss"), ("APP__PAYMENT__TOSS__SECRET_KEY", "test_sk_abc")])
+                .unwrap();
         assert_eq!(s.payment.provider, ProviderKind::Toss);
         assert_eq!(s.payment.toss.confirm_window, Duration::from_secs(600));
         assert!(!format!("{:?}", s.payment).contains("test_sk_abc"), "secrets never print");

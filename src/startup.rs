@@ -29,8 +29,8 @@ use crate::adapters::persistence::{
     self, DatabaseProbe, SeaOrmIdempotencyStore, SeaOrmOutboxStore, SeaOrmStore,
 };
 use crate::adapters::providers::{
-    ExternalPaymentGateway, ExternalProviderSettings, Measured, TossClient, TossPaymentGateway, TossSettings, ProviderCalls, SimulatedNotifier,
-    SimulatedPaymentGateway, SimulatedSettlementGateway,
+    ExternalPaymentGateway, ExternalProviderSettings, Measured, ProviderCalls, SimulatedNotifier,
+    SimulatedPaymentGateway, SimulatedSettlementGateway, TossClient, TossPaymentGateway, TossSettings,
 };
 use crate::application::health::{HealthProbe, Readiness};
 use crate::application::idempotency::IdempotencyService;

@@ -20,7 +20,11 @@ async fn spawn(backend: Backend, fake: &Fake, manual: bool) -> Option<TestApp> {
         ("APP__PAYMENT__TOSS__BASE_URL", fake.running.base_url.as_str()),
         ("APP__PAYMENT__TOSS__TIMEOUT", "2s"),
     ];
-    if manual { TestApp::spawn_on_manual_clock(backend, &env).await } else { TestApp::spawn_with(backend, &env).await }
+    if manual {
+        TestApp::spawn_on_manual_clock(backend, &env).await
+    } else {
+        TestApp::spawn_with(backend, &env).await
+    }
 }
 
 async fn pay(app: &TestApp, token: &str, order: &Value, payment_key: &str, amount: i64) -> reqwest::Response {
@@ -54,14 +58,17 @@ async fn a_checkout_waits_for_the_customer_and_is_confirmed_once(backend: Backen
 
     let payment_key = fake.checkout(checkout["orderId"].as_str().unwrap(), total, None).await;
     // Another amount than the order's: refused, nothing called.
-    let wrong = json(pay(&app, &alice, &order, &payment_key, total - 1).await, StatusCode::UNPROCESSABLE_ENTITY).await;
+    let wrong =
+        json(pay(&app, &alice, &order, &payment_key, total - 1).await, StatusCode::UNPROCESSABLE_ENTITY)
+            .await;
     assert_eq!(wrong["code"], "AMOUNT_MISMATCH");
     assert_eq!(fake.calls("confirm").await, 0);
     // Someone else's order: refused.
     let theirs = pay(&app, &app.token("mallory"), &order, &payment_key, total).await;
     assert_eq!(theirs.status(), StatusCode::FORBIDDEN);
     // A key no widget ever gave: 422 naming the field.
-    let bad = json(pay(&app, &alice, &order, "../cancel", total).await, StatusCode::UNPROCESSABLE_ENTITY).await;
+    let bad =
+        json(pay(&app, &alice, &order, "../cancel", total).await, StatusCode::UNPROCESSABLE_ENTITY).await;
     assert_eq!(bad["field"], "paymentKey");
 
     let paid = json(pay(&app, &alice, &order, &payment_key, total).await, StatusCode::OK).await;
@@ -79,8 +86,10 @@ async fn a_checkout_waits_for_the_customer_and_is_confirmed_once(backend: Backen
     assert_eq!(refused["code"], "PAYMENT_NOT_EXPECTED");
     // The secret key is in no answer, event or audit row of the whole run.
     let admin = app.admin_token("ops");
-    let flow = app.get(&format!("/api/orders/{}/flow", order["id"].as_str().unwrap()), &admin).send().await.unwrap();
-    let everything = [flow.text().await.unwrap(), paid.to_string(), replay.to_string(), wrong.to_string()].concat();
+    let flow =
+        app.get(&format!("/api/orders/{}/flow", order["id"].as_str().unwrap()), &admin).send().await.unwrap();
+    let everything =
+        [flow.text().await.unwrap(), paid.to_string(), replay.to_string(), wrong.to_string()].concat();
     assert!(everything.contains("order.completed") && !everything.contains(SECRET), "{everything}");
 }
 
@@ -90,9 +99,14 @@ async fn a_refused_card_declines_with_tosss_code(backend: Backend) {
     let alice = app.token("alice");
     let order = json(app.place_order(&alice, &order_body(), None).await, StatusCode::CREATED).await;
     let total = order["totalAmount"].as_i64().unwrap();
-    let key = fake.checkout(order["checkout"]["orderId"].as_str().unwrap(), total, Some("REJECT_CARD_PAYMENT")).await;
+    let key = fake
+        .checkout(order["checkout"]["orderId"].as_str().unwrap(), total, Some("REJECT_CARD_PAYMENT"))
+        .await;
     let failed = json(pay(&app, &alice, &order, &key, total).await, StatusCode::OK).await;
-    assert_eq!((failed["status"].clone(), failed["failureStage"].clone()), (json!("FAILED"), json!("PAYMENT")));
+    assert_eq!(
+        (failed["status"].clone(), failed["failureStage"].clone()),
+        (json!("FAILED"), json!("PAYMENT"))
+    );
     assert_eq!(failed["payment"]["status"], "DECLINED");
     let steps = failed["steps"].to_string();
     assert!(steps.contains("REJECT_CARD_PAYMENT"), "{steps}");
@@ -115,7 +129,11 @@ async fn a_confirm_whose_answer_was_lost_is_found_and_charged_once(backend: Back
     let mut rounds = 0;
     loop {
         app.services.recovery.reconcile_due().await.unwrap();
-        let now = json(app.get(&format!("/api/orders/{}", order["id"].as_str().unwrap()), &alice).send().await.unwrap(), StatusCode::OK).await;
+        let now = json(
+            app.get(&format!("/api/orders/{}", order["id"].as_str().unwrap()), &alice).send().await.unwrap(),
+            StatusCode::OK,
+        )
+        .await;
         if now["status"] == "COMPLETED" {
             assert_eq!(now["payment"]["providerTransactionId"], key);
             break;
@@ -145,14 +163,20 @@ async fn an_order_unpaid_past_the_window_fails_and_takes_no_payment(backend: Bac
     assert_eq!(app.services.orchestrator.expire_unpaid().await.unwrap(), 1);
     for order in [&late, &forgotten] {
         let id = order["id"].as_str().unwrap();
-        let now = json(app.get(&format!("/api/orders/{id}"), &alice).send().await.unwrap(), StatusCode::OK).await;
+        let now =
+            json(app.get(&format!("/api/orders/{id}"), &alice).send().await.unwrap(), StatusCode::OK).await;
         assert_eq!(
             (now["status"].clone(), now["failureStage"].clone(), now["failureReason"].clone()),
             (json!("FAILED"), json!("PAYMENT"), json!("PAYMENT_WINDOW_EXPIRED")),
             "{now}"
         );
-        let flow = json(app.get(&format!("/api/orders/{id}/flow"), &alice).send().await.unwrap(), StatusCode::OK).await;
-        assert!(flow["events"].as_array().unwrap().iter().any(|e| e["eventType"] == "order.failed"), "{flow}");
+        let flow =
+            json(app.get(&format!("/api/orders/{id}/flow"), &alice).send().await.unwrap(), StatusCode::OK)
+                .await;
+        assert!(
+            flow["events"].as_array().unwrap().iter().any(|e| e["eventType"] == "order.failed"),
+            "{flow}"
+        );
     }
     assert_eq!(app.services.orchestrator.expire_unpaid().await.unwrap(), 0, "once");
 }

@@ -67,7 +67,12 @@ pub struct CheckoutResponse {
 
 impl From<Checkout> for CheckoutResponse {
     fn from(c: Checkout) -> Self {
-        CheckoutResponse { order_id: c.order_id, order_name: c.order_name, amount: c.amount, customer_key: c.customer_key }
+        CheckoutResponse {
+            order_id: c.order_id,
+            order_name: c.order_name,
+            amount: c.amount,
+            customer_key: c.customer_key,
+        }
     }
 }
 

@@ -9,8 +9,8 @@ use super::auth::Caller;
 use super::body::{JsonBody, MaybeJson};
 use super::correlation::CorrelationId;
 use super::dto::{
-    AuditResponse, CheckoutResponse, OrderDetailResponse, OrderFlowResponse, OrderPageResponse, OrderResponse,
-    OutboxEventResponse, PayOrderRequest, PlaceOrderRequest, ReasonRequest, StepResponse,
+    AuditResponse, CheckoutResponse, OrderDetailResponse, OrderFlowResponse, OrderPageResponse,
+    OrderResponse, OutboxEventResponse, PayOrderRequest, PlaceOrderRequest, ReasonRequest, StepResponse,
 };
 use super::problem::{ApiError, Problem};
 use super::{HttpState, query_param};

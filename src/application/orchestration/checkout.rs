@@ -88,7 +88,12 @@ impl Orchestrator {
     /// window, `PAYMENT_NOT_EXPECTED` for an order that is not waiting for one (or a provider
     /// that takes none), `ORDER_BUSY` while another runner holds the order; `Unavailable`
     /// when the database fails.
-    pub async fn pay_order(&self, actor: &Actor, order_id: OrderId, cmd: PayOrder) -> Result<OrderRecord, AppError> {
+    pub async fn pay_order(
+        &self,
+        actor: &Actor,
+        order_id: OrderId,
+        cmd: PayOrder,
+    ) -> Result<OrderRecord, AppError> {
         let Some(settings) = self.settings.checkout else {
             return Err(AppError::Conflict {
                 code: "PAYMENT_NOT_EXPECTED",
@@ -131,7 +136,11 @@ impl Orchestrator {
                 entity::ORDER,
                 order_id,
                 actor,
-                Some(format!("amount {} is not the order's total {}", cmd.amount, record.order.total.minor())),
+                Some(format!(
+                    "amount {} is not the order's total {}",
+                    cmd.amount,
+                    record.order.total.minor()
+                )),
                 now,
             ));
             self.uow.commit(changes).await?;
@@ -166,12 +175,18 @@ impl Orchestrator {
             entity::ORDER,
             order_id,
             actor,
-            Some(format!("the customer authorized {}; confirming with Idempotency-Key {}", order.total, payment.payment_request_id)),
+            Some(format!(
+                "the customer authorized {}; confirming with Idempotency-Key {}",
+                order.total, payment.payment_request_id
+            )),
             now,
         ));
         if !self.commit(changes).await? {
             self.leases.release(order_id, &lease.owner).await;
-            return Err(AppError::Conflict { code: "ORDER_BUSY", message: "the order changed concurrently; retry".into() });
+            return Err(AppError::Conflict {
+                code: "ORDER_BUSY",
+                message: "the order changed concurrently; retry".into(),
+            });
         }
         fresh.order = order;
         fresh.payment = Some(payment);
@@ -212,7 +227,13 @@ impl Orchestrator {
             .map_err(broken_invariant)?;
         let mut changes = Changes::default();
         changes.update_order(&mut order);
-        changes.step(order_id, SagaStep::Payment, StepStatus::Failed, Some("payment window expired".into()), now);
+        changes.step(
+            order_id,
+            SagaStep::Payment,
+            StepStatus::Failed,
+            Some("payment window expired".into()),
+            now,
+        );
         changes.audit.push(audit::record(
             AuditAction::PaymentWindowExpired,
             entity::ORDER,

@@ -20,9 +20,8 @@ use crate::application::orchestration::steps::{NextAction, next_action, next_act
 use crate::application::orchestration::{compensation, settlement};
 use crate::application::ports::{
     ApprovePayment, CancelPayment, Changes, Clock, InboxEntry, NotificationRequest, Notifier, OrderContext,
-    PaymentAuthorization,
-    OrderRecord, OrderRepository, PaymentGateway, SagaLease, Scenario, SettlementGateway, SettlementRequest,
-    UnitOfWork,
+    OrderRecord, OrderRepository, PaymentAuthorization, PaymentGateway, SagaLease, Scenario,
+    SettlementGateway, SettlementRequest, UnitOfWork,
 };
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;

@@ -65,7 +65,10 @@ impl Payment {
         provider_key: impl Into<String>,
         now: DateTime<Utc>,
     ) -> Self {
-        Payment { provider_transaction_id: Some(provider_key.into()), ..Payment::request(order_id, attempt, amount, now) }
+        Payment {
+            provider_transaction_id: Some(provider_key.into()),
+            ..Payment::request(order_id, attempt, amount, now)
+        }
     }
 
     fn guard(&self, action: PaymentAction, allowed: bool) -> Result<(), PaymentError> {
@@ -262,7 +265,10 @@ mod tests {
             "tgen_1",
             now(),
         );
-        assert_eq!((p.status, p.provider_transaction_id.as_deref()), (PaymentStatus::Requested, Some("tgen_1")));
+        assert_eq!(
+            (p.status, p.provider_transaction_id.as_deref()),
+            (PaymentStatus::Requested, Some("tgen_1"))
+        );
         p.approve("tgen_1", now()).unwrap();
         assert_eq!(p.status, PaymentStatus::Approved);
     }
