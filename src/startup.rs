@@ -40,9 +40,10 @@ use crate::application::orchestration::{CheckoutSettings, Orchestrator, SagaSett
 use crate::application::outbox::{
     Housekeeping, HousekeepingSettings, OutboxAdmin, OutboxRelay, RelaySettings,
 };
+use crate::application::payment_methods::PaymentMethods;
 use crate::application::ports::{
     Clock, EventPublisher, IdempotencyStore, Notifier, OrderRepository, OutboxStore, PaymentGateway,
-    SettlementGateway, UnitOfWork,
+    PaymentMethodRepository, SettlementGateway, UnitOfWork,
 };
 use crate::application::queries::OrderQueries;
 use crate::application::recovery::{ReconciliationSettings, Recovery};
@@ -94,6 +95,7 @@ pub struct Services {
     pub outbox_admin: Arc<OutboxAdmin>,
     pub notifications: Arc<NotificationRetry>,
     pub refunds: Arc<Refunds>,
+    pub payment_methods: Arc<PaymentMethods>,
     pub recovery: Arc<Recovery>,
     pub meeting_events: Arc<MeetingEvents>,
     pub publishers: PublisherFactory,
@@ -363,6 +365,12 @@ pub async fn build_services_with_clock(
         .with_meter(meter.clone()),
     );
     let payments_for_refunds = payments.clone();
+    let payment_methods = Arc::new(PaymentMethods::new(
+        orders.clone() as Arc<dyn PaymentMethodRepository>,
+        payments.clone(),
+        orders.clone() as Arc<dyn UnitOfWork>,
+        clock.clone(),
+    ));
     let orchestrator = Arc::new(
         Orchestrator::new(
             orders.clone() as Arc<dyn OrderRepository>,
@@ -378,7 +386,8 @@ pub async fn build_services_with_clock(
                     .then(|| CheckoutSettings { window: chrono(settings.payment.toss.confirm_window) }),
             },
         )
-        .with_meter(meter.clone()),
+        .with_meter(meter.clone())
+        .with_saved_cards(orders.clone() as Arc<dyn PaymentMethodRepository>),
     );
     let refunds = Arc::new(Refunds::new(
         orders.clone(),
@@ -458,6 +467,7 @@ pub async fn build_services_with_clock(
         outbox_admin,
         notifications,
         refunds,
+        payment_methods,
         recovery,
         meeting_events,
         publishers,
@@ -539,6 +549,7 @@ fn http_state(services: &Services) -> web::Data<HttpState> {
         outbox_admin: services.outbox_admin.clone(),
         notifications: services.notifications.clone(),
         refunds: services.refunds.clone(),
+        payment_methods: services.payment_methods.clone(),
         recovery: services.recovery.clone(),
         webhook_secret: services.settings.payment.external_webhook_secret.clone(),
         readiness: services.readiness.clone(),

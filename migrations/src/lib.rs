@@ -17,6 +17,7 @@ mod m20261201_000009_outbox_fast_path;
 mod m20261201_000010_outbox_trace_context;
 mod m20261201_000011_outbox_fast_index_covering;
 mod m20261202_000012_provider_transaction_id_200;
+mod m20261202_000013_payment_methods;
 
 pub struct Migrator;
 
@@ -36,6 +37,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000010_outbox_trace_context::Migration),
             Box::new(m20261201_000011_outbox_fast_index_covering::Migration),
             Box::new(m20261202_000012_provider_transaction_id_200::Migration),
+            Box::new(m20261202_000013_payment_methods::Migration),
         ]
     }
 }

@@ -18,6 +18,7 @@ pub mod meter;
 pub mod notification_retry;
 pub mod orchestration;
 pub mod outbox;
+pub mod payment_methods;
 pub mod ports;
 pub mod queries;
 pub mod recovery;

@@ -9,6 +9,8 @@ spelled!(
         PaymentAuthorized => "PAYMENT_AUTHORIZED",
         PaymentRejected => "PAYMENT_REJECTED",
         PaymentWindowExpired => "PAYMENT_WINDOW_EXPIRED",
+        PaymentMethodSaved => "PAYMENT_METHOD_SAVED",
+        PaymentMethodForgotten => "PAYMENT_METHOD_FORGOTTEN",
         OrderRejected => "ORDER_REJECTED",
         Replay => "REPLAY",
         IdempotencyKeyReused => "IDEMPOTENCY_KEY_REUSED",

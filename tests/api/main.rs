@@ -9,6 +9,7 @@ mod api_validation;
 mod authz;
 mod broker;
 mod browser;
+mod cards;
 mod checkout;
 mod cli;
 mod cluster;

@@ -31,7 +31,7 @@ impl Fake {
         Fake { running, http: reqwest::Client::new() }
     }
 
-    async fn post(&self, path: &str, body: Value) -> Value {
+    pub(crate) async fn post(&self, path: &str, body: Value) -> Value {
         let response =
             self.http.post(format!("{}{path}", self.running.base_url)).json(&body).send().await.unwrap();
         assert!(response.status().is_success(), "{path}: {}", response.status());

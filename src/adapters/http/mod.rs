@@ -10,6 +10,7 @@ pub mod notifications;
 pub mod ops;
 pub mod orders;
 pub mod outbox_admin;
+pub mod payment_methods;
 pub mod payments;
 pub mod problem;
 
@@ -26,6 +27,7 @@ use crate::application::idempotency::IdempotencyService;
 use crate::application::notification_retry::NotificationRetry;
 use crate::application::orchestration::Orchestrator;
 use crate::application::outbox::OutboxAdmin;
+use crate::application::payment_methods::PaymentMethods;
 use crate::application::queries::OrderQueries;
 use crate::application::recovery::Recovery;
 use crate::application::refunds::Refunds;
@@ -39,6 +41,7 @@ pub struct HttpState {
     pub outbox_admin: Arc<OutboxAdmin>,
     pub notifications: Arc<NotificationRetry>,
     pub refunds: Arc<Refunds>,
+    pub payment_methods: Arc<PaymentMethods>,
     pub recovery: Arc<Recovery>,
     /// `payment.external.webhook_secret`: provider callbacks are refused without it.
     pub webhook_secret: Option<Secret>,
@@ -120,6 +123,9 @@ impl utoipa::Modify for BearerAuth {
         orders::flow,
         orders::refund,
         orders::pay,
+        payment_methods::view,
+        payment_methods::register,
+        payment_methods::forget,
         payments::callback,
         payments::unconfirmed,
         payments::stalled,
@@ -185,6 +191,12 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(resource("/api/orders/{id}", "GET").route(web::get().to(orders::get_order)))
     .service(resource("/api/orders/{id}/refund", "POST").route(web::post().to(orders::refund)))
     .service(resource("/api/orders/{id}/payment", "POST").route(web::post().to(orders::pay)))
+    .service(
+        resource("/api/payment-methods", "GET, POST, DELETE")
+            .route(web::get().to(payment_methods::view))
+            .route(web::post().to(payment_methods::register))
+            .route(web::delete().to(payment_methods::forget)),
+    )
     .service(resource("/api/orders/{id}/flow", "GET").route(web::get().to(orders::flow)))
     .service(resource("/api/orders/{id}/orchestrate", "POST").route(web::post().to(orders::orchestrate)))
     .service(resource("/api/payments/callbacks", "POST").route(web::post().to(payments::callback)))

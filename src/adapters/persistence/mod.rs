@@ -13,6 +13,7 @@ mod mapping;
 mod notifications;
 mod orders;
 mod outbox;
+mod payment_methods;
 mod payments;
 mod store;
 mod unit_of_work;

@@ -10,7 +10,7 @@ use tracing::Instrument;
 
 use crate::application::meter::Meter;
 use crate::application::ports::{
-    ApprovalOutcome, ApprovePayment, CancelPayment, CancelReceipt, GatewayError, LookupOutcome,
+    ApprovalOutcome, ApprovePayment, CancelPayment, CancelReceipt, GatewayError, IssuedCard, LookupOutcome,
     NotificationRequest, Notifier, NotifyFailure, PaymentGateway, Scenario, SettlementGateway,
     SettlementOutcome, SettlementRequest,
 };
@@ -101,6 +101,22 @@ impl PaymentGateway for Measured<dyn PaymentGateway> {
 
     fn customer_key(&self, customer_id: &str) -> Option<String> {
         self.inner.customer_key(customer_id)
+    }
+
+    async fn issue_billing_key(
+        &self,
+        auth_key: &str,
+        customer_key: &str,
+    ) -> Result<IssuedCard, GatewayError> {
+        let started = Instant::now();
+        let result =
+            self.inner.issue_billing_key(auth_key, customer_key).instrument(self.span("issue")).await;
+        let outcome = match &result {
+            Ok(_) => "issued",
+            Err(err) => gateway_error(err),
+        };
+        self.record("issue", outcome, started);
+        result
     }
 }
 

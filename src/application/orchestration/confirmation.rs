@@ -179,7 +179,7 @@ impl Orchestrator {
                     payment_request_id: payment.payment_request_id.clone(),
                     amount: payment.amount,
                     order_name: record.order.name(),
-                    authorization: super::service::authorization_of(&payment),
+                    authorization: self.authorization(&record, &payment).await?,
                     scenario,
                 };
                 match decide_approval(self.payments.approve(&request).await) {

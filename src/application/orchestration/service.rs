@@ -20,8 +20,8 @@ use crate::application::orchestration::steps::{NextAction, next_action, next_act
 use crate::application::orchestration::{compensation, settlement};
 use crate::application::ports::{
     ApprovePayment, CancelPayment, Changes, Clock, InboxEntry, NotificationRequest, Notifier, OrderContext,
-    OrderRecord, OrderRepository, PaymentAuthorization, PaymentGateway, SagaLease, Scenario,
-    SettlementGateway, SettlementRequest, UnitOfWork,
+    OrderRecord, OrderRepository, PaymentAuthorization, PaymentGateway, PaymentMethodRepository, SagaLease,
+    Scenario, SettlementGateway, SettlementRequest, UnitOfWork,
 };
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
@@ -118,6 +118,8 @@ pub struct Orchestrator {
     pub(super) settings: SagaSettings,
     pub(super) leases: SagaLeases,
     meter: Meter,
+    /// Saved cards, for a provider that charges registrations with one (Toss's billing).
+    cards: Option<Arc<dyn PaymentMethodRepository>>,
 }
 
 /// The order's payment, which the step being run requires to be `APPROVED`.
@@ -164,7 +166,34 @@ impl Orchestrator {
             settings,
             leases,
             meter: Meter::default(),
+            cards: None,
         }
+    }
+
+    /// Charges meeting registrations with the member's saved card (docs/spec.md §10).
+    pub fn with_saved_cards(mut self, cards: Arc<dyn PaymentMethodRepository>) -> Self {
+        self.cards = Some(cards);
+        self
+    }
+
+    /// What the customer authorized the charge of `payment` with: the widget's key committed
+    /// with an HTTP order's attempt, or, for a registration, the member's saved card (none
+    /// saved: `None`, which the provider declines `NO_PAYMENT_METHOD` without a charge).
+    pub(super) async fn authorization(
+        &self,
+        record: &OrderRecord,
+        payment: &Payment,
+    ) -> Result<Option<PaymentAuthorization>, AppError> {
+        if let Some(given) = authorization_of(payment) {
+            return Ok(Some(given));
+        }
+        let Some(cards) = self.cards.as_ref().filter(|_| record.order.source == OrderSource::Meeting) else {
+            return Ok(None);
+        };
+        Ok(cards.saved_card(&record.order.customer_id).await?.map(|card| PaymentAuthorization::SavedCard {
+            billing_key: card.billing_key,
+            customer_key: card.customer_key,
+        }))
     }
 
     /// Records the saga's step metrics into `meter` (the app's registry).
@@ -460,7 +489,7 @@ impl Orchestrator {
             payment_request_id: payment.payment_request_id.clone(),
             amount: payment.amount,
             order_name: record.order.name(),
-            authorization: authorization_of(&payment),
+            authorization: self.authorization(record, &payment).await?,
             scenario: record.context.scenario,
         };
         let decision = decide_approval(self.payments.approve(&request).await);

@@ -33,6 +33,7 @@ mod notifier;
 mod order_repository;
 mod outbox_store;
 mod payment_gateway;
+mod payment_methods;
 mod payment_repository;
 mod scenario;
 mod settlement_gateway;
@@ -54,9 +55,10 @@ pub use outbox_store::{
     OutboxFilter, OutboxRecord, OutboxStats, OutboxStore,
 };
 pub use payment_gateway::{
-    ApprovalOutcome, ApprovePayment, BillingKey, CancelPayment, CancelReceipt, LookupOutcome,
+    ApprovalOutcome, ApprovePayment, BillingKey, CancelPayment, CancelReceipt, IssuedCard, LookupOutcome,
     PaymentAuthorization, PaymentGateway,
 };
+pub use payment_methods::{PaymentMethodRepository, SavedCard};
 pub use payment_repository::PaymentRepository;
 pub use scenario::{Behaviour, Scenario, ScenarioError};
 pub use settlement_gateway::{SettlementGateway, SettlementOutcome, SettlementRequest};
@@ -78,6 +80,8 @@ pub use order_repository::MockOrderRepository;
 pub use outbox_store::MockOutboxStore;
 #[cfg(test)]
 pub use payment_gateway::MockPaymentGateway;
+#[cfg(test)]
+pub use payment_methods::MockPaymentMethodRepository;
 #[cfg(test)]
 pub use payment_repository::MockPaymentRepository;
 #[cfg(test)]

@@ -135,4 +135,31 @@ pub trait PaymentGateway: Send + Sync {
     fn customer_key(&self, _customer_id: &str) -> Option<String> {
         None
     }
+
+    /// Turns the billing-auth widget's one-time `auth_key` into a saved card bound to
+    /// `customer_key` (Toss's billing-key issue).
+    ///
+    /// # Errors
+    /// MUST return `Rejected` when the provider refuses the key (spent, another customer's)
+    /// or has no saved cards (the default: `NOT_SUPPORTED`); `Unavailable` when it cannot be
+    /// reached or its answer cannot be used.
+    async fn issue_billing_key(
+        &self,
+        _auth_key: &str,
+        _customer_key: &str,
+    ) -> Result<IssuedCard, GatewayError> {
+        Err(GatewayError::Rejected {
+            code: "NOT_SUPPORTED".into(),
+            message: "this payment provider keeps no saved cards".into(),
+        })
+    }
+}
+
+/// A card the provider saved for a customer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssuedCard {
+    pub billing_key: BillingKey,
+    pub card_company: Option<String>,
+    /// Masked by the provider.
+    pub card_number: Option<String>,
 }

@@ -9,5 +9,6 @@ pub mod orchestration_steps;
 pub mod order_items;
 pub mod orders;
 pub mod outbox_events;
+pub mod payment_methods;
 pub mod payments;
 pub mod settlements;

@@ -23,8 +23,8 @@ pub use self::model::{TossBilling, TossCancel, TossPayment, TossStatus, TossTran
 use super::transport::{Exchange, exchange};
 use crate::adapters::Secret;
 use crate::application::ports::{
-    ApprovalOutcome, ApprovePayment, CancelPayment, CancelReceipt, GatewayError, LookupOutcome,
-    PaymentAuthorization, PaymentGateway, Scenario,
+    ApprovalOutcome, ApprovePayment, BillingKey, CancelPayment, CancelReceipt, GatewayError, IssuedCard,
+    LookupOutcome, PaymentAuthorization, PaymentGateway, Scenario,
 };
 use crate::domain::text;
 
@@ -478,6 +478,33 @@ impl PaymentGateway for TossPaymentGateway {
         let digest = mac.finalize().into_bytes();
         let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
         Some(format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32]))
+    }
+
+    async fn issue_billing_key(
+        &self,
+        auth_key: &str,
+        customer_key: &str,
+    ) -> Result<IssuedCard, GatewayError> {
+        use sha2::Digest;
+        // The one-time authKey names the issue: the same key asked again replays it.
+        let digest = sha2::Sha256::digest(auth_key.as_bytes());
+        let key: String = format!("issue-{}", digest.iter().map(|b| format!("{b:02x}")).collect::<String>());
+        match self.client.issue_billing_key(auth_key, customer_key, &key).await {
+            Ok(billing) if billing.customer_key != customer_key => {
+                Err(GatewayError::Unavailable("Toss issued a billing key for another customerKey".into()))
+            }
+            Ok(billing) => Ok(IssuedCard {
+                billing_key: BillingKey(billing.billing_key),
+                card_company: billing.card_company,
+                card_number: billing.card_number,
+            }),
+            Err(TossError::Answered { status, code, message, .. })
+                if (400..500).contains(&status) && status != 401 && status != 409 && status != 429 =>
+            {
+                Err(GatewayError::Rejected { code, message })
+            }
+            Err(error) => Err(GatewayError::Unavailable(open_reason(&error))),
+        }
     }
 
     async fn lookup(

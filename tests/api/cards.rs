@@ -1,0 +1,163 @@
+//! Saved cards with Toss (docs/spec.md §10), against the fake Toss API on both databases: a
+//! card saved from the billing-auth widget's `authKey` charges the member's registrations
+//! with `POST /v1/billing/{billingKey}`; without one a registration is refused
+//! `NO_PAYMENT_METHOD` and nothing is charged; the billing key is in no answer.
+
+use orchestrator::application::Actor;
+use orchestrator::application::orchestration::PlaceOrder;
+use orchestrator::domain::ids::OrderId;
+use orchestrator::domain::order::{NewOrderItem, OrderSource};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::{Backend, TestApp, json};
+use crate::on_both_databases;
+use crate::toss::{Fake, SECRET};
+
+async fn register_for(
+    app: &TestApp,
+    user: &str,
+    meeting: &str,
+) -> orchestrator::application::ports::OrderRecord {
+    let command = PlaceOrder {
+        order_id: OrderId::new(),
+        customer_id: Some(user.into()),
+        source: OrderSource::Meeting,
+        meeting_id: Some(meeting.into()),
+        currency: "KRW".into(),
+        items: vec![NewOrderItem { sku: format!("MEETING-{meeting}"), quantity: 1, unit_price: 15000 }],
+        scenario: Default::default(),
+        correlation_id: None,
+        inbox: None,
+    };
+    app.services.orchestrator.place_order(&Actor::system("test-meeting"), command).await.unwrap()
+}
+
+async fn methods(app: &TestApp, token: &str) -> reqwest::Response {
+    app.get("/api/payment-methods", token).send().await.unwrap()
+}
+
+async fn a_saved_card_charges_registrations_and_none_refuses_them(backend: Backend) {
+    let fake = Fake::start().await;
+    let env = [
+        ("APP__PAYMENT__PROVIDER", "toss"),
+        ("APP__PAYMENT__TOSS__SECRET_KEY", SECRET),
+        ("APP__PAYMENT__TOSS__BASE_URL", fake.running.base_url.as_str()),
+    ];
+    let Some(app) = TestApp::spawn_with(backend, &env).await else { return };
+    let alice = app.token("alice");
+    let before = json(methods(&app, &alice).await, StatusCode::OK).await;
+    assert!(before["card"].is_null(), "{before}");
+    let customer_key = before["customerKey"].as_str().unwrap().to_owned();
+
+    // The billing-auth widget (the fake's stand-in) gives an authKey for Alice's key.
+    let auth = fake.post("/__fake/billing-auth", json!({ "customerKey": customer_key })).await;
+    let auth_key = auth["authKey"].as_str().unwrap();
+    let saved =
+        app.post("/api/payment-methods", &alice).json(&json!({ "authKey": auth_key })).send().await.unwrap();
+    let saved = json(saved, StatusCode::CREATED).await;
+    assert_eq!(saved["customerKey"], customer_key);
+    assert!(saved["card"]["number"].as_str().unwrap().contains("****"), "{saved}");
+    let billing_key = saved_billing_key(&app, "alice").await;
+    assert!(billing_key.starts_with("bk_"));
+    assert!(!saved.to_string().contains(&billing_key), "the billing key is never answered");
+    // The same authKey again (a retried request): Toss replays its issue, the same card.
+    let again =
+        app.post("/api/payment-methods", &alice).json(&json!({ "authKey": auth_key })).send().await.unwrap();
+    assert_eq!(json(again, StatusCode::CREATED).await["card"], saved["card"]);
+    assert_eq!(saved_billing_key(&app, "alice").await, billing_key);
+    assert_eq!(fake.effects("billing_issue").await, 1);
+    // Another customer's authKey: Toss refuses it for Alice's key.
+    let bob = json(methods(&app, &app.token("bob")).await, StatusCode::OK).await;
+    let bobs = fake.post("/__fake/billing-auth", json!({ "customerKey": bob["customerKey"] })).await;
+    let stolen = app
+        .post("/api/payment-methods", &alice)
+        .json(&json!({ "authKey": bobs["authKey"] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json(stolen, StatusCode::UNPROCESSABLE_ENTITY).await["code"], "CARD_REFUSED");
+    assert_eq!(saved_billing_key(&app, "alice").await, billing_key, "her card stays");
+
+    // Alice's registration is charged with her card; Bob has none: refused, nothing charged.
+    let charged = register_for(&app, "alice", "m-1").await;
+    assert_eq!(charged.order.status.as_str(), "COMPLETED", "{charged:?}");
+    let paid_with = charged.payment.as_ref().and_then(|p| p.provider_transaction_id.clone()).unwrap();
+    assert!(paid_with.starts_with("tbill_"), "{paid_with}");
+    let refused = register_for(&app, "bob", "m-1").await;
+    assert_eq!(refused.order.status.as_str(), "FAILED");
+    assert_eq!(
+        refused.payment.as_ref().and_then(|p| p.decline_code.clone()).as_deref(),
+        Some("NO_PAYMENT_METHOD")
+    );
+    assert_eq!(fake.effects("billing_charge").await, 1);
+
+    // What Alice can read of her order and its story never holds the billing key.
+    let admin = app.admin_token("ops");
+    let flow = app
+        .get(&format!("/api/orders/{}/flow", charged.order.id), &admin)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        flow.contains("order.completed") && !flow.contains(&billing_key) && !flow.contains(SECRET),
+        "{flow}"
+    );
+
+    // Forgotten: her next registration is refused too.
+    assert_eq!(
+        app.client
+            .delete(format!("{}/api/payment-methods", app.base))
+            .bearer_auth(&alice)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::NO_CONTENT
+    );
+    let after: Value = json(methods(&app, &alice).await, StatusCode::OK).await;
+    assert!(after["card"].is_null());
+    assert_eq!(
+        app.client
+            .delete(format!("{}/api/payment-methods", app.base))
+            .bearer_auth(&alice)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::NOT_FOUND
+    );
+}
+
+/// The billing key stored for `customer` (test assertions only: it is never answered).
+async fn saved_billing_key(app: &TestApp, customer: &str) -> String {
+    use sea_orm::ConnectionTrait;
+    let row = app
+        .db
+        .query_one_raw(sea_orm::Statement::from_sql_and_values(
+            app.db.get_database_backend(),
+            match app.db.get_database_backend() {
+                sea_orm::DatabaseBackend::Postgres => {
+                    "SELECT billing_key FROM payment_methods WHERE customer_id = $1"
+                }
+                _ => "SELECT billing_key FROM payment_methods WHERE customer_id = ?",
+            },
+            [customer.into()],
+        ))
+        .await
+        .expect("read")
+        .expect("a saved card");
+    row.try_get::<String>("", "billing_key").expect("billing_key")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_without_saved_cards_says_so() {
+    let Some(app) = TestApp::spawn(Backend::Sqlite).await else { return };
+    let answer = json(methods(&app, &app.token("alice")).await, StatusCode::CONFLICT).await;
+    assert_eq!(answer["code"], "NOT_SUPPORTED");
+}
+
+on_both_databases!(a_saved_card_charges_registrations_and_none_refuses_them);
