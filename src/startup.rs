@@ -43,8 +43,9 @@ use crate::application::outbox::{
 use crate::application::payment_methods::PaymentMethods;
 use crate::application::ports::{
     Clock, EventPublisher, IdempotencyStore, Notifier, OrderRepository, OutboxStore, PaymentGateway,
-    PaymentMethodRepository, SettlementGateway, UnitOfWork,
+    PaymentMethodRepository, PaymentRepository, SettlementGateway, UnitOfWork,
 };
+use crate::application::provider_view::ProviderView;
 use crate::application::queries::OrderQueries;
 use crate::application::recovery::{ReconciliationSettings, Recovery};
 use crate::application::refunds::Refunds;
@@ -96,6 +97,7 @@ pub struct Services {
     pub notifications: Arc<NotificationRetry>,
     pub refunds: Arc<Refunds>,
     pub payment_methods: Arc<PaymentMethods>,
+    pub provider_view: Arc<ProviderView>,
     pub recovery: Arc<Recovery>,
     pub meeting_events: Arc<MeetingEvents>,
     pub publishers: PublisherFactory,
@@ -365,6 +367,8 @@ pub async fn build_services_with_clock(
         .with_meter(meter.clone()),
     );
     let payments_for_refunds = payments.clone();
+    let provider_view =
+        Arc::new(ProviderView::new(orders.clone() as Arc<dyn PaymentRepository>, payments.clone()));
     let payment_methods = Arc::new(PaymentMethods::new(
         orders.clone() as Arc<dyn PaymentMethodRepository>,
         payments.clone(),
@@ -468,6 +472,7 @@ pub async fn build_services_with_clock(
         notifications,
         refunds,
         payment_methods,
+        provider_view,
         recovery,
         meeting_events,
         publishers,
@@ -550,6 +555,9 @@ fn http_state(services: &Services) -> web::Data<HttpState> {
         notifications: services.notifications.clone(),
         refunds: services.refunds.clone(),
         payment_methods: services.payment_methods.clone(),
+        provider_view: services.provider_view.clone(),
+        // 20 a second with bursts of 100: far above what Toss sends for one shop.
+        webhook_limiter: Arc::new(crate::adapters::http::webhooks::RateLimiter::new(20.0, 100.0)),
         recovery: services.recovery.clone(),
         webhook_secret: services.settings.payment.external_webhook_secret.clone(),
         readiness: services.readiness.clone(),

@@ -20,6 +20,7 @@ pub mod orchestration;
 pub mod outbox;
 pub mod payment_methods;
 pub mod ports;
+pub mod provider_view;
 pub mod queries;
 pub mod recovery;
 pub mod refunds;

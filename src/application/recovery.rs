@@ -18,7 +18,7 @@ use crate::application::orchestration::{Confirmation, Orchestrator, Reconciled};
 use crate::application::ports::{
     Changes, Clock, OrderRecord, OrderRepository, PaymentRepository, UnitOfWork,
 };
-use crate::application::refunds::{PendingRefundReport, Refunds};
+use crate::application::refunds::{PendingRefundReport, ProviderCancel, Refunds};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::order::{Order, OrderStatus, SagaStep, StepStatus};
@@ -78,12 +78,32 @@ pub enum CallbackResult {
     Busy,
 }
 
+/// A provider's notice that one of its payments changed: a hint that names it, no more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaymentNotice {
+    /// Toss's `paymentKey`.
+    pub payment_key: String,
+    /// Toss's `orderId` (our `paymentRequestId`), when the notice has one.
+    pub order_id: Option<String>,
+}
+
+/// What a notice led to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoticeOutcome {
+    /// What the provider said was applied (an outcome resolved, a dashboard cancel recorded).
+    Applied,
+    /// Nothing to change (a duplicate, an unknown payment, nothing new at the provider).
+    Unchanged,
+}
+
 /// At most one `CALLBACK_REJECTED` audit row per this long (per process).
 pub const CALLBACK_AUDIT_WINDOW: Duration = Duration::seconds(10);
 
 pub struct Recovery {
     /// When the last rejected callback was audited, and how many were refused since.
     callback_audit: std::sync::Mutex<(Option<chrono::DateTime<chrono::Utc>>, u64)>,
+    /// The same for ignored payment webhooks.
+    webhook_audit: std::sync::Mutex<(Option<chrono::DateTime<chrono::Utc>>, u64)>,
     orchestrator: Arc<Orchestrator>,
     refunds: Arc<Refunds>,
     payments: Arc<dyn PaymentRepository>,
@@ -106,6 +126,7 @@ impl Recovery {
     ) -> Self {
         Recovery {
             callback_audit: std::sync::Mutex::default(),
+            webhook_audit: std::sync::Mutex::default(),
             orchestrator,
             refunds,
             payments,
@@ -372,9 +393,22 @@ impl Recovery {
     /// were refused since the last one.
     pub async fn reject_callback(&self, reason: &str) {
         self.meter.record(|| metrics::counter!("payment_callbacks_rejected_total").increment(1));
+        self.bounded_audit(&self.callback_audit, AuditAction::CallbackRejected, "payment-callback", reason)
+            .await;
+    }
+
+    /// At most one audit row of `action` per [`CALLBACK_AUDIT_WINDOW`] per process (anyone can
+    /// call the endpoints that write them), saying how many were left out since the last.
+    async fn bounded_audit(
+        &self,
+        window: &std::sync::Mutex<(Option<chrono::DateTime<chrono::Utc>>, u64)>,
+        action: AuditAction,
+        component: &str,
+        reason: &str,
+    ) {
         let now = self.clock.now();
         let suppressed = {
-            let mut window = self.callback_audit.lock().unwrap_or_else(|e| e.into_inner());
+            let mut window = window.lock().unwrap_or_else(|e| e.into_inner());
             match window.0 {
                 Some(last) if now - last < CALLBACK_AUDIT_WINDOW => {
                     window.1 += 1;
@@ -386,22 +420,74 @@ impl Recovery {
                 }
             }
         };
-        let actor = Actor::system("payment-callback");
+        let actor = Actor::system(component);
         let mut changes = Changes::default();
         let mut detail: String = reason.chars().take(200).collect();
         if suppressed > 0 {
-            detail.push_str(&format!(" (and {suppressed} more rejected since the last audit row)"));
+            detail.push_str(&format!(" (and {suppressed} more since the last audit row)"));
         }
-        changes.audit.push(audit::record(
-            AuditAction::CallbackRejected,
-            entity::PAYMENT_CALLBACK,
-            "-",
-            &actor,
-            Some(detail),
-            self.clock.now(),
-        ));
+        changes.audit.push(audit::record(action, entity::PAYMENT_CALLBACK, "-", &actor, Some(detail), now));
         if let Err(err) = self.uow.commit(changes).await {
-            tracing::warn!(error = %Chain(&err), "could not audit a rejected callback");
+            tracing::warn!(error = %Chain(&err), "could not write a bounded audit row");
+        }
+    }
+
+    /// A provider's notice that a payment changed (Toss's `PAYMENT_STATUS_CHANGED` webhook,
+    /// docs/spec.md §10). Never trusted: it only names the payment; what the provider says
+    /// when asked is what applies — an unknown outcome is reconciled now, a payment cancelled
+    /// in the provider's dashboard is recorded as a refund by `provider`. A notice for a
+    /// payment we do not have, or that changes nothing, changes nothing (its audit bounded).
+    ///
+    /// # Errors
+    /// `Conflict` `ORDER_BUSY` while another runner holds the order; `Unavailable` when the
+    /// provider or the database fails (the provider retries its webhook).
+    pub async fn payment_notice(&self, notice: PaymentNotice) -> Result<NoticeOutcome, AppError> {
+        let mut payment = self.payments.by_provider_transaction(&notice.payment_key).await?;
+        if payment.is_none()
+            && let Some(order_id) = &notice.order_id
+        {
+            payment = self.payments.by_request_id(order_id).await?;
+        }
+        let Some(payment) = payment else {
+            self.bounded_audit(
+                &self.webhook_audit,
+                AuditAction::WebhookIgnored,
+                "payment-webhook",
+                "a notice of a payment we do not have",
+            )
+            .await;
+            return Ok(NoticeOutcome::Unchanged);
+        };
+        let actor = Actor::system("payment-webhook");
+        match payment.status {
+            PaymentStatus::ConfirmationRequired => {
+                let outcome = self
+                    .orchestrator
+                    .reconcile_payment(
+                        &actor,
+                        payment.order_id,
+                        self.settings.max_attempts,
+                        self.settings.retry_after,
+                    )
+                    .await?;
+                Ok(match outcome {
+                    Reconciled::Resolved(_) => NoticeOutcome::Applied,
+                    Reconciled::Busy => {
+                        return Err(AppError::Conflict {
+                            code: "ORDER_BUSY",
+                            message: "the order is being changed".into(),
+                        });
+                    }
+                    _ => NoticeOutcome::Unchanged,
+                })
+            }
+            PaymentStatus::Approved => {
+                Ok(match self.refunds.record_provider_cancel(payment.order_id).await? {
+                    ProviderCancel::Recorded(_) => NoticeOutcome::Applied,
+                    ProviderCancel::Partial { .. } | ProviderCancel::Nothing => NoticeOutcome::Unchanged,
+                })
+            }
+            _ => Ok(NoticeOutcome::Unchanged),
         }
     }
 

@@ -442,6 +442,112 @@ impl Refunds {
     }
 }
 
+/// What a look-up at the provider showed of a payment we hold as approved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProviderCancel {
+    /// Cancelled whole at the provider (its dashboard): recorded here as a refund by `provider`.
+    Recorded(Box<OrderRecord>),
+    /// Cancelled in part at the provider: not recorded (partial refunds are not kept yet);
+    /// audited for an operator.
+    Partial { balance: i64 },
+    /// Not cancelled there, or our payment is not approved: nothing to record.
+    Nothing,
+}
+
+impl Refunds {
+    /// A payment may have been cancelled outside the service (Toss's dashboard, learnt from a
+    /// webhook): asks the provider and, if it cancelled the whole payment, records the refund
+    /// by actor `provider` (payment `REFUNDED`, order `CANCELLED`, `payment.refunded`,
+    /// `order.cancelled`), under the order's saga lease.
+    ///
+    /// # Errors
+    /// `Conflict` `ORDER_BUSY` while another runner holds the order; `Unavailable` when the
+    /// provider or the database fails.
+    pub async fn record_provider_cancel(&self, order_id: OrderId) -> Result<ProviderCancel, AppError> {
+        let Some(lease) = self.leases.take(order_id).await? else {
+            return Err(AppError::Conflict {
+                code: ORDER_BUSY,
+                message: "the order is being changed right now".into(),
+            });
+        };
+        let result = self.record_provider_cancel_leased(order_id).await;
+        self.leases.release(order_id, &lease.owner).await;
+        result
+    }
+
+    async fn record_provider_cancel_leased(&self, order_id: OrderId) -> Result<ProviderCancel, AppError> {
+        let record = self.orders.get(order_id).await?.ok_or(AppError::NotFound("order"))?;
+        let Some(mut payment) = record.payment.clone().filter(|p| p.status == PaymentStatus::Approved) else {
+            return Ok(ProviderCancel::Nothing);
+        };
+        if record.order.status != OrderStatus::Completed {
+            return Ok(ProviderCancel::Nothing);
+        }
+        let outcome = self
+            .payments
+            .lookup(&payment.payment_request_id, &record.context.scenario)
+            .await
+            .map_err(|e| AppError::unavailable(format!("payment provider: {e}")))?;
+        match outcome {
+            LookupOutcome::Cancelled { .. } => {}
+            LookupOutcome::PartlyCancelled { balance, .. } => {
+                let mut changes = Changes::default();
+                changes.audit.push(audit::record(
+                    AuditAction::ProviderPartialCancel,
+                    entity::ORDER,
+                    order_id,
+                    &Actor::system("provider"),
+                    Some(format!(
+                        "cancelled in part at the provider (balance {balance} of {}); partial refunds are not recorded yet: reconcile by hand",
+                        payment.amount.minor()
+                    )),
+                    self.clock.now(),
+                ));
+                self.uow.commit(changes).await?;
+                return Ok(ProviderCancel::Partial { balance });
+            }
+            _ => return Ok(ProviderCancel::Nothing),
+        }
+        let now = self.clock.now();
+        let actor = Actor::system("provider");
+        let mut order = record.order.clone();
+        payment.begin_refund(now).map_err(invariant)?;
+        let payment_events = payment.refund(now).map_err(invariant)?;
+        let order_events = order.refund(now).map_err(invariant)?;
+        let mut changes = Changes::default();
+        changes.update_payment(&mut payment);
+        changes.update_order(&mut order);
+        changes.step(
+            order_id,
+            SagaStep::Compensation,
+            StepStatus::Success,
+            Some("refunded at the provider (its dashboard), learnt from its webhook".into()),
+            now,
+        );
+        changes.audit.push(audit::record(
+            AuditAction::Refunded,
+            entity::ORDER,
+            order_id,
+            &actor,
+            Some("cancelled at the provider, outside the service".into()),
+            now,
+        ));
+        let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
+        events.payment(&payment, &payment_events).order(&order_events);
+        changes.outbox = events.finish();
+        if !commit(self.uow.as_ref(), changes).await? {
+            return Err(AppError::Conflict {
+                code: ORDER_BUSY,
+                message: "the order changed concurrently".into(),
+            });
+        }
+        let mut record = record;
+        record.order = order;
+        record.payment = Some(payment);
+        Ok(ProviderCancel::Recorded(Box::new(record)))
+    }
+}
+
 /// What the provider said to a refund.
 enum RefundAnswer {
     Refunded,

@@ -11,6 +11,8 @@ spelled!(
         PaymentWindowExpired => "PAYMENT_WINDOW_EXPIRED",
         PaymentMethodSaved => "PAYMENT_METHOD_SAVED",
         PaymentMethodForgotten => "PAYMENT_METHOD_FORGOTTEN",
+        ProviderPartialCancel => "PROVIDER_PARTIAL_CANCEL",
+        WebhookIgnored => "WEBHOOK_IGNORED",
         OrderRejected => "ORDER_REJECTED",
         Replay => "REPLAY",
         IdempotencyKeyReused => "IDEMPOTENCY_KEY_REUSED",

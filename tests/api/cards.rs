@@ -158,6 +158,14 @@ async fn a_provider_without_saved_cards_says_so() {
     let Some(app) = TestApp::spawn(Backend::Sqlite).await else { return };
     let answer = json(methods(&app, &app.token("alice")).await, StatusCode::CONFLICT).await;
     assert_eq!(answer["code"], "NOT_SUPPORTED");
+    // Nor a provider's record to show.
+    let alice = app.token("alice");
+    let order =
+        json(app.place_order(&alice, &crate::helpers::order_body(), None).await, StatusCode::CREATED).await;
+    let path = format!("/api/admin/payments/{}/provider", order["payment"]["id"].as_str().unwrap());
+    let view =
+        json(app.get(&path, &app.admin_token("ops")).send().await.unwrap(), StatusCode::CONFLICT).await;
+    assert_eq!(view["code"], "NOT_SUPPORTED");
 }
 
 on_both_databases!(a_saved_card_charges_registrations_and_none_refuses_them);

@@ -84,6 +84,19 @@ async fn a_checkout_waits_for_the_customer_and_is_confirmed_once(backend: Backen
     let other = fake.checkout(checkout["orderId"].as_str().unwrap(), total, None).await;
     let refused = json(pay(&app, &alice, &order, &other, total).await, StatusCode::CONFLICT).await;
     assert_eq!(refused["code"], "PAYMENT_NOT_EXPECTED");
+    // Support sees Toss's own record beside ours (admins only).
+    let payment_id = paid["payment"]["id"].as_str().unwrap();
+    let view_path = format!("/api/admin/payments/{payment_id}/provider");
+    let view = json(app.get(&view_path, &app.admin_token("ops")).send().await.unwrap(), StatusCode::OK).await;
+    assert_eq!(view["payment"]["id"], payment_id);
+    let theirs = &view["provider"];
+    assert_eq!(
+        (theirs["paymentKey"].clone(), theirs["status"].clone()),
+        (json!(payment_key), json!("DONE")),
+        "{view}"
+    );
+    assert_eq!(theirs["totalAmount"], total);
+    assert_eq!(app.get(&view_path, &alice).send().await.unwrap().status(), StatusCode::FORBIDDEN);
     // The secret key is in no answer, event or audit row of the whole run.
     let admin = app.admin_token("ops");
     let flow =

@@ -30,3 +30,4 @@ mod repository_contract;
 mod schemathesis;
 mod toss;
 mod traces;
+mod webhooks;

@@ -13,6 +13,7 @@ pub mod outbox_admin;
 pub mod payment_methods;
 pub mod payments;
 pub mod problem;
+pub mod webhooks;
 
 use std::sync::Arc;
 
@@ -28,6 +29,7 @@ use crate::application::notification_retry::NotificationRetry;
 use crate::application::orchestration::Orchestrator;
 use crate::application::outbox::OutboxAdmin;
 use crate::application::payment_methods::PaymentMethods;
+use crate::application::provider_view::ProviderView;
 use crate::application::queries::OrderQueries;
 use crate::application::recovery::Recovery;
 use crate::application::refunds::Refunds;
@@ -42,6 +44,9 @@ pub struct HttpState {
     pub notifications: Arc<NotificationRetry>,
     pub refunds: Arc<Refunds>,
     pub payment_methods: Arc<PaymentMethods>,
+    pub provider_view: Arc<ProviderView>,
+    /// Toss's webhooks: anyone can post them.
+    pub webhook_limiter: Arc<webhooks::RateLimiter>,
     pub recovery: Arc<Recovery>,
     /// `payment.external.webhook_secret`: provider callbacks are refused without it.
     pub webhook_secret: Option<Secret>,
@@ -127,7 +132,9 @@ impl utoipa::Modify for BearerAuth {
         payment_methods::register,
         payment_methods::forget,
         payments::callback,
+        webhooks::toss,
         payments::unconfirmed,
+        payments::provider_view,
         payments::stalled,
         payments::compensations_exhausted,
         outbox_admin::list_outbox,
@@ -200,7 +207,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(resource("/api/orders/{id}/flow", "GET").route(web::get().to(orders::flow)))
     .service(resource("/api/orders/{id}/orchestrate", "POST").route(web::post().to(orders::orchestrate)))
     .service(resource("/api/payments/callbacks", "POST").route(web::post().to(payments::callback)))
+    .service(resource("/api/payments/toss/webhook", "POST").route(web::post().to(webhooks::toss)))
     .service(resource("/api/admin/payments/unconfirmed", "GET").route(web::get().to(payments::unconfirmed)))
+    .service(
+        resource("/api/admin/payments/{id}/provider", "GET").route(web::get().to(payments::provider_view)),
+    )
     .service(resource("/api/admin/orders/stalled", "GET").route(web::get().to(payments::stalled)))
     .service(
         resource("/api/admin/payments/compensations-exhausted", "GET")

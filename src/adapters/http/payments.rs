@@ -261,3 +261,43 @@ mod tests {
         assert!(verify_signature(secret, None, body, now).is_err());
     }
 }
+
+/// Ours beside the provider's.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderViewResponse {
+    pub payment: PaymentResponse,
+    /// The provider's live record, unchanged (Toss's Payment object); `null` when it has none.
+    #[schema(value_type = Object)]
+    pub provider: Option<serde_json::Value>,
+}
+
+/// The provider's live record of one of our payments (`id`: our payment id), for support.
+#[utoipa::path(
+    get,
+    path = "/api/admin/payments/{id}/provider",
+    tag = "admin",
+    params(("id" = String, Path, description = "Our payment id (UUID)")),
+    responses(
+        (status = 200, body = ProviderViewResponse),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "NOT_SUPPORTED (the provider shows nothing) or NOT_AT_PROVIDER", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The provider cannot be reached", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn provider_view(
+    state: web::Data<HttpState>,
+    admin: Admin,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = uuid::Uuid::parse_str(&path)
+        .map(crate::domain::ids::PaymentId::from_uuid)
+        .map_err(|_| ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "id", "must be a UUID"))?;
+    let (payment, record) = state.provider_view.of(&admin.0, id).await?;
+    Ok(HttpResponse::Ok().json(ProviderViewResponse {
+        payment: PaymentResponse::from(&payment),
+        provider: record.map(|r| r.0),
+    }))
+}

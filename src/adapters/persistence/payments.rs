@@ -8,7 +8,7 @@ use super::mapping::*;
 use super::repo_err;
 use super::store::SeaOrmStore;
 use crate::application::ports::{PaymentRepository, RepoError};
-use crate::domain::ids::OrderId;
+use crate::domain::ids::{OrderId, PaymentId};
 use crate::domain::order::{FailureStage, OrderStatus};
 use crate::domain::payment::{Payment, PaymentStatus};
 use chrono::{DateTime, Utc};
@@ -52,6 +52,15 @@ impl PaymentRepository for SeaOrmStore {
             .into_iter()
             .map(payment_from_row)
             .collect()
+    }
+
+    async fn by_id(&self, id: PaymentId) -> Result<Option<Payment>, RepoError> {
+        payments::Entity::find_by_id(id.as_uuid())
+            .one(&self.db)
+            .await
+            .map_err(repo_err)?
+            .map(payment_from_row)
+            .transpose()
     }
 
     async fn by_request_id(&self, payment_request_id: &str) -> Result<Option<Payment>, RepoError> {

@@ -11,8 +11,8 @@ use tracing::Instrument;
 use crate::application::meter::Meter;
 use crate::application::ports::{
     ApprovalOutcome, ApprovePayment, CancelPayment, CancelReceipt, GatewayError, IssuedCard, LookupOutcome,
-    NotificationRequest, Notifier, NotifyFailure, PaymentGateway, Scenario, SettlementGateway,
-    SettlementOutcome, SettlementRequest,
+    NotificationRequest, Notifier, NotifyFailure, PaymentGateway, ProviderRecord, Scenario,
+    SettlementGateway, SettlementOutcome, SettlementRequest,
 };
 
 /// A gateway whose calls are measured, labelled `provider` (`mock`, `external`,
@@ -81,6 +81,7 @@ impl PaymentGateway for Measured<dyn PaymentGateway> {
             Ok(LookupOutcome::Approved { .. }) => "approved",
             Ok(LookupOutcome::Declined { .. }) => "declined",
             Ok(LookupOutcome::Cancelled { .. }) => "cancelled",
+            Ok(LookupOutcome::PartlyCancelled { .. }) => "partly_cancelled",
             Ok(LookupOutcome::NotFound) => "not_found",
             Err(err) => gateway_error(err),
         };
@@ -101,6 +102,13 @@ impl PaymentGateway for Measured<dyn PaymentGateway> {
 
     fn customer_key(&self, customer_id: &str) -> Option<String> {
         self.inner.customer_key(customer_id)
+    }
+
+    async fn provider_record(
+        &self,
+        provider_transaction_id: &str,
+    ) -> Result<Option<ProviderRecord>, GatewayError> {
+        self.inner.provider_record(provider_transaction_id).await
     }
 
     async fn issue_billing_key(

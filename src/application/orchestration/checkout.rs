@@ -20,13 +20,6 @@ use crate::domain::order::{FailureReason, FailureStage, OrderStatus, SagaStep, S
 use crate::domain::payment::{Payment, payment_request_id};
 use crate::domain::text;
 
-/// How the checkout waits for the customer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CheckoutSettings {
-    /// `payment.toss.confirm_window`: how long an order may wait for its payment.
-    pub window: chrono::Duration,
-}
-
 /// What the customer's payment widget gave back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PayOrder {

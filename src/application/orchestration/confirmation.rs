@@ -167,6 +167,10 @@ impl Orchestrator {
             Ok(LookupOutcome::Declined { code, provider_transaction_id }) => {
                 Some(Confirmation::Declined { code, provider_transaction_id })
             }
+            // Charged, and part of it refunded since (at the provider): the charge stands.
+            Ok(LookupOutcome::PartlyCancelled { provider_transaction_id, .. }) => {
+                Some(Confirmation::Approved { provider_transaction_id })
+            }
             Ok(LookupOutcome::Cancelled { provider_transaction_id }) => Some(Confirmation::Declined {
                 code: "CANCELLED_BY_PROVIDER".into(),
                 provider_transaction_id: Some(provider_transaction_id),

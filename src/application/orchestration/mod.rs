@@ -12,6 +12,6 @@ mod service;
 mod settlement;
 pub mod steps;
 
-pub use checkout::{Checkout, CheckoutSettings, PayOrder};
+pub use checkout::{Checkout, PayOrder};
 pub use confirmation::{Confirmation, Reconciled};
-pub use service::{ALREADY_REGISTERED, InboxKey, Orchestrator, PlaceOrder, SagaSettings};
+pub use service::{ALREADY_REGISTERED, CheckoutSettings, InboxKey, Orchestrator, PlaceOrder, SagaSettings};

@@ -46,7 +46,14 @@ pub struct SagaSettings {
     pub saga_lease: chrono::Duration,
     /// Set when the payment provider needs the customer's authorization before a charge
     /// (Toss): API orders then wait `AWAITING_PAYMENT` (docs/spec.md §10).
-    pub checkout: Option<super::checkout::CheckoutSettings>,
+    pub checkout: Option<CheckoutSettings>,
+}
+
+/// How the checkout waits for the customer (docs/spec.md §10; `checkout.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckoutSettings {
+    /// `payment.toss.confirm_window`: how long an order may wait for its payment.
+    pub window: chrono::Duration,
 }
 
 /// A checkout (HTTP) or a paid registration (AMQP), not yet validated.

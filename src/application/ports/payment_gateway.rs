@@ -71,6 +71,12 @@ pub enum LookupOutcome {
     Cancelled {
         provider_transaction_id: String,
     },
+    /// Approved, then cancelled in part (Toss's `PARTIAL_CANCELED`): `balance` is what can
+    /// still be cancelled.
+    PartlyCancelled {
+        provider_transaction_id: String,
+        balance: i64,
+    },
     /// The provider never took this request: it is safe to approve again with the same key.
     NotFound,
 }
@@ -136,6 +142,29 @@ pub trait PaymentGateway: Send + Sync {
         None
     }
 
+    /// The provider's live record of the payment `provider_transaction_id` (Toss's Payment
+    /// object, unchanged); `None` when the provider has none.
+    ///
+    /// # Errors
+    /// `Rejected` `NOT_SUPPORTED` (the default) for a provider with nothing to show;
+    /// `Unavailable` when it cannot be reached.
+    ///
+    /// The provider's live record of the payment `provider_transaction_id` (Toss's Payment
+    /// object, unchanged); `None` when the provider has none.
+    ///
+    /// # Errors
+    /// `Rejected` `NOT_SUPPORTED` (the default) for a provider with nothing to show;
+    /// `Unavailable` when it cannot be reached.
+    async fn provider_record(
+        &self,
+        _provider_transaction_id: &str,
+    ) -> Result<Option<ProviderRecord>, GatewayError> {
+        Err(GatewayError::Rejected {
+            code: "NOT_SUPPORTED".into(),
+            message: "this payment provider has no record to show".into(),
+        })
+    }
+
     /// Turns the billing-auth widget's one-time `auth_key` into a saved card bound to
     /// `customer_key` (Toss's billing-key issue).
     ///
@@ -154,6 +183,10 @@ pub trait PaymentGateway: Send + Sync {
         })
     }
 }
+
+/// The provider's own record of a payment, as it sent it (for support: shown beside ours).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderRecord(pub serde_json::Value);
 
 /// A card the provider saved for a customer.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::error::RepoError;
-use crate::domain::ids::OrderId;
+use crate::domain::ids::{OrderId, PaymentId};
 use crate::domain::payment::{Payment, PaymentStatus};
 
 /// Reads of payments for reconciliation, provider callbacks and operators.
@@ -30,6 +30,12 @@ pub trait PaymentRepository: Send + Sync {
     /// # Errors
     /// MUST return what [`PaymentRepository::awaiting_confirmation`] returns, in the same cases.
     async fn with_status(&self, status: PaymentStatus, limit: u32) -> Result<Vec<Payment>, RepoError>;
+
+    /// A payment by its id.
+    ///
+    /// # Errors
+    /// MUST return what [`PaymentRepository::awaiting_confirmation`] returns, in the same cases.
+    async fn by_id(&self, id: PaymentId) -> Result<Option<Payment>, RepoError>;
 
     /// The payment of a request id.
     ///

@@ -24,7 +24,7 @@ use super::transport::{Exchange, exchange};
 use crate::adapters::Secret;
 use crate::application::ports::{
     ApprovalOutcome, ApprovePayment, BillingKey, CancelPayment, CancelReceipt, GatewayError, IssuedCard,
-    LookupOutcome, PaymentAuthorization, PaymentGateway, Scenario,
+    LookupOutcome, PaymentAuthorization, PaymentGateway, ProviderRecord, Scenario,
 };
 use crate::domain::text;
 
@@ -480,6 +480,17 @@ impl PaymentGateway for TossPaymentGateway {
         Some(format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32]))
     }
 
+    async fn provider_record(
+        &self,
+        provider_transaction_id: &str,
+    ) -> Result<Option<ProviderRecord>, GatewayError> {
+        match self.client.payment(provider_transaction_id).await {
+            Ok((_, whole)) => Ok(Some(ProviderRecord(whole))),
+            Err(TossError::Answered { meaning: Meaning::NotFound, .. }) => Ok(None),
+            Err(error) => Err(GatewayError::Unavailable(open_reason(&error))),
+        }
+    }
+
     async fn issue_billing_key(
         &self,
         auth_key: &str,
@@ -519,9 +530,13 @@ impl PaymentGateway for TossPaymentGateway {
                     code: payment.failure_code(),
                     provider_transaction_id: Some(payment.payment_key),
                 },
-                TossStatus::Canceled | TossStatus::PartialCanceled => {
+                TossStatus::Canceled => {
                     LookupOutcome::Cancelled { provider_transaction_id: payment.payment_key }
                 }
+                TossStatus::PartialCanceled => LookupOutcome::PartlyCancelled {
+                    provider_transaction_id: payment.payment_key,
+                    balance: payment.balance_amount,
+                },
                 // Not taken (yet): the same charge with the same key cannot charge twice.
                 TossStatus::Ready | TossStatus::InProgress | TossStatus::WaitingForDeposit => {
                     LookupOutcome::NotFound

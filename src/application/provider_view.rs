@@ -1,0 +1,53 @@
+//! The provider's view of a payment for support (docs/spec.md §10): the provider's own live
+//! record, unchanged, to set beside ours (operators compare them when they disagree).
+
+use std::sync::Arc;
+
+use crate::application::ports::{GatewayError, PaymentGateway, PaymentRepository, ProviderRecord};
+use crate::application::{Actor, AppError};
+use crate::domain::ids::PaymentId;
+use crate::domain::payment::Payment;
+
+pub struct ProviderView {
+    payments: Arc<dyn PaymentRepository>,
+    gateway: Arc<dyn PaymentGateway>,
+}
+
+impl ProviderView {
+    pub fn new(payments: Arc<dyn PaymentRepository>, gateway: Arc<dyn PaymentGateway>) -> Self {
+        ProviderView { payments, gateway }
+    }
+
+    /// Our payment and the provider's record of it (`None`: the provider has none).
+    ///
+    /// # Errors
+    /// `Forbidden` unless admin; `NotFound`; `Conflict` `NOT_SUPPORTED` for a provider with
+    /// nothing to show, or `NOT_AT_PROVIDER` for a payment the provider never took (no
+    /// transaction id); `Unavailable` when the provider cannot be reached.
+    pub async fn of(
+        &self,
+        actor: &Actor,
+        id: PaymentId,
+    ) -> Result<(Payment, Option<ProviderRecord>), AppError> {
+        actor.require_admin()?;
+        let payment = self.payments.by_id(id).await?.ok_or(AppError::NotFound("payment"))?;
+        let Some(key) = payment.provider_transaction_id.clone() else {
+            return Err(AppError::Conflict {
+                code: "NOT_AT_PROVIDER",
+                message: "the provider never took this payment (no transaction id)".into(),
+            });
+        };
+        match self.gateway.provider_record(&key).await {
+            Ok(record) => Ok((payment, record)),
+            Err(GatewayError::Rejected { code, message }) if code == "NOT_SUPPORTED" => {
+                Err(AppError::Conflict { code: "NOT_SUPPORTED", message })
+            }
+            Err(GatewayError::Rejected { code, message }) => {
+                Err(AppError::unavailable(format!("payment provider refused the look-up: {code}: {message}")))
+            }
+            Err(GatewayError::Unavailable(why)) => {
+                Err(AppError::unavailable(format!("payment provider: {why}")))
+            }
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! Toss's webhooks (docs/spec.md §10) against the fake Toss API on both databases: never
+//! trusted — a forged notice changes nothing, Toss is asked and its answer applied: a cancel
+//! made in Toss's dashboard is recorded as a refund by `provider`, an unknown outcome is
+//! resolved; duplicates are no-ops; the endpoint is rate-limited.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::{Backend, TestApp, json, order_body, until};
+use crate::on_both_databases;
+use crate::toss::{Fake, SECRET};
+
+async fn notify(app: &TestApp, body: &Value) -> reqwest::Response {
+    app.client.post(format!("{}/api/payments/toss/webhook", app.base)).json(body).send().await.unwrap()
+}
+
+fn notice(payment_key: &str, order_id: &str) -> Value {
+    json!({ "eventType": "PAYMENT_STATUS_CHANGED", "createdAt": "2026-12-02T15:00:00.000000",
+            "data": { "paymentKey": payment_key, "orderId": order_id, "status": "DONE" } })
+}
+
+async fn detail(app: &TestApp, id: &str) -> Value {
+    json(app.get(&format!("/api/orders/{id}"), &app.admin_token("ops")).send().await.unwrap(), StatusCode::OK)
+        .await
+}
+
+/// A paid order (the checkout through the fake), its Toss orderId and paymentKey.
+async fn paid_order(app: &TestApp, fake: &Fake) -> (String, String, String) {
+    let alice = app.token("alice");
+    let order = json(app.place_order(&alice, &order_body(), None).await, StatusCode::CREATED).await;
+    let (id, toss_order) =
+        (order["id"].as_str().unwrap().to_owned(), order["checkout"]["orderId"].as_str().unwrap().to_owned());
+    let total = order["totalAmount"].as_i64().unwrap();
+    let key = fake.checkout(&toss_order, total, None).await;
+    let paid = app
+        .post(&format!("/api/orders/{id}/payment"), &alice)
+        .json(&json!({ "paymentKey": key, "amount": total }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json(paid, StatusCode::OK).await["status"], "COMPLETED");
+    (id, toss_order, key)
+}
+
+async fn a_cancel_in_tosss_dashboard_is_recorded_as_a_refund_by_the_provider(backend: Backend) {
+    let fake = Fake::start().await;
+    let env = [
+        ("APP__PAYMENT__PROVIDER", "toss"),
+        ("APP__PAYMENT__TOSS__SECRET_KEY", SECRET),
+        ("APP__PAYMENT__TOSS__BASE_URL", fake.running.base_url.as_str()),
+    ];
+    let Some(app) = TestApp::spawn_with(backend, &env).await else { return };
+    let (id, toss_order, key) = paid_order(&app, &fake).await;
+    // A forged notice changes nothing: Toss, asked, still has the payment DONE.
+    let forged = json(notify(&app, &notice(&key, &toss_order)).await, StatusCode::OK).await;
+    assert_eq!(forged["outcome"], "UNCHANGED");
+    assert_eq!(detail(&app, &id).await["status"], "COMPLETED");
+    // A notice of a payment we do not have, and one that is not JSON.
+    assert_eq!(
+        json(notify(&app, &notice("tgen_nobody", "pay-nobody")).await, StatusCode::OK).await["outcome"],
+        "UNCHANGED"
+    );
+    let garbage =
+        app.client.post(format!("{}/api/payments/toss/webhook", app.base)).body("{{{").send().await.unwrap();
+    assert_eq!(garbage.status(), StatusCode::BAD_REQUEST);
+
+    // Staff cancel it in Toss's dashboard; Toss's webhook tells us.
+    fake.post("/__fake/webhook", json!({ "url": format!("{}/api/payments/toss/webhook", app.base) })).await;
+    fake.post(
+        &format!("/__fake/payments/{key}/dashboard-cancel"),
+        json!({ "cancelReason": "customer called" }),
+    )
+    .await;
+    until("the dashboard cancel recorded", || async { detail(&app, &id).await["status"] == "CANCELLED" })
+        .await;
+    let now = detail(&app, &id).await;
+    assert_eq!(now["payment"]["status"], "REFUNDED");
+    let flow = json(
+        app.get(&format!("/api/orders/{id}/flow"), &app.admin_token("ops")).send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert!(
+        flow["events"].as_array().unwrap().iter().any(|e| e["eventType"] == "payment.refunded"),
+        "{flow}"
+    );
+    assert!(
+        flow["audit"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["action"] == "REFUNDED" && a["actor"] == "system:provider"),
+        "{flow}"
+    );
+    // Toss's retry of the same webhook: a no-op.
+    assert_eq!(
+        json(notify(&app, &notice(&key, &toss_order)).await, StatusCode::OK).await["outcome"],
+        "UNCHANGED"
+    );
+    assert_eq!(fake.effects("cancel").await, 0, "the service itself cancelled nothing");
+}
+
+async fn a_webhook_resolves_an_unknown_outcome_by_asking_toss(backend: Backend) {
+    let fake = Fake::start().await;
+    let env = [
+        ("APP__PAYMENT__PROVIDER", "toss"),
+        ("APP__PAYMENT__TOSS__SECRET_KEY", SECRET),
+        ("APP__PAYMENT__TOSS__BASE_URL", fake.running.base_url.as_str()),
+        ("APP__PAYMENT__TOSS__TIMEOUT", "1s"),
+    ];
+    let Some(app) = TestApp::spawn_with(backend, &env).await else { return };
+    let alice = app.token("alice");
+    let order = json(app.place_order(&alice, &order_body(), None).await, StatusCode::CREATED).await;
+    let id = order["id"].as_str().unwrap();
+    let toss_order = order["checkout"]["orderId"].as_str().unwrap();
+    let total = order["totalAmount"].as_i64().unwrap();
+    let key = fake.checkout(toss_order, total, None).await;
+    fake.fault("confirm", "delay", 1500, 1).await;
+    let paid = app
+        .post(&format!("/api/orders/{id}/payment"), &alice)
+        .json(&json!({ "paymentKey": key, "amount": total }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json(paid, StatusCode::OK).await["status"], "PENDING_CONFIRMATION");
+    tokio::time::sleep(Duration::from_millis(600)).await; // the charge made at Toss (after its delay)
+    let applied = json(notify(&app, &notice(&key, toss_order)).await, StatusCode::OK).await;
+    assert_eq!(applied["outcome"], "APPLIED");
+    assert_eq!(detail(&app, id).await["status"], "COMPLETED");
+    assert_eq!(fake.effects("confirm").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhook_is_rate_limited() {
+    let Some(app) = TestApp::spawn(Backend::Sqlite).await else { return };
+    let mut limited = 0;
+    for _ in 0..150 {
+        if notify(&app, &json!({ "eventType": "SOMETHING_ELSE" })).await.status()
+            == StatusCode::TOO_MANY_REQUESTS
+        {
+            limited += 1;
+        }
+    }
+    assert!(limited >= 40, "past its burst the endpoint refuses: {limited} of 150");
+}
+
+on_both_databases!(
+    a_cancel_in_tosss_dashboard_is_recorded_as_a_refund_by_the_provider,
+    a_webhook_resolves_an_unknown_outcome_by_asking_toss,
+);
