@@ -11,6 +11,81 @@ use serde_json::Value;
 use crate::application::AppError;
 use crate::domain::text::{self, TextError};
 
+/// The first key of a JSON document given twice in one object, by its path (`currency`,
+/// `items[0].quantity`), or `None` (also for text that is not JSON: its parse names that).
+/// A parsed `Value` keeps the last of two equal keys, so the raw text is read for this:
+/// `{"amount":15000,"amount":1}` must be refused, never charged 1.
+pub fn duplicate_key(bytes: &[u8]) -> Option<String> {
+    use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
+    use std::cell::RefCell;
+
+    struct Walk<'a> {
+        path: String,
+        found: &'a RefCell<Option<String>>,
+    }
+
+    impl<'de> DeserializeSeed<'de> for Walk<'_> {
+        type Value = ();
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Walk<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("JSON")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            while let Some(key) = map.next_key::<String>()? {
+                let path = if self.path.is_empty() { key.clone() } else { format!("{}.{key}", self.path) };
+                if !seen.insert(key) && self.found.borrow().is_none() {
+                    *self.found.borrow_mut() = Some(path.clone());
+                }
+                map.next_value_seed(Walk { path, found: self.found })?;
+            }
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            let mut i = 0;
+            while seq
+                .next_element_seed(Walk { path: format!("{}[{i}]", self.path), found: self.found })?
+                .is_some()
+            {
+                i += 1;
+            }
+            Ok(())
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_none<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+    }
+
+    let found = RefCell::new(None);
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let walked = Walk { path: String::new(), found: &found }.deserialize(&mut de);
+    walked.ok().and_then(|()| found.into_inner())
+}
+
 /// The first string in `value` with a refused control character, named by its path
 /// (`reason`, `items[0].sku`; `body` for a bare string).
 ///
@@ -93,6 +168,16 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_key_given_twice_is_found_by_its_path() {
+        assert_eq!(duplicate_key(br#"{"a":1,"b":{"c":1},"d":[{"e":1}]}"#), None);
+        assert_eq!(duplicate_key(br#"{"a":1,"a":2}"#).as_deref(), Some("a"));
+        assert_eq!(duplicate_key(br#"{"b":{"c":1,"c":1}}"#).as_deref(), Some("b.c"));
+        assert_eq!(duplicate_key(br#"{"d":[{"e":1},{"e":1,"e":2}]}"#).as_deref(), Some("d[1].e"));
+        assert_eq!(duplicate_key(br#"[{"x":"y","x":1}]"#).as_deref(), Some("[0].x"));
+        assert_eq!(duplicate_key(b"not json"), None);
+    }
 
     #[test]
     fn names_the_path_of_the_first_dirty_string() {

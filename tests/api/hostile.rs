@@ -1,11 +1,13 @@
 //! The edges of issue 27, each reproduced from outside first: what a hostile client can do
-//! to `/metrics`, and traces at the log level production runs with (traces.rs).
+//! to `/metrics` and with a key given twice, and traces at the log level production runs
+//! with (traces.rs).
 
 use std::collections::BTreeSet;
 
 use reqwest::{Method, StatusCode};
 
-use crate::helpers::{Backend, TestApp};
+use crate::helpers::{Backend, TestApp, json, order_body};
+use crate::on_both_databases;
 
 /// Every label value of `name`'s series in a Prometheus text page, by label.
 fn label_values(metrics: &str, name: &str, label: &str) -> BTreeSet<String> {
@@ -56,3 +58,94 @@ async fn no_metric_label_takes_a_value_the_client_chose() {
     assert!(series <= 6, "a handful of series, not one per request: {series}\n{metrics}");
     assert!(!metrics.contains("ABCDEFGHIJ"), "no client-chosen text anywhere in /metrics");
 }
+
+/// Issue 27 item 5: a key given twice was accepted, the last one winning (`"currency":"KRW",
+/// "currency":"USD"` made a USD order): refused, naming the field, nothing stored.
+async fn a_key_given_twice_is_refused_naming_it(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let alice = app.token("alice");
+    let cases = [
+        (
+            r#"{"currency":"KRW","currency":"USD","items":[{"sku":"A","quantity":1,"unitPrice":100}]}"#,
+            "currency",
+        ),
+        (
+            r#"{"currency":"KRW","items":[{"sku":"A","quantity":1,"quantity":9,"unitPrice":100}]}"#,
+            "items[0].quantity",
+        ),
+    ];
+    for (body, field) in cases {
+        let answer = app
+            .post("/api/orders", &alice)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let problem = json(answer, StatusCode::UNPROCESSABLE_ENTITY).await;
+        assert_eq!(problem["field"], field, "{body}: {problem}");
+    }
+    assert_eq!(app.count("orders").await, 0, "nothing stored");
+    let order = json(app.place_order(&alice, &order_body(), None).await, StatusCode::CREATED).await;
+    let refund = app
+        .post(&format!("/api/orders/{}/refund", order["id"].as_str().unwrap()), &alice)
+        .header("content-type", "application/json")
+        .body(r#"{"reason":"a","reason":"b"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json(refund, StatusCode::UNPROCESSABLE_ENTITY).await["field"], "reason");
+}
+
+on_both_databases!(a_key_given_twice_is_refused_naming_it);
+
+/// Issue 27 item 8: the outbox's counts came from separate statements, so `PUBLISHED` (the
+/// fast path's total less its waiting events) moved while events were committed between
+/// them. With no relay running nothing is ever published: every read must say 0, and the
+/// total never shrinks.
+async fn outbox_stats_are_one_snapshot(backend: Backend) {
+    use orchestrator::application::ports::{Changes, NewOutboxEvent, UnitOfWork};
+    use orchestrator::domain::ids::EventId;
+    use orchestrator::domain::outbox::OutboxStatus;
+    let Some(app) = TestApp::spawn_on_manual_clock(backend, &[]).await else {
+        return;
+    };
+    let store = orchestrator::adapters::persistence::SeaOrmStore::new(
+        app.db.clone(),
+        app.services.relay_wake.clone(),
+    );
+    let producer = tokio::spawn(async move {
+        for i in 0..600 {
+            let event_id = EventId::new();
+            let event = NewOutboxEvent {
+                event_id,
+                aggregate_type: "order".into(),
+                aggregate_id: format!("snap-{i}"),
+                event_type: "test.snapshot".into(),
+                routing_key: "test.snapshot".into(),
+                payload: serde_json::json!({ "eventId": event_id.to_string() }).to_string(),
+                correlation_id: None,
+                created_at: chrono::Utc::now(),
+            };
+            store.commit(Changes { outbox: vec![event], ..Default::default() }).await.unwrap();
+        }
+    });
+    let mut last_total = 0;
+    let mut reads = 0;
+    while !producer.is_finished() {
+        let stats = app.services.outbox_store.stats().await.unwrap();
+        let count =
+            |s: OutboxStatus| stats.by_status.iter().find(|(status, _)| *status == s).map_or(0, |(_, n)| *n);
+        assert_eq!(count(OutboxStatus::Published), 0, "nothing was published: {:?}", stats.by_status);
+        let total: i64 = stats.by_status.iter().map(|(_, n)| n).sum();
+        assert!(total >= last_total, "the total went back from {last_total} to {total}");
+        last_total = total;
+        reads += 1;
+    }
+    producer.await.unwrap();
+    assert!(reads > 5, "the stats were read while events were committed ({reads} reads)");
+}
+
+on_both_databases!(outbox_stats_are_one_snapshot);

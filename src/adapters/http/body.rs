@@ -10,7 +10,7 @@ use futures_util::future::LocalBoxFuture;
 use serde::de::DeserializeOwned;
 
 use super::problem::ApiError;
-use crate::application::input::check_json_text;
+use crate::application::input::{check_json_text, duplicate_key};
 
 pub const MAX_BODY: usize = 64 * 1024;
 
@@ -101,6 +101,10 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<JsonBody<T>, ApiError
             format!("request body is not valid JSON: {e}"),
         )
     })?;
+    // A key given twice: the parsed value kept the last; refused instead (issue 27).
+    if let Some(field) = duplicate_key(bytes) {
+        return Err(ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, field, "is given more than once"));
+    }
     // docs/spec.md §5: no string anywhere in a body may carry a control character.
     check_json_text(&raw)
         .map_err(|e| ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, e.field(), e.message()))?;

@@ -883,24 +883,38 @@ impl OutboxStore for SeaOrmOutboxStore {
     }
 
     async fn stats(&self) -> Result<OutboxStats, RepoError> {
+        // Every count from one snapshot: read in separate statements, `PUBLISHED` (the fast
+        // path's total less its waiting events) went backwards while the relay worked.
+        let txn = if self.is_postgres() {
+            self.db
+                .begin_with_config(
+                    Some(sea_orm::IsolationLevel::RepeatableRead),
+                    Some(sea_orm::AccessMode::ReadOnly),
+                )
+                .await
+        } else {
+            // SQLite: a read transaction sees one snapshot of the database.
+            self.db.begin().await
+        }
+        .map_err(repo_err)?;
         let counts =
             StatusCount::find_by_statement(self.statement(
                 "SELECT status, COUNT(*) AS n FROM outbox_events WHERE slow GROUP BY status",
                 vec![],
             ))
-            .all(&self.db)
+            .all(&txn)
             .await
             .map_err(repo_err)?;
         let mut counts: HashMap<String, i64> = counts.into_iter().map(|c| (c.status, c.n)).collect();
         let fast_total = Count::find_by_statement(
             self.statement("SELECT COUNT(*) AS n FROM outbox_events WHERE NOT slow", vec![]),
         )
-        .one(&self.db)
+        .one(&txn)
         .await
         .map_err(repo_err)?
         .map_or(0, |c| c.n);
         let fast_by_lane = LaneOldest::find_by_statement(self.statement(&self.fast_ready_sql(), vec![]))
-            .all(&self.db)
+            .all(&txn)
             .await
             .map_err(repo_err)?;
         let slow_by_lane = LaneOldest::find_by_statement(self.statement(
@@ -911,7 +925,7 @@ impl OutboxStore for SeaOrmOutboxStore {
             ),
             vec![],
         ))
-        .all(&self.db)
+        .all(&txn)
         .await
         .map_err(repo_err)?;
         let fast_ready: i64 = fast_by_lane.iter().map(|l| l.n).sum();
@@ -919,7 +933,7 @@ impl OutboxStore for SeaOrmOutboxStore {
         let lanes = LaneOnly::find_by_statement(
             self.statement("SELECT lane FROM outbox_lanes ORDER BY lane", vec![]),
         )
-        .all(&self.db)
+        .all(&txn)
         .await
         .map_err(repo_err)?;
         let mut by_lane: std::collections::BTreeMap<i16, Option<DateTime<Utc>>> =
@@ -935,7 +949,7 @@ impl OutboxStore for SeaOrmOutboxStore {
         *counts.entry(OutboxStatus::Published.as_str().to_owned()).or_default() += fast_total - fast_ready;
         let by_status =
             OutboxStatus::ALL.iter().map(|s| (*s, counts.get(s.as_str()).copied().unwrap_or(0))).collect();
-        let oldest = |sql: String| Oldest::find_by_statement(self.statement(&sql, vec![])).one(&self.db);
+        let oldest = |sql: String| Oldest::find_by_statement(self.statement(&sql, vec![])).one(&txn);
         // The lanes' oldest waiting events, fast and slow path, already read above.
         let oldest_ready = by_lane.values().flatten().min().copied();
         let oldest_claim = oldest(format!(
@@ -950,7 +964,7 @@ impl OutboxStore for SeaOrmOutboxStore {
              GROUP BY event_type ORDER BY event_type",
             vec![OutboxStatus::DeadLetter.as_str().into()],
         ))
-        .all(&self.db)
+        .all(&txn)
         .await
         .map_err(repo_err)?;
         let blocked = Count::find_by_statement(self.statement(
@@ -960,10 +974,11 @@ impl OutboxStore for SeaOrmOutboxStore {
                    AND r.aggregate_id = d.aggregate_id AND r.id > d.id AND r.slow AND r.status = $2)) blocked",
             vec![OutboxStatus::DeadLetter.as_str().into(), OutboxStatus::Ready.as_str().into()],
         ))
-        .one(&self.db)
+        .one(&txn)
         .await
         .map_err(repo_err)?
         .map_or(0, |c| c.n);
+        txn.commit().await.map_err(repo_err)?;
         Ok(OutboxStats {
             by_status,
             oldest_ready_created_at: oldest_ready,

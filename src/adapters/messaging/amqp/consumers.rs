@@ -26,7 +26,7 @@ use crate::application::error::Chain;
 use crate::application::inbound::{
     Handled, MeetingDeleted, MeetingEvents, ParticipantCancelled, ParticipantRegistered,
 };
-use crate::application::input::check_json_text;
+use crate::application::input::{check_json_text, duplicate_key};
 use crate::application::meter::Meter;
 use crate::application::ports::Scenario;
 use crate::domain::text;
@@ -183,6 +183,10 @@ fn decode(kind: Kind, body: &[u8]) -> Result<Inbound, String> {
     let json = |e: serde_json::Error| format!("not a valid {} message: {e}", kind.label());
     // docs/spec.md §5: no string anywhere in a message may carry a control character.
     let raw: serde_json::Value = serde_json::from_slice(body).map_err(json)?;
+    if let Some(key) = duplicate_key(body) {
+        // The parsed value kept the last of the two: never act on either (issue 27).
+        return Err(format!("{key}: given more than once"));
+    }
     check_json_text(&raw).map_err(|e| e.to_string())?;
     let body = raw;
     Ok(match kind {
@@ -553,5 +557,14 @@ mod tests {
             assert!(decode(kind, bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }
         assert!(decode(Kind::Deleted, &vec![b' '; MAX_MESSAGE + 1]).is_err());
+    }
+
+    #[test]
+    fn a_key_given_twice_is_malformed_not_last_one_wins() {
+        // Issue 27 item 5: `amount` twice charged the second.
+        let twice =
+            br#"{"eventId":"e1","meetingId":"m1","userId":"u1","amount":15000,"amount":1,"currency":"KRW"}"#;
+        let err = decode(Kind::Register, twice).unwrap_err();
+        assert!(err.contains("amount"), "{err}");
     }
 }
