@@ -32,7 +32,7 @@ use crate::adapters::providers::{
     ExternalPaymentGateway, ExternalProviderSettings, Measured, ProviderCalls, SimulatedNotifier,
     SimulatedPaymentGateway, SimulatedSettlementGateway, TossClient, TossPaymentGateway, TossSettings,
 };
-use crate::application::health::{HealthProbe, Readiness};
+use crate::application::health::{HealthProbe, Readiness, Role};
 use crate::application::idempotency::IdempotencyService;
 use crate::application::inbound::MeetingEvents;
 use crate::application::notification_retry::{NotificationRetry, NotificationRetrySettings};
@@ -546,7 +546,7 @@ impl Workers {
 }
 
 /// The HTTP state shared by handlers.
-fn http_state(services: &Services) -> web::Data<HttpState> {
+fn http_state(services: &Services, role: Role) -> web::Data<HttpState> {
     web::Data::new(HttpState {
         orchestrator: services.orchestrator.clone(),
         queries: services.queries.clone(),
@@ -561,6 +561,7 @@ fn http_state(services: &Services) -> web::Data<HttpState> {
         recovery: services.recovery.clone(),
         webhook_secret: services.settings.payment.external_webhook_secret.clone(),
         readiness: services.readiness.clone(),
+        role,
         honour_mock_scenario: services.settings.payment.provider == ProviderKind::Mock,
         metrics: services.metrics.clone(),
     })
@@ -576,7 +577,7 @@ pub fn ops_server(services: &Services) -> Result<(Server, std::net::SocketAddr),
     let listener = TcpListener::bind(bind)
         .map_err(|e| StartupError::Runtime(format!("cannot bind worker.http.bind {bind}: {e}")))?;
     let local = listener.local_addr().map_err(|e| StartupError::Runtime(e.to_string()))?;
-    let state = http_state(services);
+    let state = http_state(services, Role::Worker);
     let server = HttpServer::new(move || {
         App::new()
             .wrap(from_fn(http::correlation::correlate))
@@ -624,7 +625,9 @@ impl Application {
         let listener = TcpListener::bind(settings.http.bind)
             .map_err(|e| StartupError::Runtime(format!("cannot bind {}: {e}", settings.http.bind)))?;
         let port = listener.local_addr().map_err(|e| StartupError::Runtime(e.to_string()))?.port();
-        let state = http_state(&services);
+        // An embedded worker's loops do not make the broker a need of `serve`: its HTTP
+        // accepts orders without one.
+        let state = http_state(&services, Role::Serve);
         let jwt = web::Data::from(services.jwt.clone());
         let server = HttpServer::new(move || {
             App::new()

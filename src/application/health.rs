@@ -36,15 +36,55 @@ impl Readiness {
         &self.warnings
     }
 
-    /// Each dependency with its state; ready when all are healthy.
-    pub async fn check(&self) -> (bool, Vec<(&'static str, bool)>) {
-        let mut results = Vec::with_capacity(self.probes.len());
+    /// Each dependency with its state; ready when every one `role` needs is healthy. A
+    /// dependency it does not need is reported all the same, and when it is down that is a
+    /// warning (`serve` without its broker: orders are accepted, their events wait in the
+    /// outbox).
+    pub async fn check(&self, role: Role) -> Checked {
+        let mut checks = Vec::with_capacity(self.probes.len());
+        let mut warnings = self.warnings.clone();
+        let mut ready = true;
         for probe in &self.probes {
             let healthy = tokio::time::timeout(std::time::Duration::from_secs(3), probe.is_healthy())
                 .await
                 .unwrap_or(false);
-            results.push((probe.name(), healthy));
+            let needed = role.needs(probe.name());
+            if !healthy && needed {
+                ready = false;
+            } else if !healthy {
+                warnings
+                    .push(format!("{}: DOWN; not needed to serve (events wait in the outbox)", probe.name()));
+            }
+            checks.push((probe.name(), healthy));
         }
-        (results.iter().all(|(_, ok)| *ok), results)
+        Checked { ready, checks, warnings }
     }
+}
+
+/// What a process needs to do its job (docs/spec.md §5, `/health/ready`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// `serve`: the database.
+    Serve,
+    /// `worker`: the database and the broker.
+    Worker,
+}
+
+impl Role {
+    fn needs(self, dependency: &str) -> bool {
+        match self {
+            Role::Serve => dependency == "database",
+            Role::Worker => true,
+        }
+    }
+}
+
+/// A readiness answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checked {
+    pub ready: bool,
+    /// Every dependency with whether it answered.
+    pub checks: Vec<(&'static str, bool)>,
+    /// The set-up's warnings and the dependencies down that this role does not need.
+    pub warnings: Vec<String>,
 }

@@ -149,3 +149,30 @@ async fn outbox_stats_are_one_snapshot(backend: Backend) {
 }
 
 on_both_databases!(outbox_stats_are_one_snapshot);
+
+/// Issue 27 item 4: `serve` answered `/health/ready` 503 for a whole broker outage while it
+/// accepted every order (the outbox keeps them), so a container healthcheck would restart a
+/// working checkout. `serve` is ready with its database (the broker a warning); a worker,
+/// which publishes, is not ready without its broker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_is_ready_without_the_broker_and_a_worker_is_not() {
+    let down = [("APP__BROKER__URL", "amqp://guest:guest@127.0.0.1:1/%2f")];
+    let Some(app) = TestApp::spawn_with(Backend::Sqlite, &down).await else {
+        return;
+    };
+    let ready = app.client.get(format!("{}/health/ready", app.base)).send().await.unwrap();
+    let status = ready.status();
+    let body: serde_json::Value = ready.json().await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        (body["checks"]["database"].clone(), body["checks"]["broker"].clone()),
+        ("UP".into(), "DOWN".into())
+    );
+    assert!(body["warnings"].to_string().contains("broker"), "the broker's state is a warning: {body}");
+    assert_eq!(app.place_order(&app.token("alice"), &order_body(), None).await.status(), StatusCode::CREATED);
+
+    let (server, addr) = orchestrator::startup::ops_server(&app.services).unwrap();
+    tokio::spawn(server);
+    let worker = app.client.get(format!("http://{addr}/health/ready")).send().await.unwrap();
+    assert_eq!(worker.status(), StatusCode::SERVICE_UNAVAILABLE, "a worker needs its broker");
+}

@@ -23,7 +23,7 @@ use utoipa::OpenApi;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 
 use crate::adapters::Secret;
-use crate::application::health::Readiness;
+use crate::application::health::{Readiness, Role};
 use crate::application::idempotency::IdempotencyService;
 use crate::application::notification_retry::NotificationRetry;
 use crate::application::orchestration::Orchestrator;
@@ -51,6 +51,8 @@ pub struct HttpState {
     /// `payment.external.webhook_secret`: provider callbacks are refused without it.
     pub webhook_secret: Option<Secret>,
     pub readiness: Arc<Readiness>,
+    /// Whose readiness `/health/ready` answers: `serve`'s (HTTP) or a worker's (ops server).
+    pub role: Role,
     /// `X-Mock-Scenario` is honoured only with the simulated providers.
     pub honour_mock_scenario: bool,
     /// This app's metrics registry (`/metrics`).

@@ -24,14 +24,16 @@ pub async fn live() -> HttpResponse {
     responses((status = 200, description = "Ready"), (status = 503, description = "A dependency is down"))
 )]
 pub async fn ready(state: web::Data<HttpState>) -> HttpResponse {
-    let (ready, checks) = state.readiness.check().await;
-    let checks: serde_json::Map<String, serde_json::Value> = checks
+    let checked = state.readiness.check(state.role).await;
+    let ready = checked.ready;
+    let checks: serde_json::Map<String, serde_json::Value> = checked
+        .checks
         .into_iter()
         .map(|(name, ok)| (name.to_owned(), json!(if ok { "UP" } else { "DOWN" })))
         .collect();
     let mut body = json!({ "status": if ready { "UP" } else { "DOWN" }, "checks": checks });
-    if !state.readiness.warnings().is_empty() {
-        body["warnings"] = json!(state.readiness.warnings());
+    if !checked.warnings.is_empty() {
+        body["warnings"] = json!(checked.warnings);
     }
     if ready { HttpResponse::Ok().json(body) } else { HttpResponse::ServiceUnavailable().json(body) }
 }
