@@ -254,6 +254,14 @@ async fn idempotency_key_replays_refuses_reuse_and_conflicts_in_flight(backend: 
     let long = "k".repeat(256);
     let refused = json(send(order_body(), &long).await.unwrap(), StatusCode::UNPROCESSABLE_ENTITY).await;
     assert_eq!(refused["field"], "Idempotency-Key");
+    // Not visible ASCII: the same status and the same name (issue 27 item 9: was 400
+    // naming `idempotency-key`).
+    let request = app
+        .post("/api/orders", &app.token("alice"))
+        .json(&order_body())
+        .header("Idempotency-Key", reqwest::header::HeaderValue::from_bytes("clé".as_bytes()).unwrap());
+    let refused = json(request.send().await.unwrap(), StatusCode::UNPROCESSABLE_ENTITY).await;
+    assert_eq!(refused["field"], "Idempotency-Key");
 }
 
 async fn failed_validation_frees_the_idempotency_key(backend: Backend) {

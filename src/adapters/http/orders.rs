@@ -26,13 +26,26 @@ use crate::domain::order::{NewOrderItem, OrderSource, OrderStatus};
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 pub const MOCK_SCENARIO: &str = "x-mock-scenario";
 
+/// A header used as data; one that is not visible ASCII is `422` naming the header as it is
+/// documented (`Idempotency-Key`), like every other refusal of its value.
 fn header<'a>(req: &'a HttpRequest, name: &'static str) -> Result<Option<&'a str>, ApiError> {
     req.headers()
         .get(name)
         .map(|v| {
-            v.to_str().map_err(|_| ApiError::field(StatusCode::BAD_REQUEST, name, "must be visible ASCII"))
+            v.to_str().map_err(|_| {
+                ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, documented(name), "must be visible ASCII")
+            })
         })
         .transpose()
+}
+
+/// How the API documents a header it reads.
+fn documented(name: &'static str) -> &'static str {
+    match name {
+        IDEMPOTENCY_KEY => "Idempotency-Key",
+        MOCK_SCENARIO => "X-Mock-Scenario",
+        other => other,
+    }
 }
 
 /// The scenario of `X-Mock-Scenario`, honoured only with the simulated providers.
@@ -43,7 +56,7 @@ pub fn scenario(state: &HttpState, req: &HttpRequest) -> Result<Scenario, ApiErr
     match header(req, MOCK_SCENARIO)? {
         None => Ok(Scenario::default()),
         Some(text) => Scenario::parse(text)
-            .map_err(|e| ApiError::field(StatusCode::BAD_REQUEST, "X-Mock-Scenario", e.to_string())),
+            .map_err(|e| ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "X-Mock-Scenario", e.to_string())),
     }
 }
 

@@ -228,11 +228,16 @@ fn decode(kind: Kind, body: &[u8]) -> Result<Inbound, String> {
     })
 }
 
-fn header(props: &amqprs::BasicProperties, key: &str) -> Option<String> {
-    let table = props.headers()?;
-    match table.get(&name(key).ok()?)? {
-        FieldValue::S(value) => Some(value.as_ref().clone()),
-        _ => None,
+/// A text header used as data: absent is `None`; present but not text (an integer
+/// `x-mock-scenario`) is malformed, never silently ignored.
+fn header(props: &amqprs::BasicProperties, key: &str) -> Result<Option<String>, String> {
+    let Some(table) = props.headers() else { return Ok(None) };
+    let Ok(field) = name(key) else { return Ok(None) };
+    match table.get(&field) {
+        None => Ok(None),
+        Some(FieldValue::S(value)) => Ok(Some(value.as_ref().clone())),
+        Some(FieldValue::V) => Ok(None),
+        Some(_) => Err(format!("{key}: must be a text header")),
     }
 }
 
@@ -471,7 +476,8 @@ impl MeetingConsumers {
             Err(why) => return Verdict::Reject("malformed", why),
         };
         let scenario = match (self.settings.honour_mock_scenario, header(props, "x-mock-scenario")) {
-            (true, Some(text)) => match Scenario::parse(&text) {
+            (true, Err(why)) => return Verdict::Reject("malformed", why),
+            (true, Ok(Some(text))) => match Scenario::parse(&text) {
                 Ok(s) => s,
                 Err(e) => return Verdict::Reject("malformed", format!("x-mock-scenario: {e}")),
             },
@@ -557,6 +563,18 @@ mod tests {
             assert!(decode(kind, bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }
         assert!(decode(Kind::Deleted, &vec![b' '; MAX_MESSAGE + 1]).is_err());
+    }
+
+    #[test]
+    fn a_text_header_of_another_type_is_malformed_not_ignored() {
+        let mut table = amqprs::FieldTable::new();
+        table.insert(name("x-mock-scenario").unwrap(), FieldValue::I(7));
+        let mut props = amqprs::BasicProperties::default();
+        props.with_headers(table);
+        let props = props.finish();
+        assert!(header(&props, "x-mock-scenario").unwrap_err().contains("x-mock-scenario"));
+        assert_eq!(header(&props, "traceparent"), Ok(None));
+        assert_eq!(header(&amqprs::BasicProperties::default(), "x-mock-scenario"), Ok(None));
     }
 
     #[test]
