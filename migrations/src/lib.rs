@@ -18,6 +18,7 @@ mod m20261201_000010_outbox_trace_context;
 mod m20261201_000011_outbox_fast_index_covering;
 mod m20261202_000012_provider_transaction_id_200;
 mod m20261202_000013_payment_methods;
+mod m20261202_000014_inbox_digest;
 
 pub struct Migrator;
 
@@ -38,6 +39,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000011_outbox_fast_index_covering::Migration),
             Box::new(m20261202_000012_provider_transaction_id_200::Migration),
             Box::new(m20261202_000013_payment_methods::Migration),
+            Box::new(m20261202_000014_inbox_digest::Migration),
         ]
     }
 }

@@ -44,6 +44,7 @@ spelled!(
         RefundRejected => "REFUND_REJECTED",
         InboundRejected => "INBOUND_REJECTED",
         InboundDuplicate => "INBOUND_DUPLICATE",
+        InboundConflict => "INBOUND_CONFLICT",
         NothingToRefund => "NOTHING_TO_REFUND",
         MeetingDeleted => "MEETING_DELETED",
         OutboxRepublish => "OUTBOX_REPUBLISH",

@@ -282,6 +282,42 @@ async fn duplicate_deliveries_create_one_order(backend: Backend) {
     broker.cleanup().await;
 }
 
+/// Issue 27 item 6: a reused `eventId` with another body was acked as a duplicate with no
+/// trace. The first still wins (one order, at its amount), but the redelivery is audited
+/// `INBOUND_CONFLICT` with both bodies' digests and counted apart; the same body with its
+/// keys in another order is a plain duplicate.
+async fn a_reused_event_id_with_another_body_is_audited_as_a_conflict(backend: Backend) {
+    let Some((app, broker, meeting, workers)) = start(backend, &[]).await else {
+        return;
+    };
+    meeting
+        .publish("meeting.participant.registered", &registered("ev-reuse", "m-r", "u-reuse", 15000), None)
+        .await;
+    until("the first handled", || async { handled(&app, "participant-register").await == 1 }).await;
+    let reordered =
+        r#"{"currency":"KRW","amount":15000,"userId":"u-reuse","meetingId":"m-r","eventId":"ev-reuse"}"#;
+    meeting.publish("meeting.participant.registered", reordered, None).await;
+    until("the reordered copy handled", || async { handled(&app, "participant-register").await == 2 }).await;
+    assert_eq!(count_where(&app.db, "audit_log", "action = 'INBOUND_CONFLICT'").await, 0, "the same message");
+    meeting
+        .publish("meeting.participant.registered", &registered("ev-reuse", "m-r", "u-reuse", 1), None)
+        .await;
+    until("the conflicting copy handled", || async { handled(&app, "participant-register").await == 3 })
+        .await;
+    let orders = settled(&app, "u-reuse").await;
+    assert_eq!(orders.len(), 1);
+    assert_eq!(orders[0]["totalAmount"], 15000, "the first wins");
+    assert_eq!(
+        count_where(&app.db, "audit_log", "action = 'INBOUND_CONFLICT' AND detail LIKE '%sha256%'").await,
+        1
+    );
+    let metrics = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains(r#"outcome="conflicting_duplicate""#), "counted apart");
+    workers.shutdown(Duration::from_secs(10)).await;
+    meeting.cleanup().await;
+    broker.cleanup().await;
+}
+
 async fn system_failures_are_retried_then_dead_lettered(backend: Backend) {
     let Some((app, broker, meeting, workers)) = start(backend, &[]).await else {
         return;
@@ -403,6 +439,7 @@ on_both_databases!(
     registrations_run_the_saga_and_announce_the_outcome,
     malformed_messages_go_to_their_dead_letter_queue_at_once,
     duplicate_deliveries_create_one_order,
+    a_reused_event_id_with_another_body_is_audited_as_a_conflict,
     system_failures_are_retried_then_dead_lettered,
     cancellations_refund_when_asked_and_otherwise_just_acknowledge,
     a_deleted_meeting_refunds_everyone_it_can,

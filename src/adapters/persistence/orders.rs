@@ -252,6 +252,7 @@ impl OrderRepository for SeaOrmStore {
                 event_id: row.event_id,
                 order_id: row.order_id.map(OrderId::from_uuid),
                 processed_at: row.processed_at,
+                digest: row.digest,
             }))
     }
 

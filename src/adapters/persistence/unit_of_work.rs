@@ -123,6 +123,7 @@ async fn apply(txn: &DatabaseTransaction, changes: Changes, lanes: u16) -> Resul
             event_id: Set(entry.event_id.clone()),
             processed_at: Set(entry.processed_at),
             order_id: Set(entry.order_id.map(|id| id.as_uuid())),
+            digest: Set(entry.digest.clone()),
         })
         .exec_without_returning(txn)
         .await

@@ -32,6 +32,8 @@ pub struct ParticipantRegistered {
     /// Minor units.
     pub amount: i64,
     pub currency: String,
+    /// SHA-256 (hex) of the message's JSON, keys sorted (the inbox keeps it).
+    pub digest: String,
 }
 
 /// `meeting.participant.cancelled`.
@@ -41,6 +43,8 @@ pub struct ParticipantCancelled {
     pub meeting_id: String,
     pub user_id: String,
     pub refund_required: bool,
+    /// SHA-256 (hex) of the message's JSON, keys sorted (the inbox keeps it).
+    pub digest: String,
 }
 
 /// `meeting.deleted`.
@@ -48,6 +52,8 @@ pub struct ParticipantCancelled {
 pub struct MeetingDeleted {
     pub event_id: String,
     pub meeting_id: String,
+    /// SHA-256 (hex) of the message's JSON, keys sorted (the inbox keeps it).
+    pub digest: String,
 }
 
 /// What a message amounted to; every variant is acknowledged.
@@ -56,6 +62,8 @@ pub enum Handled {
     Processed,
     /// Seen before (inbox): nothing done again.
     Duplicate,
+    /// Seen before with another body under the same event id: nothing done again, audited.
+    ConflictingDuplicate,
     /// A business outcome that is not a success (declined, nothing to refund, a refund
     /// refused): recorded and announced by event, not retried.
     BusinessFailure(String),
@@ -69,8 +77,8 @@ pub struct MeetingEvents {
     clock: Arc<dyn Clock>,
 }
 
-fn key(consumer: &str, event_id: &str) -> InboxKey {
-    InboxKey { consumer: consumer.to_owned(), event_id: event_id.to_owned() }
+fn key(consumer: &str, event_id: &str, digest: &str) -> InboxKey {
+    InboxKey { consumer: consumer.to_owned(), event_id: event_id.to_owned(), digest: Some(digest.to_owned()) }
 }
 
 impl MeetingEvents {
@@ -84,13 +92,37 @@ impl MeetingEvents {
         MeetingEvents { orchestrator, refunds, orders, uow, clock }
     }
 
-    fn entry(&self, consumer: &str, event_id: &str, order_id: Option<OrderId>) -> InboxEntry {
+    fn entry(&self, consumer: &str, event_id: &str, digest: &str, order_id: Option<OrderId>) -> InboxEntry {
         InboxEntry {
             consumer: consumer.to_owned(),
             event_id: event_id.to_owned(),
             order_id,
             processed_at: self.clock.now(),
+            digest: Some(digest.to_owned()),
         }
+    }
+
+    /// A message already processed (`seen`) delivered again: a plain duplicate, or one that
+    /// reuses the event id with another body — acknowledged all the same (the first wins),
+    /// but audited `INBOUND_CONFLICT` with both digests, and answered as a conflict.
+    async fn redelivered(&self, seen: &InboxEntry, digest: &str) -> Result<Handled, AppError> {
+        let Some(first) = seen.digest.as_deref().filter(|first| *first != digest) else {
+            return Ok(Handled::Duplicate);
+        };
+        let actor = Actor::system(&seen.consumer);
+        let mut changes = Changes::default();
+        changes.audit.push(audit::record(
+            AuditAction::InboundConflict,
+            entity::INBOUND_MESSAGE,
+            &seen.event_id,
+            &actor,
+            Some(format!(
+                "event id reused with another body: first sha256 {first}, this one {digest}; the first stands"
+            )),
+            self.clock.now(),
+        ));
+        self.uow.commit(changes).await?;
+        Ok(Handled::ConflictingDuplicate)
     }
 
     /// Marks a message processed with nothing else to write (and an audit row saying why).
@@ -131,7 +163,6 @@ impl MeetingEvents {
         let consumer = consumers::PARTICIPANT_REGISTER;
         let actor = Actor::system(consumer);
         let seen = self.orders.inbox_entry(consumer, &msg.event_id).await?;
-        let duplicate = seen.is_some();
         let correlation = correlation_id.clone();
         let placed = self
             .orchestrator
@@ -152,7 +183,7 @@ impl MeetingEvents {
                     correlation_id: correlation_id.or_else(|| Some(msg.event_id.clone())),
                     // A redelivery resumes the order this event created (after a crash
                     // mid-saga) instead of creating a second one.
-                    inbox: Some(key(consumer, &msg.event_id)),
+                    inbox: Some(key(consumer, &msg.event_id, &msg.digest)),
                 },
             )
             .await;
@@ -163,8 +194,8 @@ impl MeetingEvents {
             }
             Err(err) => return Err(err),
         };
-        if duplicate {
-            return Ok(Handled::Duplicate);
+        if let Some(seen) = &seen {
+            return self.redelivered(seen, &msg.digest).await;
         }
         Ok(match record.order.status {
             OrderStatus::Failed | OrderStatus::Cancelled => Handled::BusinessFailure(format!(
@@ -185,7 +216,7 @@ impl MeetingEvents {
         msg: &ParticipantRegistered,
         correlation_id: Option<String>,
     ) -> Result<Handled, AppError> {
-        let entry = self.entry(consumers::PARTICIPANT_REGISTER, &msg.event_id, None);
+        let entry = self.entry(consumers::PARTICIPANT_REGISTER, &msg.event_id, &msg.digest, None);
         let actor = Actor::system(consumers::PARTICIPANT_REGISTER);
         let detail = format!(
             "user {} already has a live order for meeting {}; registration {} refused",
@@ -226,10 +257,10 @@ impl MeetingEvents {
         scenario: Scenario,
     ) -> Result<Handled, AppError> {
         let consumer = consumers::PARTICIPANT_CANCEL;
-        if self.orders.inbox_entry(consumer, &msg.event_id).await?.is_some() {
-            return Ok(Handled::Duplicate);
+        if let Some(seen) = self.orders.inbox_entry(consumer, &msg.event_id).await? {
+            return self.redelivered(&seen, &msg.digest).await;
         }
-        let entry = |order_id| self.entry(consumer, &msg.event_id, order_id);
+        let entry = |order_id| self.entry(consumer, &msg.event_id, &msg.digest, order_id);
         if !msg.refund_required {
             let detail = format!("participant {} cancelled without refund", msg.user_id);
             return Ok(
@@ -324,8 +355,8 @@ impl MeetingEvents {
         scenario: Scenario,
     ) -> Result<Handled, AppError> {
         let consumer = consumers::MEETING_DELETED;
-        if self.orders.inbox_entry(consumer, &msg.event_id).await?.is_some() {
-            return Ok(Handled::Duplicate);
+        if let Some(seen) = self.orders.inbox_entry(consumer, &msg.event_id).await? {
+            return self.redelivered(&seen, &msg.digest).await;
         }
         let actor = Actor::system(consumer);
         let (mut refunded, mut failed, mut skipped) = (0, Vec::new(), 0);
@@ -348,7 +379,7 @@ impl MeetingEvents {
             }
         }
         let detail = format!("refunded {refunded}, refund failed {}, not refundable {skipped}", failed.len());
-        let entry = self.entry(consumer, &msg.event_id, None);
+        let entry = self.entry(consumer, &msg.event_id, &msg.digest, None);
         if !self.mark(entry, AuditAction::MeetingDeleted, entity::MEETING, &msg.meeting_id, detail).await? {
             return Ok(Handled::Duplicate);
         }

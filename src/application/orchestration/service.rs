@@ -80,6 +80,8 @@ pub struct PlaceOrder {
 pub struct InboxKey {
     pub consumer: String,
     pub event_id: String,
+    /// A digest of the message, kept with its inbox entry.
+    pub digest: Option<String>,
 }
 
 /// One run of an order's saga: the lease it holds (if any), and whether a commit of this
@@ -258,6 +260,7 @@ impl Orchestrator {
                 event_id: key.event_id.clone(),
                 order_id: Some(order.id),
                 processed_at: now,
+                digest: key.digest.clone(),
             });
         }
         changes.audit.push(audit::record(

@@ -69,6 +69,9 @@ pub struct InboxEntry {
     /// The order the message created, if any (a redelivery resumes it).
     pub order_id: Option<OrderId>,
     pub processed_at: DateTime<Utc>,
+    /// What the message said (a digest of its body), to tell a redelivery that reuses the
+    /// event id with another body from a plain duplicate.
+    pub digest: Option<String>,
 }
 
 /// Reads of orders and their saga state.

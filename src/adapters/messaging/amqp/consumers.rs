@@ -188,6 +188,13 @@ fn decode(kind: Kind, body: &[u8]) -> Result<Inbound, String> {
         return Err(format!("{key}: given more than once"));
     }
     check_json_text(&raw).map_err(|e| e.to_string())?;
+    // What the message says, whatever its whitespace or key order (a map's keys serialise
+    // sorted): the inbox keeps it to tell a conflicting redelivery from a duplicate.
+    let digest = {
+        use sha2::Digest;
+        let hash = sha2::Sha256::digest(raw.to_string().as_bytes());
+        hash.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    };
     let body = raw;
     Ok(match kind {
         Kind::Register => {
@@ -205,6 +212,7 @@ fn decode(kind: Kind, body: &[u8]) -> Result<Inbound, String> {
                 user_id: w.user_id,
                 amount: w.amount,
                 currency: w.currency,
+                digest,
             })
         }
         Kind::Cancel => {
@@ -217,13 +225,14 @@ fn decode(kind: Kind, body: &[u8]) -> Result<Inbound, String> {
                 meeting_id: w.meeting_id,
                 user_id: w.user_id,
                 refund_required: w.refund_required,
+                digest,
             })
         }
         Kind::Deleted => {
             let w: DeletedWire = serde_json::from_value(body).map_err(json)?;
             field("eventId", &w.event_id, text::limits::EVENT_ID)?;
             field("meetingId", &w.meeting_id, text::limits::ID)?;
-            Inbound::Deleted(MeetingDeleted { event_id: w.event_id, meeting_id: w.meeting_id })
+            Inbound::Deleted(MeetingDeleted { event_id: w.event_id, meeting_id: w.meeting_id, digest })
         }
     })
 }
@@ -496,6 +505,7 @@ impl MeetingConsumers {
             match result {
                 Ok(Handled::Processed) => return Verdict::Ack("processed"),
                 Ok(Handled::Duplicate) => return Verdict::Ack("duplicate"),
+                Ok(Handled::ConflictingDuplicate) => return Verdict::Ack("conflicting_duplicate"),
                 Ok(Handled::BusinessFailure(why)) => {
                     tracing::info!(consumer = kind.label(), %why, "business failure acknowledged");
                     return Verdict::Ack("business_failure");

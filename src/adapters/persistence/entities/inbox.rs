@@ -11,6 +11,8 @@ pub struct Model {
     pub event_id: String,
     pub processed_at: DateTimeUtc,
     pub order_id: Option<Uuid>,
+    /// SHA-256 (hex) of the message recorded, keys sorted.
+    pub digest: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
