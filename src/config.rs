@@ -81,6 +81,12 @@ pub struct DatabaseSettings {
     /// How long connecting may take before the start fails naming host and cause
     /// (`database.connect_timeout`).
     pub connect_timeout: Duration,
+    /// PostgreSQL: the longest a statement may wait for a lock (`database.lock_timeout`; 0:
+    /// no bound). A table locked by an operator's statement then answers `503` in seconds,
+    /// not after the caller gave up.
+    pub lock_timeout: Duration,
+    /// PostgreSQL: the longest a statement may run (`database.statement_timeout`; 0: none).
+    pub statement_timeout: Duration,
 }
 
 impl DatabaseSettings {
@@ -241,6 +247,8 @@ struct RawDatabase {
     url: Secret,
     max_connections: u32,
     connect_timeout: String,
+    lock_timeout: String,
+    statement_timeout: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -412,6 +420,8 @@ bind = "127.0.0.1:8080"
 url = "sqlite://data/app.db?mode=rwc"
 max_connections = 16
 connect_timeout = "3s"
+lock_timeout = "2s"
+statement_timeout = "30s"
 
 [broker]
 queue_type = "classic"
@@ -622,6 +632,8 @@ fn resolve_database(raw: RawDatabase) -> Result<DatabaseSettings, ConfigError> {
         url: raw.url,
         max_connections: raw.max_connections,
         connect_timeout: positive("database.connect_timeout", &raw.connect_timeout)?,
+        lock_timeout: duration("database.lock_timeout", &raw.lock_timeout)?,
+        statement_timeout: duration("database.statement_timeout", &raw.statement_timeout)?,
     })
 }
 

@@ -234,7 +234,11 @@ pub async fn build_services_with_clock(
     persistence::probe(settings.database.url.expose(), settings.database.connect_timeout)
         .await
         .map_err(StartupError::Runtime)?;
-    let db = persistence::connect(settings.database.url.expose(), settings.database.max_connections)
+    let limits = persistence::SessionLimits {
+        lock_timeout: settings.database.lock_timeout,
+        statement_timeout: settings.database.statement_timeout,
+    };
+    let db = persistence::connect_limited(settings.database.url.expose(), settings.database.max_connections, limits)
         .await
         .map_err(|e| {
             StartupError::Runtime(format!("cannot open the database: {}", persistence::describe(&e)))
@@ -263,7 +267,7 @@ pub async fn build_services_with_clock(
         db.clone()
     } else {
         let size = (settings.database.max_connections / 4).clamp(2, 8);
-        persistence::connect_outbox(settings.database.url.expose(), size)
+        persistence::connect_outbox(settings.database.url.expose(), size, limits)
             .await
             .map_err(|e| StartupError::Runtime(format!("cannot open the database: {e}")))?
     };

@@ -3,6 +3,7 @@
 //! with (traces.rs).
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
 
@@ -175,4 +176,30 @@ async fn serve_is_ready_without_the_broker_and_a_worker_is_not() {
     tokio::spawn(server);
     let worker = app.client.get(format!("http://{addr}/health/ready")).send().await.unwrap();
     assert_eq!(worker.status(), StatusCode::SERVICE_UNAVAILABLE, "a worker needs its broker");
+}
+
+/// Issue 27 item 7: with `orders` or `outbox_events` locked by another session (an
+/// operator's long statement), requests hung up to 30 s. Every statement waits at most
+/// `database.lock_timeout` for a lock: the request answers 503 while the lock is still held,
+/// with nothing half done, and goes through once it is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_table_answers_503_in_seconds_with_nothing_half_done() {
+    use sea_orm::{ConnectionTrait, TransactionTrait};
+    let Some(app) = TestApp::spawn_with(Backend::Postgres, &[("APP__DATABASE__LOCK_TIMEOUT", "1s")]).await else {
+        return;
+    };
+    let alice = app.token("alice");
+    for table in ["orders", "outbox_events"] {
+        let lock = app.db.begin().await.unwrap();
+        lock.execute_unprepared(&format!("LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")).await.unwrap();
+        let answer =
+            tokio::time::timeout(Duration::from_secs(20), app.place_order(&alice, &order_body(), None)).await;
+        let answer = answer.unwrap_or_else(|_| panic!("still waiting on the lock of {table}"));
+        assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE, "{table}");
+        let problem: serde_json::Value = answer.json().await.unwrap();
+        assert_eq!(problem["status"], 503, "{problem}");
+        lock.rollback().await.unwrap();
+        assert_eq!(app.count("orders").await, 0, "nothing half done with {table} locked");
+    }
+    assert_eq!(app.place_order(&alice, &order_body(), None).await.status(), StatusCode::CREATED);
 }

@@ -41,7 +41,24 @@ use crate::application::ports::{Cause, RepoError};
 /// # Errors
 /// The database cannot be reached or the URL is invalid.
 pub async fn connect(url: &str, max_connections: u32) -> Result<DatabaseConnection, DbErr> {
-    open(url, max_connections, false).await
+    open(url, max_connections, false, SessionLimits::default()).await
+}
+
+/// Bounds on every PostgreSQL session of a pool (none on SQLite, whose writers wait on its
+/// busy timeout): how long a statement may wait for a lock, and run. Zero: no bound.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionLimits {
+    pub lock_timeout: Duration,
+    pub statement_timeout: Duration,
+}
+
+/// [`connect`] with `limits` on every session: the service's own pools (migrations have
+/// none, and may run long).
+///
+/// # Errors
+/// As [`connect`].
+pub async fn connect_limited(url: &str, max_connections: u32, limits: SessionLimits) -> Result<DatabaseConnection, DbErr> {
+    open(url, max_connections, false, limits).await
 }
 
 /// Opens the outbox's pool: on PostgreSQL every session runs with [`PLAN_CACHE_MODE`].
@@ -55,11 +72,16 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<DatabaseConnecti
 ///
 /// # Errors
 /// As [`connect`].
-pub async fn connect_outbox(url: &str, max_connections: u32) -> Result<DatabaseConnection, DbErr> {
-    open(url, max_connections, true).await
+pub async fn connect_outbox(url: &str, max_connections: u32, limits: SessionLimits) -> Result<DatabaseConnection, DbErr> {
+    open(url, max_connections, true, limits).await
 }
 
-async fn open(url: &str, max_connections: u32, custom_plans: bool) -> Result<DatabaseConnection, DbErr> {
+async fn open(
+    url: &str,
+    max_connections: u32,
+    custom_plans: bool,
+    limits: SessionLimits,
+) -> Result<DatabaseConnection, DbErr> {
     let dir = sqlite_path(url).and_then(|path| {
         Path::new(&path).parent().filter(|d| !d.as_os_str().is_empty()).map(Path::to_path_buf)
     });
@@ -81,7 +103,14 @@ async fn open(url: &str, max_connections: u32, custom_plans: bool) -> Result<Dat
                 .foreign_keys(true)
         })
         .map_sqlx_postgres_opts(move |o| {
-            if custom_plans { o.options([("plan_cache_mode", PLAN_CACHE_MODE)]) } else { o }
+            let o = if custom_plans { o.options([("plan_cache_mode", PLAN_CACHE_MODE)]) } else { o };
+            let ms = |d: Duration| d.as_millis().to_string();
+            let o = if limits.lock_timeout.is_zero() { o } else { o.options([("lock_timeout", ms(limits.lock_timeout))]) };
+            if limits.statement_timeout.is_zero() {
+                o
+            } else {
+                o.options([("statement_timeout", ms(limits.statement_timeout))])
+            }
         });
     Database::connect(options).await
 }
