@@ -238,11 +238,13 @@ pub async fn build_services_with_clock(
         lock_timeout: settings.database.lock_timeout,
         statement_timeout: settings.database.statement_timeout,
     };
-    let db = persistence::connect_limited(settings.database.url.expose(), settings.database.max_connections, limits)
-        .await
-        .map_err(|e| {
-            StartupError::Runtime(format!("cannot open the database: {}", persistence::describe(&e)))
-        })?;
+    let db = persistence::connect_limited(
+        settings.database.url.expose(),
+        settings.database.max_connections,
+        limits,
+    )
+    .await
+    .map_err(|e| StartupError::Runtime(format!("cannot open the database: {}", persistence::describe(&e))))?;
     if settings.database.is_sqlite() {
         persistence::migrate(&db)
             .await

@@ -635,7 +635,8 @@ async fn hot_statements_never_run_on_a_generic_plan_on_postgres() {
     let Some(db) = TestDb::create(Backend::Postgres).await else { return };
     db.connect().await; // migrated
     // One connection: the statistics below are per session.
-    let conn = orchestrator::adapters::persistence::connect_outbox(&db.url, 1, Default::default()).await.unwrap();
+    let conn =
+        orchestrator::adapters::persistence::connect_outbox(&db.url, 1, Default::default()).await.unwrap();
     let outbox = SeaOrmOutboxStore::new(conn.clone(), Arc::new(Notify::new()));
     let orders = SeaOrmStore::new(conn.clone(), Arc::new(Notify::new()));
     let events = (0..20).map(|i| event(&format!("agg-{i}"), "order.completed")).collect();

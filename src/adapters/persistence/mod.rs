@@ -57,7 +57,11 @@ pub struct SessionLimits {
 ///
 /// # Errors
 /// As [`connect`].
-pub async fn connect_limited(url: &str, max_connections: u32, limits: SessionLimits) -> Result<DatabaseConnection, DbErr> {
+pub async fn connect_limited(
+    url: &str,
+    max_connections: u32,
+    limits: SessionLimits,
+) -> Result<DatabaseConnection, DbErr> {
     open(url, max_connections, false, limits).await
 }
 
@@ -72,7 +76,11 @@ pub async fn connect_limited(url: &str, max_connections: u32, limits: SessionLim
 ///
 /// # Errors
 /// As [`connect`].
-pub async fn connect_outbox(url: &str, max_connections: u32, limits: SessionLimits) -> Result<DatabaseConnection, DbErr> {
+pub async fn connect_outbox(
+    url: &str,
+    max_connections: u32,
+    limits: SessionLimits,
+) -> Result<DatabaseConnection, DbErr> {
     open(url, max_connections, true, limits).await
 }
 
@@ -105,7 +113,11 @@ async fn open(
         .map_sqlx_postgres_opts(move |o| {
             let o = if custom_plans { o.options([("plan_cache_mode", PLAN_CACHE_MODE)]) } else { o };
             let ms = |d: Duration| d.as_millis().to_string();
-            let o = if limits.lock_timeout.is_zero() { o } else { o.options([("lock_timeout", ms(limits.lock_timeout))]) };
+            let o = if limits.lock_timeout.is_zero() {
+                o
+            } else {
+                o.options([("lock_timeout", ms(limits.lock_timeout))])
+            };
             if limits.statement_timeout.is_zero() {
                 o
             } else {
