@@ -35,6 +35,7 @@ mod orders;
 mod relay;
 mod scale;
 mod soak;
+mod toss;
 
 use clap::{Parser, Subcommand};
 use orchestrator::startup;
@@ -70,6 +71,14 @@ enum Scenario {
         #[arg(long, default_value = "1,4,16,64")]
         levels: String,
         /// Seconds per level.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+    },
+    /// Orders through Toss's checkout against the fake Toss API beside mock mode, in one run
+    /// (needs `cargo build --release -p fake-toss`).
+    Toss {
+        #[arg(long, default_value_t = 16)]
+        clients: usize,
         #[arg(long, default_value_t = 10)]
         seconds: u64,
     },
@@ -148,6 +157,7 @@ async fn main() -> Result<(), BoxError> {
             latency::latency_gate(rate, seconds, runs, max_p99_ms).await
         }
         Scenario::Orders { levels, seconds } => orders::orders_scenario(&levels, seconds).await,
+        Scenario::Toss { clients, seconds } => toss::toss_scenario(clients, seconds).await,
         Scenario::Horizon { rate, seconds } => latency::horizon_scenario(rate, seconds).await,
         Scenario::Soak { minutes, rate } => soak::soak(minutes, rate).await,
         Scenario::Backlog { big, small, batch } => backlog::backlog_scenario(big, small, batch).await,
