@@ -21,6 +21,7 @@ use crate::application::ports::{
 use crate::application::refunds::{PendingRefundReport, ProviderCancel, Refunds};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
+use crate::domain::ids::OrderId;
 use crate::domain::order::{Order, OrderStatus, SagaStep, StepStatus};
 use crate::domain::payment::{Payment, PaymentStatus};
 
@@ -161,16 +162,7 @@ impl Recovery {
             .await?;
         let mut report = ReconcileReport::default();
         for payment in due {
-            let outcome = self
-                .orchestrator
-                .reconcile_payment(
-                    &actor,
-                    payment.order_id,
-                    self.settings.max_attempts,
-                    self.settings.retry_after,
-                )
-                .await?;
-            match outcome {
+            match self.reconcile(&actor, payment.order_id).await? {
                 Reconciled::Resolved(_) => report.resolved += 1,
                 Reconciled::StillUnknown => report.still_unknown += 1,
                 Reconciled::Exhausted => report.exhausted += 1,
@@ -178,6 +170,13 @@ impl Recovery {
             }
         }
         Ok(report)
+    }
+
+    /// Asks the provider about one unknown outcome and applies its answer (bounded attempts).
+    async fn reconcile(&self, actor: &Actor, order_id: OrderId) -> Result<Reconciled, AppError> {
+        self.orchestrator
+            .reconcile_payment(actor, order_id, self.settings.max_attempts, self.settings.retry_after)
+            .await
     }
 
     /// Retries the compensations whose cancel failed, with backoff; past the attempts,
@@ -461,16 +460,7 @@ impl Recovery {
         let actor = Actor::system("payment-webhook");
         match payment.status {
             PaymentStatus::ConfirmationRequired => {
-                let outcome = self
-                    .orchestrator
-                    .reconcile_payment(
-                        &actor,
-                        payment.order_id,
-                        self.settings.max_attempts,
-                        self.settings.retry_after,
-                    )
-                    .await?;
-                Ok(match outcome {
+                Ok(match self.reconcile(&actor, payment.order_id).await? {
                     Reconciled::Resolved(_) => NoticeOutcome::Applied,
                     Reconciled::Busy => {
                         return Err(AppError::Conflict {

@@ -39,12 +39,7 @@ async fn methods(app: &TestApp, token: &str) -> reqwest::Response {
 
 async fn a_saved_card_charges_registrations_and_none_refuses_them(backend: Backend) {
     let fake = Fake::start().await;
-    let env = [
-        ("APP__PAYMENT__PROVIDER", "toss"),
-        ("APP__PAYMENT__TOSS__SECRET_KEY", SECRET),
-        ("APP__PAYMENT__TOSS__BASE_URL", fake.running.base_url.as_str()),
-    ];
-    let Some(app) = TestApp::spawn_with(backend, &env).await else { return };
+    let Some(app) = crate::toss::spawn_on(backend, &fake, &[], false).await else { return };
     let alice = app.token("alice");
     let before = json(methods(&app, &alice).await, StatusCode::OK).await;
     assert!(before["card"].is_null(), "{before}");

@@ -14,17 +14,7 @@ use crate::on_both_databases;
 use crate::toss::{Fake, SECRET};
 
 async fn spawn(backend: Backend, fake: &Fake, manual: bool) -> Option<TestApp> {
-    let env = [
-        ("APP__PAYMENT__PROVIDER", "toss"),
-        ("APP__PAYMENT__TOSS__SECRET_KEY", SECRET),
-        ("APP__PAYMENT__TOSS__BASE_URL", fake.running.base_url.as_str()),
-        ("APP__PAYMENT__TOSS__TIMEOUT", "2s"),
-    ];
-    if manual {
-        TestApp::spawn_on_manual_clock(backend, &env).await
-    } else {
-        TestApp::spawn_with(backend, &env).await
-    }
+    crate::toss::spawn_on(backend, fake, &[("APP__PAYMENT__TOSS__TIMEOUT", "2s")], manual).await
 }
 
 async fn pay(app: &TestApp, token: &str, order: &Value, payment_key: &str, amount: i64) -> reqwest::Response {

@@ -82,6 +82,26 @@ impl Fake {
     }
 }
 
+/// The app with `payment.provider = toss` against `fake` (on the manual clock if `manual`).
+pub(crate) async fn spawn_on(
+    backend: crate::helpers::Backend,
+    fake: &Fake,
+    extra: &[(&str, &str)],
+    manual: bool,
+) -> Option<crate::helpers::TestApp> {
+    let mut env = vec![
+        ("APP__PAYMENT__PROVIDER", "toss"),
+        ("APP__PAYMENT__TOSS__SECRET_KEY", SECRET),
+        ("APP__PAYMENT__TOSS__BASE_URL", fake.running.base_url.as_str()),
+    ];
+    env.extend_from_slice(extra);
+    if manual {
+        crate::helpers::TestApp::spawn_on_manual_clock(backend, &env).await
+    } else {
+        crate::helpers::TestApp::spawn_with(backend, &env).await
+    }
+}
+
 fn settings(fake: &Fake, secret: &str, retries: u32, timeout: Duration) -> TossSettings {
     TossSettings {
         base_url: fake.running.base_url.clone(),

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::helpers::{Backend, TestApp, json, order_body, until};
 use crate::on_both_databases;
-use crate::toss::{Fake, SECRET};
+use crate::toss::Fake;
 
 async fn notify(app: &TestApp, body: &Value) -> reqwest::Response {
     app.client.post(format!("{}/api/payments/toss/webhook", app.base)).json(body).send().await.unwrap()
@@ -46,12 +46,7 @@ async fn paid_order(app: &TestApp, fake: &Fake) -> (String, String, String) {
 
 async fn a_cancel_in_tosss_dashboard_is_recorded_as_a_refund_by_the_provider(backend: Backend) {
     let fake = Fake::start().await;
-    let env = [
-        ("APP__PAYMENT__PROVIDER", "toss"),
-        ("APP__PAYMENT__TOSS__SECRET_KEY", SECRET),
-        ("APP__PAYMENT__TOSS__BASE_URL", fake.running.base_url.as_str()),
-    ];
-    let Some(app) = TestApp::spawn_with(backend, &env).await else { return };
+    let Some(app) = crate::toss::spawn_on(backend, &fake, &[], false).await else { return };
     let (id, toss_order, key) = paid_order(&app, &fake).await;
     // A forged notice changes nothing: Toss, asked, still has the payment DONE.
     let forged = json(notify(&app, &notice(&key, &toss_order)).await, StatusCode::OK).await;
@@ -104,13 +99,11 @@ async fn a_cancel_in_tosss_dashboard_is_recorded_as_a_refund_by_the_provider(bac
 
 async fn a_webhook_resolves_an_unknown_outcome_by_asking_toss(backend: Backend) {
     let fake = Fake::start().await;
-    let env = [
-        ("APP__PAYMENT__PROVIDER", "toss"),
-        ("APP__PAYMENT__TOSS__SECRET_KEY", SECRET),
-        ("APP__PAYMENT__TOSS__BASE_URL", fake.running.base_url.as_str()),
-        ("APP__PAYMENT__TOSS__TIMEOUT", "1s"),
-    ];
-    let Some(app) = TestApp::spawn_with(backend, &env).await else { return };
+    let Some(app) =
+        crate::toss::spawn_on(backend, &fake, &[("APP__PAYMENT__TOSS__TIMEOUT", "1s")], false).await
+    else {
+        return;
+    };
     let alice = app.token("alice");
     let order = json(app.place_order(&alice, &order_body(), None).await, StatusCode::CREATED).await;
     let id = order["id"].as_str().unwrap();
