@@ -43,6 +43,9 @@ function reasonFor(what) {
   const dialog = $("reason-dialog");
   $("reason-what").textContent = `Before ${what}:`;
   $("reason").value = "";
+  // A close without a value (Escape) must not read an earlier confirm's "ok": browsers need
+  // not reset it.
+  dialog.returnValue = "";
   return new Promise((resolve) => {
     dialog.addEventListener("close", () => {
       resolve(dialog.returnValue === "ok" ? $("reason").value.trim() : null);
@@ -130,13 +133,6 @@ async function overview() {
 
 // ---- dead letters ----------------------------------------------------------------------
 
-// "90s", "30m", "2h", "7d" as seconds; undefined when empty or unreadable.
-function seconds(text) {
-  const m = /^(\d+)(ms|s|m|h|d)$/.exec((text || "").trim());
-  if (!m) return undefined;
-  return Number(m[1]) * { ms: 0.001, s: 1, m: 60, h: 3600, d: 86400 }[m[2]];
-}
-
 function filters() {
   const form = new FormData($("dl-filter"));
   const pick = (k) => (form.get(k) || "").trim() || undefined;
@@ -152,12 +148,11 @@ async function settle(row, discard) {
 }
 
 async function deadLetters() {
-  const page = await api("GET", "/api/admin/outbox?status=DEAD_LETTER&limit=100");
-  const f = filters();
-  const older = seconds(f.olderThan);
-  const rows = page.items.filter((r) =>
-    (!f.eventType || r.eventType === f.eventType) && (!f.failureCode || r.failureCode === f.failureCode)
-    && (older === undefined || (Date.now() - Date.parse(r.deadLetteredAt)) / 1000 >= older));
+  // Filtered by the server over every dead letter, as the redrive's dry run is.
+  const query = new URLSearchParams({ status: "DEAD_LETTER", limit: "100" });
+  for (const [k, v] of Object.entries(filters())) if (v !== undefined) query.set(k, v);
+  const page = await api("GET", `/api/admin/outbox?${query}`);
+  const rows = page.items;
   $("dl-body").replaceChildren(table(
     ["id", "event type", "aggregate", "failure", "retries", "dead-lettered at", "payload", "actions"],
     rows.map((r) => [

@@ -170,6 +170,40 @@ async fn operators_inspect_and_repair_dead_letters(backend: Backend) {
     assert_eq!(stats["blockedAggregates"], 0);
 }
 
+/// Issue 27 item 10: the console filtered dead letters in the page over the first 100 rows
+/// while the redrive's dry run filtered on the server over all; `GET /api/admin/outbox`
+/// filters on the server now, as the redrive does.
+async fn the_outbox_list_filters_on_the_server(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let ids = dead_letters(&app, 3).await;
+    let admin = app.admin_token("ops");
+    let listed = |query: &'static str| {
+        let (app, admin) = (&app, admin.clone());
+        async move {
+            let page = json(
+                app.get(&format!("/api/admin/outbox?{query}"), &admin).send().await.unwrap(),
+                StatusCode::OK,
+            )
+            .await;
+            page["items"].as_array().unwrap().iter().map(|e| e["id"].as_i64().unwrap()).collect::<Vec<_>>()
+        }
+    };
+    let mut newest_first = ids.clone();
+    newest_first.reverse();
+    assert_eq!(listed("status=DEAD_LETTER&eventType=payment.approved").await, newest_first);
+    assert!(listed("status=DEAD_LETTER&eventType=order.completed").await.is_empty());
+    assert_eq!(listed("failureCode=UNROUTABLE").await, newest_first);
+    assert!(listed("failureCode=CONFIRM_TIMEOUT").await.is_empty());
+    assert_eq!(listed("olderThan=0ms").await, newest_first);
+    assert!(listed("olderThan=1h").await.is_empty());
+    for (query, field) in [("failureCode=SOMETIMES", "failureCode"), ("olderThan=yesterday", "olderThan")] {
+        let refused = app.get(&format!("/api/admin/outbox?{query}"), &admin).send().await.unwrap();
+        assert_eq!(json(refused, StatusCode::UNPROCESSABLE_ENTITY).await["field"], field);
+    }
+}
+
 async fn an_orders_flow_tells_its_whole_story(backend: Backend) {
     let Some(app) = TestApp::spawn(backend).await else {
         return;
@@ -244,6 +278,7 @@ async fn metrics_expose_orders_and_the_outbox(backend: Backend) {
 on_both_databases!(
     admin_routes_are_closed_to_customers,
     operators_inspect_and_repair_dead_letters,
+    the_outbox_list_filters_on_the_server,
     an_orders_flow_tells_its_whole_story,
     metrics_expose_orders_and_the_outbox,
 );

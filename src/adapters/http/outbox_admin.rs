@@ -22,6 +22,18 @@ use crate::domain::outbox::{FailureCode, OutboxStatus};
 pub struct OutboxListQuery {
     /// `READY` | `PROCESSING` | `RETRY_WAIT` | `PUBLISHED` | `DEAD_LETTER` | `DISCARDED`
     status: Option<String>,
+    /// Only events of this type (`payment.approved`).
+    #[serde(rename = "eventType")]
+    #[param(rename = "eventType")]
+    event_type: Option<String>,
+    /// Only events that failed with this code (`UNROUTABLE`, `NACKED`, ...).
+    #[serde(rename = "failureCode")]
+    #[param(rename = "failureCode")]
+    failure_code: Option<String>,
+    /// Only dead letters older than this: a duration (`10m`) or an RFC 3339 instant.
+    #[serde(rename = "olderThan")]
+    #[param(rename = "olderThan")]
+    older_than: Option<String>,
     /// 1 to 100, default 50.
     limit: Option<String>,
     /// `nextCursor` of the previous page.
@@ -77,6 +89,22 @@ fn unprocessable(field: &str, message: &str) -> ApiError {
     ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, field, message)
 }
 
+fn failure_code(text: &str) -> Result<FailureCode, ApiError> {
+    FailureCode::parse(text).ok_or_else(|| unprocessable("failureCode", "not a failure code"))
+}
+
+/// `olderThan`: an RFC 3339 instant, or a duration back from now (`10m`).
+fn older_than(text: &str) -> Result<chrono::DateTime<chrono::Utc>, ApiError> {
+    match text.parse::<chrono::DateTime<chrono::Utc>>() {
+        Ok(at) => Ok(at),
+        Err(_) => parse_duration(text)
+            .ok()
+            .and_then(|d| chrono::Duration::from_std(d).ok())
+            .map(|d| chrono::Utc::now() - d)
+            .ok_or_else(|| unprocessable("olderThan", "expected a duration like 10m or an RFC 3339 instant")),
+    }
+}
+
 pub fn stats_response(stats: &OutboxStats, now: chrono::DateTime<chrono::Utc>) -> OutboxStatsResponse {
     let age = |t: Option<chrono::DateTime<chrono::Utc>>| {
         t.map(|t| ((now - t).num_milliseconds().max(0) as f64) / 1000.0)
@@ -122,7 +150,13 @@ pub async fn list_outbox(
     let before_id = query_param("cursor", q.cursor, 64)?
         .map(|c| c.parse::<i64>().map_err(|_| unprocessable("cursor", "not a cursor from this API")))
         .transpose()?;
-    let filter = OutboxFilter { status, before_id, limit, ..Default::default() };
+    let event_type = query_param("eventType", q.event_type, 128)?;
+    let failure_code =
+        query_param("failureCode", q.failure_code, 64)?.map(|c| failure_code(&c)).transpose()?;
+    let dead_lettered_before =
+        query_param("olderThan", q.older_than, 64)?.map(|t| older_than(&t)).transpose()?;
+    // Filtered here, over every row: the console's filters and the redrive's dry run agree.
+    let filter = OutboxFilter { status, event_type, failure_code, dead_lettered_before, before_id, limit };
     let page = state.outbox_admin.list(actor, filter).await?;
     Ok(HttpResponse::Ok().json(OutboxPageResponse {
         items: page.items.iter().map(OutboxEventResponse::from).collect(),
@@ -232,23 +266,8 @@ pub async fn redrive(
 ) -> Result<HttpResponse, ApiError> {
     let actor = &admin.0;
     let r = body.value;
-    let failure_code = r
-        .failure_code
-        .map(|c| FailureCode::parse(&c).ok_or_else(|| unprocessable("failureCode", "not a failure code")))
-        .transpose()?;
-    let older_than = r
-        .older_than
-        .map(|t| match t.parse::<chrono::DateTime<chrono::Utc>>() {
-            Ok(at) => Ok(at),
-            Err(_) => parse_duration(&t)
-                .ok()
-                .and_then(|d| chrono::Duration::from_std(d).ok())
-                .map(|d| chrono::Utc::now() - d)
-                .ok_or_else(|| {
-                    unprocessable("olderThan", "expected a duration like 10m or an RFC 3339 instant")
-                }),
-        })
-        .transpose()?;
+    let failure_code = r.failure_code.map(|c| failure_code(&c)).transpose()?;
+    let older_than = r.older_than.map(|t| older_than(&t)).transpose()?;
     let report = state
         .outbox_admin
         .redrive(
