@@ -381,24 +381,27 @@ pub async fn build_services_with_clock(
         orders.clone() as Arc<dyn UnitOfWork>,
         clock.clone(),
     ));
-    let orchestrator = Arc::new(
-        Orchestrator::new(
-            orders.clone() as Arc<dyn OrderRepository>,
-            orders.clone() as Arc<dyn UnitOfWork>,
-            payments,
-            settlements,
-            notifier,
-            clock.clone(),
-            SagaSettings {
-                notification_retry: retry_policy,
-                saga_lease: chrono(settings.worker.saga_lease),
-                checkout: (settings.payment.provider == ProviderKind::Toss)
-                    .then(|| CheckoutSettings { window: chrono(settings.payment.toss.confirm_window) }),
-            },
-        )
-        .with_meter(meter.clone())
-        .with_saved_cards(orders.clone() as Arc<dyn PaymentMethodRepository>),
-    );
+    let orchestrator = Orchestrator::new(
+        orders.clone() as Arc<dyn OrderRepository>,
+        orders.clone() as Arc<dyn UnitOfWork>,
+        payments,
+        settlements,
+        notifier,
+        clock.clone(),
+        SagaSettings {
+            notification_retry: retry_policy,
+            saga_lease: chrono(settings.worker.saga_lease),
+            checkout: (settings.payment.provider == ProviderKind::Toss)
+                .then(|| CheckoutSettings { window: chrono(settings.payment.toss.confirm_window) }),
+        },
+    )
+    .with_meter(meter.clone());
+    // Only Toss charges registrations with a saved card; elsewhere no saga step reads them.
+    let orchestrator = Arc::new(if settings.payment.provider == ProviderKind::Toss {
+        orchestrator.with_saved_cards(orders.clone() as Arc<dyn PaymentMethodRepository>)
+    } else {
+        orchestrator
+    });
     let refunds = Arc::new(Refunds::new(
         orders.clone(),
         orders.clone(),

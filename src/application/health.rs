@@ -32,10 +32,6 @@ impl Readiness {
         self
     }
 
-    pub fn warnings(&self) -> &[String] {
-        &self.warnings
-    }
-
     /// Each dependency with its state; ready when every one `role` needs is healthy. A
     /// dependency it does not need is reported all the same, and when it is down that is a
     /// warning (`serve` without its broker: orders are accepted, their events wait in the

@@ -11,11 +11,23 @@ use serde_json::Value;
 use crate::application::AppError;
 use crate::domain::text::{self, TextError};
 
-/// The first key of a JSON document given twice in one object, by its path (`currency`,
-/// `items[0].quantity`), or `None` (also for text that is not JSON: its parse names that).
-/// A parsed `Value` keeps the last of two equal keys, so the raw text is read for this:
-/// `{"amount":15000,"amount":1}` must be refused, never charged 1.
-pub fn duplicate_key(bytes: &[u8]) -> Option<String> {
+/// Why a JSON document was not taken.
+#[derive(Debug)]
+pub enum JsonError {
+    /// Not JSON (serde_json's own words).
+    Malformed(serde_json::Error),
+    /// A key given twice in one object, by its path (`currency`, `items[0].quantity`).
+    DuplicateKey(String),
+}
+
+/// Parses a JSON document, refusing one with a key given twice in an object: a parsed
+/// `Value` would keep the last of two equal keys (`{"amount":15000,"amount":1}` charged 1),
+/// so the one parse that builds the value also watches for them.
+///
+/// # Errors
+/// [`JsonError::Malformed`] for text that is not JSON (trailing characters included);
+/// [`JsonError::DuplicateKey`] naming the first key given twice.
+pub fn parse_json(bytes: &[u8]) -> Result<Value, JsonError> {
     use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
     use std::cell::RefCell;
 
@@ -25,65 +37,75 @@ pub fn duplicate_key(bytes: &[u8]) -> Option<String> {
     }
 
     impl<'de> DeserializeSeed<'de> for Walk<'_> {
-        type Value = ();
-        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        type Value = Value;
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
             d.deserialize_any(self)
         }
     }
 
     impl<'de> Visitor<'de> for Walk<'_> {
-        type Value = ();
+        type Value = Value;
         fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.write_str("JSON")
         }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-            let mut seen = std::collections::HashSet::new();
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+            let mut object = serde_json::Map::new();
             while let Some(key) = map.next_key::<String>()? {
                 let path = if self.path.is_empty() { key.clone() } else { format!("{}.{key}", self.path) };
-                if !seen.insert(key) && self.found.borrow().is_none() {
-                    *self.found.borrow_mut() = Some(path.clone());
+                let value = map.next_value_seed(Walk { path: path.clone(), found: self.found })?;
+                if object.contains_key(&key) {
+                    self.found.borrow_mut().get_or_insert(path);
+                } else {
+                    object.insert(key, value);
                 }
-                map.next_value_seed(Walk { path, found: self.found })?;
             }
-            Ok(())
+            Ok(Value::Object(object))
         }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-            let mut i = 0;
-            while seq
-                .next_element_seed(Walk { path: format!("{}[{i}]", self.path), found: self.found })?
-                .is_some()
-            {
-                i += 1;
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+            let mut items = Vec::new();
+            while let Some(item) = seq.next_element_seed(Walk {
+                path: format!("{}[{}]", self.path, items.len()),
+                found: self.found,
+            })? {
+                items.push(item);
             }
-            Ok(())
+            Ok(Value::Array(items))
         }
-        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
-            Ok(())
+        fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+            Ok(Value::Bool(v))
         }
-        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-            Ok(())
+        fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+            Ok(Value::from(v))
         }
-        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-            Ok(())
+        fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+            Ok(Value::from(v))
         }
-        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-            Ok(())
+        fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+            Ok(Value::from(v))
         }
-        fn visit_str<E>(self, _: &str) -> Result<(), E> {
-            Ok(())
+        fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+            Ok(Value::String(v.to_owned()))
         }
-        fn visit_unit<E>(self) -> Result<(), E> {
-            Ok(())
+        fn visit_string<E>(self, v: String) -> Result<Value, E> {
+            Ok(Value::String(v))
         }
-        fn visit_none<E>(self) -> Result<(), E> {
-            Ok(())
+        fn visit_unit<E>(self) -> Result<Value, E> {
+            Ok(Value::Null)
+        }
+        fn visit_none<E>(self) -> Result<Value, E> {
+            Ok(Value::Null)
         }
     }
 
     let found = RefCell::new(None);
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let walked = Walk { path: String::new(), found: &found }.deserialize(&mut de);
-    walked.ok().and_then(|()| found.into_inner())
+    let value =
+        Walk { path: String::new(), found: &found }.deserialize(&mut de).map_err(JsonError::Malformed)?;
+    de.end().map_err(JsonError::Malformed)?;
+    match found.into_inner() {
+        Some(path) => Err(JsonError::DuplicateKey(path)),
+        None => Ok(value),
+    }
 }
 
 /// The first string in `value` with a refused control character, named by its path
@@ -171,12 +193,18 @@ mod tests {
 
     #[test]
     fn a_key_given_twice_is_found_by_its_path() {
-        assert_eq!(duplicate_key(br#"{"a":1,"b":{"c":1},"d":[{"e":1}]}"#), None);
-        assert_eq!(duplicate_key(br#"{"a":1,"a":2}"#).as_deref(), Some("a"));
-        assert_eq!(duplicate_key(br#"{"b":{"c":1,"c":1}}"#).as_deref(), Some("b.c"));
-        assert_eq!(duplicate_key(br#"{"d":[{"e":1},{"e":1,"e":2}]}"#).as_deref(), Some("d[1].e"));
-        assert_eq!(duplicate_key(br#"[{"x":"y","x":1}]"#).as_deref(), Some("[0].x"));
-        assert_eq!(duplicate_key(b"not json"), None);
+        let dup = |text: &[u8]| match parse_json(text) {
+            Err(JsonError::DuplicateKey(path)) => Some(path),
+            _ => None,
+        };
+        let fine = br#"{"a":1,"b":{"c":1.5},"d":[{"e":"x"},null,true]}"#;
+        assert_eq!(parse_json(fine).unwrap(), serde_json::from_slice::<Value>(fine).unwrap());
+        assert_eq!(dup(br#"{"a":1,"a":2}"#).as_deref(), Some("a"));
+        assert_eq!(dup(br#"{"b":{"c":1,"c":1}}"#).as_deref(), Some("b.c"));
+        assert_eq!(dup(br#"{"d":[{"e":1},{"e":1,"e":2}]}"#).as_deref(), Some("d[1].e"));
+        assert_eq!(dup(br#"[{"x":"y","x":1}]"#).as_deref(), Some("[0].x"));
+        assert!(matches!(parse_json(b"not json"), Err(JsonError::Malformed(_))));
+        assert!(matches!(parse_json(b"{} trailing"), Err(JsonError::Malformed(_))));
     }
 
     #[test]

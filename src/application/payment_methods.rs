@@ -46,8 +46,11 @@ fn no_saved_cards() -> AppError {
 /// `authKey`: one-time, from the widget's redirect; Toss's keys are `[A-Za-z0-9_-]`.
 fn check_auth_key(key: &str) -> Result<(), AppError> {
     text::check("authKey", key, 300).map_err(|e| AppError::validation(e.field(), e.message()))?;
-    let fine = !key.is_empty() && key.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_=.".contains(&b));
-    if fine { Ok(()) } else { Err(AppError::validation("authKey", "must be 1-300 of [A-Za-z0-9_-=.]")) }
+    if text::is_provider_key(key, 300) {
+        Ok(())
+    } else {
+        Err(AppError::validation("authKey", "must be 1-300 of [A-Za-z0-9_-=.]"))
+    }
 }
 
 fn view(customer_key: String, card: Option<&SavedCard>) -> PaymentMethodView {

@@ -30,6 +30,15 @@ pub mod limits {
     pub const CORRELATION_ID: usize = 128;
 }
 
+/// Whether `value` is a payment provider's key as one can be trusted in a URL path or a
+/// request: non-empty, at most `max` bytes, only `[A-Za-z0-9_=.-]` (the characters Toss's
+/// `paymentKey`, `orderId`, `authKey` and `billingKey` use).
+pub fn is_provider_key(value: &str, max: usize) -> bool {
+    !value.is_empty()
+        && value.len() <= max
+        && value.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_=.".contains(&b))
+}
+
 /// Whether `c` is one of the control characters docs/spec.md §5 refuses.
 pub fn is_refused_control(c: char) -> bool {
     matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}')

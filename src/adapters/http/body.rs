@@ -10,7 +10,7 @@ use futures_util::future::LocalBoxFuture;
 use serde::de::DeserializeOwned;
 
 use super::problem::ApiError;
-use crate::application::input::{check_json_text, duplicate_key};
+use crate::application::input::{JsonError, check_json_text, parse_json};
 
 pub const MAX_BODY: usize = 64 * 1024;
 
@@ -94,17 +94,17 @@ fn canonical(value: &serde_json::Value) -> String {
 /// `400 MALFORMED_JSON` for text that is not JSON; `422 VALIDATION_FAILED` with `field`
 /// for JSON of the wrong shape.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<JsonBody<T>, ApiError> {
-    let raw: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| {
-        ApiError::new(
+    let raw = parse_json(bytes).map_err(|e| match e {
+        JsonError::Malformed(e) => ApiError::new(
             StatusCode::BAD_REQUEST,
             "MALFORMED_JSON",
             format!("request body is not valid JSON: {e}"),
-        )
+        ),
+        // A key given twice is refused, never last-one-wins (issue 27).
+        JsonError::DuplicateKey(field) => {
+            ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, field, "is given more than once")
+        }
     })?;
-    // A key given twice: the parsed value kept the last; refused instead (issue 27).
-    if let Some(field) = duplicate_key(bytes) {
-        return Err(ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, field, "is given more than once"));
-    }
     // docs/spec.md §5: no string anywhere in a body may carry a control character.
     check_json_text(&raw)
         .map_err(|e| ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, e.field(), e.message()))?;

@@ -18,6 +18,7 @@ use super::body::RawBody;
 use super::problem::{ApiError, Problem};
 use crate::application::AppError;
 use crate::application::recovery::{NoticeOutcome, PaymentNotice};
+use crate::domain::text;
 
 /// A token bucket: `rate` notices a second, bursts of `burst`.
 pub struct RateLimiter {
@@ -62,11 +63,7 @@ fn notice_of(body: &[u8]) -> Result<Option<PaymentNotice>, ApiError> {
     if !matches!(event, "PAYMENT_STATUS_CHANGED" | "CANCEL_STATUS_CHANGED") {
         return Ok(None);
     }
-    let key_ok = |k: &str| {
-        !k.is_empty()
-            && k.len() <= 200
-            && k.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_=.".contains(&b))
-    };
+    let key_ok = |k: &str| text::is_provider_key(k, 200);
     let payment_key = value["data"]["paymentKey"]
         .as_str()
         .filter(|k| key_ok(k))

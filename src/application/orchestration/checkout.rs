@@ -44,8 +44,11 @@ pub struct Checkout {
 /// `=` and `.` through, never a character that could change a URL path).
 fn check_payment_key(key: &str) -> Result<(), AppError> {
     text::check("paymentKey", key, 200).map_err(|e| AppError::validation(e.field(), e.message()))?;
-    let fine = !key.is_empty() && key.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_=.".contains(&b));
-    if fine { Ok(()) } else { Err(AppError::validation("paymentKey", "must be 1-200 of [A-Za-z0-9_-=.]")) }
+    if text::is_provider_key(key, 200) {
+        Ok(())
+    } else {
+        Err(AppError::validation("paymentKey", "must be 1-200 of [A-Za-z0-9_-=.]"))
+    }
 }
 
 fn window_expired() -> AppError {
@@ -56,11 +59,6 @@ fn window_expired() -> AppError {
 }
 
 impl Orchestrator {
-    /// Whether API orders wait for the customer's authorization (a provider that asks first).
-    pub fn takes_checkout(&self) -> bool {
-        self.settings.checkout.is_some()
-    }
-
     /// The widget's parameters for an order still waiting for its payment.
     pub fn checkout_of(&self, record: &OrderRecord) -> Option<Checkout> {
         (record.order.status == OrderStatus::AwaitingPayment).then(|| Checkout {

@@ -14,6 +14,11 @@ use crate::fixture::*;
 
 const SECRET: &str = "test_sk_bench_0000000000000000";
 
+/// The JSON answer of a request, or `None` if it failed on the way.
+async fn answer(request: reqwest::RequestBuilder) -> Option<Value> {
+    request.send().await.ok()?.json().await.ok()
+}
+
 struct Run {
     rate: f64,
     p50: f64,
@@ -58,26 +63,14 @@ async fn closed_loop(
                 };
                 let placing = started.elapsed();
                 let widget = Instant::now();
-                let session: Value = client
-                    .post(format!("{fake}/__fake/checkout"))
-                    .json(&json!({ "orderId": order["checkout"]["orderId"], "amount": order["totalAmount"] }))
-                    .send()
-                    .await
-                    .ok()?
-                    .json()
-                    .await
-                    .ok()?;
+                let widget_body =
+                    json!({ "orderId": order["checkout"]["orderId"], "amount": order["totalAmount"] });
+                let session =
+                    answer(client.post(format!("{fake}/__fake/checkout")).json(&widget_body)).await?;
                 let widget = widget.elapsed();
-                let paid: Value = client
-                    .post(format!("{base}/api/orders/{}/payment", order["id"].as_str()?))
-                    .bearer_auth(&token)
-                    .json(&json!({ "paymentKey": session["paymentKey"], "amount": order["totalAmount"] }))
-                    .send()
-                    .await
-                    .ok()?
-                    .json()
-                    .await
-                    .ok()?;
+                let pay_body = json!({ "paymentKey": session["paymentKey"], "amount": order["totalAmount"] });
+                let pay_url = format!("{base}/api/orders/{}/payment", order["id"].as_str()?);
+                let paid = answer(client.post(pay_url).bearer_auth(&token).json(&pay_body)).await?;
                 let total = started.elapsed();
                 let service = total.saturating_sub(widget).max(placing);
                 (paid["status"] == "COMPLETED")

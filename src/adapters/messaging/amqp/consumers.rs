@@ -26,7 +26,7 @@ use crate::application::error::Chain;
 use crate::application::inbound::{
     Handled, MeetingDeleted, MeetingEvents, ParticipantCancelled, ParticipantRegistered,
 };
-use crate::application::input::{check_json_text, duplicate_key};
+use crate::application::input::{JsonError, check_json_text, parse_json};
 use crate::application::meter::Meter;
 use crate::application::ports::Scenario;
 use crate::domain::text;
@@ -182,11 +182,11 @@ fn decode(kind: Kind, body: &[u8]) -> Result<Inbound, String> {
     }
     let json = |e: serde_json::Error| format!("not a valid {} message: {e}", kind.label());
     // docs/spec.md §5: no string anywhere in a message may carry a control character.
-    let raw: serde_json::Value = serde_json::from_slice(body).map_err(json)?;
-    if let Some(key) = duplicate_key(body) {
-        // The parsed value kept the last of the two: never act on either (issue 27).
-        return Err(format!("{key}: given more than once"));
-    }
+    let raw = parse_json(body).map_err(|e| match e {
+        JsonError::Malformed(e) => json(e),
+        // Never act on either of two values given for one key (issue 27).
+        JsonError::DuplicateKey(key) => format!("{key}: given more than once"),
+    })?;
     check_json_text(&raw).map_err(|e| e.to_string())?;
     // What the message says, whatever its whitespace or key order (a map's keys serialise
     // sorted): the inbox keeps it to tell a conflicting redelivery from a duplicate.

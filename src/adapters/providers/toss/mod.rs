@@ -350,8 +350,11 @@ fn parse_payment(body: &[u8]) -> Result<TossPayment, String> {
 /// A key as a path segment: Toss's keys are `[A-Za-z0-9_-]` (and `=` in billing keys); any
 /// other character is refused rather than sent somewhere else.
 fn path_segment(value: &str) -> Result<&str, TossError> {
-    let fine = !value.is_empty() && value.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_=.".contains(&b));
-    if fine { Ok(value) } else { Err(TossError::Broken("a key with characters Toss never uses".into())) }
+    if text::is_provider_key(value, usize::MAX) {
+        Ok(value)
+    } else {
+        Err(TossError::Broken("a key with characters Toss never uses".into()))
+    }
 }
 
 /// `2026-12-01T00:00:00` needs no escaping but `:` (kept: it is legal in a query).
