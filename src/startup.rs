@@ -48,7 +48,7 @@ use crate::application::ports::{
 use crate::application::provider_view::ProviderView;
 use crate::application::queries::OrderQueries;
 use crate::application::recovery::{ReconciliationSettings, Recovery};
-use crate::application::refunds::Refunds;
+use crate::application::refunds::{RefundSettings, Refunds};
 use crate::config::{BrokerKind, ProviderKind, Settings};
 use crate::domain::notification::RetryPolicy;
 use crate::domain::outbox::RetrySchedule;
@@ -408,9 +408,11 @@ pub async fn build_services_with_clock(
         orders.clone(),
         payments_for_refunds,
         clock.clone(),
-        chrono(settings.worker.saga_lease),
-        settings.payment.reconciliation_max_attempts,
-        chrono(settings.payment.reconciliation_interval),
+        RefundSettings {
+            lease: chrono(settings.worker.saga_lease),
+            max_attempts: settings.payment.reconciliation_max_attempts,
+            retry_after: chrono(settings.payment.reconciliation_interval),
+        },
     ));
     let meeting_events = Arc::new(MeetingEvents::new(
         orchestrator.clone(),

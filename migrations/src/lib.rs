@@ -19,6 +19,7 @@ mod m20261201_000011_outbox_fast_index_covering;
 mod m20261202_000012_provider_transaction_id_200;
 mod m20261202_000013_payment_methods;
 mod m20261202_000014_inbox_digest;
+mod m20261202_000015_refunds;
 
 pub struct Migrator;
 
@@ -40,6 +41,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000012_provider_transaction_id_200::Migration),
             Box::new(m20261202_000013_payment_methods::Migration),
             Box::new(m20261202_000014_inbox_digest::Migration),
+            Box::new(m20261202_000015_refunds::Migration),
         ]
     }
 }

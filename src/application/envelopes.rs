@@ -143,10 +143,24 @@ impl<'a> EventWriter<'a> {
             });
             match event {
                 PaymentEvent::Declined { code } => extra["declineCode"] = json!(code),
-                PaymentEvent::Cancelled { reason } | PaymentEvent::RefundFailed { reason } => {
-                    extra["reason"] = json!(reason)
+                PaymentEvent::Cancelled { reason } => extra["reason"] = json!(reason),
+                // A refund's event: `amount` is the refund's; the payment's is `paymentAmount`.
+                PaymentEvent::Refunded { refund_id, amount, refunded_amount, balance } => {
+                    extra["refundId"] = json!(refund_id.to_string());
+                    extra["paymentAmount"] = json!(payment.amount.minor());
+                    extra["amount"] = json!(amount);
+                    extra["refundedAmount"] = json!(refunded_amount);
+                    extra["balance"] = json!(balance);
                 }
-                PaymentEvent::Approved { .. } | PaymentEvent::Refunded => {}
+                PaymentEvent::RefundFailed { refund_id, amount, reason } => {
+                    extra["refundId"] = json!(refund_id.to_string());
+                    extra["paymentAmount"] = json!(payment.amount.minor());
+                    extra["amount"] = json!(amount);
+                    extra["refundedAmount"] = json!(payment.refunded_amount);
+                    extra["balance"] = json!(payment.balance());
+                    extra["reason"] = json!(reason);
+                }
+                PaymentEvent::Approved { .. } => {}
             }
             self.push(event.event_type(), extra);
         }

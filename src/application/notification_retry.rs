@@ -401,6 +401,7 @@ mod tests {
         let policy = RetryPolicy { max_attempts: 5, backoff_base: Duration::seconds(1) };
         n.record_failure(FailurePolicy::AutoRetry, "smtp", &policy, now() - Duration::minutes(1)).unwrap();
         OrderRecord {
+            refunds: Vec::new(),
             order,
             payment: None,
             settlement: None,

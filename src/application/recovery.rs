@@ -18,7 +18,7 @@ use crate::application::orchestration::{Confirmation, Orchestrator, Reconciled};
 use crate::application::ports::{
     Changes, Clock, OrderRecord, OrderRepository, PaymentRepository, UnitOfWork,
 };
-use crate::application::refunds::{PendingRefundReport, ProviderCancel, Refunds};
+use crate::application::refunds::{PendingRefundReport, ProviderRefunds, Refunds};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
@@ -471,10 +471,10 @@ impl Recovery {
                     _ => NoticeOutcome::Unchanged,
                 })
             }
-            PaymentStatus::Approved => {
-                Ok(match self.refunds.record_provider_cancel(payment.order_id).await? {
-                    ProviderCancel::Recorded(_) => NoticeOutcome::Applied,
-                    ProviderCancel::Partial { .. } | ProviderCancel::Nothing => NoticeOutcome::Unchanged,
+            PaymentStatus::Approved | PaymentStatus::PartiallyRefunded => {
+                Ok(match self.refunds.record_provider_refunds(payment.order_id).await? {
+                    ProviderRefunds::Recorded(_) => NoticeOutcome::Applied,
+                    ProviderRefunds::Nothing => NoticeOutcome::Unchanged,
                 })
             }
             _ => Ok(NoticeOutcome::Unchanged),

@@ -1,14 +1,22 @@
-//! Refunds (docs/spec.md §3–§5, §7): a completed order's approved payment is cancelled at the
-//! provider; the payment becomes `REFUNDED` and the order `CANCELLED`, with
-//! `payment.refunded` and `order.cancelled`. A refusal by the provider is recorded
-//! (`refundFailureReason`, `payment.refund_failed`) and the payment is `APPROVED` again.
+//! Refunds, full or partial (docs/spec.md §3–§5, §7, §10): each refund is a record of its
+//! own with its own amount and its own idempotency key at the provider (`refund-{refundId}`).
+//! The payment keeps the sum of its succeeded refunds: `PARTIALLY_REFUNDED` while a balance
+//! is left, `REFUNDED` (and the order `CANCELLED`) at 0; `payment.refunded` per refund. A
+//! refusal by the provider is recorded on the refund (`FAILED`) and the payment
+//! (`refundFailureReason`, `payment.refund_failed`); the balance is unchanged.
 //!
-//! Money never moves unrecorded: the refund's intent (`REFUND_PENDING`, audited with the
-//! idempotency key the call uses) is committed before the provider is asked, and its
-//! outcome after. A refund left pending — the process died, the database refused the
-//! outcome, the provider could not be reached — is finished by [`Refunds::resolve_pending`]
-//! in the worker, through a look-up at the provider and, if needed, the same call with the
-//! same key; bounded, then left to an operator.
+//! Never more than the amount, under any concurrency: a refund's intent is the payment's
+//! transition to `REFUND_PENDING` (one refund pending at a time) committed with a
+//! conditional update on the version it was checked against, and a refund succeeds only
+//! through the payment's transition, which refuses an amount past the balance.
+//!
+//! Money never moves unrecorded: the refund's intent is committed before the provider is
+//! asked, and its outcome after. A refund left pending — the process died, the database
+//! refused the outcome, the provider could not be reached — is finished by
+//! [`Refunds::resolve_pending`] in the worker, by asking again with the same key (the
+//! provider answers a key it carried out with its first answer); bounded, then left to an
+//! operator. A request asked again with the same request key (an HTTP `Idempotency-Key`, an
+//! inbound event's id) is the same refund, never a second one.
 
 use std::sync::Arc;
 
@@ -17,55 +25,39 @@ use crate::application::commit::commit;
 use crate::application::envelopes::EventWriter;
 use crate::application::orchestration::lease::SagaLeases;
 use crate::application::ports::{
-    CancelPayment, Changes, Clock, GatewayError, InboxEntry, LookupOutcome, OrderRecord, OrderRepository,
-    PaymentGateway, PaymentRepository, RepoError, Scenario, UnitOfWork,
+    CancelPayment, CancelReceipt, Changes, Clock, GatewayError, InboxEntry, LookupOutcome, OrderRecord,
+    OrderRepository, PaymentGateway, PaymentRepository, ProviderCancel, RepoError, Scenario, UnitOfWork,
 };
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
-use crate::domain::ids::OrderId;
+use crate::domain::ids::{OrderId, RefundId};
 use crate::domain::order::{OrderStatus, SagaStep, StepStatus};
-use crate::domain::payment::{Payment, PaymentStatus};
+use crate::domain::payment::{PaymentError, PaymentStatus, Refund, RefundStatus};
 
-/// What to refund with.
+/// What to refund.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RefundRequest {
-    /// Recorded in the audit log and sent to the provider.
+    /// Recorded on the refund, in the audit log, and sent to the provider.
     pub reason: Option<String>,
+    /// How much, in minor units; `None`: the whole remaining balance.
+    pub amount: Option<i64>,
+    /// The caller's key for this request: asked again with it, the request is the same
+    /// refund (answered as it stands, or finished with the same provider key), never a
+    /// second one. An HTTP `Idempotency-Key` scoped to the caller, or an inbound event's id.
+    pub request_key: Option<String>,
     /// The inbound message asking for it, recorded in the same transaction as the outcome.
     pub inbox: Option<InboxEntry>,
     /// Overrides the order's mock refund behaviour if it names one.
     pub scenario: Scenario,
-    /// Whether to ask the provider again for a payment whose refund it refused before.
-    pub retry_refused: RetryRefused,
-}
-
-/// Whether a refund refused before is asked for again.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum RetryRefused {
-    /// A customer, an operator or a participant's cancellation asking: yes.
-    #[default]
-    Yes,
-    /// A meeting deletion: unless the refusal was recorded for this same request (its
-    /// reason, which names the deletion's event), so that concurrent deliveries of one
-    /// deletion — the inbox settles them only at the end — ask the provider once per
-    /// payment, not once per delivery.
-    UnlessRefusedFor(String),
-}
-
-/// How a refusal names the request it answered, in `refundFailureReason`.
-fn refused_for(why: &str, reason: &str) -> String {
-    format!("{why} (refund for: {reason})")
 }
 
 /// How a refund ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RefundOutcome {
+    /// The refund succeeded (now, or before, for a request asked again).
     Refunded(OrderRecord),
-    /// The provider refused; recorded on the payment, which stays `APPROVED`.
-    Rejected {
-        record: OrderRecord,
-        reason: String,
-    },
+    /// The provider refused; recorded on the refund and the payment.
+    Rejected { record: OrderRecord, reason: String },
 }
 
 pub struct Refunds {
@@ -74,56 +66,78 @@ pub struct Refunds {
     uow: Arc<dyn UnitOfWork>,
     payments: Arc<dyn PaymentGateway>,
     clock: Arc<dyn Clock>,
-    /// A refund holds the order's saga lease: one refund at a time per order.
+    /// A refund holds the order's saga lease: one runner at a time per order.
     leases: SagaLeases,
+    settings: RefundSettings,
+}
+
+/// How refunds whose outcome is unknown are followed up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefundSettings {
+    /// The order's saga lease while a refund runs.
+    pub lease: chrono::Duration,
     /// Attempts at a refund whose outcome is unknown before an operator must decide.
-    max_attempts: i32,
+    pub max_attempts: i32,
     /// Delay before the second attempt; doubled after each.
-    retry_after: chrono::Duration,
+    pub retry_after: chrono::Duration,
 }
 
 /// The order is being changed by another runner right now (try again shortly).
 pub const ORDER_BUSY: &str = "ORDER_BUSY";
 
+/// The reason a refund is recorded with when its request gave none.
+const DEFAULT_REASON: &str = "refund requested";
+
 fn invariant(err: impl std::fmt::Display) -> AppError {
     AppError::internal(format!("refund invariant broken: {err}"))
 }
 
+fn busy() -> AppError {
+    AppError::Conflict { code: ORDER_BUSY, message: "the order is being changed right now; retry shortly".into() }
+}
+
+fn changed_concurrently() -> AppError {
+    AppError::Conflict { code: "REFUND_NOT_ALLOWED", message: "the order changed concurrently".into() }
+}
+
 impl Refunds {
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         orders: Arc<dyn OrderRepository>,
         pending: Arc<dyn PaymentRepository>,
         uow: Arc<dyn UnitOfWork>,
         payments: Arc<dyn PaymentGateway>,
         clock: Arc<dyn Clock>,
-        lease: chrono::Duration,
-        max_attempts: i32,
-        retry_after: chrono::Duration,
+        settings: RefundSettings,
     ) -> Self {
-        let leases = SagaLeases::new(orders.clone(), clock.clone(), lease);
-        Refunds { orders, pending, uow, payments, clock, leases, max_attempts, retry_after }
+        let leases = SagaLeases::new(orders.clone(), clock.clone(), settings.lease);
+        Refunds { orders, pending, uow, payments, clock, leases, settings }
     }
 
-    /// Whether an order can be refunded now: `COMPLETED` with an `APPROVED` payment, or
-    /// with a refund already pending (asking again resumes it with the same key).
+    /// Whether an order can be refunded now: `COMPLETED` with a balance left on an
+    /// `APPROVED` or `PARTIALLY_REFUNDED` payment, or with a refund pending (asking again
+    /// finishes it first).
     pub fn refundable(record: &OrderRecord) -> bool {
         record.order.status == OrderStatus::Completed
-            && record
-                .payment
-                .as_ref()
-                .is_some_and(|p| matches!(p.status, PaymentStatus::Approved | PaymentStatus::RefundPending))
+            && record.payment.as_ref().is_some_and(|p| {
+                matches!(
+                    p.status,
+                    PaymentStatus::Approved | PaymentStatus::PartiallyRefunded | PaymentStatus::RefundPending
+                )
+            })
     }
 
-    /// Refunds `order_id`. `inbox` (an inbound message) is recorded in the same transaction
-    /// as the outcome; `scenario` overrides the order's mock refund behaviour if it has one.
+    /// Refunds `request.amount` (or the whole balance) of `order_id`'s payment. `inbox` (an
+    /// inbound message) is recorded in the same transaction as the outcome; `scenario`
+    /// overrides the order's mock refund behaviour if it has one.
     ///
     /// # Errors
     /// `NotFound`; `Forbidden` `UNAUTHORIZED_REFUND` unless the caller is the order's
     /// customer or an admin; `Conflict` `REFUND_NOT_ALLOWED` unless the order is `COMPLETED`
-    /// with an `APPROVED` (or `REFUND_PENDING`) payment; `Unavailable` when the provider or
-    /// the database is down: the refund's intent is recorded (`REFUND_PENDING`) before the
-    /// provider is called, so a retry, or the worker, finishes it with the same key.
+    /// with a balance left, `ORDER_BUSY` while another runner changes it; `Unprocessable`
+    /// `REFUND_AMOUNT_INVALID` unless `0 < amount <= balance` (nothing called);
+    /// `Unavailable` when the provider or the database is down: the refund's intent is
+    /// recorded before the provider is called, so a retry with the same request key, or
+    /// the worker, finishes it with the same provider key.
     pub async fn refund_order(
         &self,
         actor: &Actor,
@@ -134,14 +148,15 @@ impl Refunds {
             if self.orders.get(order_id).await?.is_none() {
                 return Err(AppError::NotFound("order"));
             }
-            return Err(AppError::Conflict {
-                code: ORDER_BUSY,
-                message: "the order is being changed right now; retry shortly".into(),
-            });
+            return Err(busy());
         };
         let result = self.refund_leased(actor, order_id, request).await;
         self.leases.release(order_id, &lease.owner).await;
         result
+    }
+
+    async fn load(&self, order_id: OrderId) -> Result<OrderRecord, AppError> {
+        self.orders.get(order_id).await?.ok_or(AppError::NotFound("order"))
     }
 
     async fn refund_leased(
@@ -150,8 +165,8 @@ impl Refunds {
         order_id: OrderId,
         request: RefundRequest,
     ) -> Result<RefundOutcome, AppError> {
-        let RefundRequest { reason, inbox, scenario, retry_refused } = request;
-        let mut record = self.orders.get(order_id).await?.ok_or(AppError::NotFound("order"))?;
+        let RefundRequest { reason, amount, request_key, inbox, scenario } = request;
+        let mut record = self.load(order_id).await?;
         if !actor.may_access(&record.order.customer_id) {
             self.audit_rejection(actor, order_id, "not the order's customer".into()).await?;
             return Err(AppError::Forbidden {
@@ -159,71 +174,85 @@ impl Refunds {
                 message: "only the order's customer or an admin may refund it".into(),
             });
         }
+        // The same request again: its refund, as it stands or finished now.
+        if let Some(key) = &request_key
+            && let Some(known) = record.refunds.iter().find(|r| r.request_key.as_ref() == Some(key)).cloned()
+        {
+            return match known.status {
+                RefundStatus::Succeeded => Ok(RefundOutcome::Refunded(record)),
+                RefundStatus::Failed => {
+                    let reason = known.failure_reason.unwrap_or_else(|| "refused".into());
+                    Ok(RefundOutcome::Rejected { record, reason: format!("refused before: {reason}") })
+                }
+                RefundStatus::Pending => self.finish(record, known.id, actor, inbox, scenario).await,
+            };
+        }
         if !Self::refundable(&record) {
-            self.audit_rejection(actor, order_id, format!("order {} is {}", order_id, record.order.status))
-                .await?;
+            let status = record.payment.as_ref().map_or("none", |p| p.status.as_str());
+            self.audit_rejection(actor, order_id, format!("order {} is {}", record.order.status, status)).await?;
             return Err(AppError::Conflict {
                 code: "REFUND_NOT_ALLOWED",
                 message: format!(
-                    "only a COMPLETED order with an APPROVED payment can be refunded; this one is {}",
+                    "only a COMPLETED order with a balance left on its payment can be refunded; this one is {} (payment {status})",
                     record.order.status
                 ),
             });
         }
-        let mut payment = record.payment.clone().ok_or_else(|| invariant("no payment"))?;
-        if payment.status == PaymentStatus::Approved {
-            let ask_again = match &retry_refused {
-                RetryRefused::Yes => true,
-                RetryRefused::UnlessRefusedFor(reason) => !payment
-                    .refund_failure_reason
-                    .as_deref()
-                    .is_some_and(|refused| refused.ends_with(&refused_for("", reason))),
-            };
-            if let (false, Some(refused)) = (ask_again, payment.refund_failure_reason.clone()) {
-                // Checked under the lease: a concurrent duplicate cannot ask the provider again.
-                return Ok(RefundOutcome::Rejected { record, reason: format!("refused before: {refused}") });
-            }
-            // The intent, committed before the provider is asked: whatever happens to the
-            // answer, the worker finds this refund and finishes it (docs/spec.md §4).
-            let now = self.clock.now();
-            payment.begin_refund(now).map_err(invariant)?;
-            let mut changes = Changes::default();
-            changes.update_payment(&mut payment);
-            changes.audit.push(audit::record(
-                AuditAction::RefundRequested,
-                entity::ORDER,
-                order_id,
-                actor,
-                Some(format!(
-                    "Idempotency-Key cancel-{}: {}",
-                    payment.payment_request_id,
-                    reason.as_deref().unwrap_or("refund requested")
-                )),
-                now,
-            ));
-            if !commit(self.uow.as_ref(), changes).await? {
+        // Another refund is pending (its answer was lost): finished first, with its key.
+        if let Some(pending) = record.refunds.iter().find(|r| r.status == RefundStatus::Pending).map(|r| r.id) {
+            self.finish(record, pending, actor, None, scenario).await?;
+            record = self.load(order_id).await?;
+            if !Self::refundable(&record) {
                 return Err(AppError::Conflict {
                     code: "REFUND_NOT_ALLOWED",
-                    message: "the order changed concurrently".into(),
+                    message: "the payment has no balance left".into(),
                 });
             }
-            record.payment = Some(payment.clone());
         }
-        let mut effective = record.context.scenario;
-        if scenario.refund.is_some() {
-            effective.refund = scenario.refund;
+        let mut payment = record.payment.clone().ok_or_else(|| invariant("no payment"))?;
+        let now = self.clock.now();
+        let reason = reason.unwrap_or_else(|| DEFAULT_REASON.into());
+        let balance = payment.balance();
+        let mut refund = match payment.begin_refund(amount, reason.clone(), actor.subject.clone(), request_key, now) {
+            Ok(refund) => refund,
+            Err(PaymentError::RefundAmountInvalid { requested, balance }) => {
+                self.audit_rejection(actor, order_id, format!("refund of {requested} asked, balance {balance}"))
+                    .await?;
+                return Err(AppError::Unprocessable {
+                    code: "REFUND_AMOUNT_INVALID",
+                    message: format!("a refund must be more than 0 and at most the balance {balance}; asked for {requested}"),
+                });
+            }
+            Err(err) => return Err(invariant(err)),
+        };
+        // The intent, committed before the provider is asked: whatever happens to the
+        // answer, the worker finds this refund and finishes it (docs/spec.md §4).
+        let mut changes = Changes::default();
+        changes.update_payment(&mut payment);
+        changes.insert_refund(&mut refund);
+        changes.audit.push(audit::record(
+            AuditAction::RefundRequested,
+            entity::ORDER,
+            order_id,
+            actor,
+            Some(format!(
+                "refund {} of {} (balance {balance}), Idempotency-Key {}: {reason}",
+                refund.id,
+                refund.amount.minor(),
+                refund.idempotency_key
+            )),
+            now,
+        ));
+        if !commit(self.uow.as_ref(), changes).await? {
+            return Err(changed_concurrently());
         }
-        let reason_text = reason.clone().unwrap_or_else(|| "refund requested".into());
-        let answer = self.ask_provider(&payment, effective, reason_text).await?;
-        self.record_outcome(record, answer, actor, reason, inbox).await
+        let refund_id = refund.id;
+        record.payment = Some(payment);
+        record.refunds.push(refund);
+        self.finish(record, refund_id, actor, inbox, scenario).await
     }
 
-    async fn audit_rejection(
-        &self,
-        actor: &Actor,
-        order_id: OrderId,
-        detail: String,
-    ) -> Result<(), AppError> {
+    async fn audit_rejection(&self, actor: &Actor, order_id: OrderId, detail: String) -> Result<(), AppError> {
         let mut changes = Changes::default();
         changes.audit.push(audit::record(
             AuditAction::RefundRejected,
@@ -236,14 +265,33 @@ impl Refunds {
         Ok(self.uow.commit(changes).await?)
     }
 
-    /// The call of the skeleton: the provider's cancel with the payment's refund key
-    /// (`cancel-{paymentRequestId}`), so asking again never refunds twice.
+    /// The call and the outcome commit of the skeleton for the pending refund `refund_id`.
+    async fn finish(
+        &self,
+        record: OrderRecord,
+        refund_id: RefundId,
+        actor: &Actor,
+        inbox: Option<InboxEntry>,
+        scenario: Scenario,
+    ) -> Result<RefundOutcome, AppError> {
+        let mut effective = record.context.scenario;
+        if scenario.refund.is_some() {
+            effective.refund = scenario.refund;
+        }
+        let answer = self.ask_provider(&record, refund_id, effective).await?;
+        self.record_outcome(record, refund_id, answer, actor, inbox).await
+    }
+
+    /// The call of the skeleton: the provider's cancel of the refund's amount with the
+    /// refund's own key, so asking again never refunds twice.
     async fn ask_provider(
         &self,
-        payment: &Payment,
+        record: &OrderRecord,
+        refund_id: RefundId,
         scenario: Scenario,
-        reason: String,
     ) -> Result<RefundAnswer, AppError> {
+        let payment = record.payment.as_ref().ok_or_else(|| invariant("no payment"))?;
+        let refund = pending_refund(record, refund_id)?;
         let request = CancelPayment {
             payment_id: payment.id,
             payment_request_id: payment.payment_request_id.clone(),
@@ -251,81 +299,108 @@ impl Refunds {
                 .provider_transaction_id
                 .clone()
                 .ok_or_else(|| invariant("approved payment without a provider transaction"))?,
-            idempotency_key: format!("cancel-{}", payment.payment_request_id),
-            amount: payment.amount,
-            balance: payment.amount,
-            reason,
+            idempotency_key: refund.idempotency_key.clone(),
+            amount: refund.amount,
+            balance: crate::domain::money::Money::new(payment.balance(), payment.amount.currency())
+                .map_err(invariant)?,
+            reason: refund.reason.clone(),
             scenario,
         };
         Ok(match self.payments.cancel(&request).await {
-            Ok(_) => RefundAnswer::Refunded,
-            Err(GatewayError::Rejected { code, message }) => {
-                RefundAnswer::Refused(format!("{code}: {message}"))
-            }
+            Ok(receipt) => RefundAnswer::Refunded(receipt),
+            Err(GatewayError::Rejected { code, message }) => RefundAnswer::Refused { code, message },
             Err(GatewayError::Unavailable(cause)) => RefundAnswer::Unknown(cause),
         })
     }
 
-    /// The outcome commit of the skeleton. `Unknown` keeps the payment `REFUND_PENDING`
-    /// (one more attempt counted, the next due after a backoff) and answers `Unavailable`:
-    /// the refund is not lost, the worker or a retry of the request finishes it.
+    /// The outcome commit of the skeleton. `Unknown` keeps the refund pending (one more
+    /// attempt counted, the next due after a backoff) and answers `Unavailable`: the refund
+    /// is not lost, the worker or the same request again finishes it.
     async fn record_outcome(
         &self,
         mut record: OrderRecord,
+        refund_id: RefundId,
         answer: RefundAnswer,
         actor: &Actor,
-        reason: Option<String>,
         inbox: Option<InboxEntry>,
     ) -> Result<RefundOutcome, AppError> {
         let now = self.clock.now();
         let order_id = record.order.id;
         let mut payment = record.payment.clone().ok_or_else(|| invariant("no payment"))?;
+        let mut refund = pending_refund(&record, refund_id)?.clone();
         let mut order = record.order.clone();
         let mut changes = Changes::default();
-        let reason_text = reason.clone().unwrap_or_else(|| "refund requested".into());
+        let mut already_cancelled = false;
         let rejected = match answer {
-            RefundAnswer::Refunded => {
-                let payment_events = payment.refund(now).map_err(invariant)?;
-                let order_events = order.refund(now).map_err(invariant)?;
+            RefundAnswer::Refunded(receipt) => {
+                let payment_events =
+                    payment.refund(&mut refund, receipt.transaction_key.clone(), now).map_err(invariant)?;
+                let order_events = if payment.status == PaymentStatus::Refunded {
+                    order.refund(now).map_err(invariant)?
+                } else {
+                    vec![]
+                };
                 changes.update_payment(&mut payment);
-                changes.update_order(&mut order);
-                changes.step(
-                    order.id,
-                    SagaStep::Compensation,
-                    StepStatus::Success,
-                    Some(format!("refunded: {reason_text}")),
-                    now,
+                changes.update_refund(&mut refund);
+                if !order_events.is_empty() {
+                    changes.update_order(&mut order);
+                }
+                let summary = format!(
+                    "refunded {} ({} of {} refunded, balance {}): {}",
+                    refund.amount.minor(),
+                    payment.refunded_amount,
+                    payment.amount.minor(),
+                    payment.balance(),
+                    refund.reason
                 );
+                changes.step(order_id, SagaStep::Compensation, StepStatus::Success, Some(summary.clone()), now);
                 changes.audit.push(audit::record(
                     AuditAction::Refunded,
                     entity::ORDER,
-                    order.id,
+                    order_id,
                     actor,
-                    reason,
+                    Some(format!("refund {}: {summary}", refund.id)),
                     now,
                 ));
+                if let Some(theirs) = receipt.balance_after.filter(|b| *b != payment.balance()) {
+                    // The provider's books and ours disagree: recorded for an operator.
+                    changes.audit.push(audit::record(
+                        AuditAction::RefundBalanceMismatch,
+                        entity::ORDER,
+                        order_id,
+                        actor,
+                        Some(format!(
+                            "refund {}: the provider's balance after it is {theirs}, ours {}",
+                            refund.id,
+                            payment.balance()
+                        )),
+                        now,
+                    ));
+                }
                 let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
                 events.payment(&payment, &payment_events).order(&order_events);
                 changes.outbox = events.finish();
                 None
             }
-            RefundAnswer::Refused(why) => {
-                let why = refused_for(&why, &reason_text);
-                let payment_events = payment.record_refund_failure(why.clone(), now).map_err(invariant)?;
+            RefundAnswer::Refused { code, message } => {
+                already_cancelled = code == "ALREADY_CANCELED_PAYMENT";
+                let why = format!("{code}: {message}");
+                let payment_events = payment.record_refund_failure(&mut refund, why.clone(), now).map_err(invariant)?;
                 changes.update_payment(&mut payment);
+                changes.update_refund(&mut refund);
                 changes.step(
-                    order.id,
+                    order_id,
                     SagaStep::Compensation,
                     StepStatus::Failed,
-                    Some(format!("refund refused: {why}")),
+                    Some(format!("refund of {} refused: {why}", refund.amount.minor())),
                     now,
                 );
                 changes.audit.push(audit::record(
                     AuditAction::RefundFailed,
                     entity::ORDER,
-                    order.id,
+                    order_id,
                     actor,
-                    Some(why.clone()),
+                    Some(format!("refund {}: {why}", refund.id)),
                     now,
                 ));
                 let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
@@ -335,18 +410,19 @@ impl Refunds {
             }
             RefundAnswer::Unknown(cause) => {
                 let exp = payment.reconcile_attempts.clamp(0, 16) as u32;
-                let next = now + self.retry_after.checked_mul(1 << exp).unwrap_or(self.retry_after);
+                let retry_after = self.settings.retry_after;
+                let next = now + retry_after.checked_mul(1 << exp).unwrap_or(retry_after);
                 payment.record_reconcile_attempt(next, now).map_err(invariant)?;
                 changes.update_payment(&mut payment);
-                if payment.reconcile_attempts >= self.max_attempts {
+                if payment.reconcile_attempts >= self.settings.max_attempts {
                     changes.audit.push(audit::record(
                         AuditAction::RefundUnresolved,
                         entity::ORDER,
                         order_id,
                         actor,
                         Some(format!(
-                            "refund outcome still unknown after {} attempts ({cause}); an operator must decide",
-                            payment.reconcile_attempts
+                            "refund {} outcome still unknown after {} attempts ({cause}); an operator must decide",
+                            refund.id, payment.reconcile_attempts
                         )),
                         now,
                     ));
@@ -365,31 +441,42 @@ impl Refunds {
         if !commit(self.uow.as_ref(), changes).await? {
             // Finished concurrently (the provider deduplicated the cancel by its key):
             // report the state that won.
-            let current = self.orders.get(order_id).await?.ok_or(AppError::NotFound("order"))?;
-            return match current.payment.as_ref().map(|p| p.status) {
-                Some(PaymentStatus::Refunded) => Ok(RefundOutcome::Refunded(current)),
-                _ => Err(AppError::Conflict {
-                    code: "REFUND_NOT_ALLOWED",
-                    message: "the order changed concurrently".into(),
-                }),
+            let current = self.load(order_id).await?;
+            return match current.refunds.iter().find(|r| r.id == refund_id).map(|r| r.status) {
+                Some(RefundStatus::Succeeded) => Ok(RefundOutcome::Refunded(current)),
+                Some(RefundStatus::Failed) => {
+                    Ok(RefundOutcome::Rejected { record: current, reason: "refused".into() })
+                }
+                _ => Err(changed_concurrently()),
             };
         }
         record.order = order;
         record.payment = Some(payment);
+        if let Some(slot) = record.refunds.iter_mut().find(|r| r.id == refund_id) {
+            *slot = refund;
+        }
         record.steps.extend(steps.into_iter().map(|s| s.record));
         Ok(match rejected {
             None => RefundOutcome::Refunded(record),
-            Some(reason) => RefundOutcome::Rejected { record, reason },
+            Some(reason) => {
+                if already_cancelled {
+                    // Toss cancelled the payment some other way (its dashboard): what it did
+                    // is recorded now, as the provider's refunds.
+                    self.sync_leased(order_id).await?;
+                    record = self.load(order_id).await?;
+                }
+                RefundOutcome::Rejected { record, reason }
+            }
         })
     }
 
     /// The worker's half of the skeleton: refunds whose intent was committed but whose
     /// outcome was not (a crash, a database failure after the provider answered, a provider
-    /// that could not be reached). Each is looked up at the provider by `paymentRequestId`:
-    /// cancelled there means refunded; still approved means the cancel never took effect,
-    /// so it is asked again with the same key. Bounded: past `max_attempts` the refund is
-    /// audited `REFUND_UNRESOLVED`, listed at `GET /api/admin/payments/unconfirmed` and
-    /// counted in `/metrics`.
+    /// that could not be reached). Each is asked again with its own key: a provider that
+    /// carried it out answers with that (Toss replays a key's first answer), one that did
+    /// not carries it out now, once. Bounded: past `max_attempts` the refund is audited
+    /// `REFUND_UNRESOLVED`, listed at `GET /api/admin/payments/unconfirmed` and counted in
+    /// `/metrics`.
     ///
     /// # Errors
     /// `Unavailable` when the database fails.
@@ -398,7 +485,7 @@ impl Refunds {
         let now = self.clock.now();
         let due = self
             .pending
-            .awaiting_confirmation(PaymentStatus::RefundPending, now, self.max_attempts, 100)
+            .awaiting_confirmation(PaymentStatus::RefundPending, now, self.settings.max_attempts, 100)
             .await?;
         let mut report = PendingRefundReport::default();
         for payment in due {
@@ -421,137 +508,165 @@ impl Refunds {
     }
 
     async fn resolve_leased(&self, actor: &Actor, order_id: OrderId) -> Result<RefundOutcome, AppError> {
-        let record = self.orders.get(order_id).await?.ok_or(AppError::NotFound("order"))?;
-        let Some(payment) = record.payment.clone().filter(|p| p.status == PaymentStatus::RefundPending)
-        else {
-            return Err(AppError::Conflict {
-                code: "REFUND_NOT_ALLOWED",
-                message: "no refund pending".into(),
-            });
+        let record = self.load(order_id).await?;
+        let pending = record
+            .payment
+            .as_ref()
+            .filter(|p| p.status == PaymentStatus::RefundPending)
+            .and_then(|_| record.refunds.iter().find(|r| r.status == RefundStatus::Pending))
+            .map(|r| r.id);
+        let Some(refund_id) = pending else {
+            return Err(AppError::Conflict { code: "REFUND_NOT_ALLOWED", message: "no refund pending".into() });
         };
-        let scenario = record.context.scenario;
-        let answer = match self.payments.lookup(&payment.payment_request_id, &scenario).await {
-            Ok(LookupOutcome::Cancelled { .. }) => RefundAnswer::Refunded,
-            Ok(LookupOutcome::Approved { .. }) => {
-                self.ask_provider(&payment, scenario, "refund (resumed by the worker)".into()).await?
-            }
-            Ok(other) => RefundAnswer::Unknown(format!("look-up answered {other:?}")),
-            Err(err) => RefundAnswer::Unknown(err.to_string()),
-        };
-        self.record_outcome(record, answer, actor, Some("refund resumed by the worker".into()), None).await
+        self.finish(record, refund_id, actor, None, Scenario::default()).await
     }
+}
+
+fn pending_refund(record: &OrderRecord, refund_id: RefundId) -> Result<&Refund, AppError> {
+    record
+        .refunds
+        .iter()
+        .find(|r| r.id == refund_id)
+        .ok_or_else(|| invariant(format!("refund {refund_id} is not the payment's")))
 }
 
 /// What a look-up at the provider showed of a payment we hold as approved.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ProviderCancel {
-    /// Cancelled whole at the provider (its dashboard): recorded here as a refund by `provider`.
-    Recorded(Box<OrderRecord>),
-    /// Cancelled in part at the provider: not recorded (partial refunds are not kept yet);
-    /// audited for an operator.
-    Partial { balance: i64 },
-    /// Not cancelled there, or our payment is not approved: nothing to record.
+pub enum ProviderRefunds {
+    /// Cancels made at the provider that we did not know of, now recorded as refunds by
+    /// `provider` (how many).
+    Recorded(usize),
+    /// Nothing new at the provider, or nothing we can record now (a refund of ours is
+    /// pending: it is finished first).
     Nothing,
 }
 
 impl Refunds {
-    /// A payment may have been cancelled outside the service (Toss's dashboard, learnt from a
-    /// webhook): asks the provider and, if it cancelled the whole payment, records the refund
-    /// by actor `provider` (payment `REFUNDED`, order `CANCELLED`, `payment.refunded`,
-    /// `order.cancelled`), under the order's saga lease.
+    /// A payment may have been cancelled outside the service (Toss's dashboard, learnt from
+    /// a webhook or the ledger): asks the provider and records every cancel it made that we
+    /// do not have as a refund by actor `provider` (`payment.refunded` each; the order
+    /// `CANCELLED` once nothing is left), under the order's saga lease.
     ///
     /// # Errors
     /// `Conflict` `ORDER_BUSY` while another runner holds the order; `Unavailable` when the
     /// provider or the database fails.
-    pub async fn record_provider_cancel(&self, order_id: OrderId) -> Result<ProviderCancel, AppError> {
+    pub async fn record_provider_refunds(&self, order_id: OrderId) -> Result<ProviderRefunds, AppError> {
         let Some(lease) = self.leases.take(order_id).await? else {
-            return Err(AppError::Conflict {
-                code: ORDER_BUSY,
-                message: "the order is being changed right now".into(),
-            });
+            return Err(busy());
         };
-        let result = self.record_provider_cancel_leased(order_id).await;
+        let result = self.sync_leased(order_id).await;
         self.leases.release(order_id, &lease.owner).await;
         result
     }
 
-    async fn record_provider_cancel_leased(&self, order_id: OrderId) -> Result<ProviderCancel, AppError> {
-        let record = self.orders.get(order_id).await?.ok_or(AppError::NotFound("order"))?;
-        let Some(mut payment) = record.payment.clone().filter(|p| p.status == PaymentStatus::Approved) else {
-            return Ok(ProviderCancel::Nothing);
+    async fn sync_leased(&self, order_id: OrderId) -> Result<ProviderRefunds, AppError> {
+        let record = self.load(order_id).await?;
+        let Some(mut payment) = record
+            .payment
+            .clone()
+            .filter(|p| matches!(p.status, PaymentStatus::Approved | PaymentStatus::PartiallyRefunded))
+        else {
+            return Ok(ProviderRefunds::Nothing);
         };
         if record.order.status != OrderStatus::Completed {
-            return Ok(ProviderCancel::Nothing);
+            return Ok(ProviderRefunds::Nothing);
         }
         let outcome = self
             .payments
             .lookup(&payment.payment_request_id, &record.context.scenario)
             .await
             .map_err(|e| AppError::unavailable(format!("payment provider: {e}")))?;
-        match outcome {
-            LookupOutcome::Cancelled { .. } => {}
-            LookupOutcome::PartlyCancelled { balance, .. } => {
-                let mut changes = Changes::default();
-                changes.audit.push(audit::record(
-                    AuditAction::ProviderPartialCancel,
-                    entity::ORDER,
-                    order_id,
-                    &Actor::system("provider"),
-                    Some(format!(
-                        "cancelled in part at the provider (balance {balance} of {}); partial refunds are not recorded yet: reconcile by hand",
-                        payment.amount.minor()
-                    )),
-                    self.clock.now(),
-                ));
-                self.uow.commit(changes).await?;
-                return Ok(ProviderCancel::Partial { balance });
+        let known = |key: &str| record.refunds.iter().any(|r| r.provider_transaction_key.as_deref() == Some(key));
+        let new: Vec<(i64, Option<String>)> = match outcome {
+            LookupOutcome::Cancelled { cancels, .. } | LookupOutcome::PartlyCancelled { cancels, .. }
+                if !cancels.is_empty() =>
+            {
+                cancels
+                    .into_iter()
+                    .filter(|c: &ProviderCancel| !known(&c.transaction_key))
+                    .map(|c| (c.amount, Some(c.transaction_key)))
+                    .collect()
             }
-            _ => return Ok(ProviderCancel::Nothing),
+            // A provider that lists no cancels: what it has cancelled beyond our refunds.
+            LookupOutcome::Cancelled { .. } => vec![(payment.balance(), None)],
+            LookupOutcome::PartlyCancelled { balance, .. } => {
+                vec![(payment.balance() - balance, None)].into_iter().filter(|(a, _)| *a > 0).collect()
+            }
+            _ => vec![],
+        };
+        if new.is_empty() {
+            return Ok(ProviderRefunds::Nothing);
         }
         let now = self.clock.now();
         let actor = Actor::system("provider");
         let mut order = record.order.clone();
-        payment.begin_refund(now).map_err(invariant)?;
-        let payment_events = payment.refund(now).map_err(invariant)?;
-        let order_events = order.refund(now).map_err(invariant)?;
         let mut changes = Changes::default();
-        changes.update_payment(&mut payment);
-        changes.update_order(&mut order);
-        changes.step(
-            order_id,
-            SagaStep::Compensation,
-            StepStatus::Success,
-            Some("refunded at the provider (its dashboard), learnt from its webhook".into()),
-            now,
-        );
-        changes.audit.push(audit::record(
-            AuditAction::Refunded,
-            entity::ORDER,
-            order_id,
-            &actor,
-            Some("cancelled at the provider, outside the service".into()),
-            now,
-        ));
-        let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
-        events.payment(&payment, &payment_events).order(&order_events);
-        changes.outbox = events.finish();
-        if !commit(self.uow.as_ref(), changes).await? {
-            return Err(AppError::Conflict {
-                code: ORDER_BUSY,
-                message: "the order changed concurrently".into(),
-            });
+        let mut events = Vec::new();
+        let mut recorded = 0;
+        for (amount, key) in new {
+            match payment.record_provider_refund(amount, key.clone(), "refunded at the provider, outside the service", now) {
+                Ok((mut refund, payment_events)) => {
+                    changes.insert_refund(&mut refund);
+                    changes.audit.push(audit::record(
+                        AuditAction::Refunded,
+                        entity::ORDER,
+                        order_id,
+                        &actor,
+                        Some(format!(
+                            "refund {} of {} made at the provider (its key {}), outside the service",
+                            refund.id,
+                            amount,
+                            key.as_deref().unwrap_or("none")
+                        )),
+                        now,
+                    ));
+                    events.extend(payment_events);
+                    recorded += 1;
+                }
+                Err(err) => {
+                    // More than our balance: the books disagree; an operator decides.
+                    changes.audit.push(audit::record(
+                        AuditAction::RefundBalanceMismatch,
+                        entity::ORDER,
+                        order_id,
+                        &actor,
+                        Some(format!(
+                            "the provider cancelled {amount} (its key {}), which we cannot record: {err}",
+                            key.as_deref().unwrap_or("none")
+                        )),
+                        now,
+                    ));
+                }
+            }
         }
-        let mut record = record;
-        record.order = order;
-        record.payment = Some(payment);
-        Ok(ProviderCancel::Recorded(Box::new(record)))
+        let order_events = if payment.status == PaymentStatus::Refunded { order.refund(now).map_err(invariant)? } else { vec![] };
+        if recorded > 0 {
+            changes.update_payment(&mut payment);
+            changes.step(
+                order_id,
+                SagaStep::Compensation,
+                StepStatus::Success,
+                Some(format!("refunded at the provider: {} of {} refunded", payment.refunded_amount, payment.amount.minor())),
+                now,
+            );
+        }
+        if !order_events.is_empty() {
+            changes.update_order(&mut order);
+        }
+        let mut writer = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
+        writer.payment(&payment, &events).order(&order_events);
+        changes.outbox = writer.finish();
+        if !commit(self.uow.as_ref(), changes).await? {
+            return Err(busy());
+        }
+        Ok(if recorded > 0 { ProviderRefunds::Recorded(recorded) } else { ProviderRefunds::Nothing })
     }
 }
 
 /// What the provider said to a refund.
 enum RefundAnswer {
-    Refunded,
-    Refused(String),
+    Refunded(CancelReceipt),
+    Refused { code: String, message: String },
     /// No answer we can act on (unreachable, timed out, broke the protocol).
     Unknown(String),
 }

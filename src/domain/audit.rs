@@ -42,6 +42,7 @@ spelled!(
         Refunded => "REFUNDED",
         RefundFailed => "REFUND_FAILED",
         RefundRejected => "REFUND_REJECTED",
+        RefundBalanceMismatch => "REFUND_BALANCE_MISMATCH",
         InboundRejected => "INBOUND_REJECTED",
         InboundDuplicate => "INBOUND_DUPLICATE",
         InboundConflict => "INBOUND_CONFLICT",

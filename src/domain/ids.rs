@@ -65,6 +65,10 @@ typed_id!(
     PaymentId
 );
 typed_id!(
+    /// Identifies a [`crate::domain::payment::Refund`]: one refund of (part of) a payment.
+    RefundId
+);
+typed_id!(
     /// Identifies a [`crate::domain::settlement::Settlement`].
     SettlementId
 );

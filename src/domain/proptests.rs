@@ -8,7 +8,7 @@ use crate::domain::ids::OrderId;
 use crate::domain::money::Money;
 use crate::domain::notification::{FailurePolicy, Notification, NotificationStatus, RetryPolicy};
 use crate::domain::order::{FailureStage, NewOrder, NewOrderItem, Order, OrderSource, OrderStatus};
-use crate::domain::payment::{Payment, PaymentStatus};
+use crate::domain::payment::{Payment, PaymentStatus, Refund, RefundStatus};
 
 fn now() -> DateTime<Utc> {
     DateTime::from_timestamp(1_800_000_000, 0).unwrap()
@@ -65,26 +65,52 @@ proptest! {
     }
 
     #[test]
-    fn payments_keep_their_invariants(actions in proptest::collection::vec(0u8..7, 0..40)) {
+    fn payments_keep_their_invariants(actions in proptest::collection::vec((0u8..9, -2i64..14), 0..40)) {
         let mut p = Payment::request(OrderId::new(), 1, Money::new(10, "KRW".parse().unwrap()).unwrap(), now());
-        for action in actions {
+        // Every refund the payment handed out, as its caller keeps them.
+        let mut refunds: Vec<Refund> = Vec::new();
+        for (action, amount) in actions {
             let before = p.clone();
+            let pending = refunds.iter().rposition(|r| r.status == RefundStatus::Pending);
             let result = match action {
                 0 => p.approve("tx", now()),
                 1 => p.decline("NO", None, now()),
                 2 => p.require_confirmation(now()),
                 3 => p.cancel("x", now()),
-                4 => p.refund(now()),
-                5 => p.record_refund_failure("x", now()),
+                4 => p.begin_refund((amount != 13).then_some(amount), "r", "a", None, now()).map(|r| {
+                    refunds.push(r);
+                    vec![]
+                }),
+                5 => match pending {
+                    Some(i) => p.refund(&mut refunds[i], None, now()),
+                    None => Ok(vec![]),
+                },
+                6 => match pending {
+                    Some(i) => p.record_refund_failure(&mut refunds[i], "x", now()),
+                    None => Ok(vec![]),
+                },
+                7 => p.record_provider_refund(amount, None, "dashboard", now()).map(|(r, e)| {
+                    refunds.push(r);
+                    e
+                }),
                 _ => p.record_reconcile_attempt(now(), now()),
             };
             if result.is_err() {
                 prop_assert_eq!(&p, &before);
             }
-            if matches!(p.status, PaymentStatus::Approved | PaymentStatus::Cancelled | PaymentStatus::Refunded) {
+            if matches!(
+                p.status,
+                PaymentStatus::Approved | PaymentStatus::Cancelled | PaymentStatus::Refunded | PaymentStatus::PartiallyRefunded
+            ) {
                 prop_assert!(p.provider_transaction_id.is_some(), "money taken is traceable at the provider");
             }
             prop_assert!(p.reconcile_attempts >= before.reconcile_attempts);
+            let succeeded: i64 =
+                refunds.iter().filter(|r| r.status == RefundStatus::Succeeded).map(|r| r.amount.minor()).sum();
+            prop_assert_eq!(p.refunded_amount, succeeded, "the payment's refunded amount is its refunds' sum");
+            prop_assert!((0..=p.amount.minor()).contains(&p.refunded_amount), "never more than the amount");
+            prop_assert!(refunds.iter().filter(|r| r.status == RefundStatus::Pending).count() <= 1);
+            prop_assert_eq!(p.status == PaymentStatus::Refunded, p.balance() == 0 && p.refunded_amount > 0);
         }
     }
 

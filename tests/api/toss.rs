@@ -365,13 +365,18 @@ async fn a_cancel_whose_answer_was_lost_took_effect_once_and_the_same_key_tells_
     // retried blindly.
     let lost = toss.cancel(&cancel(&key, "refund-lost", 5000, 20000)).await.unwrap_err();
     assert!(matches!(lost, GatewayError::Unavailable(_)), "{lost:?}");
-    assert_eq!(
-        toss.lookup(&id, &Scenario::default()).await.unwrap(),
-        LookupOutcome::PartlyCancelled { provider_transaction_id: key.clone(), balance: 15000 }
-    );
+    let LookupOutcome::PartlyCancelled { provider_transaction_id, balance: 15000, cancels } =
+        toss.lookup(&id, &Scenario::default()).await.unwrap()
+    else {
+        panic!("a partial cancel at Toss");
+    };
+    assert_eq!(provider_transaction_id, key);
+    assert_eq!(cancels.len(), 1);
+    assert_eq!(cancels[0].amount, 5000);
     // The same key again: Toss's first answer, with the cancel's key and the balance.
     let receipt = toss.cancel(&cancel(&key, "refund-lost", 5000, 20000)).await.unwrap();
     assert_eq!(receipt.balance_after, Some(15000));
+    assert_eq!(receipt.transaction_key.as_ref(), Some(&cancels[0].transaction_key));
     assert_eq!(fake.effects("cancel").await, 1);
 }
 

@@ -11,7 +11,7 @@ use crate::application::envelopes::timestamp;
 use crate::application::ports::{AuditRecord, OrderRecord, OutboxRecord, StepRecord};
 use crate::domain::notification::Notification;
 use crate::domain::order::Order;
-use crate::domain::payment::Payment;
+use crate::domain::payment::{Payment, Refund};
 use crate::domain::settlement::Settlement;
 use crate::domain::text;
 
@@ -102,6 +102,33 @@ impl ReasonRequest {
     }
 }
 
+/// Body of `POST /api/orders/{id}/refund` (optional).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RefundBody {
+    /// Recorded on the refund and in the audit log, sent to the provider.
+    #[schema(max_length = 1000)]
+    pub reason: Option<String>,
+    /// Minor units, `0 < amount <= balance`; absent: the whole remaining balance.
+    pub amount: Option<i64>,
+}
+
+impl RefundBody {
+    /// The reason and amount of an optional body.
+    ///
+    /// # Errors
+    /// `422` naming `reason` when it is longer than its documented length.
+    pub fn of(body: MaybeJson<RefundBody>) -> Result<(Option<String>, Option<i64>), ApiError> {
+        let body = body.0.unwrap_or_default();
+        if let Some(r) = &body.reason {
+            text::check("reason", r, text::limits::REASON).map_err(|e| {
+                ApiError::field(actix_web::http::StatusCode::UNPROCESSABLE_ENTITY, e.field(), e.message())
+            })?;
+        }
+        Ok((body.reason, body.amount))
+    }
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OrderItemResponse {
@@ -138,9 +165,31 @@ pub struct PaymentResponse {
     pub id: String,
     pub status: &'static str,
     pub amount: i64,
+    /// The sum of its succeeded refunds.
+    pub refunded_amount: i64,
+    /// What can still be refunded: `amount - refundedAmount`.
+    pub balance: i64,
     pub payment_request_id: String,
     pub provider_transaction_id: Option<String>,
     pub refund_failure_reason: Option<String>,
+}
+
+/// One refund of the payment (docs/spec.md §3).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RefundResponse {
+    pub id: String,
+    pub amount: i64,
+    /// `PENDING` | `SUCCEEDED` | `FAILED`
+    pub status: &'static str,
+    pub reason: String,
+    /// Who asked: a customer, an operator, a consumer, or `provider` (made in the
+    /// provider's dashboard).
+    pub actor: String,
+    /// The provider's key of the cancel (Toss's `transactionKey`).
+    pub provider_transaction_key: Option<String>,
+    pub failure_reason: Option<String>,
+    pub created_at: String,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -178,6 +227,8 @@ pub struct OrderDetailResponse {
     #[serde(flatten)]
     pub order: OrderResponse,
     pub payment: Option<PaymentResponse>,
+    /// The payment's refunds, oldest first.
+    pub refunds: Vec<RefundResponse>,
     pub settlement: Option<SettlementResponse>,
     pub notification: Option<NotificationResponse>,
     /// Oldest first.
@@ -271,9 +322,26 @@ impl From<&Payment> for PaymentResponse {
             id: p.id.to_string(),
             status: p.status.as_str(),
             amount: p.amount.minor(),
+            refunded_amount: p.refunded_amount,
+            balance: p.balance(),
             payment_request_id: p.payment_request_id.clone(),
             provider_transaction_id: p.provider_transaction_id.clone(),
             refund_failure_reason: p.refund_failure_reason.clone(),
+        }
+    }
+}
+
+impl From<&Refund> for RefundResponse {
+    fn from(r: &Refund) -> Self {
+        RefundResponse {
+            id: r.id.to_string(),
+            amount: r.amount.minor(),
+            status: r.status.as_str(),
+            reason: r.reason.clone(),
+            actor: r.actor.clone(),
+            provider_transaction_key: r.provider_transaction_key.clone(),
+            failure_reason: r.failure_reason.clone(),
+            created_at: timestamp(r.created_at),
         }
     }
 }
@@ -312,6 +380,7 @@ impl From<&OrderRecord> for OrderDetailResponse {
         OrderDetailResponse {
             order: OrderResponse::from(&r.order),
             payment: r.payment.as_ref().map(PaymentResponse::from),
+            refunds: r.refunds.iter().map(RefundResponse::from).collect(),
             settlement: r.settlement.as_ref().map(SettlementResponse::from),
             notification: r.notification.as_ref().map(NotificationResponse::from),
             steps: r.steps.iter().map(StepResponse::from).collect(),

@@ -10,7 +10,7 @@ use super::body::{JsonBody, MaybeJson};
 use super::correlation::CorrelationId;
 use super::dto::{
     AuditResponse, CheckoutResponse, OrderDetailResponse, OrderFlowResponse, OrderPageResponse,
-    OrderResponse, OutboxEventResponse, PayOrderRequest, PlaceOrderRequest, ReasonRequest, StepResponse,
+    OrderResponse, OutboxEventResponse, PayOrderRequest, PlaceOrderRequest, RefundBody, StepResponse,
 };
 use super::problem::{ApiError, Problem};
 use super::{HttpState, query_param};
@@ -325,34 +325,54 @@ pub async fn flow(
     }))
 }
 
-/// Refund a completed order: the provider cancels the approved payment; the payment
-/// becomes `REFUNDED`, the order `CANCELLED` (`payment.refunded`). Only the order's
-/// customer or an admin.
+/// Refund a completed order, in full or in part: the provider cancels `amount` (absent: the
+/// whole remaining balance) of the payment, a refund of its own with its own key. Partly
+/// refunded, the payment is `PARTIALLY_REFUNDED` and the order stays `COMPLETED`; fully,
+/// the payment is `REFUNDED` and the order `CANCELLED`. `payment.refunded` per refund. Only
+/// the order's customer or an admin. With an `Idempotency-Key` (scoped to the caller) the
+/// same request again is the same refund, answered as it stands, never a second one.
 #[utoipa::path(
     post,
     path = "/api/orders/{id}/refund",
     tag = "orders",
-    params(("id" = String, Path, description = "Order id (UUID)")),
-    request_body(content = Option<ReasonRequest>, description = "Optional reason, recorded in the audit log"),
+    params(
+        ("id" = String, Path, description = "Order id (UUID)"),
+        ("Idempotency-Key" = Option<String>, Header, description = "At most 255 visible ASCII characters, scoped to the caller: the same key is the same refund"),
+    ),
+    request_body(content = Option<RefundBody>, description = "Optional reason and amount (minor units; absent: the whole balance)"),
     responses(
         (status = 200, body = OrderDetailResponse),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "UNAUTHORIZED_REFUND: not the order's customer", body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "REFUND_NOT_ALLOWED (not COMPLETED with an APPROVED payment) or REFUND_FAILED (the provider refused; recorded)", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Provider or database unavailable; nothing changed", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "REFUND_NOT_ALLOWED (not COMPLETED with a balance left), ORDER_BUSY (changed right now; retry) or REFUND_FAILED (the provider refused; recorded)", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "REFUND_AMOUNT_INVALID: not 0 < amount <= balance (nothing called)", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Provider or database unavailable; a refund already asked for is pending and will be completed", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
 )]
 pub async fn refund(
     state: web::Data<HttpState>,
     caller: Caller,
+    req: HttpRequest,
     path: web::Path<String>,
-    body: MaybeJson<ReasonRequest>,
+    body: MaybeJson<RefundBody>,
 ) -> Result<HttpResponse, ApiError> {
     let id = parse_order_id(&path)?;
-    let reason = ReasonRequest::of(body)?;
-    let request = RefundRequest { reason, ..Default::default() };
+    let (reason, amount) = RefundBody::of(body)?;
+    // The caller's key, bounded whatever the subject's length: one refund per (caller, key).
+    let request_key = match header(&req, IDEMPOTENCY_KEY)? {
+        None => None,
+        Some(key) => {
+            crate::application::idempotency::IdempotencyService::validate_key(key)?;
+            let mut hash = Sha256::new();
+            hash.update(caller.0.subject.as_bytes());
+            hash.update(b"\n");
+            hash.update(key.as_bytes());
+            Some(format!("api:{:x}", hash.finalize()))
+        }
+    };
+    let request = RefundRequest { reason, amount, request_key, ..Default::default() };
     match state.refunds.refund_order(&caller.0, id, request).await? {
         RefundOutcome::Refunded(record) => Ok(HttpResponse::Ok().json(OrderDetailResponse::from(&record))),
         RefundOutcome::Rejected { reason, .. } => Err(ApiError::new(

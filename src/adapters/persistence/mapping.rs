@@ -4,12 +4,13 @@
 use sea_orm::ActiveValue::Set;
 
 use super::entities::{
-    notification_events, orchestration_steps, order_items, orders, outbox_events, payments, settlements,
+    notification_events, orchestration_steps, order_items, orders, outbox_events, payments, refunds,
+    settlements,
 };
 use crate::application::ports::{
     NewOutboxEvent, OrderContext, OutboxRecord, RepoError, Scenario, StepRecord,
 };
-use crate::domain::ids::{EventId, NotificationId, OrderId, PaymentId, SettlementId};
+use crate::domain::ids::{EventId, NotificationId, OrderId, PaymentId, RefundId, SettlementId};
 use crate::domain::money::{Currency, Money};
 use crate::domain::notification::{FailurePolicy, Notification, NotificationStatus};
 use crate::domain::order::{
@@ -17,7 +18,7 @@ use crate::domain::order::{
 };
 use crate::domain::outbox::lanes::lane_of;
 use crate::domain::outbox::{FailureCode, OutboxStatus};
-use crate::domain::payment::{Payment, PaymentStatus};
+use crate::domain::payment::{Payment, PaymentStatus, Refund, RefundStatus};
 use crate::domain::settlement::{Settlement, SettlementStatus};
 
 fn corrupt(column: &str, value: &str) -> RepoError {
@@ -134,6 +135,8 @@ pub fn payment_from_row(row: payments::Model) -> Result<Payment, RepoError> {
         provider_transaction_id: row.provider_transaction_id,
         decline_code: row.decline_code,
         refund_failure_reason: row.refund_failure_reason,
+        refunded_amount: row.refunded_amount,
+        approved_at: row.approved_at,
         reconcile_attempts: row.reconcile_attempts,
         next_reconcile_at: row.next_reconcile_at,
         created_at: row.created_at,
@@ -154,11 +157,52 @@ pub fn payment_to_row(p: &Payment) -> payments::ActiveModel {
         status: Set(p.status.as_str().to_owned()),
         decline_code: Set(p.decline_code.clone()),
         refund_failure_reason: Set(p.refund_failure_reason.clone()),
+        refunded_amount: Set(p.refunded_amount),
+        approved_at: Set(p.approved_at),
         reconcile_attempts: Set(p.reconcile_attempts),
         next_reconcile_at: Set(p.next_reconcile_at),
         created_at: Set(p.created_at),
         updated_at: Set(p.updated_at),
         version: Set(p.version + 1),
+    }
+}
+
+pub fn refund_from_row(row: refunds::Model) -> Result<Refund, RepoError> {
+    Ok(Refund {
+        id: RefundId::from_uuid(row.id),
+        payment_id: PaymentId::from_uuid(row.payment_id),
+        order_id: OrderId::from_uuid(row.order_id),
+        amount: money("refunds.amount", row.amount, &row.currency)?,
+        reason: row.reason,
+        status: parse("refunds.status", &row.status, RefundStatus::parse)?,
+        idempotency_key: row.idempotency_key,
+        request_key: row.request_key,
+        provider_transaction_key: row.provider_transaction_key,
+        failure_reason: row.failure_reason,
+        actor: row.actor,
+        created_at: row.created_at,
+        updated_at: row.updated_at,
+        version: row.version,
+    })
+}
+
+pub fn refund_to_row(r: &Refund) -> refunds::ActiveModel {
+    refunds::ActiveModel {
+        id: Set(r.id.as_uuid()),
+        payment_id: Set(r.payment_id.as_uuid()),
+        order_id: Set(r.order_id.as_uuid()),
+        amount: Set(r.amount.minor()),
+        currency: Set(r.amount.currency().as_str().to_owned()),
+        reason: Set(r.reason.clone()),
+        status: Set(r.status.as_str().to_owned()),
+        idempotency_key: Set(r.idempotency_key.clone()),
+        request_key: Set(r.request_key.clone()),
+        provider_transaction_key: Set(r.provider_transaction_key.clone()),
+        failure_reason: Set(r.failure_reason.clone()),
+        actor: Set(r.actor.clone()),
+        created_at: Set(r.created_at),
+        updated_at: Set(r.updated_at),
+        version: Set(r.version + 1),
     }
 }
 

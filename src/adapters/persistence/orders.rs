@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use sea_orm::{ColumnTrait, EntityTrait, FromQueryResult, QueryFilter, QueryOrder, QuerySelect};
 
 use super::entities::{
-    audit_log, inbox, notification_events, orchestration_steps, order_items, orders, payments, settlements,
+    audit_log, inbox, notification_events, orchestration_steps, order_items, orders, payments, refunds, settlements,
 };
 use super::mapping::*;
 use super::repo_err;
@@ -70,6 +70,19 @@ impl OrderRepository for SeaOrmStore {
             .map_err(repo_err)?
             .map(payment_from_row)
             .transpose()?;
+        let refunds = match &payment {
+            None => Vec::new(),
+            Some(p) => refunds::Entity::find()
+                .filter(refunds::Column::PaymentId.eq(p.id.as_uuid()))
+                .order_by_asc(refunds::Column::CreatedAt)
+                .order_by_asc(refunds::Column::Id)
+                .all(&self.db)
+                .await
+                .map_err(repo_err)?
+                .into_iter()
+                .map(refund_from_row)
+                .collect::<Result<_, _>>()?,
+        };
         let settlement = settlements::Entity::find()
             .filter(settlements::Column::OrderId.eq(uuid))
             .one(&self.db)
@@ -93,7 +106,7 @@ impl OrderRepository for SeaOrmStore {
             .into_iter()
             .map(step_from_row)
             .collect::<Result<_, _>>()?;
-        Ok(Some(OrderRecord { order, payment, settlement, notification, steps, context }))
+        Ok(Some(OrderRecord { order, payment, refunds, settlement, notification, steps, context }))
     }
 
     async fn list(&self, filter: &OrderFilter) -> Result<Vec<Order>, RepoError> {

@@ -10,7 +10,7 @@ use sea_orm::{
 use super::audit::insert_audit;
 use super::entities::{
     inbox, notification_events, orchestration_steps, order_items, orders, outbox_events, payments,
-    settlements,
+    refunds, settlements,
 };
 use super::listener::OUTBOX_CHANNEL;
 use super::mapping::*;
@@ -85,6 +85,7 @@ async fn apply(txn: &DatabaseTransaction, changes: Changes, lanes: u16) -> Resul
         one_row(result.rows_affected)?;
     }
     update_rows!(txn, changes.payments, payments, payment_to_row);
+    update_rows!(txn, changes.refunds, refunds, refund_to_row);
     update_rows!(txn, changes.settlements, settlements, settlement_to_row);
     update_rows!(txn, changes.notifications, notification_events, notification_to_row);
 
@@ -101,6 +102,7 @@ async fn apply(txn: &DatabaseTransaction, changes: Changes, lanes: u16) -> Resul
             .map_err(repo_err)?;
     }
     insert_rows!(txn, changes.payments, payments, payment_to_row);
+    insert_rows!(txn, changes.refunds, refunds, refund_to_row);
     insert_rows!(txn, changes.settlements, settlements, settlement_to_row);
     insert_rows!(txn, changes.notifications, notification_events, notification_to_row);
     if !changes.steps.is_empty() {

@@ -222,6 +222,7 @@ impl PaymentGateway for ExternalPaymentGateway {
                     Ok(r) if r.status == "CANCELLED" => {
                         return Ok(LookupOutcome::Cancelled {
                             provider_transaction_id: r.provider_transaction_id,
+                            cancels: Vec::new(),
                         });
                     }
                     _ => "unreadable look-up answer".to_owned(),

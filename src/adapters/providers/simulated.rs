@@ -54,11 +54,18 @@ impl ProviderCalls {
 }
 
 #[derive(Default)]
+struct Cancels {
+    by_payment: HashMap<String, i64>,
+    by_key: HashMap<String, CancelReceipt>,
+}
+
+#[derive(Default)]
 pub struct SimulatedPaymentGateway {
     /// What the "provider" decided per `paymentRequestId` (its idempotency store).
     decided: Mutex<HashMap<String, ApprovalOutcome>>,
-    /// The `paymentRequestId`s whose payment it cancelled (compensated or refunded).
-    cancelled: Mutex<std::collections::HashSet<String>>,
+    /// What it cancelled of each payment (by `paymentRequestId`), and the answer it gave each
+    /// cancel's key (a key asked again gets the same answer, never a second cancel).
+    cancelled: Mutex<Cancels>,
     calls: std::sync::Arc<ProviderCalls>,
 }
 
@@ -112,11 +119,14 @@ impl PaymentGateway for SimulatedPaymentGateway {
     ) -> Result<LookupOutcome, GatewayError> {
         self.calls.lookups.fetch_add(1, Ordering::SeqCst);
         let mut decided = self.decided();
-        let cancelled = self.cancelled.lock().unwrap_or_else(|e| e.into_inner()).contains(payment_request_id);
+        let cancelled =
+            self.cancelled.lock().unwrap_or_else(|e| e.into_inner()).by_payment.get(payment_request_id).copied();
         Ok(match decided.get(payment_request_id).cloned() {
             None => LookupOutcome::NotFound,
-            Some(ApprovalOutcome::Approved { provider_transaction_id }) if cancelled => {
-                LookupOutcome::Cancelled { provider_transaction_id }
+            Some(ApprovalOutcome::Approved { provider_transaction_id }) if cancelled.is_some() => {
+                // It keeps no amounts per payment but what it cancelled: partly cancelled
+                // payments read as cancelled; the refund path never asks it, it uses the key.
+                LookupOutcome::Cancelled { provider_transaction_id, cancels: Vec::new() }
             }
             // The simulated provider took the timed-out request and approved it.
             Some(ApprovalOutcome::Unknown { .. }) => {
@@ -144,13 +154,26 @@ impl PaymentGateway for SimulatedPaymentGateway {
                 message: "simulated provider refused the cancellation".into(),
             }),
             _ => {
-                self.calls.effect(format!("cancel-{}", request.payment_request_id));
-                // Remembered, so a look-up tells a refund that happened from one that did not.
-                self.cancelled
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(request.payment_request_id.clone());
-                Ok(CancelReceipt::default())
+                let mut cancelled = self.cancelled.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(first) = cancelled.by_key.get(&request.idempotency_key) {
+                    // Same Idempotency-Key: the first answer, never a second cancel.
+                    return Ok(first.clone());
+                }
+                // It keeps no payment's amount: the balance it checks is the one we send.
+                if request.amount.minor() > request.balance.minor() {
+                    return Err(GatewayError::Rejected {
+                        code: "NOT_CANCELABLE_AMOUNT".into(),
+                        message: "simulated provider: more than the balance".into(),
+                    });
+                }
+                self.calls.effect(format!("cancel-{}", request.idempotency_key));
+                *cancelled.by_payment.entry(request.payment_request_id.clone()).or_default() += request.amount.minor();
+                let receipt = CancelReceipt {
+                    transaction_key: Some(format!("sim-cancel-{}", uuid::Uuid::now_v7().simple())),
+                    balance_after: None,
+                };
+                cancelled.by_key.insert(request.idempotency_key.clone(), receipt.clone());
+                Ok(receipt)
             }
         }
     }

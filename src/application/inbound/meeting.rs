@@ -10,7 +10,7 @@ use crate::application::orchestration::{ALREADY_REGISTERED, InboxKey, Orchestrat
 use crate::application::ports::{
     Changes, Clock, InboxEntry, OrderRepository, RepoError, Scenario, UnitOfWork,
 };
-use crate::application::refunds::{ORDER_BUSY, RefundOutcome, RefundRequest, Refunds, RetryRefused};
+use crate::application::refunds::{ORDER_BUSY, RefundOutcome, RefundRequest, Refunds};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
@@ -310,11 +310,13 @@ impl MeetingEvents {
         };
         let actor = Actor::system(consumer);
         let reason = Some(format!("participant cancelled (event {})", msg.event_id));
+        // The remaining balance; the event's id makes a redelivery the same refund.
         let request = RefundRequest {
             reason,
+            amount: None,
+            request_key: Some(format!("{consumer}:{}", msg.event_id)),
             inbox: Some(entry(Some(order_id))),
             scenario,
-            retry_refused: RetryRefused::Yes,
         };
         match self.refunds.refund_order(&actor, order_id, request).await {
             Ok(RefundOutcome::Refunded(_)) => Ok(Handled::Processed),
@@ -362,12 +364,18 @@ impl MeetingEvents {
         let (mut refunded, mut failed, mut skipped) = (0, Vec::new(), 0);
         for order_id in self.orders.completed_meeting_orders(&msg.meeting_id, None).await? {
             let reason = format!("meeting {} deleted (event {})", msg.meeting_id, msg.event_id);
-            // docs/spec.md §7: every completed payment is refunded — one whose refund the provider
-            // refused before (a participant's cancellation) is asked again, but not one that
-            // a concurrent delivery of this same deletion was just refused. Refused refunds
-            // keep their order `COMPLETED` with an `APPROVED` payment and are reported below.
-            let retry_refused = RetryRefused::UnlessRefusedFor(reason.clone());
-            let request = RefundRequest { reason: Some(reason), inbox: None, scenario, retry_refused };
+            // docs/spec.md §7: every completed payment's remaining balance is refunded — one
+            // whose refund the provider refused before (a participant's cancellation) is asked
+            // again, but a redelivery of this same deletion is the same refund (its request
+            // key), never asked twice. Refused refunds keep their order `COMPLETED` and are
+            // reported below.
+            let request = RefundRequest {
+                reason: Some(reason),
+                amount: None,
+                request_key: Some(format!("{consumer}:{}", msg.event_id)),
+                inbox: None,
+                scenario,
+            };
             match self.refunds.refund_order(&actor, order_id, request).await {
                 Ok(RefundOutcome::Refunded(_)) => refunded += 1,
                 Ok(RefundOutcome::Rejected { reason, .. }) => failed.push(format!("{order_id}: {reason}")),

@@ -171,7 +171,7 @@ impl Orchestrator {
             Ok(LookupOutcome::PartlyCancelled { provider_transaction_id, .. }) => {
                 Some(Confirmation::Approved { provider_transaction_id })
             }
-            Ok(LookupOutcome::Cancelled { provider_transaction_id }) => Some(Confirmation::Declined {
+            Ok(LookupOutcome::Cancelled { provider_transaction_id, .. }) => Some(Confirmation::Declined {
                 code: "CANCELLED_BY_PROVIDER".into(),
                 provider_transaction_id: Some(provider_transaction_id),
             }),

@@ -59,6 +59,7 @@ pub(super) fn record_in(
         p
     });
     crate::application::ports::OrderRecord {
+        refunds: Vec::new(),
         order,
         payment,
         settlement: None,

@@ -291,6 +291,7 @@ impl Orchestrator {
             return self.resume(existing, actor).await;
         }
         let record = OrderRecord {
+            refunds: Vec::new(),
             order,
             payment: None,
             settlement: None,
@@ -831,6 +832,7 @@ mod tests {
             let mut payment = Payment::request(order_id, 1, order.total, now());
             payment.approve("tx-other", now()).unwrap();
             Ok(Some(OrderRecord {
+                refunds: Vec::new(),
                 order,
                 payment: Some(payment),
                 settlement: None,

@@ -56,7 +56,7 @@ pub use outbox_store::{
 };
 pub use payment_gateway::{
     ApprovalOutcome, ApprovePayment, BillingKey, CancelPayment, CancelReceipt, IssuedCard, LookupOutcome,
-    PaymentAuthorization, PaymentGateway, ProviderRecord,
+    PaymentAuthorization, PaymentGateway, ProviderCancel, ProviderRecord,
 };
 pub use payment_methods::{PaymentMethodRepository, SavedCard};
 pub use payment_repository::PaymentRepository;

@@ -9,7 +9,7 @@ use super::scenario::Scenario;
 use crate::domain::ids::OrderId;
 use crate::domain::notification::Notification;
 use crate::domain::order::{Order, OrderStatus, SagaStep, StepStatus};
-use crate::domain::payment::Payment;
+use crate::domain::payment::{Payment, Refund};
 use crate::domain::settlement::Settlement;
 
 /// Who drives an order's saga, until when.
@@ -43,6 +43,8 @@ pub struct OrderRecord {
     pub order: Order,
     /// The latest payment attempt.
     pub payment: Option<Payment>,
+    /// The latest payment's refunds, oldest first.
+    pub refunds: Vec<Refund>,
     pub settlement: Option<Settlement>,
     pub notification: Option<Notification>,
     /// Oldest first.

@@ -68,17 +68,29 @@ pub enum LookupOutcome {
         provider_transaction_id: Option<String>,
         code: String,
     },
+    /// Approved, then cancelled whole. `cancels` lists each cancel where the provider says
+    /// (Toss's `cancels[]`); empty where it does not (the mock, the external protocol).
     Cancelled {
         provider_transaction_id: String,
+        cancels: Vec<ProviderCancel>,
     },
     /// Approved, then cancelled in part (Toss's `PARTIAL_CANCELED`): `balance` is what can
     /// still be cancelled.
     PartlyCancelled {
         provider_transaction_id: String,
         balance: i64,
+        cancels: Vec<ProviderCancel>,
     },
     /// The provider never took this request: it is safe to approve again with the same key.
     NotFound,
+}
+
+/// One cancel the provider made of a payment, as its look-up lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderCancel {
+    /// The provider's key of the cancel (Toss's `transactionKey`).
+    pub transaction_key: String,
+    pub amount: i64,
 }
 
 /// Cancel (compensation) or refund an approved payment.

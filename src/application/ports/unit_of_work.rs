@@ -12,7 +12,7 @@ use super::outbox_store::NewOutboxEvent;
 use crate::domain::ids::OrderId;
 use crate::domain::notification::Notification;
 use crate::domain::order::{Order, SagaStep, StepStatus};
-use crate::domain::payment::Payment;
+use crate::domain::payment::{Payment, Refund};
 use crate::domain::settlement::Settlement;
 
 /// A saga step outcome to append.
@@ -38,6 +38,8 @@ pub struct Changes {
     pub new_orders: Vec<(Order, OrderContext, Option<SagaLease>)>,
     pub orders: Vec<Order>,
     pub payments: Vec<Write<Payment>>,
+    /// Refunds of the payments (inserted after the payments, updated with them).
+    pub refunds: Vec<Write<Refund>>,
     pub settlements: Vec<Write<Settlement>>,
     pub notifications: Vec<Write<Notification>>,
     pub steps: Vec<NewStep>,
@@ -75,6 +77,16 @@ impl Changes {
     pub fn update_payment(&mut self, payment: &mut Payment) {
         self.payments.push(Write::Update(payment.clone()));
         payment.version += 1;
+    }
+
+    pub fn insert_refund(&mut self, refund: &mut Refund) {
+        self.refunds.push(Write::Insert(refund.clone()));
+        refund.version += 1;
+    }
+
+    pub fn update_refund(&mut self, refund: &mut Refund) {
+        self.refunds.push(Write::Update(refund.clone()));
+        refund.version += 1;
     }
 
     pub fn insert_settlement(&mut self, settlement: &mut Settlement) {

@@ -1,12 +1,16 @@
 //! Events a payment emits.
 
+use crate::domain::ids::RefundId;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PaymentEvent {
     Approved { provider_transaction_id: String },
     Declined { code: String },
     Cancelled { reason: String },
-    Refunded,
-    RefundFailed { reason: String },
+    /// One refund succeeded: `amount` of it; the payment's `refunded_amount` and `balance`
+    /// after it.
+    Refunded { refund_id: RefundId, amount: i64, refunded_amount: i64, balance: i64 },
+    RefundFailed { refund_id: RefundId, amount: i64, reason: String },
 }
 
 impl PaymentEvent {
@@ -16,7 +20,7 @@ impl PaymentEvent {
             PaymentEvent::Approved { .. } => "payment.approved",
             PaymentEvent::Declined { .. } => "payment.declined",
             PaymentEvent::Cancelled { .. } => "payment.cancelled",
-            PaymentEvent::Refunded => "payment.refunded",
+            PaymentEvent::Refunded { .. } => "payment.refunded",
             PaymentEvent::RefundFailed { .. } => "payment.refund_failed",
         }
     }

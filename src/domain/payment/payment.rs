@@ -4,8 +4,9 @@ use chrono::{DateTime, Utc};
 
 use super::error::PaymentError;
 use super::event::PaymentEvent;
+use super::refund::{PROVIDER_ACTOR, Refund, RefundStatus, refund_key};
 use super::status::{PaymentAction, PaymentStatus};
-use crate::domain::ids::{OrderId, PaymentId};
+use crate::domain::ids::{OrderId, PaymentId, RefundId};
 use crate::domain::money::Money;
 
 /// The deterministic request id of an order's `attempt`-th payment. The provider receives it
@@ -25,6 +26,10 @@ pub struct Payment {
     pub provider_transaction_id: Option<String>,
     pub decline_code: Option<String>,
     pub refund_failure_reason: Option<String>,
+    /// The sum of its succeeded refunds; never more than `amount`.
+    pub refunded_amount: i64,
+    /// When the provider approved it.
+    pub approved_at: Option<DateTime<Utc>>,
     /// Look-ups made while the outcome is unknown (`CONFIRMATION_REQUIRED`).
     pub reconcile_attempts: i32,
     /// When reconciliation may ask the provider next.
@@ -47,6 +52,8 @@ impl Payment {
             provider_transaction_id: None,
             decline_code: None,
             refund_failure_reason: None,
+            refunded_amount: 0,
+            approved_at: None,
             reconcile_attempts: 0,
             next_reconcile_at: None,
             created_at: now,
@@ -92,6 +99,7 @@ impl Payment {
         self.guard(PaymentAction::Approve, self.undecided())?;
         let provider_transaction_id = provider_transaction_id.into();
         self.provider_transaction_id = Some(provider_transaction_id.clone());
+        self.approved_at = Some(now);
         self.move_to(PaymentStatus::Approved, now);
         Ok(vec![PaymentEvent::Approved { provider_transaction_id }])
     }
@@ -147,38 +155,161 @@ impl Payment {
         Ok(vec![PaymentEvent::Cancelled { reason: reason.into() }])
     }
 
-    /// A refund's intent, committed before the provider is asked: from here on the
-    /// worker finds the refund even if its answer is never recorded. The look-up counters
-    /// start afresh for it.
-    pub fn begin_refund(&mut self, now: DateTime<Utc>) -> Result<Vec<PaymentEvent>, PaymentError> {
-        self.guard(PaymentAction::BeginRefund, self.status == PaymentStatus::Approved)?;
+    /// What can still be refunded: the amount less every succeeded refund.
+    pub fn balance(&self) -> i64 {
+        self.amount.minor() - self.refunded_amount
+    }
+
+    fn refundable(&self) -> bool {
+        matches!(self.status, PaymentStatus::Approved | PaymentStatus::PartiallyRefunded)
+    }
+
+    /// Where a payment stands once no refund is pending: by what has been refunded.
+    fn settled_status(&self) -> PaymentStatus {
+        match (self.refunded_amount, self.balance()) {
+            (0, _) => PaymentStatus::Approved,
+            (_, 0) => PaymentStatus::Refunded,
+            _ => PaymentStatus::PartiallyRefunded,
+        }
+    }
+
+    fn check_refund_amount(&self, requested: i64) -> Result<(), PaymentError> {
+        let balance = self.balance();
+        if requested <= 0 || requested > balance {
+            return Err(PaymentError::RefundAmountInvalid { requested, balance });
+        }
+        Ok(())
+    }
+
+    fn new_refund(&self, amount: i64, reason: String, actor: String, now: DateTime<Utc>) -> Refund {
+        let id = RefundId::new();
+        Refund {
+            id,
+            payment_id: self.id,
+            order_id: self.order_id,
+            amount: Money::new(amount, self.amount.currency())
+                .unwrap_or_else(|_| Money::zero(self.amount.currency())),
+            reason,
+            status: RefundStatus::Pending,
+            idempotency_key: refund_key(id),
+            request_key: None,
+            provider_transaction_key: None,
+            failure_reason: None,
+            actor,
+            created_at: now,
+            updated_at: now,
+            version: 0,
+        }
+    }
+
+    /// A refund's intent, committed before the provider is asked: `amount` of the balance
+    /// (`None`: all of it). From here on the worker finds the refund even if its answer is
+    /// never recorded; one refund is pending at a time, and the look-up counters start
+    /// afresh for it.
+    ///
+    /// # Errors
+    /// `InvalidTransition` unless `APPROVED` or `PARTIALLY_REFUNDED`; `RefundAmountInvalid`
+    /// unless `0 < amount <= balance`.
+    pub fn begin_refund(
+        &mut self,
+        amount: Option<i64>,
+        reason: impl Into<String>,
+        actor: impl Into<String>,
+        request_key: Option<String>,
+        now: DateTime<Utc>,
+    ) -> Result<Refund, PaymentError> {
+        self.guard(PaymentAction::BeginRefund, self.refundable())?;
+        let amount = amount.unwrap_or(self.balance());
+        self.check_refund_amount(amount)?;
+        let mut refund = self.new_refund(amount, reason.into(), actor.into(), now);
+        refund.request_key = request_key;
         self.reconcile_attempts = 0;
         self.next_reconcile_at = None;
         self.move_to(PaymentStatus::RefundPending, now);
-        Ok(vec![])
+        Ok(refund)
     }
 
-    /// The provider refunded the payment.
-    pub fn refund(&mut self, now: DateTime<Utc>) -> Result<Vec<PaymentEvent>, PaymentError> {
+    fn check_pending(&self, refund: &Refund) -> Result<(), PaymentError> {
+        if refund.payment_id != self.id || refund.status != RefundStatus::Pending {
+            return Err(PaymentError::NotThePendingRefund { refund: refund.id });
+        }
+        Ok(())
+    }
+
+    /// The provider made the pending `refund` (its key of the cancel, if it gives one):
+    /// `PARTIALLY_REFUNDED` while a balance is left, `REFUNDED` at 0.
+    ///
+    /// # Errors
+    /// `InvalidTransition` unless `REFUND_PENDING`; `NotThePendingRefund`; `RefundAmountInvalid`
+    /// if it would refund more than the amount.
+    pub fn refund(
+        &mut self,
+        refund: &mut Refund,
+        transaction_key: Option<String>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<PaymentEvent>, PaymentError> {
         self.guard(PaymentAction::Refund, self.status == PaymentStatus::RefundPending)?;
+        self.check_pending(refund)?;
+        self.check_refund_amount(refund.amount.minor())?;
+        refund.succeed(transaction_key, now)?;
+        self.refunded_amount += refund.amount.minor();
         self.refund_failure_reason = None;
         self.next_reconcile_at = None;
-        self.move_to(PaymentStatus::Refunded, now);
-        Ok(vec![PaymentEvent::Refunded])
+        self.move_to(self.settled_status(), now);
+        Ok(vec![PaymentEvent::Refunded {
+            refund_id: refund.id,
+            amount: refund.amount.minor(),
+            refunded_amount: self.refunded_amount,
+            balance: self.balance(),
+        }])
     }
 
-    /// The provider refused the refund: recorded, and the payment is `APPROVED` again.
+    /// The provider refused the pending `refund`: recorded on it and on the payment, whose
+    /// balance is unchanged.
+    ///
+    /// # Errors
+    /// `InvalidTransition` unless `REFUND_PENDING`; `NotThePendingRefund`.
     pub fn record_refund_failure(
         &mut self,
+        refund: &mut Refund,
         reason: impl Into<String>,
         now: DateTime<Utc>,
     ) -> Result<Vec<PaymentEvent>, PaymentError> {
         self.guard(PaymentAction::RecordRefundFailure, self.status == PaymentStatus::RefundPending)?;
+        self.check_pending(refund)?;
         let reason = reason.into();
+        refund.fail(reason.clone(), now)?;
         self.refund_failure_reason = Some(reason.clone());
         self.next_reconcile_at = None;
-        self.move_to(PaymentStatus::Approved, now);
-        Ok(vec![PaymentEvent::RefundFailed { reason }])
+        self.move_to(self.settled_status(), now);
+        Ok(vec![PaymentEvent::RefundFailed { refund_id: refund.id, amount: refund.amount.minor(), reason }])
+    }
+
+    /// A refund made outside the service (the provider's dashboard), learnt from its
+    /// webhook or its ledger: recorded as a succeeded refund by [`PROVIDER_ACTOR`].
+    ///
+    /// # Errors
+    /// `InvalidTransition` unless `APPROVED` or `PARTIALLY_REFUNDED`; `RefundAmountInvalid`
+    /// unless `0 < amount <= balance`.
+    pub fn record_provider_refund(
+        &mut self,
+        amount: i64,
+        transaction_key: Option<String>,
+        reason: impl Into<String>,
+        now: DateTime<Utc>,
+    ) -> Result<(Refund, Vec<PaymentEvent>), PaymentError> {
+        self.guard(PaymentAction::RecordProviderRefund, self.refundable())?;
+        self.check_refund_amount(amount)?;
+        let mut refund = self.new_refund(amount, reason.into(), PROVIDER_ACTOR.into(), now);
+        let before = self.status;
+        self.status = PaymentStatus::RefundPending;
+        match self.refund(&mut refund, transaction_key, now) {
+            Ok(events) => Ok((refund, events)),
+            Err(err) => {
+                self.status = before;
+                Err(err)
+            }
+        }
     }
 }
 
@@ -194,36 +325,61 @@ mod tests {
         let mut p =
             Payment::request(OrderId::new(), 1, Money::new(100, "KRW".parse().unwrap()).unwrap(), now());
         p.status = status;
+        if status == PaymentStatus::PartiallyRefunded {
+            p.refunded_amount = 20;
+        }
         p
     }
 
     type Action = fn(&mut Payment) -> Result<Vec<PaymentEvent>, PaymentError>;
 
+    /// A pending refund of 40 of the payment's 100.
+    fn pending_refund(p: &Payment) -> Refund {
+        let mut q = p.clone();
+        q.status = PaymentStatus::Approved;
+        q.refunded_amount = 0;
+        q.begin_refund(Some(40), "r", "alice", None, now()).unwrap()
+    }
+
     #[test]
     fn transition_table() {
         use PaymentStatus::*;
-        let actions: [(&str, Action); 8] = [
-            ("approve", |p| p.approve("tx", now())),
-            ("decline", |p| p.decline("CARD", None, now())),
-            ("require_confirmation", |p| p.require_confirmation(now())),
-            ("cancel", |p| p.cancel("x", now())),
-            ("begin_refund", |p| p.begin_refund(now())),
-            ("refund", |p| p.refund(now())),
-            ("refund_failure", |p| p.record_refund_failure("x", now())),
-            ("reconcile_attempt", |p| p.record_reconcile_attempt(now(), now())),
+        let actions: [(&str, PaymentAction, Action); 9] = [
+            ("approve", PaymentAction::Approve, |p| p.approve("tx", now())),
+            ("decline", PaymentAction::Decline, |p| p.decline("CARD", None, now())),
+            ("require_confirmation", PaymentAction::RequireConfirmation, |p| p.require_confirmation(now())),
+            ("cancel", PaymentAction::Cancel, |p| p.cancel("x", now())),
+            ("begin_refund", PaymentAction::BeginRefund, |p| {
+                p.begin_refund(Some(10), "r", "alice", None, now()).map(|_| vec![])
+            }),
+            ("refund", PaymentAction::Refund, |p| {
+                let mut r = pending_refund(p);
+                p.refund(&mut r, None, now())
+            }),
+            ("refund_failure", PaymentAction::RecordRefundFailure, |p| {
+                let mut r = pending_refund(p);
+                p.record_refund_failure(&mut r, "x", now())
+            }),
+            ("reconcile_attempt", PaymentAction::RecordReconcileAttempt, |p| {
+                p.record_reconcile_attempt(now(), now())
+            }),
+            ("provider_refund", PaymentAction::RecordProviderRefund, |p| {
+                p.record_provider_refund(40, Some("tk".into()), "dashboard", now()).map(|(_, e)| e)
+            }),
         ];
         #[rustfmt::skip]
-        let expected: [(PaymentStatus, [Option<PaymentStatus>; 8]); 7] = [
-            (Requested, [Some(Approved), Some(Declined), Some(ConfirmationRequired), None, None, None, None, None]),
-            (Approved, [None, None, None, Some(Cancelled), Some(RefundPending), None, None, None]),
-            (Declined, [None; 8]),
-            (ConfirmationRequired, [Some(Approved), Some(Declined), None, None, None, None, None, Some(ConfirmationRequired)]),
-            (Cancelled, [None; 8]),
-            (RefundPending, [None, None, None, None, None, Some(Refunded), Some(Approved), Some(RefundPending)]),
-            (Refunded, [None; 8]),
+        let expected: [(PaymentStatus, [Option<PaymentStatus>; 9]); 8] = [
+            (Requested, [Some(Approved), Some(Declined), Some(ConfirmationRequired), None, None, None, None, None, None]),
+            (Approved, [None, None, None, Some(Cancelled), Some(RefundPending), None, None, None, Some(PartiallyRefunded)]),
+            (Declined, [None; 9]),
+            (ConfirmationRequired, [Some(Approved), Some(Declined), None, None, None, None, None, Some(ConfirmationRequired), None]),
+            (Cancelled, [None; 9]),
+            (RefundPending, [None, None, None, None, None, Some(PartiallyRefunded), Some(Approved), Some(RefundPending), None]),
+            (Refunded, [None; 9]),
+            (PartiallyRefunded, [None, None, None, None, Some(RefundPending), None, None, None, Some(PartiallyRefunded)]),
         ];
         for (from, row) in expected {
-            for ((name, action), next) in actions.iter().zip(row) {
+            for ((name, action_name, action), next) in actions.iter().zip(row) {
                 let mut p = payment_in(from);
                 let result = action(&mut p);
                 match next {
@@ -234,19 +390,7 @@ mod tests {
                     None => {
                         assert_eq!(
                             result,
-                            Err(PaymentError::InvalidTransition {
-                                from,
-                                action: match *name {
-                                    "approve" => PaymentAction::Approve,
-                                    "decline" => PaymentAction::Decline,
-                                    "require_confirmation" => PaymentAction::RequireConfirmation,
-                                    "cancel" => PaymentAction::Cancel,
-                                    "begin_refund" => PaymentAction::BeginRefund,
-                                    "refund" => PaymentAction::Refund,
-                                    "refund_failure" => PaymentAction::RecordRefundFailure,
-                                    _ => PaymentAction::RecordReconcileAttempt,
-                                }
-                            }),
+                            Err(PaymentError::InvalidTransition { from, action: *action_name }),
                             "{from} {name}"
                         );
                         assert_eq!(p.status, from);
@@ -254,6 +398,70 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn partial_refunds_add_up_to_the_amount_and_never_past_it() {
+        let mut p = payment_in(PaymentStatus::Approved);
+        let mut first = p.begin_refund(Some(30), "one ticket", "alice", None, now()).unwrap();
+        assert_eq!(first.idempotency_key, format!("refund-{}", first.id));
+        let events = p.refund(&mut first, Some("tk1".into()), now()).unwrap();
+        assert_eq!(
+            events,
+            vec![PaymentEvent::Refunded { refund_id: first.id, amount: 30, refunded_amount: 30, balance: 70 }]
+        );
+        assert_eq!((p.status, p.refunded_amount, p.balance()), (PaymentStatus::PartiallyRefunded, 30, 70));
+        assert_eq!(first.status, RefundStatus::Succeeded);
+        assert_eq!(first.provider_transaction_key.as_deref(), Some("tk1"));
+
+        for too_much in [0, -1, 71] {
+            assert_eq!(
+                p.begin_refund(Some(too_much), "r", "alice", None, now()),
+                Err(PaymentError::RefundAmountInvalid { requested: too_much, balance: 70 })
+            );
+            assert_eq!(p.status, PaymentStatus::PartiallyRefunded);
+        }
+        // No amount: the whole balance.
+        let mut rest = p.begin_refund(None, "the rest", "ops", None, now()).unwrap();
+        assert_eq!(rest.amount.minor(), 70);
+        // A refund settled once cannot be settled again, nor one of another payment.
+        assert_eq!(
+            p.refund(&mut first, None, now()),
+            Err(PaymentError::NotThePendingRefund { refund: first.id })
+        );
+        p.refund(&mut rest, None, now()).unwrap();
+        assert_eq!((p.status, p.refunded_amount, p.balance()), (PaymentStatus::Refunded, 100, 0));
+        assert!(p.begin_refund(None, "again", "alice", None, now()).is_err());
+    }
+
+    #[test]
+    fn a_refused_refund_is_recorded_and_the_balance_is_unchanged() {
+        let mut p = payment_in(PaymentStatus::Approved);
+        let mut r = p.begin_refund(Some(30), "r", "alice", Some("req-1".into()), now()).unwrap();
+        p.refund(&mut r, None, now()).unwrap();
+        let mut refused = p.begin_refund(Some(50), "r", "alice", None, now()).unwrap();
+        let events = p.record_refund_failure(&mut refused, "card expired", now()).unwrap();
+        assert_eq!(events[0].event_type(), "payment.refund_failed");
+        assert_eq!((p.status, p.refunded_amount), (PaymentStatus::PartiallyRefunded, 30));
+        assert_eq!(refused.status, RefundStatus::Failed);
+        assert_eq!(refused.failure_reason.as_deref(), Some("card expired"));
+        assert_eq!(p.refund_failure_reason.as_deref(), Some("card expired"));
+        assert_eq!(r.request_key.as_deref(), Some("req-1"));
+    }
+
+    #[test]
+    fn a_refund_made_at_the_provider_is_recorded_by_the_provider() {
+        let mut p = payment_in(PaymentStatus::Approved);
+        let (refund, events) = p.record_provider_refund(100, Some("tk".into()), "dashboard", now()).unwrap();
+        assert_eq!((refund.actor.as_str(), refund.status), (PROVIDER_ACTOR, RefundStatus::Succeeded));
+        assert_eq!(p.status, PaymentStatus::Refunded);
+        assert_eq!(events[0].event_type(), "payment.refunded");
+        let mut q = payment_in(PaymentStatus::Approved);
+        assert_eq!(
+            q.record_provider_refund(101, None, "dashboard", now()).map(|_| ()),
+            Err(PaymentError::RefundAmountInvalid { requested: 101, balance: 100 })
+        );
+        assert_eq!(q.status, PaymentStatus::Approved);
     }
 
     #[test]
@@ -278,16 +486,5 @@ mod tests {
         let order = OrderId::new();
         assert_eq!(payment_request_id(order, 1), payment_request_id(order, 1));
         assert_ne!(payment_request_id(order, 1), payment_request_id(order, 2));
-    }
-
-    #[test]
-    fn refund_failure_is_recorded_and_payment_is_approved_again() {
-        let mut p = payment_in(PaymentStatus::Approved);
-        assert_eq!(p.begin_refund(now()), Ok(vec![]));
-        assert_eq!(p.status, PaymentStatus::RefundPending);
-        let events = p.record_refund_failure("card expired", now()).unwrap();
-        assert_eq!(events[0].event_type(), "payment.refund_failed");
-        assert_eq!(p.status, PaymentStatus::Approved);
-        assert_eq!(p.refund_failure_reason.as_deref(), Some("card expired"));
     }
 }

@@ -9,6 +9,7 @@ spelled!(
         ConfirmationRequired => "CONFIRMATION_REQUIRED",
         Cancelled => "CANCELLED",
         RefundPending => "REFUND_PENDING",
+        PartiallyRefunded => "PARTIALLY_REFUNDED",
         Refunded => "REFUNDED",
     }
 );
@@ -24,5 +25,6 @@ spelled!(
         Refund => "REFUND",
         RecordRefundFailure => "RECORD_REFUND_FAILURE",
         RecordReconcileAttempt => "RECORD_RECONCILE_ATTEMPT",
+        RecordProviderRefund => "RECORD_PROVIDER_REFUND",
     }
 );

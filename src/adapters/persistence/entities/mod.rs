@@ -11,4 +11,5 @@ pub mod orders;
 pub mod outbox_events;
 pub mod payment_methods;
 pub mod payments;
+pub mod refunds;
 pub mod settlements;

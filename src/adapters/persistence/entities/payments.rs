@@ -16,6 +16,8 @@ pub struct Model {
     pub status: String,
     pub decline_code: Option<String>,
     pub refund_failure_reason: Option<String>,
+    pub refunded_amount: i64,
+    pub approved_at: Option<DateTimeUtc>,
     pub reconcile_attempts: i32,
     pub next_reconcile_at: Option<DateTimeUtc>,
     pub created_at: DateTimeUtc,

@@ -24,7 +24,7 @@ use super::transport::{Exchange, exchange};
 use crate::adapters::Secret;
 use crate::application::ports::{
     ApprovalOutcome, ApprovePayment, BillingKey, CancelPayment, CancelReceipt, GatewayError, IssuedCard,
-    LookupOutcome, PaymentAuthorization, PaymentGateway, ProviderRecord, Scenario,
+    LookupOutcome, PaymentAuthorization, PaymentGateway, ProviderCancel, ProviderRecord, Scenario,
 };
 use crate::domain::text;
 
@@ -397,6 +397,16 @@ fn open_reason(error: &TossError) -> String {
 }
 
 /// What a Payment object answered to a charge means.
+/// Toss's `cancels[]`, as the port lists a provider's cancels.
+fn provider_cancels(payment: &TossPayment) -> Vec<ProviderCancel> {
+    payment
+        .cancels
+        .iter()
+        .flatten()
+        .map(|c| ProviderCancel { transaction_key: c.transaction_key.clone(), amount: c.cancel_amount })
+        .collect()
+}
+
 fn charged(request: &ApprovePayment, payment: TossPayment) -> ApprovalOutcome {
     if payment.order_id != request.payment_request_id {
         return ApprovalOutcome::Unknown { reason: "Toss answered about another orderId".into() };
@@ -533,10 +543,12 @@ impl PaymentGateway for TossPaymentGateway {
                     code: payment.failure_code(),
                     provider_transaction_id: Some(payment.payment_key),
                 },
-                TossStatus::Canceled => {
-                    LookupOutcome::Cancelled { provider_transaction_id: payment.payment_key }
-                }
+                TossStatus::Canceled => LookupOutcome::Cancelled {
+                    cancels: provider_cancels(&payment),
+                    provider_transaction_id: payment.payment_key,
+                },
                 TossStatus::PartialCanceled => LookupOutcome::PartlyCancelled {
+                    cancels: provider_cancels(&payment),
                     provider_transaction_id: payment.payment_key,
                     balance: payment.balance_amount,
                 },
@@ -576,13 +588,16 @@ impl PaymentGateway for TossPaymentGateway {
                     balance_after: Some(payment.balance_amount),
                 })
             }
+            // Already cancelled answers a key of ours that Toss never carried out (a cancel it
+            // made would be replayed under its key): refused, and the refund's caller asks Toss
+            // what cancelled it and records that (docs/toss.md).
             Err(TossError::Answered {
                 code,
                 message,
-                meaning: Meaning::NotCancelable | Meaning::NotFound,
+                meaning: Meaning::NotCancelable | Meaning::NotFound | Meaning::AlreadyCancelled,
                 ..
             }) => Err(GatewayError::Rejected { code, message }),
-            // Already cancelled, unknown, temporary to the end, lost, broken or our own
+            // Unknown, temporary to the end, lost, broken or our own
             // configuration: open; the refund's look-up records what Toss has.
             Err(error) => Err(GatewayError::Unavailable(open_reason(&error))),
         }
