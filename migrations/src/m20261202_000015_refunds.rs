@@ -102,13 +102,15 @@ impl MigrationTrait for Migration {
              FROM payments WHERE status IN ('REFUNDED', 'REFUND_PENDING')",
         )
         .await?;
-        db.execute_unprepared("UPDATE payments SET refunded_amount = amount WHERE status = 'REFUNDED'").await?;
+        db.execute_unprepared("UPDATE payments SET refunded_amount = amount WHERE status = 'REFUNDED'")
+            .await?;
         Ok(())
     }
 
     async fn down(&self, m: &SchemaManager) -> Result<(), DbErr> {
         m.alter_table(Table::alter().table(a("payments")).drop_column(a("approved_at")).to_owned()).await?;
-        m.alter_table(Table::alter().table(a("payments")).drop_column(a("refunded_amount")).to_owned()).await?;
+        m.alter_table(Table::alter().table(a("payments")).drop_column(a("refunded_amount")).to_owned())
+            .await?;
         m.drop_table(Table::drop().table(a("refunds")).to_owned()).await
     }
 }

@@ -93,7 +93,10 @@ fn invariant(err: impl std::fmt::Display) -> AppError {
 }
 
 fn busy() -> AppError {
-    AppError::Conflict { code: ORDER_BUSY, message: "the order is being changed right now; retry shortly".into() }
+    AppError::Conflict {
+        code: ORDER_BUSY,
+        message: "the order is being changed right now; retry shortly".into(),
+    }
 }
 
 fn changed_concurrently() -> AppError {
@@ -189,7 +192,8 @@ impl Refunds {
         }
         if !Self::refundable(&record) {
             let status = record.payment.as_ref().map_or("none", |p| p.status.as_str());
-            self.audit_rejection(actor, order_id, format!("order {} is {}", record.order.status, status)).await?;
+            self.audit_rejection(actor, order_id, format!("order {} is {}", record.order.status, status))
+                .await?;
             return Err(AppError::Conflict {
                 code: "REFUND_NOT_ALLOWED",
                 message: format!(
@@ -199,7 +203,8 @@ impl Refunds {
             });
         }
         // Another refund is pending (its answer was lost): finished first, with its key.
-        if let Some(pending) = record.refunds.iter().find(|r| r.status == RefundStatus::Pending).map(|r| r.id) {
+        if let Some(pending) = record.refunds.iter().find(|r| r.status == RefundStatus::Pending).map(|r| r.id)
+        {
             self.finish(record, pending, actor, None, scenario).await?;
             record = self.load(order_id).await?;
             if !Self::refundable(&record) {
@@ -213,14 +218,26 @@ impl Refunds {
         let now = self.clock.now();
         let reason = reason.unwrap_or_else(|| DEFAULT_REASON.into());
         let balance = payment.balance();
-        let mut refund = match payment.begin_refund(amount, reason.clone(), actor.subject.clone(), request_key, now) {
+        let mut refund = match payment.begin_refund(
+            amount,
+            reason.clone(),
+            actor.subject.clone(),
+            request_key,
+            now,
+        ) {
             Ok(refund) => refund,
             Err(PaymentError::RefundAmountInvalid { requested, balance }) => {
-                self.audit_rejection(actor, order_id, format!("refund of {requested} asked, balance {balance}"))
-                    .await?;
+                self.audit_rejection(
+                    actor,
+                    order_id,
+                    format!("refund of {requested} asked, balance {balance}"),
+                )
+                .await?;
                 return Err(AppError::Unprocessable {
                     code: "REFUND_AMOUNT_INVALID",
-                    message: format!("a refund must be more than 0 and at most the balance {balance}; asked for {requested}"),
+                    message: format!(
+                        "a refund must be more than 0 and at most the balance {balance}; asked for {requested}"
+                    ),
                 });
             }
             Err(err) => return Err(invariant(err)),
@@ -252,7 +269,12 @@ impl Refunds {
         self.finish(record, refund_id, actor, inbox, scenario).await
     }
 
-    async fn audit_rejection(&self, actor: &Actor, order_id: OrderId, detail: String) -> Result<(), AppError> {
+    async fn audit_rejection(
+        &self,
+        actor: &Actor,
+        order_id: OrderId,
+        detail: String,
+    ) -> Result<(), AppError> {
         let mut changes = Changes::default();
         changes.audit.push(audit::record(
             AuditAction::RefundRejected,
@@ -353,7 +375,13 @@ impl Refunds {
                     payment.balance(),
                     refund.reason
                 );
-                changes.step(order_id, SagaStep::Compensation, StepStatus::Success, Some(summary.clone()), now);
+                changes.step(
+                    order_id,
+                    SagaStep::Compensation,
+                    StepStatus::Success,
+                    Some(summary.clone()),
+                    now,
+                );
                 changes.audit.push(audit::record(
                     AuditAction::Refunded,
                     entity::ORDER,
@@ -385,7 +413,8 @@ impl Refunds {
             RefundAnswer::Refused { code, message } => {
                 already_cancelled = code == "ALREADY_CANCELED_PAYMENT";
                 let why = format!("{code}: {message}");
-                let payment_events = payment.record_refund_failure(&mut refund, why.clone(), now).map_err(invariant)?;
+                let payment_events =
+                    payment.record_refund_failure(&mut refund, why.clone(), now).map_err(invariant)?;
                 changes.update_payment(&mut payment);
                 changes.update_refund(&mut refund);
                 changes.step(
@@ -516,8 +545,27 @@ impl Refunds {
             .and_then(|_| record.refunds.iter().find(|r| r.status == RefundStatus::Pending))
             .map(|r| r.id);
         let Some(refund_id) = pending else {
-            return Err(AppError::Conflict { code: "REFUND_NOT_ALLOWED", message: "no refund pending".into() });
+            return Err(AppError::Conflict {
+                code: "REFUND_NOT_ALLOWED",
+                message: "no refund pending".into(),
+            });
         };
+        // A provider that lists no cancels but says the payment is cancelled whole has made
+        // a refund of the whole balance: ours, if that is what we asked (nothing is asked
+        // twice). Otherwise the same key again tells.
+        let whole = pending_refund(&record, refund_id)?.amount.minor()
+            == record.payment.as_ref().map_or(0, |p| p.balance());
+        if whole {
+            let payment = record.payment.as_ref().ok_or_else(|| invariant("no payment"))?;
+            let scenario = record.context.scenario;
+            if let Ok(LookupOutcome::Cancelled { cancels, .. }) =
+                self.payments.lookup(&payment.payment_request_id, &scenario).await
+                && cancels.is_empty()
+            {
+                let answer = RefundAnswer::Refunded(CancelReceipt::default());
+                return self.record_outcome(record, refund_id, answer, actor, None).await;
+            }
+        }
         self.finish(record, refund_id, actor, None, Scenario::default()).await
     }
 }
@@ -576,7 +624,8 @@ impl Refunds {
             .lookup(&payment.payment_request_id, &record.context.scenario)
             .await
             .map_err(|e| AppError::unavailable(format!("payment provider: {e}")))?;
-        let known = |key: &str| record.refunds.iter().any(|r| r.provider_transaction_key.as_deref() == Some(key));
+        let known =
+            |key: &str| record.refunds.iter().any(|r| r.provider_transaction_key.as_deref() == Some(key));
         let new: Vec<(i64, Option<String>)> = match outcome {
             LookupOutcome::Cancelled { cancels, .. } | LookupOutcome::PartlyCancelled { cancels, .. }
                 if !cancels.is_empty() =>
@@ -604,7 +653,12 @@ impl Refunds {
         let mut events = Vec::new();
         let mut recorded = 0;
         for (amount, key) in new {
-            match payment.record_provider_refund(amount, key.clone(), "refunded at the provider, outside the service", now) {
+            match payment.record_provider_refund(
+                amount,
+                key.clone(),
+                "refunded at the provider, outside the service",
+                now,
+            ) {
                 Ok((mut refund, payment_events)) => {
                     changes.insert_refund(&mut refund);
                     changes.audit.push(audit::record(
@@ -639,14 +693,22 @@ impl Refunds {
                 }
             }
         }
-        let order_events = if payment.status == PaymentStatus::Refunded { order.refund(now).map_err(invariant)? } else { vec![] };
+        let order_events = if payment.status == PaymentStatus::Refunded {
+            order.refund(now).map_err(invariant)?
+        } else {
+            vec![]
+        };
         if recorded > 0 {
             changes.update_payment(&mut payment);
             changes.step(
                 order_id,
                 SagaStep::Compensation,
                 StepStatus::Success,
-                Some(format!("refunded at the provider: {} of {} refunded", payment.refunded_amount, payment.amount.minor())),
+                Some(format!(
+                    "refunded at the provider: {} of {} refunded",
+                    payment.refunded_amount,
+                    payment.amount.minor()
+                )),
                 now,
             );
         }
@@ -666,7 +728,10 @@ impl Refunds {
 /// What the provider said to a refund.
 enum RefundAnswer {
     Refunded(CancelReceipt),
-    Refused { code: String, message: String },
+    Refused {
+        code: String,
+        message: String,
+    },
     /// No answer we can act on (unreachable, timed out, broke the protocol).
     Unknown(String),
 }

@@ -104,7 +104,10 @@ proptest! {
             ) {
                 prop_assert!(p.provider_transaction_id.is_some(), "money taken is traceable at the provider");
             }
-            prop_assert!(p.reconcile_attempts >= before.reconcile_attempts);
+            if !(action == 4 && result.is_ok()) {
+                // Only a new refund's intent starts its look-up counters afresh.
+                prop_assert!(p.reconcile_attempts >= before.reconcile_attempts);
+            }
             let succeeded: i64 =
                 refunds.iter().filter(|r| r.status == RefundStatus::Succeeded).map(|r| r.amount.minor()).sum();
             prop_assert_eq!(p.refunded_amount, succeeded, "the payment's refunded amount is its refunds' sum");

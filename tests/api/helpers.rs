@@ -313,6 +313,25 @@ pub async fn count_where(db: &DatabaseConnection, table: &str, condition: &str) 
     row.try_get::<i64>("", "n").expect("n")
 }
 
+/// The envelopes of the outbox events of one type, oldest first (test assertions only).
+pub async fn payloads(db: &DatabaseConnection, event_type: &str) -> Vec<Value> {
+    db.query_all_raw(sea_orm::Statement::from_sql_and_values(
+        db.get_database_backend(),
+        match db.get_database_backend() {
+            sea_orm::DatabaseBackend::Postgres => {
+                "SELECT payload FROM outbox_events WHERE event_type = $1 ORDER BY id"
+            }
+            _ => "SELECT payload FROM outbox_events WHERE event_type = ? ORDER BY id",
+        },
+        [event_type.into()],
+    ))
+    .await
+    .expect("payloads")
+    .iter()
+    .map(|row| serde_json::from_str(&row.try_get::<String>("", "payload").expect("payload")).expect("JSON"))
+    .collect()
+}
+
 pub fn order_body() -> Value {
     serde_json::json!({
         "currency": "KRW",

@@ -25,6 +25,7 @@ mod money;
 mod notifications;
 mod observability;
 mod properties;
+mod refunds;
 mod relay;
 mod repository_contract;
 mod schemathesis;

@@ -485,7 +485,7 @@ async fn refunds_are_for_the_customer_or_an_admin_and_only_when_completed(backen
         count_where(
             &app.db,
             "audit_log",
-            "action = 'REFUNDED' AND actor = 'alice' AND detail = 'changed my mind'"
+            "action = 'REFUNDED' AND actor = 'alice' AND detail LIKE '%: changed my mind'"
         )
         .await,
         1

@@ -6,7 +6,8 @@ use async_trait::async_trait;
 use sea_orm::{ColumnTrait, EntityTrait, FromQueryResult, QueryFilter, QueryOrder, QuerySelect};
 
 use super::entities::{
-    audit_log, inbox, notification_events, orchestration_steps, order_items, orders, payments, refunds, settlements,
+    audit_log, inbox, notification_events, orchestration_steps, order_items, orders, payments, refunds,
+    settlements,
 };
 use super::mapping::*;
 use super::repo_err;

@@ -9,8 +9,8 @@ use sea_orm::{
 
 use super::audit::insert_audit;
 use super::entities::{
-    inbox, notification_events, orchestration_steps, order_items, orders, outbox_events, payments,
-    refunds, settlements,
+    inbox, notification_events, orchestration_steps, order_items, orders, outbox_events, payments, refunds,
+    settlements,
 };
 use super::listener::OUTBOX_CHANNEL;
 use super::mapping::*;

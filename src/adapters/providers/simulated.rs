@@ -119,8 +119,13 @@ impl PaymentGateway for SimulatedPaymentGateway {
     ) -> Result<LookupOutcome, GatewayError> {
         self.calls.lookups.fetch_add(1, Ordering::SeqCst);
         let mut decided = self.decided();
-        let cancelled =
-            self.cancelled.lock().unwrap_or_else(|e| e.into_inner()).by_payment.get(payment_request_id).copied();
+        let cancelled = self
+            .cancelled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .by_payment
+            .get(payment_request_id)
+            .copied();
         Ok(match decided.get(payment_request_id).cloned() {
             None => LookupOutcome::NotFound,
             Some(ApprovalOutcome::Approved { provider_transaction_id }) if cancelled.is_some() => {
@@ -167,7 +172,8 @@ impl PaymentGateway for SimulatedPaymentGateway {
                     });
                 }
                 self.calls.effect(format!("cancel-{}", request.idempotency_key));
-                *cancelled.by_payment.entry(request.payment_request_id.clone()).or_default() += request.amount.minor();
+                *cancelled.by_payment.entry(request.payment_request_id.clone()).or_default() +=
+                    request.amount.minor();
                 let receipt = CancelReceipt {
                     transaction_key: Some(format!("sim-cancel-{}", uuid::Uuid::now_v7().simple())),
                     balance_after: None,

@@ -4,13 +4,28 @@ use crate::domain::ids::RefundId;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PaymentEvent {
-    Approved { provider_transaction_id: String },
-    Declined { code: String },
-    Cancelled { reason: String },
+    Approved {
+        provider_transaction_id: String,
+    },
+    Declined {
+        code: String,
+    },
+    Cancelled {
+        reason: String,
+    },
     /// One refund succeeded: `amount` of it; the payment's `refunded_amount` and `balance`
     /// after it.
-    Refunded { refund_id: RefundId, amount: i64, refunded_amount: i64, balance: i64 },
-    RefundFailed { refund_id: RefundId, amount: i64, reason: String },
+    Refunded {
+        refund_id: RefundId,
+        amount: i64,
+        refunded_amount: i64,
+        balance: i64,
+    },
+    RefundFailed {
+        refund_id: RefundId,
+        amount: i64,
+        reason: String,
+    },
 }
 
 impl PaymentEvent {

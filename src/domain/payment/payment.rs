@@ -408,7 +408,12 @@ mod tests {
         let events = p.refund(&mut first, Some("tk1".into()), now()).unwrap();
         assert_eq!(
             events,
-            vec![PaymentEvent::Refunded { refund_id: first.id, amount: 30, refunded_amount: 30, balance: 70 }]
+            vec![PaymentEvent::Refunded {
+                refund_id: first.id,
+                amount: 30,
+                refunded_amount: 30,
+                balance: 70
+            }]
         );
         assert_eq!((p.status, p.refunded_amount, p.balance()), (PaymentStatus::PartiallyRefunded, 30, 70));
         assert_eq!(first.status, RefundStatus::Succeeded);

@@ -56,7 +56,11 @@ pub struct Refund {
 }
 
 impl Refund {
-    pub(super) fn succeed(&mut self, transaction_key: Option<String>, now: DateTime<Utc>) -> Result<(), PaymentError> {
+    pub(super) fn succeed(
+        &mut self,
+        transaction_key: Option<String>,
+        now: DateTime<Utc>,
+    ) -> Result<(), PaymentError> {
         self.settle(RefundStatus::Succeeded, now)?;
         if transaction_key.is_some() {
             self.provider_transaction_key = transaction_key;
