@@ -139,7 +139,138 @@ async fn the_webhook_is_rate_limited() {
     assert!(limited >= 40, "past its burst the endpoint refuses: {limited} of 150");
 }
 
+/// Toss's Payment object as the fake has it.
+async fn at_toss(fake: &Fake, payment_key: &str) -> Value {
+    reqwest::Client::new()
+        .get(format!("{}/v1/payments/{payment_key}", fake.running.base_url))
+        .basic_auth(crate::toss::SECRET, Some(""))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+async fn partial_refunds_at_toss_and_in_its_dashboard_agree_with_its_books(backend: Backend) {
+    let fake = Fake::start().await;
+    let Some(app) = crate::toss::spawn_on(backend, &fake, &[], false).await else { return };
+    let (id, toss_order, key) = paid_order(&app, &fake).await; // 30 000
+    let alice = app.token("alice");
+    let refund = |amount: i64| {
+        app.post(&format!("/api/orders/{id}/refund"), &alice)
+            .json(&json!({ "reason": "one ticket", "amount": amount }))
+            .send()
+    };
+    // Ours: a partial cancel with its own key; Toss's transactionKey recorded on the refund.
+    let one = json(refund(10000).await.unwrap(), StatusCode::OK).await;
+    assert_eq!(one["payment"]["status"], "PARTIALLY_REFUNDED");
+    let toss = at_toss(&fake, &key).await;
+    assert_eq!(
+        (toss["status"].as_str(), toss["balanceAmount"].as_i64()),
+        (Some("PARTIAL_CANCELED"), Some(20000))
+    );
+    assert_eq!(one["refunds"][0]["providerTransactionKey"], toss["cancels"][0]["transactionKey"]);
+
+    // Staff cancel 5 000 more in Toss's dashboard; the webhook makes it a refund by provider.
+    fake.post("/__fake/webhook", json!({ "url": format!("{}/api/payments/toss/webhook", app.base) })).await;
+    fake.post(
+        &format!("/__fake/payments/{key}/dashboard-cancel"),
+        json!({ "cancelReason": "customer called", "cancelAmount": 5000 }),
+    )
+    .await;
+    until("the dashboard's partial cancel recorded", || async {
+        detail(&app, &id).await["payment"]["refundedAmount"] == 15000
+    })
+    .await;
+    let now = detail(&app, &id).await;
+    assert_eq!(
+        (now["status"].as_str(), now["payment"]["status"].as_str()),
+        (Some("COMPLETED"), Some("PARTIALLY_REFUNDED"))
+    );
+    let by_provider = &now["refunds"][1];
+    assert_eq!(
+        (by_provider["actor"].as_str(), by_provider["amount"].as_i64()),
+        (Some("provider"), Some(5000))
+    );
+    assert_eq!(
+        by_provider["providerTransactionKey"],
+        at_toss(&fake, &key).await["cancels"][1]["transactionKey"]
+    );
+    // The same notice again: nothing new.
+    assert_eq!(
+        json(notify(&app, &notice(&key, &toss_order)).await, StatusCode::OK).await["outcome"],
+        "UNCHANGED"
+    );
+
+    // The rest through the API: the balance Toss has and ours agree to the last won.
+    let rest = json(
+        app.post(&format!("/api/orders/{id}/refund"), &alice).json(&json!({})).send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(
+        (rest["status"].as_str(), rest["payment"]["status"].as_str()),
+        (Some("CANCELLED"), Some("REFUNDED"))
+    );
+    let toss = at_toss(&fake, &key).await;
+    assert_eq!((toss["status"].as_str(), toss["balanceAmount"].as_i64()), (Some("CANCELED"), Some(0)));
+    let ours: Vec<i64> =
+        rest["refunds"].as_array().unwrap().iter().map(|r| r["amount"].as_i64().unwrap()).collect();
+    let theirs: Vec<i64> =
+        toss["cancels"].as_array().unwrap().iter().map(|c| c["cancelAmount"].as_i64().unwrap()).collect();
+    assert_eq!(ours, theirs);
+    assert_eq!(fake.effects("cancel").await, 2, "two cancels were ours, one was the dashboard's");
+    assert_eq!(
+        crate::helpers::count_where(&app.db, "audit_log", "action = 'REFUND_BALANCE_MISMATCH'").await,
+        0
+    );
+}
+
+async fn twenty_concurrent_partial_refunds_at_toss_never_pass_the_amount(backend: Backend) {
+    let fake = Fake::start().await;
+    let Some(app) = crate::toss::spawn_on(backend, &fake, &[], false).await else { return };
+    let (id, _, key) = paid_order(&app, &fake).await; // 30 000
+    let app = std::sync::Arc::new(app);
+    let mut tasks = Vec::new();
+    for client in 0..20 {
+        let (app, id) = (app.clone(), id.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..400 {
+                let response = app
+                    .post(&format!("/api/orders/{id}/refund"), &app.token("alice"))
+                    .header("Idempotency-Key", format!("client-{client}"))
+                    .json(&json!({ "amount": 7000 }))
+                    .send()
+                    .await
+                    .unwrap();
+                let status = response.status();
+                let body: Value = response.json().await.unwrap();
+                if status == StatusCode::CONFLICT && body["code"] == "ORDER_BUSY" {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    continue;
+                }
+                return status;
+            }
+            panic!("client {client} was never answered but ORDER_BUSY");
+        }));
+    }
+    let mut ok = 0;
+    for task in tasks {
+        if task.await.unwrap() == StatusCode::OK {
+            ok += 1;
+        }
+    }
+    assert_eq!(ok, 4);
+    let toss = at_toss(&fake, &key).await;
+    assert_eq!(toss["balanceAmount"], 2000);
+    assert_eq!(fake.effects("cancel").await, 4);
+    assert_eq!(detail(&app, &id).await["payment"]["balance"], 2000);
+}
+
 on_both_databases!(
     a_cancel_in_tosss_dashboard_is_recorded_as_a_refund_by_the_provider,
     a_webhook_resolves_an_unknown_outcome_by_asking_toss,
+    partial_refunds_at_toss_and_in_its_dashboard_agree_with_its_books,
+    twenty_concurrent_partial_refunds_at_toss_never_pass_the_amount,
 );
