@@ -4,13 +4,14 @@
 //! `NO_PAYMENT_METHOD` and nothing is charged; the billing key is in no answer.
 
 use orchestrator::application::Actor;
+use orchestrator::application::inbound::{Handled, ParticipantRegistered};
 use orchestrator::application::orchestration::PlaceOrder;
 use orchestrator::domain::ids::OrderId;
 use orchestrator::domain::order::{NewOrderItem, OrderSource};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{Backend, TestApp, json};
+use crate::helpers::{Backend, TestApp, count_where, json};
 use crate::on_both_databases;
 use crate::toss::{Fake, SECRET};
 
@@ -79,12 +80,34 @@ async fn a_saved_card_charges_registrations_and_none_refuses_them(backend: Backe
     assert_eq!(charged.order.status.as_str(), "COMPLETED", "{charged:?}");
     let paid_with = charged.payment.as_ref().and_then(|p| p.provider_transaction_id.clone()).unwrap();
     assert!(paid_with.starts_with("tbill_"), "{paid_with}");
-    let refused = register_for(&app, "bob", "m-1").await;
-    assert_eq!(refused.order.status.as_str(), "FAILED");
-    assert_eq!(
-        refused.payment.as_ref().and_then(|p| p.decline_code.clone()).as_deref(),
-        Some("NO_PAYMENT_METHOD")
+    // Bob's registration through the meeting consumer: refused before any order or charge,
+    // announced as payment.failed {reason: NO_PAYMENT_METHOD}, acknowledged (not retried).
+    let handled = app
+        .services
+        .meeting_events
+        .participant_registered(
+            ParticipantRegistered {
+                event_id: "reg-bob-1".into(),
+                meeting_id: "m-1".into(),
+                user_id: "bob".into(),
+                amount: 15000,
+                currency: "KRW".into(),
+                digest: "d".into(),
+            },
+            Default::default(),
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(&handled, Handled::BusinessFailure(why) if why.contains("NO_PAYMENT_METHOD")),
+        "{handled:?}"
     );
+    assert_eq!(count_where(&app.db, "orders", "customer_id = 'bob'").await, 0);
+    let failed = crate::helpers::payloads(&app.db, "payment.failed").await;
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0]["payload"]["reason"], "NO_PAYMENT_METHOD");
+    assert_eq!(count_where(&app.db, "audit_log", "action = 'REGISTRATION_REJECTED'").await, 1);
     assert_eq!(fake.effects("billing_charge").await, 1);
 
     // What Alice can read of her order and its story never holds the billing key.

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use crate::application::audit::{self, entity};
 use crate::application::commit::commit;
 use crate::application::envelopes;
-use crate::application::orchestration::{ALREADY_REGISTERED, InboxKey, Orchestrator, PlaceOrder};
+use crate::application::orchestration::{
+    ALREADY_REGISTERED, InboxKey, NO_PAYMENT_METHOD, Orchestrator, PlaceOrder,
+};
 use crate::application::ports::{
     Changes, Clock, InboxEntry, OrderRepository, RepoError, Scenario, UnitOfWork,
 };
@@ -164,6 +166,11 @@ impl MeetingEvents {
         let actor = Actor::system(consumer);
         let seen = self.orders.inbox_entry(consumer, &msg.event_id).await?;
         let correlation = correlation_id.clone();
+        // No saved card to charge (docs/spec.md §10): refused before any order or charge. A
+        // redelivery of a message that created an order resumes it below instead.
+        if seen.is_none() && !self.orchestrator.can_charge_registration(&msg.user_id).await? {
+            return self.refuse_registration(&msg, correlation, NO_PAYMENT_METHOD).await;
+        }
         let placed = self
             .orchestrator
             .place_order(
@@ -190,7 +197,7 @@ impl MeetingEvents {
         let record = match placed {
             Ok(record) => record,
             Err(AppError::Conflict { code: ALREADY_REGISTERED, .. }) => {
-                return self.refuse_registration(&msg, correlation).await;
+                return self.refuse_registration(&msg, correlation, ALREADY_REGISTERED).await;
             }
             Err(err) => return Err(err),
         };
@@ -208,20 +215,24 @@ impl MeetingEvents {
         })
     }
 
-    /// docs/spec.md §7: the pair holds a live order already — a business failure, acknowledged:
-    /// no order, no provider call; audited and announced (`payment.failed`), with the inbox
-    /// entry in the same commit so a redelivery is a duplicate.
+    /// docs/spec.md §7, §10: the pair holds a live order already (`ALREADY_REGISTERED`), or
+    /// the member has no saved card to charge (`NO_PAYMENT_METHOD`) — a business failure,
+    /// acknowledged: no order, no provider call; audited and announced (`payment.failed`),
+    /// with the inbox entry in the same commit so a redelivery is a duplicate.
     async fn refuse_registration(
         &self,
         msg: &ParticipantRegistered,
         correlation_id: Option<String>,
+        reason: &'static str,
     ) -> Result<Handled, AppError> {
         let entry = self.entry(consumers::PARTICIPANT_REGISTER, &msg.event_id, &msg.digest, None);
         let actor = Actor::system(consumers::PARTICIPANT_REGISTER);
-        let detail = format!(
-            "user {} already has a live order for meeting {}; registration {} refused",
-            msg.user_id, msg.meeting_id, msg.event_id
-        );
+        let why = if reason == NO_PAYMENT_METHOD {
+            format!("user {} has no saved card", msg.user_id)
+        } else {
+            format!("user {} already has a live order for meeting {}", msg.user_id, msg.meeting_id)
+        };
+        let detail = format!("{why}; registration {} refused ({reason})", msg.event_id);
         let mut changes = Changes::default();
         changes.audit.push(audit::record(
             AuditAction::RegistrationRejected,
@@ -235,7 +246,7 @@ impl MeetingEvents {
             &msg.meeting_id,
             &msg.user_id,
             &msg.event_id,
-            ALREADY_REGISTERED,
+            reason,
             correlation_id.as_deref().or(Some(&msg.event_id)),
             entry.processed_at,
         ));

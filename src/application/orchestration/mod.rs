@@ -14,4 +14,6 @@ pub mod steps;
 
 pub use checkout::{Checkout, PayOrder};
 pub use confirmation::{Confirmation, Reconciled};
-pub use service::{ALREADY_REGISTERED, CheckoutSettings, InboxKey, Orchestrator, PlaceOrder, SagaSettings};
+pub use service::{
+    ALREADY_REGISTERED, CheckoutSettings, InboxKey, NO_PAYMENT_METHOD, Orchestrator, PlaceOrder, SagaSettings,
+};

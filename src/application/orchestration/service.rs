@@ -37,6 +37,8 @@ const MAX_STEPS_PER_RUN: usize = 8;
 
 /// docs/spec.md §7: a (meeting, user) pair with a live order cannot register again.
 pub const ALREADY_REGISTERED: &str = "ALREADY_REGISTERED";
+/// A registration refused before any charge: the member has no saved card (docs/spec.md §10).
+pub const NO_PAYMENT_METHOD: &str = "NO_PAYMENT_METHOD";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SagaSettings {
@@ -203,6 +205,18 @@ impl Orchestrator {
             billing_key: card.billing_key,
             customer_key: card.customer_key,
         }))
+    }
+
+    /// Whether a member's registration can be charged: always, unless registrations are
+    /// charged with saved cards (docs/spec.md §10) and the member has none.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    pub async fn can_charge_registration(&self, customer_id: &str) -> Result<bool, AppError> {
+        match &self.cards {
+            None => Ok(true),
+            Some(cards) => Ok(cards.saved_card(customer_id).await?.is_some()),
+        }
     }
 
     /// Records the saga's step metrics into `meter` (the app's registry).
