@@ -38,6 +38,7 @@ macro_rules! spelled {
 
 pub mod audit;
 pub mod ids;
+pub mod ledger;
 pub mod money;
 pub mod notification;
 pub mod order;
