@@ -35,6 +35,7 @@ use crate::adapters::providers::{
 use crate::application::health::{HealthProbe, Readiness, Role};
 use crate::application::idempotency::IdempotencyService;
 use crate::application::inbound::MeetingEvents;
+use crate::application::ledger::{Ledger, LedgerSettings};
 use crate::application::notification_retry::{NotificationRetry, NotificationRetrySettings};
 use crate::application::orchestration::{CheckoutSettings, Orchestrator, SagaSettings};
 use crate::application::outbox::{
@@ -42,8 +43,8 @@ use crate::application::outbox::{
 };
 use crate::application::payment_methods::PaymentMethods;
 use crate::application::ports::{
-    Clock, EventPublisher, IdempotencyStore, Notifier, OrderRepository, OutboxStore, PaymentGateway,
-    PaymentMethodRepository, PaymentRepository, SettlementGateway, UnitOfWork,
+    Clock, EventPublisher, IdempotencyStore, LedgerStore, Notifier, OrderRepository, OutboxStore,
+    PaymentGateway, PaymentMethodRepository, PaymentRepository, SettlementGateway, UnitOfWork,
 };
 use crate::application::provider_view::ProviderView;
 use crate::application::queries::OrderQueries;
@@ -96,6 +97,8 @@ pub struct Services {
     pub outbox_admin: Arc<OutboxAdmin>,
     pub notifications: Arc<NotificationRetry>,
     pub refunds: Arc<Refunds>,
+    /// The provider's ledger, reconciled daily (Toss only).
+    pub ledger: Arc<Ledger>,
     pub payment_methods: Arc<PaymentMethods>,
     pub provider_view: Arc<ProviderView>,
     pub recovery: Arc<Recovery>,
@@ -373,6 +376,13 @@ pub async fn build_services_with_clock(
         .with_meter(meter.clone()),
     );
     let payments_for_refunds = payments.clone();
+    let ledger = Arc::new(Ledger::new(
+        payments.clone(),
+        orders.clone() as Arc<dyn PaymentRepository>,
+        orders.clone() as Arc<dyn LedgerStore>,
+        clock.clone(),
+        ledger_settings(settings),
+    ));
     let provider_view =
         Arc::new(ProviderView::new(orders.clone() as Arc<dyn PaymentRepository>, payments.clone()));
     let payment_methods = Arc::new(PaymentMethods::new(
@@ -482,6 +492,7 @@ pub async fn build_services_with_clock(
         outbox_admin,
         notifications,
         refunds,
+        ledger,
         payment_methods,
         provider_view,
         recovery,
@@ -526,6 +537,12 @@ impl Workers {
         let recovery = services.recovery.clone();
         let token = stop.clone();
         handles.push(tokio::spawn(async move { recovery.run_until_stopped(token).await }));
+        if services.settings.payment.provider == ProviderKind::Toss {
+            let ledger = services.ledger.clone();
+            let token = stop.clone();
+            handles.push(tokio::spawn(async move { run_ledger(ledger, token).await }));
+            loops.push("the provider's ledger, reconciled daily");
+        }
         if let Some(consumers) = services.meeting_consumers() {
             let token = stop.clone();
             handles.push(tokio::spawn(consumers.run_until_stopped(token)));
@@ -556,6 +573,35 @@ impl Workers {
     }
 }
 
+/// The provider's zone and the time its previous day is reconciled (`payment.toss.*`, checked
+/// by `config.rs`: Asia/Seoul, `HH:MM`).
+fn ledger_settings(settings: &Settings) -> LedgerSettings {
+    const SEOUL: i32 = 9 * 3600;
+    LedgerSettings {
+        // Cannot fail: east_opt refuses only offsets of ±24 h or more, and this is +9 h.
+        zone: chrono::FixedOffset::east_opt(SEOUL).expect("UTC+09:00 is a valid offset"),
+        at: chrono::NaiveTime::parse_from_str(&settings.payment.toss.ledger_at, "%H:%M")
+            .unwrap_or(chrono::NaiveTime::MIN),
+    }
+}
+
+/// The daily ledger loop: every minute, the previous day once it is due (a run that failed
+/// is tried again the next minute; a day already run is left alone).
+async fn run_ledger(ledger: Arc<Ledger>, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(StdDuration::from_secs(60));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tick.tick() => {
+                if let Err(err) = ledger.run_due().await {
+                    tracing::error!(error = %crate::application::error::Chain(&err), "ledger reconciliation failed");
+                }
+            }
+        }
+    }
+}
+
 /// The HTTP state shared by handlers.
 fn http_state(services: &Services, role: Role) -> web::Data<HttpState> {
     web::Data::new(HttpState {
@@ -565,6 +611,7 @@ fn http_state(services: &Services, role: Role) -> web::Data<HttpState> {
         outbox_admin: services.outbox_admin.clone(),
         notifications: services.notifications.clone(),
         refunds: services.refunds.clone(),
+        ledger: services.ledger.clone(),
         payment_methods: services.payment_methods.clone(),
         provider_view: services.provider_view.clone(),
         // 20 a second with bursts of 100: far above what Toss sends for one shop.

@@ -20,6 +20,7 @@ mod m20261202_000012_provider_transaction_id_200;
 mod m20261202_000013_payment_methods;
 mod m20261202_000014_inbox_digest;
 mod m20261202_000015_refunds;
+mod m20261202_000016_ledger;
 
 pub struct Migrator;
 
@@ -42,6 +43,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000013_payment_methods::Migration),
             Box::new(m20261202_000014_inbox_digest::Migration),
             Box::new(m20261202_000015_refunds::Migration),
+            Box::new(m20261202_000016_ledger::Migration),
         ]
     }
 }

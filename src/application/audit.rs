@@ -17,6 +17,7 @@ pub mod entity {
     pub const INBOUND_MESSAGE: &str = "inbound_message";
     pub const OUTBOX_EVENT: &str = "outbox_event";
     pub const IDEMPOTENCY_KEY: &str = "idempotency_key";
+    pub const LEDGER: &str = "ledger";
 }
 
 pub fn record(

@@ -14,6 +14,7 @@ pub mod health;
 pub mod idempotency;
 pub mod inbound;
 pub mod input;
+pub mod ledger;
 pub mod meter;
 pub mod notification_retry;
 pub mod orchestration;

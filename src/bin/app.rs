@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use orchestrator::adapters::persistence;
-use orchestrator::application::Actor;
 use orchestrator::application::error::Chain;
 use orchestrator::application::input::parse_duration;
+use orchestrator::application::{Actor, AppError};
 use orchestrator::config::Settings;
 use orchestrator::startup::{self, Application, StartupError, Workers};
 use sea_orm_migration::MigratorTrait;
@@ -65,6 +65,27 @@ enum Command {
         #[command(subcommand)]
         command: OutboxCommand,
     },
+    /// Reconcile our books with the payment provider's.
+    Reconcile {
+        #[command(subcommand)]
+        command: ReconcileCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ReconcileCommand {
+    /// One day of the provider's ledger (Toss's transactions, in its zone) against our
+    /// payments and refunds; stores the day's findings (replacing an earlier run's) and
+    /// prints them as JSON, as `GET /api/admin/reconciliation/findings` answers.
+    Ledger {
+        /// The provider's day, YYYY-MM-DD.
+        #[arg(long, value_parser = parse_day)]
+        date: chrono::NaiveDate,
+    },
+}
+
+fn parse_day(text: &str) -> Result<chrono::NaiveDate, String> {
+    chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d").map_err(|_| format!("{text:?} is not YYYY-MM-DD"))
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -304,6 +325,24 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
                     Ok(())
                 }
             }
+        }
+        Command::Reconcile { command: ReconcileCommand::Ledger { date } } => {
+            let _telemetry = orchestrator::telemetry::init(settings.log.format, &settings.telemetry);
+            require_existing_database(&settings)?;
+            let services = startup::build_services(&settings).await?;
+            let operator = std::env::var("USER").unwrap_or_else(|_| "cli".into());
+            let actor = Actor::admin(format!("cli:{operator}"));
+            let report = services.ledger.reconcile_day(&actor, date).await.map_err(|e| match e {
+                AppError::Conflict { message, .. } => Failure::Usage(format!("payment.provider: {message}")),
+                other => Failure::Runtime(Chain(&other).to_string()),
+            })?;
+            let json = serde_json::json!({
+                "date": date.format("%Y-%m-%d").to_string(),
+                "run": orchestrator::adapters::http::ledger::LedgerRunResponse::from(&report.run),
+                "findings": report.findings.iter().map(orchestrator::adapters::http::ledger::FindingResponse::from).collect::<Vec<_>>(),
+            });
+            println!("{json:#}");
+            Ok(())
         }
     }
 }

@@ -51,5 +51,7 @@ spelled!(
         OutboxRepublish => "OUTBOX_REPUBLISH",
         OutboxDiscard => "OUTBOX_DISCARD",
         OutboxRedrive => "OUTBOX_REDRIVE",
+        LedgerFinding => "LEDGER_FINDING",
+        LedgerReconciled => "LEDGER_RECONCILED",
     }
 );

@@ -129,7 +129,10 @@ pub fn reconcile(
             }
             (TransactionKind::Cancel, Some(b)) => {
                 let p = &b.payment;
-                let refund = b.refunds.iter().find(|r| r.provider_transaction_key.as_deref() == Some(&t.transaction_key));
+                let refund = b
+                    .refunds
+                    .iter()
+                    .find(|r| r.provider_transaction_key.as_deref() == Some(&t.transaction_key));
                 match refund {
                     Some(r) if r.amount.minor() != t.amount => findings.push(finding(
                         FindingKind::AmountMismatch,
@@ -156,10 +159,16 @@ pub fn reconcile(
             }
         }
     }
-    let approvals: HashSet<&str> =
-        theirs.iter().filter(|t| t.kind == TransactionKind::Approval).map(|t| t.payment_key.as_str()).collect();
-    let cancels: HashSet<&str> =
-        theirs.iter().filter(|t| t.kind == TransactionKind::Cancel).map(|t| t.transaction_key.as_str()).collect();
+    let approvals: HashSet<&str> = theirs
+        .iter()
+        .filter(|t| t.kind == TransactionKind::Approval)
+        .map(|t| t.payment_key.as_str())
+        .collect();
+    let cancels: HashSet<&str> = theirs
+        .iter()
+        .filter(|t| t.kind == TransactionKind::Cancel)
+        .map(|t| t.transaction_key.as_str())
+        .collect();
     let within = |at: DateTime<Utc>| start <= at && at <= end;
     for b in books {
         let p = &b.payment;
@@ -209,7 +218,8 @@ mod tests {
 
     /// A payment approved at `at(1)` with key `pk`, partly refunded 3 000 (key `tk1`).
     fn books(pk: &str) -> Books {
-        let mut p = Payment::request(OrderId::new(), 1, Money::new(10000, "KRW".parse().unwrap()).unwrap(), at(1));
+        let mut p =
+            Payment::request(OrderId::new(), 1, Money::new(10000, "KRW".parse().unwrap()).unwrap(), at(1));
         p.approve(pk, at(1)).unwrap();
         let mut r = p.begin_refund(Some(3000), "r", "alice", None, at(2)).unwrap();
         p.refund(&mut r, Some("tk1".into()), at(2)).unwrap();
@@ -240,10 +250,26 @@ mod tests {
         let clean = vec![tx("ta", "pk", Approval, 10000), tx("tk1", "pk", Cancel, 3000)];
         let cases: Vec<(&str, Vec<ProviderTransaction>, Vec<FindingKind>)> = vec![
             ("a day that agrees", clean.clone(), vec![]),
-            ("an approval we never saw", [clean.clone(), vec![tx("tb", "other", Approval, 500)]].concat(), vec![MissingHere]),
-            ("a cancel we have no refund for", [clean.clone(), vec![tx("tk9", "pk", Cancel, 500)]].concat(), vec![MissingHere]),
-            ("another approved amount", vec![tx("ta", "pk", Approval, 9000), tx("tk1", "pk", Cancel, 3000)], vec![AmountMismatch]),
-            ("another cancelled amount", vec![tx("ta", "pk", Approval, 10000), tx("tk1", "pk", Cancel, 2000)], vec![AmountMismatch]),
+            (
+                "an approval we never saw",
+                [clean.clone(), vec![tx("tb", "other", Approval, 500)]].concat(),
+                vec![MissingHere],
+            ),
+            (
+                "a cancel we have no refund for",
+                [clean.clone(), vec![tx("tk9", "pk", Cancel, 500)]].concat(),
+                vec![MissingHere],
+            ),
+            (
+                "another approved amount",
+                vec![tx("ta", "pk", Approval, 9000), tx("tk1", "pk", Cancel, 3000)],
+                vec![AmountMismatch],
+            ),
+            (
+                "another cancelled amount",
+                vec![tx("ta", "pk", Approval, 10000), tx("tk1", "pk", Cancel, 2000)],
+                vec![AmountMismatch],
+            ),
             ("our approval not listed", vec![tx("tk1", "pk", Cancel, 3000)], vec![MissingAtProvider]),
             ("our refund not listed", vec![tx("ta", "pk", Approval, 10000)], vec![MissingAtProvider]),
         ];
@@ -268,7 +294,10 @@ mod tests {
         let mut failed = books("pk");
         failed.refunds[0].status = RefundStatus::Failed;
         let found = reconcile(
-            &[tx("ta", "pk", TransactionKind::Approval, 10000), tx("tk1", "pk", TransactionKind::Cancel, 3000)],
+            &[
+                tx("ta", "pk", TransactionKind::Approval, 10000),
+                tx("tk1", "pk", TransactionKind::Cancel, 3000),
+            ],
             &[failed],
             start,
             end,
@@ -279,11 +308,15 @@ mod tests {
     #[test]
     fn a_compensation_is_a_whole_cancel_without_a_key_of_ours() {
         let (start, end) = day();
-        let mut p = Payment::request(OrderId::new(), 1, Money::new(10000, "KRW".parse().unwrap()).unwrap(), at(1));
+        let mut p =
+            Payment::request(OrderId::new(), 1, Money::new(10000, "KRW".parse().unwrap()).unwrap(), at(1));
         p.approve("pk", at(1)).unwrap();
         p.cancel("settlement failed", at(1)).unwrap();
         let books = [Books { payment: p, refunds: vec![] }];
-        let theirs = [tx("ta", "pk", TransactionKind::Approval, 10000), tx("tc", "pk", TransactionKind::Cancel, 10000)];
+        let theirs = [
+            tx("ta", "pk", TransactionKind::Approval, 10000),
+            tx("tc", "pk", TransactionKind::Cancel, 10000),
+        ];
         assert_eq!(reconcile(&theirs, &books, start, end), vec![]);
     }
 

@@ -265,6 +265,11 @@ impl TestApp {
         }
     }
 
+    /// The URL of the app's database (for a CLI run against it).
+    pub fn database_url(&self) -> &str {
+        &self._test_db.url
+    }
+
     pub fn token(&self, sub: &str) -> String {
         self.services.jwt.mint(sub, &[], std::time::Duration::from_secs(600)).expect("mint")
     }

@@ -20,6 +20,7 @@ mod failover;
 mod faults;
 mod hostile;
 mod identity;
+mod ledger;
 mod meeting;
 mod money;
 mod notifications;

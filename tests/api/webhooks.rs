@@ -27,7 +27,7 @@ async fn detail(app: &TestApp, id: &str) -> Value {
 }
 
 /// A paid order (the checkout through the fake), its Toss orderId and paymentKey.
-async fn paid_order(app: &TestApp, fake: &Fake) -> (String, String, String) {
+pub(crate) async fn paid_order(app: &TestApp, fake: &Fake) -> (String, String, String) {
     let alice = app.token("alice");
     let order = json(app.place_order(&alice, &order_body(), None).await, StatusCode::CREATED).await;
     let (id, toss_order) =
@@ -140,7 +140,7 @@ async fn the_webhook_is_rate_limited() {
 }
 
 /// Toss's Payment object as the fake has it.
-async fn at_toss(fake: &Fake, payment_key: &str) -> Value {
+pub(crate) async fn at_toss(fake: &Fake, payment_key: &str) -> Value {
     reqwest::Client::new()
         .get(format!("{}/v1/payments/{payment_key}", fake.running.base_url))
         .basic_auth(crate::toss::SECRET, Some(""))

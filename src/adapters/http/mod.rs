@@ -6,6 +6,7 @@ pub mod body;
 pub mod console;
 pub mod correlation;
 pub mod dto;
+pub mod ledger;
 pub mod notifications;
 pub mod ops;
 pub mod orders;
@@ -43,6 +44,7 @@ pub struct HttpState {
     pub outbox_admin: Arc<OutboxAdmin>,
     pub notifications: Arc<NotificationRetry>,
     pub refunds: Arc<Refunds>,
+    pub ledger: Arc<crate::application::ledger::Ledger>,
     pub payment_methods: Arc<PaymentMethods>,
     pub provider_view: Arc<ProviderView>,
     /// Toss's webhooks: anyone can post them.
@@ -137,6 +139,7 @@ impl utoipa::Modify for BearerAuth {
         webhooks::toss,
         payments::unconfirmed,
         payments::provider_view,
+        ledger::findings,
         payments::stalled,
         payments::compensations_exhausted,
         outbox_admin::list_outbox,
@@ -214,6 +217,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(
         resource("/api/admin/payments/{id}/provider", "GET").route(web::get().to(payments::provider_view)),
     )
+    .service(resource("/api/admin/reconciliation/findings", "GET").route(web::get().to(ledger::findings)))
     .service(resource("/api/admin/orders/stalled", "GET").route(web::get().to(payments::stalled)))
     .service(
         resource("/api/admin/payments/compensations-exhausted", "GET")

@@ -40,7 +40,8 @@ pub async fn ready(state: web::Data<HttpState>) -> HttpResponse {
 
 /// Prometheus text: orders by status, outbox rows by status and backlog age, publish,
 /// confirm, retry and dead-letter counters, commit-to-confirm latency, and what waits for
-/// an operator (`operator_attention{kind}`).
+/// an operator (`operator_attention{kind}`, `ledger_findings{kind}`: the findings of the
+/// latest day reconciled against the provider's ledger).
 #[utoipa::path(get, path = "/metrics", tag = "ops", responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
 pub async fn metrics(state: web::Data<HttpState>) -> HttpResponse {
     let meter = &state.metrics.meter;
@@ -77,6 +78,13 @@ pub async fn metrics(state: web::Data<HttpState>) -> HttpResponse {
         meter.record(|| {
             for (kind, n) in attention {
                 metrics::gauge!("operator_attention", "kind" => kind).set(n as f64);
+            }
+        });
+    }
+    if let Ok(counts) = state.ledger.latest_counts().await {
+        meter.record(|| {
+            for (kind, n) in counts {
+                metrics::gauge!("ledger_findings", "kind" => kind.as_str()).set(n as f64);
             }
         });
     }

@@ -8,6 +8,7 @@
 mod audit;
 pub mod entities;
 mod idempotency;
+mod ledger;
 mod listener;
 mod mapping;
 mod notifications;

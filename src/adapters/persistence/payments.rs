@@ -3,14 +3,15 @@
 use async_trait::async_trait;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 
-use super::entities::{orders, payments};
+use super::entities::{orders, payments, refunds};
 use super::mapping::*;
 use super::repo_err;
 use super::store::SeaOrmStore;
 use crate::application::ports::{PaymentRepository, RepoError};
 use crate::domain::ids::{OrderId, PaymentId};
+use crate::domain::ledger::Books;
 use crate::domain::order::{FailureStage, OrderStatus};
-use crate::domain::payment::{Payment, PaymentStatus};
+use crate::domain::payment::{Payment, PaymentStatus, RefundStatus};
 use chrono::{DateTime, Utc};
 
 #[async_trait]
@@ -84,6 +85,71 @@ impl PaymentRepository for SeaOrmStore {
             .map_err(repo_err)?
             .map(payment_from_row)
             .transpose()
+    }
+
+    async fn books(
+        &self,
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+        provider_keys: &[String],
+    ) -> Result<Vec<Books>, RepoError> {
+        use std::collections::BTreeSet;
+        let mut ids: BTreeSet<uuid::Uuid> = BTreeSet::new();
+        let approved: Vec<uuid::Uuid> = payments::Entity::find()
+            .select_only()
+            .column(payments::Column::Id)
+            .filter(payments::Column::ApprovedAt.between(start, end))
+            .into_tuple()
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?;
+        ids.extend(approved);
+        let refunded: Vec<uuid::Uuid> = refunds::Entity::find()
+            .select_only()
+            .column(refunds::Column::PaymentId)
+            .filter(refunds::Column::UpdatedAt.between(start, end))
+            .filter(refunds::Column::Status.eq(RefundStatus::Succeeded.as_str()))
+            .into_tuple()
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?;
+        ids.extend(refunded);
+        // Bounded lists per statement (a day may name thousands of payments).
+        for keys in provider_keys.chunks(500) {
+            let named: Vec<uuid::Uuid> = payments::Entity::find()
+                .select_only()
+                .column(payments::Column::Id)
+                .filter(payments::Column::ProviderTransactionId.is_in(keys.iter().cloned()))
+                .into_tuple()
+                .all(&self.db)
+                .await
+                .map_err(repo_err)?;
+            ids.extend(named);
+        }
+        let ids: Vec<uuid::Uuid> = ids.into_iter().collect();
+        let mut books = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(500) {
+            let rows = payments::Entity::find()
+                .filter(payments::Column::Id.is_in(chunk.iter().copied()))
+                .all(&self.db)
+                .await
+                .map_err(repo_err)?;
+            let mut refunds_of: std::collections::HashMap<uuid::Uuid, Vec<_>> = Default::default();
+            for row in refunds::Entity::find()
+                .filter(refunds::Column::PaymentId.is_in(chunk.iter().copied()))
+                .order_by_asc(refunds::Column::CreatedAt)
+                .all(&self.db)
+                .await
+                .map_err(repo_err)?
+            {
+                refunds_of.entry(row.payment_id).or_default().push(refund_from_row(row)?);
+            }
+            for row in rows {
+                let refunds = refunds_of.remove(&row.id).unwrap_or_default();
+                books.push(Books { payment: payment_from_row(row)?, refunds });
+            }
+        }
+        Ok(books)
     }
 
     async fn awaiting_compensation(&self, limit: u32) -> Result<Vec<OrderId>, RepoError> {

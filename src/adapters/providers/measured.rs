@@ -111,6 +111,20 @@ impl PaymentGateway for Measured<dyn PaymentGateway> {
         self.inner.provider_record(provider_transaction_id).await
     }
 
+    async fn ledger(
+        &self,
+        day: chrono::NaiveDate,
+    ) -> Result<Vec<crate::domain::ledger::ProviderTransaction>, GatewayError> {
+        let started = Instant::now();
+        let result = self.inner.ledger(day).instrument(self.span("ledger")).await;
+        let outcome = match &result {
+            Ok(_) => "read",
+            Err(err) => gateway_error(err),
+        };
+        self.record("ledger", outcome, started);
+        result
+    }
+
     async fn issue_billing_key(
         &self,
         auth_key: &str,

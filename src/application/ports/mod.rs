@@ -28,6 +28,7 @@ mod error;
 mod event_publisher;
 mod gateway_error;
 mod idempotency;
+mod ledger_store;
 mod notification_repository;
 mod notifier;
 mod order_repository;
@@ -45,6 +46,7 @@ pub use error::{Cause, RepoError};
 pub use event_publisher::{BrokerUnavailable, Confirmation, EventPublisher, PublishOutcome};
 pub use gateway_error::GatewayError;
 pub use idempotency::{IdempotencyBegin, IdempotencyStore, StoredResponse};
+pub use ledger_store::{LedgerRun, LedgerStore};
 pub use notification_repository::NotificationRepository;
 pub use notifier::{NotificationRequest, Notifier, NotifyFailure};
 pub use order_repository::{
@@ -70,6 +72,8 @@ pub use clock::MockClock;
 pub use event_publisher::MockEventPublisher;
 #[cfg(test)]
 pub use idempotency::MockIdempotencyStore;
+#[cfg(test)]
+pub use ledger_store::MockLedgerStore;
 #[cfg(test)]
 pub use notification_repository::MockNotificationRepository;
 #[cfg(test)]

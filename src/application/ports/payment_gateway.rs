@@ -5,6 +5,7 @@ use async_trait::async_trait;
 use super::gateway_error::GatewayError;
 use super::scenario::Scenario;
 use crate::domain::ids::{OrderId, PaymentId};
+use crate::domain::ledger::ProviderTransaction;
 use crate::domain::money::Money;
 
 /// Ask the provider to take the money.
@@ -174,6 +175,19 @@ pub trait PaymentGateway: Send + Sync {
         Err(GatewayError::Rejected {
             code: "NOT_SUPPORTED".into(),
             message: "this payment provider has no record to show".into(),
+        })
+    }
+
+    /// The provider's ledger of one `day` (in the provider's own zone): every approval and
+    /// cancel it made that day, all pages, oldest first.
+    ///
+    /// # Errors
+    /// `Rejected` `NOT_SUPPORTED` (the default) for a provider without a ledger;
+    /// `Unavailable` when it cannot be reached or answers what cannot be read.
+    async fn ledger(&self, _day: chrono::NaiveDate) -> Result<Vec<ProviderTransaction>, GatewayError> {
+        Err(GatewayError::Rejected {
+            code: "NOT_SUPPORTED".into(),
+            message: "this payment provider has no ledger to reconcile".into(),
         })
     }
 

@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 
 use super::error::RepoError;
 use crate::domain::ids::{OrderId, PaymentId};
+use crate::domain::ledger::Books;
 use crate::domain::payment::{Payment, PaymentStatus};
 
 /// Reads of payments for reconciliation, provider callbacks and operators.
@@ -51,6 +52,19 @@ pub trait PaymentRepository: Send + Sync {
         &self,
         provider_transaction_id: &str,
     ) -> Result<Option<Payment>, RepoError>;
+
+    /// Every payment (with its refunds) one day of the provider's ledger may concern:
+    /// approved in `[start, end]`, with a refund that succeeded in it, or whose provider
+    /// transaction id is one of `provider_keys`.
+    ///
+    /// # Errors
+    /// MUST return what [`PaymentRepository::awaiting_confirmation`] returns, in the same cases.
+    async fn books(
+        &self,
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+        provider_keys: &[String],
+    ) -> Result<Vec<Books>, RepoError>;
 
     /// Orders whose settlement failed and whose payment still waits to be compensated.
     ///

@@ -4,6 +4,8 @@
 pub mod audit_log;
 pub mod idempotency_keys;
 pub mod inbox;
+pub mod ledger_findings;
+pub mod ledger_runs;
 pub mod notification_events;
 pub mod orchestration_steps;
 pub mod order_items;

@@ -26,6 +26,7 @@ use crate::application::ports::{
     ApprovalOutcome, ApprovePayment, BillingKey, CancelPayment, CancelReceipt, GatewayError, IssuedCard,
     LookupOutcome, PaymentAuthorization, PaymentGateway, ProviderCancel, ProviderRecord, Scenario,
 };
+use crate::domain::ledger::{ProviderTransaction, TransactionKind};
 use crate::domain::text;
 
 #[derive(Debug, Clone)]
@@ -397,6 +398,9 @@ fn open_reason(error: &TossError) -> String {
 }
 
 /// What a Payment object answered to a charge means.
+/// Entries asked for per page of `GET /v1/transactions` (Toss's most).
+const LEDGER_PAGE: u32 = 5000;
+
 /// Toss's `cancels[]`, as the port lists a provider's cancels.
 fn provider_cancels(payment: &TossPayment) -> Vec<ProviderCancel> {
     payment
@@ -491,6 +495,50 @@ impl PaymentGateway for TossPaymentGateway {
         let digest = mac.finalize().into_bytes();
         let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
         Some(format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32]))
+    }
+
+    async fn ledger(&self, day: chrono::NaiveDate) -> Result<Vec<ProviderTransaction>, GatewayError> {
+        // The day as Toss counts it (its zone, docs/toss.md): D 00:00:00 – D 23:59:59.
+        let (start, end) = (format!("{day}T00:00:00"), format!("{day}T23:59:59"));
+        let mut entries = Vec::new();
+        let mut after: Option<String> = None;
+        // Bounded: 1 000 pages of 5 000 are five million transactions a day.
+        for _ in 0..1000 {
+            let page = self
+                .client
+                .transactions(&start, &end, after.as_deref(), LEDGER_PAGE)
+                .await
+                .map_err(|e| GatewayError::Unavailable(open_reason(&e)))?;
+            let full = page.len() == LEDGER_PAGE as usize;
+            after = page.last().map(|t| t.transaction_key.clone());
+            for t in page {
+                let (kind, status) = match t.status {
+                    TossStatus::Done => (TransactionKind::Approval, "DONE"),
+                    TossStatus::Canceled => (TransactionKind::Cancel, "CANCELED"),
+                    TossStatus::PartialCanceled => (TransactionKind::Cancel, "PARTIAL_CANCELED"),
+                    // No money moved (a virtual account waiting, an abort): nothing to match.
+                    _ => continue,
+                };
+                let at = chrono::DateTime::parse_from_rfc3339(&t.transaction_at)
+                    .map_err(|_| {
+                        GatewayError::Unavailable(format!("unreadable transactionAt {:?}", t.transaction_at))
+                    })?
+                    .with_timezone(&chrono::Utc);
+                entries.push(ProviderTransaction {
+                    status: status.into(),
+                    transaction_key: t.transaction_key,
+                    payment_key: t.payment_key,
+                    order_id: t.order_id,
+                    kind,
+                    amount: t.amount,
+                    at,
+                });
+            }
+            if !full || after.is_none() {
+                return Ok(entries);
+            }
+        }
+        Err(GatewayError::Unavailable("the ledger has more pages than one run reads".into()))
     }
 
     async fn provider_record(

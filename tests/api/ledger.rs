@@ -1,0 +1,151 @@
+//! The provider's ledger, reconciled (docs/spec.md §10), against the fake Toss API on both
+//! databases: a day that agrees is a clean run; money moved at Toss that the service never
+//! saw is `MISSING_HERE`, stored, audited, shown and counted; running a day again replaces
+//! its findings; the CLI runs a day by hand.
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::{Backend, TestApp, count_where, json};
+use crate::on_both_databases;
+use crate::toss::{Fake, SECRET};
+use crate::webhooks::paid_order;
+
+on_both_databases!(the_ledger_of_a_day_is_matched_with_our_books);
+
+/// Today in Toss's zone (Asia/Seoul, UTC+09:00), as the fake dates its transactions.
+fn toss_today() -> chrono::NaiveDate {
+    (chrono::Utc::now() + chrono::Duration::hours(9)).date_naive()
+}
+
+async fn findings(app: &TestApp, date: &str) -> Value {
+    let response = app
+        .get(&format!("/api/admin/reconciliation/findings?date={date}"), &app.admin_token("ops"))
+        .send()
+        .await
+        .unwrap();
+    json(response, StatusCode::OK).await
+}
+
+async fn the_ledger_of_a_day_is_matched_with_our_books(backend: Backend) {
+    let fake = Fake::start().await;
+    let Some(app) = crate::toss::spawn_on(backend, &fake, &[], false).await else { return };
+    let day = toss_today();
+    let date = day.format("%Y-%m-%d").to_string();
+    let never = findings(&app, &date).await;
+    assert!(never["run"].is_null(), "a day never run: {never}");
+
+    // A day that agrees: an approval and a partial refund, both ours.
+    let (id, _, _) = paid_order(&app, &fake).await;
+    let refunded = app
+        .post(&format!("/api/orders/{id}/refund"), &app.token("alice"))
+        .json(&json!({ "amount": 4000 }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refunded.status(), StatusCode::OK);
+    let actor = orchestrator::application::Actor::system("test");
+    let clean = app.services.ledger.reconcile_day(&actor, day).await.unwrap();
+    assert_eq!((clean.run.transactions, clean.findings.len()), (2, 0), "{:?}", clean.findings);
+    let shown = findings(&app, &date).await;
+    assert_eq!(shown["run"]["clean"], true, "{shown}");
+    assert_eq!(shown["run"]["transactions"], 2);
+
+    // Money moved at Toss that the service never saw: a payment confirmed there directly.
+    let key = fake.checkout("pay-someone-elses-1", 12000, None).await;
+    let confirmed = reqwest::Client::new()
+        .post(format!("{}/v1/payments/confirm", fake.running.base_url))
+        .basic_auth(SECRET, Some(""))
+        .json(&json!({ "paymentKey": key, "orderId": "pay-someone-elses-1", "amount": 12000 }))
+        .send()
+        .await
+        .unwrap();
+    assert!(confirmed.status().is_success());
+    let report = app.services.ledger.reconcile_day(&actor, day).await.unwrap();
+    assert_eq!(report.run.transactions, 3);
+    let shown = findings(&app, &date).await;
+    assert_eq!(shown["run"]["clean"], false);
+    let found = shown["findings"].as_array().unwrap();
+    assert_eq!(found.len(), 1, "{shown}");
+    assert_eq!(found[0]["kind"], "MISSING_HERE");
+    assert_eq!(found[0]["paymentKey"], key.as_str());
+    assert_eq!(found[0]["orderId"], "pay-someone-elses-1");
+    assert_eq!(found[0]["theirs"], "DONE 12000");
+    assert_eq!(count_where(&app.db, "audit_log", "action = 'LEDGER_FINDING'").await, 1);
+    let metrics = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains(r#"ledger_findings{kind="MISSING_HERE"} 1"#), "{metrics}");
+
+    // Running the day again replaces its findings: still one.
+    app.services.ledger.reconcile_day(&actor, day).await.unwrap();
+    assert_eq!(findings(&app, &date).await["findings"].as_array().unwrap().len(), 1);
+    assert_eq!(count_where(&app.db, "ledger_findings", "1 = 1").await, 1);
+    assert_eq!(count_where(&app.db, "ledger_runs", "1 = 1").await, 1);
+
+    // By hand: `app reconcile ledger --date` prints the same and stores the same.
+    let dir = crate::cli::temp_dir();
+    let out = crate::cli::app(&dir.0)
+        .args(["reconcile", "ledger", "--date", &date])
+        .env("APP__DATABASE__URL", app.database_url())
+        .env("APP__PAYMENT__PROVIDER", "toss")
+        .env("APP__PAYMENT__TOSS__SECRET_KEY", SECRET)
+        .env("APP__PAYMENT__TOSS__BASE_URL", &fake.running.base_url)
+        .env("APP__BROKER__KIND", "log")
+        .env("APP__AUTH__KEYS", crate::helpers::TEST_KEYS)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(printed["findings"][0]["kind"], "MISSING_HERE", "{printed}");
+    assert_eq!(count_where(&app.db, "ledger_findings", "1 = 1").await, 1);
+
+    // A bad date is refused naming it; an admin only.
+    let bad = app
+        .get("/api/admin/reconciliation/findings?date=yesterday", &app.admin_token("ops"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json(bad, StatusCode::UNPROCESSABLE_ENTITY).await["field"], "date");
+    let customer = app
+        .get(&format!("/api/admin/reconciliation/findings?date={date}"), &app.token("alice"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(customer.status(), StatusCode::FORBIDDEN);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_reconciles_the_previous_day_once_its_time_has_come() {
+    let fake = Fake::start().await;
+    let Some(app) =
+        crate::toss::spawn_on(Backend::Sqlite, &fake, &[("APP__PAYMENT__TOSS__LEDGER_AT", "00:00")], true)
+            .await
+    else {
+        return;
+    };
+    // 00:00 has passed in Seoul whatever the time: yesterday is due, once.
+    let ran = app.services.ledger.run_due().await.unwrap();
+    let run = ran.expect("the previous day was due").run;
+    assert_eq!(
+        run.day,
+        app.services
+            .clock
+            .now()
+            .with_timezone(&chrono::FixedOffset::east_opt(9 * 3600).unwrap())
+            .date_naive()
+            .pred_opt()
+            .unwrap()
+    );
+    assert!(app.services.ledger.run_due().await.unwrap().is_none(), "a day already run is left alone");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_without_a_ledger_says_so() {
+    let Some(app) = TestApp::spawn(Backend::Sqlite).await else { return };
+    let actor = orchestrator::application::Actor::system("test");
+    let refused = app.services.ledger.reconcile_day(&actor, toss_today()).await.unwrap_err();
+    assert!(
+        matches!(&refused, orchestrator::application::AppError::Conflict { code: "NOT_SUPPORTED", .. }),
+        "{refused:?}"
+    );
+}
