@@ -250,8 +250,29 @@ async function payments() {
 
 async function order(id) {
   const [detail, flow] = await Promise.all([api("GET", `/api/orders/${id}`), api("GET", `/api/orders/${id}/flow`)]);
+  const p = detail.payment;
+  // The provider's own record, live, beside ours (a provider with nothing to show says so).
+  let provider = null;
+  if (p) {
+    try {
+      provider = pretty(JSON.stringify((await api("GET", `/api/admin/payments/${p.id}/provider`)).provider));
+    } catch (e) {
+      provider = e.status === 409 ? "The provider shows nothing for this payment." : `Could not ask the provider: ${e.message}`;
+    }
+  }
   $("o-body").replaceChildren(
     el("p", { id: "o-summary" }, `Order ${detail.id}: ${detail.status}` + (detail.failureStage ? ` (failed at ${detail.failureStage})` : "")),
+    el("h3", {}, "Payment"),
+    p ? el("p", { id: "o-payment" },
+      `${p.status}: ${p.amount} ${detail.currency}, refunded ${p.refundedAmount}, balance ${p.balance}` +
+      (p.refundFailureReason ? ` (last refund refused: ${p.refundFailureReason})` : ""))
+      : el("p", {}, "No payment yet."),
+    el("h3", {}, "Refunds"),
+    table(["when", "amount", "status", "by", "reason", "provider's key"], detail.refunds.map((r) => [
+      r.createdAt, String(r.amount), r.status + (r.failureReason ? `: ${r.failureReason}` : ""), r.actor, r.reason,
+      r.providerTransactionKey || ""])),
+    el("h3", {}, "At the provider"),
+    p ? el("pre", { id: "o-provider" }, provider) : el("p", {}, "Nothing to ask the provider about."),
     el("h3", {}, "Saga steps"),
     table(["when", "step", "status", "detail"], flow.steps.map((s) => [s.createdAt, s.step, s.status, s.detail || ""])),
     el("h3", {}, "Events"),
@@ -264,6 +285,30 @@ async function order(id) {
 $("o-form").addEventListener("submit", (event) => {
   event.preventDefault();
   location.hash = `#order/${new FormData($("o-form")).get("id").trim()}`;
+});
+
+// ---- the provider's ledger -------------------------------------------------------------
+
+// Yesterday in the provider's zone (Toss: Asia/Seoul, UTC+09:00): the day the worker runs.
+function providerYesterday() {
+  return new Date(Date.now() + 9 * 3600 * 1000 - 86400 * 1000).toISOString().slice(0, 10);
+}
+
+async function ledger(date) {
+  const found = await api("GET", `/api/admin/reconciliation/findings?date=${encodeURIComponent(date)}`);
+  const run = found.run;
+  $("l-body").replaceChildren(
+    el("p", { id: "l-run" }, run === null
+      ? `${found.date} has not been reconciled (the worker runs the previous day at payment.toss.ledger_at; by hand: app reconcile ledger --date ${found.date}).`
+      : `${found.date}: ${run.transactions} transactions at the provider, ` +
+        (run.clean ? "clean: our books agree." : `${found.findings.length} findings.`) + ` Run ${run.finishedAt}.`),
+    table(["kind", "payment key", "order id", "transaction key", "ours", "theirs", "detail"], found.findings.map((f) => [
+      f.kind, f.paymentKey || "", f.orderId || "", f.transactionKey || "", f.ours || "", f.theirs || "", f.detail])));
+}
+
+$("l-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  location.hash = `#ledger/${new FormData($("l-form")).get("date").trim()}`;
 });
 
 // ---- routing ---------------------------------------------------------------------------
@@ -290,6 +335,11 @@ async function route() {
     } else if (show === "dead-letters") await deadLetters();
     else if (show === "notifications") await notifications();
     else if (show === "payments") await payments();
+    else if (show === "ledger") {
+      const date = arg || providerYesterday();
+      $("l-form").elements.date.value = date;
+      await ledger(date);
+    }
     else if (show === "order" && arg) {
       $("o-form").elements.id.value = arg;
       await order(arg);

@@ -149,3 +149,62 @@ async fn a_provider_without_a_ledger_says_so() {
         "{refused:?}"
     );
 }
+
+/// The console's payment pages in a real browser (`tests/browser/console_toss_page.py`): an
+/// order's refunds and Toss's record beside ours, and a day's findings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_shows_refunds_the_providers_record_and_the_ledger() {
+    use std::path::Path;
+    use std::process::Command;
+    if !Path::new("/usr/bin/chromium").exists() || !Path::new("/usr/bin/chromedriver").exists() {
+        crate::helpers::service_missing("chromium", "/usr/bin/chromium or /usr/bin/chromedriver missing");
+        return;
+    }
+    if !Command::new("python3").args(["-c", "import selenium"]).output().is_ok_and(|o| o.status.success()) {
+        crate::helpers::service_missing("selenium", "python3 cannot import selenium (pip install selenium)");
+        return;
+    }
+    let fake = Fake::start().await;
+    let Some(app) = crate::toss::spawn_on(Backend::Sqlite, &fake, &[], false).await else { return };
+    let (id, _, _) = paid_order(&app, &fake).await;
+    let refunded = app
+        .post(&format!("/api/orders/{id}/refund"), &app.token("alice"))
+        .json(&json!({ "amount": 4000, "reason": "one ticket" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refunded.status(), StatusCode::OK);
+    let missing = fake.checkout("pay-someone-elses-2", 5000, None).await;
+    let confirmed = reqwest::Client::new()
+        .post(format!("{}/v1/payments/confirm", fake.running.base_url))
+        .basic_auth(SECRET, Some(""))
+        .json(&json!({ "paymentKey": missing, "orderId": "pay-someone-elses-2", "amount": 5000 }))
+        .send()
+        .await
+        .unwrap();
+    assert!(confirmed.status().is_success());
+    let day = toss_today();
+    app.services.ledger.reconcile_day(&orchestrator::application::Actor::system("test"), day).await.unwrap();
+
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser/console_toss_page.py");
+    let shots = concat!(env!("CARGO_MANIFEST_DIR"), "/target/console-screens");
+    let args = [
+        app.base.clone(),
+        app.admin_token("ops"),
+        id,
+        day.format("%Y-%m-%d").to_string(),
+        missing,
+        shots.into(),
+    ];
+    let output = tokio::task::spawn_blocking(move || Command::new("python3").arg(script).args(args).output())
+        .await
+        .unwrap()
+        .expect("run python3");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the console failed in the browser:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.starts_with("ok:"), "{stdout}");
+}
