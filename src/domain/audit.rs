@@ -11,6 +11,7 @@ spelled!(
         PaymentWindowExpired => "PAYMENT_WINDOW_EXPIRED",
         PaymentMethodSaved => "PAYMENT_METHOD_SAVED",
         PaymentMethodForgotten => "PAYMENT_METHOD_FORGOTTEN",
+        // Written before partial refunds were recorded; kept so those rows still read.
         ProviderPartialCancel => "PROVIDER_PARTIAL_CANCEL",
         WebhookIgnored => "WEBHOOK_IGNORED",
         OrderRejected => "ORDER_REJECTED",

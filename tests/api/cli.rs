@@ -82,10 +82,10 @@ fn help_documents_every_verb() {
     let out = run(app(&dir.0).arg("--help"));
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    for verb in ["serve", "worker", "migrate", "token", "outbox", "health"] {
+    for verb in ["serve", "worker", "migrate", "token", "outbox", "reconcile", "health"] {
         assert!(text.contains(verb), "--help lists {verb}: {text}");
     }
-    for verb in ["serve", "worker", "migrate", "token", "outbox", "health"] {
+    for verb in ["serve", "worker", "migrate", "token", "outbox", "reconcile", "health"] {
         assert!(run(app(&dir.0).args([verb, "--help"])).status.success(), "{verb} --help");
     }
     let out = run(app(&dir.0).arg("frobnicate"));
