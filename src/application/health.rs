@@ -13,6 +13,12 @@ pub trait HealthProbe: Send + Sync {
 
     /// Whether it answers now. Must return within a few seconds and never panic.
     async fn is_healthy(&self) -> bool;
+
+    /// What an operator should know of its state beyond up or down (a broker blocking
+    /// publishers), shown in `/health/ready`'s warnings whatever the role.
+    fn detail(&self) -> Option<String> {
+        None
+    }
 }
 
 pub struct Readiness {
@@ -50,6 +56,9 @@ impl Readiness {
             } else if !healthy {
                 warnings
                     .push(format!("{}: DOWN; not needed to serve (events wait in the outbox)", probe.name()));
+            }
+            if let Some(detail) = probe.detail() {
+                warnings.push(format!("{}: {detail}", probe.name()));
             }
             checks.push((probe.name(), healthy));
         }

@@ -363,7 +363,7 @@ impl OutboxRelay {
         self.meter.record(|| {
             metrics::counter!("outbox_confirms_total", "outcome" => failure_label(code)).increment(1)
         });
-        let outcome = self.settings.schedule.after_failure(row.retry_count, fastrand::f64(), now);
+        let outcome = self.settings.schedule.after(code, row.retry_count, fastrand::f64(), now);
         match outcome {
             FailureOutcome::Retry { next_attempt_at, .. } => {
                 report.retried += 1;

@@ -45,6 +45,16 @@ spelled!(
     }
 );
 
+impl FailureCode {
+    /// Whether a failure counts against the event's retries: every failure the event may
+    /// have caused (a nack, a return, a lost confirm of one message) does; a broker that
+    /// could not be reached, or that took no message of a whole wave (blocked by a memory or
+    /// disk alarm, docs/operations.md), does not.
+    pub fn spends_retry(self) -> bool {
+        self != FailureCode::BrokerUnavailable
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OutboxError {
     #[error("outbox event cannot {action} from {from}")]
@@ -117,6 +127,21 @@ impl RetrySchedule {
         let exp = retry_count.saturating_sub(1).clamp(0, 30) as u32;
         let delay = self.backoff_base.checked_mul(1i32 << exp.min(30)).unwrap_or(self.backoff_cap);
         delay.min(self.backoff_cap)
+    }
+
+    /// Decide what a failure with `code` does to a row that had failed `retry_count` times
+    /// before. A failure that is the broker's, not the event's (`code` does not
+    /// [`spend a retry`](FailureCode::spends_retry): the broker unreachable, or taking no
+    /// messages at all), is retried after `backoff_base` and never dead-letters: an outage
+    /// or a resource alarm spends no retry budget. `jitter` in `[0, 1)` stretches the delay
+    /// by up to 20 %.
+    pub fn after(&self, code: FailureCode, retry_count: i32, jitter: f64, now: DateTime<Utc>) -> FailureOutcome {
+        if code.spends_retry() {
+            return self.after_failure(retry_count, jitter, now);
+        }
+        let base = self.backoff_base;
+        let extra_ms = (base.num_milliseconds() as f64 * 0.2 * jitter.clamp(0.0, 1.0)) as i64;
+        FailureOutcome::Retry { retry_count, next_attempt_at: now + base + Duration::milliseconds(extra_ms) }
     }
 
     /// Decide what a failure does to a row that had failed `retry_count` times before.
@@ -192,6 +217,23 @@ mod tests {
             FailureOutcome::Retry { retry_count: 3, next_attempt_at: now + Duration::seconds(40) }
         );
         assert_eq!(s.after_failure(3, 0.0, now), FailureOutcome::DeadLetter { retry_count: 4 });
+    }
+
+    #[test]
+    fn a_broker_that_takes_nothing_spends_no_retry_and_never_dead_letters() {
+        let now = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let s = schedule();
+        for code in FailureCode::ALL {
+            let after = s.after(*code, 3, 0.0, now);
+            if *code == FailureCode::BrokerUnavailable {
+                assert_eq!(
+                    after,
+                    FailureOutcome::Retry { retry_count: 3, next_attempt_at: now + Duration::seconds(10) }
+                );
+            } else {
+                assert_eq!(after, FailureOutcome::DeadLetter { retry_count: 4 }, "{code}");
+            }
+        }
     }
 
     #[test]

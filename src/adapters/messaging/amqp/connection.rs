@@ -99,6 +99,8 @@ impl AmqpEndpoint {
 pub struct AmqpNodes {
     endpoints: Arc<[AmqpEndpoint]>,
     current: Arc<AtomicUsize>,
+    /// Whether the broker has stopped taking messages (see [`AmqpNodes::stalled`]).
+    stall: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl AmqpNodes {
@@ -108,7 +110,7 @@ impl AmqpNodes {
         if endpoints.is_empty() {
             return Err("no broker node given".into());
         }
-        Ok(AmqpNodes { endpoints: endpoints.into(), current: Arc::new(AtomicUsize::new(0)) })
+        Ok(AmqpNodes { endpoints: endpoints.into(), current: Arc::new(AtomicUsize::new(0)), stall: Arc::default() })
     }
 
     /// Parses each URL (`broker.urls`).
@@ -126,6 +128,33 @@ impl AmqpNodes {
 
     pub fn endpoints(&self) -> &[AmqpEndpoint] {
         &self.endpoints
+    }
+
+    /// The broker took no message of a whole publish within the confirm timeout, on a
+    /// connection it keeps open: it is blocking publishers (a memory or disk alarm:
+    /// RabbitMQ stops reading from publishing connections; amqprs does not announce the
+    /// `connection.blocked` capability, so the broker never says so itself). Every
+    /// connection of the process sees it, and readiness reports it, until a message is
+    /// confirmed again.
+    pub fn stalled(&self, reason: &str) {
+        let mut stall = self.stall.lock().unwrap_or_else(|e| e.into_inner());
+        if stall.is_none() {
+            tracing::warn!(%reason, "broker: no message confirmed within the timeout; publishers are blocked");
+        }
+        *stall = Some(reason.to_owned());
+    }
+
+    /// A message was confirmed: the broker takes messages again.
+    pub fn flowing(&self) {
+        let mut stall = self.stall.lock().unwrap_or_else(|e| e.into_inner());
+        if stall.take().is_some() {
+            tracing::info!("broker: messages are confirmed again; publishers are no longer blocked");
+        }
+    }
+
+    /// Why the broker is taking no messages, while it is not.
+    pub fn stall(&self) -> Option<String> {
+        self.stall.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The connection to `endpoint` was lost: the next connection starts at the node after
@@ -227,6 +256,17 @@ mod tests {
         assert!(!format!("{e:?}").contains('p') || !format!("{e:?}").contains(":p@"));
         assert!(AmqpEndpoint::parse("http://h").is_err());
         assert!(AmqpEndpoint::parse("amqp://h:notaport").is_err());
+    }
+
+    #[test]
+    fn a_stall_is_shared_by_every_clone_until_a_message_is_confirmed() {
+        let nodes = AmqpNodes::parse(["amqp://a:1/%2f"]).unwrap();
+        let relay = nodes.clone();
+        assert_eq!(nodes.stall(), None);
+        relay.stalled("no confirm");
+        assert_eq!(nodes.stall().as_deref(), Some("no confirm"));
+        nodes.flowing();
+        assert_eq!(relay.stall(), None);
     }
 
     #[test]

@@ -372,8 +372,31 @@ impl EventPublisher for AmqpEventPublisher {
         drop(guard);
         let unroutable_ok: Vec<bool> =
             batch.iter().map(|r| self.settings.unroutable_ok.contains(&r.event_type)).collect();
-        Box::pin(verdicts(waiting, unroutable_ok, deadline, link))
+        let nodes = self.nodes.clone();
+        Box::pin(async move {
+            let outcomes = verdicts(waiting, unroutable_ok, deadline, link).await;
+            stalled_or_flowing(outcomes, &nodes)
+        })
     }
+}
+
+/// What a publish's verdicts say of the broker: any message confirmed, it takes messages;
+/// none answered at all within the timeout on a connection that stayed open, it is
+/// blocking publishers (a resource alarm) — those messages failed with
+/// `BROKER_UNAVAILABLE`, which spends no retry (docs/spec.md §6, docs/operations.md), and
+/// the broker is marked stalled for readiness until a message is confirmed again.
+fn stalled_or_flowing(mut outcomes: Vec<PublishOutcome>, nodes: &AmqpNodes) -> Vec<PublishOutcome> {
+    let timed_out = |o: &PublishOutcome| matches!(o, PublishOutcome::Failed { code: FailureCode::ConfirmTimeout, .. });
+    if outcomes.iter().any(|o| matches!(o, PublishOutcome::Confirmed)) {
+        nodes.flowing();
+    } else if !outcomes.is_empty() && outcomes.iter().all(timed_out) {
+        let reason = "the broker confirmed no message within the timeout: it is blocking publishers (a memory or disk alarm?)";
+        nodes.stalled(reason);
+        for outcome in &mut outcomes {
+            *outcome = failed(FailureCode::BrokerUnavailable, reason);
+        }
+    }
+    outcomes
 }
 
 /// Waits, up to `deadline`, for the broker's verdict on each message sent. A confirm that
@@ -439,6 +462,10 @@ impl HealthProbe for AmqpEventPublisher {
     }
 
     async fn is_healthy(&self) -> bool {
-        self.ready().await.is_ok()
+        self.nodes.stall().is_none() && self.ready().await.is_ok()
+    }
+
+    fn detail(&self) -> Option<String> {
+        self.nodes.stall().map(|why| format!("BLOCKED: {why}"))
     }
 }
