@@ -24,7 +24,9 @@ use sea_orm::{ConnectionTrait, Statement};
 use crate::broker::queue_state;
 use crate::cli::{app, temp_dir};
 use crate::faults::{LogsOnFailure, seed_events};
-use crate::helpers::{Backend, Process, TEST_KEYS, TestApp, TestDb, outbox_in, outbox_unpublished};
+use crate::helpers::{
+    Backend, Process, TEST_KEYS, TestApp, TestDb, count_where, order_body, outbox_in, outbox_unpublished,
+};
 use crate::helpers::{service_missing, terminate, until_within};
 use crate::meeting::{Meeting, handled, registered};
 
@@ -79,6 +81,14 @@ impl Cluster {
         let out = run_script(&all);
         assert!(out.status.success(), "rabbitmq-cluster {all:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `rabbitmqctl ARGS` against node `i`.
+    pub(crate) fn ctl(&self, i: usize, args: &[&str]) -> String {
+        let i = i.to_string();
+        let mut all = vec!["ctl", i.as_str()];
+        all.extend(args);
+        self.run(&all)
     }
 
     /// SIGKILL of node `i`: lost, not stopped.
@@ -359,4 +369,84 @@ async fn a_consumer_whose_node_dies_turns_every_registration_into_one_order() {
         handled(&app, "participant-register").await
     );
     workers.shutdown(Duration::from_secs(5)).await;
+}
+
+/// docs/operations.md, "A broker that blocks publishers": under a memory alarm RabbitMQ stops
+/// reading from publishing connections and confirms nothing. The relay's events wait without
+/// spending a retry (max_retries 1: a counted timeout would dead-letter them on the second),
+/// readiness says the broker is BLOCKED, the metric counts it; once the alarm clears every
+/// event is published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_under_a_memory_alarm_spends_no_retry_and_readiness_says_blocked() {
+    let Some(cluster) = Cluster::start("alarm", 5730).await else { return };
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let (exchange, queue) = (format!("test.alarm.{id}"), format!("test.alarm.all.{id}"));
+    {
+        let setup = connect(cluster.endpoint(1), "test-setup").await.unwrap();
+        let channel = setup.open_channel(None).await.unwrap();
+        channel
+            .exchange_declare(ExchangeDeclareArguments::new(&exchange, "topic").durable(true).finish())
+            .await
+            .unwrap();
+        channel.queue_declare(QueueDeclareArguments::new(&queue).durable(true).finish()).await.unwrap();
+        channel.queue_bind(QueueBindArguments::new(&queue, &exchange, "#")).await.unwrap();
+        let _ = setup.close().await;
+    }
+    let env = [
+        ("APP__BROKER__URLS", cluster.urls.as_str()),
+        ("APP__BROKER__EXCHANGE", exchange.as_str()),
+        ("APP__BROKER__CONFIRM_TIMEOUT", "1s"),
+        ("APP__OUTBOX__MAX_RETRIES", "1"),
+        ("APP__OUTBOX__BACKOFF_BASE", "1s"),
+        ("APP__OUTBOX__RETRY_POLL_INTERVAL", "200ms"),
+        ("APP__OUTBOX__POLL_INTERVAL", "200ms"),
+    ];
+    let Some(app) = TestApp::spawn_with(Backend::Sqlite, &env).await else { return };
+    let workers = Workers::spawn(&app.services);
+    let ready = || async {
+        app.client.get(format!("{}/health/ready", app.base)).send().await.unwrap().text().await.unwrap()
+    };
+    cluster.ctl(1, &["set_vm_memory_high_watermark", "0.00001"]);
+    let alice = app.token("alice");
+    for _ in 0..5 {
+        let placed = app.place_order(&alice, &order_body(), None).await;
+        assert_eq!(
+            placed.status(),
+            reqwest::StatusCode::CREATED,
+            "serve takes orders while the broker is blocked"
+        );
+    }
+    until_within("readiness to say the broker is blocked", Duration::from_secs(30), || async {
+        ready().await.contains("BLOCKED")
+    })
+    .await;
+    // Several confirm timeouts' worth of a blocked broker: nothing spent, nothing dead.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let spent = count_where(&app.db, "outbox_events", "retry_count > 0").await;
+    assert_eq!(spent, 0, "a blocked broker spends no retry");
+    assert_eq!(outbox_in(&app.db, OutboxStatus::DeadLetter).await, 0);
+    let metrics = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains(r#"outbox_confirms_total{outcome="BROKER_UNAVAILABLE"}"#), "{metrics}");
+
+    cluster.ctl(1, &["set_vm_memory_high_watermark", "0.4"]);
+    until_within("every event published once the alarm clears", Duration::from_secs(60), || async {
+        outbox_unpublished(&app.db).await == 0
+    })
+    .await;
+    until_within("readiness to clear", Duration::from_secs(30), || async {
+        !ready().await.contains("BLOCKED")
+    })
+    .await;
+    assert_eq!(count_where(&app.db, "outbox_events", "retry_count > 0").await, 0);
+    let expected: HashSet<String> = crate::helpers::payloads(&app.db, "order.completed")
+        .await
+        .into_iter()
+        .chain(crate::helpers::payloads(&app.db, "payment.approved").await)
+        .map(|e| e["eventId"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(expected.len(), 10);
+    let received = drain(cluster.endpoint(1), &queue, &expected).await;
+    let distinct: HashSet<&String> = received.iter().collect();
+    assert_eq!(distinct.len(), 10, "every event reached the queue (duplicates of a blocked publish allowed)");
+    workers.shutdown(Duration::from_secs(10)).await;
 }

@@ -135,7 +135,13 @@ impl RetrySchedule {
     /// messages at all), is retried after `backoff_base` and never dead-letters: an outage
     /// or a resource alarm spends no retry budget. `jitter` in `[0, 1)` stretches the delay
     /// by up to 20 %.
-    pub fn after(&self, code: FailureCode, retry_count: i32, jitter: f64, now: DateTime<Utc>) -> FailureOutcome {
+    pub fn after(
+        &self,
+        code: FailureCode,
+        retry_count: i32,
+        jitter: f64,
+        now: DateTime<Utc>,
+    ) -> FailureOutcome {
         if code.spends_retry() {
             return self.after_failure(retry_count, jitter, now);
         }

@@ -110,7 +110,11 @@ impl AmqpNodes {
         if endpoints.is_empty() {
             return Err("no broker node given".into());
         }
-        Ok(AmqpNodes { endpoints: endpoints.into(), current: Arc::new(AtomicUsize::new(0)), stall: Arc::default() })
+        Ok(AmqpNodes {
+            endpoints: endpoints.into(),
+            current: Arc::new(AtomicUsize::new(0)),
+            stall: Arc::default(),
+        })
     }
 
     /// Parses each URL (`broker.urls`).

@@ -386,7 +386,8 @@ impl EventPublisher for AmqpEventPublisher {
 /// `BROKER_UNAVAILABLE`, which spends no retry (docs/spec.md §6, docs/operations.md), and
 /// the broker is marked stalled for readiness until a message is confirmed again.
 fn stalled_or_flowing(mut outcomes: Vec<PublishOutcome>, nodes: &AmqpNodes) -> Vec<PublishOutcome> {
-    let timed_out = |o: &PublishOutcome| matches!(o, PublishOutcome::Failed { code: FailureCode::ConfirmTimeout, .. });
+    let timed_out =
+        |o: &PublishOutcome| matches!(o, PublishOutcome::Failed { code: FailureCode::ConfirmTimeout, .. });
     if outcomes.iter().any(|o| matches!(o, PublishOutcome::Confirmed)) {
         nodes.flowing();
     } else if !outcomes.is_empty() && outcomes.iter().all(timed_out) {
