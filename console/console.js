@@ -104,6 +104,12 @@ function card(label, value, attention) {
   return el("div", { class: attention ? "card attention" : "card" }, label, el("strong", {}, String(value)));
 }
 
+// A list's length as a count: a list that came back full says so ("100+"), never a
+// silently capped number.
+function count(items, limit) {
+  return items.length >= limit ? `${limit}+` : String(items.length);
+}
+
 async function overview() {
   const [stats, unconfirmed, stalled, manual, failed, exhausted] = await Promise.all([
     api("GET", "/api/admin/outbox/stats"),
@@ -120,11 +126,11 @@ async function overview() {
       card("Oldest event waiting to be published", age(waiting), waiting > 300),
       card("Dead letters", dead, dead > 0),
       card("Aggregates blocked behind a dead letter", stats.blockedAggregates, stats.blockedAggregates > 0),
-      card("Notifications needing an operator", manual.items.length, manual.items.length > 0),
-      card("Notifications failed", failed.items.length, failed.items.length > 0),
-      card("Payments awaiting confirmation (past reconciliation)", unconfirmed.length, unconfirmed.length > 0),
-      card("Stalled sagas", stalled.length, stalled.length > 0),
-      card("Compensations exhausted", exhausted.length, exhausted.length > 0)),
+      card("Notifications needing an operator", count(manual.items, 100), manual.items.length > 0),
+      card("Notifications failed", count(failed.items, 100), failed.items.length > 0),
+      card("Payments awaiting confirmation (past reconciliation)", count(unconfirmed, 200), unconfirmed.length > 0),
+      card("Stalled sagas", count(stalled, 100), stalled.length > 0),
+      card("Compensations exhausted", count(exhausted, 1000), exhausted.length > 0)),
     el("h3", {}, "Outbox events by state"),
     table(["state", "events"], Object.entries(stats.byStatus)),
     el("h3", {}, "Dead letters by event type"),
