@@ -133,9 +133,19 @@ impl TestBroker {
     /// Waits until at least `n` messages arrived (or the deadline passes), returns them all.
     pub async fn wait_for(&self, n: usize, deadline: Duration) -> Vec<Received> {
         let until = tokio::time::Instant::now() + deadline;
-        while self.count() < n && tokio::time::Instant::now() < until {
+        while self.count() < n {
+            assert!(
+                tokio::time::Instant::now() < until,
+                "timed out after {deadline:?} waiting for {n} messages: {} arrived",
+                self.count()
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        self.received.lock().unwrap().clone()
+    }
+
+    /// What has arrived so far (after [`Self::barrier`]: everything the broker took).
+    pub fn received(&self) -> Vec<Received> {
         self.received.lock().unwrap().clone()
     }
 

@@ -16,7 +16,7 @@ use orchestrator::domain::ids::{EventId, OrderId};
 use orchestrator::domain::order::{NewOrder, NewOrderItem, Order, OrderSource};
 use orchestrator::domain::outbox::{FailureCode, FailureOutcome, OutboxStatus};
 
-use crate::helpers::{Backend, Process, TestDb, terminate};
+use crate::helpers::{Backend, Process, TestDb, terminate, until_some, until_within};
 
 /// `app` with a clean `APP_*` environment, run in `dir`.
 pub(crate) fn app(dir: &Path) -> Command {
@@ -60,20 +60,15 @@ pub(crate) mod tempdir {
 
 /// The port `app serve` bound (it was given port 0), read from its "serving HTTP" log line.
 pub(crate) async fn served_port(log: &Path) -> u16 {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    until_some("the service to start (its \"serving HTTP\" line)", Duration::from_secs(30), || async {
         let text = std::fs::read_to_string(log).unwrap_or_default();
-        let port = text
-            .lines()
+        text.lines()
             .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
             .find(|line| line["message"] == "serving HTTP")
-            .and_then(|line| line["port"].as_u64());
-        if let Some(port) = port {
-            return u16::try_from(port).expect("a port fits in u16");
-        }
-        assert!(Instant::now() < deadline, "the service did not start: {text}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+            .and_then(|line| line["port"].as_u64())
+            .and_then(|port| u16::try_from(port).ok())
+    })
+    .await
 }
 
 #[test]
@@ -213,19 +208,13 @@ async fn serve_and_worker_run_side_by_side_with_one_environment() {
     let mut cmd = app(&dir.0);
     env(&mut cmd);
     let _worker = Process::spawn(cmd.arg("worker").stdout(Stdio::null()).stderr(worker_log));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let health = loop {
+    let health = until_some("the worker to start (its health URL)", Duration::from_secs(30), || async {
         let text = std::fs::read_to_string(dir.0.join("worker.log")).unwrap_or_default();
-        let found = text
-            .lines()
+        text.lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .find_map(|l| l["health"].as_str().map(str::to_owned));
-        if let Some(url) = found {
-            break url;
-        }
-        assert!(Instant::now() < deadline, "the worker did not start: {text}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+            .find_map(|l| l["health"].as_str().map(str::to_owned))
+    })
+    .await;
     assert!(!health.contains(&format!(":{port}/")), "not on http.bind: {health}");
     let answer = reqwest::get(&health).await.unwrap();
     assert!(answer.status().is_success());
@@ -263,15 +252,11 @@ fn migrate_reports_and_applies_the_schema() {
 pub(crate) async fn wait_ready(port: u16) {
     orchestrator::startup::install_tls_provider();
     let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    until_within("the service to become ready", Duration::from_secs(30), || async {
         let response = client.get(format!("http://127.0.0.1:{port}/health/ready")).send().await;
-        if response.is_ok_and(|r| r.status().is_success()) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "the service did not become ready");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        response.is_ok_and(|r| r.status().is_success())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -298,16 +283,12 @@ async fn the_embedded_default_runs_the_whole_flow_with_no_configuration() {
     assert_eq!(detail["status"], "COMPLETED");
 
     // The embedded relay "publishes" both events as log lines within moments.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let text = std::fs::read_to_string(dir.0.join("serve.log")).unwrap();
-        if text.matches("event published").count() >= 2 {
-            assert!(text.contains("order.completed") && text.contains("payment.approved"));
-            break;
-        }
-        assert!(Instant::now() < deadline, "events were not published: {text}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until_within("both events published as log lines", Duration::from_secs(20), || async {
+        std::fs::read_to_string(dir.0.join("serve.log")).unwrap().matches("event published").count() >= 2
+    })
+    .await;
+    let text = std::fs::read_to_string(dir.0.join("serve.log")).unwrap();
+    assert!(text.contains("order.completed") && text.contains("payment.approved"));
     let status = terminate(&mut child);
     assert!(status.success(), "SIGTERM ends serve with exit 0, got {status}");
 }
@@ -391,15 +372,11 @@ async fn worker_drains_the_outbox_and_replay_repairs_a_dead_letter() {
             .stdout(Stdio::null())
             .stderr(Stdio::null()),
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    until_within("the worker to drain the outbox", Duration::from_secs(30), || async {
         let events = store.for_aggregate("order", &order.id.to_string()).await.unwrap();
-        if events.iter().all(|e| e.status == OutboxStatus::Published) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the worker did not drain the outbox");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        events.iter().all(|e| e.status == OutboxStatus::Published)
+    })
+    .await;
     assert!(terminate(&mut worker).success(), "SIGTERM ends the worker with exit 0");
 
     let stats = run(app(&dir.0).env("APP__DATABASE__URL", &db.url).args(["outbox", "stats"]));

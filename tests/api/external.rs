@@ -480,11 +480,10 @@ async fn the_embedded_worker_reconciles_unknown_outcomes(backend: Backend) {
     )
     .await;
     assert_eq!(order["status"], "PENDING_CONFIRMATION");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    while detail(&app, &order["id"]).await["status"] != "COMPLETED" {
-        assert!(tokio::time::Instant::now() < deadline, "not reconciled");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    crate::helpers::until_within("the order reconciled", Duration::from_secs(15), || async {
+        detail(&app, &order["id"]).await["status"] == "COMPLETED"
+    })
+    .await;
 }
 
 on_both_databases!(

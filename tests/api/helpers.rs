@@ -407,8 +407,25 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
+    until_some(what, limit, || {
+        let done = check();
+        async move { done.await.then_some(()) }
+    })
+    .await
+}
+
+/// Polls `check` until it yields a value (a port read from a log, a URL), failing the test
+/// after `limit` naming `what`.
+pub(crate) async fn until_some<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
     let deadline = tokio::time::Instant::now() + limit;
-    while !check().await {
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
         assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -171,7 +171,8 @@ async fn unroutable_events_retry_then_dead_letter_but_allow_listed_ones_publish(
     assert_eq!(dead.retry_count, 2);
     assert!(dead.dead_lettered_at.is_some());
     assert!(dead.failure_reason.unwrap().contains("NO_ROUTE"), "the broker's reason is kept");
-    let received = broker.wait_for(2, Duration::from_secs(1)).await;
+    broker.barrier().await;
+    let received = broker.received();
     assert_eq!(received.len(), 1, "only the routable one reached a queue");
     broker.cleanup().await;
 }
@@ -199,15 +200,12 @@ async fn a_connection_severed_mid_drain_loses_nothing(backend: Backend) {
     let task = tokio::spawn(async move { relay.run_until_stopped(token).await });
     broker.wait_for(300, Duration::from_secs(30)).await;
     proxy.sever();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-    while published(&app).await < events.len() as i64 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the relay did not recover: {} published",
-            published(&app).await
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    crate::helpers::until_within(
+        "the relay to recover and publish everything",
+        Duration::from_secs(90),
+        || async { published(&app).await >= events.len() as i64 },
+    )
+    .await;
     stop.cancel();
     task.await.unwrap();
     let received = broker.wait_for(events.len(), Duration::from_secs(10)).await;
@@ -546,8 +544,16 @@ async fn a_batch_is_read_by_its_ids_even_before_the_table_is_analyzed_on_postgre
         index_reads().await >= EVENTS as i64
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let reads = index_reads().await;
+    // Late reports would hide reads: wait until the counter holds still across a reporting
+    // interval (a backend reports at most once a second).
+    let last = std::cell::Cell::new(index_reads().await);
+    crate::helpers::until_within("the index counters to settle", Duration::from_secs(15), || async {
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let now = index_reads().await;
+        last.replace(now) == now
+    })
+    .await;
+    let reads = last.get();
     // The snapshot difference reads each event's entry once; a batch read through the index
     // would read all of them again for each of the ~24 batches.
     assert!(reads <= 2 * EVENTS as i64, "{reads} index entries read to publish {EVENTS} events");
