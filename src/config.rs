@@ -60,7 +60,15 @@ pub struct Settings {
     pub auth: AuthSettings,
     pub log: LogSettings,
     pub audit: AuditSettings,
+    pub idempotency: IdempotencySettings,
     pub telemetry: TelemetrySettings,
+}
+
+#[derive(Debug, Clone)]
+pub struct IdempotencySettings {
+    /// How long an `Idempotency-Key`'s answer is kept (`idempotency.retention`; docs/spec.md
+    /// §5: at least 24 h).
+    pub retention: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -137,6 +145,10 @@ pub struct OutboxSettings {
     pub retention_published: Duration,
     pub retention_dead_letter: Duration,
     pub publish_window: u32,
+    /// The relay's own database pool (`outbox.max_connections`), beside the service's.
+    pub max_connections: u32,
+    /// Rows deleted per statement by the daily clean-up (`outbox.cleanup_batch`).
+    pub cleanup_batch: u32,
     /// Lanes the outbox is split into (`outbox.lanes`); workers share them.
     pub lanes: u16,
 }
@@ -147,6 +159,10 @@ pub struct NotificationSettings {
     pub retry_interval: Duration,
     pub retry_backoff_base: Duration,
     pub retry_max_attempts: i32,
+    /// How long a retry round holds the notifications it claimed (`notification.retry.lease`).
+    pub retry_lease: Duration,
+    /// Notifications claimed per round (`notification.retry.batch`).
+    pub retry_batch: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -154,6 +170,10 @@ pub struct PaymentSettings {
     pub provider: ProviderKind,
     /// Whether `payment.provider` was set (docs/spec.md §2: required outside the embedded default).
     pub provider_explicit: bool,
+    /// A provider call that failed in a way its protocol calls temporary is made again this
+    /// many times, with the same key (`payment.retries`), `payment.retry_backoff` apart.
+    pub retries: u32,
+    pub retry_backoff: Duration,
     pub reconciliation_interval: Duration,
     pub reconciliation_max_attempts: i32,
     pub external_base_url: Option<String>,
@@ -177,6 +197,8 @@ pub struct TossConfig {
     pub timezone: String,
     /// When the worker reconciles the previous day's ledger (`HH:MM` in `timezone`).
     pub ledger_at: String,
+    /// `GET /v1/transactions`' own timeout: Toss says it may take up to 60 s.
+    pub ledger_timeout: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -218,7 +240,14 @@ struct Raw {
     #[serde(default)]
     log: RawLog,
     audit: RawAudit,
+    idempotency: RawIdempotency,
     telemetry: RawTelemetry,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawIdempotency {
+    retention: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -307,6 +336,8 @@ struct RawOutbox {
     retention_dead_letter: String,
     publish_window: u32,
     lanes: u16,
+    max_connections: u32,
+    cleanup_batch: u32,
 }
 
 #[derive(Debug, Deserialize)]
@@ -323,6 +354,8 @@ struct RawNotificationRetry {
     interval: String,
     backoff_base: String,
     max_attempts: i32,
+    lease: String,
+    batch: u32,
 }
 
 #[derive(Debug, Deserialize)]
@@ -330,6 +363,8 @@ struct RawNotificationRetry {
 struct RawPayment {
     /// Unset: `mock`, which production refuses unless chosen explicitly.
     provider: Option<String>,
+    retries: u32,
+    retry_backoff: String,
     reconciliation: RawReconciliation,
     external: RawExternal,
     toss: RawToss,
@@ -344,6 +379,7 @@ struct RawToss {
     confirm_window: String,
     timezone: String,
     ledger_at: String,
+    ledger_timeout: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -451,11 +487,19 @@ retention_published = "30d"
 retention_dead_letter = "90d"
 publish_window = 256
 lanes = 16
+max_connections = 4
+cleanup_batch = 1000
 
 [notification.retry]
 interval = "30s"
 backoff_base = "60s"
 max_attempts = 5
+lease = "5m"
+batch = 100
+
+[payment]
+retries = 2
+retry_backoff = "200ms"
 
 [payment.reconciliation]
 interval = "30s"
@@ -470,6 +514,7 @@ timeout = "5s"
 confirm_window = "10m"
 timezone = "Asia/Seoul"
 ledger_at = "04:00"
+ledger_timeout = "60s"
 
 [worker.http]
 bind = "127.0.0.1:8081"
@@ -484,6 +529,9 @@ jwks_refresh_interval = "1m"
 
 [audit]
 retention = "365d"
+
+[idempotency]
+retention = "24h"
 
 [telemetry]
 service_name = "orchestrator"
@@ -590,9 +638,18 @@ impl Settings {
             auth: resolve_auth(raw.auth, sqlite)?,
             log: resolve_log(raw.log)?,
             audit: AuditSettings { retention: duration("audit.retention", &raw.audit.retention)? },
+            idempotency: resolve_idempotency(raw.idempotency)?,
             telemetry: resolve_telemetry(raw.telemetry)?,
         })
     }
+}
+
+fn resolve_idempotency(raw: RawIdempotency) -> Result<IdempotencySettings, ConfigError> {
+    let retention = duration("idempotency.retention", &raw.retention)?;
+    if retention < Duration::from_secs(24 * 3600) {
+        return Err(invalid("idempotency.retention", "must be at least 24h (docs/spec.md §5)"));
+    }
+    Ok(IdempotencySettings { retention })
 }
 
 fn duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
@@ -709,6 +766,12 @@ fn resolve_outbox(o: RawOutbox) -> Result<OutboxSettings, ConfigError> {
     if o.max_retries < 0 {
         return Err(invalid("outbox.max_retries", "must not be negative"));
     }
+    if o.max_connections == 0 || o.max_connections > 1000 {
+        return Err(invalid("outbox.max_connections", "must be between 1 and 1000"));
+    }
+    if o.cleanup_batch == 0 || o.cleanup_batch > 100_000 {
+        return Err(invalid("outbox.cleanup_batch", "must be between 1 and 100000"));
+    }
     let max_lanes = crate::domain::outbox::lanes::MAX_LANES;
     if o.lanes == 0 || o.lanes > max_lanes {
         return Err(invalid("outbox.lanes", format!("must be between 1 and {max_lanes}")));
@@ -729,6 +792,8 @@ fn resolve_outbox(o: RawOutbox) -> Result<OutboxSettings, ConfigError> {
         retention_dead_letter: duration("outbox.retention_dead_letter", &o.retention_dead_letter)?,
         publish_window: o.publish_window,
         lanes: o.lanes,
+        max_connections: o.max_connections,
+        cleanup_batch: o.cleanup_batch,
     })
 }
 
@@ -737,11 +802,16 @@ fn resolve_notification(raw: RawNotification, sqlite: bool) -> Result<Notificati
     if r.max_attempts < 1 {
         return Err(invalid("notification.retry.max_attempts", "must be at least 1"));
     }
+    if r.batch == 0 || r.batch > 10_000 {
+        return Err(invalid("notification.retry.batch", "must be between 1 and 10000"));
+    }
     Ok(NotificationSettings {
         retry_enabled: r.enabled.unwrap_or(sqlite),
         retry_interval: duration("notification.retry.interval", &r.interval)?,
         retry_backoff_base: duration("notification.retry.backoff_base", &r.backoff_base)?,
         retry_max_attempts: r.max_attempts,
+        retry_lease: positive("notification.retry.lease", &r.lease)?,
+        retry_batch: r.batch,
     })
 }
 
@@ -789,6 +859,9 @@ fn resolve_payment(p: RawPayment) -> Result<PaymentSettings, ConfigError> {
             }
         }
     }
+    if p.retries > 10 {
+        return Err(invalid("payment.retries", "must be at most 10"));
+    }
     if p.reconciliation.max_attempts < 1 {
         return Err(invalid("payment.reconciliation.max_attempts", "must be at least 1"));
     }
@@ -799,6 +872,8 @@ fn resolve_payment(p: RawPayment) -> Result<PaymentSettings, ConfigError> {
     Ok(PaymentSettings {
         provider,
         provider_explicit: p.provider.is_some(),
+        retries: p.retries,
+        retry_backoff: duration("payment.retry_backoff", &p.retry_backoff)?,
         reconciliation_interval: duration("payment.reconciliation.interval", &p.reconciliation.interval)?,
         reconciliation_max_attempts: p.reconciliation.max_attempts,
         external_base_url: p.external.base_url,
@@ -812,6 +887,7 @@ fn resolve_payment(p: RawPayment) -> Result<PaymentSettings, ConfigError> {
             confirm_window: positive("payment.toss.confirm_window", &p.toss.confirm_window)?,
             timezone: p.toss.timezone,
             ledger_at: p.toss.ledger_at,
+            ledger_timeout: positive("payment.toss.ledger_timeout", &p.toss.ledger_timeout)?,
         },
     })
 }

@@ -114,6 +114,9 @@ pub struct Services {
     pub settings: Settings,
     /// This app's metrics registry: what its services record and `/metrics` renders.
     pub metrics: crate::telemetry::Registry,
+    /// Stops the services' own background tasks (the metrics upkeep) and, as the parent of
+    /// their tokens, the worker loops.
+    pub shutdown: CancellationToken,
 }
 
 impl Services {
@@ -212,6 +215,117 @@ pub fn install_tls_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
+/// The service's database: reachable within `database.connect_timeout`, bounded sessions,
+/// migrated (SQLite) or checked to be (PostgreSQL).
+async fn database(settings: &Settings) -> Result<DatabaseConnection, StartupError> {
+    persistence::probe(settings.database.url.expose(), settings.database.connect_timeout)
+        .await
+        .map_err(StartupError::Runtime)?;
+    let db = persistence::connect_limited(
+        settings.database.url.expose(),
+        settings.database.max_connections,
+        session_limits(settings),
+    )
+    .await
+    .map_err(|e| StartupError::Runtime(format!("cannot open the database: {}", persistence::describe(&e))))?;
+    if settings.database.is_sqlite() {
+        persistence::migrate(&db)
+            .await
+            .map_err(|e| StartupError::Runtime(format!("migration failed: {e}")))?;
+    } else {
+        let pending = migrations::Migrator::get_pending_migrations(&db)
+            .await
+            .map_err(|e| StartupError::Runtime(format!("cannot read the schema version: {e}")))?;
+        if !pending.is_empty() {
+            return Err(StartupError::Runtime(format!(
+                "the database has {} pending migration(s); run `app migrate` first",
+                pending.len()
+            )));
+        }
+    }
+    Ok(db)
+}
+
+/// Every session's `lock_timeout` and `statement_timeout` (docs/configuration.md).
+fn session_limits(settings: &Settings) -> persistence::SessionLimits {
+    persistence::SessionLimits {
+        lock_timeout: settings.database.lock_timeout,
+        statement_timeout: settings.database.statement_timeout,
+    }
+}
+
+/// The relay's database: a pool of its own on PostgreSQL (custom plans for its reads; see
+/// `persistence::connect_outbox`); SQLite has one writer and shares the one pool.
+async fn outbox_database(
+    settings: &Settings,
+    db: &DatabaseConnection,
+) -> Result<DatabaseConnection, StartupError> {
+    if settings.database.is_sqlite() {
+        return Ok(db.clone());
+    }
+    persistence::connect_outbox(
+        settings.database.url.expose(),
+        settings.outbox.max_connections,
+        session_limits(settings),
+    )
+    .await
+    .map_err(|e| StartupError::Runtime(format!("cannot open the database: {e}")))
+}
+
+/// The payment, settlement and notification providers `payment.provider` names.
+fn providers(settings: &Settings) -> Result<Providers, StartupError> {
+    Ok(match settings.payment.provider {
+        ProviderKind::Mock => {
+            let calls = Arc::new(ProviderCalls::default());
+            (
+                Arc::new(SimulatedPaymentGateway::new(calls.clone())),
+                Arc::new(SimulatedSettlementGateway::new(calls.clone())),
+                Arc::new(SimulatedNotifier::new(calls.clone())),
+                Some(calls),
+            )
+        }
+        ProviderKind::External => {
+            let p = &settings.payment;
+            let gateway = ExternalPaymentGateway::new(ExternalProviderSettings {
+                base_url: p.external_base_url.clone().unwrap_or_default(),
+                secret_key: p.external_secret_key.clone().unwrap_or_default(),
+                timeout: p.external_timeout,
+                retries: p.retries,
+                retry_backoff: p.retry_backoff,
+            })
+            .map_err(StartupError::Config)?;
+            // Settlement and notification have no external protocol yet: simulated.
+            let calls = Arc::new(ProviderCalls::default());
+            (
+                Arc::new(gateway),
+                Arc::new(SimulatedSettlementGateway::new(calls.clone())),
+                Arc::new(SimulatedNotifier::new(calls.clone())),
+                Some(calls),
+            )
+        }
+        ProviderKind::Toss => {
+            let t = &settings.payment.toss;
+            let client = TossClient::new(TossSettings {
+                base_url: t.base_url.clone(),
+                secret_key: t.secret_key.clone().unwrap_or_default(),
+                timeout: t.timeout,
+                ledger_timeout: t.ledger_timeout,
+                retries: settings.payment.retries,
+                retry_backoff: settings.payment.retry_backoff,
+            })
+            .map_err(StartupError::Config)?;
+            // Settlement and notification have no provider protocol yet: simulated.
+            let calls = Arc::new(ProviderCalls::default());
+            (
+                Arc::new(TossPaymentGateway::new(client)),
+                Arc::new(SimulatedSettlementGateway::new(calls.clone())),
+                Arc::new(SimulatedNotifier::new(calls.clone())),
+                Some(calls),
+            )
+        }
+    })
+}
+
 /// Connects, migrates (SQLite) or checks the schema (PostgreSQL), and wires the services.
 ///
 /// # Errors
@@ -234,101 +348,15 @@ pub async fn build_services_with_clock(
         JwtKeys::from_settings_with_clock(&settings.auth, clock.clone())
             .map_err(|e| StartupError::Config(e.to_string()))?,
     );
-    persistence::probe(settings.database.url.expose(), settings.database.connect_timeout)
-        .await
-        .map_err(StartupError::Runtime)?;
-    let limits = persistence::SessionLimits {
-        lock_timeout: settings.database.lock_timeout,
-        statement_timeout: settings.database.statement_timeout,
-    };
-    let db = persistence::connect_limited(
-        settings.database.url.expose(),
-        settings.database.max_connections,
-        limits,
-    )
-    .await
-    .map_err(|e| StartupError::Runtime(format!("cannot open the database: {}", persistence::describe(&e))))?;
-    if settings.database.is_sqlite() {
-        persistence::migrate(&db)
-            .await
-            .map_err(|e| StartupError::Runtime(format!("migration failed: {e}")))?;
-    } else {
-        let pending = migrations::Migrator::get_pending_migrations(&db)
-            .await
-            .map_err(|e| StartupError::Runtime(format!("cannot read the schema version: {e}")))?;
-        if !pending.is_empty() {
-            return Err(StartupError::Runtime(format!(
-                "the database has {} pending migration(s); run `app migrate` first",
-                pending.len()
-            )));
-        }
-    }
+    let db = database(settings).await?;
 
     let relay_wake = Arc::new(Notify::new());
     let orders = Arc::new(SeaOrmStore::new(db.clone(), relay_wake.clone()).with_lanes(settings.outbox.lanes));
-    // The outbox has a pool of its own on PostgreSQL (custom plans for the claim; see
-    // `persistence::connect_outbox`); SQLite has one writer and shares the one pool.
-    let outbox_db = if settings.database.is_sqlite() {
-        db.clone()
-    } else {
-        let size = (settings.database.max_connections / 4).clamp(2, 8);
-        persistence::connect_outbox(settings.database.url.expose(), size, limits)
-            .await
-            .map_err(|e| StartupError::Runtime(format!("cannot open the database: {e}")))?
-    };
+    let outbox_db = outbox_database(settings, &db).await?;
     let outbox_store: Arc<dyn OutboxStore> = Arc::new(SeaOrmOutboxStore::new(outbox_db, relay_wake.clone()));
     let idempotency_store: Arc<dyn IdempotencyStore> = Arc::new(SeaOrmIdempotencyStore::new(db.clone()));
 
-    let (payments, settlements, notifier, provider_calls): Providers = match settings.payment.provider {
-        ProviderKind::Mock => {
-            let calls = Arc::new(ProviderCalls::default());
-            (
-                Arc::new(SimulatedPaymentGateway::new(calls.clone())),
-                Arc::new(SimulatedSettlementGateway::new(calls.clone())),
-                Arc::new(SimulatedNotifier::new(calls.clone())),
-                Some(calls),
-            )
-        }
-        ProviderKind::External => {
-            let p = &settings.payment;
-            let gateway = ExternalPaymentGateway::new(ExternalProviderSettings {
-                base_url: p.external_base_url.clone().unwrap_or_default(),
-                secret_key: p.external_secret_key.clone().unwrap_or_default(),
-                timeout: p.external_timeout,
-                retries: 2,
-                retry_backoff: StdDuration::from_millis(200),
-            })
-            .map_err(StartupError::Config)?;
-            // Settlement and notification have no external protocol yet: simulated.
-            let calls = Arc::new(ProviderCalls::default());
-            (
-                Arc::new(gateway),
-                Arc::new(SimulatedSettlementGateway::new(calls.clone())),
-                Arc::new(SimulatedNotifier::new(calls.clone())),
-                Some(calls),
-            )
-        }
-        ProviderKind::Toss => {
-            let t = &settings.payment.toss;
-            let client = TossClient::new(TossSettings {
-                base_url: t.base_url.clone(),
-                secret_key: t.secret_key.clone().unwrap_or_default(),
-                timeout: t.timeout,
-                ledger_timeout: StdDuration::from_secs(60),
-                retries: 2,
-                retry_backoff: StdDuration::from_millis(200),
-            })
-            .map_err(StartupError::Config)?;
-            // Settlement and notification have no provider protocol yet: simulated.
-            let calls = Arc::new(ProviderCalls::default());
-            (
-                Arc::new(TossPaymentGateway::new(client)),
-                Arc::new(SimulatedSettlementGateway::new(calls.clone())),
-                Arc::new(SimulatedNotifier::new(calls.clone())),
-                Some(calls),
-            )
-        }
-    };
+    let (payments, settlements, notifier, provider_calls) = providers(settings)?;
 
     let (publishers, broker_probe) = publishers(settings)?;
 
@@ -349,13 +377,17 @@ pub async fn build_services_with_clock(
     let settlements: Arc<dyn SettlementGateway> =
         Arc::new(Measured::new(settlements, "simulated", meter.clone()));
     let notifier: Arc<dyn Notifier> = Arc::new(Measured::new(notifier, "simulated", meter.clone()));
+    let shutdown = CancellationToken::new();
     {
-        // Histograms are drained at each scrape; with no scraper, now and then.
-        let handle = metrics.handle.clone();
+        // Histograms are drained at each scrape; with no scraper, now and then, until the
+        // services are shut down.
+        let (handle, stop) = (metrics.handle.clone(), shutdown.clone());
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(std::time::Duration::from_secs(5)).await;
-                handle.run_upkeep();
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => handle.run_upkeep(),
+                }
             }
         });
     }
@@ -368,8 +400,8 @@ pub async fn build_services_with_clock(
             clock.clone(),
             NotificationRetrySettings {
                 policy: retry_policy,
-                lease: Duration::minutes(5),
-                batch: 100,
+                lease: chrono(settings.notification.retry_lease),
+                batch: settings.notification.retry_batch,
                 interval: settings.notification.retry_interval,
             },
         )
@@ -476,9 +508,9 @@ pub async fn build_services_with_clock(
             cleanup_at: settings.outbox.cleanup_at,
             retention_published: chrono(settings.outbox.retention_published),
             retention_dead_letter: chrono(settings.outbox.retention_dead_letter),
-            retention_idempotency: Duration::hours(24),
+            retention_idempotency: chrono(settings.idempotency.retention),
             retention_audit: chrono(settings.audit.retention),
-            cleanup_batch: 1000,
+            cleanup_batch: settings.outbox.cleanup_batch,
         },
     ));
     Ok(Services {
@@ -505,6 +537,7 @@ pub async fn build_services_with_clock(
         relay_wake,
         settings: settings.clone(),
         metrics,
+        shutdown,
     })
 }
 
@@ -517,7 +550,7 @@ pub struct Workers {
 
 impl Workers {
     pub fn spawn(services: &Services) -> Workers {
-        let stop = CancellationToken::new();
+        let stop = services.shutdown.child_token();
         let mut handles = Vec::new();
         let mut loops = vec!["outbox relay", "outbox lease recovery and clean-up"];
         let relay = services.relay();
@@ -735,6 +768,7 @@ impl Application {
         if let Some(workers) = workers {
             workers.shutdown(StdDuration::from_secs(30)).await;
         }
+        self.services.shutdown.cancel();
         result
     }
 }

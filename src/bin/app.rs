@@ -201,6 +201,10 @@ async fn health(settings: &Settings, worker: bool) -> Result<(), Failure> {
 }
 
 async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
+    // Logs and traces, once, for the verbs that log: `token` and `health` print their answer
+    // alone on stdout.
+    let _telemetry = (!matches!(command, Command::Token { .. } | Command::Health { .. }))
+        .then(|| orchestrator::telemetry::init(settings.log.format, &settings.telemetry));
     match command {
         Command::Health { worker } => health(&settings, worker).await,
         Command::Token { sub, role, ttl } => {
@@ -214,7 +218,6 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
             Ok(())
         }
         Command::Serve => {
-            let _telemetry = orchestrator::telemetry::init(settings.log.format, &settings.telemetry);
             let host = settings.http.bind.ip();
             let settings_tokens_from_provider = settings.auth.keys.is_empty();
             let app = Application::build(settings).await?;
@@ -232,7 +235,6 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
                 .map_err(|e| Failure::Runtime(e.to_string()))
         }
         Command::Worker => {
-            let _telemetry = orchestrator::telemetry::init(settings.log.format, &settings.telemetry);
             settings.require_explicit_production().map_err(|e| Failure::Usage(e.to_string()))?;
             let services = startup::build_services(&settings).await?;
             // Health and metrics of the worker itself, on `worker.http.bind`.
@@ -253,7 +255,6 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
             Ok(())
         }
         Command::Migrate { action } => {
-            let _telemetry = orchestrator::telemetry::init(settings.log.format, &settings.telemetry);
             if matches!(action, MigrateAction::Status) {
                 require_existing_database(&settings)?;
             }
@@ -292,7 +293,6 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
             result.map_err(|e| Failure::Runtime(format!("migration failed: {}", persistence::describe(&e))))
         }
         Command::Outbox { command } => {
-            let _telemetry = orchestrator::telemetry::init(settings.log.format, &settings.telemetry);
             // Read-only (stats) or a repair of rows that must exist: never a new database.
             require_existing_database(&settings)?;
             let services = startup::build_services(&settings).await?;
@@ -327,7 +327,6 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
             }
         }
         Command::Reconcile { command: ReconcileCommand::Ledger { date } } => {
-            let _telemetry = orchestrator::telemetry::init(settings.log.format, &settings.telemetry);
             require_existing_database(&settings)?;
             let services = startup::build_services(&settings).await?;
             let operator = std::env::var("USER").unwrap_or_else(|_| "cli".into());
