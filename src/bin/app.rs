@@ -318,7 +318,7 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
                     let actor = Actor::admin(format!("cli:{operator}"));
                     services
                         .outbox_admin
-                        .settle(&actor, id, false, reason)
+                        .resolve_dead_letter(&actor, id, false, reason)
                         .await
                         .map_err(|e| Failure::Runtime(Chain(&e).to_string()))?;
                     println!("outbox event {id}: DEAD_LETTER -> READY");

@@ -599,7 +599,7 @@ async fn an_event_behind_a_failed_one_of_its_aggregate_waits_for_it(backend: Bac
         detail: None,
         created_at: Utc::now(),
     };
-    store.settle_dead_letters(&[g[0].id], true, Utc::now(), audit).await.unwrap();
+    store.resolve_dead_letters(&[g[0].id], true, Utc::now(), audit).await.unwrap();
     let report = relay.drain(&CancellationToken::new()).await.unwrap();
     assert_eq!(report.published, 2);
     let received = broker.wait_for(3, Duration::from_secs(10)).await;

@@ -298,7 +298,7 @@ async fn claims_take_only_the_head_of_each_aggregate(backend: Backend) {
     };
     let ids = [due[0].id, first[0].id];
     assert_eq!(
-        s.outbox.settle_dead_letters(&ids, true, later, audit).await.unwrap(),
+        s.outbox.resolve_dead_letters(&ids, true, later, audit).await.unwrap(),
         vec![due[0].id],
         "only dead letters move"
     );
@@ -333,14 +333,14 @@ async fn republished_dead_letters_start_afresh(backend: Backend) {
         created_at: t,
     };
     assert_eq!(
-        s.outbox.settle_dead_letters(&[claimed[0].id], false, t, audit.clone()).await.unwrap(),
+        s.outbox.resolve_dead_letters(&[claimed[0].id], false, t, audit.clone()).await.unwrap(),
         vec![claimed[0].id]
     );
     let again = s.outbox.claim("w", &LaneFilter::Any, 10, t, t).await.unwrap();
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].retry_count, 0, "the retry budget is reset");
     // Not a dead letter any more: a second republish moves nothing.
-    assert!(s.outbox.settle_dead_letters(&[claimed[0].id], false, t, audit).await.unwrap().is_empty());
+    assert!(s.outbox.resolve_dead_letters(&[claimed[0].id], false, t, audit).await.unwrap().is_empty());
 }
 
 /// Issue 11 item 6: a republished dead letter wakes the relay (no waiting for the idle
@@ -387,7 +387,7 @@ async fn repairs_wake_the_relay_and_publishing_clears_the_failure(backend: Backe
         detail: None,
         created_at: t,
     };
-    s.outbox.settle_dead_letters(&[claimed[0].id], false, t, audit).await.unwrap();
+    s.outbox.resolve_dead_letters(&[claimed[0].id], false, t, audit).await.unwrap();
     assert!(woken().await, "a republish wakes the relay");
     let again = s.outbox.claim("w", &LaneFilter::Any, 1, t, t + Duration::minutes(5)).await.unwrap();
     assert_eq!(again[0].failure_code, Some(FailureCode::Nacked), "still shown while unpublished");
@@ -670,7 +670,7 @@ async fn hot_statements_never_run_on_a_generic_plan_on_postgres() {
                 c.clone_without_pending()
             })
             .collect();
-        let settlement = orchestrator::application::ports::FastSettlement { progress, ..Default::default() };
+        let settlement = orchestrator::application::ports::FastProgress { progress, ..Default::default() };
         assert!(!outbox.record_fast("w", &settlement, t).await.unwrap().is_empty());
     }
     let rows = conn
@@ -727,7 +727,7 @@ async fn a_difference_bigger_than_a_slice_is_read_whole_on_postgres() {
             c.done = c.current.take();
             c.upto_id = 0;
         }
-        let settlement = orchestrator::application::ports::FastSettlement {
+        let settlement = orchestrator::application::ports::FastProgress {
             progress: vec![c.clone_without_pending()],
             ..Default::default()
         };

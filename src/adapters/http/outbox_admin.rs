@@ -186,7 +186,7 @@ fn outbox_id(text: &str) -> Result<i64, ApiError> {
 }
 
 /// A dead letter republished or (`discard`) discarded, answered with the row after.
-async fn settle(
+async fn resolve(
     state: &HttpState,
     admin: &Admin,
     path: &str,
@@ -194,7 +194,7 @@ async fn settle(
     discard: bool,
 ) -> Result<HttpResponse, ApiError> {
     let id = outbox_id(path)?;
-    let row = state.outbox_admin.settle(&admin.0, id, discard, ReasonRequest::of(body)?).await?;
+    let row = state.outbox_admin.resolve_dead_letter(&admin.0, id, discard, ReasonRequest::of(body)?).await?;
     Ok(HttpResponse::Ok().json(OutboxEventResponse::from(&row)))
 }
 
@@ -219,7 +219,7 @@ pub async fn republish(
     path: web::Path<String>,
     body: MaybeJson<ReasonRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    settle(&state, &admin, &path, body, false).await
+    resolve(&state, &admin, &path, body, false).await
 }
 
 /// A dead letter to `DISCARDED`: never published, the aggregate unblocked.
@@ -243,7 +243,7 @@ pub async fn discard(
     path: web::Path<String>,
     body: MaybeJson<ReasonRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    settle(&state, &admin, &path, body, true).await
+    resolve(&state, &admin, &path, body, true).await
 }
 
 /// Bulk republish of dead letters matching a filter; `dryRun` only reports.

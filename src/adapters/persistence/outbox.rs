@@ -24,7 +24,7 @@ use super::listener::OUTBOX_CHANNEL;
 use super::mapping::{outbox_from_row, status_strings};
 use super::repo_err;
 use crate::application::ports::{
-    AuditRecord, DeliveryFailure, FastBatch, FastSettlement, HeldLane, LaneCursor, LaneFilter, OutboxFilter,
+    AuditRecord, DeliveryFailure, FastBatch, FastProgress, HeldLane, LaneCursor, LaneFilter, OutboxFilter,
     OutboxRecord, OutboxStats, OutboxStore, RepoError,
 };
 use crate::domain::outbox::lanes as lane_rules;
@@ -583,10 +583,10 @@ impl OutboxStore for SeaOrmOutboxStore {
     async fn record_fast(
         &self,
         worker: &str,
-        settlement: &FastSettlement,
+        batch: &FastProgress,
         now: DateTime<Utc>,
     ) -> Result<Vec<i16>, RepoError> {
-        if settlement.progress.is_empty() {
+        if batch.progress.is_empty() {
             return Ok(Vec::new());
         }
         let txn = self.db.begin().await.map_err(repo_err)?;
@@ -594,7 +594,7 @@ impl OutboxStore for SeaOrmOutboxStore {
         // epoch it read it with (the lane row held against a take-over until commit on
         // PostgreSQL). Writing first also takes SQLite's write lock before anything is read,
         // so a concurrent writer makes this wait, not fail.
-        let progress = &settlement.progress;
+        let progress = &batch.progress;
         let (sql, values) = if self.is_postgres() {
             let values: Vec<Value> = vec![
                 joined(progress.iter().map(|c| Some(c.lane.to_string()))).into(),
@@ -655,7 +655,7 @@ impl OutboxStore for SeaOrmOutboxStore {
             return Ok(fenced);
         }
         let in_lanes = fenced.iter().map(i16::to_string).collect::<Vec<_>>().join(", ");
-        for f in &settlement.failures {
+        for f in &batch.failures {
             let (status, retry_count, next_attempt_at, dead_lettered_at) = match f.outcome {
                 FailureOutcome::Retry { retry_count, next_attempt_at } => {
                     (OutboxStatus::RetryWait, retry_count, Some(next_attempt_at), None)
@@ -677,13 +677,13 @@ impl OutboxStore for SeaOrmOutboxStore {
                 dead_lettered_at.into(),
                 f.code.as_str().into(),
                 truncate(&f.reason).into(),
-                settlement.attempted_at.into(),
+                batch.attempted_at.into(),
                 f.id.into(),
             ];
             txn.execute_raw(self.statement(&sql, values)).await.map_err(repo_err)?;
         }
-        if !settlement.held_back.is_empty() {
-            let ids = settlement.held_back.iter().map(i64::to_string).collect::<Vec<_>>().join(", ");
+        if !batch.held_back.is_empty() {
+            let ids = batch.held_back.iter().map(i64::to_string).collect::<Vec<_>>().join(", ");
             txn.execute_raw(self.statement(
                 &format!(
                     "UPDATE outbox_events SET slow = TRUE, version = version + 1 \
@@ -1049,7 +1049,7 @@ impl OutboxStore for SeaOrmOutboxStore {
         self.rows(&sql, vec![aggregate_type.into(), aggregate_id.into()]).await
     }
 
-    async fn settle_dead_letters(
+    async fn resolve_dead_letters(
         &self,
         ids: &[i64],
         discard: bool,

@@ -3,6 +3,7 @@
 //! `APPROVED`; the worker retries it with the same key (`cancel-{paymentRequestId}`) and,
 //! when attempts run out, leaves it to an operator.
 
+use super::service::broken_invariant;
 use chrono::{DateTime, Utc};
 
 use super::outcome::{Progress, StepOutcome};
@@ -13,10 +14,6 @@ use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::order::{SagaStep, StepStatus};
 use crate::domain::payment::Payment;
-
-fn broken_invariant(err: impl std::fmt::Display) -> AppError {
-    AppError::internal(format!("saga invariant broken: {err}"))
-}
 
 /// What the cancel's `answer` means for `payment` (`APPROVED`) and the order.
 ///

@@ -1,6 +1,7 @@
 //! What a notification send's result does to the order, shared by the saga's first send
 //! and by every later attempt (retry processor, operator reprocess).
 
+use super::service::broken_invariant;
 use chrono::{DateTime, Utc};
 
 use crate::application::audit::{self, entity};
@@ -10,10 +11,6 @@ use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::notification::{FailurePolicy, Notification, RetryPolicy};
 use crate::domain::order::{FailureReason, FailureStage, Order, OrderStatus, SagaStep, StepStatus};
-
-fn broken_invariant(err: impl std::fmt::Display) -> AppError {
-    AppError::internal(format!("notification invariant broken: {err}"))
-}
 
 /// The writes of one send's outcome, and the aggregates as they will be once committed.
 pub struct SendOutcome {

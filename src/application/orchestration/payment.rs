@@ -2,6 +2,7 @@
 //! function of the answer — the saga's first approval and reconciliation's approve-again
 //! read an answer the same way.
 
+use super::service::broken_invariant;
 use chrono::{DateTime, Utc};
 
 use super::outcome::{Progress, StepOutcome};
@@ -12,10 +13,6 @@ use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::order::{FailureReason, FailureStage, SagaStep, StepStatus};
 use crate::domain::payment::{Payment, PaymentStatus};
-
-fn broken_invariant(err: impl std::fmt::Display) -> AppError {
-    AppError::internal(format!("saga invariant broken: {err}"))
-}
 
 /// What an approval answer means for the saga.
 #[derive(Debug, Clone, PartialEq, Eq)]

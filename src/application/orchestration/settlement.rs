@@ -2,6 +2,7 @@
 //! answer, now). A settlement service that cannot be reached is a failed settlement: the
 //! payment is compensated rather than left approved with no settlement in sight.
 
+use super::service::broken_invariant;
 use chrono::{DateTime, Utc};
 
 use super::outcome::{Progress, StepOutcome};
@@ -12,10 +13,6 @@ use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::order::{FailureReason, FailureStage, SagaStep, StepStatus};
 use crate::domain::settlement::Settlement;
-
-fn broken_invariant(err: impl std::fmt::Display) -> AppError {
-    AppError::internal(format!("saga invariant broken: {err}"))
-}
 
 /// What `answer` means for `settlement` (new, `REQUESTED`) and the order.
 ///

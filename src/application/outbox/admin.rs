@@ -97,7 +97,7 @@ impl OutboxAdmin {
     /// # Errors
     /// `Forbidden` for a non-admin; `NotFound`; `Conflict` (`OUTBOX_NOT_DEAD_LETTER`) when
     /// the row is not a dead letter.
-    pub async fn settle(
+    pub async fn resolve_dead_letter(
         &self,
         actor: &Actor,
         id: i64,
@@ -115,7 +115,7 @@ impl OutboxAdmin {
         let name = if discard { AuditAction::OutboxDiscard } else { AuditAction::OutboxRepublish };
         let now = self.clock.now();
         let record = audit::record(name, entity::OUTBOX_EVENT, id, actor, reason, now);
-        let moved = self.store.settle_dead_letters(&[id], discard, now, record).await?;
+        let moved = self.store.resolve_dead_letters(&[id], discard, now, record).await?;
         if moved.is_empty() {
             return Err(not_dead());
         }
@@ -151,7 +151,7 @@ impl OutboxAdmin {
         let now = self.clock.now();
         let detail = request.reason.clone().or_else(|| Some("bulk redrive".into()));
         let record = audit::record(AuditAction::OutboxRedrive, entity::OUTBOX_EVENT, "", actor, detail, now);
-        let moved = self.store.settle_dead_letters(&ids, false, now, record).await?;
+        let moved = self.store.resolve_dead_letters(&ids, false, now, record).await?;
         Ok(RedriveReport { matched, redriven: moved.len(), ids: moved })
     }
 }

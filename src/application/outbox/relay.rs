@@ -26,8 +26,8 @@ use tracing::Instrument;
 use crate::application::error::Chain;
 use crate::application::meter::Meter;
 use crate::application::ports::{
-    BrokerUnavailable, Clock, Confirmation, DeliveryFailure, EventPublisher, FastBatch, FastSettlement,
-    HeldLane, LaneCursor, LaneFilter, OutboxRecord, OutboxStore, PublishOutcome, RepoError,
+    BrokerUnavailable, Clock, DeliveryFailure, EventPublisher, FastBatch, FastProgress, HeldLane, LaneCursor,
+    LaneFilter, OutboxRecord, OutboxStore, PendingVerdicts, PublishOutcome, RepoError,
 };
 use crate::domain::outbox::{FailureCode, FailureOutcome, RetrySchedule};
 
@@ -390,7 +390,7 @@ impl OutboxRelay {
     }
 
     /// Records the broker's verdict on every row of a published batch.
-    async fn settle(
+    async fn record_slow(
         &self,
         batch: &[OutboxRecord],
         outcomes: Vec<PublishOutcome>,
@@ -523,7 +523,7 @@ impl OutboxRelay {
         let mut failed: HashSet<(String, String)> = HashSet::new();
         let (mut wave, mut later) = next_wave(&round.rows, remaining, &failed, &mut sent.held_back);
         // Every event held back: nothing to send (and no connection to open for it).
-        let mut confirmation: Confirmation = if wave.is_empty() {
+        let mut confirmation: PendingVerdicts = if wave.is_empty() {
             Box::pin(std::future::ready(Vec::new()))
         } else if !self.wave_may_go().await {
             sent.lapsed = true;
@@ -595,7 +595,7 @@ impl OutboxRelay {
             );
             return Ok(report);
         }
-        let settlement = FastSettlement {
+        let progress = FastProgress {
             progress: round.pages.values().map(|(_, next)| next.clone()).collect(),
             failures: sent.failures,
             held_back: sent.held_back,
@@ -603,8 +603,7 @@ impl OutboxRelay {
         };
         // Dated by the broker's confirm, not by this write: `publishedAt` says when the
         // broker took the batch (commit -> confirm is what operators and the bench read).
-        let recorded =
-            self.store.record_fast(&self.settings.worker_id, &settlement, sent.confirmed_at).await?;
+        let recorded = self.store.record_fast(&self.settings.worker_id, &progress, sent.confirmed_at).await?;
         let mut cursors = self.cursors.lock().await;
         for (lane, (page, next)) in &round.pages {
             if recorded.contains(lane) {
@@ -635,7 +634,7 @@ impl OutboxRelay {
             return Ok(RelayReport::default());
         }
         let outcomes = self.publisher.publish(&batch).await;
-        Ok(self.settle(&batch, outcomes).await?)
+        Ok(self.record_slow(&batch, outcomes).await?)
     }
 
     /// One round: a fast-path batch, then due slow-path rows.
@@ -691,17 +690,17 @@ impl OutboxRelay {
                 // the database more statements per event (`bench latency` at 1 000
                 // commits/s: the producers' own commits fell to 544–793/s, against 901–954/s
                 // with this rule; docs/benchmarks.md).
-                let mut settled = None;
+                let mut confirmed = None;
                 if round.rows.len() * 2 < self.settings.batch_size as usize
                     && let Some((r, confirming)) = previous.take()
                 {
-                    settled = Some((r, confirming.await));
+                    confirmed = Some((r, confirming.await));
                 }
                 let (in_flight, next) = tokio::join!(self.transmit(round.clone()), async {
                     if let Some((r, confirming)) = previous.take() {
-                        settled = Some((r, confirming.await));
+                        confirmed = Some((r, confirming.await));
                     }
-                    if let Some((r, sent)) = settled.take() {
+                    if let Some((r, sent)) = confirmed.take() {
                         total.add(self.record(&r, sent).await?);
                     }
                     if more { self.prepare(&held, Some(&round)).await } else { Ok(None) }

@@ -26,7 +26,7 @@ pub enum PublishOutcome {
 
 /// A batch handed to the broker whose verdicts are still to come: resolves to one outcome
 /// per message, as [`EventPublisher::publish`] returns them.
-pub type Confirmation = Pin<Box<dyn Future<Output = Vec<PublishOutcome>> + Send>>;
+pub type PendingVerdicts = Pin<Box<dyn Future<Output = Vec<PublishOutcome>> + Send>>;
 
 /// The broker side of the outbox.
 #[cfg_attr(test, mockall::automock)]
@@ -56,11 +56,11 @@ pub trait EventPublisher: Send + Sync {
     /// are outstanding, so the broker is never left idle waiting for a batch's last
     /// confirm (a sliding window across batches, as a bare confirming publisher keeps).
     ///
-    /// The [`Confirmation`] MUST resolve as [`Self::publish`] would return, bounded by the
+    /// The [`PendingVerdicts`] MUST resolve as [`Self::publish`] would return, bounded by the
     /// same confirm timeout, whether or not further batches are sent meanwhile. Messages
     /// sent by a later call MUST reach the broker after this call's. The default sends and
     /// waits for the verdicts before it returns (no overlap).
-    async fn send(&self, batch: &[OutboxRecord]) -> Confirmation {
+    async fn send(&self, batch: &[OutboxRecord]) -> PendingVerdicts {
         let outcomes = self.publish(batch).await;
         Box::pin(std::future::ready(outcomes))
     }

@@ -43,7 +43,7 @@ mod unit_of_work;
 pub use audit_log::{AuditLog, AuditRecord};
 pub use clock::Clock;
 pub use error::{Cause, RepoError};
-pub use event_publisher::{BrokerUnavailable, Confirmation, EventPublisher, PublishOutcome};
+pub use event_publisher::{BrokerUnavailable, EventPublisher, PendingVerdicts, PublishOutcome};
 pub use gateway_error::GatewayError;
 pub use idempotency::{IdempotencyBegin, IdempotencyStore, StoredResponse};
 pub use ledger_store::{LedgerRun, LedgerStore};
@@ -53,8 +53,8 @@ pub use order_repository::{
     InboxEntry, OrderContext, OrderFilter, OrderRecord, OrderRepository, SagaLease, StepRecord,
 };
 pub use outbox_store::{
-    DeliveryFailure, FastBatch, FastSettlement, HeldLane, LaneCursor, LaneFilter, NewOutboxEvent,
-    OutboxFilter, OutboxRecord, OutboxStats, OutboxStore,
+    DeliveryFailure, FastBatch, FastProgress, HeldLane, LaneCursor, LaneFilter, NewOutboxEvent, OutboxFilter,
+    OutboxRecord, OutboxStats, OutboxStore,
 };
 pub use payment_gateway::{
     ApprovalOutcome, ApprovePayment, BillingKey, CancelPayment, CancelReceipt, IssuedCard, LookupOutcome,

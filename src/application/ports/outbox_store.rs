@@ -149,7 +149,7 @@ pub struct FastBatch {
 
 /// What one fast-path batch came to, recorded in one transaction.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct FastSettlement {
+pub struct FastProgress {
     /// Each lane's cursor after the batch (its `pending` is not stored).
     pub progress: Vec<LaneCursor>,
     /// Events the broker did not take: to the slow path, `RETRY_WAIT` or `DEAD_LETTER`.
@@ -238,7 +238,7 @@ pub trait OutboxStore: Send + Sync {
     async fn record_fast(
         &self,
         worker: &str,
-        settlement: &FastSettlement,
+        settlement: &FastProgress,
         now: DateTime<Utc>,
     ) -> Result<Vec<i16>, RepoError>;
 
@@ -330,7 +330,7 @@ pub trait OutboxStore: Send + Sync {
     ///
     /// # Errors
     /// MUST return `Unavailable` when the database fails.
-    async fn settle_dead_letters(
+    async fn resolve_dead_letters(
         &self,
         ids: &[i64],
         discard: bool,

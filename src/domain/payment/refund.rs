@@ -61,7 +61,7 @@ impl Refund {
         transaction_key: Option<String>,
         now: DateTime<Utc>,
     ) -> Result<(), PaymentError> {
-        self.settle(RefundStatus::Succeeded, now)?;
+        self.conclude(RefundStatus::Succeeded, now)?;
         if transaction_key.is_some() {
             self.provider_transaction_key = transaction_key;
         }
@@ -69,12 +69,12 @@ impl Refund {
     }
 
     pub(super) fn fail(&mut self, reason: String, now: DateTime<Utc>) -> Result<(), PaymentError> {
-        self.settle(RefundStatus::Failed, now)?;
+        self.conclude(RefundStatus::Failed, now)?;
         self.failure_reason = Some(reason);
         Ok(())
     }
 
-    fn settle(&mut self, to: RefundStatus, now: DateTime<Utc>) -> Result<(), PaymentError> {
+    fn conclude(&mut self, to: RefundStatus, now: DateTime<Utc>) -> Result<(), PaymentError> {
         if self.status != RefundStatus::Pending {
             return Err(PaymentError::RefundSettled { refund: self.id, status: self.status });
         }

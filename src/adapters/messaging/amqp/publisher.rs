@@ -25,7 +25,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use super::connection::AmqpNodes;
 use crate::application::health::HealthProbe;
 use crate::application::ports::{
-    BrokerUnavailable, Confirmation, EventPublisher, OutboxRecord, PublishOutcome,
+    BrokerUnavailable, EventPublisher, OutboxRecord, PendingVerdicts, PublishOutcome,
 };
 use crate::domain::outbox::FailureCode;
 
@@ -290,7 +290,7 @@ impl EventPublisher for AmqpEventPublisher {
         self.send(batch).await.await
     }
 
-    async fn send(&self, batch: &[OutboxRecord]) -> Confirmation {
+    async fn send(&self, batch: &[OutboxRecord]) -> PendingVerdicts {
         let mut guard = self.link.lock().await;
         let link = match self.ensure(&mut guard).await {
             Ok(link) => link,
