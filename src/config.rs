@@ -204,6 +204,9 @@ pub struct TossConfig {
 #[derive(Debug, Clone)]
 pub struct WorkerSettings {
     pub embedded: bool,
+    /// A worker loop whose rounds have all failed for this long makes the worker unready
+    /// (`worker.stuck_after`).
+    pub stuck_after: Duration,
     /// Where `app worker` serves `/health/*` and `/metrics` (`worker.http.bind`), never
     /// `http.bind`, so `serve` and workers run side by side with one environment.
     pub http_bind: SocketAddr,
@@ -403,6 +406,7 @@ struct RawExternal {
 struct RawWorker {
     /// Unset: on for the embedded SQLite default, off elsewhere.
     embedded: Option<bool>,
+    stuck_after: String,
     http: RawWorkerHttp,
 }
 
@@ -515,6 +519,9 @@ confirm_window = "10m"
 timezone = "Asia/Seoul"
 ledger_at = "04:00"
 ledger_timeout = "60s"
+
+[worker]
+stuck_after = "60s"
 
 [worker.http]
 bind = "127.0.0.1:8081"
@@ -903,6 +910,7 @@ fn resolve_worker(raw: RawWorker, saga: RawSaga, sqlite: bool) -> Result<WorkerS
     Ok(WorkerSettings {
         http_bind: address("worker.http.bind", &raw.http.bind)?,
         embedded: raw.embedded.unwrap_or(sqlite),
+        stuck_after: positive("worker.stuck_after", &raw.stuck_after)?,
         saga_lease,
         saga_recovery_max_attempts: saga.recovery_max_attempts,
     })

@@ -32,7 +32,7 @@ use crate::adapters::providers::{
     ExternalPaymentGateway, ExternalProviderSettings, Measured, ProviderCalls, SimulatedNotifier,
     SimulatedPaymentGateway, SimulatedSettlementGateway, TossClient, TossPaymentGateway, TossSettings,
 };
-use crate::application::health::{HealthProbe, Readiness, Role};
+use crate::application::health::{HealthProbe, LoopProgress, Readiness, Role};
 use crate::application::idempotency::IdempotencyService;
 use crate::application::inbound::MeetingEvents;
 use crate::application::ledger::{Ledger, LedgerSettings};
@@ -117,6 +117,8 @@ pub struct Services {
     /// Stops the services' own background tasks (the metrics upkeep) and, as the parent of
     /// their tokens, the worker loops.
     pub shutdown: CancellationToken,
+    /// Whether the worker loops make progress (the worker's readiness).
+    pub loops: Arc<LoopProgress>,
 }
 
 impl Services {
@@ -175,6 +177,7 @@ impl Services {
             self.relay_wake.clone(),
         )
         .with_meter(self.metrics.meter.clone())
+        .with_progress(self.loops.clone())
     }
 }
 
@@ -378,6 +381,7 @@ pub async fn build_services_with_clock(
         Arc::new(Measured::new(settlements, "simulated", meter.clone()));
     let notifier: Arc<dyn Notifier> = Arc::new(Measured::new(notifier, "simulated", meter.clone()));
     let shutdown = CancellationToken::new();
+    let loops = Arc::new(LoopProgress::new(settings.worker.stuck_after));
     {
         // Histograms are drained at each scrape; with no scraper, now and then, until the
         // services are shut down.
@@ -481,7 +485,8 @@ pub async fn build_services_with_clock(
                 stall_max_resumes: settings.worker.saga_recovery_max_attempts,
             },
         )
-        .with_meter(meter),
+        .with_meter(meter)
+        .with_progress(loops.clone()),
     );
     let queries = Arc::new(OrderQueries::new(orders.clone(), outbox_store.clone()));
     let outbox_admin = Arc::new(OutboxAdmin::new(outbox_store.clone(), clock.clone()));
@@ -496,7 +501,8 @@ pub async fn build_services_with_clock(
         tracing::warn!("{warning}");
     }
     let readiness = Arc::new(
-        Readiness::new(vec![Arc::new(DatabaseProbe(db.clone())), broker_probe]).with_warnings(simulated),
+        Readiness::new(vec![Arc::new(DatabaseProbe(db.clone())), broker_probe, loops.clone()])
+            .with_warnings(simulated),
     );
     let housekeeping = Arc::new(Housekeeping::new(
         outbox_store.clone(),
@@ -538,6 +544,7 @@ pub async fn build_services_with_clock(
         settings: settings.clone(),
         metrics,
         shutdown,
+        loops,
     })
 }
 

@@ -54,8 +54,8 @@ impl Readiness {
             if !healthy && needed {
                 ready = false;
             } else if !healthy {
-                warnings
-                    .push(format!("{}: DOWN; not needed to serve (events wait in the outbox)", probe.name()));
+                let why = if probe.name() == "broker" { " (events wait in the outbox)" } else { "" };
+                warnings.push(format!("{}: DOWN; not needed to serve{why}", probe.name()));
             }
             if let Some(detail) = probe.detail() {
                 warnings.push(format!("{}: {detail}", probe.name()));
@@ -78,9 +78,78 @@ pub enum Role {
 impl Role {
     fn needs(self, dependency: &str) -> bool {
         match self {
+            // The worker loops a `serve` may embed are reported, never a reason to stop serving.
             Role::Serve => dependency == "database",
             Role::Worker => true,
         }
+    }
+}
+
+/// Whether the worker's loops make progress (docs/spec.md §5: readiness is what the process
+/// needs to do its job): each loop reports every round; one whose rounds have all failed for
+/// longer than `stuck_after` (a table locked by another session, a broker that takes
+/// nothing) makes a worker unready, named with its last error, until a round succeeds.
+pub struct LoopProgress {
+    stuck_after: std::time::Duration,
+    loops: std::sync::Mutex<std::collections::BTreeMap<&'static str, Failing>>,
+}
+
+/// A loop failing since `since`, with its last error.
+struct Failing {
+    since: std::time::Instant,
+    why: String,
+}
+
+impl LoopProgress {
+    pub fn new(stuck_after: std::time::Duration) -> Self {
+        LoopProgress { stuck_after, loops: Default::default() }
+    }
+
+    fn loops(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<&'static str, Failing>> {
+        // A poisoned lock holds a plain map: keep using it.
+        self.loops.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A round of `name` did its work.
+    pub fn ok(&self, name: &'static str) {
+        self.loops().remove(name);
+    }
+
+    /// A round of `name` failed with `why` (the first failure after a success starts the
+    /// clock).
+    pub fn failed(&self, name: &'static str, why: impl std::fmt::Display) {
+        let why: String = why.to_string().chars().take(300).collect();
+        self.loops()
+            .entry(name)
+            .and_modify(|f| f.why = why.clone())
+            .or_insert(Failing { since: std::time::Instant::now(), why });
+    }
+
+    /// The loops failing for longer than `stuck_after`: `"name: failing for 12s: why"`.
+    pub fn stuck(&self) -> Vec<String> {
+        self.loops()
+            .iter()
+            .filter(|(_, f)| f.since.elapsed() >= self.stuck_after)
+            .map(|(name, f)| {
+                format!("{name}: no round has succeeded for {}s: {}", f.since.elapsed().as_secs(), f.why)
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl HealthProbe for LoopProgress {
+    fn name(&self) -> &'static str {
+        "loops"
+    }
+
+    async fn is_healthy(&self) -> bool {
+        self.stuck().is_empty()
+    }
+
+    fn detail(&self) -> Option<String> {
+        let stuck = self.stuck();
+        (!stuck.is_empty()).then(|| stuck.join("; "))
     }
 }
 
@@ -92,4 +161,28 @@ pub struct Checked {
     pub checks: Vec<(&'static str, bool)>,
     /// The set-up's warnings and the dependencies down that this role does not need.
     pub warnings: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_loop_is_stuck_once_its_rounds_have_failed_for_long_enough_and_free_at_its_next_success() {
+        let progress = LoopProgress::new(std::time::Duration::ZERO);
+        assert!(progress.stuck().is_empty());
+        progress.failed("outbox relay", "lock timeout");
+        progress.failed("outbox relay", "lock timeout again");
+        let stuck = progress.stuck();
+        assert_eq!(stuck.len(), 1);
+        assert!(
+            stuck[0].starts_with("outbox relay: ") && stuck[0].ends_with("lock timeout again"),
+            "{stuck:?}"
+        );
+        progress.ok("outbox relay");
+        assert!(progress.stuck().is_empty());
+        let patient = LoopProgress::new(std::time::Duration::from_secs(3600));
+        patient.failed("payment recovery", "down");
+        assert!(patient.stuck().is_empty(), "not for long enough yet");
+    }
 }

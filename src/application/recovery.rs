@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::application::audit::{self, entity};
 use crate::application::error::Chain;
+use crate::application::health::LoopProgress;
 use crate::application::meter::Meter;
 use crate::application::orchestration::{Confirmation, Orchestrator, Reconciled};
 use crate::application::ports::{
@@ -113,7 +114,12 @@ pub struct Recovery {
     clock: Arc<dyn Clock>,
     settings: ReconciliationSettings,
     meter: Meter,
+    /// Where each round's success or failure is reported (the worker's readiness).
+    progress: Option<Arc<LoopProgress>>,
 }
+
+/// The recovery loop's name in the worker's readiness.
+const RECOVERY_LOOP: &str = "payment recovery";
 
 impl Recovery {
     pub fn new(
@@ -136,12 +142,19 @@ impl Recovery {
             clock,
             settings,
             meter: Meter::default(),
+            progress: None,
         }
     }
 
     /// Records this service's metrics into `meter` (the app's registry).
     pub fn with_meter(mut self, meter: Meter) -> Self {
         self.meter = meter;
+        self
+    }
+
+    /// Reports each round to `progress`: a round any of whose parts failed is a failure.
+    pub fn with_progress(mut self, progress: Arc<LoopProgress>) -> Self {
+        self.progress = Some(progress);
         self
     }
 
@@ -524,28 +537,40 @@ impl Recovery {
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = tick.tick() => {
+                    // The first failure of the round, for readiness.
+                    let mut failed: Option<String> = None;
+                    let mut note = |what: &str, err: &AppError| {
+                        tracing::error!(error = %Chain(err), "{what} failed");
+                        failed.get_or_insert_with(|| format!("{what}: {}", Chain(err)));
+                    };
                     match self.reconcile_due().await {
                         Ok(r) if r != ReconcileReport::default() => tracing::info!(?r, "payment reconciliation"),
                         Ok(_) => {}
-                        Err(err) => tracing::error!(error = %Chain(&err), "payment reconciliation failed"),
+                        Err(err) => note("payment reconciliation", &err),
                     }
                     if let Err(err) = self.resume_stalled().await {
-                        tracing::error!(error = %Chain(&err), "saga recovery failed");
+                        note("saga recovery", &err);
                     }
                     match self.orchestrator.expire_unpaid().await {
                         Ok(0) => {}
                         Ok(expired) => tracing::info!(expired, "orders unpaid past the payment window failed"),
-                        Err(err) => tracing::error!(error = %Chain(&err), "expiring unpaid orders failed"),
+                        Err(err) => note("expiring unpaid orders", &err),
                     }
                     match self.refunds.resolve_pending().await {
                         Ok(r) if r != PendingRefundReport::default() => tracing::info!(?r, "pending refunds"),
                         Ok(_) => {}
-                        Err(err) => tracing::error!(error = %Chain(&err), "pending refunds failed"),
+                        Err(err) => note("pending refunds", &err),
                     }
                     match self.retry_compensations().await {
                         Ok(r) if r != CompensationReport::default() => tracing::info!(?r, "compensation retries"),
                         Ok(_) => {}
-                        Err(err) => tracing::error!(error = %Chain(&err), "compensation retries failed"),
+                        Err(err) => note("compensation retries", &err),
+                    }
+                    if let Some(progress) = &self.progress {
+                        match failed {
+                            None => progress.ok(RECOVERY_LOOP),
+                            Some(why) => progress.failed(RECOVERY_LOOP, why),
+                        }
                     }
                 }
             }

@@ -215,3 +215,39 @@ async fn a_locked_table_answers_503_in_seconds_with_no_step_half_applied() {
     }
     assert_eq!(app.place_order(&alice, &order_body(), None).await.status(), StatusCode::CREATED);
 }
+
+/// Issue 27 item 7: a worker whose loops cannot make progress (the outbox locked by another
+/// session, every round refused by the lock timeout) answers 503 naming the loop and its
+/// error once its rounds have failed for `worker.stuck_after`; ready again after a round
+/// succeeds. `serve` stays ready (it does not need the loops).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_relay_cannot_make_progress_is_not_ready() {
+    use sea_orm::{ConnectionTrait, TransactionTrait};
+    let env = [
+        ("APP__DATABASE__LOCK_TIMEOUT", "300ms"),
+        ("APP__WORKER__STUCK_AFTER", "2s"),
+        ("APP__OUTBOX__POLL_INTERVAL", "200ms"),
+    ];
+    let Some(app) = TestApp::spawn_with(Backend::Postgres, &env).await else { return };
+    let (server, addr) = orchestrator::startup::ops_server(&app.services).unwrap();
+    tokio::spawn(server);
+    let workers = orchestrator::startup::Workers::spawn(&app.services);
+    let worker_ready = || async {
+        let answer = app.client.get(format!("http://{addr}/health/ready")).send().await.unwrap();
+        (answer.status(), answer.text().await.unwrap())
+    };
+    crate::helpers::until("the worker ready", || async { worker_ready().await.0 == StatusCode::OK }).await;
+    let lock = app.db.begin().await.unwrap();
+    lock.execute_unprepared("LOCK TABLE outbox_events IN ACCESS EXCLUSIVE MODE").await.unwrap();
+    crate::helpers::until("the worker unready, naming its relay", || async {
+        let (status, body) = worker_ready().await;
+        status == StatusCode::SERVICE_UNAVAILABLE && body.contains("outbox relay: no round has succeeded")
+    })
+    .await;
+    let serve = app.client.get(format!("{}/health/ready", app.base)).send().await.unwrap();
+    assert_eq!(serve.status(), StatusCode::OK, "serve does not need the loops");
+    lock.rollback().await.unwrap();
+    crate::helpers::until("the worker ready again", || async { worker_ready().await.0 == StatusCode::OK })
+        .await;
+    workers.shutdown(Duration::from_secs(10)).await;
+}

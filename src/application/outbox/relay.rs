@@ -24,6 +24,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::application::error::Chain;
+use crate::application::health::LoopProgress;
+
+/// The relay's name in the worker's readiness.
+const RELAY_LOOP: &str = "outbox relay";
 use crate::application::meter::Meter;
 use crate::application::ports::{
     BrokerUnavailable, Clock, DeliveryFailure, EventPublisher, FastBatch, FastProgress, HeldLane, LaneCursor,
@@ -189,6 +193,8 @@ pub struct OutboxRelay {
     held: Mutex<HeldLanes>,
     /// Each held lane's fast-path position.
     cursors: Mutex<HashMap<i16, LaneCursor>>,
+    /// Where each round's success or failure is reported (the worker's readiness).
+    progress: Option<Arc<LoopProgress>>,
 }
 
 /// The lanes this relay leases, as of its last renewal.
@@ -241,7 +247,15 @@ impl OutboxRelay {
             meter: Meter::default(),
             held: Mutex::default(),
             cursors: Mutex::default(),
+            progress: None,
         }
+    }
+
+    /// Reports each round to `progress` (a worker whose relay cannot make progress is not
+    /// ready).
+    pub fn with_progress(mut self, progress: Arc<LoopProgress>) -> Self {
+        self.progress = Some(progress);
+        self
     }
 
     /// Records this relay's metrics into `meter` (the app's registry).
@@ -738,6 +752,9 @@ impl OutboxRelay {
             let idle = match self.drain(&stop).instrument(round).await {
                 Ok(report) => {
                     failures = 0;
+                    if let Some(p) = &self.progress {
+                        p.ok(RELAY_LOOP);
+                    }
                     if let Some(at) = report.next_retry_at {
                         next_retry = Some(next_retry.map_or(at, |t| t.min(at)));
                     }
@@ -745,6 +762,9 @@ impl OutboxRelay {
                 }
                 Err(err) => {
                     failures = failures.saturating_add(1);
+                    if let Some(p) = &self.progress {
+                        p.failed(RELAY_LOOP, Chain(&err));
+                    }
                     if failures == 1 || failures.is_power_of_two() {
                         tracing::error!(error = %Chain(&err), failures, "outbox relay round failed");
                     }
