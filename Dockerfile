@@ -7,12 +7,13 @@ WORKDIR /src
 # project's crates. Stub sources with the real manifests build every dependency once.
 COPY Cargo.toml Cargo.lock ./
 COPY migrations/Cargo.toml ./migrations/Cargo.toml
-# The fake Toss API is a workspace member (tests and local runs only): its manifest and
-# sources come along so that the workspace resolves; it is not built into the image.
+# The fake Toss API and the bench harness are workspace members (tests and local runs only):
+# their manifests and sources come along so that the workspace resolves; neither is built
+# into the image.
 COPY fake-toss ./fake-toss
-RUN mkdir -p src/bin/bench migrations/src \
+COPY bench ./bench
+RUN mkdir -p src/bin migrations/src \
  && echo 'fn main() {}' > src/bin/app.rs \
- && echo 'fn main() {}' > src/bin/bench/main.rs \
  && touch src/lib.rs migrations/src/lib.rs \
  && cargo build --release --locked --bin app \
  && rm -rf src migrations/src

@@ -38,7 +38,7 @@
 //! - [`telemetry`] — logging and the metrics registry.
 //!
 //! Binaries: `src/bin/app.rs` (the `app` CLI: `serve`, `worker`, operator commands) and
-//! `src/bin/bench` (the benchmark harness, one module per scenario).
+//! `bench/` (the benchmark harness, a workspace member of its own, one module per scenario).
 
 pub mod adapters;
 pub mod application;

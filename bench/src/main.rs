@@ -1,4 +1,4 @@
-//! The bench harness: `cargo run --release --bin bench -- <scenario>`.
+//! The bench harness: `cargo run --release -p bench -- <scenario>` (docs/benchmarks.md).
 //!
 //! Runs against the machine's PostgreSQL (`BENCH_DATABASE_URL`, default
 //! `postgres://postgres@127.0.0.1:5432/postgres`; a `bench_<uuid>` database is created and
