@@ -154,6 +154,142 @@ pub(crate) fn new_event(aggregate: &str) -> NewOutboxEvent {
     }
 }
 
+/// The traffic a scenario seeds: the saga's own events (the default), or one synthetic
+/// ~560 B event per aggregate (how the relay was first measured; kept to compare).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Shape {
+    /// Envelopes made by the service's event writer, in the saga's commit order: per order
+    /// `payment.approved` then `order.completed`, and for one order in five a partial
+    /// refund after it (`payment.refunded`): 2.2 events per aggregate on average.
+    Saga,
+    /// One event per aggregate.
+    Synthetic,
+}
+
+/// One order's events as its saga commits them, one list per commit, oldest first.
+pub(crate) fn saga_commits(i: usize) -> Vec<Vec<NewOutboxEvent>> {
+    use orchestrator::application::envelopes::EventWriter;
+    use orchestrator::domain::ids::OrderId;
+    use orchestrator::domain::order::{NewOrder, NewOrderItem, Order, OrderSource};
+    use orchestrator::domain::payment::Payment;
+    let now = Utc::now();
+    let new = NewOrder {
+        customer_id: format!("customer-{:04}", i % 10_000),
+        source: OrderSource::Api,
+        meeting_id: None,
+        currency: "KRW".into(),
+        items: vec![NewOrderItem { sku: "TICKET-STD".into(), quantity: 2, unit_price: 15_000 }],
+    };
+    // The domain's own transitions make the events; nothing here can be refused (a fixed,
+    // valid order): a failure would be a bug in the harness, reported as an empty saga.
+    let run = || -> Option<Vec<Vec<NewOutboxEvent>>> {
+        let mut order = Order::place(OrderId::new(), new, now).ok()?;
+        let correlation = uuid::Uuid::new_v4().to_string();
+        let mut payment = Payment::request(order.id, 1, order.total, now);
+        let approved = payment.approve(format!("sim-{}", uuid::Uuid::now_v7().simple()), now).ok()?;
+        let order_approved = order.approve_payment(now).ok()?;
+        let mut first = EventWriter::new(&order, Some(&correlation), now);
+        first.payment(&payment, &approved).order(&order_approved);
+        let first = first.finish();
+        order.request_settlement(now).ok()?;
+        let completed = order.complete(now).ok()?;
+        let mut second = EventWriter::new(&order, Some(&correlation), now);
+        second.order(&completed);
+        let mut commits = vec![first, second.finish()];
+        if i.is_multiple_of(5) {
+            let mut refund = payment.begin_refund(Some(15_000), "one ticket", "bench", None, now).ok()?;
+            let refunded = payment.refund(&mut refund, Some("tk".into()), now).ok()?;
+            let mut third = EventWriter::new(&order, Some(&correlation), now);
+            third.payment(&payment, &refunded);
+            commits.push(third.finish());
+        }
+        Some(commits)
+    };
+    run().unwrap_or_default()
+}
+
+/// `n` events of `shape`, each list one commit, in an order that keeps every aggregate's
+/// commits in its saga's order.
+pub(crate) fn traffic(shape: Shape, n: usize) -> Vec<Vec<NewOutboxEvent>> {
+    match shape {
+        Shape::Synthetic => (0..n).map(|_| vec![new_event(&uuid::Uuid::now_v7().to_string())]).collect(),
+        Shape::Saga => {
+            let mut commits = Vec::new();
+            let mut count = 0;
+            let mut i = 0;
+            while count < n {
+                for commit in saga_commits(i) {
+                    if count >= n {
+                        break;
+                    }
+                    let commit: Vec<NewOutboxEvent> = commit.into_iter().take(n - count).collect();
+                    count += commit.len();
+                    commits.push(commit);
+                }
+                i += 1;
+            }
+            commits
+        }
+    }
+}
+
+/// Seeds `n` events of `shape` from `producers` concurrent producers, each committing its
+/// orders' saga steps one commit each, in step order (step 1 of 100 orders, then their step
+/// 2, ...: distinct commits per aggregate, as the saga makes them, at a seeding rate that
+/// keeps a million events within minutes).
+pub(crate) async fn seed_shaped(
+    db: &DatabaseConnection,
+    shape: Shape,
+    n: usize,
+    producers: usize,
+) -> Result<(), BoxError> {
+    if shape == Shape::Synthetic {
+        return seed(db, n).await;
+    }
+    let orders: Vec<Vec<Vec<NewOutboxEvent>>> = {
+        let mut all = Vec::new();
+        let mut count = 0;
+        let mut i = 0;
+        while count < n {
+            let mut saga = saga_commits(i);
+            let mut kept = Vec::new();
+            for commit in saga.drain(..) {
+                if count >= n {
+                    break;
+                }
+                let commit: Vec<NewOutboxEvent> = commit.into_iter().take(n - count).collect();
+                count += commit.len();
+                kept.push(commit);
+            }
+            all.push(kept);
+            i += 1;
+        }
+        all
+    };
+    let per = orders.len().div_ceil(producers.max(1));
+    let mut tasks = Vec::new();
+    let mut rest = orders;
+    while !rest.is_empty() {
+        let mine: Vec<Vec<Vec<NewOutboxEvent>>> = rest.drain(..per.min(rest.len())).collect();
+        let uow = SeaOrmStore::new(db.clone(), Arc::new(Notify::new()));
+        tasks.push(tokio::spawn(async move {
+            for group in mine.chunks(100) {
+                let steps = group.iter().map(Vec::len).max().unwrap_or(0);
+                for step in 0..steps {
+                    let outbox: Vec<NewOutboxEvent> =
+                        group.iter().filter_map(|saga| saga.get(step)).flatten().cloned().collect();
+                    uow.commit(Changes { outbox, ..Default::default() }).await?;
+                }
+            }
+            Ok::<(), orchestrator::application::ports::RepoError>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok(())
+}
+
 pub(crate) async fn seed(db: &DatabaseConnection, n: usize) -> Result<(), BoxError> {
     let uow = SeaOrmStore::new(db.clone(), Arc::new(Notify::new()));
     let mut left = n;

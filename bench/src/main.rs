@@ -7,9 +7,11 @@
 //! baseline in the same run, prints a table and writes JSON to `target/bench/<scenario>.json`.
 //!
 //! Scenarios, one module each:
-//! - `relay` (`relay.rs`): N outbox rows (~560 B envelopes) drained by 1 and by 4 relays,
-//!   against a bare amqprs publisher with a sliding confirm window; CPU per 1 000 events of
-//!   the broker, PostgreSQL and the harness.
+//! - `relay` (`relay.rs`): N outbox rows drained by 1 and by 4 relays, against a bare amqprs
+//!   publisher sending the same messages with a sliding confirm window; CPU per 1 000 events
+//!   of the broker, PostgreSQL and the harness. Saga-shaped traffic by default (the service's
+//!   own envelopes, 2-3 per order in commit order, from 8 producers); `--shape synthetic`
+//!   for one ~560 B event per aggregate.
 //! - `latency` (`latency.rs`): a steady commit rate with the relay running; commit-to-confirm
 //!   (stored `created_at` -> `published_at`) and commit-to-consume percentiles; `--runs`
 //!   and `--max-p99-ms` make it a gate.
@@ -63,6 +65,10 @@ enum Scenario {
         /// Rows claimed per relay round (`outbox.batch_size`).
         #[arg(long, default_value_t = 256)]
         batch: usize,
+        /// The traffic: the saga's own events, 2-3 per order in its commit order (`saga`),
+        /// or one synthetic event per aggregate (`synthetic`, the first measurements').
+        #[arg(long, value_enum, default_value = "saga")]
+        shape: fixture::Shape,
     },
     /// HTTP `POST /api/orders` at rising concurrency, then at half of saturation; baseline
     /// pgbench (TPC-B-like) on the same server.
@@ -150,8 +156,8 @@ async fn main() -> Result<(), BoxError> {
     let cli = Cli::parse();
     startup::install_tls_provider();
     match cli.scenario {
-        Scenario::Relay { events, workers, window, batch } => {
-            relay::relay_scenario(events, &workers, window, batch).await
+        Scenario::Relay { events, workers, window, batch, shape } => {
+            relay::relay_scenario(events, &workers, window, batch, shape).await
         }
         Scenario::Latency { rate, seconds, runs, max_p99_ms } => {
             latency::latency_gate(rate, seconds, runs, max_p99_ms).await

@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use amqprs::channel::{BasicPublishArguments, Channel, ConfirmSelectArguments};
 use amqprs::{Ack, BasicProperties, Cancel, CloseChannel, Nack, Return};
 use orchestrator::adapters::messaging::amqp::{connect, message_properties};
-use orchestrator::domain::ids::EventId;
 use orchestrator::startup;
 use serde_json::json;
 use tokio::sync::Semaphore;
@@ -76,7 +75,12 @@ impl amqprs::callbacks::ChannelCallback for WindowCallback {
 }
 
 /// The baseline: the same messages straight to the broker, sliding confirm window.
-pub(crate) async fn bare_publisher(fixture: &Fixture, n: usize, window: usize) -> Result<f64, BoxError> {
+pub(crate) async fn bare_publisher(
+    fixture: &Fixture,
+    shape: Shape,
+    n: usize,
+    window: usize,
+) -> Result<f64, BoxError> {
     let connection = connect(&fixture.endpoint, "bench-bare").await?;
     let channel = connection.open_channel(None).await?;
     let permits = Arc::new(Semaphore::new(window));
@@ -89,7 +93,8 @@ pub(crate) async fn bare_publisher(fixture: &Fixture, n: usize, window: usize) -
         })
         .await?;
     channel.confirm_select(ConfirmSelectArguments::default()).await?;
-    let events: Vec<_> = (0..n).map(|_| new_event(&uuid::Uuid::now_v7().to_string())).collect();
+    // The same messages the relay sends: the same shape, envelopes, sizes and properties.
+    let events: Vec<_> = traffic(shape, n).into_iter().flatten().collect();
     let started = Instant::now();
     for e in events {
         permits.acquire().await?.forget();
@@ -168,6 +173,7 @@ pub(crate) async fn relay_scenario(
     workers: &str,
     window: usize,
     batch: usize,
+    shape: Shape,
 ) -> Result<(), BoxError> {
     let fixture = Fixture::create().await?;
     // A consumer takes every message as it arrives, for both publishers: an outbox's
@@ -176,10 +182,12 @@ pub(crate) async fn relay_scenario(
     // message here, which would hide the relay's own cost behind the broker's
     // (docs/benchmarks.md). Its CPU counts as the harness's ("app") in both.
     let (_consumer, _received) = collect_ids(&fixture, "relay").await?;
-    println!("relay: {events} events of ~{} B, window {window}", envelope(EventId::new(), "x").len());
+    let sample: Vec<_> = traffic(shape, 11).into_iter().flatten().collect();
+    let size = sample.iter().map(|e| e.payload.len()).sum::<usize>() / sample.len().max(1);
+    println!("relay: {events} events of ~{size} B, {shape:?} traffic, window {window}");
     let bare = async || -> Result<(f64, String), BoxError> {
         let cpu = Cpu::now();
-        let rate = bare_publisher(&fixture, events, window).await?;
+        let rate = bare_publisher(&fixture, shape, events, window).await?;
         let cpu = Cpu::now().per_thousand(&cpu, events);
         fixture.reset().await?;
         Ok((rate, cpu))
@@ -190,7 +198,7 @@ pub(crate) async fn relay_scenario(
     let mut results = vec![json!({ "publisher": "bare", "eventsPerSecond": before })];
     let mut cpu_lines = vec![format!("bare: {bare_cpu}")];
     for w in workers.split(',').filter_map(|w| w.trim().parse::<usize>().ok()) {
-        seed(&fixture.db, events).await?;
+        seed_shaped(&fixture.db, shape, events, 8).await?;
         let (rate, cpu) = relay_drain(&fixture, events, w, window, batch).await?;
         cpu_lines.push(format!("relay x{w}: {cpu}"));
         fixture.reset().await?;
@@ -209,7 +217,7 @@ pub(crate) async fn relay_scenario(
     }
     write_json(
         "relay",
-        &json!({ "events": events, "window": window, "batch": batch, "results": results, "cpu": cpu_lines }),
+        &json!({ "events": events, "shape": format!("{shape:?}"), "window": window, "batch": batch, "results": results, "cpu": cpu_lines }),
     )?;
     fixture.drop_all().await;
     Ok(())
