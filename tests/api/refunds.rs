@@ -12,6 +12,7 @@ use crate::helpers::{Backend, TestApp, count_where, json, order_body};
 use crate::on_both_databases;
 
 on_both_databases!(
+    a_meetings_cancellation_and_deletion_refund_what_is_left,
     an_order_is_refunded_in_parts_then_whole,
     twenty_concurrent_partial_refunds_never_refund_more_than_the_amount,
     a_refund_asked_again_with_its_key_is_the_same_refund,
@@ -193,4 +194,82 @@ async fn a_refund_asked_again_with_its_key_is_the_same_refund(backend: Backend) 
         refund(&app, &id, json!({ "amount": 1000 })).header("Idempotency-Key", "").send().await.unwrap();
     assert_eq!(json(bad, StatusCode::UNPROCESSABLE_ENTITY).await["field"], "Idempotency-Key");
     assert_eq!(cancels(&app), 2);
+}
+
+/// docs/spec.md §7: a participant's cancellation and a meeting's deletion refund the
+/// remaining balance of a partly refunded order; a redelivery is the same refund.
+async fn a_meetings_cancellation_and_deletion_refund_what_is_left(backend: Backend) {
+    use orchestrator::application::inbound::{
+        Handled, MeetingDeleted, ParticipantCancelled, ParticipantRegistered,
+    };
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let events = &app.services.meeting_events;
+    let register = |event: &str, meeting: &str, user: &str| ParticipantRegistered {
+        event_id: event.into(),
+        meeting_id: meeting.into(),
+        user_id: user.into(),
+        amount: 30000,
+        currency: "KRW".into(),
+        digest: event.into(),
+    };
+    let mut ids = Vec::new();
+    for (event, meeting, user) in [("r1", "m-1", "ann"), ("r2", "m-2", "bob"), ("r3", "m-2", "cyd")] {
+        let handled =
+            events.participant_registered(register(event, meeting, user), Default::default(), None).await;
+        assert_eq!(handled.unwrap(), Handled::Processed);
+        let orders = crate::meeting::orders_of(&app, user).await;
+        let id = orders[0]["id"].as_str().unwrap().to_owned();
+        // One ticket of it refunded first, by an operator.
+        let partly = app
+            .post(&format!("/api/orders/{id}/refund"), &app.admin_token("ops"))
+            .json(&json!({ "amount": 10000 }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(json(partly, StatusCode::OK).await["payment"]["status"], "PARTIALLY_REFUNDED");
+        ids.push(id);
+    }
+    let cancel = ParticipantCancelled {
+        event_id: "c1".into(),
+        meeting_id: "m-1".into(),
+        user_id: "ann".into(),
+        refund_required: true,
+        digest: "c1".into(),
+    };
+    assert_eq!(
+        events.participant_cancelled(cancel.clone(), Default::default()).await.unwrap(),
+        Handled::Processed
+    );
+    assert_eq!(standing(&app, &ids[0]).await, ("CANCELLED".into(), 0, 2), "the remaining 20 000 refunded");
+    let before = cancels(&app);
+    assert_eq!(events.participant_cancelled(cancel, Default::default()).await.unwrap(), Handled::Duplicate);
+    assert_eq!(cancels(&app), before, "a redelivery refunds nothing");
+
+    let deleted = MeetingDeleted { event_id: "d1".into(), meeting_id: "m-2".into(), digest: "d1".into() };
+    assert_eq!(events.meeting_deleted(deleted, Default::default()).await.unwrap(), Handled::Processed);
+    for id in &ids[1..] {
+        assert_eq!(standing(&app, id).await, ("CANCELLED".into(), 0, 2));
+    }
+    let amounts: Vec<i64> = crate::helpers::payloads(&app.db, "payment.refunded")
+        .await
+        .iter()
+        .map(|e| e["payload"]["amount"].as_i64().unwrap())
+        .collect();
+    assert_eq!(amounts, [10000, 10000, 10000, 20000, 20000, 20000]);
+}
+
+/// An order's status, its payment's balance and how many refunds it has.
+async fn standing(app: &TestApp, id: &str) -> (String, i64, usize) {
+    let detail = json(
+        app.get(&format!("/api/orders/{id}"), &app.admin_token("ops")).send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    (
+        detail["status"].as_str().unwrap().to_owned(),
+        detail["payment"]["balance"].as_i64().unwrap(),
+        detail["refunds"].as_array().unwrap().len(),
+    )
 }
