@@ -33,6 +33,12 @@ pub enum AppError {
     Internal(#[source] Cause),
 }
 
+/// A domain transition refused where the use case had checked it could not be (a bug):
+/// internal, its cause logged, never shown.
+pub(crate) fn broken_invariant(err: impl std::fmt::Display) -> AppError {
+    AppError::internal(format!("invariant broken: {err}"))
+}
+
 impl AppError {
     pub fn validation(field: impl Into<String>, message: impl Into<String>) -> Self {
         AppError::Validation { field: field.into(), message: message.into() }

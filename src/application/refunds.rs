@@ -23,6 +23,7 @@ use std::sync::Arc;
 use crate::application::audit::{self, entity};
 use crate::application::commit::commit;
 use crate::application::envelopes::EventWriter;
+use crate::application::error::broken_invariant;
 use crate::application::orchestration::lease::SagaLeases;
 use crate::application::ports::{
     CancelPayment, CancelReceipt, Changes, Clock, GatewayError, InboxEntry, LookupOutcome, OrderRecord,
@@ -87,10 +88,6 @@ pub const ORDER_BUSY: &str = "ORDER_BUSY";
 
 /// The reason a refund is recorded with when its request gave none.
 const DEFAULT_REASON: &str = "refund requested";
-
-fn invariant(err: impl std::fmt::Display) -> AppError {
-    AppError::internal(format!("refund invariant broken: {err}"))
-}
 
 fn busy() -> AppError {
     AppError::Conflict {
@@ -214,7 +211,7 @@ impl Refunds {
                 });
             }
         }
-        let mut payment = record.payment.clone().ok_or_else(|| invariant("no payment"))?;
+        let mut payment = record.payment.clone().ok_or_else(|| broken_invariant("no payment"))?;
         let now = self.clock.now();
         let reason = reason.unwrap_or_else(|| DEFAULT_REASON.into());
         let balance = payment.balance();
@@ -240,7 +237,7 @@ impl Refunds {
                     ),
                 });
             }
-            Err(err) => return Err(invariant(err)),
+            Err(err) => return Err(broken_invariant(err)),
         };
         // The intent, committed before the provider is asked: whatever happens to the
         // answer, the worker finds this refund and finishes it (docs/spec.md §4).
@@ -312,7 +309,7 @@ impl Refunds {
         refund_id: RefundId,
         scenario: Scenario,
     ) -> Result<RefundAnswer, AppError> {
-        let payment = record.payment.as_ref().ok_or_else(|| invariant("no payment"))?;
+        let payment = record.payment.as_ref().ok_or_else(|| broken_invariant("no payment"))?;
         let refund = pending_refund(record, refund_id)?;
         let request = CancelPayment {
             payment_id: payment.id,
@@ -320,11 +317,11 @@ impl Refunds {
             provider_transaction_id: payment
                 .provider_transaction_id
                 .clone()
-                .ok_or_else(|| invariant("approved payment without a provider transaction"))?,
+                .ok_or_else(|| broken_invariant("approved payment without a provider transaction"))?,
             idempotency_key: refund.idempotency_key.clone(),
             amount: refund.amount,
             balance: crate::domain::money::Money::new(payment.balance(), payment.amount.currency())
-                .map_err(invariant)?,
+                .map_err(broken_invariant)?,
             reason: refund.reason.clone(),
             scenario,
         };
@@ -348,17 +345,18 @@ impl Refunds {
     ) -> Result<RefundOutcome, AppError> {
         let now = self.clock.now();
         let order_id = record.order.id;
-        let mut payment = record.payment.clone().ok_or_else(|| invariant("no payment"))?;
+        let mut payment = record.payment.clone().ok_or_else(|| broken_invariant("no payment"))?;
         let mut refund = pending_refund(&record, refund_id)?.clone();
         let mut order = record.order.clone();
         let mut changes = Changes::default();
         let mut already_cancelled = false;
         let rejected = match answer {
             RefundAnswer::Refunded(receipt) => {
-                let payment_events =
-                    payment.refund(&mut refund, receipt.transaction_key.clone(), now).map_err(invariant)?;
+                let payment_events = payment
+                    .refund(&mut refund, receipt.transaction_key.clone(), now)
+                    .map_err(broken_invariant)?;
                 let order_events = if payment.status == PaymentStatus::Refunded {
-                    order.refund(now).map_err(invariant)?
+                    order.refund(now).map_err(broken_invariant)?
                 } else {
                     vec![]
                 };
@@ -414,7 +412,7 @@ impl Refunds {
                 already_cancelled = code == "ALREADY_CANCELED_PAYMENT";
                 let why = format!("{code}: {message}");
                 let payment_events =
-                    payment.record_refund_failure(&mut refund, why.clone(), now).map_err(invariant)?;
+                    payment.record_refund_failure(&mut refund, why.clone(), now).map_err(broken_invariant)?;
                 changes.update_payment(&mut payment);
                 changes.update_refund(&mut refund);
                 changes.step(
@@ -441,7 +439,7 @@ impl Refunds {
                 let exp = payment.reconcile_attempts.clamp(0, 16) as u32;
                 let retry_after = self.settings.retry_after;
                 let next = now + retry_after.checked_mul(1 << exp).unwrap_or(retry_after);
-                payment.record_reconcile_attempt(next, now).map_err(invariant)?;
+                payment.record_reconcile_attempt(next, now).map_err(broken_invariant)?;
                 changes.update_payment(&mut payment);
                 if payment.reconcile_attempts >= self.settings.max_attempts {
                     changes.audit.push(audit::record(
@@ -556,7 +554,7 @@ impl Refunds {
         let whole = pending_refund(&record, refund_id)?.amount.minor()
             == record.payment.as_ref().map_or(0, |p| p.balance());
         if whole {
-            let payment = record.payment.as_ref().ok_or_else(|| invariant("no payment"))?;
+            let payment = record.payment.as_ref().ok_or_else(|| broken_invariant("no payment"))?;
             let scenario = record.context.scenario;
             if let Ok(LookupOutcome::Cancelled { cancels, .. }) =
                 self.payments.lookup(&payment.payment_request_id, &scenario).await
@@ -575,7 +573,7 @@ fn pending_refund(record: &OrderRecord, refund_id: RefundId) -> Result<&Refund, 
         .refunds
         .iter()
         .find(|r| r.id == refund_id)
-        .ok_or_else(|| invariant(format!("refund {refund_id} is not the payment's")))
+        .ok_or_else(|| broken_invariant(format!("refund {refund_id} is not the payment's")))
 }
 
 /// What a look-up at the provider showed of a payment we hold as approved.
@@ -694,7 +692,7 @@ impl Refunds {
             }
         }
         let order_events = if payment.status == PaymentStatus::Refunded {
-            order.refund(now).map_err(invariant)?
+            order.refund(now).map_err(broken_invariant)?
         } else {
             vec![]
         };

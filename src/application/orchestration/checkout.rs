@@ -9,9 +9,10 @@
 //! the charge is the saga's (and, if its outcome is unknown, reconciliation's), never the
 //! window's.
 
-use super::service::{Orchestrator, broken_invariant};
+use super::service::Orchestrator;
 use crate::application::audit::{self, entity};
 use crate::application::envelopes::EventWriter;
+use crate::application::error::broken_invariant;
 use crate::application::ports::{Changes, OrderRecord};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;

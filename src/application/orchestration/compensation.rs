@@ -3,7 +3,7 @@
 //! `APPROVED`; the worker retries it with the same key (`cancel-{paymentRequestId}`) and,
 //! when attempts run out, leaves it to an operator.
 
-use super::service::broken_invariant;
+use crate::application::error::broken_invariant;
 use chrono::{DateTime, Utc};
 
 use super::outcome::{Progress, StepOutcome};

@@ -5,8 +5,9 @@
 use crate::application::audit::{self, entity};
 use crate::application::commit::commit;
 use crate::application::envelopes::EventWriter;
+use crate::application::error::broken_invariant;
 use crate::application::orchestration::payment::{ApprovalDecision, decide_approval};
-use crate::application::orchestration::service::{Orchestrator, broken_invariant};
+use crate::application::orchestration::service::Orchestrator;
 use crate::application::ports::{ApprovePayment, Changes, LookupOutcome, OrderRecord, RepoError};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;

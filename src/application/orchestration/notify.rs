@@ -1,7 +1,7 @@
 //! What a notification send's result does to the order, shared by the saga's first send
 //! and by every later attempt (retry processor, operator reprocess).
 
-use super::service::broken_invariant;
+use crate::application::error::broken_invariant;
 use chrono::{DateTime, Utc};
 
 use crate::application::audit::{self, entity};

@@ -2,7 +2,7 @@
 //! function of the answer — the saga's first approval and reconciliation's approve-again
 //! read an answer the same way.
 
-use super::service::broken_invariant;
+use crate::application::error::broken_invariant;
 use chrono::{DateTime, Utc};
 
 use super::outcome::{Progress, StepOutcome};

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::application::audit::{self, entity};
 use crate::application::commit;
+use crate::application::error::broken_invariant;
 use tracing::Instrument;
 
 use crate::application::meter::Meter;
@@ -150,10 +151,6 @@ pub(super) fn authorization_of(payment: &Payment) -> Option<PaymentAuthorization
         (Some(key), true) => Some(PaymentAuthorization::Checkout { payment_key: key.clone() }),
         _ => None,
     }
-}
-
-pub(super) fn broken_invariant(err: impl std::fmt::Display) -> AppError {
-    AppError::internal(format!("saga invariant broken: {err}"))
 }
 
 impl Orchestrator {

@@ -2,7 +2,7 @@
 //! answer, now). A settlement service that cannot be reached is a failed settlement: the
 //! payment is compensated rather than left approved with no settlement in sight.
 
-use super::service::broken_invariant;
+use crate::application::error::broken_invariant;
 use chrono::{DateTime, Utc};
 
 use super::outcome::{Progress, StepOutcome};

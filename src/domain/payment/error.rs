@@ -1,7 +1,6 @@
 //! Errors of the payment aggregate.
 
-use super::refund::RefundStatus;
-use super::status::{PaymentAction, PaymentStatus};
+use super::status::{PaymentAction, PaymentStatus, RefundStatus};
 use crate::domain::ids::RefundId;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -17,5 +17,5 @@ mod status;
 pub use error::PaymentError;
 pub use event::PaymentEvent;
 pub use payment::{Payment, payment_request_id};
-pub use refund::{PROVIDER_ACTOR, Refund, RefundStatus, refund_key};
-pub use status::{PaymentAction, PaymentStatus};
+pub use refund::{PROVIDER_ACTOR, Refund, refund_key};
+pub use status::{PaymentAction, PaymentStatus, RefundStatus};

@@ -4,8 +4,8 @@ use chrono::{DateTime, Utc};
 
 use super::error::PaymentError;
 use super::event::PaymentEvent;
-use super::refund::{PROVIDER_ACTOR, Refund, RefundStatus, refund_key};
-use super::status::{PaymentAction, PaymentStatus};
+use super::refund::{PROVIDER_ACTOR, Refund, refund_key};
+use super::status::{PaymentAction, PaymentStatus, RefundStatus};
 use crate::domain::ids::{OrderId, PaymentId, RefundId};
 use crate::domain::money::Money;
 

@@ -9,17 +9,9 @@
 use chrono::{DateTime, Utc};
 
 use super::error::PaymentError;
+use super::status::RefundStatus;
 use crate::domain::ids::{OrderId, PaymentId, RefundId};
 use crate::domain::money::Money;
-
-spelled!(
-    /// Where a refund stands.
-    RefundStatus {
-        Pending => "PENDING",
-        Succeeded => "SUCCEEDED",
-        Failed => "FAILED",
-    }
-);
 
 /// Who asked for a refund, as its record shows it (`actor`).
 pub const PROVIDER_ACTOR: &str = "provider";

@@ -28,3 +28,12 @@ spelled!(
         RecordProviderRefund => "RECORD_PROVIDER_REFUND",
     }
 );
+
+spelled!(
+    /// Where a refund stands.
+    RefundStatus {
+        Pending => "PENDING",
+        Succeeded => "SUCCEEDED",
+        Failed => "FAILED",
+    }
+);
