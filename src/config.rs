@@ -196,7 +196,7 @@ pub struct TossConfig {
     /// saving) is known, Toss's own zone.
     pub timezone: String,
     /// When the worker reconciles the previous day's ledger (`HH:MM` in `timezone`).
-    pub ledger_at: String,
+    pub ledger_at: NaiveTime,
     /// `GET /v1/transactions`' own timeout: Toss says it may take up to 60 s.
     pub ledger_timeout: Duration,
 }
@@ -852,9 +852,8 @@ fn resolve_payment(p: RawPayment) -> Result<PaymentSettings, ConfigError> {
     if p.toss.timezone != "Asia/Seoul" {
         return Err(invalid("payment.toss.timezone", "only Asia/Seoul (Toss's zone) is supported"));
     }
-    if chrono::NaiveTime::parse_from_str(&p.toss.ledger_at, "%H:%M").is_err() {
-        return Err(invalid("payment.toss.ledger_at", "expected HH:MM"));
-    }
+    let ledger_at = NaiveTime::parse_from_str(&p.toss.ledger_at, "%H:%M")
+        .map_err(|_| invalid("payment.toss.ledger_at", "expected HH:MM"))?;
     if provider == ProviderKind::External {
         for (key, present) in [
             ("payment.external.base_url", p.external.base_url.is_some()),
@@ -893,7 +892,7 @@ fn resolve_payment(p: RawPayment) -> Result<PaymentSettings, ConfigError> {
             timeout: positive("payment.toss.timeout", &p.toss.timeout)?,
             confirm_window: positive("payment.toss.confirm_window", &p.toss.confirm_window)?,
             timezone: p.toss.timezone,
-            ledger_at: p.toss.ledger_at,
+            ledger_at,
             ledger_timeout: positive("payment.toss.ledger_timeout", &p.toss.ledger_timeout)?,
         },
     })

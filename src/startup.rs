@@ -613,15 +613,14 @@ impl Workers {
     }
 }
 
-/// The provider's zone and the time its previous day is reconciled (`payment.toss.*`, checked
-/// by `config.rs`: Asia/Seoul, `HH:MM`).
+/// The provider's zone and the time its previous day is reconciled (`payment.toss.*`;
+/// `config.rs` accepts Asia/Seoul alone).
 fn ledger_settings(settings: &Settings) -> LedgerSettings {
     const SEOUL: i32 = 9 * 3600;
     LedgerSettings {
         // Cannot fail: east_opt refuses only offsets of ±24 h or more, and this is +9 h.
         zone: chrono::FixedOffset::east_opt(SEOUL).expect("UTC+09:00 is a valid offset"),
-        at: chrono::NaiveTime::parse_from_str(&settings.payment.toss.ledger_at, "%H:%M")
-            .unwrap_or(chrono::NaiveTime::MIN),
+        at: settings.payment.toss.ledger_at,
     }
 }
 

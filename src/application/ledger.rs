@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use chrono::{DateTime, FixedOffset, NaiveDate, NaiveTime, TimeZone, Utc};
+use chrono::{DateTime, FixedOffset, NaiveDate, NaiveTime, Utc};
 
 use crate::application::audit::{self, entity};
 use crate::application::ports::{
@@ -54,14 +54,10 @@ impl Ledger {
 
     /// The instants of `day` in the provider's zone, first and last.
     fn bounds(&self, day: NaiveDate) -> (DateTime<Utc>, DateTime<Utc>) {
-        let zone = self.settings.zone;
-        let local =
-            |t: NaiveTime| zone.from_local_datetime(&day.and_time(t)).single().map(|d| d.with_timezone(&Utc));
-        let start = local(NaiveTime::MIN).unwrap_or_default();
-        // A fixed offset has exactly one instant per local time.
-        let end = local(NaiveTime::from_hms_micro_opt(23, 59, 59, 999_999).unwrap_or(NaiveTime::MIN))
-            .unwrap_or_default();
-        (start, end)
+        // A fixed offset maps each local time to one instant: midnight there, as UTC.
+        let offset = chrono::Duration::seconds(i64::from(self.settings.zone.local_minus_utc()));
+        let start = (day.and_time(NaiveTime::MIN) - offset).and_utc();
+        (start, start + chrono::Duration::days(1) - chrono::Duration::microseconds(1))
     }
 
     /// Reconciles `day`: the provider's ledger against our books; stores the run and its

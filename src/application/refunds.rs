@@ -636,8 +636,8 @@ impl Refunds {
             }
             // A provider that lists no cancels: what it has cancelled beyond our refunds.
             LookupOutcome::Cancelled { .. } => vec![(payment.balance(), None)],
-            LookupOutcome::PartlyCancelled { balance, .. } => {
-                vec![(payment.balance() - balance, None)].into_iter().filter(|(a, _)| *a > 0).collect()
+            LookupOutcome::PartlyCancelled { balance, .. } if payment.balance() > balance => {
+                vec![(payment.balance() - balance, None)]
             }
             _ => vec![],
         };

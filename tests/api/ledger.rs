@@ -154,14 +154,8 @@ async fn a_provider_without_a_ledger_says_so() {
 /// order's refunds and Toss's record beside ours, and a day's findings.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_shows_refunds_the_providers_record_and_the_ledger() {
-    use std::path::Path;
     use std::process::Command;
-    if !Path::new("/usr/bin/chromium").exists() || !Path::new("/usr/bin/chromedriver").exists() {
-        crate::helpers::service_missing("chromium", "/usr/bin/chromium or /usr/bin/chromedriver missing");
-        return;
-    }
-    if !Command::new("python3").args(["-c", "import selenium"]).output().is_ok_and(|o| o.status.success()) {
-        crate::helpers::service_missing("selenium", "python3 cannot import selenium (pip install selenium)");
+    if !crate::console::browser_available() {
         return;
     }
     let fake = Fake::start().await;

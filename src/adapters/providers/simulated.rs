@@ -55,7 +55,8 @@ impl ProviderCalls {
 
 #[derive(Default)]
 struct Cancels {
-    by_payment: HashMap<String, i64>,
+    /// The payments (by `paymentRequestId`) it cancelled anything of.
+    payments: HashSet<String>,
     by_key: HashMap<String, CancelReceipt>,
 }
 
@@ -119,16 +120,11 @@ impl PaymentGateway for SimulatedPaymentGateway {
     ) -> Result<LookupOutcome, GatewayError> {
         self.calls.lookups.fetch_add(1, Ordering::SeqCst);
         let mut decided = self.decided();
-        let cancelled = self
-            .cancelled
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .by_payment
-            .get(payment_request_id)
-            .copied();
+        let cancelled =
+            self.cancelled.lock().unwrap_or_else(|e| e.into_inner()).payments.contains(payment_request_id);
         Ok(match decided.get(payment_request_id).cloned() {
             None => LookupOutcome::NotFound,
-            Some(ApprovalOutcome::Approved { provider_transaction_id }) if cancelled.is_some() => {
+            Some(ApprovalOutcome::Approved { provider_transaction_id }) if cancelled => {
                 // It keeps no amounts per payment but what it cancelled: partly cancelled
                 // payments read as cancelled; the refund path never asks it, it uses the key.
                 LookupOutcome::Cancelled { provider_transaction_id, cancels: Vec::new() }
@@ -172,8 +168,7 @@ impl PaymentGateway for SimulatedPaymentGateway {
                     });
                 }
                 self.calls.effect(format!("cancel-{}", request.idempotency_key));
-                *cancelled.by_payment.entry(request.payment_request_id.clone()).or_default() +=
-                    request.amount.minor();
+                cancelled.payments.insert(request.payment_request_id.clone());
                 let receipt = CancelReceipt {
                     transaction_key: Some(format!("sim-cancel-{}", uuid::Uuid::now_v7().simple())),
                     balance_after: None,
