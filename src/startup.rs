@@ -170,9 +170,9 @@ impl Services {
                     backoff_base: chrono(o.backoff_base),
                     backoff_cap: chrono(o.backoff_cap),
                 },
-                // A wave waits at most the confirm timeout; a lease shorter than four of those
+                // A send waits at most the confirm timeout; a lease shorter than four of those
                 // (tests, small deployments) keeps a quarter of itself as the margin.
-                wave_margin: self.settings.broker.confirm_timeout.min(o.processing_timeout / 4),
+                send_margin: self.settings.broker.confirm_timeout.min(o.processing_timeout / 4),
             },
             self.relay_wake.clone(),
         )

@@ -776,7 +776,7 @@ fn relay_with(
                 backoff_base: chrono::Duration::seconds(10),
                 backoff_cap: chrono::Duration::seconds(300),
             },
-            wave_margin: Duration::from_millis(100),
+            send_margin: Duration::from_millis(100),
         },
         Arc::new(Notify::new()),
     )

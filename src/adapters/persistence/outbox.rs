@@ -589,7 +589,6 @@ impl OutboxStore for SeaOrmOutboxStore {
         if batch.progress.is_empty() {
             return Ok(Vec::new());
         }
-        let txn = self.db.begin().await.map_err(repo_err)?;
         // First, and fenced: a progress row for each lane this worker still holds under the
         // epoch it read it with (the lane row held against a take-over until commit on
         // PostgreSQL). Writing first also takes SQLite's write lock before anything is read,
@@ -643,13 +642,16 @@ impl OutboxStore for SeaOrmOutboxStore {
             );
             (sql, values)
         };
-        let fenced: Vec<i16> = LaneOnly::find_by_statement(self.statement(&sql, values))
-            .all(&txn)
-            .await
-            .map_err(repo_err)?
-            .into_iter()
-            .map(|l| l.lane)
-            .collect();
+        let insert = LaneOnly::find_by_statement(self.statement(&sql, values));
+        if batch.failures.is_empty() && batch.held_back.is_empty() {
+            // Every event went out: the insert alone, one statement and its own transaction
+            // (one round trip instead of three on the path every batch takes).
+            let fenced = insert.all(&self.db).await.map_err(repo_err)?;
+            return Ok(fenced.into_iter().map(|l| l.lane).collect());
+        }
+        let txn = self.db.begin().await.map_err(repo_err)?;
+        let fenced: Vec<i16> =
+            insert.all(&txn).await.map_err(repo_err)?.into_iter().map(|l| l.lane).collect();
         if fenced.is_empty() {
             txn.rollback().await.map_err(repo_err)?;
             return Ok(fenced);

@@ -3,8 +3,10 @@
 
 mod admin;
 mod housekeeping;
+mod pipeline;
 mod relay;
 
 pub use admin::{OutboxAdmin, OutboxPage, Redrive, RedriveReport};
 pub use housekeeping::{Housekeeping, HousekeepingSettings};
+pub use pipeline::UNRECORDED_BATCHES;
 pub use relay::{LaneInterest, OutboxRelay, RelayError, RelayReport, RelaySettings};

@@ -12,8 +12,6 @@
 //! claimed while the broker is unreachable, so an outage spends no retry budget.
 
 use std::collections::{HashMap, HashSet};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration as StdDuration, Instant};
 
@@ -23,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use tracing::Instrument;
 
+use super::pipeline::{Aggregate, Batch, Pipeline, Reads};
 use crate::application::error::Chain;
 use crate::application::health::LoopProgress;
 
@@ -30,8 +29,8 @@ use crate::application::health::LoopProgress;
 const RELAY_LOOP: &str = "outbox relay";
 use crate::application::meter::Meter;
 use crate::application::ports::{
-    BrokerUnavailable, Clock, DeliveryFailure, EventPublisher, FastBatch, FastProgress, HeldLane, LaneCursor,
-    LaneFilter, OutboxRecord, OutboxStore, PendingVerdicts, PublishOutcome, RepoError,
+    BrokerUnavailable, Clock, DeliveryFailure, EventPublisher, FastBatch, HeldLane, LaneCursor, LaneFilter,
+    OutboxRecord, OutboxStore, PublishOutcome, RepoError,
 };
 use crate::domain::outbox::{FailureCode, FailureOutcome, RetrySchedule};
 
@@ -49,10 +48,10 @@ pub struct RelaySettings {
     /// The longest a retry that came due waits while the relay is idle.
     pub retry_poll_interval: StdDuration,
     pub schedule: RetrySchedule,
-    /// The longest a wave can take with the broker (its confirm timeout): a wave is sent only
-    /// while the lease holds for at least this much longer, so a worker that lost its lease
-    /// mid-batch (paused, starved) stops before another may start (docs/spec.md §6).
-    pub wave_margin: StdDuration,
+    /// The longest the broker may take over a send (its confirm timeout): events are sent
+    /// only while the lease holds for at least this much longer, so a worker that lost its
+    /// lease mid-drain (paused, starved) stops before another may start (docs/spec.md §6).
+    pub send_margin: StdDuration,
 }
 
 /// What one round did.
@@ -72,65 +71,26 @@ pub struct RelayReport {
 
 /// A fast-path batch read and ready to send.
 #[derive(Debug)]
-struct Round {
-    rows: Vec<OutboxRecord>,
+pub(super) struct Round {
+    pub(super) rows: Vec<OutboxRecord>,
     /// Per lane: the ids taken (in lane order) and the lane's cursor once they are done.
-    pages: HashMap<i16, (Vec<i64>, LaneCursor)>,
-    aggregates: HashSet<(String, String)>,
+    pub(super) pages: HashMap<i16, (Vec<i64>, LaneCursor)>,
     /// Aggregates with an event still on the slow path: theirs are held back.
-    waiting: HashSet<(String, String)>,
+    pub(super) waiting: HashSet<Aggregate>,
 }
 
-/// What the broker made of a batch.
-#[derive(Debug, Default)]
-struct Sent {
-    /// When sending started (the attempt's time).
-    at: DateTime<Utc>,
-    /// When the broker's last verdict on it arrived: the batch's `publishedAt`.
-    confirmed_at: DateTime<Utc>,
-    report: RelayReport,
-    failures: Vec<DeliveryFailure>,
-    held_back: Vec<i64>,
-    /// The lease ran out (or would have during the next wave) before the batch was all
-    /// sent: nothing of it may be recorded, its next owner sends it again.
-    lapsed: bool,
-}
-
-fn aggregate_of(row: &OutboxRecord) -> (String, String) {
-    (row.aggregate_type.clone(), row.aggregate_id.clone())
-}
-
-/// A round on its way: its first wave is with the broker; awaiting it waits for the
-/// confirms and sends the later waves.
-type InFlight<'a> = Pin<Box<dyn Future<Output = Sent> + Send + 'a>>;
-
-/// The next wave of `rows[remaining]`: the first remaining event of each aggregate, in
-/// order, and the rest for later waves. An event of an aggregate that `failed` in an earlier
-/// wave is held back (it goes to the slow path, behind the failed one).
-fn next_wave(
-    rows: &[OutboxRecord],
-    remaining: Vec<usize>,
-    failed: &HashSet<(String, String)>,
-    held_back: &mut Vec<i64>,
-) -> (Vec<OutboxRecord>, Vec<usize>) {
-    let mut wave = Vec::new();
-    let mut later = Vec::new();
-    let mut in_wave: HashSet<(String, String)> = HashSet::new();
-    for i in remaining {
-        let key = aggregate_of(&rows[i]);
-        if failed.contains(&key) {
-            held_back.push(rows[i].id);
-        } else if in_wave.insert(key) {
-            wave.push(rows[i].clone());
-        } else {
-            later.push(i);
-        }
-    }
-    (wave, later)
+/// The broker's verdicts on a group of messages, one per message in order: a publisher
+/// that returned too few leaves the rest unconfirmed (`CONFIRM_TIMEOUT`). Both paths read
+/// verdicts through this.
+pub(super) fn verdicts_for(outcomes: Vec<PublishOutcome>) -> impl Iterator<Item = PublishOutcome> {
+    outcomes.into_iter().chain(std::iter::repeat_with(|| PublishOutcome::Failed {
+        code: FailureCode::ConfirmTimeout,
+        reason: "no confirm reported".into(),
+    }))
 }
 
 impl RelayReport {
-    fn add(&mut self, r: RelayReport) {
+    pub(super) fn add(&mut self, r: RelayReport) {
         self.claimed += r.claimed;
         self.published += r.published;
         self.retried += r.retried;
@@ -191,8 +151,11 @@ pub struct OutboxRelay {
     interest: Arc<LaneInterest>,
     meter: Meter,
     held: Mutex<HeldLanes>,
+    /// `held`'s `valid_until`, readable without waiting for a renewal under way (the
+    /// pipeline checks it before each send while its read may be renewing).
+    lease_end: std::sync::Mutex<Option<Instant>>,
     /// Each held lane's fast-path position.
-    cursors: Mutex<HashMap<i16, LaneCursor>>,
+    pub(super) cursors: Mutex<HashMap<i16, LaneCursor>>,
     /// Where each round's success or failure is reported (the worker's readiness).
     progress: Option<Arc<LoopProgress>>,
 }
@@ -246,6 +209,7 @@ impl OutboxRelay {
             interest: Arc::default(),
             meter: Meter::default(),
             held: Mutex::default(),
+            lease_end: std::sync::Mutex::default(),
             cursors: Mutex::default(),
             progress: None,
         }
@@ -301,12 +265,14 @@ impl OutboxRelay {
                         renewed_at: Some(started),
                         valid_until: Some(started + lease - lease / 10),
                     };
+                    self.set_lease_end(held.valid_until);
                 }
                 Err(err) if held.valid() => {
                     tracing::warn!(error = %Chain(&err), "cannot renew the outbox lanes; the lease still holds");
                 }
                 Err(err) => {
                     held.lanes.clear();
+                    self.set_lease_end(None);
                     return Err(err);
                 }
             }
@@ -314,18 +280,31 @@ impl OutboxRelay {
         if held.valid() { Ok(held.lanes.clone()) } else { Ok(Vec::new()) }
     }
 
-    /// Whether the lanes' lease surely still holds (by this process's clock). Checked before
-    /// each publish: a worker paused between claim and publish past its lease must not send
-    /// what another worker may already be sending.
-    async fn lease_holds(&self) -> bool {
-        self.held.lock().await.valid()
+    fn set_lease_end(&self, end: Option<Instant>) {
+        // A poisoned lock holds a plain instant: keep using it.
+        *self.lease_end.lock().unwrap_or_else(|e| e.into_inner()) = end;
     }
 
-    /// Whether a wave may go out now: the lease holds for longer than a wave can take. The
-    /// waves of a batch follow each other for as long as the broker takes to confirm them,
-    /// so the check before the batch is not enough for its later waves.
-    async fn wave_may_go(&self) -> bool {
-        self.held.lock().await.valid_for(self.settings.wave_margin)
+    /// Whether the lanes' lease surely holds for `margin` more (by this process's clock).
+    fn lease_holds_for(&self, margin: StdDuration) -> bool {
+        self.lease_end
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|until| Instant::now() + margin < until)
+    }
+
+    /// Whether the lanes' lease surely still holds. Checked before each publish: a worker
+    /// paused between claim and publish past its lease must not send what another worker
+    /// may already be sending.
+    fn lease_holds(&self) -> bool {
+        self.lease_holds_for(StdDuration::ZERO)
+    }
+
+    /// Whether events may be sent now: the lease holds for longer than the broker may take
+    /// to confirm them. A drain sends for as long as there is work, so the check before it
+    /// is not enough for what it sends later.
+    pub(super) fn may_send(&self) -> bool {
+        self.lease_holds_for(self.settings.send_margin)
     }
 
     /// Gives the lanes back (graceful stop): other workers take them at their next renewal.
@@ -335,6 +314,7 @@ impl OutboxRelay {
             tracing::warn!(error = %Chain(&err), "cannot give the outbox lanes back; they expire with their lease");
         }
         *held = HeldLanes::default();
+        self.set_lease_end(None);
     }
 
     /// Claims due slow-path rows in the lanes this relay holds.
@@ -356,7 +336,7 @@ impl OutboxRelay {
     }
 
     /// Counts a confirmed row's delivery.
-    fn confirmed(&self, row: &OutboxRecord, now: DateTime<Utc>) {
+    pub(super) fn confirmed(&self, row: &OutboxRecord, now: DateTime<Utc>) {
         let latency = (now - row.created_at).to_std().unwrap_or_default();
         self.meter.record(|| {
             metrics::histogram!("outbox_commit_to_confirm_seconds").record(latency.as_secs_f64());
@@ -366,7 +346,7 @@ impl OutboxRelay {
 
     /// What becomes of a row the broker did not take: a retry with backoff and jitter, or a
     /// dead letter past `max_retries`.
-    fn failed(
+    pub(super) fn failed(
         &self,
         row: &OutboxRecord,
         code: FailureCode,
@@ -413,19 +393,14 @@ impl OutboxRelay {
         let mut published = Vec::with_capacity(batch.len());
         let mut failures = Vec::new();
         let mut report = RelayReport { claimed: batch.len(), ..Default::default() };
-        let missing = PublishOutcome::Failed {
-            code: FailureCode::ConfirmTimeout,
-            reason: "no confirm reported".into(),
-        };
-        for (i, row) in batch.iter().enumerate() {
-            // A publisher that returned too few outcomes: the missing ones are unconfirmed.
-            match outcomes.get(i).unwrap_or(&missing) {
+        for (row, outcome) in batch.iter().zip(verdicts_for(outcomes)) {
+            match outcome {
                 PublishOutcome::Confirmed => {
                     published.push(row.id);
                     self.confirmed(row, now);
                 }
                 PublishOutcome::Failed { code, reason } => {
-                    failures.push(self.failed(row, *code, reason, now, &mut report));
+                    failures.push(self.failed(row, code, &reason, now, &mut report));
                 }
             }
         }
@@ -450,14 +425,16 @@ impl OutboxRelay {
     }
 
     /// Reads the next fast-path batch over the lanes held (docs/relay-design.md): each
-    /// lane's next events past `in_flight` (a batch still on the wire), at most
-    /// `batch_size` in all, cut before the first event of an aggregate `in_flight` carries
-    /// (its outcome decides whether the next may go). `None` when there is nothing to send.
-    async fn prepare(
+    /// lane's next events past the `skip[lane]` that batches not yet recorded took, at most
+    /// `batch_size` in all. `None` when there is nothing to send.
+    pub(super) async fn prepare(
         &self,
         held: &[HeldLane],
-        in_flight: Option<&Round>,
+        skip: &HashMap<i16, usize>,
     ) -> Result<Option<Round>, RelayError> {
+        if held.is_empty() {
+            return Ok(None);
+        }
         let mut cursors = self.cursors.lock().await;
         cursors.retain(|lane, c| held.iter().any(|h| h.lane == *lane && h.epoch == c.epoch));
         let missing: Vec<HeldLane> =
@@ -468,10 +445,7 @@ impl OutboxRelay {
             }
         }
         let mut lanes: Vec<LaneCursor> = held.iter().filter_map(|h| cursors.remove(&h.lane)).collect();
-        let skip: Vec<usize> = lanes
-            .iter()
-            .map(|c| in_flight.and_then(|r| r.pages.get(&c.lane)).map_or(0, |(ids, _)| ids.len()))
-            .collect();
+        let skip: Vec<usize> = lanes.iter().map(|c| skip.get(&c.lane).copied().unwrap_or(0)).collect();
         // A batch carries at most `batch_size` events over all lanes: what a crash can make
         // the next owner send again.
         let per_lane = (self.settings.batch_size as usize / held.len().max(1)).max(1);
@@ -483,19 +457,9 @@ impl OutboxRelay {
                 return Err(err.into());
             }
         };
-        let by_id: HashMap<i64, usize> = rows.iter().enumerate().map(|(i, r)| (r.id, i)).collect();
         let mut pages: HashMap<i16, (Vec<i64>, LaneCursor)> = HashMap::new();
         for (c, skip) in lanes.iter().zip(&skip) {
-            let mut page = Vec::new();
-            for id in c.pending.iter().skip(*skip).take(per_lane) {
-                let busy = by_id.get(id).is_some_and(|&i| {
-                    in_flight.is_some_and(|r| r.aggregates.contains(&aggregate_of(&rows[i])))
-                });
-                if busy {
-                    break;
-                }
-                page.push(*id);
-            }
+            let page: Vec<i64> = c.pending.iter().skip(*skip).take(per_lane).copied().collect();
             let Some(&last) = page.last() else { continue };
             let mut next = LaneCursor { upto_id: last, ..c.clone_without_pending() };
             if next.current.is_some() && c.complete && skip + page.len() == c.pending.len() {
@@ -512,139 +476,80 @@ impl OutboxRelay {
         }
         let taken: HashSet<i64> = pages.values().flat_map(|(ids, _)| ids.iter().copied()).collect();
         rows.retain(|r| taken.contains(&r.id));
-        let aggregates: HashSet<(String, String)> = rows.iter().map(aggregate_of).collect();
         let waiting = waiting.into_iter().collect();
-        Ok(Some(Round { rows, pages, aggregates, waiting }))
+        Ok(Some(Round { rows, pages, waiting }))
     }
 
-    /// Sends a batch in waves — the first event of each aggregate, then, once those are
-    /// confirmed, the second, … — so that no event overtakes an earlier one of its aggregate
-    /// that failed; an event whose aggregate waits on the slow path is held back behind it.
-    ///
-    /// Returns once the first wave is with the broker: awaiting what it returns waits for
-    /// the confirms (and sends the later waves), so the next batch can go out meanwhile.
-    async fn transmit(&self, round: Arc<Round>) -> InFlight<'_> {
-        let now = self.clock.now();
-        let mut sent = Sent { at: now, confirmed_at: now, ..Sent::default() };
-        let mut remaining: Vec<usize> = Vec::with_capacity(round.rows.len());
-        for (i, row) in round.rows.iter().enumerate() {
-            if round.waiting.contains(&aggregate_of(row)) {
-                sent.held_back.push(row.id);
-            } else {
-                remaining.push(i);
-            }
+    /// Records finished batches (in the order they were read) in one fenced transaction:
+    /// the lanes' progress, failures and held-back events to the slow path. No row is
+    /// updated for an event that went out. Returns what they did and the lanes fenced off
+    /// (another worker owns them now and sends their events again).
+    pub(super) async fn record(&self, batches: Vec<Batch>) -> Result<(RelayReport, Vec<i16>), RelayError> {
+        let mut report = RelayReport::default();
+        for b in &batches {
+            report.add(b.report);
+            report.held_back += b.held_back.len() as u64;
         }
-        let mut failed: HashSet<(String, String)> = HashSet::new();
-        let (mut wave, mut later) = next_wave(&round.rows, remaining, &failed, &mut sent.held_back);
-        // Every event held back: nothing to send (and no connection to open for it).
-        let mut confirmation: PendingVerdicts = if wave.is_empty() {
-            Box::pin(std::future::ready(Vec::new()))
-        } else if !self.wave_may_go().await {
-            sent.lapsed = true;
-            wave.clear();
-            Box::pin(std::future::ready(Vec::new()))
-        } else {
-            self.publisher.send(&wave).await
-        };
-        Box::pin(async move {
-            let missing = PublishOutcome::Failed {
-                code: FailureCode::ConfirmTimeout,
-                reason: "no confirm reported".into(),
-            };
-            loop {
-                let outcomes = confirmation.await;
-                let confirmed_at = self.clock.now();
-                sent.confirmed_at = confirmed_at;
-                for (i, row) in wave.iter().enumerate() {
-                    match outcomes.get(i).unwrap_or(&missing) {
-                        PublishOutcome::Confirmed => {
-                            sent.report.published += 1;
-                            self.confirmed(row, confirmed_at);
-                        }
-                        PublishOutcome::Failed { code, reason } => {
-                            failed.insert(aggregate_of(row));
-                            let failure = self.failed(row, *code, reason, now, &mut sent.report);
-                            sent.failures.push(failure);
-                        }
-                    }
-                }
-                if sent.lapsed {
-                    break;
-                }
-                (wave, later) = next_wave(&round.rows, later, &failed, &mut sent.held_back);
-                if wave.is_empty() {
-                    break;
-                }
-                if !self.wave_may_go().await {
-                    // Paused or starved past the lease mid-batch: this wave and the rest stay
-                    // unsent; another worker may already be sending this lane.
-                    sent.lapsed = true;
-                    break;
-                }
-                confirmation = self.publisher.send(&wave).await;
-            }
-            sent.report.claimed = round.rows.len();
-            sent.report.held_back = sent.held_back.len() as u64;
-            sent
-        })
-    }
-
-    /// Records a sent batch in one fenced transaction: the lanes' progress, failures and
-    /// held-back events to the slow path. No row is updated for an event that went out.
-    async fn record(&self, round: &Round, sent: Sent) -> Result<RelayReport, RelayError> {
-        let mut report = sent.report;
-        if sent.lapsed {
-            // Not all of it went out: recording the lanes' progress would pass over the
-            // unsent events. Nothing is recorded; the lanes are forgotten here and their next
-            // owner (this worker again, once it renews) sends the batch from the start.
-            let mut cursors = self.cursors.lock().await;
-            for (lane, (page, _)) in &round.pages {
-                cursors.remove(lane);
-                report.lost_claims += page.len() as u64;
-            }
-            report.published = 0;
-            tracing::warn!(
-                lost = report.lost_claims,
-                "outbox lane lease lapsed mid-batch; nothing more was sent and nothing recorded"
-            );
-            return Ok(report);
-        }
-        let progress = FastProgress {
-            progress: round.pages.values().map(|(_, next)| next.clone()).collect(),
-            failures: sent.failures,
-            held_back: sent.held_back,
-            attempted_at: sent.at,
-        };
-        // Dated by the broker's confirm, not by this write: `publishedAt` says when the
+        let progress = Batch::progress(&batches);
+        // Dated by the broker's last confirm, not by this write: `publishedAt` says when the
         // broker took the batch (commit -> confirm is what operators and the bench read).
-        let recorded = self.store.record_fast(&self.settings.worker_id, &progress, sent.confirmed_at).await?;
+        let confirmed_at = batches.iter().map(|b| b.confirmed_at).max().unwrap_or_else(|| self.clock.now());
+        let recorded = self.store.record_fast(&self.settings.worker_id, &progress, confirmed_at).await?;
+        let mut fenced = Vec::new();
         let mut cursors = self.cursors.lock().await;
-        for (lane, (page, next)) in &round.pages {
-            if recorded.contains(lane) {
-                if let Some(c) = cursors.get_mut(lane) {
-                    c.pending.drain(..page.len().min(c.pending.len()));
-                    c.done = next.done.clone();
-                    c.current = next.current.clone();
-                    c.upto_id = next.upto_id;
+        for b in &batches {
+            for (lane, (page, next)) in &b.round.pages {
+                if recorded.contains(lane) {
+                    if let Some(c) = cursors.get_mut(lane) {
+                        c.pending.drain(..page.len().min(c.pending.len()));
+                        c.done = next.done.clone();
+                        c.current = next.current.clone();
+                        c.upto_id = next.upto_id;
+                    }
+                } else {
+                    // Fenced: the lane changed hands; forget it (its next owner sends again).
+                    cursors.remove(lane);
+                    fenced.push(*lane);
+                    report.lost_claims += page.len() as u64;
                 }
-            } else {
-                // Fenced: the lane changed hands; forget it (its next owner sends again).
-                cursors.remove(lane);
-                report.lost_claims += page.len() as u64;
             }
         }
-        if report.lost_claims > 0 {
+        drop(cursors);
+        if !fenced.is_empty() {
             tracing::warn!(lost = report.lost_claims, "outbox lanes lost before their progress was recorded");
         }
         let published = report.published;
         self.meter.record(|| metrics::counter!("outbox_published_total").increment(published));
-        Ok(report)
+        fenced.sort_unstable();
+        fenced.dedup();
+        Ok((report, fenced))
+    }
+
+    /// Forgets the cursors of `lanes` (their unrecorded batches are sent again from the last
+    /// recorded position).
+    pub(super) async fn forget(&self, lanes: impl Iterator<Item = i16>) {
+        let mut cursors = self.cursors.lock().await;
+        for lane in lanes {
+            cursors.remove(&lane);
+        }
+    }
+
+    pub(super) fn settings(&self) -> &RelaySettings {
+        &self.settings
+    }
+
+    pub(super) fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
+    pub(super) fn publisher(&self) -> Arc<dyn EventPublisher> {
+        self.publisher.clone()
     }
 
     /// Sends due slow-path rows of the lanes held (claimed, published, marked).
     async fn slow_round(&self, held: &[HeldLane]) -> Result<RelayReport, RelayError> {
         let batch = self.claim(held).await?;
-        if batch.is_empty() || !self.lease_holds().await {
+        if batch.is_empty() || !self.lease_holds() {
             return Ok(RelayReport::default());
         }
         let outcomes = self.publisher.publish(&batch).await;
@@ -660,25 +565,15 @@ impl OutboxRelay {
     pub async fn run_once(&self) -> Result<RelayReport, RelayError> {
         self.publisher.ready().await?;
         let held = self.lanes().await?;
-        let mut report = RelayReport::default();
-        if let Some(round) = self.prepare(&held, None).await?
-            && self.lease_holds().await
-        {
-            let round = Arc::new(round);
-            let sent = self.transmit(round.clone()).await.await;
-            report.add(self.record(&round, sent).await?);
-        }
+        let mut report = Pipeline::new(self, held.clone(), Reads::One).run(&CancellationToken::new()).await?;
         report.add(self.slow_round(&held).await?);
         Ok(report)
     }
 
-    /// Runs while there is work, pipelined: batch N goes out while batch N-1 still awaits
-    /// its confirms (the publish window spans both, so the broker is never left idle for a
-    /// batch's last confirm); meanwhile N-1 is recorded once confirmed and N+1 read, so the
-    /// broker and the database work at the same time. N+1 is read after N-1 is recorded
-    /// and leaves out N's aggregates: an event never overtakes an earlier one of its
-    /// aggregate whose outcome is not recorded yet. Stops reading when `stop` is cancelled,
-    /// but records what it sent.
+    /// Runs while there is work: the fast path as a pipeline (`super::pipeline`: batches
+    /// read, sent and recorded at once, each aggregate's events in order), then due
+    /// slow-path rows, again until neither has anything. Stops reading when `stop` is
+    /// cancelled, but sends and records what it read.
     ///
     /// # Errors
     /// As [`Self::run_once`]; what earlier batches did stays recorded.
@@ -687,48 +582,9 @@ impl OutboxRelay {
         let mut total = RelayReport::default();
         loop {
             let held = self.lanes().await?;
-            let mut current = self.prepare(&held, None).await?.map(Arc::new);
-            let mut previous: Option<(Arc<Round>, InFlight<'_>)> = None;
-            let mut worked = false;
-            while let Some(round) = current.take() {
-                if !self.lease_holds().await {
-                    // Paused past the lease: nothing more goes out; the next owner sends it.
-                    tracing::warn!("outbox lane lease lapsed before sending; batch left to the next owner");
-                    break;
-                }
-                worked = true;
-                let more = !stop.is_cancelled();
-                // Overlap only under a backlog (a round of half a batch or more). A trickle's
-                // round waits for the confirms of the one before it, as the events that
-                // commit meanwhile make the next round fuller: overlapping tiny rounds costs
-                // the database more statements per event (`bench latency` at 1 000
-                // commits/s: the producers' own commits fell to 544–793/s, against 901–954/s
-                // with this rule; docs/benchmarks.md).
-                let mut confirmed = None;
-                if round.rows.len() * 2 < self.settings.batch_size as usize
-                    && let Some((r, confirming)) = previous.take()
-                {
-                    confirmed = Some((r, confirming.await));
-                }
-                let (in_flight, next) = tokio::join!(self.transmit(round.clone()), async {
-                    if let Some((r, confirming)) = previous.take() {
-                        confirmed = Some((r, confirming.await));
-                    }
-                    if let Some((r, sent)) = confirmed.take() {
-                        total.add(self.record(&r, sent).await?);
-                    }
-                    if more { self.prepare(&held, Some(&round)).await } else { Ok(None) }
-                });
-                previous = Some((round, in_flight));
-                // Nothing more is recorded after a failure: the batch on the wire goes out
-                // again next time (duplicates). Recording it could pass over a failure of the
-                // batch before it whose record is what failed.
-                current = next?.map(Arc::new);
-            }
-            if let Some((r, confirming)) = previous.take() {
-                let sent = confirming.await;
-                total.add(self.record(&r, sent).await?);
-            }
+            let fast = Pipeline::new(self, held.clone(), Reads::UntilDry).run(stop).await?;
+            let mut worked = fast.claimed > 0;
+            total.add(fast);
             let slow = self.slow_round(&held).await?;
             worked |= slow.claimed > 0;
             total.add(slow);
