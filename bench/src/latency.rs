@@ -101,6 +101,11 @@ pub(crate) async fn latency_run(rate: u32, seconds: u64, hold: bool) -> Result<L
     // commits/s, more above (at most 16, the pool's connections): a commit here takes 2–5
     // ms, so 8 tasks cannot offer 3 000 commits/s however fast the database is.
     let commits: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    // How long each commit itself took (from before the event was made to its commit
+    // returning): part of commit -> confirm, since `created_at` is taken before the commit.
+    let commit_ms: Arc<Mutex<Vec<f64>>> = Arc::default();
+    // When each commit returned, by the clock `published_at` is written with.
+    let committed_at: Arc<Mutex<HashMap<String, chrono::DateTime<chrono::Utc>>>> = Arc::default();
     let producers = (rate / 200).clamp(8, 16);
     let per_task = Duration::from_secs_f64(producers as f64 / rate as f64);
     let deadline = Instant::now() + Duration::from_secs(seconds);
@@ -108,15 +113,26 @@ pub(crate) async fn latency_run(rate: u32, seconds: u64, hold: bool) -> Result<L
     for _ in 0..producers {
         let uow = SeaOrmStore::new(fixture.db.clone(), services.relay_wake.clone());
         let commits = commits.clone();
+        let commit_ms = commit_ms.clone();
+        let committed_at = committed_at.clone();
         tasks.push(tokio::spawn(async move {
             let mut tick = tokio::time::interval(per_task);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             while Instant::now() < deadline {
                 tick.tick().await;
+                let before = Instant::now();
                 let event = new_event(&uuid::Uuid::now_v7().to_string());
                 let id = event.event_id.to_string();
                 if uow.commit(Changes { outbox: vec![event], ..Default::default() }).await.is_ok() {
+                    committed_at
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(id.clone(), chrono::Utc::now());
                     commits.lock().unwrap_or_else(|e| e.into_inner()).insert(id, Instant::now());
+                    commit_ms
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(before.elapsed().as_secs_f64() * 1000.0);
                 }
             }
         }));
@@ -148,7 +164,8 @@ pub(crate) async fn latency_run(rate: u32, seconds: u64, hold: bool) -> Result<L
             fixture.db.get_database_backend(),
             // A fast-path event's published_at is that of the first progress row of its lane
             // that covers it.
-            "SELECT (EXTRACT(EPOCH FROM (f.published_at - o.created_at)) * 1000)::float8 AS ms \
+            "SELECT (EXTRACT(EPOCH FROM (f.published_at - o.created_at)) * 1000)::float8 AS ms, \
+               o.event_id::text AS event_id, f.published_at \
              FROM outbox_events o JOIN LATERAL (SELECT p.published_at FROM outbox_progress p \
                WHERE p.lane = o.lane AND p.published_at >= o.created_at \
                  AND ((p.done IS NOT NULL AND pg_visible_in_snapshot(o.txid, p.done::pg_snapshot)) \
@@ -158,6 +175,25 @@ pub(crate) async fn latency_run(rate: u32, seconds: u64, hold: bool) -> Result<L
         .await?;
     let mut confirm: Vec<f64> = rows.iter().filter_map(|r| r.try_get::<f64>("", "ms").ok()).collect();
     confirm.sort_by(f64::total_cmp);
+    // From the commit's return: the relay's own latency (`created_at` is taken before the
+    // transaction, so the figure above includes the producer's commit).
+    let committed_at = committed_at.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut relay_ms: Vec<f64> = rows
+        .iter()
+        .filter_map(|r| {
+            let id = r.try_get::<String>("", "event_id").ok()?;
+            let published = r.try_get::<chrono::DateTime<chrono::Utc>>("", "published_at").ok()?;
+            let at = committed_at.get(&id)?;
+            Some(((published - *at).num_microseconds()? as f64 / 1000.0).max(0.0))
+        })
+        .collect();
+    relay_ms.sort_by(f64::total_cmp);
+    let mut commit_ms = commit_ms.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    commit_ms.sort_by(f64::total_cmp);
+    // The broker alone at the same rate, same queue and consumer: what a confirm costs
+    // without the outbox (the floor under commit -> confirm, beside the commit itself).
+    let mut bare = bare_confirm_latency(&fixture, rate, seconds.min(5)).await?;
+    bare.sort_by(f64::total_cmp);
     let achieved = committed as f64 / seconds as f64;
     println!(
         "latency: target {rate} commits/s for {seconds}s, achieved {achieved:.0}/s, {committed} events, {} consumed",
@@ -173,14 +209,19 @@ pub(crate) async fn latency_run(rate: u32, seconds: u64, hold: bool) -> Result<L
             v.last().copied().unwrap_or(f64::NAN)
         )
     };
-    line("commit -> confirm (created_at -> published_at)", &confirm);
+    line("commit -> confirm (commit returned -> published_at)", &relay_ms);
+    line("event made -> confirm (created_at, before the transaction -> published_at)", &confirm);
     line("commit -> consume", &consume);
+    line("baseline: the commit itself (before the event -> commit returned)", &commit_ms);
+    line("baseline: bare publisher, publish -> confirm, same rate and queue", &bare);
     let summary = |v: &[f64]| json!({ "p50": percentile(v, 50.0), "p90": percentile(v, 90.0), "p99": percentile(v, 99.0), "max": v.last() });
     write_json(
         "latency",
         &json!({
             "targetRate": rate, "achievedRate": achieved, "seconds": seconds, "events": committed,
-            "commitToConfirmMs": summary(&confirm), "commitToConsumeMs": summary(&consume),
+            "commitToConfirmMs": summary(&relay_ms), "createdToConfirmMs": summary(&confirm),
+            "commitToConsumeMs": summary(&consume),
+            "commitMs": summary(&commit_ms), "barePublishToConfirmMs": summary(&bare),
         }),
     )?;
     let _ = consumer_conn.close().await;
@@ -202,7 +243,7 @@ pub(crate) async fn latency_run(rate: u32, seconds: u64, hold: bool) -> Result<L
     }
     fixture.drop_all().await;
     Ok(LatencyRun {
-        confirm_p99: percentile(&confirm, 99.0),
+        confirm_p99: percentile(&relay_ms, 99.0),
         consume_p99: percentile(&consume, 99.0),
         committed,
         consumed: consume.len(),
@@ -243,4 +284,97 @@ pub(crate) async fn horizon_scenario(rate: u32, seconds: u64) -> Result<(), BoxE
         "horizon",
         &json!({ "rate": rate, "seconds": seconds, "plain": json_run(&plain), "held": json_run(&held) }),
     )
+}
+
+/// Publishes `rate` messages a second for `seconds`, one at a time as they fall due, each
+/// with the relay's properties and an envelope of the same size, on a confirming channel of
+/// its own: publish -> confirm of each, in ms.
+async fn bare_confirm_latency(fixture: &Fixture, rate: u32, seconds: u64) -> Result<Vec<f64>, BoxError> {
+    use amqprs::channel::{BasicPublishArguments, ConfirmSelectArguments};
+    use orchestrator::adapters::messaging::amqp::message_properties;
+
+    /// Send instants by delivery tag; confirmed ones move to `done` (ms).
+    #[derive(Default)]
+    struct Timing {
+        sent: std::collections::BTreeMap<u64, Instant>,
+        done: Vec<f64>,
+    }
+    struct Callback(Arc<Mutex<Timing>>);
+    #[async_trait::async_trait]
+    impl amqprs::callbacks::ChannelCallback for Callback {
+        async fn close(
+            &mut self,
+            _: &amqprs::channel::Channel,
+            _: amqprs::CloseChannel,
+        ) -> Result<(), amqprs::error::Error> {
+            Ok(())
+        }
+        async fn cancel(
+            &mut self,
+            _: &amqprs::channel::Channel,
+            _: amqprs::Cancel,
+        ) -> Result<(), amqprs::error::Error> {
+            Ok(())
+        }
+        async fn flow(
+            &mut self,
+            _: &amqprs::channel::Channel,
+            _: bool,
+        ) -> Result<bool, amqprs::error::Error> {
+            Ok(true)
+        }
+        async fn publish_ack(&mut self, _: &amqprs::channel::Channel, ack: amqprs::Ack) {
+            let now = Instant::now();
+            let mut t = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            let tags: Vec<u64> = if ack.mutiple() {
+                t.sent.range(..=ack.delivery_tag()).map(|(tag, _)| *tag).collect()
+            } else {
+                vec![ack.delivery_tag()]
+            };
+            for tag in tags {
+                if let Some(at) = t.sent.remove(&tag) {
+                    t.done.push(now.saturating_duration_since(at).as_secs_f64() * 1000.0);
+                }
+            }
+        }
+        async fn publish_nack(&mut self, _: &amqprs::channel::Channel, _: amqprs::Nack) {}
+        async fn publish_return(
+            &mut self,
+            _: &amqprs::channel::Channel,
+            _: amqprs::Return,
+            _: amqprs::BasicProperties,
+            _: Vec<u8>,
+        ) {
+        }
+    }
+
+    let connection = connect(&fixture.endpoint, "bench-bare-latency").await?;
+    let channel = connection.open_channel(None).await?;
+    let timing: Arc<Mutex<Timing>> = Arc::default();
+    channel.register_callback(Callback(timing.clone())).await?;
+    channel.confirm_select(ConfirmSelectArguments::default()).await?;
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate.max(1))));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let total = u64::from(rate) * seconds;
+    for tag in 1..=total {
+        tick.tick().await;
+        let e = new_event(&uuid::Uuid::now_v7().to_string());
+        let props = message_properties(
+            &e.event_id.to_string(),
+            &e.event_type,
+            e.correlation_id.as_deref(),
+            e.created_at,
+            None,
+        );
+        let args = BasicPublishArguments::new(&fixture.exchange, &e.routing_key).mandatory(true).finish();
+        timing.lock().unwrap_or_else(|e| e.into_inner()).sent.insert(tag, Instant::now());
+        channel.basic_publish(props, e.payload.into_bytes(), args).await?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !timing.lock().unwrap_or_else(|e| e.into_inner()).sent.is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = connection.close().await;
+    let done = std::mem::take(&mut timing.lock().unwrap_or_else(|e| e.into_inner()).done);
+    Ok(done)
 }

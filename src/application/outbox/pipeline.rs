@@ -151,6 +151,8 @@ pub(super) struct Pipeline<'a> {
     dry: bool,
     /// The last read was small: read again once everything before it is recorded.
     trickle: bool,
+    /// A read found the lanes held changed.
+    lanes_changed: bool,
     total: RelayReport,
 }
 
@@ -173,6 +175,7 @@ impl<'a> Pipeline<'a> {
             reads_done: 0,
             dry: false,
             trickle: false,
+            lanes_changed: false,
             total: RelayReport::default(),
         }
     }
@@ -349,19 +352,21 @@ impl<'a> Pipeline<'a> {
 
     /// Runs the pipeline until nothing more is to be read and everything read is recorded,
     /// or the lease runs short (what is not recorded then is left to the lanes' next owner).
+    /// With what it did, whether the lanes held must be looked at again before the next
+    /// drain (they changed, or the lease ran short).
     ///
     /// # Errors
     /// The database failed: the batches not yet recorded are sent again next time.
-    pub(super) async fn run(mut self, stop: &CancellationToken) -> Result<RelayReport, RelayError> {
+    pub(super) async fn run(mut self, stop: &CancellationToken) -> Result<(RelayReport, bool), RelayError> {
         loop {
             if self.sending.is_none() && !self.ready.is_empty() && !self.send_ready() {
-                return Ok(self.lapse().await);
+                return Ok((self.lapse().await, true));
             }
             if self.db.is_none() {
                 self.next_db_turn(stop);
             }
             if self.sending.is_none() && self.db.is_none() && self.in_flight.is_empty() {
-                return Ok(self.total);
+                return Ok((self.total, self.lanes_changed));
             }
             let wake = tokio::select! {
                 r = next_of(&mut self.sending) => Wake::Sent(r.0, r.1),
@@ -382,7 +387,11 @@ impl<'a> Pipeline<'a> {
                     self.db = None;
                     match turn {
                         DbTurn::Read(Ok(Some(round))) => self.admit(round),
-                        DbTurn::Read(Ok(None)) | DbTurn::LanesChanged => self.dry = true,
+                        DbTurn::Read(Ok(None)) => self.dry = true,
+                        DbTurn::LanesChanged => {
+                            self.dry = true;
+                            self.lanes_changed = true;
+                        }
                         DbTurn::Read(Err(err)) | DbTurn::Recorded(Err(err)) => return Err(err),
                         DbTurn::Recorded(Ok((report, fenced))) => {
                             self.lost.extend(fenced);

@@ -182,6 +182,11 @@ impl HeldLanes {
     }
 }
 
+/// How often an idle relay asks the store for the next retry due in any lane (its own
+/// failures' retries it knows from its reports): at a trickle a relay goes idle hundreds of
+/// times a second, and one statement each time would cost more than the events.
+const RETRY_READ_EVERY: StdDuration = StdDuration::from_millis(250);
+
 /// How often a relay renews its lanes: often enough to rebalance within seconds as workers
 /// come and go, and at least three times per lease.
 fn renew_every(lease: Duration) -> StdDuration {
@@ -565,14 +570,16 @@ impl OutboxRelay {
     pub async fn run_once(&self) -> Result<RelayReport, RelayError> {
         self.publisher.ready().await?;
         let held = self.lanes().await?;
-        let mut report = Pipeline::new(self, held.clone(), Reads::One).run(&CancellationToken::new()).await?;
+        let (mut report, _) =
+            Pipeline::new(self, held.clone(), Reads::One).run(&CancellationToken::new()).await?;
         report.add(self.slow_round(&held).await?);
         Ok(report)
     }
 
     /// Runs while there is work: the fast path as a pipeline (`super::pipeline`: batches
     /// read, sent and recorded at once, each aggregate's events in order), then due
-    /// slow-path rows, again until neither has anything. Stops reading when `stop` is
+    /// slow-path rows, again while the slow path finds some (publishing one may make its
+    /// aggregate's next due) or the lanes held changed. Stops reading when `stop` is
     /// cancelled, but sends and records what it read.
     ///
     /// # Errors
@@ -582,13 +589,12 @@ impl OutboxRelay {
         let mut total = RelayReport::default();
         loop {
             let held = self.lanes().await?;
-            let fast = Pipeline::new(self, held.clone(), Reads::UntilDry).run(stop).await?;
-            let mut worked = fast.claimed > 0;
+            let (fast, lanes_changed) = Pipeline::new(self, held.clone(), Reads::UntilDry).run(stop).await?;
             total.add(fast);
             let slow = self.slow_round(&held).await?;
-            worked |= slow.claimed > 0;
+            let again = lanes_changed || slow.claimed > 0;
             total.add(slow);
-            if !worked || stop.is_cancelled() {
+            if !again || stop.is_cancelled() {
                 return Ok(total);
             }
         }
@@ -601,11 +607,12 @@ impl OutboxRelay {
     pub async fn run_until_stopped(&self, stop: CancellationToken) {
         let mut failures: u32 = 0;
         let mut next_retry: Option<DateTime<Utc>> = None;
+        let mut retry_read_at: Option<Instant> = None;
         while !stop.is_cancelled() {
             // A relay round as a span: its rounds show beside the events' publish spans (which
             // belong to the traces of the requests that wrote them).
             let round = tracing::info_span!("outbox.relay", otel.name = "outbox relay round");
-            let idle = match self.drain(&stop).instrument(round).await {
+            match self.drain(&stop).instrument(round).await {
                 Ok(report) => {
                     failures = 0;
                     if let Some(p) = &self.progress {
@@ -614,7 +621,6 @@ impl OutboxRelay {
                     if let Some(at) = report.next_retry_at {
                         next_retry = Some(next_retry.map_or(at, |t| t.min(at)));
                     }
-                    report.claimed == 0
                 }
                 Err(err) => {
                     failures = failures.saturating_add(1);
@@ -624,22 +630,24 @@ impl OutboxRelay {
                     if failures == 1 || failures.is_power_of_two() {
                         tracing::error!(error = %Chain(&err), failures, "outbox relay round failed");
                     }
-                    true
                 }
-            };
-            if !idle {
-                continue;
             }
+            // A drain runs until its lanes are dry: what commits later wakes this relay
+            // (a wake-up that came during the drain is kept, so the wait below ends at once).
             let now = self.clock.now();
             if next_retry.is_some_and(|t| t <= now) {
                 next_retry = None;
             }
             // Retries scheduled by any worker (or recovered from a dead one's lease), not only
-            // this one's: the earliest due one bounds the idle sleep.
-            match self.store.next_retry_at().await {
-                Ok(Some(at)) => next_retry = Some(next_retry.map_or(at, |t| t.min(at))),
-                Ok(None) => {}
-                Err(err) => tracing::warn!(error = %Chain(&err), "cannot read the next retry; polling"),
+            // this one's: the earliest due one bounds the idle sleep (read at most every
+            // `RETRY_READ_EVERY`).
+            if retry_read_at.is_none_or(|at| at.elapsed() >= RETRY_READ_EVERY) {
+                retry_read_at = Some(Instant::now());
+                match self.store.next_retry_at().await {
+                    Ok(Some(at)) => next_retry = Some(next_retry.map_or(at, |t| t.min(at))),
+                    Ok(None) => {}
+                    Err(err) => tracing::warn!(error = %Chain(&err), "cannot read the next retry; polling"),
+                }
             }
             let mut pause = self.settings.poll_interval;
             if let Some(at) = next_retry {
