@@ -13,8 +13,10 @@
 //!   own envelopes, 2-3 per order in commit order, from 8 producers); `--shape synthetic`
 //!   for one ~560 B event per aggregate.
 //! - `latency` (`latency.rs`): a steady commit rate with the relay running; commit-to-confirm
-//!   (stored `created_at` -> `published_at`) and commit-to-consume percentiles; `--runs`
-//!   and `--max-p99-ms` make it a gate.
+//!   (the commit's return -> `published_at`; also from the stored `created_at`) and
+//!   commit-to-consume percentiles, beside two baselines of the same run (the producer's
+//!   commit itself, a bare publisher's publish -> confirm at the same rate); `--runs` and
+//!   `--max-p99-ms` make it a gate.
 //! - `horizon` (`latency.rs`): the latency run without and with a REPEATABLE READ
 //!   transaction held open; rate, p99 and dead tuples of the outbox's tables.
 //! - `orders` (`orders.rs`): HTTP `POST /api/orders` at rising concurrency and an open loop
@@ -144,7 +146,7 @@ enum Scenario {
         /// Runs, each on a fresh database (a stall showed in 7 of 12 runs before the fix).
         #[arg(long, default_value_t = 1)]
         runs: u32,
-        /// Gate: exit 1 when any run's commit -> confirm p99 exceeds this, or an event is
+        /// Gate: exit 1 when any run's commit -> confirm p99 (from the commit's return) exceeds this, or an event is
         /// still unconsumed when the drain window closes.
         #[arg(long)]
         max_p99_ms: Option<f64>,

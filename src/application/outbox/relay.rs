@@ -1,15 +1,21 @@
-//! The outbox relay: claims due rows, publishes them, records the broker's verdict.
+//! The outbox relay: publishes committed events, in each aggregate's order, without
+//! writing a row per event (docs/relay-design.md).
 //!
-//! The relay claims only from the lanes it leases (docs/spec.md §6): it renews them every
-//! `renew_every`, holds its fair share as workers come and go, claims nothing in a lane once
-//! its local view of the lease has run out (a paused worker stops before another may
-//! start), and gives its lanes back when it stops.
+//! - **Lanes.** The relay publishes only the lanes it leases (docs/spec.md §6): it renews
+//!   them every `renew_every`, holds its fair share as workers come and go, sends nothing
+//!   once its local view of the lease is about to run out (a paused worker stops before
+//!   another may start), and gives its lanes back when it stops.
+//! - **Fast path.** Each lane's events are read as snapshot differences (a batch), sent and
+//!   confirmed through the pipeline (`super::pipeline`: per-aggregate chains, batches read
+//!   ahead and recorded in order), and recorded as one insert-only progress row per lane and
+//!   batch, fenced by the lane's epoch: a worker that lost a lane records nothing there and
+//!   its next owner sends the batch again (duplicates, never a loss).
+//! - **Slow path.** Failed events, and those held back behind them, are rows with a status:
+//!   claimed (a lease per row), published and marked in two short transactions, retried
+//!   with backoff and jitter, dead-lettered past `max_retries`.
 //!
-//! Claim and mark are two short transactions; no transaction is open while waiting for
-//! the broker. A claim is a lease: if this worker dies, another recovers the rows when the
-//! lease ends, and the mark here is conditional on still holding the claim, so a worker
-//! whose lease was recovered can never overwrite the new owner's result. Nothing is
-//! claimed while the broker is unreachable, so an outage spends no retry budget.
+//! No transaction is open while waiting for the broker. Nothing is read while the broker is
+//! unreachable, so an outage spends no retry budget.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
