@@ -24,16 +24,70 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use tokio_util::sync::CancellationToken;
 
-use super::relay::{OutboxRelay, RelayError, RelayReport, Round};
+use super::report::{RelayError, RelayReport};
 use crate::application::ports::{
-    DeliveryFailure, FastProgress, HeldLane, OutboxRecord, PendingVerdicts, PublishOutcome,
+    DeliveryFailure, EventPublisher, FastProgress, HeldLane, LaneCursor, OutboxRecord, PendingVerdicts,
+    PublishOutcome, RepoError,
 };
+use crate::domain::outbox::FailureCode;
+
+/// What the pipeline asks of the relay it runs for (`OutboxRelay`): its lanes, reads and
+/// records, the lease's verdict on sending, and how a verdict is counted.
+#[async_trait::async_trait]
+pub(super) trait Stages: Send + Sync {
+    /// `outbox.batch_size`.
+    fn batch_size(&self) -> usize;
+    fn now(&self) -> DateTime<Utc>;
+    fn publisher(&self) -> Arc<dyn EventPublisher>;
+    /// Whether the lease holds long enough for a send's verdicts.
+    fn may_send(&self) -> bool;
+    /// Counts a confirmed event.
+    fn confirmed(&self, row: &OutboxRecord, now: DateTime<Utc>);
+    /// What becomes of an event the broker did not take (a retry or a dead letter).
+    fn failed(
+        &self,
+        row: &OutboxRecord,
+        code: FailureCode,
+        reason: &str,
+        at: DateTime<Utc>,
+        report: &mut RelayReport,
+    ) -> DeliveryFailure;
+    /// The lanes held now, renewing them when due.
+    async fn held_lanes(&self) -> Result<Vec<HeldLane>, RepoError>;
+    /// The next batch over `held`, past what unrecorded batches took of each lane (`skip`).
+    async fn read(&self, held: &[HeldLane], skip: &HashMap<i16, usize>) -> Result<Option<Round>, RelayError>;
+    /// Records finished batches (in read order): what they did, and the lanes fenced off.
+    async fn record(&self, batches: Vec<Batch>) -> Result<(RelayReport, Vec<i16>), RelayError>;
+    /// Forgets the lanes' positions (read again from the store).
+    async fn forget(&self, lanes: Vec<i16>);
+}
+
+/// A fast-path batch read and ready to send.
+#[derive(Debug)]
+pub(super) struct Round {
+    pub(super) rows: Vec<OutboxRecord>,
+    /// Per lane: the ids taken (in lane order) and the lane's cursor once they are done.
+    pub(super) pages: HashMap<i16, (Vec<i64>, LaneCursor)>,
+    /// Aggregates with an event still on the slow path: theirs are held back.
+    pub(super) waiting: HashSet<Aggregate>,
+}
+
+/// The broker's verdicts on a group of messages, one per message in order: a publisher
+/// that returned too few leaves the rest unconfirmed (`CONFIRM_TIMEOUT`). Both paths read
+/// verdicts through this.
+pub(super) fn verdicts_for(outcomes: Vec<PublishOutcome>) -> impl Iterator<Item = PublishOutcome> {
+    outcomes.into_iter().chain(std::iter::repeat_with(|| PublishOutcome::Failed {
+        code: FailureCode::ConfirmTimeout,
+        reason: "no confirm reported".into(),
+    }))
+}
 
 /// An aggregate: `(aggregate_type, aggregate_id)`.
 pub(super) type Aggregate = (String, String);
@@ -126,7 +180,7 @@ pub(super) enum Reads {
 /// The fast path of one drain: batches in read order, chains of aggregates, groups on the
 /// wire, and the database's turn.
 pub(super) struct Pipeline<'a> {
-    relay: &'a OutboxRelay,
+    relay: &'a dyn Stages,
     held: Vec<HeldLane>,
     batches: VecDeque<Batch>,
     /// The number of `batches[0]`.
@@ -157,7 +211,7 @@ pub(super) struct Pipeline<'a> {
 }
 
 impl<'a> Pipeline<'a> {
-    pub(super) fn new(relay: &'a OutboxRelay, held: Vec<HeldLane>, reads: Reads) -> Self {
+    pub(super) fn new(relay: &'a dyn Stages, held: Vec<HeldLane>, reads: Reads) -> Self {
         Pipeline {
             relay,
             held,
@@ -192,7 +246,7 @@ impl<'a> Pipeline<'a> {
     /// The trickle rule: a small batch is not followed by another read until everything
     /// before it is recorded.
     fn is_trickle(&self, rows: usize) -> bool {
-        rows * 2 < self.relay.settings().batch_size as usize
+        rows * 2 < self.relay.batch_size()
     }
 
     /// Events read and not recorded yet: at most [`UNRECORDED_BATCHES`] batches' worth.
@@ -214,8 +268,8 @@ impl<'a> Pipeline<'a> {
         !self.dry
             && !limit_reached
             && !stop.is_cancelled()
-            && self.unrecorded() + self.relay.settings().batch_size as usize
-                <= UNRECORDED_BATCHES * self.relay.settings().batch_size as usize
+            && self.unrecorded() + self.relay.batch_size()
+                <= UNRECORDED_BATCHES * self.relay.batch_size()
             // After a trickle, everything before it is recorded first.
             && (!self.trickle || self.batches.is_empty())
     }
@@ -258,7 +312,7 @@ impl<'a> Pipeline<'a> {
     fn settle(&mut self, slots: Vec<Slot>, outcomes: Vec<PublishOutcome>) {
         let now = self.relay.now();
         self.sent_open -= slots.len();
-        for (slot, outcome) in slots.into_iter().zip(super::relay::verdicts_for(outcomes)) {
+        for (slot, outcome) in slots.into_iter().zip(verdicts_for(outcomes)) {
             let row = self.row(slot).clone();
             let key = aggregate_of(&row);
             let relay = self.relay;
@@ -320,7 +374,7 @@ impl<'a> Pipeline<'a> {
     fn next_db_turn(&mut self, stop: &CancellationToken) {
         let finished = self.finished();
         let read = self.may_read(stop);
-        let hungry = self.unsent() < self.relay.settings().batch_size as usize;
+        let hungry = self.unsent() < self.relay.batch_size();
         if finished > 0 && !(read && hungry) {
             let batches: Vec<Batch> = self.batches.drain(..finished).collect();
             self.first += finished as u64;
@@ -339,13 +393,13 @@ impl<'a> Pipeline<'a> {
             let lost = self.lost.clone();
             self.db = Some(Box::pin(async move {
                 // Renewing (when due) here keeps a long drain's lease alive.
-                match relay.lanes().await {
+                match relay.held_lanes().await {
                     Ok(now_held) if now_held != held => return DbTurn::LanesChanged,
                     Ok(_) => {}
                     Err(err) => return DbTurn::Read(Err(err.into())),
                 }
                 let lanes: Vec<HeldLane> = held.into_iter().filter(|h| !lost.contains(&h.lane)).collect();
-                DbTurn::Read(relay.prepare(&lanes, &skip).await)
+                DbTurn::Read(relay.read(&lanes, &skip).await)
             }));
         }
     }
@@ -416,7 +470,7 @@ impl<'a> Pipeline<'a> {
             self.total.add(report);
         }
         let lost: usize = self.batches.iter().map(|b| b.round.rows.len()).sum();
-        self.relay.forget(self.batches.iter().flat_map(|b| b.round.pages.keys().copied())).await;
+        self.relay.forget(self.batches.iter().flat_map(|b| b.round.pages.keys().copied()).collect()).await;
         self.total.lost_claims += lost as u64;
         tracing::warn!(
             lost,
@@ -431,239 +485,5 @@ async fn next_of<T>(slot: &mut Option<Boxed<'_, T>>) -> T {
     match slot {
         Some(f) => f.await,
         None => std::future::pending().await,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    //! The pipeline against mock ports: which events go out, in what order, and what is
-    //! recorded, whatever order the broker's verdicts and the database's answers come in.
-
-    use std::sync::{Arc, Mutex};
-    use std::time::Duration as StdDuration;
-
-    use chrono::Duration;
-    use tokio::sync::Notify;
-
-    use super::*;
-    use crate::application::outbox::{OutboxRelay, RelaySettings};
-    use crate::application::ports::{
-        FastBatch, LaneCursor, MockClock, MockEventPublisher, MockOutboxStore, OutboxRecord,
-    };
-    use crate::domain::ids::EventId;
-    use crate::domain::outbox::{FailureCode, OutboxStatus, RetrySchedule};
-
-    const LANE: i16 = 3;
-
-    fn event(id: i64, aggregate: &str) -> OutboxRecord {
-        OutboxRecord {
-            id,
-            event_id: EventId::new(),
-            aggregate_type: "order".into(),
-            aggregate_id: aggregate.into(),
-            event_type: "order.test".into(),
-            routing_key: "order.test".into(),
-            payload: "{}".into(),
-            correlation_id: None,
-            status: OutboxStatus::Ready,
-            retry_count: 0,
-            failure_code: None,
-            failure_reason: None,
-            next_attempt_at: None,
-            last_attempt_at: None,
-            claimed_by: None,
-            claimed_until: None,
-            created_at: Utc::now(),
-            published_at: None,
-            dead_lettered_at: None,
-            version: 1,
-            lane: LANE,
-            traceparent: None,
-        }
-    }
-
-    fn settings(batch_size: u32, send_margin: StdDuration) -> RelaySettings {
-        RelaySettings {
-            worker_id: "w".into(),
-            lanes: 16,
-            batch_size,
-            lease: Duration::seconds(30),
-            poll_interval: StdDuration::from_millis(100),
-            retry_poll_interval: StdDuration::from_millis(100),
-            schedule: RetrySchedule {
-                max_retries: 5,
-                backoff_base: Duration::seconds(1),
-                backoff_cap: Duration::seconds(60),
-            },
-            send_margin,
-        }
-    }
-
-    /// What the mocks saw, in order: `read n` (rows returned), `send id,id`, `record`.
-    type Log = Arc<Mutex<Vec<String>>>;
-
-    /// A store whose one lane (`LANE`, held under epoch 1) holds `events`, handed out as the
-    /// real one does: the lane's pending ids past `skip`, at most `per_lane`; records as
-    /// `fenced` says (`true`: another worker took the lane, nothing is recorded).
-    fn store(
-        events: Vec<OutboxRecord>,
-        log: Log,
-        recorded: Arc<Mutex<Vec<FastProgress>>>,
-        fenced: bool,
-    ) -> MockOutboxStore {
-        let mut store = MockOutboxStore::new();
-        store.expect_lease_lanes().returning(|_, _, _, _| Ok(vec![HeldLane { lane: LANE, epoch: 1 }]));
-        store.expect_lane_cursors().returning(|held| {
-            Ok(held
-                .iter()
-                .map(|h| LaneCursor { lane: h.lane, epoch: h.epoch, ..Default::default() })
-                .collect())
-        });
-        let all = Arc::new(Mutex::new(Some(events.clone())));
-        let read_log = log.clone();
-        store.expect_fast_batch().returning(move |cursors, skip, per_lane| {
-            let c = &mut cursors[0];
-            if c.pending.is_empty() && skip[0] == 0 {
-                // The first fill takes the whole lane; later ones find nothing new.
-                c.pending = all.lock().unwrap().take().unwrap_or_default().iter().map(|e| e.id).collect();
-                c.current = Some("snapshot".into());
-                c.complete = true;
-            }
-            let ids: Vec<i64> = c.pending.iter().skip(skip[0]).take(per_lane as usize).copied().collect();
-            let rows: Vec<OutboxRecord> = events.iter().filter(|e| ids.contains(&e.id)).cloned().collect();
-            read_log.lock().unwrap().push(format!("read {}", rows.len()));
-            Ok(FastBatch { rows, waiting: Vec::new() })
-        });
-        let record_log = log;
-        store.expect_record_fast().returning(move |_, progress, _| {
-            record_log.lock().unwrap().push("record".into());
-            recorded.lock().unwrap().push(progress.clone());
-            Ok(if fenced { Vec::new() } else { progress.progress.iter().map(|c| c.lane).collect() })
-        });
-        store.expect_claim().returning(|_, _, _, _, _| Ok(Vec::new()));
-        store
-    }
-
-    /// A broker that confirms every message but those of `failing` event ids (nacked).
-    fn publisher(log: Log, failing: Vec<i64>) -> MockEventPublisher {
-        let mut publisher = MockEventPublisher::new();
-        publisher.expect_ready().returning(|| Ok(()));
-        publisher.expect_send().returning(move |batch| {
-            let ids: Vec<String> = batch.iter().map(|r| r.id.to_string()).collect();
-            log.lock().unwrap().push(format!("send {}", ids.join(",")));
-            let outcomes = batch
-                .iter()
-                .map(|r| {
-                    if failing.contains(&r.id) {
-                        PublishOutcome::Failed { code: FailureCode::Nacked, reason: "nacked".into() }
-                    } else {
-                        PublishOutcome::Confirmed
-                    }
-                })
-                .collect();
-            Box::pin(std::future::ready(outcomes))
-        });
-        publisher
-    }
-
-    fn relay(store: MockOutboxStore, publisher: MockEventPublisher, settings: RelaySettings) -> OutboxRelay {
-        let mut clock = MockClock::new();
-        clock.expect_now().returning(Utc::now);
-        OutboxRelay::new(
-            Arc::new(store),
-            Arc::new(publisher),
-            Arc::new(clock),
-            settings,
-            Arc::new(Notify::new()),
-        )
-    }
-
-    fn sent(log: &Log) -> Vec<i64> {
-        log.lock()
-            .unwrap()
-            .iter()
-            .filter_map(|l| l.strip_prefix("send "))
-            .flat_map(|ids| ids.split(',').map(|id| id.parse::<i64>().unwrap()).collect::<Vec<_>>())
-            .collect()
-    }
-
-    #[tokio::test]
-    async fn a_failure_holds_back_the_later_events_of_its_aggregate_in_later_batches() {
-        // Batches of two: [a1, b1], [a2, c1], [a3, b2]. a1 is nacked.
-        let events =
-            vec![event(1, "a"), event(2, "b"), event(3, "a"), event(4, "c"), event(5, "a"), event(6, "b")];
-        let (log, recorded) = (Log::default(), Arc::default());
-        let store = store(events, log.clone(), Arc::clone(&recorded), false);
-        let relay = relay(store, publisher(log.clone(), vec![1]), settings(2, StdDuration::from_millis(10)));
-        let report = relay.drain(&CancellationToken::new()).await.unwrap();
-
-        let sent = sent(&log);
-        assert!(!sent.contains(&3) && !sent.contains(&5), "nothing of a after its failure: {sent:?}");
-        let position = |id| sent.iter().position(|&s| s == id).unwrap();
-        assert!(position(2) < position(6), "b in order: {sent:?}");
-        assert_eq!(report.published, 3, "b1, c1, b2");
-        assert_eq!(report.retried, 1);
-        let recorded = recorded.lock().unwrap();
-        let failures: Vec<i64> = recorded.iter().flat_map(|p| p.failures.iter().map(|f| f.id)).collect();
-        let mut held: Vec<i64> = recorded.iter().flat_map(|p| p.held_back.clone()).collect();
-        held.sort_unstable();
-        assert_eq!(failures, vec![1]);
-        assert_eq!(held, vec![3, 5], "a2 and a3 to the slow path, behind a1");
-        let last = recorded.last().unwrap().progress.iter().find(|c| c.lane == LANE).unwrap().clone();
-        assert_eq!(last.done.as_deref(), Some("snapshot"), "the lane's whole difference is done");
-    }
-
-    #[tokio::test]
-    async fn an_aggregates_next_event_waits_for_the_confirm_of_the_one_before() {
-        let events = vec![event(1, "a"), event(2, "a"), event(3, "b"), event(4, "a")];
-        let (log, recorded) = (Log::default(), Arc::default());
-        let store = store(events, log.clone(), recorded, false);
-        let relay = relay(store, publisher(log.clone(), vec![]), settings(8, StdDuration::from_millis(10)));
-        let report = relay.drain(&CancellationToken::new()).await.unwrap();
-        assert_eq!(report.published, 4);
-        let sends: Vec<String> =
-            log.lock().unwrap().iter().filter(|l| l.starts_with("send")).cloned().collect();
-        assert_eq!(
-            sends,
-            vec!["send 1,3", "send 2", "send 4"],
-            "one event of a per send, b beside the first"
-        );
-    }
-
-    #[tokio::test]
-    async fn a_lane_taken_over_is_forgotten_and_its_batch_counted_lost() {
-        let events: Vec<OutboxRecord> = (1..=6).map(|i| event(i, &format!("agg-{i}"))).collect();
-        let (log, recorded) = (Log::default(), Arc::default());
-        let store = store(events, log.clone(), recorded, true);
-        let relay = relay(store, publisher(log.clone(), vec![]), settings(2, StdDuration::from_millis(10)));
-        let report = relay.run_once().await.unwrap();
-        assert_eq!(report.lost_claims, 2, "the batch sent is not recorded: {report:?}");
-        assert!(relay.cursors.lock().await.is_empty(), "the lane's position is read again from the store");
-    }
-
-    #[tokio::test]
-    async fn a_lease_too_short_for_a_send_sends_and_records_nothing() {
-        let events: Vec<OutboxRecord> = (1..=4).map(|i| event(i, &format!("agg-{i}"))).collect();
-        let (log, recorded) = (Log::default(), Arc::new(Mutex::new(Vec::new())));
-        let store = store(events, log.clone(), Arc::clone(&recorded), false);
-        // The margin a send needs is longer than the lease itself.
-        let relay = relay(store, publisher(log.clone(), vec![]), settings(8, StdDuration::from_secs(3600)));
-        let report = relay.drain(&CancellationToken::new()).await.unwrap();
-        assert!(sent(&log).is_empty());
-        assert!(recorded.lock().unwrap().is_empty());
-        assert_eq!(report.published, 0);
-        assert_eq!(report.lost_claims, 4, "the batch read is left to the lanes' next owner");
-    }
-
-    #[tokio::test]
-    async fn a_trickle_is_recorded_before_the_next_read() {
-        // One event where a batch holds eight: a trickle.
-        let events = vec![event(1, "a")];
-        let (log, recorded) = (Log::default(), Arc::default());
-        let store = store(events, log.clone(), recorded, false);
-        let relay = relay(store, publisher(log.clone(), vec![]), settings(8, StdDuration::from_millis(10)));
-        relay.drain(&CancellationToken::new()).await.unwrap();
-        let log = log.lock().unwrap().clone();
-        assert_eq!(&log[..4], &["read 1", "send 1", "record", "read 0"], "{log:?}");
     }
 }

@@ -27,7 +27,8 @@ use tokio_util::sync::CancellationToken;
 
 use tracing::Instrument;
 
-use super::pipeline::{Aggregate, Batch, Pipeline, Reads};
+use super::pipeline::{Batch, Pipeline, Reads, Round, Stages, verdicts_for};
+use super::report::{RelayError, RelayReport};
 use crate::application::error::Chain;
 use crate::application::health::LoopProgress;
 
@@ -35,8 +36,8 @@ use crate::application::health::LoopProgress;
 const RELAY_LOOP: &str = "outbox relay";
 use crate::application::meter::Meter;
 use crate::application::ports::{
-    BrokerUnavailable, Clock, DeliveryFailure, EventPublisher, FastBatch, HeldLane, LaneCursor, LaneFilter,
-    OutboxRecord, OutboxStore, PublishOutcome, RepoError,
+    Clock, DeliveryFailure, EventPublisher, FastBatch, HeldLane, LaneCursor, LaneFilter, OutboxRecord,
+    OutboxStore, PublishOutcome, RepoError,
 };
 use crate::domain::outbox::{FailureCode, FailureOutcome, RetrySchedule};
 
@@ -58,65 +59,6 @@ pub struct RelaySettings {
     /// only while the lease holds for at least this much longer, so a worker that lost its
     /// lease mid-drain (paused, starved) stops before another may start (docs/spec.md §6).
     pub send_margin: StdDuration,
-}
-
-/// What one round did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RelayReport {
-    pub claimed: usize,
-    pub published: u64,
-    pub retried: u64,
-    pub dead_lettered: u64,
-    /// Rows whose claim (or lane) was lost before marking (taken over elsewhere).
-    pub lost_claims: u64,
-    /// Fast-path events held back behind an earlier event of their aggregate.
-    pub held_back: u64,
-    /// The earliest retry this round scheduled.
-    pub next_retry_at: Option<DateTime<Utc>>,
-}
-
-/// A fast-path batch read and ready to send.
-#[derive(Debug)]
-pub(super) struct Round {
-    pub(super) rows: Vec<OutboxRecord>,
-    /// Per lane: the ids taken (in lane order) and the lane's cursor once they are done.
-    pub(super) pages: HashMap<i16, (Vec<i64>, LaneCursor)>,
-    /// Aggregates with an event still on the slow path: theirs are held back.
-    pub(super) waiting: HashSet<Aggregate>,
-}
-
-/// The broker's verdicts on a group of messages, one per message in order: a publisher
-/// that returned too few leaves the rest unconfirmed (`CONFIRM_TIMEOUT`). Both paths read
-/// verdicts through this.
-pub(super) fn verdicts_for(outcomes: Vec<PublishOutcome>) -> impl Iterator<Item = PublishOutcome> {
-    outcomes.into_iter().chain(std::iter::repeat_with(|| PublishOutcome::Failed {
-        code: FailureCode::ConfirmTimeout,
-        reason: "no confirm reported".into(),
-    }))
-}
-
-impl RelayReport {
-    pub(super) fn add(&mut self, r: RelayReport) {
-        self.claimed += r.claimed;
-        self.published += r.published;
-        self.retried += r.retried;
-        self.dead_lettered += r.dead_lettered;
-        self.lost_claims += r.lost_claims;
-        self.held_back += r.held_back;
-        self.next_retry_at = match (self.next_retry_at, r.next_retry_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-    }
-}
-
-/// Why a round did nothing useful.
-#[derive(Debug, thiserror::Error)]
-pub enum RelayError {
-    #[error(transparent)]
-    Store(#[from] RepoError),
-    #[error(transparent)]
-    Broker(#[from] BrokerUnavailable),
 }
 
 /// The lanes a process's relay holds, for its cross-process wake-ups: a commit's
@@ -311,13 +253,6 @@ impl OutboxRelay {
         self.lease_holds_for(StdDuration::ZERO)
     }
 
-    /// Whether events may be sent now: the lease holds for longer than the broker may take
-    /// to confirm them. A drain sends for as long as there is work, so the check before it
-    /// is not enough for what it sends later.
-    pub(super) fn may_send(&self) -> bool {
-        self.lease_holds_for(self.settings.send_margin)
-    }
-
     /// Gives the lanes back (graceful stop): other workers take them at their next renewal.
     pub async fn release(&self) {
         let mut held = self.held.lock().await;
@@ -347,7 +282,7 @@ impl OutboxRelay {
     }
 
     /// Counts a confirmed row's delivery.
-    pub(super) fn confirmed(&self, row: &OutboxRecord, now: DateTime<Utc>) {
+    fn confirmed(&self, row: &OutboxRecord, now: DateTime<Utc>) {
         let latency = (now - row.created_at).to_std().unwrap_or_default();
         self.meter.record(|| {
             metrics::histogram!("outbox_commit_to_confirm_seconds").record(latency.as_secs_f64());
@@ -357,7 +292,7 @@ impl OutboxRelay {
 
     /// What becomes of a row the broker did not take: a retry with backoff and jitter, or a
     /// dead letter past `max_retries`.
-    pub(super) fn failed(
+    fn failed(
         &self,
         row: &OutboxRecord,
         code: FailureCode,
@@ -433,128 +368,6 @@ impl OutboxRelay {
             );
         }
         Ok(report)
-    }
-
-    /// Reads the next fast-path batch over the lanes held (docs/relay-design.md): each
-    /// lane's next events past the `skip[lane]` that batches not yet recorded took, at most
-    /// `batch_size` in all. `None` when there is nothing to send.
-    pub(super) async fn prepare(
-        &self,
-        held: &[HeldLane],
-        skip: &HashMap<i16, usize>,
-    ) -> Result<Option<Round>, RelayError> {
-        if held.is_empty() {
-            return Ok(None);
-        }
-        let mut cursors = self.cursors.lock().await;
-        cursors.retain(|lane, c| held.iter().any(|h| h.lane == *lane && h.epoch == c.epoch));
-        let missing: Vec<HeldLane> =
-            held.iter().filter(|h| !cursors.contains_key(&h.lane)).copied().collect();
-        if !missing.is_empty() {
-            for c in self.store.lane_cursors(&missing).await? {
-                cursors.insert(c.lane, c);
-            }
-        }
-        let mut lanes: Vec<LaneCursor> = held.iter().filter_map(|h| cursors.remove(&h.lane)).collect();
-        let skip: Vec<usize> = lanes.iter().map(|c| skip.get(&c.lane).copied().unwrap_or(0)).collect();
-        // A batch carries at most `batch_size` events over all lanes: what a crash can make
-        // the next owner send again.
-        let per_lane = (self.settings.batch_size as usize / held.len().max(1)).max(1);
-        let fetched = self.store.fast_batch(&mut lanes, &skip, per_lane as u32).await;
-        let FastBatch { mut rows, waiting } = match fetched {
-            Ok(batch) => batch,
-            Err(err) => {
-                cursors.extend(lanes.into_iter().map(|c| (c.lane, c)));
-                return Err(err.into());
-            }
-        };
-        let mut pages: HashMap<i16, (Vec<i64>, LaneCursor)> = HashMap::new();
-        for (c, skip) in lanes.iter().zip(&skip) {
-            let page: Vec<i64> = c.pending.iter().skip(*skip).take(per_lane).copied().collect();
-            let Some(&last) = page.last() else { continue };
-            let mut next = LaneCursor { upto_id: last, ..c.clone_without_pending() };
-            if next.current.is_some() && c.complete && skip + page.len() == c.pending.len() {
-                // The whole difference is done: its snapshot is the lane's new floor.
-                next.done = next.current.take();
-                next.upto_id = 0;
-            }
-            pages.insert(c.lane, (page, next));
-        }
-        cursors.extend(lanes.into_iter().map(|c| (c.lane, c)));
-        drop(cursors);
-        if pages.is_empty() {
-            return Ok(None);
-        }
-        let taken: HashSet<i64> = pages.values().flat_map(|(ids, _)| ids.iter().copied()).collect();
-        rows.retain(|r| taken.contains(&r.id));
-        let waiting = waiting.into_iter().collect();
-        Ok(Some(Round { rows, pages, waiting }))
-    }
-
-    /// Records finished batches (in the order they were read) in one fenced transaction:
-    /// the lanes' progress, failures and held-back events to the slow path. No row is
-    /// updated for an event that went out. Returns what they did and the lanes fenced off
-    /// (another worker owns them now and sends their events again).
-    pub(super) async fn record(&self, batches: Vec<Batch>) -> Result<(RelayReport, Vec<i16>), RelayError> {
-        let mut report = RelayReport::default();
-        for b in &batches {
-            report.add(b.report);
-            report.held_back += b.held_back.len() as u64;
-        }
-        let progress = Batch::progress(&batches);
-        // Dated by the broker's last confirm, not by this write: `publishedAt` says when the
-        // broker took the batch (commit -> confirm is what operators and the bench read).
-        let confirmed_at = batches.iter().map(|b| b.confirmed_at).max().unwrap_or_else(|| self.clock.now());
-        let recorded = self.store.record_fast(&self.settings.worker_id, &progress, confirmed_at).await?;
-        let mut fenced = Vec::new();
-        let mut cursors = self.cursors.lock().await;
-        for b in &batches {
-            for (lane, (page, next)) in &b.round.pages {
-                if recorded.contains(lane) {
-                    if let Some(c) = cursors.get_mut(lane) {
-                        c.pending.drain(..page.len().min(c.pending.len()));
-                        c.done = next.done.clone();
-                        c.current = next.current.clone();
-                        c.upto_id = next.upto_id;
-                    }
-                } else {
-                    // Fenced: the lane changed hands; forget it (its next owner sends again).
-                    cursors.remove(lane);
-                    fenced.push(*lane);
-                    report.lost_claims += page.len() as u64;
-                }
-            }
-        }
-        drop(cursors);
-        if !fenced.is_empty() {
-            tracing::warn!(lost = report.lost_claims, "outbox lanes lost before their progress was recorded");
-        }
-        let published = report.published;
-        self.meter.record(|| metrics::counter!("outbox_published_total").increment(published));
-        fenced.sort_unstable();
-        fenced.dedup();
-        Ok((report, fenced))
-    }
-
-    /// Forgets the cursors of `lanes` (their unrecorded batches are sent again from the last
-    /// recorded position).
-    pub(super) async fn forget(&self, lanes: impl Iterator<Item = i16>) {
-        let mut cursors = self.cursors.lock().await;
-        for lane in lanes {
-            cursors.remove(&lane);
-        }
-    }
-
-    pub(super) fn settings(&self) -> &RelaySettings {
-        &self.settings
-    }
-
-    pub(super) fn now(&self) -> DateTime<Utc> {
-        self.clock.now()
-    }
-
-    pub(super) fn publisher(&self) -> Arc<dyn EventPublisher> {
-        self.publisher.clone()
     }
 
     /// Sends due slow-path rows of the lanes held (claimed, published, marked).
@@ -678,6 +491,153 @@ impl OutboxRelay {
     }
 }
 
+#[async_trait::async_trait]
+impl Stages for OutboxRelay {
+    fn batch_size(&self) -> usize {
+        self.settings.batch_size as usize
+    }
+
+    fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
+    fn publisher(&self) -> Arc<dyn EventPublisher> {
+        self.publisher.clone()
+    }
+
+    /// Whether events may be sent now: the lease holds for longer than the broker may take
+    /// to confirm them. A drain sends for as long as there is work, so the check before it
+    /// is not enough for what it sends later.
+    fn may_send(&self) -> bool {
+        self.lease_holds_for(self.settings.send_margin)
+    }
+
+    fn confirmed(&self, row: &OutboxRecord, now: DateTime<Utc>) {
+        OutboxRelay::confirmed(self, row, now);
+    }
+
+    fn failed(
+        &self,
+        row: &OutboxRecord,
+        code: FailureCode,
+        reason: &str,
+        at: DateTime<Utc>,
+        report: &mut RelayReport,
+    ) -> DeliveryFailure {
+        OutboxRelay::failed(self, row, code, reason, at, report)
+    }
+
+    async fn held_lanes(&self) -> Result<Vec<HeldLane>, RepoError> {
+        self.lanes().await
+    }
+
+    /// Reads the next fast-path batch over the lanes held (docs/relay-design.md): each
+    /// lane's next events past the `skip[lane]` that batches not yet recorded took, at most
+    /// `batch_size` in all. `None` when there is nothing to send.
+    async fn read(&self, held: &[HeldLane], skip: &HashMap<i16, usize>) -> Result<Option<Round>, RelayError> {
+        if held.is_empty() {
+            return Ok(None);
+        }
+        let mut cursors = self.cursors.lock().await;
+        cursors.retain(|lane, c| held.iter().any(|h| h.lane == *lane && h.epoch == c.epoch));
+        let missing: Vec<HeldLane> =
+            held.iter().filter(|h| !cursors.contains_key(&h.lane)).copied().collect();
+        if !missing.is_empty() {
+            for c in self.store.lane_cursors(&missing).await? {
+                cursors.insert(c.lane, c);
+            }
+        }
+        let mut lanes: Vec<LaneCursor> = held.iter().filter_map(|h| cursors.remove(&h.lane)).collect();
+        let skip: Vec<usize> = lanes.iter().map(|c| skip.get(&c.lane).copied().unwrap_or(0)).collect();
+        // A batch carries at most `batch_size` events over all lanes: what a crash can make
+        // the next owner send again.
+        let per_lane = (self.settings.batch_size as usize / held.len().max(1)).max(1);
+        let fetched = self.store.fast_batch(&mut lanes, &skip, per_lane as u32).await;
+        let FastBatch { mut rows, waiting } = match fetched {
+            Ok(batch) => batch,
+            Err(err) => {
+                cursors.extend(lanes.into_iter().map(|c| (c.lane, c)));
+                return Err(err.into());
+            }
+        };
+        let mut pages: HashMap<i16, (Vec<i64>, LaneCursor)> = HashMap::new();
+        for (c, skip) in lanes.iter().zip(&skip) {
+            let page: Vec<i64> = c.pending.iter().skip(*skip).take(per_lane).copied().collect();
+            let Some(&last) = page.last() else { continue };
+            let mut next = LaneCursor { upto_id: last, ..c.clone_without_pending() };
+            if next.current.is_some() && c.complete && skip + page.len() == c.pending.len() {
+                // The whole difference is done: its snapshot is the lane's new floor.
+                next.done = next.current.take();
+                next.upto_id = 0;
+            }
+            pages.insert(c.lane, (page, next));
+        }
+        cursors.extend(lanes.into_iter().map(|c| (c.lane, c)));
+        drop(cursors);
+        if pages.is_empty() {
+            return Ok(None);
+        }
+        let taken: HashSet<i64> = pages.values().flat_map(|(ids, _)| ids.iter().copied()).collect();
+        rows.retain(|r| taken.contains(&r.id));
+        let waiting = waiting.into_iter().collect();
+        Ok(Some(Round { rows, pages, waiting }))
+    }
+
+    /// Records finished batches (in the order they were read) in one fenced transaction:
+    /// the lanes' progress, failures and held-back events to the slow path. No row is
+    /// updated for an event that went out. Returns what they did and the lanes fenced off
+    /// (another worker owns them now and sends their events again).
+    async fn record(&self, batches: Vec<Batch>) -> Result<(RelayReport, Vec<i16>), RelayError> {
+        let mut report = RelayReport::default();
+        for b in &batches {
+            report.add(b.report);
+            report.held_back += b.held_back.len() as u64;
+        }
+        let progress = Batch::progress(&batches);
+        // Dated by the broker's last confirm, not by this write: `publishedAt` says when the
+        // broker took the batch (commit -> confirm is what operators and the bench read).
+        let confirmed_at = batches.iter().map(|b| b.confirmed_at).max().unwrap_or_else(|| self.clock.now());
+        let recorded = self.store.record_fast(&self.settings.worker_id, &progress, confirmed_at).await?;
+        let mut fenced = Vec::new();
+        let mut cursors = self.cursors.lock().await;
+        for b in &batches {
+            for (lane, (page, next)) in &b.round.pages {
+                if recorded.contains(lane) {
+                    if let Some(c) = cursors.get_mut(lane) {
+                        c.pending.drain(..page.len().min(c.pending.len()));
+                        c.done = next.done.clone();
+                        c.current = next.current.clone();
+                        c.upto_id = next.upto_id;
+                    }
+                } else {
+                    // Fenced: the lane changed hands; forget it (its next owner sends again).
+                    cursors.remove(lane);
+                    fenced.push(*lane);
+                    report.lost_claims += page.len() as u64;
+                }
+            }
+        }
+        drop(cursors);
+        if !fenced.is_empty() {
+            tracing::warn!(lost = report.lost_claims, "outbox lanes lost before their progress was recorded");
+        }
+        let published = report.published;
+        self.meter.record(|| metrics::counter!("outbox_published_total").increment(published));
+        fenced.sort_unstable();
+        fenced.dedup();
+        Ok((report, fenced))
+    }
+
+    /// Forgets the cursors of `lanes` (their unrecorded batches are sent again from the last
+    /// recorded position).
+    async fn forget(&self, lanes: Vec<i16>) {
+        let mut cursors = self.cursors.lock().await;
+        for lane in lanes {
+            cursors.remove(&lane);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -693,5 +653,236 @@ mod tests {
         assert!(interest.wants(&[]), "a notification naming no lane (an operator's action)");
         interest.set(&[]);
         assert!(!interest.wants(&[7]), "no lane held: nothing to do for a commit");
+    }
+}
+
+#[cfg(test)]
+mod pipeline_tests {
+    //! The pipeline against mock ports: which events go out, in what order, and what is
+    //! recorded, whatever order the broker's verdicts and the database's answers come in.
+
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration as StdDuration;
+
+    use chrono::Duration;
+    use tokio::sync::Notify;
+
+    use super::*;
+    use crate::application::ports::{FastProgress, MockClock, MockEventPublisher, MockOutboxStore};
+    use crate::domain::ids::EventId;
+    use crate::domain::outbox::{FailureCode, OutboxStatus, RetrySchedule};
+
+    const LANE: i16 = 3;
+
+    fn event(id: i64, aggregate: &str) -> OutboxRecord {
+        OutboxRecord {
+            id,
+            event_id: EventId::new(),
+            aggregate_type: "order".into(),
+            aggregate_id: aggregate.into(),
+            event_type: "order.test".into(),
+            routing_key: "order.test".into(),
+            payload: "{}".into(),
+            correlation_id: None,
+            status: OutboxStatus::Ready,
+            retry_count: 0,
+            failure_code: None,
+            failure_reason: None,
+            next_attempt_at: None,
+            last_attempt_at: None,
+            claimed_by: None,
+            claimed_until: None,
+            created_at: Utc::now(),
+            published_at: None,
+            dead_lettered_at: None,
+            version: 1,
+            lane: LANE,
+            traceparent: None,
+        }
+    }
+
+    fn settings(batch_size: u32, send_margin: StdDuration) -> RelaySettings {
+        RelaySettings {
+            worker_id: "w".into(),
+            lanes: 16,
+            batch_size,
+            lease: Duration::seconds(30),
+            poll_interval: StdDuration::from_millis(100),
+            retry_poll_interval: StdDuration::from_millis(100),
+            schedule: RetrySchedule {
+                max_retries: 5,
+                backoff_base: Duration::seconds(1),
+                backoff_cap: Duration::seconds(60),
+            },
+            send_margin,
+        }
+    }
+
+    /// What the mocks saw, in order: `read n` (rows returned), `send id,id`, `record`.
+    type Log = Arc<Mutex<Vec<String>>>;
+
+    /// A store whose one lane (`LANE`, held under epoch 1) holds `events`, handed out as the
+    /// real one does: the lane's pending ids past `skip`, at most `per_lane`; records as
+    /// `fenced` says (`true`: another worker took the lane, nothing is recorded).
+    fn store(
+        events: Vec<OutboxRecord>,
+        log: Log,
+        recorded: Arc<Mutex<Vec<FastProgress>>>,
+        fenced: bool,
+    ) -> MockOutboxStore {
+        let mut store = MockOutboxStore::new();
+        store.expect_lease_lanes().returning(|_, _, _, _| Ok(vec![HeldLane { lane: LANE, epoch: 1 }]));
+        store.expect_lane_cursors().returning(|held| {
+            Ok(held
+                .iter()
+                .map(|h| LaneCursor { lane: h.lane, epoch: h.epoch, ..Default::default() })
+                .collect())
+        });
+        let all = Arc::new(Mutex::new(Some(events.clone())));
+        let read_log = log.clone();
+        store.expect_fast_batch().returning(move |cursors, skip, per_lane| {
+            let c = &mut cursors[0];
+            if c.pending.is_empty() && skip[0] == 0 {
+                // The first fill takes the whole lane; later ones find nothing new.
+                c.pending = all.lock().unwrap().take().unwrap_or_default().iter().map(|e| e.id).collect();
+                c.current = Some("snapshot".into());
+                c.complete = true;
+            }
+            let ids: Vec<i64> = c.pending.iter().skip(skip[0]).take(per_lane as usize).copied().collect();
+            let rows: Vec<OutboxRecord> = events.iter().filter(|e| ids.contains(&e.id)).cloned().collect();
+            read_log.lock().unwrap().push(format!("read {}", rows.len()));
+            Ok(FastBatch { rows, waiting: Vec::new() })
+        });
+        let record_log = log;
+        store.expect_record_fast().returning(move |_, progress, _| {
+            record_log.lock().unwrap().push("record".into());
+            recorded.lock().unwrap().push(progress.clone());
+            Ok(if fenced { Vec::new() } else { progress.progress.iter().map(|c| c.lane).collect() })
+        });
+        store.expect_claim().returning(|_, _, _, _, _| Ok(Vec::new()));
+        store
+    }
+
+    /// A broker that confirms every message but those of `failing` event ids (nacked).
+    fn publisher(log: Log, failing: Vec<i64>) -> MockEventPublisher {
+        let mut publisher = MockEventPublisher::new();
+        publisher.expect_ready().returning(|| Ok(()));
+        publisher.expect_send().returning(move |batch| {
+            let ids: Vec<String> = batch.iter().map(|r| r.id.to_string()).collect();
+            log.lock().unwrap().push(format!("send {}", ids.join(",")));
+            let outcomes = batch
+                .iter()
+                .map(|r| {
+                    if failing.contains(&r.id) {
+                        PublishOutcome::Failed { code: FailureCode::Nacked, reason: "nacked".into() }
+                    } else {
+                        PublishOutcome::Confirmed
+                    }
+                })
+                .collect();
+            Box::pin(std::future::ready(outcomes))
+        });
+        publisher
+    }
+
+    fn relay(store: MockOutboxStore, publisher: MockEventPublisher, settings: RelaySettings) -> OutboxRelay {
+        let mut clock = MockClock::new();
+        clock.expect_now().returning(Utc::now);
+        OutboxRelay::new(
+            Arc::new(store),
+            Arc::new(publisher),
+            Arc::new(clock),
+            settings,
+            Arc::new(Notify::new()),
+        )
+    }
+
+    fn sent(log: &Log) -> Vec<i64> {
+        log.lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| l.strip_prefix("send "))
+            .flat_map(|ids| ids.split(',').map(|id| id.parse::<i64>().unwrap()).collect::<Vec<_>>())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_failure_holds_back_the_later_events_of_its_aggregate_in_later_batches() {
+        // Batches of two: [a1, b1], [a2, c1], [a3, b2]. a1 is nacked.
+        let events =
+            vec![event(1, "a"), event(2, "b"), event(3, "a"), event(4, "c"), event(5, "a"), event(6, "b")];
+        let (log, recorded) = (Log::default(), Arc::default());
+        let store = store(events, log.clone(), Arc::clone(&recorded), false);
+        let relay = relay(store, publisher(log.clone(), vec![1]), settings(2, StdDuration::from_millis(10)));
+        let report = relay.drain(&CancellationToken::new()).await.unwrap();
+
+        let sent = sent(&log);
+        assert!(!sent.contains(&3) && !sent.contains(&5), "nothing of a after its failure: {sent:?}");
+        let position = |id| sent.iter().position(|&s| s == id).unwrap();
+        assert!(position(2) < position(6), "b in order: {sent:?}");
+        assert_eq!(report.published, 3, "b1, c1, b2");
+        assert_eq!(report.retried, 1);
+        let recorded = recorded.lock().unwrap();
+        let failures: Vec<i64> = recorded.iter().flat_map(|p| p.failures.iter().map(|f| f.id)).collect();
+        let mut held: Vec<i64> = recorded.iter().flat_map(|p| p.held_back.clone()).collect();
+        held.sort_unstable();
+        assert_eq!(failures, vec![1]);
+        assert_eq!(held, vec![3, 5], "a2 and a3 to the slow path, behind a1");
+        let last = recorded.last().unwrap().progress.iter().find(|c| c.lane == LANE).unwrap().clone();
+        assert_eq!(last.done.as_deref(), Some("snapshot"), "the lane's whole difference is done");
+    }
+
+    #[tokio::test]
+    async fn an_aggregates_next_event_waits_for_the_confirm_of_the_one_before() {
+        let events = vec![event(1, "a"), event(2, "a"), event(3, "b"), event(4, "a")];
+        let (log, recorded) = (Log::default(), Arc::default());
+        let store = store(events, log.clone(), recorded, false);
+        let relay = relay(store, publisher(log.clone(), vec![]), settings(8, StdDuration::from_millis(10)));
+        let report = relay.drain(&CancellationToken::new()).await.unwrap();
+        assert_eq!(report.published, 4);
+        let sends: Vec<String> =
+            log.lock().unwrap().iter().filter(|l| l.starts_with("send")).cloned().collect();
+        assert_eq!(
+            sends,
+            vec!["send 1,3", "send 2", "send 4"],
+            "one event of a per send, b beside the first"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lane_taken_over_is_forgotten_and_its_batch_counted_lost() {
+        let events: Vec<OutboxRecord> = (1..=6).map(|i| event(i, &format!("agg-{i}"))).collect();
+        let (log, recorded) = (Log::default(), Arc::default());
+        let store = store(events, log.clone(), recorded, true);
+        let relay = relay(store, publisher(log.clone(), vec![]), settings(2, StdDuration::from_millis(10)));
+        let report = relay.run_once().await.unwrap();
+        assert_eq!(report.lost_claims, 2, "the batch sent is not recorded: {report:?}");
+        assert!(relay.cursors.lock().await.is_empty(), "the lane's position is read again from the store");
+    }
+
+    #[tokio::test]
+    async fn a_lease_too_short_for_a_send_sends_and_records_nothing() {
+        let events: Vec<OutboxRecord> = (1..=4).map(|i| event(i, &format!("agg-{i}"))).collect();
+        let (log, recorded) = (Log::default(), Arc::new(Mutex::new(Vec::new())));
+        let store = store(events, log.clone(), Arc::clone(&recorded), false);
+        // The margin a send needs is longer than the lease itself.
+        let relay = relay(store, publisher(log.clone(), vec![]), settings(8, StdDuration::from_secs(3600)));
+        let report = relay.drain(&CancellationToken::new()).await.unwrap();
+        assert!(sent(&log).is_empty());
+        assert!(recorded.lock().unwrap().is_empty());
+        assert_eq!(report.published, 0);
+        assert_eq!(report.lost_claims, 4, "the batch read is left to the lanes' next owner");
+    }
+
+    #[tokio::test]
+    async fn a_trickle_is_recorded_before_the_next_read() {
+        // One event where a batch holds eight: a trickle.
+        let events = vec![event(1, "a")];
+        let (log, recorded) = (Log::default(), Arc::default());
+        let store = store(events, log.clone(), recorded, false);
+        let relay = relay(store, publisher(log.clone(), vec![]), settings(8, StdDuration::from_millis(10)));
+        relay.drain(&CancellationToken::new()).await.unwrap();
+        let log = log.lock().unwrap().clone();
+        assert_eq!(&log[..4], &["read 1", "send 1", "record", "read 0"], "{log:?}");
     }
 }
