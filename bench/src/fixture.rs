@@ -11,7 +11,7 @@ use amqprs::channel::{
 use chrono::Utc;
 use orchestrator::adapters::messaging::amqp::{AmqpEndpoint, connect};
 use orchestrator::adapters::persistence::{self, SeaOrmStore};
-use orchestrator::application::ports::{Changes, NewOutboxEvent, OutboxStore, UnitOfWork};
+use orchestrator::application::ports::{Changes, NewOutboxEvent, OutboxOperations, UnitOfWork};
 use orchestrator::config::Settings;
 use orchestrator::domain::ids::EventId;
 use orchestrator::domain::outbox::OutboxStatus;

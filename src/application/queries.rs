@@ -5,7 +5,7 @@ use std::sync::Arc;
 use crate::application::audit::entity;
 use crate::application::envelopes::ORDER_AGGREGATE;
 use crate::application::ports::{
-    AuditRecord, OrderFilter, OrderRecord, OrderRepository, OutboxRecord, OutboxStore, StepRecord,
+    AuditRecord, OrderFilter, OrderRecord, OrderRepository, OutboxOperations, OutboxRecord, StepRecord,
 };
 use crate::application::{Actor, AppError};
 use crate::domain::ids::OrderId;
@@ -43,11 +43,11 @@ pub struct OrderFlow {
 
 pub struct OrderQueries {
     orders: Arc<dyn OrderRepository>,
-    outbox: Arc<dyn OutboxStore>,
+    outbox: Arc<dyn OutboxOperations>,
 }
 
 impl OrderQueries {
-    pub fn new(orders: Arc<dyn OrderRepository>, outbox: Arc<dyn OutboxStore>) -> Self {
+    pub fn new(orders: Arc<dyn OrderRepository>, outbox: Arc<dyn OutboxOperations>) -> Self {
         OrderQueries { orders, outbox }
     }
 
@@ -118,13 +118,13 @@ impl OrderQueries {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::application::ports::{MockOrderRepository, MockOutboxStore};
+    use crate::application::ports::{MockOrderRepository, MockOutboxOperations};
 
     #[tokio::test]
     async fn a_customer_listing_another_customers_orders_gets_nothing_and_no_query() {
         let mut repo = MockOrderRepository::new();
         repo.expect_list().never();
-        let queries = OrderQueries::new(Arc::new(repo), Arc::new(MockOutboxStore::new()));
+        let queries = OrderQueries::new(Arc::new(repo), Arc::new(MockOutboxOperations::new()));
         let page = queries
             .list_orders(
                 &Actor::customer("alice"),
@@ -141,14 +141,14 @@ mod tests {
         repo.expect_list()
             .withf(|f| f.customer_id.as_deref() == Some("alice") && f.limit == 21)
             .returning(|_| Ok(Vec::new()));
-        let queries = OrderQueries::new(Arc::new(repo), Arc::new(MockOutboxStore::new()));
+        let queries = OrderQueries::new(Arc::new(repo), Arc::new(MockOutboxOperations::new()));
         queries.list_orders(&Actor::customer("alice"), ListOrders::default()).await.unwrap();
     }
 
     #[tokio::test]
     async fn limits_out_of_range_are_refused() {
         let queries =
-            OrderQueries::new(Arc::new(MockOrderRepository::new()), Arc::new(MockOutboxStore::new()));
+            OrderQueries::new(Arc::new(MockOrderRepository::new()), Arc::new(MockOutboxOperations::new()));
         for limit in [0, 101] {
             let err = queries
                 .list_orders(&Actor::admin("root"), ListOrders { limit: Some(limit), ..Default::default() })

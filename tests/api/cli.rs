@@ -9,7 +9,8 @@ use chrono::Utc;
 use orchestrator::adapters::http::auth::JwtKeys;
 use orchestrator::adapters::persistence::{SeaOrmOutboxStore, SeaOrmStore};
 use orchestrator::application::ports::{
-    Changes, DeliveryFailure, NewOutboxEvent, OrderContext, OutboxStore, UnitOfWork,
+    Changes, DeliveryFailure, NewOutboxEvent, OrderContext, OutboxOperations, OutboxUpkeep, RelayStore,
+    UnitOfWork,
 };
 use orchestrator::config::Settings;
 use orchestrator::domain::ids::{EventId, OrderId};

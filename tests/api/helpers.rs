@@ -366,14 +366,16 @@ pub fn steps(detail: &Value) -> Vec<(String, String)> {
 /// a published event's state comes from its lane's progress), through the store's stats.
 pub async fn outbox_in(db: &DatabaseConnection, status: orchestrator::domain::outbox::OutboxStatus) -> i64 {
     let store = orchestrator::adapters::persistence::SeaOrmOutboxStore::new(db.clone(), Default::default());
-    let stats = orchestrator::application::ports::OutboxStore::stats(&store).await.expect("outbox stats");
+    let stats =
+        orchestrator::application::ports::OutboxOperations::stats(&store).await.expect("outbox stats");
     stats.by_status.iter().find(|(s, _)| *s == status).map_or(0, |(_, n)| *n)
 }
 
 /// Outbox rows not yet `PUBLISHED` (as operators see them).
 pub async fn outbox_unpublished(db: &DatabaseConnection) -> i64 {
     let store = orchestrator::adapters::persistence::SeaOrmOutboxStore::new(db.clone(), Default::default());
-    let stats = orchestrator::application::ports::OutboxStore::stats(&store).await.expect("outbox stats");
+    let stats =
+        orchestrator::application::ports::OutboxOperations::stats(&store).await.expect("outbox stats");
     stats
         .by_status
         .iter()

@@ -9,7 +9,8 @@ use chrono::{DateTime, Duration, DurationRound, TimeDelta, Utc};
 use orchestrator::adapters::persistence::{SeaOrmIdempotencyStore, SeaOrmOutboxStore, SeaOrmStore};
 use orchestrator::application::ports::{
     AuditRecord, Changes, DeliveryFailure, IdempotencyBegin, IdempotencyStore, NewOutboxEvent, OrderContext,
-    OrderFilter, OrderRepository, OutboxStore, RepoError, Scenario, StoredResponse, UnitOfWork,
+    OrderFilter, OrderRepository, OutboxOperations, OutboxUpkeep, RelayStore, RepoError, Scenario,
+    StoredResponse, UnitOfWork,
 };
 use orchestrator::domain::audit::AuditAction;
 use orchestrator::domain::ids::{EventId, OrderId};

@@ -25,7 +25,7 @@ use super::mapping::{outbox_from_row, status_strings};
 use super::repo_err;
 use crate::application::ports::{
     AuditRecord, DeliveryFailure, FastBatch, FastProgress, HeldLane, LaneCursor, LaneFilter, OutboxFilter,
-    OutboxRecord, OutboxStats, OutboxStore, RepoError,
+    OutboxOperations, OutboxRecord, OutboxStats, OutboxUpkeep, RelayStore, RepoError,
 };
 use crate::domain::outbox::lanes as lane_rules;
 use crate::domain::outbox::{FailureCode, FailureOutcome, OutboxAction, OutboxStatus};
@@ -311,7 +311,7 @@ struct Oldest {
 }
 
 #[async_trait]
-impl OutboxStore for SeaOrmOutboxStore {
+impl RelayStore for SeaOrmOutboxStore {
     async fn claim(
         &self,
         worker: &str,
@@ -730,6 +730,19 @@ impl OutboxStore for SeaOrmOutboxStore {
         Ok(result.rows_affected)
     }
 
+    async fn next_retry_at(&self) -> Result<Option<DateTime<Utc>>, RepoError> {
+        // On the partial index `idx_outbox_due`.
+        let sql = format!(
+            "SELECT MIN(next_attempt_at) AS at FROM outbox_events WHERE status = {}",
+            literals(&[OutboxStatus::RetryWait])
+        );
+        Ok(Oldest::find_by_statement(self.statement(&sql, vec![]))
+            .one(&self.db)
+            .await
+            .map_err(repo_err)?
+            .and_then(|o| o.at))
+    }
+
     async fn mark_failed(
         &self,
         failures: &[DeliveryFailure],
@@ -768,7 +781,10 @@ impl OutboxStore for SeaOrmOutboxStore {
         txn.commit().await.map_err(repo_err)?;
         Ok(marked)
     }
+}
 
+#[async_trait]
+impl OutboxUpkeep for SeaOrmOutboxStore {
     async fn recover_expired(&self, now: DateTime<Utc>) -> Result<u64, RepoError> {
         // Literal statuses: the scan runs on the partial index `idx_outbox_leases`.
         let action = OutboxAction::RecoverLease;
@@ -791,19 +807,6 @@ impl OutboxStore for SeaOrmOutboxStore {
             self.relay_wake.notify_one();
         }
         Ok(result.rows_affected())
-    }
-
-    async fn next_retry_at(&self) -> Result<Option<DateTime<Utc>>, RepoError> {
-        // On the partial index `idx_outbox_due`.
-        let sql = format!(
-            "SELECT MIN(next_attempt_at) AS at FROM outbox_events WHERE status = {}",
-            literals(&[OutboxStatus::RetryWait])
-        );
-        Ok(Oldest::find_by_statement(self.statement(&sql, vec![]))
-            .one(&self.db)
-            .await
-            .map_err(repo_err)?
-            .and_then(|o| o.at))
     }
 
     async fn purge(
@@ -883,7 +886,10 @@ impl OutboxStore for SeaOrmOutboxStore {
         }
         Ok(deleted)
     }
+}
 
+#[async_trait]
+impl OutboxOperations for SeaOrmOutboxStore {
     async fn stats(&self) -> Result<OutboxStats, RepoError> {
         // Every count from one snapshot: read in separate statements, `PUBLISHED` (the fast
         // path's total less its waiting events) went backwards while the relay worked.

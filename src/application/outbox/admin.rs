@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 
 use crate::application::audit::{self, entity};
 use crate::application::input;
-use crate::application::ports::{Clock, OutboxFilter, OutboxRecord, OutboxStats, OutboxStore};
+use crate::application::ports::{Clock, OutboxFilter, OutboxOperations, OutboxRecord, OutboxStats};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::outbox::{FailureCode, OutboxAction, OutboxStatus};
@@ -44,12 +44,12 @@ pub struct RedriveReport {
 }
 
 pub struct OutboxAdmin {
-    store: Arc<dyn OutboxStore>,
+    store: Arc<dyn OutboxOperations>,
     clock: Arc<dyn Clock>,
 }
 
 impl OutboxAdmin {
-    pub fn new(store: Arc<dyn OutboxStore>, clock: Arc<dyn Clock>) -> Self {
+    pub fn new(store: Arc<dyn OutboxOperations>, clock: Arc<dyn Clock>) -> Self {
         OutboxAdmin { store, clock }
     }
 

@@ -8,7 +8,7 @@ use chrono::{DateTime, Duration, NaiveTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 use crate::application::error::Chain;
-use crate::application::ports::{AuditLog, Clock, IdempotencyStore, OutboxStore, RepoError};
+use crate::application::ports::{AuditLog, Clock, IdempotencyStore, OutboxUpkeep, RepoError};
 
 #[derive(Debug, Clone)]
 pub struct HousekeepingSettings {
@@ -26,7 +26,7 @@ pub struct HousekeepingSettings {
 }
 
 pub struct Housekeeping {
-    outbox: Arc<dyn OutboxStore>,
+    outbox: Arc<dyn OutboxUpkeep>,
     idempotency: Arc<dyn IdempotencyStore>,
     audit: Arc<dyn AuditLog>,
     clock: Arc<dyn Clock>,
@@ -41,7 +41,7 @@ pub fn next_daily(now: DateTime<Utc>, at: NaiveTime) -> DateTime<Utc> {
 
 impl Housekeeping {
     pub fn new(
-        outbox: Arc<dyn OutboxStore>,
+        outbox: Arc<dyn OutboxUpkeep>,
         idempotency: Arc<dyn IdempotencyStore>,
         audit: Arc<dyn AuditLog>,
         clock: Arc<dyn Clock>,

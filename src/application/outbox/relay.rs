@@ -37,7 +37,7 @@ const RELAY_LOOP: &str = "outbox relay";
 use crate::application::meter::Meter;
 use crate::application::ports::{
     Clock, DeliveryFailure, EventPublisher, FastBatch, HeldLane, LaneCursor, LaneFilter, OutboxRecord,
-    OutboxStore, PublishOutcome, RepoError,
+    PublishOutcome, RelayStore, RepoError,
 };
 use crate::domain::outbox::{FailureCode, FailureOutcome, RetrySchedule};
 
@@ -91,7 +91,7 @@ impl LaneInterest {
 }
 
 pub struct OutboxRelay {
-    store: Arc<dyn OutboxStore>,
+    store: Arc<dyn RelayStore>,
     publisher: Arc<dyn EventPublisher>,
     clock: Arc<dyn Clock>,
     settings: RelaySettings,
@@ -147,7 +147,7 @@ fn failure_label(code: FailureCode) -> &'static str {
 
 impl OutboxRelay {
     pub fn new(
-        store: Arc<dyn OutboxStore>,
+        store: Arc<dyn RelayStore>,
         publisher: Arc<dyn EventPublisher>,
         clock: Arc<dyn Clock>,
         settings: RelaySettings,
@@ -668,7 +668,7 @@ mod pipeline_tests {
     use tokio::sync::Notify;
 
     use super::*;
-    use crate::application::ports::{FastProgress, MockClock, MockEventPublisher, MockOutboxStore};
+    use crate::application::ports::{FastProgress, MockClock, MockEventPublisher, MockRelayStore};
     use crate::domain::ids::EventId;
     use crate::domain::outbox::{FailureCode, OutboxStatus, RetrySchedule};
 
@@ -729,8 +729,8 @@ mod pipeline_tests {
         log: Log,
         recorded: Arc<Mutex<Vec<FastProgress>>>,
         fenced: bool,
-    ) -> MockOutboxStore {
-        let mut store = MockOutboxStore::new();
+    ) -> MockRelayStore {
+        let mut store = MockRelayStore::new();
         store.expect_lease_lanes().returning(|_, _, _, _| Ok(vec![HeldLane { lane: LANE, epoch: 1 }]));
         store.expect_lane_cursors().returning(|held| {
             Ok(held
@@ -785,7 +785,7 @@ mod pipeline_tests {
         publisher
     }
 
-    fn relay(store: MockOutboxStore, publisher: MockEventPublisher, settings: RelaySettings) -> OutboxRelay {
+    fn relay(store: MockRelayStore, publisher: MockEventPublisher, settings: RelaySettings) -> OutboxRelay {
         let mut clock = MockClock::new();
         clock.expect_now().returning(Utc::now);
         OutboxRelay::new(

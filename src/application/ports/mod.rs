@@ -15,7 +15,8 @@
 //! - [`order_repository`](OrderRepository), [`payment_repository`](PaymentRepository),
 //!   [`notification_repository`](NotificationRepository) — reads.
 //! - [`audit_log`](AuditLog) — audit rows and their retention.
-//! - [`outbox_store`](OutboxStore) and [`event_publisher`](EventPublisher) — the outbox.
+//! - [`outbox_store`](OutboxStore: [`RelayStore`], [`OutboxUpkeep`], [`OutboxOperations`])
+//!   and [`event_publisher`](EventPublisher) — the outbox.
 //! - [`idempotency`](IdempotencyStore) — idempotency keys.
 //! - [`payment_gateway`](PaymentGateway), [`settlement_gateway`](SettlementGateway),
 //!   [`notifier`](Notifier) — the providers the saga calls, with [`GatewayError`] and the
@@ -54,7 +55,7 @@ pub use order_repository::{
 };
 pub use outbox_store::{
     DeliveryFailure, FastBatch, FastProgress, HeldLane, LaneCursor, LaneFilter, NewOutboxEvent, OutboxFilter,
-    OutboxRecord, OutboxStats, OutboxStore,
+    OutboxOperations, OutboxRecord, OutboxStats, OutboxStore, OutboxUpkeep, RelayStore,
 };
 pub use payment_gateway::{
     ApprovalOutcome, ApprovePayment, BillingKey, CancelPayment, CancelReceipt, IssuedCard, LookupOutcome,
@@ -81,7 +82,7 @@ pub use notifier::MockNotifier;
 #[cfg(test)]
 pub use order_repository::MockOrderRepository;
 #[cfg(test)]
-pub use outbox_store::MockOutboxStore;
+pub use outbox_store::{MockOutboxOperations, MockOutboxUpkeep, MockRelayStore};
 #[cfg(test)]
 pub use payment_gateway::MockPaymentGateway;
 #[cfg(test)]

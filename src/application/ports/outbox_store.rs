@@ -161,11 +161,12 @@ pub struct FastProgress {
     pub attempted_at: DateTime<Utc>,
 }
 
-/// Storage side of the outbox. Every state change is a conditional update whose `WHERE`
-/// clause is built from [`crate::domain::outbox::OutboxAction::from_statuses`].
+/// The outbox's storage as the relay uses it: its lanes, the fast path's batches and
+/// progress, the slow path's claims and marks. Every state change is a conditional update
+/// whose `WHERE` clause is built from [`crate::domain::outbox::OutboxAction::from_statuses`].
 #[cfg_attr(test, mockall::automock)]
 #[async_trait]
-pub trait OutboxStore: Send + Sync {
+pub trait RelayStore: Send + Sync {
     /// Claims up to `limit` due rows for `worker` (status `READY`, or `RETRY_WAIT` whose
     /// `next_attempt_at` has passed), oldest first, and only the head row of each
     /// aggregate (no earlier row of it still unpublished or dead-lettered), moving them to
@@ -274,7 +275,12 @@ pub trait OutboxStore: Send + Sync {
         worker: &str,
         now: DateTime<Utc>,
     ) -> Result<u64, RepoError>;
+}
 
+/// The outbox's upkeep: claims of dead workers recovered, old events removed.
+#[cfg_attr(test, mockall::automock)]
+#[async_trait]
+pub trait OutboxUpkeep: Send + Sync {
     /// Returns `PROCESSING` rows whose lease ended before `now` to `RETRY_WAIT`, due at
     /// once; returns how many. Wakes the relay when any moved (they are due now).
     ///
@@ -293,7 +299,13 @@ pub trait OutboxStore: Send + Sync {
         dead_before: DateTime<Utc>,
         limit: u32,
     ) -> Result<u64, RepoError>;
+}
 
+/// What operators read of the outbox and repair in it (the admin API, `app outbox`, the
+/// order view).
+#[cfg_attr(test, mockall::automock)]
+#[async_trait]
+pub trait OutboxOperations: Send + Sync {
     /// Counts for operators and metrics.
     ///
     /// # Errors
@@ -338,3 +350,9 @@ pub trait OutboxStore: Send + Sync {
         audit: AuditRecord,
     ) -> Result<Vec<i64>, RepoError>;
 }
+
+/// The whole of the outbox's storage: what one adapter implements. The composition root
+/// hands each user the narrower port it needs.
+pub trait OutboxStore: RelayStore + OutboxUpkeep + OutboxOperations {}
+
+impl<T: RelayStore + OutboxUpkeep + OutboxOperations + ?Sized> OutboxStore for T {}
