@@ -363,38 +363,17 @@ pub async fn build_services_with_clock(
 
     let (publishers, broker_probe) = publishers(settings)?;
 
-    let retry_policy = RetryPolicy {
-        max_attempts: settings.notification.retry_max_attempts,
-        backoff_base: chrono(settings.notification.retry_backoff_base),
-    };
     let metrics = crate::telemetry::registry();
     let meter = metrics.meter.clone();
     // Every provider call timed and counted, whichever provider it is.
-    let payment_provider = match settings.payment.provider {
-        ProviderKind::Mock => "mock",
-        ProviderKind::External => "external",
-        ProviderKind::Toss => "toss",
-    };
     let payments: Arc<dyn PaymentGateway> =
-        Arc::new(Measured::new(payments, payment_provider, meter.clone()));
+        Arc::new(Measured::new(payments, payment_provider(settings), meter.clone()));
     let settlements: Arc<dyn SettlementGateway> =
         Arc::new(Measured::new(settlements, "simulated", meter.clone()));
     let notifier: Arc<dyn Notifier> = Arc::new(Measured::new(notifier, "simulated", meter.clone()));
     let shutdown = CancellationToken::new();
     let loops = Arc::new(LoopProgress::new(settings.worker.stuck_after));
-    {
-        // Histograms are drained at each scrape; with no scraper, now and then, until the
-        // services are shut down.
-        let (handle, stop) = (metrics.handle.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => handle.run_upkeep(),
-                }
-            }
-        });
-    }
+    upkeep_metrics(&metrics, shutdown.clone());
     let notifications = Arc::new(
         NotificationRetry::new(
             orders.clone(),
@@ -402,12 +381,7 @@ pub async fn build_services_with_clock(
             orders.clone(),
             notifier.clone(),
             clock.clone(),
-            NotificationRetrySettings {
-                policy: retry_policy,
-                lease: chrono(settings.notification.retry_lease),
-                batch: settings.notification.retry_batch,
-                interval: settings.notification.retry_interval,
-            },
+            notification_settings(settings),
         )
         .with_meter(meter.clone()),
     );
@@ -434,12 +408,7 @@ pub async fn build_services_with_clock(
         settlements,
         notifier,
         clock.clone(),
-        SagaSettings {
-            notification_retry: retry_policy,
-            saga_lease: chrono(settings.worker.saga_lease),
-            checkout: (settings.payment.provider == ProviderKind::Toss)
-                .then(|| CheckoutSettings { window: chrono(settings.payment.toss.confirm_window) }),
-        },
+        saga_settings(settings),
     )
     .with_meter(meter.clone());
     // Only Toss charges registrations with a saved card; elsewhere no saga step reads them.
@@ -454,11 +423,7 @@ pub async fn build_services_with_clock(
         orders.clone(),
         payments_for_refunds,
         clock.clone(),
-        RefundSettings {
-            lease: chrono(settings.worker.saga_lease),
-            max_attempts: settings.payment.reconciliation_max_attempts,
-            retry_after: chrono(settings.payment.reconciliation_interval),
-        },
+        refund_settings(settings),
     ));
     let meeting_events = Arc::new(MeetingEvents::new(
         orchestrator.clone(),
@@ -475,15 +440,7 @@ pub async fn build_services_with_clock(
             orders.clone(),
             orders.clone(),
             clock.clone(),
-            ReconciliationSettings {
-                interval: settings.payment.reconciliation_interval,
-                max_attempts: settings.payment.reconciliation_max_attempts,
-                retry_after: chrono(settings.payment.reconciliation_interval),
-                compensation_max_attempts: settings.payment.reconciliation_max_attempts.max(1) as usize,
-                compensation_backoff: chrono(settings.payment.reconciliation_interval),
-                stall_after: chrono(settings.worker.saga_lease),
-                stall_max_resumes: settings.worker.saga_recovery_max_attempts,
-            },
+            reconciliation_settings(settings),
         )
         .with_meter(meter)
         .with_progress(loops.clone()),
@@ -509,15 +466,7 @@ pub async fn build_services_with_clock(
         idempotency_store.clone(),
         orders.clone(),
         clock.clone(),
-        HousekeepingSettings {
-            recovery_interval: settings.outbox.recovery_interval,
-            cleanup_at: settings.outbox.cleanup_at,
-            retention_published: chrono(settings.outbox.retention_published),
-            retention_dead_letter: chrono(settings.outbox.retention_dead_letter),
-            retention_idempotency: chrono(settings.idempotency.retention),
-            retention_audit: chrono(settings.audit.retention),
-            cleanup_batch: settings.outbox.cleanup_batch,
-        },
+        housekeeping_settings(settings),
     ));
     Ok(Services {
         db,
@@ -610,6 +559,91 @@ impl Workers {
                 tracing::warn!("a worker loop did not stop within the grace period");
             }
         }
+    }
+}
+
+/// The payment provider's name in metrics.
+fn payment_provider(settings: &Settings) -> &'static str {
+    match settings.payment.provider {
+        ProviderKind::Mock => "mock",
+        ProviderKind::External => "external",
+        ProviderKind::Toss => "toss",
+    }
+}
+
+/// Drains the metrics' histograms now and then (a scrape does it too; with no scraper they
+/// would only grow), until `stop`.
+fn upkeep_metrics(metrics: &crate::telemetry::Registry, stop: CancellationToken) {
+    let handle = metrics.handle.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => handle.run_upkeep(),
+            }
+        }
+    });
+}
+
+/// `notification.retry_*`: how failed notifications are retried.
+fn notification_policy(settings: &Settings) -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: settings.notification.retry_max_attempts,
+        backoff_base: chrono(settings.notification.retry_backoff_base),
+    }
+}
+
+fn notification_settings(settings: &Settings) -> NotificationRetrySettings {
+    NotificationRetrySettings {
+        policy: notification_policy(settings),
+        lease: chrono(settings.notification.retry_lease),
+        batch: settings.notification.retry_batch,
+        interval: settings.notification.retry_interval,
+    }
+}
+
+/// The saga's settings; a checkout window only where payments are confirmed by the buyer
+/// (Toss).
+fn saga_settings(settings: &Settings) -> SagaSettings {
+    SagaSettings {
+        notification_retry: notification_policy(settings),
+        saga_lease: chrono(settings.worker.saga_lease),
+        checkout: (settings.payment.provider == ProviderKind::Toss)
+            .then(|| CheckoutSettings { window: chrono(settings.payment.toss.confirm_window) }),
+    }
+}
+
+fn refund_settings(settings: &Settings) -> RefundSettings {
+    RefundSettings {
+        lease: chrono(settings.worker.saga_lease),
+        max_attempts: settings.payment.reconciliation_max_attempts,
+        retry_after: chrono(settings.payment.reconciliation_interval),
+    }
+}
+
+/// Reconciliation of unknown payments, compensations and stalled sagas.
+fn reconciliation_settings(settings: &Settings) -> ReconciliationSettings {
+    ReconciliationSettings {
+        interval: settings.payment.reconciliation_interval,
+        max_attempts: settings.payment.reconciliation_max_attempts,
+        retry_after: chrono(settings.payment.reconciliation_interval),
+        compensation_max_attempts: settings.payment.reconciliation_max_attempts.max(1) as usize,
+        compensation_backoff: chrono(settings.payment.reconciliation_interval),
+        stall_after: chrono(settings.worker.saga_lease),
+        stall_max_resumes: settings.worker.saga_recovery_max_attempts,
+    }
+}
+
+/// Lease recovery and clean-up by retention.
+fn housekeeping_settings(settings: &Settings) -> HousekeepingSettings {
+    HousekeepingSettings {
+        recovery_interval: settings.outbox.recovery_interval,
+        cleanup_at: settings.outbox.cleanup_at,
+        retention_published: chrono(settings.outbox.retention_published),
+        retention_dead_letter: chrono(settings.outbox.retention_dead_letter),
+        retention_idempotency: chrono(settings.idempotency.retention),
+        retention_audit: chrono(settings.audit.retention),
+        cleanup_batch: settings.outbox.cleanup_batch,
     }
 }
 
