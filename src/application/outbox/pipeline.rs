@@ -313,22 +313,30 @@ impl<'a> Pipeline<'a> {
         let now = self.relay.now();
         self.sent_open -= slots.len();
         for (slot, outcome) in slots.into_iter().zip(verdicts_for(outcomes)) {
-            let row = self.row(slot).clone();
-            let key = aggregate_of(&row);
-            let relay = self.relay;
+            // Counted on a borrowed row (no copy of its payload), then applied to its batch.
+            let (key, delta, failure) = {
+                let row = self.row(slot);
+                let read_at = self.batches[(slot.batch - self.first) as usize].read_at;
+                let mut delta = RelayReport::default();
+                let failure = match outcome {
+                    PublishOutcome::Confirmed => {
+                        delta.published = 1;
+                        self.relay.confirmed(row, now);
+                        None
+                    }
+                    PublishOutcome::Failed { code, reason } => {
+                        Some(self.relay.failed(row, code, &reason, read_at, &mut delta))
+                    }
+                };
+                (aggregate_of(row), delta, failure)
+            };
             let batch = self.batch_mut(slot);
             batch.open -= 1;
             batch.confirmed_at = now;
-            match outcome {
-                PublishOutcome::Confirmed => {
-                    batch.report.published += 1;
-                    relay.confirmed(&row, now);
-                }
-                PublishOutcome::Failed { code, reason } => {
-                    let failure = relay.failed(&row, code, &reason, batch.read_at, &mut batch.report);
-                    batch.failures.push(failure);
-                    self.failed.insert(key.clone());
-                }
+            batch.report.add(delta);
+            if let Some(failure) = failure {
+                batch.failures.push(failure);
+                self.failed.insert(key.clone());
             }
             let Some(chain) = self.chains.get_mut(&key) else { continue };
             chain.pop_front();
