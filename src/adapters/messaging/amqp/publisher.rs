@@ -287,7 +287,9 @@ impl EventPublisher for AmqpEventPublisher {
     }
 
     async fn publish(&self, batch: &[OutboxRecord]) -> Vec<PublishOutcome> {
-        self.send(batch).await.await
+        // Sent, then the verdicts awaited: one batch, no overlap with another.
+        let verdicts = self.send(batch).await;
+        verdicts.await
     }
 
     async fn send(&self, batch: &[OutboxRecord]) -> PendingVerdicts {
