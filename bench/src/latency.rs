@@ -62,6 +62,17 @@ pub(crate) struct LatencyRun {
     pub(crate) dead_tuples: Vec<(String, i64)>,
 }
 
+/// One producer's commit.
+struct Commit {
+    /// When it returned.
+    at: Instant,
+    /// The same, by the clock `published_at` is written with.
+    wall: chrono::DateTime<chrono::Utc>,
+    /// How long it took, from before the event was made (`created_at`) to its return: part
+    /// of `created_at -> confirm`.
+    took_ms: f64,
+}
+
 /// A steady commit rate with the relay running; with `hold`, a REPEATABLE READ transaction
 /// is open on the database the whole time (holding back vacuum, as a report, `pg_dump` or
 /// a lagging replica with `hot_standby_feedback` does).
@@ -100,12 +111,7 @@ pub(crate) async fn latency_run(rate: u32, seconds: u64, hold: bool) -> Result<L
     // Producers: one event per commit, spread over tasks to hold the rate — 8 up to 1 600
     // commits/s, more above (at most 16, the pool's connections): a commit here takes 2–5
     // ms, so 8 tasks cannot offer 3 000 commits/s however fast the database is.
-    let commits: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
-    // How long each commit itself took (from before the event was made to its commit
-    // returning): part of commit -> confirm, since `created_at` is taken before the commit.
-    let commit_ms: Arc<Mutex<Vec<f64>>> = Arc::default();
-    // When each commit returned, by the clock `published_at` is written with.
-    let committed_at: Arc<Mutex<HashMap<String, chrono::DateTime<chrono::Utc>>>> = Arc::default();
+    let commits: Arc<Mutex<HashMap<String, Commit>>> = Arc::default();
     let producers = (rate / 200).clamp(8, 16);
     let per_task = Duration::from_secs_f64(producers as f64 / rate as f64);
     let deadline = Instant::now() + Duration::from_secs(seconds);
@@ -113,8 +119,6 @@ pub(crate) async fn latency_run(rate: u32, seconds: u64, hold: bool) -> Result<L
     for _ in 0..producers {
         let uow = SeaOrmStore::new(fixture.db.clone(), services.relay_wake.clone());
         let commits = commits.clone();
-        let commit_ms = commit_ms.clone();
-        let committed_at = committed_at.clone();
         tasks.push(tokio::spawn(async move {
             let mut tick = tokio::time::interval(per_task);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -124,15 +128,12 @@ pub(crate) async fn latency_run(rate: u32, seconds: u64, hold: bool) -> Result<L
                 let event = new_event(&uuid::Uuid::now_v7().to_string());
                 let id = event.event_id.to_string();
                 if uow.commit(Changes { outbox: vec![event], ..Default::default() }).await.is_ok() {
-                    committed_at
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(id.clone(), chrono::Utc::now());
-                    commits.lock().unwrap_or_else(|e| e.into_inner()).insert(id, Instant::now());
-                    commit_ms
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(before.elapsed().as_secs_f64() * 1000.0);
+                    let commit = Commit {
+                        at: Instant::now(),
+                        wall: chrono::Utc::now(),
+                        took_ms: before.elapsed().as_secs_f64() * 1000.0,
+                    };
+                    commits.lock().unwrap_or_else(|e| e.into_inner()).insert(id, commit);
                 }
             }
         }));
@@ -149,12 +150,12 @@ pub(crate) async fn latency_run(rate: u32, seconds: u64, hold: bool) -> Result<L
     }
     workers.shutdown(Duration::from_secs(10)).await;
 
-    let commits = commits.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let commits = std::mem::take(&mut *commits.lock().unwrap_or_else(|e| e.into_inner()));
     let arrivals = arrivals.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mut consume: Vec<f64> = commits
         .iter()
-        .filter_map(|(id, at)| {
-            arrivals.get(id).map(|a| a.saturating_duration_since(*at).as_secs_f64() * 1000.0)
+        .filter_map(|(id, c)| {
+            arrivals.get(id).map(|a| a.saturating_duration_since(c.at).as_secs_f64() * 1000.0)
         })
         .collect();
     consume.sort_by(f64::total_cmp);
@@ -177,18 +178,17 @@ pub(crate) async fn latency_run(rate: u32, seconds: u64, hold: bool) -> Result<L
     confirm.sort_by(f64::total_cmp);
     // From the commit's return: the relay's own latency (`created_at` is taken before the
     // transaction, so the figure above includes the producer's commit).
-    let committed_at = committed_at.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mut relay_ms: Vec<f64> = rows
         .iter()
         .filter_map(|r| {
             let id = r.try_get::<String>("", "event_id").ok()?;
             let published = r.try_get::<chrono::DateTime<chrono::Utc>>("", "published_at").ok()?;
-            let at = committed_at.get(&id)?;
-            Some(((published - *at).num_microseconds()? as f64 / 1000.0).max(0.0))
+            let at = commits.get(&id)?.wall;
+            Some(((published - at).num_microseconds()? as f64 / 1000.0).max(0.0))
         })
         .collect();
     relay_ms.sort_by(f64::total_cmp);
-    let mut commit_ms = commit_ms.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut commit_ms: Vec<f64> = commits.values().map(|c| c.took_ms).collect();
     commit_ms.sort_by(f64::total_cmp);
     // The broker alone at the same rate, same queue and consumer: what a confirm costs
     // without the outbox (the floor under commit -> confirm, beside the commit itself).

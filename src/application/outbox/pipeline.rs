@@ -126,11 +126,11 @@ pub(super) struct Batch {
 }
 
 impl Batch {
-    /// What recording it writes.
-    pub(super) fn progress(batches: &[Batch]) -> FastProgress {
+    /// What recording `batches` writes (`now`: the attempt time if there is no batch).
+    pub(super) fn progress(batches: &[Batch], now: DateTime<Utc>) -> FastProgress {
         let mut latest = HashMap::new();
         let mut progress = FastProgress {
-            attempted_at: batches.first().map_or_else(Utc::now, |b| b.read_at),
+            attempted_at: batches.first().map_or(now, |b| b.read_at),
             ..FastProgress::default()
         };
         for b in batches {

@@ -99,8 +99,9 @@ pub struct OutboxRelay {
     interest: Arc<LaneInterest>,
     meter: Meter,
     held: Mutex<HeldLanes>,
-    /// `held`'s `valid_until`, readable without waiting for a renewal under way (the
-    /// pipeline checks it before each send while its read may be renewing).
+    /// Past this the lanes' lease may have lapsed: nothing is sent or claimed until it is
+    /// renewed. Apart from `held`, so that it is read without waiting for a renewal under
+    /// way (the pipeline checks it before each send while its read may be renewing).
     lease_end: std::sync::Mutex<Option<Instant>>,
     /// Each held lane's fast-path position.
     pub(super) cursors: Mutex<HashMap<i16, LaneCursor>>,
@@ -114,20 +115,6 @@ struct HeldLanes {
     lanes: Vec<HeldLane>,
     /// When the last renewal started (`None`: never renewed).
     renewed_at: Option<Instant>,
-    /// Past this the lease may have lapsed: claim nothing until renewed.
-    valid_until: Option<Instant>,
-}
-
-impl HeldLanes {
-    /// Whether the lease surely still holds, by this process's clock.
-    fn valid(&self) -> bool {
-        self.valid_for(StdDuration::ZERO)
-    }
-
-    /// Whether the lease surely holds for `margin` more.
-    fn valid_for(&self, margin: StdDuration) -> bool {
-        self.valid_until.is_some_and(|until| Instant::now() + margin < until)
-    }
 }
 
 /// How often an idle relay asks the store for the next retry due in any lane (its own
@@ -213,14 +200,10 @@ impl OutboxRelay {
                     // A tenth of the lease is the margin for clock drift and a slow statement.
                     let lease = self.settings.lease.to_std().unwrap_or_default();
                     self.interest.set(&lanes);
-                    *held = HeldLanes {
-                        lanes,
-                        renewed_at: Some(started),
-                        valid_until: Some(started + lease - lease / 10),
-                    };
-                    self.set_lease_end(held.valid_until);
+                    *held = HeldLanes { lanes, renewed_at: Some(started) };
+                    self.set_lease_end(Some(started + lease - lease / 10));
                 }
-                Err(err) if held.valid() => {
+                Err(err) if self.lease_holds() => {
                     tracing::warn!(error = %Chain(&err), "cannot renew the outbox lanes; the lease still holds");
                 }
                 Err(err) => {
@@ -230,7 +213,7 @@ impl OutboxRelay {
                 }
             }
         }
-        if held.valid() { Ok(held.lanes.clone()) } else { Ok(Vec::new()) }
+        if self.lease_holds() { Ok(held.lanes.clone()) } else { Ok(Vec::new()) }
     }
 
     fn set_lease_end(&self, end: Option<Instant>) {
@@ -593,7 +576,7 @@ impl Stages for OutboxRelay {
             report.add(b.report);
             report.held_back += b.held_back.len() as u64;
         }
-        let progress = Batch::progress(&batches);
+        let progress = Batch::progress(&batches, self.clock.now());
         // Dated by the broker's last confirm, not by this write: `publishedAt` says when the
         // broker took the batch (commit -> confirm is what operators and the bench read).
         let confirmed_at = batches.iter().map(|b| b.confirmed_at).max().unwrap_or_else(|| self.clock.now());
