@@ -36,6 +36,8 @@ pub enum BrokerKind {
     /// Events are written as JSON log lines (embedded default).
     Log,
     Amqp,
+    /// Kafka (docs/spec.md §11).
+    Kafka,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,6 +131,29 @@ pub struct BrokerSettings {
     pub consumer_retry_backoff: Duration,
     /// `x-delivery-limit` of quorum queues.
     pub delivery_limit: u32,
+    /// `broker.kafka.*`: used when `kind` is `Kafka`.
+    pub kafka: KafkaSettings,
+}
+
+/// Kafka (docs/spec.md §11, docs/configuration.md).
+#[derive(Debug, Clone)]
+pub struct KafkaSettings {
+    /// The bootstrap list, `host:port[,host:port...]` (`broker.kafka.brokers`).
+    pub brokers: String,
+    /// Where the outbox publishes, one record per event keyed by its aggregate id.
+    pub topic: String,
+    pub client_id: String,
+    /// The meeting service's topics; each has its `<topic>.dlq`.
+    pub inbound: Vec<String>,
+    /// The consumer group of the meeting consumers.
+    pub group: String,
+    /// Partitions of the topics this service creates when they are missing.
+    pub partitions: i32,
+    /// How long connecting, a metadata request or creating a topic may take.
+    pub connect_timeout: Duration,
+    /// Security settings passed to the client as they are (`security.*`, `ssl.*`,
+    /// `sasl.*`); their values may be secrets.
+    pub properties: Vec<(String, Secret)>,
 }
 
 #[derive(Debug, Clone)]
@@ -303,6 +328,40 @@ struct RawBroker {
     consumer_retries: u32,
     consumer_retry_backoff: String,
     delivery_limit: u32,
+    kafka: RawKafka,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKafka {
+    brokers: Option<String>,
+    topic: String,
+    client_id: String,
+    /// A list in a file, comma-separated in the environment.
+    inbound: RawList,
+    group: String,
+    partitions: i32,
+    connect_timeout: String,
+    #[serde(default)]
+    properties: std::collections::BTreeMap<String, Secret>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawList {
+    List(Vec<String>),
+    Text(String),
+}
+
+impl RawList {
+    fn into_list(self) -> Vec<String> {
+        match self {
+            RawList::List(list) => list,
+            RawList::Text(text) => {
+                text.split(',').map(str::trim).filter(|t| !t.is_empty()).map(str::to_owned).collect()
+            }
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -476,6 +535,14 @@ prefetch = 32
 consumer_retries = 3
 consumer_retry_backoff = "1s"
 delivery_limit = 5
+
+[broker.kafka]
+topic = "commerce.events"
+client_id = "commerce-orchestrator"
+inbound = ["meeting.events"]
+group = "commerce-orchestrator"
+partitions = 16
+connect_timeout = "5s"
 
 [outbox]
 batch_size = 256
@@ -723,8 +790,12 @@ fn resolve_broker(raw: RawBroker) -> Result<BrokerSettings, ConfigError> {
         None if !urls.is_empty() => BrokerKind::Amqp,
         None | Some("log") => BrokerKind::Log,
         Some("amqp") => BrokerKind::Amqp,
-        Some(other) => return Err(invalid("broker.kind", format!("`{other}` is not log or amqp"))),
+        Some("kafka") => BrokerKind::Kafka,
+        Some(other) => return Err(invalid("broker.kind", format!("`{other}` is not log, amqp or kafka"))),
     };
+    if kind == BrokerKind::Kafka && !urls.is_empty() {
+        return Err(invalid(key, "is for RabbitMQ: with broker.kind = kafka set broker.kafka.brokers"));
+    }
     if kind == BrokerKind::Amqp {
         if urls.is_empty() {
             return Err(invalid("broker.url", "is required when broker.kind = amqp"));
@@ -760,7 +831,63 @@ fn resolve_broker(raw: RawBroker) -> Result<BrokerSettings, ConfigError> {
         consumer_retries: raw.consumer_retries,
         consumer_retry_backoff: duration("broker.consumer_retry_backoff", &raw.consumer_retry_backoff)?,
         delivery_limit: raw.delivery_limit,
+        kafka: resolve_kafka(raw.kafka, kind == BrokerKind::Kafka)?,
     })
+}
+
+/// Which client settings `broker.kafka.properties` may carry: how to reach and authenticate
+/// to the cluster, nothing that would weaken delivery (`acks`, idempotence, timeouts are the
+/// service's).
+const KAFKA_PASSED_THROUGH: [&str; 3] = ["security.", "ssl.", "sasl."];
+
+fn resolve_kafka(raw: RawKafka, chosen: bool) -> Result<KafkaSettings, ConfigError> {
+    let brokers = raw.brokers.map(|b| b.trim().to_owned()).unwrap_or_default();
+    if chosen && brokers.is_empty() {
+        return Err(invalid("broker.kafka.brokers", "is required when broker.kind = kafka"));
+    }
+    let inbound = raw.inbound.into_list();
+    if inbound.is_empty() {
+        return Err(invalid("broker.kafka.inbound", "lists no topic"));
+    }
+    kafka_topic("broker.kafka.topic", &raw.topic)?;
+    for topic in &inbound {
+        kafka_topic("broker.kafka.inbound", topic)?;
+    }
+    if !(1..=10_000).contains(&raw.partitions) {
+        return Err(invalid("broker.kafka.partitions", "must be between 1 and 10000"));
+    }
+    let mut properties = Vec::new();
+    for (key, value) in raw.properties {
+        // From the environment a key comes lower-cased with `_` for `.`
+        // (`APP__BROKER__KAFKA__PROPERTIES__SASL_USERNAME`); librdkafka's names have no `_`.
+        let key = key.replace('_', ".");
+        if !KAFKA_PASSED_THROUGH.iter().any(|prefix| key.starts_with(prefix)) {
+            return Err(invalid(
+                &format!("broker.kafka.properties.{key}"),
+                "only security.*, ssl.* and sasl.* settings are passed to the client",
+            ));
+        }
+        properties.push((key, value));
+    }
+    Ok(KafkaSettings {
+        brokers,
+        topic: raw.topic,
+        client_id: name("broker.kafka.client_id", raw.client_id)?,
+        inbound,
+        group: name("broker.kafka.group", raw.group)?,
+        partitions: raw.partitions,
+        connect_timeout: positive("broker.kafka.connect_timeout", &raw.connect_timeout)?,
+        properties,
+    })
+}
+
+/// A Kafka topic name: 1 to 249 of `[a-zA-Z0-9._-]`.
+fn kafka_topic(key: &str, topic: &str) -> Result<(), ConfigError> {
+    let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if topic.is_empty() || topic.len() > 249 || !topic.chars().all(legal) || topic == "." || topic == ".." {
+        return Err(invalid(key, format!("`{topic}` is not a Kafka topic name")));
+    }
+    Ok(())
 }
 
 fn resolve_outbox(o: RawOutbox) -> Result<OutboxSettings, ConfigError> {
@@ -1110,12 +1237,39 @@ mod tests {
     }
 
     #[test]
+    fn kafka_is_chosen_with_its_brokers_and_passes_security_settings_through() {
+        let s = load(&[
+            ("APP__BROKER__KIND", "kafka"),
+            ("APP__BROKER__KAFKA__BROKERS", "k1:9092,k2:9092"),
+            ("APP__BROKER__KAFKA__INBOUND", "meeting.events, other.events"),
+            ("APP__BROKER__KAFKA__PROPERTIES__SECURITY_PROTOCOL", "SASL_SSL"),
+            ("APP__BROKER__KAFKA__PROPERTIES__SASL_PASSWORD", "hunter2-kafka"),
+        ])
+        .unwrap();
+        assert_eq!(s.broker.kind, BrokerKind::Kafka);
+        assert!(s.broker.explicit);
+        let k = &s.broker.kafka;
+        assert_eq!(k.brokers, "k1:9092,k2:9092");
+        assert_eq!((k.topic.as_str(), k.group.as_str()), ("commerce.events", "commerce-orchestrator"));
+        assert_eq!(k.inbound, ["meeting.events", "other.events"]);
+        let keys: Vec<&str> = k.properties.iter().map(|(key, _)| key.as_str()).collect();
+        assert_eq!(keys, ["sasl.password", "security.protocol"]);
+        assert!(!format!("{:?}", s.broker).contains("hunter2-kafka"), "secrets never print");
+        let err = load(&[("APP__BROKER__KIND", "kafka"), ("APP__BROKER__URL", "amqp://x")]).unwrap_err();
+        assert!(err.to_string().contains("broker.url"), "{err}");
+    }
+
+    #[test]
     fn invalid_values_name_their_key() {
         for (key, value, named) in [
             ("APP__OUTBOX__POLL_INTERVAL", "soon", "outbox.poll_interval"),
             ("APP__OUTBOX__BATCH_SIZE", "0", "outbox.batch_size"),
             ("APP__HTTP__BIND", "nowhere", "http.bind"),
-            ("APP__BROKER__KIND", "kafka", "broker.kind"),
+            ("APP__BROKER__KIND", "kafka", "broker.kafka.brokers"),
+            ("APP__BROKER__KIND", "nats", "broker.kind"),
+            ("APP__BROKER__KAFKA__INBOUND", "meeting events", "broker.kafka.inbound"),
+            ("APP__BROKER__KAFKA__PARTITIONS", "0", "broker.kafka.partitions"),
+            ("APP__BROKER__KAFKA__PROPERTIES__ACKS", "1", "broker.kafka.properties.acks"),
             ("APP__PAYMENT__PROVIDER", "external", "payment.external.base_url"),
             ("APP__PAYMENT__PROVIDER", "toss", "payment.toss.secret_key"),
             ("APP__PAYMENT__PROVIDER", "paypal", "payment.provider"),

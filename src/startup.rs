@@ -25,6 +25,9 @@ use crate::adapters::messaging::LogEventPublisher;
 use crate::adapters::messaging::amqp::{
     AmqpEventPublisher, AmqpNodes, AmqpPublisherSettings, ConsumerSettings, MeetingConsumers, MeetingTopology,
 };
+use crate::adapters::messaging::kafka::{
+    KafkaConnection, KafkaConsumerSettings, KafkaEventPublisher, KafkaMeetingConsumer, KafkaPublisherSettings,
+};
 use crate::adapters::persistence::{
     self, DatabaseProbe, SeaOrmIdempotencyStore, SeaOrmOutboxStore, SeaOrmStore,
 };
@@ -122,11 +125,27 @@ pub struct Services {
 }
 
 impl Services {
-    /// The AMQP consumers of the meeting service's events (`broker.kind = amqp` only).
-    pub fn meeting_consumers(&self) -> Option<Arc<MeetingConsumers>> {
+    /// The consumers of the meeting service's events: over AMQP or Kafka (none with `log`).
+    pub fn meeting_consumers(&self) -> Option<MeetingConsumer> {
         let b = &self.settings.broker;
-        if b.kind != BrokerKind::Amqp {
-            return None;
+        match b.kind {
+            BrokerKind::Log => return None,
+            BrokerKind::Amqp => {}
+            BrokerKind::Kafka => {
+                let settings = KafkaConsumerSettings {
+                    connection: kafka_connection(&self.settings),
+                    topics: b.kafka.inbound.clone(),
+                    group: b.kafka.group.clone(),
+                    partitions: b.kafka.partitions,
+                    retries: b.consumer_retries,
+                    retry_backoff: b.consumer_retry_backoff,
+                    honour_mock_scenario: self.settings.payment.provider == ProviderKind::Mock,
+                };
+                return Some(MeetingConsumer::Kafka(Arc::new(
+                    KafkaMeetingConsumer::new(settings, self.meeting_events.clone())
+                        .with_meter(self.metrics.meter.clone()),
+                )));
+            }
         }
         let nodes = AmqpNodes::parse(b.urls.iter().map(Secret::expose)).ok()?;
         let settings = ConsumerSettings {
@@ -144,10 +163,10 @@ impl Services {
             retry_backoff: b.consumer_retry_backoff,
             honour_mock_scenario: self.settings.payment.provider == ProviderKind::Mock,
         };
-        Some(Arc::new(
+        Some(MeetingConsumer::Amqp(Arc::new(
             MeetingConsumers::new(nodes, settings, self.meeting_events.clone())
                 .with_meter(self.metrics.meter.clone()),
-        ))
+        )))
     }
 
     /// A relay with its own worker id and publisher, sharing this process's wake-up signal.
@@ -181,6 +200,33 @@ impl Services {
     }
 }
 
+/// The meeting service's consumers on the configured broker.
+pub enum MeetingConsumer {
+    Amqp(Arc<MeetingConsumers>),
+    Kafka(Arc<KafkaMeetingConsumer>),
+}
+
+impl MeetingConsumer {
+    /// Consumes until `stop`.
+    pub async fn run_until_stopped(self, stop: CancellationToken) {
+        match self {
+            MeetingConsumer::Amqp(c) => c.run_until_stopped(stop).await,
+            MeetingConsumer::Kafka(c) => c.run_until_stopped(stop).await,
+        }
+    }
+}
+
+/// How to reach the Kafka cluster of `broker.kafka`.
+fn kafka_connection(settings: &Settings) -> KafkaConnection {
+    let k = &settings.broker.kafka;
+    KafkaConnection {
+        brokers: k.brokers.clone(),
+        client_id: k.client_id.clone(),
+        properties: k.properties.clone(),
+        connect_timeout: k.connect_timeout,
+    }
+}
+
 /// The publisher factory and the broker's readiness probe for `broker.kind`.
 fn publishers(settings: &Settings) -> Result<(PublisherFactory, Arc<dyn HealthProbe>), StartupError> {
     match settings.broker.kind {
@@ -206,6 +252,33 @@ fn publishers(settings: &Settings) -> Result<(PublisherFactory, Arc<dyn HealthPr
                     ..base.clone()
                 };
                 Arc::new(AmqpEventPublisher::new(nodes.clone(), settings)) as Arc<dyn EventPublisher>
+            });
+            Ok((factory, probe))
+        }
+        BrokerKind::Kafka => {
+            let base = KafkaPublisherSettings {
+                connection: kafka_connection(settings),
+                topic: settings.broker.kafka.topic.clone(),
+                partitions: settings.broker.kafka.partitions,
+                window: settings.outbox.publish_window as usize,
+                confirm_timeout: settings.broker.confirm_timeout,
+            };
+            let probe = Arc::new(
+                KafkaEventPublisher::new(base.clone())
+                    .map_err(|e| StartupError::Config(format!("`broker.kafka`: {e}")))?,
+            );
+            let factory: PublisherFactory = Arc::new(move |worker: &str| {
+                let settings = KafkaPublisherSettings {
+                    connection: KafkaConnection {
+                        client_id: format!("{}-relay-{worker}", base.connection.client_id),
+                        ..base.connection.clone()
+                    },
+                    ..base.clone()
+                };
+                // The probe was made from the same settings (only the client id differs), so
+                // the client accepts them; making a client fails on nothing else.
+                let publisher = KafkaEventPublisher::new(settings).expect("settings accepted for the probe");
+                Arc::new(publisher) as Arc<dyn EventPublisher>
             });
             Ok((factory, probe))
         }

@@ -21,7 +21,7 @@ use crate::helpers::{Backend, TEST_KEYS, TestApp, TestDb, count_where, order_bod
 use crate::helpers::{Process, until};
 use crate::meeting::{Meeting, registered, start};
 
-fn kill9(child: &mut Process) {
+pub(crate) fn kill9(child: &mut Process) {
     let _ = std::process::Command::new("kill").args(["-KILL", &child.id().to_string()]).status();
     let _ = child.wait();
 }
@@ -59,12 +59,26 @@ fn worker(
     broker: &TestBroker,
     extra: &[(String, String)],
 ) -> Process {
+    let on = [
+        ("APP__BROKER__URL".to_owned(), amqp_url()),
+        ("APP__BROKER__EXCHANGE".to_owned(), broker.exchange.clone()),
+    ];
+    worker_on(dir, name, db, &on, extra)
+}
+
+/// [`worker`] on any broker: `broker` is the environment that chooses it.
+pub(crate) fn worker_on(
+    dir: &std::path::Path,
+    name: &str,
+    db: &TestDb,
+    broker: &[(String, String)],
+    extra: &[(String, String)],
+) -> Process {
     let log = std::fs::File::create(dir.join(format!("{name}.log"))).expect("worker log file");
     let mut cmd = app(dir);
     cmd.env("APP__DATABASE__URL", &db.url)
         .env("APP__AUTH__KEYS", TEST_KEYS)
-        .env("APP__BROKER__URL", amqp_url())
-        .env("APP__BROKER__EXCHANGE", &broker.exchange)
+        .envs(broker.iter().cloned())
         .env("APP__OUTBOX__PROCESSING_TIMEOUT", "2s")
         .env("APP__OUTBOX__RECOVERY_INTERVAL", "500ms")
         .env("APP__OUTBOX__BACKOFF_BASE", "100ms")

@@ -20,6 +20,8 @@ mod failover;
 mod faults;
 mod hostile;
 mod identity;
+mod kafka;
+mod kafka_broker;
 mod ledger;
 mod meeting;
 mod money;

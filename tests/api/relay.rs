@@ -22,7 +22,7 @@ use crate::helpers::TcpProxy;
 use crate::helpers::{Backend, TestApp, count_where, until};
 use crate::on_both_databases;
 
-fn event(aggregate: &str, seq: usize, routing_key: &str, event_type: &str) -> NewOutboxEvent {
+pub(crate) fn event(aggregate: &str, seq: usize, routing_key: &str, event_type: &str) -> NewOutboxEvent {
     let event_id = EventId::new();
     NewOutboxEvent {
         event_id,
@@ -37,7 +37,11 @@ fn event(aggregate: &str, seq: usize, routing_key: &str, event_type: &str) -> Ne
 }
 
 /// Commits `per_aggregate` events for each of `aggregates` aggregates, one transaction each.
-async fn seed(uow: &dyn UnitOfWork, aggregates: usize, per_aggregate: usize) -> Vec<NewOutboxEvent> {
+pub(crate) async fn seed(
+    uow: &dyn UnitOfWork,
+    aggregates: usize,
+    per_aggregate: usize,
+) -> Vec<NewOutboxEvent> {
     let mut all = Vec::new();
     for a in 0..aggregates {
         let aggregate = format!("agg-{a}-{}", uuid::Uuid::new_v4().simple());
@@ -49,7 +53,7 @@ async fn seed(uow: &dyn UnitOfWork, aggregates: usize, per_aggregate: usize) -> 
     all
 }
 
-fn repo(app: &TestApp) -> SeaOrmStore {
+pub(crate) fn repo(app: &TestApp) -> SeaOrmStore {
     SeaOrmStore::new(app.db.clone(), app.services.relay_wake.clone())
 }
 

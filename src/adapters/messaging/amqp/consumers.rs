@@ -14,25 +14,15 @@ use amqprs::channel::{
 };
 use amqprs::connection::Connection;
 use amqprs::{FieldTable, FieldValue};
-use serde::Deserialize;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::connection::AmqpNodes;
 use tracing::Instrument;
 
-use crate::application::AppError;
-use crate::application::error::Chain;
-use crate::application::inbound::{
-    Handled, MeetingDeleted, MeetingEvents, ParticipantCancelled, ParticipantRegistered,
-};
-use crate::application::input::{JsonError, check_json_text, parse_json};
+use super::super::meeting::{Kind, MeetingHandler, Verdict};
+use crate::application::inbound::MeetingEvents;
 use crate::application::meter::Meter;
-use crate::application::ports::Scenario;
-use crate::domain::text;
-
-/// Largest message body accepted; larger ones are dead-lettered unread.
-pub const MAX_MESSAGE: usize = 64 * 1024;
 
 /// The kind of queue the consumers declare (`broker.queue_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,23 +52,6 @@ pub struct ConsumerSettings {
     pub retry_backoff: Duration,
     /// Honour the `x-mock-scenario` header (mock providers only).
     pub honour_mock_scenario: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Register,
-    Cancel,
-    Deleted,
-}
-
-impl Kind {
-    fn label(&self) -> &'static str {
-        match self {
-            Kind::Register => "participant-register",
-            Kind::Cancel => "participant-cancel",
-            Kind::Deleted => "meeting-deleted",
-        }
-    }
 }
 
 fn name(text: &str) -> Result<amqprs::FieldName, String> {
@@ -131,110 +104,6 @@ pub async fn declare_topology(channel: &Channel, t: &MeetingTopology) -> Result<
             .map_err(|e| format!("bind {queue}: {e}"))?;
     }
     Ok(())
-}
-
-// ---- wire formats ------------------------------------------------------------------
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RegisteredWire {
-    event_id: String,
-    meeting_id: String,
-    user_id: String,
-    amount: i64,
-    currency: String,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct CancelledWire {
-    event_id: String,
-    meeting_id: String,
-    user_id: String,
-    refund_required: bool,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct DeletedWire {
-    event_id: String,
-    meeting_id: String,
-}
-
-/// A decoded, validated message.
-#[derive(Debug, Clone)]
-enum Inbound {
-    Register(ParticipantRegistered),
-    Cancel(ParticipantCancelled),
-    Deleted(MeetingDeleted),
-}
-
-fn field(name: &str, value: &str, max: usize) -> Result<(), String> {
-    if value.trim().is_empty() {
-        return Err(format!("{name}: must not be empty"));
-    }
-    text::check(name, value, max).map_err(|e| e.to_string())
-}
-
-fn decode(kind: Kind, body: &[u8]) -> Result<Inbound, String> {
-    if body.len() > MAX_MESSAGE {
-        return Err(format!("body of {} bytes exceeds {MAX_MESSAGE}", body.len()));
-    }
-    let json = |e: serde_json::Error| format!("not a valid {} message: {e}", kind.label());
-    // docs/spec.md §5: no string anywhere in a message may carry a control character.
-    let raw = parse_json(body).map_err(|e| match e {
-        JsonError::Malformed(e) => json(e),
-        // Never act on either of two values given for one key (issue 27).
-        JsonError::DuplicateKey(key) => format!("{key}: given more than once"),
-    })?;
-    check_json_text(&raw).map_err(|e| e.to_string())?;
-    // What the message says, whatever its whitespace or key order (a map's keys serialise
-    // sorted): the inbox keeps it to tell a conflicting redelivery from a duplicate.
-    let digest = {
-        use sha2::Digest;
-        let hash = sha2::Sha256::digest(raw.to_string().as_bytes());
-        hash.iter().map(|b| format!("{b:02x}")).collect::<String>()
-    };
-    let body = raw;
-    Ok(match kind {
-        Kind::Register => {
-            let w: RegisteredWire = serde_json::from_value(body).map_err(json)?;
-            field("eventId", &w.event_id, text::limits::EVENT_ID)?;
-            field("meetingId", &w.meeting_id, text::limits::ID)?;
-            field("userId", &w.user_id, text::limits::ID)?;
-            if w.amount <= 0 {
-                // docs/spec.md §7: free meetings never reach payment.
-                return Err("amount: must be greater than 0".into());
-            }
-            Inbound::Register(ParticipantRegistered {
-                event_id: w.event_id,
-                meeting_id: w.meeting_id,
-                user_id: w.user_id,
-                amount: w.amount,
-                currency: w.currency,
-                digest,
-            })
-        }
-        Kind::Cancel => {
-            let w: CancelledWire = serde_json::from_value(body).map_err(json)?;
-            field("eventId", &w.event_id, text::limits::EVENT_ID)?;
-            field("meetingId", &w.meeting_id, text::limits::ID)?;
-            field("userId", &w.user_id, text::limits::ID)?;
-            Inbound::Cancel(ParticipantCancelled {
-                event_id: w.event_id,
-                meeting_id: w.meeting_id,
-                user_id: w.user_id,
-                refund_required: w.refund_required,
-                digest,
-            })
-        }
-        Kind::Deleted => {
-            let w: DeletedWire = serde_json::from_value(body).map_err(json)?;
-            field("eventId", &w.event_id, text::limits::EVENT_ID)?;
-            field("meetingId", &w.meeting_id, text::limits::ID)?;
-            Inbound::Deleted(MeetingDeleted { event_id: w.event_id, meeting_id: w.meeting_id, digest })
-        }
-    })
 }
 
 /// A text header used as data: absent is `None`; present but not text (an integer
@@ -298,23 +167,24 @@ impl amqprs::callbacks::ChannelCallback for ConsumerChannelCallback {
 pub struct MeetingConsumers {
     nodes: AmqpNodes,
     settings: ConsumerSettings,
-    events: Arc<MeetingEvents>,
-    meter: Meter,
-}
-
-enum Verdict {
-    Ack(&'static str),
-    Reject(&'static str, String),
+    handler: MeetingHandler,
 }
 
 impl MeetingConsumers {
     pub fn new(nodes: AmqpNodes, settings: ConsumerSettings, events: Arc<MeetingEvents>) -> Self {
-        MeetingConsumers { nodes, settings, events, meter: Meter::default() }
+        let handler = MeetingHandler {
+            events,
+            retries: settings.retries,
+            retry_backoff: settings.retry_backoff,
+            honour_mock_scenario: settings.honour_mock_scenario,
+            meter: Meter::default(),
+        };
+        MeetingConsumers { nodes, settings, handler }
     }
 
     /// Records the consumers' metrics into `meter` (the app's registry).
     pub fn with_meter(mut self, meter: Meter) -> Self {
-        self.meter = meter;
+        self.handler.meter = meter;
         self
     }
 
@@ -445,10 +315,17 @@ impl MeetingConsumers {
             })
         });
         crate::telemetry::continue_trace(&span, traceparent.as_deref());
-        let outcome =
-            tokio::spawn(async move { this.process(kind, &props, &content).await }.instrument(span)).await;
+        let outcome = tokio::spawn(
+            async move {
+                let scenario = header(&props, "x-mock-scenario");
+                let correlation_id = props.correlation_id().cloned();
+                this.handler.process(kind, scenario, correlation_id, &content).await
+            }
+            .instrument(span),
+        )
+        .await;
         let elapsed = started.elapsed().as_secs_f64();
-        self.meter.record(|| {
+        self.handler.meter.record(|| {
             metrics::histogram!("consumer_handling_duration_seconds", "consumer" => kind.label())
                 .record(elapsed)
         });
@@ -457,7 +334,7 @@ impl MeetingConsumers {
         let queue = kind.label();
         let result = match verdict {
             Verdict::Ack(outcome) => {
-                self.meter.record(|| {
+                self.handler.meter.record(|| {
                     metrics::counter!("consumer_messages_total", "consumer" => queue, "outcome" => outcome)
                         .increment(1)
                 });
@@ -465,7 +342,7 @@ impl MeetingConsumers {
             }
             Verdict::Reject(outcome, why) => {
                 tracing::warn!(consumer = queue, %why, "message dead-lettered");
-                self.meter.record(|| {
+                self.handler.meter.record(|| {
                     metrics::counter!("consumer_messages_total", "consumer" => queue, "outcome" => outcome)
                         .increment(1)
                 });
@@ -478,102 +355,11 @@ impl MeetingConsumers {
             tracing::warn!(consumer = queue, error = %e, "could not settle a delivery");
         }
     }
-
-    async fn process(&self, kind: Kind, props: &amqprs::BasicProperties, content: &[u8]) -> Verdict {
-        let inbound = match decode(kind, content) {
-            Ok(m) => m,
-            Err(why) => return Verdict::Reject("malformed", why),
-        };
-        let scenario = match (self.settings.honour_mock_scenario, header(props, "x-mock-scenario")) {
-            (true, Err(why)) => return Verdict::Reject("malformed", why),
-            (true, Ok(Some(text))) => match Scenario::parse(&text) {
-                Ok(s) => s,
-                Err(e) => return Verdict::Reject("malformed", format!("x-mock-scenario: {e}")),
-            },
-            _ => Scenario::default(),
-        };
-        let correlation_id = props.correlation_id().cloned();
-        let mut attempt = 0;
-        loop {
-            let result = match inbound.clone() {
-                Inbound::Register(m) => {
-                    self.events.participant_registered(m, scenario, correlation_id.clone()).await
-                }
-                Inbound::Cancel(m) => self.events.participant_cancelled(m, scenario).await,
-                Inbound::Deleted(m) => self.events.meeting_deleted(m, scenario).await,
-            };
-            match result {
-                Ok(Handled::Processed) => return Verdict::Ack("processed"),
-                Ok(Handled::Duplicate) => return Verdict::Ack("duplicate"),
-                Ok(Handled::ConflictingDuplicate) => return Verdict::Ack("conflicting_duplicate"),
-                Ok(Handled::BusinessFailure(why)) => {
-                    tracing::info!(consumer = kind.label(), %why, "business failure acknowledged");
-                    return Verdict::Ack("business_failure");
-                }
-                Err(AppError::Validation { field, message }) => {
-                    return Verdict::Reject("malformed", format!("{field}: {message}"));
-                }
-                Err(err) if attempt < self.settings.retries => {
-                    let pause = self.settings.retry_backoff * 2u32.saturating_pow(attempt);
-                    tracing::warn!(consumer = kind.label(), error = %Chain(&err), attempt, "system failure; retrying");
-                    self.meter.record(|| {
-                        metrics::counter!("consumer_messages_total", "consumer" => kind.label(), "outcome" => "retried")
-                            .increment(1)
-                    });
-                    attempt += 1;
-                    tokio::time::sleep(pause).await;
-                }
-                Err(err) => {
-                    return Verdict::Reject(
-                        "dead_lettered",
-                        format!("system failure after {attempt} retries: {}", Chain(&err)),
-                    );
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn messages_decode_or_name_what_is_wrong() {
-        let ok =
-            br#"{"eventId":"e1","meetingId":"m1","userId":"u1","amount":5000,"currency":"KRW","extra":true}"#;
-        assert!(matches!(decode(Kind::Register, ok), Ok(Inbound::Register(_))));
-        for (kind, bad) in [
-            (
-                Kind::Register,
-                &br#"{"eventId":"e1","meetingId":"m1","userId":"u1","amount":"5000","currency":"KRW"}"#[..],
-            ),
-            (Kind::Register, br#"{"eventId":"e1","meetingId":"m1","userId":"u1","currency":"KRW"}"#),
-            (Kind::Register, br#"{"eventId":"","meetingId":"m1","userId":"u1","amount":1,"currency":"KRW"}"#),
-            (
-                Kind::Register,
-                br#"{"eventId":"e","meetingId":"m1","userId":"u1","amount":-1,"currency":"KRW"}"#,
-            ),
-            (
-                Kind::Register,
-                br#"{"eventId":"e","meetingId":"m1","userId":"u1","amount":0,"currency":"KRW"}"#,
-            ),
-            (
-                Kind::Register,
-                br#"{"eventId":"e","meetingId":"m1","userId":"u\u0000","amount":1,"currency":"KRW"}"#,
-            ),
-            (
-                Kind::Register,
-                br#"{"eventId":"e","meetingId":"m1","userId":"u1","amount":1,"currency":"KR\u007f"}"#,
-            ),
-            (Kind::Cancel, br#"{"eventId":"e1","meetingId":"m1","userId":"u1","refundRequired":"yes"}"#),
-            (Kind::Deleted, b"not json"),
-            (Kind::Deleted, br#"[]"#),
-        ] {
-            assert!(decode(kind, bad).is_err(), "{}", String::from_utf8_lossy(bad));
-        }
-        assert!(decode(Kind::Deleted, &vec![b' '; MAX_MESSAGE + 1]).is_err());
-    }
 
     #[test]
     fn a_text_header_of_another_type_is_malformed_not_ignored() {
@@ -585,14 +371,5 @@ mod tests {
         assert!(header(&props, "x-mock-scenario").unwrap_err().contains("x-mock-scenario"));
         assert_eq!(header(&props, "traceparent"), Ok(None));
         assert_eq!(header(&amqprs::BasicProperties::default(), "x-mock-scenario"), Ok(None));
-    }
-
-    #[test]
-    fn a_key_given_twice_is_malformed_not_last_one_wins() {
-        // Issue 27 item 5: `amount` twice charged the second.
-        let twice =
-            br#"{"eventId":"e1","meetingId":"m1","userId":"u1","amount":15000,"amount":1,"currency":"KRW"}"#;
-        let err = decode(Kind::Register, twice).unwrap_err();
-        assert!(err.contains("amount"), "{err}");
     }
 }

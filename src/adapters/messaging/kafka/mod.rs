@@ -1,0 +1,10 @@
+//! Kafka over rdkafka (librdkafka): the outbox's idempotent producer and the meeting
+//! service's consumer group (docs/spec.md §11, docs/messages.md).
+
+mod client;
+mod consumer;
+mod publisher;
+
+pub use client::{KafkaConnection, Observed};
+pub use consumer::{KafkaConsumerSettings, KafkaMeetingConsumer};
+pub use publisher::{KafkaEventPublisher, KafkaPublisherSettings, producer_config, record_headers};
