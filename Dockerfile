@@ -1,5 +1,5 @@
-# Multi-stage build of `app`. The runtime image holds the binary only and runs as a
-# non-root user. `app serve` is the default command; `app worker`, `app migrate` and
+# Multi-stage build of `app`. The runtime image holds the binary (librdkafka linked in
+# statically; OpenSSL and zlib from the system, for Kafka over TLS) and runs as a non-root user. `app serve` is the default command; `app worker`, `app migrate` and
 # `app health` are the other verbs (see `app --help`).
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
@@ -25,7 +25,7 @@ RUN touch src/lib.rs src/bin/app.rs migrations/src/lib.rs \
 
 FROM debian:bookworm-slim
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates \
+ && apt-get install -y --no-install-recommends ca-certificates libssl3 \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --home-dir /app --create-home app \
  && mkdir -p /app/data && chown app /app/data
