@@ -769,7 +769,10 @@ fn resolve_database(raw: RawDatabase) -> Result<DatabaseSettings, ConfigError> {
 }
 
 fn resolve_broker(raw: RawBroker) -> Result<BrokerSettings, ConfigError> {
-    let (urls, key) = match (raw.url, raw.urls) {
+    // An empty value is no value: `APP__BROKER__URL=` on a command line unsets the URL a
+    // shell exported (README's walk-throughs switch brokers so).
+    let url = raw.url.filter(|u| !u.expose().trim().is_empty());
+    let (urls, key) = match (url, raw.urls) {
         (Some(_), Some(_)) => {
             return Err(invalid(
                 "broker.urls",
@@ -1257,6 +1260,14 @@ mod tests {
         assert!(!format!("{:?}", s.broker).contains("hunter2-kafka"), "secrets never print");
         let err = load(&[("APP__BROKER__KIND", "kafka"), ("APP__BROKER__URL", "amqp://x")]).unwrap_err();
         assert!(err.to_string().contains("broker.url"), "{err}");
+        // An empty URL (a shell's `APP__BROKER__URL=` override) is no URL.
+        let s = load(&[
+            ("APP__BROKER__KIND", "kafka"),
+            ("APP__BROKER__URL", ""),
+            ("APP__BROKER__KAFKA__BROKERS", "k1:9092"),
+        ])
+        .unwrap();
+        assert_eq!(s.broker.kind, BrokerKind::Kafka);
     }
 
     #[test]

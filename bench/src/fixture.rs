@@ -40,6 +40,9 @@ pub(crate) struct Fixture {
     pub(crate) endpoint: AmqpEndpoint,
     pub(crate) channel: Channel,
     pub(crate) _connection: amqprs::connection::Connection,
+    /// With `--broker kafka`: the bootstrap list and this run's topic (the app publishes
+    /// there instead of RabbitMQ).
+    pub(crate) kafka: Option<(String, String)>,
 }
 
 impl Fixture {
@@ -69,15 +72,23 @@ impl Fixture {
             .queue_declare(QueueDeclareArguments::new(&queue).durable(true).arguments(args).finish())
             .await?;
         channel.queue_bind(QueueBindArguments::new(&queue, &exchange, "#")).await?;
-        Ok(Fixture { id, db_url, db, exchange, queue, endpoint, channel, _connection: connection })
+        Ok(Fixture {
+            id,
+            db_url,
+            db,
+            exchange,
+            queue,
+            endpoint,
+            channel,
+            _connection: connection,
+            kafka: None,
+        })
     }
 
     pub(crate) fn settings(&self, extra: &[(&str, &str)]) -> Result<Settings, BoxError> {
         let mut env: Vec<(String, String)> = vec![
             ("APP__DATABASE__URL".into(), self.db_url.clone()),
             ("APP__DATABASE__MAX_CONNECTIONS".into(), "16".into()),
-            ("APP__BROKER__URL".into(), amqp_url()),
-            ("APP__BROKER__EXCHANGE".into(), self.exchange.clone()),
             ("APP__WORKER__EMBEDDED".into(), "false".into()),
             ("APP__HTTP__BIND".into(), "127.0.0.1:0".into()),
             ("APP__WORKER__HTTP__BIND".into(), "127.0.0.1:0".into()),
@@ -88,6 +99,17 @@ impl Fixture {
                     .into(),
             ),
         ];
+        match &self.kafka {
+            None => {
+                env.push(("APP__BROKER__URL".into(), amqp_url()));
+                env.push(("APP__BROKER__EXCHANGE".into(), self.exchange.clone()));
+            }
+            Some((brokers, topic)) => {
+                env.push(("APP__BROKER__KIND".into(), "kafka".into()));
+                env.push(("APP__BROKER__KAFKA__BROKERS".into(), brokers.clone()));
+                env.push(("APP__BROKER__KAFKA__TOPIC".into(), topic.clone()));
+            }
+        }
         env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         Ok(Settings::load_from(None, env)?)
     }
@@ -315,7 +337,7 @@ pub(crate) fn command(stat: &str) -> &str {
     stat.split_once('(').and_then(|(_, r)| r.split_once(')')).map(|(c, _)| c).unwrap_or("")
 }
 
-/// CPU seconds used so far by the broker, PostgreSQL (all its processes) and this process.
+/// CPU seconds used so far by the broker (RabbitMQ's `beam`, or Tansu), PostgreSQL (all its processes) and this process.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Cpu {
     pub(crate) broker: f64,
@@ -336,7 +358,7 @@ impl Cpu {
             let seconds = cpu_seconds(&stat);
             if name == me {
                 cpu.app += seconds;
-            } else if command(&stat).starts_with("beam") {
+            } else if command(&stat).starts_with("beam") || command(&stat).starts_with("tansu") {
                 cpu.broker += seconds;
             } else if command(&stat).starts_with("postgres") {
                 cpu.postgres += seconds;

@@ -11,7 +11,8 @@
 //!   publisher sending the same messages with a sliding confirm window; CPU per 1 000 events
 //!   of the broker, PostgreSQL and the harness. Saga-shaped traffic by default (the service's
 //!   own envelopes, 2-3 per order in commit order, from 8 producers); `--shape synthetic`
-//!   for one ~560 B event per aggregate.
+//!   for one ~560 B event per aggregate. `--broker kafka`: the same against a bare
+//!   idempotent Kafka producer sending the same records to the same topic (`kafka.rs`).
 //! - `latency` (`latency.rs`): a steady commit rate with the relay running; commit-to-confirm
 //!   (the commit's return -> `published_at`; also from the stored `created_at`) and
 //!   commit-to-consume percentiles, beside two baselines of the same run (the producer's
@@ -34,6 +35,7 @@
 
 mod backlog;
 mod fixture;
+mod kafka;
 mod latency;
 mod orders;
 mod relay;
@@ -71,6 +73,11 @@ enum Scenario {
         /// or one synthetic event per aggregate (`synthetic`, the first measurements').
         #[arg(long, value_enum, default_value = "saga")]
         shape: fixture::Shape,
+        /// The broker: RabbitMQ (`amqp`), or Kafka (`kafka`: the relay against a bare
+        /// idempotent producer, on `BENCH_KAFKA_BROKERS`, default 127.0.0.1:9092 —
+        /// `scripts/kafka-broker` starts one).
+        #[arg(long, value_enum, default_value = "amqp")]
+        broker: relay::Broker,
     },
     /// HTTP `POST /api/orders` at rising concurrency, then at half of saturation; baseline
     /// pgbench (TPC-B-like) on the same server.
@@ -158,8 +165,8 @@ async fn main() -> Result<(), BoxError> {
     let cli = Cli::parse();
     startup::install_tls_provider();
     match cli.scenario {
-        Scenario::Relay { events, workers, window, batch, shape } => {
-            relay::relay_scenario(events, &workers, window, batch, shape).await
+        Scenario::Relay { events, workers, window, batch, shape, broker } => {
+            relay::relay_scenario(events, &workers, window, batch, shape, broker).await
         }
         Scenario::Latency { rate, seconds, runs, max_p99_ms } => {
             latency::latency_gate(rate, seconds, runs, max_p99_ms).await

@@ -14,6 +14,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::fixture::*;
 
+/// Which broker `bench relay` measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Broker {
+    Amqp,
+    Kafka,
+}
+
 /// Confirm callback of the bare publisher: releases one window slot per confirmed tag.
 pub(crate) struct WindowCallback {
     window: Arc<Semaphore>,
@@ -174,8 +181,14 @@ pub(crate) async fn relay_scenario(
     window: usize,
     batch: usize,
     shape: Shape,
+    broker: Broker,
 ) -> Result<(), BoxError> {
-    let fixture = Fixture::create().await?;
+    let mut fixture = Fixture::create().await?;
+    if broker == Broker::Kafka {
+        let result = crate::kafka::relay_scenario(&mut fixture, events, workers, window, batch, shape).await;
+        fixture.drop_all().await;
+        return result;
+    }
     // A consumer takes every message as it arrives, for both publishers: an outbox's
     // exchange has consumers, and a queue left to fill up to its bound makes the broker drop
     // a message from its head for every one published — about as much work again per
