@@ -27,6 +27,7 @@ mod meeting;
 mod money;
 mod notifications;
 mod observability;
+mod outbox_contract;
 mod properties;
 mod refunds;
 mod relay;

@@ -1,6 +1,8 @@
-//! The outbox relay against the real RabbitMQ and both databases (docs/spec.md §6): exactly-once
-//! delivery with concurrent relays, per-aggregate order, unroutable and allow-listed
-//! events, a connection severed mid-batch, wake-ups, lease recovery and clean-up.
+//! The outbox relay against the real RabbitMQ and both databases (docs/spec.md §6): what is
+//! RabbitMQ's own (unroutable and allow-listed events), wake-ups, lanes shared by relays
+//! joining and leaving, lease recovery, stats and clean-up. What every broker must do
+//! (exactly once, in order, refusals, dead letters, cuts, crashes) is in `outbox_contract`,
+//! run against RabbitMQ and Kafka.
 
 use orchestrator::application::ports::LaneFilter;
 use std::collections::{HashMap, HashSet};
@@ -18,7 +20,6 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::{TestBroker, amqp_url};
-use crate::helpers::TcpProxy;
 use crate::helpers::{Backend, TestApp, count_where, until};
 use crate::on_both_databases;
 
@@ -82,50 +83,6 @@ async fn published(app: &TestApp) -> i64 {
     crate::helpers::outbox_in(&app.db, OutboxStatus::Published).await
 }
 
-async fn four_relays_deliver_every_event_exactly_once_in_aggregate_order(backend: Backend) {
-    let Some(broker) = TestBroker::start().await else {
-        return;
-    };
-    let Some(app) = spawn_app(backend, &broker, &amqp_url(), &[("APP__OUTBOX__BATCH_SIZE", "64")]).await
-    else {
-        return;
-    };
-    let events = seed(&repo(&app), 500, 4).await;
-    let stop = CancellationToken::new();
-    let mut relays = Vec::new();
-    for _ in 0..4 {
-        let relay = app.services.relay();
-        let token = stop.clone();
-        relays.push(tokio::spawn(async move { relay.run_until_stopped(token).await }));
-    }
-    broker.wait_for(events.len(), Duration::from_secs(90)).await;
-    stop.cancel();
-    for r in relays {
-        r.await.unwrap();
-    }
-    // Anything sent twice arrived before this.
-    broker.barrier().await;
-    let received = broker.received.lock().unwrap().clone();
-    assert_eq!(received.len(), events.len(), "every event exactly once (got {})", received.len());
-    let ids: HashSet<&str> = received.iter().map(|r| r.message_id.as_str()).collect();
-    let expected: HashSet<String> = events.iter().map(|e| e.event_id.to_string()).collect();
-    assert_eq!(ids.len(), events.len(), "no duplicates");
-    assert!(expected.iter().all(|id| ids.contains(id.as_str())), "none missing");
-    let mut last: HashMap<String, i64> = HashMap::new();
-    for r in &received {
-        let aggregate = r.body["aggregateId"].as_str().unwrap().to_owned();
-        let seq = r.body["seq"].as_i64().unwrap();
-        let previous = last.insert(aggregate.clone(), seq).unwrap_or(-1);
-        assert_eq!(seq, previous + 1, "aggregate {aggregate} out of order");
-        assert!(r.persistent, "persistent delivery mode");
-        assert_eq!(r.message_type.as_deref(), Some("test.seq"));
-        assert_eq!(r.routing_key, "test.seq");
-        assert_eq!(r.correlation_id.as_deref(), Some(format!("corr-{aggregate}").as_str()));
-    }
-    assert_eq!(published(&app).await, events.len() as i64);
-    broker.cleanup().await;
-}
-
 async fn unroutable_events_retry_then_dead_letter_but_allow_listed_ones_publish(backend: Backend) {
     let Some(broker) = TestBroker::start().await else {
         return;
@@ -181,47 +138,6 @@ async fn unroutable_events_retry_then_dead_letter_but_allow_listed_ones_publish(
     broker.cleanup().await;
 }
 
-async fn a_connection_severed_mid_drain_loses_nothing(backend: Backend) {
-    let Some(broker) = TestBroker::start().await else {
-        return;
-    };
-    let (host, port) = broker.endpoint.host_port();
-    let proxy = TcpProxy::start((host.to_owned(), port)).await;
-    let env = [
-        ("APP__OUTBOX__BACKOFF_BASE", "20ms"),
-        ("APP__OUTBOX__BACKOFF_CAP", "100ms"),
-        ("APP__OUTBOX__MAX_RETRIES", "20"),
-        ("APP__OUTBOX__POLL_INTERVAL", "100ms"),
-        ("APP__BROKER__CONFIRM_TIMEOUT", "2s"),
-    ];
-    let Some(app) = spawn_app(backend, &broker, &proxy.url(&broker.endpoint), &env).await else {
-        return;
-    };
-    let events = seed(&repo(&app), 3000, 1).await;
-    let stop = CancellationToken::new();
-    let relay = app.services.relay();
-    let token = stop.clone();
-    let task = tokio::spawn(async move { relay.run_until_stopped(token).await });
-    broker.wait_for(300, Duration::from_secs(30)).await;
-    proxy.sever();
-    crate::helpers::until_within(
-        "the relay to recover and publish everything",
-        Duration::from_secs(90),
-        || async { published(&app).await >= events.len() as i64 },
-    )
-    .await;
-    stop.cancel();
-    task.await.unwrap();
-    let received = broker.wait_for(events.len(), Duration::from_secs(10)).await;
-    let ids: HashSet<&str> = received.iter().map(|r| r.message_id.as_str()).collect();
-    for e in &events {
-        assert!(ids.contains(e.event_id.to_string().as_str()), "event {} lost", e.event_id);
-    }
-    let duplicates = received.len() - ids.len();
-    assert!(duplicates <= 2 * 256, "duplicates only for confirms in flight at the cut: {duplicates}");
-    broker.cleanup().await;
-}
-
 async fn expired_claims_are_recovered_and_published(backend: Backend) {
     let Some(broker) = TestBroker::start().await else {
         return;
@@ -266,26 +182,6 @@ async fn clean_up_deletes_by_retention(backend: Backend) {
     broker.cleanup().await;
 }
 
-async fn a_nacked_event_is_retried_with_its_failure_recorded(backend: Backend) {
-    let Some(broker) = TestBroker::start().await else {
-        return;
-    };
-    let Some(app) = spawn_app(backend, &broker, &amqp_url(), &[]).await else {
-        return;
-    };
-    let refused = event("agg-refused", 0, "reject.me", "test.refused");
-    repo(&app).commit(Changes { outbox: vec![refused.clone()], ..Default::default() }).await.unwrap();
-    let report = app.services.relay().run_once().await.unwrap();
-    assert_eq!((report.claimed, report.published, report.retried), (1, 0, 1));
-    let filter = orchestrator::application::ports::OutboxFilter { limit: 10, ..Default::default() };
-    let row = app.services.outbox_store.list(&filter).await.unwrap().remove(0);
-    assert_eq!(row.status, OutboxStatus::RetryWait);
-    assert_eq!(row.failure_code, Some(FailureCode::Nacked), "{:?}", row.failure_reason);
-    broker.cleanup().await;
-}
-
-/// Relays join and leave while events keep coming (1 → 4 → 2): the lanes are shared out
-/// among whoever is alive, and every event is delivered exactly once, in aggregate order.
 async fn relays_joining_and_leaving_share_the_lanes_and_lose_nothing(backend: Backend) {
     let Some(broker) = TestBroker::start().await else {
         return;
@@ -381,10 +277,7 @@ async fn stats_report_each_lanes_oldest_waiting_event(backend: Backend) {
 on_both_databases!(
     stats_report_each_lanes_oldest_waiting_event,
     relays_joining_and_leaving_share_the_lanes_and_lose_nothing,
-    a_nacked_event_is_retried_with_its_failure_recorded,
-    four_relays_deliver_every_event_exactly_once_in_aggregate_order,
     unroutable_events_retry_then_dead_letter_but_allow_listed_ones_publish,
-    a_connection_severed_mid_drain_loses_nothing,
     expired_claims_are_recovered_and_published,
     clean_up_deletes_by_retention,
 );
@@ -562,61 +455,6 @@ async fn a_batch_is_read_by_its_ids_even_before_the_table_is_analyzed_on_postgre
     // would read all of them again for each of the ~24 batches.
     assert!(reads <= 2 * EVENTS as i64, "{reads} index entries read to publish {EVENTS} events");
 }
-
-/// docs/spec.md §6 ordering on the fast path: an event behind a failed event of its aggregate is
-/// not sent in a later wave of the same batch, nor in a later batch; it waits (`READY`,
-/// `blocked`) until the dead letter is discarded, then goes out in order.
-async fn an_event_behind_a_failed_one_of_its_aggregate_waits_for_it(backend: Backend) {
-    let Some(broker) = TestBroker::start().await else {
-        return;
-    };
-    let env = [("APP__OUTBOX__MAX_RETRIES", "0")];
-    let Some(app) = spawn_app(backend, &broker, &amqp_url(), &env).await else {
-        return;
-    };
-    let uow = repo(&app);
-    let poison = event("agg-g", 0, "nobody.listens", "order.lost");
-    let second = event("agg-g", 1, "test.seq", "test.seq");
-    let other = event("agg-h", 0, "test.seq", "test.seq");
-    uow.commit(Changes { outbox: vec![poison.clone(), second.clone(), other.clone()], ..Default::default() })
-        .await
-        .unwrap();
-    let relay = app.services.relay();
-    let report = relay.run_once().await.unwrap();
-    assert_eq!((report.published, report.dead_lettered, report.held_back), (1, 1, 1), "{report:?}");
-    let third = event("agg-g", 2, "test.seq", "test.seq");
-    uow.commit(Changes { outbox: vec![third.clone()], ..Default::default() }).await.unwrap();
-    let report = relay.run_once().await.unwrap();
-    assert_eq!((report.published, report.held_back), (0, 1), "a later batch holds it back too");
-    let store = &app.services.outbox_store;
-    let stats = store.stats().await.unwrap();
-    assert_eq!(stats.blocked_aggregates, 1);
-    let g = store.for_aggregate("order", "agg-g").await.unwrap();
-    let states: Vec<OutboxStatus> = g.iter().map(|r| r.status).collect();
-    assert_eq!(states, vec![OutboxStatus::DeadLetter, OutboxStatus::Ready, OutboxStatus::Ready]);
-
-    let audit = orchestrator::application::ports::AuditRecord {
-        action: orchestrator::domain::audit::AuditAction::OutboxDiscard,
-        entity_type: "outbox_event".into(),
-        entity_id: String::new(),
-        actor: "ops".into(),
-        detail: None,
-        created_at: Utc::now(),
-    };
-    store.resolve_dead_letters(&[g[0].id], true, Utc::now(), audit).await.unwrap();
-    let report = relay.drain(&CancellationToken::new()).await.unwrap();
-    assert_eq!(report.published, 2);
-    let received = broker.wait_for(3, Duration::from_secs(10)).await;
-    let g_seqs: Vec<i64> = received
-        .iter()
-        .filter(|r| r.body["aggregateId"] == "agg-g")
-        .map(|r| r.body["seq"].as_i64().unwrap())
-        .collect();
-    assert_eq!(g_seqs, vec![1, 2], "in order, after the discard");
-    broker.cleanup().await;
-}
-
-on_both_databases!(an_event_behind_a_failed_one_of_its_aggregate_waits_for_it);
 
 /// A commit's notification names the lanes of its events (PostgreSQL), so that only the
 /// workers holding them wake: the lanes notified for an order's saga are exactly the lanes
