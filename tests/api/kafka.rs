@@ -68,7 +68,64 @@ async fn one_order_per_registration_and_poison_to_the_dead_letter_topic(backend:
     workers.shutdown(Duration::from_secs(10)).await;
 }
 
-on_both_databases!(one_order_per_registration_and_poison_to_the_dead_letter_topic);
+async fn a_system_failure_is_retried_then_dead_lettered(backend: Backend) {
+    let Some(kafka) = TestKafka::start().await else { return };
+    let env = consumer_env(&kafka);
+    let refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let Some(app) = TestApp::spawn_with(backend, &refs).await else { return };
+    kafka.create(INBOUND).await;
+    let dead = kafka.read(&format!("{INBOUND}.dlq")).await;
+    // The database "breaks": the table the inbox lives in disappears.
+    sea_orm::ConnectionTrait::execute_unprepared(&app.db, "ALTER TABLE inbox RENAME TO inbox_away")
+        .await
+        .unwrap();
+    let workers = Workers::spawn(&app.services);
+    let body = registered("ev-sys", "m-3", "u-sys", 1000);
+    kafka.produce(INBOUND, "m-3", &[("event_type", "meeting.participant.registered")], body.as_bytes()).await;
+    let letters = dead.wait_for(1, Duration::from_secs(60)).await;
+    sea_orm::ConnectionTrait::execute_unprepared(&app.db, "ALTER TABLE inbox_away RENAME TO inbox")
+        .await
+        .unwrap();
+    assert_eq!(letters[0].header("x-dlq-outcome"), Some("dead_lettered"));
+    assert!(letters[0].header("x-dlq-reason").is_some_and(|r| r.contains("after 2 retries")), "{letters:?}");
+    assert_eq!(count_where(&app.db, "orders", "1 = 1").await, 0);
+    let metrics = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
+    assert!(
+        metrics.contains("consumer_messages_total{consumer=\"participant-register\",outcome=\"retried\"} 2"),
+        "{metrics}"
+    );
+    workers.shutdown(Duration::from_secs(10)).await;
+}
+
+/// Readiness says when the cluster cannot be reached: a worker is not ready, `serve` stays
+/// ready with a warning (docs/spec.md §5: orders are accepted, their events wait).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_reports_an_unreachable_cluster() {
+    let Some(mut kafka) = TestKafka::start().await else { return };
+    let env = kafka.env(TOPIC);
+    let refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let Some(app) = TestApp::spawn_with(Backend::Sqlite, &refs).await else { return };
+    let ready = || async { app.client.get(format!("{}/health/ready", app.base)).send().await.unwrap() };
+    let body: serde_json::Value = ready().await.json().await.unwrap();
+    assert_eq!(body["checks"]["broker"], "UP", "{body}");
+    kafka.kill();
+    let last =
+        crate::helpers::until_some("readiness to see the cluster gone", Duration::from_secs(30), || async {
+            let response = ready().await;
+            let ok = response.status() == reqwest::StatusCode::OK;
+            let body: serde_json::Value = response.json().await.unwrap();
+            (ok && body["checks"]["broker"] == "DOWN").then_some(body)
+        })
+        .await;
+    let warnings = last["warnings"].to_string();
+    assert!(warnings.contains("broker: DOWN"), "{last}");
+    assert!(warnings.contains("UNREACHABLE"), "the client's reason is shown: {last}");
+}
+
+on_both_databases!(
+    one_order_per_registration_and_poison_to_the_dead_letter_topic,
+    a_system_failure_is_retried_then_dead_lettered,
+);
 
 /// SIGKILL of a worker consuming registrations from Kafka: after a restart each record has
 /// exactly one effect (one order, one charge), none is lost.

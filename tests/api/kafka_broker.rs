@@ -96,6 +96,13 @@ impl TestKafka {
         Some(TestKafka { bootstrap: format!("127.0.0.1:{}", proxy.port), proxy, _broker: broker })
     }
 
+    /// Kills the broker (memory-only: what it held is gone; the proxy stays, refusing).
+    pub fn kill(&mut self) {
+        let _ = self._broker.kill();
+        let _ = self._broker.wait();
+        self.proxy.sever();
+    }
+
     pub fn connection(&self) -> KafkaConnection {
         KafkaConnection {
             brokers: self.bootstrap.clone(),
