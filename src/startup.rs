@@ -45,6 +45,7 @@ use crate::application::outbox::{
     Housekeeping, HousekeepingSettings, OutboxAdmin, OutboxRelay, RelaySettings,
 };
 use crate::application::payment_methods::PaymentMethods;
+use crate::application::ports::Cause;
 use crate::application::ports::{
     Clock, EventPublisher, IdempotencyStore, LedgerStore, Notifier, OrderRepository, OutboxStore,
     PaymentGateway, PaymentMethodRepository, PaymentRepository, SettlementGateway, UnitOfWork,
@@ -63,9 +64,29 @@ pub enum StartupError {
     /// Bad configuration (exit code 2).
     #[error("{0}")]
     Config(String),
-    /// A dependency failed (exit code 1).
-    #[error("{0}")]
-    Runtime(String),
+    /// A dependency failed (exit code 1): what could not be done, and the error underneath
+    /// when there is one (`Chain` prints both).
+    #[error("{context}")]
+    Runtime {
+        context: String,
+        #[source]
+        cause: Option<Cause>,
+    },
+}
+
+impl StartupError {
+    /// `context` failed because of `cause`.
+    pub fn runtime(
+        context: impl Into<String>,
+        cause: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        StartupError::Runtime { context: context.into(), cause: Some(Cause::new(cause)) }
+    }
+
+    /// A failure told in words, with no error underneath.
+    pub fn failed(context: impl Into<String>) -> Self {
+        StartupError::Runtime { context: context.into(), cause: None }
+    }
 }
 
 fn chrono(d: StdDuration) -> Duration {
@@ -296,24 +317,24 @@ pub fn install_tls_provider() {
 async fn database(settings: &Settings) -> Result<DatabaseConnection, StartupError> {
     persistence::probe(settings.database.url.expose(), settings.database.connect_timeout)
         .await
-        .map_err(StartupError::Runtime)?;
+        .map_err(StartupError::failed)?;
     let db = persistence::connect_limited(
         settings.database.url.expose(),
         settings.database.max_connections,
         session_limits(settings),
     )
     .await
-    .map_err(|e| StartupError::Runtime(format!("cannot open the database: {}", persistence::describe(&e))))?;
+    // `describe`: sqlx's text without its " at line N" noise (the error itself is not kept: a
+    // connection error may name the URL it was given).
+    .map_err(|e| StartupError::failed(format!("cannot open the database: {}", persistence::describe(&e))))?;
     if settings.database.is_sqlite() {
-        persistence::migrate(&db)
-            .await
-            .map_err(|e| StartupError::Runtime(format!("migration failed: {e}")))?;
+        persistence::migrate(&db).await.map_err(|e| StartupError::runtime("migration failed", e))?;
     } else {
         let pending = migrations::Migrator::get_pending_migrations(&db)
             .await
-            .map_err(|e| StartupError::Runtime(format!("cannot read the schema version: {e}")))?;
+            .map_err(|e| StartupError::runtime("cannot read the schema version", e))?;
         if !pending.is_empty() {
-            return Err(StartupError::Runtime(format!(
+            return Err(StartupError::failed(format!(
                 "the database has {} pending migration(s); run `app migrate` first",
                 pending.len()
             )));
@@ -345,7 +366,7 @@ async fn outbox_database(
         session_limits(settings),
     )
     .await
-    .map_err(|e| StartupError::Runtime(format!("cannot open the database: {e}")))
+    .map_err(|e| StartupError::failed(format!("cannot open the database: {}", persistence::describe(&e))))
 }
 
 /// The payment, settlement and notification providers `payment.provider` names.
@@ -779,8 +800,9 @@ fn http_state(services: &Services, role: Role) -> web::Data<HttpState> {
 pub fn ops_server(services: &Services) -> Result<(Server, std::net::SocketAddr), StartupError> {
     let bind = services.settings.worker.http_bind;
     let listener = TcpListener::bind(bind)
-        .map_err(|e| StartupError::Runtime(format!("cannot bind worker.http.bind {bind}: {e}")))?;
-    let local = listener.local_addr().map_err(|e| StartupError::Runtime(e.to_string()))?;
+        .map_err(|e| StartupError::runtime(format!("cannot bind worker.http.bind {bind}"), e))?;
+    let local =
+        listener.local_addr().map_err(|e| StartupError::runtime("cannot read the bound address", e))?;
     let state = http_state(services, Role::Worker);
     let server = HttpServer::new(move || {
         App::new()
@@ -791,7 +813,7 @@ pub fn ops_server(services: &Services) -> Result<(Server, std::net::SocketAddr),
     })
     .workers(1)
     .listen(listener)
-    .map_err(|e| StartupError::Runtime(format!("cannot serve worker.http.bind {bind}: {e}")))?
+    .map_err(|e| StartupError::runtime(format!("cannot serve worker.http.bind {bind}"), e))?
     .disable_signals()
     .run();
     Ok((server, local))
@@ -827,8 +849,11 @@ impl Application {
         // again by the first token that needs it (answered 503 until then).
         let _ = services.jwt.load_key_set().await;
         let listener = TcpListener::bind(settings.http.bind)
-            .map_err(|e| StartupError::Runtime(format!("cannot bind {}: {e}", settings.http.bind)))?;
-        let port = listener.local_addr().map_err(|e| StartupError::Runtime(e.to_string()))?.port();
+            .map_err(|e| StartupError::runtime(format!("cannot bind {}", settings.http.bind), e))?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| StartupError::runtime("cannot read the bound address", e))?
+            .port();
         // An embedded worker's loops do not make the broker a need of `serve`: its HTTP
         // accepts orders without one.
         let state = http_state(&services, Role::Serve);
@@ -842,7 +867,7 @@ impl Application {
                 .default_service(web::to(http::not_found))
         })
         .listen(listener)
-        .map_err(|e| StartupError::Runtime(e.to_string()))?
+        .map_err(|e| StartupError::runtime(format!("cannot serve {}", settings.http.bind), e))?
         .disable_signals()
         .shutdown_timeout(10)
         .run();

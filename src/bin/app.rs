@@ -124,7 +124,9 @@ impl From<StartupError> for Failure {
     fn from(e: StartupError) -> Self {
         match e {
             StartupError::Config(m) => Failure::Usage(m),
-            StartupError::Runtime(m) => Failure::Runtime(m),
+            runtime @ StartupError::Runtime { .. } => {
+                Failure::Runtime(orchestrator::application::error::Chain(&runtime).to_string())
+            }
         }
     }
 }

@@ -7,13 +7,14 @@ use async_trait::async_trait;
 
 use crate::domain::outbox::FailureCode;
 
+use super::error::Cause;
 use super::outbox_store::OutboxRecord;
 
-/// Why the broker cannot be published to now. Its text names the cause and carries no
-/// secret (a broker URL's password is never in it).
+/// Why the broker cannot be published to now: the adapter's error, kept whole (its chain
+/// names the cause, and carries no secret: a broker URL's password is never in it).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("broker unavailable: {0}")]
-pub struct BrokerUnavailable(pub String);
+#[error("broker unavailable")]
+pub struct BrokerUnavailable(#[source] pub Cause);
 
 /// The broker's verdict on one message.
 #[derive(Debug, Clone, PartialEq, Eq)]

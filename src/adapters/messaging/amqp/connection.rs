@@ -6,6 +6,50 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use amqprs::connection::{Connection, OpenConnectionArguments};
 
+/// What went wrong talking to RabbitMQ, with the error underneath. No text of it carries a
+/// secret: amqprs's error for a failed connect or a refused login may quote the URL's
+/// password, so of that error only its text, redacted, is kept ([`Redacted`]).
+#[derive(Debug, thiserror::Error)]
+pub enum AmqpError {
+    #[error("timed out connecting to {0}")]
+    ConnectTimeout(String),
+    #[error("cannot connect to {endpoint}")]
+    Connect {
+        endpoint: String,
+        #[source]
+        source: Redacted,
+    },
+    /// No node of a cluster answered: each one's failure.
+    #[error("no broker node answered: {}", .0.iter().map(|e| crate::application::error::Chain(e).to_string()).collect::<Vec<_>>().join("; "))]
+    NoNode(Vec<AmqpError>),
+    /// The broker refused or failed an operation on an open connection.
+    #[error("{what}")]
+    Broker {
+        what: String,
+        #[source]
+        source: amqprs::error::Error,
+    },
+    /// The connection or a channel went away.
+    #[error("{0}")]
+    Lost(&'static str),
+    /// A name or value AMQP cannot carry (longer than a short string, say).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl AmqpError {
+    /// Maps an amqprs error of `what` (`.map_err(AmqpError::broker("declare x"))`).
+    pub fn broker(what: impl Into<String>) -> impl FnOnce(amqprs::error::Error) -> AmqpError {
+        let what = what.into();
+        move |source| AmqpError::Broker { what, source }
+    }
+}
+
+/// An error's text with a secret taken out; the error itself, which may hold it, is dropped.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Redacted(String);
+
 /// Where and how to connect; parsed once from `broker.url`.
 #[derive(Clone)]
 pub struct AmqpEndpoint {
@@ -173,7 +217,7 @@ impl AmqpNodes {
     ///
     /// # Errors
     /// No node could be reached: every node's failure, without secrets.
-    pub async fn connect(&self, name: &str) -> Result<(Connection, usize), String> {
+    pub async fn connect(&self, name: &str) -> Result<(Connection, usize), AmqpError> {
         let start = self.current.load(Ordering::Acquire) % self.endpoints.len();
         let mut failures = Vec::new();
         for step in 0..self.endpoints.len() {
@@ -189,7 +233,7 @@ impl AmqpNodes {
                 Err(e) => failures.push(e),
             }
         }
-        Err(failures.join("; "))
+        Err(if failures.len() == 1 { failures.remove(0) } else { AmqpError::NoNode(failures) })
     }
 }
 
@@ -197,20 +241,21 @@ impl AmqpNodes {
 ///
 /// # Errors
 /// The broker cannot be reached or refuses the login; the message carries no secret.
-pub async fn connect(endpoint: &AmqpEndpoint, name: &str) -> Result<Connection, String> {
+pub async fn connect(endpoint: &AmqpEndpoint, name: &str) -> Result<Connection, AmqpError> {
     let mut args =
         OpenConnectionArguments::new(&endpoint.host, endpoint.port, &endpoint.user, &endpoint.password);
     args.virtual_host(&endpoint.vhost).connection_name(name).heartbeat(30);
     let connection = tokio::time::timeout(std::time::Duration::from_secs(10), Connection::open(&args))
         .await
-        .map_err(|_| format!("timed out connecting to {endpoint:?}"))?
-        .map_err(|e| {
-            format!("cannot connect to {endpoint:?}: {}", redact(&e.to_string(), &endpoint.password))
+        .map_err(|_| AmqpError::ConnectTimeout(format!("{endpoint:?}")))?
+        .map_err(|e| AmqpError::Connect {
+            endpoint: format!("{endpoint:?}"),
+            source: Redacted(redact(&e.to_string(), &endpoint.password)),
         })?;
     connection
         .register_callback(LoggingConnectionCallback)
         .await
-        .map_err(|e| format!("cannot register connection callback: {e}"))?;
+        .map_err(AmqpError::broker("cannot register the connection callback"))?;
     Ok(connection)
 }
 
@@ -305,6 +350,7 @@ mod tests {
         ])
         .unwrap();
         let Err(err) = nodes.connect("test").await else { panic!("nothing listens there") };
+        let err = crate::application::error::Chain(&err).to_string();
         assert!(err.contains(&a.to_string()) && err.contains(&b.to_string()), "{err}");
         assert!(!err.contains("pw"), "no secret in {err}");
     }

@@ -17,7 +17,7 @@ use amqprs::{FieldTable, FieldValue};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use super::connection::AmqpNodes;
+use super::connection::{AmqpError, AmqpNodes};
 use tracing::Instrument;
 
 use super::super::meeting::{Kind, MeetingHandler, Verdict};
@@ -54,12 +54,12 @@ pub struct ConsumerSettings {
     pub honour_mock_scenario: bool,
 }
 
-fn name(text: &str) -> Result<amqprs::FieldName, String> {
-    text.try_into().map_err(|_| format!("invalid field name {text}"))
+fn name(text: &str) -> Result<amqprs::FieldName, AmqpError> {
+    text.try_into().map_err(|_| AmqpError::Invalid(format!("invalid field name {text}")))
 }
 
-fn long_str(text: &str) -> Result<FieldValue, String> {
-    Ok(FieldValue::S(text.try_into().map_err(|_| format!("invalid value {text}"))?))
+fn long_str(text: &str) -> Result<FieldValue, AmqpError> {
+    Ok(FieldValue::S(text.try_into().map_err(|_| AmqpError::Invalid(format!("invalid value {text}")))?))
 }
 
 /// Declares (idempotently) the meeting exchange, the dead-letter exchange, and each
@@ -67,10 +67,14 @@ fn long_str(text: &str) -> Result<FieldValue, String> {
 ///
 /// # Errors
 /// The broker refused a declaration (e.g. an existing queue with other arguments).
-pub async fn declare_topology(channel: &Channel, t: &MeetingTopology) -> Result<(), String> {
+pub async fn declare_topology(channel: &Channel, t: &MeetingTopology) -> Result<(), AmqpError> {
     let declare_exchange = |name: &str| ExchangeDeclareArguments::new(name, "topic").durable(true).finish();
-    channel.exchange_declare(declare_exchange(&t.exchange)).await.map_err(|e| e.to_string())?;
-    channel.exchange_declare(declare_exchange(&t.dead_letter_exchange)).await.map_err(|e| e.to_string())?;
+    for exchange in [&t.exchange, &t.dead_letter_exchange] {
+        channel
+            .exchange_declare(declare_exchange(exchange))
+            .await
+            .map_err(AmqpError::broker(format!("declare {exchange}")))?;
+    }
     for (queue, routing_key) in [
         (&t.register_queue, "meeting.participant.registered"),
         (&t.cancel_queue, "meeting.participant.cancelled"),
@@ -89,19 +93,19 @@ pub async fn declare_topology(channel: &Channel, t: &MeetingTopology) -> Result<
         channel
             .queue_declare(QueueDeclareArguments::new(&dlq).durable(true).arguments(dlq_args).finish())
             .await
-            .map_err(|e| format!("declare {dlq}: {e}"))?;
+            .map_err(AmqpError::broker(format!("declare {dlq}")))?;
         channel
             .queue_bind(QueueBindArguments::new(&dlq, &t.dead_letter_exchange, queue))
             .await
-            .map_err(|e| format!("bind {dlq}: {e}"))?;
+            .map_err(AmqpError::broker(format!("bind {dlq}")))?;
         channel
             .queue_declare(QueueDeclareArguments::new(queue).durable(true).arguments(args).finish())
             .await
-            .map_err(|e| format!("declare {queue}: {e}"))?;
+            .map_err(AmqpError::broker(format!("declare {queue}")))?;
         channel
             .queue_bind(QueueBindArguments::new(queue, &t.exchange, routing_key))
             .await
-            .map_err(|e| format!("bind {queue}: {e}"))?;
+            .map_err(AmqpError::broker(format!("bind {queue}")))?;
     }
     Ok(())
 }
@@ -216,7 +220,7 @@ impl MeetingConsumers {
 
     /// One connection's life: `Ok` when stopped, `Err` when it failed (the next session
     /// starts at the next node of a cluster).
-    async fn session(self: &Arc<Self>, stop: &CancellationToken) -> Result<(), String> {
+    async fn session(self: &Arc<Self>, stop: &CancellationToken) -> Result<(), AmqpError> {
         let (connection, node) = self.nodes.connect("orchestrator-consumers").await?;
         let result = self.consume(&connection, stop).await;
         if result.is_err() {
@@ -230,8 +234,8 @@ impl MeetingConsumers {
         self: &Arc<Self>,
         connection: &Connection,
         stop: &CancellationToken,
-    ) -> Result<(), String> {
-        let setup = connection.open_channel(None).await.map_err(|e| e.to_string())?;
+    ) -> Result<(), AmqpError> {
+        let setup = connection.open_channel(None).await.map_err(AmqpError::broker("open a channel"))?;
         declare_topology(&setup, &self.settings.topology).await?;
         let _ = setup.close().await;
         let t = &self.settings.topology;
@@ -244,16 +248,19 @@ impl MeetingConsumers {
             (Kind::Cancel, &t.cancel_queue),
             (Kind::Deleted, &t.deleted_queue),
         ] {
-            let channel = connection.open_channel(None).await.map_err(|e| e.to_string())?;
-            channel.register_callback(ConsumerChannelCallback).await.map_err(|e| e.to_string())?;
+            let channel = connection.open_channel(None).await.map_err(AmqpError::broker("open a channel"))?;
+            channel
+                .register_callback(ConsumerChannelCallback)
+                .await
+                .map_err(AmqpError::broker("register the channel callback"))?;
             channel
                 .basic_qos(BasicQosArguments::new(0, self.settings.prefetch, false))
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(AmqpError::broker("set the prefetch"))?;
             let (_, mut rx) = channel
                 .basic_consume_rx(BasicConsumeArguments::new(queue, kind.label()).manual_ack(true).finish())
                 .await
-                .map_err(|e| format!("consume {queue}: {e}"))?;
+                .map_err(AmqpError::broker(format!("consume {queue}")))?;
             let this = self.clone();
             let in_flight = in_flight.clone();
             let ended = ended.clone();
@@ -277,8 +284,8 @@ impl MeetingConsumers {
         };
         let result = tokio::select! {
             _ = stop.cancelled() => Ok(()),
-            _ = lost => Err("connection lost".to_owned()),
-            _ = ended.cancelled() => Err("the broker closed a consumer's channel".to_owned()),
+            _ = lost => Err(AmqpError::Lost("connection lost")),
+            _ = ended.cancelled() => Err(AmqpError::Lost("the broker closed a consumer's channel")),
         };
         for l in &loops {
             l.abort();

@@ -4,6 +4,6 @@ mod connection;
 mod consumers;
 mod publisher;
 
-pub use connection::{AmqpEndpoint, AmqpNodes, connect};
+pub use connection::{AmqpEndpoint, AmqpError, AmqpNodes, Redacted, connect};
 pub use consumers::{ConsumerSettings, MeetingConsumers, MeetingTopology, QueueType, declare_topology};
 pub use publisher::{AmqpEventPublisher, AmqpPublisherSettings, message_properties};

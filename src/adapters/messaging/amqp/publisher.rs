@@ -22,10 +22,11 @@ use amqprs::{Ack, BasicProperties, Cancel, CloseChannel, Nack, Return};
 use async_trait::async_trait;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
-use super::connection::AmqpNodes;
+use super::connection::{AmqpError, AmqpNodes};
+use crate::application::error::Chain;
 use crate::application::health::HealthProbe;
 use crate::application::ports::{
-    BrokerUnavailable, EventPublisher, OutboxRecord, PendingVerdicts, PublishOutcome,
+    BrokerUnavailable, Cause, EventPublisher, OutboxRecord, PendingVerdicts, PublishOutcome,
 };
 use crate::domain::outbox::FailureCode;
 
@@ -205,25 +206,25 @@ impl AmqpEventPublisher {
         AmqpEventPublisher { nodes, settings, link: tokio::sync::Mutex::new(None) }
     }
 
-    async fn open(&self) -> Result<Link, String> {
+    async fn open(&self) -> Result<Link, AmqpError> {
         let (connection, node) = self.nodes.connect(&self.settings.connection_name).await?;
         let channel =
-            connection.open_channel(None).await.map_err(|e| format!("cannot open a channel: {e}"))?;
+            connection.open_channel(None).await.map_err(AmqpError::broker("cannot open a channel"))?;
         let confirms = Arc::new(Confirms::default());
         channel
             .register_callback(ConfirmCallback(confirms.clone()))
             .await
-            .map_err(|e| format!("cannot register the confirm callback: {e}"))?;
+            .map_err(AmqpError::broker("cannot register the confirm callback"))?;
         channel
             .exchange_declare(
                 ExchangeDeclareArguments::new(&self.settings.exchange, "topic").durable(true).finish(),
             )
             .await
-            .map_err(|e| format!("cannot declare exchange {}: {e}", self.settings.exchange))?;
+            .map_err(AmqpError::broker(format!("cannot declare exchange {}", self.settings.exchange)))?;
         channel
             .confirm_select(ConfirmSelectArguments::default())
             .await
-            .map_err(|e| format!("cannot enable publisher confirms: {e}"))?;
+            .map_err(AmqpError::broker("cannot enable publisher confirms"))?;
         // A dead socket does not always close the channel: fail the waiters ourselves.
         let watcher = connection.clone();
         let on_failure = confirms.clone();
@@ -246,7 +247,7 @@ impl AmqpEventPublisher {
     }
 
     /// Ensures a usable link, opening one if needed.
-    async fn ensure<'a>(&self, guard: &'a mut Option<Link>) -> Result<&'a mut Link, String> {
+    async fn ensure<'a>(&self, guard: &'a mut Option<Link>) -> Result<&'a mut Link, AmqpError> {
         if !guard.as_ref().is_some_and(Link::is_usable) {
             if let Some(old) = guard.take() {
                 self.nodes.lost(old.node);
@@ -257,7 +258,7 @@ impl AmqpEventPublisher {
             }
             *guard = Some(self.open().await?);
         }
-        guard.as_mut().ok_or_else(|| "no link".to_owned())
+        guard.as_mut().ok_or(AmqpError::Lost("no link"))
     }
 
     fn properties(record: &OutboxRecord, traceparent: Option<&str>) -> BasicProperties {
@@ -283,7 +284,7 @@ impl AmqpEventPublisher {
 impl EventPublisher for AmqpEventPublisher {
     async fn ready(&self) -> Result<(), BrokerUnavailable> {
         let mut guard = self.link.lock().await;
-        self.ensure(&mut guard).await.map(|_| ()).map_err(BrokerUnavailable)
+        self.ensure(&mut guard).await.map(|_| ()).map_err(|e| BrokerUnavailable(Cause::new(e)))
     }
 
     async fn publish(&self, batch: &[OutboxRecord]) -> Vec<PublishOutcome> {
@@ -296,7 +297,8 @@ impl EventPublisher for AmqpEventPublisher {
         let mut guard = self.link.lock().await;
         let link = match self.ensure(&mut guard).await {
             Ok(link) => link,
-            Err(reason) => {
+            Err(error) => {
+                let reason = Chain(&error).to_string();
                 let outcomes =
                     batch.iter().map(|_| failed(FailureCode::BrokerUnavailable, reason.clone())).collect();
                 return Box::pin(std::future::ready(outcomes));

@@ -14,6 +14,23 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use crate::adapters::secret::Secret;
 
+/// What could not be done with the cluster, and the client's error.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}")]
+pub struct KafkaFailure {
+    pub what: String,
+    #[source]
+    pub source: KafkaError,
+}
+
+impl KafkaFailure {
+    /// Maps a client error of `what` (`.map_err(KafkaFailure::of("subscribe"))`).
+    pub fn of(what: impl Into<String>) -> impl FnOnce(KafkaError) -> KafkaFailure {
+        let what = what.into();
+        move |source| KafkaFailure { what, source }
+    }
+}
+
 /// How to reach the cluster.
 #[derive(Debug, Clone)]
 pub struct KafkaConnection {

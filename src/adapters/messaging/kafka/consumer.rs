@@ -18,9 +18,10 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::client::{KafkaConnection, Watch};
+use super::client::{KafkaConnection, KafkaFailure, Watch};
 use super::publisher::producer_config;
 use crate::adapters::messaging::meeting::{Kind, MeetingHandler, Verdict};
+use crate::application::error::Chain;
 use crate::application::inbound::MeetingEvents;
 use crate::application::meter::Meter;
 
@@ -103,7 +104,7 @@ impl KafkaMeetingConsumer {
                 Err(err) => {
                     failures = failures.saturating_add(1);
                     if failures == 1 || failures.is_power_of_two() {
-                        tracing::error!(error = %err, failures, "meeting consumer (kafka) failed; starting again");
+                        tracing::error!(error = %Chain(&err), failures, "meeting consumer (kafka) failed; starting again");
                     }
                     let pause = Duration::from_millis(200 * 2u64.saturating_pow(failures.min(7)));
                     tokio::select! {
@@ -115,7 +116,7 @@ impl KafkaMeetingConsumer {
         }
     }
 
-    async fn session(&self, stop: &CancellationToken) -> Result<(), String> {
+    async fn session(&self, stop: &CancellationToken) -> Result<(), KafkaFailure> {
         let s = &self.settings;
         let mut topics: Vec<String> = s.topics.clone();
         topics.extend(s.topics.iter().map(|t| format!("{t}.dlq")));
@@ -123,7 +124,7 @@ impl KafkaMeetingConsumer {
         s.connection
             .ensure_topics(&names, s.partitions)
             .await
-            .map_err(|e| format!("cannot make sure the inbound topics exist: {e}"))?;
+            .map_err(KafkaFailure::of("cannot make sure the inbound topics exist"))?;
         let watch = Watch::default();
         let consumer: StreamConsumer<Watch> = s
             .connection
@@ -137,12 +138,12 @@ impl KafkaMeetingConsumer {
             .set("session.timeout.ms", "10000")
             .set("heartbeat.interval.ms", "1000")
             .create_with_context(watch.clone())
-            .map_err(|e| format!("cannot create the consumer: {e}"))?;
+            .map_err(KafkaFailure::of("cannot create the consumer"))?;
         let dead_letters: FutureProducer<Watch> = producer_config(&s.connection, 16, Duration::from_secs(30))
             .create_with_context(watch)
-            .map_err(|e| format!("cannot create the dead-letter producer: {e}"))?;
+            .map_err(KafkaFailure::of("cannot create the dead-letter producer"))?;
         let subscribed: Vec<&str> = s.topics.iter().map(String::as_str).collect();
-        consumer.subscribe(&subscribed).map_err(|e| format!("cannot subscribe: {e}"))?;
+        consumer.subscribe(&subscribed).map_err(KafkaFailure::of("cannot subscribe"))?;
         tracing::info!(topics = ?s.topics, group = %s.group, "meeting consumer (kafka) started");
         let result = loop {
             let message = tokio::select! {

@@ -5,6 +5,6 @@ mod client;
 mod consumer;
 mod publisher;
 
-pub use client::{KafkaConnection, Observed};
+pub use client::{KafkaConnection, KafkaFailure, Observed};
 pub use consumer::{KafkaConsumerSettings, KafkaMeetingConsumer};
 pub use publisher::{KafkaEventPublisher, KafkaPublisherSettings, producer_config, record_headers};

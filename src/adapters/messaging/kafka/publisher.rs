@@ -18,10 +18,10 @@ use rdkafka::message::{DeliveryResult, Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
-use super::client::{KafkaConnection, Observed, millis};
+use super::client::{KafkaConnection, KafkaFailure, Observed, millis};
 use crate::application::health::HealthProbe;
 use crate::application::ports::{
-    BrokerUnavailable, EventPublisher, OutboxRecord, PendingVerdicts, PublishOutcome,
+    BrokerUnavailable, Cause, EventPublisher, OutboxRecord, PendingVerdicts, PublishOutcome,
 };
 use crate::domain::outbox::FailureCode;
 
@@ -187,26 +187,31 @@ impl KafkaEventPublisher {
         }
     }
 
-    async fn check(&self) -> Result<(), String> {
+    async fn check(&self) -> Result<(), Cause> {
         let mut topic_ready = self.topic_ready.lock().await;
         if !*topic_ready {
-            let c = &self.settings.connection;
-            c.ensure_topics(&[&self.settings.topic], self.settings.partitions)
+            let topic = &self.settings.topic;
+            self.settings
+                .connection
+                .ensure_topics(&[topic], self.settings.partitions)
                 .await
-                .map_err(|e| format!("cannot make sure topic {} exists: {e}", self.settings.topic))?;
+                .map_err(KafkaFailure::of(format!("cannot make sure topic {topic} exists")))
+                .map_err(Cause::new)?;
             *topic_ready = true;
             self.observed.up();
             return Ok(());
         }
         if self.observed.down().is_some() {
             // Ask the cluster: the client says "all brokers down" only on a change.
-            let producer = self.producer().map_err(|e| e.to_string())?;
+            let producer =
+                self.producer().map_err(KafkaFailure::of("cannot make a producer")).map_err(Cause::new)?;
             let topic = self.settings.topic.clone();
             let timeout = c_timeout(&self.settings);
             tokio::task::spawn_blocking(move || producer.client().fetch_metadata(Some(&topic), timeout))
                 .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| format!("kafka unreachable: {e}"))?;
+                .map_err(Cause::new)?
+                .map_err(KafkaFailure::of("kafka unreachable"))
+                .map_err(Cause::new)?;
             self.observed.up();
         }
         Ok(())
