@@ -10,6 +10,7 @@ use std::sync::Arc;
 use chrono::{DateTime, FixedOffset, NaiveDate, NaiveTime, Utc};
 
 use crate::application::audit::{self, entity};
+use crate::application::ports::Cause;
 use crate::application::ports::{
     AuditRecord, Clock, GatewayError, LedgerRun, LedgerStore, PaymentGateway, PaymentRepository,
 };
@@ -78,8 +79,8 @@ impl Ledger {
                     message: format!("{code}: {message}"),
                 });
             }
-            Err(GatewayError::Unavailable(why)) => {
-                return Err(AppError::unavailable(format!("payment provider's ledger: {why}")));
+            Err(e @ GatewayError::Unavailable(_)) => {
+                return Err(AppError::Unavailable(Cause::context("payment provider's ledger", e)));
             }
         };
         let (start, end) = self.bounds(day);

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use crate::application::audit::{self, entity};
+use crate::application::ports::Cause;
 use crate::application::ports::{
     Changes, Clock, GatewayError, PaymentGateway, PaymentMethodRepository, SavedCard, UnitOfWork,
 };
@@ -101,8 +102,8 @@ impl PaymentMethods {
                     message: format!("the payment provider refused the card: {code}: {message}"),
                 });
             }
-            Err(GatewayError::Unavailable(why)) => {
-                return Err(AppError::unavailable(format!("payment provider: {why}")));
+            Err(e @ GatewayError::Unavailable(_)) => {
+                return Err(AppError::Unavailable(Cause::context("payment provider", e)));
             }
         };
         let now = self.clock.now();

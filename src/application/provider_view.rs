@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::application::ports::Cause;
 use crate::application::ports::{GatewayError, PaymentGateway, PaymentRepository, ProviderRecord};
 use crate::application::{Actor, AppError};
 use crate::domain::ids::PaymentId;
@@ -45,8 +46,8 @@ impl ProviderView {
             Err(GatewayError::Rejected { code, message }) => {
                 Err(AppError::unavailable(format!("payment provider refused the look-up: {code}: {message}")))
             }
-            Err(GatewayError::Unavailable(why)) => {
-                Err(AppError::unavailable(format!("payment provider: {why}")))
+            Err(e @ GatewayError::Unavailable(_)) => {
+                Err(AppError::Unavailable(Cause::context("payment provider", e)))
             }
         }
     }

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use crate::application::audit::{self, entity};
 use crate::application::commit::commit;
 use crate::application::envelopes::EventWriter;
+use crate::application::error::Chain;
 use crate::application::error::broken_invariant;
 use crate::application::orchestration::lease::SagaLeases;
 use crate::application::ports::{
@@ -328,7 +329,7 @@ impl Refunds {
         Ok(match self.payments.cancel(&request).await {
             Ok(receipt) => RefundAnswer::Refunded(receipt),
             Err(GatewayError::Rejected { code, message }) => RefundAnswer::Refused { code, message },
-            Err(GatewayError::Unavailable(cause)) => RefundAnswer::Unknown(cause),
+            Err(GatewayError::Unavailable(cause)) => RefundAnswer::Unknown(Chain(&cause).to_string()),
         })
     }
 

@@ -25,7 +25,8 @@ use super::problem::ApiError;
 use crate::adapters::Secret;
 use crate::adapters::clock::SystemClock;
 use crate::application::Actor;
-use crate::application::ports::Clock;
+use crate::application::error::Chain;
+use crate::application::ports::{Cause, Clock};
 use crate::domain::text;
 
 pub const ADMIN_ROLE: &str = "admin";
@@ -131,6 +132,20 @@ const JWKS_RETRY_AFTER_FAILURE: Duration = Duration::from_secs(5);
 /// Deadline of one key-set fetch, and the most of it we read.
 const JWKS_TIMEOUT: Duration = Duration::from_secs(5);
 const JWKS_MAX_BYTES: usize = 1 << 20;
+
+/// Why the identity provider's key set could not be used; tokens wait for a later fetch.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum JwksError {
+    /// No answer (refused, timed out, cut): reqwest's error with its chain.
+    #[error("cannot fetch the key set")]
+    Fetch(#[source] Cause),
+    #[error("the identity provider answered {0}")]
+    Status(u16),
+    #[error("the key set is not JSON")]
+    NotJson(#[source] Cause),
+    #[error("{0}")]
+    Unusable(&'static str),
+}
 
 /// What `app token` writes into a token.
 #[derive(Debug, Serialize)]
@@ -287,7 +302,7 @@ impl JwtKeys {
     ///
     /// # Errors
     /// The set cannot be fetched or holds no usable key; tokens then wait for a later fetch.
-    pub async fn load_key_set(&self) -> Result<usize, String> {
+    pub async fn load_key_set(&self) -> Result<usize, JwksError> {
         match &self.jwks {
             Some(jwks) => jwks.fetch().await,
             None => Ok(0),
@@ -412,7 +427,7 @@ struct JwksState {
     attempted_at: Option<DateTime<Utc>>,
     /// The last fetch made because a token named a kid the cache lacked.
     unknown_kid_at: Option<DateTime<Utc>>,
-    failure: Option<String>,
+    failure: Option<JwksError>,
 }
 
 fn unavailable() -> ApiError {
@@ -517,14 +532,14 @@ impl Jwks {
             && state.attempted_at.is_none_or(|at| self.since(at) >= self.wait_after(&state))
     }
 
-    async fn fetch(&self) -> Result<usize, String> {
+    async fn fetch(&self) -> Result<usize, JwksError> {
         let _one = self.fetching.lock().await;
         self.fetch_locked().await
     }
 
     /// Fetches and replaces the set (keys the provider withdrew stop verifying). A failed
     /// fetch keeps the cached keys. The caller holds `fetching`.
-    async fn fetch_locked(&self) -> Result<usize, String> {
+    async fn fetch_locked(&self) -> Result<usize, JwksError> {
         let result = self.download().await;
         let mut state = self.state.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         state.attempted_at = Some(self.clock.now());
@@ -538,27 +553,29 @@ impl Jwks {
                 Ok(n)
             }
             Err(why) => {
-                tracing::warn!(url = %self.url, error = %why, "identity provider key set cannot be fetched; cached keys kept");
+                tracing::warn!(url = %self.url, error = %Chain(&why), "identity provider key set cannot be fetched; cached keys kept");
                 state.failure = Some(why.clone());
                 Err(why)
             }
         }
     }
 
-    async fn download(&self) -> Result<HashMap<String, VerifyingKey>, String> {
-        let mut response = self.client.get(&self.url).send().await.map_err(|e| format!("{e}"))?;
+    async fn download(&self) -> Result<HashMap<String, VerifyingKey>, JwksError> {
+        let fetch = |e: reqwest::Error| JwksError::Fetch(Cause::new(e));
+        let mut response = self.client.get(&self.url).send().await.map_err(fetch)?;
         if !response.status().is_success() {
-            return Err(format!("answered {}", response.status()));
+            return Err(JwksError::Status(response.status().as_u16()));
         }
         let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| format!("{e}"))? {
+        while let Some(chunk) = response.chunk().await.map_err(fetch)? {
             if body.len() + chunk.len() > JWKS_MAX_BYTES {
-                return Err(format!("the key set is over {JWKS_MAX_BYTES} bytes"));
+                return Err(JwksError::Unusable("the key set is over 1 MiB"));
             }
             body.extend_from_slice(&chunk);
         }
-        let set: Value = serde_json::from_slice(&body).map_err(|e| format!("not JSON: {e}"))?;
-        let entries = set.get("keys").and_then(Value::as_array).ok_or("no `keys` array")?;
+        let set: Value = serde_json::from_slice(&body).map_err(|e| JwksError::NotJson(Cause::new(e)))?;
+        let entries =
+            set.get("keys").and_then(Value::as_array).ok_or(JwksError::Unusable("no `keys` array"))?;
         let mut keys = HashMap::new();
         for entry in entries {
             // One key we cannot use (an encryption key, another algorithm) never hides the others.
@@ -568,7 +585,9 @@ impl Jwks {
             }
         }
         if keys.is_empty() {
-            return Err("the key set holds no RS256, ES256 or EdDSA signing key with a kid".into());
+            return Err(JwksError::Unusable(
+                "the key set holds no RS256, ES256 or EdDSA signing key with a kid",
+            ));
         }
         Ok(keys)
     }

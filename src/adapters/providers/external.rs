@@ -15,6 +15,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::adapters::Secret;
+use crate::application::error::Chain;
+use crate::application::ports::Cause;
 use crate::application::ports::{
     ApprovalOutcome, ApprovePayment, CancelPayment, CancelReceipt, GatewayError, LookupOutcome,
     PaymentGateway, Scenario,
@@ -87,11 +89,11 @@ impl ExternalPaymentGateway {
     }
 
     /// After a transient failure: whether to try again (sleeping the backoff first).
-    async fn again(&self, attempt: &mut u32, reason: &str) -> bool {
+    async fn again(&self, attempt: &mut u32, reason: &Cause) -> bool {
         if *attempt >= self.settings.retries {
             return false;
         }
-        tracing::warn!(%reason, attempt = *attempt, "payment provider transient failure; retrying");
+        tracing::warn!(reason = %Chain(reason), attempt = *attempt, "payment provider transient failure; retrying");
         tokio::time::sleep(self.settings.retry_backoff * 2u32.saturating_pow(*attempt)).await;
         *attempt += 1;
         true
@@ -145,9 +147,11 @@ impl PaymentGateway for ExternalPaymentGateway {
                 .json(&body);
             let transient = match self.exchange(call).await {
                 Exchange::NotSent(reason) => reason,
-                Exchange::Lost(reason) => return Ok(ApprovalOutcome::Unknown { reason }),
+                Exchange::Lost(reason) => {
+                    return Ok(ApprovalOutcome::Unknown { reason: Chain(&reason).to_string() });
+                }
                 Exchange::Answered(status, _) if status.is_server_error() => {
-                    format!("provider answered {status}")
+                    Cause::msg(format!("provider answered {status}"))
                 }
                 Exchange::Answered(status, body) if status.is_client_error() => {
                     let e = business_error(&body);
@@ -198,7 +202,7 @@ impl PaymentGateway for ExternalPaymentGateway {
                 Exchange::NotSent(reason) | Exchange::Lost(reason) => reason,
                 Exchange::Answered(StatusCode::NOT_FOUND, _) => return Ok(LookupOutcome::NotFound),
                 Exchange::Answered(status, _) if !status.is_success() => {
-                    format!("provider answered {status}")
+                    Cause::msg(format!("provider answered {status}"))
                 }
                 Exchange::Answered(_, body) => match serde_json::from_slice::<LookupResponse>(&body) {
                     // Asking again at once would get the same answer: one inconclusive look-up.
@@ -206,7 +210,7 @@ impl PaymentGateway for ExternalPaymentGateway {
                         if let Err(broken) = check_transaction(&r.provider_transaction_id)
                             .and_then(|()| check_code("declineCode", r.decline_code.as_deref())) =>
                     {
-                        return Err(GatewayError::Unavailable(broken));
+                        return Err(GatewayError::unavailable(broken));
                     }
                     Ok(r) if r.status == "APPROVED" => {
                         return Ok(LookupOutcome::Approved {
@@ -225,7 +229,7 @@ impl PaymentGateway for ExternalPaymentGateway {
                             cancels: Vec::new(),
                         });
                     }
-                    _ => "unreadable look-up answer".to_owned(),
+                    _ => Cause::msg("unreadable look-up answer"),
                 },
             };
             if !self.again(&mut attempt, &transient).await {
@@ -244,13 +248,13 @@ impl PaymentGateway for ExternalPaymentGateway {
             let transient = match self.exchange(call).await {
                 Exchange::NotSent(reason) | Exchange::Lost(reason) => reason,
                 Exchange::Answered(status, _) if status.is_server_error() => {
-                    format!("provider answered {status}")
+                    Cause::msg(format!("provider answered {status}"))
                 }
                 Exchange::Answered(status, body) if status.is_client_error() => {
                     let e = business_error(&body);
                     // A refusal we cannot record is no refusal: the outcome stays open.
                     if let Err(reason) = check_error(&e) {
-                        return Err(GatewayError::Unavailable(reason));
+                        return Err(GatewayError::unavailable(reason));
                     }
                     let code = if e.code.is_empty() { status.as_u16().to_string() } else { e.code };
                     return Err(GatewayError::Rejected { code, message: e.message });

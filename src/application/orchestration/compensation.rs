@@ -98,7 +98,7 @@ mod tests {
                 AuditAction::Compensated,
             ),
             (
-                Err(GatewayError::Unavailable("503".into())),
+                Err(GatewayError::unavailable("503")),
                 PaymentStatus::Approved,
                 OrderStatus::Failed,
                 StepStatus::Failed,

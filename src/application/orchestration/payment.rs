@@ -2,6 +2,7 @@
 //! function of the answer — the saga's first approval and reconciliation's approve-again
 //! read an answer the same way.
 
+use crate::application::error::Chain;
 use crate::application::error::broken_invariant;
 use chrono::{DateTime, Utc};
 
@@ -50,7 +51,9 @@ pub fn decide_approval(answer: Result<ApprovalOutcome, GatewayError>) -> Approva
             ApprovalDecision::Declined { code, provider_transaction_id: None, detail }
         }
         Ok(ApprovalOutcome::Unknown { reason }) => ApprovalDecision::Unknown { reason },
-        Err(GatewayError::Unavailable(reason)) => ApprovalDecision::Unavailable { reason },
+        Err(GatewayError::Unavailable(cause)) => {
+            ApprovalDecision::Unavailable { reason: Chain(&cause).to_string() }
+        }
     }
 }
 
@@ -205,10 +208,7 @@ mod tests {
                 Ok(ApprovalOutcome::Unknown { reason: "timed out".into() }),
                 ApprovalDecision::Unknown { reason: "timed out".into() },
             ),
-            (
-                Err(GatewayError::Unavailable("503".into())),
-                ApprovalDecision::Unavailable { reason: "503".into() },
-            ),
+            (Err(GatewayError::unavailable("503")), ApprovalDecision::Unavailable { reason: "503".into() }),
         ];
         for (answer, expected) in cases {
             assert_eq!(decide_approval(answer.clone()), expected, "{answer:?}");

@@ -86,7 +86,7 @@ mod tests {
     #[test]
     fn every_answer_decides_the_settlement_and_the_order() {
         let failed = || Ok(SettlementOutcome::Failed { reason: "bank closed".into() });
-        let down = || Err(GatewayError::Unavailable("503".into()));
+        let down = || Err(GatewayError::unavailable("503"));
         let cases: [Case; 3] = [
             (
                 Ok(SettlementOutcome::Succeeded),

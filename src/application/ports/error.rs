@@ -21,7 +21,31 @@ impl fmt::Display for Message {
 
 impl Error for Message {}
 
+/// What was being done, over the error that stopped it.
+#[derive(Debug)]
+struct Context {
+    text: String,
+    source: Box<dyn Error + Send + Sync + 'static>,
+}
+
+impl fmt::Display for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl Error for Context {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        Some(&*self.source)
+    }
+}
+
 impl Cause {
+    /// `err`, kept with its chain, under what was being done (`payment provider's ledger`).
+    pub fn context(text: impl Into<String>, err: impl Error + Send + Sync + 'static) -> Self {
+        Cause(Arc::new(Context { text: text.into(), source: Box::new(err) }))
+    }
+
     /// Keeps `err` with its chain.
     pub fn new(err: impl Error + Send + Sync + 'static) -> Self {
         Cause(Arc::new(err))
@@ -100,6 +124,19 @@ mod tests {
     #[derive(Debug, thiserror::Error)]
     #[error("outer")]
     struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn a_cause_in_context_keeps_the_chain_under_it() {
+        let cause = Cause::context("payment provider", Outer(std::io::Error::other("reset")));
+        let err = RepoError::Unavailable(cause);
+        let mut chain = vec![err.to_string()];
+        let mut next = err.source();
+        while let Some(e) = next {
+            chain.push(e.to_string());
+            next = e.source();
+        }
+        assert_eq!(chain, ["database unavailable", "payment provider", "outer", "reset"]);
+    }
 
     #[test]
     fn a_cause_keeps_its_chain() {

@@ -4,13 +4,43 @@
 //! payment whose outcome cannot be known is [`super::ApprovalOutcome::Unknown`] — never
 //! guessed.
 
+use std::error::Error;
+use std::fmt;
+
+use super::error::Cause;
+
 /// A provider could not be used; the caller may retry later.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GatewayError {
     /// The provider refused for a business reason (4xx): retrying will not help.
-    #[error("rejected by provider: {code}: {message}")]
     Rejected { code: String, message: String },
-    /// 5xx, refused connection or timeout on a call that is safe to repeat.
-    #[error("provider unavailable: {0}")]
-    Unavailable(String),
+    /// 5xx, refused connection or timeout on a call that is safe to repeat: the adapter's
+    /// error, kept whole (its text is this error's, its sources follow it).
+    Unavailable(Cause),
+}
+
+impl GatewayError {
+    /// `Unavailable` for a cause told in words.
+    pub fn unavailable(text: impl Into<String>) -> Self {
+        GatewayError::Unavailable(Cause::msg(text))
+    }
+}
+
+impl fmt::Display for GatewayError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GatewayError::Rejected { code, message } => write!(f, "rejected by provider: {code}: {message}"),
+            GatewayError::Unavailable(cause) => write!(f, "provider unavailable: {cause}"),
+        }
+    }
+}
+
+impl Error for GatewayError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        match self {
+            GatewayError::Rejected { .. } => None,
+            // The cause's own text is in this one's: its chain goes on from its source.
+            GatewayError::Unavailable(cause) => cause.source(),
+        }
+    }
 }

@@ -22,6 +22,7 @@ pub use self::answer::{Call, Meaning, meaning};
 pub use self::model::{TossBilling, TossCancel, TossPayment, TossStatus, TossTransaction};
 use super::transport::{Exchange, exchange};
 use crate::adapters::Secret;
+use crate::application::ports::Cause;
 use crate::application::ports::{
     ApprovalOutcome, ApprovePayment, BillingKey, CancelPayment, CancelReceipt, GatewayError, IssuedCard,
     LookupOutcome, PaymentAuthorization, PaymentGateway, ProviderCancel, ProviderRecord, Scenario,
@@ -51,9 +52,9 @@ pub enum TossError {
     /// Toss answered an error (after the retries its meaning allows).
     Answered { status: u16, code: String, message: String, meaning: Meaning },
     /// Sent, but no complete answer: Toss may have acted.
-    Lost(String),
+    Lost(Cause),
     /// Never reached Toss, however often tried.
-    NotSent(String),
+    NotSent(Cause),
     /// An answer that breaks the protocol (unreadable, over-long, disagreeing).
     Broken(String),
 }
@@ -67,6 +68,16 @@ impl std::fmt::Display for TossError {
             TossError::Lost(why) => write!(f, "no answer from Toss: {why}"),
             TossError::NotSent(why) => write!(f, "Toss not reached: {why}"),
             TossError::Broken(why) => write!(f, "Toss's answer breaks the protocol: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for TossError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            // The cause's text is in this one's: the chain goes on from its source.
+            TossError::Lost(cause) | TossError::NotSent(cause) => cause.source(),
+            TossError::Answered { .. } | TossError::Broken(_) => None,
         }
     }
 }
@@ -388,6 +399,15 @@ impl TossPaymentGateway {
 
 /// An error that leaves the outcome open, as the reason of an unknown outcome. Our own
 /// configuration being wrong is said first, so that an operator sees it at once.
+/// A Toss failure as the port's `Unavailable`: the error kept whole, a refusal of our own
+/// key or request named as such.
+fn unavailable(error: TossError) -> GatewayError {
+    if error.meaning() == Some(Meaning::OurConfiguration) {
+        return GatewayError::unavailable(open_reason(&error));
+    }
+    GatewayError::Unavailable(Cause::new(error))
+}
+
 fn open_reason(error: &TossError) -> String {
     match error.meaning() {
         Some(Meaning::OurConfiguration) => {
@@ -508,7 +528,7 @@ impl PaymentGateway for TossPaymentGateway {
                 .client
                 .transactions(&start, &end, after.as_deref(), LEDGER_PAGE)
                 .await
-                .map_err(|e| GatewayError::Unavailable(open_reason(&e)))?;
+                .map_err(unavailable)?;
             let full = page.len() == LEDGER_PAGE as usize;
             after = page.last().map(|t| t.transaction_key.clone());
             for t in page {
@@ -521,7 +541,7 @@ impl PaymentGateway for TossPaymentGateway {
                 };
                 let at = chrono::DateTime::parse_from_rfc3339(&t.transaction_at)
                     .map_err(|_| {
-                        GatewayError::Unavailable(format!("unreadable transactionAt {:?}", t.transaction_at))
+                        GatewayError::unavailable(format!("unreadable transactionAt {:?}", t.transaction_at))
                     })?
                     .with_timezone(&chrono::Utc);
                 entries.push(ProviderTransaction {
@@ -538,7 +558,7 @@ impl PaymentGateway for TossPaymentGateway {
                 return Ok(entries);
             }
         }
-        Err(GatewayError::Unavailable("the ledger has more pages than one run reads".into()))
+        Err(GatewayError::unavailable("the ledger has more pages than one run reads"))
     }
 
     async fn provider_record(
@@ -548,7 +568,7 @@ impl PaymentGateway for TossPaymentGateway {
         match self.client.payment(provider_transaction_id).await {
             Ok((_, whole)) => Ok(Some(ProviderRecord(whole))),
             Err(TossError::Answered { meaning: Meaning::NotFound, .. }) => Ok(None),
-            Err(error) => Err(GatewayError::Unavailable(open_reason(&error))),
+            Err(error) => Err(unavailable(error)),
         }
     }
 
@@ -563,7 +583,7 @@ impl PaymentGateway for TossPaymentGateway {
         let key: String = format!("issue-{}", digest.iter().map(|b| format!("{b:02x}")).collect::<String>());
         match self.client.issue_billing_key(auth_key, customer_key, &key).await {
             Ok(billing) if billing.customer_key != customer_key => {
-                Err(GatewayError::Unavailable("Toss issued a billing key for another customerKey".into()))
+                Err(GatewayError::unavailable("Toss issued a billing key for another customerKey"))
             }
             Ok(billing) => Ok(IssuedCard {
                 billing_key: BillingKey(billing.billing_key),
@@ -575,7 +595,7 @@ impl PaymentGateway for TossPaymentGateway {
             {
                 Err(GatewayError::Rejected { code, message })
             }
-            Err(error) => Err(GatewayError::Unavailable(open_reason(&error))),
+            Err(error) => Err(unavailable(error)),
         }
     }
 
@@ -606,7 +626,7 @@ impl PaymentGateway for TossPaymentGateway {
                 }
             }),
             Err(TossError::Answered { meaning: Meaning::NotFound, .. }) => Ok(LookupOutcome::NotFound),
-            Err(error) => Err(GatewayError::Unavailable(open_reason(&error))),
+            Err(error) => Err(unavailable(error)),
         }
     }
 
@@ -629,7 +649,7 @@ impl PaymentGateway for TossPaymentGateway {
         match answer {
             Ok(payment) => {
                 let newest = payment.newest_cancel().ok_or_else(|| {
-                    GatewayError::Unavailable("Toss answered a cancel with no entry in cancels[]".into())
+                    GatewayError::unavailable("Toss answered a cancel with no entry in cancels[]")
                 })?;
                 Ok(CancelReceipt {
                     transaction_key: Some(newest.transaction_key.clone()),
@@ -647,7 +667,7 @@ impl PaymentGateway for TossPaymentGateway {
             }) => Err(GatewayError::Rejected { code, message }),
             // Unknown, temporary to the end, lost, broken or our own
             // configuration: open; the refund's look-up records what Toss has.
-            Err(error) => Err(GatewayError::Unavailable(open_reason(&error))),
+            Err(error) => Err(unavailable(error)),
         }
     }
 }
