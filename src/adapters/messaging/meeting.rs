@@ -1,7 +1,7 @@
 //! The meeting service's events (docs/spec.md §7) whatever broker brings them: decoding and
 //! validation, and the failure policy — malformed or mistyped -> dead-lettered at once;
 //! business outcomes -> acknowledged; system failures -> retried with backoff, then
-//! dead-lettered. The AMQP and the Kafka consumers differ only in how they receive, settle
+//! dead-lettered. The AMQP and the Kafka consumers differ only in how they receive, acknowledge
 //! and dead-letter a message.
 
 use std::sync::Arc;

@@ -309,7 +309,7 @@ impl<'a> Pipeline<'a> {
 
     /// Takes in the broker's verdicts on a group: counts them, and sends each aggregate's
     /// next event on a confirm, or holds the rest of its chain back on a failure.
-    fn settle(&mut self, slots: Vec<Slot>, outcomes: Vec<PublishOutcome>) {
+    fn take_verdicts(&mut self, slots: Vec<Slot>, outcomes: Vec<PublishOutcome>) {
         let now = self.relay.now();
         self.sent_open -= slots.len();
         for (slot, outcome) in slots.into_iter().zip(verdicts_for(outcomes)) {
@@ -443,7 +443,7 @@ impl<'a> Pipeline<'a> {
                     self.sending = None;
                     self.in_flight.push(Box::pin(async move { (slots, pending.await) }));
                 }
-                Wake::Verdicts(slots, outcomes) => self.settle(slots, outcomes),
+                Wake::Verdicts(slots, outcomes) => self.take_verdicts(slots, outcomes),
                 Wake::Idle => {}
                 Wake::Db(turn) => {
                     self.db = None;

@@ -165,7 +165,7 @@ impl Payment {
     }
 
     /// Where a payment stands once no refund is pending: by what has been refunded.
-    fn settled_status(&self) -> PaymentStatus {
+    fn status_without_pending_refund(&self) -> PaymentStatus {
         match (self.refunded_amount, self.balance()) {
             (0, _) => PaymentStatus::Approved,
             (_, 0) => PaymentStatus::Refunded,
@@ -255,7 +255,7 @@ impl Payment {
         self.refunded_amount += refund.amount.minor();
         self.refund_failure_reason = None;
         self.next_reconcile_at = None;
-        self.move_to(self.settled_status(), now);
+        self.move_to(self.status_without_pending_refund(), now);
         Ok(vec![PaymentEvent::Refunded {
             refund_id: refund.id,
             amount: refund.amount.minor(),
@@ -281,7 +281,7 @@ impl Payment {
         refund.fail(reason.clone(), now)?;
         self.refund_failure_reason = Some(reason.clone());
         self.next_reconcile_at = None;
-        self.move_to(self.settled_status(), now);
+        self.move_to(self.status_without_pending_refund(), now);
         Ok(vec![PaymentEvent::RefundFailed { refund_id: refund.id, amount: refund.amount.minor(), reason }])
     }
 

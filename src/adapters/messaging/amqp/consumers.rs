@@ -359,7 +359,7 @@ impl MeetingConsumers {
         if let Err(e) = result {
             // The channel is gone: the broker redelivers the message, and the inbox makes
             // the second delivery change nothing.
-            tracing::warn!(consumer = queue, error = %e, "could not settle a delivery");
+            tracing::warn!(consumer = queue, error = %e, "could not acknowledge or reject a delivery");
         }
     }
 }

@@ -5,7 +5,7 @@
 //! amqprs gives no delivery tag on publish: tags are the channel's counter from 1 after
 //! `confirm.select`, assigned here under the same lock as the send. A return carries no
 //! tag: it is matched by `message_id`, and because the broker sends it *before* the ack,
-//! the ack that follows settles the message as returned, not published.
+//! the ack that follows resolves the message as returned, not published.
 //!
 //! The connection is opened lazily and re-opened after any failure, on the next node of
 //! `broker.urls` when the broker is a cluster; whatever was unconfirmed on a dead channel is
@@ -73,7 +73,7 @@ impl Confirms {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn settle(&self, tag: u64, multiple: bool, nack: bool) {
+    fn resolve(&self, tag: u64, multiple: bool, nack: bool) {
         let mut table = self.table();
         let tags: Vec<u64> =
             if multiple { table.pending.range(..=tag).map(|(t, _)| *t).collect() } else { vec![tag] };
@@ -118,11 +118,11 @@ impl amqprs::callbacks::ChannelCallback for ConfirmCallback {
     }
 
     async fn publish_ack(&mut self, _channel: &Channel, ack: Ack) {
-        self.0.settle(ack.delivery_tag(), ack.mutiple(), false);
+        self.0.resolve(ack.delivery_tag(), ack.mutiple(), false);
     }
 
     async fn publish_nack(&mut self, _channel: &Channel, nack: Nack) {
-        self.0.settle(nack.delivery_tag(), nack.multiple(), true);
+        self.0.resolve(nack.delivery_tag(), nack.multiple(), true);
     }
 
     async fn publish_return(

@@ -170,7 +170,7 @@ impl KafkaMeetingConsumer {
         result
     }
 
-    /// Handles one record; `false` when stopped before it was settled.
+    /// Handles one record; `false` when stopped before its dead letter was written.
     async fn handle(
         &self,
         message: &BorrowedMessage<'_>,
