@@ -30,7 +30,10 @@ use crate::application::ports::{
 use crate::domain::outbox::lanes as lane_rules;
 use crate::domain::outbox::{FailureCode, FailureOutcome, OutboxAction, OutboxStatus};
 
-/// The most ids of one lane's snapshot difference held at once (PostgreSQL).
+/// The most ids of one lane held at once: its snapshot difference's (PostgreSQL), the ids
+/// past its mark (SQLite). Batches read ahead take their pages from them, so a fill must hold
+/// more than one batch's share, or the read-ahead finds nothing and a drain ends after one
+/// batch.
 const FILL: usize = 16_384;
 
 #[derive(Clone)]
@@ -513,7 +516,7 @@ impl RelayStore for SeaOrmOutboxStore {
                     let ids = IdRow::find_by_statement(self.statement(
                         "SELECT id FROM outbox_events WHERE NOT slow AND lane = $1 AND id > $2 \
                          ORDER BY id LIMIT $3",
-                        vec![c.lane.into(), c.upto_id.into(), i64::from(per_lane).into()],
+                        vec![c.lane.into(), c.upto_id.into(), (FILL as i64).into()],
                     ))
                     .all(&self.db)
                     .await
