@@ -161,7 +161,11 @@ impl KafkaMeetingConsumer {
                         tracing::warn!(error = %e, "could not store a record's offset");
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "meeting consumer (kafka): read failed"),
+                Err(e) => {
+                    // The client retries by itself (a broker away, a rebalance): no hot loop.
+                    tracing::warn!(error = %e, "meeting consumer (kafka): read failed");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
             }
         };
         // What was handled is committed before the group is left.

@@ -180,13 +180,6 @@ impl KafkaEventPublisher {
         Ok(current.clone())
     }
 
-    /// Delivers what is still queued, for up to `timeout` (graceful shutdown).
-    pub async fn close(&self, timeout: Duration) {
-        if let Ok(producer) = self.producer() {
-            let _ = tokio::task::spawn_blocking(move || producer.flush(timeout)).await;
-        }
-    }
-
     async fn check(&self) -> Result<(), Cause> {
         let mut topic_ready = self.topic_ready.lock().await;
         if !*topic_ready {
@@ -206,7 +199,7 @@ impl KafkaEventPublisher {
             let producer =
                 self.producer().map_err(KafkaFailure::of("cannot make a producer")).map_err(Cause::new)?;
             let topic = self.settings.topic.clone();
-            let timeout = c_timeout(&self.settings);
+            let timeout = self.settings.connection.connect_timeout;
             tokio::task::spawn_blocking(move || producer.client().fetch_metadata(Some(&topic), timeout))
                 .await
                 .map_err(Cause::new)?
@@ -216,10 +209,6 @@ impl KafkaEventPublisher {
         }
         Ok(())
     }
-}
-
-fn c_timeout(settings: &KafkaPublisherSettings) -> Duration {
-    settings.connection.connect_timeout
 }
 
 #[async_trait]
