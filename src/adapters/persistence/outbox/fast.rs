@@ -19,13 +19,13 @@ impl SeaOrmOutboxStore {
             }
         }
         // One statement text whatever the lanes (parsed once, cached): the lanes' positions
-        // go in as delimited lists, unnested in SQL.
+        // go in as arrays, unnested in SQL.
         let chosen: Vec<&LaneCursor> = which.iter().map(|&i| &cursors[i]).collect();
         let values: Vec<Value> = vec![
-            joined(chosen.iter().map(|c| Some(c.lane.to_string()))).into(),
-            joined(chosen.iter().map(|c| c.done.clone())).into(),
-            joined(chosen.iter().map(|c| c.current.clone())).into(),
-            joined(chosen.iter().map(|c| Some(c.upto_id.to_string()))).into(),
+            smallints(chosen.iter().map(|c| c.lane)),
+            texts(chosen.iter().map(|c| c.done.clone())),
+            texts(chosen.iter().map(|c| c.current.clone())),
+            bigints(chosen.iter().map(|c| c.upto_id)),
             (FILL as i64).into(),
         ];
         // The lower bound `xmin(done)` keeps the scan on `idx_outbox_fast` to the events
@@ -35,10 +35,9 @@ impl SeaOrmOutboxStore {
         // A lane starting a difference takes this statement's own snapshot as its `cur`
         // (one snapshot for the whole statement, the one its reads see); the last row,
         // lane -1, reports it.
-        let sql = "SELECT l.lane, x.id, NULL AS snap FROM unnest(\
-               string_to_array($1, chr(31))::smallint[], string_to_array($2, chr(31), chr(30)), \
-               string_to_array($3, chr(31), chr(30)), string_to_array($4, chr(31))::bigint[]) \
-               AS l(lane, done, cur, upto) \
+        let sql = "SELECT l.lane, x.id, NULL AS snap FROM (SELECT u.lane, NULLIF(u.done, '') AS done, \
+               NULLIF(u.cur, '') AS cur, u.upto \
+               FROM unnest($1::smallint[], $2::text[], $3::text[], $4::bigint[]) AS u(lane, done, cur, upto)) l \
              CROSS JOIN LATERAL (SELECT o.id FROM outbox_events o WHERE o.lane = l.lane AND NOT o.slow \
                AND o.txid >= COALESCE(pg_snapshot_xmin(l.done::pg_snapshot), '0'::xid8) \
                AND o.txid < pg_snapshot_xmax(COALESCE(l.cur::pg_snapshot, pg_current_snapshot())) \
@@ -111,13 +110,13 @@ impl SeaOrmOutboxStore {
                 }
             }
         }
-        let ids: Vec<String> = cursors
+        let ids: Vec<i64> = cursors
             .iter()
             .enumerate()
             .flat_map(|(i, c)| {
                 c.pending.iter().skip(skip.get(i).copied().unwrap_or(0)).take(per_lane as usize)
             })
-            .map(i64::to_string)
+            .copied()
             .collect();
         if ids.is_empty() {
             return Ok(FastBatch::default());
@@ -136,15 +135,13 @@ impl SeaOrmOutboxStore {
         // moved to the slow path since its lane was filled is dropped below instead.
         let statement = if self.is_postgres() {
             self.statement(
-                &format!(
-                    "SELECT {columns}, {held} FROM outbox_events o \
-                     WHERE o.id = ANY(string_to_array($1, ',')::bigint[])"
-                ),
-                vec![ids.join(",").into()],
+                &format!("SELECT {columns}, {held} FROM outbox_events o WHERE o.id = ANY($1::bigint[])"),
+                vec![bigints(ids.iter().copied())],
             )
         } else {
+            let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(", ");
             self.statement(
-                &format!("SELECT {columns}, {held} FROM outbox_events o WHERE o.id IN ({})", ids.join(", ")),
+                &format!("SELECT {columns}, {held} FROM outbox_events o WHERE o.id IN ({list})"),
                 vec![],
             )
         };
@@ -183,19 +180,18 @@ impl SeaOrmOutboxStore {
         let progress = &batch.progress;
         let (sql, values) = if self.is_postgres() {
             let values: Vec<Value> = vec![
-                joined(progress.iter().map(|c| Some(c.lane.to_string()))).into(),
-                joined(progress.iter().map(|c| Some(c.epoch.to_string()))).into(),
-                joined(progress.iter().map(|c| c.done.clone())).into(),
-                joined(progress.iter().map(|c| c.current.clone())).into(),
-                joined(progress.iter().map(|c| Some(c.upto_id.to_string()))).into(),
+                smallints(progress.iter().map(|c| c.lane)),
+                bigints(progress.iter().map(|c| c.epoch)),
+                texts(progress.iter().map(|c| c.done.clone())),
+                texts(progress.iter().map(|c| c.current.clone())),
+                bigints(progress.iter().map(|c| c.upto_id)),
                 now.into(),
                 worker.into(),
             ];
             let sql = "INSERT INTO outbox_progress (lane, done, cur, upto_id, published_at, worker) \
-                 SELECT v.lane, v.done, v.cur, v.upto, $6, $7 FROM unnest(\
-                   string_to_array($1, chr(31))::smallint[], string_to_array($2, chr(31))::bigint[], \
-                   string_to_array($3, chr(31), chr(30)), string_to_array($4, chr(31), chr(30)), \
-                   string_to_array($5, chr(31))::bigint[]) AS v(lane, epoch, done, cur, upto) \
+                 SELECT v.lane, NULLIF(v.done, ''), NULLIF(v.cur, ''), v.upto, $6, $7 \
+                 FROM unnest($1::smallint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[]) \
+                   AS v(lane, epoch, done, cur, upto) \
                  JOIN outbox_lanes l ON l.lane = v.lane AND l.epoch = v.epoch AND l.owner = $7 \
                  FOR SHARE OF l RETURNING lane"
                 .to_owned();

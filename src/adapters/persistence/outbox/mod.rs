@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::{Expr, ExprTrait};
+use sea_orm::sea_query::{ArrayType, Expr, ExprTrait};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseBackend, DatabaseConnection, EntityTrait, FromQueryResult,
     QueryFilter, Statement, TransactionTrait, Value,
@@ -252,12 +252,22 @@ struct Oldest {
     at: Option<DateTime<Utc>>,
 }
 
-/// A list as one text parameter for `string_to_array($n, chr(31), chr(30))`: items joined
-/// by the unit separator, `None` as the record separator (read back as NULL). Neither can
-/// occur in what is joined: numbers, snapshots, and aggregate types and ids (docs/spec.md §5 refuses
-/// control characters in input).
-fn joined(items: impl Iterator<Item = Option<String>>) -> String {
-    items.map(|i| i.unwrap_or_else(|| "\u{1e}".to_owned())).collect::<Vec<_>>().join("\u{1f}")
+/// PostgreSQL arrays as statement parameters (`unnest($1::smallint[], ...)`, `= ANY($1)`):
+/// one statement text whatever the number of lanes or ids, so it is parsed and planned once.
+fn smallints(items: impl Iterator<Item = i16>) -> Value {
+    Value::Array(ArrayType::SmallInt, Some(Box::new(items.map(|v| Value::SmallInt(Some(v))).collect())))
+}
+
+fn bigints(items: impl Iterator<Item = i64>) -> Value {
+    Value::Array(ArrayType::BigInt, Some(Box::new(items.map(|v| Value::BigInt(Some(v))).collect())))
+}
+
+/// Text items with `None` as the empty text, which the statement reads back as NULL
+/// (`NULLIF(x, '')`): the driver binds no NULL inside a text array (it would panic), and no
+/// item here is ever empty (snapshots).
+fn texts(items: impl Iterator<Item = Option<String>>) -> Value {
+    let items = items.map(|v| Value::String(Some(v.unwrap_or_default()))).collect();
+    Value::Array(ArrayType::String, Some(Box::new(items)))
 }
 
 /// Failure reasons come from brokers and networks: keep them readable and bounded.
