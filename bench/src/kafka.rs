@@ -114,25 +114,9 @@ pub(crate) async fn relay_scenario(
         let rate = bare_producer(&topic, shape, events, window).await?;
         Ok((rate, Cpu::now().per_thousand(&cpu, events)))
     };
-    println!("| publisher | events/s | ratio to the bare runs around it |\n|---|---:|---:|");
-    let (mut before, bare_cpu) = bare().await?;
-    println!("| bare idempotent producer, window {window} | {before:.0} | |");
-    let mut results = vec![json!({ "publisher": "bare", "eventsPerSecond": before })];
-    let mut cpu_lines = vec![format!("bare: {bare_cpu}")];
-    for w in workers.split(',').filter_map(|w| w.trim().parse::<usize>().ok()) {
-        seed_shaped(&fixture.db, shape, events, 8).await?;
-        let (rate, cpu) = crate::relay::relay_drain(fixture, events, w, window, batch).await?;
-        cpu_lines.push(format!("relay x{w}: {cpu}"));
-        fixture.reset().await?;
-        let (after, bare_cpu) = bare().await?;
-        cpu_lines.push(format!("bare: {bare_cpu}"));
-        let ratio = rate / ((before + after) / 2.0);
-        println!("| relay, {w} worker(s) | {rate:.0} | **{ratio:.2}** |");
-        println!("| bare idempotent producer, window {window} | {after:.0} | |");
-        results.push(json!({ "publisher": format!("relay x{w}"), "eventsPerSecond": rate, "ratio": ratio }));
-        results.push(json!({ "publisher": "bare", "eventsPerSecond": after }));
-        before = after;
-    }
+    let label = format!("bare idempotent producer, window {window}");
+    let (results, cpu_lines) =
+        crate::relay::bracketed(fixture, events, workers, window, batch, shape, &label, bare).await?;
     println!("\nCPU per 1 000 events (2 cores = 2 000 ms of CPU per second; broker = tansu):");
     for line in &cpu_lines {
         println!("  {line}");

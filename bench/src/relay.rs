@@ -171,6 +171,41 @@ pub(crate) async fn relay_drain(
     Ok((rate, cpu))
 }
 
+/// Each relay run (1 and 4 workers, say) between two runs of `bare` (the baseline), the
+/// relay compared with their mean; prints the table, returns the JSON rows and the CPU lines.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn bracketed(
+    fixture: &Fixture,
+    events: usize,
+    workers: &str,
+    window: usize,
+    batch: usize,
+    shape: Shape,
+    label: &str,
+    bare: impl AsyncFn() -> Result<(f64, String), BoxError>,
+) -> Result<(Vec<serde_json::Value>, Vec<String>), BoxError> {
+    println!("| publisher | events/s | ratio to the bare runs around it |\n|---|---:|---:|");
+    let (mut before, bare_cpu) = bare().await?;
+    println!("| {label} | {before:.0} | |");
+    let mut results = vec![json!({ "publisher": "bare", "eventsPerSecond": before })];
+    let mut cpu_lines = vec![format!("bare: {bare_cpu}")];
+    for w in workers.split(',').filter_map(|w| w.trim().parse::<usize>().ok()) {
+        seed_shaped(&fixture.db, shape, events, 8).await?;
+        let (rate, cpu) = relay_drain(fixture, events, w, window, batch).await?;
+        cpu_lines.push(format!("relay x{w}: {cpu}"));
+        fixture.reset().await?;
+        let (after, bare_cpu) = bare().await?;
+        cpu_lines.push(format!("bare: {bare_cpu}"));
+        let ratio = rate / ((before + after) / 2.0);
+        println!("| relay, {w} worker(s) | {rate:.0} | **{ratio:.2}** |");
+        println!("| {label} | {after:.0} | |");
+        results.push(json!({ "publisher": format!("relay x{w}"), "eventsPerSecond": rate, "ratio": ratio }));
+        results.push(json!({ "publisher": "bare", "eventsPerSecond": after }));
+        before = after;
+    }
+    Ok((results, cpu_lines))
+}
+
 /// The baseline brackets each relay run: a bare run before and one after it, and the relay
 /// is compared with their mean — the broker slows down over a run (its message store,
 /// purged queues) by up to 15 % here, and a single baseline at the start would count that
@@ -205,25 +240,9 @@ pub(crate) async fn relay_scenario(
         fixture.reset().await?;
         Ok((rate, cpu))
     };
-    println!("| publisher | events/s | ratio to the bare runs around it |\n|---|---:|---:|");
-    let (mut before, bare_cpu) = bare().await?;
-    println!("| bare amqprs, sliding window {window} | {before:.0} | |");
-    let mut results = vec![json!({ "publisher": "bare", "eventsPerSecond": before })];
-    let mut cpu_lines = vec![format!("bare: {bare_cpu}")];
-    for w in workers.split(',').filter_map(|w| w.trim().parse::<usize>().ok()) {
-        seed_shaped(&fixture.db, shape, events, 8).await?;
-        let (rate, cpu) = relay_drain(&fixture, events, w, window, batch).await?;
-        cpu_lines.push(format!("relay x{w}: {cpu}"));
-        fixture.reset().await?;
-        let (after, bare_cpu) = bare().await?;
-        cpu_lines.push(format!("bare: {bare_cpu}"));
-        let ratio = rate / ((before + after) / 2.0);
-        println!("| relay, {w} worker(s) | {rate:.0} | **{ratio:.2}** |");
-        println!("| bare amqprs, sliding window {window} | {after:.0} | |");
-        results.push(json!({ "publisher": format!("relay x{w}"), "eventsPerSecond": rate, "ratio": ratio }));
-        results.push(json!({ "publisher": "bare", "eventsPerSecond": after }));
-        before = after;
-    }
+    let label = format!("bare amqprs, sliding window {window}");
+    let (results, cpu_lines) =
+        bracketed(&fixture, events, workers, window, batch, shape, &label, bare).await?;
     println!("\nCPU per 1 000 events (2 cores = 2 000 ms of CPU per second):");
     for line in &cpu_lines {
         println!("  {line}");

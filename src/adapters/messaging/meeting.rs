@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
 
 use crate::application::AppError;
 use crate::application::error::Chain;
@@ -165,6 +166,39 @@ pub enum Verdict {
     Reject(&'static str, String),
 }
 
+/// Runs `session` until `stop`, starting it again after each failure with a backoff (200 ms
+/// doubling to 30 s; a session that ran a minute was healthy, so the backoff starts afresh),
+/// logging the first failure and then each power of two. `session` returns `Ok` when
+/// stopped.
+pub async fn reconnecting<E, F, Fut>(what: &str, stop: &CancellationToken, mut session: F)
+where
+    E: std::error::Error + 'static,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), E>>,
+{
+    let mut failures = 0u32;
+    while !stop.is_cancelled() {
+        let began = tokio::time::Instant::now();
+        match session().await {
+            Ok(()) => break,
+            Err(err) => {
+                if began.elapsed() > Duration::from_secs(60) {
+                    failures = 0;
+                }
+                failures = failures.saturating_add(1);
+                if failures == 1 || failures.is_power_of_two() {
+                    tracing::error!(error = %Chain(&err), failures, "{what} failed; starting again");
+                }
+                let pause = Duration::from_millis(200 * 2u64.saturating_pow(failures.min(7)));
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(pause.min(Duration::from_secs(30))) => {}
+                }
+            }
+        }
+    }
+}
+
 /// Hands decoded messages to the use cases with the §7 failure policy.
 pub struct MeetingHandler {
     pub events: Arc<MeetingEvents>,
@@ -176,6 +210,16 @@ pub struct MeetingHandler {
 }
 
 impl MeetingHandler {
+    /// A handler recording its metrics nowhere until given the app's `meter`.
+    pub fn new(
+        events: Arc<MeetingEvents>,
+        retries: u32,
+        retry_backoff: Duration,
+        honour_mock_scenario: bool,
+    ) -> Self {
+        MeetingHandler { events, retries, retry_backoff, honour_mock_scenario, meter: Meter::default() }
+    }
+
     /// Decodes a message of `kind` and hands it to its use case, retrying a system failure
     /// `retries` times with backoff. `scenario`: the message's `x-mock-scenario` header as
     /// the broker gave it (`Err` when present but not text).

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::connection::{AmqpError, AmqpNodes};
 use tracing::Instrument;
 
-use super::super::meeting::{Kind, MeetingHandler, Verdict};
+use super::super::meeting::{Kind, MeetingHandler, Verdict, reconnecting};
 use crate::application::inbound::MeetingEvents;
 use crate::application::meter::Meter;
 
@@ -176,13 +176,12 @@ pub struct MeetingConsumers {
 
 impl MeetingConsumers {
     pub fn new(nodes: AmqpNodes, settings: ConsumerSettings, events: Arc<MeetingEvents>) -> Self {
-        let handler = MeetingHandler {
+        let handler = MeetingHandler::new(
             events,
-            retries: settings.retries,
-            retry_backoff: settings.retry_backoff,
-            honour_mock_scenario: settings.honour_mock_scenario,
-            meter: Meter::default(),
-        };
+            settings.retries,
+            settings.retry_backoff,
+            settings.honour_mock_scenario,
+        );
         MeetingConsumers { nodes, settings, handler }
     }
 
@@ -194,28 +193,7 @@ impl MeetingConsumers {
 
     /// Consumes until `stop`; deliveries in progress finish (bounded) before it returns.
     pub async fn run_until_stopped(self: Arc<Self>, stop: CancellationToken) {
-        let mut failures = 0u32;
-        while !stop.is_cancelled() {
-            let began = tokio::time::Instant::now();
-            match self.session(&stop).await {
-                Ok(()) => break,
-                Err(err) => {
-                    // A session that ran a while was healthy: start backing off afresh.
-                    if began.elapsed() > Duration::from_secs(60) {
-                        failures = 0;
-                    }
-                    failures = failures.saturating_add(1);
-                    if failures == 1 || failures.is_power_of_two() {
-                        tracing::error!(error = %err, failures, "meeting consumers disconnected; reconnecting");
-                    }
-                    let pause = Duration::from_millis(200 * 2u64.saturating_pow(failures.min(7)));
-                    tokio::select! {
-                        _ = stop.cancelled() => break,
-                        _ = tokio::time::sleep(pause.min(Duration::from_secs(30))) => {}
-                    }
-                }
-            }
-        }
+        reconnecting("meeting consumers (AMQP)", &stop, || self.session(&stop)).await;
     }
 
     /// One connection's life: `Ok` when stopped, `Err` when it failed (the next session

@@ -20,8 +20,7 @@ use tracing::Instrument;
 
 use super::client::{KafkaConnection, KafkaFailure, Watch};
 use super::publisher::producer_config;
-use crate::adapters::messaging::meeting::{Kind, MeetingHandler, Verdict};
-use crate::application::error::Chain;
+use crate::adapters::messaging::meeting::{Kind, MeetingHandler, Verdict, reconnecting};
 use crate::application::inbound::MeetingEvents;
 use crate::application::meter::Meter;
 
@@ -79,13 +78,12 @@ fn kind_of(message: &BorrowedMessage<'_>) -> Result<Kind, String> {
 
 impl KafkaMeetingConsumer {
     pub fn new(settings: KafkaConsumerSettings, events: Arc<MeetingEvents>) -> Self {
-        let handler = MeetingHandler {
+        let handler = MeetingHandler::new(
             events,
-            retries: settings.retries,
-            retry_backoff: settings.retry_backoff,
-            honour_mock_scenario: settings.honour_mock_scenario,
-            meter: Meter::default(),
-        };
+            settings.retries,
+            settings.retry_backoff,
+            settings.honour_mock_scenario,
+        );
         KafkaMeetingConsumer { settings, handler }
     }
 
@@ -97,23 +95,7 @@ impl KafkaMeetingConsumer {
 
     /// Consumes until `stop`; the record in progress finishes first.
     pub async fn run_until_stopped(self: Arc<Self>, stop: CancellationToken) {
-        let mut failures = 0u32;
-        while !stop.is_cancelled() {
-            match self.session(&stop).await {
-                Ok(()) => break,
-                Err(err) => {
-                    failures = failures.saturating_add(1);
-                    if failures == 1 || failures.is_power_of_two() {
-                        tracing::error!(error = %Chain(&err), failures, "meeting consumer (kafka) failed; starting again");
-                    }
-                    let pause = Duration::from_millis(200 * 2u64.saturating_pow(failures.min(7)));
-                    tokio::select! {
-                        _ = stop.cancelled() => break,
-                        _ = tokio::time::sleep(pause.min(Duration::from_secs(30))) => {}
-                    }
-                }
-            }
-        }
+        reconnecting("meeting consumer (Kafka)", &stop, || self.session(&stop)).await;
     }
 
     async fn session(&self, stop: &CancellationToken) -> Result<(), KafkaFailure> {
