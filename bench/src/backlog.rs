@@ -7,19 +7,24 @@ use serde_json::json;
 
 use crate::fixture::*;
 
-pub(crate) async fn backlog_scenario(big: usize, small: usize, batch: usize) -> Result<(), BoxError> {
+pub(crate) async fn backlog_scenario(
+    big: usize,
+    small: usize,
+    batch: usize,
+    shape: Shape,
+) -> Result<(), BoxError> {
     let fixture = Fixture::create().await?;
     let app_bin = std::env::current_exe()?.with_file_name("app");
     if !app_bin.exists() {
         return Err(format!("{} not found: run `cargo build --release` first", app_bin.display()).into());
     }
-    println!("backlog: drain by one `app worker` process, batch {batch}");
+    println!("backlog: drain by one `app worker` process, batch {batch}, {shape:?} traffic");
     println!("| backlog | events/s | peak RSS of the worker | delivered |\n|---:|---:|---:|---|");
     let mut results = Vec::new();
     let mut plan = String::new();
     for n in [small, big] {
         fixture.reset().await?;
-        seed_sql(&fixture.db, n).await?;
+        seed_sql(&fixture.db, n, shape).await?;
         // A backlog builds up over minutes (a broker outage): by the time it drains, the
         // checkpointer has written its pages and autovacuum has been over its rows. Without
         // this, the big run would also pay for writing out a freshly loaded gigabyte and
@@ -127,7 +132,10 @@ pub(crate) async fn backlog_scenario(big: usize, small: usize, batch: usize) -> 
     let ratio = results[1]["eventsPerSecond"].as_f64().unwrap_or(0.0)
         / results[0]["eventsPerSecond"].as_f64().unwrap_or(1.0);
     println!("\nrate at {big} / rate at {small}: {ratio:.2}\n\nclaim plan at {big} rows:\n{plan}");
-    write_json("backlog", &json!({ "results": results, "ratio": ratio, "plan": plan }))?;
+    write_json(
+        "backlog",
+        &json!({ "shape": format!("{shape:?}"), "results": results, "ratio": ratio, "plan": plan }),
+    )?;
     fixture.drop_all().await;
     Ok(())
 }

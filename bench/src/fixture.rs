@@ -396,16 +396,27 @@ pub(crate) fn write_json(name: &str, value: &serde_json::Value) -> Result<(), Bo
 }
 
 /// Seeds `n` READY rows straight in SQL (the fast way to build a large backlog).
-pub(crate) async fn seed_sql(db: &DatabaseConnection, n: usize) -> Result<(), BoxError> {
+/// `n` events inserted by SQL (a large backlog in seconds): `Synthetic`, one per aggregate;
+/// `Saga`, two per order (`payment.approved`, then `order.completed`) in blocks of 100 orders
+/// — each block's first events, then its second ones, as orders committing side by side
+/// leave them — each order's two in one lane.
+pub(crate) async fn seed_sql(db: &DatabaseConnection, n: usize, shape: Shape) -> Result<(), BoxError> {
     let payload = envelope(EventId::new(), "backlog").replace('\'', "''");
+    let (aggregate, event_type) = match shape {
+        Shape::Synthetic => ("g".to_owned(), "'order.completed'".to_owned()),
+        Shape::Saga => (
+            "(((g - 1) / 200) * 100 + ((g - 1) % 200) % 100)".to_owned(),
+            "CASE WHEN (g - 1) % 200 < 100 THEN 'payment.approved' ELSE 'order.completed' END".to_owned(),
+        ),
+    };
     let mut done = 0;
     while done < n {
         let chunk = (n - done).min(100_000);
         db.execute_unprepared(&format!(
             "INSERT INTO outbox_events (event_id, aggregate_type, aggregate_id, event_type, routing_key, payload, \
                status, retry_count, created_at, version, lane) \
-             SELECT gen_random_uuid(), 'order', 'agg-' || g, 'order.completed', 'order.completed', '{payload}', \
-               'READY', 0, now(), 1, g % 16 FROM generate_series({}, {}) g",
+             SELECT gen_random_uuid(), 'order', 'agg-' || {aggregate}, {event_type}, {event_type}, '{payload}', \
+               'READY', 0, now(), 1, {aggregate} % 16 FROM generate_series({}, {}) g",
             done + 1,
             done + chunk
         ))

@@ -106,6 +106,9 @@ enum Scenario {
         small: usize,
         #[arg(long, default_value_t = 1024)]
         batch: usize,
+        /// Two events per order (`saga`, in blocks of 100 orders) or one per aggregate.
+        #[arg(long, value_enum, default_value = "saga")]
+        shape: fixture::Shape,
     },
     /// A steady order rate for many minutes with a fault every minute (worker SIGKILL,
     /// database connections killed, broker connection cut, server SIGKILL); counts lost and
@@ -175,7 +178,9 @@ async fn main() -> Result<(), BoxError> {
         Scenario::Toss { clients, seconds } => toss::toss_scenario(clients, seconds).await,
         Scenario::Horizon { rate, seconds } => latency::horizon_scenario(rate, seconds).await,
         Scenario::Soak { minutes, rate } => soak::soak(minutes, rate).await,
-        Scenario::Backlog { big, small, batch } => backlog::backlog_scenario(big, small, batch).await,
+        Scenario::Backlog { big, small, batch, shape } => {
+            backlog::backlog_scenario(big, small, batch, shape).await
+        }
         Scenario::Scale { seconds, rate, registrations, serves, workers } => {
             scale::scale_scenario(seconds, rate, registrations, serves, workers).await
         }
