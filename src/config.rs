@@ -315,7 +315,7 @@ struct RawBroker {
     kind: Option<String>,
     url: Option<Secret>,
     /// A cluster's nodes: a list in a file, comma-separated in the environment.
-    urls: Option<RawUrls>,
+    urls: Option<RawList<Secret>>,
     queue_type: String,
     exchange: String,
     confirm_timeout: String,
@@ -338,7 +338,7 @@ struct RawKafka {
     topic: String,
     client_id: String,
     /// A list in a file, comma-separated in the environment.
-    inbound: RawList,
+    inbound: RawList<String>,
     group: String,
     partitions: i32,
     connect_timeout: String,
@@ -346,37 +346,46 @@ struct RawKafka {
     properties: std::collections::BTreeMap<String, Secret>,
 }
 
+/// A list of settings: a list in a file, comma-separated text in the environment.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
-enum RawList {
-    List(Vec<String>),
-    Text(String),
+enum RawList<T> {
+    List(Vec<T>),
+    Text(T),
 }
 
-impl RawList {
-    fn into_list(self) -> Vec<String> {
-        match self {
-            RawList::List(list) => list,
-            RawList::Text(text) => {
-                text.split(',').map(str::trim).filter(|t| !t.is_empty()).map(str::to_owned).collect()
-            }
-        }
+/// An item of a [`RawList`]: read from, and made of, text.
+trait ListItem: Sized {
+    fn text(&self) -> &str;
+    fn of(text: &str) -> Self;
+}
+
+impl ListItem for String {
+    fn text(&self) -> &str {
+        self
+    }
+
+    fn of(text: &str) -> Self {
+        text.to_owned()
     }
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum RawUrls {
-    List(Vec<Secret>),
-    Text(Secret),
+impl ListItem for Secret {
+    fn text(&self) -> &str {
+        self.expose()
+    }
+
+    fn of(text: &str) -> Self {
+        Secret::new(text)
+    }
 }
 
-impl RawUrls {
-    fn into_list(self) -> Vec<Secret> {
+impl<T: ListItem> RawList<T> {
+    fn into_list(self) -> Vec<T> {
         match self {
-            RawUrls::List(list) => list,
-            RawUrls::Text(text) => {
-                text.expose().split(',').map(str::trim).filter(|u| !u.is_empty()).map(Secret::new).collect()
+            RawList::List(list) => list,
+            RawList::Text(text) => {
+                text.text().split(',').map(str::trim).filter(|t| !t.is_empty()).map(T::of).collect()
             }
         }
     }

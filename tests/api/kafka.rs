@@ -9,7 +9,7 @@ use orchestrator::startup::Workers;
 
 use crate::faults::{LogsOnFailure, kill9, worker_on};
 use crate::helpers::{Backend, TestApp, TestDb, count_where, until, until_within};
-use crate::kafka_broker::TestKafka;
+use crate::kafka_broker::{Reader, TestKafka};
 use crate::meeting::registered;
 use crate::on_both_databases;
 
@@ -26,13 +26,20 @@ fn consumer_env(kafka: &TestKafka) -> Vec<(String, String)> {
     env
 }
 
-async fn one_order_per_registration_and_poison_to_the_dead_letter_topic(backend: Backend) {
-    let Some(kafka) = TestKafka::start().await else { return };
+/// A broker, the app on it (consumers not started yet), the inbound topic and a reader of
+/// its dead-letter topic; `None` (skip) without a broker or database.
+async fn consuming(backend: Backend) -> Option<(TestKafka, TestApp, Reader)> {
+    let kafka = TestKafka::start().await?;
     let env = consumer_env(&kafka);
     let refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let Some(app) = TestApp::spawn_with(backend, &refs).await else { return };
+    let app = TestApp::spawn_with(backend, &refs).await?;
     kafka.create(INBOUND).await;
     let dead = kafka.read(&format!("{INBOUND}.dlq")).await;
+    Some((kafka, app, dead))
+}
+
+async fn one_order_per_registration_and_poison_to_the_dead_letter_topic(backend: Backend) {
+    let Some((kafka, app, dead)) = consuming(backend).await else { return };
     let workers = Workers::spawn(&app.services);
     let typed = [("event_type", "meeting.participant.registered")];
     let first = registered("reg-1", "m-k", "u-1", 15000);
@@ -69,12 +76,7 @@ async fn one_order_per_registration_and_poison_to_the_dead_letter_topic(backend:
 }
 
 async fn a_system_failure_is_retried_then_dead_lettered(backend: Backend) {
-    let Some(kafka) = TestKafka::start().await else { return };
-    let env = consumer_env(&kafka);
-    let refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let Some(app) = TestApp::spawn_with(backend, &refs).await else { return };
-    kafka.create(INBOUND).await;
-    let dead = kafka.read(&format!("{INBOUND}.dlq")).await;
+    let Some((kafka, app, dead)) = consuming(backend).await else { return };
     // The database "breaks": the table the inbox lives in disappears.
     sea_orm::ConnectionTrait::execute_unprepared(&app.db, "ALTER TABLE inbox RENAME TO inbox_away")
         .await
