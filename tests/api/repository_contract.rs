@@ -8,9 +8,9 @@ use std::sync::Arc;
 use chrono::{DateTime, Duration, DurationRound, TimeDelta, Utc};
 use orchestrator::adapters::persistence::{SeaOrmIdempotencyStore, SeaOrmOutboxStore, SeaOrmStore};
 use orchestrator::application::ports::{
-    AuditRecord, Changes, DeliveryFailure, IdempotencyBegin, IdempotencyStore, NewOutboxEvent, OrderContext,
-    OrderFilter, OrderRepository, OutboxOperations, OutboxUpkeep, RelayStore, RepoError, Scenario,
-    StoredResponse, UnitOfWork,
+    AuditRecord, Changes, DeliveryFailure, FastBatch, FastRecord, IdempotencyBegin, IdempotencyStore,
+    NewOutboxEvent, OrderContext, OrderFilter, OrderRepository, OutboxFilter, OutboxOperations, OutboxUpkeep,
+    RelayStore, RepoError, Scenario, StoredResponse, UnitOfWork,
 };
 use orchestrator::domain::audit::AuditAction;
 use orchestrator::domain::ids::{EventId, OrderId};
@@ -611,8 +611,66 @@ async fn a_worker_that_lost_its_lane_claims_nothing_there(backend: Backend) {
     assert!(s.outbox.claim("w2", &LaneFilter::Held(vec![]), 10, later, later).await.unwrap().is_empty());
 }
 
+/// The fast path's cursor is the store's: a batch read ahead starts past the unrecorded
+/// ones whose tokens it is given, an unrecorded batch is handed out again, and a batch
+/// recorded after its lanes changed hands is fenced — its events go to the next owner.
+async fn fast_batches_read_ahead_and_a_fenced_record_leaves_them_to_the_next_owner(backend: Backend) {
+    let Some(s) = stores(backend).await else {
+        return;
+    };
+    let t = now();
+    let events = (0..40).map(|i| event(&format!("agg-{i}"), "order.completed")).collect();
+    s.orders.commit(Changes { outbox: events, ..Default::default() }).await.unwrap();
+    let ids = |b: &FastBatch| b.rows.iter().map(|r| r.id).collect::<Vec<_>>();
+    let record = |b: &FastBatch| FastRecord {
+        batches: vec![b.token.clone()],
+        failures: vec![],
+        held_back: vec![],
+        attempted_at: t,
+    };
+    let held = s.outbox.lease_lanes("w1", 16, t, t + Duration::seconds(30)).await.unwrap();
+    // At most one event per lane per batch.
+    let first = s.outbox.next_batch("w1", &held, &[], 16).await.unwrap().unwrap();
+    let second =
+        s.outbox.next_batch("w1", &held, std::slice::from_ref(&first.token), 16).await.unwrap().unwrap();
+    assert!(ids(&first).iter().all(|id| !ids(&second).contains(id)), "read ahead, past the first");
+    let again = s.outbox.next_batch("w1", &held, &[], 16).await.unwrap().unwrap();
+    assert_eq!(ids(&again), ids(&first), "a batch not recorded is handed out again");
+
+    assert!(s.outbox.record_batches("w1", &record(&first), t).await.unwrap().is_empty());
+    // w1 is paused past its lease; w2 takes every lane over.
+    let later = t + Duration::minutes(1);
+    let held2 = s.outbox.lease_lanes("w2", 16, later, later + Duration::minutes(5)).await.unwrap();
+    assert_eq!(held2.len(), 16);
+    let mut fenced = s.outbox.record_batches("w1", &record(&second), later).await.unwrap();
+    fenced.sort_unstable();
+    let mut lanes: Vec<i16> = second.rows.iter().map(|r| r.lane).collect();
+    lanes.dedup();
+    assert_eq!(fenced, lanes, "every lane of the late record is fenced off");
+
+    let (mut seen, mut tokens) = (Vec::new(), Vec::new());
+    while let Some(batch) = s.outbox.next_batch("w2", &held2, &tokens, 1_000).await.unwrap() {
+        seen.extend(ids(&batch));
+        tokens.push(batch.token);
+        assert!(seen.len() <= 40, "no event twice");
+    }
+    seen.sort_unstable();
+    let mut expected: Vec<i64> = s
+        .outbox
+        .list(&OutboxFilter { limit: 100, ..Default::default() })
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.id)
+        .filter(|id| !ids(&first).contains(id))
+        .collect();
+    expected.sort_unstable();
+    assert_eq!(seen, expected, "the next owner sends all but what was recorded, the fenced batch included");
+}
+
 on_both_databases!(
     an_order_round_trips_with_its_context,
+    fast_batches_read_ahead_and_a_fenced_record_leaves_them_to_the_next_owner,
     a_stale_update_conflicts_and_writes_nothing,
     listing_filters_and_pages,
     committing_events_wakes_the_relay,
@@ -652,27 +710,14 @@ async fn hot_statements_never_run_on_a_generic_plan_on_postgres() {
     // The fast path's statements too: the snapshot difference, the fenced record.
     let t = now();
     let held = outbox.lease_lanes("w", 16, t, t + Duration::minutes(5)).await.unwrap();
-    let mut cursors = outbox.lane_cursors(&held).await.unwrap();
     for i in 0..10 {
         let events = (0..4).map(|j| event(&format!("fast-{i}-{j}"), "order.completed")).collect();
         orders.commit(Changes { outbox: events, ..Default::default() }).await.unwrap();
-        let skip = vec![0; cursors.len()];
-        let rows = outbox.fast_batch(&mut cursors, &skip, 256).await.unwrap().rows;
-        assert_eq!(rows.len(), 4, "round {i}");
-        let progress = cursors
-            .iter_mut()
-            .filter(|c| !c.pending.is_empty())
-            .map(|c| {
-                let last = *c.pending.back().unwrap();
-                c.pending.clear();
-                c.done = c.current.take();
-                c.upto_id = 0;
-                let _ = last;
-                c.clone_without_pending()
-            })
-            .collect();
-        let settlement = orchestrator::application::ports::FastProgress { progress, ..Default::default() };
-        assert!(!outbox.record_fast("w", &settlement, t).await.unwrap().is_empty());
+        let batch = outbox.next_batch("w", &held, &[], 256).await.unwrap().unwrap();
+        assert_eq!(batch.rows.len(), 4, "round {i}");
+        let record =
+            FastRecord { batches: vec![batch.token], failures: vec![], held_back: vec![], attempted_at: t };
+        assert!(outbox.record_batches("w", &record, t).await.unwrap().is_empty(), "nothing fenced");
     }
     let rows = conn
         .query_all_raw(Statement::from_string(
@@ -710,29 +755,13 @@ async fn a_difference_bigger_than_a_slice_is_read_whole_on_postgres() {
     }
     let t = now();
     let held = s.outbox.lease_lanes("w", 16, t, t + Duration::minutes(5)).await.unwrap();
-    let mut cursors = s.outbox.lane_cursors(&held).await.unwrap();
     let mut seen = Vec::new();
-    for _ in 0..20 {
-        let skip = vec![0; cursors.len()];
-        let rows = s.outbox.fast_batch(&mut cursors, &skip, 4_096).await.unwrap().rows;
-        if rows.is_empty() {
-            break;
-        }
-        seen.extend(rows.iter().map(|r| r.id));
-        let c = cursors.iter_mut().find(|c| c.lane == 5).unwrap();
-        let taken = rows.len();
-        let last = c.pending[taken - 1];
-        c.pending.drain(..taken);
-        c.upto_id = last;
-        if c.complete && c.pending.is_empty() {
-            c.done = c.current.take();
-            c.upto_id = 0;
-        }
-        let settlement = orchestrator::application::ports::FastProgress {
-            progress: vec![c.clone_without_pending()],
-            ..Default::default()
-        };
-        s.outbox.record_fast("w", &settlement, t).await.unwrap();
+    while let Some(batch) = s.outbox.next_batch("w", &held, &[], 4_096 * 16).await.unwrap() {
+        seen.extend(batch.rows.iter().map(|r| r.id));
+        let record =
+            FastRecord { batches: vec![batch.token], failures: vec![], held_back: vec![], attempted_at: t };
+        s.outbox.record_batches("w", &record, t).await.unwrap();
+        assert!(seen.len() <= 17_000, "no event twice");
     }
     assert_eq!(seen.len(), 17_000, "every event once");
     assert!(seen.windows(2).all(|w| w[0] < w[1]), "in id order");

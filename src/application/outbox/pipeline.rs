@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::report::{RelayError, RelayReport};
 use crate::application::ports::{
-    DeliveryFailure, EventPublisher, FastProgress, HeldLane, LaneCursor, OutboxRecord, PendingVerdicts,
+    BatchToken, DeliveryFailure, EventPublisher, FastRecord, HeldLane, OutboxRecord, PendingVerdicts,
     PublishOutcome, RepoError,
 };
 use crate::domain::outbox::FailureCode;
@@ -61,22 +61,20 @@ pub(super) trait Stages: Send + Sync {
     ) -> DeliveryFailure;
     /// The lanes held now, renewing them when due.
     async fn held_lanes(&self) -> Result<Vec<HeldLane>, RepoError>;
-    /// The next batch over `held`, past what unrecorded batches took of each lane (`skip`).
-    async fn read(&self, held: &[HeldLane], skip: &HashMap<i16, usize>) -> Result<Option<Round>, RelayError>;
+    /// The next batch over `held`, past the batches read and not yet recorded (`unrecorded`).
+    async fn read(&self, held: &[HeldLane], unrecorded: &[BatchToken]) -> Result<Option<Round>, RelayError>;
     /// Records finished batches (in read order): what they did, and the lanes fenced off.
     async fn record(&self, batches: Vec<Batch>) -> Result<(RelayReport, Vec<i16>), RelayError>;
-    /// Forgets the lanes' positions (read again from the store).
-    async fn forget(&self, lanes: Vec<i16>);
 }
 
 /// A fast-path batch read and ready to send.
 #[derive(Debug)]
 pub(super) struct Round {
     pub(super) rows: Vec<OutboxRecord>,
-    /// Per lane: the ids taken (in lane order) and the lane's cursor once they are done.
-    pub(super) pages: HashMap<i16, (Vec<i64>, LaneCursor)>,
     /// Aggregates with an event still on the slow path: theirs are held back.
     pub(super) waiting: HashSet<Aggregate>,
+    /// What the store needs to read past the batch and to record it.
+    pub(super) token: BatchToken,
 }
 
 /// The broker's verdicts on a group of messages, one per message in order: a publisher
@@ -127,23 +125,13 @@ pub(super) struct Batch {
 
 impl Batch {
     /// What recording `batches` writes (`now`: the attempt time if there is no batch).
-    pub(super) fn progress(batches: &[Batch], now: DateTime<Utc>) -> FastProgress {
-        let mut latest = HashMap::new();
-        let mut progress = FastProgress {
+    pub(super) fn record(batches: &[Batch], now: DateTime<Utc>) -> FastRecord {
+        FastRecord {
+            batches: batches.iter().map(|b| b.round.token.clone()).collect(),
+            failures: batches.iter().flat_map(|b| b.failures.iter().cloned()).collect(),
+            held_back: batches.iter().flat_map(|b| b.held_back.iter().copied()).collect(),
             attempted_at: batches.first().map_or(now, |b| b.read_at),
-            ..FastProgress::default()
-        };
-        for b in batches {
-            for (_, next) in b.round.pages.values() {
-                // A later batch's position in a lane supersedes an earlier one's.
-                latest.insert(next.lane, next.clone());
-            }
-            progress.failures.extend(b.failures.iter().cloned());
-            progress.held_back.extend(b.held_back.iter().copied());
         }
-        progress.progress = latest.into_values().collect();
-        progress.progress.sort_by_key(|c| c.lane);
-        progress
     }
 }
 
@@ -166,6 +154,17 @@ enum Wake {
     Db(DbTurn),
     /// Nothing left in flight.
     Idle,
+}
+
+/// How a pipeline ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ended {
+    /// Nothing more to read, everything read recorded.
+    Dry,
+    /// The lanes held changed: look at them again before the next drain.
+    LanesChanged,
+    /// The lease ran short of a send's margin: nothing more is sent until it is renewed.
+    Lapsed,
 }
 
 /// How far a pipeline may read.
@@ -390,12 +389,7 @@ impl<'a> Pipeline<'a> {
             self.db = Some(Box::pin(async move { DbTurn::Recorded(relay.record(batches).await) }));
         } else if read {
             self.reads_done += 1;
-            let mut skip: HashMap<i16, usize> = HashMap::new();
-            for b in &self.batches {
-                for (lane, (ids, _)) in &b.round.pages {
-                    *skip.entry(*lane).or_default() += ids.len();
-                }
-            }
+            let unrecorded: Vec<BatchToken> = self.batches.iter().map(|b| b.round.token.clone()).collect();
             let relay = self.relay;
             let held = self.held.clone();
             let lost = self.lost.clone();
@@ -407,28 +401,28 @@ impl<'a> Pipeline<'a> {
                     Err(err) => return DbTurn::Read(Err(err.into())),
                 }
                 let lanes: Vec<HeldLane> = held.into_iter().filter(|h| !lost.contains(&h.lane)).collect();
-                DbTurn::Read(relay.read(&lanes, &skip).await)
+                DbTurn::Read(relay.read(&lanes, &unrecorded).await)
             }));
         }
     }
 
     /// Runs the pipeline until nothing more is to be read and everything read is recorded,
     /// or the lease runs short (what is not recorded then is left to the lanes' next owner).
-    /// With what it did, whether the lanes held must be looked at again before the next
-    /// drain (they changed, or the lease ran short).
+    /// With what it did, how it ended.
     ///
     /// # Errors
     /// The database failed: the batches not yet recorded are sent again next time.
-    pub(super) async fn run(mut self, stop: &CancellationToken) -> Result<(RelayReport, bool), RelayError> {
+    pub(super) async fn run(mut self, stop: &CancellationToken) -> Result<(RelayReport, Ended), RelayError> {
         loop {
             if self.sending.is_none() && !self.ready.is_empty() && !self.send_ready() {
-                return Ok((self.lapse().await, true));
+                return Ok((self.lapse().await, Ended::Lapsed));
             }
             if self.db.is_none() {
                 self.next_db_turn(stop);
             }
             if self.sending.is_none() && self.db.is_none() && self.in_flight.is_empty() {
-                return Ok((self.total, self.lanes_changed));
+                let ended = if self.lanes_changed { Ended::LanesChanged } else { Ended::Dry };
+                return Ok((self.total, ended));
             }
             let wake = tokio::select! {
                 r = next_of(&mut self.sending) => Wake::Sent(r.0, r.1),
@@ -466,9 +460,9 @@ impl<'a> Pipeline<'a> {
     }
 
     /// The lease runs short of the time a send may take: nothing more goes out and nothing
-    /// unrecorded is recorded (another worker may already be sending these lanes); their
-    /// cursors are forgotten, and the next owner — this worker again, once it renews — sends
-    /// them from the last recorded position.
+    /// unrecorded is recorded (another worker may already be sending these lanes); the next
+    /// owner — this worker again, once it renews — sends them from the last recorded
+    /// position.
     async fn lapse(mut self) -> RelayReport {
         // A turn under way finishes: a record cut short is rolled back by the database, but
         // its outcome tells which cursors moved.
@@ -478,7 +472,6 @@ impl<'a> Pipeline<'a> {
             self.total.add(report);
         }
         let lost: usize = self.batches.iter().map(|b| b.round.rows.len()).sum();
-        self.relay.forget(self.batches.iter().flat_map(|b| b.round.pages.keys().copied()).collect()).await;
         self.total.lost_claims += lost as u64;
         tracing::warn!(
             lost,

@@ -17,7 +17,6 @@
 //! No transaction is open while waiting for the broker. Nothing is read while the broker is
 //! unreachable, so an outage spends no retry budget.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration as StdDuration, Instant};
 
@@ -27,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use tracing::Instrument;
 
-use super::pipeline::{Batch, Pipeline, Reads, Round, Stages, verdicts_for};
+use super::pipeline::{Batch, Ended, Pipeline, Reads, Round, Stages, verdicts_for};
 use super::report::{RelayError, RelayReport};
 use crate::application::error::Chain;
 use crate::application::health::LoopProgress;
@@ -36,7 +35,7 @@ use crate::application::health::LoopProgress;
 const RELAY_LOOP: &str = "outbox relay";
 use crate::application::meter::Meter;
 use crate::application::ports::{
-    Clock, DeliveryFailure, EventPublisher, FastBatch, HeldLane, LaneCursor, LaneFilter, OutboxRecord,
+    BatchToken, Clock, DeliveryFailure, EventPublisher, FastBatch, HeldLane, LaneFilter, OutboxRecord,
     PublishOutcome, RelayStore, RepoError,
 };
 use crate::domain::outbox::{FailureCode, FailureOutcome, RetrySchedule};
@@ -103,8 +102,6 @@ pub struct OutboxRelay {
     /// renewed. Apart from `held`, so that it is read without waiting for a renewal under
     /// way (the pipeline checks it before each send while its read may be renewing).
     lease_end: std::sync::Mutex<Option<Instant>>,
-    /// Each held lane's fast-path position.
-    pub(super) cursors: Mutex<HashMap<i16, LaneCursor>>,
     /// Where each round's success or failure is reported (the worker's readiness).
     progress: Option<Arc<LoopProgress>>,
 }
@@ -150,7 +147,6 @@ impl OutboxRelay {
             meter: Meter::default(),
             held: Mutex::default(),
             lease_end: std::sync::Mutex::default(),
-            cursors: Mutex::default(),
             progress: None,
         }
     }
@@ -382,7 +378,8 @@ impl OutboxRelay {
     /// read, sent and recorded at once, each aggregate's events in order), then due
     /// slow-path rows, again while the slow path finds some (publishing one may make its
     /// aggregate's next due) or the lanes held changed. Stops reading when `stop` is
-    /// cancelled, but sends and records what it read.
+    /// cancelled, but sends and records what it read; ends when the lease runs short of a
+    /// send's margin (the run loop renews it).
     ///
     /// # Errors
     /// As [`Self::run_once`]; what earlier batches did stays recorded.
@@ -391,10 +388,16 @@ impl OutboxRelay {
         let mut total = RelayReport::default();
         loop {
             let held = self.lanes().await?;
-            let (fast, lanes_changed) = Pipeline::new(self, held.clone(), Reads::UntilDry).run(stop).await?;
+            let (fast, ended) = Pipeline::new(self, held.clone(), Reads::UntilDry).run(stop).await?;
             total.add(fast);
+            if ended == Ended::Lapsed {
+                // Nothing is sent until the lease is renewed: not at once (the run loop's
+                // pause), or a lease too short for a send would have this read the same
+                // batch again and again.
+                return Ok(total);
+            }
             let slow = self.slow_round(&held).await?;
-            let again = lanes_changed || slow.claimed > 0;
+            let again = ended == Ended::LanesChanged || slow.claimed > 0;
             total.add(slow);
             if !again || stop.is_cancelled() {
                 return Ok(total);
@@ -514,56 +517,19 @@ impl Stages for OutboxRelay {
         self.lanes().await
     }
 
-    /// Reads the next fast-path batch over the lanes held (docs/relay-design.md): each
-    /// lane's next events past the `skip[lane]` that batches not yet recorded took, at most
-    /// `batch_size` in all. `None` when there is nothing to send.
-    async fn read(&self, held: &[HeldLane], skip: &HashMap<i16, usize>) -> Result<Option<Round>, RelayError> {
-        if held.is_empty() {
-            return Ok(None);
-        }
-        let mut cursors = self.cursors.lock().await;
-        cursors.retain(|lane, c| held.iter().any(|h| h.lane == *lane && h.epoch == c.epoch));
-        let missing: Vec<HeldLane> =
-            held.iter().filter(|h| !cursors.contains_key(&h.lane)).copied().collect();
-        if !missing.is_empty() {
-            for c in self.store.lane_cursors(&missing).await? {
-                cursors.insert(c.lane, c);
-            }
-        }
-        let mut lanes: Vec<LaneCursor> = held.iter().filter_map(|h| cursors.remove(&h.lane)).collect();
-        let skip: Vec<usize> = lanes.iter().map(|c| skip.get(&c.lane).copied().unwrap_or(0)).collect();
-        // A batch carries at most `batch_size` events over all lanes: what a crash can make
-        // the next owner send again.
-        let per_lane = (self.settings.batch_size as usize / held.len().max(1)).max(1);
-        let fetched = self.store.fast_batch(&mut lanes, &skip, per_lane as u32).await;
-        let FastBatch { mut rows, waiting } = match fetched {
-            Ok(batch) => batch,
-            Err(err) => {
-                cursors.extend(lanes.into_iter().map(|c| (c.lane, c)));
-                return Err(err.into());
-            }
-        };
-        let mut pages: HashMap<i16, (Vec<i64>, LaneCursor)> = HashMap::new();
-        for (c, skip) in lanes.iter().zip(&skip) {
-            let page: Vec<i64> = c.pending.iter().skip(*skip).take(per_lane).copied().collect();
-            let Some(&last) = page.last() else { continue };
-            let mut next = LaneCursor { upto_id: last, ..c.clone_without_pending() };
-            if next.current.is_some() && c.complete && skip + page.len() == c.pending.len() {
-                // The whole difference is done: its snapshot is the lane's new floor.
-                next.done = next.current.take();
-                next.upto_id = 0;
-            }
-            pages.insert(c.lane, (page, next));
-        }
-        cursors.extend(lanes.into_iter().map(|c| (c.lane, c)));
-        drop(cursors);
-        if pages.is_empty() {
-            return Ok(None);
-        }
-        let taken: HashSet<i64> = pages.values().flat_map(|(ids, _)| ids.iter().copied()).collect();
-        rows.retain(|r| taken.contains(&r.id));
-        let waiting = waiting.into_iter().collect();
-        Ok(Some(Round { rows, pages, waiting }))
+    /// Reads the next fast-path batch over the lanes held (docs/relay-design.md), past the
+    /// batches read and not yet recorded: at most `batch_size` events in all. `None` when
+    /// there is nothing to send.
+    async fn read(&self, held: &[HeldLane], unrecorded: &[BatchToken]) -> Result<Option<Round>, RelayError> {
+        let batch = self
+            .store
+            .next_batch(&self.settings.worker_id, held, unrecorded, self.settings.batch_size)
+            .await?;
+        Ok(batch.map(|FastBatch { rows, waiting, token }| Round {
+            rows,
+            waiting: waiting.into_iter().collect(),
+            token,
+        }))
     }
 
     /// Records finished batches (in the order they were read) in one fenced transaction:
@@ -576,48 +542,22 @@ impl Stages for OutboxRelay {
             report.add(b.report);
             report.held_back += b.held_back.len() as u64;
         }
-        let progress = Batch::progress(&batches, self.clock.now());
+        let record = Batch::record(&batches, self.clock.now());
         // Dated by the broker's last confirm, not by this write: `publishedAt` says when the
         // broker took the batch (commit -> confirm is what operators and the bench read).
         let confirmed_at = batches.iter().map(|b| b.confirmed_at).max().unwrap_or_else(|| self.clock.now());
-        let recorded = self.store.record_fast(&self.settings.worker_id, &progress, confirmed_at).await?;
-        let mut fenced = Vec::new();
-        let mut cursors = self.cursors.lock().await;
-        for b in &batches {
-            for (lane, (page, next)) in &b.round.pages {
-                if recorded.contains(lane) {
-                    if let Some(c) = cursors.get_mut(lane) {
-                        c.pending.drain(..page.len().min(c.pending.len()));
-                        c.done = next.done.clone();
-                        c.current = next.current.clone();
-                        c.upto_id = next.upto_id;
-                    }
-                } else {
-                    // Fenced: the lane changed hands; forget it (its next owner sends again).
-                    cursors.remove(lane);
-                    fenced.push(*lane);
-                    report.lost_claims += page.len() as u64;
-                }
-            }
-        }
-        drop(cursors);
+        let mut fenced = self.store.record_batches(&self.settings.worker_id, &record, confirmed_at).await?;
         if !fenced.is_empty() {
-            tracing::warn!(lost = report.lost_claims, "outbox lanes lost before their progress was recorded");
+            let lost =
+                batches.iter().flat_map(|b| &b.round.rows).filter(|r| fenced.contains(&r.lane)).count();
+            report.lost_claims += lost as u64;
+            tracing::warn!(lost, lanes = ?fenced, "outbox lanes lost before their progress was recorded");
         }
         let published = report.published;
         self.meter.record(|| metrics::counter!("outbox_published_total").increment(published));
         fenced.sort_unstable();
         fenced.dedup();
         Ok((report, fenced))
-    }
-
-    /// Forgets the cursors of `lanes` (their unrecorded batches are sent again from the last
-    /// recorded position).
-    async fn forget(&self, lanes: Vec<i16>) {
-        let mut cursors = self.cursors.lock().await;
-        for lane in lanes {
-            cursors.remove(&lane);
-        }
     }
 }
 
@@ -651,7 +591,7 @@ mod pipeline_tests {
     use tokio::sync::Notify;
 
     use super::*;
-    use crate::application::ports::{FastProgress, MockClock, MockEventPublisher, MockRelayStore};
+    use crate::application::ports::{FastRecord, MockClock, MockEventPublisher, MockRelayStore};
     use crate::domain::ids::EventId;
     use crate::domain::outbox::{FailureCode, OutboxStatus, RetrySchedule};
 
@@ -705,45 +645,52 @@ mod pipeline_tests {
     type Log = Arc<Mutex<Vec<String>>>;
 
     /// A store whose one lane (`LANE`, held under epoch 1) holds `events`, handed out as the
-    /// real one does: the lane's pending ids past `skip`, at most `per_lane`; records as
-    /// `fenced` says (`true`: another worker took the lane, nothing is recorded).
+    /// real one does: the ids not yet recorded past those of the unrecorded batches, at most
+    /// `limit`, with a token naming them; records as `fenced` says (`true`: another worker
+    /// took the lane, nothing is recorded and the lane is reported fenced). `left` is what
+    /// is not recorded yet.
     fn store(
         events: Vec<OutboxRecord>,
         log: Log,
-        recorded: Arc<Mutex<Vec<FastProgress>>>,
+        recorded: Arc<Mutex<Vec<FastRecord>>>,
         fenced: bool,
-    ) -> MockRelayStore {
+    ) -> (MockRelayStore, Arc<Mutex<Vec<i64>>>) {
         let mut store = MockRelayStore::new();
         store.expect_lease_lanes().returning(|_, _, _, _| Ok(vec![HeldLane { lane: LANE, epoch: 1 }]));
-        store.expect_lane_cursors().returning(|held| {
-            Ok(held
+        let left = Arc::new(Mutex::new(events.iter().map(|e| e.id).collect::<Vec<i64>>()));
+        let (read_log, read_left) = (log.clone(), Arc::clone(&left));
+        store.expect_next_batch().returning(move |_, _, unrecorded, limit| {
+            let taken: Vec<i64> =
+                unrecorded.iter().flat_map(|t| t.get::<Vec<i64>>().unwrap().clone()).collect();
+            let ids: Vec<i64> = read_left
+                .lock()
+                .unwrap()
                 .iter()
-                .map(|h| LaneCursor { lane: h.lane, epoch: h.epoch, ..Default::default() })
-                .collect())
-        });
-        let all = Arc::new(Mutex::new(Some(events.clone())));
-        let read_log = log.clone();
-        store.expect_fast_batch().returning(move |cursors, skip, per_lane| {
-            let c = &mut cursors[0];
-            if c.pending.is_empty() && skip[0] == 0 {
-                // The first fill takes the whole lane; later ones find nothing new.
-                c.pending = all.lock().unwrap().take().unwrap_or_default().iter().map(|e| e.id).collect();
-                c.current = Some("snapshot".into());
-                c.complete = true;
+                .filter(|id| !taken.contains(id))
+                .take(limit as usize)
+                .copied()
+                .collect();
+            read_log.lock().unwrap().push(format!("read {}", ids.len()));
+            if ids.is_empty() {
+                return Ok(None);
             }
-            let ids: Vec<i64> = c.pending.iter().skip(skip[0]).take(per_lane as usize).copied().collect();
-            let rows: Vec<OutboxRecord> = events.iter().filter(|e| ids.contains(&e.id)).cloned().collect();
-            read_log.lock().unwrap().push(format!("read {}", rows.len()));
-            Ok(FastBatch { rows, waiting: Vec::new() })
+            let rows = events.iter().filter(|e| ids.contains(&e.id)).cloned().collect();
+            Ok(Some(FastBatch { rows, waiting: Vec::new(), token: BatchToken::new(ids) }))
         });
-        let record_log = log;
-        store.expect_record_fast().returning(move |_, progress, _| {
+        let (record_log, record_left) = (log, Arc::clone(&left));
+        store.expect_record_batches().returning(move |_, record, _| {
             record_log.lock().unwrap().push("record".into());
-            recorded.lock().unwrap().push(progress.clone());
-            Ok(if fenced { Vec::new() } else { progress.progress.iter().map(|c| c.lane).collect() })
+            recorded.lock().unwrap().push(record.clone());
+            if fenced {
+                return Ok(vec![LANE]);
+            }
+            let done: Vec<i64> =
+                record.batches.iter().flat_map(|t| t.get::<Vec<i64>>().unwrap().clone()).collect();
+            record_left.lock().unwrap().retain(|id| !done.contains(id));
+            Ok(Vec::new())
         });
         store.expect_claim().returning(|_, _, _, _, _| Ok(Vec::new()));
-        store
+        (store, left)
     }
 
     /// A broker that confirms every message but those of `failing` event ids (nacked).
@@ -795,7 +742,7 @@ mod pipeline_tests {
         let events =
             vec![event(1, "a"), event(2, "b"), event(3, "a"), event(4, "c"), event(5, "a"), event(6, "b")];
         let (log, recorded) = (Log::default(), Arc::default());
-        let store = store(events, log.clone(), Arc::clone(&recorded), false);
+        let (store, left) = store(events, log.clone(), Arc::clone(&recorded), false);
         let relay = relay(store, publisher(log.clone(), vec![1]), settings(2, StdDuration::from_millis(10)));
         let report = relay.drain(&CancellationToken::new()).await.unwrap();
 
@@ -811,15 +758,14 @@ mod pipeline_tests {
         held.sort_unstable();
         assert_eq!(failures, vec![1]);
         assert_eq!(held, vec![3, 5], "a2 and a3 to the slow path, behind a1");
-        let last = recorded.last().unwrap().progress.iter().find(|c| c.lane == LANE).unwrap().clone();
-        assert_eq!(last.done.as_deref(), Some("snapshot"), "the lane's whole difference is done");
+        assert!(left.lock().unwrap().is_empty(), "every batch recorded: {:?}", left.lock().unwrap());
     }
 
     #[tokio::test]
     async fn an_aggregates_next_event_waits_for_the_confirm_of_the_one_before() {
         let events = vec![event(1, "a"), event(2, "a"), event(3, "b"), event(4, "a")];
         let (log, recorded) = (Log::default(), Arc::default());
-        let store = store(events, log.clone(), recorded, false);
+        let (store, _) = store(events, log.clone(), recorded, false);
         let relay = relay(store, publisher(log.clone(), vec![]), settings(8, StdDuration::from_millis(10)));
         let report = relay.drain(&CancellationToken::new()).await.unwrap();
         assert_eq!(report.published, 4);
@@ -833,25 +779,27 @@ mod pipeline_tests {
     }
 
     #[tokio::test]
-    async fn a_lane_taken_over_is_forgotten_and_its_batch_counted_lost() {
+    async fn a_lane_taken_over_records_nothing_and_its_batch_counts_lost() {
         let events: Vec<OutboxRecord> = (1..=6).map(|i| event(i, &format!("agg-{i}"))).collect();
         let (log, recorded) = (Log::default(), Arc::default());
-        let store = store(events, log.clone(), recorded, true);
+        let (store, left) = store(events, log.clone(), recorded, true);
         let relay = relay(store, publisher(log.clone(), vec![]), settings(2, StdDuration::from_millis(10)));
         let report = relay.run_once().await.unwrap();
         assert_eq!(report.lost_claims, 2, "the batch sent is not recorded: {report:?}");
-        assert!(relay.cursors.lock().await.is_empty(), "the lane's position is read again from the store");
+        assert_eq!(left.lock().unwrap().len(), 6, "nothing recorded: the lane's next owner sends it all");
     }
 
     #[tokio::test]
     async fn a_lease_too_short_for_a_send_sends_and_records_nothing() {
         let events: Vec<OutboxRecord> = (1..=4).map(|i| event(i, &format!("agg-{i}"))).collect();
         let (log, recorded) = (Log::default(), Arc::new(Mutex::new(Vec::new())));
-        let store = store(events, log.clone(), Arc::clone(&recorded), false);
+        let (store, _) = store(events, log.clone(), Arc::clone(&recorded), false);
         // The margin a send needs is longer than the lease itself.
         let relay = relay(store, publisher(log.clone(), vec![]), settings(8, StdDuration::from_secs(3600)));
         let report = relay.drain(&CancellationToken::new()).await.unwrap();
         assert!(sent(&log).is_empty());
+        let reads = log.lock().unwrap().iter().filter(|l| l.starts_with("read")).count();
+        assert_eq!(reads, 1, "the drain ends until the lease is renewed, not reading the batch again");
         assert!(recorded.lock().unwrap().is_empty());
         assert_eq!(report.published, 0);
         assert_eq!(report.lost_claims, 4, "the batch read is left to the lanes' next owner");
@@ -862,7 +810,7 @@ mod pipeline_tests {
         // One event where a batch holds eight: a trickle.
         let events = vec![event(1, "a")];
         let (log, recorded) = (Log::default(), Arc::default());
-        let store = store(events, log.clone(), recorded, false);
+        let (store, _) = store(events, log.clone(), recorded, false);
         let relay = relay(store, publisher(log.clone(), vec![]), settings(8, StdDuration::from_millis(10)));
         relay.drain(&CancellationToken::new()).await.unwrap();
         let log = log.lock().unwrap().clone();

@@ -107,57 +107,54 @@ pub struct HeldLane {
     pub epoch: i64,
 }
 
-/// Where a lane's fast path stands (docs/relay-design.md). Its fields belong to the store
-/// that filled them; a relay keeps the cursor between batches and hands it back.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LaneCursor {
-    pub lane: i16,
-    pub epoch: i64,
-    /// Every event of the lane visible in this snapshot is done (PostgreSQL; `None`: none).
-    pub done: Option<String>,
-    /// The snapshot whose difference from `done` is being worked through.
-    pub current: Option<String>,
-    /// Within `current` (SQLite: overall), every event up to this id is done.
-    pub upto_id: i64,
-    /// Ids of the difference not yet done, ascending (at most a bounded slice of it).
-    pub pending: std::collections::VecDeque<i64>,
-    /// Whether `pending` holds the rest of the difference (else more follows past it).
-    pub complete: bool,
-}
+/// What a store needs to record a fast-path batch it handed out (which lanes it took, up to
+/// where, and where each lane stands once it is done). Opaque to the relay: the relay keeps
+/// it while the batch is unrecorded — handing it back to the next reads, which then read
+/// past it — and gives it back to record the batch. Only the store that made it reads it.
+#[derive(Clone)]
+pub struct BatchToken(std::sync::Arc<dyn std::any::Any + Send + Sync>);
 
-impl LaneCursor {
-    /// The cursor's position without its (possibly long) list of pending ids.
-    pub fn clone_without_pending(&self) -> LaneCursor {
-        LaneCursor {
-            lane: self.lane,
-            epoch: self.epoch,
-            done: self.done.clone(),
-            current: self.current.clone(),
-            upto_id: self.upto_id,
-            pending: Default::default(),
-            complete: false,
-        }
+impl BatchToken {
+    /// Wraps a store's own description of a batch.
+    pub fn new<T: std::any::Any + Send + Sync>(inner: T) -> Self {
+        BatchToken(std::sync::Arc::new(inner))
+    }
+
+    /// The store's description, if this token is of type `T` (`None`: another store's).
+    pub fn get<T: std::any::Any>(&self) -> Option<&T> {
+        self.0.downcast_ref()
     }
 }
 
-/// The next fast-path events and which of their aggregates wait on the slow path.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FastBatch {
-    pub rows: Vec<OutboxRecord>,
-    pub waiting: Vec<(String, String)>,
+impl std::fmt::Debug for BatchToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BatchToken(..)")
+    }
 }
 
-/// What one fast-path batch came to, recorded in one transaction.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct FastProgress {
-    /// Each lane's cursor after the batch (its `pending` is not stored).
-    pub progress: Vec<LaneCursor>,
+/// The next fast-path events, which of their aggregates wait on the slow path, and the
+/// token that records them.
+#[derive(Debug, Clone)]
+pub struct FastBatch {
+    /// Ordered by lane, then id.
+    pub rows: Vec<OutboxRecord>,
+    /// `(aggregate_type, aggregate_id)` of the rows whose aggregate has an event on the slow
+    /// path not yet delivered or discarded: their events must wait.
+    pub waiting: Vec<(String, String)>,
+    pub token: BatchToken,
+}
+
+/// What fast-path batches came to, recorded in one transaction.
+#[derive(Debug, Clone)]
+pub struct FastRecord {
+    /// The batches' tokens, in the order they were read.
+    pub batches: Vec<BatchToken>,
     /// Events the broker did not take: to the slow path, `RETRY_WAIT` or `DEAD_LETTER`.
     pub failures: Vec<DeliveryFailure>,
     /// Events not sent because an earlier event of their aggregate is on the slow path:
     /// to the slow path, `READY`, behind it.
     pub held_back: Vec<i64>,
-    /// When the batch was sent: the failures' `last_attempt_at` (their backoff runs from it).
+    /// When the batches were sent: the failures' `last_attempt_at` (their backoff runs from it).
     pub attempted_at: DateTime<Utc>,
 }
 
@@ -201,45 +198,39 @@ pub trait RelayStore: Send + Sync {
         lease_until: DateTime<Utc>,
     ) -> Result<Vec<HeldLane>, RepoError>;
 
-    /// Each held lane's cursor as its newest progress row left it (a lane never published
-    /// starts before its first event).
+    /// The next fast-path batch of `worker` over the lanes it holds: at most `limit`
+    /// events, shared among the lanes, each lane's next ones in id order past the batches
+    /// in `unrecorded` (handed out, not yet recorded: read ahead). Where a lane stands
+    /// belongs to the store: on PostgreSQL the difference between the lane's last done
+    /// snapshot and a newer one, so that an event whose transaction commits late is never
+    /// skipped; on SQLite (one writer at a time) the ids past its mark. A lane starts from
+    /// its last recorded position when `worker` reads it first, or after its epoch changed.
+    /// An event moved to the slow path since its lane was read is simply absent. `None`:
+    /// nothing to send now.
     ///
     /// # Errors
-    /// MUST return `Unavailable` when the database fails.
-    async fn lane_cursors(&self, held: &[HeldLane]) -> Result<Vec<LaneCursor>, RepoError>;
-
-    /// The next fast-path events of each lane, at most `per_lane`, in lane order: the ids of
-    /// each cursor's `pending` after its first `skip[i]` (a batch still in flight; such a
-    /// lane is not refilled), which this fills first where it is empty
-    /// (on PostgreSQL with the difference between the cursor's `done` snapshot and a new
-    /// one, so that an event whose transaction commits late is never skipped; on SQLite, one
-    /// writer at a time, with the ids past `upto_id`). A lane whose difference is empty
-    /// moves `done` on in the cursor only. Rows come ordered by lane, then id; an id whose
-    /// row has meanwhile left the fast path is simply absent. With them, the aggregates
-    /// among them that have an event on the slow path not yet delivered or discarded
-    /// (`READY`, `PROCESSING`, `RETRY_WAIT`, `DEAD_LETTER`): their events must wait.
-    ///
-    /// # Errors
-    /// MUST return `Unavailable` when the database fails.
-    async fn fast_batch(
+    /// MUST return `Unavailable` when the database fails (the next read starts again from
+    /// where the lanes stood).
+    async fn next_batch(
         &self,
-        cursors: &mut [LaneCursor],
-        skip: &[usize],
-        per_lane: u32,
-    ) -> Result<FastBatch, RepoError>;
+        worker: &str,
+        held: &[HeldLane],
+        unrecorded: &[BatchToken],
+        limit: u32,
+    ) -> Result<Option<FastBatch>, RepoError>;
 
-    /// Records a fast-path batch in one transaction, fenced: only for lanes `worker` still
-    /// holds under the cursor's epoch — a progress row per lane (insert-only), its failures
-    /// and held-back events moved to the slow path. Returns the lanes recorded; for the
-    /// others nothing is written (another worker owns them now and sends their events
-    /// again: duplicates, never a loss).
+    /// Records fast-path batches in one transaction, fenced: only for the lanes `worker`
+    /// still holds under the epoch it read them with — a progress row per lane
+    /// (insert-only), the failures and held-back events moved to the slow path. Returns the
+    /// lanes fenced off, for which nothing is written (another worker owns them now and
+    /// sends their events again: duplicates, never a loss).
     ///
     /// # Errors
     /// MUST return `Unavailable` when the database fails (nothing recorded).
-    async fn record_fast(
+    async fn record_batches(
         &self,
         worker: &str,
-        settlement: &FastProgress,
+        record: &FastRecord,
         now: DateTime<Utc>,
     ) -> Result<Vec<i16>, RepoError>;
 

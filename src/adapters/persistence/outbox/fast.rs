@@ -1,125 +1,104 @@
-//! The fast path's batches: a lane's ids filled from its snapshot difference (PostgreSQL)
-//! or past its mark (SQLite), a batch's rows read by id, and a batch recorded as one
-//! progress row per lane, fenced by the lane's epoch.
+//! The fast path's batches: each lane's next ids from its cursor (`cursors`), a batch's rows
+//! read by id, and batches recorded as one progress row per lane, fenced by the lane's
+//! epoch.
+//!
+//! A batch handed out carries a [`BatchToken`] with its [`Pages`]: the relay hands the tokens
+//! of the batches not yet recorded back to the next read (which reads past them), and to the
+//! record (which moves the cursors past them). A cursor's ids are dropped only once
+//! recorded, so a batch that is never recorded (a failed record, a lapsed lease, a crash) is
+//! read again: duplicates, never a loss.
 
+use std::collections::BTreeMap;
+
+use super::cursors::{LaneCursor, Mark};
 use super::*;
 
+/// What a batch's token holds: per lane, what the batch took and where the lane stands
+/// once it is done.
+#[derive(Debug)]
+struct Pages(Vec<Page>);
+
+#[derive(Debug)]
+struct Page {
+    lane: i16,
+    epoch: i64,
+    /// The last id the batch took of the lane (ids are taken in ascending order).
+    last: i64,
+    /// The lane's position once the batch is done.
+    next: Mark,
+}
+
 impl SeaOrmOutboxStore {
-    /// Fills the `pending` ids of `cursors[which]` from snapshot differences: a cursor in the
-    /// middle of one resumes it past `upto_id`; the others start one from a new snapshot. A
-    /// lane whose difference is empty moves `done` on to it (in the cursor only).
-    async fn fill_from_snapshots(
+    /// The next batch of `worker` over `held` (the port's `next_batch`).
+    pub(super) async fn next_batch(
         &self,
-        cursors: &mut [LaneCursor],
-        which: &[usize],
-    ) -> Result<(), RepoError> {
-        for &i in which {
-            if cursors[i].current.is_none() {
-                cursors[i].upto_id = 0;
+        worker: &str,
+        held: &[HeldLane],
+        unrecorded: &[BatchToken],
+        limit: u32,
+    ) -> Result<Option<FastBatch>, RepoError> {
+        if held.is_empty() {
+            return Ok(None);
+        }
+        let mine = self.cursors.of(worker);
+        let mut cursors = mine.lock().await;
+        // A lane no longer held, or taken again since (a new epoch), starts from its record.
+        cursors.retain(|lane, c| held.iter().any(|h| h.lane == *lane && h.epoch == c.epoch));
+        let missing: Vec<HeldLane> =
+            held.iter().filter(|h| !cursors.contains_key(&h.lane)).copied().collect();
+        if !missing.is_empty() {
+            for c in self.recorded_cursors(&missing).await? {
+                cursors.insert(c.lane, c);
             }
         }
-        // One statement text whatever the lanes (parsed once, cached): the lanes' positions
-        // go in as arrays, unnested in SQL.
-        let chosen: Vec<&LaneCursor> = which.iter().map(|&i| &cursors[i]).collect();
-        let values: Vec<Value> = vec![
-            smallints(chosen.iter().map(|c| c.lane)),
-            texts(chosen.iter().map(|c| c.done.clone())),
-            texts(chosen.iter().map(|c| c.current.clone())),
-            bigints(chosen.iter().map(|c| c.upto_id)),
-            (FILL as i64).into(),
-        ];
-        // The lower bound `xmin(done)` keeps the scan on `idx_outbox_fast` to the events
-        // not yet surely done; visibility decides each one.
-        // At most FILL ids per lane: a difference of a million events is read in slices, so
-        // that memory stays bounded; the next slice starts past `upto`.
-        // A lane starting a difference takes this statement's own snapshot as its `cur`
-        // (one snapshot for the whole statement, the one its reads see); the last row,
-        // lane -1, reports it.
-        let sql = "SELECT l.lane, x.id, NULL AS snap FROM (SELECT u.lane, NULLIF(u.done, '') AS done, \
-               NULLIF(u.cur, '') AS cur, u.upto \
-               FROM unnest($1::smallint[], $2::text[], $3::text[], $4::bigint[]) AS u(lane, done, cur, upto)) l \
-             CROSS JOIN LATERAL (SELECT o.id FROM outbox_events o WHERE o.lane = l.lane AND NOT o.slow \
-               AND o.txid >= COALESCE(pg_snapshot_xmin(l.done::pg_snapshot), '0'::xid8) \
-               AND o.txid < pg_snapshot_xmax(COALESCE(l.cur::pg_snapshot, pg_current_snapshot())) \
-               AND pg_visible_in_snapshot(o.txid, COALESCE(l.cur::pg_snapshot, pg_current_snapshot())) \
-               AND (l.done IS NULL OR NOT pg_visible_in_snapshot(o.txid, l.done::pg_snapshot)) \
-               AND o.id > l.upto \
-             ORDER BY o.id LIMIT $5) x \
-             UNION ALL SELECT -1::smallint, -1::bigint, pg_current_snapshot()::text \
-             ORDER BY 1, 2";
-        let rows =
-            FillRow::find_by_statement(self.statement(sql, values)).all(&self.db).await.map_err(repo_err)?;
-        let mut snapshot = None;
-        let mut by_lane: HashMap<i16, std::collections::VecDeque<i64>> = HashMap::new();
-        for r in rows {
-            if r.lane < 0 {
-                snapshot = r.snap;
-            } else {
-                by_lane.entry(r.lane).or_default().push_back(r.id);
+        // Per lane: the last id that batches not yet recorded took (read past it).
+        let mut past: HashMap<i16, i64> = HashMap::new();
+        for page in unrecorded.iter().filter_map(|t| t.get::<Pages>()).flat_map(|p| &p.0) {
+            if held.contains(&HeldLane { lane: page.lane, epoch: page.epoch }) {
+                let last = past.entry(page.lane).or_insert(page.last);
+                *last = std::cmp::max(*last, page.last);
             }
         }
-        let snapshot = snapshot.ok_or_else(|| RepoError::unavailable("no snapshot reported"))?;
-        for &i in which {
-            let c = &mut cursors[i];
-            if c.current.is_none() {
-                c.current = Some(snapshot.clone());
-            }
-            match by_lane.remove(&c.lane) {
-                Some(pending) => {
-                    c.complete = pending.len() < FILL;
-                    c.pending = pending;
-                }
-                None => {
-                    // Nothing between the two snapshots: the newer one is done.
-                    c.done = c.current.take();
-                    c.upto_id = 0;
-                }
-            }
-        }
-        Ok(())
+        let mut lanes: Vec<LaneCursor> = held.iter().filter_map(|h| cursors.remove(&h.lane)).collect();
+        // A batch carries at most `limit` events over all lanes: what a crash can make the
+        // lanes' next owner send again.
+        let per_lane = (limit as usize / held.len()).max(1);
+        let batch = self.take_batch(&mut lanes, &past, per_lane).await;
+        cursors.extend(lanes.into_iter().map(|c| (c.lane, c)));
+        batch
     }
 
-    pub(super) async fn read_batch(
+    async fn take_batch(
         &self,
         cursors: &mut [LaneCursor],
-        skip: &[usize],
-        per_lane: u32,
-    ) -> Result<FastBatch, RepoError> {
-        // A lane with a batch in flight is not refilled: its next difference starts once
-        // that batch is recorded.
+        past: &HashMap<i16, i64>,
+        per_lane: usize,
+    ) -> Result<Option<FastBatch>, RepoError> {
+        // A lane with a batch not yet recorded is not refilled: its next difference starts
+        // once that batch is recorded.
         let empty: Vec<usize> = (0..cursors.len())
-            .filter(|&i| cursors[i].pending.is_empty() && skip.get(i).copied().unwrap_or(0) == 0)
+            .filter(|&i| cursors[i].pending.is_empty() && !past.contains_key(&cursors[i].lane))
             .collect();
         if !empty.is_empty() {
-            if self.is_postgres() {
-                self.fill_from_snapshots(cursors, &empty).await?;
-            } else {
-                for &i in &empty {
-                    let c = &mut cursors[i];
-                    let ids = IdRow::find_by_statement(self.statement(
-                        "SELECT id FROM outbox_events WHERE NOT slow AND lane = $1 AND id > $2 \
-                         ORDER BY id LIMIT $3",
-                        vec![c.lane.into(), c.upto_id.into(), (FILL as i64).into()],
-                    ))
-                    .all(&self.db)
-                    .await
-                    .map_err(repo_err)?;
-                    c.pending = ids.into_iter().map(|r| r.id).collect();
-                    // One writer: there is no difference to finish, only ids past the mark.
-                    c.complete = false;
-                }
-            }
+            self.fill(cursors, &empty).await?;
         }
-        let ids: Vec<i64> = cursors
-            .iter()
-            .enumerate()
-            .flat_map(|(i, c)| {
-                c.pending.iter().skip(skip.get(i).copied().unwrap_or(0)).take(per_lane as usize)
-            })
-            .copied()
-            .collect();
+        let mut pages = Vec::new();
+        let mut ids = Vec::new();
+        for c in cursors.iter() {
+            let floor = past.get(&c.lane).copied().unwrap_or(i64::MIN);
+            let taken = ids.len();
+            ids.extend(c.pending.iter().copied().skip_while(|&id| id <= floor).take(per_lane));
+            let Some(&last) = ids[taken..].last() else { continue };
+            let mut next = Mark { upto_id: last, ..c.mark.clone() };
+            if next.current.is_some() && c.complete && c.pending.back() == Some(&last) {
+                // The whole difference is done: its snapshot is the lane's new floor.
+                next.done = next.current.take();
+                next.upto_id = 0;
+            }
+            pages.push(Page { lane: c.lane, epoch: c.epoch, last, next });
+        }
         if ids.is_empty() {
-            return Ok(FastBatch::default());
+            return Ok(None);
         }
         // Each row with whether its aggregate waits on the slow path (an earlier event not yet
         // delivered or discarded): one statement, not a second round trip.
@@ -161,30 +140,68 @@ impl SeaOrmOutboxStore {
         rows.sort_by_key(|r| (r.lane, r.id));
         waiting.sort_unstable();
         waiting.dedup();
-        Ok(FastBatch { rows, waiting })
+        Ok(Some(FastBatch { rows, waiting, token: BatchToken::new(Pages(pages)) }))
     }
 
-    pub(super) async fn record_batch(
+    /// Records `record`'s batches (the port's `record_batches`), then moves `worker`'s
+    /// cursors past them: the lanes recorded drop the ids done, the lanes fenced off are
+    /// forgotten.
+    pub(super) async fn record_batches(
         &self,
         worker: &str,
-        batch: &FastProgress,
+        record: &FastRecord,
         now: DateTime<Utc>,
     ) -> Result<Vec<i16>, RepoError> {
-        if batch.progress.is_empty() {
+        // Per lane, the last batch's page: a later batch's position supersedes an earlier one's.
+        let mut latest: BTreeMap<i16, &Page> = BTreeMap::new();
+        for page in record.batches.iter().filter_map(|t| t.get::<Pages>()).flat_map(|p| &p.0) {
+            latest.insert(page.lane, page);
+        }
+        if latest.is_empty() {
             return Ok(Vec::new());
         }
+        let pages: Vec<&Page> = latest.values().copied().collect();
+        let recorded = self.write_progress(worker, &pages, record, now).await?;
+        let mine = self.cursors.of(worker);
+        let mut cursors = mine.lock().await;
+        let mut fenced = Vec::new();
+        for page in pages {
+            if !recorded.contains(&page.lane) {
+                // Another worker owns the lane now: its position is read again if it comes back.
+                cursors.remove(&page.lane);
+                fenced.push(page.lane);
+                continue;
+            }
+            if let Some(c) = cursors.get_mut(&page.lane).filter(|c| c.epoch == page.epoch) {
+                while c.pending.front().is_some_and(|&id| id <= page.last) {
+                    c.pending.pop_front();
+                }
+                c.mark = page.next.clone();
+            }
+        }
+        Ok(fenced)
+    }
+
+    /// The record's transaction: returns the lanes recorded (those still held under the
+    /// page's epoch).
+    async fn write_progress(
+        &self,
+        worker: &str,
+        progress: &[&Page],
+        batch: &FastRecord,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<i16>, RepoError> {
         // First, and fenced: a progress row for each lane this worker still holds under the
         // epoch it read it with (the lane row held against a take-over until commit on
         // PostgreSQL). Writing first also takes SQLite's write lock before anything is read,
         // so a concurrent writer makes this wait, not fail.
-        let progress = &batch.progress;
         let (sql, values) = if self.is_postgres() {
             let values: Vec<Value> = vec![
                 smallints(progress.iter().map(|c| c.lane)),
                 bigints(progress.iter().map(|c| c.epoch)),
-                texts(progress.iter().map(|c| c.done.clone())),
-                texts(progress.iter().map(|c| c.current.clone())),
-                bigints(progress.iter().map(|c| c.upto_id)),
+                texts(progress.iter().map(|c| c.next.done.clone())),
+                texts(progress.iter().map(|c| c.next.current.clone())),
+                bigints(progress.iter().map(|c| c.next.upto_id)),
                 now.into(),
                 worker.into(),
             ];
@@ -205,9 +222,9 @@ impl SeaOrmOutboxStore {
                     values.extend([
                         c.lane.into(),
                         c.epoch.into(),
-                        c.done.clone().into(),
-                        c.current.clone().into(),
-                        c.upto_id.into(),
+                        c.next.done.clone().into(),
+                        c.next.current.clone().into(),
+                        c.next.upto_id.into(),
                     ]);
                     format!("(${}, ${}, ${}, ${}, ${})", b + 1, b + 2, b + 3, b + 4, b + 5)
                 })
@@ -229,17 +246,17 @@ impl SeaOrmOutboxStore {
         if batch.failures.is_empty() && batch.held_back.is_empty() {
             // Every event went out: the insert alone, one statement and its own transaction
             // (one round trip instead of three on the path every batch takes).
-            let fenced = insert.all(&self.db).await.map_err(repo_err)?;
-            return Ok(fenced.into_iter().map(|l| l.lane).collect());
+            let recorded = insert.all(&self.db).await.map_err(repo_err)?;
+            return Ok(recorded.into_iter().map(|l| l.lane).collect());
         }
         let txn = self.db.begin().await.map_err(repo_err)?;
-        let fenced: Vec<i16> =
+        let recorded: Vec<i16> =
             insert.all(&txn).await.map_err(repo_err)?.into_iter().map(|l| l.lane).collect();
-        if fenced.is_empty() {
+        if recorded.is_empty() {
             txn.rollback().await.map_err(repo_err)?;
-            return Ok(fenced);
+            return Ok(recorded);
         }
-        let in_lanes = fenced.iter().map(i16::to_string).collect::<Vec<_>>().join(", ");
+        let in_lanes = recorded.iter().map(i16::to_string).collect::<Vec<_>>().join(", ");
         for f in &batch.failures {
             let (status, retry_count, next_attempt_at, dead_lettered_at) = match f.outcome {
                 FailureOutcome::Retry { retry_count, next_attempt_at } => {
@@ -280,6 +297,6 @@ impl SeaOrmOutboxStore {
             .map_err(repo_err)?;
         }
         txn.commit().await.map_err(repo_err)?;
-        Ok(fenced)
+        Ok(recorded)
     }
 }

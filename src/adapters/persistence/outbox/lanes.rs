@@ -1,5 +1,5 @@
 //! Lanes: leases held in fair shares as workers come and go (each take-over bumps the
-//! lane's epoch, which fences the previous owner's records), and where each lane stands.
+//! lane's epoch, which fences the previous owner's records).
 
 use super::*;
 
@@ -96,43 +96,6 @@ impl SeaOrmOutboxStore {
         Ok(held)
     }
 
-    pub(super) async fn cursors(&self, held: &[HeldLane]) -> Result<Vec<LaneCursor>, RepoError> {
-        if held.is_empty() {
-            return Ok(Vec::new());
-        }
-        // One index probe per lane (`(lane, id)`), however long the progress log is.
-        let newest = held
-            .iter()
-            .map(|h| format!("(SELECT MAX(q.id) FROM outbox_progress q WHERE q.lane = {})", h.lane))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let rows = ProgressRow::find_by_statement(self.statement(
-            &format!(
-                "SELECT p.lane, p.done, p.cur, p.upto_id FROM outbox_progress p WHERE p.id IN ({newest})"
-            ),
-            vec![],
-        ))
-        .all(&self.db)
-        .await
-        .map_err(repo_err)?;
-        let latest: HashMap<i16, ProgressRow> = rows.into_iter().map(|r| (r.lane, r)).collect();
-        Ok(held
-            .iter()
-            .map(|h| match latest.get(&h.lane) {
-                Some(p) => LaneCursor {
-                    lane: h.lane,
-                    epoch: h.epoch,
-                    done: p.done.clone(),
-                    current: p.cur.clone(),
-                    upto_id: p.upto_id,
-                    pending: Default::default(),
-                    complete: false,
-                },
-                None => LaneCursor { lane: h.lane, epoch: h.epoch, ..Default::default() },
-            })
-            .collect())
-    }
-
     pub(super) async fn release(&self, worker: &str) -> Result<(), RepoError> {
         let txn = self.db.begin().await.map_err(repo_err)?;
         for sql in [
@@ -141,6 +104,8 @@ impl SeaOrmOutboxStore {
         ] {
             txn.execute_raw(self.statement(sql, vec![worker.into()])).await.map_err(repo_err)?;
         }
-        txn.commit().await.map_err(repo_err)
+        txn.commit().await.map_err(repo_err)?;
+        self.cursors.forget(worker);
+        Ok(())
     }
 }

@@ -7,9 +7,10 @@
 //! undelivered, moves to the **slow path**, where its state is kept per row (claimed with
 //! `FOR UPDATE SKIP LOCKED` on PostgreSQL, a conditional `UPDATE ... RETURNING` on SQLite).
 //!
-//! By job: `lanes` (leases, cursors), `fast` (batches read and recorded), `relay_store`
-//! (the relay's port, with the slow path's claims and marks), `upkeep` (lease recovery,
-//! clean-up), `operations` (stats, listings, an operator's repairs). Every
+//! By job: `lanes` (leases), `cursors` (where each lane stands for its relay), `fast`
+//! (batches read and recorded), `relay_store` (the relay's port, with the slow path's
+//! claims and marks), `upkeep` (lease recovery, clean-up), `operations` (stats, listings,
+//! an operator's repairs). Every
 //! `WHERE status IN (...)` is built from the domain's [`OutboxAction::from_statuses`], so the
 //! SQL cannot drift from the state machine.
 
@@ -32,7 +33,7 @@ use super::listener::OUTBOX_CHANNEL;
 use super::mapping::{outbox_from_row, status_strings};
 use super::repo_err;
 use crate::application::ports::{
-    AuditRecord, DeliveryFailure, FastBatch, FastProgress, HeldLane, LaneCursor, LaneFilter, OutboxFilter,
+    AuditRecord, BatchToken, DeliveryFailure, FastBatch, FastRecord, HeldLane, LaneFilter, OutboxFilter,
     OutboxOperations, OutboxRecord, OutboxStats, OutboxUpkeep, RelayStore, RepoError,
 };
 use crate::domain::outbox::lanes as lane_rules;
@@ -49,6 +50,8 @@ pub struct SeaOrmOutboxStore {
     db: DatabaseConnection,
     /// The in-process relay's wake-up (PostgreSQL `NOTIFY` wakes relays elsewhere).
     relay_wake: Arc<Notify>,
+    /// Where each relay of this process stands in the lanes it holds (`fast`).
+    cursors: Arc<cursors::Cursors>,
 }
 
 /// Writes SQL with `$n` placeholders for PostgreSQL and `?n` for SQLite.
@@ -65,6 +68,7 @@ fn literals(statuses: &[OutboxStatus]) -> String {
     statuses.iter().map(|s| format!("'{}'", s.as_str())).collect::<Vec<_>>().join(", ")
 }
 
+mod cursors;
 mod fast;
 mod lanes;
 mod operations;
@@ -73,7 +77,7 @@ mod upkeep;
 
 impl SeaOrmOutboxStore {
     pub fn new(db: DatabaseConnection, relay_wake: Arc<Notify>) -> Self {
-        SeaOrmOutboxStore { db, relay_wake }
+        SeaOrmOutboxStore { db, relay_wake, cursors: Arc::default() }
     }
 
     /// Wakes relays: this process's at once, other processes' through `NOTIFY` on

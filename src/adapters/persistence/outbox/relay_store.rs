@@ -67,26 +67,23 @@ impl RelayStore for SeaOrmOutboxStore {
         self.lease(worker, lanes, now, lease_until).await
     }
 
-    async fn lane_cursors(&self, held: &[HeldLane]) -> Result<Vec<LaneCursor>, RepoError> {
-        self.cursors(held).await
-    }
-
-    async fn fast_batch(
-        &self,
-        cursors: &mut [LaneCursor],
-        skip: &[usize],
-        per_lane: u32,
-    ) -> Result<FastBatch, RepoError> {
-        self.read_batch(cursors, skip, per_lane).await
-    }
-
-    async fn record_fast(
+    async fn next_batch(
         &self,
         worker: &str,
-        batch: &FastProgress,
+        held: &[HeldLane],
+        unrecorded: &[BatchToken],
+        limit: u32,
+    ) -> Result<Option<FastBatch>, RepoError> {
+        SeaOrmOutboxStore::next_batch(self, worker, held, unrecorded, limit).await
+    }
+
+    async fn record_batches(
+        &self,
+        worker: &str,
+        record: &FastRecord,
         now: DateTime<Utc>,
     ) -> Result<Vec<i16>, RepoError> {
-        self.record_batch(worker, batch, now).await
+        SeaOrmOutboxStore::record_batches(self, worker, record, now).await
     }
 
     async fn release_lanes(&self, worker: &str) -> Result<(), RepoError> {

@@ -1,0 +1,189 @@
+//! Where a lane stands for the relay that holds it — the store's, not the relay's: each
+//! relay's lane cursors (by worker id) are kept here, in memory, read from the lane's newest
+//! progress row when the relay first reads the lane or the lane's epoch changed, and filled
+//! with the ids of the lane's next snapshot difference (PostgreSQL) or past its mark
+//! (SQLite). A cursor drops ids only when their batch is recorded (`fast`).
+
+use std::collections::VecDeque;
+
+use super::*;
+
+/// A lane's position as one progress row records it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Mark {
+    /// Every event of the lane visible in this snapshot is done (PostgreSQL; `None`: none).
+    pub(super) done: Option<String>,
+    /// The snapshot whose difference from `done` is being worked through.
+    pub(super) current: Option<String>,
+    /// Within `current` (SQLite: overall), every event up to this id is done.
+    pub(super) upto_id: i64,
+}
+
+/// Where a lane's fast path stands for the relay that holds it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct LaneCursor {
+    pub(super) lane: i16,
+    /// The lane's epoch when it was read: a cursor of another epoch is read again.
+    pub(super) epoch: i64,
+    /// As recorded.
+    pub(super) mark: Mark,
+    /// Ids of the difference not yet recorded, ascending (at most [`FILL`] of them).
+    pub(super) pending: VecDeque<i64>,
+    /// Whether `pending` holds the rest of the difference (else more follows past it).
+    pub(super) complete: bool,
+}
+
+/// One relay's cursors, by lane; locked while it reads or records (one at a time in any
+/// case: the relay never overlaps them).
+type RelayCursors = Arc<tokio::sync::Mutex<HashMap<i16, LaneCursor>>>;
+
+/// Each relay's cursors in this process, by worker id.
+#[derive(Default)]
+pub(super) struct Cursors(std::sync::Mutex<HashMap<String, RelayCursors>>);
+
+impl Cursors {
+    pub(super) fn of(&self, worker: &str) -> RelayCursors {
+        // A poisoned lock holds a plain map: keep using it.
+        let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        all.entry(worker.to_owned()).or_default().clone()
+    }
+
+    /// Forgets `worker`'s cursors (it gave its lanes back).
+    pub(super) fn forget(&self, worker: &str) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(worker);
+    }
+}
+
+impl SeaOrmOutboxStore {
+    /// Each lane's cursor as its newest progress row left it (a lane never published starts
+    /// before its first event).
+    pub(super) async fn recorded_cursors(&self, held: &[HeldLane]) -> Result<Vec<LaneCursor>, RepoError> {
+        if held.is_empty() {
+            return Ok(Vec::new());
+        }
+        // One index probe per lane (`(lane, id)`), however long the progress log is.
+        let newest = held
+            .iter()
+            .map(|h| format!("(SELECT MAX(q.id) FROM outbox_progress q WHERE q.lane = {})", h.lane))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let rows = ProgressRow::find_by_statement(self.statement(
+            &format!(
+                "SELECT p.lane, p.done, p.cur, p.upto_id FROM outbox_progress p WHERE p.id IN ({newest})"
+            ),
+            vec![],
+        ))
+        .all(&self.db)
+        .await
+        .map_err(repo_err)?;
+        let latest: HashMap<i16, ProgressRow> = rows.into_iter().map(|r| (r.lane, r)).collect();
+        Ok(held
+            .iter()
+            .map(|h| match latest.get(&h.lane) {
+                Some(p) => LaneCursor {
+                    lane: h.lane,
+                    epoch: h.epoch,
+                    mark: Mark { done: p.done.clone(), current: p.cur.clone(), upto_id: p.upto_id },
+                    ..Default::default()
+                },
+                None => LaneCursor { lane: h.lane, epoch: h.epoch, ..Default::default() },
+            })
+            .collect())
+    }
+
+    /// Fills the `pending` ids of `cursors[which]` from snapshot differences: a cursor in the
+    /// middle of one resumes it past `upto_id`; the others start one from a new snapshot. A
+    /// lane whose difference is empty moves `done` on to it (in the cursor only).
+    async fn fill_from_snapshots(
+        &self,
+        cursors: &mut [LaneCursor],
+        which: &[usize],
+    ) -> Result<(), RepoError> {
+        for &i in which {
+            if cursors[i].mark.current.is_none() {
+                cursors[i].mark.upto_id = 0;
+            }
+        }
+        // One statement text whatever the lanes (parsed once, cached): the lanes' positions
+        // go in as arrays, unnested in SQL.
+        let chosen: Vec<&LaneCursor> = which.iter().map(|&i| &cursors[i]).collect();
+        let values: Vec<Value> = vec![
+            smallints(chosen.iter().map(|c| c.lane)),
+            texts(chosen.iter().map(|c| c.mark.done.clone())),
+            texts(chosen.iter().map(|c| c.mark.current.clone())),
+            bigints(chosen.iter().map(|c| c.mark.upto_id)),
+            (FILL as i64).into(),
+        ];
+        // The lower bound `xmin(done)` keeps the scan on `idx_outbox_fast` to the events
+        // not yet surely done; visibility decides each one.
+        // At most FILL ids per lane: a difference of a million events is read in slices, so
+        // that memory stays bounded; the next slice starts past `upto`.
+        // A lane starting a difference takes this statement's own snapshot as its `cur`
+        // (one snapshot for the whole statement, the one its reads see); the last row,
+        // lane -1, reports it.
+        let sql = "SELECT l.lane, x.id, NULL AS snap FROM (SELECT u.lane, NULLIF(u.done, '') AS done, \
+               NULLIF(u.cur, '') AS cur, u.upto \
+               FROM unnest($1::smallint[], $2::text[], $3::text[], $4::bigint[]) AS u(lane, done, cur, upto)) l \
+             CROSS JOIN LATERAL (SELECT o.id FROM outbox_events o WHERE o.lane = l.lane AND NOT o.slow \
+               AND o.txid >= COALESCE(pg_snapshot_xmin(l.done::pg_snapshot), '0'::xid8) \
+               AND o.txid < pg_snapshot_xmax(COALESCE(l.cur::pg_snapshot, pg_current_snapshot())) \
+               AND pg_visible_in_snapshot(o.txid, COALESCE(l.cur::pg_snapshot, pg_current_snapshot())) \
+               AND (l.done IS NULL OR NOT pg_visible_in_snapshot(o.txid, l.done::pg_snapshot)) \
+               AND o.id > l.upto \
+             ORDER BY o.id LIMIT $5) x \
+             UNION ALL SELECT -1::smallint, -1::bigint, pg_current_snapshot()::text \
+             ORDER BY 1, 2";
+        let rows =
+            FillRow::find_by_statement(self.statement(sql, values)).all(&self.db).await.map_err(repo_err)?;
+        let mut snapshot = None;
+        let mut by_lane: HashMap<i16, VecDeque<i64>> = HashMap::new();
+        for r in rows {
+            if r.lane < 0 {
+                snapshot = r.snap;
+            } else {
+                by_lane.entry(r.lane).or_default().push_back(r.id);
+            }
+        }
+        let snapshot = snapshot.ok_or_else(|| RepoError::unavailable("no snapshot reported"))?;
+        for &i in which {
+            let c = &mut cursors[i];
+            if c.mark.current.is_none() {
+                c.mark.current = Some(snapshot.clone());
+            }
+            match by_lane.remove(&c.lane) {
+                Some(pending) => {
+                    c.complete = pending.len() < FILL;
+                    c.pending = pending;
+                }
+                None => {
+                    // Nothing between the two snapshots: the newer one is done.
+                    c.mark.done = c.mark.current.take();
+                    c.mark.upto_id = 0;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Fills the `pending` ids of `cursors[which]` (each empty): on PostgreSQL from snapshot
+    /// differences, on SQLite (one writer: ids in commit order) with the ids past the mark.
+    pub(super) async fn fill(&self, cursors: &mut [LaneCursor], which: &[usize]) -> Result<(), RepoError> {
+        if self.is_postgres() {
+            return self.fill_from_snapshots(cursors, which).await;
+        }
+        for &i in which {
+            let c = &mut cursors[i];
+            let ids = IdRow::find_by_statement(self.statement(
+                "SELECT id FROM outbox_events WHERE NOT slow AND lane = $1 AND id > $2 ORDER BY id LIMIT $3",
+                vec![c.lane.into(), c.mark.upto_id.into(), (FILL as i64).into()],
+            ))
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?;
+            c.pending = ids.into_iter().map(|r| r.id).collect();
+            // One writer: there is no difference to finish, only ids past the mark.
+            c.complete = false;
+        }
+        Ok(())
+    }
+}
