@@ -3,7 +3,6 @@
 
 use chrono::Utc;
 use orchestrator::application::ports::DeliveryFailure;
-use orchestrator::application::ports::LaneFilter;
 use orchestrator::domain::outbox::{FailureCode, FailureOutcome};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -19,7 +18,7 @@ async fn dead_letters(app: &TestApp, n: usize) -> Vec<i64> {
     }
     crate::helpers::on_the_slow_path(&app.db).await;
     let now = Utc::now();
-    let claimed = app.services.outbox_store.claim("test", &LaneFilter::Any, 100, now, now).await.unwrap();
+    let claimed = crate::helpers::claim_as(&*app.services.outbox_store, "test", 100, now, now).await;
     assert_eq!(claimed.len(), n, "one head event per order");
     let failures: Vec<DeliveryFailure> = claimed
         .iter()

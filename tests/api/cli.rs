@@ -1,6 +1,5 @@
 //! The `app` binary as an operator uses it: verbs, exit codes, the embedded default.
 
-use orchestrator::application::ports::LaneFilter;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -344,10 +343,8 @@ async fn worker_drains_the_outbox_and_replay_repairs_a_dead_letter() {
     repo.commit(changes).await.unwrap();
     crate::helpers::on_the_slow_path(&conn).await;
     let now = Utc::now();
-    let poison = store
-        .claim("test", &LaneFilter::Any, 10, now, now)
+    let poison = crate::helpers::claim_as(&store, "test", 10, now, now)
         .await
-        .unwrap()
         .into_iter()
         .find(|e| e.event_type == "test.poison")
         .unwrap();

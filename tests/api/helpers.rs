@@ -392,6 +392,24 @@ pub async fn on_the_slow_path(db: &DatabaseConnection) {
     db.execute_unprepared("UPDATE outbox_events SET slow = TRUE WHERE NOT slow").await.expect("slow path");
 }
 
+/// Claims up to `limit` due slow-path rows as relay `worker` does: in the lanes it leases
+/// (every lane when it is the only live relay), then gives the lanes back, as a relay that
+/// claims and stops would. The rows' own lease runs to `until`.
+pub async fn claim_as<S: orchestrator::application::ports::RelayStore + ?Sized>(
+    store: &S,
+    worker: &str,
+    limit: u32,
+    now: chrono::DateTime<chrono::Utc>,
+    until: chrono::DateTime<chrono::Utc>,
+) -> Vec<orchestrator::application::ports::OutboxRecord> {
+    let held =
+        store.lease_lanes(worker, 16, now, now + chrono::Duration::minutes(1)).await.expect("lease lanes");
+    let lanes: Vec<i16> = held.iter().map(|h| h.lane).collect();
+    let rows = store.claim(worker, &lanes, limit, now, until).await.expect("claim");
+    store.release_lanes(worker).await.expect("give the lanes back");
+    rows
+}
+
 // ---- waiting, processes and a severable connection, shared by every test file ----------
 
 /// Waits (polling) until `check` holds; fails the test after 30 s naming `what`.

@@ -4,7 +4,6 @@
 //! (exactly once, in order, refusals, dead letters, cuts, crashes) is in `outbox_contract`,
 //! run against RabbitMQ and Kafka.
 
-use orchestrator::application::ports::LaneFilter;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -149,7 +148,7 @@ async fn expired_claims_are_recovered_and_published(backend: Backend) {
     crate::helpers::on_the_slow_path(&app.db).await;
     // A worker claims (on the slow path) and dies.
     let now = app.services.clock.now();
-    let ghost = app.services.outbox_store.claim("ghost", &LaneFilter::Any, 10, now, now).await.unwrap();
+    let ghost = crate::helpers::claim_as(&*app.services.outbox_store, "ghost", 10, now, now).await;
     assert_eq!(ghost.len(), 3);
     let relay = app.services.relay();
     assert_eq!(relay.run_once().await.unwrap().claimed, 0, "claimed rows are not anyone else's");

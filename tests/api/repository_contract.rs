@@ -1,7 +1,6 @@
 //! The storage ports' contract, run against SQLite and PostgreSQL alike: round trips,
 //! conditional updates, claiming and marking of outbox rows, idempotency keys.
 
-use orchestrator::application::ports::LaneFilter;
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -22,7 +21,7 @@ use orchestrator::domain::payment::Payment;
 use sea_orm::DatabaseConnection;
 use tokio::sync::Notify;
 
-use crate::helpers::{Backend, TestDb};
+use crate::helpers::{Backend, TestDb, claim_as};
 use crate::on_both_databases;
 
 fn now() -> DateTime<Utc> {
@@ -227,7 +226,7 @@ async fn claims_take_only_the_head_of_each_aggregate(backend: Backend) {
     insert(&s, &mut b, vec![event(&b_id, "one")]).await;
 
     let t = now();
-    let first = s.outbox.claim("w1", &LaneFilter::Any, 10, t, t + Duration::minutes(5)).await.unwrap();
+    let first = claim_as(&s.outbox, "w1", 10, t, t + Duration::minutes(5)).await;
     let claimed: Vec<(String, String)> =
         first.iter().map(|e| (e.aggregate_id.clone(), e.event_type.clone())).collect();
     assert_eq!(claimed, vec![(a_id.clone(), "one".into()), (b_id.clone(), "one".into())]);
@@ -235,15 +234,13 @@ async fn claims_take_only_the_head_of_each_aggregate(backend: Backend) {
         first.iter().all(|e| e.status == OutboxStatus::Processing && e.claimed_by.as_deref() == Some("w1"))
     );
     // While "one" is in flight, "two" is not claimable, by anyone.
-    assert!(
-        s.outbox.claim("w2", &LaneFilter::Any, 10, t, t + Duration::minutes(5)).await.unwrap().is_empty()
-    );
+    assert!(claim_as(&s.outbox, "w2", 10, t, t + Duration::minutes(5)).await.is_empty());
 
     // Only the owner's mark counts.
     let ids: Vec<i64> = first.iter().map(|e| e.id).collect();
     assert_eq!(s.outbox.mark_published(&ids, "w2", t).await.unwrap(), 0);
     assert_eq!(s.outbox.mark_published(&ids, "w1", t).await.unwrap(), 2);
-    let second = s.outbox.claim("w2", &LaneFilter::Any, 10, t, t + Duration::minutes(5)).await.unwrap();
+    let second = claim_as(&s.outbox, "w2", 10, t, t + Duration::minutes(5)).await;
     assert_eq!(second.iter().map(|e| e.event_type.as_str()).collect::<Vec<_>>(), vec!["two"]);
 
     // A failure waits its backoff, and the aggregate's later event waits behind it.
@@ -256,11 +253,10 @@ async fn claims_take_only_the_head_of_each_aggregate(backend: Backend) {
     };
     assert_eq!(s.outbox.mark_failed(std::slice::from_ref(&failure), "w2", t).await.unwrap(), 1);
     assert!(
-        s.outbox.claim("w1", &LaneFilter::Any, 10, t, t + Duration::minutes(5)).await.unwrap().is_empty(),
+        claim_as(&s.outbox, "w1", 10, t, t + Duration::minutes(5)).await.is_empty(),
         "not due, and 'three' waits"
     );
-    let due =
-        s.outbox.claim("w1", &LaneFilter::Any, 10, retry_at, retry_at + Duration::minutes(5)).await.unwrap();
+    let due = claim_as(&s.outbox, "w1", 10, retry_at, retry_at + Duration::minutes(5)).await;
     assert_eq!(due.len(), 1);
     assert_eq!(due[0].event_type, "two");
     assert_eq!(due[0].retry_count, 1);
@@ -276,7 +272,7 @@ async fn claims_take_only_the_head_of_each_aggregate(backend: Backend) {
     assert_eq!(s.outbox.mark_failed(&[dead], "w1", retry_at).await.unwrap(), 1);
     let later = retry_at + Duration::hours(1);
     assert!(
-        s.outbox.claim("w1", &LaneFilter::Any, 10, later, later).await.unwrap().is_empty(),
+        claim_as(&s.outbox, "w1", 10, later, later).await.is_empty(),
         "a dead letter blocks its aggregate"
     );
     let stats = s.outbox.stats().await.unwrap();
@@ -303,8 +299,7 @@ async fn claims_take_only_the_head_of_each_aggregate(backend: Backend) {
         vec![due[0].id],
         "only dead letters move"
     );
-    let unblocked =
-        s.outbox.claim("w1", &LaneFilter::Any, 10, later, later + Duration::minutes(5)).await.unwrap();
+    let unblocked = claim_as(&s.outbox, "w1", 10, later, later + Duration::minutes(5)).await;
     assert_eq!(unblocked.iter().map(|e| e.event_type.as_str()).collect::<Vec<_>>(), vec!["three"]);
     assert_eq!(crate::helpers::count(&s.conn, "audit_log").await, 1);
 }
@@ -317,7 +312,7 @@ async fn republished_dead_letters_start_afresh(backend: Backend) {
     let a_id = a.id.to_string();
     insert(&s, &mut a, vec![event(&a_id, "one")]).await;
     let t = now();
-    let claimed = s.outbox.claim("w", &LaneFilter::Any, 10, t, t).await.unwrap();
+    let claimed = claim_as(&s.outbox, "w", 10, t, t).await;
     let dead = DeliveryFailure {
         id: claimed[0].id,
         outcome: FailureOutcome::DeadLetter { retry_count: 4 },
@@ -337,7 +332,7 @@ async fn republished_dead_letters_start_afresh(backend: Backend) {
         s.outbox.resolve_dead_letters(&[claimed[0].id], false, t, audit.clone()).await.unwrap(),
         vec![claimed[0].id]
     );
-    let again = s.outbox.claim("w", &LaneFilter::Any, 10, t, t).await.unwrap();
+    let again = claim_as(&s.outbox, "w", 10, t, t).await;
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].retry_count, 0, "the retry budget is reset");
     // Not a dead letter any more: a second republish moves nothing.
@@ -360,7 +355,7 @@ async fn repairs_wake_the_relay_and_publishing_clears_the_failure(backend: Backe
     assert!(woken().await, "a commit with events wakes the relay");
     let t = now();
     assert_eq!(s.outbox.next_retry_at().await.unwrap(), None);
-    let claimed = s.outbox.claim("w", &LaneFilter::Any, 1, t, t + Duration::minutes(5)).await.unwrap();
+    let claimed = claim_as(&s.outbox, "w", 1, t, t + Duration::minutes(5)).await;
     let retry_at = t + Duration::seconds(7);
     let retry = DeliveryFailure {
         id: claimed[0].id,
@@ -370,8 +365,7 @@ async fn repairs_wake_the_relay_and_publishing_clears_the_failure(backend: Backe
     };
     s.outbox.mark_failed(&[retry], "w", t).await.unwrap();
     assert_eq!(s.outbox.next_retry_at().await.unwrap(), Some(retry_at), "visible to every relay");
-    let claimed =
-        s.outbox.claim("w", &LaneFilter::Any, 1, retry_at, retry_at + Duration::minutes(5)).await.unwrap();
+    let claimed = claim_as(&s.outbox, "w", 1, retry_at, retry_at + Duration::minutes(5)).await;
     let dead = DeliveryFailure {
         id: claimed[0].id,
         outcome: FailureOutcome::DeadLetter { retry_count: 2 },
@@ -390,14 +384,14 @@ async fn repairs_wake_the_relay_and_publishing_clears_the_failure(backend: Backe
     };
     s.outbox.resolve_dead_letters(&[claimed[0].id], false, t, audit).await.unwrap();
     assert!(woken().await, "a republish wakes the relay");
-    let again = s.outbox.claim("w", &LaneFilter::Any, 1, t, t + Duration::minutes(5)).await.unwrap();
+    let again = claim_as(&s.outbox, "w", 1, t, t + Duration::minutes(5)).await;
     assert_eq!(again[0].failure_code, Some(FailureCode::Nacked), "still shown while unpublished");
     // A claim whose lease ran out is due at once: recovering it wakes the relay.
     let mut b = new_order("bob");
     let b_id = b.id.to_string();
     insert(&s, &mut b, vec![event(&b_id, "lost")]).await;
     assert!(woken().await);
-    let lost = s.outbox.claim("dead-worker", &LaneFilter::Any, 10, t, t).await.unwrap();
+    let lost = claim_as(&s.outbox, "dead-worker", 10, t, t).await;
     assert_eq!(lost.len(), 1);
     assert_eq!(s.outbox.recover_expired(t + Duration::seconds(1)).await.unwrap(), 1);
     assert!(woken().await, "a recovered lease wakes the relay");
@@ -417,26 +411,31 @@ async fn concurrent_claims_never_overlap(backend: Backend) {
         let events = (0..20).map(|i| event(&format!("{id}-{i}"), "e")).collect();
         insert(&s, &mut o, events).await;
     }
+    // Four relays claiming at once, each leasing lanes for its claim and giving them back:
+    // the lanes change hands under the claims, and the rows' own claims keep them apart.
     let store = Arc::new(s.outbox.clone());
+    let claimed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for w in 0..4 {
-        let store = store.clone();
+        let (store, claimed) = (store.clone(), claimed.clone());
         tasks.push(tokio::spawn(async move {
             let mut mine = Vec::new();
-            loop {
-                let t = now();
-                let batch = store
-                    .claim(&format!("w{w}"), &LaneFilter::Any, 16, t, t + Duration::minutes(5))
-                    .await
-                    .unwrap();
-                if batch.is_empty() {
-                    break;
+            for _ in 0..10_000 {
+                if claimed.load(std::sync::atomic::Ordering::SeqCst) >= 200 {
+                    return mine;
                 }
+                let t = now();
+                let batch = claim_as(&*store, &format!("w{w}"), 16, t, t + Duration::minutes(5)).await;
                 let ids: Vec<i64> = batch.iter().map(|e| e.id).collect();
                 assert_eq!(store.mark_published(&ids, &format!("w{w}"), t).await.unwrap(), ids.len() as u64);
+                claimed.fetch_add(ids.len(), std::sync::atomic::Ordering::SeqCst);
                 mine.extend(ids);
+                if batch.is_empty() {
+                    // Another relay holds the lanes right now.
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                }
             }
-            mine
+            panic!("w{w}: 10 000 claims and the rows are still not all claimed");
         }));
     }
     let mut all = Vec::new();
@@ -456,16 +455,14 @@ async fn expired_leases_are_recovered_and_old_rows_purged(backend: Backend) {
     let id = o.id.to_string();
     insert(&s, &mut o, vec![event(&format!("{id}-1"), "a"), event(&format!("{id}-2"), "b")]).await;
     let t = now();
-    let claimed =
-        s.outbox.claim("dead-worker", &LaneFilter::Any, 10, t, t + Duration::seconds(30)).await.unwrap();
+    let claimed = claim_as(&s.outbox, "dead-worker", 10, t, t + Duration::seconds(30)).await;
     assert_eq!(claimed.len(), 2);
     assert_eq!(s.outbox.recover_expired(t + Duration::seconds(10)).await.unwrap(), 0, "lease still valid");
     assert_eq!(s.outbox.recover_expired(t + Duration::seconds(31)).await.unwrap(), 2);
     // The dead worker's late mark must not overwrite the recovery.
     assert_eq!(s.outbox.mark_published(&[claimed[0].id], "dead-worker", t).await.unwrap(), 0);
     let later = t + Duration::seconds(31);
-    let reclaimed =
-        s.outbox.claim("w2", &LaneFilter::Any, 10, later, later + Duration::minutes(5)).await.unwrap();
+    let reclaimed = claim_as(&s.outbox, "w2", 10, later, later + Duration::minutes(5)).await;
     assert_eq!(reclaimed.len(), 2);
     assert!(
         reclaimed.iter().all(|e| e.failure_code == Some(FailureCode::LeaseExpired) && e.retry_count == 1)
@@ -602,13 +599,13 @@ async fn a_worker_that_lost_its_lane_claims_nothing_there(backend: Backend) {
     let later = t + Duration::minutes(1);
     assert_eq!(s.outbox.lease_lanes("w2", 16, later, later + Duration::minutes(5)).await.unwrap().len(), 16);
     let until = later + Duration::minutes(5);
-    let stale = s.outbox.claim("w1", &LaneFilter::Held(held.clone()), 10, later, until).await.unwrap();
+    let stale = s.outbox.claim("w1", &held, 10, later, until).await.unwrap();
     assert!(stale.is_empty(), "the old owner's view of its lanes is fenced");
-    let fresh = s.outbox.claim("w2", &LaneFilter::Held(vec![lane]), 10, later, until).await.unwrap();
+    let fresh = s.outbox.claim("w2", &[lane], 10, later, until).await.unwrap();
     assert_eq!(fresh.len(), 1, "the new owner claims the row");
     // w1 wakes up and renews: it holds nothing until w2 gives lanes back.
     assert!(s.outbox.lease_lanes("w1", 16, later, later + Duration::minutes(5)).await.unwrap().is_empty());
-    assert!(s.outbox.claim("w2", &LaneFilter::Held(vec![]), 10, later, later).await.unwrap().is_empty());
+    assert!(s.outbox.claim("w2", &[], 10, later, later).await.unwrap().is_empty());
 }
 
 /// The fast path's cursor is the store's: a batch read ahead starts past the unrecorded
@@ -703,7 +700,7 @@ async fn hot_statements_never_run_on_a_generic_plan_on_postgres() {
     on_the_slow_path(&conn).await;
     for _ in 0..10 {
         let t = now();
-        let claimed = outbox.claim("w", &LaneFilter::Any, 2, t, t + Duration::minutes(5)).await.unwrap();
+        let claimed = claim_as(&outbox, "w", 2, t, t + Duration::minutes(5)).await;
         let ids: Vec<i64> = claimed.iter().map(|r| r.id).collect();
         outbox.mark_published(&ids, "w", t).await.unwrap();
     }

@@ -35,8 +35,8 @@ use crate::application::health::LoopProgress;
 const RELAY_LOOP: &str = "outbox relay";
 use crate::application::meter::Meter;
 use crate::application::ports::{
-    BatchToken, Clock, DeliveryFailure, EventPublisher, FastBatch, HeldLane, LaneFilter, OutboxRecord,
-    PublishOutcome, RelayStore, RepoError,
+    BatchToken, Clock, DeliveryFailure, EventPublisher, FastBatch, HeldLane, OutboxRecord, PublishOutcome,
+    RelayStore, RepoError,
 };
 use crate::domain::outbox::{FailureCode, FailureOutcome, RetrySchedule};
 
@@ -250,13 +250,7 @@ impl OutboxRelay {
         }
         let now = self.clock.now();
         self.store
-            .claim(
-                &self.settings.worker_id,
-                &LaneFilter::Held(lanes),
-                self.settings.batch_size,
-                now,
-                now + self.settings.lease,
-            )
+            .claim(&self.settings.worker_id, &lanes, self.settings.batch_size, now, now + self.settings.lease)
             .await
     }
 

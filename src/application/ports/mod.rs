@@ -54,7 +54,7 @@ pub use order_repository::{
     InboxEntry, OrderContext, OrderFilter, OrderRecord, OrderRepository, SagaLease, StepRecord,
 };
 pub use outbox_store::{
-    BatchToken, DeliveryFailure, FastBatch, FastRecord, HeldLane, LaneFilter, NewOutboxEvent, OutboxFilter,
+    BatchToken, DeliveryFailure, FastBatch, FastRecord, HeldLane, NewOutboxEvent, OutboxFilter,
     OutboxOperations, OutboxRecord, OutboxStats, OutboxStore, OutboxUpkeep, RelayStore,
 };
 pub use payment_gateway::{

@@ -90,15 +90,6 @@ pub struct OutboxStats {
     pub oldest_ready_by_lane: Vec<(i16, Option<DateTime<Utc>>)>,
 }
 
-/// Which lanes a claim may take rows from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LaneFilter {
-    /// Only these lanes, and only while `worker` holds their lease (the relay's claims).
-    Held(Vec<i16>),
-    /// Any lane, lease or not (operators' tools and tests that stage rows).
-    Any,
-}
-
 /// A lane a relay holds, with the fencing epoch of its lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct HeldLane {
@@ -168,15 +159,15 @@ pub trait RelayStore: Send + Sync {
     /// `next_attempt_at` has passed), oldest first, and only the head row of each
     /// aggregate (no earlier row of it still unpublished or dead-lettered), moving them to
     /// `PROCESSING` with the lease `lease_until`. Two workers never claim the same row.
-    /// With [`LaneFilter::Held`], only rows of those lanes whose lease `worker` still holds
-    /// at `now` (fencing: a worker whose lane was taken over claims nothing there).
+    /// Only rows of `lanes` whose lease `worker` still holds at `now` (fencing: a worker
+    /// whose lane was taken over claims nothing there).
     ///
     /// # Errors
     /// MUST return `Unavailable` when the database fails (nothing is claimed).
     async fn claim(
         &self,
         worker: &str,
-        lanes: &LaneFilter,
+        lanes: &[i16],
         limit: u32,
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,

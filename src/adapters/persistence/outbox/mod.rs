@@ -33,7 +33,7 @@ use super::listener::OUTBOX_CHANNEL;
 use super::mapping::{outbox_from_row, status_strings};
 use super::repo_err;
 use crate::application::ports::{
-    AuditRecord, BatchToken, DeliveryFailure, FastBatch, FastRecord, HeldLane, LaneFilter, OutboxFilter,
+    AuditRecord, BatchToken, DeliveryFailure, FastBatch, FastRecord, HeldLane, OutboxFilter,
     OutboxOperations, OutboxRecord, OutboxStats, OutboxUpkeep, RelayStore, RepoError,
 };
 use crate::domain::outbox::lanes as lane_rules;

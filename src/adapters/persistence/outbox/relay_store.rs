@@ -8,22 +8,21 @@ impl RelayStore for SeaOrmOutboxStore {
     async fn claim(
         &self,
         worker: &str,
-        lanes: &LaneFilter,
+        lanes: &[i16],
         limit: u32,
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
     ) -> Result<Vec<OutboxRecord>, RepoError> {
         // The lanes as literals (integers) so the planner can use `idx_outbox_claimable_lane`;
         // the sub-select is the fence: only lanes whose lease this worker holds right now.
-        let in_lanes = match lanes {
-            LaneFilter::Any => String::new(),
-            LaneFilter::Held(held) if held.is_empty() => return Ok(Vec::new()),
-            LaneFilter::Held(held) => format!(
-                "AND o.lane IN ({}) AND o.lane IN (SELECT l.lane FROM outbox_lanes l \
-                   WHERE l.owner = $2 AND l.lease_until > $4) ",
-                held.iter().map(i16::to_string).collect::<Vec<_>>().join(", ")
-            ),
-        };
+        if lanes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let in_lanes = format!(
+            "AND o.lane IN ({}) AND o.lane IN (SELECT l.lane FROM outbox_lanes l \
+               WHERE l.owner = $2 AND l.lease_until > $4) ",
+            lanes.iter().map(i16::to_string).collect::<Vec<_>>().join(", ")
+        );
         // The status lists are constants of the domain, written into the SQL as literals
         // (not bound): only then can PostgreSQL match the partial index
         // `idx_outbox_claimable` under a generic prepared-statement plan.
