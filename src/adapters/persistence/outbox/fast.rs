@@ -112,18 +112,10 @@ impl SeaOrmOutboxStore {
         // let a table without statistics (truncated, restored, not analyzed yet) be read
         // through the whole of `idx_outbox_fast` for every batch (docs/decisions.md). A row
         // moved to the slow path since its lane was filled is dropped below instead.
-        let statement = if self.is_postgres() {
-            self.statement(
-                &format!("SELECT {columns}, {held} FROM outbox_events o WHERE o.id = ANY($1::bigint[])"),
-                vec![bigints(ids.iter().copied())],
-            )
-        } else {
-            let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(", ");
-            self.statement(
-                &format!("SELECT {columns}, {held} FROM outbox_events o WHERE o.id IN ({list})"),
-                vec![],
-            )
-        };
+        let mut values = Vec::new();
+        let by_id = self.in_ids("o.id", &ids, &mut values);
+        let statement =
+            self.statement(&format!("SELECT {columns}, {held} FROM outbox_events o WHERE {by_id}"), values);
         let results = self.db.query_all_raw(statement).await.map_err(repo_err)?;
         let mut rows = Vec::with_capacity(results.len());
         let mut waiting = Vec::new();
@@ -195,6 +187,13 @@ impl SeaOrmOutboxStore {
         // epoch it read it with (the lane row held against a take-over until commit on
         // PostgreSQL). Writing first also takes SQLite's write lock before anything is read,
         // so a concurrent writer makes this wait, not fail.
+        // Every event went out: the insert alone, one statement and its own transaction (one
+        // round trip instead of three on the path every batch takes), whose commit on
+        // PostgreSQL does not wait for the WAL to reach the disk (`synchronous_commit` off for
+        // this transaction only). A progress row lost to a crash only makes the lanes' next
+        // owner send those events again, and at a trickle the next read no longer waits for a
+        // flush (docs/decisions.md, "The fast path's records commit asynchronously").
+        let all_sent = batch.failures.is_empty() && batch.held_back.is_empty();
         let (sql, values) = if self.is_postgres() {
             let values: Vec<Value> = vec![
                 smallints(progress.iter().map(|c| c.lane)),
@@ -205,13 +204,21 @@ impl SeaOrmOutboxStore {
                 now.into(),
                 worker.into(),
             ];
-            let sql = "INSERT INTO outbox_progress (lane, done, cur, upto_id, published_at, worker) \
+            // `set_config(..., true)` lasts until the end of the transaction; joined in, since
+            // a subquery nothing refers to is not evaluated, and one row, so it changes none.
+            let asynchronous = if all_sent {
+                "CROSS JOIN (SELECT set_config('synchronous_commit', 'off', true)) AS commit_mode "
+            } else {
+                ""
+            };
+            let sql = format!(
+                "INSERT INTO outbox_progress (lane, done, cur, upto_id, published_at, worker) \
                  SELECT v.lane, NULLIF(v.done, ''), NULLIF(v.cur, ''), v.upto, $6, $7 \
                  FROM unnest($1::smallint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[]) \
-                   AS v(lane, epoch, done, cur, upto) \
+                   AS v(lane, epoch, done, cur, upto) {asynchronous}\
                  JOIN outbox_lanes l ON l.lane = v.lane AND l.epoch = v.epoch AND l.owner = $7 \
                  FOR SHARE OF l RETURNING lane"
-                .to_owned();
+            );
             (sql, values)
         } else {
             let mut values: Vec<Value> = Vec::new();
@@ -243,9 +250,7 @@ impl SeaOrmOutboxStore {
             (sql, values)
         };
         let insert = LaneOnly::find_by_statement(self.statement(&sql, values));
-        if batch.failures.is_empty() && batch.held_back.is_empty() {
-            // Every event went out: the insert alone, one statement and its own transaction
-            // (one round trip instead of three on the path every batch takes).
+        if all_sent {
             let recorded = insert.all(&self.db).await.map_err(repo_err)?;
             return Ok(recorded.into_iter().map(|l| l.lane).collect());
         }
@@ -256,7 +261,6 @@ impl SeaOrmOutboxStore {
             txn.rollback().await.map_err(repo_err)?;
             return Ok(recorded);
         }
-        let in_lanes = recorded.iter().map(i16::to_string).collect::<Vec<_>>().join(", ");
         for f in &batch.failures {
             let (status, retry_count, next_attempt_at, dead_lettered_at) = match f.outcome {
                 FailureOutcome::Retry { retry_count, next_attempt_at } => {
@@ -266,13 +270,7 @@ impl SeaOrmOutboxStore {
                     (OutboxStatus::DeadLetter, retry_count, None, Some(now))
                 }
             };
-            let sql = format!(
-                "UPDATE outbox_events SET slow = TRUE, status = $1, retry_count = $2, next_attempt_at = $3, \
-                   dead_lettered_at = $4, failure_code = $5, failure_reason = $6, last_attempt_at = $7, \
-                   version = version + 1 \
-                 WHERE id = $8 AND NOT slow AND lane IN ({in_lanes})"
-            );
-            let values: Vec<Value> = vec![
+            let mut values: Vec<Value> = vec![
                 status.as_str().into(),
                 retry_count.into(),
                 next_attempt_at.into(),
@@ -282,16 +280,25 @@ impl SeaOrmOutboxStore {
                 batch.attempted_at.into(),
                 f.id.into(),
             ];
+            let in_lanes = self.in_lanes("lane", &recorded, &mut values);
+            let sql = format!(
+                "UPDATE outbox_events SET slow = TRUE, status = $1, retry_count = $2, next_attempt_at = $3, \
+                   dead_lettered_at = $4, failure_code = $5, failure_reason = $6, last_attempt_at = $7, \
+                   version = version + 1 \
+                 WHERE id = $8 AND NOT slow AND {in_lanes}"
+            );
             txn.execute_raw(self.statement(&sql, values)).await.map_err(repo_err)?;
         }
         if !batch.held_back.is_empty() {
-            let ids = batch.held_back.iter().map(i64::to_string).collect::<Vec<_>>().join(", ");
+            let mut values = Vec::new();
+            let ids = self.in_ids("id", &batch.held_back, &mut values);
+            let in_lanes = self.in_lanes("lane", &recorded, &mut values);
             txn.execute_raw(self.statement(
                 &format!(
                     "UPDATE outbox_events SET slow = TRUE, version = version + 1 \
-                     WHERE id IN ({ids}) AND NOT slow AND lane IN ({in_lanes})"
+                     WHERE {ids} AND NOT slow AND {in_lanes}"
                 ),
-                vec![],
+                values,
             ))
             .await
             .map_err(repo_err)?;

@@ -64,10 +64,13 @@ impl SeaOrmOutboxStore {
             usize::try_from(live).unwrap_or(1),
         );
         if !plan.release.is_empty() {
-            let list = plan.release.iter().map(i16::to_string).collect::<Vec<_>>().join(", ");
+            let mut values = vec![worker.into()];
+            let released = self.in_lanes("lane", &plan.release, &mut values);
             exec(
-                &format!("UPDATE outbox_lanes SET owner = NULL, lease_until = NULL WHERE owner = $1 AND lane IN ({list})"),
-                vec![worker.into()],
+                &format!(
+                    "UPDATE outbox_lanes SET owner = NULL, lease_until = NULL WHERE owner = $1 AND {released}"
+                ),
+                values,
             )
             .await
             .map_err(repo_err)?;

@@ -98,6 +98,34 @@ impl SeaOrmOutboxStore {
         self.db.get_database_backend() == DatabaseBackend::Postgres
     }
 
+    /// `{column} IN (ids)`: on PostgreSQL `= ANY($n::bigint[])`, the list bound as one array
+    /// appended to `values` (one statement text whatever the list); on SQLite, which has no
+    /// arrays, the integers written in.
+    fn in_ids(&self, column: &str, ids: &[i64], values: &mut Vec<Value>) -> String {
+        self.in_list(column, ids, || bigints(ids.iter().copied()), "bigint", values)
+    }
+
+    /// `{column} IN (lanes)`, as [`Self::in_ids`].
+    fn in_lanes(&self, column: &str, lanes: &[i16], values: &mut Vec<Value>) -> String {
+        self.in_list(column, lanes, || smallints(lanes.iter().copied()), "smallint", values)
+    }
+
+    fn in_list<T: ToString>(
+        &self,
+        column: &str,
+        items: &[T],
+        array: impl FnOnce() -> Value,
+        sql_type: &str,
+        values: &mut Vec<Value>,
+    ) -> String {
+        if self.is_postgres() {
+            values.push(array());
+            format!("{column} = ANY(${}::{sql_type}[])", values.len())
+        } else {
+            format!("{column} IN ({})", items.iter().map(T::to_string).collect::<Vec<_>>().join(", "))
+        }
+    }
+
     /// SQL: whether outbox row `o` is done by progress row `p` (a fast-path row the lane's
     /// progress has passed). PostgreSQL: visible in `p.done`, or in `p.cur` up to
     /// `p.upto_id`; SQLite (ids in commit order): up to `p.upto_id`.

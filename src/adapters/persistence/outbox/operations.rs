@@ -186,7 +186,7 @@ impl OutboxOperations for SeaOrmOutboxStore {
         let txn = self.db.begin().await.map_err(repo_err)?;
         // Raw `RETURNING id`: only the ids are needed (and a whole-row RETURNING would tie
         // this statement to the table's column list).
-        let (set, values): (&str, Vec<Value>) = if discard {
+        let (set, mut values): (&str, Vec<Value>) = if discard {
             // Keep the discard's own clock for retention.
             ("dead_lettered_at = $2", vec![action.target().as_str().into(), now.into()])
         } else {
@@ -196,10 +196,10 @@ impl OutboxOperations for SeaOrmOutboxStore {
                 vec![action.target().as_str().into()],
             )
         };
+        let by_id = self.in_ids("id", ids, &mut values);
         let sql = format!(
             "UPDATE outbox_events SET status = $1, version = version + 1, {set} \
-             WHERE id IN ({}) AND status IN ({}) RETURNING id",
-            ids.iter().map(i64::to_string).collect::<Vec<_>>().join(", "),
+             WHERE {by_id} AND status IN ({}) RETURNING id",
             literals(action.from_statuses())
         );
         let moved =
