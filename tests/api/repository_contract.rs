@@ -721,11 +721,22 @@ async fn hot_statements_never_run_on_a_generic_plan_on_postgres() {
             conn.get_database_backend(),
             "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements \
              WHERE statement LIKE 'UPDATE outbox_events%' OR statement LIKE 'SELECT o.lane, o.id%' \
-               OR statement LIKE 'INSERT INTO outbox_progress%'",
+               OR statement LIKE 'INSERT INTO outbox_progress%' OR statement LIKE 'WITH f AS%'",
         ))
         .await
         .unwrap();
     assert!(!rows.is_empty(), "the claim and mark statements are prepared and cached");
+    // Each of those batches was read whole by the fill that found it (every lane filled
+    // afresh, as at a trickle): the read by id never ran.
+    let by_id = conn
+        .query_all_raw(Statement::from_string(
+            conn.get_database_backend(),
+            "SELECT statement FROM pg_prepared_statements \
+             WHERE statement LIKE 'SELECT o.id, %AS held FROM outbox_events o WHERE o.id = ANY%'",
+        ))
+        .await
+        .unwrap();
+    assert!(by_id.is_empty(), "a batch read by id after its fill");
     for row in rows {
         let statement: String = row.try_get("", "statement").unwrap();
         let generic: i64 = row.try_get("", "generic_plans").unwrap();

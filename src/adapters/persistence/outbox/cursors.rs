@@ -2,7 +2,9 @@
 //! relay's lane cursors (by worker id) are kept here, in memory, read from the lane's newest
 //! progress row when the relay first reads the lane or the lane's epoch changed, and filled
 //! with the ids of the lane's next snapshot difference (PostgreSQL) or past its mark
-//! (SQLite). A cursor drops ids only when their batch is recorded (`fast`).
+//! (SQLite); on PostgreSQL the fill also reads the rows of each lane's first slice, so a
+//! batch of lanes filled afresh (a trickle) needs no second statement. A cursor drops ids
+//! only when their batch is recorded (`fast`).
 
 use std::collections::VecDeque;
 
@@ -32,6 +34,9 @@ pub(super) struct LaneCursor {
     /// Whether `pending` holds the rest of the difference (else more follows past it).
     pub(super) complete: bool,
 }
+
+/// Rows a fill read with their ids, by id, each with whether it is held ([`fast_row`]).
+pub(super) type ReadRows = HashMap<i64, (OutboxRecord, bool)>;
 
 /// One relay's cursors, by lane; locked while it reads or records (one at a time in any
 /// case: the relay never overlaps them).
@@ -98,7 +103,8 @@ impl SeaOrmOutboxStore {
         &self,
         cursors: &mut [LaneCursor],
         which: &[usize],
-    ) -> Result<(), RepoError> {
+        first: usize,
+    ) -> Result<ReadRows, RepoError> {
         for &i in which {
             if cursors[i].mark.current.is_none() {
                 cursors[i].mark.upto_id = 0;
@@ -113,6 +119,7 @@ impl SeaOrmOutboxStore {
             texts(chosen.iter().map(|c| c.mark.current.clone())),
             bigints(chosen.iter().map(|c| c.mark.upto_id)),
             (FILL as i64).into(),
+            (first as i64).into(),
         ];
         // The lower bound `xmin(done)` keeps the scan on `idx_outbox_fast` to the events
         // not yet surely done; visibility decides each one.
@@ -121,27 +128,49 @@ impl SeaOrmOutboxStore {
         // A lane starting a difference takes this statement's own snapshot as its `cur`
         // (one snapshot for the whole statement, the one its reads see); the last row,
         // lane -1, reports it.
-        let sql = "SELECT l.lane, x.id, NULL AS snap FROM (SELECT u.lane, NULLIF(u.done, '') AS done, \
-               NULLIF(u.cur, '') AS cur, u.upto \
-               FROM unnest($1::smallint[], $2::text[], $3::text[], $4::bigint[]) AS u(lane, done, cur, upto)) l \
-             CROSS JOIN LATERAL (SELECT o.id FROM outbox_events o WHERE o.lane = l.lane AND NOT o.slow \
-               AND o.txid >= COALESCE(pg_snapshot_xmin(l.done::pg_snapshot), '0'::xid8) \
-               AND o.txid < pg_snapshot_xmax(COALESCE(l.cur::pg_snapshot, pg_current_snapshot())) \
-               AND pg_visible_in_snapshot(o.txid, COALESCE(l.cur::pg_snapshot, pg_current_snapshot())) \
-               AND (l.done IS NULL OR NOT pg_visible_in_snapshot(o.txid, l.done::pg_snapshot)) \
-               AND o.id > l.upto \
-             ORDER BY o.id LIMIT $5) x \
-             UNION ALL SELECT -1::smallint, -1::bigint, pg_current_snapshot()::text \
-             ORDER BY 1, 2";
-        let rows =
-            FillRow::find_by_statement(self.statement(sql, values)).all(&self.db).await.map_err(repo_err)?;
+        // Each lane's ids come as one array (lane >= 0), and its first `first` ids also as
+        // rows (lane -2, read by id), so that a lane filled afresh needs no second statement
+        // for its batch: one row per lane and per event read, however long the difference.
+        // The difference `f` is computed once (a CTE used twice is materialized); the read by
+        // id stays a lateral probe of the primary key (its LIMIT keeps it from being planned
+        // as a join over the table).
+        let nulls = vec!["NULL"; OUTBOX_COLUMNS.split(", ").count() + 1].join(", ");
+        let sql = format!(
+            "WITH f AS (SELECT l.lane, x.id, x.n \
+               FROM (SELECT u.lane, NULLIF(u.done, '') AS done, NULLIF(u.cur, '') AS cur, u.upto \
+                 FROM unnest($1::smallint[], $2::text[], $3::text[], $4::bigint[]) AS u(lane, done, cur, upto)) l \
+               CROSS JOIN LATERAL (SELECT o.id, row_number() OVER (ORDER BY o.id) AS n \
+                 FROM outbox_events o WHERE o.lane = l.lane AND NOT o.slow \
+                 AND o.txid >= COALESCE(pg_snapshot_xmin(l.done::pg_snapshot), '0'::xid8) \
+                 AND o.txid < pg_snapshot_xmax(COALESCE(l.cur::pg_snapshot, pg_current_snapshot())) \
+                 AND pg_visible_in_snapshot(o.txid, COALESCE(l.cur::pg_snapshot, pg_current_snapshot())) \
+                 AND (l.done IS NULL OR NOT pg_visible_in_snapshot(o.txid, l.done::pg_snapshot)) \
+                 AND o.id > l.upto \
+               ORDER BY o.id LIMIT $5) x) \
+             SELECT -2::smallint AS fill_lane, NULL::bigint[] AS fill_ids, NULL::text AS snap, r.* FROM f \
+               CROSS JOIN LATERAL (SELECT {}, {} FROM outbox_events o WHERE o.id = f.id LIMIT 1) r \
+               WHERE f.n <= $6 \
+             UNION ALL SELECT f.lane, array_agg(f.id ORDER BY f.id), NULL, {nulls} FROM f GROUP BY f.lane \
+             UNION ALL SELECT -1::smallint, NULL, pg_current_snapshot()::text, {nulls}",
+            fast_columns(),
+            held_column()
+        );
+        let results = self.db.query_all_raw(self.statement(&sql, values)).await.map_err(repo_err)?;
         let mut snapshot = None;
         let mut by_lane: HashMap<i16, VecDeque<i64>> = HashMap::new();
-        for r in rows {
-            if r.lane < 0 {
-                snapshot = r.snap;
-            } else {
-                by_lane.entry(r.lane).or_default().push_back(r.id);
+        let mut read = ReadRows::new();
+        for result in results {
+            let r = FillRow::from_query_result(&result, "").map_err(repo_err)?;
+            match r.fill_lane {
+                -1 => snapshot = r.snap,
+                -2 => {
+                    if let Some((row, held)) = fast_row(&result)? {
+                        read.insert(row.id, (row, held));
+                    }
+                }
+                lane => {
+                    by_lane.insert(lane, r.fill_ids.unwrap_or_default().into());
+                }
             }
         }
         let snapshot = snapshot.ok_or_else(|| RepoError::unavailable("no snapshot reported"))?;
@@ -162,14 +191,21 @@ impl SeaOrmOutboxStore {
                 }
             }
         }
-        Ok(())
+        Ok(read)
     }
 
     /// Fills the `pending` ids of `cursors[which]` (each empty): on PostgreSQL from snapshot
     /// differences, on SQLite (one writer: ids in commit order) with the ids past the mark.
-    pub(super) async fn fill(&self, cursors: &mut [LaneCursor], which: &[usize]) -> Result<(), RepoError> {
+    /// On PostgreSQL the first `first` ids of each lane come with their rows: those it returns
+    /// (SQLite: none).
+    pub(super) async fn fill(
+        &self,
+        cursors: &mut [LaneCursor],
+        which: &[usize],
+        first: usize,
+    ) -> Result<ReadRows, RepoError> {
         if self.is_postgres() {
-            return self.fill_from_snapshots(cursors, which).await;
+            return self.fill_from_snapshots(cursors, which, first).await;
         }
         for &i in which {
             let c = &mut cursors[i];
@@ -184,6 +220,6 @@ impl SeaOrmOutboxStore {
             // One writer: there is no difference to finish, only ids past the mark.
             c.complete = false;
         }
-        Ok(())
+        Ok(ReadRows::new())
     }
 }

@@ -79,9 +79,10 @@ impl SeaOrmOutboxStore {
         let empty: Vec<usize> = (0..cursors.len())
             .filter(|&i| cursors[i].pending.is_empty() && !past.contains_key(&cursors[i].lane))
             .collect();
-        if !empty.is_empty() {
-            self.fill(cursors, &empty).await?;
-        }
+        // A lane filled now has its first `per_lane` rows read by the fill itself (PostgreSQL):
+        // at a trickle, where every lane is filled afresh, a batch is one statement.
+        let mut read =
+            if empty.is_empty() { HashMap::new() } else { self.fill(cursors, &empty, per_lane).await? };
         let mut pages = Vec::new();
         let mut ids = Vec::new();
         for c in cursors.iter() {
@@ -100,35 +101,35 @@ impl SeaOrmOutboxStore {
         if ids.is_empty() {
             return Ok(None);
         }
-        // Each row with whether its aggregate waits on the slow path (an earlier event not yet
-        // delivered or discarded): one statement, not a second round trip.
-        let held = format!(
-            "EXISTS (SELECT 1 FROM outbox_events h WHERE h.slow AND h.status IN ({}) \
-               AND h.aggregate_type = o.aggregate_type AND h.aggregate_id = o.aggregate_id) AS held",
-            literals(OutboxStatus::BLOCKING)
-        );
-        let columns = OUTBOX_COLUMNS.split(", ").map(|c| format!("o.{c}")).collect::<Vec<_>>().join(", ");
-        // By id alone, the primary key's plan whatever the statistics: a `NOT o.slow` here
-        // let a table without statistics (truncated, restored, not analyzed yet) be read
-        // through the whole of `idx_outbox_fast` for every batch (docs/decisions.md). A row
-        // moved to the slow path since its lane was filled is dropped below instead.
-        let mut values = Vec::new();
-        let by_id = self.in_ids("o.id", &ids, &mut values);
-        let statement =
-            self.statement(&format!("SELECT {columns}, {held} FROM outbox_events o WHERE {by_id}"), values);
-        let results = self.db.query_all_raw(statement).await.map_err(repo_err)?;
-        let mut rows = Vec::with_capacity(results.len());
-        let mut waiting = Vec::new();
-        for result in results {
-            let model = outbox_events::Model::from_query_result(&result, "").map_err(repo_err)?;
-            if model.slow {
-                continue;
+        let mut found = Vec::with_capacity(ids.len());
+        let mut unread = Vec::new();
+        for id in &ids {
+            match read.remove(id) {
+                Some(row) => found.push(row),
+                None => unread.push(*id),
             }
-            if result.try_get::<bool>("", "held").map_err(repo_err)? {
-                waiting.push((model.aggregate_type.clone(), model.aggregate_id.clone()));
-            }
-            rows.push(outbox_from_row(model)?);
         }
+        if !unread.is_empty() {
+            // By id alone, the primary key's plan whatever the statistics: a `NOT o.slow` here
+            // let a table without statistics (truncated, restored, not analyzed yet) be read
+            // through the whole of `idx_outbox_fast` for every batch (docs/decisions.md). A row
+            // moved to the slow path since its lane was filled is dropped instead.
+            let mut values = Vec::new();
+            let by_id = self.in_ids("o.id", &unread, &mut values);
+            let statement = self.statement(
+                &format!("SELECT {}, {} FROM outbox_events o WHERE {by_id}", fast_columns(), held_column()),
+                values,
+            );
+            for result in self.db.query_all_raw(statement).await.map_err(repo_err)? {
+                found.extend(fast_row(&result)?);
+            }
+        }
+        let mut waiting: Vec<(String, String)> = found
+            .iter()
+            .filter(|(_, held)| *held)
+            .map(|(row, _)| (row.aggregate_type.clone(), row.aggregate_id.clone()))
+            .collect();
+        let mut rows: Vec<OutboxRecord> = found.into_iter().map(|(row, _)| row).collect();
         rows.sort_by_key(|r| (r.lane, r.id));
         waiting.sort_unstable();
         waiting.dedup();

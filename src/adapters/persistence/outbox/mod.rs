@@ -22,7 +22,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{ArrayType, Expr, ExprTrait};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseBackend, DatabaseConnection, EntityTrait, FromQueryResult,
-    QueryFilter, Statement, TransactionTrait, Value,
+    QueryFilter, QueryResult, Statement, TransactionTrait, Value,
 };
 
 use tokio::sync::Notify;
@@ -259,6 +259,32 @@ const OUTBOX_COLUMNS: &str = "id, event_id, aggregate_type, aggregate_id, event_
     correlation_id, status, retry_count, failure_code, failure_reason, next_attempt_at, last_attempt_at, \
     claimed_by, claimed_until, created_at, published_at, dead_lettered_at, version, lane, slow, traceparent";
 
+/// The columns of outbox row `o` as the fast path reads them, then [`held_column`].
+fn fast_columns() -> String {
+    OUTBOX_COLUMNS.split(", ").map(|c| format!("o.{c}")).collect::<Vec<_>>().join(", ")
+}
+
+/// Column `held`: whether row `o`'s aggregate waits on the slow path (an earlier event not
+/// yet delivered or discarded), read with the row rather than in a second round trip.
+fn held_column() -> String {
+    format!(
+        "EXISTS (SELECT 1 FROM outbox_events h WHERE h.slow AND h.status IN ({}) \
+           AND h.aggregate_type = o.aggregate_type AND h.aggregate_id = o.aggregate_id) AS held",
+        literals(OutboxStatus::BLOCKING)
+    )
+}
+
+/// A row read with [`fast_columns`] and [`held_column`], with whether it is held; `None` if
+/// it moved to the slow path since its lane was filled.
+fn fast_row(result: &QueryResult) -> Result<Option<(OutboxRecord, bool)>, RepoError> {
+    let model = outbox_events::Model::from_query_result(result, "").map_err(repo_err)?;
+    if model.slow {
+        return Ok(None);
+    }
+    let held = result.try_get::<bool>("", "held").map_err(repo_err)?;
+    Ok(Some((outbox_from_row(model)?, held)))
+}
+
 /// A row id, as `SELECT id` or `RETURNING id` gives it.
 #[derive(Debug, FromQueryResult)]
 struct IdRow {
@@ -267,8 +293,9 @@ struct IdRow {
 
 #[derive(Debug, FromQueryResult)]
 struct FillRow {
-    lane: i16,
-    id: i64,
+    /// A lane; -1: the row that reports the snapshot; -2: a row read with its id.
+    fill_lane: i16,
+    fill_ids: Option<Vec<i64>>,
     snap: Option<String>,
 }
 
