@@ -188,13 +188,6 @@ impl SeaOrmOutboxStore {
         // epoch it read it with (the lane row held against a take-over until commit on
         // PostgreSQL). Writing first also takes SQLite's write lock before anything is read,
         // so a concurrent writer makes this wait, not fail.
-        // Every event went out: the insert alone, one statement and its own transaction (one
-        // round trip instead of three on the path every batch takes), whose commit on
-        // PostgreSQL does not wait for the WAL to reach the disk (`synchronous_commit` off for
-        // this transaction only). A progress row lost to a crash only makes the lanes' next
-        // owner send those events again, and at a trickle the next read no longer waits for a
-        // flush (docs/decisions.md, "The fast path's records commit asynchronously").
-        let all_sent = batch.failures.is_empty() && batch.held_back.is_empty();
         let (sql, values) = if self.is_postgres() {
             let values: Vec<Value> = vec![
                 smallints(progress.iter().map(|c| c.lane)),
@@ -205,21 +198,16 @@ impl SeaOrmOutboxStore {
                 now.into(),
                 worker.into(),
             ];
-            // `set_config(..., true)` lasts until the end of the transaction; joined in, since
-            // a subquery nothing refers to is not evaluated, and one row, so it changes none.
-            let asynchronous = if all_sent {
-                "CROSS JOIN (SELECT set_config('synchronous_commit', 'off', true)) AS commit_mode "
-            } else {
-                ""
-            };
-            let sql = format!(
-                "INSERT INTO outbox_progress (lane, done, cur, upto_id, published_at, worker) \
+            // Committed synchronously like every other write: an asynchronous commit here
+            // lets a crash hand out again the transaction ids a recorded snapshot counts as
+            // done (docs/decisions.md, "The fast path's records stay synchronous").
+            let sql = "INSERT INTO outbox_progress (lane, done, cur, upto_id, published_at, worker) \
                  SELECT v.lane, NULLIF(v.done, ''), NULLIF(v.cur, ''), v.upto, $6, $7 \
                  FROM unnest($1::smallint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[]) \
-                   AS v(lane, epoch, done, cur, upto) {asynchronous}\
+                   AS v(lane, epoch, done, cur, upto) \
                  JOIN outbox_lanes l ON l.lane = v.lane AND l.epoch = v.epoch AND l.owner = $7 \
                  FOR SHARE OF l RETURNING lane"
-            );
+                .to_owned();
             (sql, values)
         } else {
             let mut values: Vec<Value> = Vec::new();
@@ -251,7 +239,9 @@ impl SeaOrmOutboxStore {
             (sql, values)
         };
         let insert = LaneOnly::find_by_statement(self.statement(&sql, values));
-        if all_sent {
+        if batch.failures.is_empty() && batch.held_back.is_empty() {
+            // Every event went out: the insert alone, one statement and its own transaction
+            // (one round trip instead of three on the path every batch takes).
             let recorded = insert.all(&self.db).await.map_err(repo_err)?;
             return Ok(recorded.into_iter().map(|l| l.lane).collect());
         }
