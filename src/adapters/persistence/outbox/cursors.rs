@@ -7,6 +7,7 @@
 //! only when their batch is recorded (`fast`).
 
 use std::collections::VecDeque;
+use std::sync::LazyLock;
 
 use super::*;
 
@@ -34,6 +35,43 @@ pub(super) struct LaneCursor {
     /// Whether `pending` holds the rest of the difference (else more follows past it).
     pub(super) complete: bool,
 }
+
+/// The fill's statement on PostgreSQL ($1–$4 the lanes' positions as arrays, $5 [`FILL`], $6
+/// how many ids of each lane come with their rows); built once, one text for every fill.
+///
+/// The lower bound `xmin(done)` keeps the scan on `idx_outbox_fast` to the events not yet
+/// surely done; visibility decides each one. At most `FILL` ids per lane: a difference of a
+/// million events is read in slices, so that memory stays bounded; the next slice starts past
+/// `upto`. A lane starting a difference takes this statement's own snapshot as its `cur` (one
+/// snapshot for the whole statement, the one its reads see); a row of lane -1 reports it.
+/// Each lane's ids come as one array (lane >= 0), and its first $6 ids also as rows (lane -2,
+/// read by id), so that a lane filled afresh needs no second statement for its batch: one row
+/// per lane and per event read, however long the difference. The difference `f` is computed
+/// once (a CTE used twice is materialized); the read by id stays a lateral probe of the
+/// primary key (its LIMIT keeps it from being planned as a join over the table).
+static FILL_SQL: LazyLock<String> = LazyLock::new(|| {
+    let nulls = vec!["NULL"; OUTBOX_COLUMNS.split(", ").count() + 1].join(", ");
+    format!(
+        "WITH f AS (SELECT l.lane, x.id, x.n \
+           FROM (SELECT u.lane, NULLIF(u.done, '') AS done, NULLIF(u.cur, '') AS cur, u.upto \
+             FROM unnest($1::smallint[], $2::text[], $3::text[], $4::bigint[]) AS u(lane, done, cur, upto)) l \
+           CROSS JOIN LATERAL (SELECT o.id, row_number() OVER (ORDER BY o.id) AS n \
+             FROM outbox_events o WHERE o.lane = l.lane AND NOT o.slow \
+             AND o.txid >= COALESCE(pg_snapshot_xmin(l.done::pg_snapshot), '0'::xid8) \
+             AND o.txid < pg_snapshot_xmax(COALESCE(l.cur::pg_snapshot, pg_current_snapshot())) \
+             AND pg_visible_in_snapshot(o.txid, COALESCE(l.cur::pg_snapshot, pg_current_snapshot())) \
+             AND (l.done IS NULL OR NOT pg_visible_in_snapshot(o.txid, l.done::pg_snapshot)) \
+             AND o.id > l.upto \
+           ORDER BY o.id LIMIT $5) x) \
+         SELECT -2::smallint AS fill_lane, NULL::bigint[] AS fill_ids, NULL::text AS snap, r.* FROM f \
+           CROSS JOIN LATERAL (SELECT {}, {} FROM outbox_events o WHERE o.id = f.id LIMIT 1) r \
+           WHERE f.n <= $6 \
+         UNION ALL SELECT f.lane, array_agg(f.id ORDER BY f.id), NULL, {nulls} FROM f GROUP BY f.lane \
+         UNION ALL SELECT -1::smallint, NULL, pg_current_snapshot()::text, {nulls}",
+        fast_columns(),
+        held_column()
+    )
+});
 
 /// Rows a fill read with their ids, by id, each with whether it is held ([`fast_row`]).
 pub(super) type ReadRows = HashMap<i64, (OutboxRecord, bool)>;
@@ -121,41 +159,7 @@ impl SeaOrmOutboxStore {
             (FILL as i64).into(),
             (first as i64).into(),
         ];
-        // The lower bound `xmin(done)` keeps the scan on `idx_outbox_fast` to the events
-        // not yet surely done; visibility decides each one.
-        // At most FILL ids per lane: a difference of a million events is read in slices, so
-        // that memory stays bounded; the next slice starts past `upto`.
-        // A lane starting a difference takes this statement's own snapshot as its `cur`
-        // (one snapshot for the whole statement, the one its reads see); the last row,
-        // lane -1, reports it.
-        // Each lane's ids come as one array (lane >= 0), and its first `first` ids also as
-        // rows (lane -2, read by id), so that a lane filled afresh needs no second statement
-        // for its batch: one row per lane and per event read, however long the difference.
-        // The difference `f` is computed once (a CTE used twice is materialized); the read by
-        // id stays a lateral probe of the primary key (its LIMIT keeps it from being planned
-        // as a join over the table).
-        let nulls = vec!["NULL"; OUTBOX_COLUMNS.split(", ").count() + 1].join(", ");
-        let sql = format!(
-            "WITH f AS (SELECT l.lane, x.id, x.n \
-               FROM (SELECT u.lane, NULLIF(u.done, '') AS done, NULLIF(u.cur, '') AS cur, u.upto \
-                 FROM unnest($1::smallint[], $2::text[], $3::text[], $4::bigint[]) AS u(lane, done, cur, upto)) l \
-               CROSS JOIN LATERAL (SELECT o.id, row_number() OVER (ORDER BY o.id) AS n \
-                 FROM outbox_events o WHERE o.lane = l.lane AND NOT o.slow \
-                 AND o.txid >= COALESCE(pg_snapshot_xmin(l.done::pg_snapshot), '0'::xid8) \
-                 AND o.txid < pg_snapshot_xmax(COALESCE(l.cur::pg_snapshot, pg_current_snapshot())) \
-                 AND pg_visible_in_snapshot(o.txid, COALESCE(l.cur::pg_snapshot, pg_current_snapshot())) \
-                 AND (l.done IS NULL OR NOT pg_visible_in_snapshot(o.txid, l.done::pg_snapshot)) \
-                 AND o.id > l.upto \
-               ORDER BY o.id LIMIT $5) x) \
-             SELECT -2::smallint AS fill_lane, NULL::bigint[] AS fill_ids, NULL::text AS snap, r.* FROM f \
-               CROSS JOIN LATERAL (SELECT {}, {} FROM outbox_events o WHERE o.id = f.id LIMIT 1) r \
-               WHERE f.n <= $6 \
-             UNION ALL SELECT f.lane, array_agg(f.id ORDER BY f.id), NULL, {nulls} FROM f GROUP BY f.lane \
-             UNION ALL SELECT -1::smallint, NULL, pg_current_snapshot()::text, {nulls}",
-            fast_columns(),
-            held_column()
-        );
-        let results = self.db.query_all_raw(self.statement(&sql, values)).await.map_err(repo_err)?;
+        let results = self.db.query_all_raw(self.statement(&FILL_SQL, values)).await.map_err(repo_err)?;
         let mut snapshot = None;
         let mut by_lane: HashMap<i16, VecDeque<i64>> = HashMap::new();
         let mut read = ReadRows::new();
