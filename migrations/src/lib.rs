@@ -21,6 +21,7 @@ mod m20261202_000013_payment_methods;
 mod m20261202_000014_inbox_digest;
 mod m20261202_000015_refunds;
 mod m20261202_000016_ledger;
+mod m20261203_000017_outbox_incarnation;
 
 pub struct Migrator;
 
@@ -44,6 +45,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000014_inbox_digest::Migration),
             Box::new(m20261202_000015_refunds::Migration),
             Box::new(m20261202_000016_ledger::Migration),
+            Box::new(m20261203_000017_outbox_incarnation::Migration),
         ]
     }
 }

@@ -20,6 +20,8 @@ struct PgServer {
     bin: PathBuf,
     dir: PathBuf,
     port: u16,
+    /// Server settings beyond the harness's own (`-c name=value ...`).
+    settings: String,
 }
 
 /// Runs a PostgreSQL program as the `postgres` user when we are root (initdb refuses root).
@@ -59,6 +61,10 @@ impl PgServer {
     }
 
     fn start() -> Option<PgServer> {
+        Self::start_with("")
+    }
+
+    fn start_with(settings: &str) -> Option<PgServer> {
         let Some(bin) = Self::bin() else {
             service_missing(
                 "PostgreSQL's server programs (initdb, pg_ctl)",
@@ -70,7 +76,7 @@ impl PgServer {
         std::fs::create_dir_all(&dir).expect("server directory");
         let _ = Command::new("chown").args(["postgres:postgres"]).arg(&dir).status();
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let server = PgServer { bin, dir, port };
+        let server = PgServer { bin, dir, port, settings: settings.to_owned() };
         let mut initdb = pg_command(&server.bin, "initdb");
         initdb.args(["-A", "trust", "-U", "postgres", "--no-sync", "-D"]).arg(server.dir.join("data"));
         run(initdb, "initdb");
@@ -87,9 +93,10 @@ impl PgServer {
             .arg(self.dir.join("server.log"))
             .arg("-o")
             .arg(format!(
-                "-p {} -c listen_addresses=127.0.0.1 -k {} -c fsync=off -c max_connections=50",
+                "-p {} -c listen_addresses=127.0.0.1 -k {} -c fsync=off -c max_connections=50 {}",
                 self.port,
-                self.dir.display()
+                self.dir.display(),
+                self.settings
             ))
             .args(["-w", "start"]);
         run(start, "pg_ctl start");
@@ -105,6 +112,27 @@ impl PgServer {
     fn admin_url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
+
+    /// Waits until the server accepts connections again (after a crash's recovery).
+    fn wait_ready(&self) {
+        let started = Instant::now();
+        loop {
+            let mut ready = pg_command(&self.bin, "pg_isready");
+            ready.args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()]);
+            if ready.status().is_ok_and(|s| s.success()) {
+                return;
+            }
+            assert!(started.elapsed() < Duration::from_secs(30), "the server did not come back");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Sends `signal` (`STOP`, `KILL`) to process `pid`.
+fn signal(pid: i32, signal: &str) {
+    let mut kill = Command::new("kill");
+    kill.arg(format!("-{signal}")).arg(pid.to_string());
+    run(kill, &format!("kill -{signal} {pid}"));
 }
 
 impl Drop for PgServer {
@@ -195,4 +223,136 @@ async fn the_database_server_crashes_and_returns_under_load() {
         slowest_refusal.as_millis(),
         recovered_in.as_millis()
     );
+    // The app's database goes while its server runs (see above).
+    drop(app);
+}
+
+/// A database crash must not let the relay skip an event (docs/decisions.md, "The fast
+/// path's records stay synchronous"). A relay's in-memory cursor counts as done every
+/// transaction id below its snapshot's `xmax`. A rolled-back producer transaction is not
+/// flushed: when it is the newest to complete as a fill takes its snapshot and the server
+/// crashes before its WAL is written, recovery hands its id out again — here to the next
+/// event's transaction, which the cursor kept across the crash would take as already done.
+/// A batch read before the crash and recorded after it would write such a snapshot
+/// durably. After a crash the relay reads its lanes again from their records, and a record
+/// of a batch read before the crash is refused: the event is delivered (its lane's batch
+/// read before the crash is sent again: a duplicate, never a loss).
+///
+/// The crash is made deterministic: the WAL writer is stopped (`SIGSTOP`) so that the
+/// rollback's WAL stays in shared memory, then killed, which makes the postmaster crash and
+/// recover every process (its start time unchanged, as in any backend's crash).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_crash_never_lets_the_relay_skip_an_event() {
+    use chrono::Utc;
+    use orchestrator::adapters::persistence::{SeaOrmOutboxStore, SeaOrmStore};
+    use orchestrator::application::ports::{Changes, FastRecord, NewOutboxEvent, RelayStore, UnitOfWork};
+    use orchestrator::domain::ids::EventId;
+    use orchestrator::domain::outbox::lanes::lane_of;
+    use sea_orm::{ConnectionTrait, Statement, TransactionTrait};
+
+    // Nothing but the test writes WAL or flushes it: no autovacuum, no timed checkpoint.
+    let Some(server) = PgServer::start_with("-c autovacuum=off -c checkpoint_timeout=1h") else { return };
+    let Some(test_db) = TestDb::create_on(&server.admin_url()).await else { return };
+    let conn = test_db.connect().await;
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let outbox = SeaOrmOutboxStore::new(conn.clone(), wake.clone());
+    let orders = SeaOrmStore::new(conn.clone(), wake);
+    let event = |aggregate: &str| NewOutboxEvent {
+        event_id: EventId::new(),
+        aggregate_type: "order".into(),
+        aggregate_id: aggregate.into(),
+        event_type: "order.completed".into(),
+        routing_key: "order.completed".into(),
+        payload: "{}".into(),
+        correlation_id: None,
+        created_at: Utc::now(),
+    };
+    let one = |sql: &str| Statement::from_string(conn.get_database_backend(), sql.to_owned());
+    // Two aggregates in different lanes: `b`'s batch is read before the crash and recorded
+    // after it; `a`'s lane has its difference read empty just before the crash.
+    let a = "agg-a";
+    let b = (0..)
+        .map(|i| format!("agg-b-{i}"))
+        .find(|b| lane_of("order", b, 16) != lane_of("order", a, 16))
+        .unwrap();
+    let t = Utc::now();
+    let held = outbox.lease_lanes("w", 16, t, t + chrono::Duration::minutes(10)).await.unwrap();
+    let record =
+        |token| FastRecord { batches: vec![token], failures: vec![], held_back: vec![], attempted_at: t };
+
+    orders.commit(Changes { outbox: vec![event(a)], ..Default::default() }).await.unwrap();
+    let first = outbox.next_batch("w", &held, &[], 64).await.unwrap().expect("the first event");
+    assert!(outbox.record_batches("w", &record(first.token), t).await.unwrap().is_empty());
+    orders.commit(Changes { outbox: vec![event(&b)], ..Default::default() }).await.unwrap();
+    let before = outbox.next_batch("w", &held, &[], 64).await.unwrap().expect("b's event");
+    assert_eq!(before.rows.len(), 1);
+
+    let walwriter: i32 = conn
+        .query_one_raw(one("SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'"))
+        .await
+        .unwrap()
+        .expect("a WAL writer")
+        .try_get("", "pid")
+        .unwrap();
+    signal(walwriter, "STOP");
+    // A producer's transaction rolls back: its id is the newest completed, its WAL unwritten.
+    let txn = conn.begin().await.unwrap();
+    let rolled_back: i64 = txn
+        .query_one_raw(one("SELECT pg_current_xact_id()::text::bigint AS x"))
+        .await
+        .unwrap()
+        .unwrap()
+        .try_get("", "x")
+        .unwrap();
+    txn.rollback().await.unwrap();
+    // The relay reads on: every lane but b's (whose batch is unrecorded) takes a snapshot
+    // that counts the rolled-back id as done, and finds nothing new.
+    let idle = outbox.next_batch("w", &held, std::slice::from_ref(&before.token), 64).await.unwrap();
+    assert!(idle.is_none(), "nothing new before the crash");
+
+    let _server = tokio::task::spawn_blocking(move || {
+        signal(walwriter, "KILL");
+        std::thread::sleep(Duration::from_millis(500));
+        server.wait_ready();
+        server
+    })
+    .await
+    .expect("the server crashed and recovered");
+    until_within("the database after its crash", Duration::from_secs(30), || async {
+        conn.execute_unprepared("SELECT 1").await.is_ok()
+    })
+    .await;
+
+    // The next event's transaction is given the rolled-back transaction's id.
+    orders.commit(Changes { outbox: vec![event(a)], ..Default::default() }).await.unwrap();
+    let reused: i64 = conn
+        .query_one_raw(one("SELECT MAX(txid::text::bigint) AS x FROM outbox_events"))
+        .await
+        .unwrap()
+        .unwrap()
+        .try_get("", "x")
+        .unwrap();
+    assert_eq!(reused, rolled_back, "the crash handed the rolled-back transaction's id out again");
+    // b's batch, read before the crash, is recorded after it: refused.
+    let fenced = outbox.record_batches("w", &record(before.token), t).await.unwrap();
+    assert!(!fenced.is_empty(), "a batch read before the crash is never recorded after it");
+
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        match outbox.next_batch("w", &held, &[], 64).await {
+            Ok(Some(batch)) => {
+                seen.extend(batch.rows.iter().map(|r| r.aggregate_id.clone()));
+                assert!(outbox.record_batches("w", &record(batch.token), t).await.unwrap().is_empty());
+            }
+            Ok(None) => {}
+            // The relay learns of the crash at its first read, and reads its lanes again.
+            Err(err) => eprintln!("read after the crash: {err}"),
+        }
+    }
+    assert!(seen.iter().any(|s| s == a), "the event committed after the crash is delivered: {seen:?}");
+    assert!(seen.contains(&b), "b's batch, never recorded, is sent again: {seen:?}");
+    // The test's database goes while its server runs (dropping it afterwards would wait
+    // for a connection until the pool gives up).
+    drop(conn);
+    drop(test_db);
 }

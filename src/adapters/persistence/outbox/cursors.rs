@@ -5,6 +5,14 @@
 //! (SQLite); on PostgreSQL the fill also reads the rows of each lane's first slice, so a
 //! batch of lanes filled afresh (a trickle) needs no second statement. A cursor drops ids
 //! only when their batch is recorded (`fast`).
+//!
+//! A relay's cursors hold only while the server that filled them runs: the fill reads the
+//! server's incarnation (`outbox_incarnation`, an unlogged table that crash recovery
+//! empties), and a relay that finds it changed forgets every cursor and reads its lanes
+//! again from their records. A crash can lose WAL never flushed — a rolled-back producer
+//! transaction's — and hand its transaction id out again, to an event that a snapshot taken
+//! before the crash counts as done (docs/decisions.md, "A database crash resets the relay's
+//! cursors").
 
 use std::collections::VecDeque;
 use std::sync::LazyLock;
@@ -38,6 +46,7 @@ pub(super) struct LaneCursor {
 
 /// The fill's statement on PostgreSQL ($1–$4 the lanes' positions as arrays, $5 [`FILL`], $6
 /// how many ids of each lane come with their rows); built once, one text for every fill.
+/// Its row of lane -1 also reports the server's incarnation (NULL after a crash).
 ///
 /// The lower bound `xmin(done)` keeps the scan on `idx_outbox_fast` to the events not yet
 /// surely done; visibility decides each one. At most `FILL` ids per lane: a difference of a
@@ -63,11 +72,13 @@ static FILL_SQL: LazyLock<String> = LazyLock::new(|| {
              AND (l.done IS NULL OR NOT pg_visible_in_snapshot(o.txid, l.done::pg_snapshot)) \
              AND o.id > l.upto \
            ORDER BY o.id LIMIT $5) x) \
-         SELECT -2::smallint AS fill_lane, NULL::bigint[] AS fill_ids, NULL::text AS snap, r.* FROM f \
+         SELECT -2::smallint AS fill_lane, NULL::bigint[] AS fill_ids, NULL::text AS snap, \
+           NULL::text AS incarnation, r.* FROM f \
            CROSS JOIN LATERAL (SELECT {}, {} FROM outbox_events o WHERE o.id = f.id LIMIT 1) r \
            WHERE f.n <= $6 \
-         UNION ALL SELECT f.lane, array_agg(f.id ORDER BY f.id), NULL, {nulls} FROM f GROUP BY f.lane \
-         UNION ALL SELECT -1::smallint, NULL, pg_current_snapshot()::text, {nulls}",
+         UNION ALL SELECT f.lane, array_agg(f.id ORDER BY f.id), NULL, NULL, {nulls} FROM f GROUP BY f.lane \
+         UNION ALL SELECT -1::smallint, NULL, pg_current_snapshot()::text, \
+           (SELECT i.token FROM outbox_incarnation i), {nulls}",
         fast_columns(),
         held_column()
     )
@@ -76,16 +87,22 @@ static FILL_SQL: LazyLock<String> = LazyLock::new(|| {
 /// Rows a fill read with their ids, by id, each with whether it is held ([`fast_row`]).
 pub(super) type ReadRows = HashMap<i64, (OutboxRecord, bool)>;
 
-/// One relay's cursors, by lane; locked while it reads or records (one at a time in any
-/// case: the relay never overlaps them).
-type RelayCursors = Arc<tokio::sync::Mutex<HashMap<i16, LaneCursor>>>;
+/// One relay's cursors, by lane, and the server incarnation they were filled in; locked
+/// while it reads or records (one at a time in any case: the relay never overlaps them).
+#[derive(Debug, Default)]
+pub(super) struct RelayCursors {
+    pub(super) lanes: HashMap<i16, LaneCursor>,
+    /// The PostgreSQL server's incarnation as the last fill read it (`None`: no fill yet,
+    /// or SQLite).
+    pub(super) incarnation: Option<String>,
+}
 
 /// Each relay's cursors in this process, by worker id.
 #[derive(Default)]
-pub(super) struct Cursors(std::sync::Mutex<HashMap<String, RelayCursors>>);
+pub(super) struct Cursors(std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<RelayCursors>>>>);
 
 impl Cursors {
-    pub(super) fn of(&self, worker: &str) -> RelayCursors {
+    pub(super) fn of(&self, worker: &str) -> Arc<tokio::sync::Mutex<RelayCursors>> {
         // A poisoned lock holds a plain map: keep using it.
         let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
         all.entry(worker.to_owned()).or_default().clone()
@@ -137,11 +154,16 @@ impl SeaOrmOutboxStore {
     /// Fills the `pending` ids of `cursors[which]` from snapshot differences: a cursor in the
     /// middle of one resumes it past `upto_id`; the others start one from a new snapshot. A
     /// lane whose difference is empty moves `done` on to it (in the cursor only).
+    ///
+    /// # Errors
+    /// Also when the server is not the incarnation `known` names (it recovered from a crash
+    /// since): `known` then names the new one, and the cursors must be read again.
     async fn fill_from_snapshots(
         &self,
         cursors: &mut [LaneCursor],
         which: &[usize],
         first: usize,
+        known: &mut Option<String>,
     ) -> Result<ReadRows, RepoError> {
         for &i in which {
             if cursors[i].mark.current.is_none() {
@@ -160,13 +182,13 @@ impl SeaOrmOutboxStore {
             (first as i64).into(),
         ];
         let results = self.db.query_all_raw(self.statement(&FILL_SQL, values)).await.map_err(repo_err)?;
-        let mut snapshot = None;
+        let (mut snapshot, mut incarnation) = (None, None);
         let mut by_lane: HashMap<i16, VecDeque<i64>> = HashMap::new();
         let mut read = ReadRows::new();
         for result in results {
             let r = FillRow::from_query_result(&result, "").map_err(repo_err)?;
             match r.fill_lane {
-                -1 => snapshot = r.snap,
+                -1 => (snapshot, incarnation) = (r.snap, r.incarnation),
                 -2 => {
                     if let Some((row, held)) = fast_row(&result)? {
                         read.insert(row.id, (row, held));
@@ -178,6 +200,18 @@ impl SeaOrmOutboxStore {
             }
         }
         let snapshot = snapshot.ok_or_else(|| RepoError::unavailable("no snapshot reported"))?;
+        let incarnation = match incarnation {
+            Some(token) => token,
+            None => self.new_incarnation().await?,
+        };
+        if known.as_ref().is_some_and(|k| *k != incarnation) {
+            *known = Some(incarnation);
+            return Err(RepoError::unavailable(
+                "the database recovered from a crash since the outbox lanes were read: \
+                 reading them again from their records",
+            ));
+        }
+        *known = Some(incarnation);
         for &i in which {
             let c = &mut cursors[i];
             if c.mark.current.is_none() {
@@ -198,18 +232,41 @@ impl SeaOrmOutboxStore {
         Ok(read)
     }
 
+    /// The server's incarnation after a crash emptied it: a new token, or the one another
+    /// relay wrote first.
+    async fn new_incarnation(&self) -> Result<String, RepoError> {
+        self.db
+            .execute_unprepared(
+                "INSERT INTO outbox_incarnation (token) VALUES (gen_random_uuid()::text) ON CONFLICT DO NOTHING",
+            )
+            .await
+            .map_err(repo_err)?;
+        let row = self
+            .db
+            .query_one_raw(self.statement("SELECT token FROM outbox_incarnation", vec![]))
+            .await
+            .map_err(repo_err)?
+            .ok_or_else(|| RepoError::unavailable("the server's incarnation vanished as it was written"))?;
+        row.try_get("", "token").map_err(repo_err)
+    }
+
     /// Fills the `pending` ids of `cursors[which]` (each empty): on PostgreSQL from snapshot
     /// differences, on SQLite (one writer: ids in commit order) with the ids past the mark.
     /// On PostgreSQL the first `first` ids of each lane come with their rows: those it returns
     /// (SQLite: none).
+    ///
+    /// # Errors
+    /// Also when the PostgreSQL server is not the incarnation `known` names
+    /// ([`Self::fill_from_snapshots`]).
     pub(super) async fn fill(
         &self,
         cursors: &mut [LaneCursor],
         which: &[usize],
         first: usize,
+        known: &mut Option<String>,
     ) -> Result<ReadRows, RepoError> {
         if self.is_postgres() {
-            return self.fill_from_snapshots(cursors, which, first).await;
+            return self.fill_from_snapshots(cursors, which, first, known).await;
         }
         for &i in which {
             let c = &mut cursors[i];

@@ -6,7 +6,8 @@
 //! of the batches not yet recorded back to the next read (which reads past them), and to the
 //! record (which moves the cursors past them). A cursor's ids are dropped only once
 //! recorded, so a batch that is never recorded (a failed record, a lapsed lease, a crash) is
-//! read again: duplicates, never a loss.
+//! read again: duplicates, never a loss. A page also names the server incarnation its lane
+//! was filled in (`cursors`): a batch read before a crash is not recorded after it.
 
 use std::collections::BTreeMap;
 
@@ -24,6 +25,8 @@ struct Page {
     epoch: i64,
     /// The last id the batch took of the lane (ids are taken in ascending order).
     last: i64,
+    /// The PostgreSQL server's incarnation the lane was filled in (`None` on SQLite).
+    incarnation: Option<String>,
     /// The lane's position once the batch is done.
     next: Mark,
 }
@@ -41,7 +44,9 @@ impl SeaOrmOutboxStore {
             return Ok(None);
         }
         let mine = self.cursors.of(worker);
-        let mut cursors = mine.lock().await;
+        let mut guard = mine.lock().await;
+        let state = &mut *guard;
+        let cursors = &mut state.lanes;
         // A lane no longer held, or taken again since (a new epoch), starts from its record.
         cursors.retain(|lane, c| held.iter().any(|h| h.lane == *lane && h.epoch == c.epoch));
         let missing: Vec<HeldLane> =
@@ -54,7 +59,9 @@ impl SeaOrmOutboxStore {
         // Per lane: the last id that batches not yet recorded took (read past it).
         let mut past: HashMap<i16, i64> = HashMap::new();
         for page in unrecorded.iter().filter_map(|t| t.get::<Pages>()).flat_map(|p| &p.0) {
-            if held.contains(&HeldLane { lane: page.lane, epoch: page.epoch }) {
+            if held.contains(&HeldLane { lane: page.lane, epoch: page.epoch })
+                && page.incarnation == state.incarnation
+            {
                 let last = past.entry(page.lane).or_insert(page.last);
                 *last = std::cmp::max(*last, page.last);
             }
@@ -63,8 +70,15 @@ impl SeaOrmOutboxStore {
         // A batch carries at most `limit` events over all lanes: what a crash can make the
         // lanes' next owner send again.
         let per_lane = (limit as usize / held.len()).max(1);
-        let batch = self.take_batch(&mut lanes, &past, per_lane).await;
-        cursors.extend(lanes.into_iter().map(|c| (c.lane, c)));
+        let filled_in = state.incarnation.clone();
+        let batch = self.take_batch(&mut lanes, &past, per_lane, &mut state.incarnation).await;
+        if filled_in.is_some() && filled_in != state.incarnation {
+            // The server recovered from a crash since these cursors were filled: every lane
+            // starts again from its record.
+            state.lanes.clear();
+        } else {
+            state.lanes.extend(lanes.into_iter().map(|c| (c.lane, c)));
+        }
         batch
     }
 
@@ -73,6 +87,7 @@ impl SeaOrmOutboxStore {
         cursors: &mut [LaneCursor],
         past: &HashMap<i16, i64>,
         per_lane: usize,
+        incarnation: &mut Option<String>,
     ) -> Result<Option<FastBatch>, RepoError> {
         // A lane with a batch not yet recorded is not refilled: its next difference starts
         // once that batch is recorded.
@@ -81,8 +96,11 @@ impl SeaOrmOutboxStore {
             .collect();
         // A lane filled now has its first `per_lane` rows read by the fill itself (PostgreSQL):
         // at a trickle, where every lane is filled afresh, a batch is one statement.
-        let mut read =
-            if empty.is_empty() { HashMap::new() } else { self.fill(cursors, &empty, per_lane).await? };
+        let mut read = if empty.is_empty() {
+            HashMap::new()
+        } else {
+            self.fill(cursors, &empty, per_lane, incarnation).await?
+        };
         let mut pages = Vec::new();
         let mut ids = Vec::new();
         for c in cursors.iter() {
@@ -96,7 +114,7 @@ impl SeaOrmOutboxStore {
                 next.done = next.current.take();
                 next.upto_id = 0;
             }
-            pages.push(Page { lane: c.lane, epoch: c.epoch, last, next });
+            pages.push(Page { lane: c.lane, epoch: c.epoch, last, incarnation: incarnation.clone(), next });
         }
         if ids.is_empty() {
             return Ok(None);
@@ -156,11 +174,13 @@ impl SeaOrmOutboxStore {
         let pages: Vec<&Page> = latest.values().copied().collect();
         let recorded = self.write_progress(worker, &pages, record, now).await?;
         let mine = self.cursors.of(worker);
-        let mut cursors = mine.lock().await;
+        let mut guard = mine.lock().await;
+        let cursors = &mut guard.lanes;
         let mut fenced = Vec::new();
         for page in pages {
             if !recorded.contains(&page.lane) {
-                // Another worker owns the lane now: its position is read again if it comes back.
+                // Another worker owns the lane now, or the server crashed since the batch was
+                // read: the lane's position is read again from its record.
                 cursors.remove(&page.lane);
                 fenced.push(page.lane);
                 continue;
@@ -176,7 +196,7 @@ impl SeaOrmOutboxStore {
     }
 
     /// The record's transaction: returns the lanes recorded (those still held under the
-    /// page's epoch).
+    /// page's epoch, and on PostgreSQL read in the server's present incarnation).
     async fn write_progress(
         &self,
         worker: &str,
@@ -197,14 +217,17 @@ impl SeaOrmOutboxStore {
                 bigints(progress.iter().map(|c| c.next.upto_id)),
                 now.into(),
                 worker.into(),
+                texts(progress.iter().map(|c| c.incarnation.clone())),
             ];
             // Committed synchronously like every other write: an asynchronous commit here
             // lets a crash hand out again the transaction ids a recorded snapshot counts as
-            // done (docs/decisions.md, "The fast path's records stay synchronous").
+            // done (docs/decisions.md, "The fast path's records stay synchronous"). A page
+            // read before a crash is not recorded after it (no incarnation matches).
             let sql = "INSERT INTO outbox_progress (lane, done, cur, upto_id, published_at, worker) \
                  SELECT v.lane, NULLIF(v.done, ''), NULLIF(v.cur, ''), v.upto, $6, $7 \
-                 FROM unnest($1::smallint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[]) \
-                   AS v(lane, epoch, done, cur, upto) \
+                 FROM unnest($1::smallint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], $8::text[]) \
+                   AS v(lane, epoch, done, cur, upto, incarnation) \
+                 JOIN outbox_incarnation i ON i.token = v.incarnation \
                  JOIN outbox_lanes l ON l.lane = v.lane AND l.epoch = v.epoch AND l.owner = $7 \
                  FOR SHARE OF l RETURNING lane"
                 .to_owned();

@@ -297,6 +297,8 @@ struct FillRow {
     fill_lane: i16,
     fill_ids: Option<Vec<i64>>,
     snap: Option<String>,
+    /// The server's incarnation (lane -1; NULL after a crash emptied it).
+    incarnation: Option<String>,
 }
 
 #[derive(Debug, FromQueryResult)]
