@@ -356,3 +356,107 @@ async fn a_database_crash_never_lets_the_relay_skip_an_event() {
     drop(conn);
     drop(test_db);
 }
+
+/// A fast-path record whose events all went out commits asynchronously (docs/decisions.md,
+/// "The fast path's records commit asynchronously, again"). A crash can lose it after the
+/// relay has gone on: the record's own transaction id is then the newest completed one, the
+/// next fill's snapshots count it as done, and recovery hands it out again, here to the next
+/// event's transaction. The relay must neither skip that event (its cursors were read before
+/// the crash) nor lose the lost record's events (they go out again).
+///
+/// Deterministic as above: the WAL writer is stopped, so the record's commit stays in shared
+/// memory (nothing else flushes: no producer commits meanwhile), then killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_asynchronous_record_lost_to_a_crash_never_lets_the_relay_skip_an_event() {
+    use chrono::Utc;
+    use orchestrator::adapters::persistence::{SeaOrmOutboxStore, SeaOrmStore};
+    use orchestrator::application::ports::{Changes, FastRecord, NewOutboxEvent, RelayStore, UnitOfWork};
+    use orchestrator::domain::ids::EventId;
+    use sea_orm::{ConnectionTrait, Statement};
+
+    let Some(server) = PgServer::start_with("-c autovacuum=off -c checkpoint_timeout=1h") else { return };
+    let Some(test_db) = TestDb::create_on(&server.admin_url()).await else { return };
+    let conn = test_db.connect().await;
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let outbox = SeaOrmOutboxStore::new(conn.clone(), wake.clone());
+    let orders = SeaOrmStore::new(conn.clone(), wake);
+    let event = |aggregate: &str| NewOutboxEvent {
+        event_id: EventId::new(),
+        aggregate_type: "order".into(),
+        aggregate_id: aggregate.into(),
+        event_type: "order.completed".into(),
+        routing_key: "order.completed".into(),
+        payload: "{}".into(),
+        correlation_id: None,
+        created_at: Utc::now(),
+    };
+    let one = |sql: &str| Statement::from_string(conn.get_database_backend(), sql.to_owned());
+    let number = |sql: &'static str| {
+        let conn = conn.clone();
+        async move {
+            let row = conn.query_one_raw(one(sql)).await.unwrap().unwrap();
+            row.try_get::<i64>("", "n").unwrap()
+        }
+    };
+    let t = Utc::now();
+    let held = outbox.lease_lanes("w", 16, t, t + chrono::Duration::minutes(10)).await.unwrap();
+    let record =
+        |token| FastRecord { batches: vec![token], failures: vec![], held_back: vec![], attempted_at: t };
+
+    let walwriter: i32 = conn
+        .query_one_raw(one("SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'"))
+        .await
+        .unwrap()
+        .expect("a WAL writer")
+        .try_get("", "pid")
+        .unwrap();
+    // The event commits (synchronously, flushed by its own backend); then the WAL writer stops.
+    orders.commit(Changes { outbox: vec![event("agg-a")], ..Default::default() }).await.unwrap();
+    signal(walwriter, "STOP");
+    let batch = outbox.next_batch("w", &held, &[], 64).await.unwrap().expect("the first event");
+    assert!(outbox.record_batches("w", &record(batch.token), t).await.unwrap().is_empty());
+    let recorded_by = number("SELECT MAX(xmin::text::bigint) AS n FROM outbox_progress").await;
+    let progress_rows = number("SELECT COUNT(*) AS n FROM outbox_progress").await;
+    // The relay reads on: every lane's snapshot counts the record's id as done.
+    assert!(outbox.next_batch("w", &held, &[], 64).await.unwrap().is_none(), "nothing new before the crash");
+
+    let _server = tokio::task::spawn_blocking(move || {
+        signal(walwriter, "KILL");
+        std::thread::sleep(Duration::from_millis(500));
+        server.wait_ready();
+        server
+    })
+    .await
+    .expect("the server crashed and recovered");
+    until_within("the database after its crash", Duration::from_secs(30), || async {
+        conn.execute_unprepared("SELECT 1").await.is_ok()
+    })
+    .await;
+    assert_eq!(
+        number("SELECT COUNT(*) AS n FROM outbox_progress").await,
+        progress_rows - 1,
+        "the record was asynchronous: the crash lost it"
+    );
+
+    // The next event's transaction is given the lost record's id.
+    orders.commit(Changes { outbox: vec![event("agg-c")], ..Default::default() }).await.unwrap();
+    let reused = number("SELECT MAX(txid::text::bigint) AS n FROM outbox_events").await;
+    assert_eq!(reused, recorded_by, "the crash handed the lost record's transaction id out again");
+
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        match outbox.next_batch("w", &held, &[], 64).await {
+            Ok(Some(batch)) => {
+                seen.extend(batch.rows.iter().map(|r| r.aggregate_id.clone()));
+                assert!(outbox.record_batches("w", &record(batch.token), t).await.unwrap().is_empty());
+            }
+            Ok(None) => {}
+            // The relay learns of the crash at its first read, and reads its lanes again.
+            Err(err) => eprintln!("read after the crash: {err}"),
+        }
+    }
+    assert!(seen.iter().any(|s| s == "agg-c"), "the event committed after the crash is delivered: {seen:?}");
+    assert!(seen.iter().any(|s| s == "agg-a"), "the lost record's event is sent again: {seen:?}");
+    drop(conn);
+    drop(test_db);
+}

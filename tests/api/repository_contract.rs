@@ -777,3 +777,71 @@ async fn a_difference_bigger_than_a_slice_is_read_whole_on_postgres() {
     let published = stats.by_status.iter().find(|(st, _)| *st == OutboxStatus::Published).unwrap().1;
     assert_eq!(published, 17_000, "and the lane's progress covers them all");
 }
+
+/// A fast-path record whose events all went out commits without waiting for the WAL flush
+/// (`synchronous_commit` off for its own transaction: docs/decisions.md). The setting must
+/// end with that transaction: left on a pooled connection it would make the next commit on
+/// it (an order's events, a slow-path failure) lose data to a crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_records_asynchronous_commit_ends_with_its_transaction_on_postgres() {
+    use sea_orm::{ConnectionTrait, Statement};
+    let Some(db) = TestDb::create(Backend::Postgres).await else { return };
+    db.connect().await; // migrated
+    // One connection: every statement below runs on the session the record ran on.
+    let conn =
+        orchestrator::adapters::persistence::connect_outbox(&db.url, 1, Default::default()).await.unwrap();
+    let outbox = SeaOrmOutboxStore::new(conn.clone(), Arc::new(Notify::new()));
+    let orders = SeaOrmStore::new(conn.clone(), Arc::new(Notify::new()));
+    let synchronous_commit = || async {
+        let row = conn
+            .query_one_raw(Statement::from_string(conn.get_database_backend(), "SHOW synchronous_commit"))
+            .await
+            .unwrap()
+            .unwrap();
+        row.try_get::<String>("", "synchronous_commit").unwrap()
+    };
+    assert_eq!(synchronous_commit().await, "on", "the server's default");
+    let t = now();
+    let held = outbox.lease_lanes("w", 16, t, t + Duration::minutes(5)).await.unwrap();
+    let commit_four = |from: usize| {
+        let events = (from..from + 4).map(|i| event(&format!("agg-{i}"), "order.completed")).collect();
+        orders.commit(Changes { outbox: events, ..Default::default() })
+    };
+
+    // Every event out: the asynchronous record.
+    commit_four(0).await.unwrap();
+    let batch = outbox.next_batch("w", &held, &[], 256).await.unwrap().unwrap();
+    assert_eq!(batch.rows.len(), 4);
+    let record =
+        FastRecord { batches: vec![batch.token], failures: vec![], held_back: vec![], attempted_at: t };
+    assert!(outbox.record_batches("w", &record, t).await.unwrap().is_empty(), "nothing fenced");
+    assert_eq!(synchronous_commit().await, "on", "the record's setting ended with its transaction");
+    let published = |stats: orchestrator::application::ports::OutboxStats| {
+        stats.by_status.iter().find(|(st, _)| *st == OutboxStatus::Published).map_or(0, |s| s.1)
+    };
+    assert_eq!(published(outbox.stats().await.unwrap()), 4, "and it recorded the batch");
+
+    // One refused: the synchronous record, in a transaction of its own.
+    commit_four(4).await.unwrap();
+    let batch = outbox.next_batch("w", &held, &[], 256).await.unwrap().unwrap();
+    let refused = batch.rows[0].id;
+    let record = FastRecord {
+        batches: vec![batch.token],
+        failures: vec![DeliveryFailure {
+            id: refused,
+            outcome: FailureOutcome::Retry { retry_count: 1, next_attempt_at: t + Duration::seconds(5) },
+            code: FailureCode::Nacked,
+            reason: "nack".into(),
+        }],
+        held_back: vec![],
+        attempted_at: t,
+    };
+    assert!(outbox.record_batches("w", &record, t).await.unwrap().is_empty(), "nothing fenced");
+    assert_eq!(synchronous_commit().await, "on");
+    assert_eq!(published(outbox.stats().await.unwrap()), 7, "all but the refused one");
+    let retrying = outbox
+        .list(&OutboxFilter { status: Some(OutboxStatus::RetryWait), limit: 10, ..Default::default() })
+        .await
+        .unwrap();
+    assert_eq!(retrying.iter().map(|r| r.id).collect::<Vec<_>>(), vec![refused]);
+}

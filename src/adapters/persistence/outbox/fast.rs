@@ -208,6 +208,7 @@ impl SeaOrmOutboxStore {
         // epoch it read it with (the lane row held against a take-over until commit on
         // PostgreSQL). Writing first also takes SQLite's write lock before anything is read,
         // so a concurrent writer makes this wait, not fail.
+        let all_sent = batch.failures.is_empty() && batch.held_back.is_empty();
         let (sql, values) = if self.is_postgres() {
             let values: Vec<Value> = vec![
                 smallints(progress.iter().map(|c| c.lane)),
@@ -219,18 +220,28 @@ impl SeaOrmOutboxStore {
                 worker.into(),
                 texts(progress.iter().map(|c| c.incarnation.clone())),
             ];
-            // Committed synchronously like every other write: an asynchronous commit here
-            // lets a crash hand out again the transaction ids a recorded snapshot counts as
-            // done (docs/decisions.md, "The fast path's records stay synchronous"). A page
-            // read before a crash is not recorded after it (no incarnation matches).
-            let sql = "INSERT INTO outbox_progress (lane, done, cur, upto_id, published_at, worker) \
+            // A record whose events all went out commits without waiting for the WAL flush
+            // (`synchronous_commit` off for its own transaction; `set_config(..., true)` is
+            // joined in, as a subquery nothing refers to is not evaluated, and is one row, so
+            // it changes none): a crash that loses it only sends its events again, and one
+            // that survives it has the WAL before it, so every transaction id its snapshot
+            // counts as done, on disk. A page read before a crash is not recorded after it
+            // (no incarnation matches), so no snapshot taken before a crash is recorded after
+            // it (docs/decisions.md, "The fast path's records commit asynchronously, again").
+            let commit_mode = if all_sent {
+                "CROSS JOIN (SELECT set_config('synchronous_commit', 'off', true)) AS commit_mode "
+            } else {
+                ""
+            };
+            let sql = format!(
+                "INSERT INTO outbox_progress (lane, done, cur, upto_id, published_at, worker) \
                  SELECT v.lane, NULLIF(v.done, ''), NULLIF(v.cur, ''), v.upto, $6, $7 \
                  FROM unnest($1::smallint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], $8::text[]) \
-                   AS v(lane, epoch, done, cur, upto, incarnation) \
+                   AS v(lane, epoch, done, cur, upto, incarnation) {commit_mode}\
                  JOIN outbox_incarnation i ON i.token = v.incarnation \
                  JOIN outbox_lanes l ON l.lane = v.lane AND l.epoch = v.epoch AND l.owner = $7 \
                  FOR SHARE OF l RETURNING lane"
-                .to_owned();
+            );
             (sql, values)
         } else {
             let mut values: Vec<Value> = Vec::new();
@@ -262,7 +273,7 @@ impl SeaOrmOutboxStore {
             (sql, values)
         };
         let insert = LaneOnly::find_by_statement(self.statement(&sql, values));
-        if batch.failures.is_empty() && batch.held_back.is_empty() {
+        if all_sent {
             // Every event went out: the insert alone, one statement and its own transaction
             // (one round trip instead of three on the path every batch takes).
             let recorded = insert.all(&self.db).await.map_err(repo_err)?;
