@@ -265,7 +265,10 @@ fn fast_columns() -> String {
 }
 
 /// Column `held`: whether row `o`'s aggregate waits on the slow path (an earlier event not
-/// yet delivered or discarded), read with the row rather than in a second round trip.
+/// yet delivered or discarded), read with the row rather than in a second round trip. Not
+/// narrowed to `h.lane = o.lane` (an index-only probe of `idx_outbox_held`, a quarter
+/// cheaper): a dead letter written before `outbox.lanes` changed sits in its old lane and
+/// must still hold its aggregate's later events back.
 fn held_column() -> String {
     format!(
         "EXISTS (SELECT 1 FROM outbox_events h WHERE h.slow AND h.status IN ({}) \
