@@ -428,6 +428,30 @@ fn providers(settings: &Settings) -> Result<Providers, StartupError> {
 /// # Errors
 /// `Config` for unusable keys; `Runtime` when the database cannot be reached or is not
 /// migrated.
+/// `serve` and `worker` refuse a database whose outbox holds another server's history (a
+/// restore from a logical dump): relayed as it is, its progress log would count new events
+/// as sent. `app outbox rebase` makes it this server's own (docs/operations.md).
+///
+/// # Errors
+/// `Runtime` naming the repair, or when the database cannot be asked.
+pub async fn refuse_restored_history(services: &Services) -> Result<(), StartupError> {
+    let restored = services
+        .housekeeping
+        .restored_history()
+        .await
+        .map_err(|e| StartupError::runtime("cannot read the outbox's history", e))?;
+    if restored {
+        return Err(StartupError::Runtime {
+            context: "the outbox holds transaction ids this database server has not reached: it was \
+                      restored from a logical dump (pg_dump); run `app outbox rebase` once, then start \
+                      again (docs/operations.md, \"Restored from a logical dump\")"
+                .into(),
+            cause: None,
+        });
+    }
+    Ok(())
+}
+
 pub async fn build_services(settings: &Settings) -> Result<Services, StartupError> {
     build_services_with_clock(settings, Arc::new(SystemClock)).await
 }
@@ -845,6 +869,7 @@ impl Application {
     ) -> Result<Application, StartupError> {
         settings.require_explicit_production().map_err(|e| StartupError::Config(e.to_string()))?;
         let services = build_services_with_clock(&settings, clock).await?;
+        refuse_restored_history(&services).await?;
         // An identity provider down at start is not fatal: the fetch is logged and tried
         // again by the first token that needs it (answered 503 until then).
         let _ = services.jwt.load_key_set().await;

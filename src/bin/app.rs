@@ -113,6 +113,10 @@ enum OutboxCommand {
         #[arg(long)]
         reason: Option<String>,
     },
+    /// After a restore from a logical dump (pg_dump): keep what the old server sent as sent,
+    /// send the rest, and let `serve` and `worker` start (docs/operations.md). Run it once,
+    /// with no service running; on a database that was not restored it changes nothing.
+    Rebase,
 }
 
 enum Failure {
@@ -239,6 +243,7 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
         Command::Worker => {
             settings.require_explicit_production().map_err(|e| Failure::Usage(e.to_string()))?;
             let services = startup::build_services(&settings).await?;
+            startup::refuse_restored_history(&services).await?;
             // Health and metrics of the worker itself, on `worker.http.bind`.
             let (ops, address) = startup::ops_server(&services)?;
             tracing::info!(
@@ -313,6 +318,22 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
                         ))
                         .map_err(|e| Failure::Runtime(e.to_string()))?;
                     println!("{json:#}");
+                    Ok(())
+                }
+                OutboxCommand::Rebase => {
+                    let done = services
+                        .housekeeping
+                        .rebase_restored()
+                        .await
+                        .map_err(|e| Failure::Runtime(Chain(&e).to_string()))?;
+                    if done.restored {
+                        println!(
+                            "outbox history made this server's own: {} event(s) kept as sent, {} to send",
+                            done.kept_sent, done.to_send
+                        );
+                    } else {
+                        println!("outbox history is this server's own: nothing to do");
+                    }
                     Ok(())
                 }
                 OutboxCommand::Replay { id, reason } => {

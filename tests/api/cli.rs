@@ -399,6 +399,11 @@ async fn worker_drains_the_outbox_and_replay_repairs_a_dead_letter() {
         &poison.id.to_string(),
     ]));
     assert_eq!(again.status.code(), Some(1), "replaying a row that is not a dead letter fails");
+
+    // A database that was not restored from another server's dump: nothing to rebase.
+    let rebase = run(app(&dir.0).env("APP__DATABASE__URL", &db.url).args(["outbox", "rebase"]));
+    assert!(rebase.status.success(), "{}", String::from_utf8_lossy(&rebase.stderr));
+    assert!(String::from_utf8_lossy(&rebase.stdout).contains("nothing to do"));
 }
 
 /// `app worker` on `db`, publishing to `broker`'s exchange, its ops port free.

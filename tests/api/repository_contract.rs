@@ -845,3 +845,127 @@ async fn a_records_asynchronous_commit_ends_with_its_transaction_on_postgres() {
         .unwrap();
     assert_eq!(retrying.iter().map(|r| r.id).collect::<Vec<_>>(), vec![refused]);
 }
+
+/// Adds `by` to every transaction id in a snapshot's text (`xmin:xmax:xip,...`).
+fn shifted_snapshot(snapshot: &str, by: u64) -> String {
+    snapshot
+        .split(':')
+        .map(|part| {
+            part.split(',')
+                .filter(|n| !n.is_empty())
+                .map(|n| (n.parse::<u64>().unwrap() + by).to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// A restore from a logical dump (`pg_dump`) brings another server's transaction ids with
+/// the rows: here the dump of a server a million ids ahead of this one. Relayed as it is,
+/// the restored progress log would count this server's new events as sent. `serve` refuses
+/// to start on it; `rebase_restored` (`app outbox rebase`) keeps what the old server sent as
+/// sent and sends the rest, after which new events flow and nothing is sent twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_history_restored_from_another_server_is_refused_then_made_its_own_on_postgres() {
+    use sea_orm::{ConnectionTrait, FromQueryResult, Statement};
+    #[derive(FromQueryResult)]
+    struct Progress {
+        id: i64,
+        done: Option<String>,
+        cur: Option<String>,
+    }
+    let Some(db) = TestDb::create(Backend::Postgres).await else { return };
+    let conn = db.connect().await;
+    let outbox = SeaOrmOutboxStore::new(conn.clone(), Arc::new(Notify::new()));
+    let orders = SeaOrmStore::new(conn.clone(), Arc::new(Notify::new()));
+    let t = now();
+    let held = outbox.lease_lanes("w", 16, t, t + Duration::minutes(5)).await.unwrap();
+    let record =
+        |token| FastRecord { batches: vec![token], failures: vec![], held_back: vec![], attempted_at: t };
+    let commit =
+        |events: Vec<NewOutboxEvent>| orders.commit(Changes { outbox: events, ..Default::default() });
+    assert!(!outbox.restored_history().await.unwrap(), "a history of its own");
+
+    // On the old server: a1 and b1 sent and recorded, a2 committed after.
+    commit(vec![event("agg-a", "order.created"), event("agg-b", "order.created")]).await.unwrap();
+    let batch = outbox.next_batch("w", &held, &[], 64).await.unwrap().expect("a1, b1");
+    assert_eq!(batch.rows.len(), 2);
+    assert!(outbox.record_batches("w", &record(batch.token), t).await.unwrap().is_empty());
+    commit(vec![event("agg-a", "order.completed")]).await.unwrap();
+    // Dumped there and restored here: the same rows, ids a million ahead of this server.
+    const AHEAD: u64 = 1_000_000;
+    conn.execute_unprepared(&format!(
+        "UPDATE outbox_events SET txid = (txid::text::bigint + {AHEAD})::text::xid8"
+    ))
+    .await
+    .unwrap();
+    let progress = Progress::find_by_statement(Statement::from_string(
+        conn.get_database_backend(),
+        "SELECT id, done, cur FROM outbox_progress",
+    ))
+    .all(&conn)
+    .await
+    .unwrap();
+    assert!(!progress.is_empty());
+    for p in progress {
+        conn.execute_raw(Statement::from_sql_and_values(
+            conn.get_database_backend(),
+            "UPDATE outbox_progress SET done = $1, cur = $2 WHERE id = $3",
+            [
+                p.done.map(|s| shifted_snapshot(&s, AHEAD)).into(),
+                p.cur.map(|s| shifted_snapshot(&s, AHEAD)).into(),
+                p.id.into(),
+            ],
+        ))
+        .await
+        .unwrap();
+    }
+    assert!(outbox.restored_history().await.unwrap(), "another server's history");
+
+    // The service refuses to start on it, naming the repair.
+    let refused = orchestrator::startup::Application::build(crate::helpers::settings(&db, &[])).await;
+    let message = match refused {
+        Err(err) => err.to_string(),
+        Ok(_) => panic!("the service started on another server's history"),
+    };
+    assert!(message.contains("app outbox rebase"), "{message}");
+
+    let rebased = outbox.rebase_restored(t).await.unwrap();
+    assert_eq!(
+        rebased,
+        orchestrator::application::ports::RestoredRebase { restored: true, kept_sent: 2, to_send: 1 }
+    );
+    assert!(!outbox.restored_history().await.unwrap(), "its own history now");
+    assert!(!outbox.rebase_restored(t).await.unwrap().restored, "a second run changes nothing");
+
+    // New events flow; what the old server sent is not sent again; a2 goes first.
+    commit(vec![event("agg-c", "order.created")]).await.unwrap();
+    let mut sent = Vec::new();
+    for _ in 0..4 {
+        match outbox.next_batch("w", &held, &[], 64).await {
+            Ok(Some(batch)) => {
+                sent.extend(batch.rows.iter().map(|r| format!("{} {}", r.aggregate_id, r.event_type)));
+                assert!(outbox.record_batches("w", &record(batch.token), t).await.unwrap().is_empty());
+            }
+            Ok(None) => {}
+            // The relay that read the old history learns of the new incarnation and reads
+            // its lanes again.
+            Err(err) => eprintln!("read after the rebase: {err}"),
+        }
+    }
+    sent.sort();
+    assert_eq!(sent, vec!["agg-a order.completed", "agg-c order.created"]);
+    let stats = outbox.stats().await.unwrap();
+    let published = stats.by_status.iter().find(|(s, _)| *s == OutboxStatus::Published).unwrap().1;
+    let ready = stats.by_status.iter().find(|(s, _)| *s == OutboxStatus::Ready).unwrap().1;
+    assert_eq!((published, ready), (4, 0), "{stats:?}");
+}
+
+#[tokio::test]
+async fn a_sqlite_history_is_always_its_own() {
+    let Some(db) = TestDb::create(Backend::Sqlite).await else { return };
+    let outbox = SeaOrmOutboxStore::new(db.connect().await, Arc::new(Notify::new()));
+    assert!(!outbox.restored_history().await.unwrap());
+    assert_eq!(outbox.rebase_restored(now()).await.unwrap(), Default::default());
+}

@@ -8,7 +8,7 @@ use chrono::{DateTime, Duration, NaiveTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 use crate::application::error::Chain;
-use crate::application::ports::{AuditLog, Clock, IdempotencyStore, OutboxUpkeep, RepoError};
+use crate::application::ports::{AuditLog, Clock, IdempotencyStore, OutboxUpkeep, RepoError, RestoredRebase};
 
 #[derive(Debug, Clone)]
 pub struct HousekeepingSettings {
@@ -48,6 +48,24 @@ impl Housekeeping {
         settings: HousekeepingSettings,
     ) -> Self {
         Housekeeping { outbox, idempotency, audit, clock, settings }
+    }
+
+    /// Whether the outbox holds another server's history (restored from a logical dump):
+    /// the service must not start on it until [`Self::rebase_restored`] ran.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    pub async fn restored_history(&self) -> Result<bool, RepoError> {
+        self.outbox.restored_history().await
+    }
+
+    /// Makes a restored outbox history this server's own (`app outbox rebase`): what the
+    /// old server sent is kept as sent, the rest goes out.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails (nothing changed).
+    pub async fn rebase_restored(&self) -> Result<RestoredRebase, RepoError> {
+        self.outbox.rebase_restored(self.clock.now()).await
     }
 
     /// Returns expired claims to `RETRY_WAIT`; returns how many.

@@ -55,7 +55,7 @@ pub use order_repository::{
 };
 pub use outbox_store::{
     BatchToken, DeliveryFailure, FastBatch, FastRecord, HeldLane, NewOutboxEvent, OutboxFilter,
-    OutboxOperations, OutboxRecord, OutboxStats, OutboxStore, OutboxUpkeep, RelayStore,
+    OutboxOperations, OutboxRecord, OutboxStats, OutboxStore, OutboxUpkeep, RelayStore, RestoredRebase,
 };
 pub use payment_gateway::{
     ApprovalOutcome, ApprovePayment, BillingKey, CancelPayment, CancelReceipt, IssuedCard, LookupOutcome,

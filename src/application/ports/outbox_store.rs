@@ -281,6 +281,37 @@ pub trait OutboxUpkeep: Send + Sync {
         dead_before: DateTime<Utc>,
         limit: u32,
     ) -> Result<u64, RepoError>;
+
+    /// Whether the outbox holds another server's history: a progress row or a fast-path
+    /// event whose transaction id this server has not reached yet, which only a restore
+    /// from a logical dump (`pg_dump`) brings (ids never go back on one server, crashes
+    /// included). Relayed as it is, its snapshots would count this server's new events as
+    /// sent. Always `false` on SQLite (no transaction ids).
+    ///
+    /// # Errors
+    /// MUST return `Unavailable` when the database fails.
+    async fn restored_history(&self) -> Result<bool, RepoError>;
+
+    /// Makes a restored history this server's own, in one transaction that holds every
+    /// lane against the relays: the fast-path events the restored progress log covers
+    /// become slow-path `PUBLISHED` rows (the old server sent them), the others are stamped
+    /// with this transaction's id (they go out, in their order), and the progress log is
+    /// emptied. Nothing happens when [`Self::restored_history`] is `false`.
+    ///
+    /// # Errors
+    /// MUST return `Unavailable` when the database fails (nothing changed).
+    async fn rebase_restored(&self, now: DateTime<Utc>) -> Result<RestoredRebase, RepoError>;
+}
+
+/// What [`OutboxUpkeep::rebase_restored`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RestoredRebase {
+    /// Whether the history was another server's (else nothing changed).
+    pub restored: bool,
+    /// Events the restored progress log covered, kept as sent.
+    pub kept_sent: u64,
+    /// Events it did not cover, to be sent.
+    pub to_send: u64,
 }
 
 /// What operators read of the outbox and repair in it (the admin API, `app outbox`, the

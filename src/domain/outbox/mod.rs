@@ -30,6 +30,7 @@ spelled!(
         RecoverLease => "RECOVER_LEASE",
         Republish => "REPUBLISH",
         Discard => "DISCARD",
+        KeepRestoredProgress => "KEEP_RESTORED_PROGRESS",
     }
 );
 
@@ -74,6 +75,10 @@ impl OutboxAction {
         use OutboxStatus::*;
         match self {
             OutboxAction::Claim => &[Ready, RetryWait],
+            // A fast-path event that the progress log of a database restored from a logical
+            // dump had covered (the old server sent it): kept as sent, as a slow-path row
+            // (docs/operations.md, "Restored from a logical dump").
+            OutboxAction::KeepRestoredProgress => &[Ready],
             OutboxAction::MarkPublished | OutboxAction::MarkFailed | OutboxAction::RecoverLease => {
                 &[Processing]
             }
@@ -86,7 +91,7 @@ impl OutboxAction {
     pub fn target(&self) -> OutboxStatus {
         match self {
             OutboxAction::Claim => OutboxStatus::Processing,
-            OutboxAction::MarkPublished => OutboxStatus::Published,
+            OutboxAction::MarkPublished | OutboxAction::KeepRestoredProgress => OutboxStatus::Published,
             OutboxAction::MarkFailed | OutboxAction::RecoverLease => OutboxStatus::RetryWait,
             OutboxAction::Republish => OutboxStatus::Ready,
             OutboxAction::Discard => OutboxStatus::Discarded,
@@ -171,7 +176,7 @@ mod tests {
     #[test]
     fn transition_table() {
         #[rustfmt::skip]
-        let expected: [(OutboxAction, [Option<OutboxStatus>; 6]); 6] = [
+        let expected: [(OutboxAction, [Option<OutboxStatus>; 6]); 7] = [
             // from:           Ready,            Processing,       RetryWait,        Published, DeadLetter,      Discarded
             (OutboxAction::Claim,         [Some(Processing), None,             Some(Processing), None, None,            None]),
             (OutboxAction::MarkPublished, [None,             Some(Published),  None,             None, None,            None]),
@@ -179,6 +184,7 @@ mod tests {
             (OutboxAction::RecoverLease,  [None,             Some(RetryWait),  None,             None, None,            None]),
             (OutboxAction::Republish,     [None,             None,             None,             None, Some(Ready),     None]),
             (OutboxAction::Discard,       [None,             None,             None,             None, Some(Discarded), None]),
+            (OutboxAction::KeepRestoredProgress, [Some(Published), None,      None,             None, None,            None]),
         ];
         for (action, row) in expected {
             for (from, next) in OutboxStatus::ALL.iter().zip(row) {

@@ -34,7 +34,7 @@ use super::mapping::{outbox_from_row, status_strings};
 use super::repo_err;
 use crate::application::ports::{
     AuditRecord, BatchToken, DeliveryFailure, FastBatch, FastRecord, HeldLane, OutboxFilter,
-    OutboxOperations, OutboxRecord, OutboxStats, OutboxUpkeep, RelayStore, RepoError,
+    OutboxOperations, OutboxRecord, OutboxStats, OutboxUpkeep, RelayStore, RepoError, RestoredRebase,
 };
 use crate::domain::outbox::lanes as lane_rules;
 use crate::domain::outbox::{FailureCode, FailureOutcome, OutboxAction, OutboxStatus};

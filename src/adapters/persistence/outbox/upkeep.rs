@@ -106,4 +106,89 @@ impl OutboxUpkeep for SeaOrmOutboxStore {
         }
         Ok(deleted)
     }
+
+    async fn restored_history(&self) -> Result<bool, RepoError> {
+        if !self.is_postgres() {
+            return Ok(false);
+        }
+        restored_on(self, &self.db).await
+    }
+
+    async fn rebase_restored(&self, now: DateTime<Utc>) -> Result<RestoredRebase, RepoError> {
+        if !self.is_postgres() {
+            return Ok(RestoredRebase::default());
+        }
+        let txn = self.db.begin().await.map_err(repo_err)?;
+        // Every lane held: no relay records (its record joins its lane row FOR SHARE) or
+        // takes a lane until this commits.
+        txn.execute_unprepared("SELECT lane FROM outbox_lanes ORDER BY lane FOR UPDATE")
+            .await
+            .map_err(repo_err)?;
+        if !restored_on(self, &txn).await? {
+            txn.rollback().await.map_err(repo_err)?;
+            return Ok(RestoredRebase::default());
+        }
+        // Covered by its lane's newest restored progress row: the old server sent it. Both
+        // the row's transaction id and the progress row's snapshots are the old server's,
+        // so the coverage is read as that server would have read it.
+        let keep = OutboxAction::KeepRestoredProgress;
+        let kept_sent = txn
+            .execute_raw(self.statement(
+                &format!(
+                    "UPDATE outbox_events o SET slow = TRUE, status = $1, published_at = lp.published_at, \
+                       failure_code = NULL, failure_reason = NULL, version = o.version + 1 \
+                     FROM (SELECT DISTINCT ON (p.lane) p.lane, p.done, p.cur, p.upto_id, p.published_at \
+                       FROM outbox_progress p ORDER BY p.lane, p.id DESC) lp \
+                     WHERE o.lane = lp.lane AND NOT o.slow AND o.status IN ({}) AND {}",
+                    literals(keep.from_statuses()),
+                    self.covered("o", "lp")
+                ),
+                vec![keep.target().as_str().into()],
+            ))
+            .await
+            .map_err(repo_err)?
+            .rows_affected();
+        // The rest go out: stamped with this transaction's id, which every snapshot taken
+        // after it counts as committed, and no progress row says done.
+        let to_send = txn
+            .execute_unprepared("UPDATE outbox_events SET txid = pg_current_xact_id() WHERE NOT slow")
+            .await
+            .map_err(repo_err)?
+            .rows_affected();
+        txn.execute_unprepared("DELETE FROM outbox_progress").await.map_err(repo_err)?;
+        // A new incarnation: a relay that read the old history forgets its cursors.
+        txn.execute_unprepared("DELETE FROM outbox_incarnation").await.map_err(repo_err)?;
+        self.wake(&txn).await?;
+        txn.commit().await.map_err(repo_err)?;
+        tracing::warn!(kept_sent, to_send, at = %now, "outbox history restored from another server made this server's own");
+        self.relay_wake.notify_one();
+        Ok(RestoredRebase { restored: true, kept_sent, to_send })
+    }
+}
+
+/// PostgreSQL: whether a lane's newest progress row or a fast-path event carries a
+/// transaction id at or past this server's next one (one index probe per lane each).
+async fn restored_on<C: ConnectionTrait>(store: &SeaOrmOutboxStore, conn: &C) -> Result<bool, RepoError> {
+    #[derive(Debug, FromQueryResult)]
+    struct Restored {
+        restored: bool,
+    }
+    let sql = format!(
+        "SELECT EXISTS (SELECT 1 FROM generate_series(0, {max}) g(lane) \
+           CROSS JOIN LATERAL (SELECT p.done, p.cur FROM outbox_progress p WHERE p.lane = g.lane \
+             ORDER BY p.id DESC LIMIT 1) lp \
+           WHERE GREATEST(pg_snapshot_xmax(lp.done::pg_snapshot), pg_snapshot_xmax(lp.cur::pg_snapshot)) \
+             > pg_snapshot_xmax(pg_current_snapshot())) \
+         OR EXISTS (SELECT 1 FROM generate_series(0, {max}) g(lane) \
+           CROSS JOIN LATERAL (SELECT o.txid FROM outbox_events o WHERE o.lane = g.lane AND NOT o.slow \
+             ORDER BY o.txid DESC LIMIT 1) lt \
+           WHERE lt.txid >= pg_snapshot_xmax(pg_current_snapshot())) AS restored",
+        max = lane_rules::MAX_LANES - 1
+    );
+    let row = Restored::find_by_statement(store.statement(&sql, vec![]))
+        .one(conn)
+        .await
+        .map_err(repo_err)?
+        .ok_or_else(|| RepoError::unavailable("no answer to the restored-history check"))?;
+    Ok(row.restored)
 }
