@@ -337,6 +337,39 @@ pub(crate) fn command(stat: &str) -> &str {
     stat.split_once('(').and_then(|(_, r)| r.split_once(')')).map(|(c, _)| c).unwrap_or("")
 }
 
+/// CPU seconds used so far by the outbox relay's own PostgreSQL sessions on `db`'s database
+/// (`application_name` = the relay pool's), per backend pid: what the relay costs the
+/// database, apart from the producers' commits and the server's background work.
+pub(crate) async fn relay_sessions_cpu(db: &DatabaseConnection) -> Result<HashMap<i32, f64>, BoxError> {
+    let rows = db
+        .query_all_raw(Statement::from_sql_and_values(
+            db.get_database_backend(),
+            "SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()",
+            [persistence::OUTBOX_APPLICATION_NAME.into()],
+        ))
+        .await?;
+    let mut cpu = HashMap::new();
+    for row in rows {
+        let pid: i32 = row.try_get("", "pid")?;
+        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            cpu.insert(pid, cpu_seconds(&stat));
+        }
+    }
+    Ok(cpu)
+}
+
+/// Milliseconds of CPU per 1 000 events the relay's sessions used between two samples of
+/// [`relay_sessions_cpu`] (a session opened in between counts whole; one closed in between
+/// is lost, which the pool's idle timeout of minutes makes rare).
+pub(crate) fn relay_sessions_ms_per_thousand(
+    before: &HashMap<i32, f64>,
+    after: &HashMap<i32, f64>,
+    events: usize,
+) -> f64 {
+    let used: f64 = after.iter().map(|(pid, s)| s - before.get(pid).copied().unwrap_or(0.0)).sum();
+    used * 1000.0 / (events as f64 / 1000.0)
+}
+
 /// CPU seconds used so far by the broker (RabbitMQ's `beam`, or Tansu), PostgreSQL (all its processes) and this process.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Cpu {

@@ -91,6 +91,7 @@ pub(crate) async fn latency_run(rate: u32, seconds: u64, hold: bool) -> Result<L
     let settings = fixture.settings(&[("APP__OUTBOX__POLL_INTERVAL", "1s")])?;
     let services = startup::build_services(&settings).await.map_err(|e| e.to_string())?;
     let workers = startup::Workers::spawn(&services);
+    let sessions = relay_sessions_cpu(&fixture.db).await?;
 
     // Consumer: arrival instant per message id.
     let arrivals: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
@@ -148,6 +149,11 @@ pub(crate) async fn latency_run(rate: u32, seconds: u64, hold: bool) -> Result<L
     {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let relay_db_ms = relay_sessions_ms_per_thousand(
+        &sessions,
+        &relay_sessions_cpu(&fixture.db).await?,
+        commits.lock().unwrap_or_else(|e| e.into_inner()).len(),
+    );
     workers.shutdown(Duration::from_secs(10)).await;
 
     let commits = std::mem::take(&mut *commits.lock().unwrap_or_else(|e| e.into_inner()));
@@ -214,6 +220,7 @@ pub(crate) async fn latency_run(rate: u32, seconds: u64, hold: bool) -> Result<L
     line("commit -> consume", &consume);
     line("baseline: the commit itself (before the event -> commit returned)", &commit_ms);
     line("baseline: bare publisher, publish -> confirm, same rate and queue", &bare);
+    println!("the relay's own PostgreSQL sessions: {relay_db_ms:.0} ms of CPU per 1 000 events");
     let summary = |v: &[f64]| json!({ "p50": percentile(v, 50.0), "p90": percentile(v, 90.0), "p99": percentile(v, 99.0), "max": v.last() });
     write_json(
         "latency",
@@ -222,6 +229,7 @@ pub(crate) async fn latency_run(rate: u32, seconds: u64, hold: bool) -> Result<L
             "commitToConfirmMs": summary(&relay_ms), "createdToConfirmMs": summary(&confirm),
             "commitToConsumeMs": summary(&consume),
             "commitMs": summary(&commit_ms), "barePublishToConfirmMs": summary(&bare),
+            "relaySessionsCpuMsPerThousand": relay_db_ms,
         }),
     )?;
     let _ = consumer_conn.close().await;

@@ -969,3 +969,32 @@ async fn a_sqlite_history_is_always_its_own() {
     assert!(!outbox.restored_history().await.unwrap());
     assert_eq!(outbox.rebase_restored(now()).await.unwrap(), Default::default());
 }
+
+/// The relay's pool names its sessions, so that an operator tells them apart in
+/// `pg_stat_activity` (and the bench measures their CPU); a name in the URL wins.
+#[tokio::test]
+async fn each_pool_names_its_sessions_on_postgres() {
+    use orchestrator::adapters::persistence::{self, APPLICATION_NAME, OUTBOX_APPLICATION_NAME};
+    use sea_orm::{ConnectionTrait, Statement};
+    let Some(db) = TestDb::create(Backend::Postgres).await else { return };
+    let name = |conn: sea_orm::DatabaseConnection| async move {
+        let row = conn
+            .query_one_raw(Statement::from_string(
+                conn.get_database_backend(),
+                "SELECT current_setting('application_name') AS name",
+            ))
+            .await
+            .unwrap()
+            .unwrap();
+        row.try_get::<String>("", "name").unwrap()
+    };
+    let outbox = persistence::connect_outbox(&db.url, 1, Default::default()).await.unwrap();
+    assert_eq!(name(outbox).await, OUTBOX_APPLICATION_NAME);
+    assert_eq!(name(persistence::connect(&db.url, 1).await.unwrap()).await, APPLICATION_NAME);
+    let separator = if db.url.contains('?') { '&' } else { '?' };
+    let named = format!("{}{separator}application_name=billing", db.url);
+    assert_eq!(
+        name(persistence::connect_outbox(&named, 1, Default::default()).await.unwrap()).await,
+        "billing"
+    );
+}

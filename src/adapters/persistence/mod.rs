@@ -112,6 +112,12 @@ async fn open(
                 .foreign_keys(true)
         })
         .map_sqlx_postgres_opts(move |o| {
+            // Which pool a session belongs to, in `pg_stat_activity` (unless the URL names it).
+            let o = match o.get_application_name() {
+                Some(_) => o,
+                None if custom_plans => o.application_name(OUTBOX_APPLICATION_NAME),
+                None => o.application_name(APPLICATION_NAME),
+            };
             let o = if custom_plans { o.options([("plan_cache_mode", PLAN_CACHE_MODE)]) } else { o };
             let ms = |d: Duration| d.as_millis().to_string();
             let o = if limits.lock_timeout.is_zero() {
@@ -127,6 +133,11 @@ async fn open(
         });
     Database::connect(options).await
 }
+
+/// `application_name` of the service's PostgreSQL sessions, and of its outbox relay's pool
+/// (`pg_stat_activity.application_name`: which sessions are the relay's).
+pub const APPLICATION_NAME: &str = "orchestrator";
+pub const OUTBOX_APPLICATION_NAME: &str = "orchestrator-outbox";
 
 /// The `plan_cache_mode` every PostgreSQL session of the outbox's pool runs with.
 pub const PLAN_CACHE_MODE: &str = "force_custom_plan";
