@@ -352,7 +352,8 @@ fn session_limits(settings: &Settings) -> persistence::SessionLimits {
 }
 
 /// The relay's database: a pool of its own on PostgreSQL (custom plans for its reads; see
-/// `persistence::connect_outbox`); SQLite has one writer and shares the one pool.
+/// `persistence::connect_outbox`), and one more for the fast path's statements (plans kept:
+/// `persistence::connect_fast_path`); SQLite has one writer and shares the one pool.
 async fn outbox_database(
     settings: &Settings,
     db: &DatabaseConnection,
@@ -474,7 +475,20 @@ pub async fn build_services_with_clock(
     let relay_wake = Arc::new(Notify::new());
     let orders = Arc::new(SeaOrmStore::new(db.clone(), relay_wake.clone()).with_lanes(settings.outbox.lanes));
     let outbox_db = outbox_database(settings, &db).await?;
-    let outbox_store: Arc<dyn OutboxStore> = Arc::new(SeaOrmOutboxStore::new(outbox_db, relay_wake.clone()));
+    let mut outbox_store = SeaOrmOutboxStore::new(outbox_db, relay_wake.clone());
+    if !settings.database.is_sqlite() {
+        let fast = persistence::connect_fast_path(
+            settings.database.url.expose(),
+            settings.outbox.max_connections,
+            session_limits(settings),
+        )
+        .await
+        .map_err(|e| {
+            StartupError::failed(format!("cannot open the database: {}", persistence::describe(&e)))
+        })?;
+        outbox_store = outbox_store.with_fast_path_pool(fast);
+    }
+    let outbox_store: Arc<dyn OutboxStore> = Arc::new(outbox_store);
     let idempotency_store: Arc<dyn IdempotencyStore> = Arc::new(SeaOrmIdempotencyStore::new(db.clone()));
 
     let (payments, settlements, notifier, provider_calls) = providers(settings)?;

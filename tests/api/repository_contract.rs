@@ -684,16 +684,21 @@ on_both_databases!(
 /// The relay stalled for seconds per batch once PostgreSQL switched the cached claim
 /// statement to a generic plan (after its fifth execution). Every session of the outbox's
 /// pool must plan each execution with its bound values: no generic plan, however often a
-/// statement runs.
+/// statement runs. The fast path's statements, on a pool of their own, are the opposite:
+/// planned once per session (planned anew each time they cost a trickle three times their
+/// execution), and their one plan reads `idx_outbox_fast`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hot_statements_never_run_on_a_generic_plan_on_postgres() {
     use sea_orm::{ConnectionTrait, Statement};
     let Some(db) = TestDb::create(Backend::Postgres).await else { return };
     db.connect().await; // migrated
-    // One connection: the statistics below are per session.
+    // One connection per pool: the statistics below are per session.
     let conn =
         orchestrator::adapters::persistence::connect_outbox(&db.url, 1, Default::default()).await.unwrap();
-    let outbox = SeaOrmOutboxStore::new(conn.clone(), Arc::new(Notify::new()));
+    let fast =
+        orchestrator::adapters::persistence::connect_fast_path(&db.url, 1, Default::default()).await.unwrap();
+    let outbox =
+        SeaOrmOutboxStore::new(conn.clone(), Arc::new(Notify::new())).with_fast_path_pool(fast.clone());
     let orders = SeaOrmStore::new(conn.clone(), Arc::new(Notify::new()));
     let events = (0..20).map(|i| event(&format!("agg-{i}"), "order.completed")).collect();
     orders.commit(Changes { outbox: events, ..Default::default() }).await.unwrap();
@@ -716,37 +721,72 @@ async fn hot_statements_never_run_on_a_generic_plan_on_postgres() {
             FastRecord { batches: vec![batch.token], failures: vec![], held_back: vec![], attempted_at: t };
         assert!(outbox.record_batches("w", &record, t).await.unwrap().is_empty(), "nothing fenced");
     }
-    let rows = conn
-        .query_all_raw(Statement::from_string(
+    let prepared = |conn: sea_orm::DatabaseConnection, like: &'static str| async move {
+        conn.query_all_raw(Statement::from_string(
             conn.get_database_backend(),
-            "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements \
-             WHERE statement LIKE 'UPDATE outbox_events%' OR statement LIKE 'SELECT o.lane, o.id%' \
-               OR statement LIKE 'INSERT INTO outbox_progress%' OR statement LIKE 'WITH f AS%'",
+            format!("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements WHERE {like}"),
         ))
         .await
-        .unwrap();
-    assert!(!rows.is_empty(), "the claim and mark statements are prepared and cached");
-    // Each of those batches was read whole by the fill that found it (every lane filled
-    // afresh, as at a trickle): the read by id never ran.
-    let by_id = conn
-        .query_all_raw(Statement::from_string(
-            conn.get_database_backend(),
-            "SELECT statement FROM pg_prepared_statements \
-             WHERE statement LIKE 'SELECT o.id, %AS held FROM outbox_events o WHERE o.id = ANY%'",
-        ))
-        .await
-        .unwrap();
-    assert!(by_id.is_empty(), "a batch read by id after its fill");
-    for row in rows {
-        let statement: String = row.try_get("", "statement").unwrap();
-        let generic: i64 = row.try_get("", "generic_plans").unwrap();
-        let custom: i64 = row.try_get("", "custom_plans").unwrap();
+        .unwrap()
+        .into_iter()
+        .map(|row| {
+            let statement: String = row.try_get("", "statement").unwrap();
+            let generic: i64 = row.try_get("", "generic_plans").unwrap();
+            let custom: i64 = row.try_get("", "custom_plans").unwrap();
+            (statement, generic, custom)
+        })
+        .collect::<Vec<_>>()
+    };
+    let slow = prepared(conn.clone(), "statement LIKE 'UPDATE outbox_events%'").await;
+    assert!(!slow.is_empty(), "the claim and mark statements are prepared and cached");
+    for (statement, generic, custom) in slow {
         assert_eq!(generic, 0, "generic plan used for {statement}");
         if statement.starts_with("UPDATE outbox_events SET status") {
             // The claim and the mark ran often enough for PostgreSQL to consider a generic plan.
             assert!(custom >= 10, "{custom} custom plans for {statement}");
         }
     }
+    let hot = prepared(
+        fast.clone(),
+        "statement LIKE 'INSERT INTO outbox_progress%' OR statement LIKE 'WITH f AS%'",
+    )
+    .await;
+    assert_eq!(hot.len(), 2, "the fill and the record, on the fast path's pool: {hot:?}");
+    for (statement, generic, custom) in &hot {
+        assert_eq!(*custom, 0, "planned anew: {statement}");
+        assert!(*generic >= 10, "{generic} runs of the kept plan for {statement}");
+    }
+    // The fill's kept plan reads the lanes' differences on their index.
+    let fill = &hot.iter().find(|(s, _, _)| s.starts_with("WITH f AS")).unwrap().0;
+    let plan = fast
+        .query_all_raw(Statement::from_string(
+            fast.get_database_backend(),
+            "SELECT name FROM pg_prepared_statements WHERE statement LIKE 'WITH f AS%'",
+        ))
+        .await
+        .unwrap();
+    let name: String = plan[0].try_get("", "name").unwrap();
+    let explained = fast
+        .query_all_raw(Statement::from_string(
+            fast.get_database_backend(),
+            format!(
+                "EXPLAIN EXECUTE {name}('{{3}}'::smallint[], '{{\"\"}}'::text[], '{{\"\"}}'::text[], '{{0}}'::bigint[], 16384, 64)"
+            ),
+        ))
+        .await;
+    match explained {
+        Ok(rows) => {
+            let text: Vec<String> =
+                rows.iter().map(|r| r.try_get::<String>("", "QUERY PLAN").unwrap()).collect();
+            assert!(text.iter().any(|l| l.contains("idx_outbox_fast")), "{fill}\n{}", text.join("\n"));
+        }
+        Err(err) => panic!("EXPLAIN EXECUTE {name}: {err}\n{fill}"),
+    }
+    // Each of those batches was read whole by the fill that found it (every lane filled
+    // afresh, as at a trickle): the read by id never ran.
+    let by_id =
+        prepared(fast, "statement LIKE 'SELECT o.id, %AS held FROM outbox_events o WHERE o.id = ANY%'").await;
+    assert!(by_id.is_empty(), "a batch read by id after its fill");
 }
 
 /// A snapshot difference larger than one slice of ids (16 384) is read slice by slice:

@@ -42,7 +42,7 @@ use crate::application::ports::{Cause, RepoError};
 /// # Errors
 /// The database cannot be reached or the URL is invalid.
 pub async fn connect(url: &str, max_connections: u32) -> Result<DatabaseConnection, DbErr> {
-    open(url, max_connections, false, SessionLimits::default()).await
+    open(url, max_connections, Plans::Default, SessionLimits::default()).await
 }
 
 /// Bounds on every PostgreSQL session of a pool (none on SQLite, whose writers wait on its
@@ -63,7 +63,7 @@ pub async fn connect_limited(
     max_connections: u32,
     limits: SessionLimits,
 ) -> Result<DatabaseConnection, DbErr> {
-    open(url, max_connections, false, limits).await
+    open(url, max_connections, Plans::Default, limits).await
 }
 
 /// Opens the outbox's pool: on PostgreSQL every session runs with [`PLAN_CACHE_MODE`].
@@ -82,13 +82,42 @@ pub async fn connect_outbox(
     max_connections: u32,
     limits: SessionLimits,
 ) -> Result<DatabaseConnection, DbErr> {
-    open(url, max_connections, true, limits).await
+    open(url, max_connections, Plans::Custom, limits).await
+}
+
+/// The relay's fast-path pool on PostgreSQL: its three statements (the fill, the read by
+/// id, the record) are planned once per session and the plan kept (`plan_cache_mode =
+/// force_generic_plan`). Planned anew on every run they cost the database three times
+/// their execution at a trickle, where a relay runs them for a handful of events each; their
+/// plan does not depend on the values bound (arrays of lanes and snapshots, ids by primary
+/// key), unlike the slow path's claim (docs/decisions.md, "The fast path's statements keep
+/// their plan").
+///
+/// # Errors
+/// When the database cannot be reached.
+pub async fn connect_fast_path(
+    url: &str,
+    max_connections: u32,
+    limits: SessionLimits,
+) -> Result<DatabaseConnection, DbErr> {
+    open(url, max_connections, Plans::Generic, limits).await
+}
+
+/// How a pool's PostgreSQL sessions plan prepared statements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Plans {
+    /// PostgreSQL's own choice (`auto`).
+    Default,
+    /// Planned with the bound values on every run ([`PLAN_CACHE_MODE`]).
+    Custom,
+    /// Planned once per session.
+    Generic,
 }
 
 async fn open(
     url: &str,
     max_connections: u32,
-    custom_plans: bool,
+    plans: Plans,
     limits: SessionLimits,
 ) -> Result<DatabaseConnection, DbErr> {
     let dir = sqlite_path(url).and_then(|path| {
@@ -113,12 +142,16 @@ async fn open(
         })
         .map_sqlx_postgres_opts(move |o| {
             // Which pool a session belongs to, in `pg_stat_activity` (unless the URL names it).
-            let o = match o.get_application_name() {
-                Some(_) => o,
-                None if custom_plans => o.application_name(OUTBOX_APPLICATION_NAME),
-                None => o.application_name(APPLICATION_NAME),
+            let o = match (o.get_application_name(), plans) {
+                (Some(_), _) => o,
+                (None, Plans::Default) => o.application_name(APPLICATION_NAME),
+                (None, Plans::Custom | Plans::Generic) => o.application_name(OUTBOX_APPLICATION_NAME),
             };
-            let o = if custom_plans { o.options([("plan_cache_mode", PLAN_CACHE_MODE)]) } else { o };
+            let o = match plans {
+                Plans::Default => o,
+                Plans::Custom => o.options([("plan_cache_mode", PLAN_CACHE_MODE)]),
+                Plans::Generic => o.options([("plan_cache_mode", "force_generic_plan")]),
+            };
             let ms = |d: Duration| d.as_millis().to_string();
             let o = if limits.lock_timeout.is_zero() {
                 o

@@ -133,7 +133,7 @@ impl SeaOrmOutboxStore {
             ),
             vec![],
         ))
-        .all(&self.db)
+        .all(&self.fast)
         .await
         .map_err(repo_err)?;
         let latest: HashMap<i16, ProgressRow> = rows.into_iter().map(|r| (r.lane, r)).collect();
@@ -181,7 +181,7 @@ impl SeaOrmOutboxStore {
             (FILL as i64).into(),
             (first as i64).into(),
         ];
-        let results = self.db.query_all_raw(self.statement(&FILL_SQL, values)).await.map_err(repo_err)?;
+        let results = self.fast.query_all_raw(self.statement(&FILL_SQL, values)).await.map_err(repo_err)?;
         let (mut snapshot, mut incarnation) = (None, None);
         let mut by_lane: HashMap<i16, VecDeque<i64>> = HashMap::new();
         let mut read = ReadRows::new();
@@ -274,7 +274,7 @@ impl SeaOrmOutboxStore {
                 "SELECT id FROM outbox_events WHERE NOT slow AND lane = $1 AND id > $2 ORDER BY id LIMIT $3",
                 vec![c.lane.into(), c.mark.upto_id.into(), (FILL as i64).into()],
             ))
-            .all(&self.db)
+            .all(&self.fast)
             .await
             .map_err(repo_err)?;
             c.pending = ids.into_iter().map(|r| r.id).collect();

@@ -138,7 +138,7 @@ impl SeaOrmOutboxStore {
                 &format!("SELECT {}, {} FROM outbox_events o WHERE {by_id}", fast_columns(), held_column()),
                 values,
             );
-            for result in self.db.query_all_raw(statement).await.map_err(repo_err)? {
+            for result in self.fast.query_all_raw(statement).await.map_err(repo_err)? {
                 found.extend(fast_row(&result)?);
             }
         }
@@ -276,10 +276,10 @@ impl SeaOrmOutboxStore {
         if all_sent {
             // Every event went out: the insert alone, one statement and its own transaction
             // (one round trip instead of three on the path every batch takes).
-            let recorded = insert.all(&self.db).await.map_err(repo_err)?;
+            let recorded = insert.all(&self.fast).await.map_err(repo_err)?;
             return Ok(recorded.into_iter().map(|l| l.lane).collect());
         }
-        let txn = self.db.begin().await.map_err(repo_err)?;
+        let txn = self.fast.begin().await.map_err(repo_err)?;
         let recorded: Vec<i16> =
             insert.all(&txn).await.map_err(repo_err)?.into_iter().map(|l| l.lane).collect();
         if recorded.is_empty() {

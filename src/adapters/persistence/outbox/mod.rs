@@ -48,6 +48,9 @@ const FILL: usize = 16_384;
 #[derive(Clone)]
 pub struct SeaOrmOutboxStore {
     db: DatabaseConnection,
+    /// The fast path's statements (fill, read by id, record): `db` unless
+    /// [`SeaOrmOutboxStore::with_fast_path_pool`] gave it a pool of its own.
+    fast: DatabaseConnection,
     /// The in-process relay's wake-up (PostgreSQL `NOTIFY` wakes relays elsewhere).
     relay_wake: Arc<Notify>,
     /// Where each relay of this process stands in the lanes it holds (`fast`).
@@ -77,7 +80,13 @@ mod upkeep;
 
 impl SeaOrmOutboxStore {
     pub fn new(db: DatabaseConnection, relay_wake: Arc<Notify>) -> Self {
-        SeaOrmOutboxStore { db, relay_wake, cursors: Arc::default() }
+        SeaOrmOutboxStore { fast: db.clone(), db, relay_wake, cursors: Arc::default() }
+    }
+
+    /// The same store, its fast path's statements on `fast` (PostgreSQL:
+    /// `persistence::connect_fast_path`, whose sessions keep each statement's plan).
+    pub fn with_fast_path_pool(self, fast: DatabaseConnection) -> Self {
+        SeaOrmOutboxStore { fast, ..self }
     }
 
     /// Wakes relays: this process's at once, other processes' through `NOTIFY` on
