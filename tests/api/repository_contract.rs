@@ -1038,3 +1038,44 @@ async fn each_pool_names_its_sessions_on_postgres() {
         "billing"
     );
 }
+
+/// A relay looks at the slow path on every drain; at a trickle nearly every look finds
+/// nothing due. The claim (planned afresh on every run, for its bound values) runs only when
+/// a cheap look on the fast path's pool found a due row: the look that finds nothing costs
+/// no claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_slow_path_is_claimed_only_when_a_row_is_due_on_postgres() {
+    use sea_orm::{ConnectionTrait, Statement};
+    let Some(db) = TestDb::create(Backend::Postgres).await else { return };
+    db.connect().await; // migrated
+    let conn =
+        orchestrator::adapters::persistence::connect_outbox(&db.url, 1, Default::default()).await.unwrap();
+    let fast =
+        orchestrator::adapters::persistence::connect_fast_path(&db.url, 1, Default::default()).await.unwrap();
+    let outbox = SeaOrmOutboxStore::new(conn.clone(), Arc::new(Notify::new())).with_fast_path_pool(fast);
+    let orders = SeaOrmStore::new(conn.clone(), Arc::new(Notify::new()));
+    let claims_run = || async {
+        conn.query_all_raw(Statement::from_string(
+            conn.get_database_backend(),
+            "SELECT 1 FROM pg_prepared_statements WHERE statement LIKE 'UPDATE outbox_events SET status = $1, claimed_by%'",
+        ))
+        .await
+        .unwrap()
+        .len()
+    };
+    // A fast-path event only: nothing on the slow path.
+    orders
+        .commit(Changes { outbox: vec![event("agg-1", "order.completed")], ..Default::default() })
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        let t = now();
+        assert!(claim_as(&outbox, "w", 8, t, t + Duration::minutes(5)).await.is_empty());
+    }
+    assert_eq!(claims_run().await, 0, "no claim where nothing is due");
+    // A slow-path row due: claimed.
+    on_the_slow_path(&conn).await;
+    let t = now();
+    assert_eq!(claim_as(&outbox, "w", 8, t, t + Duration::minutes(5)).await.len(), 1);
+    assert_eq!(claims_run().await, 1);
+}

@@ -27,6 +27,9 @@ impl RelayStore for SeaOrmOutboxStore {
         // (not bound): only then can PostgreSQL match the partial index
         // `idx_outbox_claimable` under a generic prepared-statement plan.
         let claimable = literals(OutboxAction::Claim.from_statuses());
+        if self.is_postgres() && !self.slow_rows_due(lanes, &claimable, now).await? {
+            return Ok(Vec::new());
+        }
         let blocking = literals(OutboxStatus::BLOCKING);
         let lock = match self.db.get_database_backend() {
             DatabaseBackend::Postgres => "FOR UPDATE SKIP LOCKED",
@@ -158,5 +161,35 @@ impl RelayStore for SeaOrmOutboxStore {
         }
         txn.commit().await.map_err(repo_err)?;
         Ok(marked)
+    }
+}
+
+impl SeaOrmOutboxStore {
+    /// PostgreSQL: whether any slow-path row of `lanes` is due, on the fast path's pool (one
+    /// plan per session, on `idx_outbox_claimable_lane`). A relay looks at the slow path on
+    /// every drain, and at a trickle nearly every look finds nothing: the claim itself must
+    /// be planned with its bound values (docs/decisions.md, "Custom plans for the outbox"),
+    /// which costs more than this whole look.
+    async fn slow_rows_due(
+        &self,
+        lanes: &[i16],
+        claimable: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool, RepoError> {
+        #[derive(Debug, FromQueryResult)]
+        struct Due {
+            due: bool,
+        }
+        let sql = format!(
+            "SELECT EXISTS (SELECT 1 FROM outbox_events o WHERE o.slow AND o.status IN ({claimable}) \
+               AND o.lane = ANY($1::smallint[]) AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $2)) AS due"
+        );
+        let values: Vec<Value> = vec![smallints(lanes.iter().copied()), now.into()];
+        let due = Due::find_by_statement(self.statement(&sql, values))
+            .one(&self.fast)
+            .await
+            .map_err(repo_err)?
+            .is_some_and(|d| d.due);
+        Ok(due)
     }
 }
