@@ -351,23 +351,26 @@ fn session_limits(settings: &Settings) -> persistence::SessionLimits {
     }
 }
 
-/// The relay's database: a pool of its own on PostgreSQL (custom plans for its reads; see
-/// `persistence::connect_outbox`), and one more for the fast path's statements (plans kept:
-/// `persistence::connect_fast_path`); SQLite has one writer and shares the one pool.
-async fn outbox_database(
+/// The relay's store: on PostgreSQL two pools of its own, one for its slow path and the
+/// operators' queries (custom plans: `persistence::connect_outbox`) and one for the fast
+/// path's statements (plans kept: `persistence::connect_fast_path`); SQLite has one writer
+/// and shares the one pool.
+async fn outbox_store(
     settings: &Settings,
     db: &DatabaseConnection,
-) -> Result<DatabaseConnection, StartupError> {
+    relay_wake: Arc<Notify>,
+) -> Result<SeaOrmOutboxStore, StartupError> {
     if settings.database.is_sqlite() {
-        return Ok(db.clone());
+        return Ok(SeaOrmOutboxStore::new(db.clone(), relay_wake));
     }
-    persistence::connect_outbox(
-        settings.database.url.expose(),
-        settings.outbox.max_connections,
-        session_limits(settings),
-    )
-    .await
-    .map_err(|e| StartupError::failed(format!("cannot open the database: {}", persistence::describe(&e))))
+    let failed = |e: sea_orm::DbErr| {
+        StartupError::failed(format!("cannot open the database: {}", persistence::describe(&e)))
+    };
+    let (url, size, limits) =
+        (settings.database.url.expose(), settings.outbox.max_connections, session_limits(settings));
+    let outbox = persistence::connect_outbox(url, size, limits).await.map_err(failed)?;
+    let fast = persistence::connect_fast_path(url, size, limits).await.map_err(failed)?;
+    Ok(SeaOrmOutboxStore::new(outbox, relay_wake).with_fast_path_pool(fast))
 }
 
 /// The payment, settlement and notification providers `payment.provider` names.
@@ -424,11 +427,6 @@ fn providers(settings: &Settings) -> Result<Providers, StartupError> {
     })
 }
 
-/// Connects, migrates (SQLite) or checks the schema (PostgreSQL), and wires the services.
-///
-/// # Errors
-/// `Config` for unusable keys; `Runtime` when the database cannot be reached or is not
-/// migrated.
 /// `serve` and `worker` refuse a database whose outbox holds another server's history (a
 /// restore from a logical dump): relayed as it is, its progress log would count new events
 /// as sent. `app outbox rebase` makes it this server's own (docs/operations.md).
@@ -453,6 +451,11 @@ pub async fn refuse_restored_history(services: &Services) -> Result<(), StartupE
     Ok(())
 }
 
+/// Connects, migrates (SQLite) or checks the schema (PostgreSQL), and wires the services.
+///
+/// # Errors
+/// `Config` for unusable keys; `Runtime` when the database cannot be reached or is not
+/// migrated.
 pub async fn build_services(settings: &Settings) -> Result<Services, StartupError> {
     build_services_with_clock(settings, Arc::new(SystemClock)).await
 }
@@ -474,21 +477,7 @@ pub async fn build_services_with_clock(
 
     let relay_wake = Arc::new(Notify::new());
     let orders = Arc::new(SeaOrmStore::new(db.clone(), relay_wake.clone()).with_lanes(settings.outbox.lanes));
-    let outbox_db = outbox_database(settings, &db).await?;
-    let mut outbox_store = SeaOrmOutboxStore::new(outbox_db, relay_wake.clone());
-    if !settings.database.is_sqlite() {
-        let fast = persistence::connect_fast_path(
-            settings.database.url.expose(),
-            settings.outbox.max_connections,
-            session_limits(settings),
-        )
-        .await
-        .map_err(|e| {
-            StartupError::failed(format!("cannot open the database: {}", persistence::describe(&e)))
-        })?;
-        outbox_store = outbox_store.with_fast_path_pool(fast);
-    }
-    let outbox_store: Arc<dyn OutboxStore> = Arc::new(outbox_store);
+    let outbox_store: Arc<dyn OutboxStore> = Arc::new(outbox_store(settings, &db, relay_wake.clone()).await?);
     let idempotency_store: Arc<dyn IdempotencyStore> = Arc::new(SeaOrmIdempotencyStore::new(db.clone()));
 
     let (payments, settlements, notifier, provider_calls) = providers(settings)?;

@@ -245,8 +245,7 @@ async fn the_database_server_crashes_and_returns_under_load() {
 async fn a_database_crash_never_lets_the_relay_skip_an_event() {
     use chrono::Utc;
     use orchestrator::adapters::persistence::{SeaOrmOutboxStore, SeaOrmStore};
-    use orchestrator::application::ports::{Changes, FastRecord, NewOutboxEvent, RelayStore, UnitOfWork};
-    use orchestrator::domain::ids::EventId;
+    use orchestrator::application::ports::{Changes, FastRecord, RelayStore, UnitOfWork};
     use orchestrator::domain::outbox::lanes::lane_of;
     use sea_orm::{ConnectionTrait, Statement, TransactionTrait};
 
@@ -257,16 +256,7 @@ async fn a_database_crash_never_lets_the_relay_skip_an_event() {
     let wake = Arc::new(tokio::sync::Notify::new());
     let outbox = SeaOrmOutboxStore::new(conn.clone(), wake.clone());
     let orders = SeaOrmStore::new(conn.clone(), wake);
-    let event = |aggregate: &str| NewOutboxEvent {
-        event_id: EventId::new(),
-        aggregate_type: "order".into(),
-        aggregate_id: aggregate.into(),
-        event_type: "order.completed".into(),
-        routing_key: "order.completed".into(),
-        payload: "{}".into(),
-        correlation_id: None,
-        created_at: Utc::now(),
-    };
+    let event = outbox_event;
     let one = |sql: &str| Statement::from_string(conn.get_database_backend(), sql.to_owned());
     // Two aggregates in different lanes: `b`'s batch is read before the crash and recorded
     // after it; `a`'s lane has its difference read empty just before the crash.
@@ -287,13 +277,7 @@ async fn a_database_crash_never_lets_the_relay_skip_an_event() {
     let before = outbox.next_batch("w", &held, &[], 64).await.unwrap().expect("b's event");
     assert_eq!(before.rows.len(), 1);
 
-    let walwriter: i32 = conn
-        .query_one_raw(one("SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'"))
-        .await
-        .unwrap()
-        .expect("a WAL writer")
-        .try_get("", "pid")
-        .unwrap();
+    let walwriter = walwriter_pid(&conn).await;
     signal(walwriter, "STOP");
     // A producer's transaction rolls back: its id is the newest completed, its WAL unwritten.
     let txn = conn.begin().await.unwrap();
@@ -310,18 +294,7 @@ async fn a_database_crash_never_lets_the_relay_skip_an_event() {
     let idle = outbox.next_batch("w", &held, std::slice::from_ref(&before.token), 64).await.unwrap();
     assert!(idle.is_none(), "nothing new before the crash");
 
-    let _server = tokio::task::spawn_blocking(move || {
-        signal(walwriter, "KILL");
-        std::thread::sleep(Duration::from_millis(500));
-        server.wait_ready();
-        server
-    })
-    .await
-    .expect("the server crashed and recovered");
-    until_within("the database after its crash", Duration::from_secs(30), || async {
-        conn.execute_unprepared("SELECT 1").await.is_ok()
-    })
-    .await;
+    let _server = crash_by_walwriter(server, walwriter, &conn).await;
 
     // The next event's transaction is given the rolled-back transaction's id.
     orders.commit(Changes { outbox: vec![event(a)], ..Default::default() }).await.unwrap();
@@ -337,18 +310,7 @@ async fn a_database_crash_never_lets_the_relay_skip_an_event() {
     let fenced = outbox.record_batches("w", &record(before.token), t).await.unwrap();
     assert!(!fenced.is_empty(), "a batch read before the crash is never recorded after it");
 
-    let mut seen = Vec::new();
-    for _ in 0..4 {
-        match outbox.next_batch("w", &held, &[], 64).await {
-            Ok(Some(batch)) => {
-                seen.extend(batch.rows.iter().map(|r| r.aggregate_id.clone()));
-                assert!(outbox.record_batches("w", &record(batch.token), t).await.unwrap().is_empty());
-            }
-            Ok(None) => {}
-            // The relay learns of the crash at its first read, and reads its lanes again.
-            Err(err) => eprintln!("read after the crash: {err}"),
-        }
-    }
+    let seen = delivered(&outbox, &held, t).await;
     assert!(seen.iter().any(|s| s == a), "the event committed after the crash is delivered: {seen:?}");
     assert!(seen.contains(&b), "b's batch, never recorded, is sent again: {seen:?}");
     // The test's database goes while its server runs (dropping it afterwards would wait
@@ -370,8 +332,7 @@ async fn a_database_crash_never_lets_the_relay_skip_an_event() {
 async fn an_asynchronous_record_lost_to_a_crash_never_lets_the_relay_skip_an_event() {
     use chrono::Utc;
     use orchestrator::adapters::persistence::{SeaOrmOutboxStore, SeaOrmStore};
-    use orchestrator::application::ports::{Changes, FastRecord, NewOutboxEvent, RelayStore, UnitOfWork};
-    use orchestrator::domain::ids::EventId;
+    use orchestrator::application::ports::{Changes, FastRecord, RelayStore, UnitOfWork};
     use sea_orm::{ConnectionTrait, Statement};
 
     let Some(server) = PgServer::start_with("-c autovacuum=off -c checkpoint_timeout=1h") else { return };
@@ -380,16 +341,7 @@ async fn an_asynchronous_record_lost_to_a_crash_never_lets_the_relay_skip_an_eve
     let wake = Arc::new(tokio::sync::Notify::new());
     let outbox = SeaOrmOutboxStore::new(conn.clone(), wake.clone());
     let orders = SeaOrmStore::new(conn.clone(), wake);
-    let event = |aggregate: &str| NewOutboxEvent {
-        event_id: EventId::new(),
-        aggregate_type: "order".into(),
-        aggregate_id: aggregate.into(),
-        event_type: "order.completed".into(),
-        routing_key: "order.completed".into(),
-        payload: "{}".into(),
-        correlation_id: None,
-        created_at: Utc::now(),
-    };
+    let event = outbox_event;
     let one = |sql: &str| Statement::from_string(conn.get_database_backend(), sql.to_owned());
     let number = |sql: &'static str| {
         let conn = conn.clone();
@@ -403,13 +355,7 @@ async fn an_asynchronous_record_lost_to_a_crash_never_lets_the_relay_skip_an_eve
     let record =
         |token| FastRecord { batches: vec![token], failures: vec![], held_back: vec![], attempted_at: t };
 
-    let walwriter: i32 = conn
-        .query_one_raw(one("SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'"))
-        .await
-        .unwrap()
-        .expect("a WAL writer")
-        .try_get("", "pid")
-        .unwrap();
+    let walwriter = walwriter_pid(&conn).await;
     // The event commits (synchronously, flushed by its own backend); then the WAL writer stops.
     orders.commit(Changes { outbox: vec![event("agg-a")], ..Default::default() }).await.unwrap();
     signal(walwriter, "STOP");
@@ -420,18 +366,7 @@ async fn an_asynchronous_record_lost_to_a_crash_never_lets_the_relay_skip_an_eve
     // The relay reads on: every lane's snapshot counts the record's id as done.
     assert!(outbox.next_batch("w", &held, &[], 64).await.unwrap().is_none(), "nothing new before the crash");
 
-    let _server = tokio::task::spawn_blocking(move || {
-        signal(walwriter, "KILL");
-        std::thread::sleep(Duration::from_millis(500));
-        server.wait_ready();
-        server
-    })
-    .await
-    .expect("the server crashed and recovered");
-    until_within("the database after its crash", Duration::from_secs(30), || async {
-        conn.execute_unprepared("SELECT 1").await.is_ok()
-    })
-    .await;
+    let _server = crash_by_walwriter(server, walwriter, &conn).await;
     assert_eq!(
         number("SELECT COUNT(*) AS n FROM outbox_progress").await,
         progress_rows - 1,
@@ -443,20 +378,89 @@ async fn an_asynchronous_record_lost_to_a_crash_never_lets_the_relay_skip_an_eve
     let reused = number("SELECT MAX(txid::text::bigint) AS n FROM outbox_events").await;
     assert_eq!(reused, recorded_by, "the crash handed the lost record's transaction id out again");
 
-    let mut seen = Vec::new();
-    for _ in 0..4 {
-        match outbox.next_batch("w", &held, &[], 64).await {
-            Ok(Some(batch)) => {
-                seen.extend(batch.rows.iter().map(|r| r.aggregate_id.clone()));
-                assert!(outbox.record_batches("w", &record(batch.token), t).await.unwrap().is_empty());
-            }
-            Ok(None) => {}
-            // The relay learns of the crash at its first read, and reads its lanes again.
-            Err(err) => eprintln!("read after the crash: {err}"),
-        }
-    }
+    let seen = delivered(&outbox, &held, t).await;
     assert!(seen.iter().any(|s| s == "agg-c"), "the event committed after the crash is delivered: {seen:?}");
     assert!(seen.iter().any(|s| s == "agg-a"), "the lost record's event is sent again: {seen:?}");
     drop(conn);
     drop(test_db);
+}
+
+/// An event of `aggregate` for the crash tests.
+fn outbox_event(aggregate: &str) -> orchestrator::application::ports::NewOutboxEvent {
+    orchestrator::application::ports::NewOutboxEvent {
+        event_id: orchestrator::domain::ids::EventId::new(),
+        aggregate_type: "order".into(),
+        aggregate_id: aggregate.into(),
+        event_type: "order.completed".into(),
+        routing_key: "order.completed".into(),
+        payload: "{}".into(),
+        correlation_id: None,
+        created_at: chrono::Utc::now(),
+    }
+}
+
+/// The pid of the WAL writer of `conn`'s server.
+async fn walwriter_pid(conn: &sea_orm::DatabaseConnection) -> i32 {
+    use sea_orm::{ConnectionTrait, Statement};
+    conn.query_one_raw(Statement::from_string(
+        conn.get_database_backend(),
+        "SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'",
+    ))
+    .await
+    .unwrap()
+    .expect("a WAL writer")
+    .try_get("", "pid")
+    .unwrap()
+}
+
+/// Kills the (stopped) WAL writer: the postmaster crashes and recovers every process. Returns
+/// once `conn` answers again.
+async fn crash_by_walwriter(
+    server: PgServer,
+    walwriter: i32,
+    conn: &sea_orm::DatabaseConnection,
+) -> PgServer {
+    use sea_orm::ConnectionTrait;
+    let server = tokio::task::spawn_blocking(move || {
+        signal(walwriter, "KILL");
+        std::thread::sleep(Duration::from_millis(500));
+        server.wait_ready();
+        server
+    })
+    .await
+    .expect("the server crashed and recovered");
+    until_within("the database after its crash", Duration::from_secs(30), || async {
+        conn.execute_unprepared("SELECT 1").await.is_ok()
+    })
+    .await;
+    server
+}
+
+/// Four rounds of worker `w` reading and recording its lanes after a crash: the aggregates of
+/// the events delivered. The relay learns of the crash at its first read (which fails), and
+/// reads its lanes again.
+async fn delivered(
+    outbox: &orchestrator::adapters::persistence::SeaOrmOutboxStore,
+    held: &[orchestrator::application::ports::HeldLane],
+    t: chrono::DateTime<chrono::Utc>,
+) -> Vec<String> {
+    use orchestrator::application::ports::{FastRecord, RelayStore};
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        match outbox.next_batch("w", held, &[], 64).await {
+            Ok(Some(batch)) => {
+                seen.extend(batch.rows.iter().map(|r| r.aggregate_id.clone()));
+                let record = FastRecord {
+                    batches: vec![batch.token],
+                    failures: vec![],
+                    held_back: vec![],
+                    attempted_at: t,
+                };
+                assert!(outbox.record_batches("w", &record, t).await.unwrap().is_empty());
+            }
+            Ok(None) => {}
+            Err(err) => eprintln!("read after the crash: {err}"),
+        }
+    }
+    seen
 }

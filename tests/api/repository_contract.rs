@@ -691,15 +691,8 @@ on_both_databases!(
 async fn hot_statements_never_run_on_a_generic_plan_on_postgres() {
     use sea_orm::{ConnectionTrait, Statement};
     let Some(db) = TestDb::create(Backend::Postgres).await else { return };
-    db.connect().await; // migrated
     // One connection per pool: the statistics below are per session.
-    let conn =
-        orchestrator::adapters::persistence::connect_outbox(&db.url, 1, Default::default()).await.unwrap();
-    let fast =
-        orchestrator::adapters::persistence::connect_fast_path(&db.url, 1, Default::default()).await.unwrap();
-    let outbox =
-        SeaOrmOutboxStore::new(conn.clone(), Arc::new(Notify::new())).with_fast_path_pool(fast.clone());
-    let orders = SeaOrmStore::new(conn.clone(), Arc::new(Notify::new()));
+    let (conn, fast, outbox, orders) = relay_pools(&db).await;
     let events = (0..20).map(|i| event(&format!("agg-{i}"), "order.completed")).collect();
     orders.commit(Changes { outbox: events, ..Default::default() }).await.unwrap();
     on_the_slow_path(&conn).await;
@@ -1047,13 +1040,7 @@ async fn each_pool_names_its_sessions_on_postgres() {
 async fn the_slow_path_is_claimed_only_when_a_row_is_due_on_postgres() {
     use sea_orm::{ConnectionTrait, Statement};
     let Some(db) = TestDb::create(Backend::Postgres).await else { return };
-    db.connect().await; // migrated
-    let conn =
-        orchestrator::adapters::persistence::connect_outbox(&db.url, 1, Default::default()).await.unwrap();
-    let fast =
-        orchestrator::adapters::persistence::connect_fast_path(&db.url, 1, Default::default()).await.unwrap();
-    let outbox = SeaOrmOutboxStore::new(conn.clone(), Arc::new(Notify::new())).with_fast_path_pool(fast);
-    let orders = SeaOrmStore::new(conn.clone(), Arc::new(Notify::new()));
+    let (conn, _, outbox, orders) = relay_pools(&db).await;
     let claims_run = || async {
         conn.query_all_raw(Statement::from_string(
             conn.get_database_backend(),
@@ -1078,4 +1065,20 @@ async fn the_slow_path_is_claimed_only_when_a_row_is_due_on_postgres() {
     let t = now();
     assert_eq!(claim_as(&outbox, "w", 8, t, t + Duration::minutes(5)).await.len(), 1);
     assert_eq!(claims_run().await, 1);
+}
+
+/// The relay's two PostgreSQL pools on `db` (migrated here), one connection each, and the
+/// stores on them as the service wires them: (the outbox's pool, the fast path's, the
+/// outbox store, the order store).
+async fn relay_pools(
+    db: &TestDb,
+) -> (DatabaseConnection, DatabaseConnection, SeaOrmOutboxStore, SeaOrmStore) {
+    use orchestrator::adapters::persistence::{connect_fast_path, connect_outbox};
+    db.connect().await; // migrated
+    let conn = connect_outbox(&db.url, 1, Default::default()).await.unwrap();
+    let fast = connect_fast_path(&db.url, 1, Default::default()).await.unwrap();
+    let outbox =
+        SeaOrmOutboxStore::new(conn.clone(), Arc::new(Notify::new())).with_fast_path_pool(fast.clone());
+    let orders = SeaOrmStore::new(conn.clone(), Arc::new(Notify::new()));
+    (conn, fast, outbox, orders)
 }
