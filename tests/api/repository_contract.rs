@@ -665,8 +665,56 @@ async fn fast_batches_read_ahead_and_a_fenced_record_leaves_them_to_the_next_own
     assert_eq!(seen, expected, "the next owner sends all but what was recorded, the fenced batch included");
 }
 
+/// A batch says whether its lanes may hold more that committed before it was read: not
+/// when it took every event there was (a trickle's relay then waits for the next commit's
+/// wake-up), but when a lane had more than the batch took, or was not read afresh because a
+/// batch before is not recorded yet.
+async fn a_batch_says_whether_its_lanes_hold_more(backend: Backend) {
+    let Some(s) = stores(backend).await else {
+        return;
+    };
+    let t = now();
+    let record = |b: &FastBatch| FastRecord {
+        batches: vec![b.token.clone()],
+        failures: vec![],
+        held_back: vec![],
+        attempted_at: t,
+    };
+    let commit = |n: usize, tag: &'static str| {
+        let events = (0..n).map(|i| event(&format!("{tag}-{i}"), "order.completed")).collect();
+        s.orders.commit(Changes { outbox: events, ..Default::default() })
+    };
+    let held = s.outbox.lease_lanes("w1", 16, t, t + Duration::seconds(30)).await.unwrap();
+    commit(3, "few").await.unwrap();
+    let all = s.outbox.next_batch("w1", &held, &[], 256).await.unwrap().unwrap();
+    assert_eq!(all.rows.len(), 3);
+    assert!(!all.more, "the batch took every event there was");
+    assert!(s.outbox.record_batches("w1", &record(&all), t).await.unwrap().is_empty());
+
+    // 40 events over 16 lanes, one per lane per batch: some lane has more.
+    commit(40, "many").await.unwrap();
+    let first = s.outbox.next_batch("w1", &held, &[], 16).await.unwrap().unwrap();
+    assert!(first.more, "a lane had more than the batch took");
+    let mut tokens = vec![first.token.clone()];
+    let mut last = first;
+    while let Some(batch) = s.outbox.next_batch("w1", &held, &tokens, 1_000).await.unwrap() {
+        assert!(batch.more, "read past a batch not recorded: its lanes were not read afresh");
+        tokens.push(batch.token.clone());
+        last = batch;
+    }
+    let done = FastRecord { batches: tokens, failures: vec![], held_back: vec![], attempted_at: t };
+    assert!(s.outbox.record_batches("w1", &done, t).await.unwrap().is_empty());
+    assert!(last.more);
+    assert!(s.outbox.next_batch("w1", &held, &[], 1_000).await.unwrap().is_none(), "all 43 recorded");
+
+    commit(1, "one").await.unwrap();
+    let one = s.outbox.next_batch("w1", &held, &[], 256).await.unwrap().unwrap();
+    assert_eq!((one.rows.len(), one.more), (1, false), "a trickle of one, every lane read afresh");
+}
+
 on_both_databases!(
     an_order_round_trips_with_its_context,
+    a_batch_says_whether_its_lanes_hold_more,
     fast_batches_read_ahead_and_a_fenced_record_leaves_them_to_the_next_owner,
     a_stale_update_conflicts_and_writes_nothing,
     listing_filters_and_pages,

@@ -20,6 +20,10 @@
 //! - **Trickle.** After a batch of less than half `batch_size`, nothing more is read until
 //!   every batch before it is recorded: the events that commit meanwhile make the next
 //!   read fuller, and overlapping tiny batches costs the database statements per event.
+//! - **Quiet.** Nor is a trickle followed by another read at all when it took everything
+//!   committed before it and no commit has woken the relay since: the drain ends, and the
+//!   next commit's wake-up starts the next one. Every read takes the wake-ups signalled
+//!   before it (a commit signals once it is visible), so one that comes later is news.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
@@ -59,6 +63,9 @@ pub(super) trait Stages: Send + Sync {
         at: DateTime<Utc>,
         report: &mut RelayReport,
     ) -> DeliveryFailure;
+    /// Whether a commit woke the relay since this was last asked (taking the wake-up: a
+    /// commit signals after it is visible, so a read that starts after asking sees it).
+    fn woken(&self) -> bool;
     /// The lanes held now, renewing them when due.
     async fn held_lanes(&self) -> Result<Vec<HeldLane>, RepoError>;
     /// The next batch over `held`, past the batches read and not yet recorded (`unrecorded`).
@@ -75,6 +82,8 @@ pub(super) struct Round {
     pub(super) waiting: HashSet<Aggregate>,
     /// What the store needs to read past the batch and to record it.
     pub(super) token: BatchToken,
+    /// Whether the lanes may hold more that committed before the batch was read.
+    pub(super) more: bool,
 }
 
 /// The broker's verdicts on a group of messages, one per message in order: a publisher
@@ -204,6 +213,8 @@ pub(super) struct Pipeline<'a> {
     dry: bool,
     /// The last read was small: read again once everything before it is recorded.
     trickle: bool,
+    /// The last read said the lanes may hold more that committed before it.
+    more: bool,
     /// A read found the lanes held changed.
     lanes_changed: bool,
     total: RelayReport,
@@ -228,6 +239,7 @@ impl<'a> Pipeline<'a> {
             reads_done: 0,
             dry: false,
             trickle: false,
+            more: true,
             lanes_changed: false,
             total: RelayReport::default(),
         }
@@ -246,6 +258,12 @@ impl<'a> Pipeline<'a> {
     /// before it is recorded.
     fn is_trickle(&self, rows: usize) -> bool {
         rows * 2 < self.relay.batch_size()
+    }
+
+    /// The quiet rule: after a trickle that took everything committed before it was read,
+    /// and no commit since (`woken`: a wake-up came), the next read would find nothing.
+    fn is_quiet(&self, woken: bool) -> bool {
+        self.trickle && !self.more && !woken
     }
 
     /// Events read and not recorded yet: at most [`UNRECORDED_BATCHES`] batches' worth.
@@ -303,6 +321,7 @@ impl<'a> Pipeline<'a> {
             }
         }
         self.trickle = self.is_trickle(batch.round.rows.len());
+        self.more = batch.round.more;
         self.batches.push_back(batch);
     }
 
@@ -388,6 +407,11 @@ impl<'a> Pipeline<'a> {
             let relay = self.relay;
             self.db = Some(Box::pin(async move { DbTurn::Recorded(relay.record(batches).await) }));
         } else if read {
+            // Taken before the read: what it signalled is visible to the read.
+            if self.is_quiet(self.relay.woken()) {
+                self.dry = true;
+                return;
+            }
             self.reads_done += 1;
             let unrecorded: Vec<BatchToken> = self.batches.iter().map(|b| b.round.token.clone()).collect();
             let relay = self.relay;

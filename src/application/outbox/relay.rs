@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration as StdDuration, Instant};
 
 use chrono::{DateTime, Duration, Utc};
+use futures_util::FutureExt;
 use tokio::sync::{Mutex, Notify};
 use tokio_util::sync::CancellationToken;
 
@@ -511,6 +512,10 @@ impl Stages for OutboxRelay {
         self.lanes().await
     }
 
+    fn woken(&self) -> bool {
+        self.wake.notified().now_or_never().is_some()
+    }
+
     /// Reads the next fast-path batch over the lanes held (docs/relay-design.md), past the
     /// batches read and not yet recorded: at most `batch_size` events in all. `None` when
     /// there is nothing to send.
@@ -519,10 +524,11 @@ impl Stages for OutboxRelay {
             .store
             .next_batch(&self.settings.worker_id, held, unrecorded, self.settings.batch_size)
             .await?;
-        Ok(batch.map(|FastBatch { rows, waiting, token }| Round {
+        Ok(batch.map(|FastBatch { rows, waiting, token, more }| Round {
             rows,
             waiting: waiting.into_iter().collect(),
             token,
+            more,
         }))
     }
 
@@ -669,7 +675,10 @@ mod pipeline_tests {
                 return Ok(None);
             }
             let rows = events.iter().filter(|e| ids.contains(&e.id)).cloned().collect();
-            Ok(Some(FastBatch { rows, waiting: Vec::new(), token: BatchToken::new(ids) }))
+            // As the real store says: more when a batch read before is not recorded yet (its
+            // lane was not read afresh) or when this one left events.
+            let more = !taken.is_empty() || read_left.lock().unwrap().len() > ids.len();
+            Ok(Some(FastBatch { rows, waiting: Vec::new(), token: BatchToken::new(ids), more }))
         });
         let (record_log, record_left) = (log, Arc::clone(&left));
         store.expect_record_batches().returning(move |_, record, _| {
@@ -710,15 +719,32 @@ mod pipeline_tests {
     }
 
     fn relay(store: MockRelayStore, publisher: MockEventPublisher, settings: RelaySettings) -> OutboxRelay {
+        woken_relay(store, publisher, settings, Arc::new(Notify::new()))
+    }
+
+    /// A relay woken through `wake`, as commits wake it.
+    fn woken_relay(
+        store: MockRelayStore,
+        publisher: MockEventPublisher,
+        settings: RelaySettings,
+        wake: Arc<Notify>,
+    ) -> OutboxRelay {
         let mut clock = MockClock::new();
         clock.expect_now().returning(Utc::now);
-        OutboxRelay::new(
-            Arc::new(store),
-            Arc::new(publisher),
-            Arc::new(clock),
-            settings,
-            Arc::new(Notify::new()),
-        )
+        OutboxRelay::new(Arc::new(store), Arc::new(publisher), Arc::new(clock), settings, wake)
+    }
+
+    /// A broker that confirms everything, while a commit wakes the relay during each send.
+    fn publisher_while_committing(log: Log, wake: Arc<Notify>) -> MockEventPublisher {
+        let mut publisher = MockEventPublisher::new();
+        publisher.expect_ready().returning(|| Ok(()));
+        publisher.expect_send().returning(move |batch| {
+            let ids: Vec<String> = batch.iter().map(|r| r.id.to_string()).collect();
+            log.lock().unwrap().push(format!("send {}", ids.join(",")));
+            wake.notify_one();
+            Box::pin(std::future::ready(vec![PublishOutcome::Confirmed; batch.len()]))
+        });
+        publisher
     }
 
     fn sent(log: &Log) -> Vec<i64> {
@@ -801,13 +827,56 @@ mod pipeline_tests {
 
     #[tokio::test]
     async fn a_trickle_is_recorded_before_the_next_read() {
-        // One event where a batch holds eight: a trickle.
+        // One event where a batch holds eight: a trickle; a commit comes while it is sent.
+        let events = vec![event(1, "a")];
+        let (log, recorded, wake) = (Log::default(), Arc::default(), Arc::new(Notify::new()));
+        let (store, _) = store(events, log.clone(), recorded, false);
+        let publisher = publisher_while_committing(log.clone(), wake.clone());
+        let relay = woken_relay(store, publisher, settings(8, StdDuration::from_millis(10)), wake);
+        relay.drain(&CancellationToken::new()).await.unwrap();
+        let log = log.lock().unwrap().clone();
+        assert_eq!(log, ["read 1", "send 1", "record", "read 0"]);
+    }
+
+    #[tokio::test]
+    async fn a_quiet_trickle_ends_the_drain_without_reading_again() {
+        // A trickle that took all there was, and no commit since: nothing to read.
         let events = vec![event(1, "a")];
         let (log, recorded) = (Log::default(), Arc::default());
         let (store, _) = store(events, log.clone(), recorded, false);
         let relay = relay(store, publisher(log.clone(), vec![]), settings(8, StdDuration::from_millis(10)));
-        relay.drain(&CancellationToken::new()).await.unwrap();
-        let log = log.lock().unwrap().clone();
-        assert_eq!(&log[..4], &["read 1", "send 1", "record", "read 0"], "{log:?}");
+        let report = relay.drain(&CancellationToken::new()).await.unwrap();
+        assert_eq!(report.published, 1);
+        assert_eq!(*log.lock().unwrap(), ["read 1", "send 1", "record"]);
+    }
+
+    #[tokio::test]
+    async fn a_trickle_that_left_events_is_read_on_without_a_wake_up() {
+        // The store says the first trickle left events (a lane read from an older snapshot):
+        // they are read without any commit waking the relay; the second took the rest.
+        let log = Log::default();
+        let mut store = MockRelayStore::new();
+        store.expect_lease_lanes().returning(|_, _, _, _| Ok(vec![HeldLane { lane: LANE, epoch: 1 }]));
+        let reads = Arc::new(Mutex::new(vec![(2, false), (1, true)]));
+        let read_log = log.clone();
+        store.expect_next_batch().returning(move |_, _, _, _| {
+            let Some((id, more)) = reads.lock().unwrap().pop() else {
+                read_log.lock().unwrap().push("read 0".into());
+                return Ok(None);
+            };
+            read_log.lock().unwrap().push("read 1".into());
+            let rows = vec![event(id, &format!("agg-{id}"))];
+            Ok(Some(FastBatch { rows, waiting: Vec::new(), token: BatchToken::new(vec![id]), more }))
+        });
+        let record_log = log.clone();
+        store.expect_record_batches().returning(move |_, _, _| {
+            record_log.lock().unwrap().push("record".into());
+            Ok(Vec::new())
+        });
+        store.expect_claim().returning(|_, _, _, _, _| Ok(Vec::new()));
+        let relay = relay(store, publisher(log.clone(), vec![]), settings(8, StdDuration::from_millis(10)));
+        let report = relay.drain(&CancellationToken::new()).await.unwrap();
+        assert_eq!(report.published, 2);
+        assert_eq!(*log.lock().unwrap(), ["read 1", "send 1", "record", "read 1", "send 2", "record"]);
     }
 }

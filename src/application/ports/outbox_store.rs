@@ -133,6 +133,11 @@ pub struct FastBatch {
     /// path not yet delivered or discarded: their events must wait.
     pub waiting: Vec<(String, String)>,
     pub token: BatchToken,
+    /// Whether the lanes may hold events past this batch that committed before it was read
+    /// (a lane not read afresh by this read, or more than the batch took). `false`: what
+    /// the batch left is only what commits later, and a commit wakes the relay, so a
+    /// trickle's relay need not read again until it is woken.
+    pub more: bool,
 }
 
 /// What fast-path batches came to, recorded in one transaction.

@@ -40,7 +40,8 @@ pub(super) struct LaneCursor {
     pub(super) mark: Mark,
     /// Ids of the difference not yet recorded, ascending (at most [`FILL`] of them).
     pub(super) pending: VecDeque<i64>,
-    /// Whether `pending` holds the rest of the difference (else more follows past it).
+    /// Whether `pending` holds the rest of the difference (SQLite: every id past the mark when
+    /// it was filled); else more follows past it.
     pub(super) complete: bool,
 }
 
@@ -226,6 +227,7 @@ impl SeaOrmOutboxStore {
                     // Nothing between the two snapshots: the newer one is done.
                     c.mark.done = c.mark.current.take();
                     c.mark.upto_id = 0;
+                    c.complete = true;
                 }
             }
         }
@@ -277,9 +279,10 @@ impl SeaOrmOutboxStore {
             .all(&self.fast)
             .await
             .map_err(repo_err)?;
+            // One writer at a time, so ids come in commit order: fewer than asked for are all
+            // there is past the mark until the next commit (which wakes the relay).
+            c.complete = ids.len() < FILL;
             c.pending = ids.into_iter().map(|r| r.id).collect();
-            // One writer: there is no difference to finish, only ids past the mark.
-            c.complete = false;
         }
         Ok(ReadRows::new())
     }

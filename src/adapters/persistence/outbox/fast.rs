@@ -103,10 +103,15 @@ impl SeaOrmOutboxStore {
         };
         let mut pages = Vec::new();
         let mut ids = Vec::new();
+        // Whether a lane may hold more that committed before this read: one not filled by it
+        // (its ids come from an older snapshot, or it waits for a batch to be recorded), or
+        // one whose ids this batch did not all take.
+        let mut more = empty.len() < cursors.len();
         for c in cursors.iter() {
             let floor = past.get(&c.lane).copied().unwrap_or(i64::MIN);
             let taken = ids.len();
             ids.extend(c.pending.iter().copied().skip_while(|&id| id <= floor).take(per_lane));
+            more |= !c.complete || c.pending.back().is_some_and(|&id| Some(&id) != ids[taken..].last());
             let Some(&last) = ids[taken..].last() else { continue };
             let mut next = Mark { upto_id: last, ..c.mark.clone() };
             if next.current.is_some() && c.complete && c.pending.back() == Some(&last) {
@@ -151,7 +156,7 @@ impl SeaOrmOutboxStore {
         rows.sort_by_key(|r| (r.lane, r.id));
         waiting.sort_unstable();
         waiting.dedup();
-        Ok(Some(FastBatch { rows, waiting, token: BatchToken::new(Pages(pages)) }))
+        Ok(Some(FastBatch { rows, waiting, token: BatchToken::new(Pages(pages)), more }))
     }
 
     /// Records `record`'s batches (the port's `record_batches`), then moves `worker`'s
