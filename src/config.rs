@@ -161,6 +161,9 @@ pub struct OutboxSettings {
     pub batch_size: u32,
     pub poll_interval: Duration,
     pub retry_poll_interval: Duration,
+    /// How long a relay woken by a commit waits for the commits close behind it before it
+    /// reads (`outbox.trickle_wait`; zero: none).
+    pub trickle_wait: Duration,
     pub max_retries: i32,
     pub backoff_base: Duration,
     pub backoff_cap: Duration,
@@ -397,6 +400,7 @@ struct RawOutbox {
     batch_size: u32,
     poll_interval: String,
     retry_poll_interval: String,
+    trickle_wait: String,
     max_retries: i32,
     backoff_base: String,
     backoff_cap: String,
@@ -557,6 +561,7 @@ connect_timeout = "5s"
 batch_size = 256
 poll_interval = "10s"
 retry_poll_interval = "30s"
+trickle_wait = "1ms"
 max_retries = 3
 backoff_base = "10s"
 backoff_cap = "300s"
@@ -922,12 +927,17 @@ fn resolve_outbox(o: RawOutbox) -> Result<OutboxSettings, ConfigError> {
     if o.lanes == 0 || o.lanes > max_lanes {
         return Err(invalid("outbox.lanes", format!("must be between 1 and {max_lanes}")));
     }
+    let trickle_wait = duration("outbox.trickle_wait", &o.trickle_wait)?;
+    if trickle_wait > Duration::from_secs(1) {
+        return Err(invalid("outbox.trickle_wait", "must be at most 1s: every event waits it"));
+    }
     let cleanup_at = NaiveTime::parse_from_str(&o.cleanup_at, "%H:%M")
         .map_err(|_| invalid("outbox.cleanup_at", "expected HH:MM (UTC), e.g. 03:00"))?;
     Ok(OutboxSettings {
         batch_size: o.batch_size,
         poll_interval: positive("outbox.poll_interval", &o.poll_interval)?,
         retry_poll_interval: duration("outbox.retry_poll_interval", &o.retry_poll_interval)?,
+        trickle_wait,
         max_retries: o.max_retries,
         backoff_base: duration("outbox.backoff_base", &o.backoff_base)?,
         backoff_cap: duration("outbox.backoff_cap", &o.backoff_cap)?,
@@ -1298,6 +1308,8 @@ mod tests {
             ("APP__PAYMENT__TOSS__CONFIRM_WINDOW", "0s", "payment.toss.confirm_window"),
             ("APP__LOG__FORMAT", "xml", "log.format"),
             ("APP__OUTBOX__CLEANUP_AT", "3am", "outbox.cleanup_at"),
+            ("APP__OUTBOX__TRICKLE_WAIT", "2s", "outbox.trickle_wait"),
+            ("APP__OUTBOX__TRICKLE_WAIT", "1", "outbox.trickle_wait"),
         ] {
             let err = load(&[(key, value)]).unwrap_err().to_string();
             assert!(err.contains(named), "{key}={value}: {err}");

@@ -202,6 +202,7 @@ impl Services {
                 worker_id,
                 lanes: o.lanes,
                 retry_poll_interval: o.retry_poll_interval,
+                trickle_wait: o.trickle_wait,
                 batch_size: o.batch_size,
                 lease: chrono(o.processing_timeout),
                 poll_interval: o.poll_interval,

@@ -633,6 +633,7 @@ fn relay_with(
             lease: chrono::Duration::seconds(1),
             poll_interval: Duration::from_secs(10),
             retry_poll_interval: Duration::from_secs(30),
+            trickle_wait: Duration::ZERO,
             schedule: RetrySchedule {
                 max_retries: 3,
                 backoff_base: chrono::Duration::seconds(10),

@@ -54,6 +54,9 @@ pub struct RelaySettings {
     pub poll_interval: StdDuration,
     /// The longest a retry that came due waits while the relay is idle.
     pub retry_poll_interval: StdDuration,
+    /// How long a wake-up waits for the commits close behind it before the drain it starts
+    /// (`outbox.trickle_wait`): at a trickle, fewer and fuller reads.
+    pub trickle_wait: StdDuration,
     pub schedule: RetrySchedule,
     /// The longest the broker may take over a send (its confirm timeout): events are sent
     /// only while the lease holds for at least this much longer, so a worker that lost its
@@ -464,7 +467,15 @@ impl OutboxRelay {
             pause = pause.min(renew_every(self.settings.lease).max(StdDuration::from_millis(10)));
             tokio::select! {
                 _ = stop.cancelled() => break,
-                _ = self.wake.notified() => {}
+                _ = self.wake.notified() => {
+                    // Woken by a commit: the ones close behind it go in the same read.
+                    if !self.settings.trickle_wait.is_zero() {
+                        tokio::select! {
+                            _ = stop.cancelled() => break,
+                            _ = tokio::time::sleep(self.settings.trickle_wait) => {}
+                        }
+                    }
+                }
                 _ = tokio::time::sleep(pause) => {}
             }
         }
@@ -632,6 +643,7 @@ mod pipeline_tests {
             lease: Duration::seconds(30),
             poll_interval: StdDuration::from_millis(100),
             retry_poll_interval: StdDuration::from_millis(100),
+            trickle_wait: StdDuration::ZERO,
             schedule: RetrySchedule {
                 max_retries: 5,
                 backoff_base: Duration::seconds(1),
@@ -836,6 +848,57 @@ mod pipeline_tests {
         relay.drain(&CancellationToken::new()).await.unwrap();
         let log = log.lock().unwrap().clone();
         assert_eq!(log, ["read 1", "send 1", "record", "read 0"]);
+    }
+
+    /// When a relay that a commit woke reads next, after `trickle_wait`, in tokio's paused
+    /// (virtual) time.
+    async fn read_after_a_wake_up(trickle_wait: StdDuration) -> StdDuration {
+        let reads: Arc<Mutex<Vec<tokio::time::Instant>>> = Arc::default();
+        let mut store = MockRelayStore::new();
+        store.expect_lease_lanes().returning(|_, _, _, _| Ok(vec![HeldLane { lane: LANE, epoch: 1 }]));
+        store.expect_claim().returning(|_, _, _, _, _| Ok(Vec::new()));
+        store.expect_next_retry_at().returning(|| Ok(None));
+        store.expect_release_lanes().returning(|_| Ok(()));
+        let at = Arc::clone(&reads);
+        store.expect_next_batch().returning(move |_, _, _, _| {
+            at.lock().unwrap().push(tokio::time::Instant::now());
+            Ok(None)
+        });
+        let mut settings = settings(8, StdDuration::from_millis(10));
+        settings.trickle_wait = trickle_wait;
+        settings.poll_interval = StdDuration::from_secs(60);
+        let wake = Arc::new(Notify::new());
+        let relay = woken_relay(store, publisher(Log::default(), vec![]), settings, Arc::clone(&wake));
+        let stop = CancellationToken::new();
+        let task = tokio::spawn({
+            let stop = stop.clone();
+            async move { relay.run_until_stopped(stop).await }
+        });
+        let reads_so_far = |n: usize| {
+            let reads = Arc::clone(&reads);
+            async move {
+                while reads.lock().unwrap().len() < n {
+                    tokio::time::sleep(StdDuration::from_micros(100)).await;
+                }
+            }
+        };
+        // The drain at start, then a commit's wake-up.
+        reads_so_far(1).await;
+        let woken = tokio::time::Instant::now();
+        wake.notify_one();
+        reads_so_far(2).await;
+        stop.cancel();
+        task.await.unwrap();
+        let read = reads.lock().unwrap()[1];
+        read - woken
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wake_up_waits_for_the_commits_close_behind_it() {
+        let waited = read_after_a_wake_up(StdDuration::from_millis(5)).await;
+        assert!(waited >= StdDuration::from_millis(5), "read {waited:?} after the wake-up");
+        let at_once = read_after_a_wake_up(StdDuration::ZERO).await;
+        assert!(at_once < StdDuration::from_millis(1), "no wait configured: read {at_once:?} after");
     }
 
     #[tokio::test]
