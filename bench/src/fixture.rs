@@ -85,8 +85,13 @@ impl Fixture {
         })
     }
 
+    /// The app's settings for a scenario: `APP__*` variables of the bench's own environment
+    /// first (any setting can be measured, e.g. `APP__OUTBOX__TRICKLE_WAIT=0ms`), then the
+    /// fixture's database and broker, then the scenario's `extra` (later ones win).
     pub(crate) fn settings(&self, extra: &[(&str, &str)]) -> Result<Settings, BoxError> {
-        let mut env: Vec<(String, String)> = vec![
+        let mut env: Vec<(String, String)> =
+            std::env::vars().filter(|(k, _)| k.starts_with("APP__")).collect();
+        env.extend([
             ("APP__DATABASE__URL".into(), self.db_url.clone()),
             ("APP__DATABASE__MAX_CONNECTIONS".into(), "16".into()),
             ("APP__WORKER__EMBEDDED".into(), "false".into()),
@@ -98,7 +103,7 @@ impl Fixture {
                 r#"[{"kid":"bench","algorithm":"HS256","secret":"bench-secret-bench-secret-bench-secret"}]"#
                     .into(),
             ),
-        ];
+        ]);
         match &self.kafka {
             None => {
                 env.push(("APP__BROKER__URL".into(), amqp_url()));
