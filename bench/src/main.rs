@@ -78,6 +78,10 @@ enum Scenario {
         /// `scripts/kafka-broker` starts one).
         #[arg(long, value_enum, default_value = "amqp")]
         broker: relay::Broker,
+        /// Bracketed runs (RabbitMQ): each prints its table, then the median ratio of each
+        /// worker count over all of them (a single run's baseline varies by ±20 % here).
+        #[arg(long, default_value_t = 1)]
+        runs: u32,
     },
     /// HTTP `POST /api/orders` at rising concurrency, then at half of saturation; baseline
     /// pgbench (TPC-B-like) on the same server.
@@ -168,8 +172,8 @@ async fn main() -> Result<(), BoxError> {
     let cli = Cli::parse();
     startup::install_tls_provider();
     match cli.scenario {
-        Scenario::Relay { events, workers, window, batch, shape, broker } => {
-            relay::relay_scenario(events, &workers, window, batch, shape, broker).await
+        Scenario::Relay { events, workers, window, batch, shape, broker, runs } => {
+            relay::relay_scenario(events, &workers, window, batch, shape, broker, runs).await
         }
         Scenario::Latency { rate, seconds, runs, max_p99_ms } => {
             latency::latency_gate(rate, seconds, runs, max_p99_ms).await

@@ -216,6 +216,7 @@ pub(crate) async fn bracketed(
 /// is compared with their mean — the broker slows down over a run (its message store,
 /// purged queues) by up to 15 % here, and a single baseline at the start would count that
 /// drift against the relay.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn relay_scenario(
     events: usize,
     workers: &str,
@@ -223,6 +224,7 @@ pub(crate) async fn relay_scenario(
     batch: usize,
     shape: Shape,
     broker: Broker,
+    runs: u32,
 ) -> Result<(), BoxError> {
     let mut fixture = Fixture::create().await?;
     if broker == Broker::Kafka {
@@ -247,23 +249,83 @@ pub(crate) async fn relay_scenario(
         Ok((rate, cpu))
     };
     let label = format!("bare amqprs, sliding window {window}");
-    let (results, cpu_lines) =
-        bracketed(&fixture, events, workers, window, batch, shape, &label, bare).await?;
-    println!("\nCPU per 1 000 events (2 cores = 2 000 ms of CPU per second):");
-    for line in &cpu_lines {
-        println!("  {line}");
+    let (mut all_results, mut all_cpu) = (Vec::new(), Vec::new());
+    for run in 1..=runs.max(1) {
+        if runs > 1 {
+            println!("\nrun {run}/{runs}");
+        }
+        let (results, cpu_lines) =
+            bracketed(&fixture, events, workers, window, batch, shape, &label, bare).await?;
+        println!("\nCPU per 1 000 events (2 cores = 2 000 ms of CPU per second):");
+        for line in &cpu_lines {
+            println!("  {line}");
+        }
+        all_results.extend(results);
+        all_cpu.extend(cpu_lines);
     }
+    let medians = median_ratios(&all_results);
+    if runs > 1 {
+        println!("\n| relay | ratios, run by run | median |\n|---|---|---:|");
+        for (publisher, ratios, median) in &medians {
+            let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+            println!("| {publisher} | {} | **{median:.2}** |", each.join(", "));
+        }
+    }
+    let medians: Vec<_> =
+        medians.iter().map(|(p, r, m)| json!({ "publisher": p, "ratios": r, "median": m })).collect();
     write_json(
         "relay",
-        &json!({ "events": events, "shape": format!("{shape:?}"), "window": window, "batch": batch, "results": results, "cpu": cpu_lines }),
+        &json!({ "events": events, "shape": format!("{shape:?}"), "window": window, "batch": batch, "runs": runs, "results": all_results, "medians": medians, "cpu": all_cpu }),
     )?;
     fixture.drop_all().await;
     Ok(())
 }
 
+/// Per relay (`relay xN`), in the order first seen: its ratios run by run and their median.
+fn median_ratios(results: &[serde_json::Value]) -> Vec<(String, Vec<f64>, f64)> {
+    let mut by_relay: Vec<(String, Vec<f64>)> = Vec::new();
+    for row in results {
+        let (Some(publisher), Some(ratio)) = (row["publisher"].as_str(), row["ratio"].as_f64()) else {
+            continue;
+        };
+        match by_relay.iter_mut().find(|(p, _)| p == publisher) {
+            Some((_, ratios)) => ratios.push(ratio),
+            None => by_relay.push((publisher.to_owned(), vec![ratio])),
+        }
+    }
+    by_relay
+        .into_iter()
+        .map(|(publisher, ratios)| {
+            let mut sorted = ratios.clone();
+            sorted.sort_by(f64::total_cmp);
+            let n = sorted.len();
+            let median = if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 };
+            (publisher, ratios, median)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::Confirms;
+    use super::{Confirms, median_ratios};
+    use serde_json::json;
+
+    #[test]
+    fn the_median_ratio_is_taken_per_relay_over_the_runs() {
+        let rows = [
+            json!({ "publisher": "bare", "eventsPerSecond": 10.0 }),
+            json!({ "publisher": "relay x1", "ratio": 0.9 }),
+            json!({ "publisher": "relay x4", "ratio": 0.5 }),
+            json!({ "publisher": "relay x1", "ratio": 0.7 }),
+            json!({ "publisher": "relay x4", "ratio": 0.6 }),
+            json!({ "publisher": "relay x1", "ratio": 0.8 }),
+        ];
+        let medians = median_ratios(&rows);
+        assert_eq!(medians.len(), 2);
+        assert_eq!((medians[0].0.as_str(), medians[0].2), ("relay x1", 0.8));
+        assert_eq!(medians[0].1, vec![0.9, 0.7, 0.8], "run by run, in order");
+        assert!((medians[1].2 - 0.55).abs() < 1e-9, "an even count: the mean of the middle two");
+    }
 
     #[test]
     fn a_multiple_confirm_counts_only_the_tags_not_confirmed_singly() {
