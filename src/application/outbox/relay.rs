@@ -710,11 +710,24 @@ mod pipeline_tests {
 
     /// A broker that confirms every message but those of `failing` event ids (nacked).
     fn publisher(log: Log, failing: Vec<i64>) -> MockEventPublisher {
+        broker(log, failing, None)
+    }
+
+    /// A broker that confirms everything, while a commit wakes the relay during each send.
+    fn publisher_while_committing(log: Log, wake: Arc<Notify>) -> MockEventPublisher {
+        broker(log, Vec::new(), Some(wake))
+    }
+
+    /// Logs each send, nacks the events of `failing`, and signals `commit` (if any) as it sends.
+    fn broker(log: Log, failing: Vec<i64>, commit: Option<Arc<Notify>>) -> MockEventPublisher {
         let mut publisher = MockEventPublisher::new();
         publisher.expect_ready().returning(|| Ok(()));
         publisher.expect_send().returning(move |batch| {
             let ids: Vec<String> = batch.iter().map(|r| r.id.to_string()).collect();
             log.lock().unwrap().push(format!("send {}", ids.join(",")));
+            if let Some(wake) = &commit {
+                wake.notify_one();
+            }
             let outcomes = batch
                 .iter()
                 .map(|r| {
@@ -744,19 +757,6 @@ mod pipeline_tests {
         let mut clock = MockClock::new();
         clock.expect_now().returning(Utc::now);
         OutboxRelay::new(Arc::new(store), Arc::new(publisher), Arc::new(clock), settings, wake)
-    }
-
-    /// A broker that confirms everything, while a commit wakes the relay during each send.
-    fn publisher_while_committing(log: Log, wake: Arc<Notify>) -> MockEventPublisher {
-        let mut publisher = MockEventPublisher::new();
-        publisher.expect_ready().returning(|| Ok(()));
-        publisher.expect_send().returning(move |batch| {
-            let ids: Vec<String> = batch.iter().map(|r| r.id.to_string()).collect();
-            log.lock().unwrap().push(format!("send {}", ids.join(",")));
-            wake.notify_one();
-            Box::pin(std::future::ready(vec![PublishOutcome::Confirmed; batch.len()]))
-        });
-        publisher
     }
 
     fn sent(log: &Log) -> Vec<i64> {

@@ -111,7 +111,7 @@ impl SeaOrmOutboxStore {
             let floor = past.get(&c.lane).copied().unwrap_or(i64::MIN);
             let taken = ids.len();
             ids.extend(c.pending.iter().copied().skip_while(|&id| id <= floor).take(per_lane));
-            more |= !c.complete || c.pending.back().is_some_and(|&id| Some(&id) != ids[taken..].last());
+            more |= !c.complete || c.pending.back().is_some_and(|id| Some(id) != ids[taken..].last());
             let Some(&last) = ids[taken..].last() else { continue };
             let mut next = Mark { upto_id: last, ..c.mark.clone() };
             if next.current.is_some() && c.complete && c.pending.back() == Some(&last) {
