@@ -626,7 +626,7 @@ async fn fast_batches_read_ahead_and_a_fenced_record_leaves_them_to_the_next_own
         attempted_at: t,
     };
     let held = s.outbox.lease_lanes("w1", 16, t, t + Duration::seconds(30)).await.unwrap();
-    // At most one event per lane per batch.
+    // At most 16 events per batch.
     let first = s.outbox.next_batch("w1", &held, &[], 16).await.unwrap().unwrap();
     let second =
         s.outbox.next_batch("w1", &held, std::slice::from_ref(&first.token), 16).await.unwrap().unwrap();
@@ -712,8 +712,43 @@ async fn a_batch_says_whether_its_lanes_hold_more(backend: Backend) {
     assert_eq!((one.rows.len(), one.more), (1, false), "a trickle of one, every lane read afresh");
 }
 
+/// A batch takes up to its limit over the lanes that have events: a lane with few gives its
+/// share to the others, so that a drain's last events, left in a few lanes, still go in
+/// full batches (not a lane's even share of the limit each).
+async fn a_batch_fills_up_from_the_lanes_that_have_more(backend: Backend) {
+    let Some(s) = stores(backend).await else {
+        return;
+    };
+    use orchestrator::domain::outbox::lanes::lane_of;
+    let t = now();
+    let busy = "busy".to_owned();
+    let quiet =
+        (0..).map(|i| format!("quiet-{i}")).find(|a| lane_of("order", a, 16) != lane_of("order", &busy, 16));
+    let quiet = quiet.unwrap_or_default();
+    let mut events = vec![event(&quiet, "order.completed")];
+    events.extend((0..20).map(|_| event(&busy, "order.completed")));
+    s.orders.commit(Changes { outbox: events, ..Default::default() }).await.unwrap();
+    let held = s.outbox.lease_lanes("w1", 16, t, t + Duration::seconds(30)).await.unwrap();
+
+    let first = s.outbox.next_batch("w1", &held, &[], 8).await.unwrap().unwrap();
+    let of = |b: &FastBatch, a: &str| b.rows.iter().filter(|r| r.aggregate_id == a).count();
+    assert_eq!(
+        (of(&first, &quiet), of(&first, &busy)),
+        (1, 7),
+        "the quiet lane's share goes to the busy one"
+    );
+    assert!(first.more);
+    let rest =
+        s.outbox.next_batch("w1", &held, std::slice::from_ref(&first.token), 32).await.unwrap().unwrap();
+    assert_eq!((of(&rest, &quiet), of(&rest, &busy)), (0, 13), "the rest in one batch");
+    let ids: Vec<i64> =
+        first.rows.iter().chain(&rest.rows).filter(|r| r.aggregate_id == busy).map(|r| r.id).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "the busy aggregate's events in order");
+}
+
 on_both_databases!(
     an_order_round_trips_with_its_context,
+    a_batch_fills_up_from_the_lanes_that_have_more,
     a_batch_says_whether_its_lanes_hold_more,
     fast_batches_read_ahead_and_a_fenced_record_leaves_them_to_the_next_owner,
     a_stale_update_conflicts_and_writes_nothing,

@@ -195,7 +195,8 @@ pub trait RelayStore: Send + Sync {
     ) -> Result<Vec<HeldLane>, RepoError>;
 
     /// The next fast-path batch of `worker` over the lanes it holds: at most `limit`
-    /// events, shared among the lanes, each lane's next ones in id order past the batches
+    /// events, shared evenly among the lanes that have some (a lane with fewer than its
+    /// share leaves the rest to the others), each lane's next ones in id order past the batches
     /// in `unrecorded` (handed out, not yet recorded: read ahead). Where a lane stands
     /// belongs to the store: on PostgreSQL the difference between the lane's last done
     /// snapshot and a newer one, so that an event whose transaction commits late is never

@@ -67,11 +67,8 @@ impl SeaOrmOutboxStore {
             }
         }
         let mut lanes: Vec<LaneCursor> = held.iter().filter_map(|h| cursors.remove(&h.lane)).collect();
-        // A batch carries at most `limit` events over all lanes: what a crash can make the
-        // lanes' next owner send again.
-        let per_lane = (limit as usize / held.len()).max(1);
         let filled_in = state.incarnation.clone();
-        let batch = self.take_batch(&mut lanes, &past, per_lane, &mut state.incarnation).await;
+        let batch = self.take_batch(&mut lanes, &past, limit as usize, &mut state.incarnation).await;
         if filled_in.is_some() && filled_in != state.incarnation {
             // The server recovered from a crash since these cursors were filled: every lane
             // starts again from its record.
@@ -82,35 +79,47 @@ impl SeaOrmOutboxStore {
         batch
     }
 
+    /// A batch carries at most `limit` events over all lanes (what a crash can make the
+    /// lanes' next owner send again), shared evenly among the lanes that have events
+    /// ([`shares`]).
     async fn take_batch(
         &self,
         cursors: &mut [LaneCursor],
         past: &HashMap<i16, i64>,
-        per_lane: usize,
+        limit: usize,
         incarnation: &mut Option<String>,
     ) -> Result<Option<FastBatch>, RepoError> {
+        let even = (limit / cursors.len().max(1)).max(1);
         // A lane with a batch not yet recorded is not refilled: its next difference starts
         // once that batch is recorded.
         let empty: Vec<usize> = (0..cursors.len())
             .filter(|&i| cursors[i].pending.is_empty() && !past.contains_key(&cursors[i].lane))
             .collect();
-        // A lane filled now has its first `per_lane` rows read by the fill itself (PostgreSQL):
+        // A lane filled now has its first even share of rows read by the fill itself (PostgreSQL):
         // at a trickle, where every lane is filled afresh, a batch is one statement.
         let mut read = if empty.is_empty() {
             HashMap::new()
         } else {
-            self.fill(cursors, &empty, per_lane, incarnation).await?
+            self.fill(cursors, &empty, even, incarnation).await?
         };
+        // Past the batches not yet recorded, each lane's ids still to take.
+        let floors: Vec<i64> =
+            cursors.iter().map(|c| past.get(&c.lane).copied().unwrap_or(i64::MIN)).collect();
+        let left: Vec<usize> = cursors
+            .iter()
+            .zip(&floors)
+            .map(|(c, &floor)| c.pending.len() - c.pending.partition_point(|&id| id <= floor))
+            .collect();
+        let shares = shares(&left, limit);
         let mut pages = Vec::new();
         let mut ids = Vec::new();
         // Whether a lane may hold more that committed before this read: one not filled by it
         // (its ids come from an older snapshot, or it waits for a batch to be recorded), or
         // one whose ids this batch did not all take.
         let mut more = empty.len() < cursors.len();
-        for c in cursors.iter() {
-            let floor = past.get(&c.lane).copied().unwrap_or(i64::MIN);
+        for ((c, floor), share) in cursors.iter().zip(floors).zip(shares) {
             let taken = ids.len();
-            ids.extend(c.pending.iter().copied().skip_while(|&id| id <= floor).take(per_lane));
+            ids.extend(c.pending.iter().copied().skip_while(|&id| id <= floor).take(share));
             more |= !c.complete || c.pending.back().is_some_and(|id| Some(id) != ids[taken..].last());
             let Some(&last) = ids[taken..].last() else { continue };
             let mut next = Mark { upto_id: last, ..c.mark.clone() };
@@ -335,5 +344,38 @@ impl SeaOrmOutboxStore {
         }
         txn.commit().await.map_err(repo_err)?;
         Ok(recorded)
+    }
+}
+
+/// How many of its `left` ids each lane gives a batch of at most `limit`: an even share
+/// each, a lane with fewer giving what it has and the rest going to the lanes with more —
+/// so that the last events of a drain, left in a few lanes, still go in full batches.
+fn shares(left: &[usize], limit: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..left.len()).collect();
+    order.sort_by_key(|&i| left[i]);
+    let mut shares = vec![0; left.len()];
+    let mut room = limit;
+    for (k, &i) in order.iter().enumerate() {
+        // The lanes still to serve share what room is left; the fewest-first order hands
+        // what one lane cannot use on to the lanes after it.
+        let share = left[i].min(room / (order.len() - k));
+        shares[i] = share;
+        room -= share;
+    }
+    shares
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shares;
+
+    #[test]
+    fn lanes_share_a_batch_evenly_and_hand_on_what_they_cannot_use() {
+        assert_eq!(shares(&[100, 100, 100, 100], 8), vec![2, 2, 2, 2]);
+        assert_eq!(shares(&[1, 20], 8), vec![1, 7]);
+        assert_eq!(shares(&[0, 3, 100, 1], 16), vec![0, 3, 12, 1]);
+        assert_eq!(shares(&[5, 5, 5], 100), vec![5, 5, 5], "fewer than the limit: all of them");
+        assert_eq!(shares(&[100, 100, 100], 8), vec![2, 3, 3], "never more than the limit");
+        assert_eq!(shares(&[], 8), Vec::<usize>::new());
     }
 }
