@@ -48,6 +48,11 @@ use orchestrator::startup;
 
 use crate::fixture::BoxError;
 
+/// The `app` binary's allocator: the relays, the services and the bare publishers measured
+/// here run in this process, and allocate as they do in `app`.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "bench", about = "Benchmarks against the real PostgreSQL and RabbitMQ")]
 struct Cli {

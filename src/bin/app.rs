@@ -15,6 +15,12 @@ use orchestrator::config::Settings;
 use orchestrator::startup::{self, Application, StartupError, Workers};
 use sea_orm_migration::MigratorTrait;
 
+/// mimalloc rather than the system's malloc: the relay allocates per row read and per message
+/// sent, and glibc's malloc took a fifth of the relay's CPU draining a backlog
+/// (docs/decisions.md, "mimalloc").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "app",
