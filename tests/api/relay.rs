@@ -565,8 +565,9 @@ async fn a_batch_sent_before_the_one_before_it_is_confirmed_gets_its_own_verdict
             connection_name: "test-overlapping-batches".into(),
         },
     );
-    let first: Vec<_> = (1..=6).map(|i| record(i, if i == 3 { "nobody.lost" } else { "test.seq" })).collect();
-    let second: Vec<_> = (7..=11).map(|i| record(i, "test.seq")).collect();
+    let first: Vec<_> =
+        (1..=6).map(|i| Arc::new(record(i, if i == 3 { "nobody.lost" } else { "test.seq" }))).collect();
+    let second: Vec<_> = (7..=11).map(|i| Arc::new(record(i, "test.seq"))).collect();
     let first_verdicts = publisher.send(&first).await;
     let second_verdicts = publisher.send(&second).await;
     let second_outcomes = second_verdicts.await;
@@ -605,7 +606,7 @@ impl orchestrator::application::ports::EventPublisher for PausingPublisher {
 
     async fn publish(
         &self,
-        batch: &[orchestrator::application::ports::OutboxRecord],
+        batch: &[Arc<orchestrator::application::ports::OutboxRecord>],
     ) -> Vec<orchestrator::application::ports::PublishOutcome> {
         self.sent.lock().unwrap().extend(batch.iter().map(|r| r.event_id));
         if self.first.swap(false, std::sync::atomic::Ordering::SeqCst) {

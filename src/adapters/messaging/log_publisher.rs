@@ -2,6 +2,8 @@
 //! confirmed at once. A newcomer sees the events the service would publish without
 //! running RabbitMQ.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 
 use crate::application::health::HealthProbe;
@@ -15,7 +17,7 @@ impl EventPublisher for LogEventPublisher {
         Ok(())
     }
 
-    async fn publish(&self, batch: &[OutboxRecord]) -> Vec<PublishOutcome> {
+    async fn publish(&self, batch: &[Arc<OutboxRecord>]) -> Vec<PublishOutcome> {
         batch
             .iter()
             .map(|event| {

@@ -77,7 +77,8 @@ pub(super) trait Stages: Send + Sync {
 /// A fast-path batch read and ready to send.
 #[derive(Debug)]
 pub(super) struct Round {
-    pub(super) rows: Vec<OutboxRecord>,
+    /// Shared with the publisher while they are sent (no copy per send).
+    pub(super) rows: Vec<Arc<OutboxRecord>>,
     /// Aggregates with an event still on the slow path: theirs are held back.
     pub(super) waiting: HashSet<Aggregate>,
     /// What the store needs to read past the batch and to record it.
@@ -250,7 +251,7 @@ impl<'a> Pipeline<'a> {
         &mut self.batches[at]
     }
 
-    fn row(&self, slot: Slot) -> &OutboxRecord {
+    fn row(&self, slot: Slot) -> &Arc<OutboxRecord> {
         &self.batches[(slot.batch - self.first) as usize].round.rows[slot.row]
     }
 
@@ -382,7 +383,7 @@ impl<'a> Pipeline<'a> {
         }
         let slots = std::mem::take(&mut self.ready);
         self.sent_open += slots.len();
-        let records: Vec<OutboxRecord> = slots.iter().map(|&s| self.row(s).clone()).collect();
+        let records: Vec<Arc<OutboxRecord>> = slots.iter().map(|&s| Arc::clone(self.row(s))).collect();
         let publisher = self.relay.publisher();
         self.sending = Some(Box::pin(async move {
             let pending = publisher.send(&records).await;

@@ -309,7 +309,7 @@ impl OutboxRelay {
     /// Records the broker's verdict on every row of a published batch.
     async fn record_slow(
         &self,
-        batch: &[OutboxRecord],
+        batch: &[Arc<OutboxRecord>],
         outcomes: Vec<PublishOutcome>,
     ) -> Result<RelayReport, RepoError> {
         let now = self.clock.now();
@@ -349,7 +349,7 @@ impl OutboxRelay {
 
     /// Sends due slow-path rows of the lanes held (claimed, published, marked).
     async fn slow_round(&self, held: &[HeldLane]) -> Result<RelayReport, RelayError> {
-        let batch = self.claim(held).await?;
+        let batch: Vec<Arc<OutboxRecord>> = self.claim(held).await?.into_iter().map(Arc::new).collect();
         if batch.is_empty() || !self.lease_holds() {
             return Ok(RelayReport::default());
         }
@@ -536,7 +536,7 @@ impl Stages for OutboxRelay {
             .next_batch(&self.settings.worker_id, held, unrecorded, self.settings.batch_size)
             .await?;
         Ok(batch.map(|FastBatch { rows, waiting, token, more }| Round {
-            rows,
+            rows: rows.into_iter().map(Arc::new).collect(),
             waiting: waiting.into_iter().collect(),
             token,
             more,

@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
@@ -50,7 +51,9 @@ pub trait EventPublisher: Send + Sync {
     /// that), `Failed` with a [`FailureCode`] for every other (nack, return, timeout,
     /// connection lost, broker unreachable). MUST NOT panic on broker failure. Messages
     /// of one aggregate MUST reach the broker in input order.
-    async fn publish(&self, batch: &[OutboxRecord]) -> Vec<PublishOutcome>;
+    ///
+    /// The rows are shared, not copied: the relay keeps them for the verdicts.
+    async fn publish(&self, batch: &[Arc<OutboxRecord>]) -> Vec<PublishOutcome>;
 
     /// Hands a batch to the broker and returns once every message of it is sent, with
     /// the verdicts still to come: the relay sends its next batch while this one's confirms
@@ -61,7 +64,7 @@ pub trait EventPublisher: Send + Sync {
     /// same confirm timeout, whether or not further batches are sent meanwhile. Messages
     /// sent by a later call MUST reach the broker after this call's. The default sends and
     /// waits for the verdicts before it returns (no overlap).
-    async fn send(&self, batch: &[OutboxRecord]) -> PendingVerdicts {
+    async fn send(&self, batch: &[Arc<OutboxRecord>]) -> PendingVerdicts {
         let outcomes = self.publish(batch).await;
         Box::pin(std::future::ready(outcomes))
     }

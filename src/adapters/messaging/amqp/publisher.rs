@@ -287,13 +287,13 @@ impl EventPublisher for AmqpEventPublisher {
         self.ensure(&mut guard).await.map(|_| ()).map_err(|e| BrokerUnavailable(Cause::new(e)))
     }
 
-    async fn publish(&self, batch: &[OutboxRecord]) -> Vec<PublishOutcome> {
+    async fn publish(&self, batch: &[Arc<OutboxRecord>]) -> Vec<PublishOutcome> {
         // Sent, then the verdicts awaited: one batch, no overlap with another.
         let verdicts = self.send(batch).await;
         verdicts.await
     }
 
-    async fn send(&self, batch: &[OutboxRecord]) -> PendingVerdicts {
+    async fn send(&self, batch: &[Arc<OutboxRecord>]) -> PendingVerdicts {
         let mut guard = self.link.lock().await;
         let link = match self.ensure(&mut guard).await {
             Ok(link) => link,

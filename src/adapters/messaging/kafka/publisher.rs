@@ -217,12 +217,12 @@ impl EventPublisher for KafkaEventPublisher {
         self.check().await.map_err(BrokerUnavailable)
     }
 
-    async fn publish(&self, batch: &[OutboxRecord]) -> Vec<PublishOutcome> {
+    async fn publish(&self, batch: &[Arc<OutboxRecord>]) -> Vec<PublishOutcome> {
         let verdicts = self.send(batch).await;
         verdicts.await
     }
 
-    async fn send(&self, batch: &[OutboxRecord]) -> PendingVerdicts {
+    async fn send(&self, batch: &[Arc<OutboxRecord>]) -> PendingVerdicts {
         let producer = match self.producer() {
             Ok(p) => p,
             Err(e) => {
