@@ -7,9 +7,10 @@
 //! baseline in the same run, prints a table and writes JSON to `target/bench/<scenario>.json`.
 //!
 //! Scenarios, one module each:
-//! - `relay` (`relay.rs`): N outbox rows drained by 1 and by 4 relays, against a bare amqprs
-//!   publisher sending the same messages with a sliding confirm window; CPU per 1 000 events
-//!   of the broker, PostgreSQL and the harness. Saga-shaped traffic by default (the service's
+//! - `relay` (`relay.rs`): N outbox rows drained by 1 and by 4 relays (several relays share
+//!   the lanes before the run, as running workers do), against a bare amqprs publisher
+//!   sending the same messages with a sliding confirm window; CPU per 1 000 events of the
+//!   broker, PostgreSQL and the harness, and the events each relay published. Saga-shaped traffic by default (the service's
 //!   own envelopes, 2-3 per order in commit order, from 8 producers); `--shape synthetic`
 //!   for one ~560 B event per aggregate. `--broker kafka`: the same against a bare
 //!   idempotent Kafka producer sending the same records to the same topic (`kafka.rs`).
