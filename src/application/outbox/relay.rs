@@ -106,6 +106,9 @@ pub struct OutboxRelay {
     /// renewed. Apart from `held`, so that it is read without waiting for a renewal under
     /// way (the pipeline checks it before each send while its read may be renewing).
     lease_end: std::sync::Mutex<Option<Instant>>,
+    /// When the next renewal of the lanes is due between drains (`None`: now), for the idle
+    /// loop's sleep.
+    renew_due: std::sync::Mutex<Option<tokio::time::Instant>>,
     /// Where each round's success or failure is reported (the worker's readiness).
     progress: Option<Arc<LoopProgress>>,
 }
@@ -114,8 +117,13 @@ pub struct OutboxRelay {
 #[derive(Debug, Default)]
 struct HeldLanes {
     lanes: Vec<HeldLane>,
-    /// When the last renewal started (`None`: never renewed).
-    renewed_at: Option<Instant>,
+    /// When the last renewal started (`None`: never renewed, or given back since).
+    renewed_at: Option<tokio::time::Instant>,
+    /// Whether lanes are changing hands: the relay joined lately, or its last renewal took
+    /// or gave back lanes.
+    settling: bool,
+    /// When the relay first held a lease (`None`: not yet, or given back since).
+    joined: Option<tokio::time::Instant>,
 }
 
 /// How often an idle relay asks the store for the next retry due in any lane (its own
@@ -127,6 +135,20 @@ const RETRY_READ_EVERY: StdDuration = StdDuration::from_millis(250);
 /// come and go, and at least three times per lease.
 fn renew_every(lease: Duration) -> StdDuration {
     (lease.to_std().unwrap_or_default() / 3).min(StdDuration::from_secs(5))
+}
+
+/// How often a relay renews between drains while lanes change hands (it joined lately, or
+/// its last renewal took or gave back lanes): workers started together, or one joining,
+/// share the lanes within a fraction of a second of one giving lanes back, rather than a
+/// renewal interval later. Only between drains, when nothing read is unrecorded: a lane
+/// given back then has no batch its next owner would send again. Within a drain a relay
+/// renews every renewal interval, as ever.
+const SETTLING_RENEW_EVERY: StdDuration = StdDuration::from_millis(100);
+
+/// How long a relay counts as joining: a renewal interval of the workers already there
+/// (they see it then, and give lanes back), and a second for their statements.
+fn joining(lease: Duration) -> StdDuration {
+    renew_every(lease) + StdDuration::from_secs(1)
 }
 
 fn failure_label(code: FailureCode) -> &'static str {
@@ -151,6 +173,7 @@ impl OutboxRelay {
             meter: Meter::default(),
             held: Mutex::default(),
             lease_end: std::sync::Mutex::default(),
+            renew_due: std::sync::Mutex::default(),
             progress: None,
         }
     }
@@ -177,15 +200,26 @@ impl OutboxRelay {
         self.interest.clone()
     }
 
-    /// The lanes this relay may claim from now, renewing the lease when due. A failed
-    /// renewal keeps the lanes only while the previous lease surely holds.
+    /// The lanes this relay may claim from now, renewing the lease when due: between
+    /// drains, when nothing read is unrecorded (every [`SETTLING_RENEW_EVERY`] while lanes
+    /// change hands). A failed renewal keeps the lanes only while the previous lease surely
+    /// holds.
     ///
     /// # Errors
     /// The renewal failed and the previous lease may have lapsed.
     pub async fn lanes(&self) -> Result<Vec<HeldLane>, RepoError> {
+        self.renew_when_due(true).await
+    }
+
+    /// The lanes, renewed when due; `between_drains`: nothing read is unrecorded, so lanes
+    /// may change hands at the settling pace.
+    async fn renew_when_due(&self, between_drains: bool) -> Result<Vec<HeldLane>, RepoError> {
         let mut held = self.held.lock().await;
         let started = Instant::now();
-        if held.renewed_at.is_none_or(|at| at.elapsed() >= renew_every(self.settings.lease)) {
+        let at = tokio::time::Instant::now();
+        let every = renew_every(self.settings.lease);
+        let every = if between_drains && held.settling { every.min(SETTLING_RENEW_EVERY) } else { every };
+        if held.renewed_at.is_none_or(|renewed| at >= renewed + every) {
             let now = self.clock.now();
             match self
                 .store
@@ -193,14 +227,20 @@ impl OutboxRelay {
                 .await
             {
                 Ok(lanes) => {
-                    if lanes != held.lanes {
+                    let changed = lanes != held.lanes;
+                    if changed {
                         let ids: Vec<i16> = lanes.iter().map(|h| h.lane).collect();
                         tracing::info!(worker = %self.settings.worker_id, lanes = ?ids, "outbox lanes held");
                     }
+                    let joined = held.joined.unwrap_or(at);
+                    let settling = changed || at.duration_since(joined) < joining(self.settings.lease);
+                    let every = renew_every(self.settings.lease);
+                    let next = if settling { every.min(SETTLING_RENEW_EVERY) } else { every };
                     // A tenth of the lease is the margin for clock drift and a slow statement.
                     let lease = self.settings.lease.to_std().unwrap_or_default();
                     self.interest.set(&lanes);
-                    *held = HeldLanes { lanes, renewed_at: Some(started) };
+                    *held = HeldLanes { lanes, renewed_at: Some(at), settling, joined: Some(joined) };
+                    self.set_renew_due(Some(at + next));
                     self.set_lease_end(Some(started + lease - lease / 10));
                 }
                 Err(err) if self.lease_holds() => {
@@ -214,6 +254,17 @@ impl OutboxRelay {
             }
         }
         if self.lease_holds() { Ok(held.lanes.clone()) } else { Ok(Vec::new()) }
+    }
+
+    fn set_renew_due(&self, due: Option<tokio::time::Instant>) {
+        // A poisoned lock holds a plain instant: keep using it.
+        *self.renew_due.lock().unwrap_or_else(|e| e.into_inner()) = due;
+    }
+
+    /// How long until the lanes' next renewal between drains is due (zero: now).
+    fn until_renewal(&self) -> StdDuration {
+        let due = *self.renew_due.lock().unwrap_or_else(|e| e.into_inner());
+        due.map_or(StdDuration::ZERO, |due| due.saturating_duration_since(tokio::time::Instant::now()))
     }
 
     fn set_lease_end(&self, end: Option<Instant>) {
@@ -243,6 +294,7 @@ impl OutboxRelay {
             tracing::warn!(error = %Chain(&err), "cannot give the outbox lanes back; they expire with their lease");
         }
         *held = HeldLanes::default();
+        self.set_renew_due(None);
         self.set_lease_end(None);
     }
 
@@ -464,7 +516,7 @@ impl OutboxRelay {
             }
             // Idle: sleep no longer than the next lane renewal, so that rebalancing and the
             // lease never wait on the poll interval.
-            pause = pause.min(renew_every(self.settings.lease).max(StdDuration::from_millis(10)));
+            pause = pause.min(self.until_renewal().max(StdDuration::from_millis(10)));
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = self.wake.notified() => {
@@ -519,8 +571,10 @@ impl Stages for OutboxRelay {
         OutboxRelay::failed(self, row, code, reason, at, report)
     }
 
+    /// Within a drain: renewed every renewal interval only (a lane given back now would
+    /// leave its unrecorded batches to be sent again by its next owner).
     async fn held_lanes(&self) -> Result<Vec<HeldLane>, RepoError> {
-        self.lanes().await
+        self.renew_when_due(false).await
     }
 
     fn woken(&self) -> bool {
@@ -899,6 +953,54 @@ mod pipeline_tests {
         assert!(waited >= StdDuration::from_millis(5), "read {waited:?} after the wake-up");
         let at_once = read_after_a_wake_up(StdDuration::ZERO).await;
         assert!(at_once < StdDuration::from_millis(1), "no wait configured: read {at_once:?} after");
+    }
+
+    /// Workers started together: the first takes every lane, and gives most back once it
+    /// sees the others. While lanes change hands (the relay joined lately, or its last
+    /// renewal took or gave back lanes) a relay renews between drains within a fraction of
+    /// a second; within a drain, and once settled, every renewal interval (the lease's
+    /// third, at most 5 s).
+    #[tokio::test(start_paused = true)]
+    async fn lanes_change_hands_quickly_between_drains_only() {
+        let held = |n: i16| (0..n).map(|lane| HeldLane { lane, epoch: 1 }).collect::<Vec<_>>();
+        let answers = Arc::new(Mutex::new(vec![held(3), held(4), held(4), held(4), held(16)]));
+        let renewals = Arc::new(Mutex::new(0));
+        let mut store = MockRelayStore::new();
+        let (next, count) = (Arc::clone(&answers), Arc::clone(&renewals));
+        store.expect_lease_lanes().returning(move |_, _, _, _| {
+            *count.lock().unwrap() += 1;
+            Ok(next.lock().unwrap().pop().unwrap_or_else(|| held(3)))
+        });
+        // A lease of 30 s: renewed every 5 s once settled; joining for 6 s.
+        let relay = relay(store, MockEventPublisher::new(), settings(8, StdDuration::from_millis(10)));
+        let renewed = || *renewals.lock().unwrap();
+        let step = StdDuration::from_millis(150);
+
+        assert_eq!(relay.lanes().await.unwrap().len(), 16, "alone at first: every lane");
+        tokio::time::advance(step).await;
+        assert_eq!(Stages::held_lanes(&relay).await.unwrap().len(), 16);
+        assert_eq!(renewed(), 1, "within a drain: no renewal before the interval");
+        assert_eq!(relay.lanes().await.unwrap().len(), 4, "between drains: at once, the others seen");
+        assert_eq!(renewed(), 2);
+        tokio::time::advance(step).await;
+        relay.lanes().await.unwrap();
+        assert_eq!(renewed(), 3, "still joining: renewed again");
+
+        tokio::time::advance(StdDuration::from_secs(7)).await;
+        relay.lanes().await.unwrap();
+        assert_eq!(renewed(), 4);
+        tokio::time::advance(step).await;
+        relay.lanes().await.unwrap();
+        assert_eq!(renewed(), 4, "joined and unchanged: not before the renewal interval");
+        tokio::time::advance(StdDuration::from_secs(5)).await;
+        assert_eq!(Stages::held_lanes(&relay).await.unwrap().len(), 3, "a lane given back");
+        assert_eq!(renewed(), 5, "within a drain: every renewal interval");
+        tokio::time::advance(step).await;
+        relay.lanes().await.unwrap();
+        assert_eq!(renewed(), 6, "after a change: renewed at once between drains");
+        tokio::time::advance(step).await;
+        relay.lanes().await.unwrap();
+        assert_eq!(renewed(), 6, "settled again");
     }
 
     #[tokio::test]
