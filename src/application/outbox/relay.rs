@@ -151,6 +151,12 @@ fn joining(lease: Duration) -> StdDuration {
     renew_every(lease) + StdDuration::from_secs(1)
 }
 
+/// The time from one renewal to the next: [`SETTLING_RENEW_EVERY`] while `settling`.
+fn renew_interval(lease: Duration, settling: bool) -> StdDuration {
+    let every = renew_every(lease);
+    if settling { every.min(SETTLING_RENEW_EVERY) } else { every }
+}
+
 fn failure_label(code: FailureCode) -> &'static str {
     code.as_str()
 }
@@ -217,8 +223,7 @@ impl OutboxRelay {
         let mut held = self.held.lock().await;
         let started = Instant::now();
         let at = tokio::time::Instant::now();
-        let every = renew_every(self.settings.lease);
-        let every = if between_drains && held.settling { every.min(SETTLING_RENEW_EVERY) } else { every };
+        let every = renew_interval(self.settings.lease, between_drains && held.settling);
         if held.renewed_at.is_none_or(|renewed| at >= renewed + every) {
             let now = self.clock.now();
             match self
@@ -234,8 +239,7 @@ impl OutboxRelay {
                     }
                     let joined = held.joined.unwrap_or(at);
                     let settling = changed || at.duration_since(joined) < joining(self.settings.lease);
-                    let every = renew_every(self.settings.lease);
-                    let next = if settling { every.min(SETTLING_RENEW_EVERY) } else { every };
+                    let next = renew_interval(self.settings.lease, settling);
                     // A tenth of the lease is the margin for clock drift and a slow statement.
                     let lease = self.settings.lease.to_std().unwrap_or_default();
                     self.interest.set(&lanes);

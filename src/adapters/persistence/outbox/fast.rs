@@ -102,14 +102,16 @@ impl SeaOrmOutboxStore {
         } else {
             self.fill(cursors, &empty, even, incarnation).await?
         };
-        // Past the batches not yet recorded, each lane's ids still to take.
-        let floors: Vec<i64> =
-            cursors.iter().map(|c| past.get(&c.lane).copied().unwrap_or(i64::MIN)).collect();
-        let left: Vec<usize> = cursors
+        // Per lane, where its ids past the batches not yet recorded start, and how many.
+        let starts: Vec<usize> = cursors
             .iter()
-            .zip(&floors)
-            .map(|(c, &floor)| c.pending.len() - c.pending.partition_point(|&id| id <= floor))
+            .map(|c| {
+                let floor = past.get(&c.lane).copied().unwrap_or(i64::MIN);
+                c.pending.partition_point(|&id| id <= floor)
+            })
             .collect();
+        let left: Vec<usize> =
+            cursors.iter().zip(&starts).map(|(c, &start)| c.pending.len() - start).collect();
         let shares = shares(&left, limit);
         let mut pages = Vec::new();
         let mut ids = Vec::new();
@@ -117,9 +119,9 @@ impl SeaOrmOutboxStore {
         // (its ids come from an older snapshot, or it waits for a batch to be recorded), or
         // one whose ids this batch did not all take.
         let mut more = empty.len() < cursors.len();
-        for ((c, floor), share) in cursors.iter().zip(floors).zip(shares) {
+        for ((c, start), share) in cursors.iter().zip(starts).zip(shares) {
             let taken = ids.len();
-            ids.extend(c.pending.iter().copied().skip_while(|&id| id <= floor).take(share));
+            ids.extend(c.pending.range(start..).copied().take(share));
             more |= !c.complete || c.pending.back().is_some_and(|id| Some(id) != ids[taken..].last());
             let Some(&last) = ids[taken..].last() else { continue };
             let mut next = Mark { upto_id: last, ..c.mark.clone() };
