@@ -183,20 +183,24 @@ impl SeaOrmOutboxStore {
             (first as i64).into(),
         ];
         let results = self.fast.query_all_raw(self.statement(&FILL_SQL, values)).await.map_err(repo_err)?;
-        let (mut snapshot, mut incarnation) = (None, None);
+        let (mut snapshot, mut incarnation): (Option<String>, Option<String>) = (None, None);
         let mut by_lane: HashMap<i16, VecDeque<i64>> = HashMap::new();
         let mut read = ReadRows::new();
+        // By position ([`FILL_SQL`]'s columns: lane, ids, snapshot, incarnation, then a row's).
         for result in results {
-            let r = FillRow::from_query_result(&result, "").map_err(repo_err)?;
-            match r.fill_lane {
-                -1 => (snapshot, incarnation) = (r.snap, r.incarnation),
+            match result.try_get_by_index::<i16>(0).map_err(repo_err)? {
+                -1 => {
+                    snapshot = result.try_get_by_index(2).map_err(repo_err)?;
+                    incarnation = result.try_get_by_index(3).map_err(repo_err)?;
+                }
                 -2 => {
-                    if let Some((row, held)) = fast_row(&result)? {
+                    if let Some((row, held)) = fast_row(&result, 4)? {
                         read.insert(row.id, (row, held));
                     }
                 }
                 lane => {
-                    by_lane.insert(lane, r.fill_ids.unwrap_or_default().into());
+                    let ids: Option<Vec<i64>> = result.try_get_by_index(1).map_err(repo_err)?;
+                    by_lane.insert(lane, ids.unwrap_or_default().into());
                 }
             }
         }

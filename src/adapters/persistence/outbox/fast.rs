@@ -155,7 +155,7 @@ impl SeaOrmOutboxStore {
                 values,
             );
             for result in self.fast.query_all_raw(statement).await.map_err(repo_err)? {
-                found.extend(fast_row(&result)?);
+                found.extend(fast_row(&result, 0)?);
             }
         }
         let mut waiting: Vec<(String, String)> = found
