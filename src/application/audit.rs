@@ -16,6 +16,8 @@ pub mod entity {
     pub const PAYMENT_CALLBACK: &str = "payment_callback";
     pub const INBOUND_MESSAGE: &str = "inbound_message";
     pub const OUTBOX_EVENT: &str = "outbox_event";
+    /// The outbox as a whole (`app outbox rebase`).
+    pub const OUTBOX: &str = "outbox";
     pub const IDEMPOTENCY_KEY: &str = "idempotency_key";
     pub const LEDGER: &str = "ledger";
 }

@@ -327,9 +327,11 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
                     Ok(())
                 }
                 OutboxCommand::Rebase => {
+                    let operator = std::env::var("USER").unwrap_or_else(|_| "cli".into());
+                    let actor = Actor::admin(format!("cli:{operator}"));
                     let done = services
                         .housekeeping
-                        .rebase_restored()
+                        .rebase_restored(&actor)
                         .await
                         .map_err(|e| Failure::Runtime(Chain(&e).to_string()))?;
                     if done.restored {

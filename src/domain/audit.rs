@@ -52,6 +52,7 @@ spelled!(
         OutboxRepublish => "OUTBOX_REPUBLISH",
         OutboxDiscard => "OUTBOX_DISCARD",
         OutboxRedrive => "OUTBOX_REDRIVE",
+        OutboxRebase => "OUTBOX_REBASE",
         LedgerFinding => "LEDGER_FINDING",
         LedgerReconciled => "LEDGER_RECONCILED",
     }

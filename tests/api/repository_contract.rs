@@ -1047,13 +1047,25 @@ async fn a_history_restored_from_another_server_is_refused_then_made_its_own_on_
     };
     assert!(message.contains("app outbox rebase"), "{message}");
 
-    let rebased = outbox.rebase_restored(t).await.unwrap();
+    let audit = AuditRecord {
+        action: AuditAction::OutboxRebase,
+        entity_type: "outbox".into(),
+        entity_id: String::new(),
+        actor: "cli:ops".into(),
+        detail: None,
+        created_at: t,
+    };
+    let rebased = outbox.rebase_restored(audit.clone()).await.unwrap();
     assert_eq!(
         rebased,
         orchestrator::application::ports::RestoredRebase { restored: true, kept_sent: 2, to_send: 1 }
     );
+    let audited = "action = 'OUTBOX_REBASE' AND actor = 'cli:ops' \
+                   AND detail = '2 event(s) kept as sent, 1 to send'";
+    assert_eq!(crate::helpers::count_where(&conn, "audit_log", audited).await, 1, "the repair is audited");
     assert!(!outbox.restored_history().await.unwrap(), "its own history now");
-    assert!(!outbox.rebase_restored(t).await.unwrap().restored, "a second run changes nothing");
+    assert!(!outbox.rebase_restored(audit).await.unwrap().restored, "a second run changes nothing");
+    assert_eq!(crate::helpers::count(&conn, "audit_log").await, 1, "and audits nothing");
 
     // New events flow; what the old server sent is not sent again; a2 goes first.
     commit(vec![event("agg-c", "order.created")]).await.unwrap();
@@ -1083,7 +1095,16 @@ async fn a_sqlite_history_is_always_its_own() {
     let Some(db) = TestDb::create(Backend::Sqlite).await else { return };
     let outbox = SeaOrmOutboxStore::new(db.connect().await, Arc::new(Notify::new()));
     assert!(!outbox.restored_history().await.unwrap());
-    assert_eq!(outbox.rebase_restored(now()).await.unwrap(), Default::default());
+    let audit = AuditRecord {
+        action: AuditAction::OutboxRebase,
+        entity_type: "outbox".into(),
+        entity_id: String::new(),
+        actor: "cli:ops".into(),
+        detail: None,
+        created_at: now(),
+    };
+    assert_eq!(outbox.rebase_restored(audit).await.unwrap(), Default::default());
+    assert_eq!(crate::helpers::count(&db.connect().await, "audit_log").await, 0, "nothing audited");
 }
 
 /// The relay's pool names its sessions, so that an operator tells them apart in

@@ -7,6 +7,10 @@ use std::time::Duration as StdDuration;
 use chrono::{DateTime, Duration, NaiveTime, Utc};
 use tokio_util::sync::CancellationToken;
 
+use crate::domain::audit::AuditAction;
+
+use crate::application::Actor;
+use crate::application::audit::{self, entity};
 use crate::application::error::Chain;
 use crate::application::ports::{AuditLog, Clock, IdempotencyStore, OutboxUpkeep, RepoError, RestoredRebase};
 
@@ -60,12 +64,14 @@ impl Housekeeping {
     }
 
     /// Makes a restored outbox history this server's own (`app outbox rebase`): what the
-    /// old server sent is kept as sent, the rest goes out.
+    /// old server sent is kept as sent, the rest goes out; audited as `actor`'s.
     ///
     /// # Errors
     /// `Unavailable` when the database fails (nothing changed).
-    pub async fn rebase_restored(&self) -> Result<RestoredRebase, RepoError> {
-        self.outbox.rebase_restored(self.clock.now()).await
+    pub async fn rebase_restored(&self, actor: &Actor) -> Result<RestoredRebase, RepoError> {
+        let record =
+            audit::record(AuditAction::OutboxRebase, entity::OUTBOX, "", actor, None, self.clock.now());
+        self.outbox.rebase_restored(record).await
     }
 
     /// Returns expired claims to `RETRY_WAIT`; returns how many.

@@ -302,11 +302,13 @@ pub trait OutboxUpkeep: Send + Sync {
     /// lane against the relays: the fast-path events the restored progress log covers
     /// become slow-path `PUBLISHED` rows (the old server sent them), the others are stamped
     /// with this transaction's id (they go out, in their order), and the progress log is
-    /// emptied. Nothing happens when [`Self::restored_history`] is `false`.
+    /// emptied; `audit` is written in the same transaction, its `detail` saying what was kept
+    /// and what goes out. Nothing happens (nothing audited) when [`Self::restored_history`]
+    /// is `false`.
     ///
     /// # Errors
     /// MUST return `Unavailable` when the database fails (nothing changed).
-    async fn rebase_restored(&self, now: DateTime<Utc>) -> Result<RestoredRebase, RepoError>;
+    async fn rebase_restored(&self, audit: AuditRecord) -> Result<RestoredRebase, RepoError>;
 }
 
 /// What [`OutboxUpkeep::rebase_restored`] did.

@@ -114,7 +114,8 @@ impl OutboxUpkeep for SeaOrmOutboxStore {
         restored_on(self, &self.db).await
     }
 
-    async fn rebase_restored(&self, now: DateTime<Utc>) -> Result<RestoredRebase, RepoError> {
+    async fn rebase_restored(&self, audit: AuditRecord) -> Result<RestoredRebase, RepoError> {
+        let now = audit.created_at;
         if !self.is_postgres() {
             return Ok(RestoredRebase::default());
         }
@@ -156,6 +157,8 @@ impl OutboxUpkeep for SeaOrmOutboxStore {
             .map_err(repo_err)?
             .rows_affected();
         txn.execute_unprepared("DELETE FROM outbox_progress").await.map_err(repo_err)?;
+        let detail = format!("{kept_sent} event(s) kept as sent, {to_send} to send");
+        insert_audit(&txn, &[AuditRecord { detail: Some(detail), ..audit }]).await?;
         // A new incarnation: a relay that read the old history forgets its cursors.
         txn.execute_unprepared("DELETE FROM outbox_incarnation").await.map_err(repo_err)?;
         self.wake(&txn).await?;
