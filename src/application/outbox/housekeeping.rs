@@ -7,12 +7,11 @@ use std::time::Duration as StdDuration;
 use chrono::{DateTime, Duration, NaiveTime, Utc};
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::audit::AuditAction;
-
 use crate::application::Actor;
 use crate::application::audit::{self, entity};
 use crate::application::error::Chain;
 use crate::application::ports::{AuditLog, Clock, IdempotencyStore, OutboxUpkeep, RepoError, RestoredRebase};
+use crate::domain::audit::AuditAction;
 
 #[derive(Debug, Clone)]
 pub struct HousekeepingSettings {
