@@ -146,8 +146,7 @@ pub(crate) async fn relay_drain(
         for relay in &relays {
             relay.lanes().await?;
         }
-        let renewal = (settings.outbox.processing_timeout / 3).min(Duration::from_secs(5));
-        tokio::time::sleep(renewal + Duration::from_millis(200)).await;
+        tokio::time::sleep(relays[0].renewal_interval() + Duration::from_millis(200)).await;
         for relay in &relays {
             relay.lanes().await?;
         }

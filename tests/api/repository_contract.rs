@@ -977,6 +977,18 @@ fn shifted_snapshot(snapshot: &str, by: u64) -> String {
         .join(":")
 }
 
+/// What `app outbox rebase` run by operator `ops` at `at` audits.
+fn rebase_audit(at: DateTime<Utc>) -> AuditRecord {
+    AuditRecord {
+        action: AuditAction::OutboxRebase,
+        entity_type: "outbox".into(),
+        entity_id: String::new(),
+        actor: "cli:ops".into(),
+        detail: None,
+        created_at: at,
+    }
+}
+
 /// A restore from a logical dump (`pg_dump`) brings another server's transaction ids with
 /// the rows: here the dump of a server a million ids ahead of this one. Relayed as it is,
 /// the restored progress log would count this server's new events as sent. `serve` refuses
@@ -1047,14 +1059,7 @@ async fn a_history_restored_from_another_server_is_refused_then_made_its_own_on_
     };
     assert!(message.contains("app outbox rebase"), "{message}");
 
-    let audit = AuditRecord {
-        action: AuditAction::OutboxRebase,
-        entity_type: "outbox".into(),
-        entity_id: String::new(),
-        actor: "cli:ops".into(),
-        detail: None,
-        created_at: t,
-    };
+    let audit = rebase_audit(t);
     let rebased = outbox.rebase_restored(audit.clone()).await.unwrap();
     assert_eq!(
         rebased,
@@ -1095,15 +1100,7 @@ async fn a_sqlite_history_is_always_its_own() {
     let Some(db) = TestDb::create(Backend::Sqlite).await else { return };
     let outbox = SeaOrmOutboxStore::new(db.connect().await, Arc::new(Notify::new()));
     assert!(!outbox.restored_history().await.unwrap());
-    let audit = AuditRecord {
-        action: AuditAction::OutboxRebase,
-        entity_type: "outbox".into(),
-        entity_id: String::new(),
-        actor: "cli:ops".into(),
-        detail: None,
-        created_at: now(),
-    };
-    assert_eq!(outbox.rebase_restored(audit).await.unwrap(), Default::default());
+    assert_eq!(outbox.rebase_restored(rebase_audit(now())).await.unwrap(), Default::default());
     assert_eq!(crate::helpers::count(&db.connect().await, "audit_log").await, 0, "nothing audited");
 }
 

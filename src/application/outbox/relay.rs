@@ -201,6 +201,11 @@ impl OutboxRelay {
         &self.settings.worker_id
     }
 
+    /// How often this relay renews its lanes once they have settled.
+    pub fn renewal_interval(&self) -> StdDuration {
+        renew_every(self.settings.lease)
+    }
+
     /// The lanes this relay holds, kept current for the wake-up listener.
     pub fn interest(&self) -> Arc<LaneInterest> {
         self.interest.clone()
