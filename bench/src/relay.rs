@@ -81,13 +81,15 @@ impl amqprs::callbacks::ChannelCallback for WindowCallback {
     async fn publish_return(&mut self, _: &Channel, _: Return, _: BasicProperties, _: Vec<u8>) {}
 }
 
-/// The baseline: the same messages straight to the broker, sliding confirm window.
+/// The baseline: the same messages straight to the broker, sliding confirm window. Its rate,
+/// and the CPU spent from the first publish to the last confirm (making the messages and
+/// connecting are not part of it, as the relay's seeding and warm-up are not part of its).
 pub(crate) async fn bare_publisher(
     fixture: &Fixture,
     shape: Shape,
     n: usize,
     window: usize,
-) -> Result<f64, BoxError> {
+) -> Result<(f64, String), BoxError> {
     let connection = connect(&fixture.endpoint, "bench-bare").await?;
     let channel = connection.open_channel(None).await?;
     let permits = Arc::new(Semaphore::new(window));
@@ -102,6 +104,7 @@ pub(crate) async fn bare_publisher(
     channel.confirm_select(ConfirmSelectArguments::default()).await?;
     // The same messages the relay sends: the same shape, envelopes, sizes and properties.
     let events: Vec<_> = traffic(shape, n).into_iter().flatten().collect();
+    let cpu = Cpu::now();
     let started = Instant::now();
     for e in events {
         permits.acquire().await?.forget();
@@ -121,14 +124,17 @@ pub(crate) async fn bare_publisher(
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let rate = n as f64 / started.elapsed().as_secs_f64();
+    let cpu = Cpu::now().per_thousand(&cpu, n);
     let _ = connection.close().await;
-    Ok(rate)
+    Ok((rate, cpu))
 }
 
-/// Drains `n` seeded events with `workers` relays: the rate, and the CPU spent from the
-/// first claim to the last record (start-up and the final check are not part of it).
+/// Seeds `n` events of `shape` and drains them with `workers` relays: the rate, and the CPU
+/// spent from the first claim to the last record (start-up, seeding and the final check are
+/// not part of it).
 pub(crate) async fn relay_drain(
     fixture: &Fixture,
+    shape: Shape,
     n: usize,
     workers: usize,
     window: usize,
@@ -151,9 +157,15 @@ pub(crate) async fn relay_drain(
             relay.lanes().await?;
         }
     }
+    // Each relay warm, as a running worker is, and as the bare publisher is connected before
+    // its clock starts: a drain of the empty outbox opens its broker connection and leases.
+    let stop = CancellationToken::new();
+    for relay in &relays {
+        relay.drain(&stop).await?;
+    }
+    seed_shaped(&fixture.db, shape, n, 8).await?;
     // The relays count what they publish: polling the database for the end would cost it
     // more than the relay does.
-    let stop = CancellationToken::new();
     let published = Arc::new(AtomicU64::new(0));
     // The relay's sessions so far (those it opens during the run count whole).
     let sessions = relay_sessions_cpu(&fixture.db).await?;
@@ -215,8 +227,7 @@ pub(crate) async fn bracketed(
     let mut results = vec![json!({ "publisher": "bare", "eventsPerSecond": before })];
     let mut cpu_lines = vec![format!("bare: {bare_cpu}")];
     for w in workers.split(',').filter_map(|w| w.trim().parse::<usize>().ok()) {
-        seed_shaped(&fixture.db, shape, events, 8).await?;
-        let (rate, cpu) = relay_drain(fixture, events, w, window, batch).await?;
+        let (rate, cpu) = relay_drain(fixture, shape, events, w, window, batch).await?;
         cpu_lines.push(format!("relay x{w}: {cpu}"));
         fixture.reset().await?;
         let (after, bare_cpu) = bare().await?;
@@ -261,11 +272,9 @@ pub(crate) async fn relay_scenario(
     let size = sample.iter().map(|e| e.payload.len()).sum::<usize>() / sample.len().max(1);
     println!("relay: {events} events of ~{size} B, {shape:?} traffic, window {window}");
     let bare = async || -> Result<(f64, String), BoxError> {
-        let cpu = Cpu::now();
-        let rate = bare_publisher(&fixture, shape, events, window).await?;
-        let cpu = Cpu::now().per_thousand(&cpu, events);
+        let measured = bare_publisher(&fixture, shape, events, window).await?;
         fixture.reset().await?;
-        Ok((rate, cpu))
+        Ok(measured)
     };
     let label = format!("bare amqprs, sliding window {window}");
     let (mut all_results, mut all_cpu) = (Vec::new(), Vec::new());
