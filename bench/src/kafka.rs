@@ -54,7 +54,14 @@ impl ProducerContext for Window {
 }
 
 /// The baseline: the relay's records, straight to the topic, `window` awaiting their report.
-async fn bare_producer(topic: &str, shape: Shape, n: usize, window: usize) -> Result<f64, BoxError> {
+/// Its rate, and the CPU spent from the first send to the last report (as
+/// `relay::bare_publisher`'s).
+async fn bare_producer(
+    topic: &str,
+    shape: Shape,
+    n: usize,
+    window: usize,
+) -> Result<(f64, String), BoxError> {
     let permits = Arc::new(Semaphore::new(window));
     let settled = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
@@ -66,6 +73,7 @@ async fn bare_producer(topic: &str, shape: Shape, n: usize, window: usize) -> Re
             failed: failed.clone(),
         })?;
     let events: Vec<_> = traffic(shape, n).into_iter().flatten().collect();
+    let cpu = Cpu::now();
     let started = Instant::now();
     for e in &events {
         permits.acquire().await?.forget();
@@ -84,11 +92,12 @@ async fn bare_producer(topic: &str, shape: Shape, n: usize, window: usize) -> Re
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let rate = n as f64 / started.elapsed().as_secs_f64();
+    let cpu = Cpu::now().per_thousand(&cpu, n);
     if failed.load(Ordering::SeqCst) > 0 {
         return Err(format!("{} records failed", failed.load(Ordering::SeqCst)).into());
     }
     drop(producer);
-    Ok(rate)
+    Ok((rate, cpu))
 }
 
 /// As the AMQP scenario (`relay::relay_scenario`): the relay with 1 and 4 workers, each run
@@ -109,11 +118,8 @@ pub(crate) async fn relay_scenario(
     println!(
         "relay (kafka, topic {topic}, 16 partitions): {events} events of ~{size} B, {shape:?} traffic, window {window}"
     );
-    let bare = async || -> Result<(f64, String), BoxError> {
-        let cpu = Cpu::now();
-        let rate = bare_producer(&topic, shape, events, window).await?;
-        Ok((rate, Cpu::now().per_thousand(&cpu, events)))
-    };
+    let bare =
+        async || -> Result<(f64, String), BoxError> { bare_producer(&topic, shape, events, window).await };
     let label = format!("bare idempotent producer, window {window}");
     let (results, cpu_lines) =
         crate::relay::bracketed(fixture, events, workers, window, batch, shape, &label, bare).await?;

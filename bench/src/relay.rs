@@ -83,7 +83,7 @@ impl amqprs::callbacks::ChannelCallback for WindowCallback {
 
 /// The baseline: the same messages straight to the broker, sliding confirm window. Its rate,
 /// and the CPU spent from the first publish to the last confirm (making the messages and
-/// connecting are not part of it, as the relay's seeding and warm-up are not part of its).
+/// connecting are not part of it, as seeding and warming up are not part of the relay's).
 pub(crate) async fn bare_publisher(
     fixture: &Fixture,
     shape: Shape,
