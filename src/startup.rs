@@ -164,7 +164,8 @@ impl Services {
                 };
                 return Some(MeetingConsumer::Kafka(Arc::new(
                     KafkaMeetingConsumer::new(settings, self.meeting_events.clone())
-                        .with_meter(self.metrics.meter.clone()),
+                        .with_meter(self.metrics.meter.clone())
+                        .with_progress(self.loops.clone()),
                 )));
             }
         }

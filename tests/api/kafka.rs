@@ -99,6 +99,42 @@ async fn a_system_failure_is_retried_then_dead_lettered(backend: Backend) {
     workers.shutdown(Duration::from_secs(10)).await;
 }
 
+/// A record just under a default broker's limit (~1 MiB) is malformed (over 64 KiB), and its
+/// copy with the `x-dlq-*` headers no longer fits the producer's `message.max.bytes`: the
+/// dead letter is cut to what fits (the value's start, the reason, the coordinates), and the
+/// records behind it — on its key and on others — are processed. Before, the dead letter was
+/// retried every 10 s forever and no partition moved.
+async fn an_oversized_record_is_dead_lettered_cut_and_the_partitions_move_on(backend: Backend) {
+    let Some((kafka, app, dead)) = consuming(backend).await else { return };
+    let workers = Workers::spawn(&app.services);
+    let typed = [("event_type", "meeting.participant.registered")];
+    kafka.produce(INBOUND, "m-big", &typed, &vec![b'x'; 999_900]).await;
+    for i in 0..3 {
+        let body = registered(&format!("big-{i}"), "m-big", &format!("u-{i}"), 1000);
+        kafka.produce(INBOUND, "m-big", &typed, body.as_bytes()).await;
+    }
+    for i in 0..5 {
+        let meeting = format!("m-other-{i}");
+        let body = registered(&format!("other-{i}"), &meeting, "u-o", 1000);
+        kafka.produce(INBOUND, &meeting, &typed, body.as_bytes()).await;
+    }
+    let letters = dead.wait_for(1, Duration::from_secs(60)).await;
+    let letter = &letters[0];
+    assert_eq!(letter.header("x-dlq-original-size"), Some("999900"), "{:?}", letter.headers);
+    assert_eq!(letter.header("x-dlq-truncated"), Some("value"));
+    assert_eq!(letter.size, 64 * 1024, "the value's first 64 KiB");
+    assert!(letter.header("x-dlq-reason").is_some_and(|r| !r.is_empty()));
+    assert_eq!((letter.header("x-dlq-topic"), letter.key.as_deref()), (Some(INBOUND), Some("m-big")));
+    assert!(letter.header("x-dlq-offset").is_some_and(|o| o.parse::<i64>().is_ok()));
+    until_within("the 8 registrations behind it completed", Duration::from_secs(90), || async {
+        count_where(&app.db, "orders", "status = 'COMPLETED'").await == 8
+    })
+    .await;
+    let metrics = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("consumer_stalled{consumer=\"kafka\"} 0"), "{metrics}");
+    workers.shutdown(Duration::from_secs(10)).await;
+}
+
 /// Readiness says when the cluster cannot be reached: a worker is not ready, `serve` stays
 /// ready with a warning (docs/spec.md §5: orders are accepted, their events wait).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -127,6 +163,7 @@ async fn readiness_reports_an_unreachable_cluster() {
 on_both_databases!(
     one_order_per_registration_and_poison_to_the_dead_letter_topic,
     a_system_failure_is_retried_then_dead_lettered,
+    an_oversized_record_is_dead_lettered_cut_and_the_partitions_move_on,
 );
 
 /// SIGKILL of a worker consuming registrations from Kafka: after a restart each record has

@@ -54,6 +54,8 @@ pub struct Record {
     pub offset: i64,
     pub headers: HashMap<String, String>,
     pub body: serde_json::Value,
+    /// The value's length in bytes (0 without one).
+    pub size: usize,
 }
 
 impl Record {
@@ -169,6 +171,7 @@ impl TestKafka {
                                 .payload()
                                 .and_then(|p| serde_json::from_slice(p).ok())
                                 .unwrap_or(serde_json::Value::Null),
+                            size: m.payload().map_or(0, <[u8]>::len),
                         });
                     }
                     Some(Err(e)) => eprintln!("test reader: {e}"),

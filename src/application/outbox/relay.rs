@@ -520,8 +520,15 @@ impl OutboxRelay {
                     pause.min(until.max(StdDuration::from_millis(10))).min(self.settings.retry_poll_interval);
             }
             if failures > 0 {
-                // Back off on a failing database or broker, up to the poll interval.
-                pause = pause.min(StdDuration::from_millis(50) * 2u32.saturating_pow(failures.min(10)));
+                // A failing database or broker: back off, with jitter, up to the poll
+                // interval, whatever the lanes' state (a relay that never leased any has no
+                // renewal due) and whatever commits wake it meanwhile.
+                let pause = failure_pause(failures, self.settings.poll_interval, fastrand::f64());
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(pause) => {}
+                }
+                continue;
             }
             // Idle: sleep no longer than the next lane renewal, so that rebalancing and the
             // lease never wait on the poll interval.
@@ -542,6 +549,14 @@ impl OutboxRelay {
         }
         self.release().await;
     }
+}
+
+/// The pause after the `failures`-th round in a row that failed: 100 ms doubling, capped at
+/// `poll_interval`, stretched by up to 20 % (`jitter` in `[0, 1)`) so that the workers of a
+/// fleet do not knock on a recovering broker in step.
+fn failure_pause(failures: u32, poll_interval: StdDuration, jitter: f64) -> StdDuration {
+    let base = StdDuration::from_millis(50).saturating_mul(2u32.saturating_pow(failures.min(16)));
+    base.min(poll_interval).mul_f64(1.0 + 0.2 * jitter.clamp(0.0, 1.0))
 }
 
 #[async_trait::async_trait]
@@ -665,7 +680,9 @@ mod pipeline_tests {
     use tokio::sync::Notify;
 
     use super::*;
-    use crate::application::ports::{FastRecord, MockClock, MockEventPublisher, MockRelayStore};
+    use crate::application::ports::{
+        BrokerUnavailable, Cause, FastRecord, MockClock, MockEventPublisher, MockRelayStore,
+    };
     use crate::domain::ids::EventId;
     use crate::domain::outbox::{FailureCode, OutboxStatus, RetrySchedule};
 
@@ -1052,5 +1069,54 @@ mod pipeline_tests {
         let report = relay.drain(&CancellationToken::new()).await.unwrap();
         assert_eq!(report.published, 2);
         assert_eq!(*log.lock().unwrap(), ["read 1", "send 1", "record", "read 1", "send 2", "record"]);
+    }
+
+    /// A broker that is down, tried by a relay that never leased a lane (nothing can be
+    /// read before the broker answers): in 30 s of virtual time, while commits wake it every
+    /// few milliseconds, the relay backs off up to its poll interval instead of trying again
+    /// every 10 ms (it tried ~87 times a second).
+    #[tokio::test(start_paused = true)]
+    async fn a_relay_backs_off_a_dead_broker_up_to_the_poll_interval_whatever_wakes_it() {
+        let attempts: Arc<Mutex<Vec<tokio::time::Instant>>> = Arc::default();
+        let mut publisher = MockEventPublisher::new();
+        let seen = Arc::clone(&attempts);
+        publisher.expect_ready().returning(move || {
+            seen.lock().unwrap().push(tokio::time::Instant::now());
+            Err(BrokerUnavailable(Cause::msg("connection refused")))
+        });
+        let mut store = MockRelayStore::new();
+        store.expect_next_retry_at().returning(|| Ok(None));
+        store.expect_release_lanes().returning(|_| Ok(()));
+        let mut settings = settings(8, StdDuration::from_millis(10));
+        settings.poll_interval = StdDuration::from_secs(10);
+        let wake = Arc::new(Notify::new());
+        let relay = woken_relay(store, publisher, settings, Arc::clone(&wake));
+        let stop = CancellationToken::new();
+        let started = tokio::time::Instant::now();
+        let task = tokio::spawn({
+            let stop = stop.clone();
+            async move { relay.run_until_stopped(stop).await }
+        });
+        while started.elapsed() < StdDuration::from_secs(30) {
+            wake.notify_one();
+            tokio::time::sleep(StdDuration::from_millis(5)).await;
+        }
+        stop.cancel();
+        task.await.unwrap();
+        let attempts = attempts.lock().unwrap().clone();
+        assert!(
+            (5..=12).contains(&attempts.len()),
+            "about a dozen attempts in 30 s, not one every 10 ms: {}",
+            attempts.len()
+        );
+        let gaps: Vec<StdDuration> = attempts.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(
+            gaps.windows(2).all(|g| g[1] >= g[0] || g[1] >= StdDuration::from_secs(10)),
+            "growing gaps: {gaps:?}"
+        );
+        assert!(
+            gaps.iter().all(|g| *g <= StdDuration::from_secs(12)),
+            "never longer than the poll interval and its jitter: {gaps:?}"
+        );
     }
 }

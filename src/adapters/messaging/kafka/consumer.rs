@@ -13,14 +13,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::client::{KafkaConnection, KafkaFailure, Watch};
+use super::dead_letter::{Keep, Original, dead_letter};
 use super::publisher::producer_config;
 use crate::adapters::messaging::meeting::{Kind, MeetingHandler, Verdict, reconnecting};
+use crate::application::health::LoopProgress;
 use crate::application::inbound::MeetingEvents;
 use crate::application::meter::Meter;
 
@@ -43,7 +46,11 @@ pub struct KafkaConsumerSettings {
 pub struct KafkaMeetingConsumer {
     settings: KafkaConsumerSettings,
     handler: MeetingHandler,
+    progress: Option<Arc<LoopProgress>>,
 }
+
+/// The consumer's name in the worker's readiness.
+const CONSUMER_LOOP: &str = "meeting consumer (Kafka)";
 
 /// A header's text: absent is `None`, present but not UTF-8 is malformed.
 fn header(message: &BorrowedMessage<'_>, key: &str) -> Result<Option<String>, String> {
@@ -84,7 +91,7 @@ impl KafkaMeetingConsumer {
             settings.retry_backoff,
             settings.honour_mock_scenario,
         );
-        KafkaMeetingConsumer { settings, handler }
+        KafkaMeetingConsumer { settings, handler, progress: None }
     }
 
     /// Records the consumer's metrics into `meter` (the app's registry).
@@ -93,9 +100,15 @@ impl KafkaMeetingConsumer {
         self
     }
 
+    /// Reports a consumer held up by a dead letter it cannot write to the worker's readiness.
+    pub fn with_progress(mut self, progress: Arc<LoopProgress>) -> Self {
+        self.progress = Some(progress);
+        self
+    }
+
     /// Consumes until `stop`; the record in progress finishes first.
     pub async fn run_until_stopped(self: Arc<Self>, stop: CancellationToken) {
-        reconnecting("meeting consumer (Kafka)", &stop, || self.session(&stop)).await;
+        reconnecting(CONSUMER_LOOP, &stop, || self.session(&stop)).await;
     }
 
     async fn session(&self, stop: &CancellationToken) -> Result<(), KafkaFailure> {
@@ -127,6 +140,7 @@ impl KafkaMeetingConsumer {
         let subscribed: Vec<&str> = s.topics.iter().map(String::as_str).collect();
         consumer.subscribe(&subscribed).map_err(KafkaFailure::of("cannot subscribe"))?;
         tracing::info!(topics = ?s.topics, group = %s.group, "meeting consumer (kafka) started");
+        self.stalled(false, None);
         let result = loop {
             let message = tokio::select! {
                 _ = stop.cancelled() => break Ok(()),
@@ -213,8 +227,11 @@ impl KafkaMeetingConsumer {
         true
     }
 
-    /// Writes the record to `<topic>.dlq` with its key, value and headers, and why, retrying
-    /// until the cluster acknowledges it; `false` if stopped first.
+    /// Writes the record to `<topic>.dlq` (`super::dead_letter`: cut to what always fits),
+    /// retrying until the cluster acknowledges it; `false` if stopped first. A cluster that
+    /// refuses even the cut copy as too large gets the reason and the coordinates alone; a
+    /// write that keeps failing holds every partition (records are handled in order), so
+    /// it shows in readiness (the worker's loops) and in `consumer_stalled`.
     async fn dead_letter(
         &self,
         message: &BorrowedMessage<'_>,
@@ -224,37 +241,51 @@ impl KafkaMeetingConsumer {
         stop: &CancellationToken,
     ) -> bool {
         let topic = format!("{}.dlq", message.topic());
-        let mut headers = OwnedHeaders::new();
-        if let Some(original) = message.headers() {
-            for h in original.iter().filter(|h| !h.key.starts_with("x-dlq-")) {
-                headers = headers.insert(Header { key: h.key, value: h.value });
-            }
-        }
-        let partition = message.partition().to_string();
-        let offset = message.offset().to_string();
-        for (key, value) in [
-            ("x-dlq-reason", why),
-            ("x-dlq-outcome", outcome),
-            ("x-dlq-topic", message.topic()),
-            ("x-dlq-partition", &partition),
-            ("x-dlq-offset", &offset),
-        ] {
-            headers = headers.insert(Header { key, value: Some(value) });
-        }
+        let original = Original {
+            topic: message.topic(),
+            partition: message.partition(),
+            offset: message.offset(),
+            key: message.key(),
+            value: message.payload(),
+            headers: message
+                .headers()
+                .map_or_else(Vec::new, |h| h.iter().map(|h| (h.key, h.value)).collect()),
+        };
+        let mut keep = Keep::WhatFits;
         let mut pause = Duration::from_millis(200);
+        let mut failing = false;
         loop {
-            let mut record = FutureRecord::to(&topic).headers(headers.clone());
-            if let Some(key) = message.key() {
+            let letter = dead_letter(&original, outcome, why, keep);
+            let mut headers = OwnedHeaders::new_with_capacity(letter.headers.len());
+            for (key, value) in &letter.headers {
+                headers = headers.insert(Header { key, value: value.as_deref() });
+            }
+            let mut record = FutureRecord::to(&topic).headers(headers);
+            if let Some(key) = &letter.key {
                 record = record.key(key);
             }
-            if let Some(payload) = message.payload() {
-                record = record.payload(payload);
+            if let Some(value) = &letter.value {
+                record = record.payload(value);
             }
             tokio::select! {
                 _ = stop.cancelled() => return false,
                 sent = producer.send(record, Duration::from_secs(5)) => match sent {
-                    Ok(_) => return true,
-                    Err((e, _)) => tracing::warn!(error = %e, %topic, "could not write a dead letter; retrying"),
+                    Ok(_) => {
+                        if failing {
+                            self.stalled(false, None);
+                        }
+                        return true;
+                    }
+                    Err((e, _)) if too_large(&e) && keep == Keep::WhatFits => {
+                        tracing::warn!(error = %e, %topic, "dead letter refused as too large; writing its coordinates alone");
+                        keep = Keep::Coordinates;
+                        continue;
+                    }
+                    Err((e, _)) => {
+                        failing = true;
+                        self.stalled(true, Some(&format!("cannot write a dead letter to {topic}: {e}")));
+                        tracing::warn!(error = %e, %topic, "could not write a dead letter; retrying");
+                    }
                 },
             }
             tokio::select! {
@@ -264,4 +295,32 @@ impl KafkaMeetingConsumer {
             pause = (pause * 2).min(Duration::from_secs(10));
         }
     }
+
+    /// Whether the consumer is held up by a dead letter it cannot write (every partition
+    /// waits behind it): readiness, after `worker.stuck_after`, and `consumer_stalled`.
+    fn stalled(&self, stalled: bool, why: Option<&str>) {
+        if let Some(progress) = &self.progress {
+            match why {
+                Some(why) if stalled => progress.failed(CONSUMER_LOOP, why),
+                _ => progress.ok(CONSUMER_LOOP),
+            }
+        }
+        self.handler.meter.record(|| {
+            metrics::gauge!("consumer_stalled", "consumer" => "kafka").set(if stalled { 1.0 } else { 0.0 })
+        });
+        if stalled {
+            self.handler.meter.record(|| {
+                metrics::counter!("consumer_dead_letter_failures_total", "consumer" => "kafka").increment(1)
+            });
+        }
+    }
+}
+
+/// Whether the cluster refused a record for its size: no retry of the same bytes can succeed.
+fn too_large(error: &KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as E;
+    matches!(
+        error.rdkafka_error_code(),
+        Some(E::MessageSizeTooLarge | E::InvalidMessageSize | E::InvalidRecord)
+    )
 }

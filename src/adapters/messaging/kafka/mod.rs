@@ -3,6 +3,7 @@
 
 mod client;
 mod consumer;
+mod dead_letter;
 mod publisher;
 
 pub use client::{KafkaConnection, KafkaFailure, Observed};
