@@ -608,7 +608,9 @@ fn apply_cancel(
     }
     let balance = payment["balanceAmount"].as_i64().unwrap_or(0);
     if refundable.is_some_and(|r| r != balance) {
-        return error(403, "NOT_CANCELABLE_AMOUNT", "취소 할 수 없는 금액 입니다. (refundableAmount)");
+        // reference/error-codes (cancel): 400 NOT_MATCHES_REFUNDABLE_AMOUNT, "잔액 결과가
+        //일치하지 않습니다." — what a live Toss answered the reporter of issue 43.
+        return error(400, "NOT_MATCHES_REFUNDABLE_AMOUNT", "잔액 결과가 일치하지 않습니다.");
     }
     let amount = amount.unwrap_or(balance);
     if amount <= 0 || amount > balance {

@@ -79,7 +79,7 @@ impl Ledger {
                     message: format!("{code}: {message}"),
                 });
             }
-            Err(e @ GatewayError::Unavailable(_)) => {
+            Err(e @ (GatewayError::Unavailable(_) | GatewayError::StaleBalance { .. })) => {
                 return Err(AppError::Unavailable(Cause::context("payment provider's ledger", e)));
             }
         };

@@ -102,7 +102,7 @@ impl PaymentMethods {
                     message: format!("the payment provider refused the card: {code}: {message}"),
                 });
             }
-            Err(e @ GatewayError::Unavailable(_)) => {
+            Err(e @ (GatewayError::Unavailable(_) | GatewayError::StaleBalance { .. })) => {
                 return Err(AppError::Unavailable(Cause::context("payment provider", e)));
             }
         };

@@ -46,7 +46,7 @@ impl ProviderView {
             Err(GatewayError::Rejected { code, message }) => {
                 Err(AppError::unavailable(format!("payment provider refused the look-up: {code}: {message}")))
             }
-            Err(e @ GatewayError::Unavailable(_)) => {
+            Err(e @ (GatewayError::Unavailable(_) | GatewayError::StaleBalance { .. })) => {
                 Err(AppError::Unavailable(Cause::context("payment provider", e)))
             }
         }

@@ -60,6 +60,10 @@ pub enum RefundOutcome {
     Refunded(OrderRecord),
     /// The provider refused; recorded on the refund and the payment.
     Rejected { record: OrderRecord, reason: String },
+    /// The provider's answer is not known (unreachable, timed out): the refund is recorded
+    /// and pending, the worker finishes it with the same key — the request is accepted,
+    /// and asking again would not make it sooner.
+    Pending { record: OrderRecord, reason: String },
 }
 
 pub struct Refunds {
@@ -151,7 +155,7 @@ impl Refunds {
             }
             return Err(busy());
         };
-        let result = self.refund_leased(actor, order_id, request).await;
+        let result = self.refund_leased(actor, order_id, request, Restate::Once).await;
         self.leases.release(order_id, &lease.owner).await;
         result
     }
@@ -165,6 +169,7 @@ impl Refunds {
         actor: &Actor,
         order_id: OrderId,
         request: RefundRequest,
+        restate: Restate,
     ) -> Result<RefundOutcome, AppError> {
         let RefundRequest { reason, amount, request_key, inbox, scenario } = request;
         let mut record = self.load(order_id).await?;
@@ -185,7 +190,7 @@ impl Refunds {
                     let reason = known.failure_reason.unwrap_or_else(|| "refused".into());
                     Ok(RefundOutcome::Rejected { record, reason: format!("refused before: {reason}") })
                 }
-                RefundStatus::Pending => self.finish(record, known.id, actor, inbox, scenario).await,
+                RefundStatus::Pending => self.finish(record, known.id, actor, inbox, scenario, restate).await,
             };
         }
         if !Self::refundable(&record) {
@@ -203,7 +208,13 @@ impl Refunds {
         // Another refund is pending (its answer was lost): finished first, with its key.
         if let Some(pending) = record.refunds.iter().find(|r| r.status == RefundStatus::Pending).map(|r| r.id)
         {
-            self.finish(record, pending, actor, None, scenario).await?;
+            if let RefundOutcome::Pending { reason, .. } =
+                self.finish(record, pending, actor, None, scenario, Restate::No).await?
+            {
+                return Err(AppError::unavailable(format!(
+                    "another refund of this order is pending ({reason}); it is finished first"
+                )));
+            }
             record = self.load(order_id).await?;
             if !Self::refundable(&record) {
                 return Err(AppError::Conflict {
@@ -264,7 +275,7 @@ impl Refunds {
         let refund_id = refund.id;
         record.payment = Some(payment);
         record.refunds.push(refund);
-        self.finish(record, refund_id, actor, inbox, scenario).await
+        self.finish(record, refund_id, actor, inbox, scenario, restate).await
     }
 
     async fn audit_rejection(
@@ -293,13 +304,148 @@ impl Refunds {
         actor: &Actor,
         inbox: Option<InboxEntry>,
         scenario: Scenario,
+        restate: Restate,
     ) -> Result<RefundOutcome, AppError> {
         let mut effective = record.context.scenario;
         if scenario.refund.is_some() {
             effective.refund = scenario.refund;
         }
         let answer = self.ask_provider(&record, refund_id, effective).await?;
+        if let RefundAnswer::StaleBalance(why) = answer {
+            return self.restate(record, refund_id, why, actor, (inbox, scenario), restate).await;
+        }
         self.record_outcome(record, refund_id, answer, actor, inbox).await
+    }
+
+    /// An operator ends a pending refund whose outcome the worker could not learn (audited
+    /// `REFUND_UNRESOLVED`, or any refund still pending), after looking at the provider's
+    /// own books: made (with the provider's key of the cancel, if known) or not made. The
+    /// outcome is recorded as a provider's answer would be — through the payment's
+    /// transitions, audited with the operator and `reason`.
+    ///
+    /// # Errors
+    /// `NotFound` (order or refund); `Conflict` `REFUND_NOT_PENDING` unless the refund is
+    /// pending, `ORDER_BUSY` while another runner holds the order; `Unavailable` when the
+    /// database fails.
+    pub async fn resolve_by_operator(
+        &self,
+        actor: &Actor,
+        order_id: OrderId,
+        refund_id: RefundId,
+        decision: OperatorDecision,
+        reason: String,
+    ) -> Result<OrderRecord, AppError> {
+        let Some(lease) = self.leases.take(order_id).await? else {
+            if self.orders.get(order_id).await?.is_none() {
+                return Err(AppError::NotFound("order"));
+            }
+            return Err(busy());
+        };
+        let result = async {
+            let record = self.load(order_id).await?;
+            let refund =
+                record.refunds.iter().find(|r| r.id == refund_id).ok_or(AppError::NotFound("refund"))?;
+            if refund.status != RefundStatus::Pending {
+                return Err(AppError::Conflict {
+                    code: "REFUND_NOT_PENDING",
+                    message: format!("refund {refund_id} is {}, not pending", refund.status.as_str()),
+                });
+            }
+            let note = format!("resolved by an operator: {reason}");
+            let answer = match decision {
+                OperatorDecision::Made { transaction_key } => {
+                    RefundAnswer::Refunded(CancelReceipt { transaction_key, balance_after: None })
+                }
+                OperatorDecision::NotMade => {
+                    RefundAnswer::Refused { code: "OPERATOR".into(), message: note.clone() }
+                }
+            };
+            let mut changes = Changes::default();
+            changes.audit.push(audit::record(
+                AuditAction::RefundResolvedByOperator,
+                entity::ORDER,
+                order_id,
+                actor,
+                Some(format!("refund {refund_id}: {note}")),
+                self.clock.now(),
+            ));
+            match self.record_outcome_with(record, refund_id, answer, actor, None, changes).await? {
+                RefundOutcome::Refunded(record)
+                | RefundOutcome::Rejected { record, .. }
+                | RefundOutcome::Pending { record, .. } => Ok(record),
+            }
+        }
+        .await;
+        self.leases.release(order_id, &lease.owner).await;
+        result
+    }
+
+    /// The provider refused the pending refund because the balance it was sent with is not
+    /// the provider's: a cancel was made outside the service (Toss's dashboard) that we have
+    /// not recorded yet — its webhook late or lost. Nothing moved, and the same request
+    /// would be refused again. So the refund is superseded: recorded `FAILED` (no event:
+    /// nothing was refused to anyone; its request key is handed on), the provider's cancels
+    /// are recorded as its refunds, and the request is asked again, once, against the new
+    /// balance — the rest, for a refund of the whole balance; the same amount, where the
+    /// balance still holds it; else refused, with the new balance in the reason.
+    async fn restate(
+        &self,
+        record: OrderRecord,
+        refund_id: RefundId,
+        why: String,
+        actor: &Actor,
+        (inbox, scenario): (Option<InboxEntry>, Scenario),
+        restate: Restate,
+    ) -> Result<RefundOutcome, AppError> {
+        let now = self.clock.now();
+        let order_id = record.order.id;
+        let mut payment = record.payment.clone().ok_or_else(|| broken_invariant("no payment"))?;
+        let mut refund = pending_refund(&record, refund_id)?.clone();
+        let whole = refund.amount.minor() == payment.balance();
+        let request_key = refund.request_key.take();
+        let reason = format!("STALE_BALANCE: {why}");
+        // The refund's failure event is not written: the request goes on as another refund.
+        payment.record_refund_failure(&mut refund, reason.clone(), now).map_err(broken_invariant)?;
+        let mut changes = Changes::default();
+        changes.update_payment(&mut payment);
+        changes.update_refund(&mut refund);
+        changes.audit.push(audit::record(
+            AuditAction::RefundBalanceMismatch,
+            entity::ORDER,
+            order_id,
+            actor,
+            Some(format!(
+                "refund {} of {} superseded: {why}; the provider's cancels are recorded and the request is decided against its balance",
+                refund.id,
+                refund.amount.minor()
+            )),
+            now,
+        ));
+        if !commit(self.uow.as_ref(), changes).await? {
+            return Err(changed_concurrently());
+        }
+        self.sync_leased(order_id).await?;
+        let current = self.load(order_id).await?;
+        let balance = current.payment.as_ref().map_or(0, |p| p.balance());
+        let amount = (!whole).then_some(refund.amount.minor());
+        let fits = Self::refundable(&current) && amount.is_none_or(|a| a <= balance);
+        if restate == Restate::No || !fits {
+            let reason = format!("{reason}; the balance at the provider is now {balance}");
+            let mut changes = Changes::default();
+            changes.audit.push(audit::record(
+                AuditAction::RefundRejected,
+                entity::ORDER,
+                order_id,
+                actor,
+                Some(format!("refund {} of {}: {reason}", refund.id, refund.amount.minor())),
+                now,
+            ));
+            changes.inbox.extend(inbox);
+            self.uow.commit(changes).await?;
+            return Ok(RefundOutcome::Rejected { record: current, reason });
+        }
+        let again = RefundRequest { reason: Some(refund.reason), amount, request_key, inbox, scenario };
+        Box::pin(self.refund_leased(actor, order_id, again, Restate::No)).await
     }
 
     /// The call of the skeleton: the provider's cancel of the refund's amount with the
@@ -329,6 +475,7 @@ impl Refunds {
         Ok(match self.payments.cancel(&request).await {
             Ok(receipt) => RefundAnswer::Refunded(receipt),
             Err(GatewayError::Rejected { code, message }) => RefundAnswer::Refused { code, message },
+            Err(GatewayError::StaleBalance { message }) => RefundAnswer::StaleBalance(message),
             Err(GatewayError::Unavailable(cause)) => RefundAnswer::Unknown(Chain(&cause).to_string()),
         })
     }
@@ -338,18 +485,30 @@ impl Refunds {
     /// is not lost, the worker or the same request again finishes it.
     async fn record_outcome(
         &self,
+        record: OrderRecord,
+        refund_id: RefundId,
+        answer: RefundAnswer,
+        actor: &Actor,
+        inbox: Option<InboxEntry>,
+    ) -> Result<RefundOutcome, AppError> {
+        self.record_outcome_with(record, refund_id, answer, actor, inbox, Changes::default()).await
+    }
+
+    /// [`Self::record_outcome`], committed together with `changes` (an operator's audit).
+    async fn record_outcome_with(
+        &self,
         mut record: OrderRecord,
         refund_id: RefundId,
         answer: RefundAnswer,
         actor: &Actor,
         inbox: Option<InboxEntry>,
+        mut changes: Changes,
     ) -> Result<RefundOutcome, AppError> {
         let now = self.clock.now();
         let order_id = record.order.id;
         let mut payment = record.payment.clone().ok_or_else(|| broken_invariant("no payment"))?;
         let mut refund = pending_refund(&record, refund_id)?.clone();
         let mut order = record.order.clone();
-        let mut changes = Changes::default();
         let mut already_cancelled = false;
         let rejected = match answer {
             RefundAnswer::Refunded(receipt) => {
@@ -436,7 +595,9 @@ impl Refunds {
                 changes.outbox = events.finish();
                 Some(why)
             }
-            RefundAnswer::Unknown(cause) => {
+            // A stale balance is restated before this (`finish`); were it to come here, the
+            // refund stays pending, as for an answer we cannot act on.
+            RefundAnswer::Unknown(cause) | RefundAnswer::StaleBalance(cause) => {
                 let exp = payment.reconcile_attempts.clamp(0, 16) as u32;
                 let retry_after = self.settings.retry_after;
                 let next = now + retry_after.checked_mul(1 << exp).unwrap_or(retry_after);
@@ -456,12 +617,13 @@ impl Refunds {
                     ));
                 }
                 match self.uow.commit(changes).await {
-                    Ok(()) | Err(RepoError::Conflict) => {}
+                    Ok(()) => record.payment = Some(payment),
+                    Err(RepoError::Conflict) => record = self.load(order_id).await?,
                     Err(err) => return Err(err.into()),
                 }
-                return Err(AppError::unavailable(format!(
-                    "payment provider: {cause}; the refund is pending and will be completed"
-                )));
+                let reason =
+                    format!("payment provider: {cause}; the refund is pending and will be completed");
+                return Ok(RefundOutcome::Pending { record, reason });
             }
         };
         changes.inbox.extend(inbox);
@@ -527,7 +689,9 @@ impl Refunds {
             match result {
                 Ok(RefundOutcome::Refunded(_)) => report.refunded += 1,
                 Ok(RefundOutcome::Rejected { .. }) => report.refused += 1,
-                Err(AppError::Unavailable(_)) => report.still_unknown += 1,
+                Ok(RefundOutcome::Pending { .. }) | Err(AppError::Unavailable(_)) => {
+                    report.still_unknown += 1
+                }
                 Err(AppError::Conflict { .. }) => report.busy += 1,
                 Err(err) => return Err(err),
             }
@@ -565,7 +729,7 @@ impl Refunds {
                 return self.record_outcome(record, refund_id, answer, actor, None).await;
             }
         }
-        self.finish(record, refund_id, actor, None, Scenario::default()).await
+        self.finish(record, refund_id, actor, None, Scenario::default(), Restate::Once).await
     }
 }
 
@@ -733,6 +897,26 @@ enum RefundAnswer {
     },
     /// No answer we can act on (unreachable, timed out, broke the protocol).
     Unknown(String),
+    /// Refused: the balance it was sent with is not the provider's (nothing moved).
+    StaleBalance(String),
+}
+
+/// What an operator found a pending refund to be, in the provider's own books.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OperatorDecision {
+    /// The provider made it (its key of the cancel, if the operator has it).
+    Made { transaction_key: Option<String> },
+    /// The provider never made it: the refund fails, the balance is unchanged.
+    NotMade,
+}
+
+/// Whether a refund refused for a stale balance may be asked again against the new one
+/// (once per request: a provider whose books still disagree after its cancels are recorded
+/// is an operator's matter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Restate {
+    Once,
+    No,
 }
 
 /// How one round of [`Refunds::resolve_pending`] went.

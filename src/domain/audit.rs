@@ -44,6 +44,7 @@ spelled!(
         RefundFailed => "REFUND_FAILED",
         RefundRejected => "REFUND_REJECTED",
         RefundBalanceMismatch => "REFUND_BALANCE_MISMATCH",
+        RefundResolvedByOperator => "REFUND_RESOLVED_BY_OPERATOR",
         InboundRejected => "INBOUND_REJECTED",
         InboundDuplicate => "INBOUND_DUPLICATE",
         InboundConflict => "INBOUND_CONFLICT",

@@ -34,5 +34,6 @@ mod relay;
 mod repository_contract;
 mod schemathesis;
 mod toss;
+mod toss_edges;
 mod traces;
 mod webhooks;

@@ -152,7 +152,11 @@ async fn a_refund_the_provider_never_confirms_is_left_to_an_operator(backend: Ba
         return;
     };
     let order = place(&app).await;
-    assert_eq!(refund(&app, &order, "please").await.status(), StatusCode::SERVICE_UNAVAILABLE);
+    // Issue 43 item 5: the answer lost, the refund is accepted and pending (202), not
+    // "retry later" — a client that retried without a key would have made a second one.
+    let pending = json(refund(&app, &order, "please").await, StatusCode::ACCEPTED).await;
+    assert_eq!(pending["payment"]["status"], "REFUND_PENDING", "{pending}");
+    assert_eq!(pending["refunds"][0]["status"], "PENDING", "{pending}");
     for _ in 0..20 {
         app.services.refunds.resolve_pending().await.unwrap();
         app.advance(PAST_THE_BACKOFF);
@@ -166,6 +170,44 @@ async fn a_refund_the_provider_never_confirms_is_left_to_an_operator(backend: Ba
         json(app.get("/api/admin/payments/unconfirmed", &admin(&app)).send().await.unwrap(), StatusCode::OK)
             .await;
     assert_eq!(listed[0]["reconcileAttempts"], 3);
+
+    // Issue 43 item 2: an operator who looked at the provider's books ends it (audited).
+    let refund_id = d["refunds"][0]["id"].as_str().unwrap();
+    let resolve = |body: serde_json::Value| {
+        app.post(
+            &format!("/api/admin/orders/{}/refunds/{refund_id}/resolve", order["id"].as_str().unwrap()),
+            &admin(&app),
+        )
+        .json(&body)
+        .send()
+    };
+    let bad = json(
+        resolve(json!({ "outcome": "MAYBE", "reason": "x" })).await.unwrap(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    assert_eq!(bad["field"], "outcome");
+    let customer = app
+        .post(
+            &format!("/api/admin/orders/{}/refunds/{refund_id}/resolve", order["id"].as_str().unwrap()),
+            &app.token("alice"),
+        )
+        .json(&json!({ "outcome": "NOT_MADE", "reason": "x" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(customer.status(), StatusCode::FORBIDDEN);
+    let ended = json(
+        resolve(json!({ "outcome": "NOT_MADE", "reason": "not in the provider's dashboard" })).await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(ended["payment"]["status"], "APPROVED", "{ended}");
+    assert_eq!(ended["payment"]["balance"], ended["totalAmount"]);
+    assert_eq!(ended["refunds"][0]["status"], "FAILED");
+    assert_eq!(count_where(&app.db, "audit_log", "action = 'REFUND_RESOLVED_BY_OPERATOR'").await, 1);
+    let again = resolve(json!({ "outcome": "MADE", "reason": "again" })).await.unwrap();
+    assert_eq!(json(again, StatusCode::CONFLICT).await["code"], "REFUND_NOT_PENDING");
 }
 
 /// Issue 11 item 3: an approval whose transaction id cannot be stored (over-long, a NUL)

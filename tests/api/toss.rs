@@ -314,7 +314,7 @@ async fn a_saved_card_is_charged_and_refunded_in_parts_by_tosss_arithmetic() {
     // Our balance out of date (another refund we have not recorded): Toss refuses.
     let stale = toss.cancel(&cancel(&payment_key, "refund-2", 3000, 10000)).await.unwrap_err();
     assert!(
-        matches!(&stale, GatewayError::Rejected { code, .. } if code == "NOT_CANCELABLE_AMOUNT"),
+        matches!(&stale, GatewayError::StaleBalance { message } if message.starts_with("NOT_MATCHES_REFUNDABLE_AMOUNT")),
         "{stale:?}"
     );
     // More than is left: refused.

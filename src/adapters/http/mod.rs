@@ -141,6 +141,7 @@ impl utoipa::Modify for BearerAuth {
         payments::provider_view,
         ledger::findings,
         payments::stalled,
+        payments::resolve_refund,
         payments::compensations_exhausted,
         outbox_admin::list_outbox,
         outbox_admin::outbox_stats,
@@ -219,6 +220,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     )
     .service(resource("/api/admin/reconciliation/findings", "GET").route(web::get().to(ledger::findings)))
     .service(resource("/api/admin/orders/stalled", "GET").route(web::get().to(payments::stalled)))
+    .service(
+        resource("/api/admin/orders/{id}/refunds/{refundId}/resolve", "POST")
+            .route(web::post().to(payments::resolve_refund)),
+    )
     .service(
         resource("/api/admin/payments/compensations-exhausted", "GET")
             .route(web::get().to(payments::compensations_exhausted)),

@@ -342,12 +342,13 @@ pub async fn flow(
     request_body(content = Option<RefundBody>, description = "Optional reason and amount (minor units; absent: the whole balance)"),
     responses(
         (status = 200, body = OrderDetailResponse),
+        (status = 202, description = "The provider's answer was lost: the refund is recorded, PENDING in `refunds`, and finished by the worker with its own key; do not ask again", body = OrderDetailResponse),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "UNAUTHORIZED_REFUND: not the order's customer", body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "REFUND_NOT_ALLOWED (not COMPLETED with a balance left), ORDER_BUSY (changed right now; retry) or REFUND_FAILED (the provider refused; recorded)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "REFUND_AMOUNT_INVALID: not 0 < amount <= balance (nothing called)", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Provider or database unavailable; a refund already asked for is pending and will be completed", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Database unavailable, or an earlier refund of the order is still pending (nothing new was asked)", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
 )]
@@ -375,6 +376,12 @@ pub async fn refund(
     let request = RefundRequest { reason, amount, request_key, ..Default::default() };
     match state.refunds.refund_order(&caller.0, id, request).await? {
         RefundOutcome::Refunded(record) => Ok(HttpResponse::Ok().json(OrderDetailResponse::from(&record))),
+        // The provider's answer was lost: the refund is recorded and pending, and the worker
+        // finishes it with its own key. Accepted — the same request again would not make
+        // it sooner, and without an Idempotency-Key it would be a second refund.
+        RefundOutcome::Pending { record, .. } => {
+            Ok(HttpResponse::Accepted().json(OrderDetailResponse::from(&record)))
+        }
         RefundOutcome::Rejected { reason, .. } => Err(ApiError::new(
             StatusCode::CONFLICT,
             "REFUND_FAILED",

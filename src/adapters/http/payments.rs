@@ -15,11 +15,14 @@ use utoipa::ToSchema;
 
 use super::HttpState;
 use super::auth::Admin;
+use super::body::MaybeJson;
 use super::body::RawBody;
-use super::dto::{OrderResponse, PaymentResponse};
+use super::dto::{OrderDetailResponse, OrderResponse, PaymentResponse};
 use super::problem::{ApiError, Problem};
 use crate::application::envelopes::timestamp;
 use crate::application::recovery::{CallbackResult, ProviderCallback};
+use crate::application::refunds::OperatorDecision;
+use crate::domain::text;
 
 /// How far a callback's timestamp may be from now.
 pub const TOLERANCE_SECONDS: i64 = 300;
@@ -300,4 +303,74 @@ pub async fn provider_view(
         payment: PaymentResponse::from(&payment),
         provider: record.map(|r| r.0),
     }))
+}
+
+/// What an operator found a pending refund to be, in the provider's own books.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResolveRefundRequest {
+    /// `MADE` (the provider refunded it) or `NOT_MADE` (it never did).
+    pub outcome: String,
+    /// Why; recorded in the audit log.
+    #[schema(max_length = 1000)]
+    pub reason: String,
+    /// The provider's key of the cancel (Toss's `transactionKey`), with `MADE`, if known.
+    #[schema(max_length = 200)]
+    pub transaction_key: Option<String>,
+}
+
+/// Ends a refund left pending (its outcome unknown, `REFUND_UNRESOLVED`): an operator who
+/// looked at the provider's books records it as made or not made. Audited.
+#[utoipa::path(
+    post,
+    path = "/api/admin/orders/{id}/refunds/{refundId}/resolve",
+    tag = "admin",
+    params(
+        ("id" = String, Path, description = "Order id"),
+        ("refundId" = String, Path, description = "Refund id"),
+    ),
+    request_body = ResolveRefundRequest,
+    responses(
+        (status = 200, description = "The order after the refund's outcome", body = OrderDetailResponse),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "REFUND_NOT_PENDING or ORDER_BUSY", body = Problem, content_type = "application/problem+json"),
+        (status = 422, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn resolve_refund(
+    state: web::Data<HttpState>,
+    admin: Admin,
+    path: web::Path<(String, String)>,
+    body: MaybeJson<ResolveRefundRequest>,
+) -> Result<HttpResponse, ApiError> {
+    let (order, refund) = path.into_inner();
+    let order_id = super::orders::parse_order_id(&order)?;
+    let refund_id = refund.parse().map_err(|_| ApiError::not_found("refund"))?;
+    let unprocessable =
+        |field: &str, message: String| ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, field, message);
+    let body =
+        body.0.ok_or_else(|| unprocessable("outcome", "a body {outcome, reason} is required".into()))?;
+    let checked = |field: &'static str, value: &str, limit| {
+        text::check(field, value, limit).map_err(|e| unprocessable(e.field(), e.message()))
+    };
+    checked("reason", &body.reason, text::limits::REASON)?;
+    if body.reason.trim().is_empty() {
+        return Err(unprocessable("reason", "an operator's decision needs a reason".into()));
+    }
+    if let Some(key) = &body.transaction_key {
+        checked("transactionKey", key, 200)?;
+    }
+    let decision = match (body.outcome.as_str(), body.transaction_key) {
+        ("MADE", transaction_key) => OperatorDecision::Made { transaction_key },
+        ("NOT_MADE", None) => OperatorDecision::NotMade,
+        ("NOT_MADE", Some(_)) => {
+            return Err(unprocessable("transactionKey", "a refund not made has no transaction key".into()));
+        }
+        _ => return Err(unprocessable("outcome", "must be MADE or NOT_MADE".into())),
+    };
+    let record =
+        state.refunds.resolve_by_operator(&admin.0, order_id, refund_id, decision, body.reason).await?;
+    Ok(HttpResponse::Ok().json(OrderDetailResponse::from(&record)))
 }

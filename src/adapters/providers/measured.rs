@@ -50,7 +50,7 @@ impl<T: ?Sized> Measured<T> {
 
 fn gateway_error(err: &GatewayError) -> &'static str {
     match err {
-        GatewayError::Rejected { .. } => "rejected",
+        GatewayError::Rejected { .. } | GatewayError::StaleBalance { .. } => "rejected",
         GatewayError::Unavailable(_) => "unavailable",
     }
 }

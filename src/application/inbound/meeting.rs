@@ -332,6 +332,8 @@ impl MeetingEvents {
         match self.refunds.refund_order(&actor, order_id, request).await {
             Ok(RefundOutcome::Refunded(_)) => Ok(Handled::Processed),
             Ok(RefundOutcome::Rejected { reason, .. }) => Ok(Handled::BusinessFailure(reason)),
+            // Recorded and pending: the same event again finishes it with the same key.
+            Ok(RefundOutcome::Pending { reason, .. }) => Err(AppError::unavailable(reason)),
             // Someone else is changing the order (a concurrent delivery of this event?):
             // try again shortly, when the inbox will tell.
             Err(AppError::Conflict { code: ORDER_BUSY, .. }) => Err(AppError::unavailable("order busy")),
@@ -390,6 +392,7 @@ impl MeetingEvents {
             match self.refunds.refund_order(&actor, order_id, request).await {
                 Ok(RefundOutcome::Refunded(_)) => refunded += 1,
                 Ok(RefundOutcome::Rejected { reason, .. }) => failed.push(format!("{order_id}: {reason}")),
+                Ok(RefundOutcome::Pending { reason, .. }) => return Err(AppError::unavailable(reason)),
                 Err(AppError::Conflict { code: ORDER_BUSY, .. }) => {
                     return Err(AppError::unavailable("order busy"));
                 }

@@ -54,6 +54,8 @@ pub fn decide_approval(answer: Result<ApprovalOutcome, GatewayError>) -> Approva
         Err(GatewayError::Unavailable(cause)) => {
             ApprovalDecision::Unavailable { reason: Chain(&cause).to_string() }
         }
+        // Only a cancel is answered so; to a charge it would break the port's contract.
+        Err(e @ GatewayError::StaleBalance { .. }) => ApprovalDecision::Unavailable { reason: e.to_string() },
     }
 }
 

@@ -14,6 +14,10 @@ use super::error::Cause;
 pub enum GatewayError {
     /// The provider refused for a business reason (4xx): retrying will not help.
     Rejected { code: String, message: String },
+    /// A cancel refused because the balance it was sent with (Toss's `refundableAmount`) is
+    /// not the provider's: a cancel was made outside the service and our books are behind.
+    /// Nothing moved; the caller records the provider's cancels and decides again.
+    StaleBalance { message: String },
     /// 5xx, refused connection or timeout on a call that is safe to repeat: the adapter's
     /// error, kept whole (its text is this error's, its sources follow it).
     Unavailable(Cause),
@@ -30,6 +34,9 @@ impl fmt::Display for GatewayError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             GatewayError::Rejected { code, message } => write!(f, "rejected by provider: {code}: {message}"),
+            GatewayError::StaleBalance { message } => {
+                write!(f, "the provider's refundable balance is not ours: {message}")
+            }
             GatewayError::Unavailable(cause) => write!(f, "provider unavailable: {cause}"),
         }
     }
@@ -38,7 +45,7 @@ impl fmt::Display for GatewayError {
 impl Error for GatewayError {
     fn source(&self) -> Option<&(dyn Error + 'static)> {
         match self {
-            GatewayError::Rejected { .. } => None,
+            GatewayError::Rejected { .. } | GatewayError::StaleBalance { .. } => None,
             // The cause's own text is in this one's: its chain goes on from its source.
             GatewayError::Unavailable(cause) => cause.source(),
         }

@@ -42,6 +42,10 @@ pub enum Meaning {
     NotCancelable,
     /// `ALREADY_CANCELED_PAYMENT`: look up and record what Toss has.
     AlreadyCancelled,
+    /// `NOT_MATCHES_REFUNDABLE_AMOUNT`: the `refundableAmount` we sent is not Toss's balance —
+    /// a cancel was made outside the service that we have not recorded yet. Nothing moved:
+    /// look up, record Toss's cancels, and decide the refund against the new balance.
+    StaleBalance,
 }
 
 /// Card and limit refusals (reference/error-codes: the confirm and billing tables).
@@ -69,6 +73,8 @@ fn is_refusal(code: &str) -> bool {
 /// The meaning of an error answer to `call` (docs/spec.md §10, "Answers").
 pub fn meaning(call: Call, status: u16, code: &str) -> Meaning {
     match code {
+        // A cancel's body refused (its reason, its amount): the refund fails, nothing moved.
+        "INVALID_REQUEST" if call == Call::Cancel && status == 400 => return Meaning::NotCancelable,
         "UNAUTHORIZED_KEY"
         | "INVALID_API_KEY"
         | "INCORRECT_BASIC_AUTH_FORMAT"
@@ -83,6 +89,7 @@ pub fn meaning(call: Call, status: u16, code: &str) -> Meaning {
         "NOT_FOUND_PAYMENT" | "NOT_FOUND" => return Meaning::NotFound,
         "ALREADY_PROCESSED_PAYMENT" | "DUPLICATED_ORDER_ID" => return Meaning::Unknown,
         "ALREADY_CANCELED_PAYMENT" => return Meaning::AlreadyCancelled,
+        "NOT_MATCHES_REFUNDABLE_AMOUNT" if call == Call::Cancel => return Meaning::StaleBalance,
         "NOT_CANCELABLE_AMOUNT" | "NOT_CANCELABLE_PAYMENT" | "NOT_CANCELABLE_PAYMENT_FOR_DORMANT_USER" => {
             return Meaning::NotCancelable;
         }
@@ -113,6 +120,10 @@ pub fn meaning(call: Call, status: u16, code: &str) -> Meaning {
     }
     match call {
         Call::Read => Meaning::Transient,
+        // A 400 is Toss refusing the request as it stands (a reason it will not take, an
+        // amount it will not cancel): nothing moved, and the same request again would be
+        // refused again — a failed refund, never a pending one.
+        Call::Cancel if status == 400 => Meaning::NotCancelable,
         Call::Charge | Call::Cancel => Meaning::Unknown,
     }
 }
@@ -171,6 +182,10 @@ mod tests {
             (Cancel, 400, "ALREADY_CANCELED_PAYMENT", AlreadyCancelled),
             (Cancel, 403, "NOT_CANCELABLE_AMOUNT", NotCancelable),
             (Cancel, 403, "NOT_CANCELABLE_PAYMENT", NotCancelable),
+            (Cancel, 400, "NOT_MATCHES_REFUNDABLE_AMOUNT", StaleBalance),
+            (Cancel, 400, "INVALID_REQUEST_CANCEL_REASON", NotCancelable),
+            (Cancel, 400, "SOMETHING_TOSS_ADDS_LATER", NotCancelable),
+            (Cancel, 400, "INVALID_REQUEST", NotCancelable),
             // A refusal code on a cancel is no card refusal: unknown.
             (Cancel, 403, "REJECT_CARD_PAYMENT", Unknown),
         ];

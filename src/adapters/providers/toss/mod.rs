@@ -665,6 +665,9 @@ impl PaymentGateway for TossPaymentGateway {
                 meaning: Meaning::NotCancelable | Meaning::NotFound | Meaning::AlreadyCancelled,
                 ..
             }) => Err(GatewayError::Rejected { code, message }),
+            Err(TossError::Answered { code, message, meaning: Meaning::StaleBalance, .. }) => {
+                Err(GatewayError::StaleBalance { message: format!("{code}: {message}") })
+            }
             // Unknown, temporary to the end, lost, broken or our own
             // configuration: open; the refund's look-up records what Toss has.
             Err(error) => Err(unavailable(error)),
