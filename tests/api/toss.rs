@@ -190,15 +190,15 @@ async fn refusals_decline_with_tosss_code_and_our_own_mistakes_never_do() {
         toss.approve(&charge(&id, 5000, gone)).await.unwrap(),
         ApprovalOutcome::Declined { code: "PAYMENT_WINDOW_EXPIRED".into(), provider_transaction_id: None }
     );
-    // An amount other than the widget's: Toss calls the request invalid; ours, not the
-    // customer's: open, for an operator, and nothing charged.
+    // An amount other than the widget's: Toss calls the request invalid. The customer
+    // authorized something else (issue 43 items 3, 10): declined, nothing charged.
     let id = request_id();
     let key = fake.checkout(&id, 5000, None).await;
     let outcome =
         toss.approve(&charge(&id, 4000, PaymentAuthorization::Checkout { payment_key: key })).await.unwrap();
-    assert!(
-        matches!(&outcome, ApprovalOutcome::Unknown { reason } if reason.starts_with("TOSS_CONFIGURATION")),
-        "{outcome:?}"
+    assert_eq!(
+        outcome,
+        ApprovalOutcome::Declined { code: "AUTHORIZATION_MISMATCH".into(), provider_transaction_id: None }
     );
     // A wrong secret key: the same, and the key is in no error.
     let wrong = TossPaymentGateway::new(

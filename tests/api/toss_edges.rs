@@ -106,7 +106,80 @@ async fn the_rest_after_a_dashboard_cancel_is_the_rest_at_toss(backend: Backend)
     assert!(now["refunds"].as_array().unwrap().iter().all(|r| r["status"] != "PENDING"), "{now}");
 }
 
+/// A checkout: the order placed by `who`, its id, Toss orderId and total.
+async fn checkout(app: &crate::helpers::TestApp, who: &str) -> (String, String, i64) {
+    let order = json(
+        app.place_order(&app.token(who), &crate::helpers::order_body(), None).await,
+        StatusCode::CREATED,
+    )
+    .await;
+    (
+        order["id"].as_str().unwrap().to_owned(),
+        order["checkout"]["orderId"].as_str().unwrap().to_owned(),
+        order["totalAmount"].as_i64().unwrap(),
+    )
+}
+
+async fn pay(
+    app: &crate::helpers::TestApp,
+    who: &str,
+    id: &str,
+    key: &str,
+    amount: i64,
+) -> reqwest::Response {
+    app.post(&format!("/api/orders/{id}/payment"), &app.token(who))
+        .json(&json!({ "paymentKey": key, "amount": amount }))
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Item 3: bob posts alice's paymentKey (from her redirect URL) to his own order. Toss
+/// refuses the orderId; that is bob's error (422, his order declined, the key let go, no
+/// operator alert), and alice's own confirm goes through. Item 10: a customer who
+/// authorized another amount in the widget is declined the same way, with one call to Toss.
+async fn a_payment_key_is_an_orders_only_once_toss_confirmed_it_for_that_order(backend: Backend) {
+    let fake = Fake::start().await;
+    let Some(app) = crate::toss::spawn_on(backend, &fake, &[], false).await else { return };
+    let (alices, alices_toss_order, total) = checkout(&app, "alice").await;
+    let key = fake.checkout(&alices_toss_order, total, None).await;
+    let (bobs, _, _) = checkout(&app, "bob").await;
+    let squat = json(pay(&app, "bob", &bobs, &key, total).await, StatusCode::UNPROCESSABLE_ENTITY).await;
+    assert_eq!(squat["code"], "AUTHORIZATION_MISMATCH", "{squat}");
+    let bob = detail(&app, &bobs).await;
+    assert_eq!(
+        (bob["status"].as_str(), bob["payment"]["status"].as_str()),
+        (Some("FAILED"), Some("DECLINED")),
+        "{bob}"
+    );
+    assert!(bob["payment"]["providerTransactionId"].is_null(), "the key is not bob's: {bob}");
+    let paid = json(pay(&app, "alice", &alices, &key, total).await, StatusCode::OK).await;
+    assert_eq!(paid["status"], "COMPLETED", "{paid}");
+    assert_eq!(paid["payment"]["providerTransactionId"], key.as_str());
+
+    // Another amount authorized in the widget than the order's total.
+    let (carols, carols_toss_order, total) = checkout(&app, "carol").await;
+    let other = fake.checkout(&carols_toss_order, total - 1000, None).await;
+    let confirms = fake.calls("confirm").await;
+    let refused =
+        json(pay(&app, "carol", &carols, &other, total).await, StatusCode::UNPROCESSABLE_ENTITY).await;
+    assert_eq!(refused["code"], "AUTHORIZATION_MISMATCH");
+    assert_eq!(fake.calls("confirm").await - confirms, 1, "one call to Toss");
+    assert_eq!(detail(&app, &carols).await["payment"]["status"], "DECLINED");
+    for action in ["PAYMENT_OUTCOME_UNKNOWN", "RECONCILIATION_EXHAUSTED"] {
+        assert_eq!(
+            count_where(&app.db, "audit_log", &format!("action = '{action}'")).await,
+            0,
+            "no alert: {action}"
+        );
+    }
+    let unconfirmed =
+        app.get("/api/admin/payments/unconfirmed", &app.admin_token("ops")).send().await.unwrap();
+    assert_eq!(json(unconfirmed, StatusCode::OK).await, json!([]));
+}
+
 on_both_databases!(
+    a_payment_key_is_an_orders_only_once_toss_confirmed_it_for_that_order,
     a_refund_after_a_dashboard_cancel_we_had_not_recorded_goes_through,
     the_rest_after_a_dashboard_cancel_is_the_rest_at_toss,
 );

@@ -18,7 +18,7 @@ use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
 use crate::domain::order::{FailureReason, FailureStage, OrderStatus, SagaStep, StepStatus};
-use crate::domain::payment::{Payment, payment_request_id};
+use crate::domain::payment::{AUTHORIZATION_MISMATCH, Payment, payment_request_id};
 use crate::domain::text;
 
 /// What the customer's payment widget gave back.
@@ -182,7 +182,18 @@ impl Orchestrator {
         }
         fresh.order = order;
         fresh.payment = Some(payment);
-        self.run_leased(fresh, actor, lease).await
+        let record = self.run_leased(fresh, actor, lease).await?;
+        let refused =
+            record.payment.as_ref().and_then(|p| p.decline_code.as_deref()) == Some(AUTHORIZATION_MISMATCH);
+        if refused {
+            // The customer's error (a key from another checkout, another amount authorized):
+            // the order is declined, the key let go, and nobody else's checkout waits on it.
+            return Err(AppError::Unprocessable {
+                code: AUTHORIZATION_MISMATCH,
+                message: "the payment provider refused this paymentKey for this order: it was authorized for another order or amount".into(),
+            });
+        }
+        Ok(record)
     }
 
     /// Fails the orders whose payment window ran out with no authorization committed

@@ -13,7 +13,7 @@ use crate::application::ports::{ApprovalOutcome, Changes, GatewayError, OrderRec
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::order::{FailureReason, FailureStage, SagaStep, StepStatus};
-use crate::domain::payment::{Payment, PaymentStatus};
+use crate::domain::payment::{AUTHORIZATION_MISMATCH, Payment, PaymentStatus};
 
 /// What an approval answer means for the saga.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,7 +86,12 @@ pub(super) fn decide(
         }
         ApprovalDecision::Declined { code, provider_transaction_id, detail: why } => {
             detail = why;
-            payment_events = payment.decline(code, provider_transaction_id, now).map_err(broken_invariant)?;
+            payment_events = if code == AUTHORIZATION_MISMATCH {
+                payment.refuse_authorization(now)
+            } else {
+                payment.decline(code, provider_transaction_id, now)
+            }
+            .map_err(broken_invariant)?;
             order_events = order
                 .fail(FailureStage::Payment, FailureReason::PaymentDeclined, now)
                 .map_err(broken_invariant)?;

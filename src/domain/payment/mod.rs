@@ -16,6 +16,6 @@ mod status;
 
 pub use error::PaymentError;
 pub use event::PaymentEvent;
-pub use payment::{Payment, payment_request_id};
+pub use payment::{AUTHORIZATION_MISMATCH, Payment, payment_request_id};
 pub use refund::{PROVIDER_ACTOR, Refund, refund_key};
 pub use status::{PaymentAction, PaymentStatus, RefundStatus};

@@ -11,6 +11,10 @@ use crate::domain::money::Money;
 
 /// The deterministic request id of an order's `attempt`-th payment. The provider receives it
 /// as `Idempotency-Key`, so asking twice for the same attempt can never charge twice.
+/// The decline code of a customer's authorization the provider refused for this order (its
+/// orderId or amount are not the checkout's): the customer's error, never ours.
+pub const AUTHORIZATION_MISMATCH: &str = "AUTHORIZATION_MISMATCH";
+
 pub fn payment_request_id(order_id: OrderId, attempt: i32) -> String {
     format!("pay-{order_id}-{attempt}")
 }
@@ -118,6 +122,20 @@ impl Payment {
         }
         self.move_to(PaymentStatus::Declined, now);
         Ok(vec![PaymentEvent::Declined { code }])
+    }
+
+    /// The provider refused the customer's authorization for this order (a key from another
+    /// checkout, or authorized for another amount): DECLINED with
+    /// [`AUTHORIZATION_MISMATCH`], and the key is let go — a key is the payment's only once
+    /// the provider confirmed it for this order, so another order's rightful confirm is
+    /// never blocked by it.
+    ///
+    /// # Errors
+    /// `InvalidTransition` unless `REQUESTED` or `CONFIRMATION_REQUIRED`.
+    pub fn refuse_authorization(&mut self, now: DateTime<Utc>) -> Result<Vec<PaymentEvent>, PaymentError> {
+        let events = self.decline(AUTHORIZATION_MISMATCH, None, now)?;
+        self.provider_transaction_id = None;
+        Ok(events)
     }
 
     /// The provider did not answer in time: the outcome is unknown until reconciled.
@@ -316,6 +334,21 @@ impl Payment {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_authorization_declines_and_lets_the_key_go() {
+        let mut p = Payment::request_authorized(
+            OrderId::new(),
+            1,
+            Money::new(100, "KRW".parse().unwrap()).unwrap(),
+            "tgen_alices_key",
+            now(),
+        );
+        let events = p.refuse_authorization(now()).unwrap();
+        assert_eq!(events, vec![PaymentEvent::Declined { code: AUTHORIZATION_MISMATCH.into() }]);
+        assert_eq!((p.status, p.provider_transaction_id.as_deref()), (PaymentStatus::Declined, None));
+        assert!(matches!(p.refuse_authorization(now()), Err(PaymentError::InvalidTransition { .. })));
+    }
 
     fn now() -> DateTime<Utc> {
         DateTime::from_timestamp(1_800_000_000, 0).unwrap()

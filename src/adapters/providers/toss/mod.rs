@@ -28,6 +28,7 @@ use crate::application::ports::{
     LookupOutcome, PaymentAuthorization, PaymentGateway, ProviderCancel, ProviderRecord, Scenario,
 };
 use crate::domain::ledger::{ProviderTransaction, TransactionKind};
+use crate::domain::payment::AUTHORIZATION_MISMATCH;
 use crate::domain::text;
 
 #[derive(Debug, Clone)]
@@ -492,6 +493,19 @@ impl PaymentGateway for TossPaymentGateway {
             Ok(payment) => charged(request, payment),
             Err(TossError::Answered { code, meaning: Meaning::Refused, .. }) => {
                 ApprovalOutcome::Declined { code, provider_transaction_id: None }
+            }
+            // The checkout's orderId or amount are not what the customer authorized with this
+            // key (Toss: 400 INVALID_REQUEST, "결제 요청 정보(orderId, amount)가 결제창과
+            // 다릅니다"): a key from another checkout, or another amount authorized in the
+            // widget — the customer's error, nothing moved, and the key is not this order's.
+            Err(TossError::Answered { status: 400, code, .. })
+                if code == "INVALID_REQUEST"
+                    && matches!(request.authorization, Some(PaymentAuthorization::Checkout { .. })) =>
+            {
+                ApprovalOutcome::Declined {
+                    code: AUTHORIZATION_MISMATCH.into(),
+                    provider_transaction_id: None,
+                }
             }
             Err(TossError::Answered { meaning: Meaning::SessionExpired, .. }) => ApprovalOutcome::Declined {
                 code: "PAYMENT_WINDOW_EXPIRED".into(),
