@@ -225,7 +225,13 @@ impl Refunds {
         }
         let mut payment = record.payment.clone().ok_or_else(|| broken_invariant("no payment"))?;
         let now = self.clock.now();
-        let reason = reason.unwrap_or_else(|| DEFAULT_REASON.into());
+        // Sent to the provider: within what it takes (a consumer's reason names its event).
+        let reason: String = reason
+            .filter(|r| !r.trim().is_empty())
+            .unwrap_or_else(|| DEFAULT_REASON.into())
+            .chars()
+            .take(crate::domain::text::limits::REFUND_REASON)
+            .collect();
         let balance = payment.balance();
         let mut refund = match payment.begin_refund(
             amount,

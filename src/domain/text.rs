@@ -13,6 +13,9 @@ pub mod limits {
     pub const SKU: usize = 64;
     /// An operator's or customer's free-text reason.
     pub const REASON: usize = 1000;
+    /// A refund's reason: it is sent to the provider, and Toss takes a `cancelReason` of at
+    /// most 200 characters (reference: cancel).
+    pub const REFUND_REASON: usize = 200;
     /// An outbox event type in a filter (`order.completed`).
     pub const EVENT_TYPE: usize = 128;
     /// The provider's transaction id (the `providerTransactionId` column): Toss's

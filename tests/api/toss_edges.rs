@@ -178,7 +178,37 @@ async fn a_payment_key_is_an_orders_only_once_toss_confirmed_it_for_that_order(b
     assert_eq!(json(unconfirmed, StatusCode::OK).await, json!([]));
 }
 
+/// Item 11: a card refusal shows Toss's own code in the order (`payment.declineCode`).
+/// Item 6: a refund reason Toss would refuse (blank, over its 200 characters) is a 422
+/// naming `reason` before anything is stored; 200 characters go through.
+async fn tosss_decline_code_is_shown_and_refund_reasons_fit_toss(backend: Backend) {
+    let fake = Fake::start().await;
+    let Some(app) = crate::toss::spawn_on(backend, &fake, &[], false).await else { return };
+    let (id, toss_order, total) = checkout(&app, "alice").await;
+    let key = fake.checkout(&toss_order, total, Some("REJECT_CARD_PAYMENT")).await;
+    let declined = pay(&app, "alice", &id, &key, total).await;
+    let declined: Value = declined.json().await.unwrap();
+    let now = detail(&app, &id).await;
+    assert_eq!(now["payment"]["declineCode"], "REJECT_CARD_PAYMENT", "{declined} {now}");
+    assert_eq!(now["status"], "FAILED");
+
+    let (paid, _, _) = paid_order(&app, &fake).await;
+    let refund = |reason: Value| {
+        app.post(&format!("/api/orders/{paid}/refund"), &app.token("alice"))
+            .json(&json!({ "reason": reason, "amount": 1000 }))
+            .send()
+    };
+    for reason in [json!(""), json!("   "), json!("x".repeat(201))] {
+        let refused = json(refund(reason.clone()).await.unwrap(), StatusCode::UNPROCESSABLE_ENTITY).await;
+        assert_eq!(refused["field"], "reason", "{reason}: {refused}");
+    }
+    assert!(detail(&app, &paid).await["refunds"].as_array().unwrap().is_empty(), "nothing stored");
+    let fits = json(refund(json!("한".repeat(200))).await.unwrap(), StatusCode::OK).await;
+    assert_eq!(fits["refunds"][0]["status"], "SUCCEEDED", "{fits}");
+}
+
 on_both_databases!(
+    tosss_decline_code_is_shown_and_refund_reasons_fit_toss,
     a_payment_key_is_an_orders_only_once_toss_confirmed_it_for_that_order,
     a_refund_after_a_dashboard_cancel_we_had_not_recorded_goes_through,
     the_rest_after_a_dashboard_cancel_is_the_rest_at_toss,

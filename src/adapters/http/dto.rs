@@ -106,8 +106,9 @@ impl ReasonRequest {
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RefundBody {
-    /// Recorded on the refund and in the audit log, sent to the provider.
-    #[schema(max_length = 1000)]
+    /// Recorded on the refund and in the audit log, sent to the provider (as Toss's
+    /// `cancelReason`: not blank, at most 200 characters).
+    #[schema(max_length = 200)]
     pub reason: Option<String>,
     /// Minor units, `0 < amount <= balance`; absent: the whole remaining balance.
     pub amount: Option<i64>,
@@ -117,13 +118,22 @@ impl RefundBody {
     /// The reason and amount of an optional body.
     ///
     /// # Errors
-    /// `422` naming `reason` when it is longer than its documented length.
+    /// `422` naming `reason` when it is blank or longer than the provider takes (checked
+    /// before anything is stored: a reason Toss refuses would fail the refund at Toss).
     pub fn of(body: MaybeJson<RefundBody>) -> Result<(Option<String>, Option<i64>), ApiError> {
         let body = body.0.unwrap_or_default();
         if let Some(r) = &body.reason {
-            text::check("reason", r, text::limits::REASON).map_err(|e| {
-                ApiError::field(actix_web::http::StatusCode::UNPROCESSABLE_ENTITY, e.field(), e.message())
-            })?;
+            let unprocessable = |field: &str, message: String| {
+                ApiError::field(actix_web::http::StatusCode::UNPROCESSABLE_ENTITY, field, message)
+            };
+            text::check("reason", r, text::limits::REFUND_REASON)
+                .map_err(|e| unprocessable(e.field(), e.message()))?;
+            if r.trim().is_empty() {
+                return Err(unprocessable(
+                    "reason",
+                    "must not be blank; leave it out for the default".into(),
+                ));
+            }
         }
         Ok((body.reason, body.amount))
     }
@@ -171,6 +181,10 @@ pub struct PaymentResponse {
     pub balance: i64,
     pub payment_request_id: String,
     pub provider_transaction_id: Option<String>,
+    /// The provider's own code for a declined payment (`REJECT_CARD_PAYMENT`,
+    /// `EXCEED_MAX_DAILY_PAYMENT_COUNT`, `PAYMENT_WINDOW_EXPIRED`, `AUTHORIZATION_MISMATCH`,
+    /// …): what a checkout page needs to tell "card refused" from "limit exceeded".
+    pub decline_code: Option<String>,
     pub refund_failure_reason: Option<String>,
 }
 
@@ -326,6 +340,7 @@ impl From<&Payment> for PaymentResponse {
             balance: p.balance(),
             payment_request_id: p.payment_request_id.clone(),
             provider_transaction_id: p.provider_transaction_id.clone(),
+            decline_code: p.decline_code.clone(),
             refund_failure_reason: p.refund_failure_reason.clone(),
         }
     }
