@@ -28,7 +28,8 @@ use crate::application::error::broken_invariant;
 use crate::application::orchestration::lease::SagaLeases;
 use crate::application::ports::{
     CancelPayment, CancelReceipt, Changes, Clock, GatewayError, InboxEntry, LookupOutcome, OrderRecord,
-    OrderRepository, PaymentGateway, PaymentRepository, ProviderCancel, RepoError, Scenario, UnitOfWork,
+    OrderRepository, PaymentGateway, PaymentRepository, ProviderCancel, RepoError, SagaLease, Scenario,
+    UnitOfWork,
 };
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
@@ -149,15 +150,22 @@ impl Refunds {
         order_id: OrderId,
         request: RefundRequest,
     ) -> Result<RefundOutcome, AppError> {
-        let Some(lease) = self.leases.take(order_id).await? else {
-            if self.orders.get(order_id).await?.is_none() {
-                return Err(AppError::NotFound("order"));
-            }
-            return Err(busy());
-        };
+        let lease = self.lease(order_id).await?;
         let result = self.refund_leased(actor, order_id, request, Restate::Once).await;
         self.leases.release(order_id, &lease.owner).await;
         result
+    }
+
+    /// The order's saga lease, for one runner at a time.
+    ///
+    /// # Errors
+    /// `NotFound` without such an order; `Conflict` `ORDER_BUSY` while another runner holds it.
+    async fn lease(&self, order_id: OrderId) -> Result<SagaLease, AppError> {
+        match self.leases.take(order_id).await? {
+            Some(lease) => Ok(lease),
+            None if self.orders.get(order_id).await?.is_none() => Err(AppError::NotFound("order")),
+            None => Err(busy()),
+        }
     }
 
     async fn load(&self, order_id: OrderId) -> Result<OrderRecord, AppError> {
@@ -341,12 +349,7 @@ impl Refunds {
         decision: OperatorDecision,
         reason: String,
     ) -> Result<OrderRecord, AppError> {
-        let Some(lease) = self.leases.take(order_id).await? else {
-            if self.orders.get(order_id).await?.is_none() {
-                return Err(AppError::NotFound("order"));
-            }
-            return Err(busy());
-        };
+        let lease = self.lease(order_id).await?;
         let result = async {
             let record = self.load(order_id).await?;
             let refund =
