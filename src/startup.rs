@@ -811,7 +811,7 @@ fn http_state(services: &Services, role: Role) -> web::Data<HttpState> {
         payment_methods: services.payment_methods.clone(),
         provider_view: services.provider_view.clone(),
         // 20 a second with bursts of 100: far above what Toss sends for one shop.
-        webhook_limiter: Arc::new(crate::adapters::http::webhooks::RateLimiter::new(20.0, 100.0)),
+        webhook_limits: Arc::new(crate::adapters::http::webhooks::WebhookLimits::default()),
         recovery: services.recovery.clone(),
         webhook_secret: services.settings.payment.external_webhook_secret.clone(),
         readiness: services.readiness.clone(),

@@ -96,6 +96,19 @@ pub enum NoticeOutcome {
     Applied,
     /// Nothing to change (a duplicate, an unknown payment, nothing new at the provider).
     Unchanged,
+    /// The caller's budget for notices of this kind is spent: nothing was asked or changed
+    /// (the provider retries).
+    Throttled,
+}
+
+/// What a notice names, as far as this service knows, before anything is asked or audited:
+/// the caller's budget for each is its own (docs/operations.md, "Toss's webhooks").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoticeSubject<'a> {
+    /// A payment we have: asking the provider about it costs a provider call.
+    Known(&'a str),
+    /// A payment we do not have: answered from our database alone.
+    Unknown,
 }
 
 /// At most one `CALLBACK_REJECTED` audit row per this long (per process).
@@ -449,16 +462,30 @@ impl Recovery {
     /// when asked is what applies — an unknown outcome is reconciled now, a payment cancelled
     /// in the provider's dashboard is recorded as a refund by `provider`. A notice for a
     /// payment we do not have, or that changes nothing, changes nothing (its audit bounded).
+    /// `admit` is asked once the payment is looked up, with what the notice names: `false`
+    /// ends it `Throttled`, before the provider is asked or anything audited — so a flood
+    /// of made-up keys and the notices of real payments can be given budgets of their own.
     ///
     /// # Errors
     /// `Conflict` `ORDER_BUSY` while another runner holds the order; `Unavailable` when the
     /// provider or the database fails (the provider retries its webhook).
-    pub async fn payment_notice(&self, notice: PaymentNotice) -> Result<NoticeOutcome, AppError> {
+    pub async fn payment_notice(
+        &self,
+        notice: PaymentNotice,
+        admit: impl FnOnce(NoticeSubject<'_>) -> bool,
+    ) -> Result<NoticeOutcome, AppError> {
         let mut payment = self.payments.by_provider_transaction(&notice.payment_key).await?;
         if payment.is_none()
             && let Some(order_id) = &notice.order_id
         {
             payment = self.payments.by_request_id(order_id).await?;
+        }
+        let subject = match &payment {
+            Some(payment) => NoticeSubject::Known(payment.payment_request_id.as_str()),
+            None => NoticeSubject::Unknown,
+        };
+        if !admit(subject) {
+            return Ok(NoticeOutcome::Throttled);
         }
         let Some(payment) = payment else {
             self.bounded_audit(

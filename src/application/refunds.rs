@@ -628,7 +628,10 @@ impl Refunds {
                 match self.uow.commit(changes).await {
                     Ok(()) => record.payment = Some(payment),
                     Err(RepoError::Conflict) => record = self.load(order_id).await?,
-                    Err(err) => return Err(err.into()),
+                    // The intent is committed: the refund is pending all the same.
+                    Err(err) => {
+                        tracing::warn!(order = %order_id, error = %Chain(&err), "a refund attempt could not be recorded")
+                    }
                 }
                 let reason =
                     format!("payment provider: {cause}; the refund is pending and will be completed");
@@ -637,7 +640,20 @@ impl Refunds {
         };
         changes.inbox.extend(inbox);
         let steps = changes.steps.clone();
-        if !commit(self.uow.as_ref(), changes).await? {
+        let committed = match commit(self.uow.as_ref(), changes).await {
+            Ok(committed) => committed,
+            Err(err) if err.is_transient() => {
+                // The provider answered, the intent is committed, its outcome is not: the
+                // refund is pending (the worker asks again with its key and records it), and
+                // the client is told so — an error here would invite a second refund
+                // (issue 43 item 8).
+                tracing::warn!(order = %order_id, error = %Chain(&err), "a refund's outcome could not be recorded");
+                let reason = "the provider answered but its answer could not be recorded; the refund is pending and will be completed".to_owned();
+                return Ok(RefundOutcome::Pending { record, reason });
+            }
+            Err(err) => return Err(err),
+        };
+        if !committed {
             // Finished concurrently (the provider deduplicated the cancel by its key):
             // report the state that won.
             let current = self.load(order_id).await?;

@@ -81,6 +81,35 @@ async fn refund(app: &TestApp, order: &Value, reason: &str) -> reqwest::Response
         .unwrap()
 }
 
+/// Issue 43 item 8: with the outbox refusing writes (a locked `outbox_events`), orders were
+/// answered `503 Retry-After: 1` though they had been committed — and were later charged and
+/// completed: a client that believed the 503 ordered again. The order's commit is the
+/// answer: `201` with the order as it stands; the saga goes on when the outbox takes writes.
+async fn an_order_placed_is_answered_as_placed_whatever_the_saga_meets_next(backend: Backend) {
+    let server = MockServer::start().await;
+    Mock::given(path("/v1/payments/confirm")).respond_with(approved("tx-locked")).mount(&server).await;
+    let Some(app) = spawn(backend, &server, &[]).await else {
+        return;
+    };
+    refuse(&app, "outbox_events", Some("READY")).await;
+    let placed = app.place_order(&app.token("alice"), &order_body(), None).await;
+    assert_eq!(placed.status(), StatusCode::CREATED, "the order was committed: a 503 would invite a second");
+    let order = json(placed, StatusCode::CREATED).await;
+    assert_eq!(order["status"], "CREATED", "{order}");
+    assert_eq!(app.count("orders").await, 1);
+    assert_eq!(app.count("outbox_events").await, 0, "no event the outbox refused");
+
+    refuse(&app, "outbox_events", None).await;
+    let resumed = app
+        .post(&format!("/api/orders/{}/orchestrate", order["id"].as_str().unwrap()), &admin(&app))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json(resumed, StatusCode::OK).await["status"], "COMPLETED");
+    assert_eq!(app.count("orders").await, 1);
+    assert_eq!(count_where(&app.db, "outbox_events", "event_type = 'payment.approved'").await, 1);
+}
+
 /// Issue 11 item 1: the provider refunded, then the outcome commit failed. The intent
 /// (`REFUND_PENDING`) was committed first, so the worker finds it, learns from the
 /// provider that the refund happened, and records it: one cancel call in all.
@@ -108,7 +137,9 @@ async fn a_refund_whose_outcome_commit_fails_is_finished_by_the_worker(backend: 
 
     refuse_payment_status(&app, Some("REFUNDED")).await;
     let response = refund(&app, &order, "changed my mind").await;
-    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    // Issue 43 item 8: the refund was made; an error answer would invite a second one.
+    let answered = json(response, StatusCode::ACCEPTED).await;
+    assert_eq!(answered["payment"]["status"], "REFUND_PENDING", "{answered}");
     let pending = detail(&app, &order["id"]).await;
     assert_eq!(pending["status"], "COMPLETED");
     assert_eq!(pending["payment"]["status"], "REFUND_PENDING", "the intent was committed first");
@@ -499,6 +530,7 @@ async fn a_meeting_deletion_retries_refunds_refused_before(backend: Backend) {
 }
 
 on_both_databases!(
+    an_order_placed_is_answered_as_placed_whatever_the_saga_meets_next,
     a_refund_whose_outcome_commit_fails_is_finished_by_the_worker,
     a_refund_the_provider_never_confirms_is_left_to_an_operator,
     an_approval_that_breaks_the_protocol_is_reconciled_not_repeated,

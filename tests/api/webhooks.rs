@@ -125,6 +125,40 @@ async fn a_webhook_resolves_an_unknown_outcome_by_asking_toss(backend: Backend) 
     assert_eq!(fake.effects("confirm").await, 1);
 }
 
+/// Issue 43 item 7: a flood of notices about made-up keys used to spend the one budget
+/// every caller shared, and Toss's genuine notice was refused (429). Strangers have a budget
+/// of their own; each payment we have has its own too.
+async fn a_flood_of_made_up_keys_never_starves_a_genuine_notice(backend: Backend) {
+    let fake = Fake::start().await;
+    let Some(app) = crate::toss::spawn_on(backend, &fake, &[], false).await else { return };
+    let (id, toss_order, key) = paid_order(&app, &fake).await;
+    let mut refused = 0;
+    for n in 0..250 {
+        let status =
+            notify(&app, &notice(&format!("tgen_flood{n}"), &format!("pay-flood{n}"))).await.status();
+        refused += usize::from(status == StatusCode::TOO_MANY_REQUESTS);
+    }
+    assert!(refused >= 100, "the strangers' budget is spent: {refused} of 250 refused");
+    fake.post(
+        &format!("/__fake/payments/{key}/dashboard-cancel"),
+        json!({ "cancelReason": "customer called" }),
+    )
+    .await;
+    let genuine = json(notify(&app, &notice(&key, &toss_order)).await, StatusCode::OK).await;
+    assert_eq!(genuine["outcome"], "APPLIED");
+    assert_eq!(detail(&app, &id).await["status"], "CANCELLED");
+    // One payment's own flood (its key is in the customer's redirect URL) spends its own budget.
+    let mut limited = 0;
+    for _ in 0..20 {
+        limited += usize::from(
+            notify(&app, &notice(&key, &toss_order)).await.status() == StatusCode::TOO_MANY_REQUESTS,
+        );
+    }
+    assert!(limited >= 5, "a known payment's notices are bounded too: {limited} of 20 refused");
+    let asked = fake.calls("get_payment").await;
+    assert!(asked <= 11, "Toss asked at most once per admitted notice, never for a stranger: {asked}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_webhook_is_rate_limited() {
     let Some(app) = TestApp::spawn(Backend::Sqlite).await else { return };
@@ -273,4 +307,5 @@ on_both_databases!(
     a_webhook_resolves_an_unknown_outcome_by_asking_toss,
     partial_refunds_at_toss_and_in_its_dashboard_agree_with_its_books,
     twenty_concurrent_partial_refunds_at_toss_never_pass_the_amount,
+    a_flood_of_made_up_keys_never_starves_a_genuine_notice,
 );

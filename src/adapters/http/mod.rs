@@ -48,7 +48,7 @@ pub struct HttpState {
     pub payment_methods: Arc<PaymentMethods>,
     pub provider_view: Arc<ProviderView>,
     /// Toss's webhooks: anyone can post them.
-    pub webhook_limiter: Arc<webhooks::RateLimiter>,
+    pub webhook_limits: Arc<webhooks::WebhookLimits>,
     pub recovery: Arc<Recovery>,
     /// `payment.external.webhook_secret`: provider callbacks are refused without it.
     pub webhook_secret: Option<Secret>,

@@ -1,10 +1,13 @@
 //! `POST /api/payments/toss/webhook`: Toss's `PAYMENT_STATUS_CHANGED` (and
 //! `CANCEL_STATUS_CHANGED`) webhooks (docs/spec.md §10). Toss does not sign them, so the body
 //! only names a payment: the service asks Toss and applies what Toss says. Anyone can call
-//! this endpoint, so it is rate-limited (`429`, Toss retries) and what it audits is bounded.
+//! this endpoint, so it is rate-limited (`429`, Toss retries) and what it audits is bounded:
+//! notices of payments we do not have (and garbage) share one budget, each payment we have
+//! gets a budget of its own, so a flood of made-up keys never starves Toss's genuine notices.
 //! It answers `200` for anything applied or ignored, `503` when Toss or the database cannot
 //! be asked now (Toss retries up to 7 times).
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -17,7 +20,7 @@ use super::HttpState;
 use super::body::RawBody;
 use super::problem::{ApiError, Problem};
 use crate::application::AppError;
-use crate::application::recovery::{NoticeOutcome, PaymentNotice};
+use crate::application::recovery::{NoticeOutcome, NoticeSubject, PaymentNotice};
 use crate::domain::text;
 
 /// A token bucket: `rate` notices a second, bursts of `burst`.
@@ -46,6 +49,66 @@ impl RateLimiter {
             false
         }
     }
+}
+
+/// A token bucket per key (`rate` a second, bursts of `burst`), for at most `capacity`
+/// keys: when that many are held, the ones whose bucket has refilled are forgotten (they are
+/// as good as new); if none has, a new key is refused until one does.
+pub struct KeyedLimiter {
+    rate: f64,
+    burst: f64,
+    capacity: usize,
+    buckets: Mutex<HashMap<String, (Instant, f64)>>,
+}
+
+impl KeyedLimiter {
+    pub fn new(rate: f64, burst: f64, capacity: usize) -> Self {
+        KeyedLimiter { rate, burst, capacity, buckets: Mutex::new(HashMap::new()) }
+    }
+
+    /// Takes a token from `key`'s bucket if one is there.
+    pub fn admit(&self, key: &str) -> bool {
+        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        let level = |(at, tokens): (Instant, f64)| tokens + now.duration_since(at).as_secs_f64() * self.rate;
+        if !buckets.contains_key(key) && buckets.len() >= self.capacity {
+            buckets.retain(|_, bucket| level(*bucket) < self.burst);
+            if buckets.len() >= self.capacity {
+                return false;
+            }
+        }
+        let bucket = buckets.entry(key.to_owned()).or_insert((now, self.burst));
+        let tokens = level(*bucket).min(self.burst);
+        if tokens >= 1.0 {
+            *bucket = (now, tokens - 1.0);
+            true
+        } else {
+            *bucket = (now, tokens);
+            false
+        }
+    }
+}
+
+/// The webhook's budgets: strangers (garbage, other events, payments we do not have) share
+/// one; each payment we have has its own.
+pub struct WebhookLimits {
+    pub strangers: RateLimiter,
+    pub per_payment: KeyedLimiter,
+}
+
+impl Default for WebhookLimits {
+    /// Strangers: 20 a second, bursts of 100. A payment we have: 1 a second, bursts of 10
+    /// (Toss sends a handful per payment, retries included), for up to 10 000 payments at once.
+    fn default() -> Self {
+        WebhookLimits {
+            strangers: RateLimiter::new(20.0, 100.0),
+            per_payment: KeyedLimiter::new(1.0, 10.0, 10_000),
+        }
+    }
+}
+
+fn too_many() -> ApiError {
+    ApiError::new(StatusCode::TOO_MANY_REQUESTS, "TOO_MANY_REQUESTS", "too many webhooks; retry later")
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -80,22 +143,25 @@ fn notice_of(body: &[u8]) -> Result<Option<PaymentNotice>, ApiError> {
     responses(
         (status = 200, description = "Applied, or nothing to change (a duplicate, an unknown payment)", body = WebhookResponse),
         (status = 400, description = "MALFORMED_WEBHOOK", body = Problem, content_type = "application/problem+json"),
-        (status = 429, description = "Too many notices: Toss retries", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Too many notices (of payments we do not have, or of this payment): Toss retries", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Toss or the database cannot be asked now: Toss retries", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn toss(state: web::Data<HttpState>, body: RawBody) -> Result<HttpResponse, ApiError> {
-    if !state.webhook_limiter.admit() {
-        return Err(ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "TOO_MANY_REQUESTS",
-            "too many webhooks; retry later",
-        ));
-    }
-    let Some(notice) = notice_of(&body.0)? else {
-        return Ok(HttpResponse::Ok().json(WebhookResponse { outcome: "UNCHANGED" }));
+    let limits = &state.webhook_limits;
+    let notice = match notice_of(&body.0) {
+        Ok(Some(notice)) => notice,
+        Ok(None) if limits.strangers.admit() => {
+            return Ok(HttpResponse::Ok().json(WebhookResponse { outcome: "UNCHANGED" }));
+        }
+        Err(malformed) if limits.strangers.admit() => return Err(malformed),
+        Ok(None) | Err(_) => return Err(too_many()),
     };
-    let outcome = match state.recovery.payment_notice(notice).await {
+    let admit = |subject: NoticeSubject<'_>| match subject {
+        NoticeSubject::Known(payment) => limits.per_payment.admit(payment),
+        NoticeSubject::Unknown => limits.strangers.admit(),
+    };
+    let outcome = match state.recovery.payment_notice(notice, admit).await {
         Ok(outcome) => outcome,
         Err(AppError::Conflict { .. }) => {
             return Err(ApiError::new(
@@ -109,6 +175,7 @@ pub async fn toss(state: web::Data<HttpState>, body: RawBody) -> Result<HttpResp
     let outcome = match outcome {
         NoticeOutcome::Applied => "APPLIED",
         NoticeOutcome::Unchanged => "UNCHANGED",
+        NoticeOutcome::Throttled => return Err(too_many()),
     };
     Ok(HttpResponse::Ok().json(WebhookResponse { outcome }))
 }
@@ -122,6 +189,17 @@ mod tests {
         let limiter = RateLimiter::new(1.0, 3.0);
         assert!((0..3).all(|_| limiter.admit()));
         assert!(!limiter.admit());
+    }
+
+    #[test]
+    fn a_keyed_limiter_gives_each_key_its_own_budget_and_holds_a_bounded_number() {
+        let limiter = KeyedLimiter::new(0.001, 2.0, 2);
+        assert!(limiter.admit("a") && limiter.admit("a") && !limiter.admit("a"));
+        assert!(limiter.admit("b"), "a spent key leaves the others alone");
+        assert!(!limiter.admit("c"), "full of buckets still spent: a new key waits");
+        let fresh = KeyedLimiter::new(0.001, 2.0, 1);
+        assert!(fresh.admit("a"));
+        assert!(!fresh.admit("b"));
     }
 
     #[test]

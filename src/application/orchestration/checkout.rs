@@ -9,6 +9,7 @@
 //! the charge is the saga's (and, if its outcome is unknown, reconciliation's), never the
 //! window's.
 
+use super::outcome::Moved;
 use super::service::Orchestrator;
 use crate::application::audit::{self, entity};
 use crate::application::envelopes::EventWriter;
@@ -182,7 +183,7 @@ impl Orchestrator {
         }
         fresh.order = order;
         fresh.payment = Some(payment);
-        let record = self.run_leased(fresh, actor, lease).await?;
+        let record = self.run_leased(fresh, actor, lease, Moved::Already).await?;
         let refused =
             record.payment.as_ref().and_then(|p| p.decline_code.as_deref()) == Some(AUTHORIZATION_MISMATCH);
         if refused {

@@ -7,6 +7,14 @@ use crate::domain::order::Order;
 use crate::domain::payment::Payment;
 use crate::domain::settlement::Settlement;
 
+/// Whether the call running the saga has already committed something (the order placed,
+/// the customer's authorization recorded): then a failure later is not an error answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Moved {
+    Already,
+    NotYet,
+}
+
 pub(super) enum Progress {
     /// The step committed; decide again.
     Continue,

@@ -9,13 +9,13 @@ use std::sync::Arc;
 
 use crate::application::audit::{self, entity};
 use crate::application::commit;
-use crate::application::error::broken_invariant;
+use crate::application::error::{Chain, broken_invariant};
 use tracing::Instrument;
 
 use crate::application::meter::Meter;
 use crate::application::orchestration::lease::SagaLeases;
 use crate::application::orchestration::notify::apply_send_result;
-use crate::application::orchestration::outcome::{Progress, StepOutcome};
+use crate::application::orchestration::outcome::{Moved, Progress, StepOutcome};
 use crate::application::orchestration::payment::{self, decide_approval};
 use crate::application::orchestration::steps::{NextAction, next_action, next_action_of};
 use crate::application::orchestration::{compensation, settlement};
@@ -310,7 +310,8 @@ impl Orchestrator {
             steps: Vec::new(),
             context,
         };
-        self.run_leased(record, actor, lease).await
+        // The order is committed: whatever the saga meets now, the answer is the order.
+        self.run_leased(record, actor, lease, Moved::Already).await
     }
 
     /// Resumes the saga of an existing order: steps already done are skipped, and on a
@@ -352,7 +353,7 @@ impl Orchestrator {
         };
         // The state may have moved on before the lease was ours.
         let fresh = self.load(record.order.id).await?;
-        self.run_leased(fresh, actor, lease).await
+        self.run_leased(fresh, actor, lease, Moved::NotYet).await
     }
 
     pub(super) async fn run_leased(
@@ -360,10 +361,11 @@ impl Orchestrator {
         record: OrderRecord,
         actor: &Actor,
         lease: SagaLease,
+        moved: Moved,
     ) -> Result<OrderRecord, AppError> {
         let id = record.order.id;
         let run = Run::new(Some(&lease.owner));
-        let result = self.drive_run(record, actor, &run).await;
+        let result = self.drive_run(record, actor, &run, moved).await;
         if !run.released() {
             self.leases.release(id, &lease.owner).await;
         }
@@ -431,15 +433,23 @@ impl Orchestrator {
     }
 
     pub(super) async fn drive(&self, record: OrderRecord, actor: &Actor) -> Result<OrderRecord, AppError> {
-        self.drive_run(record, actor, &Run::new(None)).await
+        self.drive_run(record, actor, &Run::new(None), Moved::NotYet).await
     }
 
+    /// Runs the saga's steps while there is one to run now. `record` is always the state as
+    /// committed, so once something was committed for this call (`moved`, or a step of this
+    /// run), a dependency failing later ends the run with that state rather than an error:
+    /// an error answer means nothing happened (issue 43 item 8: a 503 to an order that was
+    /// in fact placed, and later charged, invites a second order). The saga goes on where
+    /// it stopped (stalled-saga recovery, docs/spec.md §4).
     async fn drive_run(
         &self,
         mut record: OrderRecord,
         actor: &Actor,
         run: &Run<'_>,
+        moved: Moved,
     ) -> Result<OrderRecord, AppError> {
+        let mut moved = moved == Moved::Already;
         for _ in 0..MAX_STEPS_PER_RUN {
             let started = std::time::Instant::now();
             let action = next_action_of(&record);
@@ -483,9 +493,19 @@ impl Orchestrator {
                 metrics::counter!("saga_steps_total", "step" => step, "outcome" => outcome).increment(1);
                 metrics::histogram!("saga_step_duration_seconds", "step" => step).record(elapsed);
             });
-            let progress = result?;
+            let progress = match result {
+                Ok(progress) => progress,
+                Err(err) if moved && err.is_transient() => {
+                    tracing::warn!(
+                        order = %record.order.id, step, error = %Chain(&err),
+                        "a saga step could not run now; the order is answered as committed and resumed later"
+                    );
+                    return Ok(record);
+                }
+                Err(err) => return Err(err),
+            };
             match progress {
-                Progress::Continue => {}
+                Progress::Continue => moved = true,
                 Progress::Stop => return Ok(record),
                 Progress::Reload => record = self.load(record.order.id).await?,
             }
