@@ -1,10 +1,13 @@
 //! The provider's ledger, reconciled daily (docs/spec.md §10): one day of the provider's
 //! transactions (its zone's day, `D 00:00:00 – D 23:59:59`) matched with our payments and
-//! refunds ([`crate::domain::ledger::reconcile`]); the findings stored, each audited, and a
-//! clean day recorded as a clean run. Running a day again replaces its findings. The worker
+//! refunds ([`crate::domain::ledger::reconcile`], page by page); the findings stored, each
+//! audited when first found, and a clean day recorded as a clean run. Running a day again
+//! replaces its findings. A row the provider sends that cannot be read is a finding of its
+//! own (`UNREADABLE`); a provider that pages in a circle ends the run, nothing stored. The worker
 //! runs the previous day once `payment.toss.ledger_at` has passed in the provider's zone;
 //! `app reconcile ledger --date` runs any day by hand.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use chrono::{DateTime, FixedOffset, NaiveDate, NaiveTime, Utc};
@@ -16,7 +19,10 @@ use crate::application::ports::{
 };
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
-use crate::domain::ledger::{Finding, FindingKind, reconcile};
+use crate::domain::ledger::{Finding, FindingKind, Seen, match_theirs, missing_at_provider};
+
+/// Pages of one day read at most (5 000 rows each at Toss: five million transactions).
+const MAX_PAGES: usize = 1000;
 
 /// When and in which zone the provider's day is reconciled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,33 +77,67 @@ impl Ledger {
     pub async fn reconcile_day(&self, actor: &Actor, day: NaiveDate) -> Result<LedgerReport, AppError> {
         actor.require_admin()?;
         let started_at = self.clock.now();
-        let theirs = match self.payments.ledger(day).await {
-            Ok(entries) => entries,
-            Err(GatewayError::Rejected { code, message }) => {
-                return Err(AppError::Conflict {
-                    code: "NOT_SUPPORTED",
-                    message: format!("{code}: {message}"),
-                });
-            }
-            Err(e @ (GatewayError::Unavailable(_) | GatewayError::StaleBalance { .. })) => {
-                return Err(AppError::Unavailable(Cause::context("payment provider's ledger", e)));
-            }
-        };
         let (start, end) = self.bounds(day);
-        let mut keys: Vec<String> = theirs.iter().map(|t| t.payment_key.clone()).collect();
-        keys.sort();
-        keys.dedup();
-        let books = self.books.books(start, end, &keys).await?;
-        let findings = reconcile(&theirs, &books, start, end);
-        let finished_at = self.clock.now();
-        let run = LedgerRun {
-            day,
-            started_at,
-            finished_at,
-            transactions: theirs.len() as i64,
-            findings: findings.len() as i64,
+        // Page by page (docs/toss.md, "The ledger"): each page matched with the books it
+        // names and let go; only what the provider listed is kept, for the last half.
+        let mut seen = Seen::default();
+        let mut findings = Vec::new();
+        let mut transactions = 0i64;
+        let mut cursors: HashSet<String> = HashSet::new();
+        let mut after: Option<String> = None;
+        let mut pages = 0usize;
+        loop {
+            if pages == MAX_PAGES {
+                return Err(AppError::unavailable(format!(
+                    "the provider's ledger of {day} has more than {MAX_PAGES} pages; nothing stored"
+                )));
+            }
+            pages += 1;
+            let page = match self.payments.ledger_page(day, after.clone()).await {
+                Ok(page) => page,
+                Err(GatewayError::Rejected { code, message }) => {
+                    return Err(AppError::Conflict {
+                        code: "NOT_SUPPORTED",
+                        message: format!("{code}: {message}"),
+                    });
+                }
+                Err(e @ (GatewayError::Unavailable(_) | GatewayError::StaleBalance { .. })) => {
+                    return Err(AppError::Unavailable(Cause::context("payment provider's ledger", e)));
+                }
+            };
+            transactions += (page.transactions.len() + page.unreadable.len()) as i64;
+            findings.extend(page.unreadable.iter().map(Finding::unreadable));
+            let fresh = seen.note(&page.transactions);
+            let mut keys: Vec<String> = fresh.iter().map(|t| t.payment_key.clone()).collect();
+            keys.sort();
+            keys.dedup();
+            if !keys.is_empty() {
+                let books = self.books.books(None, &keys).await?;
+                findings.extend(match_theirs(&fresh, &books));
+            }
+            match page.next {
+                None => break,
+                Some(next) if !cursors.insert(next.clone()) => {
+                    // A provider that pages in a circle would be read for ever.
+                    return Err(AppError::unavailable(format!(
+                        "the provider's ledger of {day} repeats its cursor after {pages} pages; nothing stored"
+                    )));
+                }
+                Some(next) => after = Some(next),
+            }
+        }
+        let ours = self.books.books(Some((start, end)), &[]).await?;
+        findings.extend(missing_at_provider(&ours, &seen, start, end));
+        let earlier: HashSet<String> = match self.store.day(day).await? {
+            Some((_, earlier)) => earlier.iter().map(Finding::identity).collect(),
+            None => HashSet::new(),
         };
-        let mut audit: Vec<AuditRecord> = findings
+        let finished_at = self.clock.now();
+        let run = LedgerRun { day, started_at, finished_at, transactions, findings: findings.len() as i64 };
+        // Each finding is audited once, when first found: a rerun audits what is new.
+        let new_findings: Vec<&Finding> =
+            findings.iter().filter(|f| !earlier.contains(&f.identity())).collect();
+        let mut audit: Vec<AuditRecord> = new_findings
             .iter()
             .map(|f| {
                 audit::record(
@@ -123,7 +163,12 @@ impl Ledger {
             entity::LEDGER,
             day,
             actor,
-            Some(format!("{} transactions, {} findings", run.transactions, run.findings)),
+            Some(format!(
+                "{} transactions, {} findings ({} new)",
+                run.transactions,
+                run.findings,
+                new_findings.len()
+            )),
             finished_at,
         ));
         self.store.replace_day(run.clone(), findings.clone(), audit).await?;

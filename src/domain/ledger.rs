@@ -11,12 +11,14 @@ use super::payment::{Payment, PaymentStatus, Refund, RefundStatus};
 spelled!(
     /// What kind of disagreement a finding is: money moved at the provider that we never
     /// recorded (`MISSING_HERE`), money we recorded moving that the provider does not list
-    /// (`MISSING_AT_PROVIDER`), another amount, another status.
+    /// (`MISSING_AT_PROVIDER`), another amount, another status — or a row of the provider's
+    /// ledger that cannot be read (`UNREADABLE`: counted and skipped, the rest still matched).
     FindingKind {
         MissingHere => "MISSING_HERE",
         MissingAtProvider => "MISSING_AT_PROVIDER",
         AmountMismatch => "AMOUNT_MISMATCH",
         StatusMismatch => "STATUS_MISMATCH",
+        Unreadable => "UNREADABLE",
     }
 );
 
@@ -56,6 +58,42 @@ pub struct Finding {
     pub detail: String,
 }
 
+/// A row of the provider's ledger that could not be read: its `transactionKey` if that much
+/// could be, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnreadableRow {
+    pub transaction_key: Option<String>,
+    pub why: String,
+}
+
+impl Finding {
+    /// The finding an unreadable row of the provider's ledger is.
+    pub fn unreadable(row: &UnreadableRow) -> Finding {
+        Finding {
+            kind: FindingKind::Unreadable,
+            payment_key: None,
+            order_id: None,
+            transaction_key: row.transaction_key.clone(),
+            ours: None,
+            theirs: None,
+            detail: format!("a row of the provider's ledger could not be read: {}", row.why),
+        }
+    }
+
+    /// What names a finding across runs of a day: a rerun's finding with the same identity
+    /// is the same finding (audited once).
+    pub fn identity(&self) -> String {
+        let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+        format!(
+            "{}|{}|{}|{}",
+            self.kind,
+            or_dash(&self.payment_key),
+            or_dash(&self.transaction_key),
+            self.detail
+        )
+    }
+}
+
 /// A payment of ours with its refunds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Books {
@@ -81,13 +119,47 @@ fn ours_of(payment: &Payment) -> String {
 
 /// Matches the provider's transactions of the day `[start, end]` with `books` (every
 /// payment of ours the day may concern: approved or refunded in it, or named by one of its
-/// transactions). A clean day is an empty list.
+/// transactions). A clean day is an empty list. [`match_theirs`] and
+/// [`missing_at_provider`] are its two halves, for a ledger read page by page.
 pub fn reconcile(
     theirs: &[ProviderTransaction],
     books: &[Books],
     start: DateTime<Utc>,
     end: DateTime<Utc>,
 ) -> Vec<Finding> {
+    let mut seen = Seen::default();
+    let theirs = seen.note(theirs);
+    let mut findings = match_theirs(&theirs, books);
+    findings.extend(missing_at_provider(books, &seen, start, end));
+    findings
+}
+
+/// What the provider listed, as far as [`missing_at_provider`] needs to know: the payment
+/// keys it lists an approval for and the transaction keys of its cancels.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Seen {
+    pub approvals: HashSet<String>,
+    pub cancels: HashSet<String>,
+}
+
+impl Seen {
+    /// Notes `theirs`; answers those not noted before (a transaction the provider lists
+    /// twice, on a page it repeats, is matched once).
+    pub fn note(&mut self, theirs: &[ProviderTransaction]) -> Vec<ProviderTransaction> {
+        theirs
+            .iter()
+            .filter(|t| match t.kind {
+                TransactionKind::Approval => self.approvals.insert(t.payment_key.clone()),
+                TransactionKind::Cancel => self.cancels.insert(t.transaction_key.clone()),
+            })
+            .cloned()
+            .collect()
+    }
+}
+
+/// The provider's transactions against our books: money it moved that we did not record,
+/// or recorded otherwise. `books` must hold every payment of ours `theirs` names.
+pub fn match_theirs(theirs: &[ProviderTransaction], books: &[Books]) -> Vec<Finding> {
     let by_key: HashMap<&str, &Books> =
         books.iter().filter_map(|b| Some((b.payment.provider_transaction_id.as_deref()?, b))).collect();
     let mut findings = Vec::new();
@@ -159,16 +231,19 @@ pub fn reconcile(
             }
         }
     }
-    let approvals: HashSet<&str> = theirs
-        .iter()
-        .filter(|t| t.kind == TransactionKind::Approval)
-        .map(|t| t.payment_key.as_str())
-        .collect();
-    let cancels: HashSet<&str> = theirs
-        .iter()
-        .filter(|t| t.kind == TransactionKind::Cancel)
-        .map(|t| t.transaction_key.as_str())
-        .collect();
+    findings
+}
+
+/// Our books of the day `[start, end]` against what the provider listed (`seen`): money we
+/// recorded moving that day that the provider does not list.
+pub fn missing_at_provider(
+    books: &[Books],
+    seen: &Seen,
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    let (approvals, cancels) = (&seen.approvals, &seen.cancels);
     let within = |at: DateTime<Utc>| start <= at && at <= end;
     for b in books {
         let p = &b.payment;

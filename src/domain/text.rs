@@ -47,6 +47,13 @@ pub fn is_refused_control(c: char) -> bool {
     matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}')
 }
 
+/// `value` made to fit a field of `max` characters, for text we keep but do not own (a
+/// provider's error, a correlation id from another system): control characters become
+/// `?`, and it is cut after `max` characters.
+pub fn excerpt(value: &str, max: usize) -> String {
+    value.chars().map(|c| if is_refused_control(c) { '?' } else { c }).take(max).collect()
+}
+
 /// Why a text was refused; `field` names it as the client sent it (a JSON path, a header,
 /// a claim).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -100,6 +107,13 @@ pub fn check(field: &str, value: &str, max: usize) -> Result<(), TextError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_excerpt_fits_and_is_clean() {
+        assert_eq!(excerpt("a\u{0}b\nc", 10), "a?b?c");
+        assert_eq!(excerpt("가나다라", 2), "가나");
+        assert!(check("x", &excerpt(&"é\u{7f}".repeat(300), 128), 128).is_ok());
+    }
 
     #[test]
     fn control_characters_are_refused_everywhere_in_the_text() {

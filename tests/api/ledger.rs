@@ -6,12 +6,134 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+use wiremock::matchers::{method, path, query_param, query_param_is_missing};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
 use crate::helpers::{Backend, TestApp, count_where, json};
 use crate::on_both_databases;
 use crate::toss::{Fake, SECRET};
 use crate::webhooks::paid_order;
 
-on_both_databases!(the_ledger_of_a_day_is_matched_with_our_books);
+on_both_databases!(
+    the_ledger_of_a_day_is_matched_with_our_books,
+    a_day_of_twelve_thousand_findings_is_stored_and_a_rerun_audited_once,
+    an_unreadable_row_is_a_finding_of_its_own,
+);
+
+/// The app with `payment.provider = toss` against a Toss that answers what `server` says.
+async fn spawn_against(backend: Backend, server: &MockServer) -> Option<TestApp> {
+    let uri = server.uri();
+    let env = [
+        ("APP__PAYMENT__PROVIDER", "toss"),
+        ("APP__PAYMENT__TOSS__SECRET_KEY", SECRET),
+        ("APP__PAYMENT__TOSS__BASE_URL", uri.as_str()),
+    ];
+    TestApp::spawn_with(backend, &env).await
+}
+
+/// `n` approvals at Toss of payments we do not have, `from` on, as `GET /v1/transactions` lists them.
+fn strangers(from: usize, n: usize) -> Vec<Value> {
+    (from..from + n)
+        .map(|i| {
+            json!({ "mId": "tosspayments", "transactionKey": format!("tx{i:08}"), "paymentKey": format!("tgen_pk{i:08}"),
+                    "orderId": format!("pay-stranger-{i}"), "method": "카드", "customerKey": null, "useEscrow": false,
+                    "receiptUrl": "https://dashboard.tosspayments.com/receipt", "status": "DONE",
+                    "transactionAt": "2026-12-01T10:00:00+09:00", "currency": "KRW", "amount": 1000 })
+        })
+        .collect()
+}
+
+/// Serves `pages` in turn, each after the cursor its predecessor ends with.
+async fn serve_pages(server: &MockServer, pages: Vec<Vec<Value>>) {
+    for (i, page) in pages.iter().enumerate() {
+        let mut mock = Mock::given(method("GET")).and(path("/v1/transactions"));
+        mock = match i {
+            0 => mock.and(query_param_is_missing("startingAfter")),
+            _ => {
+                let cursor = pages[i - 1].last().unwrap()["transactionKey"].as_str().unwrap().to_owned();
+                mock.and(query_param("startingAfter", cursor))
+            }
+        };
+        mock.respond_with(ResponseTemplate::new(200).set_body_json(Value::Array(page.clone())))
+            .mount(server)
+            .await;
+    }
+}
+
+/// Issue 43 item 9: more than 10 922 findings did not fit one INSERT (PostgreSQL's 65 535
+/// parameters) and the day could never be stored; each rerun audited every finding again.
+async fn a_day_of_twelve_thousand_findings_is_stored_and_a_rerun_audited_once(backend: Backend) {
+    let server = MockServer::start().await;
+    serve_pages(&server, vec![strangers(0, 5000), strangers(5000, 5000), strangers(10_000, 2000)]).await;
+    let Some(app) = spawn_against(backend, &server).await else { return };
+    let day = chrono::NaiveDate::from_ymd_opt(2026, 12, 1).unwrap();
+    let actor = orchestrator::application::Actor::system("test");
+    let report = app.services.ledger.reconcile_day(&actor, day).await.unwrap();
+    assert_eq!((report.run.transactions, report.findings.len()), (12_000, 12_000));
+    assert_eq!(count_where(&app.db, "ledger_findings", "kind = 'MISSING_HERE'").await, 12_000);
+    assert_eq!(count_where(&app.db, "audit_log", "action = 'LEDGER_FINDING'").await, 12_000);
+    app.services.ledger.reconcile_day(&actor, day).await.unwrap();
+    assert_eq!(count_where(&app.db, "ledger_findings", "1 = 1").await, 12_000, "replaced, not added");
+    assert_eq!(count_where(&app.db, "audit_log", "action = 'LEDGER_FINDING'").await, 12_000, "audited once");
+    assert_eq!(count_where(&app.db, "audit_log", "action = 'LEDGER_RECONCILED'").await, 2, "each run once");
+}
+
+/// Issue 43 item 9: one row Toss sends that cannot be read failed the whole day, silently.
+/// It is a finding of its own (`UNREADABLE`, counted in `ledger_findings`); the rest stands.
+async fn an_unreadable_row_is_a_finding_of_its_own(backend: Backend) {
+    let server = MockServer::start().await;
+    let mut page = strangers(0, 2);
+    page[1]["amount"] = json!("a lot");
+    page.push(json!({ "transactionKey": "tx-late", "paymentKey": "tgen_late", "orderId": "pay-late",
+                      "status": "DONE", "transactionAt": "yesterday-ish", "amount": 5 }));
+    serve_pages(&server, vec![page]).await;
+    let Some(app) = spawn_against(backend, &server).await else { return };
+    let day = chrono::NaiveDate::from_ymd_opt(2026, 12, 1).unwrap();
+    let report = app
+        .services
+        .ledger
+        .reconcile_day(&orchestrator::application::Actor::system("test"), day)
+        .await
+        .unwrap();
+    let kinds: Vec<(String, Option<String>)> =
+        report.findings.iter().map(|f| (f.kind.to_string(), f.transaction_key.clone())).collect();
+    assert_eq!(
+        kinds,
+        [
+            ("UNREADABLE".to_owned(), Some("tx00000001".to_owned())),
+            ("UNREADABLE".to_owned(), Some("tx-late".to_owned())),
+            ("MISSING_HERE".to_owned(), Some("tx00000000".to_owned())),
+        ],
+        "{:?}",
+        report.findings
+    );
+    assert_eq!(report.run.transactions, 3);
+    let metrics = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains(r#"ledger_findings{kind="UNREADABLE"} 2"#), "{metrics}");
+}
+
+/// Issue 43 item 9: a Toss whose cursor never advances was paged 1 000 times, every row
+/// held in memory (1.5 GB, 109 s). A cursor seen before ends the run: nothing stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cursor_that_repeats_ends_the_run() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/v1/transactions"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(Value::Array(strangers(0, 5000))))
+        .mount(&server)
+        .await;
+    let Some(app) = spawn_against(Backend::Sqlite, &server).await else { return };
+    let day = chrono::NaiveDate::from_ymd_opt(2026, 12, 1).unwrap();
+    let failed =
+        app.services.ledger.reconcile_day(&orchestrator::application::Actor::system("test"), day).await;
+    assert!(matches!(failed, Err(orchestrator::application::AppError::Unavailable(_))), "{failed:?}");
+    assert_eq!(
+        server.received_requests().await.unwrap().len(),
+        2,
+        "the second page repeated the first's cursor"
+    );
+    assert_eq!(count_where(&app.db, "ledger_runs", "1 = 1").await, 0);
+}
 
 /// Today in Toss's zone (Asia/Seoul, UTC+09:00), as the fake dates its transactions.
 fn toss_today() -> chrono::NaiveDate {

@@ -343,9 +343,11 @@ async fn a_saved_card_is_charged_and_refunded_in_parts_by_tosss_arithmetic() {
     // The ledger: the approval and both cancels, paged by startingAfter.
     let today = (chrono::Utc::now() + chrono::Duration::hours(9)).format("%Y-%m-%d").to_string();
     let (start, end) = (format!("{today}T00:00:00"), format!("{today}T23:59:59"));
-    let page = client.transactions(&start, &end, None, 2).await.unwrap();
+    let readable = |rows: Vec<Result<_, _>>| rows.into_iter().collect::<Result<Vec<_>, _>>().unwrap();
+    let page: Vec<orchestrator::adapters::providers::toss::TossTransaction> =
+        readable(client.transactions(&start, &end, None, 2).await.unwrap());
     assert_eq!(page.len(), 2);
-    let next = client.transactions(&start, &end, Some(&page[1].transaction_key), 2).await.unwrap();
+    let next = readable(client.transactions(&start, &end, Some(&page[1].transaction_key), 2).await.unwrap());
     assert_eq!(next.len(), 1);
     let amounts: Vec<i64> = page.iter().chain(&next).map(|t| t.amount).collect();
     assert_eq!(amounts, [10000, 3000, 7000]);

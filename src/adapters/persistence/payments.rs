@@ -89,31 +89,32 @@ impl PaymentRepository for SeaOrmStore {
 
     async fn books(
         &self,
-        start: DateTime<Utc>,
-        end: DateTime<Utc>,
+        day: Option<(DateTime<Utc>, DateTime<Utc>)>,
         provider_keys: &[String],
     ) -> Result<Vec<Books>, RepoError> {
         use std::collections::BTreeSet;
         let mut ids: BTreeSet<uuid::Uuid> = BTreeSet::new();
-        let approved: Vec<uuid::Uuid> = payments::Entity::find()
-            .select_only()
-            .column(payments::Column::Id)
-            .filter(payments::Column::ApprovedAt.between(start, end))
-            .into_tuple()
-            .all(&self.db)
-            .await
-            .map_err(repo_err)?;
-        ids.extend(approved);
-        let refunded: Vec<uuid::Uuid> = refunds::Entity::find()
-            .select_only()
-            .column(refunds::Column::PaymentId)
-            .filter(refunds::Column::UpdatedAt.between(start, end))
-            .filter(refunds::Column::Status.eq(RefundStatus::Succeeded.as_str()))
-            .into_tuple()
-            .all(&self.db)
-            .await
-            .map_err(repo_err)?;
-        ids.extend(refunded);
+        if let Some((start, end)) = day {
+            let approved: Vec<uuid::Uuid> = payments::Entity::find()
+                .select_only()
+                .column(payments::Column::Id)
+                .filter(payments::Column::ApprovedAt.between(start, end))
+                .into_tuple()
+                .all(&self.db)
+                .await
+                .map_err(repo_err)?;
+            ids.extend(approved);
+            let refunded: Vec<uuid::Uuid> = refunds::Entity::find()
+                .select_only()
+                .column(refunds::Column::PaymentId)
+                .filter(refunds::Column::UpdatedAt.between(start, end))
+                .filter(refunds::Column::Status.eq(RefundStatus::Succeeded.as_str()))
+                .into_tuple()
+                .all(&self.db)
+                .await
+                .map_err(repo_err)?;
+            ids.extend(refunded);
+        }
         // Bounded lists per statement (a day may name thousands of payments).
         for keys in provider_keys.chunks(500) {
             let named: Vec<uuid::Uuid> = payments::Entity::find()

@@ -111,12 +111,13 @@ impl PaymentGateway for Measured<dyn PaymentGateway> {
         self.inner.provider_record(provider_transaction_id).await
     }
 
-    async fn ledger(
+    async fn ledger_page(
         &self,
         day: chrono::NaiveDate,
-    ) -> Result<Vec<crate::domain::ledger::ProviderTransaction>, GatewayError> {
+        after: Option<String>,
+    ) -> Result<crate::application::ports::LedgerPage, GatewayError> {
         let started = Instant::now();
-        let result = self.inner.ledger(day).instrument(self.span("ledger")).await;
+        let result = self.inner.ledger_page(day, after).instrument(self.span("ledger")).await;
         let outcome = match &result {
             Ok(_) => "read",
             Err(err) => gateway_error(err),

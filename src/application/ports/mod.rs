@@ -58,8 +58,8 @@ pub use outbox_store::{
     OutboxOperations, OutboxRecord, OutboxStats, OutboxStore, OutboxUpkeep, RelayStore, RestoredRebase,
 };
 pub use payment_gateway::{
-    ApprovalOutcome, ApprovePayment, BillingKey, CancelPayment, CancelReceipt, IssuedCard, LookupOutcome,
-    PaymentAuthorization, PaymentGateway, ProviderCancel, ProviderRecord,
+    ApprovalOutcome, ApprovePayment, BillingKey, CancelPayment, CancelReceipt, IssuedCard, LedgerPage,
+    LookupOutcome, PaymentAuthorization, PaymentGateway, ProviderCancel, ProviderRecord,
 };
 pub use payment_methods::{PaymentMethodRepository, SavedCard};
 pub use payment_repository::PaymentRepository;

@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use super::gateway_error::GatewayError;
 use super::scenario::Scenario;
 use crate::domain::ids::{OrderId, PaymentId};
-use crate::domain::ledger::ProviderTransaction;
+use crate::domain::ledger::{ProviderTransaction, UnreadableRow};
 use crate::domain::money::Money;
 
 /// Ask the provider to take the money.
@@ -121,6 +121,16 @@ pub struct CancelReceipt {
     pub balance_after: Option<i64>,
 }
 
+/// One page of a provider's ledger.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LedgerPage {
+    pub transactions: Vec<ProviderTransaction>,
+    /// Rows that could not be read (each a finding of its own; the rest of the page stands).
+    pub unreadable: Vec<UnreadableRow>,
+    /// The cursor of the next page; `None` on the last.
+    pub next: Option<String>,
+}
+
 #[cfg_attr(test, mockall::automock)]
 #[async_trait]
 pub trait PaymentGateway: Send + Sync {
@@ -178,13 +188,19 @@ pub trait PaymentGateway: Send + Sync {
         })
     }
 
-    /// The provider's ledger of one `day` (in the provider's own zone): every approval and
-    /// cancel it made that day, all pages, oldest first.
+    /// One page of the provider's ledger of one `day` (in the provider's own zone): the
+    /// approvals and cancels it made that day after the cursor `after` (the first page when
+    /// `None`), oldest first, with the cursor of the next page if there is one.
     ///
     /// # Errors
     /// `Rejected` `NOT_SUPPORTED` (the default) for a provider without a ledger;
-    /// `Unavailable` when it cannot be reached or answers what cannot be read.
-    async fn ledger(&self, _day: chrono::NaiveDate) -> Result<Vec<ProviderTransaction>, GatewayError> {
+    /// `Unavailable` when it cannot be reached or its page cannot be read at all (a row that
+    /// cannot be read is in the page, as [`LedgerPage::unreadable`]).
+    async fn ledger_page(
+        &self,
+        _day: chrono::NaiveDate,
+        _after: Option<String>,
+    ) -> Result<LedgerPage, GatewayError> {
         Err(GatewayError::Rejected {
             code: "NOT_SUPPORTED".into(),
             message: "this payment provider has no ledger to reconcile".into(),

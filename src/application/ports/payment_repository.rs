@@ -54,15 +54,14 @@ pub trait PaymentRepository: Send + Sync {
     ) -> Result<Option<Payment>, RepoError>;
 
     /// Every payment (with its refunds) one day of the provider's ledger may concern:
-    /// approved in `[start, end]`, with a refund that succeeded in it, or whose provider
-    /// transaction id is one of `provider_keys`.
+    /// approved in the `day` `[start, end]` (when given), with a refund that succeeded in
+    /// it, or whose provider transaction id is one of `provider_keys`.
     ///
     /// # Errors
     /// MUST return what [`PaymentRepository::awaiting_confirmation`] returns, in the same cases.
     async fn books(
         &self,
-        start: DateTime<Utc>,
-        end: DateTime<Utc>,
+        day: Option<(DateTime<Utc>, DateTime<Utc>)>,
         provider_keys: &[String],
     ) -> Result<Vec<Books>, RepoError>;
 

@@ -25,9 +25,10 @@ use crate::adapters::Secret;
 use crate::application::ports::Cause;
 use crate::application::ports::{
     ApprovalOutcome, ApprovePayment, BillingKey, CancelPayment, CancelReceipt, GatewayError, IssuedCard,
-    LookupOutcome, PaymentAuthorization, PaymentGateway, ProviderCancel, ProviderRecord, Scenario,
+    LedgerPage, LookupOutcome, PaymentAuthorization, PaymentGateway, ProviderCancel, ProviderRecord,
+    Scenario,
 };
-use crate::domain::ledger::{ProviderTransaction, TransactionKind};
+use crate::domain::ledger::{ProviderTransaction, TransactionKind, UnreadableRow};
 use crate::domain::payment::AUTHORIZATION_MISMATCH;
 use crate::domain::text;
 
@@ -316,7 +317,8 @@ impl TossClient {
     }
 
     /// One page of `GET /v1/transactions` (`startDate`/`endDate` in Toss's ISO 8601 local
-    /// form, Korea's time): at most `limit` (≤ 5 000) entries after `starting_after`.
+    /// form, Korea's time): at most `limit` (≤ 5 000) entries after `starting_after`, each
+    /// row read on its own (one that cannot be read does not sink the page).
     ///
     /// # Errors
     /// As [`TossError`] says.
@@ -326,7 +328,7 @@ impl TossClient {
         end: &str,
         starting_after: Option<&str>,
         limit: u32,
-    ) -> Result<Vec<TossTransaction>, TossError> {
+    ) -> Result<Vec<Result<TossTransaction, UnreadableRow>>, TossError> {
         let mut path = format!(
             "/v1/transactions?startDate={}&endDate={}&limit={}",
             query_value(start),
@@ -339,7 +341,7 @@ impl TossClient {
         let mut request = self.payment_call(Method::GET, path, None, None, Call::Read);
         request.timeout = self.settings.ledger_timeout;
         self.send(request, |b| {
-            model::read::<Vec<TossTransaction>>(b)?.into_iter().map(TossTransaction::checked).collect()
+            Ok(model::read::<Vec<Value>>(b)?.into_iter().map(TossTransaction::from_row).collect())
         })
         .await
     }
@@ -531,48 +533,66 @@ impl PaymentGateway for TossPaymentGateway {
         Some(format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32]))
     }
 
-    async fn ledger(&self, day: chrono::NaiveDate) -> Result<Vec<ProviderTransaction>, GatewayError> {
+    async fn ledger_page(
+        &self,
+        day: chrono::NaiveDate,
+        after: Option<String>,
+    ) -> Result<LedgerPage, GatewayError> {
         // The day as Toss counts it (its zone, docs/toss.md): D 00:00:00 – D 23:59:59.
         let (start, end) = (format!("{day}T00:00:00"), format!("{day}T23:59:59"));
-        let mut entries = Vec::new();
-        let mut after: Option<String> = None;
-        // Bounded: 1 000 pages of 5 000 are five million transactions a day.
-        for _ in 0..1000 {
-            let page = self
-                .client
-                .transactions(&start, &end, after.as_deref(), LEDGER_PAGE)
-                .await
-                .map_err(unavailable)?;
-            let full = page.len() == LEDGER_PAGE as usize;
-            after = page.last().map(|t| t.transaction_key.clone());
-            for t in page {
-                let (kind, status) = match t.status {
-                    TossStatus::Done => (TransactionKind::Approval, "DONE"),
-                    TossStatus::Canceled => (TransactionKind::Cancel, "CANCELED"),
-                    TossStatus::PartialCanceled => (TransactionKind::Cancel, "PARTIAL_CANCELED"),
-                    // No money moved (a virtual account waiting, an abort): nothing to match.
-                    _ => continue,
-                };
-                let at = chrono::DateTime::parse_from_rfc3339(&t.transaction_at)
-                    .map_err(|_| {
-                        GatewayError::unavailable(format!("unreadable transactionAt {:?}", t.transaction_at))
-                    })?
-                    .with_timezone(&chrono::Utc);
-                entries.push(ProviderTransaction {
-                    status: status.into(),
-                    transaction_key: t.transaction_key,
-                    payment_key: t.payment_key,
-                    order_id: t.order_id,
-                    kind,
-                    amount: t.amount,
-                    at,
+        let rows = self
+            .client
+            .transactions(&start, &end, after.as_deref(), LEDGER_PAGE)
+            .await
+            .map_err(unavailable)?;
+        let full = rows.len() == LEDGER_PAGE as usize;
+        let last_key = rows.last().and_then(|row| match row {
+            Ok(t) => Some(t.transaction_key.clone()),
+            Err(unreadable) => unreadable.transaction_key.clone(),
+        });
+        let mut page = LedgerPage::default();
+        for row in rows {
+            let t = match row {
+                Ok(t) => t,
+                Err(unreadable) => {
+                    page.unreadable.push(unreadable);
+                    continue;
+                }
+            };
+            let (kind, status) = match t.status {
+                TossStatus::Done => (TransactionKind::Approval, "DONE"),
+                TossStatus::Canceled => (TransactionKind::Cancel, "CANCELED"),
+                TossStatus::PartialCanceled => (TransactionKind::Cancel, "PARTIAL_CANCELED"),
+                // No money moved (a virtual account waiting, an abort): nothing to match.
+                _ => continue,
+            };
+            let Ok(at) = chrono::DateTime::parse_from_rfc3339(&t.transaction_at) else {
+                page.unreadable.push(UnreadableRow {
+                    why: format!(
+                        "transactionAt: not a date and time: {}",
+                        text::excerpt(&t.transaction_at, 64)
+                    ),
+                    transaction_key: Some(t.transaction_key),
                 });
-            }
-            if !full || after.is_none() {
-                return Ok(entries);
-            }
+                continue;
+            };
+            page.transactions.push(ProviderTransaction {
+                status: status.into(),
+                transaction_key: t.transaction_key,
+                payment_key: t.payment_key,
+                order_id: t.order_id,
+                kind,
+                amount: t.amount,
+                at: at.with_timezone(&chrono::Utc),
+            });
         }
-        Err(GatewayError::unavailable("the ledger has more pages than one run reads"))
+        if full {
+            // Toss pages by the last row's key: a full page must end with one we can read.
+            page.next = Some(last_key.ok_or_else(|| {
+                GatewayError::unavailable("the ledger page's last row has no transactionKey to page on")
+            })?);
+        }
+        Ok(page)
     }
 
     async fn provider_record(

@@ -6,6 +6,7 @@
 
 use serde::Deserialize;
 
+use crate::domain::ledger::UnreadableRow;
 use crate::domain::text;
 
 /// `paymentKey`, documented as up to 200 characters.
@@ -182,6 +183,20 @@ impl TossTransaction {
         check("transactionAt", &self.transaction_at, 64)?;
         amount("amount", self.amount)?;
         Ok(self)
+    }
+
+    /// One row of a page, read on its own: a row that breaks the protocol is that row's
+    /// problem (with its `transactionKey` if that much is readable), not the page's.
+    pub fn from_row(row: serde_json::Value) -> Result<Self, UnreadableRow> {
+        let key = row
+            .get("transactionKey")
+            .and_then(serde_json::Value::as_str)
+            .filter(|k| check("transactionKey", k, TRANSACTION_KEY).is_ok())
+            .map(str::to_owned);
+        serde_json::from_value::<TossTransaction>(row)
+            .map_err(|e| e.to_string())
+            .and_then(TossTransaction::checked)
+            .map_err(|why| UnreadableRow { transaction_key: key, why: text::excerpt(&why, 200) })
     }
 }
 
