@@ -74,6 +74,17 @@ async fn a_saved_card_charges_registrations_and_none_refuses_them(backend: Backe
         .unwrap();
     assert_eq!(json(stolen, StatusCode::UNPROCESSABLE_ENTITY).await["code"], "CARD_REFUSED");
     assert_eq!(saved_billing_key(&app, "alice").await, billing_key, "her card stays");
+    // Issue 43 item 10: Bob posts Alice's (spent) authKey. The issue's idempotency key was
+    // the authKey's alone, so Toss replayed Alice's card and Bob got a 503 "retry": the key
+    // is scoped to the customer, and a card issued for another customer is refused.
+    let squatted = app
+        .post("/api/payment-methods", &app.token("bob"))
+        .json(&json!({ "authKey": auth_key }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json(squatted, StatusCode::UNPROCESSABLE_ENTITY).await["code"], "CARD_REFUSED");
+    assert!(json(methods(&app, &app.token("bob")).await, StatusCode::OK).await["card"].is_null());
 
     // Alice's registration is charged with her card; Bob has none: refused, nothing charged.
     let charged = register_for(&app, "alice", "m-1").await;

@@ -406,6 +406,13 @@ async fn a_broker_under_a_memory_alarm_spends_no_retry_and_readiness_says_blocke
     let ready = || async {
         app.client.get(format!("{}/health/ready", app.base)).send().await.unwrap().text().await.unwrap()
     };
+    // A process that publishes nothing itself (`serve`): its readiness must say so too
+    // (issue 43 item 10), from a probe of its own.
+    let Some(serve) = TestApp::spawn_with(Backend::Sqlite, &env).await else { return };
+    let serve_ready = || async {
+        serve.client.get(format!("{}/health/ready", serve.base)).send().await.unwrap().text().await.unwrap()
+    };
+    assert!(!serve_ready().await.contains("BLOCKED"));
     cluster.ctl(1, &["set_vm_memory_high_watermark", "0.00001"]);
     let alice = app.token("alice");
     for _ in 0..5 {
@@ -418,6 +425,10 @@ async fn a_broker_under_a_memory_alarm_spends_no_retry_and_readiness_says_blocke
     }
     until_within("readiness to say the broker is blocked", Duration::from_secs(30), || async {
         ready().await.contains("BLOCKED")
+    })
+    .await;
+    until_within("serve's readiness to say the broker is blocked", Duration::from_secs(30), || async {
+        serve_ready().await.contains("BLOCKED")
     })
     .await;
     // Several confirm timeouts' worth of a blocked broker: nothing spent, nothing dead.
@@ -435,6 +446,10 @@ async fn a_broker_under_a_memory_alarm_spends_no_retry_and_readiness_says_blocke
     .await;
     until_within("readiness to clear", Duration::from_secs(30), || async {
         !ready().await.contains("BLOCKED")
+    })
+    .await;
+    until_within("serve's readiness to clear", Duration::from_secs(30), || async {
+        !serve_ready().await.contains("BLOCKED")
     })
     .await;
     assert_eq!(count_where(&app.db, "outbox_events", "retry_count > 0").await, 0);

@@ -58,14 +58,32 @@ async fn one_order_per_registration_and_poison_to_the_dead_letter_topic(backend:
     let twice =
         r#"{"eventId":"reg-3","meetingId":"m-k","userId":"u-3","amount":15000,"amount":1,"currency":"KRW"}"#;
     kafka.produce(INBOUND, "m-k", &typed, twice.as_bytes()).await;
-    let letters = dead.wait_for(3, Duration::from_secs(60)).await;
-    until("both registrations' orders completed", || async {
-        count_where(&app.db, "orders", "status = 'COMPLETED'").await == 2
+    // Issue 43 item 10: `event_type` twice, or a header the body's `type` disagrees with,
+    // is a record read two ways: malformed (the first header used to win, silently).
+    let doubled =
+        [("event_type", "meeting.participant.registered"), ("event_type", "meeting.participant.registered")];
+    kafka.produce(INBOUND, "m-k", &doubled, registered("reg-6", "m-k", "u-6", 1000).as_bytes()).await;
+    let mut cancelled: serde_json::Value =
+        serde_json::from_str(&registered("reg-7", "m-k", "u-7", 1000)).unwrap();
+    cancelled["type"] = "meeting.participant.cancelled".into();
+    kafka.produce(INBOUND, "m-k", &typed, cancelled.to_string().as_bytes()).await;
+    // A correlation id another system sent too long, or with a NUL: kept cut, or dropped —
+    // never a database failure that loses the registration to the DLQ.
+    let long = "c".repeat(300);
+    let correlated = [("event_type", "meeting.participant.registered"), ("correlation_id", long.as_str())];
+    kafka.produce(INBOUND, "m-k", &correlated, registered("reg-4", "m-k", "u-4", 1000).as_bytes()).await;
+    let nul = [("event_type", "meeting.participant.registered"), ("correlation_id", "a\u{0}b")];
+    kafka.produce(INBOUND, "m-k", &nul, registered("reg-5", "m-k", "u-5", 1000).as_bytes()).await;
+    let letters = dead.wait_for(5, Duration::from_secs(60)).await;
+    until("the registrations' orders completed", || async {
+        count_where(&app.db, "orders", "status = 'COMPLETED'").await == 4
     })
     .await;
-    assert_eq!(count_where(&app.db, "orders", "1 = 1").await, 2, "one order per registration");
-    assert_eq!(count_where(&app.db, "inbox", "1 = 1").await, 2);
+    assert_eq!(count_where(&app.db, "orders", "1 = 1").await, 4, "one order per registration");
+    assert_eq!(count_where(&app.db, "inbox", "1 = 1").await, 4);
     let reasons: Vec<&str> = letters.iter().filter_map(|r| r.header("x-dlq-reason")).collect();
+    assert!(reasons.iter().any(|r| r.contains("more than once")), "{reasons:?}");
+    assert!(reasons.iter().any(|r| r.contains("disagrees")), "{reasons:?}");
     assert!(reasons.iter().any(|r| r.contains("participant-register")), "{reasons:?}");
     assert!(reasons.iter().any(|r| r.contains("meeting.renamed")), "{reasons:?}");
     assert!(reasons.iter().any(|r| r.contains("amount")), "{reasons:?}");

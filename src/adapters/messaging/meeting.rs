@@ -234,6 +234,11 @@ impl MeetingHandler {
             Ok(m) => m,
             Err(why) => return Verdict::Reject("malformed", why),
         };
+        // Another system's correlation id is kept, not trusted: one with control characters
+        // is dropped, a long one cut to fit (never a reason to lose the message).
+        let correlation_id = correlation_id
+            .filter(|c| !c.is_empty() && !c.chars().any(text::is_refused_control))
+            .map(|c| text::excerpt(&c, text::limits::CORRELATION_ID));
         let scenario = match (self.honour_mock_scenario, scenario) {
             (true, Err(why)) => return Verdict::Reject("malformed", why),
             (true, Ok(Some(text))) => match Scenario::parse(&text) {

@@ -164,6 +164,8 @@ pub struct AmqpEventPublisher {
     nodes: AmqpNodes,
     settings: AmqpPublisherSettings,
     link: tokio::sync::Mutex<Option<Link>>,
+    /// When [`AmqpEventPublisher::probe_flow`] last looked.
+    probed: Mutex<Option<std::time::Instant>>,
 }
 
 /// The properties of an event's message (docs/messages.md): `message_id`, `type`,
@@ -201,9 +203,75 @@ fn failed(code: FailureCode, reason: impl Into<String>) -> PublishOutcome {
     PublishOutcome::Failed { code, reason: reason.into() }
 }
 
+/// The queue a flow probe is addressed to: declared by no one, so the default exchange drops
+/// the message (it is not `mandatory`) and the broker confirms it at once — unless it is
+/// blocking publishers.
+const FLOW_PROBE_QUEUE: &str = "orchestrator.flow-probe.nobody";
+
+/// A flow probe is sent at most this often (readiness may be asked every second).
+const FLOW_PROBE_EVERY: Duration = Duration::from_secs(5);
+
+/// How long a flow probe waits for its confirm: inside readiness's 3 s per dependency.
+const FLOW_PROBE_WAIT: Duration = Duration::from_secs(2);
+
 impl AmqpEventPublisher {
     pub fn new(nodes: AmqpNodes, settings: AmqpPublisherSettings) -> Self {
-        AmqpEventPublisher { nodes, settings, link: tokio::sync::Mutex::new(None) }
+        AmqpEventPublisher { nodes, settings, link: tokio::sync::Mutex::new(None), probed: Mutex::new(None) }
+    }
+
+    /// Whether the broker takes messages now, for readiness in a process that publishes
+    /// nothing itself (`serve`): one empty message to a queue no one declares, on this
+    /// publisher's own connection. Confirmed: the broker flows. Not within
+    /// [`FLOW_PROBE_WAIT`]: it is blocking publishers (RabbitMQ under a memory or disk
+    /// alarm reads nothing a publishing connection sends) — marked stalled, as the relay
+    /// marks it, until a message is confirmed again; the connection is let go (the broker
+    /// may never read it again) and the next probe opens another. At most every
+    /// [`FLOW_PROBE_EVERY`]; a broker that cannot be reached is `ready`'s to report.
+    async fn probe_flow(&self) {
+        {
+            let mut probed = self.probed.lock().unwrap_or_else(|e| e.into_inner());
+            if probed.is_some_and(|at| at.elapsed() < FLOW_PROBE_EVERY) {
+                return;
+            }
+            *probed = Some(std::time::Instant::now());
+        }
+        let mut guard = self.link.lock().await;
+        let Ok(link) = self.ensure(&mut guard).await else { return };
+        let Ok(permit) = link.window.clone().try_acquire_owned() else { return };
+        link.next_tag += 1;
+        let tag = link.next_tag;
+        let (done, verdict) = oneshot::channel();
+        let message_id = format!("flow-probe-{tag}");
+        link.confirms
+            .table()
+            .pending
+            .insert(tag, Pending { message_id: message_id.clone(), done, _permit: permit });
+        let mut props = BasicProperties::default();
+        props.with_message_id(&message_id).with_delivery_mode(1);
+        let args = BasicPublishArguments::new("", FLOW_PROBE_QUEUE).finish();
+        let sent = link.channel.basic_publish(props.finish(), Vec::new(), args).await;
+        // `None`: no answer in time; `Some(None)`: the link failed under it.
+        let confirmed = match sent {
+            Ok(()) => tokio::time::timeout(FLOW_PROBE_WAIT, verdict).await.ok().map(Result::ok),
+            Err(_) => {
+                link.confirms.table().pending.remove(&tag);
+                Some(None)
+            }
+        };
+        match confirmed {
+            Some(Some(Verdict::Acked | Verdict::Returned(_))) => self.nodes.flowing(),
+            Some(_) => {
+                // Nacked or lost: not a blocked broker; the next look opens a fresh link.
+                link.spoiled.store(true, Ordering::SeqCst);
+            }
+            None => {
+                self.nodes.stalled(BLOCKED);
+                if let Some(old) = guard.take() {
+                    old.confirms.fail_all();
+                    let _ = old.connection.close().await;
+                }
+            }
+        }
     }
 
     async fn open(&self) -> Result<Link, AmqpError> {
@@ -384,6 +452,10 @@ impl EventPublisher for AmqpEventPublisher {
     }
 }
 
+/// Why the broker is marked stalled.
+const BLOCKED: &str =
+    "the broker confirmed no message within the timeout: it is blocking publishers (a memory or disk alarm?)";
+
 /// What a publish's verdicts say of the broker: any message confirmed, it takes messages;
 /// none answered at all within the timeout on a connection that stayed open, it is
 /// blocking publishers (a resource alarm) — those messages failed with
@@ -395,10 +467,9 @@ fn stalled_or_flowing(mut outcomes: Vec<PublishOutcome>, nodes: &AmqpNodes) -> V
     if outcomes.iter().any(|o| matches!(o, PublishOutcome::Confirmed)) {
         nodes.flowing();
     } else if !outcomes.is_empty() && outcomes.iter().all(timed_out) {
-        let reason = "the broker confirmed no message within the timeout: it is blocking publishers (a memory or disk alarm?)";
-        nodes.stalled(reason);
+        nodes.stalled(BLOCKED);
         for outcome in &mut outcomes {
-            *outcome = failed(FailureCode::BrokerUnavailable, reason);
+            *outcome = failed(FailureCode::BrokerUnavailable, BLOCKED);
         }
     }
     outcomes
@@ -467,6 +538,7 @@ impl HealthProbe for AmqpEventPublisher {
     }
 
     async fn is_healthy(&self) -> bool {
+        self.probe_flow().await;
         self.nodes.stall().is_none() && self.ready().await.is_ok()
     }
 

@@ -109,10 +109,24 @@ impl Observed {
     }
 
     fn mark_down(&self, why: String) {
-        *self.why.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+        *self.why.lock().unwrap_or_else(|e| e.into_inner()) = Some(unreachable_reason(&why));
         if !self.down.swap(true, Ordering::SeqCst) {
             tracing::warn!(reason = %self.down().unwrap_or_default(), "kafka unreachable: all brokers down");
         }
+    }
+}
+
+/// What readiness says of a cluster the client reaches no broker of. librdkafka's own
+/// reason counts brokers in a way that reads as a contradiction ("0/2 brokers are down",
+/// its bootstrap entry counted apart): that count is left out, any other reason kept.
+fn unreachable_reason(client_says: &str) -> String {
+    let counted = client_says.split_once(" brokers are down").is_some_and(|(count, _)| {
+        count.split('/').all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    });
+    if counted || client_says.trim().is_empty() {
+        "no broker of the cluster answers".to_owned()
+    } else {
+        format!("no broker of the cluster answers ({})", crate::domain::text::excerpt(client_says, 200))
     }
 }
 
@@ -151,3 +165,18 @@ impl ClientContext for Watch {
 }
 
 impl rdkafka::consumer::ConsumerContext for Watch {}
+
+#[cfg(test)]
+mod reason_tests {
+    use super::unreachable_reason;
+
+    #[test]
+    fn an_unreachable_cluster_is_said_plainly() {
+        assert_eq!(unreachable_reason("0/2 brokers are down"), "no broker of the cluster answers");
+        assert_eq!(unreachable_reason("2/2 brokers are down"), "no broker of the cluster answers");
+        assert_eq!(
+            unreachable_reason("Failed to resolve 'kafka:9092'"),
+            "no broker of the cluster answers (Failed to resolve 'kafka:9092')"
+        );
+    }
+}

@@ -55,7 +55,13 @@ const CONSUMER_LOOP: &str = "meeting consumer (Kafka)";
 /// A header's text: absent is `None`, present but not UTF-8 is malformed.
 fn header(message: &BorrowedMessage<'_>, key: &str) -> Result<Option<String>, String> {
     let Some(headers) = message.headers() else { return Ok(None) };
-    match headers.iter().find(|h| h.key == key) {
+    let mut named = headers.iter().filter(|h| h.key == key);
+    let first = named.next();
+    if named.next().is_some() {
+        // Never first-one-wins: two values of one header are two stories.
+        return Err(format!("{key}: given more than once"));
+    }
+    match first {
         None | Some(Header { value: None, .. }) => Ok(None),
         Some(Header { value: Some(bytes), .. }) => std::str::from_utf8(bytes)
             .map(|text| Some(text.to_owned()))
@@ -63,21 +69,23 @@ fn header(message: &BorrowedMessage<'_>, key: &str) -> Result<Option<String>, St
     }
 }
 
-/// The record's kind: its `event_type` header, else its body's `type`.
+/// The record's kind: its `event_type` header, else its body's `type`; when both are there
+/// they must agree (a header that silently wins over the body is a record read two ways).
 fn kind_of(message: &BorrowedMessage<'_>) -> Result<Kind, String> {
-    let event_type = match header(message, "event_type")? {
-        Some(t) => t,
-        None => {
-            #[derive(serde::Deserialize)]
-            struct Typed {
-                #[serde(rename = "type")]
-                event_type: String,
-            }
-            let body = message.payload().unwrap_or_default();
-            serde_json::from_slice::<Typed>(body)
-                .map_err(|_| "no event_type header and no `type` in the body".to_owned())?
-                .event_type
+    #[derive(serde::Deserialize)]
+    struct Typed {
+        #[serde(rename = "type")]
+        event_type: Option<String>,
+    }
+    let body = message.payload().unwrap_or_default();
+    // A body that cannot be read this far is refused by its decoding, with its reason.
+    let in_body = serde_json::from_slice::<Typed>(body).ok().and_then(|t| t.event_type);
+    let event_type = match (header(message, "event_type")?, in_body) {
+        (Some(header), Some(body)) if header != body => {
+            return Err(format!("event_type: the header `{header}` disagrees with the body's type `{body}`"));
         }
+        (Some(t), _) | (None, Some(t)) => t,
+        (None, None) => return Err("no event_type header and no `type` in the body".to_owned()),
     };
     Kind::of_type(&event_type)
         .ok_or_else(|| format!("event_type: `{event_type}` is not a meeting-service event"))

@@ -612,12 +612,22 @@ impl PaymentGateway for TossPaymentGateway {
         customer_key: &str,
     ) -> Result<IssuedCard, GatewayError> {
         use sha2::Digest;
-        // The one-time authKey names the issue: the same key asked again replays it.
-        let digest = sha2::Sha256::digest(auth_key.as_bytes());
+        // The one-time authKey and the customer name the issue: the same customer asking
+        // again gets it replayed; another customer's post of the key is a request of its own,
+        // which Toss refuses (issue 43 item 10).
+        let mut hasher = sha2::Sha256::new();
+        hasher.update(customer_key.as_bytes());
+        hasher.update(b":");
+        hasher.update(auth_key.as_bytes());
+        let digest = hasher.finalize();
         let key: String = format!("issue-{}", digest.iter().map(|b| format!("{b:02x}")).collect::<String>());
         match self.client.issue_billing_key(auth_key, customer_key, &key).await {
             Ok(billing) if billing.customer_key != customer_key => {
-                Err(GatewayError::unavailable("Toss issued a billing key for another customerKey"))
+                // Whatever made Toss answer so, the card is not this customer's.
+                Err(GatewayError::Rejected {
+                    code: "NOT_MATCHES_CUSTOMER_KEY".into(),
+                    message: "the card was issued for another customer".into(),
+                })
             }
             Ok(billing) => Ok(IssuedCard {
                 billing_key: BillingKey(billing.billing_key),
