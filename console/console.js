@@ -239,8 +239,8 @@ async function payments() {
   $("p-body").replaceChildren(
     el("h3", {}, "Compensations exhausted"),
     el("p", {}, "The settlement failed and cancelling the payment failed on every retry: the customer was charged for a failed order. Once the provider answers again, run the order again (POST /api/orders/{id}/orchestrate) to cancel with the same idempotency key; if it keeps refusing, refund in the provider's console."),
-    table(["order", "status", "customer", "total"], exhausted.map((o) => [
-      el("a", { href: `#order/${o.id}` }, o.id), o.status, o.customerId || "", `${o.totalAmount} ${o.currency}`])),
+    table(["order", "number", "status", "customer", "total"], exhausted.map((o) => [
+      el("a", { href: `#order/${o.id}` }, o.id), String(o.number), o.status, o.customerId || "", `${o.totalAmount} ${o.currency}`])),
     el("h3", {}, "Awaiting confirmation"),
     el("p", {}, "The provider's answer to these charges is unknown and reconciliation has used its look-ups. Ask the provider by the payment request id (its idempotency key), then let a provider callback settle it. Never charge again by hand."),
     table(["order", "payment request id", "status", "amount", "look-ups"], unconfirmed.map((p) => [
@@ -248,8 +248,8 @@ async function payments() {
       String(p.payment.amount), String(p.reconcileAttempts)])),
     el("h3", {}, "Stalled sagas"),
     el("p", {}, "Orders that stopped half-way after every automatic resume. Read the order's story; once the cause is fixed, run it again (POST /api/orders/{id}/orchestrate)."),
-    table(["order", "status", "customer"], stalled.map((o) => [
-      el("a", { href: `#order/${o.id}` }, o.id), o.status, o.customerId || ""])));
+    table(["order", "number", "status", "customer"], stalled.map((o) => [
+      el("a", { href: `#order/${o.id}` }, o.id), String(o.number), o.status, o.customerId || ""])));
 }
 
 // ---- order look-up ---------------------------------------------------------------------
@@ -267,10 +267,10 @@ async function order(id) {
     }
   }
   $("o-body").replaceChildren(
-    el("p", { id: "o-summary" }, `Order ${detail.id}: ${detail.status}` + (detail.failureStage ? ` (failed at ${detail.failureStage})` : "")),
+    el("p", { id: "o-summary" }, `Order #${detail.number} (${detail.id}): ${detail.status}` + (detail.failureStage ? ` (failed at ${detail.failureStage})` : "")),
     el("h3", {}, "Payment"),
     p ? el("p", { id: "o-payment" },
-      `${p.status}: ${p.amount} ${detail.currency}, refunded ${p.refundedAmount}, balance ${p.balance}` +
+      `Payment #${p.number} ${p.status}: ${p.amount} ${detail.currency}, refunded ${p.refundedAmount}, balance ${p.balance}` +
       (p.refundFailureReason ? ` (last refund refused: ${p.refundFailureReason})` : ""))
       : el("p", {}, "No payment yet."),
     el("h3", {}, "Refunds"),

@@ -22,6 +22,7 @@ mod m20261202_000014_inbox_digest;
 mod m20261202_000015_refunds;
 mod m20261202_000016_ledger;
 mod m20261203_000017_outbox_incarnation;
+mod m20261204_000018_numbers;
 
 pub struct Migrator;
 
@@ -46,6 +47,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000015_refunds::Migration),
             Box::new(m20261202_000016_ledger::Migration),
             Box::new(m20261203_000017_outbox_incarnation::Migration),
+            Box::new(m20261204_000018_numbers::Migration),
         ]
     }
 }

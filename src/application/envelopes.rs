@@ -82,6 +82,7 @@ impl<'a> EventWriter<'a> {
         let o = self.order;
         let mut map = Map::new();
         map.insert("orderId".into(), json!(o.id.to_string()));
+        map.insert("orderNumber".into(), json!(o.number));
         map.insert("customerId".into(), json!(o.customer_id));
         map.insert("source".into(), json!(o.source.as_str()));
         map.insert("meetingId".into(), json!(o.meeting_id));
@@ -136,6 +137,7 @@ impl<'a> EventWriter<'a> {
         for event in events {
             let mut extra = json!({
                 "paymentId": payment.id.to_string(),
+                "paymentNumber": payment.number,
                 "paymentRequestId": payment.payment_request_id,
                 "providerTransactionId": payment.provider_transaction_id,
                 "amount": payment.amount.minor(),

@@ -294,7 +294,7 @@ async fn the_embedded_default_runs_the_whole_flow_with_no_configuration() {
 }
 
 fn new_order() -> Order {
-    Order::place(
+    let order = Order::place(
         OrderId::new(),
         NewOrder {
             customer_id: "alice".into(),
@@ -305,7 +305,8 @@ fn new_order() -> Order {
         },
         Utc::now(),
     )
-    .unwrap()
+    .unwrap();
+    Order { number: crate::repository_contract::next_number(), ..order }
 }
 
 fn event(order: &Order, event_type: &str) -> NewOutboxEvent {

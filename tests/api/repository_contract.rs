@@ -28,8 +28,15 @@ fn now() -> DateTime<Utc> {
     Utc::now().duration_trunc(TimeDelta::microseconds(1)).unwrap()
 }
 
+/// Numbers as the service would take them from the store's sequence (docs/spec.md §3):
+/// unique within the test's database.
+pub(crate) fn next_number() -> i64 {
+    static NEXT: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+}
+
 fn new_order(customer: &str) -> Order {
-    Order::place(
+    let order = Order::place(
         OrderId::new(),
         NewOrder {
             customer_id: customer.into(),
@@ -43,7 +50,8 @@ fn new_order(customer: &str) -> Order {
         },
         now(),
     )
-    .unwrap()
+    .unwrap();
+    Order { number: next_number(), ..order }
 }
 
 fn event(aggregate: &str, event_type: &str) -> NewOutboxEvent {
@@ -108,7 +116,7 @@ async fn an_order_round_trips_with_its_context(backend: Backend) {
         return;
     };
     let mut order = new_order("alice");
-    let mut payment = Payment::request(order.id, 1, order.total, now());
+    let mut payment = Payment { number: next_number(), ..Payment::request(order.id, 1, order.total, now()) };
     insert(&s, &mut order, vec![]).await;
     let mut changes = Changes::default();
     payment.approve("tx-1", now()).unwrap();

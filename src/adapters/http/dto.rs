@@ -152,6 +152,8 @@ pub struct OrderItemResponse {
 #[serde(rename_all = "camelCase")]
 pub struct OrderResponse {
     pub id: String,
+    /// The order's number: positive, unique, increasing, never reused (docs/spec.md §3).
+    pub number: i64,
     pub customer_id: String,
     /// `API` | `MEETING`
     pub source: &'static str,
@@ -173,6 +175,8 @@ pub struct OrderResponse {
 #[serde(rename_all = "camelCase")]
 pub struct PaymentResponse {
     pub id: String,
+    /// The payment's number: positive, unique, increasing, never reused (docs/spec.md §3).
+    pub number: i64,
     pub status: &'static str,
     pub amount: i64,
     /// The sum of its succeeded refunds.
@@ -307,6 +311,7 @@ impl From<&Order> for OrderResponse {
     fn from(o: &Order) -> Self {
         OrderResponse {
             id: o.id.to_string(),
+            number: o.number,
             customer_id: o.customer_id.clone(),
             source: o.source.as_str(),
             meeting_id: o.meeting_id.clone(),
@@ -334,6 +339,7 @@ impl From<&Payment> for PaymentResponse {
     fn from(p: &Payment) -> Self {
         PaymentResponse {
             id: p.id.to_string(),
+            number: p.number,
             status: p.status.as_str(),
             amount: p.amount.minor(),
             refunded_amount: p.refunded_amount,

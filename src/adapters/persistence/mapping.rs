@@ -79,6 +79,7 @@ pub fn order_from_row(
         created_at: row.created_at,
         updated_at: row.updated_at,
         version: row.version,
+        number: row.number,
     };
     Ok((order, OrderContext { scenario, correlation_id: row.correlation_id }))
 }
@@ -98,6 +99,7 @@ pub fn order_to_row(order: &Order, context: Option<&OrderContext>) -> orders::Ac
         registration_key: Set(order.registration_key()),
         updated_at: Set(order.updated_at),
         version: Set(order.version + 1),
+        number: Set(order.number),
         ..Default::default()
     };
     if let Some(context) = context {
@@ -142,6 +144,7 @@ pub fn payment_from_row(row: payments::Model) -> Result<Payment, RepoError> {
         created_at: row.created_at,
         updated_at: row.updated_at,
         version: row.version,
+        number: row.number,
     })
 }
 
@@ -164,6 +167,7 @@ pub fn payment_to_row(p: &Payment) -> payments::ActiveModel {
         created_at: Set(p.created_at),
         updated_at: Set(p.updated_at),
         version: Set(p.version + 1),
+        number: Set(p.number),
     }
 }
 

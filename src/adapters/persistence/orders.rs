@@ -13,7 +13,7 @@ use super::mapping::*;
 use super::repo_err;
 use super::store::SeaOrmStore;
 use crate::application::ports::{
-    AuditRecord, InboxEntry, OrderFilter, OrderRecord, OrderRepository, RepoError, SagaLease,
+    AuditRecord, InboxEntry, Numbered, OrderFilter, OrderRecord, OrderRepository, RepoError, SagaLease,
 };
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
@@ -51,6 +51,34 @@ impl SeaOrmStore {
 
 #[async_trait]
 impl OrderRepository for SeaOrmStore {
+    async fn next_number(&self, kind: Numbered) -> Result<i64, RepoError> {
+        use sea_orm::{ConnectionTrait, Statement};
+        let sequence = match kind {
+            Numbered::Order => "order_numbers",
+            Numbered::Payment => "payment_numbers",
+        };
+        let backend = self.db.get_database_backend();
+        let statement = if super::is_postgres(&self.db) {
+            Statement::from_string(backend, format!("SELECT nextval('{sequence}') AS number"))
+        } else {
+            // One statement, so concurrent writers serialise on it (SQLite has one writer).
+            Statement::from_sql_and_values(
+                backend,
+                "UPDATE number_sequences SET value = value + 1 WHERE name = ? RETURNING value AS number",
+                [sequence.into()],
+            )
+        };
+        let row = self.db.query_one_raw(statement).await.map_err(repo_err)?;
+        let number: i64 = row
+            .ok_or_else(|| RepoError::corrupt(format!("no sequence {sequence}")))?
+            .try_get("", "number")
+            .map_err(repo_err)?;
+        if number <= 0 {
+            return Err(RepoError::corrupt(format!("{sequence} gave {number}")));
+        }
+        Ok(number)
+    }
+
     async fn get(&self, id: OrderId) -> Result<Option<OrderRecord>, RepoError> {
         let uuid = id.as_uuid();
         let Some(row) = orders::Entity::find_by_id(uuid).one(&self.db).await.map_err(repo_err)? else {

@@ -140,20 +140,22 @@ pub(super) fn decide(
 /// The outcome of an approval whose answer the store refused (a `providerTransactionId`
 /// another payment already has): the provider has acted, so the payment becomes
 /// `CONFIRMATION_REQUIRED` — never `CREATED` again, to be approved again and again — and
-/// reconciliation (bounded) or an operator settles it.
+/// reconciliation (bounded) or an operator settles it. `number`: the payment's, when it is
+/// not stored yet.
 ///
 /// # Errors
 /// `Internal` if the stored state does not allow the transition (a bug).
 pub(super) fn unstorable(
     current: &OrderRecord,
     attempt: i32,
+    number: i64,
     answer: &str,
     actor: &Actor,
     now: DateTime<Utc>,
 ) -> Result<StepOutcome, AppError> {
     let mut payment = match &current.payment {
         Some(p) if p.status == PaymentStatus::Requested && p.attempt == attempt => p.clone(),
-        _ => Payment::request(current.order.id, attempt, current.order.total, now),
+        _ => Payment { number, ..Payment::request(current.order.id, attempt, current.order.total, now) },
     };
     let stored = current.payment.as_ref().is_some_and(|p| p.id == payment.id);
     let mut order = current.order.clone();

@@ -20,9 +20,9 @@ use crate::application::orchestration::payment::{self, decide_approval};
 use crate::application::orchestration::steps::{NextAction, next_action, next_action_of};
 use crate::application::orchestration::{compensation, settlement};
 use crate::application::ports::{
-    ApprovePayment, CancelPayment, Changes, Clock, InboxEntry, NotificationRequest, Notifier, OrderContext,
-    OrderRecord, OrderRepository, PaymentAuthorization, PaymentGateway, PaymentMethodRepository, SagaLease,
-    Scenario, SettlementGateway, SettlementRequest, UnitOfWork,
+    ApprovePayment, CancelPayment, Changes, Clock, InboxEntry, NotificationRequest, Notifier, Numbered,
+    OrderContext, OrderRecord, OrderRepository, PaymentAuthorization, PaymentGateway,
+    PaymentMethodRepository, SagaLease, Scenario, SettlementGateway, SettlementRequest, UnitOfWork,
 };
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
@@ -257,6 +257,7 @@ impl Orchestrator {
             items: cmd.items,
         };
         let mut order = Order::place(cmd.order_id, input, now)?;
+        order.number = self.orders.next_number(Numbered::Order).await?;
         if self.settings.checkout.is_some() && order.source == OrderSource::Api {
             // The provider charges only what the customer authorized in its widget.
             order.await_payment(now)?;
@@ -522,7 +523,12 @@ impl Orchestrator {
     ) -> Result<Progress, AppError> {
         let payment = match &record.payment {
             Some(p) if p.status == PaymentStatus::Requested && p.attempt == attempt => p.clone(),
-            _ => Payment::request(record.order.id, attempt, record.order.total, self.clock.now()),
+            _ => {
+                let mut payment =
+                    Payment::request(record.order.id, attempt, record.order.total, self.clock.now());
+                payment.number = self.orders.next_number(Numbered::Payment).await?;
+                payment
+            }
         };
         let stored = record.payment.as_ref().is_some_and(|p| p.id == payment.id);
         let request = ApprovePayment {
@@ -565,7 +571,12 @@ impl Orchestrator {
             return Ok(Progress::Continue);
         }
         tracing::error!(order = %current.order.id, %answer, "a payment provider answer could not be stored");
-        let outcome = payment::unstorable(&current, attempt, &answer, actor, self.clock.now())?;
+        let stored = current
+            .payment
+            .as_ref()
+            .is_some_and(|p| p.status == PaymentStatus::Requested && p.attempt == attempt);
+        let number = if stored { 0 } else { self.orders.next_number(Numbered::Payment).await? };
+        let outcome = payment::unstorable(&current, attempt, number, &answer, actor, self.clock.now())?;
         *record = current;
         Ok(self.commit_step(run, record, outcome).await?.unwrap_or(Progress::Reload))
     }
@@ -673,6 +684,14 @@ mod tests {
         committed: Arc<Mutex<Vec<Changes>>>,
     }
 
+    /// Numbers handed out as a sequence would: 1, 2, 3 …
+    fn numbered(orders: &mut MockOrderRepository) {
+        let next = Arc::new(std::sync::atomic::AtomicI64::new(0));
+        orders
+            .expect_next_number()
+            .returning(move |_| Ok(next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1));
+    }
+
     impl Mocks {
         /// Mocks where every commit succeeds and is recorded.
         fn new() -> Mocks {
@@ -685,6 +704,7 @@ mod tests {
             });
             let mut orders = MockOrderRepository::new();
             orders.expect_get().returning(|_| Ok(None));
+            numbered(&mut orders);
             orders.expect_lease_saga().returning(|_, _, _| Ok(true));
             orders.expect_release_saga().returning(|_, _| Ok(()));
             Mocks {
@@ -843,6 +863,7 @@ mod tests {
         let cmd = command();
         let order_id = cmd.order_id;
         let mut orders = MockOrderRepository::new();
+        numbered(&mut orders);
         orders.expect_lease_saga().returning(|_, _, _| Ok(true));
         orders.expect_release_saga().returning(|_, _| Ok(()));
         let mut seq = mockall::Sequence::new();

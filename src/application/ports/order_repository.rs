@@ -76,6 +76,13 @@ pub struct InboxEntry {
     pub digest: Option<String>,
 }
 
+/// What is numbered (docs/spec.md §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Numbered {
+    Order,
+    Payment,
+}
+
 /// Reads of orders and their saga state.
 #[cfg_attr(test, mockall::automock)]
 #[async_trait]
@@ -86,6 +93,14 @@ pub trait OrderRepository: Send + Sync {
     /// MUST return `Ok(None)` when no such order exists; `Unavailable` when the database fails;
     /// `Corrupt` when a stored value does not map to the domain.
     async fn get(&self, id: OrderId) -> Result<Option<OrderRecord>, RepoError>;
+
+    /// The next number of `kind` (docs/spec.md §3): positive, larger than every number
+    /// handed out before, never handed out again (one taken by an insert that failed is a
+    /// gap).
+    ///
+    /// # Errors
+    /// MUST return `Unavailable` when the database fails.
+    async fn next_number(&self, kind: Numbered) -> Result<i64, RepoError>;
 
     /// Orders matching the filter, newest first, at most `filter.limit`.
     ///

@@ -60,6 +60,9 @@ pub struct Order {
     pub updated_at: DateTime<Utc>,
     /// Optimistic-concurrency version as loaded; the store updates only `WHERE version = this`.
     pub version: i64,
+    /// The order's number (docs/spec.md §3): positive, unique, increasing, never reused;
+    /// given from the store's sequence before the order is first stored (0 until then).
+    pub number: i64,
 }
 
 fn check_id(field: &str, value: &str) -> Result<(), OrderError> {
@@ -151,6 +154,7 @@ impl Order {
             created_at: now,
             updated_at: now,
             version: 0,
+            number: 0,
         })
     }
 

@@ -41,6 +41,9 @@ pub struct Payment {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub version: i64,
+    /// The payment's number (docs/spec.md §3), as an order's: given before it is first
+    /// stored (0 until then).
+    pub number: i64,
 }
 
 impl Payment {
@@ -63,6 +66,7 @@ impl Payment {
             created_at: now,
             updated_at: now,
             version: 0,
+            number: 0,
         }
     }
 

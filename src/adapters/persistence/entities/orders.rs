@@ -20,6 +20,8 @@ pub struct Model {
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
     pub version: i64,
+    /// The positive, unique, increasing number beside the uuid (docs/spec.md §3).
+    pub number: i64,
     pub saga_locked_by: Option<String>,
     pub saga_locked_until: Option<DateTimeUtc>,
     /// `Order::registration_key`, under a unique index (docs/spec.md §7).

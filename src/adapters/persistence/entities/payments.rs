@@ -23,6 +23,8 @@ pub struct Model {
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
     pub version: i64,
+    /// The positive, unique, increasing number beside the uuid (docs/spec.md §3).
+    pub number: i64,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
