@@ -19,6 +19,7 @@ use serde::Deserialize;
 use crate::adapters::Secret;
 use crate::adapters::http::auth::{AuthSettings, DEV_KID, KeyAlgorithm, KeySettings, RawKey};
 use crate::adapters::messaging::amqp::QueueType;
+use crate::adapters::messaging::contract::{CloudEventsMode, CloudEventsSettings, ContractName};
 use crate::application::input::parse_duration;
 use crate::telemetry::{LogFormat, TelemetrySettings};
 
@@ -38,6 +39,17 @@ pub enum BrokerKind {
     Amqp,
     /// Kafka (docs/spec.md §11).
     Kafka,
+}
+
+impl BrokerKind {
+    /// As `broker.kind` names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BrokerKind::Log => "log",
+            BrokerKind::Amqp => "amqp",
+            BrokerKind::Kafka => "kafka",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +120,10 @@ impl DatabaseSettings {
 #[derive(Debug, Clone)]
 pub struct BrokerSettings {
     pub kind: BrokerKind,
+    /// How events go on the wire and inbound messages are read (docs/spec.md §12).
+    pub contract: ContractName,
+    /// `broker.cloudevents.*`: used when `contract` is `cloudevents`.
+    pub cloudevents: CloudEventsSettings,
     /// Whether the broker was chosen (`broker.url`, `broker.urls` or `broker.kind` set).
     pub explicit: bool,
     /// The broker's nodes: `broker.urls`, or the one `broker.url`; empty with `log`.
@@ -331,7 +347,18 @@ struct RawBroker {
     consumer_retries: u32,
     consumer_retry_backoff: String,
     delivery_limit: u32,
+    /// `native` | `cloudevents` | `momo` | `commerce` (docs/spec.md §12).
+    contract: String,
+    cloudevents: RawCloudEvents,
     kafka: RawKafka,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCloudEvents {
+    mode: String,
+    source: String,
+    type_prefix: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -548,6 +575,12 @@ prefetch = 32
 consumer_retries = 3
 consumer_retry_backoff = "1s"
 delivery_limit = 5
+contract = "native"
+
+[broker.cloudevents]
+mode = "binary"
+source = "/commerce-orchestrator"
+type_prefix = "io.commerce."
 
 [broker.kafka]
 topic = "commerce.events"
@@ -832,7 +865,34 @@ fn resolve_broker(raw: RawBroker) -> Result<BrokerSettings, ConfigError> {
     if raw.prefetch == 0 {
         return Err(invalid("broker.prefetch", "must be at least 1"));
     }
+    let contract = ContractName::parse(&raw.contract).ok_or_else(|| {
+        invalid("broker.contract", format!("`{}` is not native, cloudevents, momo or commerce", raw.contract))
+    })?;
+    let defined = match contract {
+        ContractName::Native => true,
+        ContractName::CloudEvents => kind != BrokerKind::Log,
+        ContractName::Momo => kind == BrokerKind::Amqp,
+        ContractName::Commerce => kind == BrokerKind::Kafka,
+    };
+    if !defined {
+        return Err(invalid(
+            "broker.contract",
+            format!("`{contract}` is not defined for broker.kind = {}", kind.as_str()),
+        ));
+    }
+    let cloudevents = CloudEventsSettings {
+        mode: CloudEventsMode::parse(&raw.cloudevents.mode).ok_or_else(|| {
+            invalid(
+                "broker.cloudevents.mode",
+                format!("`{}` is not binary or structured", raw.cloudevents.mode),
+            )
+        })?,
+        source: cloudevents_attribute("broker.cloudevents.source", raw.cloudevents.source)?,
+        type_prefix: cloudevents_attribute("broker.cloudevents.type_prefix", raw.cloudevents.type_prefix)?,
+    };
     Ok(BrokerSettings {
+        contract,
+        cloudevents,
         kind,
         explicit: raw.kind.is_some() || !urls.is_empty(),
         urls,
@@ -850,6 +910,14 @@ fn resolve_broker(raw: RawBroker) -> Result<BrokerSettings, ConfigError> {
         delivery_limit: raw.delivery_limit,
         kafka: resolve_kafka(raw.kafka, kind == BrokerKind::Kafka)?,
     })
+}
+
+/// A CloudEvents attribute we send: non-empty printable ASCII (it goes in headers).
+fn cloudevents_attribute(key: &str, value: String) -> Result<String, ConfigError> {
+    if value.is_empty() || value.len() > 200 || !value.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return Err(invalid(key, "must be 1 to 200 printable ASCII characters"));
+    }
+    Ok(value)
 }
 
 /// Which client settings `broker.kafka.properties` may carry: how to reach and authenticate

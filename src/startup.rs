@@ -25,6 +25,7 @@ use crate::adapters::messaging::LogEventPublisher;
 use crate::adapters::messaging::amqp::{
     AmqpEventPublisher, AmqpNodes, AmqpPublisherSettings, ConsumerSettings, MeetingConsumers, MeetingTopology,
 };
+use crate::adapters::messaging::contract::Contract;
 use crate::adapters::messaging::kafka::{
     KafkaConnection, KafkaConsumerSettings, KafkaEventPublisher, KafkaMeetingConsumer, KafkaPublisherSettings,
 };
@@ -250,6 +251,12 @@ fn kafka_connection(settings: &Settings) -> KafkaConnection {
     }
 }
 
+/// The wire contract `broker.contract` names (docs/spec.md §12).
+fn contract(settings: &Settings) -> Result<Contract, StartupError> {
+    Contract::of(settings.broker.contract, settings.broker.cloudevents.clone())
+        .map_err(|e| StartupError::Config(format!("`broker.contract`: {e}")))
+}
+
 /// The publisher factory and the broker's readiness probe for `broker.kind`.
 fn publishers(settings: &Settings) -> Result<(PublisherFactory, Arc<dyn HealthProbe>), StartupError> {
     match settings.broker.kind {
@@ -267,6 +274,7 @@ fn publishers(settings: &Settings) -> Result<(PublisherFactory, Arc<dyn HealthPr
                 confirm_timeout: settings.broker.confirm_timeout,
                 unroutable_ok: UNROUTABLE_OK.iter().map(|t| t.to_string()).collect(),
                 connection_name: "orchestrator-readiness".into(),
+                contract: contract(settings)?,
             };
             let probe = Arc::new(AmqpEventPublisher::new(nodes.clone(), base.clone()));
             let factory: PublisherFactory = Arc::new(move |worker: &str| {
@@ -285,6 +293,7 @@ fn publishers(settings: &Settings) -> Result<(PublisherFactory, Arc<dyn HealthPr
                 partitions: settings.broker.kafka.partitions,
                 window: settings.outbox.publish_window as usize,
                 confirm_timeout: settings.broker.confirm_timeout,
+                contract: contract(settings)?,
             };
             let probe = Arc::new(
                 KafkaEventPublisher::new(base.clone())

@@ -33,6 +33,11 @@ pub struct Received {
     /// The W3C trace context header, if the message carries one.
     pub traceparent: Option<String>,
     pub body: serde_json::Value,
+    /// Its headers whose values are text or numbers, as text.
+    pub headers: Vec<(String, String)>,
+    pub content_type: Option<String>,
+    /// The body as it came.
+    pub raw: Vec<u8>,
 }
 
 pub struct TestBroker {
@@ -115,6 +120,25 @@ impl TestBroker {
                         })
                     }),
                     body: serde_json::from_slice(&content).unwrap_or(serde_json::Value::Null),
+                    headers: props
+                        .headers()
+                        .map(|h| {
+                            h.as_ref()
+                                .iter()
+                                .filter_map(|(k, v)| {
+                                    let text = match v {
+                                        amqprs::FieldValue::S(s) => s.as_ref().to_owned(),
+                                        amqprs::FieldValue::l(n) => n.to_string(),
+                                        amqprs::FieldValue::I(n) => n.to_string(),
+                                        _ => return None,
+                                    };
+                                    Some((k.as_ref().to_owned(), text))
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    content_type: props.content_type().cloned(),
+                    raw: content,
                 });
             }
         });

@@ -171,8 +171,27 @@ impl Drop for TestDb {
 
 /// Settings for a test app on `db`, with `extra` environment on top.
 pub fn settings(db: &TestDb, extra: &[(&str, &str)]) -> Settings {
+    settings_for_url(&db.url, extra)
+}
+
+/// [`settings`] for the database at `url`.
+pub fn settings_for_url(url: &str, extra: &[(&str, &str)]) -> Settings {
+    try_settings_for_url(url, extra).expect("test settings")
+}
+
+/// The settings a test app on a fresh SQLite file would have, or why they are refused.
+pub fn try_settings(extra: &[(&str, &str)]) -> Result<Settings, orchestrator::config::ConfigError> {
+    let file =
+        std::env::temp_dir().join(format!("orchestrator-settings-{}.db", uuid::Uuid::new_v4().simple()));
+    try_settings_for_url(&format!("sqlite://{}?mode=rwc", file.display()), extra)
+}
+
+fn try_settings_for_url(
+    url: &str,
+    extra: &[(&str, &str)],
+) -> Result<Settings, orchestrator::config::ConfigError> {
     let mut env: Vec<(String, String)> = vec![
-        ("APP__DATABASE__URL".into(), db.url.clone()),
+        ("APP__DATABASE__URL".into(), url.to_owned()),
         ("APP__DATABASE__MAX_CONNECTIONS".into(), "8".into()),
         ("APP__HTTP__BIND".into(), "127.0.0.1:0".into()),
         ("APP__WORKER__HTTP__BIND".into(), "127.0.0.1:0".into()),
@@ -186,7 +205,7 @@ pub fn settings(db: &TestDb, extra: &[(&str, &str)]) -> Settings {
         env.push(("APP__BROKER__KIND".into(), "log".into()));
     }
     env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    Settings::load_from(None, env).expect("test settings")
+    Settings::load_from(None, env)
 }
 
 pub struct TestApp {

@@ -3,6 +3,7 @@
 //! (their decoding and failure policy shared in `meeting`).
 
 pub mod amqp;
+pub mod contract;
 pub mod kafka;
 mod log_publisher;
 mod meeting;

@@ -51,7 +51,7 @@ pub use ledger_store::{LedgerRun, LedgerStore};
 pub use notification_repository::NotificationRepository;
 pub use notifier::{NotificationRequest, Notifier, NotifyFailure};
 pub use order_repository::{
-    InboxEntry, OrderContext, OrderFilter, OrderRecord, OrderRepository, SagaLease, StepRecord,
+    InboxEntry, Numbered, OrderContext, OrderFilter, OrderRecord, OrderRepository, SagaLease, StepRecord,
 };
 pub use outbox_store::{
     BatchToken, DeliveryFailure, FastBatch, FastRecord, HeldLane, NewOutboxEvent, OutboxFilter,

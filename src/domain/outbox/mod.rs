@@ -43,6 +43,7 @@ spelled!(
         ConnectionLost => "CONNECTION_LOST",
         BrokerUnavailable => "BROKER_UNAVAILABLE",
         LeaseExpired => "LEASE_EXPIRED",
+        Unencodable => "UNENCODABLE",
     }
 );
 
@@ -147,6 +148,10 @@ impl RetrySchedule {
         jitter: f64,
         now: DateTime<Utc>,
     ) -> FailureOutcome {
+        if code == FailureCode::Unencodable {
+            // The wire contract cannot say this event (docs/spec.md §12): no retry could.
+            return FailureOutcome::DeadLetter { retry_count: retry_count.saturating_add(1) };
+        }
         if code.spends_retry() {
             return self.after_failure(retry_count, jitter, now);
         }
@@ -172,6 +177,21 @@ impl RetrySchedule {
 mod tests {
     use super::*;
     use OutboxStatus::*;
+
+    #[test]
+    fn an_event_the_contract_cannot_encode_is_dead_at_once() {
+        let schedule = RetrySchedule {
+            max_retries: 5,
+            backoff_base: Duration::seconds(1),
+            backoff_cap: Duration::seconds(60),
+        };
+        let now = Utc::now();
+        assert_eq!(
+            schedule.after(FailureCode::Unencodable, 0, 0.0, now),
+            FailureOutcome::DeadLetter { retry_count: 1 }
+        );
+        assert!(matches!(schedule.after(FailureCode::Nacked, 0, 0.0, now), FailureOutcome::Retry { .. }));
+    }
 
     #[test]
     fn transition_table() {

@@ -23,6 +23,7 @@ use async_trait::async_trait;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
 use super::connection::{AmqpError, AmqpNodes};
+use crate::adapters::messaging::contract::{Broker, Contract, Encoded, HeaderValue, WireMessage, per_record};
 use crate::application::error::Chain;
 use crate::application::health::HealthProbe;
 use crate::application::ports::{
@@ -42,6 +43,51 @@ pub struct AmqpPublisherSettings {
     pub unroutable_ok: Vec<String>,
     /// Shown in the broker's connection list.
     pub connection_name: String,
+    /// How each record goes on the wire (docs/spec.md §12).
+    pub contract: Contract,
+}
+
+/// One message of a record, ready to send.
+struct Outgoing {
+    exchange: String,
+    routing_key: String,
+    properties: BasicProperties,
+    body: Vec<u8>,
+    message_id: String,
+    unroutable_ok: bool,
+}
+
+/// The AMQP properties of a message a contract encoded: persistent, `timestamp` the
+/// record's, and what the contract says.
+fn contract_properties(message: &WireMessage, created_at: chrono::DateTime<chrono::Utc>) -> BasicProperties {
+    let mut props = BasicProperties::default();
+    props.with_persistence(true).with_timestamp(created_at.timestamp().max(0) as u64);
+    if let Some(id) = &message.message_id {
+        props.with_message_id(id);
+    }
+    if let Some(kind) = &message.amqp_type {
+        props.with_message_type(kind);
+    }
+    if let Some(content_type) = &message.content_type {
+        props.with_content_type(content_type);
+    }
+    if let Some(correlation) = &message.correlation_id {
+        props.with_correlation_id(correlation);
+    }
+    if !message.headers.is_empty() {
+        let mut headers = amqprs::FieldTable::new();
+        for (name, value) in &message.headers {
+            let value = match value {
+                HeaderValue::Text(text) => text.clone().try_into().ok().map(amqprs::FieldValue::S),
+                HeaderValue::Long(n) => Some(amqprs::FieldValue::l(*n)),
+            };
+            if let (Ok(key), Some(value)) = (name.clone().try_into(), value) {
+                headers.insert(key, value);
+            }
+        }
+        props.with_headers(headers);
+    }
+    props.finish()
 }
 
 enum Verdict {
@@ -373,10 +419,77 @@ impl EventPublisher for AmqpEventPublisher {
             }
         };
         let deadline = tokio::time::Instant::now() + self.settings.confirm_timeout;
-        let mut waiting: Vec<Result<(u64, oneshot::Receiver<Verdict>), PublishOutcome>> =
-            Vec::with_capacity(batch.len());
-        let mut broken = false;
+        // Each record's messages, in order; `groups[i]`: how many record `i` went out as.
+        let mut outgoing: Vec<Result<Outgoing, PublishOutcome>> = Vec::with_capacity(batch.len());
+        let mut groups: Vec<usize> = Vec::with_capacity(batch.len());
         for record in batch {
+            // With traces on: a publish span in the trace of the request that wrote the event,
+            // whose context the message carries on (`traceparent` header) to its consumers.
+            let traceparent = crate::telemetry::tracing_enabled()
+                .then(|| {
+                    let span = tracing::info_span!(
+                        "outbox.publish",
+                        otel.name = %format!("{} publish", record.routing_key),
+                        event_type = %record.event_type,
+                        trace_id = tracing::field::Empty,
+                        span_id = tracing::field::Empty,
+                    );
+                    crate::telemetry::continue_trace(&span, record.traceparent.as_deref());
+                    span.in_scope(crate::telemetry::current_traceparent)
+                })
+                .flatten();
+            let unroutable_ok = self.settings.unroutable_ok.contains(&record.event_type);
+            match self.settings.contract.encode(record, traceparent.as_deref(), Broker::Amqp) {
+                Ok(Encoded::Native) => {
+                    groups.push(1);
+                    outgoing.push(Ok(Outgoing {
+                        exchange: self.settings.exchange.clone(),
+                        routing_key: record.routing_key.clone(),
+                        properties: Self::properties(record, traceparent.as_deref()),
+                        body: record.payload.as_bytes().to_vec(),
+                        message_id: record.event_id.to_string(),
+                        unroutable_ok,
+                    }));
+                }
+                Ok(Encoded::Messages(messages)) => {
+                    groups.push(messages.len());
+                    for message in messages {
+                        outgoing.push(Ok(Outgoing {
+                            exchange: message
+                                .destination
+                                .clone()
+                                .unwrap_or_else(|| self.settings.exchange.clone()),
+                            routing_key: message.key.clone(),
+                            properties: contract_properties(&message, record.created_at),
+                            message_id: message
+                                .message_id
+                                .clone()
+                                .unwrap_or_else(|| record.event_id.to_string()),
+                            body: message.body,
+                            unroutable_ok,
+                        }));
+                    }
+                }
+                Err(why) => {
+                    groups.push(1);
+                    outgoing.push(Err(failed(FailureCode::Unencodable, why)));
+                }
+            }
+        }
+        let mut waiting: Vec<Result<(u64, oneshot::Receiver<Verdict>), PublishOutcome>> =
+            Vec::with_capacity(outgoing.len());
+        let mut unroutable_ok: Vec<bool> = Vec::with_capacity(outgoing.len());
+        let mut broken = false;
+        for message in outgoing {
+            let message = match message {
+                Ok(message) => message,
+                Err(outcome) => {
+                    waiting.push(Err(outcome));
+                    unroutable_ok.push(false);
+                    continue;
+                }
+            };
+            unroutable_ok.push(message.unroutable_ok);
             if broken {
                 waiting.push(Err(failed(
                     FailureCode::ConnectionLost,
@@ -399,32 +512,13 @@ impl EventPublisher for AmqpEventPublisher {
             link.next_tag += 1;
             let tag = link.next_tag;
             let (done, verdict) = oneshot::channel();
-            let message_id = record.event_id.to_string();
-            link.confirms.table().pending.insert(tag, Pending { message_id, done, _permit: permit });
-            let args = BasicPublishArguments::new(&self.settings.exchange, &record.routing_key)
-                .mandatory(true)
-                .finish();
-            // With traces on: a publish span in the trace of the request that wrote the event,
-            // whose context the message carries on (`traceparent` header) to its consumers.
-            let traceparent = crate::telemetry::tracing_enabled().then(|| {
-                let span = tracing::info_span!(
-                    "outbox.publish",
-                    otel.name = %format!("{} publish", record.routing_key),
-                    event_type = %record.event_type,
-                    trace_id = tracing::field::Empty,
-                    span_id = tracing::field::Empty,
-                );
-                crate::telemetry::continue_trace(&span, record.traceparent.as_deref());
-                span.in_scope(crate::telemetry::current_traceparent)
-            });
-            let sent = link
-                .channel
-                .basic_publish(
-                    Self::properties(record, traceparent.flatten().as_deref()),
-                    record.payload.as_bytes().to_vec(),
-                    args,
-                )
-                .await;
+            link.confirms
+                .table()
+                .pending
+                .insert(tag, Pending { message_id: message.message_id, done, _permit: permit });
+            let args =
+                BasicPublishArguments::new(&message.exchange, &message.routing_key).mandatory(true).finish();
+            let sent = link.channel.basic_publish(message.properties, message.body, args).await;
             match sent {
                 Ok(()) => waiting.push(Ok((tag, verdict))),
                 Err(e) => {
@@ -442,12 +536,10 @@ impl EventPublisher for AmqpEventPublisher {
         // What the confirmation needs of the link once its lock is given back.
         let link = guard.as_ref().map(|l| (l.confirms.clone(), l.spoiled.clone()));
         drop(guard);
-        let unroutable_ok: Vec<bool> =
-            batch.iter().map(|r| self.settings.unroutable_ok.contains(&r.event_type)).collect();
         let nodes = self.nodes.clone();
         Box::pin(async move {
             let outcomes = verdicts(waiting, unroutable_ok, deadline, link).await;
-            stalled_or_flowing(outcomes, &nodes)
+            per_record(stalled_or_flowing(outcomes, &nodes), &groups)
         })
     }
 }

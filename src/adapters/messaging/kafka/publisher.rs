@@ -11,6 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::adapters::messaging::contract::{Broker, Contract, Encoded, WireMessage, per_record};
 use async_trait::async_trait;
 use rdkafka::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -37,6 +38,23 @@ pub struct KafkaPublisherSettings {
     /// How long a record may wait for its delivery report (the producer's
     /// `message.timeout.ms`: it retries within it, then reports the record failed).
     pub confirm_timeout: Duration,
+    /// How each record goes on the wire (docs/spec.md §12).
+    pub contract: Contract,
+}
+
+/// The headers of a record a contract encoded.
+fn contract_headers(message: &WireMessage) -> OwnedHeaders {
+    let mut headers = OwnedHeaders::new_with_capacity(message.headers.len() + 1);
+    if message.kafka_content_type_header
+        && let Some(content_type) = &message.content_type
+    {
+        headers = headers.insert(Header { key: "content-type", value: Some(content_type.as_str()) });
+    }
+    for (name, value) in &message.headers {
+        let text = value.to_text();
+        headers = headers.insert(Header { key: name.as_str(), value: Some(text.as_str()) });
+    }
+    headers
 }
 
 /// A record's place in the window and where its verdict goes.
@@ -237,42 +255,98 @@ impl EventPublisher for KafkaEventPublisher {
         let deadline = tokio::time::Instant::now() + self.settings.confirm_timeout + Duration::from_secs(5);
         let mut waiting: Vec<Result<oneshot::Receiver<Result<(), KafkaError>>, PublishOutcome>> =
             Vec::with_capacity(batch.len());
+        let mut groups: Vec<usize> = Vec::with_capacity(batch.len());
         for record in batch {
-            let permit = match tokio::time::timeout_at(deadline, self.window.clone().acquire_owned()).await {
-                Ok(Ok(permit)) => permit,
-                _ => {
-                    waiting.push(Err(failed(FailureCode::ConfirmTimeout, "no room in the window in time")));
+            let traceparent = crate::telemetry::tracing_enabled()
+                .then(|| {
+                    let span = tracing::info_span!(
+                        "outbox.publish",
+                        otel.name = %format!("{} publish", self.settings.topic),
+                        event_type = %record.event_type,
+                        trace_id = tracing::field::Empty,
+                        span_id = tracing::field::Empty,
+                    );
+                    crate::telemetry::continue_trace(&span, record.traceparent.as_deref());
+                    span.in_scope(crate::telemetry::current_traceparent)
+                })
+                .flatten();
+            let messages = match self.settings.contract.encode(record, traceparent.as_deref(), Broker::Kafka)
+            {
+                Ok(Encoded::Native) => None,
+                Ok(Encoded::Messages(messages)) => Some(messages),
+                Err(why) => {
+                    groups.push(1);
+                    waiting.push(Err(failed(FailureCode::Unencodable, why)));
                     continue;
                 }
             };
-            let traceparent = crate::telemetry::tracing_enabled().then(|| {
-                let span = tracing::info_span!(
-                    "outbox.publish",
-                    otel.name = %format!("{} publish", self.settings.topic),
-                    event_type = %record.event_type,
-                    trace_id = tracing::field::Empty,
-                    span_id = tracing::field::Empty,
-                );
-                crate::telemetry::continue_trace(&span, record.traceparent.as_deref());
-                span.in_scope(crate::telemetry::current_traceparent)
-            });
-            let event_id = record.event_id.to_string();
-            let headers = record_headers(
-                &event_id,
-                &record.event_type,
-                record.correlation_id.as_deref(),
-                traceparent.flatten().as_deref(),
-            );
-            let (done, verdict) = oneshot::channel();
-            let sent = producer.send(
-                BaseRecord::with_opaque_to(&self.settings.topic, Box::new(Pending { done, _permit: permit }))
-                    .key(record.aggregate_id.as_str())
-                    .payload(record.payload.as_str())
-                    .headers(headers),
-            );
-            match sent {
-                Ok(()) => waiting.push(Ok(verdict)),
-                Err((error, _)) => waiting.push(Err(outcome_of(&error))),
+            groups.push(messages.as_ref().map_or(1, Vec::len));
+            match messages {
+                None => {
+                    let permit =
+                        match tokio::time::timeout_at(deadline, self.window.clone().acquire_owned()).await {
+                            Ok(Ok(permit)) => permit,
+                            _ => {
+                                waiting.push(Err(failed(
+                                    FailureCode::ConfirmTimeout,
+                                    "no room in the window in time",
+                                )));
+                                continue;
+                            }
+                        };
+                    let event_id = record.event_id.to_string();
+                    let headers = record_headers(
+                        &event_id,
+                        &record.event_type,
+                        record.correlation_id.as_deref(),
+                        traceparent.as_deref(),
+                    );
+                    let (done, verdict) = oneshot::channel();
+                    let sent = producer.send(
+                        BaseRecord::with_opaque_to(
+                            &self.settings.topic,
+                            Box::new(Pending { done, _permit: permit }),
+                        )
+                        .key(record.aggregate_id.as_str())
+                        .payload(record.payload.as_str())
+                        .headers(headers),
+                    );
+                    match sent {
+                        Ok(()) => waiting.push(Ok(verdict)),
+                        Err((error, _)) => waiting.push(Err(outcome_of(&error))),
+                    }
+                }
+                Some(messages) => {
+                    for message in messages {
+                        let permit = match tokio::time::timeout_at(
+                            deadline,
+                            self.window.clone().acquire_owned(),
+                        )
+                        .await
+                        {
+                            Ok(Ok(permit)) => permit,
+                            _ => {
+                                waiting.push(Err(failed(
+                                    FailureCode::ConfirmTimeout,
+                                    "no room in the window in time",
+                                )));
+                                continue;
+                            }
+                        };
+                        let topic = message.destination.as_deref().unwrap_or(&self.settings.topic);
+                        let (done, verdict) = oneshot::channel();
+                        let sent = producer.send(
+                            BaseRecord::with_opaque_to(topic, Box::new(Pending { done, _permit: permit }))
+                                .key(message.key.as_str())
+                                .payload(message.body.as_slice())
+                                .headers(contract_headers(&message)),
+                        );
+                        match sent {
+                            Ok(()) => waiting.push(Ok(verdict)),
+                            Err((error, _)) => waiting.push(Err(outcome_of(&error))),
+                        }
+                    }
+                }
             }
         }
         Box::pin(async move {
@@ -292,7 +366,7 @@ impl EventPublisher for KafkaEventPublisher {
                     },
                 });
             }
-            unreachable_or_flowing(outcomes)
+            per_record(unreachable_or_flowing(outcomes), &groups)
         })
     }
 }

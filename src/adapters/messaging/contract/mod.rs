@@ -1,0 +1,200 @@
+//! Wire contracts (docs/spec.md §12): how an outbox event goes on the wire, decided at the
+//! broker adapters only. The outbox always stores the native envelope; a [`Contract`] turns
+//! one stored record into the messages it is sent as, each with its destination, key,
+//! properties or headers and body. The publishers send what the contract says and count a
+//! record published once every one of its messages is confirmed; everything else — claims,
+//! retries, dead letters, the admin API — is the same under every contract.
+//!
+//! A contract is one module here: its outbound routing, envelope and headers together. A
+//! fourth contract is one new module and one arm in [`Contract::of`].
+
+mod cloudevents;
+mod envelope;
+
+use std::fmt;
+
+pub use cloudevents::{CloudEvents, CloudEventsMode, CloudEventsSettings};
+pub use envelope::Envelope;
+
+use crate::application::ports::{OutboxRecord, PublishOutcome};
+
+/// A header's value: text, or a number where the other side reads a long.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeaderValue {
+    Text(String),
+    Long(i64),
+}
+
+impl HeaderValue {
+    /// As Kafka carries every header: bytes (a long as its decimal text).
+    pub fn to_text(&self) -> String {
+        match self {
+            HeaderValue::Text(text) => text.clone(),
+            HeaderValue::Long(n) => n.to_string(),
+        }
+    }
+}
+
+/// One message as a contract encodes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WireMessage {
+    /// The exchange (RabbitMQ) or topic (Kafka); `None`: the publisher's own
+    /// (`broker.exchange`, `broker.kafka.topic`).
+    pub destination: Option<String>,
+    /// The routing key (RabbitMQ) or the record's key (Kafka).
+    pub key: String,
+    pub body: Vec<u8>,
+    /// RabbitMQ's `content_type` property; on Kafka the `content-type` header when
+    /// [`WireMessage::kafka_content_type_header`] says so.
+    pub content_type: Option<String>,
+    pub kafka_content_type_header: bool,
+    /// RabbitMQ's `message_id` property.
+    pub message_id: Option<String>,
+    /// RabbitMQ's `type` property.
+    pub amqp_type: Option<String>,
+    /// RabbitMQ's `correlation_id` property.
+    pub correlation_id: Option<String>,
+    pub headers: Vec<(String, HeaderValue)>,
+}
+
+/// Which contract, as `broker.contract` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContractName {
+    Native,
+    CloudEvents,
+    Momo,
+    Commerce,
+}
+
+impl ContractName {
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "native" => Some(ContractName::Native),
+            "cloudevents" => Some(ContractName::CloudEvents),
+            "momo" => Some(ContractName::Momo),
+            "commerce" => Some(ContractName::Commerce),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContractName::Native => "native",
+            ContractName::CloudEvents => "cloudevents",
+            ContractName::Momo => "momo",
+            ContractName::Commerce => "commerce",
+        }
+    }
+}
+
+impl fmt::Display for ContractName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a record goes out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Encoded {
+    /// As the native contract sends it (docs/messages.md): the publisher's own fast path.
+    Native,
+    /// These messages, in this order; the record is published once all are confirmed.
+    Messages(Vec<WireMessage>),
+}
+
+/// A contract's encoder. Deterministic: a retried record is sent as the same bytes.
+#[derive(Debug, Clone)]
+pub enum Contract {
+    Native,
+    CloudEvents(CloudEvents),
+}
+
+impl Contract {
+    /// The contract `broker.contract` names. `Err` names what is not available yet.
+    ///
+    /// # Errors
+    /// A contract this build cannot speak on this broker.
+    pub fn of(name: ContractName, cloudevents: CloudEventsSettings) -> Result<Contract, String> {
+        match name {
+            ContractName::Native => Ok(Contract::Native),
+            ContractName::CloudEvents => Ok(Contract::CloudEvents(CloudEvents::new(cloudevents))),
+            other => Err(format!("`broker.contract = {other}` is not available in this version")),
+        }
+    }
+
+    pub fn name(&self) -> ContractName {
+        match self {
+            Contract::Native => ContractName::Native,
+            Contract::CloudEvents(_) => ContractName::CloudEvents,
+        }
+    }
+
+    /// The messages `record` goes out as on `broker`; `traceparent` is the publish span's.
+    ///
+    /// # Errors
+    /// Why the record cannot be sent under this contract (its envelope unreadable, a value
+    /// the other side cannot take): the relay dead-letters it with that reason.
+    pub fn encode(
+        &self,
+        record: &OutboxRecord,
+        traceparent: Option<&str>,
+        broker: Broker,
+    ) -> Result<Encoded, String> {
+        match self {
+            Contract::Native => Ok(Encoded::Native),
+            Contract::CloudEvents(ce) => {
+                ce.encode(record, traceparent, broker).map(|m| Encoded::Messages(vec![m]))
+            }
+        }
+    }
+
+    /// Where `record` goes under this contract, for operators (`/flow`, the outbox views):
+    /// (exchange or topic, routing key or key) of each message.
+    pub fn destinations(&self, record: &OutboxRecord, broker: Broker, own: &str) -> Vec<(String, String)> {
+        match self.encode(record, None, broker) {
+            Ok(Encoded::Native) => vec![(own.to_owned(), native_key(record, broker))],
+            Ok(Encoded::Messages(messages)) => messages
+                .into_iter()
+                .map(|m| (m.destination.unwrap_or_else(|| own.to_owned()), m.key))
+                .collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
+/// Each record's outcome from its messages' (`groups[i]` of them, in order): confirmed when
+/// every one is, else the first that is not. The publishers' verdicts are per message.
+pub fn per_record(outcomes: Vec<PublishOutcome>, groups: &[usize]) -> Vec<PublishOutcome> {
+    if groups.iter().all(|n| *n == 1) {
+        return outcomes;
+    }
+    let mut outcomes = outcomes.into_iter();
+    groups
+        .iter()
+        .map(|n| {
+            let mut record = PublishOutcome::Confirmed;
+            for outcome in outcomes.by_ref().take(*n) {
+                if matches!(record, PublishOutcome::Confirmed) {
+                    record = outcome;
+                }
+            }
+            record
+        })
+        .collect()
+}
+
+/// The key a native message has: the routing key on RabbitMQ, the aggregate id on Kafka.
+pub fn native_key(record: &OutboxRecord, broker: Broker) -> String {
+    match broker {
+        Broker::Amqp => record.routing_key.clone(),
+        Broker::Kafka => record.aggregate_id.clone(),
+    }
+}
+
+/// The broker a message is encoded for (headers differ: `cloudEvents_` on RabbitMQ, `ce_`
+/// on Kafka).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Broker {
+    Amqp,
+    Kafka,
+}
