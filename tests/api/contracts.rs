@@ -202,3 +202,102 @@ fn a_contract_the_broker_does_not_define_is_refused() {
     let refused = crate::helpers::try_settings(&[("APP__BROKER__CONTRACT", "soap")]);
     assert!(refused.expect_err("no such contract").to_string().contains("soap"));
 }
+
+/// The Java client's `Utils.murmur2` (org.apache.kafka.common.utils), as its default
+/// partitioner hashes a key: `toPositive(murmur2(key)) % partitions`.
+fn java_murmur2(data: &[u8]) -> i32 {
+    let m: i32 = 0x5bd1_e995;
+    let mut h: i32 = (0x9747_b28c_u32 as i32) ^ (data.len() as i32);
+    let chunks = data.chunks_exact(4);
+    let tail = chunks.remainder();
+    for c in chunks {
+        let mut k = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        k = k.wrapping_mul(m);
+        k ^= ((k as u32) >> 24) as i32;
+        k = k.wrapping_mul(m);
+        h = h.wrapping_mul(m);
+        h ^= k;
+    }
+    if tail.len() >= 3 {
+        h ^= i32::from(tail[2]) << 16;
+    }
+    if tail.len() >= 2 {
+        h ^= i32::from(tail[1]) << 8;
+    }
+    if !tail.is_empty() {
+        h ^= i32::from(tail[0]);
+        h = h.wrapping_mul(m);
+    }
+    h ^= ((h as u32) >> 13) as i32;
+    h = h.wrapping_mul(m);
+    h ^= ((h as u32) >> 15) as i32;
+    h
+}
+
+fn java_partition(key: &str, partitions: i32) -> i32 {
+    (java_murmur2(key.as_bytes()) & 0x7fff_ffff) % partitions
+}
+
+#[test]
+fn the_java_murmur2_of_the_test_is_kafkas() {
+    // Kafka's own UtilsTest.testMurmur2 vectors.
+    for (key, hash) in [
+        ("21", -973_932_308),
+        ("foobar", -790_332_482),
+        ("a-little-bit-long-string", -985_981_536),
+        ("a-little-bit-longer-string", -1_486_304_829),
+        ("lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58_897_971),
+        ("abc", 479_470_107),
+    ] {
+        assert_eq!(java_murmur2(key.as_bytes()), hash, "{key}");
+    }
+}
+
+/// `commerce`: each completed order is the two records the backend's consumers read, in
+/// their exact bytes, keyed by the order's number, with no headers, on the partition the
+/// Java client would choose for that key; other events stay native on the broker's topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commerce_sends_what_the_commerce_backend_reads() {
+    let Some(kafka) = TestKafka::start().await else { return };
+    let topic = "commerce.events";
+    let mut env = kafka.env(topic);
+    env.push(("APP__BROKER__CONTRACT".into(), "commerce".into()));
+    let refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let Some(app) = TestApp::spawn_with(Backend::Sqlite, &refs).await else { return };
+    let native = kafka.read(topic).await;
+    let settlement = kafka.read("commerce.settlement.requested").await;
+    let notification = kafka.read("commerce.notification.requested").await;
+    let mut numbers = Vec::new();
+    for _ in 0..5 {
+        let order =
+            json(app.place_order(&app.token("alice"), &order_body(), None).await, StatusCode::CREATED).await;
+        numbers.push(order["number"].as_i64().unwrap());
+    }
+    while app.services.relay().run_once().await.unwrap().claimed > 0 {}
+    for (reader, event_type) in
+        [(&settlement, "SETTLEMENT_REQUESTED"), (&notification, "NOTIFICATION_REQUESTED")]
+    {
+        let records = reader.wait_for(5, Duration::from_secs(60)).await;
+        let mut keys: Vec<i64> = Vec::new();
+        for r in &records {
+            let key = r.key.clone().expect("keyed");
+            let number: i64 = key.parse().expect("the key is the order number as decimal text");
+            assert_eq!(
+                String::from_utf8(r.raw.clone()).unwrap(),
+                format!(r#"{{"orderId":{number},"eventType":"{event_type}"}}"#)
+            );
+            assert!(r.headers.is_empty(), "no headers: {:?}", r.headers);
+            assert_eq!(r.partition, java_partition(&key, 16), "where the Java client puts key {key}");
+            keys.push(number);
+        }
+        keys.sort_unstable();
+        assert_eq!(keys, numbers, "one record per completed order");
+    }
+    // The payment events stay native on the broker's topic; order.completed is the two above.
+    let natives = native.wait_for(5, Duration::from_secs(30)).await;
+    assert!(
+        natives.iter().all(|r| r.header("event_type") == Some("payment.approved")),
+        "{:?}",
+        natives.iter().map(|r| r.header("event_type")).collect::<Vec<_>>()
+    );
+}

@@ -56,6 +56,8 @@ pub struct Record {
     pub body: serde_json::Value,
     /// The value's length in bytes (0 without one).
     pub size: usize,
+    /// The value as it came.
+    pub raw: Vec<u8>,
 }
 
 impl Record {
@@ -172,6 +174,7 @@ impl TestKafka {
                                 .and_then(|p| serde_json::from_slice(p).ok())
                                 .unwrap_or(serde_json::Value::Null),
                             size: m.payload().map_or(0, <[u8]>::len),
+                            raw: m.payload().map(<[u8]>::to_vec).unwrap_or_default(),
                         });
                     }
                     Some(Err(e)) => eprintln!("test reader: {e}"),

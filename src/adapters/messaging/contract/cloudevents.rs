@@ -147,38 +147,7 @@ impl CloudEvents {
 mod tests {
     use super::*;
 
-    fn record() -> OutboxRecord {
-        let payload = json!({
-            "eventId": "3f1c0e52-7f0e-4b8e-9a52-0d4c5b1f2e11", "eventType": "order.completed",
-            "aggregateType": "order", "aggregateId": "8d7e6f50-1a2b-4c3d-9e8f-001122334455",
-            "correlationId": "req-1", "occurredAt": "2026-12-04T10:00:00.123Z",
-            "payload": { "orderId": "8d7e6f50-1a2b-4c3d-9e8f-001122334455", "totalAmount": 30000 }
-        });
-        OutboxRecord {
-            id: 1,
-            event_id: "3f1c0e52-7f0e-4b8e-9a52-0d4c5b1f2e11".parse().unwrap(),
-            aggregate_type: "order".into(),
-            aggregate_id: "8d7e6f50-1a2b-4c3d-9e8f-001122334455".into(),
-            event_type: "order.completed".into(),
-            routing_key: "order.completed".into(),
-            payload: payload.to_string(),
-            correlation_id: Some("req-1".into()),
-            status: crate::domain::outbox::OutboxStatus::Ready,
-            retry_count: 0,
-            failure_code: None,
-            failure_reason: None,
-            next_attempt_at: None,
-            last_attempt_at: None,
-            claimed_by: None,
-            claimed_until: None,
-            created_at: chrono::Utc::now(),
-            published_at: None,
-            dead_lettered_at: None,
-            version: 0,
-            lane: 0,
-            traceparent: None,
-        }
-    }
+    use super::super::tests::record;
 
     #[test]
     fn binary_puts_the_attributes_in_headers_and_the_data_in_the_body() {

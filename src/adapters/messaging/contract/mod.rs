@@ -9,6 +9,7 @@
 //! fourth contract is one new module and one arm in [`Contract::of`].
 
 mod cloudevents;
+pub mod commerce;
 mod envelope;
 
 use std::fmt;
@@ -107,6 +108,8 @@ pub enum Encoded {
 pub enum Contract {
     Native,
     CloudEvents(CloudEvents),
+    /// `Gseobi/commerce-orchestration-backend`'s records (Kafka).
+    Commerce,
 }
 
 impl Contract {
@@ -118,6 +121,7 @@ impl Contract {
         match name {
             ContractName::Native => Ok(Contract::Native),
             ContractName::CloudEvents => Ok(Contract::CloudEvents(CloudEvents::new(cloudevents))),
+            ContractName::Commerce => Ok(Contract::Commerce),
             other => Err(format!("`broker.contract = {other}` is not available in this version")),
         }
     }
@@ -126,6 +130,7 @@ impl Contract {
         match self {
             Contract::Native => ContractName::Native,
             Contract::CloudEvents(_) => ContractName::CloudEvents,
+            Contract::Commerce => ContractName::Commerce,
         }
     }
 
@@ -145,6 +150,24 @@ impl Contract {
             Contract::CloudEvents(ce) => {
                 ce.encode(record, traceparent, broker).map(|m| Encoded::Messages(vec![m]))
             }
+            Contract::Commerce => commerce::encode(record),
+        }
+    }
+
+    /// Topics this contract sends to beside the broker's own (made when the publisher
+    /// first connects).
+    pub fn own_topics(&self) -> &'static [&'static str] {
+        match self {
+            Contract::Commerce => &[commerce::SETTLEMENT_TOPIC, commerce::NOTIFICATION_TOPIC],
+            _ => &[],
+        }
+    }
+
+    /// The producer's partitioner, when the contract needs a particular one.
+    pub fn kafka_partitioner(&self) -> Option<&'static str> {
+        match self {
+            Contract::Commerce => Some(commerce::PARTITIONER),
+            _ => None,
         }
     }
 
@@ -197,4 +220,45 @@ pub fn native_key(record: &OutboxRecord, broker: Broker) -> String {
 pub enum Broker {
     Amqp,
     Kafka,
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use serde_json::json;
+
+    use crate::application::ports::OutboxRecord;
+
+    /// An `order.completed` as the outbox stores it.
+    pub(in crate::adapters::messaging::contract) fn record() -> OutboxRecord {
+        let payload = json!({
+            "eventId": "3f1c0e52-7f0e-4b8e-9a52-0d4c5b1f2e11", "eventType": "order.completed",
+            "aggregateType": "order", "aggregateId": "8d7e6f50-1a2b-4c3d-9e8f-001122334455",
+            "correlationId": "req-1", "occurredAt": "2026-12-04T10:00:00.123Z",
+            "payload": { "orderId": "8d7e6f50-1a2b-4c3d-9e8f-001122334455", "totalAmount": 30000 }
+        });
+        OutboxRecord {
+            id: 1,
+            event_id: "3f1c0e52-7f0e-4b8e-9a52-0d4c5b1f2e11".parse().unwrap(),
+            aggregate_type: "order".into(),
+            aggregate_id: "8d7e6f50-1a2b-4c3d-9e8f-001122334455".into(),
+            event_type: "order.completed".into(),
+            routing_key: "order.completed".into(),
+            payload: payload.to_string(),
+            correlation_id: Some("req-1".into()),
+            status: crate::domain::outbox::OutboxStatus::Ready,
+            retry_count: 0,
+            failure_code: None,
+            failure_reason: None,
+            next_attempt_at: None,
+            last_attempt_at: None,
+            claimed_by: None,
+            claimed_until: None,
+            created_at: chrono::Utc::now(),
+            published_at: None,
+            dead_lettered_at: None,
+            version: 0,
+            lane: 0,
+            traceparent: None,
+        }
+    }
 }

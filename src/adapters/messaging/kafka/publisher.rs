@@ -183,8 +183,11 @@ impl KafkaEventPublisher {
     }
 
     fn client(settings: &KafkaPublisherSettings, observed: &Arc<Observed>) -> Result<Client, KafkaError> {
-        producer_config(&settings.connection, settings.window, settings.confirm_timeout)
-            .create_with_context(Deliveries(observed.clone()))
+        let mut config = producer_config(&settings.connection, settings.window, settings.confirm_timeout);
+        if let Some(partitioner) = settings.contract.kafka_partitioner() {
+            config.set("partitioner", partitioner);
+        }
+        config.create_with_context(Deliveries(observed.clone()))
     }
 
     /// The producer, made anew if the current one reported a fatal error (its unreported
@@ -202,11 +205,13 @@ impl KafkaEventPublisher {
         let mut topic_ready = self.topic_ready.lock().await;
         if !*topic_ready {
             let topic = &self.settings.topic;
+            let mut topics = vec![topic.as_str()];
+            topics.extend_from_slice(self.settings.contract.own_topics());
             self.settings
                 .connection
-                .ensure_topics(&[topic], self.settings.partitions)
+                .ensure_topics(&topics, self.settings.partitions)
                 .await
-                .map_err(KafkaFailure::of(format!("cannot make sure topic {topic} exists")))
+                .map_err(KafkaFailure::of(format!("cannot make sure topics {topics:?} exist")))
                 .map_err(Cause::new)?;
             *topic_ready = true;
             self.observed.up();
