@@ -25,7 +25,7 @@ use crate::adapters::messaging::LogEventPublisher;
 use crate::adapters::messaging::amqp::{
     AmqpEventPublisher, AmqpNodes, AmqpPublisherSettings, ConsumerSettings, MeetingConsumers, MeetingTopology,
 };
-use crate::adapters::messaging::contract::Contract;
+use crate::adapters::messaging::contract::{Broker, Contract, WireView};
 use crate::adapters::messaging::kafka::{
     KafkaConnection, KafkaConsumerSettings, KafkaEventPublisher, KafkaMeetingConsumer, KafkaPublisherSettings,
 };
@@ -819,7 +819,7 @@ fn http_state(services: &Services, role: Role) -> web::Data<HttpState> {
         ledger: services.ledger.clone(),
         payment_methods: services.payment_methods.clone(),
         provider_view: services.provider_view.clone(),
-        // 20 a second with bursts of 100: far above what Toss sends for one shop.
+        // Far above what Toss sends for one shop: docs/operations.md, "Toss's webhooks".
         webhook_limits: Arc::new(crate::adapters::http::webhooks::WebhookLimits::default()),
         recovery: services.recovery.clone(),
         webhook_secret: services.settings.payment.external_webhook_secret.clone(),
@@ -827,7 +827,23 @@ fn http_state(services: &Services, role: Role) -> web::Data<HttpState> {
         role,
         honour_mock_scenario: services.settings.payment.provider == ProviderKind::Mock,
         metrics: services.metrics.clone(),
+        wire: Arc::new(wire_view(&services.settings)),
     })
+}
+
+/// Where the configured contract sends events, for the outbox views and `/flow`. A contract
+/// this build cannot speak has already stopped the start (`publishers`); native otherwise.
+fn wire_view(settings: &Settings) -> WireView {
+    let broker = match settings.broker.kind {
+        BrokerKind::Log => None,
+        BrokerKind::Amqp => Some(Broker::Amqp),
+        BrokerKind::Kafka => Some(Broker::Kafka),
+    };
+    let own = match settings.broker.kind {
+        BrokerKind::Kafka => settings.broker.kafka.topic.clone(),
+        _ => settings.broker.exchange.clone(),
+    };
+    WireView { contract: contract(settings).unwrap_or(Contract::Native), broker, own }
 }
 
 /// `app worker`'s own HTTP surface: `/health/*` and `/metrics` only, on `worker.http.bind`

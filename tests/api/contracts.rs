@@ -293,6 +293,33 @@ async fn commerce_sends_what_the_commerce_backend_reads() {
         keys.sort_unstable();
         assert_eq!(keys, numbers, "one record per completed order");
     }
+    // Operators see where each event went (`/flow`, docs/spec.md §12).
+    let first =
+        json(app.get("/api/orders?limit=100", &app.admin_token("ops")).send().await.unwrap(), StatusCode::OK)
+            .await;
+    let order =
+        first["items"].as_array().unwrap().iter().find(|o| o["number"] == numbers[0]).unwrap().clone();
+    let id = order["id"].as_str().unwrap();
+    let flow = json(
+        app.get(&format!("/api/orders/{id}/flow"), &app.admin_token("ops")).send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    let to = |event_type: &str| -> Vec<Value> {
+        flow["events"].as_array().unwrap().iter().find(|e| e["eventType"] == event_type).unwrap()["destinations"]
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    let key = numbers[0].to_string();
+    assert_eq!(
+        to("order.completed"),
+        [
+            json!({ "destination": "commerce.settlement.requested", "key": key }),
+            json!({ "destination": "commerce.notification.requested", "key": key }),
+        ]
+    );
+    assert_eq!(to("payment.approved"), [json!({ "destination": topic, "key": id })]);
     // The payment events stay native on the broker's topic; order.completed is the two above.
     let natives = native.wait_for(5, Duration::from_secs(30)).await;
     assert!(

@@ -7,6 +7,7 @@ use utoipa::ToSchema;
 
 use crate::adapters::http::body::MaybeJson;
 use crate::adapters::http::problem::ApiError;
+use crate::adapters::messaging::contract::WireView;
 use crate::application::envelopes::timestamp;
 use crate::application::ports::{AuditRecord, OrderRecord, OutboxRecord, StepRecord};
 use crate::domain::notification::Notification;
@@ -282,8 +283,22 @@ pub struct OutboxEventResponse {
     pub created_at: String,
     pub published_at: Option<String>,
     pub dead_lettered_at: Option<String>,
-    /// The envelope as published (JSON text).
+    /// The envelope as stored (JSON text): the native contract's message.
     pub payload: String,
+    /// Where this deployment's wire contract (`broker.contract`) sends it: each message's
+    /// exchange or topic and routing key or key (docs/spec.md §12). Empty with the `log`
+    /// broker.
+    pub destinations: Vec<DestinationResponse>,
+}
+
+/// One message of an event on the wire.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DestinationResponse {
+    /// The exchange (RabbitMQ) or topic (Kafka).
+    pub destination: String,
+    /// The routing key (RabbitMQ) or the record's key (Kafka).
+    pub key: String,
 }
 
 /// `GET /api/orders/{id}/flow`.
@@ -410,9 +425,15 @@ impl From<&OrderRecord> for OrderDetailResponse {
     }
 }
 
-impl From<&OutboxRecord> for OutboxEventResponse {
-    fn from(e: &OutboxRecord) -> Self {
+impl OutboxEventResponse {
+    /// `e` as operators see it, with where `wire` sends it.
+    pub fn of(e: &OutboxRecord, wire: &WireView) -> Self {
         OutboxEventResponse {
+            destinations: wire
+                .destinations(e)
+                .into_iter()
+                .map(|(destination, key)| DestinationResponse { destination, key })
+                .collect(),
             id: e.id,
             event_id: e.event_id.to_string(),
             event_type: e.event_type.clone(),

@@ -59,6 +59,8 @@ pub struct HttpState {
     pub honour_mock_scenario: bool,
     /// This app's metrics registry (`/metrics`).
     pub metrics: crate::telemetry::Registry,
+    /// Where the wire contract sends each event (the outbox views, `/flow`).
+    pub wire: Arc<crate::adapters::messaging::contract::WireView>,
 }
 
 struct BearerAuth;

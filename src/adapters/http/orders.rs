@@ -320,7 +320,7 @@ pub async fn flow(
     Ok(HttpResponse::Ok().json(OrderFlowResponse {
         order_id: id.to_string(),
         steps: flow.steps.iter().map(StepResponse::from).collect(),
-        events: flow.events.iter().map(OutboxEventResponse::from).collect(),
+        events: flow.events.iter().map(|e| OutboxEventResponse::of(e, &state.wire)).collect(),
         audit: flow.audit.iter().map(AuditResponse::from).collect(),
     }))
 }

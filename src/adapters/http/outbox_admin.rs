@@ -159,7 +159,7 @@ pub async fn list_outbox(
     let filter = OutboxFilter { status, event_type, failure_code, dead_lettered_before, before_id, limit };
     let page = state.outbox_admin.list(actor, filter).await?;
     Ok(HttpResponse::Ok().json(OutboxPageResponse {
-        items: page.items.iter().map(OutboxEventResponse::from).collect(),
+        items: page.items.iter().map(|e| OutboxEventResponse::of(e, &state.wire)).collect(),
         next_cursor: page.next_before_id.map(|id| id.to_string()),
     }))
 }
@@ -195,7 +195,7 @@ async fn resolve(
 ) -> Result<HttpResponse, ApiError> {
     let id = outbox_id(path)?;
     let row = state.outbox_admin.resolve_dead_letter(&admin.0, id, discard, ReasonRequest::of(body)?).await?;
-    Ok(HttpResponse::Ok().json(OutboxEventResponse::from(&row)))
+    Ok(HttpResponse::Ok().json(OutboxEventResponse::of(&row, &state.wire)))
 }
 
 /// A dead letter back to `READY` (retry budget reset); `409` for any other status.

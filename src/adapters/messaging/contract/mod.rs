@@ -214,6 +214,26 @@ pub fn native_key(record: &OutboxRecord, broker: Broker) -> String {
     }
 }
 
+/// Where this deployment's contract sends an event, for operators: the contract, the broker
+/// it speaks to (none with the `log` broker) and the broker's own exchange or topic.
+#[derive(Debug, Clone)]
+pub struct WireView {
+    pub contract: Contract,
+    pub broker: Option<Broker>,
+    pub own: String,
+}
+
+impl WireView {
+    /// (exchange or topic, routing key or key) of each message `record` goes out as; empty
+    /// with the `log` broker or for a record the contract cannot encode.
+    pub fn destinations(&self, record: &OutboxRecord) -> Vec<(String, String)> {
+        match self.broker {
+            Some(broker) => self.contract.destinations(record, broker, &self.own),
+            None => Vec::new(),
+        }
+    }
+}
+
 /// The broker a message is encoded for (headers differ: `cloudEvents_` on RabbitMQ, `ce_`
 /// on Kafka).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
