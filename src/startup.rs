@@ -162,6 +162,7 @@ impl Services {
                     retries: b.consumer_retries,
                     retry_backoff: b.consumer_retry_backoff,
                     honour_mock_scenario: self.settings.payment.provider == ProviderKind::Mock,
+                    contract: contract(&self.settings).ok()?,
                 };
                 return Some(MeetingConsumer::Kafka(Arc::new(
                     KafkaMeetingConsumer::new(settings, self.meeting_events.clone())
@@ -185,6 +186,7 @@ impl Services {
             retries: b.consumer_retries,
             retry_backoff: b.consumer_retry_backoff,
             honour_mock_scenario: self.settings.payment.provider == ProviderKind::Mock,
+            contract: contract(&self.settings).ok()?,
         };
         Some(MeetingConsumer::Amqp(Arc::new(
             MeetingConsumers::new(nodes, settings, self.meeting_events.clone())

@@ -328,3 +328,99 @@ async fn commerce_sends_what_the_commerce_backend_reads() {
         natives.iter().map(|r| r.header("event_type")).collect::<Vec<_>>()
     );
 }
+
+/// A registration from the meeting service as a CloudEvent (`type` = prefix + the §7 kind,
+/// `id` the inbox key, data the §7 body).
+fn registration_event(id: &str, user: &str) -> Value {
+    json!({ "specversion": "1.0", "id": id, "source": "/meetings", "type": "io.commerce.meeting.participant.registered",
+            "correlationid": format!("corr-{id}"), "datacontenttype": "application/json",
+            "data": { "meetingId": "m-ce", "userId": user, "amount": 15000, "currency": "KRW" } })
+}
+
+/// Inbound under `cloudevents`, RabbitMQ, structured mode: one order per registration (the
+/// CloudEvent's id is the inbox key: a redelivery is one order), the correlation id carried
+/// on; a CloudEvent of another type on the registration queue goes to its DLQ.
+async fn cloudevents_inbound_over_rabbitmq(backend: Backend) {
+    use amqprs::BasicProperties;
+    use amqprs::channel::BasicPublishArguments;
+    let Some((app, _broker, meeting, workers)) =
+        crate::meeting::start(backend, &[("APP__BROKER__CONTRACT", "cloudevents")]).await
+    else {
+        return;
+    };
+    let send = |body: Value| {
+        let mut props = BasicProperties::default();
+        props.with_content_type("application/cloudevents+json; charset=UTF-8").with_persistence(true);
+        let args = BasicPublishArguments::new(
+            &format!("test.meeting.{}", meeting.id),
+            "meeting.participant.registered",
+        );
+        let channel = meeting.channel.clone();
+        async move { channel.basic_publish(props.finish(), body.to_string().into_bytes(), args).await.unwrap() }
+    };
+    for _ in 0..2 {
+        send(registration_event("ce-reg-1", "u-ce-1")).await;
+    }
+    let mut wrong = registration_event("ce-reg-2", "u-ce-2");
+    wrong["type"] = json!("io.commerce.meeting.deleted");
+    send(wrong).await;
+    crate::helpers::until("the registration's order completed", || async {
+        crate::helpers::count_where(&app.db, "orders", "status = 'COMPLETED'").await == 1
+    })
+    .await;
+    crate::helpers::until("the wrong type dead-lettered", || async {
+        meeting.dlq_depth("register").await == 1
+    })
+    .await;
+    assert_eq!(
+        crate::helpers::count_where(&app.db, "orders", "1 = 1").await,
+        1,
+        "one order for one registration"
+    );
+    assert_eq!(crate::helpers::count_where(&app.db, "inbox", "event_id = 'ce-reg-1'").await, 1);
+    assert_eq!(crate::helpers::count_where(&app.db, "orders", "correlation_id = 'corr-ce-reg-1'").await, 1);
+    workers.shutdown(Duration::from_secs(5)).await;
+}
+
+on_both_databases!(cloudevents_inbound_over_rabbitmq);
+
+/// Inbound under `cloudevents`, Kafka, binary mode (`ce_` headers, the value is the data).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cloudevents_inbound_over_kafka() {
+    let Some(kafka) = TestKafka::start().await else { return };
+    let mut env = kafka.env("commerce.events");
+    env.push(("APP__BROKER__CONTRACT".into(), "cloudevents".into()));
+    env.push(("APP__BROKER__CONSUMER_RETRIES".into(), "1".into()));
+    env.push(("APP__BROKER__CONSUMER_RETRY_BACKOFF".into(), "20ms".into()));
+    let refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let Some(app) = TestApp::spawn_with(Backend::Sqlite, &refs).await else { return };
+    kafka.create("meeting.events").await;
+    let dead = kafka.read("meeting.events.dlq").await;
+    let workers = orchestrator::startup::Workers::spawn(&app.services);
+    let event = registration_event("ce-k-1", "u-k-1");
+    let headers = [
+        ("ce_specversion", "1.0"),
+        ("ce_id", "ce-k-1"),
+        ("ce_source", "/meetings"),
+        ("ce_type", "io.commerce.meeting.participant.registered"),
+        ("content-type", "application/json"),
+    ];
+    let data = event["data"].to_string();
+    for _ in 0..2 {
+        kafka.produce("meeting.events", "m-ce", &headers, data.as_bytes()).await;
+    }
+    // No specversion: not a CloudEvent.
+    kafka.produce("meeting.events", "m-ce", &headers[1..], data.as_bytes()).await;
+    let letters = dead.wait_for(1, Duration::from_secs(60)).await;
+    assert!(
+        letters[0].header("x-dlq-reason").is_some_and(|r| r.contains("specversion")),
+        "{:?}",
+        letters[0].headers
+    );
+    crate::helpers::until("the registration's order completed", || async {
+        crate::helpers::count_where(&app.db, "orders", "status = 'COMPLETED'").await == 1
+    })
+    .await;
+    assert_eq!(crate::helpers::count_where(&app.db, "orders", "1 = 1").await, 1);
+    workers.shutdown(Duration::from_secs(5)).await;
+}

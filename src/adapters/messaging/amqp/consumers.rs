@@ -21,6 +21,7 @@ use super::connection::{AmqpError, AmqpNodes};
 use tracing::Instrument;
 
 use super::super::meeting::{Kind, MeetingHandler, Verdict, reconnecting};
+use crate::adapters::messaging::contract::{Broker, Contract};
 use crate::application::inbound::MeetingEvents;
 use crate::application::meter::Meter;
 
@@ -52,6 +53,8 @@ pub struct ConsumerSettings {
     pub retry_backoff: Duration,
     /// Honour the `x-mock-scenario` header (mock providers only).
     pub honour_mock_scenario: bool,
+    /// How the meeting service's messages are read (docs/spec.md §12).
+    pub contract: Contract,
 }
 
 fn name(text: &str) -> Result<amqprs::FieldName, AmqpError> {
@@ -304,7 +307,21 @@ impl MeetingConsumers {
             async move {
                 let scenario = header(&props, "x-mock-scenario");
                 let correlation_id = props.correlation_id().cloned();
-                this.handler.process(kind, scenario, correlation_id, &content).await
+                let text = |name: &str| header(&props, name).ok().flatten();
+                let content_type = props.content_type().map(String::as_str);
+                match this.settings.contract.read_inbound(Broker::Amqp, content_type, &text, &content) {
+                    Err(why) => Verdict::Reject("malformed", why),
+                    Ok(None) => this.handler.process(kind, scenario, correlation_id, &content).await,
+                    // The queue says the kind; the contract's type must say the same.
+                    Ok(Some(inbound)) if Kind::of_type(&inbound.event_type) != Some(kind) => Verdict::Reject(
+                        "malformed",
+                        format!("type {} is not what queue {} takes", inbound.event_type, kind.label()),
+                    ),
+                    Ok(Some(inbound)) => {
+                        let correlation_id = inbound.correlation_id.or(correlation_id);
+                        this.handler.process(kind, scenario, correlation_id, &inbound.body).await
+                    }
+                }
             }
             .instrument(span),
         )

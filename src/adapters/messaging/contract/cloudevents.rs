@@ -143,6 +143,83 @@ impl CloudEvents {
     }
 }
 
+/// An inbound message as a contract reads it: the meeting kind's event type, the §7 body
+/// it carries, and its correlation id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inbound {
+    pub event_type: String,
+    pub body: Vec<u8>,
+    pub correlation_id: Option<String>,
+}
+
+impl CloudEvents {
+    /// Reads a meeting-service message sent as a CloudEvent: structured when its content
+    /// type is the JSON event format, else binary (attributes in `header(name)`, with the
+    /// broker's prefix). The data is the §7 body; the CloudEvent's `id` is the inbox key (the
+    /// body's `eventId`).
+    ///
+    /// # Errors
+    /// What makes it no CloudEvent of ours (the DLQ's reason).
+    pub fn decode(
+        &self,
+        broker: Broker,
+        content_type: Option<&str>,
+        header: &dyn Fn(&str) -> Option<String>,
+        body: &[u8],
+    ) -> Result<Inbound, String> {
+        let structured =
+            content_type.is_some_and(|c| c.trim_start().starts_with("application/cloudevents+json"));
+        let (attribute, data): (Box<dyn Fn(&str) -> Option<String>>, Value) = if structured {
+            let Value::Object(mut event) = serde_json::from_slice::<Value>(body)
+                .map_err(|e| format!("not the JSON event format: {e}"))?
+            else {
+                return Err("not the JSON event format: not an object".into());
+            };
+            let data = event.remove("data").ok_or("the event has no data")?;
+            (Box::new(move |name: &str| event.get(name).and_then(Value::as_str).map(str::to_owned)), data)
+        } else {
+            let prefix = match broker {
+                Broker::Amqp => "cloudEvents_",
+                Broker::Kafka => "ce_",
+            };
+            let data = serde_json::from_slice::<Value>(body).map_err(|e| format!("data: not JSON: {e}"))?;
+            (Box::new(move |name: &str| header(&format!("{prefix}{name}"))), data)
+        };
+        let required = |name: &str| {
+            attribute(name)
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| format!("CloudEvent attribute {name} is missing"))
+        };
+        let version = required("specversion")?;
+        if version != "1.0" {
+            return Err(format!("specversion {version} is not 1.0"));
+        }
+        let id = required("id")?;
+        required("source")?;
+        let kind = required("type")?;
+        let event_type = kind
+            .strip_prefix(self.settings.type_prefix.as_str())
+            .ok_or_else(|| format!("type {kind} does not start with {}", self.settings.type_prefix))?
+            .to_owned();
+        let Value::Object(mut data) = data else {
+            return Err("data: not a JSON object".into());
+        };
+        match data.get("eventId") {
+            Some(Value::String(own)) if *own != id => {
+                return Err(format!("data.eventId {own} disagrees with the CloudEvent's id {id}"));
+            }
+            _ => {
+                data.insert("eventId".into(), Value::String(id));
+            }
+        }
+        Ok(Inbound {
+            event_type,
+            body: serde_json::to_vec(&Value::Object(data)).map_err(|e| e.to_string())?,
+            correlation_id: attribute("correlationid"),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,6 +263,55 @@ mod tests {
         assert_eq!(event["datacontenttype"], "application/json");
         assert_eq!(event["data"]["totalAmount"], 30000);
         assert!(m.headers.is_empty());
+    }
+
+    #[test]
+    fn a_registration_as_a_cloudevent_is_read_in_both_modes() {
+        let ce = CloudEvents::new(CloudEventsSettings::default());
+        let data = br#"{"meetingId":"m-1","userId":"u-1","amount":15000,"currency":"KRW"}"#;
+        let headers = |name: &str| match name {
+            "ce_specversion" => Some("1.0".to_owned()),
+            "ce_id" => Some("reg-1".to_owned()),
+            "ce_source" => Some("/meetings".to_owned()),
+            "ce_type" => Some("io.commerce.meeting.participant.registered".to_owned()),
+            _ => None,
+        };
+        let binary = ce.decode(Broker::Kafka, Some("application/json"), &headers, data).unwrap();
+        assert_eq!(binary.event_type, "meeting.participant.registered");
+        let body: Value = serde_json::from_slice(&binary.body).unwrap();
+        assert_eq!((body["eventId"].as_str(), body["amount"].as_i64()), (Some("reg-1"), Some(15000)));
+        let event = json!({ "specversion": "1.0", "id": "reg-1", "source": "/meetings",
+            "type": "io.commerce.meeting.participant.registered", "correlationid": "c-9",
+            "data": serde_json::from_slice::<Value>(data).unwrap() });
+        let structured =
+            ce.decode(Broker::Amqp, Some(STRUCTURED), &|_| None, event.to_string().as_bytes()).unwrap();
+        assert_eq!(structured.body, binary.body);
+        assert_eq!(structured.correlation_id.as_deref(), Some("c-9"));
+    }
+
+    #[test]
+    fn what_is_no_cloudevent_of_ours_is_refused_with_its_reason() {
+        let ce = CloudEvents::new(CloudEventsSettings::default());
+        let event = |patch: Value| {
+            let mut e = json!({ "specversion": "1.0", "id": "reg-1", "source": "/m",
+                "type": "io.commerce.meeting.deleted", "data": { "meetingId": "m-1" } });
+            for (k, v) in patch.as_object().unwrap() {
+                e[k] = v.clone();
+            }
+            ce.decode(Broker::Kafka, Some(STRUCTURED), &|_| None, e.to_string().as_bytes())
+        };
+        assert!(event(json!({})).is_ok());
+        for (patch, why) in [
+            (json!({ "specversion": "0.3" }), "specversion"),
+            (json!({ "id": "" }), "id"),
+            (json!({ "type": "com.other.meeting.deleted" }), "type"),
+            (json!({ "data": [1] }), "data"),
+            (json!({ "data": { "eventId": "other" } }), "disagrees"),
+        ] {
+            let refused = event(patch.clone()).unwrap_err();
+            assert!(refused.contains(why), "{patch}: {refused}");
+        }
+        assert!(ce.decode(Broker::Kafka, None, &|_| None, b"{}").unwrap_err().contains("specversion"));
     }
 
     #[test]

@@ -14,7 +14,7 @@ mod envelope;
 
 use std::fmt;
 
-pub use cloudevents::{CloudEvents, CloudEventsMode, CloudEventsSettings};
+pub use cloudevents::{CloudEvents, CloudEventsMode, CloudEventsSettings, Inbound};
 pub use envelope::Envelope;
 
 use crate::application::ports::{OutboxRecord, PublishOutcome};
@@ -151,6 +151,24 @@ impl Contract {
                 ce.encode(record, traceparent, broker).map(|m| Encoded::Messages(vec![m]))
             }
             Contract::Commerce => commerce::encode(record),
+        }
+    }
+
+    /// Reads an inbound message of the meeting service under this contract: `None` when it
+    /// is read natively (docs/spec.md §7, §11), else what it carries.
+    ///
+    /// # Errors
+    /// What makes it no message of this contract (the DLQ's reason).
+    pub fn read_inbound(
+        &self,
+        broker: Broker,
+        content_type: Option<&str>,
+        header: &dyn Fn(&str) -> Option<String>,
+        body: &[u8],
+    ) -> Result<Option<Inbound>, String> {
+        match self {
+            Contract::CloudEvents(ce) => ce.decode(broker, content_type, header, body).map(Some),
+            Contract::Native | Contract::Commerce => Ok(None),
         }
     }
 

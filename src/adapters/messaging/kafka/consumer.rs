@@ -22,6 +22,7 @@ use tracing::Instrument;
 use super::client::{KafkaConnection, KafkaFailure, Watch};
 use super::dead_letter::{Keep, Original, dead_letter};
 use super::publisher::producer_config;
+use crate::adapters::messaging::contract::{Broker, Contract};
 use crate::adapters::messaging::meeting::{Kind, MeetingHandler, Verdict, reconnecting};
 use crate::application::health::LoopProgress;
 use crate::application::inbound::MeetingEvents;
@@ -40,6 +41,8 @@ pub struct KafkaConsumerSettings {
     pub retry_backoff: Duration,
     /// Honour the `x-mock-scenario` header (mock providers only).
     pub honour_mock_scenario: bool,
+    /// How the meeting service's records are read (docs/spec.md §12).
+    pub contract: Contract,
 }
 
 /// Consumes the meeting service's topics until stopped, reconnecting after failures.
@@ -186,7 +189,17 @@ impl KafkaMeetingConsumer {
         stop: &CancellationToken,
     ) -> bool {
         let started = std::time::Instant::now();
-        let kind = kind_of(message);
+        let body = message.payload().unwrap_or_default();
+        let text = |name: &str| header(message, name).ok().flatten();
+        let content_type = text("content-type");
+        let inbound =
+            self.settings.contract.read_inbound(Broker::Kafka, content_type.as_deref(), &text, body);
+        let kind = match &inbound {
+            Err(why) => Err(why.clone()),
+            Ok(None) => kind_of(message),
+            Ok(Some(inbound)) => Kind::of_type(&inbound.event_type)
+                .ok_or_else(|| format!("type `{}` is not a meeting-service event", inbound.event_type)),
+        };
         let label = kind.as_ref().map_or("unknown", Kind::label);
         let span = tracing::info_span!(
             "kafka.consume",
@@ -201,8 +214,12 @@ impl KafkaMeetingConsumer {
             Err(why) => Verdict::Reject("malformed", why),
             Ok(kind) => {
                 let scenario = header(message, "x-mock-scenario");
-                let correlation_id = header(message, "correlation_id").ok().flatten();
-                let body = message.payload().unwrap_or_default();
+                let mut correlation_id = header(message, "correlation_id").ok().flatten();
+                let mut body = body;
+                if let Ok(Some(inbound)) = &inbound {
+                    body = inbound.body.as_slice();
+                    correlation_id = inbound.correlation_id.clone().or(correlation_id);
+                }
                 // A panic in processing must not stop the partition: the record is
                 // dead-lettered instead.
                 let processing = std::panic::AssertUnwindSafe(
