@@ -143,6 +143,9 @@ impl CloudEvents {
     }
 }
 
+/// How a decoder finds an attribute by name.
+type Attributes<'a> = Box<dyn Fn(&str) -> Option<String> + 'a>;
+
 /// An inbound message as a contract reads it: the meeting kind's event type, the §7 body
 /// it carries, and its correlation id.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,7 +172,7 @@ impl CloudEvents {
     ) -> Result<Inbound, String> {
         let structured =
             content_type.is_some_and(|c| c.trim_start().starts_with("application/cloudevents+json"));
-        let (attribute, data): (Box<dyn Fn(&str) -> Option<String>>, Value) = if structured {
+        let (attribute, data): (Attributes<'_>, Value) = if structured {
             let Value::Object(mut event) = serde_json::from_slice::<Value>(body)
                 .map_err(|e| format!("not the JSON event format: {e}"))?
             else {
