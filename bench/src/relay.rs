@@ -132,6 +132,7 @@ pub(crate) async fn bare_publisher(
 /// Seeds `n` events of `shape` and drains them with `workers` relays: the rate, and the CPU
 /// spent from the first claim to the last record (start-up, seeding and the final check are
 /// not part of it).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn relay_drain(
     fixture: &Fixture,
     shape: Shape,
@@ -139,10 +140,14 @@ pub(crate) async fn relay_drain(
     workers: usize,
     window: usize,
     batch: usize,
+    contract: &str,
 ) -> Result<(f64, String), BoxError> {
     let (window, batch) = (window.to_string(), batch.to_string());
-    let settings =
-        fixture.settings(&[("APP__OUTBOX__PUBLISH_WINDOW", &window), ("APP__OUTBOX__BATCH_SIZE", &batch)])?;
+    let settings = fixture.settings(&[
+        ("APP__OUTBOX__PUBLISH_WINDOW", &window),
+        ("APP__OUTBOX__BATCH_SIZE", &batch),
+        ("APP__BROKER__CONTRACT", contract),
+    ])?;
     let services = startup::build_services(&settings).await.map_err(|e| e.to_string())?;
     let relays: Vec<_> = (0..workers).map(|_| services.relay()).collect();
     if workers > 1 {
@@ -226,8 +231,14 @@ pub(crate) async fn bracketed(
     println!("| {label} | {before:.0} | |");
     let mut results = vec![json!({ "publisher": "bare", "eventsPerSecond": before })];
     let mut cpu_lines = vec![format!("bare: {bare_cpu}")];
-    for w in workers.split(',').filter_map(|w| w.trim().parse::<usize>().ok()) {
-        let (rate, cpu) = relay_drain(fixture, shape, events, w, window, batch).await?;
+    // `N` relays, or `N:contract` (docs/spec.md §12: `1:cloudevents`), native by default.
+    let runs = workers.split(',').filter_map(|w| {
+        let (count, contract) = w.trim().split_once(':').unwrap_or((w.trim(), "native"));
+        Some((count.parse::<usize>().ok()?, contract.to_owned()))
+    });
+    for (w, contract) in runs {
+        let (rate, cpu) = relay_drain(fixture, shape, events, w, window, batch, &contract).await?;
+        let w = if contract == "native" { w.to_string() } else { format!("{w} {contract}") };
         cpu_lines.push(format!("relay x{w}: {cpu}"));
         fixture.reset().await?;
         let (after, bare_cpu) = bare().await?;
