@@ -59,7 +59,10 @@ struct Outgoing {
 
 /// The AMQP properties of a message a contract encoded: persistent, `timestamp` the
 /// record's, and what the contract says.
-fn contract_properties(message: &WireMessage, created_at: chrono::DateTime<chrono::Utc>) -> BasicProperties {
+fn contract_properties(
+    message: &mut WireMessage,
+    created_at: chrono::DateTime<chrono::Utc>,
+) -> BasicProperties {
     let mut props = BasicProperties::default();
     props.with_persistence(true).with_timestamp(created_at.timestamp().max(0) as u64);
     if let Some(id) = &message.message_id {
@@ -76,12 +79,12 @@ fn contract_properties(message: &WireMessage, created_at: chrono::DateTime<chron
     }
     if !message.headers.is_empty() {
         let mut headers = amqprs::FieldTable::new();
-        for (name, value) in &message.headers {
+        for (name, value) in message.headers.drain(..) {
             let value = match value {
-                HeaderValue::Text(text) => text.clone().try_into().ok().map(amqprs::FieldValue::S),
-                HeaderValue::Long(n) => Some(amqprs::FieldValue::l(*n)),
+                HeaderValue::Text(text) => text.try_into().ok().map(amqprs::FieldValue::S),
+                HeaderValue::Long(n) => Some(amqprs::FieldValue::l(n)),
             };
-            if let (Ok(key), Some(value)) = (name.clone().try_into(), value) {
+            if let (Ok(key), Some(value)) = (name.try_into(), value) {
                 headers.insert(key, value);
             }
         }
@@ -453,14 +456,14 @@ impl EventPublisher for AmqpEventPublisher {
                 }
                 Ok(Encoded::Messages(messages)) => {
                     groups.push(messages.len());
-                    for message in messages {
+                    for mut message in messages {
                         outgoing.push(Ok(Outgoing {
                             exchange: message
                                 .destination
                                 .clone()
                                 .unwrap_or_else(|| self.settings.exchange.clone()),
                             routing_key: message.key.clone(),
-                            properties: contract_properties(&message, record.created_at),
+                            properties: contract_properties(&mut message, record.created_at),
                             message_id: message
                                 .message_id
                                 .clone()

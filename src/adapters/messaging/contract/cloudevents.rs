@@ -9,7 +9,7 @@
 //! `datacontenttype` `application/json`; extensions `correlationid` and `traceparent` when
 //! there are. Keys and routing keys as native.
 
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 use super::envelope::Envelope;
 use super::{Broker, HeaderValue, WireMessage, native_key};
@@ -52,6 +52,35 @@ impl Default for CloudEventsSettings {
     }
 }
 
+/// The attributes we send, and their header names on each broker (binary mode).
+const ATTRIBUTES: [&str; 8] =
+    ["specversion", "id", "source", "type", "subject", "time", "correlationid", "traceparent"];
+const AMQP_HEADERS: [&str; 8] = [
+    "cloudEvents_specversion",
+    "cloudEvents_id",
+    "cloudEvents_source",
+    "cloudEvents_type",
+    "cloudEvents_subject",
+    "cloudEvents_time",
+    "cloudEvents_correlationid",
+    "cloudEvents_traceparent",
+];
+const KAFKA_HEADERS: [&str; 8] = [
+    "ce_specversion",
+    "ce_id",
+    "ce_source",
+    "ce_type",
+    "ce_subject",
+    "ce_time",
+    "ce_correlationid",
+    "ce_traceparent",
+];
+
+/// The header `attribute` goes in, from `names` (one of the tables above).
+fn header_name(names: &[&'static str; 8], attribute: &str) -> &'static str {
+    ATTRIBUTES.iter().position(|a| *a == attribute).map_or("", |i| names[i])
+}
+
 /// The content type of the JSON event format (structured mode).
 pub const STRUCTURED: &str = "application/cloudevents+json; charset=UTF-8";
 
@@ -66,14 +95,14 @@ impl CloudEvents {
     }
 
     /// The CloudEvent's attributes of `envelope`, in the spec's order, as text.
-    fn attributes(&self, envelope: &Envelope, traceparent: Option<&str>) -> Vec<(&'static str, String)> {
+    fn attributes(&self, envelope: &Envelope<'_>, traceparent: Option<&str>) -> Vec<(&'static str, String)> {
         let mut attributes = vec![
             ("specversion", "1.0".to_owned()),
-            ("id", envelope.event_id.clone()),
+            ("id", envelope.event_id.clone().into_owned()),
             ("source", self.settings.source.clone()),
             ("type", format!("{}{}", self.settings.type_prefix, envelope.event_type)),
-            ("subject", envelope.aggregate_id.clone()),
-            ("time", envelope.occurred_at.clone()),
+            ("subject", envelope.aggregate_id.clone().into_owned()),
+            ("time", envelope.occurred_at.clone().into_owned()),
         ];
         if let Some(correlation) = envelope.correlation_id.as_deref().filter(|c| !c.is_empty()) {
             attributes.push(("correlationid", correlation.to_owned()));
@@ -84,7 +113,7 @@ impl CloudEvents {
         attributes
     }
 
-    /// The message `record` goes out as.
+    /// The message `record` goes out as. The data is the payload exactly as stored.
     ///
     /// # Errors
     /// Its envelope cannot be read.
@@ -97,42 +126,50 @@ impl CloudEvents {
         let envelope = Envelope::read(&record.payload)?;
         let attributes = self.attributes(&envelope, traceparent);
         let key = native_key(record, broker);
-        let data = serde_json::to_vec(&envelope.payload).map_err(|e| e.to_string())?;
+        let data = envelope.payload.get();
         let message = match self.settings.mode {
             CloudEventsMode::Binary => {
-                let prefix = match broker {
-                    Broker::Amqp => "cloudEvents_",
-                    Broker::Kafka => "ce_",
+                let names = match broker {
+                    Broker::Amqp => &AMQP_HEADERS,
+                    Broker::Kafka => &KAFKA_HEADERS,
                 };
                 WireMessage {
                     destination: None,
                     key,
-                    body: data,
+                    body: data.as_bytes().to_vec(),
                     content_type: Some("application/json".into()),
                     kafka_content_type_header: true,
-                    message_id: Some(envelope.event_id.clone()),
+                    message_id: Some(envelope.event_id.into_owned()),
                     amqp_type: None,
                     correlation_id: None,
                     headers: attributes
                         .into_iter()
-                        .map(|(name, value)| (format!("{prefix}{name}"), HeaderValue::Text(value)))
+                        .map(|(name, value)| (header_name(names, name), HeaderValue::Text(value)))
                         .collect(),
                 }
             }
             CloudEventsMode::Structured => {
-                let mut event = Map::new();
-                for (name, value) in attributes {
-                    event.insert(name.to_owned(), Value::String(value));
+                // The JSON event format, written out: the attributes as JSON strings, then
+                // the data as stored.
+                let mut event = String::with_capacity(data.len() + 400);
+                event.push('{');
+                for (name, value) in &attributes {
+                    event.push('"');
+                    event.push_str(name);
+                    event.push_str("\":");
+                    event.push_str(&serde_json::to_string(value).map_err(|e| e.to_string())?);
+                    event.push(',');
                 }
-                event.insert("datacontenttype".into(), json!("application/json"));
-                event.insert("data".into(), envelope.payload);
+                event.push_str("\"datacontenttype\":\"application/json\",\"data\":");
+                event.push_str(data);
+                event.push('}');
                 WireMessage {
                     destination: None,
                     key,
-                    body: serde_json::to_vec(&Value::Object(event)).map_err(|e| e.to_string())?,
+                    body: event.into_bytes(),
                     content_type: Some(STRUCTURED.into()),
                     kafka_content_type_header: true,
-                    message_id: Some(envelope.event_id),
+                    message_id: Some(envelope.event_id.into_owned()),
                     amqp_type: None,
                     correlation_id: None,
                     headers: Vec::new(),
@@ -225,6 +262,8 @@ impl CloudEvents {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     use super::super::tests::record;
@@ -233,7 +272,7 @@ mod tests {
     fn binary_puts_the_attributes_in_headers_and_the_data_in_the_body() {
         let ce = CloudEvents::new(CloudEventsSettings::default());
         let m = ce.encode(&record(), None, Broker::Kafka).unwrap();
-        let header = |n: &str| m.headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.to_text());
+        let header = |n: &str| m.headers.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_text());
         assert_eq!(header("ce_specversion").as_deref(), Some("1.0"));
         assert_eq!(header("ce_type").as_deref(), Some("io.commerce.order.completed"));
         assert_eq!(header("ce_subject").as_deref(), Some("8d7e6f50-1a2b-4c3d-9e8f-001122334455"));
@@ -244,7 +283,7 @@ mod tests {
         let amqp = ce
             .encode(&record(), Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"), Broker::Amqp)
             .unwrap();
-        assert!(amqp.headers.iter().any(|(k, _)| k == "cloudEvents_traceparent"));
+        assert!(amqp.headers.iter().any(|(k, _)| *k == "cloudEvents_traceparent"));
         assert_eq!(amqp.key, "order.completed");
         assert_eq!(
             ce.encode(&record(), None, Broker::Amqp).unwrap(),

@@ -28,9 +28,15 @@ pub fn encode(record: &OutboxRecord) -> Result<Encoded, String> {
     if record.event_type != "order.completed" {
         return Ok(Encoded::Native);
     }
+    #[derive(serde::Deserialize)]
+    struct Numbered {
+        #[serde(rename = "orderNumber")]
+        order_number: Option<i64>,
+    }
     let envelope = Envelope::read(&record.payload)?;
-    let number = envelope.payload["orderNumber"]
-        .as_i64()
+    let number = serde_json::from_str::<Numbered>(envelope.payload.get())
+        .ok()
+        .and_then(|p| p.order_number)
         .filter(|n| *n > 0)
         .ok_or("order.completed has no orderNumber: the commerce contract keys by it")?;
     let message = |topic: &str, event_type: &str| WireMessage {

@@ -55,7 +55,8 @@ pub struct WireMessage {
     pub amqp_type: Option<String>,
     /// RabbitMQ's `correlation_id` property.
     pub correlation_id: Option<String>,
-    pub headers: Vec<(String, HeaderValue)>,
+    /// Names are the contract's own (static): no allocation per message.
+    pub headers: Vec<(&'static str, HeaderValue)>,
 }
 
 /// Which contract, as `broker.contract` names it.

@@ -52,7 +52,7 @@ fn contract_headers(message: &WireMessage) -> OwnedHeaders {
     }
     for (name, value) in &message.headers {
         let text = value.to_text();
-        headers = headers.insert(Header { key: name.as_str(), value: Some(text.as_str()) });
+        headers = headers.insert(Header { key: name, value: Some(text.as_str()) });
     }
     headers
 }
