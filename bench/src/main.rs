@@ -68,7 +68,8 @@ enum Scenario {
         #[arg(long, default_value_t = 100_000)]
         events: usize,
         /// Relay counts to measure, comma-separated; `N:contract` measures N relays under
-        /// that wire contract (`1:cloudevents`; docs/spec.md §12), native otherwise.
+        /// that wire contract (`1:cloudevents`, `1:cloudevents/structured`; docs/spec.md §12),
+        /// native otherwise.
         #[arg(long, default_value = "1,4")]
         workers: String,
         #[arg(long, default_value_t = 256)]

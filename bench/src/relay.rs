@@ -143,10 +143,13 @@ pub(crate) async fn relay_drain(
     contract: &str,
 ) -> Result<(f64, String), BoxError> {
     let (window, batch) = (window.to_string(), batch.to_string());
+    // `cloudevents/structured`: the contract and its CloudEvents mode.
+    let (contract, mode) = contract.split_once('/').unwrap_or((contract, "binary"));
     let settings = fixture.settings(&[
         ("APP__OUTBOX__PUBLISH_WINDOW", &window),
         ("APP__OUTBOX__BATCH_SIZE", &batch),
         ("APP__BROKER__CONTRACT", contract),
+        ("APP__BROKER__CLOUDEVENTS__MODE", mode),
     ])?;
     let services = startup::build_services(&settings).await.map_err(|e| e.to_string())?;
     let relays: Vec<_> = (0..workers).map(|_| services.relay()).collect();

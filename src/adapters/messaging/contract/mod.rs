@@ -265,7 +265,27 @@ pub enum Broker {
 pub(super) mod tests {
     use serde_json::json;
 
-    use crate::application::ports::OutboxRecord;
+    use crate::application::ports::{OutboxRecord, PublishOutcome};
+    use crate::domain::outbox::FailureCode;
+
+    #[test]
+    fn a_record_is_published_when_every_one_of_its_messages_is() {
+        let nack = || PublishOutcome::Failed { code: FailureCode::Nacked, reason: "nacked".into() };
+        let lost = || PublishOutcome::Failed { code: FailureCode::ConnectionLost, reason: "lost".into() };
+        let outcomes = vec![
+            PublishOutcome::Confirmed,
+            PublishOutcome::Confirmed,
+            nack(),
+            lost(),
+            PublishOutcome::Confirmed,
+        ];
+        assert_eq!(
+            super::per_record(outcomes, &[2, 2, 1]),
+            [PublishOutcome::Confirmed, nack(), PublishOutcome::Confirmed],
+            "the first failure of a record is its outcome"
+        );
+        assert_eq!(super::per_record(vec![lost()], &[1]), [lost()]);
+    }
 
     /// An `order.completed` as the outbox stores it.
     pub(in crate::adapters::messaging::contract) fn record() -> OutboxRecord {
