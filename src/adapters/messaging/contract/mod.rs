@@ -5,8 +5,10 @@
 //! record published once every one of its messages is confirmed; everything else — claims,
 //! retries, dead letters, the admin API — is the same under every contract.
 //!
-//! A contract is one module here: its outbound routing, envelope and headers together. A
-//! fourth contract is one new module and one arm in [`Contract::of`].
+//! A contract is one module here: its outbound routing, envelope, headers and inbound
+//! reading together. A fourth contract is one new module, a variant of [`Contract`] and its
+//! arm in each of `Contract`'s methods (the compiler lists them); the publishers and
+//! consumers do not change.
 
 mod cloudevents;
 pub mod commerce;
