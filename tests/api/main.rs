@@ -25,6 +25,7 @@ mod kafka;
 mod kafka_broker;
 mod ledger;
 mod meeting;
+mod momo;
 mod money;
 mod notifications;
 mod numbers;

@@ -2,6 +2,7 @@
 
 mod connection;
 mod consumers;
+pub mod momo;
 mod publisher;
 
 pub use connection::{AmqpEndpoint, AmqpError, AmqpNodes, Redacted, connect};
