@@ -13,6 +13,7 @@
 mod cloudevents;
 pub mod commerce;
 mod envelope;
+pub mod momo;
 
 use std::fmt;
 
