@@ -195,14 +195,19 @@ impl Contract {
 
     /// Where `record` goes under this contract, for operators (`/flow`, the outbox views):
     /// (exchange or topic, routing key or key) of each message.
+    /// Only what routes a message is worked out: no body or header is built.
     pub fn destinations(&self, record: &OutboxRecord, broker: Broker, own: &str) -> Vec<(String, String)> {
-        match self.encode(record, None, broker) {
-            Ok(Encoded::Native) => vec![(own.to_owned(), native_key(record, broker))],
-            Ok(Encoded::Messages(messages)) => messages
-                .into_iter()
-                .map(|m| (m.destination.unwrap_or_else(|| own.to_owned()), m.key))
-                .collect(),
-            Err(_) => Vec::new(),
+        match self {
+            // CloudEvents keep native keys and routing keys.
+            Contract::Native | Contract::CloudEvents(_) => vec![(own.to_owned(), native_key(record, broker))],
+            Contract::Commerce => match commerce::encode(record) {
+                Ok(Encoded::Native) => vec![(own.to_owned(), native_key(record, broker))],
+                Ok(Encoded::Messages(messages)) => messages
+                    .into_iter()
+                    .map(|m| (m.destination.unwrap_or_else(|| own.to_owned()), m.key))
+                    .collect(),
+                Err(_) => Vec::new(),
+            },
         }
     }
 }

@@ -8,6 +8,7 @@
 //! a report arrives through the producer's delivery callback (its own polling thread), which
 //! frees the record's place in the window and hands the verdict to the waiting batch.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -285,20 +286,9 @@ impl EventPublisher for KafkaEventPublisher {
                     continue;
                 }
             };
-            groups.push(messages.as_ref().map_or(1, Vec::len));
-            match messages {
+            // The record's records on the wire: (topic, key, value, headers).
+            let outgoing: Vec<(Cow<'_, str>, Cow<'_, str>, Cow<'_, [u8]>, OwnedHeaders)> = match messages {
                 None => {
-                    let permit =
-                        match tokio::time::timeout_at(deadline, self.window.clone().acquire_owned()).await {
-                            Ok(Ok(permit)) => permit,
-                            _ => {
-                                waiting.push(Err(failed(
-                                    FailureCode::ConfirmTimeout,
-                                    "no room in the window in time",
-                                )));
-                                continue;
-                            }
-                        };
                     let event_id = record.event_id.to_string();
                     let headers = record_headers(
                         &event_id,
@@ -306,51 +296,46 @@ impl EventPublisher for KafkaEventPublisher {
                         record.correlation_id.as_deref(),
                         traceparent.as_deref(),
                     );
-                    let (done, verdict) = oneshot::channel();
-                    let sent = producer.send(
-                        BaseRecord::with_opaque_to(
-                            &self.settings.topic,
-                            Box::new(Pending { done, _permit: permit }),
-                        )
-                        .key(record.aggregate_id.as_str())
-                        .payload(record.payload.as_str())
-                        .headers(headers),
-                    );
-                    match sent {
-                        Ok(()) => waiting.push(Ok(verdict)),
-                        Err((error, _)) => waiting.push(Err(outcome_of(&error))),
-                    }
+                    vec![(
+                        Cow::Borrowed(self.settings.topic.as_str()),
+                        Cow::Borrowed(record.aggregate_id.as_str()),
+                        Cow::Borrowed(record.payload.as_bytes()),
+                        headers,
+                    )]
                 }
-                Some(messages) => {
-                    for message in messages {
-                        let permit = match tokio::time::timeout_at(
-                            deadline,
-                            self.window.clone().acquire_owned(),
-                        )
-                        .await
-                        {
-                            Ok(Ok(permit)) => permit,
-                            _ => {
-                                waiting.push(Err(failed(
-                                    FailureCode::ConfirmTimeout,
-                                    "no room in the window in time",
-                                )));
-                                continue;
-                            }
-                        };
-                        let topic = message.destination.as_deref().unwrap_or(&self.settings.topic);
-                        let (done, verdict) = oneshot::channel();
-                        let sent = producer.send(
-                            BaseRecord::with_opaque_to(topic, Box::new(Pending { done, _permit: permit }))
-                                .key(message.key.as_str())
-                                .payload(message.body.as_slice())
-                                .headers(contract_headers(&message)),
-                        );
-                        match sent {
-                            Ok(()) => waiting.push(Ok(verdict)),
-                            Err((error, _)) => waiting.push(Err(outcome_of(&error))),
-                        }
+                Some(messages) => messages
+                    .into_iter()
+                    .map(|message| {
+                        let headers = contract_headers(&message);
+                        let topic = message
+                            .destination
+                            .map_or(Cow::Borrowed(self.settings.topic.as_str()), Cow::Owned);
+                        (topic, Cow::Owned(message.key), Cow::Owned(message.body), headers)
+                    })
+                    .collect(),
+            };
+            groups.push(outgoing.len());
+            for (topic, key, value, headers) in outgoing {
+                let permit = match tokio::time::timeout_at(deadline, self.window.clone().acquire_owned())
+                    .await
+                {
+                    Ok(Ok(permit)) => permit,
+                    _ => {
+                        waiting
+                            .push(Err(failed(FailureCode::ConfirmTimeout, "no room in the window in time")));
+                        continue;
                     }
+                };
+                let (done, verdict) = oneshot::channel();
+                let sent = producer.send(
+                    BaseRecord::with_opaque_to(topic.as_ref(), Box::new(Pending { done, _permit: permit }))
+                        .key(key.as_ref())
+                        .payload(value.as_ref())
+                        .headers(headers),
+                );
+                match sent {
+                    Ok(()) => waiting.push(Ok(verdict)),
+                    Err((error, _)) => waiting.push(Err(outcome_of(&error))),
                 }
             }
         }
