@@ -8,7 +8,7 @@
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Map, Value, json};
 
-use crate::application::ports::NewOutboxEvent;
+use crate::application::ports::{NewOutboxEvent, OrderRecord};
 use crate::domain::ids::EventId;
 use crate::domain::notification::{Notification, NotificationEvent};
 use crate::domain::order::{Order, OrderEvent};
@@ -50,6 +50,7 @@ pub fn registration_refused(
             "meetingId": meeting_id,
             "userId": user_id,
             "registrationEventId": inbound_event_id,
+            "causationId": inbound_event_id,
             "reason": reason,
         },
     });
@@ -69,13 +70,25 @@ pub fn registration_refused(
 pub struct EventWriter<'a> {
     order: &'a Order,
     correlation_id: Option<&'a str>,
+    causation_id: Option<&'a str>,
+    /// The order's payment's number, once it has one (the record's, or the payment whose
+    /// events are written).
+    payment_number: Option<i64>,
     now: DateTime<Utc>,
     events: Vec<NewOutboxEvent>,
 }
 
 impl<'a> EventWriter<'a> {
-    pub fn new(order: &'a Order, correlation_id: Option<&'a str>, now: DateTime<Utc>) -> Self {
-        EventWriter { order, correlation_id, now, events: Vec::new() }
+    /// `order` as it is now; `record`, the order as loaded, gives its context and payment.
+    pub fn new(order: &'a Order, record: &'a OrderRecord, now: DateTime<Utc>) -> Self {
+        EventWriter {
+            order,
+            correlation_id: record.context.correlation_id.as_deref(),
+            causation_id: record.context.causation_id.as_deref(),
+            payment_number: record.payment.as_ref().map(|p| p.number),
+            now,
+            events: Vec::new(),
+        }
     }
 
     fn base(&self) -> Map<String, Value> {
@@ -89,6 +102,12 @@ impl<'a> EventWriter<'a> {
         map.insert("currency".into(), json!(o.currency.as_str()));
         map.insert("totalAmount".into(), json!(o.total.minor()));
         map.insert("orderStatus".into(), json!(o.status.as_str()));
+        if let Some(number) = self.payment_number {
+            map.insert("paymentNumber".into(), json!(number));
+        }
+        if let Some(causation) = self.causation_id {
+            map.insert("causationId".into(), json!(causation));
+        }
         map
     }
 
@@ -134,6 +153,7 @@ impl<'a> EventWriter<'a> {
     }
 
     pub fn payment(&mut self, payment: &Payment, events: &[PaymentEvent]) -> &mut Self {
+        self.payment_number = Some(payment.number);
         for event in events {
             let mut extra = json!({
                 "paymentId": payment.id.to_string(),
@@ -147,8 +167,18 @@ impl<'a> EventWriter<'a> {
                 PaymentEvent::Declined { code } => extra["declineCode"] = json!(code),
                 PaymentEvent::Cancelled { reason } => extra["reason"] = json!(reason),
                 // A refund's event: `amount` is the refund's; the payment's is `paymentAmount`.
-                PaymentEvent::Refunded { refund_id, amount, refunded_amount, balance } => {
+                PaymentEvent::Refunded {
+                    refund_id,
+                    amount,
+                    refunded_amount,
+                    balance,
+                    reason,
+                    causation_id,
+                } => {
                     extra["refundId"] = json!(refund_id.to_string());
+                    extra["refundReason"] = json!(reason);
+                    // The refund's cause, not the order's: null for one the API asked for.
+                    extra["causationId"] = json!(causation_id);
                     extra["paymentAmount"] = json!(payment.amount.minor());
                     extra["amount"] = json!(amount);
                     extra["refundedAmount"] = json!(refunded_amount);

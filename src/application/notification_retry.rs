@@ -284,7 +284,7 @@ impl NotificationRetry {
             reason,
             now,
         ));
-        let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
+        let mut events = EventWriter::new(&order, &record, now);
         events.order(&order_events);
         changes.outbox = events.finish();
         let steps = changes.steps.clone();

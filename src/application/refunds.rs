@@ -50,6 +50,9 @@ pub struct RefundRequest {
     pub request_key: Option<String>,
     /// The inbound message asking for it, recorded in the same transaction as the outcome.
     pub inbox: Option<InboxEntry>,
+    /// The inbound message asking for it (its id), carried by the refund's events as
+    /// `causationId` (docs/spec.md §12).
+    pub causation_id: Option<String>,
     /// Overrides the order's mock refund behaviour if it names one.
     pub scenario: Scenario,
 }
@@ -179,7 +182,7 @@ impl Refunds {
         request: RefundRequest,
         restate: Restate,
     ) -> Result<RefundOutcome, AppError> {
-        let RefundRequest { reason, amount, request_key, inbox, scenario } = request;
+        let RefundRequest { reason, amount, request_key, inbox, causation_id, scenario } = request;
         let mut record = self.load(order_id).await?;
         if !actor.may_access(&record.order.customer_id) {
             self.audit_rejection(actor, order_id, "not the order's customer".into()).await?;
@@ -265,6 +268,7 @@ impl Refunds {
             }
             Err(err) => return Err(broken_invariant(err)),
         };
+        refund.causation_id = causation_id;
         // The intent, committed before the provider is asked: whatever happens to the
         // answer, the worker finds this refund and finishes it (docs/spec.md §4).
         let mut changes = Changes::default();
@@ -453,7 +457,14 @@ impl Refunds {
             self.uow.commit(changes).await?;
             return Ok(RefundOutcome::Rejected { record: current, reason });
         }
-        let again = RefundRequest { reason: Some(refund.reason), amount, request_key, inbox, scenario };
+        let again = RefundRequest {
+            reason: Some(refund.reason),
+            amount,
+            request_key,
+            inbox,
+            causation_id: refund.causation_id,
+            scenario,
+        };
         Box::pin(self.refund_leased(actor, order_id, again, Restate::No)).await
     }
 
@@ -572,7 +583,7 @@ impl Refunds {
                         now,
                     ));
                 }
-                let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
+                let mut events = EventWriter::new(&order, &record, now);
                 events.payment(&payment, &payment_events).order(&order_events);
                 changes.outbox = events.finish();
                 None
@@ -599,7 +610,7 @@ impl Refunds {
                     Some(format!("refund {}: {why}", refund.id)),
                     now,
                 ));
-                let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
+                let mut events = EventWriter::new(&order, &record, now);
                 events.payment(&payment, &payment_events);
                 changes.outbox = events.finish();
                 Some(why)
@@ -903,7 +914,7 @@ impl Refunds {
         if !order_events.is_empty() {
             changes.update_order(&mut order);
         }
-        let mut writer = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
+        let mut writer = EventWriter::new(&order, &record, now);
         writer.payment(&payment, &events).order(&order_events);
         changes.outbox = writer.finish();
         if !commit(self.uow.as_ref(), changes).await? {

@@ -97,6 +97,7 @@ async fn insert(s: &Stores, order: &mut Order, events: Vec<NewOutboxEvent>) {
         OrderContext {
             scenario: Scenario::parse("settlement=fail").unwrap(),
             correlation_id: Some("c-1".into()),
+            causation_id: Some("registration-1".into()),
         },
     );
     changes.outbox = events;

@@ -81,7 +81,7 @@ pub fn order_from_row(
         version: row.version,
         number: row.number,
     };
-    Ok((order, OrderContext { scenario, correlation_id: row.correlation_id }))
+    Ok((order, OrderContext { scenario, correlation_id: row.correlation_id, causation_id: row.causation_id }))
 }
 
 /// The row for `order`, with `version` set to what the store will hold after the write.
@@ -106,6 +106,7 @@ pub fn order_to_row(order: &Order, context: Option<&OrderContext>) -> orders::Ac
         row.created_at = Set(order.created_at);
         row.mock_scenario = Set((!context.scenario.is_empty()).then(|| context.scenario.to_string()));
         row.correlation_id = Set(context.correlation_id.clone());
+        row.causation_id = Set(context.causation_id.clone());
     }
     row
 }
@@ -181,6 +182,7 @@ pub fn refund_from_row(row: refunds::Model) -> Result<Refund, RepoError> {
         status: parse("refunds.status", &row.status, RefundStatus::parse)?,
         idempotency_key: row.idempotency_key,
         request_key: row.request_key,
+        causation_id: row.causation_id,
         provider_transaction_key: row.provider_transaction_key,
         failure_reason: row.failure_reason,
         actor: row.actor,
@@ -201,6 +203,7 @@ pub fn refund_to_row(r: &Refund) -> refunds::ActiveModel {
         status: Set(r.status.as_str().to_owned()),
         idempotency_key: Set(r.idempotency_key.clone()),
         request_key: Set(r.request_key.clone()),
+        causation_id: Set(r.causation_id.clone()),
         provider_transaction_key: Set(r.provider_transaction_key.clone()),
         failure_reason: Set(r.failure_reason.clone()),
         actor: Set(r.actor.clone()),

@@ -327,6 +327,7 @@ impl MeetingEvents {
             amount: None,
             request_key: Some(format!("{consumer}:{}", msg.event_id)),
             inbox: Some(entry(Some(order_id))),
+            causation_id: Some(msg.event_id.clone()),
             scenario,
         };
         match self.refunds.refund_order(&actor, order_id, request).await {
@@ -387,6 +388,7 @@ impl MeetingEvents {
                 amount: None,
                 request_key: Some(format!("{consumer}:{}", msg.event_id)),
                 inbox: None,
+                causation_id: Some(msg.event_id.clone()),
                 scenario,
             };
             match self.refunds.refund_order(&actor, order_id, request).await {

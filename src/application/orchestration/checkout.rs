@@ -247,7 +247,7 @@ impl Orchestrator {
             Some(format!("unpaid since {}", record.order.created_at.to_rfc3339())),
             now,
         ));
-        let mut writer = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
+        let mut writer = EventWriter::new(&order, &record, now);
         writer.order(&events);
         changes.outbox = writer.finish();
         changes.release_saga = Some(lease.owner.clone());

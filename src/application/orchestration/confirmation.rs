@@ -109,7 +109,7 @@ impl Orchestrator {
         changes.audit.push(audit::record(action, entity::ORDER, order.id, actor, Some(detail), now));
         changes.update_payment(&mut payment);
         changes.update_order(&mut order);
-        let mut events = EventWriter::new(&order, record.context.correlation_id.as_deref(), now);
+        let mut events = EventWriter::new(&order, &record, now);
         events.payment(&payment, &payment_events).order(&order_events);
         changes.outbox = events.finish();
         let steps = changes.steps.clone();

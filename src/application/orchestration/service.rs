@@ -262,7 +262,12 @@ impl Orchestrator {
             // The provider charges only what the customer authorized in its widget.
             order.await_payment(now)?;
         }
-        let context = OrderContext { scenario: cmd.scenario, correlation_id: cmd.correlation_id };
+        let context = OrderContext {
+            scenario: cmd.scenario,
+            correlation_id: cmd.correlation_id,
+            // An inbound message's order is caused by it (docs/spec.md §12).
+            causation_id: cmd.inbox.as_ref().map(|key| key.event_id.clone()),
+        };
         let mut changes = Changes::default();
         let lease = self.leases.fresh();
         changes.insert_leased_order(&mut order, context.clone(), lease.clone());

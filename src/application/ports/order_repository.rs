@@ -26,6 +26,9 @@ pub struct OrderContext {
     pub scenario: Scenario,
     /// The correlation id of the request that created the order.
     pub correlation_id: Option<String>,
+    /// The id of the inbound message that placed the order (a meeting service's
+    /// registration): its events carry it as `causationId` (docs/spec.md §12).
+    pub causation_id: Option<String>,
 }
 
 /// One saga step outcome as stored.

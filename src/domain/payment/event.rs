@@ -20,6 +20,10 @@ pub enum PaymentEvent {
         amount: i64,
         refunded_amount: i64,
         balance: i64,
+        /// The refund's reason, as recorded on it.
+        reason: String,
+        /// The inbound message that asked for it, if one did.
+        causation_id: Option<String>,
     },
     RefundFailed {
         refund_id: RefundId,

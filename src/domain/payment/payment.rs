@@ -215,6 +215,7 @@ impl Payment {
             status: RefundStatus::Pending,
             idempotency_key: refund_key(id),
             request_key: None,
+            causation_id: None,
             provider_transaction_key: None,
             failure_reason: None,
             actor,
@@ -283,6 +284,8 @@ impl Payment {
             amount: refund.amount.minor(),
             refunded_amount: self.refunded_amount,
             balance: self.balance(),
+            reason: refund.reason.clone(),
+            causation_id: refund.causation_id.clone(),
         }])
     }
 
@@ -449,7 +452,9 @@ mod tests {
                 refund_id: first.id,
                 amount: 30,
                 refunded_amount: 30,
-                balance: 70
+                balance: 70,
+                reason: "one ticket".into(),
+                causation_id: None,
             }]
         );
         assert_eq!((p.status, p.refunded_amount, p.balance()), (PaymentStatus::PartiallyRefunded, 30, 70));

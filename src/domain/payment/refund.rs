@@ -36,6 +36,9 @@ pub struct Refund {
     /// The caller's key for the request that asked for it (an HTTP `Idempotency-Key`, an
     /// inbound event's id): the same request again is this refund, never a second one.
     pub request_key: Option<String>,
+    /// The id of the inbound message that asked for it (a cancellation, a meeting's
+    /// deletion), carried by its events as `causationId`.
+    pub causation_id: Option<String>,
     /// The provider's key of the cancel (Toss's `transactionKey`), once it made it.
     pub provider_transaction_key: Option<String>,
     pub failure_reason: Option<String>,

@@ -30,6 +30,8 @@ pub struct Model {
     pub saga_resumes: i32,
     /// When stalled-saga recovery may resume it next.
     pub saga_resume_at: Option<DateTimeUtc>,
+    /// The id of the inbound message that placed the order (docs/spec.md §12).
+    pub causation_id: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -21,6 +21,8 @@ pub struct Model {
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
     pub version: i64,
+    /// The id of the inbound message that asked for the refund (docs/spec.md §12).
+    pub causation_id: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
