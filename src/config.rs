@@ -76,6 +76,26 @@ pub struct Settings {
     pub audit: AuditSettings,
     pub idempotency: IdempotencySettings,
     pub telemetry: TelemetrySettings,
+    pub meetings: MeetingsSettings,
+}
+
+/// Where a registration's fee comes from (`meetings.fee_source`, docs/spec.md §12).
+#[derive(Debug, Clone)]
+pub enum FeeSource {
+    /// The message's `amount` (the native contract's registrations carry it).
+    Message,
+    /// Read from the meeting's record in the platform's database, read-only.
+    Sql { url: Secret, query: String },
+}
+
+/// `meetings.*`: what the meetup platform's messages leave to us (docs/spec.md §12).
+#[derive(Debug, Clone)]
+pub struct MeetingsSettings {
+    pub fee_source: FeeSource,
+    /// The currency of a fee read from the platform (`meetings.currency`).
+    pub currency: String,
+    /// The zone of the platform's local times (`meetings.timezone`, IANA).
+    pub timezone: chrono_tz::Tz,
 }
 
 #[derive(Debug, Clone)]
@@ -289,6 +309,23 @@ struct Raw {
     audit: RawAudit,
     idempotency: RawIdempotency,
     telemetry: RawTelemetry,
+    meetings: RawMeetings,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMeetings {
+    fee_source: String,
+    fee_sql: RawFeeSql,
+    currency: String,
+    timezone: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFeeSql {
+    url: Option<Secret>,
+    query: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -654,6 +691,14 @@ retention = "365d"
 [idempotency]
 retention = "24h"
 
+[meetings]
+fee_source = "message"
+currency = "KRW"
+timezone = "Asia/Seoul"
+
+[meetings.fee_sql]
+query = "SELECT participation_fee FROM meetings WHERE id = ?"
+
 [telemetry]
 service_name = "orchestrator"
 
@@ -748,10 +793,13 @@ impl Settings {
     fn resolve(raw: Raw) -> Result<Settings, ConfigError> {
         let database = resolve_database(raw.database)?;
         let sqlite = database.is_sqlite();
+        let broker = resolve_broker(raw.broker)?;
+        let meetings = resolve_meetings(raw.meetings, &broker)?;
         Ok(Settings {
+            meetings,
             http: HttpSettings { bind: address("http.bind", &raw.http.bind)? },
             database,
-            broker: resolve_broker(raw.broker)?,
+            broker,
             outbox: resolve_outbox(raw.outbox)?,
             notification: resolve_notification(raw.notification, sqlite)?,
             payment: resolve_payment(raw.payment)?,
@@ -763,6 +811,51 @@ impl Settings {
             telemetry: resolve_telemetry(raw.telemetry)?,
         })
     }
+}
+
+fn resolve_meetings(raw: RawMeetings, broker: &BrokerSettings) -> Result<MeetingsSettings, ConfigError> {
+    let momo = broker.contract == ContractName::Momo;
+    let fee_source = match raw.fee_source.as_str() {
+        "message" if momo => {
+            return Err(invalid(
+                "meetings.fee_source",
+                "must be sql with broker.contract = momo (its registrations carry no amount)",
+            ));
+        }
+        "message" => FeeSource::Message,
+        "sql" => {
+            let url = raw.fee_sql.url.ok_or_else(|| {
+                invalid("meetings.fee_sql.url", "is required when meetings.fee_source = sql")
+            })?;
+            let scheme = url.expose().split(':').next().unwrap_or_default();
+            if !["mysql", "mariadb", "postgres", "postgresql"].contains(&scheme) {
+                return Err(invalid(
+                    "meetings.fee_sql.url",
+                    "expected mysql://..., mariadb://... or postgres://...",
+                ));
+            }
+            let query = raw.fee_sql.query.trim().to_owned();
+            if query.matches('?').count() != 1 {
+                return Err(invalid("meetings.fee_sql.query", "must take the meeting's id as its one `?`"));
+            }
+            FeeSource::Sql { url, query }
+        }
+        other => return Err(invalid("meetings.fee_source", format!("`{other}` is not message or sql"))),
+    };
+    if raw.currency.parse::<crate::domain::money::Currency>().is_err() {
+        return Err(invalid("meetings.currency", format!("`{}` is not a currency we know", raw.currency)));
+    }
+    let timezone = raw
+        .timezone
+        .parse::<chrono_tz::Tz>()
+        .map_err(|_| invalid("meetings.timezone", format!("`{}` is not an IANA time zone", raw.timezone)))?;
+    if momo && broker.queue_type == QueueType::Quorum {
+        return Err(invalid(
+            "broker.queue_type",
+            "quorum is refused with broker.contract = momo (its queues are the platform's, classic)",
+        ));
+    }
+    Ok(MeetingsSettings { fee_source, currency: raw.currency, timezone })
 }
 
 fn resolve_idempotency(raw: RawIdempotency) -> Result<IdempotencySettings, ConfigError> {

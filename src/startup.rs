@@ -255,7 +255,7 @@ fn kafka_connection(settings: &Settings) -> KafkaConnection {
 
 /// The wire contract `broker.contract` names (docs/spec.md §12).
 fn contract(settings: &Settings) -> Result<Contract, StartupError> {
-    Contract::of(settings.broker.contract, settings.broker.cloudevents.clone())
+    Contract::of(settings.broker.contract, settings.broker.cloudevents.clone(), settings.meetings.timezone)
         .map_err(|e| StartupError::Config(format!("`broker.contract`: {e}")))
 }
 

@@ -11,6 +11,7 @@ mod idempotency;
 mod ledger;
 mod listener;
 mod mapping;
+mod meeting_fees;
 mod notifications;
 mod orders;
 mod outbox;
@@ -28,6 +29,7 @@ use sea_orm_migration::MigratorTrait;
 
 pub use idempotency::SeaOrmIdempotencyStore;
 pub use listener::{OUTBOX_CHANNEL, notified_lanes, wake_on_notify};
+pub use meeting_fees::SqlMeetingFees;
 pub use outbox::SeaOrmOutboxStore;
 pub use store::SeaOrmStore;
 

@@ -21,6 +21,7 @@
 //! - [`payment_gateway`](PaymentGateway), [`settlement_gateway`](SettlementGateway),
 //!   [`notifier`](Notifier) — the providers the saga calls, with [`GatewayError`] and the
 //!   mock [`Scenario`].
+//! - [`meeting_fees`](MeetingFees) — a meeting's fee, from the platform that keeps it.
 //! - [`clock`](Clock) — time.
 
 mod audit_log;
@@ -30,6 +31,7 @@ mod event_publisher;
 mod gateway_error;
 mod idempotency;
 mod ledger_store;
+mod meeting_fees;
 mod notification_repository;
 mod notifier;
 mod order_repository;
@@ -48,6 +50,7 @@ pub use event_publisher::{BrokerUnavailable, EventPublisher, PendingVerdicts, Pu
 pub use gateway_error::GatewayError;
 pub use idempotency::{IdempotencyBegin, IdempotencyStore, StoredResponse};
 pub use ledger_store::{LedgerRun, LedgerStore};
+pub use meeting_fees::MeetingFees;
 pub use notification_repository::NotificationRepository;
 pub use notifier::{NotificationRequest, Notifier, NotifyFailure};
 pub use order_repository::{

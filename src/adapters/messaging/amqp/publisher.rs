@@ -74,6 +74,9 @@ fn contract_properties(
     if let Some(content_type) = &message.content_type {
         props.with_content_type(content_type);
     }
+    if let Some(encoding) = &message.content_encoding {
+        props.with_content_encoding(encoding);
+    }
     if let Some(correlation) = &message.correlation_id {
         props.with_correlation_id(correlation);
     }
@@ -338,6 +341,11 @@ impl AmqpEventPublisher {
             )
             .await
             .map_err(AmqpError::broker(format!("cannot declare exchange {}", self.settings.exchange)))?;
+        // The platform's exchanges, queues and bindings, as it declares them: its replies'
+        // exchange must exist before the first is sent (docs/spec.md §12).
+        if matches!(self.settings.contract, Contract::Momo(_)) {
+            super::momo::declare(&channel).await?;
+        }
         channel
             .confirm_select(ConfirmSelectArguments::default())
             .await

@@ -46,6 +46,7 @@ pub fn encode(record: &OutboxRecord) -> Result<Encoded, String> {
         // fields in this order.
         body: format!(r#"{{"orderId":{number},"eventType":"{event_type}"}}"#).into_bytes(),
         content_type: None,
+        content_encoding: None,
         kafka_content_type_header: false,
         message_id: None,
         amqp_type: None,

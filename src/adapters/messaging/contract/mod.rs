@@ -51,6 +51,8 @@ pub struct WireMessage {
     /// RabbitMQ's `content_type` property; on Kafka the `content-type` header when
     /// [`WireMessage::kafka_content_type_header`] says so.
     pub content_type: Option<String>,
+    /// RabbitMQ's `content_encoding` property.
+    pub content_encoding: Option<String>,
     pub kafka_content_type_header: bool,
     /// RabbitMQ's `message_id` property.
     pub message_id: Option<String>,
@@ -114,6 +116,8 @@ pub enum Contract {
     CloudEvents(CloudEvents),
     /// `Gseobi/commerce-orchestration-backend`'s records (Kafka).
     Commerce,
+    /// The meetup platform's messages (RabbitMQ).
+    Momo(momo::MomoOut),
 }
 
 impl Contract {
@@ -121,12 +125,16 @@ impl Contract {
     ///
     /// # Errors
     /// A contract this build cannot speak on this broker.
-    pub fn of(name: ContractName, cloudevents: CloudEventsSettings) -> Result<Contract, String> {
+    pub fn of(
+        name: ContractName,
+        cloudevents: CloudEventsSettings,
+        timezone: chrono_tz::Tz,
+    ) -> Result<Contract, String> {
         match name {
             ContractName::Native => Ok(Contract::Native),
             ContractName::CloudEvents => Ok(Contract::CloudEvents(CloudEvents::new(cloudevents))),
             ContractName::Commerce => Ok(Contract::Commerce),
-            other => Err(format!("`broker.contract = {other}` is not available in this version")),
+            ContractName::Momo => Ok(Contract::Momo(momo::MomoOut { timezone })),
         }
     }
 
@@ -135,6 +143,7 @@ impl Contract {
             Contract::Native => ContractName::Native,
             Contract::CloudEvents(_) => ContractName::CloudEvents,
             Contract::Commerce => ContractName::Commerce,
+            Contract::Momo(_) => ContractName::Momo,
         }
     }
 
@@ -155,6 +164,7 @@ impl Contract {
                 ce.encode(record, traceparent, broker).map(|m| Encoded::Messages(vec![m]))
             }
             Contract::Commerce => commerce::encode(record),
+            Contract::Momo(momo) => momo.encode(record),
         }
     }
 
@@ -172,7 +182,8 @@ impl Contract {
     ) -> Result<Option<Inbound>, String> {
         match self {
             Contract::CloudEvents(ce) => ce.decode(broker, content_type, header, body).map(Some),
-            Contract::Native | Contract::Commerce => Ok(None),
+            // momo's messages are read per queue (`momo::read`): no CloudEvent is one.
+            Contract::Native | Contract::Commerce | Contract::Momo(_) => Ok(None),
         }
     }
 
@@ -200,7 +211,7 @@ impl Contract {
         match self {
             // CloudEvents keep native keys and routing keys.
             Contract::Native | Contract::CloudEvents(_) => vec![(own.to_owned(), native_key(record, broker))],
-            Contract::Commerce => match commerce::encode(record) {
+            Contract::Commerce | Contract::Momo(_) => match self.encode(record, None, broker) {
                 Ok(Encoded::Native) => vec![(own.to_owned(), native_key(record, broker))],
                 Ok(Encoded::Messages(messages)) => messages
                     .into_iter()

@@ -6,10 +6,26 @@
 //! kept: a null `data` or a blank `uuId` is acknowledged and dropped; a wrong type, data that
 //! does not decode, or a missing `meetingId` / `userId` goes to the DLQ at once.
 //!
-//! Not used by the service yet: the outbound half and the fee source are still to come
-//! (docs/migrating.md).
+//! Outbound, as its meeting service's `MeetingEventConsumer` reads them: an `EventWrapper`
+//! whose data is one of its `PaymentEventMessages` records (`Completed`, `Failed`,
+//! `Refunded`), with the field names, Java types and `LocalDateTime` (local wall time, no
+//! offset) Jackson reads; the `uuId` of the meeting service's message that caused it (it
+//! matches replies by it), else the event's own id (deterministic: a retry sends the same
+//! bytes); the properties and headers its `PaymentEventProducer` sets. Which of our events
+//! answers a registration: `order.completed` → `payment.completed`; `payment.declined`,
+//! `order.failed` (other than a decline, which `payment.declined` answered) and a refused
+//! registration → `payment.failed`; each `payment.refunded` → `payment.refunded`. All of a
+//! meeting order's; every other event goes out native.
 
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use serde::Deserialize;
 use serde_json::Value;
+
+use super::envelope::Envelope;
+use super::{Encoded, HeaderValue, WireMessage};
+use crate::adapters::messaging::amqp::momo::PAYMENT_EVENTS;
+use crate::application::ports::OutboxRecord;
 
 /// The three types the platform's payment module takes, one per queue.
 pub const REGISTER: &str = "meeting.participant.register";
@@ -140,6 +156,208 @@ pub fn read(expected: &str, body: &[u8]) -> Result<MomoRead, String> {
     Ok(MomoRead::Message(message))
 }
 
+/// The Java class Spring's `Jackson2JsonMessageConverter` names in `__TypeId__`.
+pub const TYPE_ID: &str = "com.example.momo.global.rabbitmq.dto.common.EventWrapper";
+
+/// What the meeting service ignores rather than removes the participant for (its consumer
+/// skips a `failReason` containing `이미 결제가`).
+pub const ALREADY_PAID: &str = "이미 결제가 완료된 사용자입니다.";
+
+/// The replies' types.
+pub const COMPLETED: &str = "payment.completed";
+pub const FAILED: &str = "payment.failed";
+pub const REFUNDED: &str = "payment.refunded";
+
+/// Why a registration did not complete, as the platform's `failReason`: short Korean text
+/// with our code; an already registered pair exactly as the platform words it.
+pub fn fail_reason(code: &str) -> String {
+    let what = match code {
+        "ALREADY_REGISTERED" => return ALREADY_PAID.to_owned(),
+        "NO_PAYMENT_METHOD" => "결제 수단 없음",
+        "MEETING_NOT_FOUND" => "모임 없음",
+        "FREE_MEETING" => "무료 모임",
+        "SETTLEMENT_FAILED" => "정산 실패",
+        "NOTIFICATION_FAILED" => "알림 실패",
+        "PAYMENT_WINDOW_EXPIRED" => "결제 시간 초과",
+        _ => "결제 실패",
+    };
+    format!("{what} ({code})")
+}
+
+/// The payload fields the replies are made of (docs/messages.md); each optional, so an
+/// event that lacks one is refused with its name, not misread.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct Payload {
+    source: Option<String>,
+    order_id: Option<String>,
+    customer_id: Option<String>,
+    meeting_id: Option<String>,
+    user_id: Option<String>,
+    total_amount: Option<i64>,
+    amount: Option<i64>,
+    payment_number: Option<i64>,
+    decline_code: Option<String>,
+    failure_reason: Option<String>,
+    refund_reason: Option<String>,
+    reason: Option<String>,
+    causation_id: Option<String>,
+}
+
+/// The outbound half: the platform's reply an event is, if it is one.
+#[derive(Debug, Clone)]
+pub struct MomoOut {
+    /// `meetings.timezone`: the zone of the platform's `LocalDateTime`s.
+    pub timezone: Tz,
+}
+
+/// A platform id (a Java `Long`) from our decimal text.
+fn platform_id(field: &str, value: Option<&str>) -> Result<i64, String> {
+    let value = value.ok_or_else(|| format!("the event has no {field}"))?;
+    value.parse().map_err(|_| format!("{field} {value:?} is not a platform id (a long)"))
+}
+
+/// A Java `Integer` amount: never truncated.
+fn int_amount(value: Option<i64>) -> Result<i64, String> {
+    let amount = value.ok_or("the event has no amount")?;
+    i32::try_from(amount)
+        .map(i64::from)
+        .map_err(|_| format!("amount {amount} does not fit the platform's Integer"))
+}
+
+impl MomoOut {
+    /// `occurredAt` as the platform's `LocalDateTime`: wall time in `meetings.timezone`,
+    /// `yyyy-MM-ddTHH:mm:ss[.fraction]`, no offset (its parser refuses one).
+    pub fn local_time(&self, occurred_at: &str) -> Result<String, String> {
+        let at: DateTime<Utc> = DateTime::parse_from_rfc3339(occurred_at)
+            .map_err(|e| format!("occurredAt {occurred_at:?}: {e}"))?
+            .with_timezone(&Utc);
+        Ok(at.with_timezone(&self.timezone).naive_local().format("%Y-%m-%dT%H:%M:%S%.f").to_string())
+    }
+
+    /// The message `record` goes out as, or `Native`.
+    ///
+    /// # Errors
+    /// A reply the platform could not read (an id that is not a long, an amount over an
+    /// Integer): the event is dead-lettered with the reason, never sent truncated.
+    pub fn encode(&self, record: &OutboxRecord) -> Result<Encoded, String> {
+        let kind = match record.event_type.as_str() {
+            "order.completed" | "order.failed" | "payment.declined" | "payment.refunded"
+            | "payment.failed" => record.event_type.as_str(),
+            _ => return Ok(Encoded::Native),
+        };
+        let envelope = Envelope::read(&record.payload)?;
+        let p: Payload = serde_json::from_str(envelope.payload.get())
+            .map_err(|e| format!("the stored payload cannot be read: {e}"))?;
+        // A refused registration (no order) is the registration's; the rest, a meeting order's.
+        let refused = kind == "payment.failed";
+        if !refused && p.source.as_deref() != Some("MEETING") {
+            return Ok(Encoded::Native);
+        }
+        let user = if refused { p.user_id.as_deref() } else { p.customer_id.as_deref() };
+        let user_id = platform_id("userId", user)?;
+        let meeting_id = platform_id("meetingId", p.meeting_id.as_deref())?;
+        let occurred_at = self.local_time(&envelope.occurred_at)?;
+        let payment_id = p.payment_number;
+        let (reply, data) = match kind {
+            "order.completed" => {
+                let payment_id = payment_id.ok_or("order.completed has no paymentNumber")?;
+                let order_id = p.order_id.ok_or("the event has no orderId")?;
+                let amount = int_amount(p.total_amount)?;
+                (
+                    COMPLETED,
+                    vec![
+                        ("paymentId", Value::from(payment_id)),
+                        ("userId", Value::from(user_id)),
+                        ("meetingId", Value::from(meeting_id)),
+                        ("amount", Value::from(amount)),
+                        ("orderId", Value::from(order_id)),
+                        ("outboxId", Value::Null),
+                        ("occurredAt", Value::from(occurred_at)),
+                    ],
+                )
+            }
+            "payment.refunded" => {
+                let payment_id = payment_id.ok_or("payment.refunded has no paymentNumber")?;
+                let amount = int_amount(p.amount)?;
+                (
+                    REFUNDED,
+                    vec![
+                        ("paymentId", Value::from(payment_id)),
+                        ("userId", Value::from(user_id)),
+                        ("meetingId", Value::from(meeting_id)),
+                        ("amount", Value::from(amount)),
+                        ("refundReason", Value::from(p.refund_reason)),
+                        ("outboxId", Value::Null),
+                        ("occurredAt", Value::from(occurred_at)),
+                    ],
+                )
+            }
+            _ => {
+                let code = match kind {
+                    "payment.declined" => p.decline_code.unwrap_or_else(|| "PAYMENT_DECLINED".into()),
+                    "payment.failed" => p.reason.unwrap_or_else(|| "REFUSED".into()),
+                    _ => match p.failure_reason {
+                        // Answered by its `payment.declined`, with the provider's code.
+                        Some(reason) if reason == "PAYMENT_DECLINED" => return Ok(Encoded::Native),
+                        Some(reason) => reason,
+                        None => "ORDER_FAILED".into(),
+                    },
+                };
+                (
+                    FAILED,
+                    vec![
+                        ("paymentId", Value::from(payment_id)),
+                        ("userId", Value::from(user_id)),
+                        ("meetingId", Value::from(meeting_id)),
+                        ("failReason", Value::from(fail_reason(&code))),
+                        ("outboxId", Value::Null),
+                        ("occurredAt", Value::from(occurred_at)),
+                    ],
+                )
+            }
+        };
+        let uu_id = p.causation_id.unwrap_or_else(|| envelope.event_id.clone().into_owned());
+        Ok(Encoded::Messages(vec![self.message(record, reply, &uu_id, data)]))
+    }
+
+    fn message(
+        &self,
+        record: &OutboxRecord,
+        reply: &str,
+        uu_id: &str,
+        data: Vec<(&'static str, Value)>,
+    ) -> WireMessage {
+        // As Jackson writes `EventWrapper(uuId, type, data)` and the records: fields in their
+        // declaration order, no spaces (a `Value` map would sort them, so written here).
+        let data = data.iter().map(|(name, value)| format!("\"{name}\":{value}")).collect::<Vec<_>>();
+        let body = format!(
+            r#"{{"uuId":{},"type":{},"data":{{{}}}}}"#,
+            Value::from(uu_id),
+            Value::from(reply),
+            data.join(",")
+        );
+        WireMessage {
+            destination: Some(PAYMENT_EVENTS.to_owned()),
+            key: format!("{reply}.key"),
+            body: body.into_bytes(),
+            content_type: Some("application/json".into()),
+            content_encoding: Some("UTF-8".into()),
+            kafka_content_type_header: false,
+            // The platform's producer: `message_id` = the outbox row's number, matched by its
+            // confirm and return callbacks.
+            message_id: Some(record.id.to_string()),
+            amqp_type: None,
+            correlation_id: None,
+            headers: vec![
+                ("x-outbox-id", HeaderValue::Long(record.id)),
+                ("x-correlation-id", HeaderValue::Text(uu_id.to_owned())),
+                ("__TypeId__", HeaderValue::Text(TYPE_ID.to_owned())),
+            ],
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,5 +424,146 @@ mod tests {
             let refused = read(kind, &body).unwrap_err();
             assert!(refused.contains(why), "{refused}");
         }
+    }
+
+    fn outbox(event_type: &str, payload: serde_json::Value) -> OutboxRecord {
+        let envelope = serde_json::json!({
+            "eventId": "3f1c0e52-7f0e-4b8e-9a52-0d4c5b1f2e11", "eventType": event_type,
+            "aggregateType": "order", "aggregateId": "8d7e6f50-1a2b-4c3d-9e8f-001122334455",
+            "correlationId": null, "occurredAt": "2026-12-04T15:30:00.123456Z", "payload": payload,
+        });
+        OutboxRecord {
+            id: 4711,
+            event_type: event_type.into(),
+            routing_key: event_type.into(),
+            payload: envelope.to_string(),
+            ..super::super::tests::record()
+        }
+    }
+
+    fn momo() -> MomoOut {
+        MomoOut { timezone: chrono_tz::Asia::Seoul }
+    }
+
+    fn meeting_order(extra: serde_json::Value) -> serde_json::Value {
+        let mut payload = serde_json::json!({
+            "orderId": "8d7e6f50-1a2b-4c3d-9e8f-001122334455", "orderNumber": 12, "customerId": "7",
+            "source": "MEETING", "meetingId": "12", "currency": "KRW", "totalAmount": 15000,
+            "paymentNumber": 31, "causationId": "5c0f6a58-3b0e-4f7e-9d1e-0f1b2c3d4e5f",
+        });
+        payload.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        payload
+    }
+
+    fn one(encoded: Encoded) -> WireMessage {
+        match encoded {
+            Encoded::Messages(mut messages) if messages.len() == 1 => messages.remove(0),
+            other => panic!("expected one message, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_completed_registration_is_the_platforms_payment_completed_byte_for_byte() {
+        let m = one(momo().encode(&outbox("order.completed", meeting_order(serde_json::json!({})))).unwrap());
+        assert_eq!(
+            String::from_utf8(m.body).unwrap(),
+            r#"{"uuId":"5c0f6a58-3b0e-4f7e-9d1e-0f1b2c3d4e5f","type":"payment.completed","data":{"paymentId":31,"userId":7,"meetingId":12,"amount":15000,"orderId":"8d7e6f50-1a2b-4c3d-9e8f-001122334455","outboxId":null,"occurredAt":"2026-12-05T00:30:00.123456"}}"#
+        );
+        assert_eq!(
+            (m.destination.as_deref(), m.key.as_str()),
+            (Some(PAYMENT_EVENTS), "payment.completed.key")
+        );
+        assert_eq!(m.message_id.as_deref(), Some("4711"));
+        assert_eq!(
+            (m.content_type.as_deref(), m.content_encoding.as_deref()),
+            (Some("application/json"), Some("UTF-8"))
+        );
+        assert_eq!(
+            m.headers,
+            vec![
+                ("x-outbox-id", HeaderValue::Long(4711)),
+                ("x-correlation-id", HeaderValue::Text("5c0f6a58-3b0e-4f7e-9d1e-0f1b2c3d4e5f".into())),
+                ("__TypeId__", HeaderValue::Text(TYPE_ID.into())),
+            ]
+        );
+    }
+
+    #[test]
+    fn each_way_a_registration_ends_otherwise_is_one_payment_failed() {
+        let declined = outbox(
+            "payment.declined",
+            meeting_order(serde_json::json!({"declineCode": "REJECT_CARD_PAYMENT"})),
+        );
+        let body = String::from_utf8(one(momo().encode(&declined).unwrap()).body).unwrap();
+        assert!(body.contains(r#""type":"payment.failed""#), "{body}");
+        assert!(
+            body.contains(
+                r#""paymentId":31,"userId":7,"meetingId":12,"failReason":"결제 실패 (REJECT_CARD_PAYMENT)""#
+            ),
+            "{body}"
+        );
+        // The decline's order.failed is not a second answer.
+        let failed =
+            outbox("order.failed", meeting_order(serde_json::json!({"failureReason": "PAYMENT_DECLINED"})));
+        assert_eq!(momo().encode(&failed).unwrap(), Encoded::Native);
+        let settlement =
+            outbox("order.failed", meeting_order(serde_json::json!({"failureReason": "SETTLEMENT_FAILED"})));
+        let body = String::from_utf8(one(momo().encode(&settlement).unwrap()).body).unwrap();
+        assert!(body.contains(r#""failReason":"정산 실패 (SETTLEMENT_FAILED)""#), "{body}");
+        // Refused before any order: the registration's own, no payment.
+        let refused = outbox(
+            "payment.failed",
+            serde_json::json!({"meetingId": "12", "userId": "7", "registrationEventId": "u-1", "causationId": "u-1", "reason": "ALREADY_REGISTERED"}),
+        );
+        let m = one(momo().encode(&refused).unwrap());
+        let body = String::from_utf8(m.body).unwrap();
+        assert!(body.starts_with(r#"{"uuId":"u-1","type":"payment.failed","data":{"paymentId":null,"userId":7,"meetingId":12,"failReason":"이미 결제가 완료된 사용자입니다.","outboxId":null,"occurredAt":"2026-12-05T00:30:00.123456"}}"#), "{body}");
+        assert_eq!(m.key, "payment.failed.key");
+    }
+
+    #[test]
+    fn a_refund_is_payment_refunded_with_its_own_cause() {
+        let refund = outbox(
+            "payment.refunded",
+            meeting_order(
+                serde_json::json!({"amount": 5000, "refundReason": "participant cancelled", "causationId": "c-9"}),
+            ),
+        );
+        let body = String::from_utf8(one(momo().encode(&refund).unwrap()).body).unwrap();
+        assert_eq!(
+            body,
+            r#"{"uuId":"c-9","type":"payment.refunded","data":{"paymentId":31,"userId":7,"meetingId":12,"amount":5000,"refundReason":"participant cancelled","outboxId":null,"occurredAt":"2026-12-05T00:30:00.123456"}}"#
+        );
+        // Without a cause (asked for over HTTP): the event's own id, the same on every retry.
+        let mut api = meeting_order(serde_json::json!({"amount": 5000, "refundReason": "r"}));
+        api.as_object_mut().unwrap().remove("causationId");
+        let first = one(momo().encode(&outbox("payment.refunded", api.clone())).unwrap());
+        assert!(
+            String::from_utf8_lossy(&first.body)
+                .starts_with(r#"{"uuId":"3f1c0e52-7f0e-4b8e-9a52-0d4c5b1f2e11""#)
+        );
+        assert_eq!(first, one(momo().encode(&outbox("payment.refunded", api)).unwrap()));
+    }
+
+    #[test]
+    fn what_the_platform_could_not_read_is_refused_never_cut() {
+        let big =
+            outbox("order.completed", meeting_order(serde_json::json!({"totalAmount": 3_000_000_000i64})));
+        assert!(momo().encode(&big).unwrap_err().contains("Integer"));
+        let named = outbox("order.completed", meeting_order(serde_json::json!({"customerId": "alice"})));
+        assert!(momo().encode(&named).unwrap_err().contains("userId"));
+        // Not a meeting's, or not a reply: native.
+        let api = outbox("order.completed", meeting_order(serde_json::json!({"source": "API"})));
+        assert_eq!(momo().encode(&api).unwrap(), Encoded::Native);
+        let approved = outbox("payment.approved", meeting_order(serde_json::json!({})));
+        assert_eq!(momo().encode(&approved).unwrap(), Encoded::Native);
+    }
+
+    #[test]
+    fn local_time_has_no_offset_and_keeps_the_fraction() {
+        assert_eq!(momo().local_time("2026-12-04T15:30:00Z").unwrap(), "2026-12-05T00:30:00");
+        assert_eq!(momo().local_time("2026-12-04T15:30:00.5+00:00").unwrap(), "2026-12-05T00:30:00.500");
+        let utc = MomoOut { timezone: chrono_tz::UTC };
+        assert_eq!(utc.local_time("2026-12-04T15:30:00.000001Z").unwrap(), "2026-12-04T15:30:00.000001");
     }
 }
