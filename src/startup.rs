@@ -30,7 +30,7 @@ use crate::adapters::messaging::kafka::{
     KafkaConnection, KafkaConsumerSettings, KafkaEventPublisher, KafkaMeetingConsumer, KafkaPublisherSettings,
 };
 use crate::adapters::persistence::{
-    self, DatabaseProbe, SeaOrmIdempotencyStore, SeaOrmOutboxStore, SeaOrmStore,
+    self, DatabaseProbe, SeaOrmIdempotencyStore, SeaOrmOutboxStore, SeaOrmStore, SqlMeetingFees,
 };
 use crate::adapters::providers::{
     ExternalPaymentGateway, ExternalProviderSettings, Measured, ProviderCalls, SimulatedNotifier,
@@ -55,7 +55,7 @@ use crate::application::provider_view::ProviderView;
 use crate::application::queries::OrderQueries;
 use crate::application::recovery::{ReconciliationSettings, Recovery};
 use crate::application::refunds::{RefundSettings, Refunds};
-use crate::config::{BrokerKind, ProviderKind, Settings};
+use crate::config::{BrokerKind, FeeSource, ProviderKind, Settings};
 use crate::domain::notification::RetryPolicy;
 use crate::domain::outbox::RetrySchedule;
 
@@ -187,6 +187,7 @@ impl Services {
             retry_backoff: b.consumer_retry_backoff,
             honour_mock_scenario: self.settings.payment.provider == ProviderKind::Mock,
             contract: contract(&self.settings).ok()?,
+            meetings_currency: self.settings.meetings.currency.clone(),
         };
         Some(MeetingConsumer::Amqp(Arc::new(
             MeetingConsumers::new(nodes, settings, self.meeting_events.clone())
@@ -559,13 +560,25 @@ pub async fn build_services_with_clock(
         clock.clone(),
         refund_settings(settings),
     ));
-    let meeting_events = Arc::new(MeetingEvents::new(
+    let meeting_events = MeetingEvents::new(
         orchestrator.clone(),
         refunds.clone(),
         orders.clone(),
         orders.clone(),
         clock.clone(),
-    ));
+    );
+    // docs/spec.md §12: registrations without an amount are charged the meeting's fee.
+    let meeting_events = Arc::new(match &settings.meetings.fee_source {
+        FeeSource::Message => meeting_events,
+        FeeSource::Sql { url, query } => meeting_events.with_fees(Arc::new(
+            SqlMeetingFees::new(url.expose(), query).await.map_err(|e| {
+                StartupError::Config(format!(
+                    "`meetings.fee_sql.url`: {}",
+                    crate::application::error::Chain(&e)
+                ))
+            })?,
+        )),
+    });
     let recovery = Arc::new(
         Recovery::new(
             orchestrator.clone(),

@@ -10,10 +10,11 @@ use std::time::Duration;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
+use crate::adapters::messaging::contract::momo::{self, MomoInbound, MomoRead};
 use crate::application::AppError;
 use crate::application::error::Chain;
 use crate::application::inbound::{
-    Handled, MeetingDeleted, MeetingEvents, ParticipantCancelled, ParticipantRegistered,
+    Handled, MeetingDeleted, MeetingEvents, ParticipantCancelled, ParticipantRegistered, RegistrationAtFee,
 };
 use crate::application::input::{JsonError, check_json_text, parse_json};
 use crate::application::meter::Meter;
@@ -84,6 +85,8 @@ struct DeletedWire {
 #[derive(Debug, Clone)]
 pub enum Inbound {
     Register(ParticipantRegistered),
+    /// A registration whose fee is the meeting's (`momo`).
+    RegisterAtFee(RegistrationAtFee),
     Cancel(ParticipantCancelled),
     Deleted(MeetingDeleted),
 }
@@ -93,6 +96,77 @@ fn field(name: &str, value: &str, max: usize) -> Result<(), String> {
         return Err(format!("{name}: must not be empty"));
     }
     text::check(name, value, max).map_err(|e| e.to_string())
+}
+
+/// What the message says, whatever its whitespace or key order (a map's keys serialise
+/// sorted): the inbox keeps it to tell a conflicting redelivery from a duplicate.
+fn digest(raw: &serde_json::Value) -> String {
+    use sha2::Digest;
+    let hash = sha2::Sha256::digest(raw.to_string().as_bytes());
+    hash.iter().map(|b| format!("{b:02x}")).collect::<String>()
+}
+
+/// Reads a message of the meetup platform (`momo`, docs/spec.md §12) from the queue of
+/// `kind`: what it asks for, or `Ok(None)` for one the platform's policy drops (a blank
+/// `uuId`, null `data`; named in the log). Its `uuId` is the inbox key. `currency`: the
+/// platform's fees' (`meetings.currency`).
+///
+/// # Errors
+/// Why it goes to the DLQ at once.
+pub fn decode_momo(kind: Kind, body: &[u8], currency: &str) -> Result<Option<Inbound>, String> {
+    if body.len() > MAX_MESSAGE {
+        return Err(format!("body of {} bytes exceeds {MAX_MESSAGE}", body.len()));
+    }
+    // Our rules for every message hold here too: a key given twice or a control character
+    // in a string is malformed, never read one way of two.
+    let raw = parse_json(body).map_err(|e| match e {
+        JsonError::Malformed(e) => format!("not an EventWrapper: {e}"),
+        JsonError::DuplicateKey(key) => format!("{key}: given more than once"),
+    })?;
+    check_json_text(&raw).map_err(|e| e.to_string())?;
+    let expected = match kind {
+        Kind::Register => momo::REGISTER,
+        Kind::Cancel => momo::CANCEL,
+        Kind::Deleted => momo::DELETE,
+    };
+    let message = match momo::read(expected, body)? {
+        MomoRead::Dropped(why) => {
+            tracing::warn!(consumer = kind.label(), why, "momo message dropped, as the platform drops it");
+            return Ok(None);
+        }
+        MomoRead::Message(message) => message,
+    };
+    let digest = digest(&raw);
+    let event_id = |uu_id: String| -> Result<String, String> {
+        field("uuId", &uu_id, text::limits::EVENT_ID)?;
+        Ok(uu_id)
+    };
+    Ok(Some(match message {
+        MomoInbound::Register { uu_id, meeting_id, user_id } => Inbound::RegisterAtFee(RegistrationAtFee {
+            event_id: event_id(uu_id)?,
+            meeting_id: meeting_id.to_string(),
+            user_id: user_id.to_string(),
+            currency: currency.to_owned(),
+            digest,
+        }),
+        // The refund is the balance left of the participant's payment: the message's
+        // `amount` is the platform's copy of it, not an instruction.
+        MomoInbound::Cancel { uu_id, meeting_id, user_id, refund_required, .. } => {
+            Inbound::Cancel(ParticipantCancelled {
+                event_id: event_id(uu_id)?,
+                meeting_id: meeting_id.to_string(),
+                user_id: user_id.to_string(),
+                refund_required,
+                digest,
+            })
+        }
+        // Every paid participant is refunded: the list names who the platform knew of.
+        MomoInbound::Delete { uu_id, meeting_id, .. } => Inbound::Deleted(MeetingDeleted {
+            event_id: event_id(uu_id)?,
+            meeting_id: meeting_id.to_string(),
+            digest,
+        }),
+    }))
 }
 
 pub fn decode(kind: Kind, body: &[u8]) -> Result<Inbound, String> {
@@ -107,13 +181,7 @@ pub fn decode(kind: Kind, body: &[u8]) -> Result<Inbound, String> {
         JsonError::DuplicateKey(key) => format!("{key}: given more than once"),
     })?;
     check_json_text(&raw).map_err(|e| e.to_string())?;
-    // What the message says, whatever its whitespace or key order (a map's keys serialise
-    // sorted): the inbox keeps it to tell a conflicting redelivery from a duplicate.
-    let digest = {
-        use sha2::Digest;
-        let hash = sha2::Sha256::digest(raw.to_string().as_bytes());
-        hash.iter().map(|b| format!("{b:02x}")).collect::<String>()
-    };
+    let digest = digest(&raw);
     let body = raw;
     Ok(match kind {
         Kind::Register => {
@@ -230,10 +298,20 @@ impl MeetingHandler {
         correlation_id: Option<String>,
         content: &[u8],
     ) -> Verdict {
-        let inbound = match decode(kind, content) {
-            Ok(m) => m,
-            Err(why) => return Verdict::Reject("malformed", why),
-        };
+        match decode(kind, content) {
+            Ok(inbound) => self.handle(kind, inbound, scenario, correlation_id).await,
+            Err(why) => Verdict::Reject("malformed", why),
+        }
+    }
+
+    /// A decoded message of `kind` to its use case, with the policy of [`MeetingHandler::process`].
+    pub async fn handle(
+        &self,
+        kind: Kind,
+        inbound: Inbound,
+        scenario: Result<Option<String>, String>,
+        correlation_id: Option<String>,
+    ) -> Verdict {
         // Another system's correlation id is kept, not trusted: one with control characters
         // is dropped, a long one cut to fit (never a reason to lose the message).
         let correlation_id = correlation_id
@@ -252,6 +330,9 @@ impl MeetingHandler {
             let result = match inbound.clone() {
                 Inbound::Register(m) => {
                     self.events.participant_registered(m, scenario, correlation_id.clone()).await
+                }
+                Inbound::RegisterAtFee(m) => {
+                    self.events.participant_registered_at_fee(m, scenario, correlation_id.clone()).await
                 }
                 Inbound::Cancel(m) => self.events.participant_cancelled(m, scenario).await,
                 Inbound::Deleted(m) => self.events.meeting_deleted(m, scenario).await,

@@ -10,7 +10,7 @@ use crate::application::orchestration::{
     ALREADY_REGISTERED, InboxKey, NO_PAYMENT_METHOD, Orchestrator, PlaceOrder,
 };
 use crate::application::ports::{
-    Changes, Clock, InboxEntry, OrderRepository, RepoError, Scenario, UnitOfWork,
+    Changes, Clock, InboxEntry, MeetingFees, OrderRepository, RepoError, Scenario, UnitOfWork,
 };
 use crate::application::refunds::{ORDER_BUSY, RefundOutcome, RefundRequest, Refunds};
 use crate::application::{Actor, AppError};
@@ -33,6 +33,25 @@ pub struct ParticipantRegistered {
     pub user_id: String,
     /// Minor units.
     pub amount: i64,
+    pub currency: String,
+    /// SHA-256 (hex) of the message's JSON, keys sorted (the inbox keeps it).
+    pub digest: String,
+}
+
+/// A registration refused because its meeting is not in the platform's records.
+pub const MEETING_NOT_FOUND: &str = "MEETING_NOT_FOUND";
+/// A registration refused because its meeting costs nothing (free meetings never reach
+/// payment).
+pub const FREE_MEETING: &str = "FREE_MEETING";
+
+/// A registration that carries no amount (the `momo` contract's, docs/spec.md §12): the
+/// fee is the meeting's, read from where the platform keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistrationAtFee {
+    pub event_id: String,
+    pub meeting_id: String,
+    pub user_id: String,
+    /// The currency of the platform's fees (`meetings.currency`).
     pub currency: String,
     /// SHA-256 (hex) of the message's JSON, keys sorted (the inbox keeps it).
     pub digest: String,
@@ -77,6 +96,8 @@ pub struct MeetingEvents {
     orders: Arc<dyn OrderRepository>,
     uow: Arc<dyn UnitOfWork>,
     clock: Arc<dyn Clock>,
+    /// Where fees come from for registrations that carry none.
+    fees: Option<Arc<dyn MeetingFees>>,
 }
 
 fn key(consumer: &str, event_id: &str, digest: &str) -> InboxKey {
@@ -91,7 +112,68 @@ impl MeetingEvents {
         uow: Arc<dyn UnitOfWork>,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        MeetingEvents { orchestrator, refunds, orders, uow, clock }
+        MeetingEvents { orchestrator, refunds, orders, uow, clock, fees: None }
+    }
+
+    /// Reads the fee of registrations that carry none from `fees` (`meetings.fee_source`).
+    pub fn with_fees(mut self, fees: Arc<dyn MeetingFees>) -> Self {
+        self.fees = Some(fees);
+        self
+    }
+
+    /// A registration without an amount (docs/spec.md §12, `momo`): the meeting's fee from
+    /// `meetings.fee_source`, then as [`MeetingEvents::participant_registered`]. No such
+    /// meeting, or a free one: refused (`payment.failed`), no order. A redelivery is answered
+    /// from what the first delivery did, whatever the fee is now.
+    ///
+    /// # Errors
+    /// `Unavailable` when the fee's source cannot be read (retry); `Validation` for a
+    /// negative fee (the platform's record is wrong: the DLQ).
+    pub async fn participant_registered_at_fee(
+        &self,
+        msg: RegistrationAtFee,
+        scenario: Scenario,
+        correlation_id: Option<String>,
+    ) -> Result<Handled, AppError> {
+        let RegistrationAtFee { event_id, meeting_id, user_id, currency, digest } = msg;
+        let mut registration =
+            ParticipantRegistered { event_id, meeting_id, user_id, amount: 0, currency, digest };
+        let consumer = consumers::PARTICIPANT_REGISTER;
+        let seen = self.orders.inbox_entry(consumer, &registration.event_id).await?;
+        let placed = match seen.as_ref().and_then(|seen| seen.order_id) {
+            Some(order_id) => self.orders.get(order_id).await?,
+            None => None,
+        };
+        registration.amount = match (seen, placed) {
+            // The order it placed, resumed at its own amount.
+            (Some(_), Some(record)) => record.order.total.minor(),
+            (Some(seen), None) => return self.redelivered(&seen, &registration.digest).await,
+            (None, _) => {
+                let fees = self.fees.as_ref().ok_or_else(|| {
+                    AppError::unavailable(
+                        "a registration without an amount, and no meetings.fee_source = sql",
+                    )
+                })?;
+                match fees.fee(&registration.meeting_id).await? {
+                    None => {
+                        return self
+                            .refuse_registration(&registration, correlation_id, MEETING_NOT_FOUND)
+                            .await;
+                    }
+                    Some(0) => {
+                        return self.refuse_registration(&registration, correlation_id, FREE_MEETING).await;
+                    }
+                    Some(fee) if fee < 0 => {
+                        return Err(AppError::Validation {
+                            field: "participation_fee".into(),
+                            message: format!("meeting {} has a negative fee {fee}", registration.meeting_id),
+                        });
+                    }
+                    Some(fee) => fee,
+                }
+            }
+        };
+        self.participant_registered(registration, scenario, correlation_id).await
     }
 
     fn entry(&self, consumer: &str, event_id: &str, digest: &str, order_id: Option<OrderId>) -> InboxEntry {
@@ -227,10 +309,11 @@ impl MeetingEvents {
     ) -> Result<Handled, AppError> {
         let entry = self.entry(consumers::PARTICIPANT_REGISTER, &msg.event_id, &msg.digest, None);
         let actor = Actor::system(consumers::PARTICIPANT_REGISTER);
-        let why = if reason == NO_PAYMENT_METHOD {
-            format!("user {} has no saved card", msg.user_id)
-        } else {
-            format!("user {} already has a live order for meeting {}", msg.user_id, msg.meeting_id)
+        let why = match reason {
+            NO_PAYMENT_METHOD => format!("user {} has no saved card", msg.user_id),
+            MEETING_NOT_FOUND => format!("meeting {} is not in the platform's records", msg.meeting_id),
+            FREE_MEETING => format!("meeting {} is free", msg.meeting_id),
+            _ => format!("user {} already has a live order for meeting {}", msg.user_id, msg.meeting_id),
         };
         let detail = format!("{why}; registration {} refused ({reason})", msg.event_id);
         let mut changes = Changes::default();

@@ -5,5 +5,6 @@
 mod meeting;
 
 pub use meeting::{
-    Handled, MeetingDeleted, MeetingEvents, ParticipantCancelled, ParticipantRegistered, consumers,
+    FREE_MEETING, Handled, MEETING_NOT_FOUND, MeetingDeleted, MeetingEvents, ParticipantCancelled,
+    ParticipantRegistered, RegistrationAtFee, consumers,
 };

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::connection::{AmqpError, AmqpNodes};
 use tracing::Instrument;
 
-use super::super::meeting::{Kind, MeetingHandler, Verdict, reconnecting};
+use super::super::meeting::{Kind, MeetingHandler, Verdict, decode_momo, reconnecting};
 use crate::adapters::messaging::contract::{Broker, Contract};
 use crate::application::inbound::MeetingEvents;
 use crate::application::meter::Meter;
@@ -55,6 +55,9 @@ pub struct ConsumerSettings {
     pub honour_mock_scenario: bool,
     /// How the meeting service's messages are read (docs/spec.md §12).
     pub contract: Contract,
+    /// The currency of the platform's fees (`meetings.currency`; the `momo` contract's
+    /// registrations carry none).
+    pub meetings_currency: String,
 }
 
 fn name(text: &str) -> Result<amqprs::FieldName, AmqpError> {
@@ -217,18 +220,25 @@ impl MeetingConsumers {
         stop: &CancellationToken,
     ) -> Result<(), AmqpError> {
         let setup = connection.open_channel(None).await.map_err(AmqpError::broker("open a channel"))?;
-        declare_topology(&setup, &self.settings.topology).await?;
+        let momo = matches!(self.settings.contract, Contract::Momo(_));
+        // The meetup platform's queues are its own, declared as it declares them (§12).
+        if momo {
+            super::momo::declare(&setup).await?;
+        } else {
+            declare_topology(&setup, &self.settings.topology).await?;
+        }
         let _ = setup.close().await;
         let t = &self.settings.topology;
+        let queues = if momo {
+            super::momo::QUEUES.map(|(queue, _, _)| queue.to_owned())
+        } else {
+            [t.register_queue.clone(), t.cancel_queue.clone(), t.deleted_queue.clone()]
+        };
         let mut loops = Vec::new();
         let in_flight = Arc::new(Semaphore::new(3 * self.settings.prefetch as usize));
         // A channel the broker closes (its queue's node gone, say) ends the session too.
         let ended = CancellationToken::new();
-        for (kind, queue) in [
-            (Kind::Register, &t.register_queue),
-            (Kind::Cancel, &t.cancel_queue),
-            (Kind::Deleted, &t.deleted_queue),
-        ] {
+        for (kind, queue) in [Kind::Register, Kind::Cancel, Kind::Deleted].into_iter().zip(&queues) {
             let channel = connection.open_channel(None).await.map_err(AmqpError::broker("open a channel"))?;
             channel
                 .register_callback(ConsumerChannelCallback)
@@ -309,6 +319,15 @@ impl MeetingConsumers {
                 let correlation_id = props.correlation_id().cloned();
                 let text = |name: &str| header(&props, name).ok().flatten();
                 let content_type = props.content_type().map(String::as_str);
+                if matches!(this.settings.contract, Contract::Momo(_)) {
+                    return match decode_momo(kind, &content, &this.settings.meetings_currency) {
+                        Err(why) => Verdict::Reject("malformed", why),
+                        Ok(None) => Verdict::Ack("dropped"),
+                        Ok(Some(inbound)) => {
+                            this.handler.handle(kind, inbound, scenario, correlation_id).await
+                        }
+                    };
+                }
                 match this.settings.contract.read_inbound(Broker::Amqp, content_type, &text, &content) {
                     Err(why) => Verdict::Reject("malformed", why),
                     Ok(None) => this.handler.process(kind, scenario, correlation_id, &content).await,
