@@ -10,8 +10,11 @@ use std::process::Command;
 use amqprs::channel::{Channel, ExchangeDeclareArguments, QueueBindArguments, QueueDeclareArguments};
 use amqprs::{FieldTable, FieldValue};
 use orchestrator::adapters::messaging::amqp::{AmqpEndpoint, connect, momo};
+use orchestrator::startup::Workers;
+use sea_orm::ConnectionTrait;
 
-use crate::helpers::service_missing;
+use crate::helpers::{Backend, TestApp, count_where, service_missing, until, until_within};
+use crate::on_both_databases;
 
 /// A vhost of its own (`rabbitmqctl`), guest allowed; deleted when dropped.
 struct Vhost(String);
@@ -94,3 +97,507 @@ async fn our_payment_topology_is_the_platforms_whoever_declares_first() {
         .await
         .expect("the platform after us: no 406");
 }
+
+// ---- the platform end to end ---------------------------------------------------------------
+
+/// The platform's database on MariaDB, with its `meetings` table as its Flyway migration
+/// `V6__Create_meetings_table.sql` creates it; dropped afterwards.
+struct PlatformDb(String);
+
+const MEETINGS_TABLE: &str = "CREATE TABLE meetings (
+    id bigint NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    category_id int DEFAULT NULL,
+    current_participants_count int NOT NULL,
+    is_deleted tinyint(1) NOT NULL,
+    latitude double NOT NULL,
+    longitude double NOT NULL,
+    max_participants_count int NOT NULL,
+    min_enter_score double NOT NULL,
+    participation_fee int NOT NULL,
+    version int DEFAULT NULL,
+    created_at datetime DEFAULT NULL,
+    deleted_at datetime DEFAULT NULL,
+    host_user_id bigint NOT NULL,
+    meeting_date datetime NOT NULL,
+    meeting_end_date datetime NOT NULL,
+    updated_at datetime DEFAULT NULL,
+    description varchar(255) NOT NULL,
+    location_name varchar(255) NOT NULL,
+    title varchar(255) NOT NULL,
+    status enum ('FINISHED','IN_PROGRESS') NOT NULL,
+    INDEX idx_meeting_deleted_category_status_date (is_deleted, category_id, status, meeting_date)
+)";
+
+fn mariadb(sql: &str) -> Result<(), String> {
+    let out = Command::new("mariadb")
+        .args(["-uroot", "-h127.0.0.1", "-P3306", "-e", sql])
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).into_owned()) }
+}
+
+impl PlatformDb {
+    /// Meetings `(id, participation_fee)`.
+    fn create(meetings: &[(i64, i64)]) -> Option<PlatformDb> {
+        let name = format!("momo_{}", uuid::Uuid::new_v4().simple());
+        if let Err(why) = mariadb(&format!("CREATE DATABASE {name}")) {
+            service_missing("MariaDB", why);
+            return None;
+        }
+        let db = PlatformDb(name);
+        let rows: Vec<String> = meetings
+            .iter()
+            .map(|(id, fee)| {
+                format!(
+                    "({id}, 0, 0, 0, 37.5, 127.0, 10, 0, {fee}, 0, 3, '2026-12-24 19:00:00', \
+                     '2026-12-24 21:00:00', 'a meeting', 'Seoul', 'meeting {id}', 'IN_PROGRESS')"
+                )
+            })
+            .collect();
+        mariadb(&format!(
+            "USE {0}; {MEETINGS_TABLE}; INSERT INTO meetings (id, category_id, current_participants_count, \
+             is_deleted, latitude, longitude, max_participants_count, min_enter_score, participation_fee, \
+             version, host_user_id, meeting_date, meeting_end_date, description, location_name, title, status) \
+             VALUES {1}",
+            db.0,
+            rows.join(", ")
+        ))
+        .expect("the platform's meetings table");
+        Some(db)
+    }
+
+    fn url(&self) -> String {
+        format!("mysql://root@127.0.0.1:3306/{}", self.0)
+    }
+}
+
+impl Drop for PlatformDb {
+    fn drop(&mut self) {
+        let _ = mariadb(&format!("DROP DATABASE IF EXISTS {}", self.0));
+    }
+}
+
+/// A reply as the platform's meeting service receives it.
+#[derive(Debug, Clone)]
+struct Reply {
+    routing_key: String,
+    props: amqprs::BasicProperties,
+    body: Vec<u8>,
+}
+
+/// What the meeting service's `MeetingEventConsumer` makes of a reply, read to its rules:
+/// Spring's `Jackson2JsonMessageConverter` takes the body only with a JSON content type;
+/// `EventWrapper(uuId, type, data)` and `PaymentEventMessages`' records take exactly their
+/// fields (names as written), `Long` ids and `Integer` amounts as JSON integers, and
+/// `occurredAt` as a `LocalDateTime` — no offset; the producer's callbacks parse
+/// `message_id` as a `Long`; `__TypeId__` names the wrapper class.
+#[derive(Debug, Clone, PartialEq)]
+struct Read {
+    uu_id: String,
+    kind: String,
+    data: serde_json::Map<String, serde_json::Value>,
+}
+
+fn platform_reads(reply: &Reply) -> Read {
+    let p = &reply.props;
+    assert_eq!(p.content_type().map(String::as_str), Some("application/json"), "content type");
+    assert_eq!(p.content_encoding().map(String::as_str), Some("UTF-8"));
+    assert_eq!(p.delivery_mode(), Some(2), "persistent");
+    let outbox_id: i64 = p.message_id().expect("message_id").parse().expect("Long.valueOf(messageId)");
+    let headers = p.headers().expect("headers");
+    let header = |name: &str| headers.get(&name.try_into().unwrap()).cloned();
+    assert_eq!(
+        header("__TypeId__"),
+        Some(FieldValue::S("com.example.momo.global.rabbitmq.dto.common.EventWrapper".try_into().unwrap()))
+    );
+    assert_eq!(header("x-outbox-id"), Some(FieldValue::l(outbox_id)), "x-outbox-id: the outbox id, a long");
+    let wrapper: serde_json::Value = serde_json::from_slice(&reply.body).expect("JSON");
+    let wrapper = wrapper.as_object().expect("an object");
+    let mut keys: Vec<&str> = wrapper.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["data", "type", "uuId"], "EventWrapper's fields");
+    let uu_id = wrapper["uuId"].as_str().expect("uuId: a String").to_owned();
+    assert_eq!(header("x-correlation-id"), Some(FieldValue::S(uu_id.as_str().try_into().unwrap())));
+    let kind = wrapper["type"].as_str().expect("type: a String").to_owned();
+    assert_eq!(reply.routing_key, format!("{kind}.key"));
+    let data = wrapper["data"].as_object().expect("data: an object").clone();
+    let (fields, longs, ints): (&[&str], &[&str], &[&str]) = match kind.as_str() {
+        "payment.completed" => (
+            &["paymentId", "userId", "meetingId", "amount", "orderId", "outboxId", "occurredAt"],
+            &["paymentId", "userId", "meetingId"],
+            &["amount"],
+        ),
+        "payment.failed" => (
+            &["paymentId", "userId", "meetingId", "failReason", "outboxId", "occurredAt"],
+            &["userId", "meetingId"],
+            &[],
+        ),
+        "payment.refunded" => (
+            &["paymentId", "userId", "meetingId", "amount", "refundReason", "outboxId", "occurredAt"],
+            &["paymentId", "userId", "meetingId"],
+            &["amount"],
+        ),
+        other => panic!("the meeting service knows no {other}"),
+    };
+    let mut sorted: Vec<&str> = data.keys().map(String::as_str).collect();
+    sorted.sort_unstable();
+    let mut expected = fields.to_vec();
+    expected.sort_unstable();
+    assert_eq!(sorted, expected, "{kind}'s record components");
+    for long in longs {
+        assert!(data[*long].is_i64(), "{long}: a Long, got {}", data[*long]);
+    }
+    for int in ints {
+        assert!(data[*int].as_i64().is_some_and(|n| i32::try_from(n).is_ok()), "{int}: an Integer");
+    }
+    assert!(data["paymentId"].is_null() || data["paymentId"].is_i64());
+    assert!(data["outboxId"].is_null() || data["outboxId"].is_i64());
+    let at = data["occurredAt"].as_str().expect("occurredAt: text");
+    chrono::NaiveDateTime::parse_from_str(at, "%Y-%m-%dT%H:%M:%S%.f")
+        .unwrap_or_else(|e| panic!("occurredAt {at} is no LocalDateTime: {e}"));
+    assert!(!at.ends_with('Z') && !at[10..].contains('+') && !at[10..].contains('-'), "no offset: {at}");
+    Read { uu_id, kind, data }
+}
+
+/// The platform's side of one test: its vhost (every name is the platform's), its
+/// database, the meeting service's reply queue, and a channel to send as it sends.
+struct Platform {
+    vhost: Vhost,
+    _db: PlatformDb,
+    connection: amqprs::connection::Connection,
+    channel: Channel,
+    replies: std::sync::Arc<std::sync::Mutex<Vec<Reply>>>,
+}
+
+impl Platform {
+    async fn start(meetings: &[(i64, i64)]) -> Option<Platform> {
+        let db = PlatformDb::create(meetings)?;
+        let vhost = Vhost::create()?;
+        let (connection, channel) = vhost.channel().await;
+        // The meeting service declares its side first, as the platform would be running.
+        declare_as_the_platform(&channel, FieldValue::I(604_800_000)).await.unwrap();
+        channel
+            .queue_declare(QueueDeclareArguments::new("participant.payment.replies").durable(true).finish())
+            .await
+            .unwrap();
+        for key in ["payment.completed.key", "payment.failed.key", "payment.refunded.key"] {
+            channel
+                .queue_bind(QueueBindArguments::new(
+                    "participant.payment.replies",
+                    "momo.payment.events",
+                    key,
+                ))
+                .await
+                .unwrap();
+        }
+        // Our own events (native, on `broker.exchange`) have a consumer too.
+        channel
+            .exchange_declare(
+                ExchangeDeclareArguments::new("commerce.events", "topic").durable(true).finish(),
+            )
+            .await
+            .unwrap();
+        channel
+            .queue_declare(QueueDeclareArguments::new("commerce.all").durable(true).finish())
+            .await
+            .unwrap();
+        channel.queue_bind(QueueBindArguments::new("commerce.all", "commerce.events", "#")).await.unwrap();
+        let (_, mut rx) = channel
+            .basic_consume_rx(
+                amqprs::channel::BasicConsumeArguments::new("participant.payment.replies", "meeting-service")
+                    .manual_ack(false)
+                    .finish(),
+            )
+            .await
+            .unwrap();
+        let replies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = replies.clone();
+        tokio::spawn(async move {
+            while let Some(m) = rx.recv().await {
+                if let (Some(deliver), Some(props), Some(body)) = (m.deliver, m.basic_properties, m.content) {
+                    sink.lock().unwrap().push(Reply {
+                        routing_key: deliver.routing_key().clone(),
+                        props,
+                        body,
+                    });
+                }
+            }
+        });
+        Some(Platform { vhost, _db: db, connection, channel, replies })
+    }
+
+    fn url(&self) -> String {
+        format!("amqp://guest:guest@127.0.0.1:5672/{}", self.vhost.0)
+    }
+
+    /// `EventWrapper.of(type, data)` as its meeting service sends it: through Spring's
+    /// `Jackson2JsonMessageConverter` (content type and encoding, `__TypeId__`, persistent).
+    async fn send(&self, exchange: &str, routing_key: &str, body: &str, scenario: Option<&str>) {
+        let mut headers = FieldTable::new();
+        headers.insert(
+            "__TypeId__".try_into().unwrap(),
+            FieldValue::S("com.example.momo.global.rabbitmq.dto.common.EventWrapper".try_into().unwrap()),
+        );
+        if let Some(s) = scenario {
+            headers.insert("x-mock-scenario".try_into().unwrap(), FieldValue::S(s.try_into().unwrap()));
+        }
+        let mut props = amqprs::BasicProperties::default();
+        props
+            .with_content_type("application/json")
+            .with_content_encoding("UTF-8")
+            .with_delivery_mode(2)
+            .with_priority(0)
+            .with_headers(headers);
+        self.channel
+            .basic_publish(
+                props.finish(),
+                body.as_bytes().to_vec(),
+                amqprs::channel::BasicPublishArguments::new(exchange, routing_key),
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn register(&self, uu_id: &str, meeting: i64, user: i64, scenario: Option<&str>) {
+        let body = format!(
+            r#"{{"uuId":"{uu_id}","type":"meeting.participant.register","data":{{"meetingId":{meeting},"userId":{user}}}}}"#
+        );
+        self.send("momo.participant.events", "participant.registered.key", &body, scenario).await;
+    }
+
+    async fn cancel(&self, uu_id: &str, meeting: i64, user: i64, refund: bool) {
+        let body = format!(
+            r#"{{"uuId":"{uu_id}","type":"meeting.participant.cancel","data":{{"meetingId":{meeting},"userId":{user},"hostUserId":3,"participantNickname":"민수","refundRequired":{refund},"amount":15000}}}}"#
+        );
+        self.send("momo.participant.events", "participant.canceled.key", &body, None).await;
+    }
+
+    fn replies(&self) -> Vec<Reply> {
+        self.replies.lock().unwrap().clone()
+    }
+
+    /// Waits until `n` replies came, then a moment more for any that should not.
+    async fn replies_after(&self, n: usize) -> Vec<Read> {
+        until_within("the platform's replies", std::time::Duration::from_secs(30), || async {
+            self.replies.lock().unwrap().len() >= n
+        })
+        .await;
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        self.replies().iter().map(platform_reads).collect()
+    }
+
+    async fn depth(&self, queue: &str) -> u32 {
+        crate::broker::queue_state(&self.connection, queue).await.map_or(0, |(n, _)| n)
+    }
+}
+
+async fn the_platform_plugs_in_unchanged(backend: Backend) {
+    // Meeting 12 costs 15 000, 13 is free, 15 is the one deleted; 99 does not exist.
+    let Some(platform) = Platform::start(&[(12, 15_000), (13, 0), (14, 5_000), (15, 20_000)]).await else {
+        return;
+    };
+    let url = platform.url();
+    let fees = platform._db.url();
+    let env = [
+        ("APP__BROKER__URL", url.as_str()),
+        ("APP__BROKER__CONTRACT", "momo"),
+        ("APP__BROKER__CONSUMER_RETRIES", "1"),
+        ("APP__BROKER__CONSUMER_RETRY_BACKOFF", "20ms"),
+        ("APP__MEETINGS__FEE_SOURCE", "sql"),
+        ("APP__MEETINGS__FEE_SQL__URL", fees.as_str()),
+    ];
+    let Some(app) = TestApp::spawn_with(backend, &env).await else { return };
+    let _workers = Workers::spawn(&app.services);
+    until("our consumers on the platform's queues", || async {
+        crate::broker::queue_state(&platform.connection, "payment.meeting.deleted.queue")
+            .await
+            .is_some_and(|(_, consumers)| consumers > 0)
+    })
+    .await;
+
+    // A registration that completes: charged the meeting's fee, answered by its uuId.
+    platform.register("reg-1", 12, 7, None).await;
+    let read = platform.replies_after(1).await;
+    let number: i64 = app
+        .db
+        .query_one_raw(sea_orm::Statement::from_string(
+            app.db.get_database_backend(),
+            "SELECT p.number FROM payments p JOIN orders o ON o.id = p.order_id WHERE o.customer_id = '7'",
+        ))
+        .await
+        .unwrap()
+        .expect("a payment of user 7")
+        .try_get_by_index(0)
+        .unwrap();
+    assert_eq!(read.len(), 1, "{read:?}");
+    assert_eq!((read[0].uu_id.as_str(), read[0].kind.as_str()), ("reg-1", "payment.completed"));
+    assert_eq!(read[0].data["paymentId"], number);
+    assert_eq!((read[0].data["userId"].clone(), read[0].data["meetingId"].clone()), (7.into(), 12.into()));
+    assert_eq!(read[0].data["amount"], 15_000);
+    assert!(read[0].data["orderId"].is_string() && read[0].data["outboxId"].is_null());
+
+    // The same message again (the platform's outbox re-sends): once.
+    platform.register("reg-1", 12, 7, None).await;
+    // Declined; already registered; a free meeting; a meeting the platform does not have.
+    platform.register("reg-2", 12, 8, Some("payment=decline")).await;
+    platform.register("reg-3", 12, 7, None).await;
+    platform.register("reg-4", 13, 9, None).await;
+    platform.register("reg-5", 99, 9, None).await;
+    let read = platform.replies_after(5).await;
+    assert_eq!(read.len(), 5, "one answer each, none for the duplicate: {read:?}");
+    let failed = |uu_id: &str| {
+        let reply = read.iter().find(|r| r.uu_id == uu_id).unwrap_or_else(|| panic!("no reply to {uu_id}"));
+        assert_eq!(reply.kind, "payment.failed");
+        reply.data["failReason"].as_str().unwrap().to_owned()
+    };
+    assert!(failed("reg-2").starts_with("결제 실패 ("), "{}", failed("reg-2"));
+    // Exactly the platform's words: its meeting service ignores this failure.
+    assert_eq!(failed("reg-3"), "이미 결제가 완료된 사용자입니다.");
+    assert_eq!(failed("reg-4"), "무료 모임 (FREE_MEETING)");
+    assert_eq!(failed("reg-5"), "모임 없음 (MEETING_NOT_FOUND)");
+    assert_eq!(count_where(&app.db, "orders", "customer_id = '9'").await, 0, "no order without a fee");
+
+    // A cancellation without a refund: nothing to answer; with one: payment.refunded by its uuId.
+    platform.register("reg-6", 14, 10, None).await;
+    platform.replies_after(6).await;
+    platform.cancel("cancel-1", 14, 10, false).await;
+    platform.cancel("cancel-2", 12, 7, true).await;
+    let read = platform.replies_after(7).await;
+    assert_eq!(read.len(), 7, "{read:?}");
+    let refunded = &read[6];
+    assert_eq!((refunded.uu_id.as_str(), refunded.kind.as_str()), ("cancel-2", "payment.refunded"));
+    assert_eq!(
+        (refunded.data["paymentId"].clone(), refunded.data["amount"].clone()),
+        (number.into(), 15_000.into())
+    );
+    assert_eq!(count_where(&app.db, "orders", "customer_id = '10' AND status = 'COMPLETED'").await, 1);
+
+    // A meeting deleted with three paid participants: three refunds, each answering the
+    // deletion; the platform's second shape of the same deletion refunds nothing more.
+    for user in [21, 22, 23] {
+        platform.register(&format!("reg-15-{user}"), 15, user, None).await;
+    }
+    platform.replies_after(10).await;
+    let delete = |uu_id: &str, host: bool| {
+        let host = if host { r#""hostUserId":3,"# } else { "" };
+        format!(
+            r#"{{"uuId":"{uu_id}","type":"meeting.delete","data":{{{host}"meetingId":15,"meetingName":"송년회","userIdList":[21,22,23]}}}}"#
+        )
+    };
+    platform.send("momo.meeting.events", "meeting.deleted.key", &delete("del-1", true), None).await;
+    platform.send("momo.meeting.events", "meeting.deleted.key", &delete("del-2", false), None).await;
+    let read = platform.replies_after(13).await;
+    // The two are handled concurrently: whichever comes first refunds, the other finds
+    // nothing left — three refunds in all, answering one of them.
+    let refunds: Vec<&Read> = read.iter().filter(|r| r.uu_id.starts_with("del-")).collect();
+    assert_eq!(refunds.len(), 3, "{read:?}");
+    assert!(refunds.iter().all(|r| r.uu_id == refunds[0].uu_id), "{refunds:?}");
+    assert!(refunds.iter().all(|r| r.kind == "payment.refunded" && r.data["amount"] == 20_000));
+    let mut users: Vec<i64> = refunds.iter().map(|r| r.data["userId"].as_i64().unwrap()).collect();
+    users.sort_unstable();
+    assert_eq!(users, [21, 22, 23]);
+    assert_eq!(read.len(), 13, "nothing for the second shape: {read:?}");
+
+    // Poison, each to the platform's DLQ at once: a wrong type, no userId, not JSON.
+    let dlq_before = platform.depth("payment.dlq.queue").await;
+    platform
+        .send(
+            "momo.participant.events",
+            "participant.registered.key",
+            r#"{"uuId":"p-1","type":"meeting.participant.cancel","data":{"meetingId":12,"userId":1}}"#,
+            None,
+        )
+        .await;
+    platform
+        .send(
+            "momo.participant.events",
+            "participant.registered.key",
+            r#"{"uuId":"p-2","type":"meeting.participant.register","data":{"meetingId":12}}"#,
+            None,
+        )
+        .await;
+    platform.send("momo.participant.events", "participant.registered.key", "{not json", None).await;
+    until("three dead letters", || async { platform.depth("payment.dlq.queue").await >= dlq_before + 3 })
+        .await;
+    // A null data is dropped, as the platform drops it: no reply, no dead letter.
+    platform
+        .send(
+            "momo.participant.events",
+            "participant.registered.key",
+            r#"{"uuId":"p-3","type":"meeting.participant.register","data":null}"#,
+            None,
+        )
+        .await;
+    let read = platform.replies_after(13).await;
+    assert_eq!(read.len(), 13);
+    assert_eq!(platform.depth("payment.dlq.queue").await, dlq_before + 3);
+    assert_eq!(count_where(&app.db, "inbox", "event_id LIKE 'p-%'").await, 0);
+}
+
+on_both_databases!(the_platform_plugs_in_unchanged);
+
+/// docs/spec.md §12: what cannot work with the platform is refused at start, naming the key.
+#[test]
+fn what_the_platform_cannot_work_with_is_refused_at_start() {
+    let amqp = ("APP__BROKER__URL", "amqp://guest:guest@127.0.0.1:5672/%2f");
+    let refused = |extra: &[(&str, &str)]| crate::helpers::try_settings(extra).unwrap_err().to_string();
+    // Its registrations carry no amount: the fee must come from its database.
+    let why = refused(&[amqp, ("APP__BROKER__CONTRACT", "momo")]);
+    assert!(why.contains("meetings.fee_source"), "{why}");
+    let sql = [
+        ("APP__MEETINGS__FEE_SOURCE", "sql"),
+        ("APP__MEETINGS__FEE_SQL__URL", "mysql://root@127.0.0.1/momo"),
+    ];
+    let momo = [amqp, ("APP__BROKER__CONTRACT", "momo"), sql[0], sql[1]];
+    assert!(crate::helpers::try_settings(&momo).is_ok());
+    let why = refused(&[momo.as_slice(), &[("APP__BROKER__QUEUE_TYPE", "quorum")]].concat());
+    assert!(why.contains("broker.queue_type"), "{why}");
+    let why = refused(&[
+        ("APP__BROKER__KIND", "kafka"),
+        ("APP__BROKER__KAFKA__BROKERS", "127.0.0.1:9092"),
+        ("APP__BROKER__CONTRACT", "momo"),
+    ]);
+    assert!(why.contains("broker.contract") && why.contains("kafka"), "{why}");
+    let why = refused(&[momo.as_slice(), &[("APP__MEETINGS__FEE_SQL__URL", "redis://127.0.0.1")]].concat());
+    assert!(why.contains("meetings.fee_sql.url"), "{why}");
+    let why = refused(&[momo.as_slice(), &[("APP__MEETINGS__TIMEZONE", "Mars/Olympus")]].concat());
+    assert!(why.contains("meetings.timezone"), "{why}");
+    let why = refused(&[momo.as_slice(), &[("APP__MEETINGS__FEE_SQL__QUERY", "SELECT 1")]].concat());
+    assert!(why.contains("meetings.fee_sql.query"), "{why}");
+}
+
+/// The fee's source down is a system failure: retried, then the platform's DLQ — never an
+/// order at a made-up price, never a reply.
+async fn a_fee_that_cannot_be_read_is_retried_then_dead_lettered(backend: Backend) {
+    let Some(platform) = Platform::start(&[(12, 15_000)]).await else { return };
+    let url = platform.url();
+    // Nothing listens on port 1.
+    let env = [
+        ("APP__BROKER__URL", url.as_str()),
+        ("APP__BROKER__CONTRACT", "momo"),
+        ("APP__BROKER__CONSUMER_RETRIES", "1"),
+        ("APP__BROKER__CONSUMER_RETRY_BACKOFF", "20ms"),
+        ("APP__MEETINGS__FEE_SOURCE", "sql"),
+        ("APP__MEETINGS__FEE_SQL__URL", "mysql://root@127.0.0.1:1/momo"),
+    ];
+    let Some(app) = TestApp::spawn_with(backend, &env).await else { return };
+    let _workers = Workers::spawn(&app.services);
+    until("our consumers on the platform's queues", || async {
+        crate::broker::queue_state(&platform.connection, "payment.participant.registered.queue")
+            .await
+            .is_some_and(|(_, consumers)| consumers > 0)
+    })
+    .await;
+    platform.register("reg-down", 12, 7, None).await;
+    until("the registration dead-lettered", || async { platform.depth("payment.dlq.queue").await == 1 })
+        .await;
+    assert_eq!(app.count("orders").await, 0);
+    assert!(platform.replies().is_empty());
+    assert_eq!(
+        count_where(&app.db, "inbox", "event_id = 'reg-down'").await,
+        0,
+        "a redelivery may still succeed"
+    );
+}
+
+on_both_databases!(a_fee_that_cannot_be_read_is_retried_then_dead_lettered);

@@ -33,7 +33,7 @@ impl SqlMeetingFees {
             .max_connections(4)
             .min_connections(0)
             .connect_timeout(Duration::from_secs(3))
-            .acquire_timeout(Duration::from_secs(5))
+            .acquire_timeout(Duration::from_secs(3))
             .connect_lazy(true)
             .sqlx_logging(false);
         let db = Database::connect(options)
