@@ -601,3 +601,46 @@ async fn a_fee_that_cannot_be_read_is_retried_then_dead_lettered(backend: Backen
 }
 
 on_both_databases!(a_fee_that_cannot_be_read_is_retried_then_dead_lettered);
+
+/// Switching a running deployment's database to `momo` loses nothing: a registration taken
+/// and completed under `native`, its events not yet published, goes out as the platform's
+/// `payment.completed`, answering the registration's id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_written_under_native_go_out_as_the_platforms_once_switched() {
+    use orchestrator::application::inbound::{Handled, ParticipantRegistered};
+    let Some(platform) = Platform::start(&[(12, 15_000)]).await else { return };
+    let Some(test_db) = crate::helpers::TestDb::create(Backend::Sqlite).await else { return };
+    let url = test_db.url.clone();
+    let broker = platform.url();
+    // Under `native`, no relay running: the order completes, its events stay in the outbox.
+    let first = TestApp::spawn_on_database(test_db, &[("APP__BROKER__URL", broker.as_str())], None).await;
+    let registered = ParticipantRegistered {
+        event_id: "native-reg-1".into(),
+        meeting_id: "12".into(),
+        user_id: "7".into(),
+        amount: 15_000,
+        currency: "KRW".into(),
+        digest: "d".into(),
+    };
+    let handled =
+        first.services.meeting_events.participant_registered(registered, Default::default(), None).await;
+    assert_eq!(handled.unwrap(), Handled::Processed);
+    assert!(platform.replies().is_empty());
+    // The same database under `momo`.
+    let fees = platform._db.url();
+    let settings = crate::helpers::settings_for_url(
+        &url,
+        &[
+            ("APP__BROKER__URL", broker.as_str()),
+            ("APP__BROKER__CONTRACT", "momo"),
+            ("APP__MEETINGS__FEE_SOURCE", "sql"),
+            ("APP__MEETINGS__FEE_SQL__URL", fees.as_str()),
+        ],
+    );
+    let second = orchestrator::startup::Application::build(settings).await.expect("build");
+    while second.services().relay().run_once().await.unwrap().claimed > 0 {}
+    let read = platform.replies_after(1).await;
+    assert_eq!(read.len(), 1, "{read:?}");
+    assert_eq!((read[0].uu_id.as_str(), read[0].kind.as_str()), ("native-reg-1", "payment.completed"));
+    assert_eq!((read[0].data["userId"].clone(), read[0].data["amount"].clone()), (7.into(), 15_000.into()));
+}
