@@ -435,6 +435,25 @@ async fn the_platform_plugs_in_unchanged(backend: Backend) {
     assert_eq!((read[0].data["userId"].clone(), read[0].data["meetingId"].clone()), (7.into(), 12.into()));
     assert_eq!(read[0].data["amount"], 15_000);
     assert!(read[0].data["orderId"].is_string() && read[0].data["outboxId"].is_null());
+    // Operators see where each event went (`/flow`, docs/spec.md §12).
+    let order_id = read[0].data["orderId"].as_str().unwrap();
+    let flow = crate::helpers::json(
+        app.get(&format!("/api/orders/{order_id}/flow"), &app.admin_token("ops")).send().await.unwrap(),
+        reqwest::StatusCode::OK,
+    )
+    .await;
+    let to = |event_type: &str| {
+        flow["events"].as_array().unwrap().iter().find(|e| e["eventType"] == event_type).unwrap()["destinations"]
+            .clone()
+    };
+    assert_eq!(
+        to("order.completed"),
+        serde_json::json!([{ "destination": "momo.payment.events", "key": "payment.completed.key" }])
+    );
+    assert_eq!(
+        to("payment.approved"),
+        serde_json::json!([{ "destination": "commerce.events", "key": "payment.approved" }])
+    );
 
     // The same message again (the platform's outbox re-sends): once.
     platform.register("reg-1", 12, 7, None).await;
