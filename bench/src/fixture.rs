@@ -196,14 +196,17 @@ pub(crate) enum Shape {
 /// One order's events as its saga commits them, one list per commit, oldest first.
 pub(crate) fn saga_commits(i: usize) -> Vec<Vec<NewOutboxEvent>> {
     use orchestrator::application::envelopes::EventWriter;
+    use orchestrator::application::ports::{OrderContext, OrderRecord};
     use orchestrator::domain::ids::OrderId;
     use orchestrator::domain::order::{NewOrder, NewOrderItem, Order, OrderSource};
     use orchestrator::domain::payment::Payment;
     let now = Utc::now();
+    // A meeting's registration, with the platform's numeric ids: under `momo` every saga's
+    // replies are encoded as the platform's messages, not sent native (docs/spec.md §12).
     let new = NewOrder {
-        customer_id: format!("customer-{:04}", i % 10_000),
-        source: OrderSource::Api,
-        meeting_id: None,
+        customer_id: format!("{}", 1_000_000 + i % 10_000),
+        source: OrderSource::Meeting,
+        meeting_id: Some(format!("{}", 100 + i % 1_000)),
         currency: "KRW".into(),
         items: vec![NewOrderItem { sku: "TICKET-STD".into(), quantity: 2, unit_price: 15_000 }],
     };
@@ -212,21 +215,37 @@ pub(crate) fn saga_commits(i: usize) -> Vec<Vec<NewOutboxEvent>> {
     let run = || -> Option<Vec<Vec<NewOutboxEvent>>> {
         let mut order = Order::place(OrderId::new(), new, now).ok()?;
         let correlation = uuid::Uuid::new_v4().to_string();
+        let record = |order: &Order, payment: &Payment| OrderRecord {
+            order: order.clone(),
+            payment: Some(payment.clone()),
+            refunds: Vec::new(),
+            settlement: None,
+            notification: None,
+            steps: Vec::new(),
+            context: OrderContext {
+                scenario: Default::default(),
+                correlation_id: Some(correlation.clone()),
+                causation_id: Some(correlation.clone()),
+            },
+        };
         let mut payment = Payment::request(order.id, 1, order.total, now);
         let approved = payment.approve(format!("sim-{}", uuid::Uuid::now_v7().simple()), now).ok()?;
         let order_approved = order.approve_payment(now).ok()?;
-        let mut first = EventWriter::new(&order, Some(&correlation), now);
+        let before = record(&order, &payment);
+        let mut first = EventWriter::new(&order, &before, now);
         first.payment(&payment, &approved).order(&order_approved);
         let first = first.finish();
         order.request_settlement(now).ok()?;
         let completed = order.complete(now).ok()?;
-        let mut second = EventWriter::new(&order, Some(&correlation), now);
+        let before = record(&order, &payment);
+        let mut second = EventWriter::new(&order, &before, now);
         second.order(&completed);
         let mut commits = vec![first, second.finish()];
         if i.is_multiple_of(5) {
             let mut refund = payment.begin_refund(Some(15_000), "one ticket", "bench", None, now).ok()?;
             let refunded = payment.refund(&mut refund, Some("tk".into()), now).ok()?;
-            let mut third = EventWriter::new(&order, Some(&correlation), now);
+            let before = record(&order, &payment);
+            let mut third = EventWriter::new(&order, &before, now);
             third.payment(&payment, &refunded);
             commits.push(third.finish());
         }

@@ -145,12 +145,23 @@ pub(crate) async fn relay_drain(
     let (window, batch) = (window.to_string(), batch.to_string());
     // `cloudevents/structured`: the contract and its CloudEvents mode.
     let (contract, mode) = contract.split_once('/').unwrap_or((contract, "binary"));
-    let settings = fixture.settings(&[
-        ("APP__OUTBOX__PUBLISH_WINDOW", &window),
-        ("APP__OUTBOX__BATCH_SIZE", &batch),
+    let mut extra = vec![
+        ("APP__OUTBOX__PUBLISH_WINDOW", window.as_str()),
+        ("APP__OUTBOX__BATCH_SIZE", batch.as_str()),
         ("APP__BROKER__CONTRACT", contract),
         ("APP__BROKER__CLOUDEVENTS__MODE", mode),
-    ])?;
+    ];
+    // `momo`: the platform's replies go to its exchange, which the fixture's queue takes
+    // too; its fee source is required by the settings but never read (the relay places no
+    // order; the pool connects when first used).
+    let momo_objects = if contract == "momo" {
+        extra.push(("APP__MEETINGS__FEE_SOURCE", "sql"));
+        extra.push(("APP__MEETINGS__FEE_SQL__URL", "mysql://bench@127.0.0.1:3306/unused"));
+        Some(momo_exchange(fixture).await?)
+    } else {
+        None
+    };
+    let settings = fixture.settings(&extra)?;
     let services = startup::build_services(&settings).await.map_err(|e| e.to_string())?;
     let relays: Vec<_> = (0..workers).map(|_| services.relay()).collect();
     if workers > 1 {
@@ -210,10 +221,45 @@ pub(crate) async fn relay_drain(
         Cpu::now().per_thousand(&cpu, n),
         relay_sessions_ms_per_thousand(&sessions, &relay_sessions_cpu(&fixture.db).await?, n)
     );
+    if let Some(created) = momo_objects {
+        momo_cleanup(fixture, created).await;
+    }
     if fixture.published().await? < n as i64 {
         return Err("the relays stopped before every event was published".into());
     }
     Ok((rate, cpu))
+}
+
+/// The platform's objects (docs/spec.md §12, `momo`) in the bench's vhost, its reply
+/// exchange bound to the fixture's queue: whether they were made here (then removed after).
+async fn momo_exchange(fixture: &Fixture) -> Result<bool, BoxError> {
+    use amqprs::channel::{ExchangeDeclareArguments, QueueBindArguments};
+    use orchestrator::adapters::messaging::amqp::momo;
+    let probe = fixture._connection.open_channel(None).await?;
+    let existed = probe
+        .exchange_declare(ExchangeDeclareArguments::new(momo::PAYMENT_EVENTS, "topic").passive(true).finish())
+        .await
+        .is_ok();
+    let _ = probe.close().await;
+    momo::declare(&fixture.channel).await?;
+    fixture.channel.queue_bind(QueueBindArguments::new(&fixture.queue, momo::PAYMENT_EVENTS, "#")).await?;
+    Ok(!existed)
+}
+
+async fn momo_cleanup(fixture: &Fixture, created: bool) {
+    use amqprs::channel::{ExchangeDeleteArguments, QueueDeleteArguments};
+    use orchestrator::adapters::messaging::amqp::momo;
+    if !created {
+        return;
+    }
+    for (queue, _, _) in momo::QUEUES {
+        let _ = fixture.channel.queue_delete(QueueDeleteArguments::new(queue)).await;
+    }
+    let _ = fixture.channel.queue_delete(QueueDeleteArguments::new(momo::DLQ)).await;
+    for exchange in [momo::PAYMENT_EVENTS, momo::PAYMENT_DLX, momo::PARTICIPANT_EVENTS, momo::MEETING_EVENTS]
+    {
+        let _ = fixture.channel.exchange_delete(ExchangeDeleteArguments::new(exchange)).await;
+    }
 }
 
 /// Each relay run (1 and 4 workers, say) between two runs of `bare` (the baseline), the

@@ -49,7 +49,7 @@ pub(super) fn decide(
                 Some("payment cancelled after settlement failure".into()),
                 now,
             ));
-            let mut events = EventWriter::new(&order, &record, now);
+            let mut events = EventWriter::new(&order, record, now);
             events.payment(&payment, &payment_events).order(&order_events);
             changes.outbox = events.finish();
             Progress::Continue

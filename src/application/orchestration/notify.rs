@@ -123,7 +123,7 @@ pub fn apply_send_result(
         changes.update_notification(&mut notification);
     }
     changes.update_order(&mut order);
-    let mut events = EventWriter::new(&order, &record, now);
+    let mut events = EventWriter::new(&order, record, now);
     events.notification(&notification, &notification_events).order(&order_events);
     changes.outbox = events.finish();
     Ok(SendOutcome { changes, order, notification, completed })

@@ -129,7 +129,7 @@ pub(super) fn decide(
     if let Some(action) = audit_action {
         changes.audit.push(audit::record(action, entity::ORDER, order.id, actor, Some(detail.clone()), now));
     }
-    let mut events = EventWriter::new(&order, &record, now);
+    let mut events = EventWriter::new(&order, record, now);
     events.payment(&payment, &payment_events).order(&order_events);
     changes.outbox = events.finish();
     let mut outcome = StepOutcome::new(changes, order, progress);

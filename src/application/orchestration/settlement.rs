@@ -64,7 +64,7 @@ pub(super) fn decide(
     changes.insert_settlement(&mut settlement);
     changes.update_order(&mut order);
     changes.step(order.id, SagaStep::Settlement, step, Some(detail), now);
-    let mut events = EventWriter::new(&order, &record, now);
+    let mut events = EventWriter::new(&order, record, now);
     events.settlement(&settlement, &settlement_events).order(&order_events);
     changes.outbox = events.finish();
     let mut outcome = StepOutcome::new(changes, order, Progress::Continue);

@@ -17,12 +17,13 @@
 //! registration → `payment.failed`; each `payment.refunded` → `payment.refunded`. All of a
 //! meeting order's; every other event goes out native.
 
+use std::borrow::Cow;
+
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::envelope::Envelope;
 use super::{Encoded, HeaderValue, WireMessage};
 use crate::adapters::messaging::amqp::momo::PAYMENT_EVENTS;
 use crate::application::ports::OutboxRecord;
@@ -184,24 +185,46 @@ pub fn fail_reason(code: &str) -> String {
     format!("{what} ({code})")
 }
 
-/// The payload fields the replies are made of (docs/messages.md); each optional, so an
-/// event that lacks one is refused with its name, not misread.
+/// The stored envelope's fields a reply is made of (docs/messages.md), read in one pass and
+/// borrowed from the stored text; each optional, so an event that lacks one is refused
+/// with its name, not misread.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Stored<'a> {
+    #[serde(borrow)]
+    event_id: Cow<'a, str>,
+    #[serde(borrow)]
+    occurred_at: Cow<'a, str>,
+    #[serde(borrow)]
+    payload: Payload<'a>,
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
-struct Payload {
-    source: Option<String>,
-    order_id: Option<String>,
-    customer_id: Option<String>,
-    meeting_id: Option<String>,
-    user_id: Option<String>,
+struct Payload<'a> {
+    #[serde(borrow)]
+    source: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    order_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    customer_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    meeting_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    user_id: Option<Cow<'a, str>>,
     total_amount: Option<i64>,
     amount: Option<i64>,
     payment_number: Option<i64>,
-    decline_code: Option<String>,
-    failure_reason: Option<String>,
-    refund_reason: Option<String>,
-    reason: Option<String>,
-    causation_id: Option<String>,
+    #[serde(borrow)]
+    decline_code: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    failure_reason: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    refund_reason: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    reason: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    causation_id: Option<Cow<'a, str>>,
 }
 
 /// The outbound half: the platform's reply an event is, if it is one.
@@ -218,21 +241,64 @@ fn platform_id(field: &str, value: Option<&str>) -> Result<i64, String> {
 }
 
 /// A Java `Integer` amount: never truncated.
-fn int_amount(value: Option<i64>) -> Result<i64, String> {
+fn int_amount(value: Option<i64>) -> Result<i32, String> {
     let amount = value.ok_or("the event has no amount")?;
-    i32::try_from(amount)
-        .map(i64::from)
-        .map_err(|_| format!("amount {amount} does not fit the platform's Integer"))
+    i32::try_from(amount).map_err(|_| format!("amount {amount} does not fit the platform's Integer"))
+}
+
+/// A JSON string, escaped as serde_json escapes it, onto `out`.
+fn string(out: &mut Vec<u8>, text: &str) {
+    // Writing into a Vec cannot fail, and a &str always serialises.
+    let _ = serde_json::to_writer(&mut *out, text);
+}
+
+/// One reply's `data`, in its record's declaration order.
+enum Data<'a> {
+    Completed { payment_id: i64, amount: i32, order_id: &'a str },
+    Failed { payment_id: Option<i64>, reason: String },
+    Refunded { payment_id: i64, amount: i32, refund_reason: Option<&'a str> },
 }
 
 impl MomoOut {
     /// `occurredAt` as the platform's `LocalDateTime`: wall time in `meetings.timezone`,
     /// `yyyy-MM-ddTHH:mm:ss[.fraction]`, no offset (its parser refuses one).
+    ///
+    /// # Errors
+    /// `occurred_at` is not RFC 3339.
     pub fn local_time(&self, occurred_at: &str) -> Result<String, String> {
-        let at: DateTime<Utc> = DateTime::parse_from_rfc3339(occurred_at)
+        let mut out = Vec::with_capacity(32);
+        self.write_local_time(&mut out, occurred_at)?;
+        Ok(String::from_utf8_lossy(&out).into_owned())
+    }
+
+    fn write_local_time(&self, out: &mut Vec<u8>, occurred_at: &str) -> Result<(), String> {
+        use chrono::{Datelike, Timelike};
+        use std::io::Write;
+        let at = DateTime::parse_from_rfc3339(occurred_at)
             .map_err(|e| format!("occurredAt {occurred_at:?}: {e}"))?
-            .with_timezone(&Utc);
-        Ok(at.with_timezone(&self.timezone).naive_local().format("%Y-%m-%dT%H:%M:%S%.f").to_string())
+            .with_timezone(&Utc)
+            .with_timezone(&self.timezone)
+            .naive_local();
+        // As Java's `LocalDateTime.toString()` (and chrono's `%.f`): the fraction in 3, 6 or
+        // 9 digits, none when whole. Writing into a Vec cannot fail.
+        let _ = write!(
+            out,
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
+            at.year(),
+            at.month(),
+            at.day(),
+            at.hour(),
+            at.minute(),
+            at.second()
+        );
+        let nanos = at.nanosecond() % 1_000_000_000;
+        let _ = match nanos {
+            0 => Ok(()),
+            n if n % 1_000_000 == 0 => write!(out, ".{:03}", n / 1_000_000),
+            n if n % 1_000 == 0 => write!(out, ".{:06}", n / 1_000),
+            n => write!(out, ".{n:09}"),
+        };
+        Ok(())
     }
 
     /// The message `record` goes out as, or `Native`.
@@ -241,14 +307,16 @@ impl MomoOut {
     /// A reply the platform could not read (an id that is not a long, an amount over an
     /// Integer): the event is dead-lettered with the reason, never sent truncated.
     pub fn encode(&self, record: &OutboxRecord) -> Result<Encoded, String> {
-        let kind = match record.event_type.as_str() {
-            "order.completed" | "order.failed" | "payment.declined" | "payment.refunded"
-            | "payment.failed" => record.event_type.as_str(),
-            _ => return Ok(Encoded::Native),
-        };
-        let envelope = Envelope::read(&record.payload)?;
-        let p: Payload = serde_json::from_str(envelope.payload.get())
-            .map_err(|e| format!("the stored payload cannot be read: {e}"))?;
+        let kind = record.event_type.as_str();
+        if !matches!(
+            kind,
+            "order.completed" | "order.failed" | "payment.declined" | "payment.refunded" | "payment.failed"
+        ) {
+            return Ok(Encoded::Native);
+        }
+        let stored: Stored<'_> = serde_json::from_str(&record.payload)
+            .map_err(|e| format!("the stored envelope cannot be read: {e}"))?;
+        let p = &stored.payload;
         // A refused registration (no order) is the registration's; the rest, a meeting order's.
         let refused = kind == "payment.failed";
         if !refused && p.source.as_deref() != Some("MEETING") {
@@ -257,90 +325,87 @@ impl MomoOut {
         let user = if refused { p.user_id.as_deref() } else { p.customer_id.as_deref() };
         let user_id = platform_id("userId", user)?;
         let meeting_id = platform_id("meetingId", p.meeting_id.as_deref())?;
-        let occurred_at = self.local_time(&envelope.occurred_at)?;
-        let payment_id = p.payment_number;
         let (reply, data) = match kind {
-            "order.completed" => {
-                let payment_id = payment_id.ok_or("order.completed has no paymentNumber")?;
-                let order_id = p.order_id.ok_or("the event has no orderId")?;
-                let amount = int_amount(p.total_amount)?;
-                (
-                    COMPLETED,
-                    vec![
-                        ("paymentId", Value::from(payment_id)),
-                        ("userId", Value::from(user_id)),
-                        ("meetingId", Value::from(meeting_id)),
-                        ("amount", Value::from(amount)),
-                        ("orderId", Value::from(order_id)),
-                        ("outboxId", Value::Null),
-                        ("occurredAt", Value::from(occurred_at)),
-                    ],
-                )
-            }
-            "payment.refunded" => {
-                let payment_id = payment_id.ok_or("payment.refunded has no paymentNumber")?;
-                let amount = int_amount(p.amount)?;
-                (
-                    REFUNDED,
-                    vec![
-                        ("paymentId", Value::from(payment_id)),
-                        ("userId", Value::from(user_id)),
-                        ("meetingId", Value::from(meeting_id)),
-                        ("amount", Value::from(amount)),
-                        ("refundReason", Value::from(p.refund_reason)),
-                        ("outboxId", Value::Null),
-                        ("occurredAt", Value::from(occurred_at)),
-                    ],
-                )
-            }
+            "order.completed" => (
+                COMPLETED,
+                Data::Completed {
+                    payment_id: p.payment_number.ok_or("order.completed has no paymentNumber")?,
+                    amount: int_amount(p.total_amount)?,
+                    order_id: p.order_id.as_deref().ok_or("the event has no orderId")?,
+                },
+            ),
+            "payment.refunded" => (
+                REFUNDED,
+                Data::Refunded {
+                    payment_id: p.payment_number.ok_or("payment.refunded has no paymentNumber")?,
+                    amount: int_amount(p.amount)?,
+                    refund_reason: p.refund_reason.as_deref(),
+                },
+            ),
             _ => {
                 let code = match kind {
-                    "payment.declined" => p.decline_code.unwrap_or_else(|| "PAYMENT_DECLINED".into()),
-                    "payment.failed" => p.reason.unwrap_or_else(|| "REFUSED".into()),
-                    _ => match p.failure_reason {
+                    "payment.declined" => p.decline_code.as_deref().unwrap_or("PAYMENT_DECLINED"),
+                    "payment.failed" => p.reason.as_deref().unwrap_or("REFUSED"),
+                    _ => match p.failure_reason.as_deref() {
                         // Answered by its `payment.declined`, with the provider's code.
-                        Some(reason) if reason == "PAYMENT_DECLINED" => return Ok(Encoded::Native),
+                        Some("PAYMENT_DECLINED") => return Ok(Encoded::Native),
                         Some(reason) => reason,
-                        None => "ORDER_FAILED".into(),
+                        None => "ORDER_FAILED",
                     },
                 };
-                (
-                    FAILED,
-                    vec![
-                        ("paymentId", Value::from(payment_id)),
-                        ("userId", Value::from(user_id)),
-                        ("meetingId", Value::from(meeting_id)),
-                        ("failReason", Value::from(fail_reason(&code))),
-                        ("outboxId", Value::Null),
-                        ("occurredAt", Value::from(occurred_at)),
-                    ],
-                )
+                (FAILED, Data::Failed { payment_id: p.payment_number, reason: fail_reason(code) })
             }
         };
-        let uu_id = p.causation_id.unwrap_or_else(|| envelope.event_id.clone().into_owned());
-        Ok(Encoded::Messages(vec![self.message(record, reply, &uu_id, data)]))
-    }
-
-    fn message(
-        &self,
-        record: &OutboxRecord,
-        reply: &str,
-        uu_id: &str,
-        data: Vec<(&'static str, Value)>,
-    ) -> WireMessage {
+        let uu_id = p.causation_id.as_deref().unwrap_or(&stored.event_id);
         // As Jackson writes `EventWrapper(uuId, type, data)` and the records: fields in their
-        // declaration order, no spaces (a `Value` map would sort them, so written here).
-        let data = data.iter().map(|(name, value)| format!("\"{name}\":{value}")).collect::<Vec<_>>();
-        let body = format!(
-            r#"{{"uuId":{},"type":{},"data":{{{}}}}}"#,
-            Value::from(uu_id),
-            Value::from(reply),
-            data.join(",")
-        );
-        WireMessage {
+        // declaration order, no spaces.
+        let mut body = Vec::with_capacity(320);
+        body.extend_from_slice(b"{\"uuId\":");
+        string(&mut body, uu_id);
+        body.extend_from_slice(b",\"type\":\"");
+        body.extend_from_slice(reply.as_bytes());
+        body.extend_from_slice(b"\",\"data\":{");
+        let long = |body: &mut Vec<u8>, name: &str, value: Option<i64>| {
+            use std::io::Write;
+            let _ = match value {
+                Some(n) => write!(body, "\"{name}\":{n},"),
+                None => write!(body, "\"{name}\":null,"),
+            };
+        };
+        match &data {
+            Data::Completed { payment_id, .. } | Data::Refunded { payment_id, .. } => {
+                long(&mut body, "paymentId", Some(*payment_id))
+            }
+            Data::Failed { payment_id, .. } => long(&mut body, "paymentId", *payment_id),
+        }
+        long(&mut body, "userId", Some(user_id));
+        long(&mut body, "meetingId", Some(meeting_id));
+        match &data {
+            Data::Completed { amount, order_id, .. } => {
+                long(&mut body, "amount", Some(i64::from(*amount)));
+                body.extend_from_slice(b"\"orderId\":");
+                string(&mut body, order_id);
+            }
+            Data::Failed { reason, .. } => {
+                body.extend_from_slice(b"\"failReason\":");
+                string(&mut body, reason);
+            }
+            Data::Refunded { amount, refund_reason, .. } => {
+                long(&mut body, "amount", Some(i64::from(*amount)));
+                body.extend_from_slice(b"\"refundReason\":");
+                match refund_reason {
+                    Some(reason) => string(&mut body, reason),
+                    None => body.extend_from_slice(b"null"),
+                }
+            }
+        }
+        body.extend_from_slice(b",\"outboxId\":null,\"occurredAt\":\"");
+        self.write_local_time(&mut body, &stored.occurred_at)?;
+        body.extend_from_slice(b"\"}}");
+        Ok(Encoded::Messages(vec![WireMessage {
             destination: Some(PAYMENT_EVENTS.to_owned()),
             key: format!("{reply}.key"),
-            body: body.into_bytes(),
+            body,
             content_type: Some("application/json".into()),
             content_encoding: Some("UTF-8".into()),
             kafka_content_type_header: false,
@@ -354,7 +419,7 @@ impl MomoOut {
                 ("x-correlation-id", HeaderValue::Text(uu_id.to_owned())),
                 ("__TypeId__", HeaderValue::Text(TYPE_ID.to_owned())),
             ],
-        }
+        }]))
     }
 }
 
