@@ -118,14 +118,14 @@ async fn cloudevents_structured_over_rabbitmq(backend: Backend) {
 
 on_both_databases!(cloudevents_binary_over_rabbitmq, cloudevents_structured_over_rabbitmq);
 
-async fn over_kafka(mode: &str) {
+async fn over_kafka(backend: Backend, mode: &str) {
     let Some(kafka) = TestKafka::start().await else { return };
     let topic = "commerce.events";
     let mut env = kafka.env(topic);
     env.push(("APP__BROKER__CONTRACT".into(), "cloudevents".into()));
     env.push(("APP__BROKER__CLOUDEVENTS__MODE".into(), mode.into()));
     let refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let Some(app) = TestApp::spawn_with(Backend::Sqlite, &refs).await else { return };
+    let Some(app) = TestApp::spawn_with(backend, &refs).await else { return };
     let reader = kafka.read(topic).await;
     let order =
         json(app.place_order(&app.token("alice"), &order_body(), None).await, StatusCode::CREATED).await;
@@ -148,15 +148,15 @@ async fn over_kafka(mode: &str) {
     assert_cloudevents(&parsed, id, datacontenttype);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cloudevents_binary_over_kafka() {
-    over_kafka("binary").await
+async fn cloudevents_binary_over_kafka(backend: Backend) {
+    over_kafka(backend, "binary").await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cloudevents_structured_over_kafka() {
-    over_kafka("structured").await
+async fn cloudevents_structured_over_kafka(backend: Backend) {
+    over_kafka(backend, "structured").await
 }
+
+on_both_databases!(cloudevents_binary_over_kafka, cloudevents_structured_over_kafka);
 
 /// Events written while the deployment spoke `native` go out as CloudEvents once it is
 /// switched: the contract is encoding at the broker adapter, never stored.
@@ -256,14 +256,13 @@ fn the_java_murmur2_of_the_test_is_kafkas() {
 /// `commerce`: each completed order is the two records the backend's consumers read, in
 /// their exact bytes, keyed by the order's number, with no headers, on the partition the
 /// Java client would choose for that key; other events stay native on the broker's topic.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn commerce_sends_what_the_commerce_backend_reads() {
+async fn commerce_sends_what_the_commerce_backend_reads(backend: Backend) {
     let Some(kafka) = TestKafka::start().await else { return };
     let topic = "commerce.events";
     let mut env = kafka.env(topic);
     env.push(("APP__BROKER__CONTRACT".into(), "commerce".into()));
     let refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let Some(app) = TestApp::spawn_with(Backend::Sqlite, &refs).await else { return };
+    let Some(app) = TestApp::spawn_with(backend, &refs).await else { return };
     let native = kafka.read(topic).await;
     let settlement = kafka.read("commerce.settlement.requested").await;
     let notification = kafka.read("commerce.notification.requested").await;
@@ -329,6 +328,8 @@ async fn commerce_sends_what_the_commerce_backend_reads() {
     );
 }
 
+on_both_databases!(commerce_sends_what_the_commerce_backend_reads);
+
 /// A registration from the meeting service as a CloudEvent (`type` = prefix + the §7 kind,
 /// `id` the inbox key, data the §7 body).
 fn registration_event(id: &str, user: &str) -> Value {
@@ -385,15 +386,14 @@ async fn cloudevents_inbound_over_rabbitmq(backend: Backend) {
 on_both_databases!(cloudevents_inbound_over_rabbitmq);
 
 /// Inbound under `cloudevents`, Kafka, binary mode (`ce_` headers, the value is the data).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cloudevents_inbound_over_kafka() {
+async fn cloudevents_inbound_over_kafka(backend: Backend) {
     let Some(kafka) = TestKafka::start().await else { return };
     let mut env = kafka.env("commerce.events");
     env.push(("APP__BROKER__CONTRACT".into(), "cloudevents".into()));
     env.push(("APP__BROKER__CONSUMER_RETRIES".into(), "1".into()));
     env.push(("APP__BROKER__CONSUMER_RETRY_BACKOFF".into(), "20ms".into()));
     let refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let Some(app) = TestApp::spawn_with(Backend::Sqlite, &refs).await else { return };
+    let Some(app) = TestApp::spawn_with(backend, &refs).await else { return };
     kafka.create("meeting.events").await;
     let dead = kafka.read("meeting.events.dlq").await;
     let workers = orchestrator::startup::Workers::spawn(&app.services);
@@ -424,3 +424,5 @@ async fn cloudevents_inbound_over_kafka() {
     assert_eq!(crate::helpers::count_where(&app.db, "orders", "1 = 1").await, 1);
     workers.shutdown(Duration::from_secs(5)).await;
 }
+
+on_both_databases!(cloudevents_inbound_over_kafka);
