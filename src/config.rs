@@ -20,6 +20,7 @@ use crate::adapters::Secret;
 use crate::adapters::http::auth::{AuthSettings, DEV_KID, KeyAlgorithm, KeySettings, RawKey};
 use crate::adapters::messaging::amqp::QueueType;
 use crate::adapters::messaging::contract::{CloudEventsMode, CloudEventsSettings, ContractName};
+use crate::adapters::providers::{WebhookSecret, WebhookSettings};
 use crate::application::input::parse_duration;
 use crate::telemetry::{LogFormat, TelemetrySettings};
 
@@ -69,6 +70,7 @@ pub struct Settings {
     pub broker: BrokerSettings,
     pub outbox: OutboxSettings,
     pub notification: NotificationSettings,
+    pub settlement: SettlementSettings,
     pub payment: PaymentSettings,
     pub worker: WorkerSettings,
     pub auth: AuthSettings,
@@ -219,6 +221,10 @@ pub struct OutboxSettings {
 
 #[derive(Debug, Clone)]
 pub struct NotificationSettings {
+    /// Where the customer is told (`notification.channel`, docs/spec.md §13).
+    pub channel: NotificationChannel,
+    /// Whether `notification.channel` was set (required outside the embedded default).
+    pub channel_explicit: bool,
     pub retry_enabled: bool,
     pub retry_interval: Duration,
     pub retry_backoff_base: Duration,
@@ -227,6 +233,28 @@ pub struct NotificationSettings {
     pub retry_lease: Duration,
     /// Notifications claimed per round (`notification.retry.batch`).
     pub retry_batch: u32,
+}
+
+/// `notification.channel` (docs/spec.md §13).
+#[derive(Debug, Clone)]
+pub enum NotificationChannel {
+    Simulated,
+    /// Signed webhooks to `notification.webhook.url`.
+    Webhook(WebhookSettings),
+}
+
+/// `settlement.channel` (docs/spec.md §13).
+#[derive(Debug, Clone)]
+pub enum SettlementChannel {
+    Simulated,
+}
+
+/// `settlement.*`.
+#[derive(Debug, Clone)]
+pub struct SettlementSettings {
+    pub channel: SettlementChannel,
+    /// Whether `settlement.channel` was set (required outside the embedded default).
+    pub channel_explicit: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -300,6 +328,7 @@ struct Raw {
     broker: RawBroker,
     outbox: RawOutbox,
     notification: RawNotification,
+    settlement: RawSettlement,
     payment: RawPayment,
     worker: RawWorker,
     saga: RawSaga,
@@ -482,7 +511,28 @@ struct RawOutbox {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawNotification {
+    /// Unset: `simulated` (refused outside the embedded default).
+    channel: Option<String>,
+    webhook: RawWebhook,
     retry: RawNotificationRetry,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSettlement {
+    /// Unset: `simulated` (refused outside the embedded default).
+    channel: Option<String>,
+    webhook: RawWebhook,
+}
+
+/// `<step>.webhook.*`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWebhook {
+    url: Option<Secret>,
+    /// `whsec_…` keys: a list in a file, comma- or space-separated in the environment.
+    secrets: Option<RawList<Secret>>,
+    timeout: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -645,6 +695,12 @@ lanes = 16
 max_connections = 4
 cleanup_batch = 1000
 
+[notification.webhook]
+timeout = "10s"
+
+[settlement.webhook]
+timeout = "10s"
+
 [notification.retry]
 interval = "30s"
 backoff_base = "60s"
@@ -728,6 +784,18 @@ impl Settings {
                 "must be set explicitly with a PostgreSQL database: toss, external, or mock (simulated payments)",
             ));
         }
+        if !self.settlement.channel_explicit {
+            return Err(invalid(
+                "settlement.channel",
+                "must be set explicitly with a PostgreSQL database: webhook, or simulated (nothing is settled)",
+            ));
+        }
+        if !self.notification.channel_explicit {
+            return Err(invalid(
+                "notification.channel",
+                "must be set explicitly with a PostgreSQL database: webhook, email, or simulated (nobody is told)",
+            ));
+        }
         Ok(())
     }
 
@@ -742,6 +810,12 @@ impl Settings {
             warnings.push(
                 "payment.provider = mock: payments are simulated and X-Mock-Scenario is honoured".to_owned(),
             );
+        }
+        if matches!(self.settlement.channel, SettlementChannel::Simulated) {
+            warnings.push("settlement.channel = simulated: no accounting system hears of a sale".to_owned());
+        }
+        if matches!(self.notification.channel, NotificationChannel::Simulated) {
+            warnings.push("notification.channel = simulated: no customer is told of an order".to_owned());
         }
         if self.broker.kind == BrokerKind::Log {
             warnings.push("broker.kind = log: events are written to the log, not published".to_owned());
@@ -802,6 +876,7 @@ impl Settings {
             broker,
             outbox: resolve_outbox(raw.outbox)?,
             notification: resolve_notification(raw.notification, sqlite)?,
+            settlement: resolve_settlement(raw.settlement)?,
             payment: resolve_payment(raw.payment)?,
             worker: resolve_worker(raw.worker, raw.saga, sqlite)?,
             auth: resolve_auth(raw.auth, sqlite)?,
@@ -1114,7 +1189,73 @@ fn resolve_outbox(o: RawOutbox) -> Result<OutboxSettings, ConfigError> {
     })
 }
 
+/// `<step>.webhook.*`, required when the step's channel is `webhook`.
+fn resolve_webhook(step: &str, raw: RawWebhook) -> Result<WebhookSettings, ConfigError> {
+    let key = |name: &str| format!("{step}.webhook.{name}");
+    let url =
+        raw.url.ok_or_else(|| invalid(&key("url"), format!("is required when {step}.channel = webhook")))?;
+    let parsed = reqwest::Url::parse(url.expose()).map_err(|_| invalid(&key("url"), "is not a URL"))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(invalid(&key("url"), "must be http:// or https://"));
+    }
+    let secrets: Vec<Secret> = match raw.secrets {
+        None => Vec::new(),
+        // Several during a rotation: space- or comma-separated in the environment.
+        Some(list) => list
+            .into_list()
+            .into_iter()
+            .flat_map(|s| s.expose().split_whitespace().map(Secret::new).collect::<Vec<_>>())
+            .collect(),
+    };
+    if secrets.is_empty() {
+        return Err(invalid(
+            &key("secrets"),
+            format!("at least one whsec_ secret is required when {step}.channel = webhook"),
+        ));
+    }
+    let secrets = secrets
+        .iter()
+        .map(|s| WebhookSecret::parse(s.expose()).map_err(|e| invalid(&key("secrets"), e)))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(WebhookSettings { url, secrets, timeout: positive(&key("timeout"), &raw.timeout)? })
+}
+
+fn resolve_settlement(raw: RawSettlement) -> Result<SettlementSettings, ConfigError> {
+    let channel = match raw.channel.as_deref() {
+        None | Some("simulated") => SettlementChannel::Simulated,
+        Some("webhook") => {
+            // Parsed now so that a deployment learns of a bad key either way.
+            resolve_webhook("settlement", raw.webhook)?;
+            return Err(invalid(
+                "settlement.channel",
+                "`webhook` is not available in this version: a settlement webhook needs the operator's waiting state first (docs/spec.md §13)",
+            ));
+        }
+        Some(other) => {
+            return Err(invalid("settlement.channel", format!("`{other}` is not simulated or webhook")));
+        }
+    };
+    Ok(SettlementSettings { channel, channel_explicit: raw.channel.is_some() })
+}
+
 fn resolve_notification(raw: RawNotification, sqlite: bool) -> Result<NotificationSettings, ConfigError> {
+    let channel = match raw.channel.as_deref() {
+        None | Some("simulated") => NotificationChannel::Simulated,
+        Some("webhook") => NotificationChannel::Webhook(resolve_webhook("notification", raw.webhook)?),
+        Some("email") => {
+            return Err(invalid(
+                "notification.channel",
+                "`email` is not available in this version (docs/spec.md §13)",
+            ));
+        }
+        Some(other) => {
+            return Err(invalid(
+                "notification.channel",
+                format!("`{other}` is not simulated, webhook or email"),
+            ));
+        }
+    };
+    let channel_explicit = raw.channel.is_some();
     let r = raw.retry;
     if r.max_attempts < 1 {
         return Err(invalid("notification.retry.max_attempts", "must be at least 1"));
@@ -1123,6 +1264,8 @@ fn resolve_notification(raw: RawNotification, sqlite: bool) -> Result<Notificati
         return Err(invalid("notification.retry.batch", "must be between 1 and 10000"));
     }
     Ok(NotificationSettings {
+        channel,
+        channel_explicit,
         retry_enabled: r.enabled.unwrap_or(sqlite),
         retry_interval: duration("notification.retry.interval", &r.interval)?,
         retry_backoff_base: duration("notification.retry.backoff_base", &r.backoff_base)?,

@@ -35,6 +35,7 @@ use crate::adapters::persistence::{
 use crate::adapters::providers::{
     ExternalPaymentGateway, ExternalProviderSettings, Measured, ProviderCalls, SimulatedNotifier,
     SimulatedPaymentGateway, SimulatedSettlementGateway, TossClient, TossPaymentGateway, TossSettings,
+    WebhookClient, WebhookNotifier,
 };
 use crate::application::health::{HealthProbe, LoopProgress, Readiness, Role};
 use crate::application::idempotency::IdempotencyService;
@@ -55,7 +56,7 @@ use crate::application::provider_view::ProviderView;
 use crate::application::queries::OrderQueries;
 use crate::application::recovery::{ReconciliationSettings, Recovery};
 use crate::application::refunds::{RefundSettings, Refunds};
-use crate::config::{BrokerKind, FeeSource, ProviderKind, Settings};
+use crate::config::{BrokerKind, FeeSource, NotificationChannel, ProviderKind, Settings};
 use crate::domain::notification::RetryPolicy;
 use crate::domain::outbox::RetrySchedule;
 
@@ -505,7 +506,17 @@ pub async fn build_services_with_clock(
         Arc::new(Measured::new(payments, payment_provider(settings), meter.clone()));
     let settlements: Arc<dyn SettlementGateway> =
         Arc::new(Measured::new(settlements, "simulated", meter.clone()));
-    let notifier: Arc<dyn Notifier> = Arc::new(Measured::new(notifier, "simulated", meter.clone()));
+    // docs/spec.md §13: the channel `notification.channel` names.
+    let (notifier, notifier_label): (Arc<dyn Notifier>, &'static str) = match &settings.notification.channel {
+        NotificationChannel::Simulated => (notifier, "simulated"),
+        NotificationChannel::Webhook(webhook) => (
+            Arc::new(WebhookNotifier::new(
+                WebhookClient::new(webhook.clone()).map_err(StartupError::Config)?,
+            )),
+            "webhook",
+        ),
+    };
+    let notifier: Arc<dyn Notifier> = Arc::new(Measured::new(notifier, notifier_label, meter.clone()));
     let shutdown = CancellationToken::new();
     let loops = Arc::new(LoopProgress::new(settings.worker.stuck_after));
     upkeep_metrics(&metrics, shutdown.clone());

@@ -56,6 +56,8 @@ pub(crate) async fn backlog_scenario(
             ("APP__HTTP__BIND", format!("127.0.0.1:{port}")),
             ("APP__WORKER__HTTP__BIND", format!("127.0.0.1:{port}")),
             ("APP__PAYMENT__PROVIDER", "mock".into()),
+            ("APP__SETTLEMENT__CHANNEL", "simulated".into()),
+            ("APP__NOTIFICATION__CHANNEL", "simulated".into()),
             ("APP__OUTBOX__BATCH_SIZE", batch.to_string()),
             ("APP__NOTIFICATION__RETRY__ENABLED", "false".into()),
             (

@@ -98,6 +98,8 @@ impl Fixture {
             ("APP__HTTP__BIND".into(), "127.0.0.1:0".into()),
             ("APP__WORKER__HTTP__BIND".into(), "127.0.0.1:0".into()),
             ("APP__PAYMENT__PROVIDER".into(), "mock".into()),
+            ("APP__SETTLEMENT__CHANNEL".into(), "simulated".into()),
+            ("APP__NOTIFICATION__CHANNEL".into(), "simulated".into()),
             (
                 "APP__AUTH__KEYS".into(),
                 r#"[{"kid":"bench","algorithm":"HS256","secret":"bench-secret-bench-secret-bench-secret"}]"#

@@ -89,6 +89,8 @@ pub async fn scale_scenario(
         ("APP__BROKER__CANCEL_QUEUE".into(), format!("bench.cancel.{id}")),
         ("APP__BROKER__MEETING_DELETED_QUEUE".into(), format!("bench.deleted.{id}")),
         ("APP__PAYMENT__PROVIDER".into(), "mock".into()),
+        ("APP__SETTLEMENT__CHANNEL".into(), "simulated".into()),
+        ("APP__NOTIFICATION__CHANNEL".into(), "simulated".into()),
         (
             "APP__AUTH__KEYS".into(),
             r#"[{"kid":"bench","algorithm":"HS256","secret":"bench-secret-bench-secret-bench-secret"}]"#

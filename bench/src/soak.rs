@@ -72,6 +72,8 @@ impl Processes {
             .env("APP__HTTP__BIND", format!("127.0.0.1:{port}"))
             .env("APP__WORKER__HTTP__BIND", format!("127.0.0.1:{port}"))
             .env("APP__PAYMENT__PROVIDER", "mock")
+            .env("APP__SETTLEMENT__CHANNEL", "simulated")
+            .env("APP__NOTIFICATION__CHANNEL", "simulated")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?)

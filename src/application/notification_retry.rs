@@ -28,7 +28,7 @@ use crate::application::ports::{
 use crate::application::{Actor, AppError};
 use crate::domain::ids::NotificationId;
 use crate::domain::notification::{Notification, NotificationStatus, RetryPolicy};
-use crate::domain::order::{FailureStage, Order, OrderStatus, SagaStep, StepStatus};
+use crate::domain::order::{FailureStage, Order, OrderEvent, OrderStatus, SagaStep, StepStatus};
 
 #[derive(Debug, Clone)]
 pub struct NotificationRetrySettings {
@@ -143,7 +143,12 @@ impl NotificationRetry {
         record.notification = Some(notification.clone());
 
         let request = NotificationRequest {
+            notification_id: notification.id,
             order_id: record.order.id,
+            order_number: record.order.number,
+            event_type: OrderEvent::Completed.event_type(),
+            order_status: OrderStatus::Completed.as_str(),
+            amount: record.order.total,
             customer_id: record.order.customer_id.clone(),
             attempt: notification.attempts + 1,
             scenario: record.context.scenario,

@@ -146,12 +146,35 @@ fn production_settings_are_explicit_and_failures_name_their_cause() {
         assert_eq!(out.status.code(), Some(2), "{verb}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains("payment.provider"), "{verb}: {stderr}");
+
+        // docs/spec.md §13: the settlement and notification channels too.
+        let mut cmd = app(&dir.0);
+        pg(&mut cmd);
+        let out = run(cmd.env("APP__BROKER__KIND", "log").env("APP__PAYMENT__PROVIDER", "mock").arg(verb));
+        assert_eq!(out.status.code(), Some(2), "{verb}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("settlement.channel"), "{verb}: {stderr}");
+        let mut cmd = app(&dir.0);
+        pg(&mut cmd);
+        let out = run(cmd
+            .env("APP__BROKER__KIND", "log")
+            .env("APP__PAYMENT__PROVIDER", "mock")
+            .env("APP__SETTLEMENT__CHANNEL", "simulated")
+            .arg(verb));
+        assert_eq!(out.status.code(), Some(2), "{verb}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("notification.channel"), "{verb}: {stderr}");
     }
     // Explicit choices pass the check; nothing listens on port 1, and the error says so.
     let mut cmd = app(&dir.0);
     pg(&mut cmd);
     let started = Instant::now();
-    let out = run(cmd.env("APP__BROKER__KIND", "log").env("APP__PAYMENT__PROVIDER", "mock").arg("serve"));
+    let out = run(cmd
+        .env("APP__BROKER__KIND", "log")
+        .env("APP__PAYMENT__PROVIDER", "mock")
+        .env("APP__SETTLEMENT__CHANNEL", "simulated")
+        .env("APP__NOTIFICATION__CHANNEL", "simulated")
+        .arg("serve"));
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     let last = stderr.lines().last().unwrap_or_default();
@@ -181,6 +204,8 @@ async fn serve_and_worker_run_side_by_side_with_one_environment() {
             .env("APP__AUTH__KEYS", crate::helpers::TEST_KEYS)
             .env("APP__BROKER__KIND", "log")
             .env("APP__PAYMENT__PROVIDER", "mock")
+            .env("APP__SETTLEMENT__CHANNEL", "simulated")
+            .env("APP__NOTIFICATION__CHANNEL", "simulated")
             .env("APP__HTTP__BIND", format!("127.0.0.1:{port}"))
             .env("APP__WORKER__HTTP__BIND", "127.0.0.1:0")
             .env("APP__LOG__FORMAT", "json");
@@ -193,7 +218,11 @@ async fn serve_and_worker_run_side_by_side_with_one_environment() {
     wait_ready(port).await;
     let ready: serde_json::Value =
         reqwest::get(format!("http://127.0.0.1:{port}/health/ready")).await.unwrap().json().await.unwrap();
-    assert_eq!(ready["warnings"].as_array().map(Vec::len), Some(2), "simulated parts are shown: {ready}");
+    // Payments, settlement, notification and the broker: each simulated part is shown.
+    assert_eq!(ready["warnings"].as_array().map(Vec::len), Some(4), "simulated parts are shown: {ready}");
+    for part in ["payment.provider", "settlement.channel", "notification.channel", "broker.kind"] {
+        assert!(ready["warnings"].to_string().contains(part), "{part}: {ready}");
+    }
     // The container health check: `app health` asks this host's serve.
     let mut cmd = app(&dir.0);
     env(&mut cmd);
@@ -366,6 +395,8 @@ async fn worker_drains_the_outbox_and_replay_repairs_a_dead_letter() {
             .env("APP__OUTBOX__POLL_INTERVAL", "100ms")
             .env("APP__WORKER__HTTP__BIND", "127.0.0.1:0")
             .env("APP__PAYMENT__PROVIDER", "mock")
+            .env("APP__SETTLEMENT__CHANNEL", "simulated")
+            .env("APP__NOTIFICATION__CHANNEL", "simulated")
             .env("APP__BROKER__KIND", "log")
             .arg("worker")
             .stdout(Stdio::null())
@@ -416,6 +447,8 @@ fn broker_worker(dir: &Path, db: &TestDb, broker: &crate::broker::TestBroker) ->
         .env("APP__BROKER__EXCHANGE", &broker.exchange)
         .env("APP__WORKER__HTTP__BIND", "127.0.0.1:0")
         .env("APP__PAYMENT__PROVIDER", "mock")
+        .env("APP__SETTLEMENT__CHANNEL", "simulated")
+        .env("APP__NOTIFICATION__CHANNEL", "simulated")
         .arg("worker")
         .stdout(Stdio::null());
     cmd

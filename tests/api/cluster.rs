@@ -216,6 +216,8 @@ async fn the_relay_drains_through_the_loss_of_the_quorum_leaders_node() {
             .env("APP__OUTBOX__POLL_INTERVAL", "200ms")
             .env("APP__WORKER__HTTP__BIND", "127.0.0.1:0")
             .env("APP__PAYMENT__PROVIDER", "mock")
+            .env("APP__SETTLEMENT__CHANNEL", "simulated")
+            .env("APP__NOTIFICATION__CHANNEL", "simulated")
             .arg("worker")
             .stdout(std::process::Stdio::null())
             .stderr(log),

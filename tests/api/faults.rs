@@ -85,6 +85,8 @@ pub(crate) fn worker_on(
         .env("APP__OUTBOX__POLL_INTERVAL", "200ms")
         .env("APP__WORKER__HTTP__BIND", "127.0.0.1:0")
         .env("APP__PAYMENT__PROVIDER", "mock")
+        .env("APP__SETTLEMENT__CHANNEL", "simulated")
+        .env("APP__NOTIFICATION__CHANNEL", "simulated")
         .envs(extra.iter().cloned())
         .arg("worker")
         .stdout(Stdio::null())

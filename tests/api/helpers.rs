@@ -200,6 +200,12 @@ fn try_settings_for_url(
         // docs/spec.md §2: explicit outside the embedded default; a test's own choice wins.
         ("APP__PAYMENT__PROVIDER".into(), "mock".into()),
     ];
+    // docs/spec.md §13: explicit outside the embedded default; a test's own choice wins.
+    for key in ["APP__SETTLEMENT__CHANNEL", "APP__NOTIFICATION__CHANNEL"] {
+        if !extra.iter().any(|(k, _)| *k == key) {
+            env.push((key.into(), "simulated".into()));
+        }
+    }
     if !extra.iter().any(|(k, _)| ["APP__BROKER__URL", "APP__BROKER__URLS", "APP__BROKER__KIND"].contains(k))
     {
         env.push(("APP__BROKER__KIND".into(), "log".into()));

@@ -209,6 +209,8 @@ async fn the_ledger_of_a_day_is_matched_with_our_books(backend: Backend) {
         .args(["reconcile", "ledger", "--date", &date])
         .env("APP__DATABASE__URL", app.database_url())
         .env("APP__PAYMENT__PROVIDER", "toss")
+        .env("APP__SETTLEMENT__CHANNEL", "simulated")
+        .env("APP__NOTIFICATION__CHANNEL", "simulated")
         .env("APP__PAYMENT__TOSS__SECRET_KEY", SECRET)
         .env("APP__PAYMENT__TOSS__BASE_URL", &fake.running.base_url)
         .env("APP__BROKER__KIND", "log")

@@ -10,6 +10,7 @@ mod authz;
 mod broker;
 mod browser;
 mod cards;
+mod channels;
 mod checkout;
 mod cli;
 mod cluster;

@@ -83,6 +83,8 @@ async fn traced_run(backend: Backend, rust_log: Option<&str>) {
         .env("APP__WORKER__EMBEDDED", "true")
         .env("APP__AUTH__KEYS", crate::helpers::TEST_KEYS)
         .env("APP__PAYMENT__PROVIDER", "mock")
+        .env("APP__SETTLEMENT__CHANNEL", "simulated")
+        .env("APP__NOTIFICATION__CHANNEL", "simulated")
         .env("APP__LOG__FORMAT", "json")
         .env("APP__TELEMETRY__OTLP_ENDPOINT", otlp.uri());
     if let Some(filter) = rust_log {

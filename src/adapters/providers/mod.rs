@@ -7,8 +7,10 @@ mod measured;
 mod simulated;
 pub mod toss;
 mod transport;
+mod webhook;
 
 pub use external::{ExternalPaymentGateway, ExternalProviderSettings};
 pub use measured::Measured;
 pub use simulated::{ProviderCalls, SimulatedNotifier, SimulatedPaymentGateway, SimulatedSettlementGateway};
 pub use toss::{TossClient, TossError, TossPaymentGateway, TossSettings};
+pub use webhook::{Delivery, WebhookClient, WebhookNotifier, WebhookSecret, WebhookSettings, signature};

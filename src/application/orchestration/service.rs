@@ -28,7 +28,7 @@ use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
 use crate::domain::notification::{Notification, RetryPolicy};
-use crate::domain::order::{NewOrder, NewOrderItem, Order, OrderSource};
+use crate::domain::order::{NewOrder, NewOrderItem, Order, OrderEvent, OrderSource, OrderStatus};
 use crate::domain::payment::{Payment, PaymentStatus};
 use crate::domain::settlement::Settlement;
 
@@ -613,7 +613,12 @@ impl Orchestrator {
     ) -> Result<Progress, AppError> {
         let notification = Notification::new(record.order.id, self.clock.now());
         let request = NotificationRequest {
+            notification_id: notification.id,
             order_id: record.order.id,
+            order_number: record.order.number,
+            event_type: OrderEvent::Completed.event_type(),
+            order_status: OrderStatus::Completed.as_str(),
+            amount: record.order.total,
             customer_id: record.order.customer_id.clone(),
             attempt: 1,
             scenario: record.context.scenario,

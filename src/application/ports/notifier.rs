@@ -3,12 +3,21 @@
 use async_trait::async_trait;
 
 use super::scenario::Scenario;
-use crate::domain::ids::OrderId;
+use crate::domain::ids::{NotificationId, OrderId};
+use crate::domain::money::Money;
 use crate::domain::notification::FailurePolicy;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotificationRequest {
+    /// The notification's id: the same on every attempt (a webhook's `webhook-id`).
+    pub notification_id: NotificationId,
     pub order_id: OrderId,
+    pub order_number: i64,
+    /// What the customer is told of (`order.completed`).
+    pub event_type: &'static str,
+    /// The order's status once told (`COMPLETED`).
+    pub order_status: &'static str,
+    pub amount: Money,
     pub customer_id: String,
     /// 1 for the first send, 2 for the first retry, ...
     pub attempt: i32,

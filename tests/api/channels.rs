@@ -1,0 +1,215 @@
+//! Settlement and notification channels over real servers (docs/spec.md §13): the
+//! notification step's signed webhooks, each delivery verified by the Standard Webhooks
+//! reference library for Python (`tests/support/webhook_receiver.py`, pip
+//! `standardwebhooks`), an implementation that is not ours.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::{Backend, TestApp, json, order_body, service_missing};
+use crate::on_both_databases;
+
+/// Two secrets, as during a rotation.
+const SECRETS: [&str; 2] =
+    ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_c2Vjb25kLXNlY3JldC0wMTIzNDU2Nzg5"];
+
+/// The receiver, killed when dropped.
+struct Receiver {
+    child: Child,
+    url: String,
+    client: reqwest::Client,
+}
+
+impl Receiver {
+    fn start(secrets: &[&str]) -> Option<Receiver> {
+        let probe = Command::new("python3").args(["-c", "import standardwebhooks"]).status();
+        if !probe.is_ok_and(|s| s.success()) {
+            service_missing(
+                "the Standard Webhooks library for Python",
+                "pip install standardwebhooks==1.3.0",
+            );
+            return None;
+        }
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/webhook_receiver.py");
+        let mut child = Command::new("python3")
+            .arg(script)
+            .arg(secrets.join(","))
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let port: u16 = line.trim().parse().expect("the receiver's port");
+        orchestrator::startup::install_tls_provider();
+        Some(Receiver { child, url: format!("http://127.0.0.1:{port}"), client: reqwest::Client::new() })
+    }
+
+    /// The next answers: (status, Retry-After).
+    async fn plan(&self, answers: &[(u16, Option<u64>)]) {
+        let plan: Vec<Value> = answers.iter().map(|(s, r)| json!([s, r])).collect();
+        self.client.post(format!("{}/plan", self.url)).json(&plan).send().await.unwrap();
+    }
+
+    async fn deliveries(&self) -> Vec<Value> {
+        let body: Value =
+            self.client.get(format!("{}/deliveries", self.url)).send().await.unwrap().json().await.unwrap();
+        body.as_array().unwrap().clone()
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn app_with(backend: Backend, receiver: &Receiver) -> Option<TestApp> {
+    let url = format!("{}/hooks/orders", receiver.url);
+    let secrets = SECRETS.join(" ");
+    TestApp::spawn_on_manual_clock(
+        backend,
+        &[
+            ("APP__NOTIFICATION__CHANNEL", "webhook"),
+            ("APP__NOTIFICATION__WEBHOOK__URL", &url),
+            ("APP__NOTIFICATION__WEBHOOK__SECRETS", &secrets),
+            ("APP__NOTIFICATION__WEBHOOK__TIMEOUT", "2s"),
+            ("APP__NOTIFICATION__RETRY__BACKOFF_BASE", "1m"),
+        ],
+    )
+    .await
+}
+
+async fn detail(app: &TestApp, id: &Value) -> Value {
+    let admin = app.admin_token("ops");
+    let path = format!("/api/orders/{}", id.as_str().unwrap());
+    json(app.get(&path, &admin).send().await.unwrap(), StatusCode::OK).await
+}
+
+/// Each delivery verified by the reference library with both secrets of the rotation.
+fn assert_signed(deliveries: &[Value]) {
+    for d in deliveries {
+        assert_eq!(d["verified"], json!([0, 1]), "both secrets' signatures verify: {d}");
+        assert_eq!(d["signatures"], 2, "{d}");
+    }
+}
+
+async fn a_notification_is_a_signed_webhook_under_its_own_id(backend: Backend) {
+    let Some(receiver) = Receiver::start(&SECRETS) else { return };
+    let Some(app) = app_with(backend, &receiver).await else { return };
+    let placed =
+        json(app.place_order(&app.token("alice"), &order_body(), None).await, StatusCode::CREATED).await;
+    assert_eq!(placed["status"], "COMPLETED", "{placed}");
+    assert_eq!(placed["notification"]["status"], "SENT");
+    let deliveries = receiver.deliveries().await;
+    assert_eq!(deliveries.len(), 1, "{deliveries:?}");
+    assert_signed(&deliveries);
+    let d = &deliveries[0];
+    assert_eq!(d["id"], placed["notification"]["id"], "webhook-id is the notification's id");
+    let body = &d["body"];
+    assert_eq!(body["type"], "order.completed");
+    assert_eq!(body["notificationId"], placed["notification"]["id"]);
+    assert_eq!(
+        (body["orderId"].clone(), body["orderNumber"].clone()),
+        (placed["id"].clone(), placed["number"].clone())
+    );
+    assert_eq!((body["customerId"].clone(), body["status"].clone()), (json!("alice"), json!("COMPLETED")));
+    assert_eq!(
+        (body["amount"].clone(), body["currency"].clone()),
+        (placed["totalAmount"].clone(), placed["currency"].clone())
+    );
+    assert!(body["occurredAt"].as_str().is_some_and(|t| t.ends_with('Z')));
+}
+
+/// 503 and 429 are transient: the same `webhook-id` again at the next retry, once delivered
+/// counted once; a 400 is a refusal: manual intervention, then an operator's reprocess
+/// delivers it under the same id.
+async fn a_receiver_down_then_up_and_one_that_refuses(backend: Backend) {
+    let Some(receiver) = Receiver::start(&SECRETS) else { return };
+    let Some(app) = app_with(backend, &receiver).await else { return };
+    let admin = app.admin_token("ops");
+    receiver.plan(&[(503, None), (429, Some(2))]).await;
+    let placed =
+        json(app.place_order(&app.token("alice"), &order_body(), None).await, StatusCode::CREATED).await;
+    assert_eq!(placed["notification"]["status"], "RETRY_SCHEDULED", "{placed}");
+    let retry = || async {
+        json(
+            app.post("/api/admin/notification-events/retry-due", &admin).send().await.unwrap(),
+            StatusCode::OK,
+        )
+        .await
+    };
+    app.advance(Duration::from_secs(3600));
+    assert_eq!(retry().await["failed"], 1, "429 is transient too");
+    app.advance(Duration::from_secs(3600));
+    assert_eq!(retry().await["succeeded"], 1);
+    let after = detail(&app, &placed["id"]).await;
+    assert_eq!(
+        (after["status"].clone(), after["notification"]["status"].clone()),
+        (json!("COMPLETED"), json!("SENT"))
+    );
+    let deliveries = receiver.deliveries().await;
+    assert_eq!(
+        deliveries.iter().map(|d| d["answer"].clone()).collect::<Vec<_>>(),
+        [json!(503), json!(429), json!(200)]
+    );
+    assert!(deliveries.iter().all(|d| d["id"] == placed["notification"]["id"]), "one id for every attempt");
+    assert_signed(&deliveries);
+
+    // A refusal: manual intervention; the operator's reprocess sends it under the same id.
+    receiver.plan(&[(400, None)]).await;
+    let refused =
+        json(app.place_order(&app.token("bob"), &order_body(), None).await, StatusCode::CREATED).await;
+    assert_eq!(refused["notification"]["status"], "MANUAL_INTERVENTION_REQUIRED", "{refused}");
+    assert_eq!(refused["status"], "FAILED");
+    let id = refused["notification"]["id"].as_str().unwrap();
+    let reprocessed =
+        app.post(&format!("/api/admin/notification-events/{id}/reprocess"), &admin).send().await.unwrap();
+    assert_eq!(reprocessed.status(), StatusCode::OK);
+    let after = detail(&app, &refused["id"]).await;
+    assert_eq!(
+        (after["status"].clone(), after["notification"]["status"].clone()),
+        (json!("COMPLETED"), json!("SENT"))
+    );
+    let bobs: Vec<Value> = receiver.deliveries().await.into_iter().filter(|d| d["id"] == id).collect();
+    assert_eq!(bobs.iter().map(|d| d["answer"].clone()).collect::<Vec<_>>(), [json!(400), json!(200)]);
+}
+
+on_both_databases!(
+    a_notification_is_a_signed_webhook_under_its_own_id,
+    a_receiver_down_then_up_and_one_that_refuses
+);
+
+/// A webhook channel without what it needs is refused at start, naming the key; a secret
+/// never appears in the refusal.
+#[test]
+fn a_webhook_channel_is_refused_without_its_url_or_a_valid_secret() {
+    let refused = |extra: &[(&str, &str)]| crate::helpers::try_settings(extra).unwrap_err().to_string();
+    let why = refused(&[("APP__NOTIFICATION__CHANNEL", "webhook")]);
+    assert!(why.contains("notification.webhook.url"), "{why}");
+    let why = refused(&[
+        ("APP__NOTIFICATION__CHANNEL", "webhook"),
+        ("APP__NOTIFICATION__WEBHOOK__URL", "http://h/x"),
+    ]);
+    assert!(why.contains("notification.webhook.secrets"), "{why}");
+    let why = refused(&[
+        ("APP__NOTIFICATION__CHANNEL", "webhook"),
+        ("APP__NOTIFICATION__WEBHOOK__URL", "http://h/x"),
+        ("APP__NOTIFICATION__WEBHOOK__SECRETS", "whsec_not*base64*hunter2"),
+    ]);
+    assert!(why.contains("notification.webhook.secrets") && !why.contains("hunter2"), "{why}");
+    let why = refused(&[("APP__SETTLEMENT__CHANNEL", "webhook")]);
+    assert!(why.contains("settlement.webhook.url"), "{why}");
+    let why = refused(&[
+        ("APP__SETTLEMENT__CHANNEL", "webhook"),
+        ("APP__SETTLEMENT__WEBHOOK__URL", "http://h/x"),
+        ("APP__SETTLEMENT__WEBHOOK__SECRETS", SECRETS[0]),
+    ]);
+    assert!(why.contains("settlement.channel") && why.contains("not available"), "{why}");
+    let why = refused(&[("APP__NOTIFICATION__CHANNEL", "email")]);
+    assert!(why.contains("notification.channel") && why.contains("not available"), "{why}");
+}

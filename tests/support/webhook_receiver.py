@@ -1,0 +1,73 @@
+"""A webhook receiver for the tests (docs/spec.md §13): every delivery is verified with the
+Standard Webhooks reference library for Python (`pip install standardwebhooks==1.3.0`), once
+per configured secret, and recorded; the answers it gives are the test's to choose.
+
+    python3 webhook_receiver.py SECRETS
+
+SECRETS: `whsec_...` keys, comma-separated. Prints the port it listens on (127.0.0.1), then
+serves until killed:
+- POST anything: a delivery. Answered with the next of the planned answers (`POST /plan`),
+  else 200. Recorded: `webhook-id`, which secrets verified it, the body, the answer.
+- POST /plan: a JSON list of [status, retry_after_or_null], answered in order.
+- GET /deliveries: every delivery so far, as a JSON list.
+"""
+
+import json
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from standardwebhooks import Webhook, WebhookVerificationError
+
+SECRETS = [s for s in sys.argv[1].split(",") if s]
+LOCK = threading.Lock()
+DELIVERIES = []
+PLAN = []
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def _answer(self, status, body=b"", retry_after=None):
+        self.send_response(status)
+        if retry_after is not None:
+            self.send_header("Retry-After", str(retry_after))
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        with LOCK:
+            body = json.dumps(DELIVERIES).encode()
+        self._answer(200, body)
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        if self.path == "/plan":
+            with LOCK:
+                PLAN.extend(json.loads(body))
+            return self._answer(204)
+        headers = {k: v for k, v in self.headers.items()}
+        verified = []
+        for i, secret in enumerate(SECRETS):
+            try:
+                Webhook(secret).verify(body, headers)
+                verified.append(i)
+            except WebhookVerificationError:
+                pass
+        with LOCK:
+            status, retry_after = PLAN.pop(0) if PLAN else (200, None)
+            DELIVERIES.append({
+                "id": headers.get("webhook-id") or headers.get("Webhook-Id"),
+                "verified": verified,
+                "signatures": len((headers.get("webhook-signature") or headers.get("Webhook-Signature") or "").split(" ")),
+                "body": json.loads(body) if body else None,
+                "answer": status,
+            })
+        self._answer(status, retry_after=retry_after)
+
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+print(server.server_address[1], flush=True)
+server.serve_forever()
