@@ -213,3 +213,36 @@ fn a_webhook_channel_is_refused_without_its_url_or_a_valid_secret() {
     let why = refused(&[("APP__NOTIFICATION__CHANNEL", "email")]);
     assert!(why.contains("notification.channel") && why.contains("not available"), "{why}");
 }
+
+/// docs/spec.md §13: a worker that dies between a delivery and its outcome's commit (here:
+/// the commit refused) leaves the notification's intent; the saga resumed sends it again
+/// under the same `webhook-id`, which the receiver counts once — never a second
+/// notification under a new id.
+async fn a_delivery_whose_outcome_is_lost_is_sent_again_under_its_id(backend: Backend) {
+    let Some(receiver) = Receiver::start(&SECRETS) else { return };
+    let Some(app) = app_with(backend, &receiver).await else { return };
+    crate::money::refuse(&app, "notification_events", Some("SENT")).await;
+    let placed =
+        json(app.place_order(&app.token("alice"), &order_body(), None).await, StatusCode::CREATED).await;
+    assert_eq!(placed["status"], "SETTLEMENT_REQUESTED", "{placed}");
+    assert_eq!(placed["notification"]["status"], "PENDING", "the intent, committed before the call");
+    crate::money::refuse(&app, "notification_events", None).await;
+    let id = placed["id"].as_str().unwrap();
+    let resumed =
+        app.post(&format!("/api/orders/{id}/orchestrate"), &app.admin_token("ops")).send().await.unwrap();
+    let resumed = json(resumed, StatusCode::OK).await;
+    assert_eq!(
+        (resumed["status"].clone(), resumed["notification"]["status"].clone()),
+        (json!("COMPLETED"), json!("SENT"))
+    );
+    assert_eq!(resumed["notification"]["id"], placed["notification"]["id"]);
+    let deliveries = receiver.deliveries().await;
+    assert_eq!(deliveries.len(), 2, "delivered, then again after the lost outcome: {deliveries:?}");
+    assert!(
+        deliveries.iter().all(|d| d["id"] == placed["notification"]["id"]),
+        "one webhook-id: counted once"
+    );
+    assert_signed(&deliveries);
+}
+
+on_both_databases!(a_delivery_whose_outcome_is_lost_is_sent_again_under_its_id);

@@ -26,7 +26,7 @@ async fn refuse_payment_status(app: &TestApp, status: Option<&str>) {
 }
 
 /// Makes every write of a `table` row in `status` fail; `None` removes it.
-async fn refuse(app: &TestApp, table: &str, status: Option<&str>) {
+pub(crate) async fn refuse(app: &TestApp, table: &str, status: Option<&str>) {
     let db = &app.db;
     let postgres = db.get_database_backend() == sea_orm::DatabaseBackend::Postgres;
     let statements: Vec<String> = match (status, postgres) {

@@ -21,17 +21,17 @@ pub struct SendOutcome {
     pub completed: bool,
 }
 
-/// Applies `result` to `notification` (new and `PENDING` on the first send, `PROCESSING`
-/// on a later attempt) and to the order: sent or ignored completes the order; a failure
-/// fails it (first send) or leaves it `FAILED` (later attempts), with the retry policy
-/// deciding the notification's next status.
+/// Applies `result` to `notification` (stored, `PENDING` on the first send — its intent was
+/// committed before the call — and `PROCESSING` on a later attempt) and to the order: sent
+/// or ignored completes the order; a failure fails it (first send) or leaves it `FAILED`
+/// (later attempts), with the retry policy deciding the notification's next status.
 ///
 /// # Errors
 /// `Internal` if the stored state does not allow the transition (a bug).
 pub fn apply_send_result(
     record: &OrderRecord,
     mut notification: Notification,
-    is_new: bool,
+    first_send: bool,
     result: Result<(), NotifyFailure>,
     retry: &RetryPolicy,
     actor: &Actor,
@@ -51,7 +51,7 @@ pub fn apply_send_result(
         Ok(()) => {
             let n = notification.mark_sent(now).map_err(broken_invariant)?;
             let detail = format!("sent (attempt {attempt})");
-            if !is_new {
+            if !first_send {
                 // A retry that went through is audited like the failures before it.
                 changes.audit.push(audit::record(
                     AuditAction::NotificationSent,
@@ -117,11 +117,7 @@ pub fn apply_send_result(
             }
         }
     };
-    if is_new {
-        changes.insert_notification(&mut notification);
-    } else {
-        changes.update_notification(&mut notification);
-    }
+    changes.update_notification(&mut notification);
     changes.update_order(&mut order);
     let mut events = EventWriter::new(&order, record, now);
     events.notification(&notification, &notification_events).order(&order_events);

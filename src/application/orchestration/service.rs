@@ -611,7 +611,23 @@ impl Orchestrator {
         actor: &Actor,
         run: &Run<'_>,
     ) -> Result<Progress, AppError> {
-        let notification = Notification::new(record.order.id, self.clock.now());
+        // docs/spec.md §13: the intent is committed before the first attempt, so a crash
+        // between the call and its outcome is resumed under the same notification (a
+        // webhook's `webhook-id`), never a second one.
+        let notification = match record.notification.clone() {
+            Some(pending) => pending,
+            None => {
+                let mut notification = Notification::new(record.order.id, self.clock.now());
+                let mut changes = Changes::default();
+                changes.insert_notification(&mut notification);
+                let mut intent = StepOutcome::new(changes, record.order.clone(), Progress::Continue);
+                intent.notification = Some(notification.clone());
+                if self.commit_step(run, record, intent).await?.is_none() {
+                    return Ok(Progress::Reload);
+                }
+                notification
+            }
+        };
         let request = NotificationRequest {
             notification_id: notification.id,
             order_id: record.order.id,

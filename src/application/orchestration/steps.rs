@@ -5,7 +5,7 @@
 //! outcome is stored is never attempted again.
 
 use crate::application::ports::OrderRecord;
-use crate::domain::notification::Notification;
+use crate::domain::notification::{Notification, NotificationStatus};
 use crate::domain::order::{FailureStage, Order, OrderStatus};
 use crate::domain::payment::{Payment, PaymentStatus};
 use crate::domain::settlement::Settlement;
@@ -79,7 +79,13 @@ pub fn next_action(
         OrderStatus::PendingConfirmation => NextAction::AwaitConfirmation,
         OrderStatus::PaymentApproved if settlement.is_none() => NextAction::RequestSettlement,
         OrderStatus::PaymentApproved => NextAction::AwaitRetryOrOperator,
-        OrderStatus::SettlementRequested if notification.is_none() => NextAction::SendNotification,
+        // Not yet told, or its first attempt's intent committed and its outcome not (a crash
+        // between the two): sent under that notification's id.
+        OrderStatus::SettlementRequested
+            if notification.is_none_or(|n| n.status == NotificationStatus::Pending) =>
+        {
+            NextAction::SendNotification
+        }
         OrderStatus::SettlementRequested => NextAction::AwaitRetryOrOperator,
         OrderStatus::Failed => match order.failure_stage {
             Some(FailureStage::Settlement)
@@ -157,6 +163,23 @@ mod tests {
         assert_eq!(next_action(&o, Some(&p), Some(&s), None), NextAction::SendNotification);
         let o = order(OrderStatus::Completed, None);
         assert_eq!(next_action(&o, Some(&p), Some(&s), None), NextAction::Done);
+    }
+
+    /// docs/spec.md §13: the notification's intent is committed before its first attempt;
+    /// found `PENDING` (a crash between the call and its outcome), it is sent again under its
+    /// own id — never a second notification.
+    #[test]
+    fn a_pending_notification_is_sent_again_not_made_anew() {
+        use crate::domain::notification::{Notification, NotificationStatus};
+        let o = order(OrderStatus::SettlementRequested, None);
+        let p = payment(&o, PaymentStatus::Approved);
+        let s = Settlement::request(o.id, PaymentId::new(), Money::zero(o.currency), now());
+        let mut n = Notification::new(o.id, now());
+        assert_eq!(next_action(&o, Some(&p), Some(&s), Some(&n)), NextAction::SendNotification);
+        for waiting in [NotificationStatus::RetryScheduled, NotificationStatus::ManualInterventionRequired] {
+            n.status = waiting;
+            assert_eq!(next_action(&o, Some(&p), Some(&s), Some(&n)), NextAction::AwaitRetryOrOperator);
+        }
     }
 
     #[test]
