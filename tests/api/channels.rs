@@ -132,7 +132,8 @@ async fn a_receiver_down_then_up_and_one_that_refuses(backend: Backend) {
     let Some(receiver) = Receiver::start(&SECRETS) else { return };
     let Some(app) = app_with(backend, &receiver).await else { return };
     let admin = app.admin_token("ops");
-    receiver.plan(&[(503, None), (429, Some(2))]).await;
+    // The 429 asks for two hours, longer than the backoff: honoured.
+    receiver.plan(&[(503, None), (429, Some(7200))]).await;
     let placed =
         json(app.place_order(&app.token("alice"), &order_body(), None).await, StatusCode::CREATED).await;
     assert_eq!(placed["notification"]["status"], "RETRY_SCHEDULED", "{placed}");
@@ -146,6 +147,8 @@ async fn a_receiver_down_then_up_and_one_that_refuses(backend: Backend) {
     app.advance(Duration::from_secs(3600));
     assert_eq!(retry().await["failed"], 1, "429 is transient too");
     app.advance(Duration::from_secs(3600));
+    assert_eq!(retry().await["claimed"], 0, "the receiver's Retry-After is not over");
+    app.advance(Duration::from_secs(3700));
     assert_eq!(retry().await["succeeded"], 1);
     let after = detail(&app, &placed["id"]).await;
     assert_eq!(

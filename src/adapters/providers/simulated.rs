@@ -220,7 +220,8 @@ impl SimulatedNotifier {
 impl Notifier for SimulatedNotifier {
     async fn send(&self, request: &NotificationRequest) -> Result<(), NotifyFailure> {
         self.calls.notifications.fetch_add(1, Ordering::SeqCst);
-        let fail = |policy, reason: &str| Err(NotifyFailure { policy, reason: reason.into() });
+        let fail =
+            |policy, reason: &str| Err(NotifyFailure { policy, reason: reason.into(), retry_after: None });
         match request.scenario.notification {
             // Fails the first N attempts, then succeeds.
             Some(Behaviour::AutoRetry(times)) if request.attempt <= times as i32 => {

@@ -194,11 +194,11 @@ impl Notifier for WebhookNotifier {
         });
         match self.client.deliver(&request.notification_id.to_string(), body.to_string().into_bytes()).await {
             Delivery::Delivered => Ok(()),
-            Delivery::Transient { reason, .. } => {
-                Err(NotifyFailure { policy: FailurePolicy::AutoRetry, reason })
+            Delivery::Transient { reason, retry_after } => {
+                Err(NotifyFailure { policy: FailurePolicy::AutoRetry, reason, retry_after })
             }
             Delivery::Refused { reason } => {
-                Err(NotifyFailure { policy: FailurePolicy::ManualIntervention, reason })
+                Err(NotifyFailure { policy: FailurePolicy::ManualIntervention, reason, retry_after: None })
             }
         }
     }

@@ -67,7 +67,13 @@ pub fn apply_send_result(
         }
         Err(failure) => {
             let n = notification
-                .record_failure(failure.policy, failure.reason.clone(), retry, now)
+                .record_failure_not_before(
+                    failure.policy,
+                    failure.reason.clone(),
+                    retry,
+                    failure.retry_after.and_then(|d| chrono::Duration::from_std(d).ok()),
+                    now,
+                )
                 .map_err(broken_invariant)?;
             let detail = format!("{} (attempt {attempt}): {}", failure.policy, failure.reason);
             if failure.policy == FailurePolicy::Ignore {

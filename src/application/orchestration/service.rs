@@ -856,7 +856,11 @@ mod tests {
         m.payments.expect_approve().times(1).returning(|_| approved());
         m.settlements.expect_settle().times(1).returning(|_| Ok(SettlementOutcome::Succeeded));
         m.notifier.expect_send().times(1).returning(|_| {
-            Err(NotifyFailure { policy: FailurePolicy::ManualIntervention, reason: "smtp down".into() })
+            Err(NotifyFailure {
+                policy: FailurePolicy::ManualIntervention,
+                reason: "smtp down".into(),
+                retry_after: None,
+            })
         });
         m.payments.expect_cancel().never();
         let (saga, committed) = m.build();

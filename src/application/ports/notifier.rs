@@ -38,6 +38,8 @@ impl NotificationRequest {
 pub struct NotifyFailure {
     pub policy: FailurePolicy,
     pub reason: String,
+    /// How long the other side asked us to wait (a webhook receiver's `Retry-After`).
+    pub retry_after: Option<std::time::Duration>,
 }
 
 #[cfg_attr(test, mockall::automock)]

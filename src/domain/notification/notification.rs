@@ -97,6 +97,23 @@ impl Notification {
         retry: &RetryPolicy,
         now: DateTime<Utc>,
     ) -> Result<Vec<NotificationEvent>, NotificationError> {
+        self.record_failure_not_before(policy, reason, retry, None, now)
+    }
+
+    /// [`Notification::record_failure`], the next attempt no sooner than `not_before` from
+    /// now when the other side asked for that (a webhook receiver's `Retry-After`): the
+    /// longer of it and the backoff.
+    ///
+    /// # Errors
+    /// As [`Notification::record_failure`].
+    pub fn record_failure_not_before(
+        &mut self,
+        policy: FailurePolicy,
+        reason: impl Into<String>,
+        retry: &RetryPolicy,
+        not_before: Option<Duration>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<NotificationEvent>, NotificationError> {
         self.guard(NotificationAction::RecordFailure, self.attempting())?;
         self.attempts += 1;
         let reason = reason.into();
@@ -110,7 +127,8 @@ impl Notification {
         };
         self.move_to(next, now);
         if next == NotificationStatus::RetryScheduled {
-            self.next_attempt_at = Some(now + retry.delay_after(self.attempts));
+            let delay = retry.delay_after(self.attempts).max(not_before.unwrap_or_else(Duration::zero));
+            self.next_attempt_at = Some(now + delay);
         }
         Ok(vec![NotificationEvent::Failed { policy, reason, attempts: self.attempts }])
     }
@@ -251,6 +269,26 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// docs/spec.md §13: a receiver's `Retry-After` is honoured when it asks for longer than
+    /// the backoff, never to come back sooner.
+    #[test]
+    fn a_retry_waits_at_least_as_long_as_the_receiver_asked() {
+        let mut n = in_status(Pending);
+        n.record_failure_not_before(FailurePolicy::AutoRetry, "429", &RETRY, Some(Duration::hours(2)), now())
+            .unwrap();
+        assert_eq!(n.next_attempt_at, Some(now() + Duration::hours(2)));
+        n.claim(now(), now()).unwrap();
+        n.record_failure_not_before(
+            FailurePolicy::AutoRetry,
+            "429",
+            &RETRY,
+            Some(Duration::seconds(2)),
+            now(),
+        )
+        .unwrap();
+        assert_eq!(n.next_attempt_at, Some(now() + Duration::seconds(120)), "the backoff, when longer");
     }
 
     #[test]
