@@ -24,6 +24,7 @@ mod m20261202_000016_ledger;
 mod m20261203_000017_outbox_incarnation;
 mod m20261204_000018_numbers;
 mod m20261205_000019_causation;
+mod m20261205_000020_settlement_retries;
 
 pub struct Migrator;
 
@@ -50,6 +51,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000017_outbox_incarnation::Migration),
             Box::new(m20261204_000018_numbers::Migration),
             Box::new(m20261205_000019_causation::Migration),
+            Box::new(m20261205_000020_settlement_retries::Migration),
         ]
     }
 }

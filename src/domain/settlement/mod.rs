@@ -1,6 +1,9 @@
 //! The settlement aggregate: moving an approved payment's money to the merchant.
 //!
-//! `REQUESTED -> SUCCEEDED | FAILED`. A failed settlement triggers compensation in the saga.
+//! `REQUESTED -> SUCCEEDED | FAILED | RETRY_SCHEDULED | AWAITING_OPERATOR`; a retry or an
+//! operator's retry goes back to `REQUESTED` (the same settlement, the same id), an operator
+//! may mark a waiting one settled. Only a refusal (`FAILED`) triggers compensation in the
+//! saga; an outage never does (docs/spec.md §13).
 
 mod error;
 mod event;

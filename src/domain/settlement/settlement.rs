@@ -1,12 +1,13 @@
 //! The settlement aggregate and its transition functions.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Duration, Utc};
 
 use super::error::SettlementError;
 use super::event::SettlementEvent;
 use super::status::{SettlementAction, SettlementStatus};
 use crate::domain::ids::{OrderId, PaymentId, SettlementId};
 use crate::domain::money::Money;
+use crate::domain::notification::RetryPolicy;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settlement {
@@ -16,6 +17,12 @@ pub struct Settlement {
     pub amount: Money,
     pub status: SettlementStatus,
     pub failure_reason: Option<String>,
+    /// Attempts whose answer is known (a transient failure counts).
+    pub attempts: i32,
+    /// When a `RETRY_SCHEDULED` settlement is tried again.
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    /// What the last transient failure was.
+    pub last_error: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub version: i64,
@@ -30,38 +37,102 @@ impl Settlement {
             amount,
             status: SettlementStatus::Requested,
             failure_reason: None,
+            attempts: 0,
+            next_attempt_at: None,
+            last_error: None,
             created_at: now,
             updated_at: now,
             version: 0,
         }
     }
 
-    fn guard(&self, action: SettlementAction) -> Result<(), SettlementError> {
-        if self.status == SettlementStatus::Requested {
-            Ok(())
-        } else {
-            Err(SettlementError::InvalidTransition { from: self.status, action })
+    fn guard(&self, action: SettlementAction, allowed: bool) -> Result<(), SettlementError> {
+        if allowed { Ok(()) } else { Err(SettlementError::InvalidTransition { from: self.status, action }) }
+    }
+
+    fn move_to(&mut self, status: SettlementStatus, now: DateTime<Utc>) {
+        self.status = status;
+        self.updated_at = now;
+        if status != SettlementStatus::RetryScheduled {
+            self.next_attempt_at = None;
         }
     }
 
+    /// The settlement service took it.
     pub fn succeed(&mut self, now: DateTime<Utc>) -> Result<Vec<SettlementEvent>, SettlementError> {
-        self.guard(SettlementAction::Succeed)?;
-        self.status = SettlementStatus::Succeeded;
-        self.updated_at = now;
+        self.guard(SettlementAction::Succeed, self.status == SettlementStatus::Requested)?;
+        self.attempts += 1;
+        self.last_error = None;
+        self.move_to(SettlementStatus::Succeeded, now);
         Ok(vec![])
     }
 
+    /// The settlement service refused it (an explicit refusal, never an outage): the saga
+    /// compensates the payment.
     pub fn fail(
         &mut self,
         reason: impl Into<String>,
         now: DateTime<Utc>,
     ) -> Result<Vec<SettlementEvent>, SettlementError> {
-        self.guard(SettlementAction::Fail)?;
+        self.guard(SettlementAction::Fail, self.status == SettlementStatus::Requested)?;
         let reason = reason.into();
+        self.attempts += 1;
         self.failure_reason = Some(reason.clone());
-        self.status = SettlementStatus::Failed;
-        self.updated_at = now;
+        self.move_to(SettlementStatus::Failed, now);
         Ok(vec![SettlementEvent::Failed { reason }])
+    }
+
+    /// No answer (unreachable, a timeout, 408/429/5xx): tried again after the backoff — or
+    /// after `not_before`, when the service asked for longer — until `retry`'s attempts are
+    /// spent; then it waits for an operator. Never a failure: an accounting system being
+    /// down must not refund a customer.
+    pub fn defer(
+        &mut self,
+        reason: impl Into<String>,
+        retry: &RetryPolicy,
+        not_before: Option<Duration>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<SettlementEvent>, SettlementError> {
+        self.guard(SettlementAction::Defer, self.status == SettlementStatus::Requested)?;
+        self.attempts += 1;
+        self.last_error = Some(reason.into());
+        if self.attempts >= retry.max_attempts {
+            self.move_to(SettlementStatus::AwaitingOperator, now);
+        } else {
+            self.move_to(SettlementStatus::RetryScheduled, now);
+            let delay = retry.delay_after(self.attempts).max(not_before.unwrap_or_else(Duration::zero));
+            self.next_attempt_at = Some(now + delay);
+        }
+        Ok(vec![])
+    }
+
+    /// The retry processor takes a due retry: the next attempt, under the same id.
+    pub fn claim_retry(&mut self, now: DateTime<Utc>) -> Result<Vec<SettlementEvent>, SettlementError> {
+        let due = self.status == SettlementStatus::RetryScheduled
+            && self.next_attempt_at.is_none_or(|at| at <= now);
+        self.guard(SettlementAction::ClaimRetry, due)?;
+        self.move_to(SettlementStatus::Requested, now);
+        Ok(vec![])
+    }
+
+    /// An operator asks for another attempt now (one more, whatever were spent).
+    pub fn operator_retry(&mut self, now: DateTime<Utc>) -> Result<Vec<SettlementEvent>, SettlementError> {
+        self.guard(SettlementAction::OperatorRetry, self.waiting())?;
+        self.move_to(SettlementStatus::Requested, now);
+        Ok(vec![])
+    }
+
+    /// An operator confirms it was settled outside the service (the accounting system has
+    /// it): the saga goes on.
+    pub fn mark_settled(&mut self, now: DateTime<Utc>) -> Result<Vec<SettlementEvent>, SettlementError> {
+        self.guard(SettlementAction::MarkSettled, self.waiting())?;
+        self.last_error = None;
+        self.move_to(SettlementStatus::Succeeded, now);
+        Ok(vec![])
+    }
+
+    fn waiting(&self) -> bool {
+        matches!(self.status, SettlementStatus::RetryScheduled | SettlementStatus::AwaitingOperator)
     }
 }
 
@@ -74,6 +145,8 @@ mod tests {
         DateTime::from_timestamp(1_800_000_000, 0).unwrap()
     }
 
+    const RETRY: RetryPolicy = RetryPolicy { max_attempts: 3, backoff_base: Duration::seconds(60) };
+
     fn in_status(status: SettlementStatus) -> Settlement {
         let amount = Money::new(5, "EUR".parse().unwrap()).unwrap();
         let mut s = Settlement::request(OrderId::new(), PaymentId::new(), amount, now());
@@ -81,34 +154,67 @@ mod tests {
         s
     }
 
+    type Action = fn(&mut Settlement) -> Result<Vec<SettlementEvent>, SettlementError>;
+
     #[test]
     fn transition_table() {
-        for (from, succeed, fail) in
-            [(Requested, Some(Succeeded), Some(Failed)), (Succeeded, None, None), (Failed, None, None)]
-        {
-            let mut s = in_status(from);
-            match succeed {
-                Some(next) => {
-                    s.succeed(now()).unwrap();
-                    assert_eq!(s.status, next);
+        let actions: [(SettlementAction, Action); 6] = [
+            (SettlementAction::Succeed, |s| s.succeed(now())),
+            (SettlementAction::Fail, |s| s.fail("refused", now())),
+            (SettlementAction::Defer, |s| s.defer("503", &RETRY, None, now())),
+            (SettlementAction::ClaimRetry, |s| s.claim_retry(now())),
+            (SettlementAction::OperatorRetry, |s| s.operator_retry(now())),
+            (SettlementAction::MarkSettled, |s| s.mark_settled(now())),
+        ];
+        // (from, [next status per action above, None: refused])
+        let table: [(SettlementStatus, [Option<SettlementStatus>; 6]); 5] = [
+            (Requested, [Some(Succeeded), Some(Failed), Some(RetryScheduled), None, None, None]),
+            (RetryScheduled, [None, None, None, Some(Requested), Some(Requested), Some(Succeeded)]),
+            (AwaitingOperator, [None, None, None, None, Some(Requested), Some(Succeeded)]),
+            (Succeeded, [None; 6]),
+            (Failed, [None; 6]),
+        ];
+        for (from, expected) in table {
+            for ((action, run), next) in actions.iter().zip(expected) {
+                let mut s = in_status(from);
+                match next {
+                    Some(next) => {
+                        run(&mut s).unwrap_or_else(|e| panic!("{from} {action}: {e}"));
+                        assert_eq!(s.status, next, "{from} {action}");
+                    }
+                    None => assert_eq!(
+                        run(&mut s),
+                        Err(SettlementError::InvalidTransition { from, action: *action }),
+                        "{from} {action}"
+                    ),
                 }
-                None => assert_eq!(
-                    s.succeed(now()),
-                    Err(SettlementError::InvalidTransition { from, action: SettlementAction::Succeed })
-                ),
-            }
-            let mut s = in_status(from);
-            match fail {
-                Some(next) => {
-                    let events = s.fail("bank closed", now()).unwrap();
-                    assert_eq!(s.status, next);
-                    assert_eq!(events[0].event_type(), "settlement.failed");
-                }
-                None => assert_eq!(
-                    s.fail("x", now()),
-                    Err(SettlementError::InvalidTransition { from, action: SettlementAction::Fail })
-                ),
             }
         }
+    }
+
+    /// docs/spec.md §13: an outage is retried with backoff, the same settlement each time,
+    /// and then waits for an operator — it never fails (which would compensate).
+    #[test]
+    fn an_outage_backs_off_then_waits_for_an_operator_and_never_fails() {
+        let mut s = in_status(Requested);
+        s.defer("503", &RETRY, None, now()).unwrap();
+        assert_eq!((s.status, s.next_attempt_at), (RetryScheduled, Some(now() + Duration::seconds(60))));
+        assert!(s.clone().claim_retry(now()).is_err(), "not due yet");
+        s.claim_retry(now() + Duration::seconds(60)).unwrap();
+        s.defer("429", &RETRY, Some(Duration::hours(2)), now()).unwrap();
+        assert_eq!(
+            s.next_attempt_at,
+            Some(now() + Duration::hours(2)),
+            "the service's Retry-After, when longer"
+        );
+        s.claim_retry(now() + Duration::hours(2)).unwrap();
+        let events = s.defer("timed out", &RETRY, None, now()).unwrap();
+        assert_eq!((s.status, s.attempts, s.next_attempt_at), (AwaitingOperator, 3, None));
+        assert!(events.is_empty(), "no settlement.failed: nothing is compensated");
+        assert_eq!(s.last_error.as_deref(), Some("timed out"));
+        // The operator's retry is one more attempt; a refusal then fails it.
+        s.operator_retry(now()).unwrap();
+        let events = s.fail("400", now()).unwrap();
+        assert_eq!(events[0].event_type(), "settlement.failed");
     }
 }

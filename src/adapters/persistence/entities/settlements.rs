@@ -16,6 +16,9 @@ pub struct Model {
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
     pub version: i64,
+    pub attempts: i32,
+    pub next_attempt_at: Option<DateTimeUtc>,
+    pub last_error: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
