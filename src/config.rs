@@ -247,6 +247,8 @@ pub enum NotificationChannel {
 #[derive(Debug, Clone)]
 pub enum SettlementChannel {
     Simulated,
+    /// Signed webhooks to `settlement.webhook.url`.
+    Webhook(WebhookSettings),
 }
 
 /// `settlement.*`.
@@ -255,6 +257,15 @@ pub struct SettlementSettings {
     pub channel: SettlementChannel,
     /// Whether `settlement.channel` was set (required outside the embedded default).
     pub channel_explicit: bool,
+    /// Attempts of an undelivered settlement before it waits for an operator
+    /// (`settlement.retry.max_attempts`).
+    pub retry_max_attempts: i32,
+    /// First retry delay, doubled after each (`settlement.retry.backoff_base`).
+    pub retry_backoff_base: Duration,
+    /// How often the worker looks for due retries (`settlement.retry.interval`).
+    pub retry_interval: Duration,
+    /// Due retries taken per round (`settlement.retry.batch`).
+    pub retry_batch: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -523,6 +534,16 @@ struct RawSettlement {
     /// Unset: `simulated` (refused outside the embedded default).
     channel: Option<String>,
     webhook: RawWebhook,
+    retry: RawSettlementRetry,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSettlementRetry {
+    max_attempts: i32,
+    backoff_base: String,
+    interval: String,
+    batch: u32,
 }
 
 /// `<step>.webhook.*`.
@@ -700,6 +721,12 @@ timeout = "10s"
 
 [settlement.webhook]
 timeout = "10s"
+
+[settlement.retry]
+max_attempts = 5
+backoff_base = "60s"
+interval = "30s"
+batch = 100
 
 [notification.retry]
 interval = "30s"
@@ -1223,19 +1250,26 @@ fn resolve_webhook(step: &str, raw: RawWebhook) -> Result<WebhookSettings, Confi
 fn resolve_settlement(raw: RawSettlement) -> Result<SettlementSettings, ConfigError> {
     let channel = match raw.channel.as_deref() {
         None | Some("simulated") => SettlementChannel::Simulated,
-        Some("webhook") => {
-            // Parsed now so that a deployment learns of a bad key either way.
-            resolve_webhook("settlement", raw.webhook)?;
-            return Err(invalid(
-                "settlement.channel",
-                "`webhook` is not available in this version: a settlement webhook needs the operator's waiting state first (docs/spec.md §13)",
-            ));
-        }
+        Some("webhook") => SettlementChannel::Webhook(resolve_webhook("settlement", raw.webhook)?),
         Some(other) => {
             return Err(invalid("settlement.channel", format!("`{other}` is not simulated or webhook")));
         }
     };
-    Ok(SettlementSettings { channel, channel_explicit: raw.channel.is_some() })
+    let r = raw.retry;
+    if r.max_attempts < 1 {
+        return Err(invalid("settlement.retry.max_attempts", "must be at least 1"));
+    }
+    if r.batch == 0 || r.batch > 10_000 {
+        return Err(invalid("settlement.retry.batch", "must be between 1 and 10000"));
+    }
+    Ok(SettlementSettings {
+        channel,
+        channel_explicit: raw.channel.is_some(),
+        retry_max_attempts: r.max_attempts,
+        retry_backoff_base: positive("settlement.retry.backoff_base", &r.backoff_base)?,
+        retry_interval: positive("settlement.retry.interval", &r.interval)?,
+        retry_batch: r.batch,
+    })
 }
 
 fn resolve_notification(raw: RawNotification, sqlite: bool) -> Result<NotificationSettings, ConfigError> {

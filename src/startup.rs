@@ -35,7 +35,7 @@ use crate::adapters::persistence::{
 use crate::adapters::providers::{
     ExternalPaymentGateway, ExternalProviderSettings, Measured, ProviderCalls, SimulatedNotifier,
     SimulatedPaymentGateway, SimulatedSettlementGateway, TossClient, TossPaymentGateway, TossSettings,
-    WebhookClient, WebhookNotifier,
+    WebhookClient, WebhookNotifier, WebhookSettlements,
 };
 use crate::application::health::{HealthProbe, LoopProgress, Readiness, Role};
 use crate::application::idempotency::IdempotencyService;
@@ -56,7 +56,8 @@ use crate::application::provider_view::ProviderView;
 use crate::application::queries::OrderQueries;
 use crate::application::recovery::{ReconciliationSettings, Recovery};
 use crate::application::refunds::{RefundSettings, Refunds};
-use crate::config::{BrokerKind, FeeSource, NotificationChannel, ProviderKind, Settings};
+use crate::application::settlement_retry::{SettlementRetries, SettlementRetrySettings};
+use crate::config::{BrokerKind, FeeSource, NotificationChannel, ProviderKind, Settings, SettlementChannel};
 use crate::domain::notification::RetryPolicy;
 use crate::domain::outbox::RetrySchedule;
 
@@ -122,6 +123,8 @@ pub struct Services {
     pub outbox_store: Arc<dyn OutboxStore>,
     pub outbox_admin: Arc<OutboxAdmin>,
     pub notifications: Arc<NotificationRetry>,
+    /// Undelivered settlements: the retry processor and the operator's repairs.
+    pub settlements: Arc<SettlementRetries>,
     pub refunds: Arc<Refunds>,
     /// The provider's ledger, reconciled daily (Toss only).
     pub ledger: Arc<Ledger>,
@@ -504,8 +507,18 @@ pub async fn build_services_with_clock(
     // Every provider call timed and counted, whichever provider it is.
     let payments: Arc<dyn PaymentGateway> =
         Arc::new(Measured::new(payments, payment_provider(settings), meter.clone()));
+    let (settlements, settlement_label): (Arc<dyn SettlementGateway>, &'static str) =
+        match &settings.settlement.channel {
+            SettlementChannel::Simulated => (settlements, "simulated"),
+            SettlementChannel::Webhook(webhook) => (
+                Arc::new(WebhookSettlements::new(
+                    WebhookClient::new(webhook.clone()).map_err(StartupError::Config)?,
+                )),
+                "webhook",
+            ),
+        };
     let settlements: Arc<dyn SettlementGateway> =
-        Arc::new(Measured::new(settlements, "simulated", meter.clone()));
+        Arc::new(Measured::new(settlements, settlement_label, meter.clone()));
     // docs/spec.md §13: the channel `notification.channel` names.
     let (notifier, notifier_label): (Arc<dyn Notifier>, &'static str) = match &settings.notification.channel {
         NotificationChannel::Simulated => (notifier, "simulated"),
@@ -603,6 +616,15 @@ pub async fn build_services_with_clock(
         .with_meter(meter)
         .with_progress(loops.clone()),
     );
+    let settlements = Arc::new(SettlementRetries::new(
+        orchestrator.clone(),
+        orders.clone(),
+        clock.clone(),
+        SettlementRetrySettings {
+            interval: settings.settlement.retry_interval,
+            batch: settings.settlement.retry_batch,
+        },
+    ));
     let queries = Arc::new(OrderQueries::new(orders.clone(), outbox_store.clone()));
     let outbox_admin = Arc::new(OutboxAdmin::new(outbox_store.clone(), clock.clone()));
     let idempotency = Arc::new(IdempotencyService::new(
@@ -636,6 +658,7 @@ pub async fn build_services_with_clock(
         outbox_store,
         outbox_admin,
         notifications,
+        settlements,
         refunds,
         ledger,
         payment_methods,
@@ -674,6 +697,10 @@ impl Workers {
         let housekeeping = services.housekeeping.clone();
         let token = stop.clone();
         handles.push(tokio::spawn(async move { housekeeping.run_until_stopped(token).await }));
+        let settlements = services.settlements.clone();
+        let token = stop.clone();
+        handles.push(tokio::spawn(async move { settlements.run_until_stopped(token).await }));
+        loops.push("settlement retries");
         if services.settings.notification.retry_enabled {
             let notifications = services.notifications.clone();
             let token = stop.clone();
@@ -744,6 +771,14 @@ fn upkeep_metrics(metrics: &crate::telemetry::Registry, stop: CancellationToken)
 }
 
 /// `notification.retry_*`: how failed notifications are retried.
+/// How an undelivered settlement is tried again (`settlement.retry.*`).
+fn settlement_policy(settings: &Settings) -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: settings.settlement.retry_max_attempts,
+        backoff_base: chrono(settings.settlement.retry_backoff_base),
+    }
+}
+
 fn notification_policy(settings: &Settings) -> RetryPolicy {
     RetryPolicy {
         max_attempts: settings.notification.retry_max_attempts,
@@ -765,6 +800,7 @@ fn notification_settings(settings: &Settings) -> NotificationRetrySettings {
 fn saga_settings(settings: &Settings) -> SagaSettings {
     SagaSettings {
         notification_retry: notification_policy(settings),
+        settlement_retry: settlement_policy(settings),
         saga_lease: chrono(settings.worker.saga_lease),
         checkout: (settings.payment.provider == ProviderKind::Toss)
             .then(|| CheckoutSettings { window: chrono(settings.payment.toss.confirm_window) }),
@@ -841,6 +877,7 @@ fn http_state(services: &Services, role: Role) -> web::Data<HttpState> {
         idempotency: services.idempotency.clone(),
         outbox_admin: services.outbox_admin.clone(),
         notifications: services.notifications.clone(),
+        settlements: services.settlements.clone(),
         refunds: services.refunds.clone(),
         ledger: services.ledger.clone(),
         payment_methods: services.payment_methods.clone(),

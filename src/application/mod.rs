@@ -25,6 +25,7 @@ pub mod provider_view;
 pub mod queries;
 pub mod recovery;
 pub mod refunds;
+pub mod settlement_retry;
 
 pub use actor::Actor;
 pub use error::AppError;

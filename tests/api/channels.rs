@@ -207,12 +207,9 @@ fn a_webhook_channel_is_refused_without_its_url_or_a_valid_secret() {
     assert!(why.contains("notification.webhook.secrets") && !why.contains("hunter2"), "{why}");
     let why = refused(&[("APP__SETTLEMENT__CHANNEL", "webhook")]);
     assert!(why.contains("settlement.webhook.url"), "{why}");
-    let why = refused(&[
-        ("APP__SETTLEMENT__CHANNEL", "webhook"),
-        ("APP__SETTLEMENT__WEBHOOK__URL", "http://h/x"),
-        ("APP__SETTLEMENT__WEBHOOK__SECRETS", SECRETS[0]),
-    ]);
-    assert!(why.contains("settlement.channel") && why.contains("not available"), "{why}");
+    let why =
+        refused(&[("APP__SETTLEMENT__CHANNEL", "webhook"), ("APP__SETTLEMENT__WEBHOOK__URL", "ftp://h/x")]);
+    assert!(why.contains("settlement.webhook.url"), "{why}");
     let why = refused(&[("APP__NOTIFICATION__CHANNEL", "email")]);
     assert!(why.contains("notification.channel") && why.contains("not available"), "{why}");
 }
@@ -249,3 +246,171 @@ async fn a_delivery_whose_outcome_is_lost_is_sent_again_under_its_id(backend: Ba
 }
 
 on_both_databases!(a_delivery_whose_outcome_is_lost_is_sent_again_under_its_id);
+
+// ---- settlement ------------------------------------------------------------------------------
+
+async fn settling_app(backend: Backend, receiver: &Receiver) -> Option<TestApp> {
+    let settle = format!("{}/hooks/settlements", receiver.url);
+    let notify = format!("{}/hooks/orders", receiver.url);
+    let secrets = SECRETS.join(" ");
+    TestApp::spawn_on_manual_clock(
+        backend,
+        &[
+            ("APP__SETTLEMENT__CHANNEL", "webhook"),
+            ("APP__SETTLEMENT__WEBHOOK__URL", &settle),
+            ("APP__SETTLEMENT__WEBHOOK__SECRETS", &secrets),
+            ("APP__SETTLEMENT__WEBHOOK__TIMEOUT", "2s"),
+            ("APP__SETTLEMENT__RETRY__MAX_ATTEMPTS", "3"),
+            ("APP__SETTLEMENT__RETRY__BACKOFF_BASE", "1m"),
+            ("APP__NOTIFICATION__CHANNEL", "webhook"),
+            ("APP__NOTIFICATION__WEBHOOK__URL", &notify),
+            ("APP__NOTIFICATION__WEBHOOK__SECRETS", &secrets),
+        ],
+    )
+    .await
+}
+
+fn of_type<'a>(deliveries: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    deliveries.iter().filter(|d| d["body"]["type"] == kind).collect()
+}
+
+async fn retry_round(app: &TestApp) {
+    let actor = orchestrator::application::Actor::system("test");
+    app.services.settlements.retry_due(&actor).await.unwrap();
+}
+
+/// The happy path, then an accounting system down for a while: the settlement is tried again
+/// under its id, never compensated, delivered once it is back; the order then completes.
+async fn a_settlement_is_a_signed_webhook_and_an_outage_never_refunds(backend: Backend) {
+    let Some(receiver) = Receiver::start(&SECRETS) else { return };
+    let Some(app) = settling_app(backend, &receiver).await else { return };
+    let placed =
+        json(app.place_order(&app.token("alice"), &order_body(), None).await, StatusCode::CREATED).await;
+    assert_eq!(placed["status"], "COMPLETED", "{placed}");
+    let deliveries = receiver.deliveries().await;
+    assert_signed(&deliveries);
+    let settled = of_type(&deliveries, "settlement.requested");
+    assert_eq!(settled.len(), 1, "{deliveries:?}");
+    let body = &settled[0]["body"];
+    assert_eq!(settled[0]["id"], placed["settlement"]["id"], "webhook-id is the settlement's id");
+    assert_eq!(
+        (body["orderId"].clone(), body["orderNumber"].clone()),
+        (placed["id"].clone(), placed["number"].clone())
+    );
+    assert_eq!(
+        (body["amount"].clone(), body["paymentKey"].clone()),
+        (placed["totalAmount"].clone(), placed["payment"]["providerTransactionId"].clone())
+    );
+    assert!(body["approvedAt"].is_string() && body["occurredAt"].is_string(), "{body}");
+
+    // Down for two attempts (503, then a timeout-like 502), then up.
+    receiver.plan(&[(503, None), (502, None)]).await;
+    let placed =
+        json(app.place_order(&app.token("bob"), &order_body(), None).await, StatusCode::CREATED).await;
+    assert_eq!(placed["status"], "PAYMENT_APPROVED", "nothing compensated: {placed}");
+    assert_eq!(placed["settlement"]["status"], "RETRY_SCHEDULED");
+    app.advance(Duration::from_secs(3600));
+    retry_round(&app).await;
+    assert_eq!(detail(&app, &placed["id"]).await["settlement"]["status"], "RETRY_SCHEDULED");
+    app.advance(Duration::from_secs(3600));
+    retry_round(&app).await;
+    let after = detail(&app, &placed["id"]).await;
+    assert_eq!(
+        (after["status"].clone(), after["settlement"]["status"].clone()),
+        (json!("COMPLETED"), json!("SUCCEEDED"))
+    );
+    assert_eq!(after["payment"]["status"], "APPROVED", "never refunded");
+    let bobs: Vec<Value> =
+        receiver.deliveries().await.into_iter().filter(|d| d["id"] == placed["settlement"]["id"]).collect();
+    assert_eq!(
+        bobs.iter().map(|d| d["answer"].clone()).collect::<Vec<_>>(),
+        [json!(503), json!(502), json!(200)]
+    );
+}
+
+/// Attempts spent: the settlement waits for an operator, listed; the operator's retry
+/// delivers it, or the operator marks another settled; a refusal compensates (the payment
+/// cancelled once at the provider).
+async fn an_operator_repairs_a_waiting_settlement_and_a_refusal_compensates(backend: Backend) {
+    let Some(receiver) = Receiver::start(&SECRETS) else { return };
+    let Some(app) = settling_app(backend, &receiver).await else { return };
+    let admin = app.admin_token("ops");
+    let waiting = |user: &'static str| {
+        let app = &app;
+        async move {
+            let placed =
+                json(app.place_order(&app.token(user), &order_body(), None).await, StatusCode::CREATED).await;
+            for _ in 0..2 {
+                app.advance(Duration::from_secs(3600 * 4));
+                retry_round(app).await;
+            }
+            let after = detail(app, &placed["id"]).await;
+            assert_eq!(after["settlement"]["status"], "AWAITING_OPERATOR", "{after}");
+            assert_eq!(after["status"], "PAYMENT_APPROVED");
+            after
+        }
+    };
+    receiver.plan(&[(503, None), (503, None), (503, None), (500, None), (500, None), (500, None)]).await;
+    let first = waiting("carol").await;
+    let second = waiting("dave").await;
+    let listed = json(
+        app.get("/api/admin/settlements?status=AWAITING_OPERATOR", &admin).send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(listed["items"].as_array().unwrap().len(), 2, "{listed}");
+    assert_eq!(listed["items"][0]["attempts"], 3);
+    let id = first["settlement"]["id"].as_str().unwrap();
+    let retried = app
+        .post(&format!("/api/admin/settlements/{id}/retry"), &admin)
+        .json(&json!({ "reason": "accounting is back" }))
+        .send()
+        .await
+        .unwrap();
+    let retried = json(retried, StatusCode::OK).await;
+    assert_eq!(
+        (retried["status"].clone(), retried["settlement"]["status"].clone()),
+        (json!("COMPLETED"), json!("SUCCEEDED"))
+    );
+    let id = second["settlement"]["id"].as_str().unwrap();
+    let marked = app.post(&format!("/api/admin/settlements/{id}/mark-settled"), &admin).send().await.unwrap();
+    assert_eq!(marked.status(), StatusCode::UNPROCESSABLE_ENTITY, "a reason is required");
+    let marked = app
+        .post(&format!("/api/admin/settlements/{id}/mark-settled"), &admin)
+        .json(&json!({ "reason": "booked by hand, ticket FIN-42" }))
+        .send()
+        .await
+        .unwrap();
+    let marked = json(marked, StatusCode::OK).await;
+    assert_eq!(
+        (marked["status"].clone(), marked["settlement"]["status"].clone()),
+        (json!("COMPLETED"), json!("SUCCEEDED"))
+    );
+    let again = app.post(&format!("/api/admin/settlements/{id}/retry"), &admin).send().await.unwrap();
+    assert_eq!(again.status(), StatusCode::CONFLICT, "no longer waiting");
+    assert_eq!(
+        crate::helpers::count_where(&app.db, "audit_log", "action = 'SETTLEMENT_MARKED_SETTLED'").await,
+        1
+    );
+
+    // A refusal: the settlement fails, the payment is compensated once.
+    receiver.plan(&[(400, None)]).await;
+    let cancels = |app: &TestApp| {
+        app.services.provider_calls.as_ref().unwrap().cancels.load(std::sync::atomic::Ordering::SeqCst)
+    };
+    let before = cancels(&app);
+    let refused =
+        json(app.place_order(&app.token("erin"), &order_body(), None).await, StatusCode::CREATED).await;
+    assert_eq!(
+        (refused["status"].clone(), refused["settlement"]["status"].clone()),
+        (json!("CANCELLED"), json!("FAILED")),
+        "{refused}"
+    );
+    assert_eq!(refused["payment"]["status"], "CANCELLED");
+    assert_eq!(cancels(&app) - before, 1, "compensated once at the provider");
+}
+
+on_both_databases!(
+    a_settlement_is_a_signed_webhook_and_an_outage_never_refunds,
+    an_operator_repairs_a_waiting_settlement_and_a_refusal_compensates
+);

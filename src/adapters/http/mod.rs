@@ -14,6 +14,7 @@ pub mod outbox_admin;
 pub mod payment_methods;
 pub mod payments;
 pub mod problem;
+pub mod settlements;
 pub mod webhooks;
 
 use std::sync::Arc;
@@ -34,6 +35,7 @@ use crate::application::provider_view::ProviderView;
 use crate::application::queries::OrderQueries;
 use crate::application::recovery::Recovery;
 use crate::application::refunds::Refunds;
+use crate::application::settlement_retry::SettlementRetries;
 use problem::ApiError;
 
 /// What the handlers need, shared by every worker thread of the server.
@@ -43,6 +45,7 @@ pub struct HttpState {
     pub idempotency: Arc<IdempotencyService>,
     pub outbox_admin: Arc<OutboxAdmin>,
     pub notifications: Arc<NotificationRetry>,
+    pub settlements: Arc<SettlementRetries>,
     pub refunds: Arc<Refunds>,
     pub ledger: Arc<crate::application::ledger::Ledger>,
     pub payment_methods: Arc<PaymentMethods>,
@@ -154,6 +157,9 @@ impl utoipa::Modify for BearerAuth {
         notifications::retry_due,
         notifications::reprocess,
         notifications::ignore,
+        settlements::list,
+        settlements::retry,
+        settlements::mark_settled,
         ops::live,
         ops::ready,
         ops::metrics,
@@ -249,6 +255,12 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(
         resource("/api/admin/notification-events/{id}/ignore", "POST")
             .route(web::post().to(notifications::ignore)),
+    )
+    .service(resource("/api/admin/settlements", "GET").route(web::get().to(settlements::list)))
+    .service(resource("/api/admin/settlements/{id}/retry", "POST").route(web::post().to(settlements::retry)))
+    .service(
+        resource("/api/admin/settlements/{id}/mark-settled", "POST")
+            .route(web::post().to(settlements::mark_settled)),
     );
 }
 

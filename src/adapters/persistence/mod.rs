@@ -17,6 +17,7 @@ mod orders;
 mod outbox;
 mod payment_methods;
 mod payments;
+mod settlements;
 mod store;
 mod unit_of_work;
 

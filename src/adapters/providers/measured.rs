@@ -151,6 +151,7 @@ impl SettlementGateway for Measured<dyn SettlementGateway> {
         let outcome = match &result {
             Ok(SettlementOutcome::Succeeded) => "succeeded",
             Ok(SettlementOutcome::Failed { .. }) => "failed",
+            Ok(SettlementOutcome::Retry { .. }) => "unavailable",
             Err(err) => gateway_error(err),
         };
         self.record("settle", outcome, started);

@@ -13,4 +13,6 @@ pub use external::{ExternalPaymentGateway, ExternalProviderSettings};
 pub use measured::Measured;
 pub use simulated::{ProviderCalls, SimulatedNotifier, SimulatedPaymentGateway, SimulatedSettlementGateway};
 pub use toss::{TossClient, TossError, TossPaymentGateway, TossSettings};
-pub use webhook::{Delivery, WebhookClient, WebhookNotifier, WebhookSecret, WebhookSettings, signature};
+pub use webhook::{
+    Delivery, WebhookClient, WebhookNotifier, WebhookSecret, WebhookSettings, WebhookSettlements, signature,
+};

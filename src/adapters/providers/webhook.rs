@@ -20,7 +20,10 @@ use sha2::Sha256;
 
 use crate::adapters::Secret;
 use crate::application::error::Chain;
-use crate::application::ports::{NotificationRequest, Notifier, NotifyFailure};
+use crate::application::ports::{
+    GatewayError, NotificationRequest, Notifier, NotifyFailure, SettlementGateway, SettlementOutcome,
+    SettlementRequest,
+};
 use crate::domain::notification::FailurePolicy;
 
 /// One signing key, decoded from `whsec_<base64>`.
@@ -201,6 +204,47 @@ impl Notifier for WebhookNotifier {
                 Err(NotifyFailure { policy: FailurePolicy::ManualIntervention, reason, retry_after: None })
             }
         }
+    }
+}
+
+/// The settlement step over a signed webhook (`settlement.channel = webhook`): the
+/// settlement's id is the `webhook-id`. Only a refusal fails the settlement (and compensates);
+/// a receiver that cannot be reached is tried again, then waits for an operator.
+pub struct WebhookSettlements {
+    client: WebhookClient,
+}
+
+impl WebhookSettlements {
+    pub fn new(client: WebhookClient) -> Self {
+        WebhookSettlements { client }
+    }
+}
+
+#[async_trait]
+impl SettlementGateway for WebhookSettlements {
+    async fn settle(&self, request: &SettlementRequest) -> Result<SettlementOutcome, GatewayError> {
+        let timestamp = crate::application::envelopes::timestamp;
+        let body = serde_json::json!({
+            "type": "settlement.requested",
+            "settlementId": request.settlement_id.to_string(),
+            "orderId": request.order_id.to_string(),
+            "orderNumber": request.order_number,
+            "amount": request.amount.minor(),
+            "currency": request.amount.currency().as_str(),
+            "paymentKey": request.payment_key,
+            "approvedAt": request.approved_at.map(timestamp),
+            "occurredAt": timestamp(chrono::Utc::now()),
+        });
+        Ok(
+            match self.client.deliver(&request.settlement_id.to_string(), body.to_string().into_bytes()).await
+            {
+                Delivery::Delivered => SettlementOutcome::Succeeded,
+                Delivery::Transient { reason, retry_after } => {
+                    SettlementOutcome::Retry { reason, retry_after }
+                }
+                Delivery::Refused { reason } => SettlementOutcome::Failed { reason },
+            },
+        )
     }
 }
 

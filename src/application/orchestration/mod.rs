@@ -10,6 +10,7 @@ mod outcome;
 pub mod payment;
 mod service;
 mod settlement;
+mod settlement_repair;
 pub mod steps;
 
 pub use checkout::{Checkout, PayOrder};
@@ -17,3 +18,4 @@ pub use confirmation::{Confirmation, Reconciled};
 pub use service::{
     ALREADY_REGISTERED, CheckoutSettings, InboxKey, NO_PAYMENT_METHOD, Orchestrator, PlaceOrder, SagaSettings,
 };
+pub use settlement_repair::SettlementRetryBy;

@@ -44,6 +44,8 @@ pub const NO_PAYMENT_METHOD: &str = "NO_PAYMENT_METHOD";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SagaSettings {
     pub notification_retry: RetryPolicy,
+    /// How an undelivered settlement is tried again before it waits for an operator.
+    pub settlement_retry: RetryPolicy,
     /// How long one run holds an order's saga lease: only the holder calls providers for
     /// the order; a crashed holder's lease simply runs out.
     pub saga_lease: chrono::Duration,
@@ -592,16 +594,38 @@ impl Orchestrator {
         actor: &Actor,
         run: &Run<'_>,
     ) -> Result<Progress, AppError> {
-        let payment = approved_payment(record, "settlement without an approved payment")?;
-        let settlement = Settlement::request(record.order.id, payment.id, payment.amount, self.clock.now());
+        let payment = approved_payment(record, "settlement without an approved payment")?.clone();
+        // docs/spec.md §13: the intent is committed before the first attempt, so a crash
+        // between the call and its outcome is resumed under the same settlement (a webhook's
+        // `webhook-id`), never a second one.
+        let settlement = match record.settlement.clone() {
+            Some(requested) => requested,
+            None => {
+                let mut settlement =
+                    Settlement::request(record.order.id, payment.id, payment.amount, self.clock.now());
+                let mut changes = Changes::default();
+                changes.insert_settlement(&mut settlement);
+                let mut intent = StepOutcome::new(changes, record.order.clone(), Progress::Continue);
+                intent.settlement = Some(settlement.clone());
+                if self.commit_step(run, record, intent).await?.is_none() {
+                    return Ok(Progress::Reload);
+                }
+                settlement
+            }
+        };
         let request = SettlementRequest {
+            settlement_id: settlement.id,
             order_id: record.order.id,
+            order_number: record.order.number,
             payment_id: payment.id,
             amount: payment.amount,
+            payment_key: payment.provider_transaction_id.clone(),
+            approved_at: payment.approved_at,
             scenario: record.context.scenario,
         };
         let result = self.settlements.settle(&request).await;
-        let outcome = settlement::decide(record, settlement, result, actor, self.clock.now())?;
+        let retry = &self.settings.settlement_retry;
+        let outcome = settlement::decide(record, settlement, result, retry, actor, self.clock.now())?;
         Ok(self.commit_step(run, record, outcome).await?.unwrap_or(Progress::Reload))
     }
 
@@ -755,6 +779,7 @@ mod tests {
                 Arc::new(clock),
                 SagaSettings {
                     notification_retry: RetryPolicy { max_attempts: 5, backoff_base: Duration::seconds(60) },
+                    settlement_retry: RetryPolicy { max_attempts: 5, backoff_base: Duration::seconds(60) },
                     saga_lease: Duration::seconds(60),
                     checkout: None,
                 },

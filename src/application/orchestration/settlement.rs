@@ -1,6 +1,8 @@
 //! The settlement step's decision: a pure function of (record, the settlement service's
-//! answer, now). A settlement service that cannot be reached is a failed settlement: the
-//! payment is compensated rather than left approved with no settlement in sight.
+//! answer, now). Only a refusal fails the settlement (and compensates the payment); a
+//! settlement service that cannot be reached is tried again with backoff and then waits for
+//! an operator — an accounting system being down never refunds a customer (docs/spec.md
+//! §13).
 
 use crate::application::error::broken_invariant;
 use chrono::{DateTime, Utc};
@@ -11,10 +13,11 @@ use crate::application::envelopes::EventWriter;
 use crate::application::ports::{Changes, GatewayError, OrderRecord, SettlementOutcome};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
+use crate::domain::notification::RetryPolicy;
 use crate::domain::order::{FailureReason, FailureStage, SagaStep, StepStatus};
 use crate::domain::settlement::Settlement;
 
-/// What `answer` means for `settlement` (new, `REQUESTED`) and the order.
+/// What `answer` means for `settlement` (stored, `REQUESTED`) and the order.
 ///
 /// # Errors
 /// `Internal` if the stored state does not allow the transition (a bug).
@@ -22,26 +25,25 @@ pub(super) fn decide(
     record: &OrderRecord,
     mut settlement: Settlement,
     answer: Result<SettlementOutcome, GatewayError>,
+    retry: &RetryPolicy,
     actor: &Actor,
     now: DateTime<Utc>,
 ) -> Result<StepOutcome, AppError> {
     let mut order = record.order.clone();
     let mut changes = Changes::default();
-    let failure = match answer {
-        Ok(SettlementOutcome::Succeeded) => None,
-        Ok(SettlementOutcome::Failed { reason }) => Some(reason),
-        // The settlement service being down is a failed settlement: the payment is
-        // compensated rather than left approved with no settlement in sight.
-        Err(err) => Some(err.to_string()),
+    let answer = match answer {
+        Ok(answer) => answer,
+        Err(err) => SettlementOutcome::Retry { reason: err.to_string(), retry_after: None },
     };
-    let (settlement_events, order_events, step, detail) = match failure {
-        None => (
+    let (settlement_events, order_events, step, detail, progress) = match answer {
+        SettlementOutcome::Succeeded => (
             settlement.succeed(now).map_err(broken_invariant)?,
             order.request_settlement(now).map_err(broken_invariant)?,
             StepStatus::Success,
             "settled".to_string(),
+            Progress::Continue,
         ),
-        Some(reason) => {
+        SettlementOutcome::Failed { reason } => {
             let detail = format!("settlement failed: {reason}");
             changes.audit.push(audit::record(
                 AuditAction::SettlementFailed,
@@ -58,16 +60,40 @@ pub(super) fn decide(
                     .map_err(broken_invariant)?,
                 StepStatus::Failed,
                 detail,
+                Progress::Continue,
             )
         }
+        SettlementOutcome::Retry { reason, retry_after } => {
+            let not_before = retry_after.and_then(|d| chrono::Duration::from_std(d).ok());
+            let events =
+                settlement.defer(reason.clone(), retry, not_before, now).map_err(broken_invariant)?;
+            let (action, next) = match settlement.next_attempt_at {
+                Some(at) => (AuditAction::SettlementDeferred, format!("tried again at {}", at.to_rfc3339())),
+                None => (AuditAction::SettlementAwaitingOperator, "waiting for an operator".to_owned()),
+            };
+            let detail =
+                format!("settlement not delivered (attempt {}): {reason}; {next}", settlement.attempts);
+            changes.audit.push(audit::record(
+                action,
+                entity::ORDER,
+                order.id,
+                actor,
+                Some(detail.clone()),
+                now,
+            ));
+            // The order stays PAYMENT_APPROVED: nothing is compensated for an outage.
+            (events, Vec::new(), StepStatus::Ready, detail, Progress::Stop)
+        }
     };
-    changes.insert_settlement(&mut settlement);
+    // Unchanged by a deferral, but written all the same: the write fences the step's commit
+    // and carries the saga lease's release.
     changes.update_order(&mut order);
+    changes.update_settlement(&mut settlement);
     changes.step(order.id, SagaStep::Settlement, step, Some(detail), now);
     let mut events = EventWriter::new(&order, record, now);
     events.settlement(&settlement, &settlement_events).order(&order_events);
     changes.outbox = events.finish();
-    let mut outcome = StepOutcome::new(changes, order, Progress::Continue);
+    let mut outcome = StepOutcome::new(changes, order, progress);
     outcome.settlement = Some(settlement);
     Ok(outcome)
 }
@@ -83,11 +109,14 @@ mod tests {
     /// (answer, settlement after, order after, step, audit rows)
     type Case = (Result<SettlementOutcome, GatewayError>, SettlementStatus, OrderStatus, StepStatus, usize);
 
+    const RETRY: RetryPolicy = RetryPolicy { max_attempts: 3, backoff_base: chrono::Duration::seconds(60) };
+
     #[test]
     fn every_answer_decides_the_settlement_and_the_order() {
         let failed = || Ok(SettlementOutcome::Failed { reason: "bank closed".into() });
         let down = || Err(GatewayError::unavailable("503"));
-        let cases: [Case; 3] = [
+        let busy = || Ok(SettlementOutcome::Retry { reason: "429".into(), retry_after: None });
+        let cases: [Case; 4] = [
             (
                 Ok(SettlementOutcome::Succeeded),
                 SettlementStatus::Succeeded,
@@ -96,19 +125,30 @@ mod tests {
                 0,
             ),
             (failed(), SettlementStatus::Failed, OrderStatus::Failed, StepStatus::Failed, 1),
-            (down(), SettlementStatus::Failed, OrderStatus::Failed, StepStatus::Failed, 1),
+            // docs/spec.md §13: an outage is tried again, the order left as it is (nothing
+            // compensated).
+            (down(), SettlementStatus::RetryScheduled, OrderStatus::PaymentApproved, StepStatus::Ready, 1),
+            (busy(), SettlementStatus::RetryScheduled, OrderStatus::PaymentApproved, StepStatus::Ready, 1),
         ];
         for (answer, settlement_status, order_status, step, audits) in cases {
             let record = record_in(OrderStatus::PaymentApproved, Some(PaymentStatus::Approved));
             let payment = record.payment.clone().unwrap();
             let now = Utc::now();
             let settlement = Settlement::request(record.order.id, payment.id, payment.amount, now);
-            let outcome = decide(&record, settlement, answer, &Actor::system("t"), now).unwrap();
+            let outcome = decide(&record, settlement, answer, &RETRY, &Actor::system("t"), now).unwrap();
             assert_eq!(outcome.settlement.unwrap().status, settlement_status);
             assert_eq!(outcome.order.status, order_status);
             assert_eq!(outcome.changes.steps[0].record.status, step);
             assert_eq!(outcome.changes.audit.len(), audits);
-            assert!(matches!(outcome.progress, Progress::Continue), "compensation or notification is next");
+            if settlement_status == SettlementStatus::RetryScheduled {
+                assert!(matches!(outcome.progress, Progress::Stop), "the retry processor goes on");
+                assert!(outcome.changes.outbox.is_empty(), "no event: nothing happened to the order");
+            } else {
+                assert!(
+                    matches!(outcome.progress, Progress::Continue),
+                    "compensation or notification is next"
+                );
+            }
         }
     }
 }

@@ -8,7 +8,7 @@ use crate::application::ports::OrderRecord;
 use crate::domain::notification::{Notification, NotificationStatus};
 use crate::domain::order::{FailureStage, Order, OrderStatus};
 use crate::domain::payment::{Payment, PaymentStatus};
-use crate::domain::settlement::Settlement;
+use crate::domain::settlement::{Settlement, SettlementStatus};
 
 /// The next thing the saga must do for an order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +77,13 @@ pub fn next_action(
             Some(_) => NextAction::AwaitRetryOrOperator,
         },
         OrderStatus::PendingConfirmation => NextAction::AwaitConfirmation,
-        OrderStatus::PaymentApproved if settlement.is_none() => NextAction::RequestSettlement,
+        // Not yet asked, or asked and its answer not stored (a crash between the call and its
+        // outcome), or a retry claimed: the same settlement, under its id.
+        OrderStatus::PaymentApproved
+            if settlement.is_none_or(|s| s.status == SettlementStatus::Requested) =>
+        {
+            NextAction::RequestSettlement
+        }
         OrderStatus::PaymentApproved => NextAction::AwaitRetryOrOperator,
         // Not yet told, or its first attempt's intent committed and its outcome not (a crash
         // between the two): sent under that notification's id.

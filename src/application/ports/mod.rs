@@ -22,6 +22,7 @@
 //!   [`notifier`](Notifier) — the providers the saga calls, with [`GatewayError`] and the
 //!   mock [`Scenario`].
 //! - [`meeting_fees`](MeetingFees) — a meeting's fee, from the platform that keeps it.
+//! - [`settlement_repository`](SettlementRepository) — settlements waiting for a retry or an operator.
 //! - [`clock`](Clock) — time.
 
 mod audit_log;
@@ -41,6 +42,7 @@ mod payment_methods;
 mod payment_repository;
 mod scenario;
 mod settlement_gateway;
+mod settlement_repository;
 mod unit_of_work;
 
 pub use audit_log::{AuditLog, AuditRecord};
@@ -68,6 +70,7 @@ pub use payment_methods::{PaymentMethodRepository, SavedCard};
 pub use payment_repository::PaymentRepository;
 pub use scenario::{Behaviour, Scenario, ScenarioError};
 pub use settlement_gateway::{SettlementGateway, SettlementOutcome, SettlementRequest};
+pub use settlement_repository::SettlementRepository;
 pub use unit_of_work::{Changes, NewStep, UnitOfWork, Write};
 
 #[cfg(test)]

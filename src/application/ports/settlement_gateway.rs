@@ -2,16 +2,24 @@
 
 use async_trait::async_trait;
 
+use chrono::{DateTime, Utc};
+
 use super::gateway_error::GatewayError;
 use super::scenario::Scenario;
-use crate::domain::ids::{OrderId, PaymentId};
+use crate::domain::ids::{OrderId, PaymentId, SettlementId};
 use crate::domain::money::Money;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SettlementRequest {
+    /// The settlement's id: the same on every attempt (a webhook's `webhook-id`).
+    pub settlement_id: SettlementId,
     pub order_id: OrderId,
+    pub order_number: i64,
     pub payment_id: PaymentId,
     pub amount: Money,
+    /// The provider's key of the approved payment (Toss's `paymentKey`).
+    pub payment_key: Option<String>,
+    pub approved_at: Option<DateTime<Utc>>,
     pub scenario: Scenario,
 }
 
@@ -26,7 +34,16 @@ impl SettlementRequest {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SettlementOutcome {
     Succeeded,
-    Failed { reason: String },
+    /// Refused: the payment is compensated.
+    Failed {
+        reason: String,
+    },
+    /// No answer to act on (the service down, a timeout, 408/429/5xx): the same settlement
+    /// again later, no sooner than `retry_after` when the service asked for that.
+    Retry {
+        reason: String,
+        retry_after: Option<std::time::Duration>,
+    },
 }
 
 #[cfg_attr(test, mockall::automock)]
@@ -35,7 +52,7 @@ pub trait SettlementGateway: Send + Sync {
     /// Requests settlement of an approved payment; idempotent by `payment_id`.
     ///
     /// # Errors
-    /// MUST return `Unavailable` when the settlement service cannot be reached. A refusal is
-    /// [`SettlementOutcome::Failed`].
+    /// MAY return `Unavailable` when the settlement service cannot be reached (the same as
+    /// [`SettlementOutcome::Retry`]). A refusal is [`SettlementOutcome::Failed`].
     async fn settle(&self, request: &SettlementRequest) -> Result<SettlementOutcome, GatewayError>;
 }

@@ -1,0 +1,26 @@
+//! Reads of settlements for their retries and their operators (docs/spec.md §13).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::RepoError;
+use crate::domain::ids::SettlementId;
+use crate::domain::settlement::{Settlement, SettlementStatus};
+
+#[cfg_attr(test, mockall::automock)]
+#[async_trait]
+pub trait SettlementRepository: Send + Sync {
+    /// `RETRY_SCHEDULED` settlements whose next attempt is due at `now`, the longest due
+    /// first, at most `limit`.
+    async fn due_settlements(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<Settlement>, RepoError>;
+
+    /// Settlements in `status` (every one when `None`), the most recently changed first.
+    async fn settlements(
+        &self,
+        status: Option<SettlementStatus>,
+        limit: u32,
+    ) -> Result<Vec<Settlement>, RepoError>;
+
+    /// One settlement.
+    async fn settlement(&self, id: SettlementId) -> Result<Option<Settlement>, RepoError>;
+}

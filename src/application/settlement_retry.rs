@@ -1,0 +1,149 @@
+//! The settlement retry processor (docs/spec.md §13): every `settlement.retry.interval` the
+//! worker takes the due `RETRY_SCHEDULED` settlements and runs each one's next attempt under
+//! its order's saga lease ([`Orchestrator::retry_settlement`]); and the operator's view and
+//! repairs of the settlements that wait.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::application::error::Chain;
+use crate::application::orchestration::{Orchestrator, SettlementRetryBy};
+use crate::application::ports::{Clock, OrderRecord, SettlementRepository};
+use crate::application::{Actor, AppError};
+use crate::domain::ids::SettlementId;
+use crate::domain::settlement::{Settlement, SettlementStatus};
+
+#[derive(Debug, Clone, Copy)]
+pub struct SettlementRetrySettings {
+    pub interval: Duration,
+    pub batch: u32,
+}
+
+/// What one round did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SettlementRound {
+    /// Due settlements taken.
+    pub claimed: usize,
+    /// Of them, settled now.
+    pub settled: usize,
+    /// Of them, still not delivered (scheduled again, or now waiting for an operator).
+    pub deferred: usize,
+    /// Of them, refused (compensated).
+    pub refused: usize,
+    /// Found busy or no longer due (another worker has them).
+    pub skipped: usize,
+}
+
+pub struct SettlementRetries {
+    orchestrator: Arc<Orchestrator>,
+    settlements: Arc<dyn SettlementRepository>,
+    clock: Arc<dyn Clock>,
+    settings: SettlementRetrySettings,
+}
+
+impl SettlementRetries {
+    pub fn new(
+        orchestrator: Arc<Orchestrator>,
+        settlements: Arc<dyn SettlementRepository>,
+        clock: Arc<dyn Clock>,
+        settings: SettlementRetrySettings,
+    ) -> Self {
+        SettlementRetries { orchestrator, settlements, clock, settings }
+    }
+
+    /// One round: every due settlement's next attempt.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    pub async fn retry_due(&self, actor: &Actor) -> Result<SettlementRound, AppError> {
+        let due = self.settlements.due_settlements(self.clock.now(), self.settings.batch).await?;
+        let mut round = SettlementRound::default();
+        for settlement in due {
+            match self
+                .orchestrator
+                .retry_settlement(actor, settlement.order_id, SettlementRetryBy::Schedule)
+                .await
+            {
+                Ok(Some(record)) => {
+                    round.claimed += 1;
+                    match record.settlement.map(|s| s.status) {
+                        Some(SettlementStatus::Succeeded) => round.settled += 1,
+                        Some(SettlementStatus::Failed) => round.refused += 1,
+                        _ => round.deferred += 1,
+                    }
+                }
+                Ok(None) => round.skipped += 1,
+                Err(err) => {
+                    tracing::warn!(settlement = %settlement.id, error = %Chain(&err), "settlement retry failed");
+                    round.skipped += 1;
+                }
+            }
+        }
+        Ok(round)
+    }
+
+    /// Settlements in `status` (all when `None`), the most recently changed first.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    pub async fn list(
+        &self,
+        status: Option<SettlementStatus>,
+        limit: u32,
+    ) -> Result<Vec<Settlement>, AppError> {
+        Ok(self.settlements.settlements(status, limit).await?)
+    }
+
+    async fn order_of(&self, id: SettlementId) -> Result<crate::domain::ids::OrderId, AppError> {
+        Ok(self.settlements.settlement(id).await?.ok_or(AppError::NotFound("settlement"))?.order_id)
+    }
+
+    /// An operator's retry of a waiting settlement, now.
+    ///
+    /// # Errors
+    /// `NotFound`; `Conflict` (`SETTLEMENT_NOT_WAITING`, `ORDER_BUSY`); `Unavailable`.
+    pub async fn retry(
+        &self,
+        actor: &Actor,
+        id: SettlementId,
+        reason: String,
+    ) -> Result<OrderRecord, AppError> {
+        let order_id = self.order_of(id).await?;
+        let record =
+            self.orchestrator.retry_settlement(actor, order_id, SettlementRetryBy::Operator(reason)).await?;
+        record.ok_or_else(|| AppError::unavailable("the retry did not run"))
+    }
+
+    /// An operator marks a waiting settlement settled.
+    ///
+    /// # Errors
+    /// As [`SettlementRetries::retry`].
+    pub async fn mark_settled(
+        &self,
+        actor: &Actor,
+        id: SettlementId,
+        reason: &str,
+    ) -> Result<OrderRecord, AppError> {
+        let order_id = self.order_of(id).await?;
+        self.orchestrator.mark_settled(actor, order_id, reason).await
+    }
+
+    /// The processor: every interval, a round.
+    pub async fn run_until_stopped(&self, stop: CancellationToken) {
+        let actor = Actor::system("settlement-retry");
+        let mut tick = tokio::time::interval(self.settings.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tick.tick() => match self.retry_due(&actor).await {
+                    Ok(r) if r.claimed > 0 => tracing::info!(claimed = r.claimed, settled = r.settled, deferred = r.deferred, refused = r.refused, "settlement retries"),
+                    Ok(_) => {}
+                    Err(err) => tracing::error!(error = %Chain(&err), "settlement retry round failed"),
+                },
+            }
+        }
+    }
+}
