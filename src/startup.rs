@@ -770,7 +770,6 @@ fn upkeep_metrics(metrics: &crate::telemetry::Registry, stop: CancellationToken)
     });
 }
 
-/// `notification.retry_*`: how failed notifications are retried.
 /// How an undelivered settlement is tried again (`settlement.retry.*`).
 fn settlement_policy(settings: &Settings) -> RetryPolicy {
     RetryPolicy {
@@ -779,6 +778,7 @@ fn settlement_policy(settings: &Settings) -> RetryPolicy {
     }
 }
 
+/// `notification.retry_*`: how failed notifications are retried.
 fn notification_policy(settings: &Settings) -> RetryPolicy {
     RetryPolicy {
         max_attempts: settings.notification.retry_max_attempts,

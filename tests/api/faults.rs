@@ -419,9 +419,16 @@ pub(crate) async fn no_half_applied_step(app: &TestApp) -> usize {
             "CREATED" => assert_eq!(d["payment"], serde_json::Value::Null),
             "PAYMENT_APPROVED" => {
                 assert_eq!(d["payment"]["status"], "APPROVED");
-                assert_eq!(d["settlement"], serde_json::Value::Null);
+                // docs/spec.md §13: the settlement's intent is committed before its call.
+                assert!(
+                    d["settlement"].is_null() || d["settlement"]["status"] == "REQUESTED",
+                    "no settlement, or one asked for and not answered: {d}"
+                );
             }
-            "SETTLEMENT_REQUESTED" => assert_eq!(d["settlement"]["status"], "SUCCEEDED"),
+            "SETTLEMENT_REQUESTED" => {
+                assert_eq!(d["settlement"]["status"], "SUCCEEDED");
+                assert!(d["notification"].is_null() || d["notification"]["status"] == "PENDING", "{d}");
+            }
             other => panic!("unexpected state {other}: {d}"),
         }
         if d["status"] != "COMPLETED" {

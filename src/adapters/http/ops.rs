@@ -9,6 +9,7 @@ use utoipa::OpenApi;
 use utoipa_swagger_ui::Config;
 
 use super::HttpState;
+use crate::domain::settlement::SettlementStatus;
 
 /// The process is up.
 #[utoipa::path(get, path = "/health/live", tag = "ops", responses((status = 200, description = "Alive")))]
@@ -79,6 +80,13 @@ pub async fn metrics(state: web::Data<HttpState>) -> HttpResponse {
             for (kind, n) in attention {
                 metrics::gauge!("operator_attention", "kind" => kind).set(n as f64);
             }
+        });
+    }
+    // Settlements whose attempts ran out (docs/spec.md §13), counted up to 1 000.
+    if let Ok(waiting) = state.settlements.list(Some(SettlementStatus::AwaitingOperator), 1000).await {
+        meter.record(|| {
+            metrics::gauge!("operator_attention", "kind" => "settlement_awaiting_operator")
+                .set(waiting.len() as f64);
         });
     }
     if let Ok(counts) = state.ledger.latest_counts().await {
