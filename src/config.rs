@@ -20,7 +20,7 @@ use crate::adapters::Secret;
 use crate::adapters::http::auth::{AuthSettings, DEV_KID, KeyAlgorithm, KeySettings, RawKey};
 use crate::adapters::messaging::amqp::QueueType;
 use crate::adapters::messaging::contract::{CloudEventsMode, CloudEventsSettings, ContractName};
-use crate::adapters::providers::{WebhookSecret, WebhookSettings};
+use crate::adapters::providers::{EmailSettings, Locale, WebhookSecret, WebhookSettings};
 use crate::application::input::parse_duration;
 use crate::telemetry::{LogFormat, TelemetrySettings};
 
@@ -241,6 +241,8 @@ pub enum NotificationChannel {
     Simulated,
     /// Signed webhooks to `notification.webhook.url`.
     Webhook(WebhookSettings),
+    /// E-mail over SMTP (`notification.email.*`).
+    Email(EmailSettings),
 }
 
 /// `settlement.channel` (docs/spec.md §13).
@@ -525,6 +527,7 @@ struct RawNotification {
     /// Unset: `simulated` (refused outside the embedded default).
     channel: Option<String>,
     webhook: RawWebhook,
+    email: RawEmail,
     retry: RawNotificationRetry,
 }
 
@@ -544,6 +547,16 @@ struct RawSettlementRetry {
     backoff_base: String,
     interval: String,
     batch: u32,
+}
+
+/// `notification.email.*`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEmail {
+    smtp_url: Option<Secret>,
+    from: Option<String>,
+    locale: String,
+    timeout: String,
 }
 
 /// `<step>.webhook.*`.
@@ -717,6 +730,10 @@ max_connections = 4
 cleanup_batch = 1000
 
 [notification.webhook]
+timeout = "10s"
+
+[notification.email]
+locale = "ko"
 timeout = "10s"
 
 [settlement.webhook]
@@ -1247,6 +1264,34 @@ fn resolve_webhook(step: &str, raw: RawWebhook) -> Result<WebhookSettings, Confi
     Ok(WebhookSettings { url, secrets, timeout: positive(&key("timeout"), &raw.timeout)? })
 }
 
+fn resolve_email(raw: RawEmail) -> Result<EmailSettings, ConfigError> {
+    let smtp_url = raw.smtp_url.ok_or_else(|| {
+        invalid("notification.email.smtp_url", "is required when notification.channel = email")
+    })?;
+    let scheme = smtp_url.expose().split("://").next().unwrap_or_default();
+    if !["smtp", "smtps"].contains(&scheme) || !smtp_url.expose().contains("://") {
+        return Err(invalid(
+            "notification.email.smtp_url",
+            "must be smtp://host[:port] or smtps://host[:port]",
+        ));
+    }
+    let from = raw
+        .from
+        .ok_or_else(|| invalid("notification.email.from", "is required when notification.channel = email"))?;
+    let locale = Locale::parse(&raw.locale)
+        .ok_or_else(|| invalid("notification.email.locale", format!("`{}` is not ko or en", raw.locale)))?;
+    let settings = EmailSettings {
+        smtp_url,
+        from,
+        locale,
+        timeout: positive("notification.email.timeout", &raw.timeout)?,
+    };
+    // Built once here so that a bad URL or sender stops the start, naming the key.
+    crate::adapters::providers::EmailNotifier::new(&settings)
+        .map_err(|e| invalid("notification.email", e))?;
+    Ok(settings)
+}
+
 fn resolve_settlement(raw: RawSettlement) -> Result<SettlementSettings, ConfigError> {
     let channel = match raw.channel.as_deref() {
         None | Some("simulated") => SettlementChannel::Simulated,
@@ -1276,12 +1321,7 @@ fn resolve_notification(raw: RawNotification, sqlite: bool) -> Result<Notificati
     let channel = match raw.channel.as_deref() {
         None | Some("simulated") => NotificationChannel::Simulated,
         Some("webhook") => NotificationChannel::Webhook(resolve_webhook("notification", raw.webhook)?),
-        Some("email") => {
-            return Err(invalid(
-                "notification.channel",
-                "`email` is not available in this version (docs/spec.md §13)",
-            ));
-        }
+        Some("email") => NotificationChannel::Email(resolve_email(raw.email)?),
         Some(other) => {
             return Err(invalid(
                 "notification.channel",

@@ -33,9 +33,9 @@ use crate::adapters::persistence::{
     self, DatabaseProbe, SeaOrmIdempotencyStore, SeaOrmOutboxStore, SeaOrmStore, SqlMeetingFees,
 };
 use crate::adapters::providers::{
-    ExternalPaymentGateway, ExternalProviderSettings, Measured, ProviderCalls, SimulatedNotifier,
-    SimulatedPaymentGateway, SimulatedSettlementGateway, TossClient, TossPaymentGateway, TossSettings,
-    WebhookClient, WebhookNotifier, WebhookSettlements,
+    EmailNotifier, ExternalPaymentGateway, ExternalProviderSettings, Measured, ProviderCalls,
+    SimulatedNotifier, SimulatedPaymentGateway, SimulatedSettlementGateway, TossClient, TossPaymentGateway,
+    TossSettings, WebhookClient, WebhookNotifier, WebhookSettlements,
 };
 use crate::application::health::{HealthProbe, LoopProgress, Readiness, Role};
 use crate::application::idempotency::IdempotencyService;
@@ -522,6 +522,9 @@ pub async fn build_services_with_clock(
     // docs/spec.md §13: the channel `notification.channel` names.
     let (notifier, notifier_label): (Arc<dyn Notifier>, &'static str) = match &settings.notification.channel {
         NotificationChannel::Simulated => (notifier, "simulated"),
+        NotificationChannel::Email(email) => {
+            (Arc::new(EmailNotifier::new(email).map_err(StartupError::Config)?), "email")
+        }
         NotificationChannel::Webhook(webhook) => (
             Arc::new(WebhookNotifier::new(
                 WebhookClient::new(webhook.clone()).map_err(StartupError::Config)?,

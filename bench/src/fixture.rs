@@ -228,6 +228,7 @@ pub(crate) fn saga_commits(i: usize) -> Vec<Vec<NewOutboxEvent>> {
                 scenario: Default::default(),
                 correlation_id: Some(correlation.clone()),
                 causation_id: Some(correlation.clone()),
+                customer_email: None,
             },
         };
         let mut payment = Payment::request(order.id, 1, order.total, now);

@@ -25,6 +25,7 @@ mod m20261203_000017_outbox_incarnation;
 mod m20261204_000018_numbers;
 mod m20261205_000019_causation;
 mod m20261205_000020_settlement_retries;
+mod m20261205_000021_customer_email;
 
 pub struct Migrator;
 
@@ -52,6 +53,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261204_000018_numbers::Migration),
             Box::new(m20261205_000019_causation::Migration),
             Box::new(m20261205_000020_settlement_retries::Migration),
+            Box::new(m20261205_000021_customer_email::Migration),
         ]
     }
 }

@@ -150,6 +150,7 @@ impl NotificationRetry {
             order_status: OrderStatus::Completed.as_str(),
             amount: record.order.total,
             customer_id: record.order.customer_id.clone(),
+            recipient: record.context.customer_email.clone(),
             attempt: notification.attempts + 1,
             scenario: record.context.scenario,
         };

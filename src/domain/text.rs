@@ -104,9 +104,60 @@ pub fn check(field: &str, value: &str, max: usize) -> Result<(), TextError> {
     Ok(())
 }
 
+/// Whether `value` is an e-mail address we send to (docs/spec.md §13, `customerEmail`): at
+/// most 254 characters, one `@` between a non-empty local part (at most 64) and a domain of
+/// dot-separated labels of letters, digits and `-`; no spaces, quotes, brackets or control
+/// characters — what an SMTP server takes in `RCPT TO` without quoting, and nothing that
+/// could end a header line.
+pub fn is_email(value: &str) -> bool {
+    let Some((local, domain)) = value.split_once('@') else { return false };
+    let local_ok = !local.is_empty()
+        && local.len() <= 64
+        && !local.starts_with('.')
+        && !local.ends_with('.')
+        && !local.contains("..")
+        && local.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-/=?^_`{|}~.".contains(&b));
+    let labels: Vec<&str> = domain.split('.').collect();
+    let domain_ok = labels.len() >= 2
+        && labels.iter().all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        });
+    value.len() <= 254 && local_ok && domain_ok
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_email_address_is_what_smtp_takes_unquoted() {
+        for ok in ["alice@example.com", "a.b+tag@mail.example.co.kr", "x@a-b.io"] {
+            assert!(is_email(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "alice",
+            "@example.com",
+            "alice@",
+            "alice@localhost",
+            "a b@example.com",
+            "a@@example.com",
+            "alice@example..com",
+            ".alice@example.com",
+            "alice@-example.com",
+            "\"a\"@example.com",
+            "alice@example.com\r\nBcc: x@y.z",
+            "<alice@example.com>",
+            "앨리스@example.com",
+        ] {
+            assert!(!is_email(bad), "{bad:?}");
+        }
+        assert!(!is_email(&format!("{}@example.com", "a".repeat(65))));
+    }
 
     #[test]
     fn an_excerpt_fits_and_is_clean() {

@@ -30,6 +30,7 @@ async fn register_for(
         scenario: Default::default(),
         correlation_id: None,
         inbox: None,
+        customer_email: None,
     };
     app.services.orchestrator.place_order(&Actor::system("test-meeting"), command).await.unwrap()
 }

@@ -414,3 +414,191 @@ on_both_databases!(
     a_settlement_is_a_signed_webhook_and_an_outage_never_refunds,
     an_operator_repairs_a_waiting_settlement_and_a_refusal_compensates
 );
+
+// ---- e-mail ----------------------------------------------------------------------------------
+
+/// The SMTP server, killed when dropped; what it received, one JSON object per message.
+struct Smtp {
+    child: Child,
+    port: u16,
+    out: std::path::PathBuf,
+}
+
+impl Smtp {
+    fn start(plan: &[u16]) -> Option<Smtp> {
+        let probe = Command::new("python3").args(["-c", "import aiosmtpd"]).status();
+        if !probe.is_ok_and(|s| s.success()) {
+            service_missing("aiosmtpd (an SMTP server)", "pip install aiosmtpd==1.4.6");
+            return None;
+        }
+        let out = std::env::temp_dir().join(format!("smtp-{}.jsonl", uuid::Uuid::new_v4().simple()));
+        let plan: Vec<String> = plan.iter().map(u16::to_string).collect();
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/smtp_server.py");
+        let mut child = Command::new("python3")
+            .arg(script)
+            .arg(plan.join(","))
+            .arg(&out)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        Some(Smtp { child, port: line.trim().parse().expect("the SMTP server's port"), out })
+    }
+
+    fn received(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.out)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+impl Drop for Smtp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.out);
+    }
+}
+
+async fn mailing_app(backend: Backend, smtp: &Smtp, locale: &str) -> Option<TestApp> {
+    let url = format!("smtp://127.0.0.1:{}", smtp.port);
+    TestApp::spawn_on_manual_clock(
+        backend,
+        &[
+            ("APP__NOTIFICATION__CHANNEL", "email"),
+            ("APP__NOTIFICATION__EMAIL__SMTP_URL", &url),
+            ("APP__NOTIFICATION__EMAIL__FROM", "Orders <orders@shop.example>"),
+            ("APP__NOTIFICATION__EMAIL__LOCALE", locale),
+            ("APP__NOTIFICATION__RETRY__BACKOFF_BASE", "1m"),
+        ],
+    )
+    .await
+}
+
+fn with_email(email: &str) -> Value {
+    let mut body = order_body();
+    body["customerEmail"] = json!(email);
+    body
+}
+
+/// An order with `customerEmail` is told by e-mail (Korean by default, text and HTML,
+/// `Message-ID` from the notification's id); without one it is `IGNORED` (`NO_RECIPIENT`);
+/// an address that is not one is refused (422); SMTP 451 is retried, 550 waits for an
+/// operator whose reprocess sends it.
+async fn a_notification_is_an_email(backend: Backend) {
+    let Some(smtp) = Smtp::start(&[250, 451, 550]) else { return };
+    let Some(app) = mailing_app(backend, &smtp, "ko").await else { return };
+    let alice = app.token("alice");
+    let placed =
+        json(app.place_order(&alice, &with_email("alice@example.com"), None).await, StatusCode::CREATED)
+            .await;
+    assert_eq!(
+        (placed["status"].clone(), placed["notification"]["status"].clone()),
+        (json!("COMPLETED"), json!("SENT")),
+        "{placed}"
+    );
+    let mail = &smtp.received()[0];
+    assert_eq!(
+        (mail["mail_from"].clone(), mail["rcpt_tos"].clone()),
+        (json!("orders@shop.example"), json!(["alice@example.com"]))
+    );
+    let data = mail["data"].as_str().unwrap();
+    let id = placed["notification"]["id"].as_str().unwrap();
+    assert!(data.contains(&format!("Message-ID: <{id}@shop.example>")), "{data}");
+    assert!(
+        data.contains("multipart/alternative") && data.contains("text/plain") && data.contains("text/html"),
+        "{data}"
+    );
+    assert!(data.contains("Subject: =?utf-8?"), "a Korean subject, encoded: {data}");
+
+    // No address: nobody to tell, the order completes.
+    let none = json(app.place_order(&alice, &order_body(), None).await, StatusCode::CREATED).await;
+    assert_eq!(
+        (none["status"].clone(), none["notification"]["status"].clone()),
+        (json!("COMPLETED"), json!("IGNORED")),
+        "{none}"
+    );
+    let refused = app.place_order(&alice, &with_email("alice@@example.com"), None).await;
+    let problem = json(refused, StatusCode::UNPROCESSABLE_ENTITY).await;
+    assert_eq!(problem["field"], "customerEmail");
+
+    // 451: retried under the same Message-ID.
+    let later =
+        json(app.place_order(&alice, &with_email("bob@example.com"), None).await, StatusCode::CREATED).await;
+    assert_eq!(later["notification"]["status"], "RETRY_SCHEDULED", "{later}");
+    // 550 (the next message): an operator's.
+    let manual =
+        json(app.place_order(&alice, &with_email("carol@example.com"), None).await, StatusCode::CREATED)
+            .await;
+    assert_eq!(manual["notification"]["status"], "MANUAL_INTERVENTION_REQUIRED", "{manual}");
+    let admin = app.admin_token("ops");
+    app.advance(Duration::from_secs(3600));
+    let round = json(
+        app.post("/api/admin/notification-events/retry-due", &admin).send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(round["succeeded"], 1, "{round}");
+    let id = manual["notification"]["id"].as_str().unwrap();
+    let reprocessed =
+        app.post(&format!("/api/admin/notification-events/{id}/reprocess"), &admin).send().await.unwrap();
+    assert_eq!(json(reprocessed, StatusCode::OK).await["notification"]["status"], "SENT");
+    let received = smtp.received();
+    let answers: Vec<(Value, Value)> =
+        received.iter().map(|m| (m["rcpt_tos"][0].clone(), m["answer"].clone())).collect();
+    assert_eq!(
+        answers,
+        [
+            (json!("alice@example.com"), json!(250)),
+            (json!("bob@example.com"), json!(451)),
+            (json!("carol@example.com"), json!(550)),
+            (json!("bob@example.com"), json!(250)),
+            (json!("carol@example.com"), json!(250)),
+        ]
+    );
+    let bobs: Vec<&str> = received
+        .iter()
+        .filter(|m| m["rcpt_tos"][0] == "bob@example.com")
+        .map(|m| m["data"].as_str().unwrap().lines().find(|l| l.starts_with("Message-ID")).unwrap())
+        .collect();
+    assert_eq!(bobs[0], bobs[1], "the same Message-ID on the retry");
+}
+
+on_both_databases!(a_notification_is_an_email);
+
+/// English when asked, and a bad SMTP URL or sender refused at start naming the key.
+#[test]
+fn an_email_channel_needs_a_server_and_a_sender() {
+    let refused = |extra: &[(&str, &str)]| crate::helpers::try_settings(extra).unwrap_err().to_string();
+    let email = ("APP__NOTIFICATION__CHANNEL", "email");
+    assert!(refused(&[email]).contains("notification.email.smtp_url"));
+    let url = ("APP__NOTIFICATION__EMAIL__SMTP_URL", "smtp://mail:hunter2@127.0.0.1:2525");
+    assert!(refused(&[email, url]).contains("notification.email.from"));
+    let why = refused(&[
+        email,
+        ("APP__NOTIFICATION__EMAIL__SMTP_URL", "http://mail:hunter2@h"),
+        ("APP__NOTIFICATION__EMAIL__FROM", "a@b.co"),
+    ]);
+    assert!(why.contains("notification.email.smtp_url") && !why.contains("hunter2"), "{why}");
+    let why = refused(&[email, url, ("APP__NOTIFICATION__EMAIL__FROM", "not an address")]);
+    assert!(why.contains("notification.email") && !why.contains("hunter2"), "{why}");
+    let why = refused(&[
+        email,
+        url,
+        ("APP__NOTIFICATION__EMAIL__FROM", "a@b.co"),
+        ("APP__NOTIFICATION__EMAIL__LOCALE", "fr"),
+    ]);
+    assert!(why.contains("notification.email.locale"), "{why}");
+    assert!(
+        crate::helpers::try_settings(&[
+            email,
+            url,
+            ("APP__NOTIFICATION__EMAIL__FROM", "a@b.co"),
+            ("APP__NOTIFICATION__EMAIL__LOCALE", "en")
+        ])
+        .is_ok()
+    );
+}

@@ -98,6 +98,7 @@ async fn insert(s: &Stores, order: &mut Order, events: Vec<NewOutboxEvent>) {
             scenario: Scenario::parse("settlement=fail").unwrap(),
             correlation_id: Some("c-1".into()),
             causation_id: Some("registration-1".into()),
+            customer_email: Some("alice@example.com".into()),
         },
     );
     changes.outbox = events;

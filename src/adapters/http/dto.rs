@@ -23,6 +23,10 @@ pub struct PlaceOrderRequest {
     /// Defaults to the token's `sub`; only an admin may order for someone else.
     #[schema(max_length = 64)]
     pub customer_id: Option<String>,
+    /// Where the customer is told by e-mail (`notification.channel = email`); without it,
+    /// the notification is `IGNORED` (`NO_RECIPIENT`).
+    #[schema(max_length = 254, example = "alice@example.com")]
+    pub customer_email: Option<String>,
     /// ISO-4217 code, upper case.
     #[schema(example = "KRW", min_length = 3, max_length = 3)]
     pub currency: String,

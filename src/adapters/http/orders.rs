@@ -117,6 +117,7 @@ pub async fn place_order(
         scenario,
         correlation_id: Some(correlation.0),
         inbox: None,
+        customer_email: request.customer_email,
     };
     let Some(key) = key else {
         let record = state.orchestrator.place_order(&actor, command).await?;

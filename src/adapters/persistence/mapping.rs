@@ -81,7 +81,15 @@ pub fn order_from_row(
         version: row.version,
         number: row.number,
     };
-    Ok((order, OrderContext { scenario, correlation_id: row.correlation_id, causation_id: row.causation_id }))
+    Ok((
+        order,
+        OrderContext {
+            scenario,
+            correlation_id: row.correlation_id,
+            causation_id: row.causation_id,
+            customer_email: row.customer_email,
+        },
+    ))
 }
 
 /// The row for `order`, with `version` set to what the store will hold after the write.
@@ -107,6 +115,7 @@ pub fn order_to_row(order: &Order, context: Option<&OrderContext>) -> orders::Ac
         row.mock_scenario = Set((!context.scenario.is_empty()).then(|| context.scenario.to_string()));
         row.correlation_id = Set(context.correlation_id.clone());
         row.causation_id = Set(context.causation_id.clone());
+        row.customer_email = Set(context.customer_email.clone());
     }
     row
 }

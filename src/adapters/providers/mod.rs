@@ -2,6 +2,7 @@
 //! (driven by `X-Mock-Scenario`), the external HTTP client of docs/spec.md §9 and Toss
 //! Payments' v1 API (§10).
 
+mod email;
 mod external;
 mod measured;
 mod simulated;
@@ -9,6 +10,7 @@ pub mod toss;
 mod transport;
 mod webhook;
 
+pub use email::{EmailNotifier, EmailSettings, Locale, NO_RECIPIENT};
 pub use external::{ExternalPaymentGateway, ExternalProviderSettings};
 pub use measured::Measured;
 pub use simulated::{ProviderCalls, SimulatedNotifier, SimulatedPaymentGateway, SimulatedSettlementGateway};

@@ -273,6 +273,7 @@ impl MeetingEvents {
                     // A redelivery resumes the order this event created (after a crash
                     // mid-saga) instead of creating a second one.
                     inbox: Some(key(consumer, &msg.event_id, &msg.digest)),
+                    customer_email: None,
                 },
             )
             .await;

@@ -78,6 +78,8 @@ pub struct PlaceOrder {
     /// The inbound message creating this order: recorded with the order, so that the
     /// same message delivered again (or twice at once) resumes this order.
     pub inbox: Option<InboxKey>,
+    /// Where the customer is told by e-mail (`customerEmail`, docs/spec.md §13).
+    pub customer_email: Option<String>,
 }
 
 /// Identifies an inbound message for the inbox.
@@ -247,6 +249,12 @@ impl Orchestrator {
                 message: "a customer may only place orders for themselves".into(),
             });
         }
+        if cmd.customer_email.as_deref().is_some_and(|e| !crate::domain::text::is_email(e)) {
+            return Err(AppError::Validation {
+                field: "customerEmail".into(),
+                message: "must be an e-mail address (name@example.com)".into(),
+            });
+        }
         if let Some(existing) = self.created_by_inbox(cmd.inbox.as_ref()).await? {
             return self.resume(existing, actor).await;
         }
@@ -269,6 +277,7 @@ impl Orchestrator {
             correlation_id: cmd.correlation_id,
             // An inbound message's order is caused by it (docs/spec.md §12).
             causation_id: cmd.inbox.as_ref().map(|key| key.event_id.clone()),
+            customer_email: cmd.customer_email,
         };
         let mut changes = Changes::default();
         let lease = self.leases.fresh();
@@ -660,6 +669,7 @@ impl Orchestrator {
             order_status: OrderStatus::Completed.as_str(),
             amount: record.order.total,
             customer_id: record.order.customer_id.clone(),
+            recipient: record.context.customer_email.clone(),
             attempt: 1,
             scenario: record.context.scenario,
         };
@@ -799,6 +809,7 @@ mod tests {
             scenario: Scenario::default(),
             correlation_id: Some("corr-1".into()),
             inbox: None,
+            customer_email: None,
         }
     }
 

@@ -19,6 +19,8 @@ pub struct NotificationRequest {
     pub order_status: &'static str,
     pub amount: Money,
     pub customer_id: String,
+    /// The order's `customerEmail`, if it has one (the e-mail channel's recipient).
+    pub recipient: Option<String>,
     /// 1 for the first send, 2 for the first retry, ...
     pub attempt: i32,
     pub scenario: Scenario,

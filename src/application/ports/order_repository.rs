@@ -29,6 +29,8 @@ pub struct OrderContext {
     /// The id of the inbound message that placed the order (a meeting service's
     /// registration): its events carry it as `causationId` (docs/spec.md §12).
     pub causation_id: Option<String>,
+    /// Where the customer is told by e-mail (`customerEmail`, docs/spec.md §13).
+    pub customer_email: Option<String>,
 }
 
 /// One saga step outcome as stored.

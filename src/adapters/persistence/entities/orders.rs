@@ -32,6 +32,8 @@ pub struct Model {
     pub saga_resume_at: Option<DateTimeUtc>,
     /// The id of the inbound message that placed the order (docs/spec.md §12).
     pub causation_id: Option<String>,
+    /// Where the customer is told by e-mail (docs/spec.md §13).
+    pub customer_email: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
