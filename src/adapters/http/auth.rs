@@ -387,7 +387,10 @@ impl JwtKeys {
             ApiError::field(actix_web::http::StatusCode::UNPROCESSABLE_ENTITY, e.field(), e.message())
         })?;
         let is_admin = roles(&claims, &self.roles_claim).any(|r| r == ADMIN_ROLE);
-        Ok(Actor { subject: sub.to_owned(), is_admin })
+        // A claim that is no address we send to is not used (never a reason to refuse the token).
+        let email =
+            claims.get("email").and_then(Value::as_str).filter(|e| text::is_email(e)).map(str::to_owned);
+        Ok(Actor { subject: sub.to_owned(), is_admin, email })
     }
 }
 

@@ -277,7 +277,10 @@ impl Orchestrator {
             correlation_id: cmd.correlation_id,
             // An inbound message's order is caused by it (docs/spec.md §12).
             causation_id: cmd.inbox.as_ref().map(|key| key.event_id.clone()),
-            customer_email: cmd.customer_email,
+            // The order's own address, else the caller's token's when the order is theirs.
+            customer_email: cmd
+                .customer_email
+                .or_else(|| actor.email.clone().filter(|_| actor.subject == order.customer_id)),
         };
         let mut changes = Changes::default();
         let lease = self.leases.fresh();
