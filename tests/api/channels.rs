@@ -615,3 +615,97 @@ fn an_email_channel_needs_a_server_and_a_sender() {
         .is_ok()
     );
 }
+
+/// docs/spec.md §13: webhook secrets, a token in a webhook URL and SMTP credentials appear in
+/// no log line, error, event, metric or response of a whole run — one with deliveries
+/// refused and an SMTP server that cannot be reached, so every error path writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_secret_is_ever_written_or_answered() {
+    use crate::cli::{app, served_port, temp_dir, wait_ready};
+    let Some(receiver) = Receiver::start(&SECRETS) else { return };
+    receiver.plan(&[(503, None), (500, None)]).await;
+    let dir = temp_dir();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let settle = format!("{}/hooks/settlements?token=TOPSECRET-url-token", receiver.url);
+    let smtp = format!("smtp://mailer:hunter2-smtp-pass@127.0.0.1:{closed}");
+    let secrets = SECRETS.join(" ");
+    let log_path = dir.0.join("serve.log");
+    let mut cmd = app(&dir.0);
+    cmd.env("APP__DATABASE__URL", format!("sqlite://{}/app.db?mode=rwc", dir.0.display()))
+        .env("APP__AUTH__KEYS", crate::helpers::TEST_KEYS)
+        .env("APP__HTTP__BIND", "127.0.0.1:0")
+        .env("APP__LOG__FORMAT", "json")
+        .env("RUST_LOG", "debug")
+        .env("APP__SETTLEMENT__CHANNEL", "webhook")
+        .env("APP__SETTLEMENT__WEBHOOK__URL", &settle)
+        .env("APP__SETTLEMENT__WEBHOOK__SECRETS", &secrets)
+        .env("APP__NOTIFICATION__CHANNEL", "email")
+        .env("APP__NOTIFICATION__EMAIL__SMTP_URL", &smtp)
+        .env("APP__NOTIFICATION__EMAIL__FROM", "orders@shop.example")
+        .stdout(std::fs::File::create(dir.0.join("serve.out")).unwrap())
+        .stderr(std::fs::File::create(&log_path).unwrap());
+    let _serve = crate::helpers::Process::spawn(cmd.arg("serve"));
+    let port = served_port(&log_path).await;
+    wait_ready(port).await;
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let mint = |sub: &str, admin: bool| {
+        let now = chrono::Utc::now().timestamp();
+        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+        header.kid = Some("test".into());
+        let roles: Vec<&str> = if admin { vec!["admin"] } else { vec![] };
+        let claims = json!({ "sub": sub, "roles": roles, "exp": now + 600, "iat": now });
+        let key = jsonwebtoken::EncodingKey::from_secret(crate::helpers::TEST_SECRET.as_bytes()).unwrap();
+        jsonwebtoken::encode(&header, &claims, &key).unwrap()
+    };
+    let (alice, ops) = (mint("alice", false), mint("ops", true));
+    let mut answers = String::new();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let mut body = order_body();
+        body["customerEmail"] = json!("alice@example.com");
+        let placed =
+            client.post(format!("{base}/api/orders")).bearer_auth(&alice).json(&body).send().await.unwrap();
+        let text = placed.text().await.unwrap();
+        ids.push(serde_json::from_str::<Value>(&text).unwrap()["id"].as_str().unwrap().to_owned());
+        answers.push_str(&text);
+    }
+    let mut paths: Vec<String> = [
+        "/metrics",
+        "/health/ready",
+        "/api/admin/settlements",
+        "/api/admin/notification-events",
+        "/api/admin/outbox?limit=100",
+        "/openapi.json",
+    ]
+    .iter()
+    .map(|p| p.to_string())
+    .collect();
+    for id in &ids {
+        paths.push(format!("/api/orders/{id}"));
+        paths.push(format!("/api/orders/{id}/flow"));
+    }
+    for path in paths {
+        let response = client.get(format!("{base}{path}")).bearer_auth(&ops).send().await.unwrap();
+        answers.push_str(&response.text().await.unwrap());
+    }
+    let deliveries = receiver.deliveries().await;
+    assert!(deliveries.len() >= 3, "the run reached the receiver: {deliveries:?}");
+    assert!(answers.contains("the receiver answered 503"), "an error path was taken");
+    let logs = std::fs::read_to_string(&log_path).unwrap()
+        + &std::fs::read_to_string(dir.0.join("serve.out")).unwrap();
+    assert!(logs.contains("SMTP"), "the SMTP error was logged: the grep below means something");
+    let bodies = serde_json::to_string(&deliveries).unwrap();
+    for secret in [
+        "TOPSECRET",
+        "hunter2",
+        SECRETS[0],
+        "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        SECRETS[1],
+        "c2Vjb25kLXNlY3JldC0wMTIzNDU2Nzg5",
+    ] {
+        assert!(!logs.contains(secret), "{secret} in the logs");
+        assert!(!answers.contains(secret), "{secret} in an answer");
+        assert!(!bodies.contains(secret), "{secret} sent to the receiver");
+    }
+}
