@@ -111,13 +111,14 @@ function count(items, limit) {
 }
 
 async function overview() {
-  const [stats, unconfirmed, stalled, manual, failed, exhausted] = await Promise.all([
+  const [stats, unconfirmed, stalled, manual, failed, exhausted, waitingSettlements] = await Promise.all([
     api("GET", "/api/admin/outbox/stats"),
     api("GET", "/api/admin/payments/unconfirmed"),
     api("GET", "/api/admin/orders/stalled"),
     api("GET", "/api/admin/notification-events?status=MANUAL_INTERVENTION_REQUIRED&limit=100"),
     api("GET", "/api/admin/notification-events?status=FAILED&limit=100"),
     api("GET", "/api/admin/payments/compensations-exhausted"),
+    api("GET", "/api/admin/settlements?status=AWAITING_OPERATOR&limit=100"),
   ]);
   const dead = stats.byStatus.DEAD_LETTER || 0;
   const waiting = stats.oldestReadyAgeSeconds;
@@ -126,6 +127,7 @@ async function overview() {
       card("Oldest event waiting to be published", age(waiting), waiting > 300),
       card("Dead letters", dead, dead > 0),
       card("Aggregates blocked behind a dead letter", stats.blockedAggregates, stats.blockedAggregates > 0),
+      card("Settlements needing an operator", count(waitingSettlements.items, 100), waitingSettlements.items.length > 0),
       card("Notifications needing an operator", count(manual.items, 100), manual.items.length > 0),
       card("Notifications failed", count(failed.items, 100), failed.items.length > 0),
       card("Payments awaiting confirmation (past reconciliation)", count(unconfirmed, 200), unconfirmed.length > 0),
@@ -195,6 +197,32 @@ $("dl-dry-run").addEventListener("click", async () => {
       dry.matched > 0 ? confirm : "");
   } catch (e) { say(e.message); }
 });
+
+// ---- settlements -----------------------------------------------------------------------
+
+async function settleBy(s, verb) {
+  const reason = await reasonFor(`${verb === "retry" ? "retrying" : "marking settled"} settlement ${s.id}`);
+  if (reason === null) return;
+  if (verb === "mark-settled" && !reason) { say("Marking settled needs a reason."); return; }
+  const order = await api("POST", `/api/admin/settlements/${s.id}/${verb}`, { reason: reason || undefined });
+  say(`Settlement ${s.id}: order ${order.id} is ${order.status}, settlement ${order.settlement ? order.settlement.status : "none"}.`);
+  await settlements();
+}
+
+async function settlements() {
+  const lists = await Promise.all(["AWAITING_OPERATOR", "RETRY_SCHEDULED"].map((s) =>
+    api("GET", `/api/admin/settlements?status=${s}&limit=100`)));
+  $("s-body").replaceChildren(...["Needing an operator", "Retry scheduled"].flatMap((title, i) => [
+    el("h3", {}, title),
+    table(["id", "order", "amount", "attempts", "next attempt", "last error", "actions"], lists[i].items.map((s) => [
+      s.id, el("a", { href: `#order/${s.orderId}` }, s.orderId), `${s.amount} ${s.currency}`, String(s.attempts),
+      s.nextAttemptAt || "", s.lastError || "",
+      el("span", {},
+        el("button", { type: "button", onclick: () => settleBy(s, "retry").catch((e) => say(e.message)) }, `Retry ${s.id}`), " ",
+        el("button", { type: "button", onclick: () => settleBy(s, "mark-settled").catch((e) => say(e.message)) }, `Mark settled ${s.id}`)),
+    ])),
+  ]));
+}
 
 // ---- notifications ---------------------------------------------------------------------
 
@@ -340,6 +368,7 @@ async function route() {
       refresh = setInterval(() => overview().catch((e) => say(e.message)), 10000);
     } else if (show === "dead-letters") await deadLetters();
     else if (show === "notifications") await notifications();
+    else if (show === "settlements") await settlements();
     else if (show === "payments") await payments();
     else if (show === "ledger") {
       const date = arg || providerYesterday();

@@ -709,3 +709,45 @@ async fn no_secret_is_ever_written_or_answered() {
         assert!(!bodies.contains(secret), "{secret} sent to the receiver");
     }
 }
+
+/// The console's Settlements page in a real browser: the overview counts the waiting
+/// settlements; one is retried, the other marked settled, each audited with the operator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_repairs_settlements_from_the_console() {
+    if !crate::console::browser_available() {
+        return;
+    }
+    let Some(receiver) = Receiver::start(&SECRETS) else { return };
+    let Some(app) = settling_app(Backend::Sqlite, &receiver).await else { return };
+    receiver.plan(&[(503, None); 6]).await;
+    let mut waiting = Vec::new();
+    for user in ["fay", "gus"] {
+        let placed =
+            json(app.place_order(&app.token(user), &order_body(), None).await, StatusCode::CREATED).await;
+        waiting.push(placed["settlement"]["id"].as_str().unwrap().to_owned());
+    }
+    for _ in 0..2 {
+        app.advance(Duration::from_secs(3600 * 4));
+        retry_round(&app).await;
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser/console_settlements.py");
+    let shots = concat!(env!("CARGO_MANIFEST_DIR"), "/target/console-screens");
+    let args =
+        [app.base.clone(), app.admin_token("ops-olga"), waiting[0].clone(), waiting[1].clone(), shots.into()];
+    let output = tokio::task::spawn_blocking(move || Command::new("python3").arg(script).args(args).output())
+        .await
+        .unwrap()
+        .expect("run python3");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the console failed in the browser:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for (action, detail) in
+        [("SETTLEMENT_RETRY", "accounting is back"), ("SETTLEMENT_MARKED_SETTLED", "booked by hand")]
+    {
+        let condition = format!("actor = 'ops-olga' AND action = '{action}' AND detail LIKE '%{detail}%'");
+        assert_eq!(crate::helpers::count_where(&app.db, "audit_log", &condition).await, 1, "{action}");
+    }
+}
