@@ -100,6 +100,11 @@ enum Scenario {
         /// Seconds per level.
         #[arg(long, default_value_t = 10)]
         seconds: u64,
+        /// Compare settlement and notification channels in one run instead (docs/spec.md
+        /// §13): `simulated,webhook` runs the levels once per channel, webhooks going to a
+        /// local receiver that answers `204` at once.
+        #[arg(long)]
+        channels: Option<String>,
     },
     /// Orders through Toss's checkout against the fake Toss API beside mock mode, in one run
     /// (needs `cargo build --release -p fake-toss`).
@@ -186,7 +191,12 @@ async fn main() -> Result<(), BoxError> {
         Scenario::Latency { rate, seconds, runs, max_p99_ms } => {
             latency::latency_gate(rate, seconds, runs, max_p99_ms).await
         }
-        Scenario::Orders { levels, seconds } => orders::orders_scenario(&levels, seconds).await,
+        Scenario::Orders { levels, seconds, channels: None } => {
+            orders::orders_scenario(&levels, seconds).await
+        }
+        Scenario::Orders { levels, seconds, channels: Some(channels) } => {
+            orders::channels_scenario(&levels, seconds, &channels).await
+        }
         Scenario::Toss { clients, seconds } => toss::toss_scenario(clients, seconds).await,
         Scenario::Horizon { rate, seconds } => latency::horizon_scenario(rate, seconds).await,
         Scenario::Soak { minutes, rate } => soak::soak(minutes, rate).await,

@@ -144,3 +144,160 @@ pub(crate) async fn orders_scenario(levels: &str, seconds: u64) -> Result<(), Bo
     fixture.drop_all().await;
     Ok(())
 }
+
+/// A webhook receiver as fast as one can be: reads each request (headers and
+/// `Content-Length` body) and answers `204` on the same connection. Returns its port.
+async fn fast_receiver() -> Result<u16, BoxError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buffer = Vec::with_capacity(4096);
+                let mut chunk = [0u8; 4096];
+                loop {
+                    // One request: up to the blank line, then its body.
+                    let end = loop {
+                        if let Some(i) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break i + 4;
+                        }
+                        match socket.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
+                    let length = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse::<usize>().ok())
+                        .unwrap_or(0);
+                    while buffer.len() < end + length {
+                        match socket.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    buffer.drain(..end + length);
+                    if socket
+                        .write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Ok(port)
+}
+
+/// `bench orders --channels simulated,webhook`: the closed-loop levels once per channel
+/// (both steps on it), each on a database of its own, in one run; the saturation of each and
+/// its ratio to the first.
+pub(crate) async fn channels_scenario(levels: &str, seconds: u64, channels: &str) -> Result<(), BoxError> {
+    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let port = fast_receiver().await?;
+    let settle = format!("http://127.0.0.1:{port}/settlements");
+    let notify = format!("http://127.0.0.1:{port}/notifications");
+    println!(
+        "orders by channel: POST /api/orders on PostgreSQL, mock payments, log broker, {seconds}s per level"
+    );
+    println!(
+        "| channels | concurrency | orders/s | p50 ms | p99 ms | errors |\n|---|---:|---:|---:|---:|---:|"
+    );
+    let mut saturations: Vec<(String, f64)> = Vec::new();
+    for channel in channels.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+        let fixture = Fixture::create().await?;
+        let mut extra: Vec<(&str, &str)> = vec![
+            ("APP__BROKER__KIND", "log"),
+            ("APP__LOG__FORMAT", "json"),
+            ("APP__SETTLEMENT__CHANNEL", channel),
+            ("APP__NOTIFICATION__CHANNEL", channel),
+        ];
+        if channel == "webhook" {
+            extra.extend([
+                ("APP__SETTLEMENT__WEBHOOK__URL", settle.as_str()),
+                ("APP__SETTLEMENT__WEBHOOK__SECRETS", SECRET),
+                ("APP__NOTIFICATION__WEBHOOK__URL", notify.as_str()),
+                ("APP__NOTIFICATION__WEBHOOK__SECRETS", SECRET),
+            ]);
+        }
+        let settings = fixture.settings(&extra)?;
+        let app = startup::Application::build(settings).await.map_err(|e| e.to_string())?;
+        let app_port = app.port();
+        let token = app.services().jwt.mint("bench-customer", &[], Duration::from_secs(3600))?;
+        let stop = tokio_util::sync::CancellationToken::new();
+        let stopped = stop.clone();
+        let server = tokio::spawn(app.run_until_stopped(async move { stopped.cancelled().await }));
+        let client = reqwest::Client::builder().pool_max_idle_per_host(256).build()?;
+        let url = format!("http://127.0.0.1:{app_port}/api/orders");
+        let body = json!({ "currency": "KRW", "items": [{ "sku": "TICKET-STD", "quantity": 2, "unitPrice": 15000 }] });
+        let one = |client: reqwest::Client, url: String, token: String, body: serde_json::Value| async move {
+            let started = Instant::now();
+            let ok = client
+                .post(&url)
+                .bearer_auth(&token)
+                .json(&body)
+                .send()
+                .await
+                .ok()
+                .filter(|r| r.status() == reqwest::StatusCode::CREATED);
+            let completed = match ok {
+                Some(r) => {
+                    r.json::<serde_json::Value>().await.ok().is_some_and(|o| o["status"] == "COMPLETED")
+                }
+                None => false,
+            };
+            (completed, started.elapsed().as_secs_f64() * 1000.0)
+        };
+        for _ in 0..50 {
+            one(client.clone(), url.clone(), token.clone(), body.clone()).await;
+        }
+        let mut saturation = 0.0f64;
+        for c in levels.split(',').filter_map(|c| c.trim().parse::<usize>().ok()) {
+            let deadline = Instant::now() + Duration::from_secs(seconds);
+            let mut tasks = Vec::new();
+            for _ in 0..c {
+                let (client, url, token, body) = (client.clone(), url.clone(), token.clone(), body.clone());
+                tasks.push(tokio::spawn(async move {
+                    let (mut samples, mut errors) = (Vec::new(), 0);
+                    while Instant::now() < deadline {
+                        let (ok, ms) = one(client.clone(), url.clone(), token.clone(), body.clone()).await;
+                        if ok { samples.push(ms) } else { errors += 1 }
+                    }
+                    (samples, errors)
+                }));
+            }
+            let (mut all, mut errors) = (Vec::new(), 0);
+            for t in tasks {
+                let (s, e) = t.await?;
+                all.extend(s);
+                errors += e;
+            }
+            all.sort_by(f64::total_cmp);
+            let rate = all.len() as f64 / seconds as f64;
+            saturation = saturation.max(rate);
+            println!(
+                "| {channel} | {c} | {rate:.0} | {:.1} | {:.1} | {errors} |",
+                percentile(&all, 50.0),
+                percentile(&all, 99.0)
+            );
+        }
+        saturations.push((channel.to_owned(), saturation));
+        stop.cancel();
+        let _ = server.await;
+        fixture.drop_all().await;
+    }
+    let base = saturations.first().map_or(1.0, |(_, s)| *s).max(1.0);
+    for (channel, s) in &saturations {
+        println!("saturation {channel}: {s:.0} orders/s completed, {:.2} of the first", s / base);
+    }
+    write_json(
+        "orders-channels",
+        &json!({ "saturation": saturations.iter().map(|(c, s)| json!({ "channels": c, "ordersPerSecond": s })).collect::<Vec<_>>() }),
+    )?;
+    Ok(())
+}
