@@ -751,3 +751,82 @@ async fn an_operator_repairs_settlements_from_the_console() {
         assert_eq!(crate::helpers::count_where(&app.db, "audit_log", &condition).await, 1, "{action}");
     }
 }
+
+/// docs/spec.md §13, for real: `serve` SIGKILLed while the settlement webhook it sent is
+/// being received (delivered, its outcome never committed). A worker started afterwards finds
+/// the saga stalled, sends the settlement again under the same `webhook-id` — the receiver
+/// counts one settlement — and the order completes; nothing is compensated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_killed_mid_delivery_sends_again_under_the_same_id() {
+    use crate::cli::{app, served_port, temp_dir, wait_ready};
+    let Some(receiver) = Receiver::start(&SECRETS) else { return };
+    receiver.plan(&[(0, None)]).await;
+    let dir = temp_dir();
+    let db = format!("sqlite://{}/app.db?mode=rwc", dir.0.display());
+    let settle = format!("{}/hooks/settlements", receiver.url);
+    let secrets = SECRETS.join(" ");
+    let env = |cmd: &mut Command| {
+        cmd.env("APP__DATABASE__URL", &db)
+            .env("APP__AUTH__KEYS", crate::helpers::TEST_KEYS)
+            .env("APP__SETTLEMENT__CHANNEL", "webhook")
+            .env("APP__SETTLEMENT__WEBHOOK__URL", &settle)
+            .env("APP__SETTLEMENT__WEBHOOK__SECRETS", &secrets)
+            .env("APP__SETTLEMENT__WEBHOOK__TIMEOUT", "120s")
+            .env("APP__NOTIFICATION__CHANNEL", "simulated")
+            .env("APP__SAGA__LEASE", "2s")
+            .env("APP__PAYMENT__RECONCILIATION__INTERVAL", "500ms")
+            .env("APP__WORKER__EMBEDDED", "false");
+    };
+    let log_path = dir.0.join("serve.log");
+    let mut cmd = app(&dir.0);
+    env(&mut cmd);
+    cmd.env("APP__HTTP__BIND", "127.0.0.1:0")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log_path).unwrap());
+    let mut serve = crate::helpers::Process::spawn(cmd.arg("serve"));
+    let port = served_port(&log_path).await;
+    wait_ready(port).await;
+    let token = {
+        let now = chrono::Utc::now().timestamp();
+        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+        header.kid = Some("test".into());
+        let claims = json!({ "sub": "alice", "exp": now + 600, "iat": now });
+        let key = jsonwebtoken::EncodingKey::from_secret(crate::helpers::TEST_SECRET.as_bytes()).unwrap();
+        jsonwebtoken::encode(&header, &claims, &key).unwrap()
+    };
+    let url = format!("http://127.0.0.1:{port}/api/orders");
+    let waiting = tokio::spawn(async move {
+        reqwest::Client::new().post(url).bearer_auth(token).json(&order_body()).send().await.is_ok()
+    });
+    crate::helpers::until("the settlement received (and held)", || async {
+        !receiver.deliveries().await.is_empty()
+    })
+    .await;
+    serve.kill().unwrap();
+    serve.wait().unwrap();
+    assert!(!waiting.await.unwrap(), "the request died with the process");
+    // A worker on the same database.
+    let worker_log = std::fs::File::create(dir.0.join("worker.log")).unwrap();
+    let mut cmd = app(&dir.0);
+    env(&mut cmd);
+    cmd.env("APP__WORKER__HTTP__BIND", "127.0.0.1:0").stdout(Stdio::null()).stderr(worker_log);
+    let _worker = crate::helpers::Process::spawn(cmd.arg("worker"));
+    let db = sea_orm::Database::connect(db.as_str()).await.unwrap();
+    crate::helpers::until_within("the saga resumed to the end", Duration::from_secs(60), || async {
+        crate::helpers::count_where(&db, "orders", "status = 'COMPLETED'").await == 1
+    })
+    .await;
+    let deliveries = receiver.deliveries().await;
+    assert_eq!(deliveries.len(), 2, "held, then sent again: {deliveries:?}");
+    assert_eq!(
+        deliveries[0]["id"], deliveries[1]["id"],
+        "one webhook-id: the receiver counts one settlement"
+    );
+    assert_signed(&deliveries);
+    assert_eq!(
+        crate::helpers::count_where(&db, "payments", "status = 'APPROVED'").await,
+        1,
+        "nothing compensated"
+    );
+    assert_eq!(crate::helpers::count_where(&db, "settlements", "1 = 1").await, 1, "one settlement");
+}

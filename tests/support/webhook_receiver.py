@@ -8,13 +8,15 @@ SECRETS: `whsec_...` keys, comma-separated. Prints the port it listens on (127.0
 serves until killed:
 - POST anything: a delivery. Answered with the next of the planned answers (`POST /plan`),
   else 200. Recorded: `webhook-id`, which secrets verified it, the body, the answer.
-- POST /plan: a JSON list of [status, retry_after_or_null], answered in order.
+- POST /plan: a JSON list of [status, retry_after_or_null], answered in order; status 0
+  holds the request (recorded at once, answered 200 a minute later, if anyone still waits).
 - GET /deliveries: every delivery so far, as a JSON list.
 """
 
 import json
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from standardwebhooks import Webhook, WebhookVerificationError
@@ -65,7 +67,13 @@ class Handler(BaseHTTPRequestHandler):
                 "body": json.loads(body) if body else None,
                 "answer": status,
             })
-        self._answer(status, retry_after=retry_after)
+        if status == 0:
+            time.sleep(60)
+            status = 200
+        try:
+            self._answer(status, retry_after=retry_after)
+        except OSError:
+            pass  # the sender is gone (killed while we held it)
 
 
 server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
