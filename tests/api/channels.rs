@@ -353,6 +353,11 @@ async fn an_operator_repairs_a_waiting_settlement_and_a_refusal_compensates(back
     receiver.plan(&[(503, None), (503, None), (503, None), (500, None), (500, None), (500, None)]).await;
     let first = waiting("carol").await;
     let second = waiting("dave").await;
+    // Waiting settlements are not stalled sagas: stalled-saga recovery leaves them alone
+    // (no SAGA_RESUMED, no SAGA_RECOVERY_EXHAUSTED page for an order already waiting here).
+    app.advance(Duration::from_secs(3600 * 24));
+    assert_eq!(app.services.recovery.resume_stalled().await.unwrap(), 0);
+    assert_eq!(crate::helpers::count_where(&app.db, "audit_log", "action = 'SAGA_RESUMED'").await, 0);
     let listed = json(
         app.get("/api/admin/settlements?status=AWAITING_OPERATOR", &admin).send().await.unwrap(),
         StatusCode::OK,

@@ -18,6 +18,7 @@ use crate::application::ports::{
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
 use crate::domain::order::{Order, OrderStatus};
+use crate::domain::settlement::SettlementStatus;
 use chrono::{DateTime, Utc};
 
 /// The statuses a saga can stall in half-way (the next step is the worker's to run).
@@ -187,6 +188,13 @@ impl OrderRepository for SeaOrmStore {
             .filter(orders::Column::Status.is_in(STALLABLE.iter().map(|s| s.as_str())))
             .filter(orders::Column::UpdatedAt.lt(before))
             .filter(orders::Column::SagaResumes.lt(max_resumes))
+            // A settlement waiting for its retry or an operator is not a stalled saga: its own
+            // state says what comes next (docs/spec.md §13).
+            .filter(sea_orm::sea_query::Expr::cust(format!(
+                "NOT EXISTS (SELECT 1 FROM settlements s WHERE s.order_id = orders.id AND s.status IN ('{}', '{}'))",
+                SettlementStatus::RetryScheduled.as_str(),
+                SettlementStatus::AwaitingOperator.as_str()
+            )))
             .filter(
                 Condition::any()
                     .add(orders::Column::SagaResumeAt.is_null())
