@@ -8,6 +8,36 @@ use serde_json::json;
 
 use crate::fixture::*;
 
+/// `clients` callers each running `one` back to back for `seconds`: the latencies (ms) of
+/// the calls that succeeded, sorted, and how many failed.
+async fn closed_loop<F, Fut>(clients: usize, seconds: u64, one: F) -> Result<(Vec<f64>, usize), BoxError>
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = (bool, f64)> + Send + 'static,
+{
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let one = one.clone();
+        tasks.push(tokio::spawn(async move {
+            let (mut samples, mut errors) = (Vec::new(), 0);
+            while Instant::now() < deadline {
+                let (ok, ms) = one().await;
+                if ok { samples.push(ms) } else { errors += 1 }
+            }
+            (samples, errors)
+        }));
+    }
+    let (mut all, mut errors) = (Vec::new(), 0);
+    for t in tasks {
+        let (s, e) = t.await?;
+        all.extend(s);
+        errors += e;
+    }
+    all.sort_by(f64::total_cmp);
+    Ok((all, errors))
+}
+
 /// Runs pgbench's built-in TPC-B-like script against a scratch database; returns tps.
 pub(crate) fn pgbench_tps(seconds: u64) -> Result<f64, BoxError> {
     let base = admin_url();
@@ -68,27 +98,10 @@ pub(crate) async fn orders_scenario(levels: &str, seconds: u64) -> Result<(), Bo
     let mut results = Vec::new();
     let mut saturation = 0.0f64;
     for c in levels.split(',').filter_map(|c| c.trim().parse::<usize>().ok()) {
-        let deadline = Instant::now() + Duration::from_secs(seconds);
-        let mut tasks = Vec::new();
-        for _ in 0..c {
-            let (client, url, token, body) = (client.clone(), url.clone(), token.clone(), body.clone());
-            tasks.push(tokio::spawn(async move {
-                let mut samples = Vec::new();
-                let mut errors = 0;
-                while Instant::now() < deadline {
-                    let (ok, ms) = one(client.clone(), url.clone(), token.clone(), body.clone()).await;
-                    if ok { samples.push(ms) } else { errors += 1 }
-                }
-                (samples, errors)
-            }));
-        }
-        let (mut all, mut errors) = (Vec::new(), 0);
-        for t in tasks {
-            let (s, e) = t.await?;
-            all.extend(s);
-            errors += e;
-        }
-        all.sort_by(f64::total_cmp);
+        let (client, url, token, body) = (client.clone(), url.clone(), token.clone(), body.clone());
+        let (all, errors) =
+            closed_loop(c, seconds, move || one(client.clone(), url.clone(), token.clone(), body.clone()))
+                .await?;
         let rate = all.len() as f64 / seconds as f64;
         saturation = saturation.max(rate);
         println!(
@@ -258,26 +271,11 @@ pub(crate) async fn channels_scenario(levels: &str, seconds: u64, channels: &str
         }
         let mut saturation = 0.0f64;
         for c in levels.split(',').filter_map(|c| c.trim().parse::<usize>().ok()) {
-            let deadline = Instant::now() + Duration::from_secs(seconds);
-            let mut tasks = Vec::new();
-            for _ in 0..c {
-                let (client, url, token, body) = (client.clone(), url.clone(), token.clone(), body.clone());
-                tasks.push(tokio::spawn(async move {
-                    let (mut samples, mut errors) = (Vec::new(), 0);
-                    while Instant::now() < deadline {
-                        let (ok, ms) = one(client.clone(), url.clone(), token.clone(), body.clone()).await;
-                        if ok { samples.push(ms) } else { errors += 1 }
-                    }
-                    (samples, errors)
-                }));
-            }
-            let (mut all, mut errors) = (Vec::new(), 0);
-            for t in tasks {
-                let (s, e) = t.await?;
-                all.extend(s);
-                errors += e;
-            }
-            all.sort_by(f64::total_cmp);
+            let (client, url, token, body) = (client.clone(), url.clone(), token.clone(), body.clone());
+            let (all, errors) = closed_loop(c, seconds, move || {
+                one(client.clone(), url.clone(), token.clone(), body.clone())
+            })
+            .await?;
             let rate = all.len() as f64 / seconds as f64;
             saturation = saturation.max(rate);
             println!(

@@ -98,7 +98,7 @@ pub const ORDER_BUSY: &str = "ORDER_BUSY";
 /// The reason a refund is recorded with when its request gave none.
 const DEFAULT_REASON: &str = "refund requested";
 
-fn busy() -> AppError {
+pub(crate) fn busy() -> AppError {
     AppError::Conflict {
         code: ORDER_BUSY,
         message: "the order is being changed right now; retry shortly".into(),

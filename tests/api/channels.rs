@@ -68,6 +68,18 @@ impl Drop for Receiver {
     }
 }
 
+/// A token of the test keys with `claims` (and `exp`, `iat`): for an app run as a process,
+/// or with claims `TestApp::token` does not set.
+fn signed_token(mut claims: Value) -> String {
+    let now = chrono::Utc::now().timestamp();
+    claims["exp"] = json!(now + 600);
+    claims["iat"] = json!(now);
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+    header.kid = Some("test".into());
+    let key = jsonwebtoken::EncodingKey::from_secret(crate::helpers::TEST_SECRET.as_bytes()).unwrap();
+    jsonwebtoken::encode(&header, &claims, &key).unwrap()
+}
+
 async fn app_with(backend: Backend, receiver: &Receiver) -> Option<TestApp> {
     let url = format!("{}/hooks/orders", receiver.url);
     let secrets = SECRETS.join(" ");
@@ -520,14 +532,7 @@ async fn a_notification_is_an_email(backend: Backend) {
     assert!(data.contains("Subject: =?utf-8?"), "a Korean subject, encoded: {data}");
 
     // No address on the order: the token's `email` claim, for the caller's own order.
-    let claimed = {
-        let now = chrono::Utc::now().timestamp();
-        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
-        header.kid = Some("test".into());
-        let claims = json!({ "sub": "dora", "email": "dora@example.com", "exp": now + 600, "iat": now });
-        let key = jsonwebtoken::EncodingKey::from_secret(crate::helpers::TEST_SECRET.as_bytes()).unwrap();
-        jsonwebtoken::encode(&header, &claims, &key).unwrap()
-    };
+    let claimed = signed_token(json!({ "sub": "dora", "email": "dora@example.com" }));
     let dora = json(app.place_order(&claimed, &order_body(), None).await, StatusCode::CREATED).await;
     assert_eq!(dora["notification"]["status"], "SENT", "{dora}");
     assert_eq!(smtp.received()[1]["rcpt_tos"], json!(["dora@example.com"]));
@@ -654,16 +659,8 @@ async fn no_secret_is_ever_written_or_answered() {
     wait_ready(port).await;
     let base = format!("http://127.0.0.1:{port}");
     let client = reqwest::Client::new();
-    let mint = |sub: &str, admin: bool| {
-        let now = chrono::Utc::now().timestamp();
-        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
-        header.kid = Some("test".into());
-        let roles: Vec<&str> = if admin { vec!["admin"] } else { vec![] };
-        let claims = json!({ "sub": sub, "roles": roles, "exp": now + 600, "iat": now });
-        let key = jsonwebtoken::EncodingKey::from_secret(crate::helpers::TEST_SECRET.as_bytes()).unwrap();
-        jsonwebtoken::encode(&header, &claims, &key).unwrap()
-    };
-    let (alice, ops) = (mint("alice", false), mint("ops", true));
+    let (alice, ops) =
+        (signed_token(json!({ "sub": "alice" })), signed_token(json!({ "sub": "ops", "roles": ["admin"] })));
     let mut answers = String::new();
     let mut ids = Vec::new();
     for _ in 0..3 {
@@ -791,14 +788,7 @@ async fn a_process_killed_mid_delivery_sends_again_under_the_same_id() {
     let mut serve = crate::helpers::Process::spawn(cmd.arg("serve"));
     let port = served_port(&log_path).await;
     wait_ready(port).await;
-    let token = {
-        let now = chrono::Utc::now().timestamp();
-        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
-        header.kid = Some("test".into());
-        let claims = json!({ "sub": "alice", "exp": now + 600, "iat": now });
-        let key = jsonwebtoken::EncodingKey::from_secret(crate::helpers::TEST_SECRET.as_bytes()).unwrap();
-        jsonwebtoken::encode(&header, &claims, &key).unwrap()
-    };
+    let token = signed_token(json!({ "sub": "alice" }));
     let url = format!("http://127.0.0.1:{port}/api/orders");
     let waiting = tokio::spawn(async move {
         reqwest::Client::new().post(url).bearer_auth(token).json(&order_body()).send().await.is_ok()

@@ -330,6 +330,30 @@ impl Platform {
         format!("amqp://guest:guest@127.0.0.1:5672/{}", self.vhost.0)
     }
 
+    /// The app under `momo` on this platform, its fees read at `fees`, with its workers
+    /// running and its consumers attached to the platform's queues.
+    async fn serve(&self, backend: Backend, fees: &str) -> Option<(TestApp, Workers)> {
+        let url = self.url();
+        let env = [
+            ("APP__BROKER__URL", url.as_str()),
+            ("APP__BROKER__CONTRACT", "momo"),
+            ("APP__BROKER__CONSUMER_RETRIES", "1"),
+            ("APP__BROKER__CONSUMER_RETRY_BACKOFF", "20ms"),
+            ("APP__MEETINGS__FEE_SOURCE", "sql"),
+            ("APP__MEETINGS__FEE_SQL__URL", fees),
+        ];
+        let app = TestApp::spawn_with(backend, &env).await?;
+        let workers = Workers::spawn(&app.services);
+        // The deleted queue is the last one consumed: from then on every queue is.
+        until("our consumers on the platform's queues", || async {
+            crate::broker::queue_state(&self.connection, "payment.meeting.deleted.queue")
+                .await
+                .is_some_and(|(_, consumers)| consumers > 0)
+        })
+        .await;
+        Some((app, workers))
+    }
+
     /// `EventWrapper.of(type, data)` as its meeting service sends it: through Spring's
     /// `Jackson2JsonMessageConverter` (content type and encoding, `__TypeId__`, persistent).
     async fn send(&self, exchange: &str, routing_key: &str, body: &str, scenario: Option<&str>) {
@@ -396,24 +420,8 @@ async fn the_platform_plugs_in_unchanged(backend: Backend) {
     let Some(platform) = Platform::start(&[(12, 15_000), (13, 0), (14, 5_000), (15, 20_000)]).await else {
         return;
     };
-    let url = platform.url();
     let fees = platform._db.url();
-    let env = [
-        ("APP__BROKER__URL", url.as_str()),
-        ("APP__BROKER__CONTRACT", "momo"),
-        ("APP__BROKER__CONSUMER_RETRIES", "1"),
-        ("APP__BROKER__CONSUMER_RETRY_BACKOFF", "20ms"),
-        ("APP__MEETINGS__FEE_SOURCE", "sql"),
-        ("APP__MEETINGS__FEE_SQL__URL", fees.as_str()),
-    ];
-    let Some(app) = TestApp::spawn_with(backend, &env).await else { return };
-    let _workers = Workers::spawn(&app.services);
-    until("our consumers on the platform's queues", || async {
-        crate::broker::queue_state(&platform.connection, "payment.meeting.deleted.queue")
-            .await
-            .is_some_and(|(_, consumers)| consumers > 0)
-    })
-    .await;
+    let Some((app, _workers)) = platform.serve(backend, &fees).await else { return };
 
     // A registration that completes: charged the meeting's fee, answered by its uuId.
     platform.register("reg-1", 12, 7, None).await;
@@ -589,24 +597,10 @@ fn what_the_platform_cannot_work_with_is_refused_at_start() {
 /// order at a made-up price, never a reply.
 async fn a_fee_that_cannot_be_read_is_retried_then_dead_lettered(backend: Backend) {
     let Some(platform) = Platform::start(&[(12, 15_000)]).await else { return };
-    let url = platform.url();
     // Nothing listens on port 1.
-    let env = [
-        ("APP__BROKER__URL", url.as_str()),
-        ("APP__BROKER__CONTRACT", "momo"),
-        ("APP__BROKER__CONSUMER_RETRIES", "1"),
-        ("APP__BROKER__CONSUMER_RETRY_BACKOFF", "20ms"),
-        ("APP__MEETINGS__FEE_SOURCE", "sql"),
-        ("APP__MEETINGS__FEE_SQL__URL", "mysql://root@127.0.0.1:1/momo"),
-    ];
-    let Some(app) = TestApp::spawn_with(backend, &env).await else { return };
-    let _workers = Workers::spawn(&app.services);
-    until("our consumers on the platform's queues", || async {
-        crate::broker::queue_state(&platform.connection, "payment.participant.registered.queue")
-            .await
-            .is_some_and(|(_, consumers)| consumers > 0)
-    })
-    .await;
+    let Some((app, _workers)) = platform.serve(backend, "mysql://root@127.0.0.1:1/momo").await else {
+        return;
+    };
     platform.register("reg-down", 12, 7, None).await;
     until("the registration dead-lettered", || async { platform.depth("payment.dlq.queue").await == 1 })
         .await;

@@ -10,6 +10,7 @@ use crate::application::audit::{self, entity};
 use crate::application::envelopes::EventWriter;
 use crate::application::error::broken_invariant;
 use crate::application::ports::{Changes, OrderRecord};
+use crate::application::refunds::busy;
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
@@ -22,13 +23,6 @@ pub enum SettlementRetryBy {
     Schedule,
     /// An operator, with their reason (a waiting one, due or not).
     Operator(String),
-}
-
-fn busy() -> AppError {
-    AppError::Conflict {
-        code: "ORDER_BUSY",
-        message: "another runner is working on this order; try again shortly".into(),
-    }
 }
 
 fn not_waiting(err: impl std::fmt::Display) -> AppError {

@@ -205,8 +205,9 @@ impl Contract {
     }
 
     /// Where `record` goes under this contract, for operators (`/flow`, the outbox views):
-    /// (exchange or topic, routing key or key) of each message.
-    /// Only what routes a message is worked out: no body or header is built.
+    /// (exchange or topic, routing key or key) of each message. Native and CloudEvents keep
+    /// the native routing, so nothing is encoded for them; `commerce` and `momo` route by
+    /// what the event is, so their messages are encoded (off the relay's path).
     pub fn destinations(&self, record: &OutboxRecord, broker: Broker, own: &str) -> Vec<(String, String)> {
         match self {
             // CloudEvents keep native keys and routing keys.
