@@ -52,32 +52,65 @@ impl SeaOrmStore {
 
 #[async_trait]
 impl OrderRepository for SeaOrmStore {
-    async fn next_number(&self, kind: Numbered) -> Result<i64, RepoError> {
+    async fn next_numbers(&self, kinds: &[Numbered]) -> Result<Vec<i64>, RepoError> {
         use sea_orm::{ConnectionTrait, Statement};
-        let sequence = match kind {
-            Numbered::Order => "order_numbers",
-            Numbered::Payment => "payment_numbers",
-        };
+        let sequences: Vec<&str> = kinds
+            .iter()
+            .map(|kind| match kind {
+                Numbered::Order => "order_numbers",
+                Numbered::Payment => "payment_numbers",
+            })
+            .collect();
+        if (1..sequences.len()).any(|i| sequences[..i].contains(&sequences[i])) {
+            return Err(RepoError::corrupt(format!("a sequence asked for twice: {sequences:?}")));
+        }
+        if sequences.is_empty() {
+            return Ok(Vec::new());
+        }
         let backend = self.db.get_database_backend();
-        let statement = if super::is_postgres(&self.db) {
-            Statement::from_string(backend, format!("SELECT nextval('{sequence}') AS number"))
+        let rows = if super::is_postgres(&self.db) {
+            // One statement, one round trip, however many kinds.
+            let columns: Vec<String> = sequences.iter().map(|s| format!("nextval('{s}') AS {s}")).collect();
+            let sql = format!("SELECT {}", columns.join(", "));
+            let row = self.db.query_one_raw(Statement::from_string(backend, sql)).await.map_err(repo_err)?;
+            let row = row.ok_or_else(|| RepoError::corrupt("no row from the number sequences"))?;
+            let mut numbers = Vec::with_capacity(sequences.len());
+            for sequence in &sequences {
+                numbers.push((*sequence, row.try_get::<i64>("", sequence).map_err(repo_err)?));
+            }
+            numbers
         } else {
             // One statement, so concurrent writers serialise on it (SQLite has one writer).
-            Statement::from_sql_and_values(
-                backend,
-                "UPDATE number_sequences SET value = value + 1 WHERE name = ? RETURNING value AS number",
-                [sequence.into()],
-            )
+            let marks = vec!["?"; sequences.len()].join(", ");
+            let sql = format!(
+                "UPDATE number_sequences SET value = value + 1 WHERE name IN ({marks}) RETURNING name, value"
+            );
+            let values = sequences.iter().map(|s| (*s).into());
+            let rows = self
+                .db
+                .query_all_raw(Statement::from_sql_and_values(backend, sql, values))
+                .await
+                .map_err(repo_err)?;
+            let mut numbers = Vec::with_capacity(rows.len());
+            for row in rows {
+                let name: String = row.try_get("", "name").map_err(repo_err)?;
+                let value: i64 = row.try_get("", "value").map_err(repo_err)?;
+                let sequence = sequences
+                    .iter()
+                    .find(|s| **s == name)
+                    .ok_or_else(|| RepoError::corrupt(format!("an unknown sequence {name}")))?;
+                numbers.push((*sequence, value));
+            }
+            numbers
         };
-        let row = self.db.query_one_raw(statement).await.map_err(repo_err)?;
-        let number: i64 = row
-            .ok_or_else(|| RepoError::corrupt(format!("no sequence {sequence}")))?
-            .try_get("", "number")
-            .map_err(repo_err)?;
-        if number <= 0 {
-            return Err(RepoError::corrupt(format!("{sequence} gave {number}")));
-        }
-        Ok(number)
+        sequences
+            .iter()
+            .map(|sequence| match rows.iter().find(|(s, _)| s == sequence) {
+                Some((_, number)) if *number > 0 => Ok(*number),
+                Some((_, number)) => Err(RepoError::corrupt(format!("{sequence} gave {number}"))),
+                None => Err(RepoError::corrupt(format!("no sequence {sequence}"))),
+            })
+            .collect()
     }
 
     async fn get(&self, id: OrderId) -> Result<Option<OrderRecord>, RepoError> {

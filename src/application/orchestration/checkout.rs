@@ -160,7 +160,7 @@ impl Orchestrator {
         let mut order = fresh.order.clone();
         order.updated_at = now;
         let mut payment = Payment::request_authorized(order_id, 1, order.total, cmd.payment_key, now);
-        payment.number = self.orders.next_number(crate::application::ports::Numbered::Payment).await?;
+        payment.number = self.number(crate::application::ports::Numbered::Payment).await?;
         let mut changes = Changes::default();
         changes.update_order(&mut order);
         changes.insert_payment(&mut payment);

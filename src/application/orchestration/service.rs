@@ -15,7 +15,7 @@ use tracing::Instrument;
 use crate::application::meter::Meter;
 use crate::application::orchestration::lease::SagaLeases;
 use crate::application::orchestration::notify::apply_send_result;
-use crate::application::orchestration::outcome::{Moved, Progress, StepOutcome};
+use crate::application::orchestration::outcome::{Moved, Progress, StepOutcome, with_next_intent};
 use crate::application::orchestration::payment::{self, decide_approval};
 use crate::application::orchestration::steps::{NextAction, next_action, next_action_of};
 use crate::application::orchestration::{compensation, settlement};
@@ -96,11 +96,22 @@ pub struct InboxKey {
 struct Run<'a> {
     owner: Option<&'a str>,
     released: std::sync::atomic::AtomicBool,
+    /// The first payment attempt's number, taken with the order's (0: none).
+    payment_number: std::sync::atomic::AtomicI64,
 }
 
 impl<'a> Run<'a> {
     fn new(owner: Option<&'a str>) -> Self {
-        Run { owner, released: std::sync::atomic::AtomicBool::new(false) }
+        Run {
+            owner,
+            released: std::sync::atomic::AtomicBool::new(false),
+            payment_number: std::sync::atomic::AtomicI64::new(0),
+        }
+    }
+
+    /// The payment number reserved for this run, once.
+    fn take_payment_number(&self) -> Option<i64> {
+        Some(self.payment_number.swap(0, std::sync::atomic::Ordering::SeqCst)).filter(|n| *n > 0)
     }
 
     fn released(&self) -> bool {
@@ -267,10 +278,21 @@ impl Orchestrator {
             items: cmd.items,
         };
         let mut order = Order::place(cmd.order_id, input, now)?;
-        order.number = self.orders.next_number(Numbered::Order).await?;
+        // The provider charges only what the customer authorized in its widget: no payment
+        // is asked for until then. Otherwise the first payment attempt's number is taken
+        // with the order's, in one round trip, and kept for this run's approval (a crash
+        // before it leaves a gap, as a failed insert does; docs/spec.md §3).
+        let mut payment_number = None;
         if self.settings.checkout.is_some() && order.source == OrderSource::Api {
-            // The provider charges only what the customer authorized in its widget.
+            order.number = self.number(Numbered::Order).await?;
             order.await_payment(now)?;
+        } else {
+            let numbers = self.orders.next_numbers(&[Numbered::Order, Numbered::Payment]).await?;
+            let [order_number, first_payment] = numbers[..] else {
+                return Err(broken_invariant(format!("two numbers asked for, {} handed out", numbers.len())));
+            };
+            order.number = order_number;
+            payment_number = Some(first_payment);
         }
         let context = OrderContext {
             scenario: cmd.scenario,
@@ -331,7 +353,11 @@ impl Orchestrator {
             context,
         };
         // The order is committed: whatever the saga meets now, the answer is the order.
-        self.run_leased(record, actor, lease, Moved::Already).await
+        let run = Run::new(Some(&lease.owner));
+        if let Some(number) = payment_number {
+            run.payment_number.store(number, std::sync::atomic::Ordering::SeqCst);
+        }
+        self.run_with(record, actor, &lease, &run, Moved::Already).await
     }
 
     /// Resumes the saga of an existing order: steps already done are skipped, and on a
@@ -383,9 +409,19 @@ impl Orchestrator {
         lease: SagaLease,
         moved: Moved,
     ) -> Result<OrderRecord, AppError> {
+        self.run_with(record, actor, &lease, &Run::new(Some(&lease.owner)), moved).await
+    }
+
+    async fn run_with(
+        &self,
+        record: OrderRecord,
+        actor: &Actor,
+        lease: &SagaLease,
+        run: &Run<'_>,
+        moved: Moved,
+    ) -> Result<OrderRecord, AppError> {
         let id = record.order.id;
-        let run = Run::new(Some(&lease.owner));
-        let result = self.drive_run(record, actor, &run, moved).await;
+        let result = self.drive_run(record, actor, run, moved).await;
         if !run.released() {
             self.leases.release(id, &lease.owner).await;
         }
@@ -402,6 +438,12 @@ impl Orchestrator {
         }
     }
 
+    /// The next number of `kind` (docs/spec.md §3).
+    pub(super) async fn number(&self, kind: Numbered) -> Result<i64, AppError> {
+        let numbers = self.orders.next_numbers(&[kind]).await?;
+        numbers.first().copied().ok_or_else(|| broken_invariant("a number asked for, none handed out"))
+    }
+
     pub(super) async fn load(&self, order_id: OrderId) -> Result<OrderRecord, AppError> {
         self.orders.get(order_id).await?.ok_or(AppError::NotFound("order"))
     }
@@ -416,6 +458,7 @@ impl Orchestrator {
         record: &mut OrderRecord,
         mut outcome: StepOutcome,
     ) -> Result<Option<Progress>, AppError> {
+        with_next_intent(record, &mut outcome, self.clock.now());
         if outcome.changes.release_saga.is_none() {
             run.release_if_final(
                 &mut outcome.changes,
@@ -545,7 +588,10 @@ impl Orchestrator {
             _ => {
                 let mut payment =
                     Payment::request(record.order.id, attempt, record.order.total, self.clock.now());
-                payment.number = self.orders.next_number(Numbered::Payment).await?;
+                payment.number = match run.take_payment_number() {
+                    Some(reserved) => reserved,
+                    None => self.number(Numbered::Payment).await?,
+                };
                 payment
             }
         };
@@ -594,7 +640,7 @@ impl Orchestrator {
             .payment
             .as_ref()
             .is_some_and(|p| p.status == PaymentStatus::Requested && p.attempt == attempt);
-        let number = if stored { 0 } else { self.orders.next_number(Numbered::Payment).await? };
+        let number = if stored { 0 } else { self.number(Numbered::Payment).await? };
         let outcome = payment::unstorable(&current, attempt, number, &answer, actor, self.clock.now())?;
         *record = current;
         Ok(self.commit_step(run, record, outcome).await?.unwrap_or(Progress::Reload))
@@ -750,9 +796,9 @@ mod tests {
     /// Numbers handed out as a sequence would: 1, 2, 3 …
     fn numbered(orders: &mut MockOrderRepository) {
         let next = Arc::new(std::sync::atomic::AtomicI64::new(0));
-        orders
-            .expect_next_number()
-            .returning(move |_| Ok(next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1));
+        orders.expect_next_numbers().returning(move |kinds| {
+            Ok(kinds.iter().map(|_| next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1).collect())
+        });
     }
 
     impl Mocks {

@@ -99,13 +99,15 @@ pub trait OrderRepository: Send + Sync {
     /// `Corrupt` when a stored value does not map to the domain.
     async fn get(&self, id: OrderId) -> Result<Option<OrderRecord>, RepoError>;
 
-    /// The next number of `kind` (docs/spec.md §3): positive, larger than every number
-    /// handed out before, never handed out again (one taken by an insert that failed is a
-    /// gap).
+    /// The next number of each of `kinds`, in their order, taken in one statement (an order
+    /// and its first payment in one round trip; docs/spec.md §3): each positive, larger than
+    /// every number of its kind handed out before, never handed out again (one taken by an
+    /// insert that failed is a gap).
     ///
     /// # Errors
-    /// MUST return `Unavailable` when the database fails.
-    async fn next_number(&self, kind: Numbered) -> Result<i64, RepoError>;
+    /// MUST return `Corrupt` when a kind appears twice in `kinds`; `Unavailable` when the
+    /// database fails.
+    async fn next_numbers(&self, kinds: &[Numbered]) -> Result<Vec<i64>, RepoError>;
 
     /// Orders matching the filter, newest first, at most `filter.limit`.
     ///
