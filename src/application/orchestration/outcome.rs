@@ -123,7 +123,8 @@ mod tests {
         use PaymentStatus as P;
         // (order, payment, a settlement exists, a notification exists, failure stage) ->
         // (settlement intent added, notification intent added)
-        let table: &[(O, Option<P>, bool, bool, Option<FailureStage>, bool, bool)] = &[
+        type Case = (O, Option<P>, bool, bool, Option<FailureStage>, bool, bool);
+        let table: &[Case] = &[
             (O::PaymentApproved, Some(P::Approved), false, false, None, true, false),
             (O::PaymentApproved, Some(P::Approved), true, false, None, false, false),
             (O::SettlementRequested, Some(P::Approved), true, false, None, false, true),
