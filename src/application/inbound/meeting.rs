@@ -100,8 +100,13 @@ pub struct MeetingEvents {
     fees: Option<Arc<dyn MeetingFees>>,
 }
 
-fn key(consumer: &str, event_id: &str, digest: &str) -> InboxKey {
-    InboxKey { consumer: consumer.to_owned(), event_id: event_id.to_owned(), digest: Some(digest.to_owned()) }
+fn key(consumer: &str, event_id: &str, digest: &str, unseen: bool) -> InboxKey {
+    InboxKey {
+        consumer: consumer.to_owned(),
+        event_id: event_id.to_owned(),
+        digest: Some(digest.to_owned()),
+        unseen,
+    }
 }
 
 impl MeetingEvents {
@@ -272,7 +277,7 @@ impl MeetingEvents {
                     correlation_id: correlation_id.or_else(|| Some(msg.event_id.clone())),
                     // A redelivery resumes the order this event created (after a crash
                     // mid-saga) instead of creating a second one.
-                    inbox: Some(key(consumer, &msg.event_id, &msg.digest)),
+                    inbox: Some(key(consumer, &msg.event_id, &msg.digest, seen.is_none())),
                     customer_email: None,
                 },
             )

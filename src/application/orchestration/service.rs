@@ -89,6 +89,10 @@ pub struct InboxKey {
     pub event_id: String,
     /// A digest of the message, kept with its inbox entry.
     pub digest: Option<String>,
+    /// The caller found no entry under this key just before: the order is inserted without
+    /// asking the inbox again (a concurrent duplicate loses the insert on the inbox's key
+    /// and resumes the winner's order).
+    pub unseen: bool,
 }
 
 /// One run of an order's saga: the lease it holds (if any), and whether a commit of this
@@ -266,7 +270,8 @@ impl Orchestrator {
                 message: "must be an e-mail address (name@example.com)".into(),
             });
         }
-        if let Some(existing) = self.created_by_inbox(cmd.inbox.as_ref()).await? {
+        let asked = cmd.inbox.as_ref().filter(|key| !key.unseen);
+        if let Some(existing) = self.created_by_inbox(asked).await? {
             return self.resume(existing, actor).await;
         }
         let now = self.clock.now();
