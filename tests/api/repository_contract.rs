@@ -185,6 +185,51 @@ async fn a_stale_update_conflicts_and_writes_nothing(backend: Backend) {
     assert_eq!(s.orders.commit(changes).await, Err(RepoError::Conflict));
 }
 
+/// PostgreSQL commits a change set as one statement (issue 46) unless its parameters would
+/// not fit one; such a set (6 000 audit rows, 36 000 values) takes the statement-by-statement
+/// path, with the same all-or-nothing answer.
+async fn a_change_set_too_big_for_one_statement_commits_and_conflicts_alike(backend: Backend) {
+    let Some(s) = stores(backend).await else {
+        return;
+    };
+    let mut order = new_order("alice");
+    insert(&s, &mut order, vec![]).await;
+    let audit = |n: usize| {
+        (0..n)
+            .map(|i| AuditRecord {
+                action: AuditAction::OrderPlaced,
+                entity_type: "order".into(),
+                entity_id: format!("{}-{i}", order.id),
+                actor: "t".into(),
+                detail: None,
+                created_at: now(),
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut stale = order.clone();
+    stale.version -= 1;
+    stale.approve_payment(now()).unwrap();
+    let mut changes = Changes::default();
+    changes.update_order(&mut stale);
+    changes.audit = audit(6_000);
+    changes.outbox.push(event(&order.id.to_string(), "payment.approved"));
+    assert_eq!(s.orders.commit(changes).await, Err(RepoError::Conflict));
+    assert_eq!(crate::helpers::count(&s.conn, "audit_log").await, 0, "nothing of the loser's");
+    assert_eq!(crate::helpers::count(&s.conn, "outbox_events").await, 0);
+
+    let mut fresh = order.clone();
+    fresh.approve_payment(now()).unwrap();
+    let mut changes = Changes::default();
+    changes.update_order(&mut fresh);
+    changes.audit = audit(6_000);
+    changes.outbox.push(event(&order.id.to_string(), "payment.approved"));
+    s.orders.commit(changes).await.unwrap();
+    assert_eq!(crate::helpers::count(&s.conn, "audit_log").await, 6_000);
+    assert_eq!(crate::helpers::count(&s.conn, "outbox_events").await, 1);
+    let record = s.orders.get(order.id).await.unwrap().unwrap();
+    assert_eq!(record.order.status, OrderStatus::PaymentApproved);
+}
+
 async fn listing_filters_and_pages(backend: Backend) {
     let Some(s) = stores(backend).await else {
         return;
@@ -762,6 +807,7 @@ on_both_databases!(
     a_batch_says_whether_its_lanes_hold_more,
     fast_batches_read_ahead_and_a_fenced_record_leaves_them_to_the_next_owner,
     a_stale_update_conflicts_and_writes_nothing,
+    a_change_set_too_big_for_one_statement_commits_and_conflicts_alike,
     listing_filters_and_pages,
     committing_events_wakes_the_relay,
     claims_take_only_the_head_of_each_aggregate,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{Backend, TestApp, json, order_body, until};
+use crate::helpers::{Backend, TestApp, json, order_body, until, until_within};
 use crate::on_both_databases;
 use crate::toss::Fake;
 
@@ -118,7 +118,11 @@ async fn a_webhook_resolves_an_unknown_outcome_by_asking_toss(backend: Backend) 
         .await
         .unwrap();
     assert_eq!(json(paid, StatusCode::OK).await["status"], "PENDING_CONFIRMATION");
-    tokio::time::sleep(Duration::from_millis(600)).await; // the charge made at Toss (after its delay)
+    // The charge made at Toss (after its delay).
+    until_within("the delayed confirm to be made at Toss", Duration::from_secs(10), || async {
+        fake.effects("confirm").await == 1
+    })
+    .await;
     let applied = json(notify(&app, &notice(&key, toss_order)).await, StatusCode::OK).await;
     assert_eq!(applied["outcome"], "APPLIED");
     assert_eq!(detail(&app, id).await["status"], "COMPLETED");

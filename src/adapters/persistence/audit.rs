@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sea_orm::ActiveValue::Set;
-use sea_orm::{ConnectionTrait, EntityTrait};
+use sea_orm::{ConnectionTrait, DbBackend, EntityTrait, QueryTrait, Statement};
 
 use super::entities::audit_log;
 use super::repo_err;
@@ -16,21 +16,31 @@ pub(super) async fn insert_audit<C: ConnectionTrait>(
     conn: &C,
     audit: &[AuditRecord],
 ) -> Result<(), RepoError> {
-    // Six values a row: 1 000 rows a statement stay far under PostgreSQL's 65 535
-    // parameters and SQLite's 32 766 (a ledger day audits one row per finding).
-    for chunk in audit.chunks(1000) {
-        let rows = chunk.iter().map(|a| audit_log::ActiveModel {
-            action: Set(a.action.as_str().to_owned()),
-            entity_type: Set(a.entity_type.clone()),
-            entity_id: Set(a.entity_id.clone()),
-            actor: Set(a.actor.clone()),
-            detail: Set(a.detail.clone()),
-            created_at: Set(a.created_at),
-            ..Default::default()
-        });
-        audit_log::Entity::insert_many(rows).exec_without_returning(conn).await.map_err(repo_err)?;
+    for statement in audit_inserts(audit, conn.get_database_backend()) {
+        conn.execute_raw(statement).await.map_err(repo_err)?;
     }
     Ok(())
+}
+
+/// The statements inserting `audit`. Six values a row: 1 000 rows a statement stay far
+/// under PostgreSQL's 65 535 parameters and SQLite's 32 766 (a ledger day audits one row per
+/// finding).
+pub(super) fn audit_inserts(audit: &[AuditRecord], backend: DbBackend) -> Vec<Statement> {
+    audit
+        .chunks(1000)
+        .map(|chunk| {
+            let rows = chunk.iter().map(|a| audit_log::ActiveModel {
+                action: Set(a.action.as_str().to_owned()),
+                entity_type: Set(a.entity_type.clone()),
+                entity_id: Set(a.entity_id.clone()),
+                actor: Set(a.actor.clone()),
+                detail: Set(a.detail.clone()),
+                created_at: Set(a.created_at),
+                ..Default::default()
+            });
+            audit_log::Entity::insert_many(rows).build(backend)
+        })
+        .collect()
 }
 
 #[async_trait]

@@ -4,10 +4,11 @@
 use async_trait::async_trait;
 use sea_orm::ActiveValue::Set;
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseTransaction, EntityTrait, QueryFilter, TransactionTrait,
+    ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, EntityTrait, QueryFilter,
+    QueryTrait, RuntimeErr, Statement, TransactionTrait,
 };
 
-use super::audit::insert_audit;
+use super::audit::audit_inserts;
 use super::entities::{
     inbox, notification_events, orchestration_steps, order_items, orders, outbox_events, payments, refunds,
     settlements,
@@ -19,25 +20,24 @@ use super::{is_postgres, repo_err};
 use crate::application::ports::{Changes, RepoError, UnitOfWork, Write};
 use chrono::{DateTime, Utc};
 
-/// `Err(Conflict)` unless exactly one row was updated.
-fn one_row(rows: u64) -> Result<(), RepoError> {
-    if rows == 1 { Ok(()) } else { Err(RepoError::Conflict) }
+/// One write of a change set: the statement and whether it is a conditional update (exactly
+/// one row, or the whole change set is refused as `Conflict`).
+struct PlannedWrite {
+    statement: Statement,
+    conditional: bool,
 }
 
-/// The conditional updates of one aggregate's writes: `WHERE id = ? AND version = ?`,
-/// exactly one row or `Conflict`.
+/// The conditional updates of one aggregate's writes: `WHERE id = ? AND version = ?`.
 macro_rules! update_rows {
-    ($txn:expr, $writes:expr, $entity:ident, $to_row:path) => {
+    ($out:expr, $backend:expr, $writes:expr, $entity:ident, $to_row:path) => {
         for write in &$writes {
             if let Write::Update(row) = write {
-                let result = $entity::Entity::update_many()
+                let statement = $entity::Entity::update_many()
                     .set($to_row(row))
                     .filter($entity::Column::Id.eq(row.id.as_uuid()))
                     .filter($entity::Column::Version.eq(row.version))
-                    .exec($txn)
-                    .await
-                    .map_err(repo_err)?;
-                one_row(result.rows_affected)?;
+                    .build($backend);
+                $out.push(PlannedWrite { statement, conditional: true });
             }
         }
     };
@@ -45,18 +45,23 @@ macro_rules! update_rows {
 
 /// The inserts of one aggregate's writes.
 macro_rules! insert_rows {
-    ($txn:expr, $writes:expr, $entity:ident, $to_row:path) => {
+    ($out:expr, $backend:expr, $writes:expr, $entity:ident, $to_row:path) => {
         for write in &$writes {
             if let Write::Insert(row) = write {
-                $entity::Entity::insert($to_row(row)).exec_without_returning($txn).await.map_err(repo_err)?;
+                $out.push(PlannedWrite {
+                    statement: $entity::Entity::insert($to_row(row)).build($backend),
+                    conditional: false,
+                });
             }
         }
     };
 }
 
-async fn apply(txn: &DatabaseTransaction, changes: Changes, lanes: u16) -> Result<(), RepoError> {
-    // Conditional updates first: a lost race is found before anything is inserted, and on
-    // PostgreSQL the row lock they take serialises writers of the same order.
+/// Every write of `changes`, in the order they are applied: conditional updates first (a
+/// lost race is found before anything is inserted, and on PostgreSQL the row lock they
+/// take serialises writers of the same order), then the inserts.
+fn writes(changes: &Changes, lanes: u16, backend: DbBackend) -> Vec<PlannedWrite> {
+    let mut out = Vec::new();
     for order in &changes.orders {
         let mut update = orders::Entity::update_many().set(order_to_row(order, None));
         if let Some(owner) = &changes.release_saga {
@@ -76,18 +81,16 @@ async fn apply(txn: &DatabaseTransaction, changes: Changes, lanes: u16) -> Resul
                         .into(),
                 );
         }
-        let result = update
+        let statement = update
             .filter(orders::Column::Id.eq(order.id.as_uuid()))
             .filter(orders::Column::Version.eq(order.version))
-            .exec(txn)
-            .await
-            .map_err(repo_err)?;
-        one_row(result.rows_affected)?;
+            .build(backend);
+        out.push(PlannedWrite { statement, conditional: true });
     }
-    update_rows!(txn, changes.payments, payments, payment_to_row);
-    update_rows!(txn, changes.refunds, refunds, refund_to_row);
-    update_rows!(txn, changes.settlements, settlements, settlement_to_row);
-    update_rows!(txn, changes.notifications, notification_events, notification_to_row);
+    update_rows!(out, backend, changes.payments, payments, payment_to_row);
+    update_rows!(out, backend, changes.refunds, refunds, refund_to_row);
+    update_rows!(out, backend, changes.settlements, settlements, settlement_to_row);
+    update_rows!(out, backend, changes.notifications, notification_events, notification_to_row);
 
     for (order, context, lease) in &changes.new_orders {
         let mut row = order_to_row(order, Some(context));
@@ -95,16 +98,14 @@ async fn apply(txn: &DatabaseTransaction, changes: Changes, lanes: u16) -> Resul
             row.saga_locked_by = Set(Some(lease.owner.clone()));
             row.saga_locked_until = Set(Some(lease.until));
         }
-        orders::Entity::insert(row).exec_without_returning(txn).await.map_err(repo_err)?;
-        order_items::Entity::insert_many(items_to_rows(order))
-            .exec_without_returning(txn)
-            .await
-            .map_err(repo_err)?;
+        out.push(PlannedWrite { statement: orders::Entity::insert(row).build(backend), conditional: false });
+        let items = order_items::Entity::insert_many(items_to_rows(order)).build(backend);
+        out.push(PlannedWrite { statement: items, conditional: false });
     }
-    insert_rows!(txn, changes.payments, payments, payment_to_row);
-    insert_rows!(txn, changes.refunds, refunds, refund_to_row);
-    insert_rows!(txn, changes.settlements, settlements, settlement_to_row);
-    insert_rows!(txn, changes.notifications, notification_events, notification_to_row);
+    insert_rows!(out, backend, changes.payments, payments, payment_to_row);
+    insert_rows!(out, backend, changes.refunds, refunds, refund_to_row);
+    insert_rows!(out, backend, changes.settlements, settlements, settlement_to_row);
+    insert_rows!(out, backend, changes.notifications, notification_events, notification_to_row);
     if !changes.steps.is_empty() {
         let rows = changes.steps.iter().map(|s| orchestration_steps::ActiveModel {
             order_id: Set(s.order_id.as_uuid()),
@@ -114,30 +115,135 @@ async fn apply(txn: &DatabaseTransaction, changes: Changes, lanes: u16) -> Resul
             created_at: Set(s.record.created_at),
             ..Default::default()
         });
-        orchestration_steps::Entity::insert_many(rows).exec_without_returning(txn).await.map_err(repo_err)?;
+        let statement = orchestration_steps::Entity::insert_many(rows).build(backend);
+        out.push(PlannedWrite { statement, conditional: false });
     }
-    if !changes.audit.is_empty() {
-        insert_audit(txn, &changes.audit).await?;
-    }
+    out.extend(
+        audit_inserts(&changes.audit, backend)
+            .into_iter()
+            .map(|statement| PlannedWrite { statement, conditional: false }),
+    );
     for entry in &changes.inbox {
-        inbox::Entity::insert(inbox::ActiveModel {
+        let statement = inbox::Entity::insert(inbox::ActiveModel {
             consumer: Set(entry.consumer.clone()),
             event_id: Set(entry.event_id.clone()),
             processed_at: Set(entry.processed_at),
             order_id: Set(entry.order_id.map(|id| id.as_uuid())),
             digest: Set(entry.digest.clone()),
         })
-        .exec_without_returning(txn)
-        .await
-        .map_err(repo_err)?;
+        .build(backend);
+        out.push(PlannedWrite { statement, conditional: false });
     }
     if !changes.outbox.is_empty() {
-        outbox_events::Entity::insert_many(changes.outbox.iter().map(|e| outbox_row(e, lanes)))
-            .exec_without_returning(txn)
-            .await
-            .map_err(repo_err)?;
+        let statement =
+            outbox_events::Entity::insert_many(changes.outbox.iter().map(|e| outbox_row(e, lanes)))
+                .build(backend);
+        out.push(PlannedWrite { statement, conditional: false });
+    }
+    out
+}
+
+/// The writes one statement at a time inside `txn`.
+async fn apply(txn: &DatabaseTransaction, writes: Vec<PlannedWrite>) -> Result<(), RepoError> {
+    for write in writes {
+        let result = txn.execute_raw(write.statement).await.map_err(repo_err)?;
+        if write.conditional && result.rows_affected() != 1 {
+            return Err(RepoError::Conflict);
+        }
     }
     Ok(())
+}
+
+/// PostgreSQL's bound on one statement's parameters, with room to spare.
+const MAX_PARAMETERS: usize = 30_000;
+
+/// SQLSTATE `division_by_zero`: in [`one_statement`], a conditional update that matched no row.
+const LOST_RACE: &str = "22012";
+
+/// On PostgreSQL, the whole change set as one statement, which is its own transaction: one
+/// round trip where the statement-by-statement path takes one per write plus `BEGIN` and
+/// `COMMIT` (issue 46: the round trips, not the commits, were most of an order's CPU).
+/// Each write is a data-modifying CTE — all of them run, in one snapshot, whatever the
+/// final `SELECT` reads — and each conditional update returns its rows, which the final
+/// `SELECT` divides by: a lost race (no row) is `division_by_zero`, which aborts the
+/// statement and every write in it. `NOTIFY` is the same `SELECT`'s `pg_notify`, delivered
+/// when (and if) the statement commits. `None` when the writes carry too many parameters
+/// for one statement.
+fn one_statement(writes: Vec<PlannedWrite>, notify: Option<String>) -> Option<Statement> {
+    let parameters: usize = writes.iter().map(|w| w.statement.values.as_ref().map_or(0, |v| v.0.len())).sum();
+    if parameters + 2 > MAX_PARAMETERS {
+        return None;
+    }
+    let mut ctes = Vec::with_capacity(writes.len());
+    let mut checks = Vec::new();
+    let mut values: Vec<sea_orm::Value> = Vec::with_capacity(parameters + 2);
+    for (i, write) in writes.into_iter().enumerate() {
+        let sql = renumbered(&write.statement.sql, values.len());
+        if write.conditional {
+            ctes.push(format!("w{i} AS ({sql} RETURNING 1)"));
+            checks.push(format!("1 / (SELECT count(*)::int FROM w{i})"));
+        } else {
+            ctes.push(format!("w{i} AS ({sql})"));
+        }
+        values.extend(write.statement.values.map(|v| v.0).unwrap_or_default());
+    }
+    if let Some(payload) = notify {
+        values.push(OUTBOX_CHANNEL.into());
+        values.push(payload.into());
+        checks.push(format!("pg_notify(${}, ${})::text", values.len() - 1, values.len()));
+    }
+    if checks.is_empty() {
+        checks.push("1".to_owned());
+    }
+    let mut sql = String::new();
+    if !ctes.is_empty() {
+        sql.push_str("WITH ");
+        sql.push_str(&ctes.join(", "));
+        sql.push(' ');
+    }
+    sql.push_str("SELECT ");
+    sql.push_str(&checks.join(", "));
+    Some(Statement::from_sql_and_values(DbBackend::Postgres, sql, values))
+}
+
+/// `sql` (PostgreSQL, `$n` placeholders) with every placeholder moved up by `offset`;
+/// quoted identifiers and string literals are left as they are.
+fn renumbered(sql: &str, offset: usize) -> String {
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut chars = sql.chars().peekable();
+    let mut quote: Option<char> = None;
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (None, '"' | '\'') => quote = Some(c),
+            (None, '$') if chars.peek().is_some_and(char::is_ascii_digit) => {
+                let mut digits = String::new();
+                while let Some(d) = chars.peek().copied().filter(char::is_ascii_digit) {
+                    digits.push(d);
+                    chars.next();
+                }
+                // Digits only, so the parse cannot fail; a placeholder past usize is not SQL.
+                let n: usize = digits.parse().unwrap_or(0);
+                out.push('$');
+                out.push_str(&(n + offset).to_string());
+                continue;
+            }
+            _ => {}
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Whether `err` is [`one_statement`]'s lost race.
+fn lost_race(err: &DbErr) -> bool {
+    use std::ops::Deref;
+    if let DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e)) = err
+        && let sea_orm::sqlx::Error::Database(db) = e.deref()
+    {
+        return db.code().as_deref() == Some(LOST_RACE);
+    }
+    false
 }
 
 #[async_trait]
@@ -161,16 +267,38 @@ impl UnitOfWork for SeaOrmStore {
             lanes.sort_unstable();
             lanes.dedup();
         }
+        let payload = notify.then(|| lanes.iter().map(i16::to_string).collect::<Vec<_>>().join(","));
+        let backend = self.db.get_database_backend();
+        let writes = writes(&changes, self.lanes, backend);
+        let writes = if is_postgres(&self.db) {
+            match one_statement(writes, payload.clone()) {
+                Some(statement) => {
+                    return match self.db.query_one_raw(statement).await {
+                        Ok(_) => {
+                            if has_events {
+                                self.relay_wake.notify_one();
+                            }
+                            Ok(())
+                        }
+                        Err(err) if lost_race(&err) => Err(RepoError::Conflict),
+                        Err(err) => Err(repo_err(err)),
+                    };
+                }
+                // Too big for one statement: rebuilt for the statement-by-statement path.
+                None => self::writes(&changes, self.lanes, backend),
+            }
+        } else {
+            writes
+        };
         let txn = self.db.begin().await.map_err(repo_err)?;
-        if let Err(err) = apply(&txn, changes, self.lanes).await {
+        if let Err(err) = apply(&txn, writes).await {
             // Dropping the transaction rolls back; say so explicitly to free the connection now.
             let _ = txn.rollback().await;
             return Err(err);
         }
-        if notify {
+        if let Some(payload) = payload {
             // Delivered to listeners only when (and if) the transaction commits. The payload
             // is digits and commas only.
-            let payload = lanes.iter().map(i16::to_string).collect::<Vec<_>>().join(",");
             txn.execute_unprepared(&format!("NOTIFY {OUTBOX_CHANNEL}, '{payload}'"))
                 .await
                 .map_err(repo_err)?;
@@ -180,5 +308,21 @@ impl UnitOfWork for SeaOrmStore {
             self.relay_wake.notify_one();
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::renumbered;
+
+    #[test]
+    fn placeholders_move_up_and_quoted_text_stays() {
+        let sql = r#"UPDATE "t$1" SET "a" = $1, "b" = '$2 it''s' WHERE "id" = $2 AND "v" = $10"#;
+        assert_eq!(
+            renumbered(sql, 15),
+            r#"UPDATE "t$1" SET "a" = $16, "b" = '$2 it''s' WHERE "id" = $17 AND "v" = $25"#
+        );
+        assert_eq!(renumbered("SELECT $1", 0), "SELECT $1");
+        assert_eq!(renumbered("SELECT $ 1, $x", 3), "SELECT $ 1, $x");
     }
 }
