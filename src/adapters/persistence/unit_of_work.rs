@@ -17,7 +17,7 @@ use super::listener::OUTBOX_CHANNEL;
 use super::mapping::*;
 use super::store::SeaOrmStore;
 use super::{is_postgres, repo_err};
-use crate::application::ports::{Changes, RepoError, UnitOfWork, Write};
+use crate::application::ports::{Changes, Numbered, OrderRepository, Placed, RepoError, UnitOfWork, Write};
 use chrono::{DateTime, Utc};
 
 /// One write of a change set: the statement and whether it is a conditional update (exactly
@@ -60,7 +60,15 @@ macro_rules! insert_rows {
 /// Every write of `changes`, in the order they are applied: conditional updates first (a
 /// lost race is found before anything is inserted, and on PostgreSQL the row lock they
 /// take serialises writers of the same order), then the inserts.
-fn writes(changes: &Changes, lanes: u16, backend: DbBackend) -> Vec<PlannedWrite> {
+///
+/// With `numbered` (PostgreSQL's one statement only), the new order takes its number from
+/// [`one_statement`]'s `numbers`.
+fn writes(
+    changes: &Changes,
+    lanes: u16,
+    backend: DbBackend,
+    numbered: bool,
+) -> Result<Vec<PlannedWrite>, RepoError> {
     let mut out = Vec::new();
     for order in &changes.orders {
         let mut update = orders::Entity::update_many().set(order_to_row(order, None));
@@ -98,7 +106,16 @@ fn writes(changes: &Changes, lanes: u16, backend: DbBackend) -> Vec<PlannedWrite
             row.saga_locked_by = Set(Some(lease.owner.clone()));
             row.saga_locked_until = Set(Some(lease.until));
         }
-        out.push(PlannedWrite { statement: orders::Entity::insert(row).build(backend), conditional: false });
+        if numbered {
+            row.number = sea_orm::ActiveValue::NotSet;
+        }
+        let mut statement = orders::Entity::insert(row).build(backend);
+        if numbered {
+            statement.sql = numbered_insert(&statement.sql).ok_or_else(|| {
+                RepoError::corrupt(format!("not an INSERT … VALUES (…): {}", statement.sql))
+            })?;
+        }
+        out.push(PlannedWrite { statement, conditional: false });
         let items = order_items::Entity::insert_many(items_to_rows(order)).build(backend);
         out.push(PlannedWrite { statement: items, conditional: false });
     }
@@ -140,7 +157,15 @@ fn writes(changes: &Changes, lanes: u16, backend: DbBackend) -> Vec<PlannedWrite
                 .build(backend);
         out.push(PlannedWrite { statement, conditional: false });
     }
-    out
+    Ok(out)
+}
+
+/// `INSERT INTO "orders" (…) VALUES (…)`, as sea-query writes it, with the `number` column
+/// added, its value the one [`one_statement`]'s `numbers` took.
+fn numbered_insert(sql: &str) -> Option<String> {
+    let (head, tail) = sql.split_once(") VALUES (")?;
+    let values = tail.strip_suffix(')')?;
+    Some(format!(r#"{head}, "number") VALUES ({values}, (SELECT order_number FROM numbers))"#))
 }
 
 /// The writes one statement at a time inside `txn`.
@@ -169,13 +194,30 @@ const LOST_RACE: &str = "22012";
 /// statement and every write in it. `NOTIFY` is the same `SELECT`'s `pg_notify`, delivered
 /// when (and if) the statement commits. `None` when the writes carry too many parameters
 /// for one statement.
-fn one_statement(writes: Vec<PlannedWrite>, notify: Option<String>) -> Option<Statement> {
+///
+/// With `numbers` (`Some(payment)`), a first CTE `numbers` takes the next order number (and
+/// with `payment` the next payment number) from their sequences, once (a CTE of volatile
+/// functions is evaluated once), and the `SELECT` answers them first, as `order_number` and
+/// `payment_number`.
+fn one_statement(
+    writes: Vec<PlannedWrite>,
+    notify: Option<String>,
+    numbers: Option<bool>,
+) -> Option<Statement> {
     let parameters: usize = writes.iter().map(|w| w.statement.values.as_ref().map_or(0, |v| v.0.len())).sum();
     if parameters + 2 > MAX_PARAMETERS {
         return None;
     }
-    let mut ctes = Vec::with_capacity(writes.len());
+    let mut ctes = Vec::with_capacity(writes.len() + 1);
     let mut checks = Vec::new();
+    if let Some(payment) = numbers {
+        let payment_number = if payment { ", nextval('payment_numbers') AS payment_number" } else { "" };
+        ctes.push(format!("numbers AS (SELECT nextval('order_numbers') AS order_number{payment_number})"));
+        checks.push("(SELECT order_number FROM numbers) AS order_number".to_owned());
+        if payment {
+            checks.push("(SELECT payment_number FROM numbers) AS payment_number".to_owned());
+        }
+    }
     let mut values: Vec<sea_orm::Value> = Vec::with_capacity(parameters + 2);
     for (i, write) in writes.into_iter().enumerate() {
         let sql = renumbered(&write.statement.sql, values.len());
@@ -246,50 +288,54 @@ fn lost_race(err: &DbErr) -> bool {
     false
 }
 
-#[async_trait]
-impl UnitOfWork for SeaOrmStore {
-    async fn commit(&self, changes: Changes) -> Result<(), RepoError> {
-        if changes.is_empty() {
-            return Ok(());
+impl SeaOrmStore {
+    /// The lanes of `changes`' events as `NOTIFY`'s payload (only the workers holding them
+    /// wake), on PostgreSQL when there are events.
+    fn notify_payload(&self, changes: &Changes) -> Option<String> {
+        if changes.outbox.is_empty() || !is_postgres(&self.db) {
+            return None;
         }
-        let has_events = !changes.outbox.is_empty();
-        let notify = has_events && is_postgres(&self.db);
-        // The lanes of the events, for the notification: only the workers holding them wake.
-        let mut lanes: Vec<i16> = Vec::new();
-        if notify {
-            lanes = changes
-                .outbox
-                .iter()
-                .map(|e| {
-                    crate::domain::outbox::lanes::lane_of(&e.aggregate_type, &e.aggregate_id, self.lanes)
-                })
-                .collect();
-            lanes.sort_unstable();
-            lanes.dedup();
+        let mut lanes: Vec<i16> = changes
+            .outbox
+            .iter()
+            .map(|e| crate::domain::outbox::lanes::lane_of(&e.aggregate_type, &e.aggregate_id, self.lanes))
+            .collect();
+        lanes.sort_unstable();
+        lanes.dedup();
+        // Digits and commas only.
+        Some(lanes.iter().map(i16::to_string).collect::<Vec<_>>().join(","))
+    }
+
+    /// `changes` as one statement on PostgreSQL ([`one_statement`]): `Ok(None)` elsewhere or
+    /// when they do not fit one; the row the statement answered otherwise.
+    async fn commit_as_one(
+        &self,
+        changes: &Changes,
+        numbers: Option<bool>,
+    ) -> Result<Option<sea_orm::QueryResult>, RepoError> {
+        if !is_postgres(&self.db) {
+            return Ok(None);
         }
-        let payload = notify.then(|| lanes.iter().map(i16::to_string).collect::<Vec<_>>().join(","));
-        let backend = self.db.get_database_backend();
-        let writes = writes(&changes, self.lanes, backend);
-        let writes = if is_postgres(&self.db) {
-            match one_statement(writes, payload.clone()) {
-                Some(statement) => {
-                    return match self.db.query_one_raw(statement).await {
-                        Ok(_) => {
-                            if has_events {
-                                self.relay_wake.notify_one();
-                            }
-                            Ok(())
-                        }
-                        Err(err) if lost_race(&err) => Err(RepoError::Conflict),
-                        Err(err) => Err(repo_err(err)),
-                    };
-                }
-                // Too big for one statement: rebuilt for the statement-by-statement path.
-                None => self::writes(&changes, self.lanes, backend),
-            }
-        } else {
-            writes
+        let writes = writes(changes, self.lanes, DbBackend::Postgres, numbers.is_some())?;
+        let Some(statement) = one_statement(writes, self.notify_payload(changes), numbers) else {
+            return Ok(None);
         };
+        match self.db.query_one_raw(statement).await {
+            Ok(row) => {
+                if !changes.outbox.is_empty() {
+                    self.relay_wake.notify_one();
+                }
+                row.map(Some).ok_or_else(|| RepoError::corrupt("the change set's statement answered no row"))
+            }
+            Err(err) if lost_race(&err) => Err(RepoError::Conflict),
+            Err(err) => Err(repo_err(err)),
+        }
+    }
+
+    /// `changes` statement by statement in one transaction.
+    async fn commit_in_steps(&self, changes: &Changes) -> Result<(), RepoError> {
+        let writes = writes(changes, self.lanes, self.db.get_database_backend(), false)?;
+        let payload = self.notify_payload(changes);
         let txn = self.db.begin().await.map_err(repo_err)?;
         if let Err(err) = apply(&txn, writes).await {
             // Dropping the transaction rolls back; say so explicitly to free the connection now.
@@ -297,23 +343,70 @@ impl UnitOfWork for SeaOrmStore {
             return Err(err);
         }
         if let Some(payload) = payload {
-            // Delivered to listeners only when (and if) the transaction commits. The payload
-            // is digits and commas only.
+            // Delivered to listeners only when (and if) the transaction commits.
             txn.execute_unprepared(&format!("NOTIFY {OUTBOX_CHANNEL}, '{payload}'"))
                 .await
                 .map_err(repo_err)?;
         }
         txn.commit().await.map_err(repo_err)?;
-        if has_events {
+        if !changes.outbox.is_empty() {
             self.relay_wake.notify_one();
         }
         Ok(())
     }
 }
 
+#[async_trait]
+impl UnitOfWork for SeaOrmStore {
+    async fn commit(&self, changes: Changes) -> Result<(), RepoError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        if self.commit_as_one(&changes, None).await?.is_some() {
+            return Ok(());
+        }
+        self.commit_in_steps(&changes).await
+    }
+
+    async fn commit_placing(&self, mut changes: Changes, payment: bool) -> Result<Placed, RepoError> {
+        if changes.new_orders.len() != 1 {
+            return Err(RepoError::corrupt("a placement commits exactly one new order"));
+        }
+        if let Some(row) = self.commit_as_one(&changes, Some(payment)).await? {
+            let order_number: i64 = row.try_get("", "order_number").map_err(repo_err)?;
+            let payment_number = if payment {
+                Some(row.try_get::<i64>("", "payment_number").map_err(repo_err)?)
+            } else {
+                None
+            };
+            return Ok(Placed { order_number, payment_number });
+        }
+        // SQLite (or a placement too big for one statement): the numbers first.
+        let kinds: &[Numbered] =
+            if payment { &[Numbered::Order, Numbered::Payment] } else { &[Numbered::Order] };
+        let numbers = self.next_numbers(kinds).await?;
+        let order_number =
+            *numbers.first().ok_or_else(|| RepoError::corrupt("no order number handed out"))?;
+        changes.new_orders[0].0.number = order_number;
+        self.commit_in_steps(&changes).await?;
+        Ok(Placed { order_number, payment_number: numbers.get(1).copied() })
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::renumbered;
+    use super::{numbered_insert, renumbered};
+
+    #[test]
+    fn a_numbered_insert_takes_its_number_from_the_numbers_cte() {
+        assert_eq!(
+            numbered_insert(r#"INSERT INTO "orders" ("id", "status") VALUES ($1, $2)"#).as_deref(),
+            Some(
+                r#"INSERT INTO "orders" ("id", "status", "number") VALUES ($1, $2, (SELECT order_number FROM numbers))"#
+            )
+        );
+        assert_eq!(numbered_insert(r#"INSERT INTO "orders" DEFAULT VALUES"#), None);
+    }
 
     #[test]
     fn placeholders_move_up_and_quoted_text_stays() {

@@ -285,19 +285,11 @@ impl Orchestrator {
         let mut order = Order::place(cmd.order_id, input, now)?;
         // The provider charges only what the customer authorized in its widget: no payment
         // is asked for until then. Otherwise the first payment attempt's number is taken
-        // with the order's, in one round trip, and kept for this run's approval (a crash
-        // before it leaves a gap, as a failed insert does; docs/spec.md §3).
-        let mut payment_number = None;
-        if self.settings.checkout.is_some() && order.source == OrderSource::Api {
-            order.number = self.number(Numbered::Order).await?;
+        // with the order's, in the placement's own round trip, and kept for this run's
+        // approval (a crash before it leaves a gap, as a failed insert does; docs/spec.md §3).
+        let awaits_payment = self.settings.checkout.is_some() && order.source == OrderSource::Api;
+        if awaits_payment {
             order.await_payment(now)?;
-        } else {
-            let numbers = self.orders.next_numbers(&[Numbered::Order, Numbered::Payment]).await?;
-            let [order_number, first_payment] = numbers[..] else {
-                return Err(broken_invariant(format!("two numbers asked for, {} handed out", numbers.len())));
-            };
-            order.number = order_number;
-            payment_number = Some(first_payment);
         }
         let context = OrderContext {
             scenario: cmd.scenario,
@@ -329,7 +321,12 @@ impl Orchestrator {
             Some(format!("source {} total {}", order.source, order.total)),
             now,
         ));
-        if !self.commit(changes).await? {
+        let placed = match self.uow.commit_placing(changes, !awaits_payment).await {
+            Ok(placed) => Some(placed),
+            Err(crate::application::ports::RepoError::Conflict) => None,
+            Err(err) => return Err(err.into()),
+        };
+        let Some(placed) = placed else {
             // The id exists already (a retried request whose idempotency key reserved it)
             // or the same message was processed concurrently: resume that order. Neither,
             // for a meeting order: its (meeting, user) pair holds a live order already.
@@ -347,7 +344,8 @@ impl Orchestrator {
                 },
             };
             return self.resume(existing, actor).await;
-        }
+        };
+        order.number = placed.order_number;
         let record = OrderRecord {
             refunds: Vec::new(),
             order,
@@ -359,7 +357,7 @@ impl Orchestrator {
         };
         // The order is committed: whatever the saga meets now, the answer is the order.
         let run = Run::new(Some(&lease.owner));
-        if let Some(number) = payment_number {
+        if let Some(number) = placed.payment_number {
             run.payment_number.store(number, std::sync::atomic::Ordering::SeqCst);
         }
         self.run_with(record, actor, &lease, &run, Moved::Already).await
@@ -779,7 +777,7 @@ mod tests {
     use super::*;
     use crate::application::ports::{
         ApprovalOutcome, GatewayError, MockClock, MockNotifier, MockOrderRepository, MockPaymentGateway,
-        MockSettlementGateway, MockUnitOfWork, NotifyFailure, RepoError, SettlementOutcome,
+        MockSettlementGateway, MockUnitOfWork, NotifyFailure, Placed, RepoError, SettlementOutcome,
     };
     use crate::domain::notification::FailurePolicy;
     use crate::domain::order::OrderStatus;
@@ -806,6 +804,18 @@ mod tests {
         });
     }
 
+    /// Placements that succeed, numbered 100, 101 … (and recorded in `sink`).
+    fn placing(uow: &mut MockUnitOfWork, sink: Option<Arc<Mutex<Vec<Changes>>>>) {
+        let next = Arc::new(std::sync::atomic::AtomicI64::new(100));
+        uow.expect_commit_placing().returning(move |c, payment| {
+            if let Some(sink) = &sink {
+                sink.lock().unwrap().push(c);
+            }
+            let take = || next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(Placed { order_number: take(), payment_number: payment.then(take) })
+        });
+    }
+
     impl Mocks {
         /// Mocks where every commit succeeds and is recorded.
         fn new() -> Mocks {
@@ -816,6 +826,7 @@ mod tests {
                 sink.lock().unwrap().push(c);
                 Ok(())
             });
+            placing(&mut uow, Some(committed.clone()));
             let mut orders = MockOrderRepository::new();
             orders.expect_get().returning(|_| Ok(None));
             numbered(&mut orders);
@@ -978,6 +989,11 @@ mod tests {
             let mut n = counter.lock().unwrap();
             *n += 1;
             if c.payments.is_empty() { Ok(()) } else { Err(RepoError::Conflict) }
+        });
+        let placements = calls.clone();
+        uow.expect_commit_placing().times(1).returning(move |_, _| {
+            *placements.lock().unwrap() += 1;
+            Ok(Placed { order_number: 1, payment_number: Some(1) })
         });
         m.uow = uow;
         let cmd = command();

@@ -71,7 +71,7 @@ pub use payment_repository::PaymentRepository;
 pub use scenario::{Behaviour, Scenario, ScenarioError};
 pub use settlement_gateway::{SettlementGateway, SettlementOutcome, SettlementRequest};
 pub use settlement_repository::SettlementRepository;
-pub use unit_of_work::{Changes, NewStep, UnitOfWork, Write};
+pub use unit_of_work::{Changes, NewStep, Placed, UnitOfWork, Write};
 
 #[cfg(test)]
 pub use clock::MockClock;

@@ -139,4 +139,20 @@ pub trait UnitOfWork: Send + Sync {
     /// key — nothing is written and the caller should reload; `Unavailable` when the
     /// database fails (nothing is written).
     async fn commit(&self, changes: Changes) -> Result<(), RepoError>;
+
+    /// Commits `changes`, which place exactly one order whose `number` is not yet given, and
+    /// numbers it in the same round trip where the database can (docs/spec.md §3); with
+    /// `payment`, a number for the order's first payment attempt is taken too (a crash
+    /// before that payment is written leaves a gap, as a failed insert does).
+    ///
+    /// # Errors
+    /// As [`UnitOfWork::commit`]; `Corrupt` when `changes` do not place exactly one order.
+    async fn commit_placing(&self, changes: Changes, payment: bool) -> Result<Placed, RepoError>;
+}
+
+/// The numbers [`UnitOfWork::commit_placing`] gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placed {
+    pub order_number: i64,
+    pub payment_number: Option<i64>,
 }
