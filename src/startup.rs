@@ -560,7 +560,6 @@ pub async fn build_services_with_clock(
     let payment_methods = Arc::new(PaymentMethods::new(
         orders.clone() as Arc<dyn PaymentMethodRepository>,
         payments.clone(),
-        orders.clone() as Arc<dyn UnitOfWork>,
         clock.clone(),
     ));
     let orchestrator = Orchestrator::new(

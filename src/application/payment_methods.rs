@@ -8,9 +8,7 @@ use std::sync::Arc;
 
 use crate::application::audit::{self, entity};
 use crate::application::ports::Cause;
-use crate::application::ports::{
-    Changes, Clock, GatewayError, PaymentGateway, PaymentMethodRepository, SavedCard, UnitOfWork,
-};
+use crate::application::ports::{Clock, GatewayError, PaymentGateway, PaymentMethodRepository, SavedCard};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::text;
@@ -33,7 +31,6 @@ pub struct CardView {
 pub struct PaymentMethods {
     cards: Arc<dyn PaymentMethodRepository>,
     payments: Arc<dyn PaymentGateway>,
-    uow: Arc<dyn UnitOfWork>,
     clock: Arc<dyn Clock>,
 }
 
@@ -65,10 +62,9 @@ impl PaymentMethods {
     pub fn new(
         cards: Arc<dyn PaymentMethodRepository>,
         payments: Arc<dyn PaymentGateway>,
-        uow: Arc<dyn UnitOfWork>,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        PaymentMethods { cards, payments, uow, clock }
+        PaymentMethods { cards, payments, clock }
     }
 
     fn customer_key(&self, actor: &Actor) -> Result<String, AppError> {
@@ -115,18 +111,16 @@ impl PaymentMethods {
             card_number: issued.card_number,
             created_at: now,
         };
-        self.cards.save_card(&card).await?;
-        let mut changes = Changes::default();
         let shown = card.card_number.clone().unwrap_or_else(|| "a card".into());
-        changes.audit.push(audit::record(
+        let audit = audit::record(
             AuditAction::PaymentMethodSaved,
             entity::CUSTOMER,
             &actor.subject,
             actor,
             Some(format!("saved {shown}")),
             now,
-        ));
-        self.uow.commit(changes).await?;
+        );
+        self.cards.save_card(&card, &audit).await?;
         Ok(view(customer_key, Some(&card)))
     }
 
@@ -137,19 +131,17 @@ impl PaymentMethods {
     /// `NotFound` when there is none; `Conflict` `NOT_SUPPORTED`; `Unavailable`.
     pub async fn forget(&self, actor: &Actor) -> Result<(), AppError> {
         self.customer_key(actor)?;
-        if !self.cards.forget_card(&actor.subject).await? {
-            return Err(AppError::NotFound("payment method"));
-        }
-        let mut changes = Changes::default();
-        changes.audit.push(audit::record(
+        let audit = audit::record(
             AuditAction::PaymentMethodForgotten,
             entity::CUSTOMER,
             &actor.subject,
             actor,
             None,
             self.clock.now(),
-        ));
-        self.uow.commit(changes).await?;
+        );
+        if !self.cards.forget_card(&actor.subject, &audit).await? {
+            return Err(AppError::NotFound("payment method"));
+        }
         Ok(())
     }
 }

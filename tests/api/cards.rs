@@ -162,6 +162,84 @@ async fn a_saved_card_charges_registrations_and_none_refuses_them(backend: Backe
     );
 }
 
+/// Issue 47: a card was saved (or forgotten) in one write and audited in a second commit, so
+/// a failure between them left a card no audit row accounts for. Now the audit row is in the
+/// card's own transaction: when it cannot be written, nothing is.
+async fn a_card_is_saved_and_forgotten_with_its_audit_row_or_not_at_all(backend: Backend) {
+    use sea_orm::ConnectionTrait;
+    let fake = Fake::start().await;
+    let Some(app) = crate::toss::spawn_on(backend, &fake, &[], false).await else { return };
+    let postgres = app.db.get_database_backend() == sea_orm::DatabaseBackend::Postgres;
+    let refuse_audit = |action: &str| {
+        if postgres {
+            vec![
+                format!(
+                    "CREATE OR REPLACE FUNCTION refuse_audit() RETURNS trigger AS $$ BEGIN \
+                     IF NEW.action = '{action}' THEN RAISE EXCEPTION 'injected failure'; END IF; \
+                     RETURN NEW; END $$ LANGUAGE plpgsql"
+                ),
+                "DROP TRIGGER IF EXISTS refuse_audit ON audit_log".to_owned(),
+                "CREATE TRIGGER refuse_audit BEFORE INSERT ON audit_log FOR EACH ROW EXECUTE FUNCTION refuse_audit()"
+                    .to_owned(),
+            ]
+        } else {
+            // One trigger per action, the others dropped.
+            let mut statements: Vec<String> = ["PAYMENT_METHOD_SAVED", "PAYMENT_METHOD_FORGOTTEN", "NOTHING"]
+                .iter()
+                .map(|a| format!("DROP TRIGGER IF EXISTS refuse_audit_{a}"))
+                .collect();
+            statements.push(format!(
+                "CREATE TRIGGER refuse_audit_{action} BEFORE INSERT ON audit_log WHEN NEW.action = '{action}' \
+                 BEGIN SELECT RAISE(ABORT, 'injected failure'); END"
+            ));
+            statements
+        }
+    };
+    let run = |statements: Vec<String>| async {
+        for sql in statements {
+            app.db.execute_unprepared(&sql).await.unwrap();
+        }
+    };
+    let alice = app.token("alice");
+    let key =
+        json(methods(&app, &alice).await, StatusCode::OK).await["customerKey"].as_str().unwrap().to_owned();
+    let save = || async {
+        let auth = fake.post("/__fake/billing-auth", json!({ "customerKey": key })).await;
+        app.post("/api/payment-methods", &alice)
+            .json(&json!({ "authKey": auth["authKey"] }))
+            .send()
+            .await
+            .unwrap()
+    };
+
+    run(refuse_audit("PAYMENT_METHOD_SAVED")).await;
+    assert_eq!(save().await.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(count_where(&app.db, "payment_methods", "1 = 1").await, 0, "no card without its audit row");
+
+    run(refuse_audit("PAYMENT_METHOD_FORGOTTEN")).await;
+    assert_eq!(save().await.status(), StatusCode::CREATED);
+    assert_eq!(count_where(&app.db, "audit_log", "action = 'PAYMENT_METHOD_SAVED'").await, 1);
+    let forget = || async {
+        app.client
+            .delete(format!("{}/api/payment-methods", app.base))
+            .bearer_auth(&alice)
+            .send()
+            .await
+            .unwrap()
+    };
+    assert_eq!(forget().await.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        count_where(&app.db, "payment_methods", "1 = 1").await,
+        1,
+        "the card stays, its forgetting unaudited"
+    );
+
+    run(refuse_audit("NOTHING")).await;
+    assert_eq!(forget().await.status(), StatusCode::NO_CONTENT);
+    assert_eq!(count_where(&app.db, "payment_methods", "1 = 1").await, 0);
+    assert_eq!(count_where(&app.db, "audit_log", "action = 'PAYMENT_METHOD_FORGOTTEN'").await, 1);
+}
+
 /// The billing key stored for `customer` (test assertions only: it is never answered).
 async fn saved_billing_key(app: &TestApp, customer: &str) -> String {
     use sea_orm::ConnectionTrait;
@@ -198,4 +276,7 @@ async fn a_provider_without_saved_cards_says_so() {
     assert_eq!(view["code"], "NOT_SUPPORTED");
 }
 
-on_both_databases!(a_saved_card_charges_registrations_and_none_refuses_them);
+on_both_databases!(
+    a_saved_card_charges_registrations_and_none_refuses_them,
+    a_card_is_saved_and_forgotten_with_its_audit_row_or_not_at_all,
+);

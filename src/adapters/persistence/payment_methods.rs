@@ -1,14 +1,16 @@
-//! Saved cards over SeaORM: one row per customer, replaced by a new card, deleted on request.
+//! Saved cards over SeaORM: one row per customer, replaced by a new card, deleted on request,
+//! each change with its audit row in one transaction.
 
 use async_trait::async_trait;
 use sea_orm::ActiveValue::Set;
 use sea_orm::sea_query::OnConflict;
-use sea_orm::{EntityTrait, ModelTrait};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, TransactionTrait};
 
+use super::audit::insert_audit;
 use super::entities::payment_methods::{self, Column};
 use super::repo_err;
 use super::store::SeaOrmStore;
-use crate::application::ports::{BillingKey, PaymentMethodRepository, RepoError, SavedCard};
+use crate::application::ports::{AuditRecord, BillingKey, PaymentMethodRepository, RepoError, SavedCard};
 
 #[async_trait]
 impl PaymentMethodRepository for SeaOrmStore {
@@ -27,7 +29,7 @@ impl PaymentMethodRepository for SeaOrmStore {
         }))
     }
 
-    async fn save_card(&self, card: &SavedCard) -> Result<(), RepoError> {
+    async fn save_card(&self, card: &SavedCard, audit: &AuditRecord) -> Result<(), RepoError> {
         let row = payment_methods::ActiveModel {
             customer_id: Set(card.customer_id.clone()),
             customer_key: Set(card.customer_key.clone()),
@@ -36,6 +38,7 @@ impl PaymentMethodRepository for SeaOrmStore {
             card_number: Set(card.card_number.clone()),
             created_at: Set(card.created_at),
         };
+        let txn = self.db.begin().await.map_err(repo_err)?;
         payment_methods::Entity::insert(row)
             .on_conflict(
                 OnConflict::column(Column::CustomerId)
@@ -48,21 +51,25 @@ impl PaymentMethodRepository for SeaOrmStore {
                     ])
                     .to_owned(),
             )
-            .exec_without_returning(&self.db)
+            .exec_without_returning(&txn)
             .await
             .map_err(repo_err)?;
-        Ok(())
+        insert_audit(&txn, std::slice::from_ref(audit)).await?;
+        txn.commit().await.map_err(repo_err)
     }
 
-    async fn forget_card(&self, customer_id: &str) -> Result<bool, RepoError> {
-        let Some(row) = payment_methods::Entity::find_by_id(customer_id.to_owned())
-            .one(&self.db)
+    async fn forget_card(&self, customer_id: &str, audit: &AuditRecord) -> Result<bool, RepoError> {
+        let txn = self.db.begin().await.map_err(repo_err)?;
+        let deleted = payment_methods::Entity::delete_many()
+            .filter(Column::CustomerId.eq(customer_id))
+            .exec(&txn)
             .await
-            .map_err(repo_err)?
-        else {
+            .map_err(repo_err)?;
+        if deleted.rows_affected == 0 {
             return Ok(false);
-        };
-        row.delete(&self.db).await.map_err(repo_err)?;
+        }
+        insert_audit(&txn, std::slice::from_ref(audit)).await?;
+        txn.commit().await.map_err(repo_err)?;
         Ok(true)
     }
 }

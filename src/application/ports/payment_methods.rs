@@ -1,6 +1,7 @@
 //! Customers' saved cards (docs/spec.md §10): the billing key a provider issued for a card,
 //! kept to charge the customer's meeting registrations.
 
+use crate::application::ports::AuditRecord;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
@@ -29,15 +30,17 @@ pub trait PaymentMethodRepository: Send + Sync {
     /// MUST return `Unavailable` when the database fails.
     async fn saved_card(&self, customer_id: &str) -> Result<Option<SavedCard>, RepoError>;
 
-    /// Saves `card` as its customer's card, replacing the one saved before.
+    /// Saves `card` as its customer's card, replacing the one saved before, with `audit` in
+    /// the same transaction (both or neither).
     ///
     /// # Errors
-    /// MUST return `Unavailable` when the database fails.
-    async fn save_card(&self, card: &SavedCard) -> Result<(), RepoError>;
+    /// MUST return `Unavailable` when the database fails (nothing written).
+    async fn save_card(&self, card: &SavedCard, audit: &AuditRecord) -> Result<(), RepoError>;
 
-    /// Forgets the customer's card; `false` when there was none.
+    /// Forgets the customer's card, with `audit` in the same transaction; `false` when there
+    /// was none (nothing written).
     ///
     /// # Errors
-    /// MUST return `Unavailable` when the database fails.
-    async fn forget_card(&self, customer_id: &str) -> Result<bool, RepoError>;
+    /// MUST return `Unavailable` when the database fails (nothing written).
+    async fn forget_card(&self, customer_id: &str, audit: &AuditRecord) -> Result<bool, RepoError>;
 }
