@@ -185,8 +185,14 @@ async fn main() -> Result<(), BoxError> {
     let cli = Cli::parse();
     startup::install_tls_provider();
     match cli.scenario {
-        Scenario::Relay { events, workers, window, batch, shape, broker, runs } => {
-            relay::relay_scenario(events, &workers, window, batch, shape, broker, runs).await
+        Scenario::Relay { events, workers, window, batch, shape, broker: relay::Broker::Kafka, .. } => {
+            let mut fixture = fixture::Fixture::create().await?;
+            let result = kafka::relay_scenario(&mut fixture, events, &workers, window, batch, shape).await;
+            fixture.drop_all().await;
+            result
+        }
+        Scenario::Relay { events, workers, window, batch, shape, runs, .. } => {
+            relay::relay_scenario(events, &workers, window, batch, shape, runs).await
         }
         Scenario::Latency { rate, seconds, runs, max_p99_ms } => {
             latency::latency_gate(rate, seconds, runs, max_p99_ms).await

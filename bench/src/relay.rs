@@ -313,15 +313,9 @@ pub(crate) async fn relay_scenario(
     window: usize,
     batch: usize,
     shape: Shape,
-    broker: Broker,
     runs: u32,
 ) -> Result<(), BoxError> {
-    let mut fixture = Fixture::create().await?;
-    if broker == Broker::Kafka {
-        let result = crate::kafka::relay_scenario(&mut fixture, events, workers, window, batch, shape).await;
-        fixture.drop_all().await;
-        return result;
-    }
+    let fixture = Fixture::create().await?;
     // A consumer takes every message as it arrives, for both publishers: an outbox's
     // exchange has consumers, and a queue left to fill up to its bound makes the broker drop
     // a message from its head for every one published — about as much work again per
