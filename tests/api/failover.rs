@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -160,15 +161,25 @@ async fn the_database_server_crashes_and_returns_under_load() {
     let (mut created, mut unavailable) = (0u32, 0u32);
     let mut slowest_refusal = Duration::ZERO;
     let mut slowest = Duration::ZERO;
-    // The server crashes 2 s into the load and is started again 2 s later.
+    // The server crashes once the load is flowing (ten orders created) and is started again
+    // once a request sent after the crash has been answered: the outage is seen, by
+    // construction, with no fixed delay either way.
     let gap: Arc<Mutex<(Option<Instant>, Option<Instant>)>> = Arc::default();
+    let progress = Arc::new((AtomicU32::new(0), AtomicU32::new(0))); // (created, answered in the gap)
     let outage = {
-        let gap = gap.clone();
+        let (gap, progress) = (gap.clone(), progress.clone());
         tokio::task::spawn_blocking(move || {
-            std::thread::sleep(Duration::from_secs(2));
+            let wait_for = |what: &str, done: &dyn Fn() -> bool| {
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while !done() {
+                    assert!(Instant::now() < deadline, "no {what} within 60 s");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            };
+            wait_for("orders before the crash", &|| progress.0.load(Ordering::SeqCst) >= 10);
             server.crash();
             gap.lock().unwrap().0 = Some(Instant::now());
-            std::thread::sleep(Duration::from_secs(2));
+            wait_for("answer during the outage", &|| progress.1.load(Ordering::SeqCst) >= 1);
             server.pg_ctl_start();
             gap.lock().unwrap().1 = Some(Instant::now());
             server
@@ -176,7 +187,8 @@ async fn the_database_server_crashes_and_returns_under_load() {
     };
     let mut during_gap = 0u32;
     let started = Instant::now();
-    while started.elapsed() < Duration::from_secs(8) {
+    while !outage.is_finished() || started.elapsed() < Duration::from_secs(8) {
+        assert!(started.elapsed() < Duration::from_secs(90), "the outage never ended");
         let sent = Instant::now();
         let response = tokio::time::timeout(
             Duration::from_secs(20),
@@ -189,9 +201,15 @@ async fn the_database_server_crashes_and_returns_under_load() {
         if down.is_some_and(|down| Instant::now() > down) && up.is_none_or(|up| sent < up) {
             during_gap += 1;
         }
+        if down.is_some_and(|down| sent > down) && up.is_none() {
+            progress.1.fetch_add(1, Ordering::SeqCst);
+        }
         slowest = slowest.max(sent.elapsed());
         match response.status() {
-            StatusCode::CREATED => created += 1,
+            StatusCode::CREATED => {
+                created += 1;
+                progress.0.store(created, Ordering::SeqCst);
+            }
             StatusCode::SERVICE_UNAVAILABLE => {
                 slowest_refusal = slowest_refusal.max(sent.elapsed());
                 assert_eq!(response.headers().get("content-type").unwrap(), "application/problem+json");
@@ -423,7 +441,13 @@ async fn crash_by_walwriter(
     use sea_orm::ConnectionTrait;
     let server = tokio::task::spawn_blocking(move || {
         signal(walwriter, "KILL");
-        std::thread::sleep(Duration::from_millis(500));
+        // The postmaster reaps the killed process and begins its crash recovery in the same
+        // step: once the process is gone, `wait_ready` waits for the recovered server.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Path::new(&format!("/proc/{walwriter}")).exists() {
+            assert!(Instant::now() < deadline, "the killed WAL writer was never reaped");
+            std::thread::sleep(Duration::from_millis(5));
+        }
         server.wait_ready();
         server
     })

@@ -456,21 +456,31 @@ async fn a_batch_is_read_by_its_ids_even_before_the_table_is_analyzed_on_postgre
             .unwrap()
             .map_or(0, |r| r.try_get::<i64>("", "idx_tup_read").unwrap())
     };
-    // Sessions report their counters when they go idle, at most a second later.
-    crate::helpers::until_within("the index counters", Duration::from_secs(15), || async {
-        index_reads().await >= EVENTS as i64
+    // A session reports its counters when it goes idle, at most a second later — and at
+    // once when it ends. So end every other session of the database and wait until they are
+    // gone: then every read they made is counted (no time-based settling).
+    let others = || async {
+        app.db
+            .query_all_raw(sea_orm::Statement::from_string(
+                app.db.get_database_backend(),
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            ))
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.try_get::<i32>("", "pid").unwrap())
+            .collect::<HashSet<i32>>()
+    };
+    let ended = others().await;
+    for pid in &ended {
+        app.db.execute_unprepared(&format!("SELECT pg_terminate_backend({pid})")).await.unwrap();
+    }
+    crate::helpers::until_within("the relay's sessions to end", Duration::from_secs(15), || async {
+        others().await.is_disjoint(&ended)
     })
     .await;
-    // Late reports would hide reads: wait until the counter holds still across a reporting
-    // interval (a backend reports at most once a second).
-    let last = std::cell::Cell::new(index_reads().await);
-    crate::helpers::until_within("the index counters to settle", Duration::from_secs(15), || async {
-        tokio::time::sleep(Duration::from_millis(1100)).await;
-        let now = index_reads().await;
-        last.replace(now) == now
-    })
-    .await;
-    let reads = last.get();
+    let reads = index_reads().await;
+    assert!(reads >= EVENTS as i64, "every event's entry was read at least once: {reads}");
     // The snapshot difference reads each event's entry once; a batch read through the index
     // would read all of them again for each of the ~24 batches.
     assert!(reads <= 2 * EVENTS as i64, "{reads} index entries read to publish {EVENTS} events");
