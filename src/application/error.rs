@@ -39,7 +39,19 @@ pub(crate) fn broken_invariant(err: impl std::fmt::Display) -> AppError {
     AppError::internal(format!("invariant broken: {err}"))
 }
 
+/// The order is being changed by another runner right now (try again shortly): the one code
+/// every use case answers it with.
+pub const ORDER_BUSY: &str = "ORDER_BUSY";
+
 impl AppError {
+    /// `Conflict` `ORDER_BUSY`: another runner holds or just changed the order.
+    pub fn order_busy() -> Self {
+        AppError::Conflict {
+            code: ORDER_BUSY,
+            message: "the order is being changed right now; retry shortly".into(),
+        }
+    }
+
     pub fn validation(field: impl Into<String>, message: impl Into<String>) -> Self {
         AppError::Validation { field: field.into(), message: message.into() }
     }

@@ -28,4 +28,4 @@ pub mod refunds;
 pub mod settlement_retry;
 
 pub use actor::Actor;
-pub use error::AppError;
+pub use error::{AppError, ORDER_BUSY};

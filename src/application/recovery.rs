@@ -22,6 +22,7 @@ use crate::application::ports::{
 use crate::application::refunds::{PendingRefundReport, ProviderRefunds, Refunds};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
+use crate::domain::backoff::doubled;
 use crate::domain::ids::OrderId;
 use crate::domain::order::{Order, OrderStatus, SagaStep, StepStatus};
 use crate::domain::payment::{Payment, PaymentStatus};
@@ -254,9 +255,8 @@ impl Recovery {
                 }
                 continue;
             }
-            let exp = (failures.len() as u32).saturating_sub(1).min(16);
-            let due = last.created_at
-                + self.settings.compensation_backoff.checked_mul(1 << exp).unwrap_or(Duration::days(1));
+            let n = u32::try_from(failures.len()).unwrap_or(u32::MAX).saturating_sub(1);
+            let due = last.created_at + doubled(self.settings.compensation_backoff, n, Duration::days(1));
             if due > now {
                 continue;
             }
@@ -286,11 +286,8 @@ impl Recovery {
         let stalled = self.orders.stalled(now - self.settings.stall_after, now, max, 100).await?;
         for (order_id, resumes) in &stalled {
             let resumes = *resumes + 1;
-            let backoff = self
-                .settings
-                .stall_after
-                .checked_mul(1 << (resumes.clamp(0, 16) as u32))
-                .unwrap_or(Duration::days(1));
+            let backoff =
+                doubled(self.settings.stall_after, resumes.max(0).unsigned_abs(), Duration::days(1));
             self.orders.note_resume(*order_id, now + backoff).await?;
             let before = self.orders.get(*order_id).await?.map(|r| r.order.status);
             // One order that fails again must not hold up the others.
@@ -503,10 +500,7 @@ impl Recovery {
                 Ok(match self.reconcile(&actor, payment.order_id).await? {
                     Reconciled::Resolved(_) => NoticeOutcome::Applied,
                     Reconciled::Busy => {
-                        return Err(AppError::Conflict {
-                            code: "ORDER_BUSY",
-                            message: "the order is being changed".into(),
-                        });
+                        return Err(AppError::order_busy());
                     }
                     _ => NoticeOutcome::Unchanged,
                 })

@@ -92,18 +92,8 @@ pub struct RefundSettings {
     pub retry_after: chrono::Duration,
 }
 
-/// The order is being changed by another runner right now (try again shortly).
-pub const ORDER_BUSY: &str = "ORDER_BUSY";
-
 /// The reason a refund is recorded with when its request gave none.
 const DEFAULT_REASON: &str = "refund requested";
-
-pub(crate) fn busy() -> AppError {
-    AppError::Conflict {
-        code: ORDER_BUSY,
-        message: "the order is being changed right now; retry shortly".into(),
-    }
-}
 
 fn changed_concurrently() -> AppError {
     AppError::Conflict { code: "REFUND_NOT_ALLOWED", message: "the order changed concurrently".into() }
@@ -167,7 +157,7 @@ impl Refunds {
         match self.leases.take(order_id).await? {
             Some(lease) => Ok(lease),
             None if self.orders.get(order_id).await?.is_none() => Err(AppError::NotFound("order")),
-            None => Err(busy()),
+            None => Err(AppError::order_busy()),
         }
     }
 
@@ -618,9 +608,9 @@ impl Refunds {
             // A stale balance is restated before this (`finish`); were it to come here, the
             // refund stays pending, as for an answer we cannot act on.
             RefundAnswer::Unknown(cause) | RefundAnswer::StaleBalance(cause) => {
-                let exp = payment.reconcile_attempts.clamp(0, 16) as u32;
+                let n = payment.reconcile_attempts.max(0).unsigned_abs();
                 let retry_after = self.settings.retry_after;
-                let next = now + retry_after.checked_mul(1 << exp).unwrap_or(retry_after);
+                let next = now + crate::domain::backoff::doubled(retry_after, n, retry_after);
                 payment.record_reconcile_attempt(next, now).map_err(broken_invariant)?;
                 changes.update_payment(&mut payment);
                 if payment.reconcile_attempts >= self.settings.max_attempts {
@@ -799,7 +789,7 @@ impl Refunds {
     /// provider or the database fails.
     pub async fn record_provider_refunds(&self, order_id: OrderId) -> Result<ProviderRefunds, AppError> {
         let Some(lease) = self.leases.take(order_id).await? else {
-            return Err(busy());
+            return Err(AppError::order_busy());
         };
         let result = self.sync_leased(order_id).await;
         self.leases.release(order_id, &lease.owner).await;
@@ -918,7 +908,7 @@ impl Refunds {
         writer.payment(&payment, &events).order(&order_events);
         changes.outbox = writer.finish();
         if !commit(self.uow.as_ref(), changes).await? {
-            return Err(busy());
+            return Err(AppError::order_busy());
         }
         Ok(if recorded > 0 { ProviderRefunds::Recorded(recorded) } else { ProviderRefunds::Nothing })
     }

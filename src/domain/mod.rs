@@ -7,6 +7,8 @@
 
 /// Declares a status-like enum with its one contract spelling (`as_str`/`parse`): the single
 /// exhaustive place where these enums meet strings on the wire and in the database.
+pub mod backoff;
+
 macro_rules! spelled {
     ($(#[$meta:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
         $(#[$meta])*

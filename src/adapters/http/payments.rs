@@ -164,7 +164,7 @@ pub async fn callback(
         }
         CallbackResult::Busy => Err(ApiError::new(
             StatusCode::CONFLICT,
-            "ORDER_BUSY",
+            crate::application::ORDER_BUSY,
             "the order is being processed right now; retry shortly",
         )),
     }

@@ -166,7 +166,7 @@ pub async fn toss(state: web::Data<HttpState>, body: RawBody) -> Result<HttpResp
         Err(AppError::Conflict { .. }) => {
             return Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "ORDER_BUSY",
+                crate::application::ORDER_BUSY,
                 "the order is being changed; retry",
             ));
         }

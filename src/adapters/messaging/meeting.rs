@@ -257,7 +257,8 @@ where
                 if failures == 1 || failures.is_power_of_two() {
                     tracing::error!(error = %Chain(&err), failures, "{what} failed; starting again");
                 }
-                let pause = Duration::from_millis(200 * 2u64.saturating_pow(failures.min(7)));
+                let pause =
+                    crate::domain::backoff::doubled_pause(Duration::from_millis(200), failures.min(7));
                 tokio::select! {
                     _ = stop.cancelled() => break,
                     _ = tokio::time::sleep(pause.min(Duration::from_secs(30))) => {}
@@ -349,7 +350,7 @@ impl MeetingHandler {
                     return Verdict::Reject("malformed", format!("{field}: {message}"));
                 }
                 Err(err) if attempt < self.retries => {
-                    let pause = self.retry_backoff * 2u32.saturating_pow(attempt);
+                    let pause = crate::domain::backoff::doubled_pause(self.retry_backoff, attempt);
                     tracing::warn!(consumer = kind.label(), error = %Chain(&err), attempt, "system failure; retrying");
                     self.meter.record(|| {
                         metrics::counter!("consumer_messages_total", "consumer" => kind.label(), "outcome" => "retried")

@@ -94,7 +94,8 @@ impl ExternalPaymentGateway {
             return false;
         }
         tracing::warn!(reason = %Chain(reason), attempt = *attempt, "payment provider transient failure; retrying");
-        tokio::time::sleep(self.settings.retry_backoff * 2u32.saturating_pow(*attempt)).await;
+        tokio::time::sleep(crate::domain::backoff::doubled_pause(self.settings.retry_backoff, *attempt))
+            .await;
         *attempt += 1;
         true
     }

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::application::ORDER_BUSY;
 use crate::application::audit::{self, entity};
 use crate::application::commit::commit;
 use crate::application::envelopes;
@@ -12,7 +13,7 @@ use crate::application::orchestration::{
 use crate::application::ports::{
     Changes, Clock, InboxEntry, MeetingFees, OrderRepository, RepoError, Scenario, UnitOfWork,
 };
-use crate::application::refunds::{ORDER_BUSY, RefundOutcome, RefundRequest, Refunds};
+use crate::application::refunds::{RefundOutcome, RefundRequest, Refunds};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;

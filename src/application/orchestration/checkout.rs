@@ -143,10 +143,7 @@ impl Orchestrator {
             });
         }
         let Some(lease) = self.leases.take(order_id).await? else {
-            return Err(AppError::Conflict {
-                code: "ORDER_BUSY",
-                message: "the order is being changed right now; retry shortly".into(),
-            });
+            return Err(AppError::order_busy());
         };
         // Read again under the lease: the window's expiry or another authorization may have
         // been committed meanwhile.
@@ -177,10 +174,7 @@ impl Orchestrator {
         ));
         if !self.commit(changes).await? {
             self.leases.release(order_id, &lease.owner).await;
-            return Err(AppError::Conflict {
-                code: "ORDER_BUSY",
-                message: "the order changed concurrently; retry".into(),
-            });
+            return Err(AppError::order_busy());
         }
         fresh.order = order;
         fresh.payment = Some(payment);

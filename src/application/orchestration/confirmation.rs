@@ -214,8 +214,8 @@ impl Orchestrator {
         // Still unknown: count the attempt, back off, and hand over when out of attempts.
         let now = self.clock.now();
         let mut payment = payment;
-        let exp = payment.reconcile_attempts.clamp(0, 16) as u32;
-        let next = now + retry_after.checked_mul(1 << exp).unwrap_or(retry_after);
+        let n = payment.reconcile_attempts.max(0).unsigned_abs();
+        let next = now + crate::domain::backoff::doubled(retry_after, n, retry_after);
         payment.record_reconcile_attempt(next, now).map_err(broken_invariant)?;
         let exhausted = payment.reconcile_attempts >= max_attempts;
         let mut changes = Changes::default();

@@ -10,7 +10,6 @@ use crate::application::audit::{self, entity};
 use crate::application::envelopes::EventWriter;
 use crate::application::error::broken_invariant;
 use crate::application::ports::{Changes, OrderRecord};
-use crate::application::refunds::busy;
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
@@ -46,7 +45,7 @@ impl Orchestrator {
         let Some(lease) = self.leases.take(order_id).await? else {
             return match by {
                 SettlementRetryBy::Schedule => Ok(None),
-                SettlementRetryBy::Operator(_) => Err(busy()),
+                SettlementRetryBy::Operator(_) => Err(AppError::order_busy()),
             };
         };
         let record = match self.load(order_id).await {
@@ -91,7 +90,7 @@ impl Orchestrator {
             self.leases.release(order_id, &lease.owner).await;
             return match by {
                 SettlementRetryBy::Schedule => Ok(None),
-                SettlementRetryBy::Operator(_) => Err(busy()),
+                SettlementRetryBy::Operator(_) => Err(AppError::order_busy()),
             };
         }
         let fresh = self.load(order_id).await?;
@@ -110,7 +109,7 @@ impl Orchestrator {
         order_id: OrderId,
         reason: &str,
     ) -> Result<OrderRecord, AppError> {
-        let Some(lease) = self.leases.take(order_id).await? else { return Err(busy()) };
+        let Some(lease) = self.leases.take(order_id).await? else { return Err(AppError::order_busy()) };
         let result = async {
             let record = self.load(order_id).await?;
             let now = self.clock.now();
@@ -136,7 +135,7 @@ impl Orchestrator {
             events.settlement(&settlement, &settlement_events).order(&order_events);
             changes.outbox = events.finish();
             if !self.commit(changes).await? {
-                return Err(busy());
+                return Err(AppError::order_busy());
             }
             Ok(())
         }

@@ -555,7 +555,7 @@ impl OutboxRelay {
 /// `poll_interval`, stretched by up to 20 % (`jitter` in `[0, 1)`) so that the workers of a
 /// fleet do not knock on a recovering broker in step.
 fn failure_pause(failures: u32, poll_interval: StdDuration, jitter: f64) -> StdDuration {
-    let base = StdDuration::from_millis(50).saturating_mul(2u32.saturating_pow(failures.min(16)));
+    let base = crate::domain::backoff::doubled_pause(StdDuration::from_millis(50), failures);
     base.min(poll_interval).mul_f64(1.0 + 0.2 * jitter.clamp(0.0, 1.0))
 }
 

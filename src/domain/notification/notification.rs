@@ -19,8 +19,8 @@ pub struct RetryPolicy {
 impl RetryPolicy {
     /// Delay after the `attempts`-th failed attempt: `base * 2^(attempts-1)`, saturating.
     pub fn delay_after(&self, attempts: i32) -> Duration {
-        let exp = attempts.saturating_sub(1).clamp(0, 20) as u32;
-        self.backoff_base.checked_mul(1 << exp).unwrap_or(Duration::days(365))
+        let n = attempts.saturating_sub(1).max(0).unsigned_abs();
+        crate::domain::backoff::doubled(self.backoff_base, n, Duration::days(365))
     }
 }
 

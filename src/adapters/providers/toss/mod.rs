@@ -190,7 +190,8 @@ impl TossClient {
                 return Err(failure);
             }
             tracing::warn!(reason = %failure, attempt, path = request.call_name(), "Toss call failed for now; the same call again");
-            tokio::time::sleep(self.settings.retry_backoff * 2u32.saturating_pow(attempt)).await;
+            tokio::time::sleep(crate::domain::backoff::doubled_pause(self.settings.retry_backoff, attempt))
+                .await;
             attempt += 1;
         }
     }
