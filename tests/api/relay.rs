@@ -446,40 +446,42 @@ async fn a_batch_is_read_by_its_ids_even_before_the_table_is_analyzed_on_postgre
         }
     }
     assert_eq!(published, EVENTS as u64);
-    let index_reads = || async {
-        app.db
-            .query_one_raw(sea_orm::Statement::from_string(
-                app.db.get_database_backend(),
-                "SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelname = 'idx_outbox_fast'",
-            ))
-            .await
-            .unwrap()
-            .map_or(0, |r| r.try_get::<i64>("", "idx_tup_read").unwrap())
-    };
     // A session reports its counters when it goes idle, at most a second later — and at
     // once when it ends. So end every other session of the database and wait until they are
     // gone: then every read they made is counted (no time-based settling).
-    let others = || async {
-        app.db
-            .query_all_raw(sea_orm::Statement::from_string(
-                app.db.get_database_backend(),
-                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
-            ))
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| r.try_get::<i32>("", "pid").unwrap())
-            .collect::<HashSet<i32>>()
-    };
-    let ended = others().await;
-    for pid in &ended {
-        app.db.execute_unprepared(&format!("SELECT pg_terminate_backend({pid})")).await.unwrap();
+    // On one connection held throughout (its own session is never among those ended).
+    use sea_orm::sqlx::Row;
+    let mut own = app.db.get_postgres_connection_pool().acquire().await.unwrap();
+    let ended: HashSet<i32> = sea_orm::sqlx::query(
+        "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .fetch_all(&mut *own)
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get::<i32, _>("pid"))
+    .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let alive: i64 =
+            sea_orm::sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)")
+                .bind(ended.iter().copied().collect::<Vec<i32>>())
+                .fetch_one(&mut *own)
+                .await
+                .unwrap();
+        if alive == 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the relay's sessions did not end");
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    crate::helpers::until_within("the relay's sessions to end", Duration::from_secs(15), || async {
-        others().await.is_disjoint(&ended)
-    })
-    .await;
-    let reads = index_reads().await;
+    let reads: i64 = sea_orm::sqlx::query_scalar(
+        "SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelname = 'idx_outbox_fast'",
+    )
+    .fetch_one(&mut *own)
+    .await
+    .unwrap();
     assert!(reads >= EVENTS as i64, "every event's entry was read at least once: {reads}");
     // The snapshot difference reads each event's entry once; a batch read through the index
     // would read all of them again for each of the ~24 batches.
