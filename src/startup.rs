@@ -50,7 +50,8 @@ use crate::application::payment_methods::PaymentMethods;
 use crate::application::ports::Cause;
 use crate::application::ports::{
     Clock, EventPublisher, IdempotencyStore, LedgerStore, Notifier, OrderRepository, OutboxStore,
-    PaymentGateway, PaymentMethodRepository, PaymentRepository, SettlementGateway, UnitOfWork,
+    PaymentGateway, PaymentMethodRepository, PaymentRepository, ProviderCustomers, ProviderLedger,
+    ProviderRecords, SettlementGateway, UnitOfWork,
 };
 use crate::application::provider_view::ProviderView;
 use crate::application::queries::OrderQueries;
@@ -102,8 +103,22 @@ pub fn worker_id() -> String {
     format!("{host}-{}-{:04x}", std::process::id(), fastrand::u16(..))
 }
 
-type Providers =
-    (Arc<dyn PaymentGateway>, Arc<dyn SettlementGateway>, Arc<dyn Notifier>, Option<Arc<ProviderCalls>>);
+type Providers = (
+    Arc<dyn PaymentGateway>,
+    Arc<dyn SettlementGateway>,
+    Arc<dyn Notifier>,
+    Option<Arc<ProviderCalls>>,
+    Capabilities,
+);
+
+/// What a payment provider has beyond charging and cancelling: each present only where it
+/// does (Toss has all three; mock and external none).
+#[derive(Default)]
+struct Capabilities {
+    records: Option<Arc<dyn ProviderRecords>>,
+    ledger: Option<Arc<dyn ProviderLedger>>,
+    customers: Option<Arc<dyn ProviderCustomers>>,
+}
 
 /// Makes a publisher for one relay (each relay gets its own broker connection).
 pub type PublisherFactory = Arc<dyn Fn(&str) -> Arc<dyn EventPublisher> + Send + Sync>;
@@ -401,6 +416,7 @@ fn providers(settings: &Settings) -> Result<Providers, StartupError> {
                 Arc::new(SimulatedSettlementGateway::new(calls.clone())),
                 Arc::new(SimulatedNotifier::new(calls.clone())),
                 Some(calls),
+                Capabilities::default(),
             )
         }
         ProviderKind::External => {
@@ -420,6 +436,7 @@ fn providers(settings: &Settings) -> Result<Providers, StartupError> {
                 Arc::new(SimulatedSettlementGateway::new(calls.clone())),
                 Arc::new(SimulatedNotifier::new(calls.clone())),
                 Some(calls),
+                Capabilities::default(),
             )
         }
         ProviderKind::Toss => {
@@ -435,11 +452,17 @@ fn providers(settings: &Settings) -> Result<Providers, StartupError> {
             .map_err(StartupError::Config)?;
             // Settlement and notification have no provider protocol yet: simulated.
             let calls = Arc::new(ProviderCalls::default());
+            let gateway = Arc::new(TossPaymentGateway::new(client));
             (
-                Arc::new(TossPaymentGateway::new(client)),
+                gateway.clone(),
                 Arc::new(SimulatedSettlementGateway::new(calls.clone())),
                 Arc::new(SimulatedNotifier::new(calls.clone())),
                 Some(calls),
+                Capabilities {
+                    records: Some(gateway.clone()),
+                    ledger: Some(gateway.clone()),
+                    customers: Some(gateway),
+                },
             )
         }
     })
@@ -498,7 +521,7 @@ pub async fn build_services_with_clock(
     let outbox_store: Arc<dyn OutboxStore> = Arc::new(outbox_store(settings, &db, relay_wake.clone()).await?);
     let idempotency_store: Arc<dyn IdempotencyStore> = Arc::new(SeaOrmIdempotencyStore::new(db.clone()));
 
-    let (payments, settlements, notifier, provider_calls) = providers(settings)?;
+    let (payments, settlements, notifier, provider_calls, capabilities) = providers(settings)?;
 
     let (publishers, broker_probe) = publishers(settings)?;
 
@@ -507,6 +530,12 @@ pub async fn build_services_with_clock(
     // Every provider call timed and counted, whichever provider it is.
     let payments: Arc<dyn PaymentGateway> =
         Arc::new(Measured::new(payments, payment_provider(settings), meter.clone()));
+    let provider_ledger = capabilities.ledger.map(|ledger| -> Arc<dyn ProviderLedger> {
+        Arc::new(Measured::new(ledger, payment_provider(settings), meter.clone()))
+    });
+    let provider_customers = capabilities.customers.map(|customers| -> Arc<dyn ProviderCustomers> {
+        Arc::new(Measured::new(customers, payment_provider(settings), meter.clone()))
+    });
     let (settlements, settlement_label): (Arc<dyn SettlementGateway>, &'static str) =
         match &settings.settlement.channel {
             SettlementChannel::Simulated => (settlements, "simulated"),
@@ -549,17 +578,17 @@ pub async fn build_services_with_clock(
     );
     let payments_for_refunds = payments.clone();
     let ledger = Arc::new(Ledger::new(
-        payments.clone(),
+        provider_ledger,
         orders.clone() as Arc<dyn PaymentRepository>,
         orders.clone() as Arc<dyn LedgerStore>,
         clock.clone(),
         ledger_settings(settings),
     ));
     let provider_view =
-        Arc::new(ProviderView::new(orders.clone() as Arc<dyn PaymentRepository>, payments.clone()));
+        Arc::new(ProviderView::new(orders.clone() as Arc<dyn PaymentRepository>, capabilities.records));
     let payment_methods = Arc::new(PaymentMethods::new(
         orders.clone() as Arc<dyn PaymentMethodRepository>,
-        payments.clone(),
+        provider_customers.clone(),
         clock.clone(),
     ));
     let orchestrator = Orchestrator::new(
@@ -571,7 +600,8 @@ pub async fn build_services_with_clock(
         clock.clone(),
         saga_settings(settings),
     )
-    .with_meter(meter.clone());
+    .with_meter(meter.clone())
+    .with_provider_customers(provider_customers);
     // Only Toss charges registrations with a saved card; elsewhere no saga step reads them.
     let orchestrator = Arc::new(if settings.payment.provider == ProviderKind::Toss {
         orchestrator.with_saved_cards(orders.clone() as Arc<dyn PaymentMethodRepository>)

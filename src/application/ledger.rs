@@ -15,7 +15,7 @@ use chrono::{DateTime, FixedOffset, NaiveDate, NaiveTime, Utc};
 use crate::application::audit::{self, entity};
 use crate::application::ports::Cause;
 use crate::application::ports::{
-    AuditRecord, Clock, GatewayError, LedgerRun, LedgerStore, PaymentGateway, PaymentRepository,
+    AuditRecord, Clock, GatewayError, LedgerRun, LedgerStore, PaymentRepository, ProviderLedger,
 };
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
@@ -41,7 +41,8 @@ pub struct LedgerReport {
 }
 
 pub struct Ledger {
-    payments: Arc<dyn PaymentGateway>,
+    /// The provider's ledger; `None` for a provider that keeps none (mock, external).
+    provider: Option<Arc<dyn ProviderLedger>>,
     books: Arc<dyn PaymentRepository>,
     store: Arc<dyn LedgerStore>,
     clock: Arc<dyn Clock>,
@@ -50,13 +51,13 @@ pub struct Ledger {
 
 impl Ledger {
     pub fn new(
-        payments: Arc<dyn PaymentGateway>,
+        provider: Option<Arc<dyn ProviderLedger>>,
         books: Arc<dyn PaymentRepository>,
         store: Arc<dyn LedgerStore>,
         clock: Arc<dyn Clock>,
         settings: LedgerSettings,
     ) -> Self {
-        Ledger { payments, books, store, clock, settings }
+        Ledger { provider, books, store, clock, settings }
     }
 
     /// The instants of `day` in the provider's zone, first and last.
@@ -76,6 +77,12 @@ impl Ledger {
     /// (nothing is stored: the day's earlier run, if any, stands).
     pub async fn reconcile_day(&self, actor: &Actor, day: NaiveDate) -> Result<LedgerReport, AppError> {
         actor.require_admin()?;
+        let Some(provider) = self.provider.as_ref() else {
+            return Err(AppError::Conflict {
+                code: "NOT_SUPPORTED",
+                message: "this payment provider has no ledger to reconcile".into(),
+            });
+        };
         let started_at = self.clock.now();
         let (start, end) = self.bounds(day);
         // Page by page (docs/toss.md, "The ledger"): each page matched with the books it
@@ -93,13 +100,12 @@ impl Ledger {
                 )));
             }
             pages += 1;
-            let page = match self.payments.ledger_page(day, after.clone()).await {
+            let page = match provider.ledger_page(day, after.clone()).await {
                 Ok(page) => page,
                 Err(GatewayError::Rejected { code, message }) => {
-                    return Err(AppError::Conflict {
-                        code: "NOT_SUPPORTED",
-                        message: format!("{code}: {message}"),
-                    });
+                    return Err(AppError::unavailable(format!(
+                        "the payment provider refused to show its ledger: {code}: {message}"
+                    )));
                 }
                 Err(e @ (GatewayError::Unavailable(_) | GatewayError::StaleBalance { .. })) => {
                     return Err(AppError::Unavailable(Cause::context("payment provider's ledger", e)));

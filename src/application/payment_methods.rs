@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::application::audit::{self, entity};
 use crate::application::ports::Cause;
-use crate::application::ports::{Clock, GatewayError, PaymentGateway, PaymentMethodRepository, SavedCard};
+use crate::application::ports::{Clock, GatewayError, PaymentMethodRepository, ProviderCustomers, SavedCard};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::text;
@@ -30,7 +30,8 @@ pub struct CardView {
 
 pub struct PaymentMethods {
     cards: Arc<dyn PaymentMethodRepository>,
-    payments: Arc<dyn PaymentGateway>,
+    /// `None` for a provider that keeps no saved cards (mock, external).
+    provider: Option<Arc<dyn ProviderCustomers>>,
     clock: Arc<dyn Clock>,
 }
 
@@ -61,14 +62,14 @@ fn view(customer_key: String, card: Option<&SavedCard>) -> PaymentMethodView {
 impl PaymentMethods {
     pub fn new(
         cards: Arc<dyn PaymentMethodRepository>,
-        payments: Arc<dyn PaymentGateway>,
+        provider: Option<Arc<dyn ProviderCustomers>>,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        PaymentMethods { cards, payments, clock }
+        PaymentMethods { cards, provider, clock }
     }
 
     fn customer_key(&self, actor: &Actor) -> Result<String, AppError> {
-        self.payments.customer_key(&actor.subject).ok_or_else(no_saved_cards)
+        self.provider.as_ref().map(|p| p.customer_key(&actor.subject)).ok_or_else(no_saved_cards)
     }
 
     /// The caller's key at the provider and saved card.
@@ -90,7 +91,8 @@ impl PaymentMethods {
     pub async fn register(&self, actor: &Actor, auth_key: &str) -> Result<PaymentMethodView, AppError> {
         check_auth_key(auth_key)?;
         let customer_key = self.customer_key(actor)?;
-        let issued = match self.payments.issue_billing_key(auth_key, &customer_key).await {
+        let provider = self.provider.as_ref().ok_or_else(no_saved_cards)?;
+        let issued = match provider.issue_billing_key(auth_key, &customer_key).await {
             Ok(issued) => issued,
             Err(GatewayError::Rejected { code, message }) => {
                 return Err(AppError::Unprocessable {

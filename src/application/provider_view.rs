@@ -4,19 +4,20 @@
 use std::sync::Arc;
 
 use crate::application::ports::Cause;
-use crate::application::ports::{GatewayError, PaymentGateway, PaymentRepository, ProviderRecord};
+use crate::application::ports::{GatewayError, PaymentRepository, ProviderRecord, ProviderRecords};
 use crate::application::{Actor, AppError};
 use crate::domain::ids::PaymentId;
 use crate::domain::payment::Payment;
 
 pub struct ProviderView {
     payments: Arc<dyn PaymentRepository>,
-    gateway: Arc<dyn PaymentGateway>,
+    /// `None` for a provider with no record to show (mock, external).
+    records: Option<Arc<dyn ProviderRecords>>,
 }
 
 impl ProviderView {
-    pub fn new(payments: Arc<dyn PaymentRepository>, gateway: Arc<dyn PaymentGateway>) -> Self {
-        ProviderView { payments, gateway }
+    pub fn new(payments: Arc<dyn PaymentRepository>, records: Option<Arc<dyn ProviderRecords>>) -> Self {
+        ProviderView { payments, records }
     }
 
     /// Our payment and the provider's record of it (`None`: the provider has none).
@@ -38,11 +39,14 @@ impl ProviderView {
                 message: "the provider never took this payment (no transaction id)".into(),
             });
         };
-        match self.gateway.provider_record(&key).await {
+        let Some(records) = self.records.as_ref() else {
+            return Err(AppError::Conflict {
+                code: "NOT_SUPPORTED",
+                message: "this payment provider has no record to show".into(),
+            });
+        };
+        match records.provider_record(&key).await {
             Ok(record) => Ok((payment, record)),
-            Err(GatewayError::Rejected { code, message }) if code == "NOT_SUPPORTED" => {
-                Err(AppError::Conflict { code: "NOT_SUPPORTED", message })
-            }
             Err(GatewayError::Rejected { code, message }) => {
                 Err(AppError::unavailable(format!("payment provider refused the look-up: {code}: {message}")))
             }

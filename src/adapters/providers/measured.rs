@@ -11,8 +11,8 @@ use tracing::Instrument;
 use crate::application::meter::Meter;
 use crate::application::ports::{
     ApprovalOutcome, ApprovePayment, CancelPayment, CancelReceipt, GatewayError, IssuedCard, LookupOutcome,
-    NotificationRequest, Notifier, NotifyFailure, PaymentGateway, ProviderRecord, Scenario,
-    SettlementGateway, SettlementOutcome, SettlementRequest,
+    NotificationRequest, Notifier, NotifyFailure, PaymentGateway, ProviderCustomers, ProviderLedger,
+    Scenario, SettlementGateway, SettlementOutcome, SettlementRequest,
 };
 
 /// A gateway whose calls are measured, labelled `provider` (`mock`, `external`,
@@ -99,18 +99,10 @@ impl PaymentGateway for Measured<dyn PaymentGateway> {
         self.record("cancel", outcome, started);
         result
     }
+}
 
-    fn customer_key(&self, customer_id: &str) -> Option<String> {
-        self.inner.customer_key(customer_id)
-    }
-
-    async fn provider_record(
-        &self,
-        provider_transaction_id: &str,
-    ) -> Result<Option<ProviderRecord>, GatewayError> {
-        self.inner.provider_record(provider_transaction_id).await
-    }
-
+#[async_trait]
+impl ProviderLedger for Measured<dyn ProviderLedger> {
     async fn ledger_page(
         &self,
         day: chrono::NaiveDate,
@@ -124,6 +116,13 @@ impl PaymentGateway for Measured<dyn PaymentGateway> {
         };
         self.record("ledger", outcome, started);
         result
+    }
+}
+
+#[async_trait]
+impl ProviderCustomers for Measured<dyn ProviderCustomers> {
+    fn customer_key(&self, customer_id: &str) -> String {
+        self.inner.customer_key(customer_id)
     }
 
     async fn issue_billing_key(

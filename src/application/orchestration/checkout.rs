@@ -67,7 +67,7 @@ impl Orchestrator {
             order_id: payment_request_id(record.order.id, 1),
             order_name: record.order.name(),
             amount: record.order.total.minor(),
-            customer_key: self.payments.customer_key(&record.order.customer_id),
+            customer_key: self.customers.as_ref().map(|c| c.customer_key(&record.order.customer_id)),
         })
     }
 

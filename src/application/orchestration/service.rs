@@ -22,7 +22,8 @@ use crate::application::orchestration::{compensation, settlement};
 use crate::application::ports::{
     ApprovePayment, CancelPayment, Changes, Clock, InboxEntry, NotificationRequest, Notifier, Numbered,
     OrderContext, OrderRecord, OrderRepository, PaymentAuthorization, PaymentGateway,
-    PaymentMethodRepository, SagaLease, Scenario, SettlementGateway, SettlementRequest, UnitOfWork,
+    PaymentMethodRepository, ProviderCustomers, SagaLease, Scenario, SettlementGateway, SettlementRequest,
+    UnitOfWork,
 };
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
@@ -151,6 +152,8 @@ pub struct Orchestrator {
     meter: Meter,
     /// Saved cards, for a provider that charges registrations with one (Toss's billing).
     cards: Option<Arc<dyn PaymentMethodRepository>>,
+    /// The provider's customer keys, for its checkout widget (Toss).
+    pub(super) customers: Option<Arc<dyn ProviderCustomers>>,
 }
 
 /// The order's payment, which the step being run requires to be `APPROVED`.
@@ -194,6 +197,7 @@ impl Orchestrator {
             leases,
             meter: Meter::default(),
             cards: None,
+            customers: None,
         }
     }
 
@@ -236,6 +240,12 @@ impl Orchestrator {
     }
 
     /// Records the saga's step metrics into `meter` (the app's registry).
+    /// The provider's customers (Toss: the checkout widget's `customerKey`).
+    pub fn with_provider_customers(mut self, customers: Option<Arc<dyn ProviderCustomers>>) -> Self {
+        self.customers = customers;
+        self
+    }
+
     pub fn with_meter(mut self, meter: Meter) -> Self {
         self.meter = meter;
         self

@@ -64,7 +64,8 @@ pub use outbox_store::{
 };
 pub use payment_gateway::{
     ApprovalOutcome, ApprovePayment, BillingKey, CancelPayment, CancelReceipt, IssuedCard, LedgerPage,
-    LookupOutcome, PaymentAuthorization, PaymentGateway, ProviderCancel, ProviderRecord,
+    LookupOutcome, PaymentAuthorization, PaymentGateway, ProviderCancel, ProviderCustomers, ProviderLedger,
+    ProviderRecord, ProviderRecords,
 };
 pub use payment_methods::{PaymentMethodRepository, SavedCard};
 pub use payment_repository::PaymentRepository;

@@ -157,73 +157,58 @@ pub trait PaymentGateway: Send + Sync {
     /// MUST return `Rejected` when the provider refuses (recorded, not retried); `Unavailable` when it
     /// cannot be reached (retried later).
     async fn cancel(&self, request: &CancelPayment) -> Result<CancelReceipt, GatewayError>;
+}
 
-    /// The customer's key at the provider, for a provider whose widget needs one (Toss's
-    /// `customerKey`): stable per customer, unguessable, never the customer id itself.
-    /// `None` (the default) for a provider that has no such thing.
-    fn customer_key(&self, _customer_id: &str) -> Option<String> {
-        None
-    }
-
+/// The provider's own live record of a payment, for support — present only where the
+/// provider has one to show (Toss).
+#[async_trait]
+pub trait ProviderRecords: Send + Sync {
     /// The provider's live record of the payment `provider_transaction_id` (Toss's Payment
     /// object, unchanged); `None` when the provider has none.
     ///
     /// # Errors
-    /// `Rejected` `NOT_SUPPORTED` (the default) for a provider with nothing to show;
-    /// `Unavailable` when it cannot be reached.
-    ///
-    /// The provider's live record of the payment `provider_transaction_id` (Toss's Payment
-    /// object, unchanged); `None` when the provider has none.
-    ///
-    /// # Errors
-    /// `Rejected` `NOT_SUPPORTED` (the default) for a provider with nothing to show;
-    /// `Unavailable` when it cannot be reached.
+    /// `Rejected` when the provider refuses the look-up; `Unavailable` when it cannot be
+    /// reached.
     async fn provider_record(
         &self,
-        _provider_transaction_id: &str,
-    ) -> Result<Option<ProviderRecord>, GatewayError> {
-        Err(GatewayError::Rejected {
-            code: "NOT_SUPPORTED".into(),
-            message: "this payment provider has no record to show".into(),
-        })
-    }
+        provider_transaction_id: &str,
+    ) -> Result<Option<ProviderRecord>, GatewayError>;
+}
 
+/// The provider's ledger of a day — present only where the provider keeps one (Toss).
+#[async_trait]
+pub trait ProviderLedger: Send + Sync {
     /// One page of the provider's ledger of one `day` (in the provider's own zone): the
     /// approvals and cancels it made that day after the cursor `after` (the first page when
     /// `None`), oldest first, with the cursor of the next page if there is one.
     ///
     /// # Errors
-    /// `Rejected` `NOT_SUPPORTED` (the default) for a provider without a ledger;
-    /// `Unavailable` when it cannot be reached or its page cannot be read at all (a row that
-    /// cannot be read is in the page, as [`LedgerPage::unreadable`]).
+    /// `Rejected` when the provider refuses the read; `Unavailable` when it cannot be
+    /// reached or its page cannot be read at all (a row that cannot be read is in the page,
+    /// as [`LedgerPage::unreadable`]).
     async fn ledger_page(
         &self,
-        _day: chrono::NaiveDate,
-        _after: Option<String>,
-    ) -> Result<LedgerPage, GatewayError> {
-        Err(GatewayError::Rejected {
-            code: "NOT_SUPPORTED".into(),
-            message: "this payment provider has no ledger to reconcile".into(),
-        })
-    }
+        day: chrono::NaiveDate,
+        after: Option<String>,
+    ) -> Result<LedgerPage, GatewayError>;
+}
+
+/// The provider's customers and the cards it saves for them — present only where the
+/// provider has both (Toss: the widgets' `customerKey` and billing keys).
+#[async_trait]
+pub trait ProviderCustomers: Send + Sync {
+    /// The customer's key at the provider, for its widgets: stable per customer,
+    /// unguessable, never the customer id itself.
+    fn customer_key(&self, customer_id: &str) -> String;
 
     /// Turns the billing-auth widget's one-time `auth_key` into a saved card bound to
     /// `customer_key` (Toss's billing-key issue).
     ///
     /// # Errors
-    /// MUST return `Rejected` when the provider refuses the key (spent, another customer's)
-    /// or has no saved cards (the default: `NOT_SUPPORTED`); `Unavailable` when it cannot be
-    /// reached or its answer cannot be used.
-    async fn issue_billing_key(
-        &self,
-        _auth_key: &str,
-        _customer_key: &str,
-    ) -> Result<IssuedCard, GatewayError> {
-        Err(GatewayError::Rejected {
-            code: "NOT_SUPPORTED".into(),
-            message: "this payment provider keeps no saved cards".into(),
-        })
-    }
+    /// MUST return `Rejected` when the provider refuses the key (spent, another customer's);
+    /// `Unavailable` when it cannot be reached or its answer cannot be used.
+    async fn issue_billing_key(&self, auth_key: &str, customer_key: &str)
+    -> Result<IssuedCard, GatewayError>;
 }
 
 /// The provider's own record of a payment, as it sent it (for support: shown beside ours).

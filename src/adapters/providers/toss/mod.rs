@@ -25,8 +25,8 @@ use crate::adapters::Secret;
 use crate::application::ports::Cause;
 use crate::application::ports::{
     ApprovalOutcome, ApprovePayment, BillingKey, CancelPayment, CancelReceipt, GatewayError, IssuedCard,
-    LedgerPage, LookupOutcome, PaymentAuthorization, PaymentGateway, ProviderCancel, ProviderRecord,
-    Scenario,
+    LedgerPage, LookupOutcome, PaymentAuthorization, PaymentGateway, ProviderCancel, ProviderCustomers,
+    ProviderLedger, ProviderRecord, ProviderRecords, Scenario,
 };
 use crate::domain::ledger::{ProviderTransaction, TransactionKind, UnreadableRow};
 use crate::domain::payment::AUTHORIZATION_MISMATCH;
@@ -519,131 +519,6 @@ impl PaymentGateway for TossPaymentGateway {
         })
     }
 
-    /// A UUID-shaped HMAC-SHA256 of the customer id under the secret key: stable, and
-    /// unguessable by anyone without the key (Toss asks for a random key, never an e-mail,
-    /// a phone number or an id that counts up). A new secret key (test to live) gives every
-    /// customer a new key; saved cards keep the key they were issued with.
-    fn customer_key(&self, customer_id: &str) -> Option<String> {
-        use hmac::{Hmac, Mac};
-        let secret = self.client.settings.secret_key.expose().as_bytes();
-        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret).ok()?;
-        mac.update(b"customerKey:");
-        mac.update(customer_id.as_bytes());
-        let digest = mac.finalize().into_bytes();
-        let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
-        Some(format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32]))
-    }
-
-    async fn ledger_page(
-        &self,
-        day: chrono::NaiveDate,
-        after: Option<String>,
-    ) -> Result<LedgerPage, GatewayError> {
-        // The day as Toss counts it (its zone, docs/toss.md): D 00:00:00 – D 23:59:59.
-        let (start, end) = (format!("{day}T00:00:00"), format!("{day}T23:59:59"));
-        let rows = self
-            .client
-            .transactions(&start, &end, after.as_deref(), LEDGER_PAGE)
-            .await
-            .map_err(unavailable)?;
-        let full = rows.len() == LEDGER_PAGE as usize;
-        let last_key = rows.last().and_then(|row| match row {
-            Ok(t) => Some(t.transaction_key.clone()),
-            Err(unreadable) => unreadable.transaction_key.clone(),
-        });
-        let mut page = LedgerPage::default();
-        for row in rows {
-            let t = match row {
-                Ok(t) => t,
-                Err(unreadable) => {
-                    page.unreadable.push(unreadable);
-                    continue;
-                }
-            };
-            let (kind, status) = match t.status {
-                TossStatus::Done => (TransactionKind::Approval, "DONE"),
-                TossStatus::Canceled => (TransactionKind::Cancel, "CANCELED"),
-                TossStatus::PartialCanceled => (TransactionKind::Cancel, "PARTIAL_CANCELED"),
-                // No money moved (a virtual account waiting, an abort): nothing to match.
-                _ => continue,
-            };
-            let Ok(at) = chrono::DateTime::parse_from_rfc3339(&t.transaction_at) else {
-                page.unreadable.push(UnreadableRow {
-                    why: format!(
-                        "transactionAt: not a date and time: {}",
-                        text::excerpt(&t.transaction_at, 64)
-                    ),
-                    transaction_key: Some(t.transaction_key),
-                });
-                continue;
-            };
-            page.transactions.push(ProviderTransaction {
-                status: status.into(),
-                transaction_key: t.transaction_key,
-                payment_key: t.payment_key,
-                order_id: t.order_id,
-                kind,
-                amount: t.amount,
-                at: at.with_timezone(&chrono::Utc),
-            });
-        }
-        if full {
-            // Toss pages by the last row's key: a full page must end with one we can read.
-            page.next = Some(last_key.ok_or_else(|| {
-                GatewayError::unavailable("the ledger page's last row has no transactionKey to page on")
-            })?);
-        }
-        Ok(page)
-    }
-
-    async fn provider_record(
-        &self,
-        provider_transaction_id: &str,
-    ) -> Result<Option<ProviderRecord>, GatewayError> {
-        match self.client.payment(provider_transaction_id).await {
-            Ok((_, whole)) => Ok(Some(ProviderRecord(whole))),
-            Err(TossError::Answered { meaning: Meaning::NotFound, .. }) => Ok(None),
-            Err(error) => Err(unavailable(error)),
-        }
-    }
-
-    async fn issue_billing_key(
-        &self,
-        auth_key: &str,
-        customer_key: &str,
-    ) -> Result<IssuedCard, GatewayError> {
-        use sha2::Digest;
-        // The one-time authKey and the customer name the issue: the same customer asking
-        // again gets it replayed; another customer's post of the key is a request of its own,
-        // which Toss refuses (issue 43 item 10).
-        let mut hasher = sha2::Sha256::new();
-        hasher.update(customer_key.as_bytes());
-        hasher.update(b":");
-        hasher.update(auth_key.as_bytes());
-        let digest = hasher.finalize();
-        let key: String = format!("issue-{}", digest.iter().map(|b| format!("{b:02x}")).collect::<String>());
-        match self.client.issue_billing_key(auth_key, customer_key, &key).await {
-            Ok(billing) if billing.customer_key != customer_key => {
-                // Whatever made Toss answer so, the card is not this customer's.
-                Err(GatewayError::Rejected {
-                    code: "NOT_MATCHES_CUSTOMER_KEY".into(),
-                    message: "the card was issued for another customer".into(),
-                })
-            }
-            Ok(billing) => Ok(IssuedCard {
-                billing_key: BillingKey(billing.billing_key),
-                card_company: billing.card_company,
-                card_number: billing.card_number,
-            }),
-            Err(TossError::Answered { status, code, message, .. })
-                if (400..500).contains(&status) && status != 401 && status != 409 && status != 429 =>
-            {
-                Err(GatewayError::Rejected { code, message })
-            }
-            Err(error) => Err(unavailable(error)),
-        }
-    }
-
     async fn lookup(
         &self,
         payment_request_id: &str,
@@ -715,6 +590,143 @@ impl PaymentGateway for TossPaymentGateway {
             }
             // Unknown, temporary to the end, lost, broken or our own
             // configuration: open; the refund's look-up records what Toss has.
+            Err(error) => Err(unavailable(error)),
+        }
+    }
+}
+
+#[async_trait]
+impl ProviderLedger for TossPaymentGateway {
+    async fn ledger_page(
+        &self,
+        day: chrono::NaiveDate,
+        after: Option<String>,
+    ) -> Result<LedgerPage, GatewayError> {
+        // The day as Toss counts it (its zone, docs/toss.md): D 00:00:00 – D 23:59:59.
+        let (start, end) = (format!("{day}T00:00:00"), format!("{day}T23:59:59"));
+        let rows = self
+            .client
+            .transactions(&start, &end, after.as_deref(), LEDGER_PAGE)
+            .await
+            .map_err(unavailable)?;
+        let full = rows.len() == LEDGER_PAGE as usize;
+        let last_key = rows.last().and_then(|row| match row {
+            Ok(t) => Some(t.transaction_key.clone()),
+            Err(unreadable) => unreadable.transaction_key.clone(),
+        });
+        let mut page = LedgerPage::default();
+        for row in rows {
+            let t = match row {
+                Ok(t) => t,
+                Err(unreadable) => {
+                    page.unreadable.push(unreadable);
+                    continue;
+                }
+            };
+            let (kind, status) = match t.status {
+                TossStatus::Done => (TransactionKind::Approval, "DONE"),
+                TossStatus::Canceled => (TransactionKind::Cancel, "CANCELED"),
+                TossStatus::PartialCanceled => (TransactionKind::Cancel, "PARTIAL_CANCELED"),
+                // No money moved (a virtual account waiting, an abort): nothing to match.
+                _ => continue,
+            };
+            let Ok(at) = chrono::DateTime::parse_from_rfc3339(&t.transaction_at) else {
+                page.unreadable.push(UnreadableRow {
+                    why: format!(
+                        "transactionAt: not a date and time: {}",
+                        text::excerpt(&t.transaction_at, 64)
+                    ),
+                    transaction_key: Some(t.transaction_key),
+                });
+                continue;
+            };
+            page.transactions.push(ProviderTransaction {
+                status: status.into(),
+                transaction_key: t.transaction_key,
+                payment_key: t.payment_key,
+                order_id: t.order_id,
+                kind,
+                amount: t.amount,
+                at: at.with_timezone(&chrono::Utc),
+            });
+        }
+        if full {
+            // Toss pages by the last row's key: a full page must end with one we can read.
+            page.next = Some(last_key.ok_or_else(|| {
+                GatewayError::unavailable("the ledger page's last row has no transactionKey to page on")
+            })?);
+        }
+        Ok(page)
+    }
+}
+
+#[async_trait]
+impl ProviderRecords for TossPaymentGateway {
+    async fn provider_record(
+        &self,
+        provider_transaction_id: &str,
+    ) -> Result<Option<ProviderRecord>, GatewayError> {
+        match self.client.payment(provider_transaction_id).await {
+            Ok((_, whole)) => Ok(Some(ProviderRecord(whole))),
+            Err(TossError::Answered { meaning: Meaning::NotFound, .. }) => Ok(None),
+            Err(error) => Err(unavailable(error)),
+        }
+    }
+}
+
+#[async_trait]
+impl ProviderCustomers for TossPaymentGateway {
+    /// A UUID-shaped HMAC-SHA256 of the customer id under the secret key: stable, and
+    /// unguessable by anyone without the key (Toss asks for a random key, never an e-mail,
+    /// a phone number or an id that counts up). A new secret key (test to live) gives every
+    /// customer a new key; saved cards keep the key they were issued with.
+    fn customer_key(&self, customer_id: &str) -> String {
+        use hmac::{Hmac, Mac};
+        let secret = self.client.settings.secret_key.expose().as_bytes();
+        // HMAC takes a key of any length (RFC 2104: a long one is hashed first), so this
+        // cannot fail.
+        #[allow(clippy::expect_used)]
+        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret).expect("HMAC takes a key of any length");
+        mac.update(b"customerKey:");
+        mac.update(customer_id.as_bytes());
+        let digest = mac.finalize().into_bytes();
+        let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+        format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
+    }
+
+    async fn issue_billing_key(
+        &self,
+        auth_key: &str,
+        customer_key: &str,
+    ) -> Result<IssuedCard, GatewayError> {
+        use sha2::Digest;
+        // The one-time authKey and the customer name the issue: the same customer asking
+        // again gets it replayed; another customer's post of the key is a request of its own,
+        // which Toss refuses (issue 43 item 10).
+        let mut hasher = sha2::Sha256::new();
+        hasher.update(customer_key.as_bytes());
+        hasher.update(b":");
+        hasher.update(auth_key.as_bytes());
+        let digest = hasher.finalize();
+        let key: String = format!("issue-{}", digest.iter().map(|b| format!("{b:02x}")).collect::<String>());
+        match self.client.issue_billing_key(auth_key, customer_key, &key).await {
+            Ok(billing) if billing.customer_key != customer_key => {
+                // Whatever made Toss answer so, the card is not this customer's.
+                Err(GatewayError::Rejected {
+                    code: "NOT_MATCHES_CUSTOMER_KEY".into(),
+                    message: "the card was issued for another customer".into(),
+                })
+            }
+            Ok(billing) => Ok(IssuedCard {
+                billing_key: BillingKey(billing.billing_key),
+                card_company: billing.card_company,
+                card_number: billing.card_number,
+            }),
+            Err(TossError::Answered { status, code, message, .. })
+                if (400..500).contains(&status) && status != 401 && status != 409 && status != 429 =>
+            {
+                Err(GatewayError::Rejected { code, message })
+            }
             Err(error) => Err(unavailable(error)),
         }
     }
