@@ -107,7 +107,11 @@ impl Ledger {
                         "the payment provider refused to show its ledger: {code}: {message}"
                     )));
                 }
-                Err(e @ (GatewayError::Unavailable(_) | GatewayError::StaleBalance { .. })) => {
+                Err(
+                    e @ (GatewayError::Unavailable(_)
+                    | GatewayError::StaleBalance { .. }
+                    | GatewayError::AlreadyCancelled { .. }),
+                ) => {
                     return Err(AppError::Unavailable(Cause::context("payment provider's ledger", e)));
                 }
             };

@@ -100,7 +100,11 @@ impl PaymentMethods {
                     message: format!("the payment provider refused the card: {code}: {message}"),
                 });
             }
-            Err(e @ (GatewayError::Unavailable(_) | GatewayError::StaleBalance { .. })) => {
+            Err(
+                e @ (GatewayError::Unavailable(_)
+                | GatewayError::StaleBalance { .. }
+                | GatewayError::AlreadyCancelled { .. }),
+            ) => {
                 return Err(AppError::Unavailable(Cause::context("payment provider", e)));
             }
         };

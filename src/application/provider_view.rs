@@ -50,9 +50,11 @@ impl ProviderView {
             Err(GatewayError::Rejected { code, message }) => {
                 Err(AppError::unavailable(format!("payment provider refused the look-up: {code}: {message}")))
             }
-            Err(e @ (GatewayError::Unavailable(_) | GatewayError::StaleBalance { .. })) => {
-                Err(AppError::Unavailable(Cause::context("payment provider", e)))
-            }
+            Err(
+                e @ (GatewayError::Unavailable(_)
+                | GatewayError::StaleBalance { .. }
+                | GatewayError::AlreadyCancelled { .. }),
+            ) => Err(AppError::Unavailable(Cause::context("payment provider", e))),
         }
     }
 }

@@ -359,9 +359,11 @@ impl Refunds {
                 OperatorDecision::Made { transaction_key } => {
                     RefundAnswer::Refunded(CancelReceipt { transaction_key, balance_after: None })
                 }
-                OperatorDecision::NotMade => {
-                    RefundAnswer::Refused { code: "OPERATOR".into(), message: note.clone() }
-                }
+                OperatorDecision::NotMade => RefundAnswer::Refused {
+                    code: "OPERATOR".into(),
+                    message: note.clone(),
+                    already_cancelled: false,
+                },
             };
             let mut changes = Changes::default();
             changes.audit.push(audit::record(
@@ -484,7 +486,12 @@ impl Refunds {
         };
         Ok(match self.payments.cancel(&request).await {
             Ok(receipt) => RefundAnswer::Refunded(receipt),
-            Err(GatewayError::Rejected { code, message }) => RefundAnswer::Refused { code, message },
+            Err(GatewayError::Rejected { code, message }) => {
+                RefundAnswer::Refused { code, message, already_cancelled: false }
+            }
+            Err(GatewayError::AlreadyCancelled { code, message }) => {
+                RefundAnswer::Refused { code, message, already_cancelled: true }
+            }
             Err(GatewayError::StaleBalance { message }) => RefundAnswer::StaleBalance(message),
             Err(GatewayError::Unavailable(cause)) => RefundAnswer::Unknown(Chain(&cause).to_string()),
         })
@@ -578,8 +585,8 @@ impl Refunds {
                 changes.outbox = events.finish();
                 None
             }
-            RefundAnswer::Refused { code, message } => {
-                already_cancelled = code == "ALREADY_CANCELED_PAYMENT";
+            RefundAnswer::Refused { code, message, already_cancelled: cancelled } => {
+                already_cancelled = cancelled;
                 let why = format!("{code}: {message}");
                 let payment_events =
                     payment.record_refund_failure(&mut refund, why.clone(), now).map_err(broken_invariant)?;
@@ -920,6 +927,8 @@ enum RefundAnswer {
     Refused {
         code: String,
         message: String,
+        /// The provider has the payment cancelled already (by a cancel we never recorded).
+        already_cancelled: bool,
     },
     /// No answer we can act on (unreachable, timed out, broke the protocol).
     Unknown(String),

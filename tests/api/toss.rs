@@ -332,10 +332,11 @@ async fn a_saved_card_is_charged_and_refunded_in_parts_by_tosss_arithmetic() {
     assert_eq!(whole["cancels"].as_array().map(Vec::len), Some(2), "{whole}");
     assert_eq!(fake.effects("cancel").await, 2);
     // Cancelled already, under a key Toss never carried out (one it did would replay its
-    // answer): refused, and the refund's caller records what the look-up shows.
+    // answer): refused as the typed `AlreadyCancelled` (issue 47: no provider code reaches the
+    // application), and the refund's caller records what the look-up shows.
     let done = toss.cancel(&cancel(&payment_key, "refund-5", 1, 1)).await.unwrap_err();
     assert!(
-        matches!(&done, GatewayError::Rejected { code, .. } if code == "ALREADY_CANCELED_PAYMENT"),
+        matches!(&done, GatewayError::AlreadyCancelled { code, .. } if code == "ALREADY_CANCELED_PAYMENT"),
         "{done:?}"
     );
     assert!(matches!(toss.lookup(&id, &Scenario::default()).await.unwrap(), LookupOutcome::Cancelled { .. }));

@@ -50,7 +50,9 @@ impl<T: ?Sized> Measured<T> {
 
 fn gateway_error(err: &GatewayError) -> &'static str {
     match err {
-        GatewayError::Rejected { .. } | GatewayError::StaleBalance { .. } => "rejected",
+        GatewayError::Rejected { .. }
+        | GatewayError::AlreadyCancelled { .. }
+        | GatewayError::StaleBalance { .. } => "rejected",
         GatewayError::Unavailable(_) => "unavailable",
     }
 }

@@ -14,6 +14,10 @@ use super::error::Cause;
 pub enum GatewayError {
     /// The provider refused for a business reason (4xx): retrying will not help.
     Rejected { code: String, message: String },
+    /// A cancel refused because the provider has the payment cancelled already — by a
+    /// cancel it never made under our key (outside the service, or one whose answer we
+    /// lost). Nothing moved now; the caller asks the provider what cancelled it.
+    AlreadyCancelled { code: String, message: String },
     /// A cancel refused because the balance it was sent with (Toss's `refundableAmount`) is
     /// not the provider's: a cancel was made outside the service and our books are behind.
     /// Nothing moved; the caller records the provider's cancels and decides again.
@@ -34,6 +38,9 @@ impl fmt::Display for GatewayError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             GatewayError::Rejected { code, message } => write!(f, "rejected by provider: {code}: {message}"),
+            GatewayError::AlreadyCancelled { code, message } => {
+                write!(f, "the provider has the payment cancelled already: {code}: {message}")
+            }
             GatewayError::StaleBalance { message } => {
                 write!(f, "the provider's refundable balance is not ours: {message}")
             }
@@ -45,7 +52,9 @@ impl fmt::Display for GatewayError {
 impl Error for GatewayError {
     fn source(&self) -> Option<&(dyn Error + 'static)> {
         match self {
-            GatewayError::Rejected { .. } | GatewayError::StaleBalance { .. } => None,
+            GatewayError::Rejected { .. }
+            | GatewayError::AlreadyCancelled { .. }
+            | GatewayError::StaleBalance { .. } => None,
             // The cause's own text is in this one's: its chain goes on from its source.
             GatewayError::Unavailable(cause) => cause.source(),
         }

@@ -579,10 +579,13 @@ impl PaymentGateway for TossPaymentGateway {
             // Already cancelled answers a key of ours that Toss never carried out (a cancel it
             // made would be replayed under its key): refused, and the refund's caller asks Toss
             // what cancelled it and records that (docs/toss.md).
+            Err(TossError::Answered { code, message, meaning: Meaning::AlreadyCancelled, .. }) => {
+                Err(GatewayError::AlreadyCancelled { code, message })
+            }
             Err(TossError::Answered {
                 code,
                 message,
-                meaning: Meaning::NotCancelable | Meaning::NotFound | Meaning::AlreadyCancelled,
+                meaning: Meaning::NotCancelable | Meaning::NotFound,
                 ..
             }) => Err(GatewayError::Rejected { code, message }),
             Err(TossError::Answered { code, message, meaning: Meaning::StaleBalance, .. }) => {
