@@ -1,44 +1,67 @@
 //! Commerce order orchestration: what happens after an order is placed — payment,
 //! settlement, notification — as explicit state machines, a resumable saga with
-//! compensation, and a transactional outbox relayed to RabbitMQ.
+//! compensation, and a transactional outbox relayed to RabbitMQ or Kafka, in our own
+//! envelope or a partner's wire contract (CloudEvents, the meetup platform's, the commerce
+//! backend's). Money moves through Toss Payments (or a simulated or external provider) and
+//! is checked daily against Toss's own ledger.
 //!
 //! # Layout
 //!
 //! The layers point inward only: `domain` imports nothing of ours, `application` imports
 //! `domain`, `adapters` implement `application`'s ports, and only [`startup`] and `src/bin`
-//! see everything (docs/architecture.md).
+//! see everything (docs/architecture.md has the picture).
 //!
 //! - [`domain`] — the aggregates and their transition functions: `order` (and its saga
-//!   steps), `payment`, `settlement`, `notification`, `outbox` (delivery states, backoff,
-//!   lanes), plus `money`, `text` (input rules) and `audit` actions. Pure: no I/O, no async.
+//!   steps), `payment` (with refunds), `settlement`, `notification`, `outbox` (delivery
+//!   states, lanes), `ledger` (matching a provider's day against our books), plus `money`,
+//!   `text` (input rules), `backoff` (the one doubling backoff) and `audit` actions. Pure:
+//!   no I/O, no async.
 //! - [`application`] — the use cases and the ports they need:
-//!   - `ports/` — one trait per capability, each method's contract stated
-//!     (`order_repository`, `unit_of_work`, `outbox_store`, `event_publisher`,
-//!     `payment_gateway`, `clock`, …).
+//!   - `ports/` — one trait per capability, each method's contract stated: storage
+//!     (`order_repository`, `payment_repository`, `unit_of_work`, `outbox_store`, `ledger`,
+//!     `payment_methods`, …), the broker (`event_publisher`), the providers
+//!     (`payment_gateway` with `ProviderRecords`, `ProviderLedger` and `ProviderCustomers`
+//!     beside it for the providers that have them, `settlement_gateway`, `notifier`,
+//!     `meeting_fees`), `clock`.
 //!   - `orchestration/` — the saga: `steps` (what runs next), one pure decision per step
-//!     (`payment`, `settlement`, `compensation`, `notify`), `service` (the `Orchestrator`
-//!     that calls providers and commits), `lease`, `confirmation`.
-//!   - `recovery` — background repair: unknown payment outcomes looked up (and provider
-//!     callbacks), compensations retried, stalled sagas resumed, pending refunds finished.
+//!     (`payment`, `settlement`, `compensation`, `notify`), `outcome` (a step's commit and
+//!     the next step's intent in it), `service` (the `Orchestrator`), `checkout` (Toss's
+//!     widget), `confirmation`, `settlement_repair`, `lease`.
+//!   - the money: `refunds` (full and partial, the provider's answers), `ledger` (the daily
+//!     run against the provider's ledger), `payment_methods` (saved cards),
+//!     `provider_view` (the provider's record beside ours).
+//!   - background work: `recovery` (unknown payment outcomes and provider callbacks,
+//!     compensations, stalled sagas, pending refunds), `notification_retry`,
+//!     `settlement_retry`.
 //!   - `outbox/` — the relay (lanes, fast and slow paths), operator actions, retention.
-//!   - `inbound/` — messages from the meeting service.
-//!   - `idempotency`, `queries`, `refunds`, `notification_retry`, `envelopes` (the outbox
-//!     event writer shared by every use case), `input` (request checks), `health`, `meter`.
-//! - [`adapters`] — the outside world behind the ports: `persistence` (SeaORM on
-//!   PostgreSQL and SQLite: `store` and one file per port it implements — `unit_of_work`,
-//!   `orders`, `payments`, `notifications`, `audit`, `outbox`, `idempotency`), `http`
-//!   (actix-web handlers per resource — `orders`, `payments`, `notifications`,
-//!   `outbox_admin`, `ops` — with `auth` and `problem`), `messaging` (the confirming AMQP
-//!   publisher and the meeting consumers), `providers` (simulated and external HTTP
-//!   payment), `clock`.
+//!   - `inbound/` — the meeting service's messages, whatever contract carries them.
+//!   - `idempotency`, `queries`, `envelopes` (the outbox event writer every use case
+//!     shares), `commit`, `input`, `health`, `meter`, `audit`, `actor`, `error`.
+//! - [`adapters`] — the outside world behind the ports:
+//!   - `persistence` — SeaORM on PostgreSQL and SQLite (`unit_of_work`: a change set as
+//!     one statement on PostgreSQL; `orders`, `payments`, `settlements`, `notifications`,
+//!     `ledger`, `payment_methods`, `audit`, `idempotency`, `outbox/`), and the meeting
+//!     service's MariaDB fee table (`meeting_fees`).
+//!   - `http` — actix-web handlers per resource (`orders`, `payments`, `settlements`,
+//!     `notifications`, `ledger`, `payment_methods`, `webhooks` (Toss's), `outbox_admin`,
+//!     `ops`, `console`), with `auth` (JWT, JWKS), `problem` (RFC 7807), `body`, `dto`.
+//!   - `messaging` — `amqp/` (the confirming publisher, the meeting consumers, the momo
+//!     topology), `kafka/` (the idempotent producer, the consumer group, dead letters),
+//!     `contract/` (the wire contracts: `envelope`, `cloudevents`, `momo`, `commerce`),
+//!     `meeting` (decoding and failure policy), `log_publisher`.
+//!   - `providers` — `toss/` (the client, its answers' meanings, the gateway), `external`,
+//!     `simulated`, `webhook` (Standard Webhooks for settlement and notification), `email`
+//!     (SMTP through lettre), `measured` (every call timed), `transport`.
+//!   - `clock`, `secret`.
 //! - [`config`] — layered configuration (built-in defaults, file, environment) resolved
 //!   into each part's settings.
 //! - [`startup`] — the composition root: builds the services for `serve`, `worker` and the
 //!   CLI.
-//! - [`telemetry`] — logging and the metrics registry.
+//! - [`telemetry`] — logging, traces and the metrics registry.
 //!
-//! Binaries: `src/bin/app.rs` (the `app` CLI: `serve`, `worker`, operator commands) and
-//! `bench/` (the benchmark harness, a workspace member of its own, one module per scenario).
+//! Binaries: `src/bin/app.rs` (the `app` CLI: `serve`, `worker`, operator commands);
+//! workspace members `bench/` (the benchmark harness, one module per scenario),
+//! `fake-toss/` (a Toss Payments stand-in for tests and benches) and `migrations/`.
 
 pub mod adapters;
 pub mod application;
