@@ -18,6 +18,9 @@
 //! operator. A request asked again with the same request key (an HTTP `Idempotency-Key`, an
 //! inbound event's id) is the same refund, never a second one.
 
+mod decide;
+
+use decide::{RefundAnswer, Verdict, pending_refund};
 use std::sync::Arc;
 
 use crate::application::audit::{self, entity};
@@ -35,7 +38,7 @@ use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::{OrderId, RefundId};
 use crate::domain::order::{OrderStatus, SagaStep, StepStatus};
-use crate::domain::payment::{PaymentError, PaymentStatus, Refund, RefundStatus};
+use crate::domain::payment::{PaymentError, PaymentStatus, RefundStatus};
 
 /// What to refund.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -519,120 +522,17 @@ impl Refunds {
         answer: RefundAnswer,
         actor: &Actor,
         inbox: Option<InboxEntry>,
-        mut changes: Changes,
+        changes: Changes,
     ) -> Result<RefundOutcome, AppError> {
         let now = self.clock.now();
         let order_id = record.order.id;
-        let mut payment = record.payment.clone().ok_or_else(|| broken_invariant("no payment"))?;
-        let mut refund = pending_refund(&record, refund_id)?.clone();
-        let mut order = record.order.clone();
-        let mut already_cancelled = false;
-        let rejected = match answer {
-            RefundAnswer::Refunded(receipt) => {
-                let payment_events = payment
-                    .refund(&mut refund, receipt.transaction_key.clone(), now)
-                    .map_err(broken_invariant)?;
-                let order_events = if payment.status == PaymentStatus::Refunded {
-                    order.refund(now).map_err(broken_invariant)?
-                } else {
-                    vec![]
-                };
-                changes.update_payment(&mut payment);
-                changes.update_refund(&mut refund);
-                if !order_events.is_empty() {
-                    changes.update_order(&mut order);
-                }
-                let summary = format!(
-                    "refunded {} ({} of {} refunded, balance {}): {}",
-                    refund.amount.minor(),
-                    payment.refunded_amount,
-                    payment.amount.minor(),
-                    payment.balance(),
-                    refund.reason
-                );
-                changes.step(
-                    order_id,
-                    SagaStep::Compensation,
-                    StepStatus::Success,
-                    Some(summary.clone()),
-                    now,
-                );
-                changes.audit.push(audit::record(
-                    AuditAction::Refunded,
-                    entity::ORDER,
-                    order_id,
-                    actor,
-                    Some(format!("refund {}: {summary}", refund.id)),
-                    now,
-                ));
-                if let Some(theirs) = receipt.balance_after.filter(|b| *b != payment.balance()) {
-                    // The provider's books and ours disagree: recorded for an operator.
-                    changes.audit.push(audit::record(
-                        AuditAction::RefundBalanceMismatch,
-                        entity::ORDER,
-                        order_id,
-                        actor,
-                        Some(format!(
-                            "refund {}: the provider's balance after it is {theirs}, ours {}",
-                            refund.id,
-                            payment.balance()
-                        )),
-                        now,
-                    ));
-                }
-                let mut events = EventWriter::new(&order, &record, now);
-                events.payment(&payment, &payment_events).order(&order_events);
-                changes.outbox = events.finish();
-                None
-            }
-            RefundAnswer::Refused { code, message, already_cancelled: cancelled } => {
-                already_cancelled = cancelled;
-                let why = format!("{code}: {message}");
-                let payment_events =
-                    payment.record_refund_failure(&mut refund, why.clone(), now).map_err(broken_invariant)?;
-                changes.update_payment(&mut payment);
-                changes.update_refund(&mut refund);
-                changes.step(
-                    order_id,
-                    SagaStep::Compensation,
-                    StepStatus::Failed,
-                    Some(format!("refund of {} refused: {why}", refund.amount.minor())),
-                    now,
-                );
-                changes.audit.push(audit::record(
-                    AuditAction::RefundFailed,
-                    entity::ORDER,
-                    order_id,
-                    actor,
-                    Some(format!("refund {}: {why}", refund.id)),
-                    now,
-                ));
-                let mut events = EventWriter::new(&order, &record, now);
-                events.payment(&payment, &payment_events);
-                changes.outbox = events.finish();
-                Some(why)
-            }
-            // A stale balance is restated before this (`finish`); were it to come here, the
-            // refund stays pending, as for an answer we cannot act on.
-            RefundAnswer::Unknown(cause) | RefundAnswer::StaleBalance(cause) => {
-                let n = payment.reconcile_attempts.max(0).unsigned_abs();
-                let retry_after = self.settings.retry_after;
-                let next = now + crate::domain::backoff::doubled(retry_after, n, retry_after);
-                payment.record_reconcile_attempt(next, now).map_err(broken_invariant)?;
-                changes.update_payment(&mut payment);
-                if payment.reconcile_attempts >= self.settings.max_attempts {
-                    changes.audit.push(audit::record(
-                        AuditAction::RefundUnresolved,
-                        entity::ORDER,
-                        order_id,
-                        actor,
-                        Some(format!(
-                            "refund {} outcome still unknown after {} attempts ({cause}); an operator must decide",
-                            refund.id, payment.reconcile_attempts
-                        )),
-                        now,
-                    ));
-                }
+        let decided = decide::decide(&record, refund_id, answer, actor, &self.settings, now, changes)?;
+        let (mut changes, order, payment, refund) =
+            (decided.changes, decided.order, decided.payment, decided.refund);
+        let (rejected, already_cancelled) = match decided.verdict {
+            Verdict::Refunded => (None, false),
+            Verdict::Rejected { reason, already_cancelled } => (Some(reason), already_cancelled),
+            Verdict::Pending { reason } => {
                 match self.uow.commit(changes).await {
                     Ok(()) => record.payment = Some(payment),
                     Err(RepoError::Conflict) => record = self.load(order_id).await?,
@@ -641,8 +541,6 @@ impl Refunds {
                         tracing::warn!(order = %order_id, error = %Chain(&err), "a refund attempt could not be recorded")
                     }
                 }
-                let reason =
-                    format!("payment provider: {cause}; the refund is pending and will be completed");
                 return Ok(RefundOutcome::Pending { record, reason });
             }
         };
@@ -764,14 +662,6 @@ impl Refunds {
         }
         self.finish(record, refund_id, actor, None, Scenario::default(), Restate::Once).await
     }
-}
-
-fn pending_refund(record: &OrderRecord, refund_id: RefundId) -> Result<&Refund, AppError> {
-    record
-        .refunds
-        .iter()
-        .find(|r| r.id == refund_id)
-        .ok_or_else(|| broken_invariant(format!("refund {refund_id} is not the payment's")))
 }
 
 /// What a look-up at the provider showed of a payment we hold as approved.
@@ -919,21 +809,6 @@ impl Refunds {
         }
         Ok(if recorded > 0 { ProviderRefunds::Recorded(recorded) } else { ProviderRefunds::Nothing })
     }
-}
-
-/// What the provider said to a refund.
-enum RefundAnswer {
-    Refunded(CancelReceipt),
-    Refused {
-        code: String,
-        message: String,
-        /// The provider has the payment cancelled already (by a cancel we never recorded).
-        already_cancelled: bool,
-    },
-    /// No answer we can act on (unreachable, timed out, broke the protocol).
-    Unknown(String),
-    /// Refused: the balance it was sent with is not the provider's (nothing moved).
-    StaleBalance(String),
 }
 
 /// What an operator found a pending refund to be, in the provider's own books.
