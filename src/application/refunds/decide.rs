@@ -4,31 +4,16 @@
 
 use chrono::{DateTime, Utc};
 
-use super::RefundSettings;
+use super::{RefundAnswer, RefundSettings};
 use crate::application::audit::{self, entity};
 use crate::application::envelopes::EventWriter;
 use crate::application::error::broken_invariant;
-use crate::application::ports::{CancelReceipt, Changes, OrderRecord};
+use crate::application::ports::{Changes, OrderRecord};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::RefundId;
 use crate::domain::order::{Order, SagaStep, StepStatus};
 use crate::domain::payment::{Payment, PaymentStatus, Refund};
-
-/// What the provider said to a refund.
-pub(super) enum RefundAnswer {
-    Refunded(CancelReceipt),
-    Refused {
-        code: String,
-        message: String,
-        /// The provider has the payment cancelled already (by a cancel we never recorded).
-        already_cancelled: bool,
-    },
-    /// No answer we can act on (unreachable, timed out, broke the protocol).
-    Unknown(String),
-    /// Refused: the balance it was sent with is not the provider's (nothing moved).
-    StaleBalance(String),
-}
 
 /// What the answer comes to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -186,6 +171,7 @@ pub(super) fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::application::ports::CancelReceipt;
     use crate::domain::ids::OrderId;
     use crate::domain::order::{NewOrder, NewOrderItem, OrderSource, OrderStatus};
     use crate::domain::payment::RefundStatus;

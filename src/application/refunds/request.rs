@@ -1,0 +1,177 @@
+//! A refund asked for: checked, its intent committed, the provider asked (docs/spec.md §3).
+
+use crate::application::audit::{self, entity};
+use crate::application::commit::commit;
+use crate::application::error::broken_invariant;
+use crate::application::ports::Changes;
+use crate::application::{Actor, AppError};
+use crate::domain::audit::AuditAction;
+use crate::domain::ids::OrderId;
+use crate::domain::payment::{PaymentError, RefundStatus};
+
+use super::*;
+
+impl Refunds {
+    /// Refunds `request.amount` (or the whole balance) of `order_id`'s payment. `inbox` (an
+    /// inbound message) is recorded in the same transaction as the outcome; `scenario`
+    /// overrides the order's mock refund behaviour if it has one.
+    ///
+    /// # Errors
+    /// `NotFound`; `Forbidden` `UNAUTHORIZED_REFUND` unless the caller is the order's
+    /// customer or an admin; `Conflict` `REFUND_NOT_ALLOWED` unless the order is `COMPLETED`
+    /// with a balance left, `ORDER_BUSY` while another runner changes it; `Unprocessable`
+    /// `REFUND_AMOUNT_INVALID` unless `0 < amount <= balance` (nothing called);
+    /// `Unavailable` when the provider or the database is down: the refund's intent is
+    /// recorded before the provider is called, so a retry with the same request key, or
+    /// the worker, finishes it with the same provider key.
+    pub async fn refund_order(
+        &self,
+        actor: &Actor,
+        order_id: OrderId,
+        request: RefundRequest,
+    ) -> Result<RefundOutcome, AppError> {
+        let lease = self.lease(order_id).await?;
+        let result = self.refund_leased(actor, order_id, request, Restate::Once).await;
+        self.leases.release(order_id, &lease.owner).await;
+        result
+    }
+
+    pub(super) async fn refund_leased(
+        &self,
+        actor: &Actor,
+        order_id: OrderId,
+        request: RefundRequest,
+        restate: Restate,
+    ) -> Result<RefundOutcome, AppError> {
+        let RefundRequest { reason, amount, request_key, inbox, causation_id, scenario } = request;
+        let mut record = self.load(order_id).await?;
+        if !actor.may_access(&record.order.customer_id) {
+            self.audit_rejection(actor, order_id, "not the order's customer".into()).await?;
+            return Err(AppError::Forbidden {
+                code: "UNAUTHORIZED_REFUND",
+                message: "only the order's customer or an admin may refund it".into(),
+            });
+        }
+        // The same request again: its refund, as it stands or finished now.
+        if let Some(key) = &request_key
+            && let Some(known) = record.refunds.iter().find(|r| r.request_key.as_ref() == Some(key)).cloned()
+        {
+            return match known.status {
+                RefundStatus::Succeeded => Ok(RefundOutcome::Refunded(record)),
+                RefundStatus::Failed => {
+                    let reason = known.failure_reason.unwrap_or_else(|| "refused".into());
+                    Ok(RefundOutcome::Rejected { record, reason: format!("refused before: {reason}") })
+                }
+                RefundStatus::Pending => self.finish(record, known.id, actor, inbox, scenario, restate).await,
+            };
+        }
+        if !Self::refundable(&record) {
+            let status = record.payment.as_ref().map_or("none", |p| p.status.as_str());
+            self.audit_rejection(actor, order_id, format!("order {} is {}", record.order.status, status))
+                .await?;
+            return Err(AppError::Conflict {
+                code: "REFUND_NOT_ALLOWED",
+                message: format!(
+                    "only a COMPLETED order with a balance left on its payment can be refunded; this one is {} (payment {status})",
+                    record.order.status
+                ),
+            });
+        }
+        // Another refund is pending (its answer was lost): finished first, with its key.
+        if let Some(pending) = record.refunds.iter().find(|r| r.status == RefundStatus::Pending).map(|r| r.id)
+        {
+            if let RefundOutcome::Pending { reason, .. } =
+                self.finish(record, pending, actor, None, scenario, Restate::No).await?
+            {
+                return Err(AppError::unavailable(format!(
+                    "another refund of this order is pending ({reason}); it is finished first"
+                )));
+            }
+            record = self.load(order_id).await?;
+            if !Self::refundable(&record) {
+                return Err(AppError::Conflict {
+                    code: "REFUND_NOT_ALLOWED",
+                    message: "the payment has no balance left".into(),
+                });
+            }
+        }
+        let mut payment = record.payment.clone().ok_or_else(|| broken_invariant("no payment"))?;
+        let now = self.clock.now();
+        // Sent to the provider: within what it takes (a consumer's reason names its event).
+        let reason: String = reason
+            .filter(|r| !r.trim().is_empty())
+            .unwrap_or_else(|| DEFAULT_REASON.into())
+            .chars()
+            .take(crate::domain::text::limits::REFUND_REASON)
+            .collect();
+        let balance = payment.balance();
+        let mut refund = match payment.begin_refund(
+            amount,
+            reason.clone(),
+            actor.subject.clone(),
+            request_key,
+            now,
+        ) {
+            Ok(refund) => refund,
+            Err(PaymentError::RefundAmountInvalid { requested, balance }) => {
+                self.audit_rejection(
+                    actor,
+                    order_id,
+                    format!("refund of {requested} asked, balance {balance}"),
+                )
+                .await?;
+                return Err(AppError::Unprocessable {
+                    code: "REFUND_AMOUNT_INVALID",
+                    message: format!(
+                        "a refund must be more than 0 and at most the balance {balance}; asked for {requested}"
+                    ),
+                });
+            }
+            Err(err) => return Err(broken_invariant(err)),
+        };
+        refund.causation_id = causation_id;
+        // The intent, committed before the provider is asked: whatever happens to the
+        // answer, the worker finds this refund and finishes it (docs/spec.md §4).
+        let mut changes = Changes::default();
+        changes.update_payment(&mut payment);
+        changes.insert_refund(&mut refund);
+        changes.audit.push(audit::record(
+            AuditAction::RefundRequested,
+            entity::ORDER,
+            order_id,
+            actor,
+            Some(format!(
+                "refund {} of {} (balance {balance}), Idempotency-Key {}: {reason}",
+                refund.id,
+                refund.amount.minor(),
+                refund.idempotency_key
+            )),
+            now,
+        ));
+        if !commit(self.uow.as_ref(), changes).await? {
+            return Err(changed_concurrently());
+        }
+        let refund_id = refund.id;
+        record.payment = Some(payment);
+        record.refunds.push(refund);
+        self.finish(record, refund_id, actor, inbox, scenario, restate).await
+    }
+
+    pub(super) async fn audit_rejection(
+        &self,
+        actor: &Actor,
+        order_id: OrderId,
+        detail: String,
+    ) -> Result<(), AppError> {
+        let mut changes = Changes::default();
+        changes.audit.push(audit::record(
+            AuditAction::RefundRejected,
+            entity::ORDER,
+            order_id,
+            actor,
+            Some(detail),
+            self.clock.now(),
+        ));
+        Ok(self.uow.commit(changes).await?)
+    }
+}
