@@ -27,11 +27,12 @@
 //!     (`payment`, `settlement`, `compensation`, `notify`), `outcome` (a step's commit and
 //!     the next step's intent in it), `service` (the `Orchestrator`), `checkout` (Toss's
 //!     widget), `confirmation`, `settlement_repair`, `lease`.
-//!   - the money: `refunds` (full and partial, the provider's answers), `ledger` (the daily
+//!   - the money: `refunds/` (full and partial: `decide` is what a provider's answer
+//!     means, pure; then `request`, `outcome`, `resolve`, `provider`), `ledger` (the daily
 //!     run against the provider's ledger), `payment_methods` (saved cards),
 //!     `provider_view` (the provider's record beside ours).
-//!   - background work: `recovery` (unknown payment outcomes and provider callbacks,
-//!     compensations, stalled sagas, pending refunds), `notification_retry`,
+//!   - background work: `recovery/` (one file per job: `reconciliation`, `callbacks`,
+//!     `compensations`, `stalled`), `notification_retry`,
 //!     `settlement_retry`.
 //!   - `outbox/` — the relay (lanes, fast and slow paths), operator actions, retention.
 //!   - `inbound/` — the meeting service's messages, whatever contract carries them.

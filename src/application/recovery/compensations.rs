@@ -1,0 +1,99 @@
+//! Compensations that failed, retried with backoff until their attempts run out, then left
+//! for an operator.
+
+use chrono::Duration;
+
+use crate::application::audit::{self, entity};
+use crate::application::ports::Changes;
+use crate::application::{Actor, AppError};
+use crate::domain::audit::AuditAction;
+use crate::domain::backoff::doubled;
+use crate::domain::order::{Order, OrderStatus};
+use crate::domain::payment::PaymentStatus;
+
+use super::*;
+
+impl Recovery {
+    /// Retries the compensations whose cancel failed, with backoff; past the attempts,
+    /// leaves them (once audited) to an operator.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    pub async fn retry_compensations(&self) -> Result<CompensationReport, AppError> {
+        let actor = Actor::system("compensation-retry");
+        let mut report = CompensationReport::default();
+        for order_id in self.payments.awaiting_compensation(100).await? {
+            let Some(record) = self.orders.get(order_id).await? else {
+                continue;
+            };
+            if !record.payment.as_ref().is_some_and(|p| p.status == PaymentStatus::Approved) {
+                continue;
+            }
+            let failures = compensation_failures(&record);
+            let Some(last) = failures.last() else {
+                // Never attempted (a crash between the settlement failure and compensation).
+                report.retried += 1;
+                if self.orchestrator.orchestrate(&actor, order_id).await?.order.status
+                    == OrderStatus::Cancelled
+                {
+                    report.compensated += 1;
+                }
+                continue;
+            };
+            let now = self.clock.now();
+            if failures.len() >= self.settings.compensation_max_attempts {
+                let audited = self.orders.audit_for(entity::ORDER, &order_id.to_string()).await?;
+                if !audited.iter().any(|a| a.action == AuditAction::CompensationExhausted) {
+                    let mut changes = Changes::default();
+                    let detail = format!(
+                        "payment cancel failed {} times; the order stays FAILED with its payment APPROVED until an operator acts",
+                        failures.len()
+                    );
+                    changes.audit.push(audit::record(
+                        AuditAction::CompensationExhausted,
+                        entity::ORDER,
+                        order_id,
+                        &actor,
+                        Some(detail),
+                        now,
+                    ));
+                    self.uow.commit(changes).await?;
+                    report.exhausted += 1;
+                    self.meter.record(|| metrics::counter!("compensations_exhausted_total").increment(1));
+                }
+                continue;
+            }
+            let n = u32::try_from(failures.len()).unwrap_or(u32::MAX).saturating_sub(1);
+            let due = last.created_at + doubled(self.settings.compensation_backoff, n, Duration::days(1));
+            if due > now {
+                continue;
+            }
+            report.retried += 1;
+            let after = self.orchestrator.orchestrate(&actor, order_id).await?;
+            if after.order.status == OrderStatus::Cancelled {
+                report.compensated += 1;
+            }
+        }
+        Ok(report)
+    }
+
+    /// Orders whose compensation failed on every retry: the payment is still `APPROVED` for
+    /// a `FAILED` order (money taken for nothing) and only an operator can settle it.
+    ///
+    /// # Errors
+    /// `Forbidden` for a non-admin; `Unavailable` when the database fails.
+    pub async fn compensations_exhausted(&self, actor: &Actor) -> Result<Vec<Order>, AppError> {
+        actor.require_admin()?;
+        let mut exhausted = Vec::new();
+        for order_id in self.payments.awaiting_compensation(1000).await? {
+            let Some(record) = self.orders.get(order_id).await? else {
+                continue;
+            };
+            let approved = record.payment.as_ref().is_some_and(|p| p.status == PaymentStatus::Approved);
+            if approved && compensation_failures(&record).len() >= self.settings.compensation_max_attempts {
+                exhausted.push(record.order);
+            }
+        }
+        Ok(exhausted)
+    }
+}

@@ -1,0 +1,252 @@
+//! Unknown payment outcomes and failed compensations, resolved in the background (docs/spec.md §4,
+//! §9): reconciliation asks the provider about payments left `CONFIRMATION_REQUIRED` by a
+//! timeout; provider callbacks deliver the same answer pushed; compensations whose cancel
+//! failed are retried with backoff until their attempts run out and an operator takes over;
+//! sagas a dead run left half-way are resumed once their lease has run out (a bounded
+//! number of times); refunds whose outcome was never recorded are finished.
+
+mod callbacks;
+mod compensations;
+mod reconciliation;
+mod stalled;
+
+use std::sync::Arc;
+use std::time::Duration as StdDuration;
+
+use chrono::Duration;
+use tokio_util::sync::CancellationToken;
+
+use crate::application::AppError;
+use crate::application::error::Chain;
+use crate::application::health::LoopProgress;
+use crate::application::meter::Meter;
+use crate::application::orchestration::Orchestrator;
+use crate::application::ports::{Clock, OrderRecord, OrderRepository, PaymentRepository, UnitOfWork};
+use crate::application::refunds::{PendingRefundReport, Refunds};
+use crate::domain::order::{SagaStep, StepStatus};
+use crate::domain::payment::{Payment, PaymentStatus};
+
+#[derive(Debug, Clone)]
+pub struct ReconciliationSettings {
+    /// How often the worker looks (`payment.reconciliation.interval`).
+    pub interval: StdDuration,
+    /// Look-ups of one payment before an operator must decide
+    /// (`payment.reconciliation.max_attempts`).
+    pub max_attempts: i32,
+    /// Delay before the second look-up; doubled after each.
+    pub retry_after: Duration,
+    /// Cancel attempts of a failed compensation before an operator must decide.
+    pub compensation_max_attempts: usize,
+    /// Delay after the first failed cancel; doubled after each.
+    pub compensation_backoff: Duration,
+    /// A saga unchanged this long without a live lease was abandoned by a dead run.
+    pub stall_after: Duration,
+    /// Resumes of one stalled saga (backoff doubling from `stall_after`) before an
+    /// operator must look.
+    pub stall_max_resumes: i32,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReconcileReport {
+    pub resolved: usize,
+    pub still_unknown: usize,
+    pub exhausted: usize,
+    pub busy: usize,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CompensationReport {
+    pub retried: usize,
+    pub compensated: usize,
+    pub exhausted: usize,
+}
+
+/// A provider callback's claim about a payment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderCallback {
+    pub provider_transaction_id: String,
+    pub payment_request_id: String,
+    pub approved: bool,
+    pub decline_code: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallbackResult {
+    /// Applied; the saga went on.
+    Applied(Box<OrderRecord>),
+    /// Already known (a replayed callback, or reconciliation was first): nothing changed.
+    Duplicate,
+    /// Another runner holds the order right now: the provider should retry.
+    Busy,
+}
+
+/// A provider's notice that one of its payments changed: a hint that names it, no more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaymentNotice {
+    /// Toss's `paymentKey`.
+    pub payment_key: String,
+    /// Toss's `orderId` (our `paymentRequestId`), when the notice has one.
+    pub order_id: Option<String>,
+}
+
+/// What a notice led to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoticeOutcome {
+    /// What the provider said was applied (an outcome resolved, a dashboard cancel recorded).
+    Applied,
+    /// Nothing to change (a duplicate, an unknown payment, nothing new at the provider).
+    Unchanged,
+    /// The caller's budget for notices of this kind is spent: nothing was asked or changed
+    /// (the provider retries).
+    Throttled,
+}
+
+/// What a notice names, as far as this service knows, before anything is asked or audited:
+/// the caller's budget for each is its own (docs/operations.md, "Toss's webhooks").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoticeSubject<'a> {
+    /// A payment we have: asking the provider about it costs a provider call.
+    Known(&'a str),
+    /// A payment we do not have: answered from our database alone.
+    Unknown,
+}
+
+/// At most one `CALLBACK_REJECTED` audit row per this long (per process).
+pub const CALLBACK_AUDIT_WINDOW: Duration = Duration::seconds(10);
+
+pub struct Recovery {
+    /// When the last rejected callback was audited, and how many were refused since.
+    callback_audit: std::sync::Mutex<(Option<chrono::DateTime<chrono::Utc>>, u64)>,
+    /// The same for ignored payment webhooks.
+    webhook_audit: std::sync::Mutex<(Option<chrono::DateTime<chrono::Utc>>, u64)>,
+    orchestrator: Arc<Orchestrator>,
+    refunds: Arc<Refunds>,
+    payments: Arc<dyn PaymentRepository>,
+    orders: Arc<dyn OrderRepository>,
+    uow: Arc<dyn UnitOfWork>,
+    clock: Arc<dyn Clock>,
+    settings: ReconciliationSettings,
+    meter: Meter,
+    /// Where each round's success or failure is reported (the worker's readiness).
+    progress: Option<Arc<LoopProgress>>,
+}
+
+/// The recovery loop's name in the worker's readiness.
+const RECOVERY_LOOP: &str = "payment recovery";
+
+impl Recovery {
+    pub fn new(
+        orchestrator: Arc<Orchestrator>,
+        refunds: Arc<Refunds>,
+        payments: Arc<dyn PaymentRepository>,
+        orders: Arc<dyn OrderRepository>,
+        uow: Arc<dyn UnitOfWork>,
+        clock: Arc<dyn Clock>,
+        settings: ReconciliationSettings,
+    ) -> Self {
+        Recovery {
+            callback_audit: std::sync::Mutex::default(),
+            webhook_audit: std::sync::Mutex::default(),
+            orchestrator,
+            refunds,
+            payments,
+            orders,
+            uow,
+            clock,
+            settings,
+            meter: Meter::default(),
+            progress: None,
+        }
+    }
+
+    /// Records this service's metrics into `meter` (the app's registry).
+    pub fn with_meter(mut self, meter: Meter) -> Self {
+        self.meter = meter;
+        self
+    }
+
+    /// Reports each round to `progress`: a round any of whose parts failed is a failure.
+    pub fn with_progress(mut self, progress: Arc<LoopProgress>) -> Self {
+        self.progress = Some(progress);
+        self
+    }
+
+    /// What waits for an operator, by kind, for `/metrics` (`operator_attention{kind}`):
+    /// approvals and refunds whose outcome stayed unknown after every attempt, and sagas
+    /// stalled-saga recovery gave up on. Counted up to 1 000 of each.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    pub async fn needs_operator(&self) -> Result<Vec<(&'static str, usize)>, AppError> {
+        let max = self.settings.max_attempts;
+        let exhausted =
+            |payments: Vec<Payment>| payments.iter().filter(|p| p.reconcile_attempts >= max).count();
+        let confirmations =
+            exhausted(self.payments.with_status(PaymentStatus::ConfirmationRequired, 1000).await?);
+        let refunds = exhausted(self.payments.with_status(PaymentStatus::RefundPending, 1000).await?);
+        let stalled = self.orders.stalled_for_operator(self.settings.stall_max_resumes, 1000).await?.len();
+        Ok(vec![
+            ("payment_unconfirmed", confirmations),
+            ("refund_unresolved", refunds),
+            ("saga_stalled", stalled),
+        ])
+    }
+
+    /// Every interval: reconcile due payments, resume stalled sagas, fail orders unpaid past
+    /// their payment window, finish pending refunds, retry due compensations.
+    pub async fn run_until_stopped(&self, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(self.settings.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tick.tick() => {
+                    // The first failure of the round, for readiness.
+                    let mut failed: Option<String> = None;
+                    let mut note = |what: &str, err: &AppError| {
+                        tracing::error!(error = %Chain(err), "{what} failed");
+                        failed.get_or_insert_with(|| format!("{what}: {}", Chain(err)));
+                    };
+                    match self.reconcile_due().await {
+                        Ok(r) if r != ReconcileReport::default() => tracing::info!(?r, "payment reconciliation"),
+                        Ok(_) => {}
+                        Err(err) => note("payment reconciliation", &err),
+                    }
+                    if let Err(err) = self.resume_stalled().await {
+                        note("saga recovery", &err);
+                    }
+                    match self.orchestrator.expire_unpaid().await {
+                        Ok(0) => {}
+                        Ok(expired) => tracing::info!(expired, "orders unpaid past the payment window failed"),
+                        Err(err) => note("expiring unpaid orders", &err),
+                    }
+                    match self.refunds.resolve_pending().await {
+                        Ok(r) if r != PendingRefundReport::default() => tracing::info!(?r, "pending refunds"),
+                        Ok(_) => {}
+                        Err(err) => note("pending refunds", &err),
+                    }
+                    match self.retry_compensations().await {
+                        Ok(r) if r != CompensationReport::default() => tracing::info!(?r, "compensation retries"),
+                        Ok(_) => {}
+                        Err(err) => note("compensation retries", &err),
+                    }
+                    if let Some(progress) = &self.progress {
+                        match failed {
+                            None => progress.ok(RECOVERY_LOOP),
+                            Some(why) => progress.failed(RECOVERY_LOOP, why),
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The failed cancel attempts of an order's compensation, oldest first.
+fn compensation_failures(record: &OrderRecord) -> Vec<&crate::application::ports::StepRecord> {
+    record
+        .steps
+        .iter()
+        .filter(|s| s.step == SagaStep::Compensation && s.status == StepStatus::Failed)
+        .collect()
+}
