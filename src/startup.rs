@@ -501,41 +501,16 @@ pub async fn build_services(settings: &Settings) -> Result<Services, StartupErro
     build_services_with_clock(settings, Arc::new(SystemClock)).await
 }
 
-/// [`build_services`] on `clock` (tests pass a `ManualClock` and drive time by hand).
-///
-/// # Errors
-/// As [`build_services`].
-pub async fn build_services_with_clock(
+type Channels = (Arc<dyn SettlementGateway>, Arc<dyn Notifier>);
+
+/// The settlement and notification channels `settlement.channel` and
+/// `notification.channel` name (docs/spec.md §13), each call timed and counted.
+fn channels(
     settings: &Settings,
-    clock: Arc<dyn Clock>,
-) -> Result<Services, StartupError> {
-    install_tls_provider();
-    let jwt = Arc::new(
-        JwtKeys::from_settings_with_clock(&settings.auth, clock.clone())
-            .map_err(|e| StartupError::Config(e.to_string()))?,
-    );
-    let db = database(settings).await?;
-
-    let relay_wake = Arc::new(Notify::new());
-    let orders = Arc::new(SeaOrmStore::new(db.clone(), relay_wake.clone()).with_lanes(settings.outbox.lanes));
-    let outbox_store: Arc<dyn OutboxStore> = Arc::new(outbox_store(settings, &db, relay_wake.clone()).await?);
-    let idempotency_store: Arc<dyn IdempotencyStore> = Arc::new(SeaOrmIdempotencyStore::new(db.clone()));
-
-    let (payments, settlements, notifier, provider_calls, capabilities) = providers(settings)?;
-
-    let (publishers, broker_probe) = publishers(settings)?;
-
-    let metrics = crate::telemetry::registry();
-    let meter = metrics.meter.clone();
-    // Every provider call timed and counted, whichever provider it is.
-    let payments: Arc<dyn PaymentGateway> =
-        Arc::new(Measured::new(payments, payment_provider(settings), meter.clone()));
-    let provider_ledger = capabilities.ledger.map(|ledger| -> Arc<dyn ProviderLedger> {
-        Arc::new(Measured::new(ledger, payment_provider(settings), meter.clone()))
-    });
-    let provider_customers = capabilities.customers.map(|customers| -> Arc<dyn ProviderCustomers> {
-        Arc::new(Measured::new(customers, payment_provider(settings), meter.clone()))
-    });
+    settlements: Arc<dyn SettlementGateway>,
+    notifier: Arc<dyn Notifier>,
+    meter: &crate::application::meter::Meter,
+) -> Result<Channels, StartupError> {
     let (settlements, settlement_label): (Arc<dyn SettlementGateway>, &'static str) =
         match &settings.settlement.channel {
             SettlementChannel::Simulated => (settlements, "simulated"),
@@ -562,35 +537,135 @@ pub async fn build_services_with_clock(
         ),
     };
     let notifier: Arc<dyn Notifier> = Arc::new(Measured::new(notifier, notifier_label, meter.clone()));
-    let shutdown = CancellationToken::new();
-    let loops = Arc::new(LoopProgress::new(settings.worker.stuck_after));
-    upkeep_metrics(&metrics, shutdown.clone());
-    let notifications = Arc::new(
-        NotificationRetry::new(
-            orders.clone(),
-            orders.clone(),
-            orders.clone(),
-            notifier.clone(),
+    Ok((settlements, notifier))
+}
+
+impl Capabilities {
+    /// The ledger's reads and the billing-key issues timed and counted like every provider
+    /// call (the support look-up is not).
+    fn measured(self, provider: &'static str, meter: &crate::application::meter::Meter) -> Capabilities {
+        Capabilities {
+            records: self.records,
+            ledger: self.ledger.map(|ledger| -> Arc<dyn ProviderLedger> {
+                Arc::new(Measured::new(ledger, provider, meter.clone()))
+            }),
+            customers: self.customers.map(|customers| -> Arc<dyn ProviderCustomers> {
+                Arc::new(Measured::new(customers, provider, meter.clone()))
+            }),
+        }
+    }
+}
+
+/// The money's use cases beside the saga.
+struct Money {
+    ledger: Arc<Ledger>,
+    provider_view: Arc<ProviderView>,
+    payment_methods: Arc<PaymentMethods>,
+    refunds: Arc<Refunds>,
+}
+
+/// The ledger run, the provider's view, saved cards and refunds, each with the provider's
+/// capabilities it needs (absent where the provider has none).
+fn money(
+    settings: &Settings,
+    orders: &Arc<SeaOrmStore>,
+    payments: &Arc<dyn PaymentGateway>,
+    capabilities: &Capabilities,
+    clock: &Arc<dyn Clock>,
+) -> Money {
+    Money {
+        ledger: Arc::new(Ledger::new(
+            capabilities.ledger.clone(),
+            orders.clone() as Arc<dyn PaymentRepository>,
+            orders.clone() as Arc<dyn LedgerStore>,
             clock.clone(),
-            notification_settings(settings),
-        )
-        .with_meter(meter.clone()),
+            ledger_settings(settings),
+        )),
+        provider_view: Arc::new(ProviderView::new(
+            orders.clone() as Arc<dyn PaymentRepository>,
+            capabilities.records.clone(),
+        )),
+        payment_methods: Arc::new(PaymentMethods::new(
+            orders.clone() as Arc<dyn PaymentMethodRepository>,
+            capabilities.customers.clone(),
+            clock.clone(),
+        )),
+        refunds: Arc::new(Refunds::new(
+            orders.clone(),
+            orders.clone(),
+            orders.clone(),
+            payments.clone(),
+            clock.clone(),
+            refund_settings(settings),
+        )),
+    }
+}
+
+/// Notification retries through the channel the saga sends with.
+fn notification_retries(
+    settings: &Settings,
+    orders: &Arc<SeaOrmStore>,
+    notifier: &Arc<dyn Notifier>,
+    clock: &Arc<dyn Clock>,
+    meter: &crate::application::meter::Meter,
+) -> Arc<NotificationRetry> {
+    let retry = NotificationRetry::new(
+        orders.clone(),
+        orders.clone(),
+        orders.clone(),
+        notifier.clone(),
+        clock.clone(),
+        notification_settings(settings),
     );
-    let payments_for_refunds = payments.clone();
-    let ledger = Arc::new(Ledger::new(
-        provider_ledger,
-        orders.clone() as Arc<dyn PaymentRepository>,
-        orders.clone() as Arc<dyn LedgerStore>,
+    Arc::new(retry.with_meter(meter.clone()))
+}
+
+/// The worker's repairs: reconciliation, compensations and stalled sagas (`Recovery`), and
+/// settlement retries.
+fn repairs(
+    settings: &Settings,
+    orchestrator: &Arc<Orchestrator>,
+    refunds: &Arc<Refunds>,
+    orders: &Arc<SeaOrmStore>,
+    clock: &Arc<dyn Clock>,
+    meter: crate::application::meter::Meter,
+    loops: &Arc<LoopProgress>,
+) -> (Arc<Recovery>, Arc<SettlementRetries>) {
+    let recovery = Recovery::new(
+        orchestrator.clone(),
+        refunds.clone(),
+        orders.clone(),
+        orders.clone(),
+        orders.clone(),
         clock.clone(),
-        ledger_settings(settings),
-    ));
-    let provider_view =
-        Arc::new(ProviderView::new(orders.clone() as Arc<dyn PaymentRepository>, capabilities.records));
-    let payment_methods = Arc::new(PaymentMethods::new(
-        orders.clone() as Arc<dyn PaymentMethodRepository>,
-        provider_customers.clone(),
+        reconciliation_settings(settings),
+    )
+    .with_meter(meter)
+    .with_progress(loops.clone());
+    let retries = SettlementRetries::new(
+        orchestrator.clone(),
+        orders.clone(),
         clock.clone(),
-    ));
+        SettlementRetrySettings {
+            interval: settings.settlement.retry_interval,
+            batch: settings.settlement.retry_batch,
+        },
+    );
+    (Arc::new(recovery), Arc::new(retries))
+}
+
+/// The saga, with the provider's customers (Toss's checkout) and, on Toss, saved cards.
+#[allow(clippy::too_many_arguments)]
+fn saga(
+    settings: &Settings,
+    orders: &Arc<SeaOrmStore>,
+    payments: Arc<dyn PaymentGateway>,
+    settlements: Arc<dyn SettlementGateway>,
+    notifier: Arc<dyn Notifier>,
+    provider_customers: Option<Arc<dyn ProviderCustomers>>,
+    clock: &Arc<dyn Clock>,
+    meter: &crate::application::meter::Meter,
+) -> Arc<Orchestrator> {
     let orchestrator = Orchestrator::new(
         orders.clone() as Arc<dyn OrderRepository>,
         orders.clone() as Arc<dyn UnitOfWork>,
@@ -603,19 +678,22 @@ pub async fn build_services_with_clock(
     .with_meter(meter.clone())
     .with_provider_customers(provider_customers);
     // Only Toss charges registrations with a saved card; elsewhere no saga step reads them.
-    let orchestrator = Arc::new(if settings.payment.provider == ProviderKind::Toss {
+    Arc::new(if settings.payment.provider == ProviderKind::Toss {
         orchestrator.with_saved_cards(orders.clone() as Arc<dyn PaymentMethodRepository>)
     } else {
         orchestrator
-    });
-    let refunds = Arc::new(Refunds::new(
-        orders.clone(),
-        orders.clone(),
-        orders.clone(),
-        payments_for_refunds,
-        clock.clone(),
-        refund_settings(settings),
-    ));
+    })
+}
+
+/// The meeting service's messages; registrations without an amount charged the meeting's fee
+/// from its own database where `meetings.fee_source = sql` (docs/spec.md §12).
+async fn meeting_events(
+    settings: &Settings,
+    orchestrator: &Arc<Orchestrator>,
+    refunds: &Arc<Refunds>,
+    orders: &Arc<SeaOrmStore>,
+    clock: &Arc<dyn Clock>,
+) -> Result<Arc<MeetingEvents>, StartupError> {
     let meeting_events = MeetingEvents::new(
         orchestrator.clone(),
         refunds.clone(),
@@ -635,28 +713,65 @@ pub async fn build_services_with_clock(
             })?,
         )),
     });
-    let recovery = Arc::new(
-        Recovery::new(
-            orchestrator.clone(),
-            refunds.clone(),
-            orders.clone(),
-            orders.clone(),
-            orders.clone(),
-            clock.clone(),
-            reconciliation_settings(settings),
-        )
-        .with_meter(meter)
-        .with_progress(loops.clone()),
+    Ok(meeting_events)
+}
+
+/// Readiness: the database, the broker and the worker's loops, with a warning for each
+/// simulated part (logged once here).
+fn readiness(
+    settings: &Settings,
+    db: &DatabaseConnection,
+    broker_probe: Arc<dyn HealthProbe>,
+    loops: &Arc<LoopProgress>,
+) -> Arc<Readiness> {
+    let simulated = settings.simulated_parts();
+    for warning in &simulated {
+        tracing::warn!("{warning}");
+    }
+    Arc::new(
+        Readiness::new(vec![Arc::new(DatabaseProbe(db.clone())), broker_probe, loops.clone()])
+            .with_warnings(simulated),
+    )
+}
+
+/// [`build_services`] on `clock` (tests pass a `ManualClock` and drive time by hand).
+///
+/// # Errors
+/// As [`build_services`].
+pub async fn build_services_with_clock(
+    settings: &Settings,
+    clock: Arc<dyn Clock>,
+) -> Result<Services, StartupError> {
+    install_tls_provider();
+    let jwt = Arc::new(
+        JwtKeys::from_settings_with_clock(&settings.auth, clock.clone())
+            .map_err(|e| StartupError::Config(e.to_string()))?,
     );
-    let settlements = Arc::new(SettlementRetries::new(
-        orchestrator.clone(),
-        orders.clone(),
-        clock.clone(),
-        SettlementRetrySettings {
-            interval: settings.settlement.retry_interval,
-            batch: settings.settlement.retry_batch,
-        },
-    ));
+    let db = database(settings).await?;
+    let relay_wake = Arc::new(Notify::new());
+    let orders = Arc::new(SeaOrmStore::new(db.clone(), relay_wake.clone()).with_lanes(settings.outbox.lanes));
+    let outbox_store: Arc<dyn OutboxStore> = Arc::new(outbox_store(settings, &db, relay_wake.clone()).await?);
+    let idempotency_store: Arc<dyn IdempotencyStore> = Arc::new(SeaOrmIdempotencyStore::new(db.clone()));
+    let (payments, settlements, notifier, provider_calls, capabilities) = providers(settings)?;
+    let (publishers, broker_probe) = publishers(settings)?;
+
+    let metrics = crate::telemetry::registry();
+    let meter = metrics.meter.clone();
+    // Every provider call timed and counted, whichever provider it is.
+    let payments: Arc<dyn PaymentGateway> =
+        Arc::new(Measured::new(payments, payment_provider(settings), meter.clone()));
+    let capabilities = capabilities.measured(payment_provider(settings), &meter);
+    let (settlements, notifier) = channels(settings, settlements, notifier, &meter)?;
+    let shutdown = CancellationToken::new();
+    let loops = Arc::new(LoopProgress::new(settings.worker.stuck_after));
+    upkeep_metrics(&metrics, shutdown.clone());
+    let notifications = notification_retries(settings, &orders, &notifier, &clock, &meter);
+    let money = money(settings, &orders, &payments, &capabilities, &clock);
+    let orchestrator =
+        saga(settings, &orders, payments, settlements, notifier, capabilities.customers, &clock, &meter);
+    let meeting_events = meeting_events(settings, &orchestrator, &money.refunds, &orders, &clock).await?;
+    let (recovery, settlements) =
+        repairs(settings, &orchestrator, &money.refunds, &orders, &clock, meter, &loops);
     let queries = Arc::new(OrderQueries::new(orders.clone(), outbox_store.clone()));
     let outbox_admin = Arc::new(OutboxAdmin::new(outbox_store.clone(), clock.clone()));
     let idempotency = Arc::new(IdempotencyService::new(
@@ -665,14 +780,7 @@ pub async fn build_services_with_clock(
         clock.clone(),
         chrono(settings.worker.saga_lease),
     ));
-    let simulated = settings.simulated_parts();
-    for warning in &simulated {
-        tracing::warn!("{warning}");
-    }
-    let readiness = Arc::new(
-        Readiness::new(vec![Arc::new(DatabaseProbe(db.clone())), broker_probe, loops.clone()])
-            .with_warnings(simulated),
-    );
+    let readiness = readiness(settings, &db, broker_probe, &loops);
     let housekeeping = Arc::new(Housekeeping::new(
         outbox_store.clone(),
         idempotency_store.clone(),
@@ -691,10 +799,10 @@ pub async fn build_services_with_clock(
         outbox_admin,
         notifications,
         settlements,
-        refunds,
-        ledger,
-        payment_methods,
-        provider_view,
+        refunds: money.refunds,
+        ledger: money.ledger,
+        payment_methods: money.payment_methods,
+        provider_view: money.provider_view,
         recovery,
         meeting_events,
         publishers,
