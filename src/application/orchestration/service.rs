@@ -239,13 +239,13 @@ impl Orchestrator {
         }
     }
 
-    /// Records the saga's step metrics into `meter` (the app's registry).
     /// The provider's customers (Toss: the checkout widget's `customerKey`).
     pub fn with_provider_customers(mut self, customers: Option<Arc<dyn ProviderCustomers>>) -> Self {
         self.customers = customers;
         self
     }
 
+    /// Records the saga's step metrics into `meter` (the app's registry).
     pub fn with_meter(mut self, meter: Meter) -> Self {
         self.meter = meter;
         self
