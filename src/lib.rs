@@ -18,7 +18,7 @@
 //!   no I/O, no async.
 //! - [`application`] — the use cases and the ports they need:
 //!   - `ports/` — one trait per capability, each method's contract stated: storage
-//!     (`order_repository`, `payment_repository`, `unit_of_work`, `outbox_store`, `ledger`,
+//!     (`order_repository` with `SagaRuns`, `payment_repository`, `unit_of_work`, `outbox_store`, `ledger`,
 //!     `payment_methods`, …), the broker (`event_publisher`), the providers
 //!     (`payment_gateway` with `ProviderRecords`, `ProviderLedger` and `ProviderCustomers`
 //!     beside it for the providers that have them, `settlement_gateway`, `notifier`,

@@ -51,7 +51,7 @@ use crate::application::ports::Cause;
 use crate::application::ports::{
     Clock, EventPublisher, IdempotencyStore, LedgerStore, Notifier, OrderRepository, OutboxStore,
     PaymentGateway, PaymentMethodRepository, PaymentRepository, ProviderCustomers, ProviderLedger,
-    ProviderRecords, SettlementGateway, UnitOfWork,
+    ProviderRecords, SagaRuns, SettlementGateway, UnitOfWork,
 };
 use crate::application::provider_view::ProviderView;
 use crate::application::queries::OrderQueries;
@@ -594,6 +594,7 @@ fn money(
             orders.clone(),
             orders.clone(),
             orders.clone(),
+            orders.clone(),
             payments.clone(),
             clock.clone(),
             refund_settings(settings),
@@ -637,6 +638,7 @@ fn repairs(
         orders.clone(),
         orders.clone(),
         orders.clone(),
+        orders.clone(),
         clock.clone(),
         reconciliation_settings(settings),
     )
@@ -668,6 +670,7 @@ fn saga(
 ) -> Arc<Orchestrator> {
     let orchestrator = Orchestrator::new(
         orders.clone() as Arc<dyn OrderRepository>,
+        orders.clone() as Arc<dyn SagaRuns>,
         orders.clone() as Arc<dyn UnitOfWork>,
         payments,
         settlements,

@@ -14,6 +14,7 @@ use super::repo_err;
 use super::store::SeaOrmStore;
 use crate::application::ports::{
     AuditRecord, InboxEntry, Numbered, OrderFilter, OrderRecord, OrderRepository, RepoError, SagaLease,
+    SagaRuns,
 };
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
@@ -209,6 +210,86 @@ impl OrderRepository for SeaOrmStore {
         Ok(OrderStatus::ALL.iter().map(|s| (*s, counts.get(s.as_str()).copied().unwrap_or(0))).collect())
     }
 
+    async fn awaiting_payment_since_before(
+        &self,
+        created_before: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<OrderId>, RepoError> {
+        Ok(orders::Entity::find()
+            .filter(orders::Column::Status.eq(OrderStatus::AwaitingPayment.as_str()))
+            .filter(orders::Column::CreatedAt.lt(created_before))
+            .order_by_asc(orders::Column::CreatedAt)
+            .limit(u64::from(limit))
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?
+            .into_iter()
+            .map(|row| OrderId::from_uuid(row.id))
+            .collect())
+    }
+
+    async fn inbox_entry(&self, consumer: &str, event_id: &str) -> Result<Option<InboxEntry>, RepoError> {
+        Ok(inbox::Entity::find_by_id((consumer.to_owned(), event_id.to_owned()))
+            .one(&self.db)
+            .await
+            .map_err(repo_err)?
+            .map(|row| InboxEntry {
+                consumer: row.consumer,
+                event_id: row.event_id,
+                order_id: row.order_id.map(OrderId::from_uuid),
+                processed_at: row.processed_at,
+                digest: row.digest,
+            }))
+    }
+
+    async fn completed_meeting_orders(
+        &self,
+        meeting_id: &str,
+        customer_id: Option<String>,
+    ) -> Result<Vec<OrderId>, RepoError> {
+        let mut query = orders::Entity::find()
+            .filter(orders::Column::MeetingId.eq(meeting_id))
+            .filter(orders::Column::Status.eq(OrderStatus::Completed.as_str()));
+        if let Some(customer) = customer_id {
+            query = query.filter(orders::Column::CustomerId.eq(customer));
+        }
+        Ok(query
+            .order_by_asc(orders::Column::Id)
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?
+            .into_iter()
+            .map(|row| OrderId::from_uuid(row.id))
+            .collect())
+    }
+
+    async fn audit_for(&self, entity_type: &str, entity_id: &str) -> Result<Vec<AuditRecord>, RepoError> {
+        let rows = audit_log::Entity::find()
+            .filter(audit_log::Column::EntityType.eq(entity_type))
+            .filter(audit_log::Column::EntityId.eq(entity_id))
+            .order_by_asc(audit_log::Column::Id)
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?;
+        rows.into_iter()
+            .map(|r| {
+                let action = AuditAction::parse(&r.action)
+                    .ok_or_else(|| RepoError::corrupt(format!("audit_log.action `{}`", r.action)))?;
+                Ok(AuditRecord {
+                    action,
+                    entity_type: r.entity_type,
+                    entity_id: r.entity_id,
+                    actor: r.actor,
+                    detail: r.detail,
+                    created_at: r.created_at,
+                })
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl SagaRuns for SeaOrmStore {
     async fn stalled(
         &self,
         before: DateTime<Utc>,
@@ -245,24 +326,6 @@ impl OrderRepository for SeaOrmStore {
             .map_err(repo_err)?
             .into_iter()
             .map(|row| (OrderId::from_uuid(row.id), row.saga_resumes))
-            .collect())
-    }
-
-    async fn awaiting_payment_since_before(
-        &self,
-        created_before: DateTime<Utc>,
-        limit: u32,
-    ) -> Result<Vec<OrderId>, RepoError> {
-        Ok(orders::Entity::find()
-            .filter(orders::Column::Status.eq(OrderStatus::AwaitingPayment.as_str()))
-            .filter(orders::Column::CreatedAt.lt(created_before))
-            .order_by_asc(orders::Column::CreatedAt)
-            .limit(u64::from(limit))
-            .all(&self.db)
-            .await
-            .map_err(repo_err)?
-            .into_iter()
-            .map(|row| OrderId::from_uuid(row.id))
             .collect())
     }
 
@@ -323,64 +386,5 @@ impl OrderRepository for SeaOrmStore {
             .await
             .map_err(repo_err)?;
         Ok(())
-    }
-
-    async fn inbox_entry(&self, consumer: &str, event_id: &str) -> Result<Option<InboxEntry>, RepoError> {
-        Ok(inbox::Entity::find_by_id((consumer.to_owned(), event_id.to_owned()))
-            .one(&self.db)
-            .await
-            .map_err(repo_err)?
-            .map(|row| InboxEntry {
-                consumer: row.consumer,
-                event_id: row.event_id,
-                order_id: row.order_id.map(OrderId::from_uuid),
-                processed_at: row.processed_at,
-                digest: row.digest,
-            }))
-    }
-
-    async fn completed_meeting_orders(
-        &self,
-        meeting_id: &str,
-        customer_id: Option<String>,
-    ) -> Result<Vec<OrderId>, RepoError> {
-        let mut query = orders::Entity::find()
-            .filter(orders::Column::MeetingId.eq(meeting_id))
-            .filter(orders::Column::Status.eq(OrderStatus::Completed.as_str()));
-        if let Some(customer) = customer_id {
-            query = query.filter(orders::Column::CustomerId.eq(customer));
-        }
-        Ok(query
-            .order_by_asc(orders::Column::Id)
-            .all(&self.db)
-            .await
-            .map_err(repo_err)?
-            .into_iter()
-            .map(|row| OrderId::from_uuid(row.id))
-            .collect())
-    }
-
-    async fn audit_for(&self, entity_type: &str, entity_id: &str) -> Result<Vec<AuditRecord>, RepoError> {
-        let rows = audit_log::Entity::find()
-            .filter(audit_log::Column::EntityType.eq(entity_type))
-            .filter(audit_log::Column::EntityId.eq(entity_id))
-            .order_by_asc(audit_log::Column::Id)
-            .all(&self.db)
-            .await
-            .map_err(repo_err)?;
-        rows.into_iter()
-            .map(|r| {
-                let action = AuditAction::parse(&r.action)
-                    .ok_or_else(|| RepoError::corrupt(format!("audit_log.action `{}`", r.action)))?;
-                Ok(AuditRecord {
-                    action,
-                    entity_type: r.entity_type,
-                    entity_id: r.entity_id,
-                    actor: r.actor,
-                    detail: r.detail,
-                    created_at: r.created_at,
-                })
-            })
-            .collect()
     }
 }

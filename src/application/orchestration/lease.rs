@@ -7,19 +7,19 @@ use std::sync::Arc;
 
 use crate::application::AppError;
 use crate::application::error::Chain;
-use crate::application::ports::{Clock, OrderRepository, SagaLease};
+use crate::application::ports::{Clock, SagaLease, SagaRuns};
 use crate::domain::ids::OrderId;
 
 #[derive(Clone)]
 pub struct SagaLeases {
-    orders: Arc<dyn OrderRepository>,
+    runs: Arc<dyn SagaRuns>,
     clock: Arc<dyn Clock>,
     duration: chrono::Duration,
 }
 
 impl SagaLeases {
-    pub fn new(orders: Arc<dyn OrderRepository>, clock: Arc<dyn Clock>, duration: chrono::Duration) -> Self {
-        SagaLeases { orders, clock, duration }
+    pub fn new(runs: Arc<dyn SagaRuns>, clock: Arc<dyn Clock>, duration: chrono::Duration) -> Self {
+        SagaLeases { runs, clock, duration }
     }
 
     /// A fresh lease for a new owner, from now.
@@ -33,12 +33,12 @@ impl SagaLeases {
     /// `Unavailable` when the database fails.
     pub async fn take(&self, order_id: OrderId) -> Result<Option<SagaLease>, AppError> {
         let lease = self.fresh();
-        Ok(self.orders.lease_saga(order_id, &lease, self.clock.now()).await?.then_some(lease))
+        Ok(self.runs.lease_saga(order_id, &lease, self.clock.now()).await?.then_some(lease))
     }
 
     /// Gives the lease back. Not fatal when it fails: the lease runs out by itself.
     pub async fn release(&self, order_id: OrderId, owner: &str) {
-        if let Err(err) = self.orders.release_saga(order_id, owner).await {
+        if let Err(err) = self.runs.release_saga(order_id, owner).await {
             tracing::warn!(order = %order_id, error = %Chain(&err), "could not release the saga lease");
         }
     }

@@ -22,8 +22,8 @@ use crate::application::orchestration::{compensation, settlement};
 use crate::application::ports::{
     ApprovePayment, CancelPayment, Changes, Clock, InboxEntry, NotificationRequest, Notifier, Numbered,
     OrderContext, OrderRecord, OrderRepository, PaymentAuthorization, PaymentGateway,
-    PaymentMethodRepository, ProviderCustomers, SagaLease, Scenario, SettlementGateway, SettlementRequest,
-    UnitOfWork,
+    PaymentMethodRepository, ProviderCustomers, SagaLease, SagaRuns, Scenario, SettlementGateway,
+    SettlementRequest, UnitOfWork,
 };
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
@@ -176,8 +176,10 @@ pub(super) fn authorization_of(payment: &Payment) -> Option<PaymentAuthorization
 }
 
 impl Orchestrator {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         orders: Arc<dyn OrderRepository>,
+        runs: Arc<dyn SagaRuns>,
         uow: Arc<dyn UnitOfWork>,
         payments: Arc<dyn PaymentGateway>,
         settlements: Arc<dyn SettlementGateway>,
@@ -185,7 +187,7 @@ impl Orchestrator {
         clock: Arc<dyn Clock>,
         settings: SagaSettings,
     ) -> Self {
-        let leases = SagaLeases::new(orders.clone(), clock.clone(), settings.saga_lease);
+        let leases = SagaLeases::new(runs, clock.clone(), settings.saga_lease);
         Orchestrator {
             orders,
             uow,
@@ -787,7 +789,8 @@ mod tests {
     use super::*;
     use crate::application::ports::{
         ApprovalOutcome, GatewayError, MockClock, MockNotifier, MockOrderRepository, MockPaymentGateway,
-        MockSettlementGateway, MockUnitOfWork, NotifyFailure, Placed, RepoError, SettlementOutcome,
+        MockSagaRuns, MockSettlementGateway, MockUnitOfWork, NotifyFailure, Placed, RepoError,
+        SettlementOutcome,
     };
     use crate::domain::notification::FailurePolicy;
     use crate::domain::order::OrderStatus;
@@ -799,6 +802,7 @@ mod tests {
 
     struct Mocks {
         orders: MockOrderRepository,
+        runs: MockSagaRuns,
         uow: MockUnitOfWork,
         payments: MockPaymentGateway,
         settlements: MockSettlementGateway,
@@ -826,6 +830,14 @@ mod tests {
         });
     }
 
+    /// Leases always granted.
+    fn leasing() -> MockSagaRuns {
+        let mut runs = MockSagaRuns::new();
+        runs.expect_lease_saga().returning(|_, _, _| Ok(true));
+        runs.expect_release_saga().returning(|_, _| Ok(()));
+        runs
+    }
+
     impl Mocks {
         /// Mocks where every commit succeeds and is recorded.
         fn new() -> Mocks {
@@ -840,10 +852,9 @@ mod tests {
             let mut orders = MockOrderRepository::new();
             orders.expect_get().returning(|_| Ok(None));
             numbered(&mut orders);
-            orders.expect_lease_saga().returning(|_, _, _| Ok(true));
-            orders.expect_release_saga().returning(|_, _| Ok(()));
             Mocks {
                 orders,
+                runs: leasing(),
                 uow,
                 payments: MockPaymentGateway::new(),
                 settlements: MockSettlementGateway::new(),
@@ -857,6 +868,7 @@ mod tests {
             clock.expect_now().returning(now);
             let orchestrator = Orchestrator::new(
                 Arc::new(self.orders),
+                Arc::new(self.runs),
                 Arc::new(self.uow),
                 Arc::new(self.payments),
                 Arc::new(self.settlements),
@@ -1010,8 +1022,6 @@ mod tests {
         let order_id = cmd.order_id;
         let mut orders = MockOrderRepository::new();
         numbered(&mut orders);
-        orders.expect_lease_saga().returning(|_, _, _| Ok(true));
-        orders.expect_release_saga().returning(|_, _| Ok(()));
         let mut seq = mockall::Sequence::new();
         orders.expect_get().times(1).in_sequence(&mut seq).returning(move |_| {
             let mut order = Order::place(

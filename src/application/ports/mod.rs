@@ -56,7 +56,8 @@ pub use meeting_fees::MeetingFees;
 pub use notification_repository::NotificationRepository;
 pub use notifier::{NotificationRequest, Notifier, NotifyFailure};
 pub use order_repository::{
-    InboxEntry, Numbered, OrderContext, OrderFilter, OrderRecord, OrderRepository, SagaLease, StepRecord,
+    InboxEntry, Numbered, OrderContext, OrderFilter, OrderRecord, OrderRepository, SagaLease, SagaRuns,
+    StepRecord,
 };
 pub use outbox_store::{
     BatchToken, DeliveryFailure, FastBatch, FastRecord, HeldLane, NewOutboxEvent, OutboxFilter,
@@ -87,7 +88,7 @@ pub use notification_repository::MockNotificationRepository;
 #[cfg(test)]
 pub use notifier::MockNotifier;
 #[cfg(test)]
-pub use order_repository::MockOrderRepository;
+pub use order_repository::{MockOrderRepository, MockSagaRuns};
 #[cfg(test)]
 pub use outbox_store::{MockOutboxOperations, MockOutboxUpkeep, MockRelayStore};
 #[cfg(test)]

@@ -115,6 +115,51 @@ pub trait OrderRepository: Send + Sync {
     /// MUST return `Unavailable` when the database fails.
     async fn list(&self, filter: &OrderFilter) -> Result<Vec<Order>, RepoError>;
 
+    /// Orders `AWAITING_PAYMENT` created before `created_before` (their payment window has
+    /// run out): at most `limit`, oldest first.
+    ///
+    /// # Errors
+    /// MUST return `Unavailable` when the database fails.
+    async fn awaiting_payment_since_before(
+        &self,
+        created_before: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<OrderId>, RepoError>;
+
+    /// How many orders are in each status (every status listed, zero included).
+    ///
+    /// # Errors
+    /// MUST return `Unavailable` when the database fails.
+    async fn count_by_status(&self) -> Result<Vec<(OrderStatus, i64)>, RepoError>;
+
+    /// The inbox entry of an inbound message, if it was processed.
+    ///
+    /// # Errors
+    /// MUST return `Unavailable` when the database fails.
+    async fn inbox_entry(&self, consumer: &str, event_id: &str) -> Result<Option<InboxEntry>, RepoError>;
+
+    /// `COMPLETED` orders of a meeting (of one customer, if given), oldest first.
+    ///
+    /// # Errors
+    /// MUST return `Unavailable` when the database fails.
+    async fn completed_meeting_orders(
+        &self,
+        meeting_id: &str,
+        customer_id: Option<String>,
+    ) -> Result<Vec<OrderId>, RepoError>;
+
+    /// Audit rows about one entity, oldest first.
+    ///
+    /// # Errors
+    /// MUST return `Unavailable` when the database fails.
+    async fn audit_for(&self, entity_type: &str, entity_id: &str) -> Result<Vec<AuditRecord>, RepoError>;
+}
+
+/// Who runs an order's saga: its lease, and the runs that stopped half-way, which the worker
+/// resumes (bounded) and then hands to an operator.
+#[cfg_attr(test, mockall::automock)]
+#[async_trait]
+pub trait SagaRuns: Send + Sync {
     /// Takes the saga lease of an order for `owner` until `until`: succeeds when the order
     /// has no lease, an expired one, or one already held by `owner`.
     ///
@@ -144,17 +189,6 @@ pub trait OrderRepository: Send + Sync {
         limit: u32,
     ) -> Result<Vec<(OrderId, i32)>, RepoError>;
 
-    /// Orders `AWAITING_PAYMENT` created before `created_before` (their payment window has
-    /// run out): at most `limit`, oldest first.
-    ///
-    /// # Errors
-    /// MUST return `Unavailable` when the database fails.
-    async fn awaiting_payment_since_before(
-        &self,
-        created_before: DateTime<Utc>,
-        limit: u32,
-    ) -> Result<Vec<OrderId>, RepoError>;
-
     /// Counts a resume of a stalled saga and says when the next may happen (the backoff).
     ///
     /// # Errors
@@ -167,32 +201,4 @@ pub trait OrderRepository: Send + Sync {
     /// # Errors
     /// MUST return `Unavailable` when the database fails.
     async fn stalled_for_operator(&self, max_resumes: i32, limit: u32) -> Result<Vec<Order>, RepoError>;
-
-    /// How many orders are in each status (every status listed, zero included).
-    ///
-    /// # Errors
-    /// MUST return `Unavailable` when the database fails.
-    async fn count_by_status(&self) -> Result<Vec<(OrderStatus, i64)>, RepoError>;
-
-    /// The inbox entry of an inbound message, if it was processed.
-    ///
-    /// # Errors
-    /// MUST return `Unavailable` when the database fails.
-    async fn inbox_entry(&self, consumer: &str, event_id: &str) -> Result<Option<InboxEntry>, RepoError>;
-
-    /// `COMPLETED` orders of a meeting (of one customer, if given), oldest first.
-    ///
-    /// # Errors
-    /// MUST return `Unavailable` when the database fails.
-    async fn completed_meeting_orders(
-        &self,
-        meeting_id: &str,
-        customer_id: Option<String>,
-    ) -> Result<Vec<OrderId>, RepoError>;
-
-    /// Audit rows about one entity, oldest first.
-    ///
-    /// # Errors
-    /// MUST return `Unavailable` when the database fails.
-    async fn audit_for(&self, entity_type: &str, entity_id: &str) -> Result<Vec<AuditRecord>, RepoError>;
 }

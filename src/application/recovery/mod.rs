@@ -21,7 +21,9 @@ use crate::application::error::Chain;
 use crate::application::health::LoopProgress;
 use crate::application::meter::Meter;
 use crate::application::orchestration::Orchestrator;
-use crate::application::ports::{Clock, OrderRecord, OrderRepository, PaymentRepository, UnitOfWork};
+use crate::application::ports::{
+    Clock, OrderRecord, OrderRepository, PaymentRepository, SagaRuns, UnitOfWork,
+};
 use crate::application::refunds::{PendingRefundReport, Refunds};
 use crate::domain::order::{SagaStep, StepStatus};
 use crate::domain::payment::{Payment, PaymentStatus};
@@ -123,6 +125,7 @@ pub struct Recovery {
     refunds: Arc<Refunds>,
     payments: Arc<dyn PaymentRepository>,
     orders: Arc<dyn OrderRepository>,
+    runs: Arc<dyn SagaRuns>,
     uow: Arc<dyn UnitOfWork>,
     clock: Arc<dyn Clock>,
     settings: ReconciliationSettings,
@@ -135,11 +138,13 @@ pub struct Recovery {
 const RECOVERY_LOOP: &str = "payment recovery";
 
 impl Recovery {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         orchestrator: Arc<Orchestrator>,
         refunds: Arc<Refunds>,
         payments: Arc<dyn PaymentRepository>,
         orders: Arc<dyn OrderRepository>,
+        runs: Arc<dyn SagaRuns>,
         uow: Arc<dyn UnitOfWork>,
         clock: Arc<dyn Clock>,
         settings: ReconciliationSettings,
@@ -151,6 +156,7 @@ impl Recovery {
             refunds,
             payments,
             orders,
+            runs,
             uow,
             clock,
             settings,
@@ -184,7 +190,7 @@ impl Recovery {
         let confirmations =
             exhausted(self.payments.with_status(PaymentStatus::ConfirmationRequired, 1000).await?);
         let refunds = exhausted(self.payments.with_status(PaymentStatus::RefundPending, 1000).await?);
-        let stalled = self.orders.stalled_for_operator(self.settings.stall_max_resumes, 1000).await?.len();
+        let stalled = self.runs.stalled_for_operator(self.settings.stall_max_resumes, 1000).await?.len();
         Ok(vec![
             ("payment_unconfirmed", confirmations),
             ("refund_unresolved", refunds),

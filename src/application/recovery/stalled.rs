@@ -27,12 +27,12 @@ impl Recovery {
         let actor = Actor::system("saga-recovery");
         let now = self.clock.now();
         let max = self.settings.stall_max_resumes;
-        let stalled = self.orders.stalled(now - self.settings.stall_after, now, max, 100).await?;
+        let stalled = self.runs.stalled(now - self.settings.stall_after, now, max, 100).await?;
         for (order_id, resumes) in &stalled {
             let resumes = *resumes + 1;
             let backoff =
                 doubled(self.settings.stall_after, resumes.max(0).unsigned_abs(), Duration::days(1));
-            self.orders.note_resume(*order_id, now + backoff).await?;
+            self.runs.note_resume(*order_id, now + backoff).await?;
             let before = self.orders.get(*order_id).await?.map(|r| r.order.status);
             // One order that fails again must not hold up the others.
             let (after, why) = match self.orchestrator.orchestrate(&actor, *order_id).await {
@@ -76,6 +76,6 @@ impl Recovery {
     /// `Forbidden` for a non-admin; `Unavailable` when the database fails.
     pub async fn stalled_for_operator(&self, actor: &Actor) -> Result<Vec<Order>, AppError> {
         actor.require_admin()?;
-        Ok(self.orders.stalled_for_operator(self.settings.stall_max_resumes, 100).await?)
+        Ok(self.runs.stalled_for_operator(self.settings.stall_max_resumes, 100).await?)
     }
 }

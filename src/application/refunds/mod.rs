@@ -31,8 +31,8 @@ use std::sync::Arc;
 use crate::application::AppError;
 use crate::application::orchestration::lease::SagaLeases;
 use crate::application::ports::{
-    Clock, InboxEntry, OrderRecord, OrderRepository, PaymentGateway, PaymentRepository, SagaLease, Scenario,
-    UnitOfWork,
+    Clock, InboxEntry, OrderRecord, OrderRepository, PaymentGateway, PaymentRepository, SagaLease, SagaRuns,
+    Scenario, UnitOfWork,
 };
 use crate::domain::ids::OrderId;
 use crate::domain::order::OrderStatus;
@@ -103,13 +103,14 @@ fn changed_concurrently() -> AppError {
 impl Refunds {
     pub fn new(
         orders: Arc<dyn OrderRepository>,
+        runs: Arc<dyn SagaRuns>,
         pending: Arc<dyn PaymentRepository>,
         uow: Arc<dyn UnitOfWork>,
         payments: Arc<dyn PaymentGateway>,
         clock: Arc<dyn Clock>,
         settings: RefundSettings,
     ) -> Self {
-        let leases = SagaLeases::new(orders.clone(), clock.clone(), settings.lease);
+        let leases = SagaLeases::new(runs, clock.clone(), settings.lease);
         Refunds { orders, pending, uow, payments, clock, leases, settings }
     }
 
