@@ -68,8 +68,13 @@ impl PaymentMethods {
         PaymentMethods { cards, provider, clock }
     }
 
+    /// The provider's customers, or `NOT_SUPPORTED` for a provider that keeps no saved cards.
+    fn provider(&self) -> Result<&Arc<dyn ProviderCustomers>, AppError> {
+        self.provider.as_ref().ok_or_else(no_saved_cards)
+    }
+
     fn customer_key(&self, actor: &Actor) -> Result<String, AppError> {
-        self.provider.as_ref().map(|p| p.customer_key(&actor.subject)).ok_or_else(no_saved_cards)
+        Ok(self.provider()?.customer_key(&actor.subject))
     }
 
     /// The caller's key at the provider and saved card.
@@ -90,8 +95,8 @@ impl PaymentMethods {
     /// `Unavailable` when the provider or the database cannot be used (nothing saved).
     pub async fn register(&self, actor: &Actor, auth_key: &str) -> Result<PaymentMethodView, AppError> {
         check_auth_key(auth_key)?;
-        let customer_key = self.customer_key(actor)?;
-        let provider = self.provider.as_ref().ok_or_else(no_saved_cards)?;
+        let provider = self.provider()?;
+        let customer_key = provider.customer_key(&actor.subject);
         let issued = match provider.issue_billing_key(auth_key, &customer_key).await {
             Ok(issued) => issued,
             Err(GatewayError::Rejected { code, message }) => {
@@ -136,7 +141,7 @@ impl PaymentMethods {
     /// # Errors
     /// `NotFound` when there is none; `Conflict` `NOT_SUPPORTED`; `Unavailable`.
     pub async fn forget(&self, actor: &Actor) -> Result<(), AppError> {
-        self.customer_key(actor)?;
+        self.provider()?;
         let audit = audit::record(
             AuditAction::PaymentMethodForgotten,
             entity::CUSTOMER,
