@@ -219,160 +219,164 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
         .then(|| orchestrator::telemetry::init(settings.log.format, &settings.telemetry));
     match command {
         Command::Health { worker } => health(&settings, worker).await,
-        Command::Token { sub, role, ttl } => {
-            let keys = orchestrator::adapters::http::auth::JwtKeys::from_settings(&settings.auth)
-                .map_err(|e| Failure::Usage(e.to_string()))?;
-            if sub.is_empty() || sub.len() > 64 {
-                return Err(Failure::Usage("--sub must be 1 to 64 characters".into()));
-            }
-            let token = keys.mint(&sub, &role, ttl).map_err(|e| Failure::Runtime(e.to_string()))?;
-            println!("{token}");
-            Ok(())
-        }
-        Command::Serve => {
-            let host = settings.http.bind.ip();
-            let settings_tokens_from_provider = settings.auth.keys.is_empty();
-            let app = Application::build(settings).await?;
-            let base = format!("http://{host}:{}", app.port());
-            tracing::info!(
-                port = app.port(),
-                url = %base,
-                docs = %format!("{base}/docs"),
-                health = %format!("{base}/health/ready"),
-                token = if settings_tokens_from_provider { "from the identity provider (auth.jwks_url)" } else { "app token --sub alice [--role admin]" },
-                "serving HTTP"
-            );
-            app.run_until_stopped(startup::shutdown_signal())
-                .await
-                .map_err(|e| Failure::Runtime(e.to_string()))
-        }
-        Command::Worker => {
-            settings.require_explicit_production().map_err(|e| Failure::Usage(e.to_string()))?;
-            let services = startup::build_services(&settings).await?;
-            startup::refuse_restored_history(&services).await?;
-            // Health and metrics of the worker itself, on `worker.http.bind`.
-            let (ops, address) = startup::ops_server(&services)?;
-            tracing::info!(
-                health = %format!("http://{address}/health/ready"),
-                metrics = %format!("http://{address}/metrics"),
-                "worker running: outbox relay, meeting consumers, notification retries, payment \
-                 reconciliation and refunds, saga recovery, lease recovery, clean-up"
-            );
-            let ops_handle = ops.handle();
-            tokio::spawn(ops);
-            let workers = Workers::spawn(&services);
-            startup::shutdown_signal().await;
-            tracing::info!("shutting down: finishing publishes in flight");
-            workers.shutdown(Duration::from_secs(30)).await;
-            ops_handle.stop(true).await;
-            Ok(())
-        }
-        Command::Migrate { action } => {
-            if matches!(action, MigrateAction::Status) {
-                require_existing_database(&settings)?;
-            }
-            let db = open(&settings).await?;
-            let result = match action {
-                MigrateAction::Up => {
-                    let pending = migrations::Migrator::get_pending_migrations(&db)
-                        .await
-                        .map_err(|e| Failure::Runtime(persistence::describe(&e)))?
-                        .len();
-                    migrations::Migrator::up(&db, None).await.map(|()| {
-                        let total = migrations::Migrator::migrations().len();
-                        println!(
-                            "migrated: {pending} migration(s) applied, {total} in all, the schema is current"
-                        );
-                    })
-                }
-                MigrateAction::Down => migrations::Migrator::down(&db, Some(1)).await,
-                MigrateAction::Fresh => migrations::Migrator::fresh(&db).await,
-                MigrateAction::Status => {
-                    let applied = migrations::Migrator::get_applied_migrations(&db)
-                        .await
-                        .map_err(|e| Failure::Runtime(e.to_string()))?;
-                    let pending = migrations::Migrator::get_pending_migrations(&db)
-                        .await
-                        .map_err(|e| Failure::Runtime(e.to_string()))?;
-                    for m in applied {
-                        println!("applied  {}", m.name());
-                    }
-                    for m in pending {
-                        println!("pending  {}", m.name());
-                    }
-                    Ok(())
-                }
-            };
-            result.map_err(|e| Failure::Runtime(format!("migration failed: {}", persistence::describe(&e))))
-        }
-        Command::Outbox { command } => {
-            // Read-only (stats) or a repair of rows that must exist: never a new database.
-            require_existing_database(&settings)?;
-            let services = startup::build_services(&settings).await?;
-            match command {
-                OutboxCommand::Stats => {
-                    let stats = services
-                        .outbox_store
-                        .stats()
-                        .await
-                        .map_err(|e| Failure::Runtime(Chain(&e).to_string()))?;
-                    // The same fields, names and units as `GET /api/admin/outbox/stats`.
-                    let json =
-                        serde_json::to_value(orchestrator::adapters::http::outbox_admin::stats_response(
-                            &stats,
-                            chrono::Utc::now(),
-                        ))
-                        .map_err(|e| Failure::Runtime(e.to_string()))?;
-                    println!("{json:#}");
-                    Ok(())
-                }
-                OutboxCommand::Rebase => {
-                    let operator = std::env::var("USER").unwrap_or_else(|_| "cli".into());
-                    let actor = Actor::admin(format!("cli:{operator}"));
-                    let done = services
-                        .housekeeping
-                        .rebase_restored(&actor)
-                        .await
-                        .map_err(|e| Failure::Runtime(Chain(&e).to_string()))?;
-                    if done.restored {
-                        println!(
-                            "outbox history made this server's own: {} event(s) kept as sent, {} to send",
-                            done.kept_sent, done.to_send
-                        );
-                    } else {
-                        println!("outbox history is this server's own: nothing to do");
-                    }
-                    Ok(())
-                }
-                OutboxCommand::Replay { id, reason } => {
-                    let operator = std::env::var("USER").unwrap_or_else(|_| "cli".into());
-                    let actor = Actor::admin(format!("cli:{operator}"));
-                    services
-                        .outbox_admin
-                        .resolve_dead_letter(&actor, id, false, reason)
-                        .await
-                        .map_err(|e| Failure::Runtime(Chain(&e).to_string()))?;
-                    println!("outbox event {id}: DEAD_LETTER -> READY");
-                    Ok(())
-                }
-            }
-        }
+        Command::Token { sub, role, ttl } => token(&settings, &sub, &role, ttl),
+        Command::Serve => serve(settings).await,
+        Command::Worker => worker(settings).await,
+        Command::Migrate { action } => migrate(&settings, action).await,
+        Command::Outbox { command } => outbox(&settings, command).await,
         Command::Reconcile { command: ReconcileCommand::Ledger { date } } => {
-            require_existing_database(&settings)?;
-            let services = startup::build_services(&settings).await?;
-            let operator = std::env::var("USER").unwrap_or_else(|_| "cli".into());
-            let actor = Actor::admin(format!("cli:{operator}"));
-            let report = services.ledger.reconcile_day(&actor, date).await.map_err(|e| match e {
-                AppError::Conflict { message, .. } => Failure::Usage(format!("payment.provider: {message}")),
-                other => Failure::Runtime(Chain(&other).to_string()),
-            })?;
-            let json = serde_json::json!({
-                "date": date.format("%Y-%m-%d").to_string(),
-                "run": orchestrator::adapters::http::ledger::LedgerRunResponse::from(&report.run),
-                "findings": report.findings.iter().map(orchestrator::adapters::http::ledger::FindingResponse::from).collect::<Vec<_>>(),
-            });
-            println!("{json:#}");
-            Ok(())
+            reconcile_ledger(&settings, date).await
         }
     }
+}
+
+/// A failure of the repair itself, with its whole chain of causes.
+fn runtime(e: impl std::error::Error + 'static) -> Failure {
+    Failure::Runtime(Chain(&e).to_string())
+}
+
+/// The operator running a repair from the command line, as the audit log names them.
+fn operator() -> Actor {
+    let operator = std::env::var("USER").unwrap_or_else(|_| "cli".into());
+    Actor::admin(format!("cli:{operator}"))
+}
+
+fn token(settings: &Settings, sub: &str, role: &[String], ttl: Duration) -> Result<(), Failure> {
+    let keys = orchestrator::adapters::http::auth::JwtKeys::from_settings(&settings.auth)
+        .map_err(|e| Failure::Usage(e.to_string()))?;
+    if sub.is_empty() || sub.len() > 64 {
+        return Err(Failure::Usage("--sub must be 1 to 64 characters".into()));
+    }
+    let token = keys.mint(sub, role, ttl).map_err(|e| Failure::Runtime(e.to_string()))?;
+    println!("{token}");
+    Ok(())
+}
+
+async fn serve(settings: Settings) -> Result<(), Failure> {
+    let host = settings.http.bind.ip();
+    let settings_tokens_from_provider = settings.auth.keys.is_empty();
+    let app = Application::build(settings).await?;
+    let base = format!("http://{host}:{}", app.port());
+    tracing::info!(
+        port = app.port(),
+        url = %base,
+        docs = %format!("{base}/docs"),
+        health = %format!("{base}/health/ready"),
+        token = if settings_tokens_from_provider { "from the identity provider (auth.jwks_url)" } else { "app token --sub alice [--role admin]" },
+        "serving HTTP"
+    );
+    app.run_until_stopped(startup::shutdown_signal()).await.map_err(|e| Failure::Runtime(e.to_string()))
+}
+
+async fn worker(settings: Settings) -> Result<(), Failure> {
+    settings.require_explicit_production().map_err(|e| Failure::Usage(e.to_string()))?;
+    let services = startup::build_services(&settings).await?;
+    startup::refuse_restored_history(&services).await?;
+    // Health and metrics of the worker itself, on `worker.http.bind`.
+    let (ops, address) = startup::ops_server(&services)?;
+    tracing::info!(
+        health = %format!("http://{address}/health/ready"),
+        metrics = %format!("http://{address}/metrics"),
+        "worker running: outbox relay, meeting consumers, notification retries, payment \
+         reconciliation and refunds, saga recovery, lease recovery, clean-up"
+    );
+    let ops_handle = ops.handle();
+    tokio::spawn(ops);
+    let workers = Workers::spawn(&services);
+    startup::shutdown_signal().await;
+    tracing::info!("shutting down: finishing publishes in flight");
+    workers.shutdown(Duration::from_secs(30)).await;
+    ops_handle.stop(true).await;
+    Ok(())
+}
+
+async fn migrate(settings: &Settings, action: MigrateAction) -> Result<(), Failure> {
+    if matches!(action, MigrateAction::Status) {
+        require_existing_database(settings)?;
+    }
+    let db = open(settings).await?;
+    let result = match action {
+        MigrateAction::Up => {
+            let pending = migrations::Migrator::get_pending_migrations(&db)
+                .await
+                .map_err(|e| Failure::Runtime(persistence::describe(&e)))?
+                .len();
+            migrations::Migrator::up(&db, None).await.map(|()| {
+                let total = migrations::Migrator::migrations().len();
+                println!("migrated: {pending} migration(s) applied, {total} in all, the schema is current");
+            })
+        }
+        MigrateAction::Down => migrations::Migrator::down(&db, Some(1)).await,
+        MigrateAction::Fresh => migrations::Migrator::fresh(&db).await,
+        MigrateAction::Status => {
+            let applied = migrations::Migrator::get_applied_migrations(&db)
+                .await
+                .map_err(|e| Failure::Runtime(e.to_string()))?;
+            let pending = migrations::Migrator::get_pending_migrations(&db)
+                .await
+                .map_err(|e| Failure::Runtime(e.to_string()))?;
+            for m in applied {
+                println!("applied  {}", m.name());
+            }
+            for m in pending {
+                println!("pending  {}", m.name());
+            }
+            Ok(())
+        }
+    };
+    result.map_err(|e| Failure::Runtime(format!("migration failed: {}", persistence::describe(&e))))
+}
+
+async fn outbox(settings: &Settings, command: OutboxCommand) -> Result<(), Failure> {
+    // Read-only (stats) or a repair of rows that must exist: never a new database.
+    require_existing_database(settings)?;
+    let services = startup::build_services(settings).await?;
+    match command {
+        OutboxCommand::Stats => {
+            let stats = services.outbox_store.stats().await.map_err(runtime)?;
+            // The same fields, names and units as `GET /api/admin/outbox/stats`.
+            let json = serde_json::to_value(orchestrator::adapters::http::outbox_admin::stats_response(
+                &stats,
+                chrono::Utc::now(),
+            ))
+            .map_err(|e| Failure::Runtime(e.to_string()))?;
+            println!("{json:#}");
+        }
+        OutboxCommand::Rebase => {
+            let done = services.housekeeping.rebase_restored(&operator()).await.map_err(runtime)?;
+            if done.restored {
+                println!(
+                    "outbox history made this server's own: {} event(s) kept as sent, {} to send",
+                    done.kept_sent, done.to_send
+                );
+            } else {
+                println!("outbox history is this server's own: nothing to do");
+            }
+        }
+        OutboxCommand::Replay { id, reason } => {
+            services
+                .outbox_admin
+                .resolve_dead_letter(&operator(), id, false, reason)
+                .await
+                .map_err(runtime)?;
+            println!("outbox event {id}: DEAD_LETTER -> READY");
+        }
+    }
+    Ok(())
+}
+
+async fn reconcile_ledger(settings: &Settings, date: chrono::NaiveDate) -> Result<(), Failure> {
+    require_existing_database(settings)?;
+    let services = startup::build_services(settings).await?;
+    let report = services.ledger.reconcile_day(&operator(), date).await.map_err(|e| match e {
+        AppError::Conflict { message, .. } => Failure::Usage(format!("payment.provider: {message}")),
+        other => Failure::Runtime(Chain(&other).to_string()),
+    })?;
+    let json = serde_json::json!({
+        "date": date.format("%Y-%m-%d").to_string(),
+        "run": orchestrator::adapters::http::ledger::LedgerRunResponse::from(&report.run),
+        "findings": report.findings.iter().map(orchestrator::adapters::http::ledger::FindingResponse::from).collect::<Vec<_>>(),
+    });
+    println!("{json:#}");
+    Ok(())
 }

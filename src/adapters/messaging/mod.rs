@@ -7,5 +7,6 @@ pub mod contract;
 pub mod kafka;
 mod log_publisher;
 mod meeting;
+mod publishing;
 
 pub use log_publisher::LogEventPublisher;

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use reqwest::StatusCode;
+use reqwest::{Method, StatusCode};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -23,7 +23,7 @@ use crate::application::ports::{
 };
 use crate::domain::text;
 
-use super::transport::{Exchange, exchange};
+use super::transport::{Exchange, ProviderHttp};
 
 #[derive(Debug, Clone)]
 pub struct ExternalProviderSettings {
@@ -37,8 +37,8 @@ pub struct ExternalProviderSettings {
 }
 
 pub struct ExternalPaymentGateway {
-    client: reqwest::Client,
-    settings: ExternalProviderSettings,
+    http: ProviderHttp,
+    timeout: Duration,
 }
 
 #[derive(Debug, Deserialize)]
@@ -69,35 +69,24 @@ impl ExternalPaymentGateway {
     /// # Errors
     /// The HTTP client cannot be built (no TLS provider).
     pub fn new(settings: ExternalProviderSettings) -> Result<Self, String> {
-        // reqwest is built without a default rustls provider (no aws-lc C build); ring is
-        // installed process-wide (idempotent) before any client is built.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .connect_timeout(settings.timeout)
-            .timeout(settings.timeout)
-            .build()
-            .map_err(|e| format!("cannot build the provider client: {e}"))?;
-        Ok(ExternalPaymentGateway { client, settings })
+        let http = ProviderHttp::new(
+            &settings.base_url,
+            settings.secret_key,
+            settings.timeout,
+            settings.retries,
+            settings.retry_backoff,
+        )?;
+        Ok(ExternalPaymentGateway { http, timeout: settings.timeout })
     }
 
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.settings.base_url.trim_end_matches('/'))
-    }
-
-    async fn exchange(&self, request: reqwest::RequestBuilder) -> Exchange {
-        exchange(request, &self.settings.secret_key).await
+    fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        self.http.request(method, path, self.timeout)
     }
 
     /// After a transient failure: whether to try again (sleeping the backoff first).
     async fn again(&self, attempt: &mut u32, reason: &Cause) -> bool {
-        if *attempt >= self.settings.retries {
-            return false;
-        }
-        tracing::warn!(reason = %Chain(reason), attempt = *attempt, "payment provider transient failure; retrying");
-        tokio::time::sleep(crate::domain::backoff::doubled_pause(self.settings.retry_backoff, *attempt))
-            .await;
-        *attempt += 1;
-        true
+        let reason = Chain(reason).to_string();
+        self.http.again(attempt, "external", &reason).await
     }
 }
 
@@ -142,11 +131,10 @@ impl PaymentGateway for ExternalPaymentGateway {
         let mut attempt = 0;
         loop {
             let call = self
-                .client
-                .post(self.url("/v1/payments/confirm"))
+                .request(Method::POST, "/v1/payments/confirm")
                 .header("Idempotency-Key", &request.payment_request_id)
                 .json(&body);
-            let transient = match self.exchange(call).await {
+            let transient = match self.http.exchange(call).await {
                 Exchange::NotSent(reason) => reason,
                 Exchange::Lost(reason) => {
                     return Ok(ApprovalOutcome::Unknown { reason: Chain(&reason).to_string() });
@@ -199,7 +187,7 @@ impl PaymentGateway for ExternalPaymentGateway {
         let path = format!("/v1/payments/by-request/{payment_request_id}");
         let mut attempt = 0;
         loop {
-            let transient = match self.exchange(self.client.get(self.url(&path))).await {
+            let transient = match self.http.exchange(self.request(Method::GET, &path)).await {
                 Exchange::NotSent(reason) | Exchange::Lost(reason) => reason,
                 Exchange::Answered(StatusCode::NOT_FOUND, _) => return Ok(LookupOutcome::NotFound),
                 Exchange::Answered(status, _) if !status.is_success() => {
@@ -245,8 +233,8 @@ impl PaymentGateway for ExternalPaymentGateway {
         let body = json!({ "reason": request.reason, "amount": request.amount.minor() });
         let mut attempt = 0;
         loop {
-            let call = self.client.post(self.url(&path)).header("Idempotency-Key", key).json(&body);
-            let transient = match self.exchange(call).await {
+            let call = self.request(Method::POST, &path).header("Idempotency-Key", key).json(&body);
+            let transient = match self.http.exchange(call).await {
                 Exchange::NotSent(reason) | Exchange::Lost(reason) => reason,
                 Exchange::Answered(status, _) if status.is_server_error() => {
                     Cause::msg(format!("provider answered {status}"))

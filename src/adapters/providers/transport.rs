@@ -1,11 +1,79 @@
-//! One HTTP exchange with a payment provider, as both HTTP providers (external, Toss) see
-//! it: answered, never sent (nothing can have happened there), or lost after sending (the
-//! provider may have acted). Every call carries `Authorization: Basic base64("{key}:")`.
+//! The HTTP scaffolding both HTTP payment providers (external, Toss) share: one client per
+//! provider ([`ProviderHttp`]: its base URL, its secret key, its bounded doubling retries),
+//! and one exchange, seen as answered, never sent (nothing can have happened there), or lost
+//! after sending (the provider may have acted). Every call carries
+//! `Authorization: Basic base64("{key}:")`.
 
-use reqwest::StatusCode;
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
 
 use crate::adapters::Secret;
 use crate::application::ports::Cause;
+
+/// A provider's HTTP client: where it is, the key it is called with, and how often a call
+/// that failed for now is made again.
+pub(super) struct ProviderHttp {
+    client: reqwest::Client,
+    base_url: String,
+    secret_key: Secret,
+    retries: u32,
+    retry_backoff: Duration,
+}
+
+impl ProviderHttp {
+    /// # Errors
+    /// The HTTP client cannot be built.
+    pub(super) fn new(
+        base_url: &str,
+        secret_key: Secret,
+        connect_timeout: Duration,
+        retries: u32,
+        retry_backoff: Duration,
+    ) -> Result<Self, String> {
+        // reqwest is built without a default rustls provider (no aws-lc C build); ring is
+        // installed process-wide (idempotent) before any client is built.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .connect_timeout(connect_timeout)
+            .build()
+            .map_err(|e| format!("cannot build the provider's HTTP client: {e}"))?;
+        let base_url = base_url.trim_end_matches('/').to_owned();
+        Ok(ProviderHttp { client, base_url, secret_key, retries, retry_backoff })
+    }
+
+    /// A call to `path` (from the base URL), ending after `timeout`.
+    pub(super) fn request(&self, method: Method, path: &str, timeout: Duration) -> reqwest::RequestBuilder {
+        self.client.request(method, format!("{}{path}", self.base_url)).timeout(timeout)
+    }
+
+    /// Sends `request` with the secret key (see [`exchange`]).
+    pub(super) async fn exchange(&self, request: reqwest::RequestBuilder) -> Exchange {
+        exchange(request, &self.secret_key).await
+    }
+
+    /// After a failure that may pass: whether to try again, having slept the doubled
+    /// backoff first; `false` once the retries are spent.
+    pub(super) async fn again(
+        &self,
+        attempt: &mut u32,
+        call: &str,
+        reason: &(dyn std::fmt::Display + Sync),
+    ) -> bool {
+        if *attempt >= self.retries {
+            return false;
+        }
+        tracing::warn!(%reason, attempt = *attempt, call, "payment provider call failed for now; the same call again");
+        let pause = crate::domain::backoff::doubled_pause(self.retry_backoff, *attempt);
+        *attempt += 1;
+        tokio::time::sleep(pause).await;
+        true
+    }
+
+    pub(super) fn secret_key(&self) -> &Secret {
+        &self.secret_key
+    }
+}
 
 /// What one HTTP exchange amounted to.
 pub(super) enum Exchange {

@@ -3,8 +3,10 @@
 //! inbox making each `(consumer, eventId)` count once however often it is delivered.
 
 mod meeting;
+mod messages;
 
-pub use meeting::{
-    FREE_MEETING, Handled, MEETING_NOT_FOUND, MeetingDeleted, MeetingEvents, ParticipantCancelled,
-    ParticipantRegistered, RegistrationAtFee, consumers,
+pub use meeting::MeetingEvents;
+pub use messages::{
+    FREE_MEETING, Handled, MEETING_NOT_FOUND, MeetingDeleted, ParticipantCancelled, ParticipantRegistered,
+    RegistrationAtFee, consumers,
 };

@@ -8,6 +8,7 @@ pub mod lease;
 pub mod notify;
 mod outcome;
 pub mod payment;
+mod run;
 mod service;
 mod settlement;
 mod settlement_repair;

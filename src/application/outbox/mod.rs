@@ -4,9 +4,12 @@
 
 mod admin;
 mod housekeeping;
+mod lanes;
 mod pipeline;
 mod relay;
 mod report;
+mod slow;
+mod stages;
 
 pub use admin::{OutboxAdmin, OutboxPage, Redrive, RedriveReport};
 pub use housekeeping::{Housekeeping, HousekeepingSettings};

@@ -1,5 +1,6 @@
 //! RabbitMQ over amqprs.
 
+mod confirms;
 mod connection;
 mod consumers;
 pub mod momo;

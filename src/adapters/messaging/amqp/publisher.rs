@@ -11,19 +11,20 @@
 //! `broker.urls` when the broker is a cluster; whatever was unconfirmed on a dead channel is
 //! reported unconfirmed (`CONNECTION_LOST`) and sent again later with the same `message_id`.
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use amqprs::BasicProperties;
 use amqprs::channel::{BasicPublishArguments, Channel, ConfirmSelectArguments, ExchangeDeclareArguments};
 use amqprs::connection::Connection;
-use amqprs::{Ack, BasicProperties, Cancel, CloseChannel, Nack, Return};
 use async_trait::async_trait;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
+use tokio::sync::{Semaphore, oneshot};
 
+use super::confirms::{ConfirmCallback, Confirms, Pending, Verdict};
 use super::connection::{AmqpError, AmqpNodes};
 use crate::adapters::messaging::contract::{Broker, Contract, Encoded, HeaderValue, WireMessage, per_record};
+use crate::adapters::messaging::publishing::{Flow, failed, publish_traceparent, read_flow};
 use crate::application::error::Chain;
 use crate::application::health::HealthProbe;
 use crate::application::ports::{
@@ -96,101 +97,6 @@ fn contract_properties(
     props.finish()
 }
 
-enum Verdict {
-    Acked,
-    Nacked,
-    Returned(String),
-}
-
-struct Pending {
-    message_id: String,
-    done: oneshot::Sender<Verdict>,
-    _permit: OwnedSemaphorePermit,
-}
-
-#[derive(Default)]
-struct ConfirmTable {
-    pending: BTreeMap<u64, Pending>,
-    /// `message_id` -> reply of a `basic.return` whose ack has not come yet.
-    returned: HashMap<String, String>,
-}
-
-/// Shared between the publisher and the channel's callback.
-#[derive(Default)]
-struct Confirms(Mutex<ConfirmTable>);
-
-impl Confirms {
-    fn table(&self) -> std::sync::MutexGuard<'_, ConfirmTable> {
-        // A panic while holding this lock leaves plain maps behind; keep going.
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn resolve(&self, tag: u64, multiple: bool, nack: bool) {
-        let mut table = self.table();
-        let tags: Vec<u64> =
-            if multiple { table.pending.range(..=tag).map(|(t, _)| *t).collect() } else { vec![tag] };
-        for tag in tags {
-            if let Some(p) = table.pending.remove(&tag) {
-                let returned = table.returned.remove(&p.message_id);
-                let verdict = match (nack, returned) {
-                    (true, _) => Verdict::Nacked,
-                    (false, Some(reply)) => Verdict::Returned(reply),
-                    (false, None) => Verdict::Acked,
-                };
-                let _ = p.done.send(verdict);
-            }
-        }
-    }
-
-    /// The channel is gone: every waiter learns its message is unconfirmed.
-    fn fail_all(&self) {
-        let mut table = self.table();
-        table.pending.clear();
-        table.returned.clear();
-    }
-}
-
-struct ConfirmCallback(Arc<Confirms>);
-
-#[async_trait]
-impl amqprs::callbacks::ChannelCallback for ConfirmCallback {
-    async fn close(&mut self, _channel: &Channel, close: CloseChannel) -> Result<(), amqprs::error::Error> {
-        tracing::warn!(reason = %close, "broker closed the publishing channel");
-        self.0.fail_all();
-        Ok(())
-    }
-
-    async fn cancel(&mut self, _channel: &Channel, _cancel: Cancel) -> Result<(), amqprs::error::Error> {
-        Ok(())
-    }
-
-    async fn flow(&mut self, _channel: &Channel, active: bool) -> Result<bool, amqprs::error::Error> {
-        tracing::warn!(active, "broker flow control on the publishing channel");
-        Ok(true)
-    }
-
-    async fn publish_ack(&mut self, _channel: &Channel, ack: Ack) {
-        self.0.resolve(ack.delivery_tag(), ack.mutiple(), false);
-    }
-
-    async fn publish_nack(&mut self, _channel: &Channel, nack: Nack) {
-        self.0.resolve(nack.delivery_tag(), nack.multiple(), true);
-    }
-
-    async fn publish_return(
-        &mut self,
-        _channel: &Channel,
-        ret: Return,
-        properties: BasicProperties,
-        _content: Vec<u8>,
-    ) {
-        if let Some(id) = properties.message_id() {
-            let reply = format!("{} {}", ret.reply_code(), ret.reply_text());
-            self.0.table().returned.insert(id.clone(), reply);
-        }
-    }
-}
-
 struct Link {
     /// The node it is connected to (`AmqpNodes::lost`).
     node: usize,
@@ -249,10 +155,6 @@ pub fn message_properties(
         props.with_headers(headers);
     }
     props.finish()
-}
-
-fn failed(code: FailureCode, reason: impl Into<String>) -> PublishOutcome {
-    PublishOutcome::Failed { code, reason: reason.into() }
 }
 
 /// The queue a flow probe is addressed to: declared by no one, so the default exchange drops
@@ -436,19 +338,7 @@ impl EventPublisher for AmqpEventPublisher {
         for record in batch {
             // With traces on: a publish span in the trace of the request that wrote the event,
             // whose context the message carries on (`traceparent` header) to its consumers.
-            let traceparent = crate::telemetry::tracing_enabled()
-                .then(|| {
-                    let span = tracing::info_span!(
-                        "outbox.publish",
-                        otel.name = %format!("{} publish", record.routing_key),
-                        event_type = %record.event_type,
-                        trace_id = tracing::field::Empty,
-                        span_id = tracing::field::Empty,
-                    );
-                    crate::telemetry::continue_trace(&span, record.traceparent.as_deref());
-                    span.in_scope(crate::telemetry::current_traceparent)
-                })
-                .flatten();
+            let traceparent = publish_traceparent(record, &record.routing_key);
             let unroutable_ok = self.settings.unroutable_ok.contains(&record.event_type);
             match self.settings.contract.encode(record, traceparent.as_deref(), Broker::Amqp) {
                 Ok(Encoded::Native) => {
@@ -565,15 +455,11 @@ const BLOCKED: &str =
 /// `BROKER_UNAVAILABLE`, which spends no retry (docs/spec.md §6, docs/operations.md), and
 /// the broker is marked stalled for readiness until a message is confirmed again.
 fn stalled_or_flowing(mut outcomes: Vec<PublishOutcome>, nodes: &AmqpNodes) -> Vec<PublishOutcome> {
-    let timed_out =
-        |o: &PublishOutcome| matches!(o, PublishOutcome::Failed { code: FailureCode::ConfirmTimeout, .. });
-    if outcomes.iter().any(|o| matches!(o, PublishOutcome::Confirmed)) {
-        nodes.flowing();
-    } else if !outcomes.is_empty() && outcomes.iter().all(timed_out) {
-        nodes.stalled(BLOCKED);
-        for outcome in &mut outcomes {
-            *outcome = failed(FailureCode::BrokerUnavailable, BLOCKED);
-        }
+    let timed_out = |code: &FailureCode| matches!(code, FailureCode::ConfirmTimeout);
+    match read_flow(&mut outcomes, timed_out, Some(BLOCKED)) {
+        Flow::Flowing => nodes.flowing(),
+        Flow::Stalled => nodes.stalled(BLOCKED),
+        Flow::Unsure => {}
     }
     outcomes
 }

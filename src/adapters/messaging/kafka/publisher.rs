@@ -21,6 +21,7 @@ use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer}
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
 use super::client::{KafkaConnection, KafkaFailure, Observed, millis};
+use crate::adapters::messaging::publishing::{failed, publish_traceparent, read_flow};
 use crate::application::health::HealthProbe;
 use crate::application::ports::{
     BrokerUnavailable, Cause, EventPublisher, OutboxRecord, PendingVerdicts, PublishOutcome,
@@ -148,10 +149,6 @@ pub fn producer_config(
     config
 }
 
-fn failed(code: FailureCode, reason: impl Into<String>) -> PublishOutcome {
-    PublishOutcome::Failed { code, reason: reason.into() }
-}
-
 /// A delivery error as the outbox records it.
 fn outcome_of(error: &KafkaError) -> PublishOutcome {
     use RDKafkaErrorCode as E;
@@ -263,19 +260,7 @@ impl EventPublisher for KafkaEventPublisher {
             Vec::with_capacity(batch.len());
         let mut groups: Vec<usize> = Vec::with_capacity(batch.len());
         for record in batch {
-            let traceparent = crate::telemetry::tracing_enabled()
-                .then(|| {
-                    let span = tracing::info_span!(
-                        "outbox.publish",
-                        otel.name = %format!("{} publish", self.settings.topic),
-                        event_type = %record.event_type,
-                        trace_id = tracing::field::Empty,
-                        span_id = tracing::field::Empty,
-                    );
-                    crate::telemetry::continue_trace(&span, record.traceparent.as_deref());
-                    span.in_scope(crate::telemetry::current_traceparent)
-                })
-                .flatten();
+            let traceparent = publish_traceparent(record, &self.settings.topic);
             let messages = match self.settings.contract.encode(record, traceparent.as_deref(), Broker::Kafka)
             {
                 Ok(Encoded::Native) => None,
@@ -365,19 +350,9 @@ impl EventPublisher for KafkaEventPublisher {
 /// the cluster: it could not be reached (or took nothing) — `BROKER_UNAVAILABLE`, which
 /// spends no retry (docs/spec.md §6), as on RabbitMQ.
 fn unreachable_or_flowing(mut outcomes: Vec<PublishOutcome>) -> Vec<PublishOutcome> {
-    let timed_out = |o: &PublishOutcome| {
-        matches!(
-            o,
-            PublishOutcome::Failed { code: FailureCode::ConfirmTimeout | FailureCode::ConnectionLost, .. }
-        )
-    };
-    if !outcomes.is_empty() && outcomes.iter().all(timed_out) {
-        for outcome in &mut outcomes {
-            if let PublishOutcome::Failed { reason, .. } = outcome {
-                *outcome = failed(FailureCode::BrokerUnavailable, std::mem::take(reason));
-            }
-        }
-    }
+    let timed_out =
+        |code: &FailureCode| matches!(code, FailureCode::ConfirmTimeout | FailureCode::ConnectionLost);
+    read_flow(&mut outcomes, timed_out, None);
     outcomes
 }
 

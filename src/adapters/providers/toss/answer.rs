@@ -13,8 +13,11 @@ pub enum Call {
     Charge,
     /// `POST /v1/payments/{paymentKey}/cancel`.
     Cancel,
-    /// A `GET` (look-ups, the ledger) or the billing-key issue: nothing moves.
+    /// A `GET` (look-ups, the ledger): nothing moves.
     Read,
+    /// `POST /v1/billing/authorizations/issue`: a saved card made from the customer's
+    /// `authKey`; nothing moves, and a 4xx is Toss refusing the card or the key.
+    Issue,
 }
 
 /// What to do with an error answer.
@@ -72,6 +75,9 @@ fn is_refusal(code: &str) -> bool {
 
 /// The meaning of an error answer to `call` (docs/spec.md §10, "Answers").
 pub fn meaning(call: Call, status: u16, code: &str) -> Meaning {
+    if call == Call::Issue {
+        return issue_meaning(status, code);
+    }
     match code {
         // A cancel's body refused (its reason, its amount): the refund fails, nothing moved.
         "INVALID_REQUEST" if call == Call::Cancel && status == 400 => return Meaning::NotCancelable,
@@ -124,7 +130,27 @@ pub fn meaning(call: Call, status: u16, code: &str) -> Meaning {
         // amount it will not cancel): nothing moved, and the same request again would be
         // refused again — a failed refund, never a pending one.
         Call::Cancel if status == 400 => Meaning::NotCancelable,
-        Call::Charge | Call::Cancel => Meaning::Unknown,
+        Call::Charge | Call::Cancel | Call::Issue => Meaning::Unknown,
+    }
+}
+
+/// The billing-key issue: our key refused is ours to repair; an in-flight key, a 429 or a
+/// temporary failure is tried again; a 404 is an `authKey` Toss does not know (spent,
+/// never issued); every other 4xx refuses the customer's card or `authKey` (nothing was
+/// issued, nothing moved), and anything else stays open.
+fn issue_meaning(status: u16, code: &str) -> Meaning {
+    match (status, code) {
+        (_, "UNAUTHORIZED_KEY" | "INVALID_API_KEY" | "INCORRECT_BASIC_AUTH_FORMAT") | (401, _) => {
+            Meaning::OurConfiguration
+        }
+        (409, "IDEMPOTENT_REQUEST_PROCESSING") => Meaning::InFlight,
+        (409 | 429, _) | (_, "PROVIDER_ERROR" | "COMMON_ERROR" | "UNKNOWN_PAYMENT_ERROR") => {
+            Meaning::Transient
+        }
+        // A spent or unknown authKey: nothing to issue a card from.
+        (404, _) => Meaning::NotFound,
+        (400..=499, _) => Meaning::Refused,
+        _ => Meaning::Transient,
     }
 }
 
@@ -188,6 +214,18 @@ mod tests {
             (Cancel, 400, "INVALID_REQUEST", NotCancelable),
             // A refusal code on a cancel is no card refusal: unknown.
             (Cancel, 403, "REJECT_CARD_PAYMENT", Unknown),
+            // The billing-key issue: a 4xx refuses the card or the authKey.
+            (Issue, 400, "INVALID_CARD_NUMBER", Refused),
+            (Issue, 400, "INVALID_REQUEST", Refused),
+            (Issue, 403, "NOT_MATCHES_CUSTOMER_KEY", Refused),
+            (Issue, 404, "NOT_FOUND", NotFound),
+            (Issue, 401, "UNAUTHORIZED_KEY", OurConfiguration),
+            (Issue, 400, "INVALID_API_KEY", OurConfiguration),
+            (Issue, 409, "IDEMPOTENT_REQUEST_PROCESSING", InFlight),
+            (Issue, 429, "TOO_MANY_REQUESTS", Transient),
+            (Issue, 400, "PROVIDER_ERROR", Transient),
+            (Issue, 500, "FAILED_INTERNAL_SYSTEM_PROCESSING", Transient),
+            (Issue, 503, "", Transient),
         ];
         for (call, status, code, expected) in rows {
             assert_eq!(meaning(*call, *status, code), *expected, "{call:?} {status} {code}");

@@ -1,10 +1,11 @@
+//! The bodies we send Toss (typed, each named as Toss's reference names its fields), and
 //! Toss's objects as we read them (reference: the Payment, Billing and Transaction objects),
 //! checked like any input (docs/spec.md §5): a key or code over its documented length or with
 //! control characters, a negative or missing amount, breaks the protocol, and the answer is
 //! then an unknown outcome, never a decision. Only the fields we act on are read; the
 //! provider's view for support passes the whole object on unchanged.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::domain::ledger::UnreadableRow;
 use crate::domain::text;
@@ -17,6 +18,44 @@ const ORDER_ID: usize = 64;
 const TRANSACTION_KEY: usize = 64;
 /// `billingKey`: 200 characters.
 const BILLING_KEY: usize = 200;
+
+/// `POST /v1/payments/confirm` (reference: "결제 승인").
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct Confirm<'a> {
+    pub payment_key: &'a str,
+    pub order_id: &'a str,
+    pub amount: i64,
+}
+
+/// `POST /v1/billing/{billingKey}` (reference: "카드 자동결제 승인").
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct BillingCharge<'a> {
+    pub customer_key: &'a str,
+    pub amount: i64,
+    pub order_id: &'a str,
+    pub order_name: &'a str,
+}
+
+/// `POST /v1/billing/authorizations/issue` (reference: "authKey로 카드 빌링키 발급").
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct BillingIssue<'a> {
+    pub auth_key: &'a str,
+    pub customer_key: &'a str,
+}
+
+/// `POST /v1/payments/{paymentKey}/cancel` (reference: "결제 취소"): no `cancelAmount` is
+/// the whole balance.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct CancelRequest<'a> {
+    pub cancel_reason: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cancel_amount: Option<i64>,
+    pub refundable_amount: i64,
+}
 
 /// Where a Toss payment stands (`status`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -3,13 +3,32 @@
 use crate::application::audit::{self, entity};
 use crate::application::commit::commit;
 use crate::application::error::broken_invariant;
-use crate::application::ports::Changes;
+use crate::application::ports::{Changes, OrderRecord, Scenario};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
-use crate::domain::ids::OrderId;
+use crate::domain::ids::{OrderId, RefundId};
 use crate::domain::payment::{PaymentError, RefundStatus};
 
 use super::*;
+
+/// The reason sent to the provider: the one asked (or the default), within what the
+/// provider takes (a consumer's reason names its event).
+fn sent_reason(asked: Option<String>) -> String {
+    asked
+        .filter(|r| !r.trim().is_empty())
+        .unwrap_or_else(|| DEFAULT_REASON.into())
+        .chars()
+        .take(crate::domain::text::limits::REFUND_REASON)
+        .collect()
+}
+
+/// What a request asks of the refund it begins.
+struct Intent {
+    amount: Option<i64>,
+    reason: Option<String>,
+    request_key: Option<String>,
+    causation_id: Option<String>,
+}
 
 impl Refunds {
     /// Refunds `request.amount` (or the whole balance) of `order_id`'s payment. `inbox` (an
@@ -44,7 +63,7 @@ impl Refunds {
         restate: Restate,
     ) -> Result<RefundOutcome, AppError> {
         let RefundRequest { reason, amount, request_key, inbox, causation_id, scenario } = request;
-        let mut record = self.load(order_id).await?;
+        let record = self.load(order_id).await?;
         if !actor.may_access(&record.order.customer_id) {
             self.audit_rejection(actor, order_id, "not the order's customer".into()).await?;
             return Err(AppError::Forbidden {
@@ -53,9 +72,10 @@ impl Refunds {
             });
         }
         // The same request again: its refund, as it stands or finished now.
-        if let Some(key) = &request_key
-            && let Some(known) = record.refunds.iter().find(|r| r.request_key.as_ref() == Some(key)).cloned()
-        {
+        let known = request_key
+            .as_ref()
+            .and_then(|key| record.refunds.iter().find(|r| r.request_key.as_ref() == Some(key)).cloned());
+        if let Some(known) = known {
             return match known.status {
                 RefundStatus::Succeeded => Ok(RefundOutcome::Refunded(record)),
                 RefundStatus::Failed => {
@@ -65,6 +85,21 @@ impl Refunds {
                 RefundStatus::Pending => self.finish(record, known.id, actor, inbox, scenario, restate).await,
             };
         }
+        let record = self.refundable_now(record, actor, scenario).await?;
+        let intent = Intent { amount, reason, request_key, causation_id };
+        let (record, refund_id) = self.commit_intent(record, actor, intent).await?;
+        self.finish(record, refund_id, actor, inbox, scenario, restate).await
+    }
+
+    /// `record`, once it may be refunded: `COMPLETED` with a balance left, and any refund
+    /// still pending (its answer was lost) finished first, with its own key.
+    async fn refundable_now(
+        &self,
+        record: OrderRecord,
+        actor: &Actor,
+        scenario: Scenario,
+    ) -> Result<OrderRecord, AppError> {
+        let order_id = record.order.id;
         if !Self::refundable(&record) {
             let status = record.payment.as_ref().map_or("none", |p| p.status.as_str());
             self.audit_rejection(actor, order_id, format!("order {} is {}", record.order.status, status))
@@ -77,41 +112,49 @@ impl Refunds {
                 ),
             });
         }
-        // Another refund is pending (its answer was lost): finished first, with its key.
-        if let Some(pending) = record.refunds.iter().find(|r| r.status == RefundStatus::Pending).map(|r| r.id)
+        let Some(pending) = record.refunds.iter().find(|r| r.status == RefundStatus::Pending).map(|r| r.id)
+        else {
+            return Ok(record);
+        };
+        if let RefundOutcome::Pending { reason, .. } =
+            self.finish(record, pending, actor, None, scenario, Restate::No).await?
         {
-            if let RefundOutcome::Pending { reason, .. } =
-                self.finish(record, pending, actor, None, scenario, Restate::No).await?
-            {
-                return Err(AppError::unavailable(format!(
-                    "another refund of this order is pending ({reason}); it is finished first"
-                )));
-            }
-            record = self.load(order_id).await?;
-            if !Self::refundable(&record) {
-                return Err(AppError::Conflict {
-                    code: "REFUND_NOT_ALLOWED",
-                    message: "the payment has no balance left".into(),
-                });
-            }
+            return Err(AppError::unavailable(format!(
+                "another refund of this order is pending ({reason}); it is finished first"
+            )));
         }
+        let record = self.load(order_id).await?;
+        if !Self::refundable(&record) {
+            return Err(AppError::Conflict {
+                code: "REFUND_NOT_ALLOWED",
+                message: "the payment has no balance left".into(),
+            });
+        }
+        Ok(record)
+    }
+
+    /// The refund's intent, committed before the provider is asked: whatever happens to
+    /// the answer, the worker finds this refund and finishes it (docs/spec.md §4). An
+    /// amount the balance cannot hold is refused (audited), nothing committed.
+    async fn commit_intent(
+        &self,
+        mut record: OrderRecord,
+        actor: &Actor,
+        intent: Intent,
+    ) -> Result<(OrderRecord, RefundId), AppError> {
+        let order_id = record.order.id;
         let mut payment = record.payment.clone().ok_or_else(|| broken_invariant("no payment"))?;
         let now = self.clock.now();
-        // Sent to the provider: within what it takes (a consumer's reason names its event).
-        let reason: String = reason
-            .filter(|r| !r.trim().is_empty())
-            .unwrap_or_else(|| DEFAULT_REASON.into())
-            .chars()
-            .take(crate::domain::text::limits::REFUND_REASON)
-            .collect();
+        let reason = sent_reason(intent.reason);
         let balance = payment.balance();
-        let mut refund = match payment.begin_refund(
-            amount,
+        let begun = payment.begin_refund(
+            intent.amount,
             reason.clone(),
             actor.subject.clone(),
-            request_key,
+            intent.request_key,
             now,
-        ) {
+        );
+        let mut refund = match begun {
             Ok(refund) => refund,
             Err(PaymentError::RefundAmountInvalid { requested, balance }) => {
                 self.audit_rejection(
@@ -129,23 +172,22 @@ impl Refunds {
             }
             Err(err) => return Err(broken_invariant(err)),
         };
-        refund.causation_id = causation_id;
-        // The intent, committed before the provider is asked: whatever happens to the
-        // answer, the worker finds this refund and finishes it (docs/spec.md §4).
+        refund.causation_id = intent.causation_id;
         let mut changes = Changes::default();
         changes.update_payment(&mut payment);
         changes.insert_refund(&mut refund);
+        let detail = format!(
+            "refund {} of {} (balance {balance}), Idempotency-Key {}: {reason}",
+            refund.id,
+            refund.amount.minor(),
+            refund.idempotency_key
+        );
         changes.audit.push(audit::record(
             AuditAction::RefundRequested,
             entity::ORDER,
             order_id,
             actor,
-            Some(format!(
-                "refund {} of {} (balance {balance}), Idempotency-Key {}: {reason}",
-                refund.id,
-                refund.amount.minor(),
-                refund.idempotency_key
-            )),
+            Some(detail),
             now,
         ));
         if !commit(self.uow.as_ref(), changes).await? {
@@ -154,7 +196,7 @@ impl Refunds {
         let refund_id = refund.id;
         record.payment = Some(payment);
         record.refunds.push(refund);
-        self.finish(record, refund_id, actor, inbox, scenario, restate).await
+        Ok((record, refund_id))
     }
 
     pub(super) async fn audit_rejection(

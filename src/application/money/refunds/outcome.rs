@@ -10,8 +10,8 @@ use crate::application::ports::{
 };
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
-use crate::domain::ids::RefundId;
-use crate::domain::payment::RefundStatus;
+use crate::domain::ids::{OrderId, RefundId};
+use crate::domain::payment::{Payment, Refund, RefundStatus};
 
 use super::decide::{self, Verdict, pending_refund};
 use super::*;
@@ -55,47 +55,24 @@ impl Refunds {
         (inbox, scenario): (Option<InboxEntry>, Scenario),
         restate: Restate,
     ) -> Result<RefundOutcome, AppError> {
-        let now = self.clock.now();
         let order_id = record.order.id;
-        let mut payment = record.payment.clone().ok_or_else(|| broken_invariant("no payment"))?;
-        let mut refund = pending_refund(&record, refund_id)?.clone();
-        let whole = refund.amount.minor() == payment.balance();
-        let request_key = refund.request_key.take();
-        let reason = format!("STALE_BALANCE: {why}");
-        // The refund's failure event is not written: the request goes on as another refund.
-        payment.record_refund_failure(&mut refund, reason.clone(), now).map_err(broken_invariant)?;
-        let mut changes = Changes::default();
-        changes.update_payment(&mut payment);
-        changes.update_refund(&mut refund);
-        changes.audit.push(audit::record(
-            AuditAction::RefundBalanceMismatch,
-            entity::ORDER,
-            order_id,
-            actor,
-            Some(format!(
-                "refund {} of {} superseded: {why}; the provider's cancels are recorded and the request is decided against its balance",
-                refund.id,
-                refund.amount.minor()
-            )),
-            now,
-        ));
-        if !commit(self.uow.as_ref(), changes).await? {
-            return Err(changed_concurrently());
-        }
+        let (mut refund, whole) = self.supersede(&record, refund_id, &why, actor).await?;
         self.sync_leased(order_id).await?;
         let current = self.load(order_id).await?;
         let balance = current.payment.as_ref().map_or(0, |p| p.balance());
         let amount = (!whole).then_some(refund.amount.minor());
         let fits = Self::refundable(&current) && amount.is_none_or(|a| a <= balance);
         if restate == Restate::No || !fits {
-            let reason = format!("{reason}; the balance at the provider is now {balance}");
+            let reason = format!("STALE_BALANCE: {why}; the balance at the provider is now {balance}");
             let mut changes = Changes::default();
+            let detail = format!("refund {} of {}: {reason}", refund.id, refund.amount.minor());
+            let now = self.clock.now();
             changes.audit.push(audit::record(
                 AuditAction::RefundRejected,
                 entity::ORDER,
                 order_id,
                 actor,
-                Some(format!("refund {} of {}: {reason}", refund.id, refund.amount.minor())),
+                Some(detail),
                 now,
             ));
             changes.inbox.extend(inbox);
@@ -105,12 +82,54 @@ impl Refunds {
         let again = RefundRequest {
             reason: Some(refund.reason),
             amount,
-            request_key,
+            request_key: refund.request_key.take(),
             inbox,
             causation_id: refund.causation_id,
             scenario,
         };
         Box::pin(self.refund_leased(actor, order_id, again, Restate::No)).await
+    }
+
+    /// The pending refund superseded: recorded `FAILED` with no event (the request goes on
+    /// as another refund) and audited. Answers the refund as it was, its request key kept
+    /// to hand on, and whether it asked for the whole balance.
+    async fn supersede(
+        &self,
+        record: &OrderRecord,
+        refund_id: RefundId,
+        why: &str,
+        actor: &Actor,
+    ) -> Result<(Refund, bool), AppError> {
+        let now = self.clock.now();
+        let mut payment = record.payment.clone().ok_or_else(|| broken_invariant("no payment"))?;
+        let mut refund = pending_refund(record, refund_id)?.clone();
+        let whole = refund.amount.minor() == payment.balance();
+        let request_key = refund.request_key.take();
+        payment
+            .record_refund_failure(&mut refund, format!("STALE_BALANCE: {why}"), now)
+            .map_err(broken_invariant)?;
+        let mut changes = Changes::default();
+        changes.update_payment(&mut payment);
+        changes.update_refund(&mut refund);
+        let detail = format!(
+            "refund {} of {} superseded: {why}; the provider's cancels are recorded and the request is decided against its balance",
+            refund.id,
+            refund.amount.minor()
+        );
+        let order_id = record.order.id;
+        changes.audit.push(audit::record(
+            AuditAction::RefundBalanceMismatch,
+            entity::ORDER,
+            order_id,
+            actor,
+            Some(detail),
+            now,
+        ));
+        if !commit(self.uow.as_ref(), changes).await? {
+            return Err(changed_concurrently());
+        }
+        refund.request_key = request_key;
+        Ok((refund, whole))
     }
 
     /// The call of the skeleton: the provider's cancel of the refund's amount with the
@@ -182,17 +201,7 @@ impl Refunds {
         let (rejected, already_cancelled) = match decided.verdict {
             Verdict::Refunded => (None, false),
             Verdict::Rejected { reason, already_cancelled } => (Some(reason), already_cancelled),
-            Verdict::Pending { reason } => {
-                match self.uow.commit(changes).await {
-                    Ok(()) => record.payment = Some(payment),
-                    Err(RepoError::Conflict) => record = self.load(order_id).await?,
-                    // The intent is committed: the refund is pending all the same.
-                    Err(err) => {
-                        tracing::warn!(order = %order_id, error = %Chain(&err), "a refund attempt could not be recorded")
-                    }
-                }
-                return Ok(RefundOutcome::Pending { record, reason });
-            }
+            Verdict::Pending { reason } => return self.still_pending(record, payment, changes, reason).await,
         };
         changes.inbox.extend(inbox);
         let steps = changes.steps.clone();
@@ -210,16 +219,7 @@ impl Refunds {
             Err(err) => return Err(err),
         };
         if !committed {
-            // Finished concurrently (the provider deduplicated the cancel by its key):
-            // report the state that won.
-            let current = self.load(order_id).await?;
-            return match current.refunds.iter().find(|r| r.id == refund_id).map(|r| r.status) {
-                Some(RefundStatus::Succeeded) => Ok(RefundOutcome::Refunded(current)),
-                Some(RefundStatus::Failed) => {
-                    Ok(RefundOutcome::Rejected { record: current, reason: "refused".into() })
-                }
-                _ => Err(changed_concurrently()),
-            };
+            return self.finished_concurrently(order_id, refund_id).await;
         }
         record.order = order;
         record.payment = Some(payment);
@@ -227,17 +227,50 @@ impl Refunds {
             *slot = refund;
         }
         record.steps.extend(steps.into_iter().map(|s| s.record));
-        Ok(match rejected {
-            None => RefundOutcome::Refunded(record),
-            Some(reason) => {
-                if already_cancelled {
-                    // Toss cancelled the payment some other way (its dashboard): what it did
-                    // is recorded now, as the provider's refunds.
-                    self.sync_leased(order_id).await?;
-                    record = self.load(order_id).await?;
-                }
-                RefundOutcome::Rejected { record, reason }
+        let Some(reason) = rejected else { return Ok(RefundOutcome::Refunded(record)) };
+        if already_cancelled {
+            // Toss cancelled the payment some other way (its dashboard): what it did is
+            // recorded now, as the provider's refunds.
+            self.sync_leased(order_id).await?;
+            record = self.load(order_id).await?;
+        }
+        Ok(RefundOutcome::Rejected { record, reason })
+    }
+
+    /// No answer to act on: the attempt is recorded (a lost race reloads; a failure to
+    /// record it leaves the refund pending all the same, its intent committed).
+    async fn still_pending(
+        &self,
+        mut record: OrderRecord,
+        payment: Payment,
+        changes: Changes,
+        reason: String,
+    ) -> Result<RefundOutcome, AppError> {
+        let order_id = record.order.id;
+        match self.uow.commit(changes).await {
+            Ok(()) => record.payment = Some(payment),
+            Err(RepoError::Conflict) => record = self.load(order_id).await?,
+            Err(err) => {
+                tracing::warn!(order = %order_id, error = %Chain(&err), "a refund attempt could not be recorded")
             }
-        })
+        }
+        Ok(RefundOutcome::Pending { record, reason })
+    }
+
+    /// The outcome lost its race: the refund was finished concurrently (the provider
+    /// deduplicated the cancel by its key); the state that won.
+    async fn finished_concurrently(
+        &self,
+        order_id: OrderId,
+        refund_id: RefundId,
+    ) -> Result<RefundOutcome, AppError> {
+        let current = self.load(order_id).await?;
+        match current.refunds.iter().find(|r| r.id == refund_id).map(|r| r.status) {
+            Some(RefundStatus::Succeeded) => Ok(RefundOutcome::Refunded(current)),
+            Some(RefundStatus::Failed) => {
+                Ok(RefundOutcome::Rejected { record: current, reason: "refused".into() })
+            }
+            _ => Err(changed_concurrently()),
+        }
     }
 }

@@ -1,0 +1,19 @@
+//! The money's use cases, beyond the saga's own charge and settlement: what moves money back,
+//! what checks it against the provider's books, and what the provider keeps for a customer.
+//!
+//! - [`refunds`]: a refund asked for (HTTP, an inbound cancellation, an operator), its intent
+//!   committed before the provider's cancel, the answer decided by a pure table
+//!   (`refunds/decide.rs`), the provider's own cancels recorded as its refunds;
+//! - [`ledger`]: the daily run that pages the provider's transactions for a day and matches
+//!   each against our approvals and refunds, storing what does not match as findings;
+//! - [`payment_methods`]: a customer's saved card (billing key), saved and forgotten with
+//!   its audit row in the same transaction;
+//! - [`provider_view`]: the provider's own record of a payment, for support.
+//!
+//! Each uses only the provider's capability ports it needs (`ProviderLedger`,
+//! `ProviderCustomers`, `ProviderRecords`), present only where the provider has them.
+
+pub mod ledger;
+pub mod payment_methods;
+pub mod provider_view;
+pub mod refunds;

@@ -1,0 +1,288 @@
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Duration, Utc};
+
+use super::*;
+use crate::application::ports::{
+    ApprovalOutcome, GatewayError, MockClock, MockNotifier, MockOrderRepository, MockPaymentGateway,
+    MockSagaRuns, MockSettlementGateway, MockUnitOfWork, NotifyFailure, Placed, RepoError, SettlementOutcome,
+};
+use crate::domain::notification::FailurePolicy;
+use crate::domain::order::OrderStatus;
+use crate::domain::order::{FailureStage, SagaStep, StepStatus};
+
+fn now() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_800_000_000, 0).unwrap()
+}
+
+struct Mocks {
+    orders: MockOrderRepository,
+    runs: MockSagaRuns,
+    uow: MockUnitOfWork,
+    payments: MockPaymentGateway,
+    settlements: MockSettlementGateway,
+    notifier: MockNotifier,
+    committed: Arc<Mutex<Vec<Changes>>>,
+}
+
+/// Numbers handed out as a sequence would: 1, 2, 3 …
+fn numbered(orders: &mut MockOrderRepository) {
+    let next = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    orders.expect_next_numbers().returning(move |kinds| {
+        Ok(kinds.iter().map(|_| next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1).collect())
+    });
+}
+
+/// Placements that succeed, numbered 100, 101 … (and recorded in `sink`).
+fn placing(uow: &mut MockUnitOfWork, sink: Option<Arc<Mutex<Vec<Changes>>>>) {
+    let next = Arc::new(std::sync::atomic::AtomicI64::new(100));
+    uow.expect_commit_placing().returning(move |c, payment| {
+        if let Some(sink) = &sink {
+            sink.lock().unwrap().push(c);
+        }
+        let take = || next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(Placed { order_number: take(), payment_number: payment.then(take) })
+    });
+}
+
+/// Leases always granted.
+fn leasing() -> MockSagaRuns {
+    let mut runs = MockSagaRuns::new();
+    runs.expect_lease_saga().returning(|_, _, _| Ok(true));
+    runs.expect_release_saga().returning(|_, _| Ok(()));
+    runs
+}
+
+impl Mocks {
+    /// Mocks where every commit succeeds and is recorded.
+    fn new() -> Mocks {
+        let committed = Arc::new(Mutex::new(Vec::new()));
+        let mut uow = MockUnitOfWork::new();
+        let sink = committed.clone();
+        uow.expect_commit().returning(move |c| {
+            sink.lock().unwrap().push(c);
+            Ok(())
+        });
+        placing(&mut uow, Some(committed.clone()));
+        let mut orders = MockOrderRepository::new();
+        orders.expect_get().returning(|_| Ok(None));
+        numbered(&mut orders);
+        Mocks {
+            orders,
+            runs: leasing(),
+            uow,
+            payments: MockPaymentGateway::new(),
+            settlements: MockSettlementGateway::new(),
+            notifier: MockNotifier::new(),
+            committed,
+        }
+    }
+
+    fn build(self) -> (Orchestrator, Arc<Mutex<Vec<Changes>>>) {
+        let mut clock = MockClock::new();
+        clock.expect_now().returning(now);
+        let orchestrator = Orchestrator::new(
+            Arc::new(self.orders),
+            Arc::new(self.runs),
+            Arc::new(self.uow),
+            Arc::new(self.payments),
+            Arc::new(self.settlements),
+            Arc::new(self.notifier),
+            Arc::new(clock),
+            SagaSettings {
+                notification_retry: RetryPolicy { max_attempts: 5, backoff_base: Duration::seconds(60) },
+                settlement_retry: RetryPolicy { max_attempts: 5, backoff_base: Duration::seconds(60) },
+                saga_lease: Duration::seconds(60),
+                checkout: None,
+            },
+        );
+        (orchestrator, self.committed)
+    }
+}
+
+fn command() -> PlaceOrder {
+    PlaceOrder {
+        order_id: OrderId::new(),
+        customer_id: None,
+        source: OrderSource::Api,
+        meeting_id: None,
+        currency: "KRW".into(),
+        items: vec![NewOrderItem { sku: "A".into(), quantity: 2, unit_price: 500 }],
+        scenario: Scenario::default(),
+        correlation_id: Some("corr-1".into()),
+        inbox: None,
+        customer_email: None,
+    }
+}
+
+fn event_types(committed: &Mutex<Vec<Changes>>) -> Vec<String> {
+    committed.lock().unwrap().iter().flat_map(|c| c.outbox.iter().map(|e| e.event_type.clone())).collect()
+}
+
+fn approved() -> Result<ApprovalOutcome, GatewayError> {
+    Ok(ApprovalOutcome::Approved { provider_transaction_id: "tx-1".into() })
+}
+
+#[tokio::test]
+async fn settlement_failure_compensates_exactly_once() {
+    let mut m = Mocks::new();
+    m.payments.expect_approve().times(1).returning(|_| approved());
+    m.settlements
+        .expect_settle()
+        .times(1)
+        .returning(|_| Ok(SettlementOutcome::Failed { reason: "bank closed".into() }));
+    m.payments
+        .expect_cancel()
+        .times(1)
+        .withf(|c| c.provider_transaction_id == "tx-1")
+        .returning(|_| Ok(crate::application::ports::CancelReceipt::default()));
+    m.notifier.expect_send().never();
+    let (saga, committed) = m.build();
+
+    let record = saga.place_order(&Actor::customer("alice"), command()).await.unwrap();
+
+    assert_eq!(record.order.status, OrderStatus::Cancelled);
+    assert_eq!(record.payment.unwrap().status, PaymentStatus::Cancelled);
+    assert_eq!(
+        event_types(&committed),
+        vec!["payment.approved", "settlement.failed", "order.failed", "payment.cancelled", "order.cancelled"]
+    );
+    let steps: Vec<_> = record.steps.iter().map(|s| (s.step, s.status)).collect();
+    assert_eq!(
+        steps,
+        vec![
+            (SagaStep::Payment, StepStatus::Success),
+            (SagaStep::Settlement, StepStatus::Failed),
+            (SagaStep::Compensation, StepStatus::Success),
+        ]
+    );
+    let commits = committed.lock().unwrap();
+    assert!(commits.iter().flat_map(|c| &c.outbox).all(|e| e.correlation_id.as_deref() == Some("corr-1")));
+    assert!(commits.iter().flat_map(|c| &c.audit).any(|a| a.action == AuditAction::Compensated));
+}
+
+#[tokio::test]
+async fn an_unknown_payment_outcome_is_neither_settled_nor_compensated() {
+    let mut m = Mocks::new();
+    m.payments
+        .expect_approve()
+        .times(1)
+        .returning(|_| Ok(ApprovalOutcome::Unknown { reason: "timeout".into() }));
+    m.settlements.expect_settle().never();
+    m.payments.expect_cancel().never();
+    m.notifier.expect_send().never();
+    let (saga, committed) = m.build();
+
+    let record = saga.place_order(&Actor::customer("alice"), command()).await.unwrap();
+
+    assert_eq!(record.order.status, OrderStatus::PendingConfirmation);
+    assert_eq!(record.payment.unwrap().status, PaymentStatus::ConfirmationRequired);
+    assert!(event_types(&committed).is_empty(), "nothing is announced before the outcome is known");
+}
+
+#[tokio::test]
+async fn a_notification_failure_undoes_nothing() {
+    let mut m = Mocks::new();
+    m.payments.expect_approve().times(1).returning(|_| approved());
+    m.settlements.expect_settle().times(1).returning(|_| Ok(SettlementOutcome::Succeeded));
+    m.notifier.expect_send().times(1).returning(|_| {
+        Err(NotifyFailure {
+            policy: FailurePolicy::ManualIntervention,
+            reason: "smtp down".into(),
+            retry_after: None,
+        })
+    });
+    m.payments.expect_cancel().never();
+    let (saga, committed) = m.build();
+
+    let record = saga.place_order(&Actor::customer("alice"), command()).await.unwrap();
+
+    assert_eq!(record.order.status, OrderStatus::Failed);
+    assert_eq!(record.order.failure_stage, Some(FailureStage::Notification));
+    assert_eq!(record.payment.unwrap().status, PaymentStatus::Approved);
+    assert_eq!(event_types(&committed), vec!["payment.approved", "notification.failed", "order.failed"]);
+    assert_eq!(
+        record.steps.last().map(|s| (s.step, s.status)),
+        Some((SagaStep::Compensation, StepStatus::Ready))
+    );
+}
+
+#[tokio::test]
+async fn a_lost_race_reloads_and_never_repeats_a_step() {
+    let mut m = Mocks::new();
+    // The payment commit loses to a concurrent run that approved and settled already.
+    let mut uow = MockUnitOfWork::new();
+    let calls = Arc::new(Mutex::new(0));
+    let counter = calls.clone();
+    uow.expect_commit().returning(move |c| {
+        let mut n = counter.lock().unwrap();
+        *n += 1;
+        if c.payments.is_empty() { Ok(()) } else { Err(RepoError::Conflict) }
+    });
+    let placements = calls.clone();
+    uow.expect_commit_placing().times(1).returning(move |_, _| {
+        *placements.lock().unwrap() += 1;
+        Ok(Placed { order_number: 1, payment_number: Some(1) })
+    });
+    m.uow = uow;
+    let cmd = command();
+    let order_id = cmd.order_id;
+    let mut orders = MockOrderRepository::new();
+    numbered(&mut orders);
+    let mut seq = mockall::Sequence::new();
+    orders.expect_get().times(1).in_sequence(&mut seq).returning(move |_| {
+        let mut order = Order::place(
+            order_id,
+            NewOrder {
+                customer_id: "alice".into(),
+                source: OrderSource::Api,
+                meeting_id: None,
+                currency: "KRW".into(),
+                items: vec![NewOrderItem { sku: "A".into(), quantity: 2, unit_price: 500 }],
+            },
+            now(),
+        )
+        .unwrap();
+        order.status = OrderStatus::Completed;
+        let mut payment = Payment::request(order_id, 1, order.total, now());
+        payment.approve("tx-other", now()).unwrap();
+        Ok(Some(OrderRecord {
+            refunds: Vec::new(),
+            order,
+            payment: Some(payment),
+            settlement: None,
+            notification: None,
+            steps: vec![],
+            context: OrderContext::default(),
+        }))
+    });
+    m.orders = orders;
+    m.payments.expect_approve().times(1).returning(|_| approved());
+    m.settlements.expect_settle().never();
+    m.notifier.expect_send().never();
+    let (saga, _) = m.build();
+
+    let record = saga.place_order(&Actor::customer("alice"), cmd).await.unwrap();
+
+    assert_eq!(record.order.status, OrderStatus::Completed, "the winner's state is returned");
+    assert_eq!(record.payment.unwrap().provider_transaction_id.as_deref(), Some("tx-other"));
+    assert_eq!(*calls.lock().unwrap(), 2, "order insert, then the lost payment commit");
+}
+
+#[tokio::test]
+async fn a_customer_cannot_order_for_someone_else() {
+    let mut m = Mocks::new();
+    m.payments.expect_approve().never();
+    let mut uow = MockUnitOfWork::new();
+    uow.expect_commit()
+        .times(1)
+        .withf(|c| {
+            c.new_orders.is_empty() && c.audit.len() == 1 && c.audit[0].action == AuditAction::OrderRejected
+        })
+        .returning(|_| Ok(()));
+    m.uow = uow;
+    let (saga, _) = m.build();
+    let cmd = PlaceOrder { customer_id: Some("bob".into()), ..command() };
+    let err = saga.place_order(&Actor::customer("alice"), cmd).await.unwrap_err();
+    assert!(matches!(err, AppError::Forbidden { .. }));
+}

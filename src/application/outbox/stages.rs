@@ -1,0 +1,70 @@
+//! What the pipeline ([`super::pipeline`]) asks of the relay it runs for, and what it is
+//! handed: the [`Stages`] (lanes, reads, records, the lease's verdict on sending, how a
+//! verdict is counted), a batch read ([`Round`]) and the broker's verdicts on it.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use super::pipeline::{Aggregate, Batch};
+use super::report::{RelayError, RelayReport};
+use crate::application::ports::{
+    BatchToken, DeliveryFailure, EventPublisher, HeldLane, OutboxRecord, PublishOutcome, RepoError,
+};
+use crate::domain::outbox::FailureCode;
+
+/// What the pipeline asks of the relay it runs for (`OutboxRelay`): its lanes, reads and
+/// records, the lease's verdict on sending, and how a verdict is counted.
+#[async_trait::async_trait]
+pub(super) trait Stages: Send + Sync {
+    /// `outbox.batch_size`.
+    fn batch_size(&self) -> usize;
+    fn now(&self) -> DateTime<Utc>;
+    fn publisher(&self) -> Arc<dyn EventPublisher>;
+    /// Whether the lease holds long enough for a send's verdicts.
+    fn may_send(&self) -> bool;
+    /// Counts a confirmed event.
+    fn confirmed(&self, row: &OutboxRecord, now: DateTime<Utc>);
+    /// What becomes of an event the broker did not take (a retry or a dead letter).
+    fn failed(
+        &self,
+        row: &OutboxRecord,
+        code: FailureCode,
+        reason: &str,
+        at: DateTime<Utc>,
+        report: &mut RelayReport,
+    ) -> DeliveryFailure;
+    /// Whether a commit woke the relay since this was last asked (taking the wake-up: a
+    /// commit signals after it is visible, so a read that starts after asking sees it).
+    fn woken(&self) -> bool;
+    /// The lanes held now, renewing them when due.
+    async fn held_lanes(&self) -> Result<Vec<HeldLane>, RepoError>;
+    /// The next batch over `held`, past the batches read and not yet recorded (`unrecorded`).
+    async fn read(&self, held: &[HeldLane], unrecorded: &[BatchToken]) -> Result<Option<Round>, RelayError>;
+    /// Records finished batches (in read order): what they did, and the lanes fenced off.
+    async fn record(&self, batches: Vec<Batch>) -> Result<(RelayReport, Vec<i16>), RelayError>;
+}
+
+/// A fast-path batch read and ready to send.
+#[derive(Debug)]
+pub(super) struct Round {
+    /// Shared with the publisher while they are sent (no copy per send).
+    pub(super) rows: Vec<Arc<OutboxRecord>>,
+    /// Aggregates with an event still on the slow path: theirs are held back.
+    pub(super) waiting: HashSet<Aggregate>,
+    /// What the store needs to read past the batch and to record it.
+    pub(super) token: BatchToken,
+    /// Whether the lanes may hold more that committed before the batch was read.
+    pub(super) more: bool,
+}
+
+/// The broker's verdicts on a group of messages, one per message in order: a publisher
+/// that returned too few leaves the rest unconfirmed (`CONFIRM_TIMEOUT`). Both paths read
+/// verdicts through this.
+pub(super) fn verdicts_for(outcomes: Vec<PublishOutcome>) -> impl Iterator<Item = PublishOutcome> {
+    outcomes.into_iter().chain(std::iter::repeat_with(|| PublishOutcome::Failed {
+        code: FailureCode::ConfirmTimeout,
+        reason: "no confirm reported".into(),
+    }))
+}

@@ -1,0 +1,365 @@
+//! Every service of the application, wired from the adapters: the money's use cases with
+//! the provider's capabilities, the saga, the meeting events, the repairs, readiness.
+
+use std::sync::Arc;
+
+use sea_orm::DatabaseConnection;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::adapters::clock::SystemClock;
+use crate::adapters::http::auth::JwtKeys;
+use crate::adapters::persistence::{DatabaseProbe, SeaOrmIdempotencyStore, SeaOrmStore, SqlMeetingFees};
+use crate::adapters::providers::{
+    EmailNotifier, Measured, WebhookClient, WebhookNotifier, WebhookSettlements,
+};
+use crate::application::health::{HealthProbe, LoopProgress, Readiness};
+use crate::application::idempotency::IdempotencyService;
+use crate::application::inbound::MeetingEvents;
+use crate::application::ledger::Ledger;
+use crate::application::notification_retry::NotificationRetry;
+use crate::application::orchestration::Orchestrator;
+use crate::application::outbox::{Housekeeping, OutboxAdmin};
+use crate::application::payment_methods::PaymentMethods;
+use crate::application::ports::{
+    Clock, IdempotencyStore, LedgerStore, Notifier, OrderRepository, OutboxStore, PaymentGateway,
+    PaymentMethodRepository, PaymentRepository, ProviderCustomers, ProviderLedger, SagaRuns,
+    SettlementGateway, UnitOfWork,
+};
+use crate::application::provider_view::ProviderView;
+use crate::application::queries::OrderQueries;
+use crate::application::recovery::Recovery;
+use crate::application::refunds::Refunds;
+use crate::application::settlement_retry::{SettlementRetries, SettlementRetrySettings};
+use crate::config::{FeeSource, NotificationChannel, ProviderKind, Settings, SettlementChannel};
+
+use super::*;
+
+/// Connects, migrates (SQLite) or checks the schema (PostgreSQL), and wires the services.
+///
+/// # Errors
+/// `Config` for unusable keys; `Runtime` when the database cannot be reached or is not
+/// migrated.
+pub async fn build_services(settings: &Settings) -> Result<Services, StartupError> {
+    build_services_with_clock(settings, Arc::new(SystemClock)).await
+}
+
+pub(super) type Channels = (Arc<dyn SettlementGateway>, Arc<dyn Notifier>);
+
+/// The settlement and notification channels `settlement.channel` and
+/// `notification.channel` name (docs/spec.md §13), each call timed and counted.
+pub(super) fn channels(
+    settings: &Settings,
+    settlements: Arc<dyn SettlementGateway>,
+    notifier: Arc<dyn Notifier>,
+    meter: &crate::application::meter::Meter,
+) -> Result<Channels, StartupError> {
+    let (settlements, settlement_label): (Arc<dyn SettlementGateway>, &'static str) =
+        match &settings.settlement.channel {
+            SettlementChannel::Simulated => (settlements, "simulated"),
+            SettlementChannel::Webhook(webhook) => (
+                Arc::new(WebhookSettlements::new(
+                    WebhookClient::new(webhook.clone()).map_err(StartupError::Config)?,
+                )),
+                "webhook",
+            ),
+        };
+    let settlements: Arc<dyn SettlementGateway> =
+        Arc::new(Measured::new(settlements, settlement_label, meter.clone()));
+    // docs/spec.md §13: the channel `notification.channel` names.
+    let (notifier, notifier_label): (Arc<dyn Notifier>, &'static str) = match &settings.notification.channel {
+        NotificationChannel::Simulated => (notifier, "simulated"),
+        NotificationChannel::Email(email) => {
+            (Arc::new(EmailNotifier::new(email).map_err(StartupError::Config)?), "email")
+        }
+        NotificationChannel::Webhook(webhook) => (
+            Arc::new(WebhookNotifier::new(
+                WebhookClient::new(webhook.clone()).map_err(StartupError::Config)?,
+            )),
+            "webhook",
+        ),
+    };
+    let notifier: Arc<dyn Notifier> = Arc::new(Measured::new(notifier, notifier_label, meter.clone()));
+    Ok((settlements, notifier))
+}
+
+impl Capabilities {
+    /// The ledger's reads and the billing-key issues timed and counted like every provider
+    /// call (the support look-up is not).
+    fn measured(self, provider: &'static str, meter: &crate::application::meter::Meter) -> Capabilities {
+        Capabilities {
+            records: self.records,
+            ledger: self.ledger.map(|ledger| -> Arc<dyn ProviderLedger> {
+                Arc::new(Measured::new(ledger, provider, meter.clone()))
+            }),
+            customers: self.customers.map(|customers| -> Arc<dyn ProviderCustomers> {
+                Arc::new(Measured::new(customers, provider, meter.clone()))
+            }),
+        }
+    }
+}
+
+/// The money's use cases beside the saga.
+pub(super) struct Money {
+    ledger: Arc<Ledger>,
+    provider_view: Arc<ProviderView>,
+    payment_methods: Arc<PaymentMethods>,
+    refunds: Arc<Refunds>,
+}
+
+/// The ledger run, the provider's view, saved cards and refunds, each with the provider's
+/// capabilities it needs (absent where the provider has none).
+pub(super) fn money(
+    settings: &Settings,
+    orders: &Arc<SeaOrmStore>,
+    payments: &Arc<dyn PaymentGateway>,
+    capabilities: &Capabilities,
+    clock: &Arc<dyn Clock>,
+) -> Money {
+    Money {
+        ledger: Arc::new(Ledger::new(
+            capabilities.ledger.clone(),
+            orders.clone() as Arc<dyn PaymentRepository>,
+            orders.clone() as Arc<dyn LedgerStore>,
+            clock.clone(),
+            ledger_settings(settings),
+        )),
+        provider_view: Arc::new(ProviderView::new(
+            orders.clone() as Arc<dyn PaymentRepository>,
+            capabilities.records.clone(),
+        )),
+        payment_methods: Arc::new(PaymentMethods::new(
+            orders.clone() as Arc<dyn PaymentMethodRepository>,
+            capabilities.customers.clone(),
+            clock.clone(),
+        )),
+        refunds: Arc::new(Refunds::new(
+            orders.clone(),
+            orders.clone(),
+            orders.clone(),
+            orders.clone(),
+            payments.clone(),
+            clock.clone(),
+            refund_settings(settings),
+        )),
+    }
+}
+
+/// Notification retries through the channel the saga sends with.
+pub(super) fn notification_retries(
+    settings: &Settings,
+    orders: &Arc<SeaOrmStore>,
+    notifier: &Arc<dyn Notifier>,
+    clock: &Arc<dyn Clock>,
+    meter: &crate::application::meter::Meter,
+) -> Arc<NotificationRetry> {
+    let retry = NotificationRetry::new(
+        orders.clone(),
+        orders.clone(),
+        orders.clone(),
+        notifier.clone(),
+        clock.clone(),
+        notification_settings(settings),
+    );
+    Arc::new(retry.with_meter(meter.clone()))
+}
+
+/// The worker's repairs: reconciliation, compensations and stalled sagas (`Recovery`), and
+/// settlement retries.
+pub(super) fn repairs(
+    settings: &Settings,
+    orchestrator: &Arc<Orchestrator>,
+    refunds: &Arc<Refunds>,
+    orders: &Arc<SeaOrmStore>,
+    clock: &Arc<dyn Clock>,
+    meter: crate::application::meter::Meter,
+    loops: &Arc<LoopProgress>,
+) -> (Arc<Recovery>, Arc<SettlementRetries>) {
+    let recovery = Recovery::new(
+        orchestrator.clone(),
+        refunds.clone(),
+        orders.clone(),
+        orders.clone(),
+        orders.clone(),
+        orders.clone(),
+        clock.clone(),
+        reconciliation_settings(settings),
+    )
+    .with_meter(meter)
+    .with_progress(loops.clone());
+    let retries = SettlementRetries::new(
+        orchestrator.clone(),
+        orders.clone(),
+        clock.clone(),
+        SettlementRetrySettings {
+            interval: settings.settlement.retry_interval,
+            batch: settings.settlement.retry_batch,
+        },
+    );
+    (Arc::new(recovery), Arc::new(retries))
+}
+
+/// The saga, with the provider's customers (Toss's checkout) and, on Toss, saved cards.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn saga(
+    settings: &Settings,
+    orders: &Arc<SeaOrmStore>,
+    payments: Arc<dyn PaymentGateway>,
+    settlements: Arc<dyn SettlementGateway>,
+    notifier: Arc<dyn Notifier>,
+    provider_customers: Option<Arc<dyn ProviderCustomers>>,
+    clock: &Arc<dyn Clock>,
+    meter: &crate::application::meter::Meter,
+) -> Arc<Orchestrator> {
+    let orchestrator = Orchestrator::new(
+        orders.clone() as Arc<dyn OrderRepository>,
+        orders.clone() as Arc<dyn SagaRuns>,
+        orders.clone() as Arc<dyn UnitOfWork>,
+        payments,
+        settlements,
+        notifier,
+        clock.clone(),
+        saga_settings(settings),
+    )
+    .with_meter(meter.clone())
+    .with_provider_customers(provider_customers);
+    // Only Toss charges registrations with a saved card; elsewhere no saga step reads them.
+    Arc::new(if settings.payment.provider == ProviderKind::Toss {
+        orchestrator.with_saved_cards(orders.clone() as Arc<dyn PaymentMethodRepository>)
+    } else {
+        orchestrator
+    })
+}
+
+/// The meeting service's messages; registrations without an amount charged the meeting's fee
+/// from its own database where `meetings.fee_source = sql` (docs/spec.md §12).
+pub(super) async fn meeting_events(
+    settings: &Settings,
+    orchestrator: &Arc<Orchestrator>,
+    refunds: &Arc<Refunds>,
+    orders: &Arc<SeaOrmStore>,
+    clock: &Arc<dyn Clock>,
+) -> Result<Arc<MeetingEvents>, StartupError> {
+    let meeting_events = MeetingEvents::new(
+        orchestrator.clone(),
+        refunds.clone(),
+        orders.clone(),
+        orders.clone(),
+        clock.clone(),
+    );
+    // docs/spec.md §12: registrations without an amount are charged the meeting's fee.
+    let meeting_events = Arc::new(match &settings.meetings.fee_source {
+        FeeSource::Message => meeting_events,
+        FeeSource::Sql { url, query } => meeting_events.with_fees(Arc::new(
+            SqlMeetingFees::new(url.expose(), query).await.map_err(|e| {
+                StartupError::Config(format!(
+                    "`meetings.fee_sql.url`: {}",
+                    crate::application::error::Chain(&e)
+                ))
+            })?,
+        )),
+    });
+    Ok(meeting_events)
+}
+
+/// Readiness: the database, the broker and the worker's loops, with a warning for each
+/// simulated part (logged once here).
+pub(super) fn readiness(
+    settings: &Settings,
+    db: &DatabaseConnection,
+    broker_probe: Arc<dyn HealthProbe>,
+    loops: &Arc<LoopProgress>,
+) -> Arc<Readiness> {
+    let simulated = settings.simulated_parts();
+    for warning in &simulated {
+        tracing::warn!("{warning}");
+    }
+    Arc::new(
+        Readiness::new(vec![Arc::new(DatabaseProbe(db.clone())), broker_probe, loops.clone()])
+            .with_warnings(simulated),
+    )
+}
+
+/// [`build_services`] on `clock` (tests pass a `ManualClock` and drive time by hand).
+///
+/// # Errors
+/// As [`build_services`].
+pub async fn build_services_with_clock(
+    settings: &Settings,
+    clock: Arc<dyn Clock>,
+) -> Result<Services, StartupError> {
+    install_tls_provider();
+    let jwt = Arc::new(
+        JwtKeys::from_settings_with_clock(&settings.auth, clock.clone())
+            .map_err(|e| StartupError::Config(e.to_string()))?,
+    );
+    let db = database(settings).await?;
+    let relay_wake = Arc::new(Notify::new());
+    let orders = Arc::new(SeaOrmStore::new(db.clone(), relay_wake.clone()).with_lanes(settings.outbox.lanes));
+    let outbox_store: Arc<dyn OutboxStore> = Arc::new(outbox_store(settings, &db, relay_wake.clone()).await?);
+    let idempotency_store: Arc<dyn IdempotencyStore> = Arc::new(SeaOrmIdempotencyStore::new(db.clone()));
+    let (payments, settlements, notifier, provider_calls, capabilities) = providers(settings)?;
+    let (publishers, broker_probe) = publishers(settings)?;
+
+    let metrics = crate::telemetry::registry();
+    let meter = metrics.meter.clone();
+    // Every provider call timed and counted, whichever provider it is.
+    let payments: Arc<dyn PaymentGateway> =
+        Arc::new(Measured::new(payments, payment_provider(settings), meter.clone()));
+    let capabilities = capabilities.measured(payment_provider(settings), &meter);
+    let (settlements, notifier) = channels(settings, settlements, notifier, &meter)?;
+    let shutdown = CancellationToken::new();
+    let loops = Arc::new(LoopProgress::new(settings.worker.stuck_after));
+    upkeep_metrics(&metrics, shutdown.clone());
+    let notifications = notification_retries(settings, &orders, &notifier, &clock, &meter);
+    let money = money(settings, &orders, &payments, &capabilities, &clock);
+    let orchestrator =
+        saga(settings, &orders, payments, settlements, notifier, capabilities.customers, &clock, &meter);
+    let meeting_events = meeting_events(settings, &orchestrator, &money.refunds, &orders, &clock).await?;
+    let (recovery, settlements) =
+        repairs(settings, &orchestrator, &money.refunds, &orders, &clock, meter, &loops);
+    let queries = Arc::new(OrderQueries::new(orders.clone(), outbox_store.clone()));
+    let outbox_admin = Arc::new(OutboxAdmin::new(outbox_store.clone(), clock.clone()));
+    let idempotency = Arc::new(IdempotencyService::new(
+        idempotency_store.clone(),
+        orders.clone(),
+        clock.clone(),
+        chrono(settings.worker.saga_lease),
+    ));
+    let readiness = readiness(settings, &db, broker_probe, &loops);
+    let housekeeping = Arc::new(Housekeeping::new(
+        outbox_store.clone(),
+        idempotency_store.clone(),
+        orders.clone(),
+        clock.clone(),
+        housekeeping_settings(settings),
+    ));
+    Ok(Services {
+        db,
+        orchestrator,
+        queries,
+        idempotency,
+        idempotency_store,
+        readiness,
+        outbox_store,
+        outbox_admin,
+        notifications,
+        settlements,
+        refunds: money.refunds,
+        ledger: money.ledger,
+        payment_methods: money.payment_methods,
+        provider_view: money.provider_view,
+        recovery,
+        meeting_events,
+        publishers,
+        housekeeping,
+        clock,
+        jwt,
+        provider_calls,
+        relay_wake,
+        settings: settings.clone(),
+        metrics,
+        shutdown,
+        loops,
+    })
+}
