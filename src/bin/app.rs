@@ -220,12 +220,14 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
     match command {
         Command::Health { worker } => health(&settings, worker).await,
         Command::Token { sub, role, ttl } => token(&settings, &sub, &role, ttl),
-        Command::Serve => serve(settings).await,
-        Command::Worker => worker(settings).await,
-        Command::Migrate { action } => migrate(&settings, action).await,
-        Command::Outbox { command } => outbox(&settings, command).await,
+        // Each verb's future boxed: one state machine holding them all is too deep for the
+        // compiler's layout in a release build.
+        Command::Serve => Box::pin(serve(settings)).await,
+        Command::Worker => Box::pin(worker(settings)).await,
+        Command::Migrate { action } => Box::pin(migrate(&settings, action)).await,
+        Command::Outbox { command } => Box::pin(outbox(&settings, command)).await,
         Command::Reconcile { command: ReconcileCommand::Ledger { date } } => {
-            reconcile_ledger(&settings, date).await
+            Box::pin(reconcile_ledger(&settings, date)).await
         }
     }
 }
