@@ -301,6 +301,9 @@ async function order(id) {
       `Payment #${p.number} ${p.status}: ${p.amount} ${detail.currency}, refunded ${p.refundedAmount}, balance ${p.balance}` +
       (p.refundFailureReason ? ` (last refund refused: ${p.refundFailureReason})` : ""))
       : el("p", {}, "No payment yet."),
+    p && p.payout ? el("p", { id: "o-payout" },
+      `Settled by the provider: fee ${p.payout.fee}, paid out ${p.payout.payOutAmount} on ${p.payout.paidOutDate} (sold ${p.payout.soldDate}).`)
+      : p ? el("p", { id: "o-payout" }, "Not settled by the provider yet.") : el("span"),
     el("h3", {}, "Refunds"),
     table(["when", "amount", "status", "by", "reason", "provider's key"], detail.refunds.map((r) => [
       r.createdAt, String(r.amount), r.status + (r.failureReason ? `: ${r.failureReason}` : ""), r.actor, r.reason,
@@ -345,6 +348,29 @@ $("l-form").addEventListener("submit", (event) => {
   location.hash = `#ledger/${new FormData($("l-form")).get("date").trim()}`;
 });
 
+// ---- what the provider pays out --------------------------------------------------------
+
+// Today in the provider's zone.
+function providerToday() {
+  return new Date(Date.now() + 9 * 3600 * 1000).toISOString().slice(0, 10);
+}
+
+async function payouts(date) {
+  const day = await api("GET", `/api/admin/payouts?date=${encodeURIComponent(date)}`);
+  $("y-body").replaceChildren(
+    el("p", { id: "y-total" }, day.count === 0
+      ? `${day.date}: nothing to be paid out (no settlement recorded for that day yet).`
+      : `${day.date}: ${day.payOutAmount} to be paid out for ${day.count} transactions of ${day.amount}, fees ${day.fee} (VAT ${day.vat}).`),
+    table(["payment", "transaction key", "amount", "fee", "supply", "VAT", "payout", "sold", "paid out"], day.rows.map((r) => [
+      r.paymentId, r.transactionKey || "", String(r.amount), String(r.fee), r.supplyAmount === null ? "" : String(r.supplyAmount),
+      r.vat === null ? "" : String(r.vat), String(r.payOutAmount), r.soldDate, r.paidOutDate])));
+}
+
+$("y-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  location.hash = `#payouts/${new FormData($("y-form")).get("date").trim()}`;
+});
+
 // ---- routing ---------------------------------------------------------------------------
 
 let refresh = null;
@@ -374,6 +400,11 @@ async function route() {
       const date = arg || providerYesterday();
       $("l-form").elements.date.value = date;
       await ledger(date);
+    }
+    else if (show === "payouts") {
+      const date = arg || providerToday();
+      $("y-form").elements.date.value = date;
+      await payouts(date);
     }
     else if (show === "order" && arg) {
       $("o-form").elements.id.value = arg;

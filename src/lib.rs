@@ -3,7 +3,7 @@
 //! compensation, and a transactional outbox relayed to RabbitMQ or Kafka, in our own
 //! envelope or a partner's wire contract (CloudEvents, the meetup platform's, the commerce
 //! backend's). Money moves through Toss Payments (or a simulated or external provider) and
-//! is checked daily against Toss's own ledger.
+//! is checked daily against Toss's own ledger and what it pays out.
 //!
 //! # Layout
 //!
@@ -13,7 +13,8 @@
 //!
 //! - [`domain`] — the aggregates and their transition functions: `order` (and its saga
 //!   steps), `payment` (with refunds), `settlement`, `notification`, `outbox` (delivery
-//!   states, lanes), `ledger` (matching a provider's day against our books), plus `money`,
+//!   states, lanes), `ledger` (matching a provider's day against our books), `payout` (its
+//!   settlements against our transactions), plus `money`,
 //!   `text` (input rules), `backoff` (the one doubling backoff) and `audit` actions. Pure:
 //!   no I/O, no async.
 //! - [`application`] — the use cases and the ports they need:
@@ -25,17 +26,20 @@
 //!     `meeting_fees`), `clock`.
 //!   - `orchestration/` — the saga: `steps` (what runs next), one pure decision per step
 //!     (`payment`, `settlement`, `compensation`, `notify`), `outcome` (a step's commit and
-//!     the next step's intent in it), `service` (the `Orchestrator`), `checkout` (Toss's
-//!     widget), `confirmation`, `settlement_repair`, `lease`.
-//!   - the money: `refunds/` (full and partial: `decide` is what a provider's answer
+//!     the next step's intent in it), `orchestrator` (the `Orchestrator`), `service`
+//!     (placing an order, starting a run), `run` (one run's steps and its `commit_step`),
+//!     `checkout` (Toss's widget), `confirmation`, `settlement_repair`, `lease`.
+//!   - `money/` — `refunds/` (full and partial: `decide` is what a provider's answer
 //!     means, pure; then `request`, `outcome`, `resolve`, `provider`), `ledger` (the daily
-//!     run against the provider's ledger), `payment_methods` (saved cards),
-//!     `provider_view` (the provider's record beside ours).
+//!     run against the provider's ledger and its settlements, the payouts),
+//!     `payment_methods` (saved cards), `provider_view` (the provider's record beside ours).
 //!   - background work: `recovery/` (one file per job: `reconciliation`, `callbacks`,
 //!     `compensations`, `stalled`), `notification_retry`,
 //!     `settlement_retry`.
-//!   - `outbox/` — the relay (lanes, fast and slow paths), operator actions, retention.
-//!   - `inbound/` — the meeting service's messages, whatever contract carries them.
+//!   - `outbox/` — the relay (`relay`, `lanes`, the fast path's `pipeline` and `stages`,
+//!     the `slow` path), operator actions, retention.
+//!   - `inbound/` — the meeting service's `messages` and their use cases (`meeting`),
+//!     whatever contract carries them.
 //!   - `idempotency`, `queries`, `envelopes` (the outbox event writer every use case
 //!     shares), `commit`, `input`, `health`, `meter`, `audit`, `actor`, `error`.
 //! - [`adapters`] — the outside world behind the ports:
@@ -45,19 +49,21 @@
 //!     service's MariaDB fee table (`meeting_fees`).
 //!   - `http` — actix-web handlers per resource (`orders`, `payments`, `settlements`,
 //!     `notifications`, `ledger`, `payment_methods`, `webhooks` (Toss's), `outbox_admin`,
-//!     `ops`, `console`), with `auth` (JWT, JWKS), `problem` (RFC 7807), `body`, `dto`.
-//!   - `messaging` — `amqp/` (the confirming publisher, the meeting consumers, the momo
-//!     topology), `kafka/` (the idempotent producer, the consumer group, dead letters),
+//!     `ops`, `console`), with `auth/` (settings, keys, JWKS, extractors), `problem`
+//!     (RFC 7807), `body`, `dto`.
+//!   - `messaging` — `publishing` (what both publishers share), `amqp/` (the confirming
+//!     publisher and its confirms, the meeting consumers, the momo topology), `kafka/` (the idempotent producer, the consumer group, dead letters),
 //!     `contract/` (the wire contracts: `envelope`, `cloudevents`, `momo`, `commerce`),
 //!     `meeting` (decoding and failure policy), `log_publisher`.
-//!   - `providers` — `toss/` (the client, its answers' meanings, the gateway), `external`,
-//!     `simulated`, `webhook` (Standard Webhooks for settlement and notification), `email`
-//!     (SMTP through lettre), `measured` (every call timed), `transport`.
+//!   - `providers` — `toss/` (`client`, `answer`: its errors' meanings, `model`: the bodies
+//!     sent and the objects read, `gateway`), `external`, `simulated`, `webhook` (Standard
+//!     Webhooks for settlement and notification), `email` (SMTP through lettre), `measured`
+//!     (every call timed), `transport` (the HTTP scaffolding both HTTP providers share).
 //!   - `clock`, `secret`.
 //! - [`config`] — layered configuration (built-in defaults, file, environment) resolved
-//!   into each part's settings.
-//! - [`startup`] — the composition root: builds the services for `serve`, `worker` and the
-//!   CLI.
+//!   into each part's settings: `raw` (the sources' shape, `DEFAULTS`), `resolve`.
+//! - [`startup`] — the composition root: `adapters`, `services`, `settings` and `run` build
+//!   and run the services for `serve`, `worker` and the CLI.
 //! - [`telemetry`] — logging, traces and the metrics registry.
 //!
 //! Binaries: `src/bin/app.rs` (the `app` CLI: `serve`, `worker`, operator commands);

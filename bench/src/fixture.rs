@@ -583,3 +583,29 @@ pub(crate) async fn delivery(
         duplicated: got.len() - unique.len(),
     })
 }
+
+/// The fake Toss API (`fake-toss`, built beside the bench: `cargo build --release -p
+/// fake-toss`) started as a process on a free port with `secret`, once it answers: the
+/// process and its base URL.
+pub(crate) async fn start_fake_toss(secret: &str) -> Result<(std::process::Child, String), BoxError> {
+    let fake_bin = std::env::current_exe()?.with_file_name("fake-toss");
+    if !fake_bin.exists() {
+        return Err(format!("{} is missing: cargo build --release -p fake-toss", fake_bin.display()).into());
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let mut fake = std::process::Command::new(&fake_bin)
+        .env("FAKE_TOSS_BIND", format!("127.0.0.1:{port}"))
+        .env("FAKE_TOSS_SECRET_KEY", secret)
+        .stdout(std::process::Stdio::null())
+        .spawn()?;
+    let fake_url = format!("http://127.0.0.1:{port}");
+    let ready = std::time::Instant::now();
+    while reqwest::get(format!("{fake_url}/__fake/calls")).await.is_err() {
+        if ready.elapsed() > std::time::Duration::from_secs(10) {
+            let _ = fake.kill();
+            return Err("the fake Toss API did not start".into());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    Ok((fake, fake_url))
+}

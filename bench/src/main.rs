@@ -39,6 +39,7 @@ mod fixture;
 mod kafka;
 mod latency;
 mod orders;
+mod payouts;
 mod relay;
 mod scale;
 mod soak;
@@ -113,6 +114,14 @@ enum Scenario {
         clients: usize,
         #[arg(long, default_value_t = 10)]
         seconds: u64,
+    },
+    /// The daily ledger run of a day of `rows` Toss settlements (pages of 5 000), as
+    /// `app reconcile ledger` runs it: its peak RSS and time (needs `cargo build --release`).
+    Payouts {
+        #[arg(long, default_value_t = 12_000)]
+        rows: u32,
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
     },
     /// Drain rate with a large backlog against a small one, the claim's plan, and the peak
     /// RSS of an `app worker` process (needs `cargo build --release` for `app`).
@@ -204,6 +213,7 @@ async fn main() -> Result<(), BoxError> {
             orders::channels_scenario(&levels, seconds, &channels).await
         }
         Scenario::Toss { clients, seconds } => toss::toss_scenario(clients, seconds).await,
+        Scenario::Payouts { rows, runs } => payouts::payouts_scenario(rows, runs).await,
         Scenario::Horizon { rate, seconds } => latency::horizon_scenario(rate, seconds).await,
         Scenario::Soak { minutes, rate } => soak::soak(minutes, rate).await,
         Scenario::Backlog { big, small, batch, shape } => {

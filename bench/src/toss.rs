@@ -125,26 +125,7 @@ async fn serve(fixture: &Fixture, extra: &[(&str, &str)]) -> Result<(String, Str
 }
 
 pub(crate) async fn toss_scenario(clients: usize, seconds: u64) -> Result<(), BoxError> {
-    let exe = std::env::current_exe()?;
-    let fake_bin = exe.with_file_name("fake-toss");
-    if !fake_bin.exists() {
-        return Err(format!("{} is missing: cargo build --release -p fake-toss", fake_bin.display()).into());
-    }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let mut fake = std::process::Command::new(&fake_bin)
-        .env("FAKE_TOSS_BIND", format!("127.0.0.1:{port}"))
-        .env("FAKE_TOSS_SECRET_KEY", SECRET)
-        .stdout(std::process::Stdio::null())
-        .spawn()?;
-    let fake_url = format!("http://127.0.0.1:{port}");
-    let ready = Instant::now();
-    while reqwest::get(format!("{fake_url}/__fake/calls")).await.is_err() {
-        if ready.elapsed() > Duration::from_secs(10) {
-            let _ = fake.kill();
-            return Err("the fake Toss API did not start".into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (mut fake, fake_url) = start_fake_toss(SECRET).await?;
     let result = async {
         let mock_db = Fixture::create().await?;
         let toss_db = Fixture::create().await?;

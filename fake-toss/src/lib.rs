@@ -17,6 +17,10 @@
 //! dashboard, fault injection ("effect applied then 5xx", a plain 5xx, a delay), and the count
 //! of calls and effects per operation.
 
+mod settlements;
+
+pub use settlements::{Extra, Quirks, SettlementTerms, Tamper};
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -35,8 +39,16 @@ fn kst() -> FixedOffset {
 }
 
 /// The operations of the API, as counted and as faults target them.
-pub const OPERATIONS: &[&str] =
-    &["confirm", "billing_issue", "billing_charge", "cancel", "get_payment", "get_by_order", "transactions"];
+pub const OPERATIONS: &[&str] = &[
+    "confirm",
+    "billing_issue",
+    "billing_charge",
+    "cancel",
+    "get_payment",
+    "get_by_order",
+    "transactions",
+    "settlements",
+];
 
 /// How the fake starts.
 #[derive(Debug, Clone)]
@@ -48,6 +60,8 @@ pub struct FakeSettings {
     /// The first webhook retry's delay; Toss's schedule is minutes (1, 4, 16, ...): tests
     /// shrink it.
     pub webhook_retry_unit: Duration,
+    /// The fee rate and payout cycle `GET /v1/settlements` answers with.
+    pub settlement: SettlementTerms,
 }
 
 impl Default for FakeSettings {
@@ -56,6 +70,7 @@ impl Default for FakeSettings {
             secret_key: "test_sk_fake_0000000000000000".into(),
             session_ttl: Duration::from_secs(600),
             webhook_retry_unit: Duration::from_secs(60),
+            settlement: SettlementTerms::default(),
         }
     }
 }
@@ -125,6 +140,9 @@ struct State {
     effects: HashMap<String, u64>,
     webhook_url: Option<String>,
     webhooks_sent: u64,
+    quirks: Quirks,
+    tampered: HashMap<String, Tamper>,
+    extra_rows: Vec<settlements::Row>,
 }
 
 /// A running fake: its address, and the handle that stops it.
@@ -698,6 +716,28 @@ fn transactions(state: &mut State, query: &str) -> (u16, Value) {
     (200, Value::Array(page))
 }
 
+/// Every settlement row: one per approval and per cancel (negative), as tampered with,
+/// and the rows of payments never taken here.
+fn settlement_rows(state: &State, terms: SettlementTerms) -> Vec<settlements::Row> {
+    let mut rows = Vec::with_capacity(state.transactions.len() + state.extra_rows.len());
+    for t in &state.transactions {
+        let tamper = state.tampered.get(&t.payment_key);
+        if tamper.is_some_and(|t| t.withhold) {
+            continue;
+        }
+        let signed = if t.status == "DONE" { t.amount } else { -t.amount };
+        let keys = (Some(t.payment_key.clone()), Some(t.key.clone()), Some(t.order_id.clone()));
+        let mut row = settlements::Row::of(terms, keys, signed, t.at);
+        if let Some(tamper) = tamper.filter(|_| signed > 0) {
+            row.fee = tamper.fee.unwrap_or(row.fee);
+            row.pay_out_amount = tamper.pay_out_amount.unwrap_or(row.amount - row.fee);
+        }
+        rows.push(row);
+    }
+    rows.extend(state.extra_rows.iter().cloned());
+    rows
+}
+
 /// `a=1&b=2`, percent-decoded.
 fn url_pairs(query: &str) -> Vec<(String, String)> {
     query
@@ -774,6 +814,46 @@ async fn api_get_by_order(req: HttpRequest, path: web::Path<String>, fake: web::
         }
     })
     .await
+}
+
+async fn api_settlements(req: HttpRequest, fake: web::Data<Fake>) -> HttpResponse {
+    let query = url_pairs(req.query_string());
+    let terms = fake.settings.settlement;
+    fake.dispatch(&req, "settlements", |s| settlements::page(&settlement_rows(s, terms), &query, s.quirks))
+        .await
+}
+
+async fn fake_settlement_quirks(body: web::Json<Quirks>, fake: web::Data<Fake>) -> HttpResponse {
+    fake.lock().quirks = body.into_inner();
+    HttpResponse::NoContent().finish()
+}
+
+async fn fake_settlement_tamper(body: web::Json<Tamper>, fake: web::Data<Fake>) -> HttpResponse {
+    let tamper = body.into_inner();
+    fake.lock().tampered.insert(tamper.payment_key.clone(), tamper);
+    HttpResponse::NoContent().finish()
+}
+
+async fn fake_settlement_extra(body: web::Json<Extra>, fake: web::Data<Fake>) -> HttpResponse {
+    let extra = body.into_inner();
+    let Some(at) = NaiveDate::parse_from_str(&extra.sold_date, "%Y-%m-%d")
+        .ok()
+        .and_then(|d| d.and_hms_opt(12, 0, 0))
+        .and_then(|t| kst().from_local_datetime(&t).single())
+    else {
+        return HttpResponse::BadRequest().finish();
+    };
+    let terms = fake.settings.settlement;
+    let mut state = fake.lock();
+    for _ in 0..extra.count {
+        let keys = if extra.null_keys {
+            (None, None, None)
+        } else {
+            (Some(random_key("tviva_")), Some(random_key("txs_")), Some(random_key("order-")))
+        };
+        state.extra_rows.push(settlements::Row::of(terms, keys, extra.amount, at));
+    }
+    HttpResponse::NoContent().finish()
 }
 
 async fn api_transactions(req: HttpRequest, fake: web::Data<Fake>) -> HttpResponse {
@@ -907,12 +987,16 @@ pub fn start(bind: &str, settings: FakeSettings) -> std::io::Result<RunningFake>
             .route("/v1/billing/authorizations/issue", web::post().to(api_billing_issue))
             .route("/v1/billing/{billingKey}", web::post().to(api_billing_charge))
             .route("/v1/transactions", web::get().to(api_transactions))
+            .route("/v1/settlements", web::get().to(api_settlements))
             .route("/__fake/checkout", web::post().to(fake_checkout))
             .route("/__fake/billing-auth", web::post().to(fake_billing_auth))
             .route("/__fake/payments/{paymentKey}/dashboard-cancel", web::post().to(fake_dashboard_cancel))
             .route("/__fake/faults", web::post().to(fake_faults))
             .route("/__fake/calls", web::get().to(fake_calls))
             .route("/__fake/webhook", web::post().to(fake_webhook))
+            .route("/__fake/settlements/quirks", web::post().to(fake_settlement_quirks))
+            .route("/__fake/settlements/tamper", web::post().to(fake_settlement_tamper))
+            .route("/__fake/settlements/extra", web::post().to(fake_settlement_extra))
     })
     .workers(1)
     .disable_signals()

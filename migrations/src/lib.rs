@@ -26,6 +26,7 @@ mod m20261204_000018_numbers;
 mod m20261205_000019_causation;
 mod m20261205_000020_settlement_retries;
 mod m20261205_000021_customer_email;
+mod m20261206_000022_payouts;
 
 pub struct Migrator;
 
@@ -54,6 +55,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000019_causation::Migration),
             Box::new(m20261205_000020_settlement_retries::Migration),
             Box::new(m20261205_000021_customer_email::Migration),
+            Box::new(m20261206_000022_payouts::Migration),
         ]
     }
 }

@@ -8,7 +8,7 @@ use crate::application::ports::{
     AuditRecord, OrderFilter, OrderRecord, OrderRepository, OutboxOperations, OutboxRecord, StepRecord,
 };
 use crate::application::{Actor, AppError};
-use crate::domain::ids::OrderId;
+use crate::domain::ids::{OrderId, PaymentId};
 use crate::domain::order::{Order, OrderStatus};
 
 /// Largest page a client may ask for.
@@ -36,6 +36,8 @@ pub struct ListOrders {
 /// its audit trail, each oldest first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OrderFlow {
+    /// The order's payment, if it has one.
+    pub payment_id: Option<PaymentId>,
     pub steps: Vec<StepRecord>,
     pub events: Vec<OutboxRecord>,
     pub audit: Vec<AuditRecord>,
@@ -68,7 +70,7 @@ impl OrderQueries {
         let key = id.to_string();
         let events = self.outbox.for_aggregate(ORDER_AGGREGATE, &key).await?;
         let audit = self.orders.audit_for(entity::ORDER, &key).await?;
-        Ok(OrderFlow { steps: record.steps, events, audit })
+        Ok(OrderFlow { payment_id: record.payment.map(|p| p.id), steps: record.steps, events, audit })
     }
 
     /// One order with its saga state.

@@ -308,6 +308,9 @@ pub struct TossConfig {
     pub ledger_at: NaiveTime,
     /// `GET /v1/transactions`' own timeout: Toss says it may take up to 60 s.
     pub ledger_timeout: Duration,
+    /// How long after a transaction Toss may take to list its settlement; past it, a
+    /// missing one is `SETTLEMENT_MISSING` (docs/spec.md §13).
+    pub settlement_grace: Duration,
 }
 
 #[derive(Debug, Clone)]

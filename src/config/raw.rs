@@ -282,6 +282,7 @@ pub(super) struct RawToss {
     pub(super) timezone: String,
     pub(super) ledger_at: String,
     pub(super) ledger_timeout: String,
+    pub(super) settlement_grace: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -449,6 +450,7 @@ confirm_window = "10m"
 timezone = "Asia/Seoul"
 ledger_at = "04:00"
 ledger_timeout = "60s"
+settlement_grace = "7d"
 
 [worker]
 stuck_after = "60s"

@@ -512,6 +512,7 @@ pub(super) fn resolve_payment(p: RawPayment) -> Result<PaymentSettings, ConfigEr
             timezone: p.toss.timezone,
             ledger_at,
             ledger_timeout: positive("payment.toss.ledger_timeout", &p.toss.ledger_timeout)?,
+            settlement_grace: positive("payment.toss.settlement_grace", &p.toss.settlement_grace)?,
         },
     })
 }

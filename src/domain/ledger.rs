@@ -13,12 +13,19 @@ spelled!(
     /// recorded (`MISSING_HERE`), money we recorded moving that the provider does not list
     /// (`MISSING_AT_PROVIDER`), another amount, another status — or a row of the provider's
     /// ledger that cannot be read (`UNREADABLE`: counted and skipped, the rest still matched).
+    /// What the provider pays out (docs/spec.md §13): a settlement whose numbers do not add
+    /// up or are not ours (`PAYOUT_MISMATCH`), a transaction of ours the provider has not
+    /// settled within the grace (`SETTLEMENT_MISSING`), a settlement of a transaction we
+    /// never had (`SETTLEMENT_UNKNOWN`).
     FindingKind {
         MissingHere => "MISSING_HERE",
         MissingAtProvider => "MISSING_AT_PROVIDER",
         AmountMismatch => "AMOUNT_MISMATCH",
         StatusMismatch => "STATUS_MISMATCH",
         Unreadable => "UNREADABLE",
+        PayoutMismatch => "PAYOUT_MISMATCH",
+        SettlementMissing => "SETTLEMENT_MISSING",
+        SettlementUnknown => "SETTLEMENT_UNKNOWN",
     }
 );
 

@@ -46,6 +46,7 @@ pub mod notification;
 pub mod order;
 pub mod outbox;
 pub mod payment;
+pub mod payout;
 #[cfg(test)]
 mod proptests;
 pub mod settlement;

@@ -23,7 +23,7 @@ use crate::application::outbox::{Housekeeping, OutboxAdmin};
 use crate::application::payment_methods::PaymentMethods;
 use crate::application::ports::{
     Clock, IdempotencyStore, LedgerStore, Notifier, OrderRepository, OutboxStore, PaymentGateway,
-    PaymentMethodRepository, PaymentRepository, ProviderCustomers, ProviderLedger, SagaRuns,
+    PaymentMethodRepository, PaymentRepository, PayoutStore, ProviderCustomers, ProviderLedger, SagaRuns,
     SettlementGateway, UnitOfWork,
 };
 use crate::application::provider_view::ProviderView;
@@ -121,6 +121,7 @@ pub(super) fn money(
             capabilities.ledger.clone(),
             orders.clone() as Arc<dyn PaymentRepository>,
             orders.clone() as Arc<dyn LedgerStore>,
+            orders.clone() as Arc<dyn PayoutStore>,
             clock.clone(),
             ledger_settings(settings),
         )),

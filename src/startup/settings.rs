@@ -99,5 +99,9 @@ pub(super) fn ledger_settings(settings: &Settings) -> LedgerSettings {
         // Cannot fail: east_opt refuses only offsets of ±24 h or more, and this is +9 h.
         zone: chrono::FixedOffset::east_opt(SEOUL).expect("UTC+09:00 is a valid offset"),
         at: settings.payment.toss.ledger_at,
+        // Cannot fail for any grace the configuration accepts (chrono's range is ±262 000
+        // years); the default's 7 days otherwise.
+        settlement_grace: chrono::Duration::from_std(settings.payment.toss.settlement_grace)
+            .unwrap_or_else(|_| chrono::Duration::days(7)),
     }
 }

@@ -43,8 +43,14 @@ fn strangers(from: usize, n: usize) -> Vec<Value> {
         .collect()
 }
 
-/// Serves `pages` in turn, each after the cursor its predecessor ends with.
+/// Serves `pages` in turn, each after the cursor its predecessor ends with, and no
+/// settlements (the same run reads them, docs/spec.md §13).
 async fn serve_pages(server: &MockServer, pages: Vec<Vec<Value>>) {
+    Mock::given(method("GET"))
+        .and(path("/v1/settlements"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!([])))
+        .mount(server)
+        .await;
     for (i, page) in pages.iter().enumerate() {
         let mut mock = Mock::given(method("GET")).and(path("/v1/transactions"));
         mock = match i {
@@ -187,20 +193,22 @@ async fn the_ledger_of_a_day_is_matched_with_our_books(backend: Backend) {
     assert_eq!(report.run.transactions, 3);
     let shown = findings(&app, &date).await;
     assert_eq!(shown["run"]["clean"], false);
+    // Twice: the approval in Toss's ledger, and its settlement (docs/spec.md §13).
     let found = shown["findings"].as_array().unwrap();
-    assert_eq!(found.len(), 1, "{shown}");
-    assert_eq!(found[0]["kind"], "MISSING_HERE");
+    let kinds: Vec<&str> = found.iter().map(|f| f["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["MISSING_HERE", "SETTLEMENT_UNKNOWN"], "{shown}");
     assert_eq!(found[0]["paymentKey"], key.as_str());
     assert_eq!(found[0]["orderId"], "pay-someone-elses-1");
     assert_eq!(found[0]["theirs"], "DONE 12000");
-    assert_eq!(count_where(&app.db, "audit_log", "action = 'LEDGER_FINDING'").await, 1);
+    assert_eq!(found[1]["paymentKey"], key.as_str());
+    assert_eq!(count_where(&app.db, "audit_log", "action = 'LEDGER_FINDING'").await, 2);
     let metrics = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
     assert!(metrics.contains(r#"ledger_findings{kind="MISSING_HERE"} 1"#), "{metrics}");
 
-    // Running the day again replaces its findings: still one.
+    // Running the day again replaces its findings: still two.
     app.services.ledger.reconcile_day(&actor, day).await.unwrap();
-    assert_eq!(findings(&app, &date).await["findings"].as_array().unwrap().len(), 1);
-    assert_eq!(count_where(&app.db, "ledger_findings", "1 = 1").await, 1);
+    assert_eq!(findings(&app, &date).await["findings"].as_array().unwrap().len(), 2);
+    assert_eq!(count_where(&app.db, "ledger_findings", "1 = 1").await, 2);
     assert_eq!(count_where(&app.db, "ledger_runs", "1 = 1").await, 1);
 
     // By hand: `app reconcile ledger --date` prints the same and stores the same.
@@ -221,7 +229,7 @@ async fn the_ledger_of_a_day_is_matched_with_our_books(backend: Backend) {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(printed["findings"][0]["kind"], "MISSING_HERE", "{printed}");
-    assert_eq!(count_where(&app.db, "ledger_findings", "1 = 1").await, 1);
+    assert_eq!(count_where(&app.db, "ledger_findings", "1 = 1").await, 2);
 
     // A bad date is refused naming it; an admin only.
     let bad = app
@@ -306,6 +314,9 @@ async fn the_console_shows_refunds_the_providers_record_and_the_ledger() {
 
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser/console_toss_page.py");
     let shots = concat!(env!("CARGO_MANIFEST_DIR"), "/target/console-screens");
+    // Toss's arithmetic at the fake's 3.3 %: 30 000 sold (fee 990), 4 000 cancelled (fee
+    // 132 given back), paid out two days after the sale.
+    let payout = (30_000 - 990) + (-4_000 + 132);
     let args = [
         app.base.clone(),
         app.admin_token("ops"),
@@ -313,6 +324,8 @@ async fn the_console_shows_refunds_the_providers_record_and_the_ledger() {
         day.format("%Y-%m-%d").to_string(),
         missing,
         shots.into(),
+        (day + chrono::Duration::days(2)).format("%Y-%m-%d").to_string(),
+        payout.to_string(),
     ];
     let output = tokio::task::spawn_blocking(move || Command::new("python3").arg(script).args(args).output())
         .await

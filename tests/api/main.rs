@@ -32,6 +32,7 @@ mod notifications;
 mod numbers;
 mod observability;
 mod outbox_contract;
+mod payouts;
 mod properties;
 mod refunds;
 mod relay;

@@ -267,6 +267,8 @@ struct Platform {
     connection: amqprs::connection::Connection,
     channel: Channel,
     replies: std::sync::Arc<std::sync::Mutex<Vec<Reply>>>,
+    /// How many messages the platform sent the app.
+    sent: std::sync::atomic::AtomicUsize,
 }
 
 impl Platform {
@@ -323,7 +325,7 @@ impl Platform {
                 }
             }
         });
-        Some(Platform { vhost, _db: db, connection, channel, replies })
+        Some(Platform { vhost, _db: db, connection, channel, replies, sent: Default::default() })
     }
 
     fn url(&self) -> String {
@@ -380,6 +382,7 @@ impl Platform {
             )
             .await
             .unwrap();
+        self.sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 
     async fn register(&self, uu_id: &str, meeting: i64, user: i64, scenario: Option<&str>) {
@@ -400,19 +403,56 @@ impl Platform {
         self.replies.lock().unwrap().clone()
     }
 
-    /// Waits until `n` replies came, then a moment more for any that should not.
-    async fn replies_after(&self, n: usize) -> Vec<Read> {
-        until_within("the platform's replies", std::time::Duration::from_secs(30), || async {
-            self.replies.lock().unwrap().len() >= n
+    /// Waits until `n` replies came and no other can come: every message the platform sent
+    /// has been handled by the app (its consumers count each final verdict), every event
+    /// the app committed is published, and a marker the platform puts on the reply queue
+    /// after them has come back — a queue delivers in order, so every reply before it has
+    /// been taken. No time is waited on.
+    async fn replies_after(&self, app: &TestApp, n: usize) -> Vec<Read> {
+        let within = std::time::Duration::from_secs(30);
+        until_within("the platform's replies", within, || async { self.replies.lock().unwrap().len() >= n })
+            .await;
+        let sent = self.sent.load(std::sync::atomic::Ordering::SeqCst);
+        until_within("every message handled and every event published", within, || async {
+            handled(app).await >= sent && {
+                let stats = app.services.outbox_store.stats().await.unwrap();
+                stats.oldest_ready_created_at.is_none()
+                    && stats.oldest_ready_by_lane.iter().all(|(_, at)| at.is_none())
+            }
         })
         .await;
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let marker = format!("marker-{}", uuid::Uuid::new_v4().simple()).into_bytes();
+        self.channel
+            .basic_publish(
+                amqprs::BasicProperties::default(),
+                marker.clone(),
+                amqprs::channel::BasicPublishArguments::new("", "participant.payment.replies"),
+            )
+            .await
+            .unwrap();
+        until_within("the marker behind the replies", within, || async {
+            self.replies.lock().unwrap().iter().any(|r| r.body == marker)
+        })
+        .await;
+        self.replies.lock().unwrap().retain(|r| r.body != marker);
         self.replies().iter().map(platform_reads).collect()
     }
 
     async fn depth(&self, queue: &str) -> u32 {
         crate::broker::queue_state(&self.connection, queue).await.map_or(0, |(n, _)| n)
     }
+}
+
+/// How many inbound messages the app's consumers brought to a final verdict (processed,
+/// a duplicate, refused, dead-lettered): every outcome of `consumer_messages_total` but a
+/// retry.
+async fn handled(app: &TestApp) -> usize {
+    let metrics = app.get("/metrics", &app.admin_token("ops")).send().await.unwrap().text().await.unwrap();
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("consumer_messages_total{") && !l.contains(r#"outcome="retried""#))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as usize
 }
 
 async fn the_platform_plugs_in_unchanged(backend: Backend) {
@@ -425,7 +465,7 @@ async fn the_platform_plugs_in_unchanged(backend: Backend) {
 
     // A registration that completes: charged the meeting's fee, answered by its uuId.
     platform.register("reg-1", 12, 7, None).await;
-    let read = platform.replies_after(1).await;
+    let read = platform.replies_after(&app, 1).await;
     let number: i64 = app
         .db
         .query_one_raw(sea_orm::Statement::from_string(
@@ -470,7 +510,7 @@ async fn the_platform_plugs_in_unchanged(backend: Backend) {
     platform.register("reg-3", 12, 7, None).await;
     platform.register("reg-4", 13, 9, None).await;
     platform.register("reg-5", 99, 9, None).await;
-    let read = platform.replies_after(5).await;
+    let read = platform.replies_after(&app, 5).await;
     assert_eq!(read.len(), 5, "one answer each, none for the duplicate: {read:?}");
     let failed = |uu_id: &str| {
         let reply = read.iter().find(|r| r.uu_id == uu_id).unwrap_or_else(|| panic!("no reply to {uu_id}"));
@@ -486,10 +526,10 @@ async fn the_platform_plugs_in_unchanged(backend: Backend) {
 
     // A cancellation without a refund: nothing to answer; with one: payment.refunded by its uuId.
     platform.register("reg-6", 14, 10, None).await;
-    platform.replies_after(6).await;
+    platform.replies_after(&app, 6).await;
     platform.cancel("cancel-1", 14, 10, false).await;
     platform.cancel("cancel-2", 12, 7, true).await;
-    let read = platform.replies_after(7).await;
+    let read = platform.replies_after(&app, 7).await;
     assert_eq!(read.len(), 7, "{read:?}");
     let refunded = &read[6];
     assert_eq!((refunded.uu_id.as_str(), refunded.kind.as_str()), ("cancel-2", "payment.refunded"));
@@ -504,7 +544,7 @@ async fn the_platform_plugs_in_unchanged(backend: Backend) {
     for user in [21, 22, 23] {
         platform.register(&format!("reg-15-{user}"), 15, user, None).await;
     }
-    platform.replies_after(10).await;
+    platform.replies_after(&app, 10).await;
     let delete = |uu_id: &str, host: bool| {
         let host = if host { r#""hostUserId":3,"# } else { "" };
         format!(
@@ -513,7 +553,7 @@ async fn the_platform_plugs_in_unchanged(backend: Backend) {
     };
     platform.send("momo.meeting.events", "meeting.deleted.key", &delete("del-1", true), None).await;
     platform.send("momo.meeting.events", "meeting.deleted.key", &delete("del-2", false), None).await;
-    let read = platform.replies_after(13).await;
+    let read = platform.replies_after(&app, 13).await;
     // The two are handled concurrently: whichever comes first refunds, the other finds
     // nothing left — three refunds in all, answering one of them.
     let refunds: Vec<&Read> = read.iter().filter(|r| r.uu_id.starts_with("del-")).collect();
@@ -555,7 +595,7 @@ async fn the_platform_plugs_in_unchanged(backend: Backend) {
             None,
         )
         .await;
-    let read = platform.replies_after(13).await;
+    let read = platform.replies_after(&app, 13).await;
     assert_eq!(read.len(), 13);
     assert_eq!(platform.depth("payment.dlq.queue").await, dlq_before + 3);
     assert_eq!(count_where(&app.db, "inbox", "event_id LIKE 'p-%'").await, 0);
@@ -652,7 +692,7 @@ async fn events_written_under_native_go_out_as_the_platforms_once_switched() {
     );
     let second = orchestrator::startup::Application::build(settings).await.expect("build");
     while second.services().relay().run_once().await.unwrap().claimed > 0 {}
-    let read = platform.replies_after(1).await;
+    let read = platform.replies_after(&first, 1).await;
     assert_eq!(read.len(), 1, "{read:?}");
     assert_eq!((read[0].uu_id.as_str(), read[0].kind.as_str()), ("native-reg-1", "payment.completed"));
     assert_eq!((read[0].data["userId"].clone(), read[0].data["amount"].clone()), (7.into(), 15_000.into()));

@@ -1,11 +1,12 @@
 """Drives the operator console's payment pages in headless Chromium against a service on Toss.
 
-Usage: python3 console_toss_page.py BASE_URL ADMIN_TOKEN ORDER_ID DAY MISSING_PAYMENT_KEY SCREENSHOT_DIR
+Usage: python3 console_toss_page.py BASE_URL ADMIN_TOKEN ORDER_ID DAY MISSING_PAYMENT_KEY SCREENSHOT_DIR PAYOUT_DAY PAYOUT
 
 The order's page shows its payment partly refunded (amount, refunded, balance), each refund,
-and Toss's own record of the payment beside ours; the ledger page of DAY shows the
-MISSING_HERE finding of MISSING_PAYMENT_KEY. A screenshot of each page goes to
-SCREENSHOT_DIR. Exits 0 when every check holds; otherwise prints what failed and exits 1.
+Toss's own record of the payment beside ours and what Toss pays out for it; the ledger page
+of DAY shows the MISSING_HERE finding of MISSING_PAYMENT_KEY; the payouts page of
+PAYOUT_DAY shows PAYOUT to be paid out for the order's two transactions. A screenshot of
+each page goes to SCREENSHOT_DIR. Exits 0 when every check holds; otherwise prints what failed and exits 1.
 """
 
 import os
@@ -19,7 +20,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 
 def main() -> int:
-    base, admin, order, day, missing, shots = sys.argv[1:7]
+    base, admin, order, day, missing, shots, payout_day, payout = sys.argv[1:9]
     os.makedirs(shots, exist_ok=True)
     options = webdriver.ChromeOptions()
     options.binary_location = "/usr/bin/chromium"
@@ -47,6 +48,9 @@ def main() -> int:
         if "4000" not in refunds or "SUCCEEDED" not in refunds:
             raise AssertionError(f"the refund is not listed: {refunds}")
         wait.until(ec.text_to_be_present_in_element((By.ID, "o-provider"), "PARTIAL_CANCELED"))
+        settled = driver.find_element(By.ID, "o-payout").text
+        if f"paid out {payout} on {payout_day}" not in settled:
+            raise AssertionError(f"the payout is not shown: {settled}")
         driver.save_screenshot(f"{shots}/order-toss.png")
 
         driver.get(f"{base}/console/#ledger/{day}")
@@ -55,7 +59,18 @@ def main() -> int:
         if missing not in driver.find_element(By.ID, "l-body").text:
             raise AssertionError("the finding does not name the payment key")
         driver.save_screenshot(f"{shots}/ledger.png")
-        print("ok: the order's refunds and Toss's record shown, the ledger's finding shown")
+
+        driver.get(f"{base}/console/#payouts/{payout_day}")
+        driver.refresh()
+        wait.until(ec.text_to_be_present_in_element((By.ID, "y-total"), "to be paid out"))
+        total = driver.find_element(By.ID, "y-total").text
+        if f"{payout} to be paid out for 2 transactions" not in total:
+            raise AssertionError(f"the day's payout is not the order's: {total}")
+        rows = driver.find_elements(By.CSS_SELECTOR, "#y-body table tbody tr")
+        if len(rows) != 2:
+            raise AssertionError(f"{len(rows)} rows, not the approval and the cancel")
+        driver.save_screenshot(f"{shots}/payouts.png")
+        print("ok: the order's refunds, Toss's record and payout shown, the ledger's finding shown, the day's payouts shown")
         return 0
     except Exception as e:  # noqa: BLE001 - report whatever went wrong, with the page
         print(f"failed: {type(e).__name__}: {e}\n--- page ---\n{text()}")

@@ -195,6 +195,9 @@ pub struct PaymentResponse {
     /// …): what a checkout page needs to tell "card refused" from "limit exceeded".
     pub decline_code: Option<String>,
     pub refund_failure_reason: Option<String>,
+    /// What the provider pays out for it, once its settlement is recorded (Toss; docs/spec.md
+    /// §13): the fee and payout netted over its approval and cancels. `null` until then.
+    pub payout: Option<super::ledger::PaymentPayoutResponse>,
 }
 
 /// One refund of the payment (docs/spec.md §3).
@@ -313,6 +316,8 @@ pub struct OrderFlowResponse {
     pub steps: Vec<StepResponse>,
     pub events: Vec<OutboxEventResponse>,
     pub audit: Vec<AuditResponse>,
+    /// What the provider pays out for the order's payment, once settled (docs/spec.md §13).
+    pub payout: Option<super::ledger::PaymentPayoutResponse>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -367,6 +372,7 @@ impl From<&Payment> for PaymentResponse {
             provider_transaction_id: p.provider_transaction_id.clone(),
             decline_code: p.decline_code.clone(),
             refund_failure_reason: p.refund_failure_reason.clone(),
+            payout: None,
         }
     }
 }

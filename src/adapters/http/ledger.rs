@@ -1,5 +1,6 @@
 //! `GET /api/admin/reconciliation/findings?date=`: one day of the provider's ledger against
-//! our books (docs/spec.md §10), for operators.
+//! our books (docs/spec.md §10), and `GET /api/admin/payouts?date=`: what the provider pays
+//! out that day (§13), for operators.
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
@@ -12,6 +13,7 @@ use super::{HttpState, query_param};
 use crate::application::envelopes::timestamp;
 use crate::application::ports::LedgerRun;
 use crate::domain::ledger::Finding;
+use crate::domain::payout::{PaymentPayout, Payout};
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -34,7 +36,8 @@ pub struct LedgerRunResponse {
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FindingResponse {
-    /// `MISSING_HERE` | `MISSING_AT_PROVIDER` | `AMOUNT_MISMATCH` | `STATUS_MISMATCH`
+    /// `MISSING_HERE` | `MISSING_AT_PROVIDER` | `AMOUNT_MISMATCH` | `STATUS_MISMATCH` |
+    /// `UNREADABLE` | `PAYOUT_MISMATCH` | `SETTLEMENT_MISSING` | `SETTLEMENT_UNKNOWN`
     pub kind: &'static str,
     pub payment_key: Option<String>,
     pub order_id: Option<String>,
@@ -98,14 +101,124 @@ pub async fn findings(
     admin: Admin,
     query: web::Query<FindingsQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let text = query_param("date", query.into_inner().date, 10)?
-        .ok_or_else(|| ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "date", "required, YYYY-MM-DD"))?;
-    let day = chrono::NaiveDate::parse_from_str(&text, "%Y-%m-%d")
-        .map_err(|_| ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "date", "must be YYYY-MM-DD"))?;
+    let day = day_param(query.into_inner().date)?;
     let found = state.ledger.findings(&admin.0, day).await?;
     Ok(HttpResponse::Ok().json(FindingsResponse {
         date: day.format("%Y-%m-%d").to_string(),
         run: found.as_ref().map(|(run, _)| LedgerRunResponse::from(run)),
         findings: found.map(|(_, f)| f.iter().map(FindingResponse::from).collect()).unwrap_or_default(),
+    }))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PayoutsQuery {
+    /// The day the provider pays out, `YYYY-MM-DD` (`paidOutDate`).
+    pub date: Option<String>,
+}
+
+/// One settlement row recorded against a transaction of ours.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PayoutRowResponse {
+    pub payment_id: String,
+    /// The provider's key of the transaction settled, if it gave one.
+    pub transaction_key: Option<String>,
+    /// Signed: a cancel is negative.
+    pub amount: i64,
+    pub fee: i64,
+    pub supply_amount: Option<i64>,
+    pub vat: Option<i64>,
+    pub pay_out_amount: i64,
+    pub sold_date: String,
+    pub paid_out_date: String,
+}
+
+/// What the provider pays out on one day: what the bank should receive.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PayoutsResponse {
+    pub date: String,
+    pub count: usize,
+    pub amount: i64,
+    pub fee: i64,
+    pub vat: i64,
+    pub pay_out_amount: i64,
+    pub rows: Vec<PayoutRowResponse>,
+}
+
+/// A payment's payouts netted: its fee and what the provider pays out for it, once settled.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentPayoutResponse {
+    pub fee: i64,
+    pub pay_out_amount: i64,
+    pub sold_date: String,
+    pub paid_out_date: String,
+}
+
+impl From<&PaymentPayout> for PaymentPayoutResponse {
+    fn from(p: &PaymentPayout) -> Self {
+        PaymentPayoutResponse {
+            fee: p.fee,
+            pay_out_amount: p.pay_out_amount,
+            sold_date: p.sold_date.format("%Y-%m-%d").to_string(),
+            paid_out_date: p.paid_out_date.format("%Y-%m-%d").to_string(),
+        }
+    }
+}
+
+impl From<&Payout> for PayoutRowResponse {
+    fn from(p: &Payout) -> Self {
+        PayoutRowResponse {
+            payment_id: p.payment_id.to_string(),
+            transaction_key: p.transaction_key.clone(),
+            amount: p.amount,
+            fee: p.fee,
+            supply_amount: p.supply_amount,
+            vat: p.vat,
+            pay_out_amount: p.pay_out_amount,
+            sold_date: p.sold_date.format("%Y-%m-%d").to_string(),
+            paid_out_date: p.paid_out_date.format("%Y-%m-%d").to_string(),
+        }
+    }
+}
+
+fn day_param(text: Option<String>) -> Result<chrono::NaiveDate, ApiError> {
+    let text = query_param("date", text, 10)?
+        .ok_or_else(|| ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "date", "required, YYYY-MM-DD"))?;
+    chrono::NaiveDate::parse_from_str(&text, "%Y-%m-%d")
+        .map_err(|_| ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "date", "must be YYYY-MM-DD"))
+}
+
+/// What the provider pays out on one day (by `paidOutDate`, docs/spec.md §13): the sums
+/// and every row — what the bank should receive that day.
+#[utoipa::path(
+    get,
+    path = "/api/admin/payouts",
+    tag = "admin",
+    params(PayoutsQuery),
+    responses(
+        (status = 200, body = PayoutsResponse),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "date missing or not YYYY-MM-DD", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn payouts(
+    state: web::Data<HttpState>,
+    admin: Admin,
+    query: web::Query<PayoutsQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let day = day_param(query.into_inner().date)?;
+    let paid = state.ledger.payouts_on(&admin.0, day).await?;
+    Ok(HttpResponse::Ok().json(PayoutsResponse {
+        date: day.format("%Y-%m-%d").to_string(),
+        count: paid.rows.len(),
+        amount: paid.amount,
+        fee: paid.fee,
+        vat: paid.vat,
+        pay_out_amount: paid.pay_out_amount,
+        rows: paid.rows.iter().map(PayoutRowResponse::from).collect(),
     }))
 }

@@ -145,6 +145,7 @@ impl utoipa::Modify for BearerAuth {
         payments::unconfirmed,
         payments::provider_view,
         ledger::findings,
+        ledger::payouts,
         payments::stalled,
         payments::resolve_refund,
         payments::compensations_exhausted,
@@ -227,6 +228,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         resource("/api/admin/payments/{id}/provider", "GET").route(web::get().to(payments::provider_view)),
     )
     .service(resource("/api/admin/reconciliation/findings", "GET").route(web::get().to(ledger::findings)))
+    .service(resource("/api/admin/payouts", "GET").route(web::get().to(ledger::payouts)))
     .service(resource("/api/admin/orders/stalled", "GET").route(web::get().to(payments::stalled)))
     .service(
         resource("/api/admin/orders/{id}/refunds/{refundId}/resolve", "POST")

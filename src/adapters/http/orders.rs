@@ -12,6 +12,7 @@ use super::dto::{
     AuditResponse, CheckoutResponse, OrderDetailResponse, OrderFlowResponse, OrderPageResponse,
     OrderResponse, OutboxEventResponse, PayOrderRequest, PlaceOrderRequest, RefundBody, StepResponse,
 };
+use super::ledger::PaymentPayoutResponse;
 use super::problem::{ApiError, Problem};
 use super::{HttpState, query_param};
 use crate::application::AppError;
@@ -20,7 +21,7 @@ use crate::application::orchestration::{Orchestrator, PayOrder, PlaceOrder};
 use crate::application::ports::{OrderRecord, Scenario, StoredResponse};
 use crate::application::queries::ListOrders;
 use crate::application::refunds::{RefundOutcome, RefundRequest};
-use crate::domain::ids::OrderId;
+use crate::domain::ids::{OrderId, PaymentId};
 use crate::domain::order::{NewOrderItem, OrderSource, OrderStatus};
 
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -176,7 +177,20 @@ pub async fn get_order(
 ) -> Result<HttpResponse, ApiError> {
     let id = parse_order_id(&path)?;
     let record = state.queries.get_order(&caller.0, id).await?;
-    Ok(HttpResponse::Ok().json(detail(&state, &record)))
+    let mut detail = detail(&state, &record);
+    if let (Some(payment), Some(view)) = (&record.payment, detail.payment.as_mut()) {
+        view.payout = payout(&state, Some(payment.id)).await?;
+    }
+    Ok(HttpResponse::Ok().json(detail))
+}
+
+/// A payment's payouts netted, once the provider settled it (docs/spec.md §13).
+async fn payout(
+    state: &HttpState,
+    payment: Option<PaymentId>,
+) -> Result<Option<PaymentPayoutResponse>, ApiError> {
+    let Some(payment) = payment else { return Ok(None) };
+    Ok(state.ledger.payout_of(payment).await?.as_ref().map(PaymentPayoutResponse::from))
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -323,6 +337,7 @@ pub async fn flow(
         steps: flow.steps.iter().map(StepResponse::from).collect(),
         events: flow.events.iter().map(|e| OutboxEventResponse::of(e, &state.wire)).collect(),
         audit: flow.audit.iter().map(AuditResponse::from).collect(),
+        payout: payout(&state, flow.payment_id).await?,
     }))
 }
 

@@ -1,5 +1,6 @@
 //! The provider's ledger reconciled: one run per day and its findings (`ledger_runs`,
-//! `ledger_findings`), replaced whole when a day is run again.
+//! `ledger_findings`) and the payouts of the transactions sold that day (`payouts`),
+//! replaced whole when a day is run again.
 
 use async_trait::async_trait;
 use chrono::NaiveDate;
@@ -7,11 +8,13 @@ use sea_orm::ActiveValue::{NotSet, Set};
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, TransactionTrait};
 
 use super::audit::insert_audit;
-use super::entities::{ledger_findings, ledger_runs};
+use super::entities::{ledger_findings, ledger_runs, payouts};
 use super::store::SeaOrmStore;
 use super::{is_postgres, repo_err};
-use crate::application::ports::{AuditRecord, LedgerRun, LedgerStore, RepoError};
+use crate::application::ports::{AuditRecord, LedgerRun, LedgerStore, PayoutStore, RepoError};
+use crate::domain::ids::PaymentId;
 use crate::domain::ledger::{Finding, FindingKind};
+use crate::domain::payout::Payout;
 
 const DAY: &str = "%Y-%m-%d";
 
@@ -42,12 +45,76 @@ fn finding_from_row(row: ledger_findings::Model) -> Result<Finding, RepoError> {
     })
 }
 
+fn payout_row(p: &Payout) -> payouts::ActiveModel {
+    payouts::ActiveModel {
+        source: Set(p.source.clone()),
+        payment_id: Set(p.payment_id.as_uuid()),
+        transaction_key: Set(p.transaction_key.clone()),
+        amount: Set(p.amount),
+        fee: Set(p.fee),
+        supply_amount: Set(p.supply_amount),
+        vat: Set(p.vat),
+        pay_out_amount: Set(p.pay_out_amount),
+        sold_date: Set(p.sold_date.format(DAY).to_string()),
+        paid_out_date: Set(p.paid_out_date.format(DAY).to_string()),
+    }
+}
+
+fn payout_from_row(row: payouts::Model) -> Result<Payout, RepoError> {
+    Ok(Payout {
+        source: row.source,
+        payment_id: PaymentId::from_uuid(row.payment_id),
+        transaction_key: row.transaction_key,
+        amount: row.amount,
+        fee: row.fee,
+        supply_amount: row.supply_amount,
+        vat: row.vat,
+        pay_out_amount: row.pay_out_amount,
+        sold_date: day_of(&row.sold_date)?,
+        paid_out_date: day_of(&row.paid_out_date)?,
+    })
+}
+
+impl SeaOrmStore {
+    /// The payouts `filter` selects, oldest sold first.
+    async fn payouts_where(
+        &self,
+        filter: impl sea_orm::sea_query::IntoCondition,
+    ) -> Result<Vec<Payout>, RepoError> {
+        payouts::Entity::find()
+            .filter(filter)
+            .order_by_asc(payouts::Column::SoldDate)
+            .order_by_asc(payouts::Column::Source)
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?
+            .into_iter()
+            .map(payout_from_row)
+            .collect()
+    }
+}
+
+#[async_trait]
+impl PayoutStore for SeaOrmStore {
+    async fn payouts_of(&self, payments: &[PaymentId]) -> Result<Vec<Payout>, RepoError> {
+        if payments.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.payouts_where(payouts::Column::PaymentId.is_in(payments.iter().map(|p| p.as_uuid()))).await
+    }
+
+    async fn paid_out_on(&self, day: NaiveDate) -> Result<Vec<Payout>, RepoError> {
+        self.payouts_where(payouts::Column::PaidOutDate.eq(day.format(DAY).to_string())).await
+    }
+}
+
 #[async_trait]
 impl LedgerStore for SeaOrmStore {
     async fn replace_day(
         &self,
         run: LedgerRun,
         findings: Vec<Finding>,
+        payouts: Vec<Payout>,
         audit: Vec<AuditRecord>,
     ) -> Result<(), RepoError> {
         let day = run.day.format(DAY).to_string();
@@ -89,6 +156,25 @@ impl LedgerStore for SeaOrmStore {
             .exec_without_returning(&txn)
             .await
             .map_err(repo_err)?;
+        }
+        payouts::Entity::delete_many()
+            .filter(payouts::Column::SoldDate.eq(day.as_str()))
+            .exec(&txn)
+            .await
+            .map_err(repo_err)?;
+        for chunk in payouts.chunks(500) {
+            // A row of another sold day for the same transaction (the provider moved it):
+            // the latest run's stands.
+            let sources: Vec<String> = chunk.iter().map(|p| p.source.clone()).collect();
+            payouts::Entity::delete_many()
+                .filter(payouts::Column::Source.is_in(sources))
+                .exec(&txn)
+                .await
+                .map_err(repo_err)?;
+            payouts::Entity::insert_many(chunk.iter().map(payout_row))
+                .exec_without_returning(&txn)
+                .await
+                .map_err(repo_err)?;
         }
         if !audit.is_empty() {
             insert_audit(&txn, &audit).await?;

@@ -119,6 +119,21 @@ impl ProviderLedger for Measured<dyn ProviderLedger> {
         self.record("ledger", outcome, started);
         result
     }
+
+    async fn settlement_page(
+        &self,
+        day: chrono::NaiveDate,
+        page: u32,
+    ) -> Result<crate::application::ports::SettlementPage, GatewayError> {
+        let started = Instant::now();
+        let result = self.inner.settlement_page(day, page).instrument(self.span("settlements")).await;
+        let outcome = match &result {
+            Ok(_) => "read",
+            Err(err) => gateway_error(err),
+        };
+        self.record("settlements", outcome, started);
+        result
+    }
 }
 
 #[async_trait]

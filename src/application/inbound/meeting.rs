@@ -399,22 +399,36 @@ impl MeetingEvents {
         }
         let actor = Actor::system(consumer);
         let (mut refunded, mut failed, mut skipped) = (0, Vec::new(), 0);
-        for order_id in self.orders.completed_meeting_orders(&msg.meeting_id, None).await? {
-            let reason = format!("meeting {} deleted (event {})", msg.meeting_id, msg.event_id);
-            // docs/spec.md §7: every completed payment's remaining balance is refunded — one
-            // whose refund the provider refused before (a participant's cancellation) is asked
-            // again, but a redelivery of this same deletion is the same refund (its request
-            // key), never asked twice. Refused refunds keep their order `COMPLETED` and are
-            // reported below.
-            let request = RefundRequest {
-                reason: Some(reason),
-                amount: None,
-                request_key: Some(format!("{consumer}:{}", msg.event_id)),
-                inbox: None,
-                causation_id: Some(msg.event_id.clone()),
-                scenario,
-            };
-            match self.refunds.refund_order(&actor, order_id, request).await {
+        let orders = self.orders.completed_meeting_orders(&msg.meeting_id, None).await?;
+        // docs/spec.md §7: every completed payment's remaining balance is refunded — one whose
+        // refund the provider refused before (a participant's cancellation) is asked again,
+        // but a redelivery of this same deletion is the same refund (its request key), never
+        // asked twice. Refused refunds keep their order `COMPLETED` and are reported below.
+        // All of the meeting's orders are held together: a second deletion of the same
+        // meeting waits (`ORDER_BUSY`: redelivered) and then finds nothing left.
+        let requests = orders
+            .into_iter()
+            .map(|order_id| {
+                let reason = format!("meeting {} deleted (event {})", msg.meeting_id, msg.event_id);
+                let request = RefundRequest {
+                    reason: Some(reason),
+                    amount: None,
+                    request_key: Some(format!("{consumer}:{}", msg.event_id)),
+                    inbox: None,
+                    causation_id: Some(msg.event_id.clone()),
+                    scenario,
+                };
+                (order_id, request)
+            })
+            .collect();
+        let outcomes = match self.refunds.refund_orders(&actor, requests).await {
+            Err(AppError::Conflict { code: ORDER_BUSY, .. }) => {
+                return Err(AppError::unavailable("order busy"));
+            }
+            other => other?,
+        };
+        for (order_id, outcome) in outcomes {
+            match outcome {
                 Ok(RefundOutcome::Refunded(_)) => refunded += 1,
                 Ok(RefundOutcome::Rejected { reason, .. }) => failed.push(format!("{order_id}: {reason}")),
                 Ok(RefundOutcome::Pending { reason, .. }) => return Err(AppError::unavailable(reason)),

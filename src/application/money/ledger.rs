@@ -3,8 +3,11 @@
 //! refunds ([`crate::domain::ledger::reconcile`], page by page); the findings stored, each
 //! audited when first found, and a clean day recorded as a clean run. Running a day again
 //! replaces its findings. A row the provider sends that cannot be read is a finding of its
-//! own (`UNREADABLE`); a provider that pages in a circle ends the run, nothing stored. The worker
-//! runs the previous day once `payment.toss.ledger_at` has passed in the provider's zone;
+//! own (`UNREADABLE`); a provider that pages in a circle ends the run, nothing stored. The
+//! same run reads what the provider pays out for the day's transactions (its settlements,
+//! docs/spec.md §13, [`crate::domain::payout`]): the payouts recorded, the findings with the
+//! rest. The worker runs the previous day once `payment.toss.ledger_at` has passed in the
+//! provider's zone, and the day whose `settlement_grace` has just ended once more;
 //! `app reconcile ledger --date` runs any day by hand.
 
 use std::collections::HashSet;
@@ -15,11 +18,35 @@ use chrono::{DateTime, FixedOffset, NaiveDate, NaiveTime, Utc};
 use crate::application::audit::{self, entity};
 use crate::application::ports::Cause;
 use crate::application::ports::{
-    AuditRecord, Clock, GatewayError, LedgerRun, LedgerStore, PaymentRepository, ProviderLedger,
+    AuditRecord, Clock, GatewayError, LedgerRun, LedgerStore, PaymentRepository, PayoutStore, ProviderLedger,
 };
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
+use crate::domain::ids::PaymentId;
 use crate::domain::ledger::{Finding, FindingKind, Seen, match_theirs, missing_at_provider};
+use crate::domain::payout::{PaymentPayout, Payout, Settled};
+
+/// The distinct payment keys a page names.
+fn payment_keys<'a>(keys: impl Iterator<Item = Option<&'a str>>) -> Vec<String> {
+    let mut keys: Vec<String> = keys.flatten().map(str::to_owned).collect();
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+/// A provider's refusal, or failure, to show its books: nothing is stored.
+fn refused_ledger(e: GatewayError) -> AppError {
+    match e {
+        GatewayError::Rejected { code, message } => AppError::unavailable(format!(
+            "the payment provider refused to show its ledger: {code}: {message}"
+        )),
+        e @ (GatewayError::Unavailable(_)
+        | GatewayError::StaleBalance { .. }
+        | GatewayError::AlreadyCancelled { .. }) => {
+            AppError::Unavailable(Cause::context("payment provider's ledger", e))
+        }
+    }
+}
 
 /// Pages of one day read at most (5 000 rows each at Toss: five million transactions).
 const MAX_PAGES: usize = 1000;
@@ -31,6 +58,9 @@ pub struct LedgerSettings {
     pub zone: FixedOffset,
     /// The time of day, in that zone, after which the previous day is reconciled.
     pub at: NaiveTime,
+    /// How long after a transaction the provider may take to list its settlement
+    /// (`payment.toss.settlement_grace`); past it, a missing one is a finding.
+    pub settlement_grace: chrono::Duration,
 }
 
 /// How a day's run went.
@@ -45,8 +75,21 @@ pub struct Ledger {
     provider: Option<Arc<dyn ProviderLedger>>,
     books: Arc<dyn PaymentRepository>,
     store: Arc<dyn LedgerStore>,
+    payouts: Arc<dyn PayoutStore>,
     clock: Arc<dyn Clock>,
     settings: LedgerSettings,
+}
+
+/// What the provider pays out on one day (`paidOutDate`): what the bank should receive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PayoutDay {
+    pub date: NaiveDate,
+    pub amount: i64,
+    pub fee: i64,
+    /// The VAT of the rows that give it.
+    pub vat: i64,
+    pub pay_out_amount: i64,
+    pub rows: Vec<Payout>,
 }
 
 impl Ledger {
@@ -54,10 +97,11 @@ impl Ledger {
         provider: Option<Arc<dyn ProviderLedger>>,
         books: Arc<dyn PaymentRepository>,
         store: Arc<dyn LedgerStore>,
+        payouts: Arc<dyn PayoutStore>,
         clock: Arc<dyn Clock>,
         settings: LedgerSettings,
     ) -> Self {
-        Ledger { provider, books, store, clock, settings }
+        Ledger { provider, books, store, payouts, clock, settings }
     }
 
     /// The instants of `day` in the provider's zone, first and last.
@@ -85,48 +129,55 @@ impl Ledger {
         };
         let started_at = self.clock.now();
         let (start, end) = self.bounds(day);
-        // Page by page (docs/toss.md, "The ledger"): each page matched with the books it
-        // names and let go; only what the provider listed is kept, for the last half.
+        let (seen, mut findings, transactions) = self.transactions(provider.as_ref(), day).await?;
+        let ours = self.books.books(Some((start, end)), &[]).await?;
+        findings.extend(missing_at_provider(&ours, &seen, start, end));
+        drop(seen);
+        let mut settled = self.settlements(provider.as_ref(), day).await?;
+        settled.missing(&ours, start, end, self.clock.now(), self.settings.settlement_grace);
+        findings.append(&mut settled.findings);
+        let run = LedgerRun {
+            day,
+            started_at,
+            finished_at: self.clock.now(),
+            transactions,
+            findings: findings.len() as i64,
+        };
+        let audit = self.audit(actor, &run, &findings, settled.payouts.len()).await?;
+        self.store.replace_day(run.clone(), findings.clone(), settled.payouts, audit).await?;
+        if findings.is_empty() {
+            tracing::info!(%day, transactions = run.transactions, "ledger reconciled: clean");
+        } else {
+            tracing::warn!(%day, findings = findings.len(), "ledger reconciled: findings for an operator");
+        }
+        Ok(LedgerReport { run, findings })
+    }
+
+    /// The provider's transactions of `day`, page by page (docs/toss.md, "The ledger"):
+    /// each page matched with the books it names and let go; only what the provider listed
+    /// is kept, for the last half. Answers that, the findings, and how many rows there were.
+    async fn transactions(
+        &self,
+        provider: &dyn ProviderLedger,
+        day: NaiveDate,
+    ) -> Result<(Seen, Vec<Finding>, i64), AppError> {
         let mut seen = Seen::default();
         let mut findings = Vec::new();
         let mut transactions = 0i64;
         let mut cursors: HashSet<String> = HashSet::new();
         let mut after: Option<String> = None;
-        let mut pages = 0usize;
-        loop {
-            if pages == MAX_PAGES {
-                return Err(AppError::unavailable(format!(
-                    "the provider's ledger of {day} has more than {MAX_PAGES} pages; nothing stored"
-                )));
-            }
-            pages += 1;
-            let page = match provider.ledger_page(day, after.clone()).await {
-                Ok(page) => page,
-                Err(GatewayError::Rejected { code, message }) => {
-                    return Err(AppError::unavailable(format!(
-                        "the payment provider refused to show its ledger: {code}: {message}"
-                    )));
-                }
-                Err(
-                    e @ (GatewayError::Unavailable(_)
-                    | GatewayError::StaleBalance { .. }
-                    | GatewayError::AlreadyCancelled { .. }),
-                ) => {
-                    return Err(AppError::Unavailable(Cause::context("payment provider's ledger", e)));
-                }
-            };
+        for pages in 1..=MAX_PAGES {
+            let page = provider.ledger_page(day, after.clone()).await.map_err(refused_ledger)?;
             transactions += (page.transactions.len() + page.unreadable.len()) as i64;
             findings.extend(page.unreadable.iter().map(Finding::unreadable));
             let fresh = seen.note(&page.transactions);
-            let mut keys: Vec<String> = fresh.iter().map(|t| t.payment_key.clone()).collect();
-            keys.sort();
-            keys.dedup();
+            let keys = payment_keys(fresh.iter().map(|t| Some(t.payment_key.as_str())));
             if !keys.is_empty() {
                 let books = self.books.books(None, &keys).await?;
                 findings.extend(match_theirs(&fresh, &books));
             }
             match page.next {
-                None => break,
+                None => return Ok((seen, findings, transactions)),
                 Some(next) if !cursors.insert(next.clone()) => {
                     // A provider that pages in a circle would be read for ever.
                     return Err(AppError::unavailable(format!(
@@ -136,58 +187,78 @@ impl Ledger {
                 Some(next) => after = Some(next),
             }
         }
-        let ours = self.books.books(Some((start, end)), &[]).await?;
-        findings.extend(missing_at_provider(&ours, &seen, start, end));
+        Err(AppError::unavailable(format!(
+            "the provider's ledger of {day} has more than {MAX_PAGES} pages; nothing stored"
+        )))
+    }
+
+    /// What the provider pays out for the transactions it sold on `day` (docs/spec.md §13),
+    /// page by page: each page matched with the books it names and let go; the payouts
+    /// recorded and the sources settled are kept.
+    async fn settlements(&self, provider: &dyn ProviderLedger, day: NaiveDate) -> Result<Settled, AppError> {
+        let mut settled = Settled::default();
+        for page in 1..=MAX_PAGES {
+            let read = provider.settlement_page(day, page as u32).await.map_err(refused_ledger)?;
+            settled.findings.extend(read.unreadable.iter().map(Finding::unreadable));
+            let keys = payment_keys(read.rows.iter().map(|r| r.payment_key.as_deref()));
+            let books = if keys.is_empty() { Vec::new() } else { self.books.books(None, &keys).await? };
+            settled.match_rows(&read.rows, &books);
+            if !read.more {
+                return Ok(settled);
+            }
+        }
+        Err(AppError::unavailable(format!(
+            "the provider's settlements of {day} have more than {MAX_PAGES} pages; nothing stored"
+        )))
+    }
+
+    /// Each finding audited once, when first found (a rerun audits what is new), and the
+    /// run itself.
+    async fn audit(
+        &self,
+        actor: &Actor,
+        run: &LedgerRun,
+        findings: &[Finding],
+        payouts: usize,
+    ) -> Result<Vec<AuditRecord>, AppError> {
+        let day = run.day;
         let earlier: HashSet<String> = match self.store.day(day).await? {
             Some((_, earlier)) => earlier.iter().map(Finding::identity).collect(),
             None => HashSet::new(),
         };
-        let finished_at = self.clock.now();
-        let run = LedgerRun { day, started_at, finished_at, transactions, findings: findings.len() as i64 };
-        // Each finding is audited once, when first found: a rerun audits what is new.
         let new_findings: Vec<&Finding> =
             findings.iter().filter(|f| !earlier.contains(&f.identity())).collect();
+        let at = run.finished_at;
         let mut audit: Vec<AuditRecord> = new_findings
             .iter()
             .map(|f| {
-                audit::record(
-                    AuditAction::LedgerFinding,
-                    entity::LEDGER,
-                    day,
-                    actor,
-                    Some(format!(
-                        "{}: payment {} transaction {} ours {} theirs {}: {}",
-                        f.kind,
-                        f.payment_key.as_deref().unwrap_or("-"),
-                        f.transaction_key.as_deref().unwrap_or("-"),
-                        f.ours.as_deref().unwrap_or("-"),
-                        f.theirs.as_deref().unwrap_or("-"),
-                        f.detail
-                    )),
-                    finished_at,
-                )
+                let detail = format!(
+                    "{}: payment {} transaction {} ours {} theirs {}: {}",
+                    f.kind,
+                    f.payment_key.as_deref().unwrap_or("-"),
+                    f.transaction_key.as_deref().unwrap_or("-"),
+                    f.ours.as_deref().unwrap_or("-"),
+                    f.theirs.as_deref().unwrap_or("-"),
+                    f.detail
+                );
+                audit::record(AuditAction::LedgerFinding, entity::LEDGER, day, actor, Some(detail), at)
             })
             .collect();
+        let detail = format!(
+            "{} transactions, {payouts} payouts, {} findings ({} new)",
+            run.transactions,
+            run.findings,
+            new_findings.len()
+        );
         audit.push(audit::record(
             AuditAction::LedgerReconciled,
             entity::LEDGER,
             day,
             actor,
-            Some(format!(
-                "{} transactions, {} findings ({} new)",
-                run.transactions,
-                run.findings,
-                new_findings.len()
-            )),
-            finished_at,
+            Some(detail),
+            at,
         ));
-        self.store.replace_day(run.clone(), findings.clone(), audit).await?;
-        if findings.is_empty() {
-            tracing::info!(%day, transactions = run.transactions, "ledger reconciled: clean");
-        } else {
-            tracing::warn!(%day, findings = findings.len(), "ledger reconciled: findings for an operator");
-        }
-        Ok(LedgerReport { run, findings })
+        Ok(audit)
     }
 
     /// The worker's round: once `ledger_at` has passed in the provider's zone, the previous
@@ -201,10 +272,25 @@ impl Ledger {
             return Ok(None);
         }
         let Some(yesterday) = now.date_naive().pred_opt() else { return Ok(None) };
-        if self.store.day(yesterday).await?.is_some() {
-            return Ok(None);
+        let actor = Actor::system("ledger");
+        if self.store.day(yesterday).await?.is_none() {
+            return self.reconcile_day(&actor, yesterday).await.map(Some);
         }
-        self.reconcile_day(&Actor::system("ledger"), yesterday).await.map(Some)
+        // The day whose settlements' grace has just ended is run once more: what the
+        // provider still has not settled is `SETTLEMENT_MISSING` now (docs/operations.md).
+        let grace_days = self.settings.settlement_grace.num_days() + 1;
+        let Some(settled_by_now) =
+            yesterday.checked_sub_days(chrono::Days::new(grace_days.max(0).unsigned_abs()))
+        else {
+            return Ok(None);
+        };
+        let (_, end) = self.bounds(settled_by_now);
+        match self.store.day(settled_by_now).await? {
+            Some((run, _)) if run.finished_at < end + self.settings.settlement_grace => {
+                self.reconcile_day(&actor, settled_by_now).await.map(Some)
+            }
+            _ => Ok(None),
+        }
     }
 
     /// The run of `day` and its findings; `None` if the day was never run.
@@ -226,5 +312,30 @@ impl Ledger {
     /// `Unavailable` when the database fails.
     pub async fn latest_counts(&self) -> Result<Vec<(FindingKind, i64)>, AppError> {
         Ok(self.store.latest_counts().await?)
+    }
+
+    /// What the provider pays out on `day` (by `paidOutDate`), summed, with its rows.
+    ///
+    /// # Errors
+    /// `Forbidden` for a non-admin; `Unavailable` when the database fails.
+    pub async fn payouts_on(&self, actor: &Actor, day: NaiveDate) -> Result<PayoutDay, AppError> {
+        actor.require_admin()?;
+        let rows = self.payouts.paid_out_on(day).await?;
+        Ok(PayoutDay {
+            date: day,
+            amount: rows.iter().map(|r| r.amount).sum(),
+            fee: rows.iter().map(|r| r.fee).sum(),
+            vat: rows.iter().filter_map(|r| r.vat).sum(),
+            pay_out_amount: rows.iter().map(|r| r.pay_out_amount).sum(),
+            rows,
+        })
+    }
+
+    /// A payment's payouts netted (its approval and cancels), once the provider settled it.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    pub async fn payout_of(&self, payment: PaymentId) -> Result<Option<PaymentPayout>, AppError> {
+        Ok(PaymentPayout::net(&self.payouts.payouts_of(&[payment]).await?))
     }
 }

@@ -5,7 +5,8 @@
 //!   committed before the provider's cancel, the answer decided by a pure table
 //!   (`refunds/decide.rs`), the provider's own cancels recorded as its refunds;
 //! - [`ledger`]: the daily run that pages the provider's transactions for a day and matches
-//!   each against our approvals and refunds, storing what does not match as findings;
+//!   each against our approvals and refunds, and its settlements against our transactions
+//!   (what it pays out), storing the payouts and what does not match as findings;
 //! - [`payment_methods`]: a customer's saved card (billing key), saved and forgotten with
 //!   its audit row in the same transaction;
 //! - [`provider_view`]: the provider's own record of a payment, for support.

@@ -9,8 +9,8 @@
 //! the charge is the saga's (and, if its outcome is unknown, reconciliation's), never the
 //! window's.
 
+use super::orchestrator::Orchestrator;
 use super::outcome::Moved;
-use super::service::Orchestrator;
 use crate::application::audit::{self, entity};
 use crate::application::envelopes::EventWriter;
 use crate::application::error::broken_invariant;

@@ -6,6 +6,7 @@ mod compensation;
 mod confirmation;
 pub mod lease;
 pub mod notify;
+mod orchestrator;
 mod outcome;
 pub mod payment;
 mod run;
@@ -16,7 +17,6 @@ pub mod steps;
 
 pub use checkout::{Checkout, PayOrder};
 pub use confirmation::{Confirmation, Reconciled};
-pub use service::{
-    ALREADY_REGISTERED, CheckoutSettings, InboxKey, NO_PAYMENT_METHOD, Orchestrator, PlaceOrder, SagaSettings,
-};
+pub use orchestrator::{CheckoutSettings, Orchestrator, SagaSettings};
+pub use service::{ALREADY_REGISTERED, InboxKey, NO_PAYMENT_METHOD, PlaceOrder};
 pub use settlement_repair::SettlementRetryBy;

@@ -20,7 +20,7 @@ use crate::domain::order::{Order, OrderEvent, OrderStatus};
 use crate::domain::payment::{Payment, PaymentStatus};
 use crate::domain::settlement::Settlement;
 
-use super::service::{MAX_STEPS_PER_RUN, Orchestrator};
+use super::orchestrator::{MAX_STEPS_PER_RUN, Orchestrator};
 
 /// One run of an order's saga: the lease it holds (if any), and whether a commit of this
 /// run already gave the lease back.

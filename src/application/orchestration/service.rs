@@ -12,6 +12,7 @@ use crate::application::error::broken_invariant;
 
 use crate::application::meter::Meter;
 use crate::application::orchestration::lease::SagaLeases;
+use crate::application::orchestration::orchestrator::{Orchestrator, SagaSettings};
 use crate::application::orchestration::outcome::Moved;
 use crate::application::orchestration::run::Run;
 use crate::application::orchestration::steps::next_action_of;
@@ -23,38 +24,13 @@ use crate::application::ports::{
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
-use crate::domain::notification::RetryPolicy;
 use crate::domain::order::{NewOrder, NewOrderItem, Order, OrderSource};
 use crate::domain::payment::{Payment, PaymentStatus};
-
-/// A run never takes more steps than the saga has; the bound only guards against a bug
-/// turning into a loop.
-pub(super) const MAX_STEPS_PER_RUN: usize = 8;
 
 /// docs/spec.md §7: a (meeting, user) pair with a live order cannot register again.
 pub const ALREADY_REGISTERED: &str = "ALREADY_REGISTERED";
 /// A registration refused before any charge: the member has no saved card (docs/spec.md §10).
 pub const NO_PAYMENT_METHOD: &str = "NO_PAYMENT_METHOD";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SagaSettings {
-    pub notification_retry: RetryPolicy,
-    /// How an undelivered settlement is tried again before it waits for an operator.
-    pub settlement_retry: RetryPolicy,
-    /// How long one run holds an order's saga lease: only the holder calls providers for
-    /// the order; a crashed holder's lease simply runs out.
-    pub saga_lease: chrono::Duration,
-    /// Set when the payment provider needs the customer's authorization before a charge
-    /// (Toss): API orders then wait `AWAITING_PAYMENT` (docs/spec.md §10).
-    pub checkout: Option<CheckoutSettings>,
-}
-
-/// How the checkout waits for the customer (docs/spec.md §10; `checkout.rs`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CheckoutSettings {
-    /// `payment.toss.confirm_window`: how long an order may wait for its payment.
-    pub window: chrono::Duration,
-}
 
 /// A checkout (HTTP) or a paid registration (AMQP), not yet validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,22 +64,6 @@ pub struct InboxKey {
     /// asking the inbox again (a concurrent duplicate loses the insert on the inbox's key
     /// and resumes the winner's order).
     pub unseen: bool,
-}
-
-pub struct Orchestrator {
-    pub(super) orders: Arc<dyn OrderRepository>,
-    pub(super) uow: Arc<dyn UnitOfWork>,
-    pub(super) payments: Arc<dyn PaymentGateway>,
-    pub(super) settlements: Arc<dyn SettlementGateway>,
-    pub(super) notifier: Arc<dyn Notifier>,
-    pub(super) clock: Arc<dyn Clock>,
-    pub(super) settings: SagaSettings,
-    pub(super) leases: SagaLeases,
-    pub(super) meter: Meter,
-    /// Saved cards, for a provider that charges registrations with one (Toss's billing).
-    pub(super) cards: Option<Arc<dyn PaymentMethodRepository>>,
-    /// The provider's customer keys, for its checkout widget (Toss).
-    pub(super) customers: Option<Arc<dyn ProviderCustomers>>,
 }
 
 /// What the customer authorized a payment attempt with, where it was committed with it

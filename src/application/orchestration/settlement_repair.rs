@@ -4,8 +4,8 @@
 //! goes on from the committed state — the settlement step itself, under the same settlement
 //! id, or the notification after a settlement marked settled.
 
+use super::orchestrator::Orchestrator;
 use super::outcome::Moved;
-use super::service::Orchestrator;
 use crate::application::audit::{self, entity};
 use crate::application::envelopes::EventWriter;
 use crate::application::error::broken_invariant;

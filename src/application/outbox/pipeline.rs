@@ -30,23 +30,13 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use tokio_util::sync::CancellationToken;
 
 use super::report::{RelayError, RelayReport};
-pub(super) use super::stages::{Round, Stages, verdicts_for};
-use crate::application::ports::{
-    BatchToken, DeliveryFailure, FastRecord, HeldLane, OutboxRecord, PendingVerdicts, PublishOutcome,
-};
-
-/// An aggregate: `(aggregate_type, aggregate_id)`.
-pub(super) type Aggregate = (String, String);
-
-pub(super) fn aggregate_of(row: &OutboxRecord) -> Aggregate {
-    (row.aggregate_type.clone(), row.aggregate_id.clone())
-}
+pub(super) use super::stages::{Aggregate, Batch, Round, Stages, aggregate_of, verdicts_for};
+use crate::application::ports::{BatchToken, HeldLane, OutboxRecord, PendingVerdicts, PublishOutcome};
 
 /// How many batches' worth of events may be read and not yet recorded: what keeps the
 /// broker busy while the database reads and records, and the most a crash makes the lanes'
@@ -60,33 +50,6 @@ type Boxed<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 struct Slot {
     batch: u64,
     row: usize,
-}
-
-/// A batch read and not yet recorded, with what became of its events so far.
-#[derive(Debug)]
-pub(super) struct Batch {
-    pub(super) round: Round,
-    /// Its events still without a verdict (sent or waiting to be).
-    open: usize,
-    /// When it was read: its failures' attempt time (their backoff runs from it).
-    pub(super) read_at: DateTime<Utc>,
-    /// When the broker's last verdict on it arrived: its `publishedAt`.
-    pub(super) confirmed_at: DateTime<Utc>,
-    pub(super) report: RelayReport,
-    pub(super) failures: Vec<DeliveryFailure>,
-    pub(super) held_back: Vec<i64>,
-}
-
-impl Batch {
-    /// What recording `batches` writes (`now`: the attempt time if there is no batch).
-    pub(super) fn record(batches: &[Batch], now: DateTime<Utc>) -> FastRecord {
-        FastRecord {
-            batches: batches.iter().map(|b| b.round.token.clone()).collect(),
-            failures: batches.iter().flat_map(|b| b.failures.iter().cloned()).collect(),
-            held_back: batches.iter().flat_map(|b| b.held_back.iter().copied()).collect(),
-            attempted_at: batches.first().map_or(now, |b| b.read_at),
-        }
-    }
 }
 
 /// What the database's turn came to.

@@ -1,16 +1,17 @@
-//! What the pipeline ([`super::pipeline`]) asks of the relay it runs for, and what it is
+//! What the pipeline (`pipeline.rs`) asks of the relay it runs for, and what it is
 //! handed: the [`Stages`] (lanes, reads, records, the lease's verdict on sending, how a
-//! verdict is counted), a batch read ([`Round`]) and the broker's verdicts on it.
+//! verdict is counted), a batch read ([`Round`]) and the broker's verdicts on it, and a
+//! batch as the pipeline carries it to its record ([`Batch`]).
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use super::pipeline::{Aggregate, Batch};
 use super::report::{RelayError, RelayReport};
 use crate::application::ports::{
-    BatchToken, DeliveryFailure, EventPublisher, HeldLane, OutboxRecord, PublishOutcome, RepoError,
+    BatchToken, DeliveryFailure, EventPublisher, FastRecord, HeldLane, OutboxRecord, PublishOutcome,
+    RepoError,
 };
 use crate::domain::outbox::FailureCode;
 
@@ -67,4 +68,38 @@ pub(super) fn verdicts_for(outcomes: Vec<PublishOutcome>) -> impl Iterator<Item 
         code: FailureCode::ConfirmTimeout,
         reason: "no confirm reported".into(),
     }))
+}
+
+/// An aggregate: `(aggregate_type, aggregate_id)`.
+pub(super) type Aggregate = (String, String);
+
+pub(super) fn aggregate_of(row: &OutboxRecord) -> Aggregate {
+    (row.aggregate_type.clone(), row.aggregate_id.clone())
+}
+
+/// A batch read and not yet recorded, with what became of its events so far.
+#[derive(Debug)]
+pub(super) struct Batch {
+    pub(super) round: Round,
+    /// Its events still without a verdict (sent or waiting to be).
+    pub(super) open: usize,
+    /// When it was read: its failures' attempt time (their backoff runs from it).
+    pub(super) read_at: DateTime<Utc>,
+    /// When the broker's last verdict on it arrived: its `publishedAt`.
+    pub(super) confirmed_at: DateTime<Utc>,
+    pub(super) report: RelayReport,
+    pub(super) failures: Vec<DeliveryFailure>,
+    pub(super) held_back: Vec<i64>,
+}
+
+impl Batch {
+    /// What recording `batches` writes (`now`: the attempt time if there is no batch).
+    pub(super) fn record(batches: &[Batch], now: DateTime<Utc>) -> FastRecord {
+        FastRecord {
+            batches: batches.iter().map(|b| b.round.token.clone()).collect(),
+            failures: batches.iter().flat_map(|b| b.failures.iter().cloned()).collect(),
+            held_back: batches.iter().flat_map(|b| b.held_back.iter().copied()).collect(),
+            attempted_at: batches.first().map_or(now, |b| b.read_at),
+        }
+    }
 }

@@ -51,7 +51,7 @@ pub use error::{Cause, RepoError};
 pub use event_publisher::{BrokerUnavailable, EventPublisher, PendingVerdicts, PublishOutcome};
 pub use gateway_error::GatewayError;
 pub use idempotency::{IdempotencyBegin, IdempotencyStore, StoredResponse};
-pub use ledger_store::{LedgerRun, LedgerStore};
+pub use ledger_store::{LedgerRun, LedgerStore, PayoutStore};
 pub use meeting_fees::MeetingFees;
 pub use notification_repository::NotificationRepository;
 pub use notifier::{NotificationRequest, Notifier, NotifyFailure};
@@ -66,7 +66,7 @@ pub use outbox_store::{
 pub use payment_gateway::{
     ApprovalOutcome, ApprovePayment, BillingKey, CancelPayment, CancelReceipt, IssuedCard, LedgerPage,
     LookupOutcome, PaymentAuthorization, PaymentGateway, ProviderCancel, ProviderCustomers, ProviderLedger,
-    ProviderRecord, ProviderRecords,
+    ProviderRecord, ProviderRecords, SettlementPage,
 };
 pub use payment_methods::{PaymentMethodRepository, SavedCard};
 pub use payment_repository::PaymentRepository;
@@ -82,7 +82,7 @@ pub use event_publisher::MockEventPublisher;
 #[cfg(test)]
 pub use idempotency::MockIdempotencyStore;
 #[cfg(test)]
-pub use ledger_store::MockLedgerStore;
+pub use ledger_store::{MockLedgerStore, MockPayoutStore};
 #[cfg(test)]
 pub use notification_repository::MockNotificationRepository;
 #[cfg(test)]

@@ -7,6 +7,7 @@ use super::scenario::Scenario;
 use crate::domain::ids::{OrderId, PaymentId};
 use crate::domain::ledger::{ProviderTransaction, UnreadableRow};
 use crate::domain::money::Money;
+use crate::domain::payout::SettlementRow;
 
 /// Ask the provider to take the money.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,6 +132,16 @@ pub struct LedgerPage {
     pub next: Option<String>,
 }
 
+/// One page of a provider's settlements.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SettlementPage {
+    pub rows: Vec<SettlementRow>,
+    /// Rows that could not be read (each a finding of its own; the rest of the page stands).
+    pub unreadable: Vec<UnreadableRow>,
+    /// Whether another page may follow (this one was full).
+    pub more: bool,
+}
+
 #[cfg_attr(test, mockall::automock)]
 #[async_trait]
 pub trait PaymentGateway: Send + Sync {
@@ -191,6 +202,18 @@ pub trait ProviderLedger: Send + Sync {
         day: chrono::NaiveDate,
         after: Option<String>,
     ) -> Result<LedgerPage, GatewayError>;
+
+    /// One page (from 1) of the provider's settlements of the transactions it sold on `day`
+    /// (docs/spec.md §13): one row per approval and per cancel (negative), with its fee and
+    /// payout.
+    ///
+    /// # Errors
+    /// As [`ProviderLedger::ledger_page`].
+    async fn settlement_page(
+        &self,
+        day: chrono::NaiveDate,
+        page: u32,
+    ) -> Result<SettlementPage, GatewayError>;
 }
 
 /// The provider's customers and the cards it saves for them — present only where the

@@ -14,7 +14,7 @@ use jsonwebtoken::jwk::{
 use jsonwebtoken::{Algorithm, DecodingKey};
 use serde_json::Value;
 
-use super::keys::{VerifyingKey, validation};
+use super::verifying::{VerifyingKey, validation};
 use crate::adapters::http::problem::ApiError;
 
 use crate::application::error::Chain;

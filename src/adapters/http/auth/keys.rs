@@ -5,12 +5,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::jwks::{Jwks, JwksError};
 use super::settings::{ADMIN_ROLE, AuthSettings, KeySettings};
+use super::verifying::{VerifyingKey, validation};
 use crate::adapters::http::problem::ApiError;
 
 use crate::adapters::Secret;
@@ -35,12 +36,6 @@ pub(super) struct MintedClaims<'a> {
     aud: Option<&'a str>,
 }
 
-#[derive(Clone)]
-pub(super) struct VerifyingKey {
-    pub(super) key: DecodingKey,
-    pub(super) validation: Validation,
-}
-
 /// The configured keys, ready to sign and verify.
 pub struct JwtKeys {
     signing: Option<(String, Algorithm, EncodingKey)>,
@@ -61,26 +56,6 @@ pub enum KeyError {
 
 pub(super) fn bytes(secret: &Option<Secret>) -> &[u8] {
     secret.as_ref().map(|s| s.expose().as_bytes()).unwrap_or_default()
-}
-
-/// How tokens signed with `alg` are checked: signature, `exp` (30 s leeway), `sub`, and the
-/// configured issuer and audience.
-pub(super) fn validation(alg: Algorithm, issuer: Option<&str>, audience: Option<&str>) -> Validation {
-    let mut validation = Validation::new(alg);
-    validation.leeway = 30;
-    validation.set_required_spec_claims(&["exp", "sub"]);
-    if let Some(iss) = issuer {
-        validation.set_issuer(&[iss]);
-    }
-    match audience {
-        Some(aud) => {
-            validation.set_audience(&[aud]);
-            // Without this a token that carries no `aud` at all would pass.
-            validation.set_required_spec_claims(&["exp", "sub", "aud"]);
-        }
-        None => validation.validate_aud = false,
-    }
-    validation
 }
 
 pub(super) fn invalid(why: &str) -> ApiError {

@@ -9,6 +9,7 @@ mod extract;
 mod jwks;
 mod keys;
 mod settings;
+mod verifying;
 
 pub use extract::{Admin, Caller};
 pub use jwks::{JWKS_MAX_AGE, JwksError};

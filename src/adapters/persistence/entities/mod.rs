@@ -13,5 +13,6 @@ pub mod orders;
 pub mod outbox_events;
 pub mod payment_methods;
 pub mod payments;
+pub mod payouts;
 pub mod refunds;
 pub mod settlements;

@@ -15,6 +15,7 @@ use crate::adapters::Secret;
 use crate::adapters::providers::transport::{Exchange, ProviderHttp};
 use crate::application::ports::Cause;
 use crate::domain::ledger::UnreadableRow;
+use crate::domain::payout::SettlementRow;
 use crate::domain::text;
 
 #[derive(Debug, Clone)]
@@ -327,6 +328,32 @@ impl TossClient {
         let request = Request { timeout: self.ledger_timeout, ..self.get(path) };
         self.send(request, |b| {
             Ok(model::read::<Vec<Value>>(b)?.into_iter().map(TossTransaction::from_row).collect())
+        })
+        .await
+    }
+
+    /// One page (from 1) of `GET /v1/settlements` for the transactions sold on `day`
+    /// (`dateType=soldDate`, Toss's date): at most `size` (≤ 5 000) rows, each read on its
+    /// own (one that cannot be read does not sink the page). Toss says such a call may take
+    /// up to 60 s, as the ledger's.
+    ///
+    /// # Errors
+    /// As [`TossError`] says.
+    pub async fn settlements(
+        &self,
+        day: chrono::NaiveDate,
+        page: u32,
+        size: u32,
+    ) -> Result<Vec<Result<SettlementRow, UnreadableRow>>, TossError> {
+        let day = day.format("%Y-%m-%d");
+        let path = format!(
+            "/v1/settlements?startDate={day}&endDate={day}&dateType=soldDate&page={}&size={}",
+            page.max(1),
+            size.clamp(1, 5000)
+        );
+        let request = Request { timeout: self.ledger_timeout, ..self.get(path) };
+        self.send(request, |b| {
+            Ok(model::read::<Vec<Value>>(b)?.iter().map(model::settlement_from_row).collect())
         })
         .await
     }

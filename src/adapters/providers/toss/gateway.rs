@@ -10,7 +10,7 @@ use crate::application::ports::Cause;
 use crate::application::ports::{
     ApprovalOutcome, ApprovePayment, BillingKey, CancelPayment, CancelReceipt, GatewayError, IssuedCard,
     LedgerPage, LookupOutcome, PaymentAuthorization, PaymentGateway, ProviderCancel, ProviderCustomers,
-    ProviderLedger, ProviderRecord, ProviderRecords, Scenario,
+    ProviderLedger, ProviderRecord, ProviderRecords, Scenario, SettlementPage,
 };
 use crate::domain::ledger::{ProviderTransaction, TransactionKind, UnreadableRow};
 use crate::domain::payment::AUTHORIZATION_MISMATCH;
@@ -54,6 +54,9 @@ fn open_reason(error: &TossError) -> String {
 /// What a Payment object answered to a charge means.
 /// Entries asked for per page of `GET /v1/transactions` (Toss's most).
 const LEDGER_PAGE: u32 = 5000;
+
+/// Rows asked for per page of `GET /v1/settlements` (Toss's most).
+const SETTLEMENT_PAGE: u32 = 5000;
 
 /// Toss's `cancels[]`, as the port lists a provider's cancels.
 fn provider_cancels(payment: &TossPayment) -> Vec<ProviderCancel> {
@@ -290,6 +293,23 @@ impl ProviderLedger for TossPaymentGateway {
             })?);
         }
         Ok(page)
+    }
+
+    async fn settlement_page(
+        &self,
+        day: chrono::NaiveDate,
+        page: u32,
+    ) -> Result<SettlementPage, GatewayError> {
+        let rows = self.client.settlements(day, page, SETTLEMENT_PAGE).await.map_err(unavailable)?;
+        let more = rows.len() == SETTLEMENT_PAGE as usize;
+        let (mut read, mut unreadable) = (Vec::with_capacity(rows.len()), Vec::new());
+        for row in rows {
+            match row {
+                Ok(row) => read.push(row),
+                Err(why) => unreadable.push(why),
+            }
+        }
+        Ok(SettlementPage { rows: read, unreadable, more })
     }
 }
 

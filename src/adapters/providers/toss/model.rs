@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::domain::ledger::UnreadableRow;
+use crate::domain::payout::SettlementRow;
 use crate::domain::text;
 
 /// `paymentKey`, documented as up to 200 characters.
@@ -239,6 +240,88 @@ impl TossTransaction {
     }
 }
 
+/// A number Toss may send as a number or as a string (`"990"`: fee amounts, docs/toss.md).
+fn loose_amount(row: &serde_json::Value, field: &str) -> Result<Option<i64>, String> {
+    match row.get(field) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::Number(n)) => {
+            n.as_i64().map(Some).ok_or_else(|| format!("{field}: not a whole number"))
+        }
+        Some(serde_json::Value::String(t)) => t
+            .trim()
+            .parse::<i64>()
+            .map(Some)
+            .map_err(|_| format!("{field}: not a number: {}", text::excerpt(t, 32))),
+        Some(_) => Err(format!("{field}: not a number")),
+    }
+}
+
+fn key_of(row: &serde_json::Value, field: &str, max: usize) -> Result<Option<String>, String> {
+    match row.get(field) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::String(k)) => {
+            check(field, k, max)?;
+            Ok(Some(k.clone()))
+        }
+        Some(_) => Err(format!("{field}: not a string")),
+    }
+}
+
+fn date_of(row: &serde_json::Value, field: &str) -> Result<chrono::NaiveDate, String> {
+    let text =
+        row.get(field).and_then(serde_json::Value::as_str).ok_or_else(|| format!("{field}: missing"))?;
+    // `2026-12-01`; a date and time is read for its date.
+    let day = text.get(..10).unwrap_or(text);
+    chrono::NaiveDate::parse_from_str(day, "%Y-%m-%d")
+        .map_err(|_| format!("{field}: not a date: {}", text::excerpt(text, 32)))
+}
+
+/// One row of `GET /v1/settlements` (the Settlement object), read as Toss answers it rather
+/// than as its reference spells it (docs/toss.md, "What Toss pays out"): `supplyAmount` or
+/// `suppliedAmount`; the total `fee`, or the sum of `fees[]` when it is absent; amounts as
+/// numbers or strings; keys absent in test mode's rows.
+pub fn settlement_from_row(row: &serde_json::Value) -> Result<SettlementRow, UnreadableRow> {
+    let transaction_key = row
+        .get("transactionKey")
+        .and_then(serde_json::Value::as_str)
+        .filter(|k| check("transactionKey", k, TRANSACTION_KEY).is_ok())
+        .map(str::to_owned);
+    read_settlement(row).map_err(|why| UnreadableRow { transaction_key, why: text::excerpt(&why, 200) })
+}
+
+fn read_settlement(row: &serde_json::Value) -> Result<SettlementRow, String> {
+    let amount = loose_amount(row, "amount")?.ok_or("amount: missing")?;
+    let fee = match loose_amount(row, "fee")? {
+        Some(fee) => fee,
+        None => {
+            let fees =
+                row.get("fees").and_then(serde_json::Value::as_array).ok_or("fee: missing, and no fees[]")?;
+            let mut total = 0i64;
+            for (i, entry) in fees.iter().enumerate() {
+                let one = loose_amount(entry, "fee").map_err(|e| format!("fees[{i}].{e}"))?;
+                total = total.checked_add(one.unwrap_or(0)).ok_or("fees[]: too large")?;
+            }
+            total
+        }
+    };
+    let supply_amount = match loose_amount(row, "supplyAmount")? {
+        Some(supply) => Some(supply),
+        None => loose_amount(row, "suppliedAmount")?,
+    };
+    Ok(SettlementRow {
+        transaction_key: key_of(row, "transactionKey", TRANSACTION_KEY)?,
+        payment_key: key_of(row, "paymentKey", PAYMENT_KEY)?,
+        order_id: key_of(row, "orderId", ORDER_ID)?,
+        amount,
+        fee,
+        supply_amount,
+        vat: loose_amount(row, "vat")?,
+        pay_out_amount: loose_amount(row, "payOutAmount")?.ok_or("payOutAmount: missing")?,
+        sold_date: date_of(row, "soldDate")?,
+        paid_out_date: date_of(row, "paidOutDate")?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,5 +368,60 @@ mod tests {
             card_number: None,
         };
         assert!(!format!("{billing:?}").contains("bk_secret"));
+    }
+
+    #[test]
+    fn a_settlement_is_read_whichever_way_toss_spells_it() {
+        let live = serde_json::json!({
+            "paymentKey": "tviva_1", "transactionKey": "tk_1", "orderId": "pay-1-1", "amount": 30000,
+            "fee": 990, "fees": [{ "type": "BASE", "fee": 990 }], "supplyAmount": 900, "vat": 90,
+            "payOutAmount": 29010, "soldDate": "2026-12-01", "paidOutDate": "2026-12-03"
+        });
+        let read = settlement_from_row(&live).unwrap();
+        assert_eq!(
+            (read.amount, read.fee, read.supply_amount, read.vat, read.pay_out_amount),
+            (30000, 990, Some(900), Some(90), 29010)
+        );
+        assert_eq!(read.paid_out_date.to_string(), "2026-12-03");
+        let mut reference = live.clone();
+        reference.as_object_mut().unwrap().remove("supplyAmount");
+        reference["suppliedAmount"] = serde_json::json!(900);
+        assert_eq!(
+            settlement_from_row(&reference).unwrap(),
+            read,
+            "suppliedAmount, as the reference spells it"
+        );
+        let mut strings = live.clone();
+        strings["fee"] = serde_json::json!("990");
+        strings["fees"] = serde_json::json!([{ "type": "BASE", "fee": "990" }]);
+        assert_eq!(settlement_from_row(&strings).unwrap(), read, "fees as strings");
+        let mut no_fees = live.clone();
+        no_fees.as_object_mut().unwrap().remove("fees");
+        assert_eq!(settlement_from_row(&no_fees).unwrap(), read, "fees[] missing");
+        let mut only_fees = live.clone();
+        only_fees.as_object_mut().unwrap().remove("fee");
+        assert_eq!(settlement_from_row(&only_fees).unwrap(), read, "the total from fees[]");
+        let mut test_mode = live.clone();
+        test_mode["paymentKey"] = serde_json::Value::Null;
+        test_mode["transactionKey"] = serde_json::Value::Null;
+        assert_eq!(settlement_from_row(&test_mode).unwrap().payment_key, None, "test mode's null keys");
+        let mut cancel = live.clone();
+        cancel["amount"] = serde_json::json!(-10000);
+        assert_eq!(settlement_from_row(&cancel).unwrap().amount, -10000);
+        for (field, value) in [
+            ("fee", serde_json::json!("a lot")),
+            ("soldDate", serde_json::json!("yesterday")),
+            ("paymentKey", serde_json::json!("k".repeat(201))),
+        ] {
+            let mut broken = live.clone();
+            broken[field] = value;
+            let err = settlement_from_row(&broken).unwrap_err();
+            assert!(err.why.contains(field), "{field}: {err:?}");
+            assert_eq!(
+                err.transaction_key.as_deref(),
+                Some("tk_1"),
+                "the row named when its key is readable"
+            );
+        }
     }
 }

@@ -55,6 +55,42 @@ impl Refunds {
         result
     }
 
+    /// Refunds every order of `requests` as one hold (a meeting deleted, docs/spec.md §7):
+    /// the saga leases of all of them are taken first, or none — while another runner holds
+    /// one, nothing is asked and the answer is `ORDER_BUSY` — so two such holds over the
+    /// same orders never interleave: the second finds what the first did. Each order's
+    /// outcome, in order; the leases are given back at the end.
+    ///
+    /// # Errors
+    /// `Conflict` `ORDER_BUSY` while another runner holds one of the orders (nothing done);
+    /// `NotFound` for an order that does not exist; `Unavailable` when the database fails.
+    pub async fn refund_orders(
+        &self,
+        actor: &Actor,
+        requests: Vec<(OrderId, RefundRequest)>,
+    ) -> Result<Vec<(OrderId, Result<RefundOutcome, AppError>)>, AppError> {
+        let mut held = Vec::with_capacity(requests.len());
+        for (order_id, _) in &requests {
+            match self.lease(*order_id).await {
+                Ok(lease) => held.push((*order_id, lease)),
+                Err(err) => {
+                    for (id, lease) in &held {
+                        self.leases.release(*id, &lease.owner).await;
+                    }
+                    return Err(err);
+                }
+            }
+        }
+        let mut outcomes = Vec::with_capacity(requests.len());
+        for (order_id, request) in requests {
+            outcomes.push((order_id, self.refund_leased(actor, order_id, request, Restate::Once).await));
+        }
+        for (id, lease) in &held {
+            self.leases.release(*id, &lease.owner).await;
+        }
+        Ok(outcomes)
+    }
+
     pub(super) async fn refund_leased(
         &self,
         actor: &Actor,

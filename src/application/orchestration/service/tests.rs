@@ -8,6 +8,7 @@ use crate::application::ports::{
     MockSagaRuns, MockSettlementGateway, MockUnitOfWork, NotifyFailure, Placed, RepoError, SettlementOutcome,
 };
 use crate::domain::notification::FailurePolicy;
+use crate::domain::notification::RetryPolicy;
 use crate::domain::order::OrderStatus;
 use crate::domain::order::{FailureStage, SagaStep, StepStatus};
 
