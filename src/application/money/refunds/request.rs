@@ -193,18 +193,7 @@ impl Refunds {
         let mut refund = match begun {
             Ok(refund) => refund,
             Err(PaymentError::RefundAmountInvalid { requested, balance }) => {
-                self.audit_rejection(
-                    actor,
-                    order_id,
-                    format!("refund of {requested} asked, balance {balance}"),
-                )
-                .await?;
-                return Err(AppError::Unprocessable {
-                    code: "REFUND_AMOUNT_INVALID",
-                    message: format!(
-                        "a refund must be more than 0 and at most the balance {balance}; asked for {requested}"
-                    ),
-                });
+                return Err(self.amount_refused(actor, order_id, requested, balance).await);
             }
             Err(err) => return Err(broken_invariant(err)),
         };
@@ -233,6 +222,27 @@ impl Refunds {
         record.payment = Some(payment);
         record.refunds.push(refund);
         Ok((record, refund_id))
+    }
+
+    /// An amount the balance cannot hold: audited, and refused naming both.
+    async fn amount_refused(
+        &self,
+        actor: &Actor,
+        order_id: OrderId,
+        requested: i64,
+        balance: i64,
+    ) -> AppError {
+        let audited =
+            self.audit_rejection(actor, order_id, format!("refund of {requested} asked, balance {balance}"));
+        if let Err(err) = audited.await {
+            return err;
+        }
+        AppError::Unprocessable {
+            code: "REFUND_AMOUNT_INVALID",
+            message: format!(
+                "a refund must be more than 0 and at most the balance {balance}; asked for {requested}"
+            ),
+        }
     }
 
     pub(super) async fn audit_rejection(
