@@ -336,11 +336,6 @@ impl Ledger {
     /// # Errors
     /// `Unavailable` when the database fails.
     pub async fn payout_of(&self, payment: PaymentId) -> Result<Option<PaymentPayout>, AppError> {
-        // Only a provider with a ledger settles anything: without one, every order's detail
-        // would ask the database for payouts that cannot exist.
-        if self.provider.is_none() {
-            return Ok(None);
-        }
         Ok(PaymentPayout::net(&self.payouts.payouts_of(&[payment]).await?))
     }
 }
