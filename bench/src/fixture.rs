@@ -30,6 +30,9 @@ pub(crate) fn amqp_url() -> String {
     std::env::var("BENCH_AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
 }
 
+/// `application_name` of the harness's own PostgreSQL sessions.
+pub(crate) const HARNESS_APPLICATION_NAME: &str = "bench";
+
 /// A database and broker objects that exist for one run.
 pub(crate) struct Fixture {
     pub(crate) id: String,
@@ -54,7 +57,9 @@ impl Fixture {
         let base = admin_url();
         let server = base.rsplit_once('/').map_or(base.as_str(), |(s, _)| s).to_owned();
         let db_url = format!("{server}/bench_{id}");
-        let db = persistence::connect(&db_url, 16).await?;
+        // Named, so that `bench scale` can tell the harness's own sessions from the service's.
+        let db = persistence::connect(&format!("{db_url}?application_name={HARNESS_APPLICATION_NAME}"), 16)
+            .await?;
         persistence::migrate(&db).await?;
         let endpoint = AmqpEndpoint::parse(&amqp_url())?;
         let connection = connect(&endpoint, "bench-setup").await?;
