@@ -285,7 +285,7 @@ pub fn missing_at_provider(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::domain::ids::OrderId;
     use crate::domain::money::Money;
@@ -298,8 +298,9 @@ mod tests {
         (at(0), at(23))
     }
 
-    /// A payment approved at `at(1)` with key `pk`, partly refunded 3 000 (key `tk1`).
-    fn books(pk: &str) -> Books {
+    /// A payment of 10 000 approved at `at(1)` with key `pk`, partly refunded 3 000 (key
+    /// `tk1`); the payouts' tests settle the same books.
+    pub(in crate::domain) fn books(pk: &str) -> Books {
         let mut p =
             Payment::request(OrderId::new(), 1, Money::new(10000, "KRW".parse().unwrap()).unwrap(), at(1));
         p.approve(pk, at(1)).unwrap();

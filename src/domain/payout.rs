@@ -250,6 +250,7 @@ fn describe(grace: Duration) -> String {
 mod tests {
     use super::*;
     use crate::domain::ids::OrderId;
+    use crate::domain::ledger::tests::books;
     use crate::domain::money::Money;
     use crate::domain::payment::Payment;
 
@@ -259,16 +260,6 @@ mod tests {
 
     fn day() -> NaiveDate {
         at(1).date_naive()
-    }
-
-    /// A payment of 10 000 approved at `at(1)` with key `pk`, refunded 3 000 (key `tk1`).
-    fn books(pk: &str) -> Books {
-        let mut p =
-            Payment::request(OrderId::new(), 1, Money::new(10000, "KRW".parse().unwrap()).unwrap(), at(1));
-        p.approve(pk, at(1)).unwrap();
-        let mut r = p.begin_refund(Some(3000), "r", "alice", None, at(2)).unwrap();
-        p.refund(&mut r, Some("tk1".into()), at(2)).unwrap();
-        Books { payment: p, refunds: vec![r] }
     }
 
     /// Toss's arithmetic at 3.3 %: fee 330 of 10 000, VAT 30, supply 300.
