@@ -133,6 +133,11 @@ impl TestDb {
         })
     }
 
+    /// The server's admin URL (a PostgreSQL database's; empty for SQLite).
+    pub fn admin_url(&self) -> &str {
+        &self.admin
+    }
+
     /// A migrated connection to it.
     pub async fn connect(&self) -> DatabaseConnection {
         let db = persistence::connect(&self.url, 8).await.expect("connect to test database");

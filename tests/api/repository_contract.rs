@@ -1189,6 +1189,42 @@ async fn each_pool_names_its_sessions_on_postgres() {
     );
 }
 
+/// A pooled connection is pinged before use only once it has sat idle for
+/// [`persistence::PING_AFTER_IDLE`]: one the server cut meanwhile (a restart, an operator's
+/// `pg_terminate_backend`, a proxy's idle timeout) is replaced, and the statement succeeds on a
+/// new session instead of failing on the dead one. Every pool the service opens is built so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_cut_while_idle_is_replaced_before_use_on_postgres() {
+    use orchestrator::adapters::persistence::{self, PING_AFTER_IDLE};
+    use sea_orm::{ConnectionTrait, Statement};
+    let Some(db) = TestDb::create(Backend::Postgres).await else { return };
+    let pid = |conn: sea_orm::DatabaseConnection| async move {
+        let row = conn
+            .query_one_raw(Statement::from_string(
+                conn.get_database_backend(),
+                "SELECT pg_backend_pid() AS pid",
+            ))
+            .await
+            .expect("the statement runs on a live session")
+            .unwrap();
+        row.try_get::<i32>("", "pid").unwrap()
+    };
+    let admin = sea_orm::Database::connect(db.admin_url()).await.unwrap();
+    let pools = [
+        persistence::connect(&db.url, 1).await.unwrap(),
+        persistence::connect_outbox(&db.url, 1, Default::default()).await.unwrap(),
+        persistence::connect_fast_path(&db.url, 1, Default::default()).await.unwrap(),
+    ];
+    for pool in pools {
+        let before = pid(pool.clone()).await;
+        admin.execute_unprepared(&format!("SELECT pg_terminate_backend({before})")).await.unwrap();
+        tokio::time::sleep(PING_AFTER_IDLE + std::time::Duration::from_millis(200)).await;
+        let after = pid(pool.clone()).await;
+        assert_ne!(before, after, "a new session");
+    }
+    let _ = admin.close().await;
+}
+
 /// A relay looks at the slow path on every drain; at a trickle nearly every look finds
 /// nothing due. The claim (planned afresh on every run, for its bound values) runs only when
 /// a cheap look on the fast path's pool found a due row: the look that finds nothing costs

@@ -133,6 +133,7 @@ async fn open(
     let mut options = ConnectOptions::new(url.to_owned());
     options
         .max_connections(max_connections.max(1))
+        .test_before_acquire_if_idle_for(PING_AFTER_IDLE)
         .min_connections(1)
         .connect_timeout(Duration::from_secs(5))
         .acquire_timeout(Duration::from_secs(10))
@@ -169,6 +170,15 @@ async fn open(
         });
     Database::connect(options).await
 }
+
+/// How long a pooled connection may sit idle and still be handed out without a ping
+/// (HikariCP's rule and window). sqlx pings by default on every acquire: a round trip before
+/// each statement, which cost about a tenth of `bench orders` (docs/decisions.md, "A pooled
+/// connection is pinged after it sat idle"). A connection idle longer is pinged first and
+/// replaced if the server cut it (a restart, `pg_terminate_backend`, a proxy's idle timeout);
+/// one cut within the window fails its next statement as one cut mid-statement does (503,
+/// the saga resumed by the worker), and sqlx's ping on release then discards it.
+pub const PING_AFTER_IDLE: Duration = Duration::from_millis(500);
 
 /// `application_name` of the service's PostgreSQL sessions, and of its outbox relay's pool
 /// (`pg_stat_activity.application_name`: which sessions are the relay's).
