@@ -337,15 +337,17 @@ pub async fn count(db: &DatabaseConnection, table: &str) -> i64 {
 
 /// Counts rows of `table` matching a literal SQL condition (test assertions only).
 pub async fn count_where(db: &DatabaseConnection, table: &str, condition: &str) -> i64 {
+    scalar(db, &format!("SELECT COUNT(*) AS n FROM {table} WHERE {condition}")).await
+}
+
+/// The first column of the one row `sql` answers (test assertions only).
+pub async fn scalar<T: sea_orm::TryGetable>(db: &DatabaseConnection, sql: &str) -> T {
     let row = db
-        .query_one_raw(sea_orm::Statement::from_string(
-            db.get_database_backend(),
-            format!("SELECT COUNT(*) AS n FROM {table} WHERE {condition}"),
-        ))
+        .query_one_raw(sea_orm::Statement::from_string(db.get_database_backend(), sql))
         .await
-        .expect("count")
-        .expect("a row");
-    row.try_get::<i64>("", "n").expect("n")
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .unwrap_or_else(|| panic!("{sql}: no row"));
+    row.try_get_by_index::<T>(0).unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
 /// The envelopes of the outbox events of one type, oldest first (test assertions only).

@@ -21,7 +21,7 @@ use orchestrator::domain::payment::Payment;
 use sea_orm::DatabaseConnection;
 use tokio::sync::Notify;
 
-use crate::helpers::{Backend, TestDb, claim_as};
+use crate::helpers::{Backend, TestDb, claim_as, scalar};
 use crate::on_both_databases;
 
 fn now() -> DateTime<Utc> {
@@ -1165,18 +1165,9 @@ async fn a_sqlite_history_is_always_its_own() {
 #[tokio::test]
 async fn each_pool_names_its_sessions_on_postgres() {
     use orchestrator::adapters::persistence::{self, APPLICATION_NAME, OUTBOX_APPLICATION_NAME};
-    use sea_orm::{ConnectionTrait, Statement};
     let Some(db) = TestDb::create(Backend::Postgres).await else { return };
     let name = |conn: sea_orm::DatabaseConnection| async move {
-        let row = conn
-            .query_one_raw(Statement::from_string(
-                conn.get_database_backend(),
-                "SELECT current_setting('application_name') AS name",
-            ))
-            .await
-            .unwrap()
-            .unwrap();
-        row.try_get::<String>("", "name").unwrap()
+        scalar::<String>(&conn, "SELECT current_setting('application_name')").await
     };
     let outbox = persistence::connect_outbox(&db.url, 1, Default::default()).await.unwrap();
     assert_eq!(name(outbox).await, OUTBOX_APPLICATION_NAME);
@@ -1196,19 +1187,8 @@ async fn each_pool_names_its_sessions_on_postgres() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_cut_while_idle_is_replaced_before_use_on_postgres() {
     use orchestrator::adapters::persistence::{self, PING_AFTER_IDLE};
-    use sea_orm::{ConnectionTrait, Statement};
+    use sea_orm::ConnectionTrait;
     let Some(db) = TestDb::create(Backend::Postgres).await else { return };
-    let pid = |conn: sea_orm::DatabaseConnection| async move {
-        let row = conn
-            .query_one_raw(Statement::from_string(
-                conn.get_database_backend(),
-                "SELECT pg_backend_pid() AS pid",
-            ))
-            .await
-            .expect("the statement runs on a live session")
-            .unwrap();
-        row.try_get::<i32>("", "pid").unwrap()
-    };
     let admin = sea_orm::Database::connect(db.admin_url()).await.unwrap();
     let pools = [
         persistence::connect(&db.url, 1).await.unwrap(),
@@ -1216,10 +1196,10 @@ async fn a_connection_cut_while_idle_is_replaced_before_use_on_postgres() {
         persistence::connect_fast_path(&db.url, 1, Default::default()).await.unwrap(),
     ];
     for pool in pools {
-        let before = pid(pool.clone()).await;
+        let before = scalar::<i32>(&pool, "SELECT pg_backend_pid()").await;
         admin.execute_unprepared(&format!("SELECT pg_terminate_backend({before})")).await.unwrap();
         tokio::time::sleep(PING_AFTER_IDLE + std::time::Duration::from_millis(200)).await;
-        let after = pid(pool.clone()).await;
+        let after = scalar::<i32>(&pool, "SELECT pg_backend_pid()").await;
         assert_ne!(before, after, "a new session");
     }
     let _ = admin.close().await;
