@@ -37,6 +37,36 @@ fn invalid(key: &str, why: impl fmt::Display) -> ConfigError {
     ConfigError(format!("`{key}`: {why}"))
 }
 
+/// Every problem of a configuration, gathered so that a refused start names them all on
+/// one line instead of one per restart (issue 57).
+#[derive(Default)]
+struct Problems(Vec<ConfigError>);
+
+impl Problems {
+    /// `result`'s value, or `None` with its problem kept.
+    fn take<T>(&mut self, result: Result<T, ConfigError>) -> Option<T> {
+        result.map_err(|e| self.0.push(e)).ok()
+    }
+
+    fn push(&mut self, problem: ConfigError) {
+        self.0.push(problem);
+    }
+
+    /// One error naming every problem, `; `-separated; `Ok` when there is none.
+    fn finish(self) -> Result<(), ConfigError> {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        let all: Vec<String> = self.0.into_iter().map(|e| e.0).collect();
+        Err(ConfigError(all.join("; ")))
+    }
+}
+
+/// A section's value once [`Problems::finish`] found none: then every section resolved.
+fn resolved<T>(value: Option<T>) -> Result<T, ConfigError> {
+    value.ok_or_else(|| ConfigError("a section did not resolve".into()))
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BrokerKind {
     /// Events are written as JSON log lines (embedded default).
@@ -345,31 +375,38 @@ impl Settings {
         if self.database.is_sqlite() {
             return Ok(());
         }
+        let mut problems = Problems::default();
+        if self.auth.only_dev_key() {
+            problems.push(invalid(
+                "auth.keys",
+                "the built-in development key is for the embedded SQLite default only: set auth.keys or auth.jwks_url",
+            ));
+        }
         if !self.broker.explicit {
-            return Err(invalid(
+            problems.push(invalid(
                 "broker.url",
                 "is required with a PostgreSQL database (or set broker.kind = \"log\" explicitly)",
             ));
         }
         if !self.payment.provider_explicit {
-            return Err(invalid(
+            problems.push(invalid(
                 "payment.provider",
                 "must be set explicitly with a PostgreSQL database: toss, external, or mock (simulated payments)",
             ));
         }
         if !self.settlement.channel_explicit {
-            return Err(invalid(
+            problems.push(invalid(
                 "settlement.channel",
                 "must be set explicitly with a PostgreSQL database: webhook, or simulated (nothing is settled)",
             ));
         }
         if !self.notification.channel_explicit {
-            return Err(invalid(
+            problems.push(invalid(
                 "notification.channel",
                 "must be set explicitly with a PostgreSQL database: webhook, email, or simulated (nobody is told)",
             ));
         }
-        Ok(())
+        problems.finish()
     }
 
     /// What an operator must know about a non-embedded set-up that runs on simulated
@@ -436,27 +473,44 @@ impl Settings {
         Self::resolve(raw)
     }
 
-    /// Each section resolved on its own, naming the key of any invalid value.
+    /// Each section resolved on its own, naming the key of every invalid value at once.
     fn resolve(raw: Raw) -> Result<Settings, ConfigError> {
-        let database = resolve_database(raw.database)?;
-        let sqlite = database.is_sqlite();
-        let broker = resolve_broker(raw.broker)?;
-        let meetings = resolve_meetings(raw.meetings, &broker)?;
+        let mut p = Problems::default();
+        let database = p.take(resolve_database(raw.database));
+        let sqlite = database.as_ref().is_none_or(DatabaseSettings::is_sqlite);
+        let broker = p.take(resolve_broker(raw.broker));
+        // The fee's rules depend on the contract: judged only once the broker resolved.
+        let meetings = match &broker {
+            Some(broker) => p.take(resolve_meetings(raw.meetings, broker)),
+            None => None,
+        };
+        let http = p.take(address("http.bind", &raw.http.bind));
+        let outbox = p.take(resolve_outbox(raw.outbox));
+        let notification = p.take(resolve_notification(raw.notification, sqlite));
+        let settlement = p.take(resolve_settlement(raw.settlement));
+        let payment = p.take(resolve_payment(raw.payment));
+        let worker = p.take(resolve_worker(raw.worker, raw.saga, sqlite));
+        let auth = p.take(resolve_auth(raw.auth));
+        let log = p.take(resolve_log(raw.log));
+        let audit = p.take(duration("audit.retention", &raw.audit.retention));
+        let idempotency = p.take(resolve_idempotency(raw.idempotency));
+        let telemetry = p.take(resolve_telemetry(raw.telemetry));
+        p.finish()?;
         Ok(Settings {
-            meetings,
-            http: HttpSettings { bind: address("http.bind", &raw.http.bind)? },
-            database,
-            broker,
-            outbox: resolve_outbox(raw.outbox)?,
-            notification: resolve_notification(raw.notification, sqlite)?,
-            settlement: resolve_settlement(raw.settlement)?,
-            payment: resolve_payment(raw.payment)?,
-            worker: resolve_worker(raw.worker, raw.saga, sqlite)?,
-            auth: resolve_auth(raw.auth, sqlite)?,
-            log: resolve_log(raw.log)?,
-            audit: AuditSettings { retention: duration("audit.retention", &raw.audit.retention)? },
-            idempotency: resolve_idempotency(raw.idempotency)?,
-            telemetry: resolve_telemetry(raw.telemetry)?,
+            meetings: resolved(meetings)?,
+            http: HttpSettings { bind: resolved(http)? },
+            database: resolved(database)?,
+            broker: resolved(broker)?,
+            outbox: resolved(outbox)?,
+            notification: resolved(notification)?,
+            settlement: resolved(settlement)?,
+            payment: resolved(payment)?,
+            worker: resolved(worker)?,
+            auth: resolved(auth)?,
+            log: resolved(log)?,
+            audit: AuditSettings { retention: resolved(audit)? },
+            idempotency: resolved(idempotency)?,
+            telemetry: resolved(telemetry)?,
         })
     }
 }

@@ -538,7 +538,9 @@ pub(super) fn resolve_worker(
     })
 }
 
-pub(super) fn resolve_auth(raw: RawAuth, sqlite: bool) -> Result<AuthSettings, ConfigError> {
+/// `auth.*`. The built-in development key off SQLite is refused where the service starts
+/// (`Settings::require_explicit_production`), beside every other key production needs.
+pub(super) fn resolve_auth(raw: RawAuth) -> Result<AuthSettings, ConfigError> {
     let raw_keys: Vec<RawKey> = match raw.keys {
         // With an identity provider, tokens are verified with its keys only.
         None if raw.jwks_url.is_some() => Vec::new(),
@@ -580,12 +582,6 @@ pub(super) fn resolve_auth(raw: RawAuth, sqlite: bool) -> Result<AuthSettings, C
         jwks_url: raw.jwks_url,
         jwks_refresh_interval: duration("auth.jwks_refresh_interval", &raw.jwks_refresh_interval)?,
     };
-    if !sqlite && auth.only_dev_key() {
-        return Err(invalid(
-            "auth.keys",
-            "the built-in development key is for the embedded SQLite default only; configure your own keys",
-        ));
-    }
     Ok(auth)
 }
 

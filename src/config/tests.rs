@@ -151,8 +151,48 @@ fn a_toss_key_that_is_no_secret_key_is_refused_without_being_printed() {
 
 #[test]
 fn production_refuses_the_built_in_key() {
-    let err = load(&[("APP__DATABASE__URL", "postgres://postgres@127.0.0.1/app")]).unwrap_err();
+    let s = load(&[("APP__DATABASE__URL", "postgres://postgres@127.0.0.1/app")])
+        .expect("`app migrate` needs no signing key");
+    let err = s.require_explicit_production().unwrap_err();
     assert!(err.to_string().contains("auth.keys"), "{err}");
+}
+
+/// Issue 57 item 4: a start refused for configuration names every key at once, on one line,
+/// not one per restart.
+#[test]
+fn a_refused_start_names_every_missing_key_at_once() {
+    let s = load(&[("APP__DATABASE__URL", "postgres://postgres@127.0.0.1/app")]).unwrap();
+    let err = s.require_explicit_production().unwrap_err().to_string();
+    for key in ["auth.keys", "broker.url", "payment.provider", "settlement.channel", "notification.channel"] {
+        assert!(err.contains(&format!("`{key}`")), "{key} not named: {err}");
+    }
+    assert!(!err.contains('\n'), "one line: {err}");
+    // Invalid values in several sections: each named, in one error.
+    let err = load(&[
+        ("APP__OUTBOX__BATCH_SIZE", "0"),
+        ("APP__PAYMENT__PROVIDER", "paypal"),
+        ("APP__HTTP__BIND", "nowhere"),
+        ("APP__AUTH__AUDIENCE", ""),
+    ])
+    .unwrap_err()
+    .to_string();
+    for key in ["outbox.batch_size", "payment.provider", "http.bind", "auth.audience"] {
+        assert!(err.contains(&format!("`{key}`")), "{key} not named: {err}");
+    }
+    // With everything given, nothing is refused.
+    let s = load(&[
+        ("APP__DATABASE__URL", "postgres://postgres@127.0.0.1/app"),
+        (
+            "APP__AUTH__KEYS",
+            r#"[{"kid":"k1","algorithm":"HS256","secret":"change-me-to-32-bytes-or-more-please"}]"#,
+        ),
+        ("APP__BROKER__URL", "amqp://guest:guest@127.0.0.1:5672/%2f"),
+        ("APP__PAYMENT__PROVIDER", "mock"),
+        ("APP__SETTLEMENT__CHANNEL", "simulated"),
+        ("APP__NOTIFICATION__CHANNEL", "simulated"),
+    ])
+    .unwrap();
+    assert!(s.require_explicit_production().is_ok());
 }
 
 #[test]

@@ -18,6 +18,7 @@ use crate::adapters::providers::{
     SimulatedPaymentGateway, SimulatedSettlementGateway, TossClient, TossPaymentGateway, TossSettings,
 };
 use crate::application::health::HealthProbe;
+use crate::application::meter::Meter;
 use crate::application::ports::EventPublisher;
 use crate::config::{BrokerKind, ProviderKind, Settings};
 
@@ -43,6 +44,7 @@ pub(super) fn contract(settings: &Settings) -> Result<Contract, StartupError> {
 /// The publisher factory and the broker's readiness probe for `broker.kind`.
 pub(super) fn publishers(
     settings: &Settings,
+    meter: &Meter,
 ) -> Result<(PublisherFactory, Arc<dyn HealthProbe>), StartupError> {
     match settings.broker.kind {
         BrokerKind::Log => {
@@ -60,6 +62,7 @@ pub(super) fn publishers(
                 unroutable_ok: UNROUTABLE_OK.iter().map(|t| t.to_string()).collect(),
                 connection_name: "orchestrator-readiness".into(),
                 contract: contract(settings)?,
+                meter: meter.clone(),
             };
             let probe = Arc::new(AmqpEventPublisher::new(nodes.clone(), base.clone()));
             let factory: PublisherFactory = Arc::new(move |worker: &str| {

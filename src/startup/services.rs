@@ -300,10 +300,9 @@ pub async fn build_services_with_clock(
     let outbox_store: Arc<dyn OutboxStore> = Arc::new(outbox_store(settings, &db, relay_wake.clone()).await?);
     let idempotency_store: Arc<dyn IdempotencyStore> = Arc::new(SeaOrmIdempotencyStore::new(db.clone()));
     let (payments, settlements, notifier, provider_calls, capabilities) = providers(settings)?;
-    let (publishers, broker_probe) = publishers(settings)?;
-
     let metrics = crate::telemetry::registry();
     let meter = metrics.meter.clone();
+    let (publishers, broker_probe) = publishers(settings, &meter)?;
     // Every provider call timed and counted, whichever provider it is.
     let payments: Arc<dyn PaymentGateway> =
         Arc::new(Measured::new(payments, payment_provider(settings), meter.clone()));

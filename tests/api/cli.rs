@@ -114,6 +114,11 @@ fn invalid_configuration_exits_2_naming_the_key() {
     assert_eq!(out.status.code(), Some(2), "the built-in key is refused off SQLite");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("auth.keys") && !stderr.contains("hunter2"), "{stderr}");
+    // Issue 57: every key a production start lacks, at once, on one line.
+    for key in ["broker.url", "payment.provider", "settlement.channel", "notification.channel"] {
+        assert!(stderr.contains(key), "{key}: {stderr}");
+    }
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
 
     let missing = dir.0.join("nope.toml");
     let out = run(app(&dir.0).arg("--config").arg(&missing).arg("serve"));

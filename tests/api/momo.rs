@@ -82,6 +82,39 @@ async fn declare_as_the_platform(channel: &Channel, ttl: FieldValue) -> Result<(
     Ok(())
 }
 
+/// The meeting service's reply queues (`QueueNames`): `payment.completed.key` and
+/// `payment.failed.key` land there; the platform has no queue for `payment.refunded.key`.
+const REPLY_QUEUES: [&str; 2] = ["participant.payment.succeed.queue", "participant.payment.canceled.queue"];
+
+/// The meeting service's side, as its `MeetingExchangeConfig` and `MeetingQueueConfig`
+/// declare it: its DLX, its two reply queues bound to `momo.payment.events` and its DLQ.
+async fn declare_the_meeting_side(channel: &Channel) -> Result<(), amqprs::error::Error> {
+    let s = |v: &str| FieldValue::S(v.try_into().unwrap());
+    channel
+        .exchange_declare(ExchangeDeclareArguments::new("participant.dlx", "direct").durable(true).finish())
+        .await?;
+    for (queue, key) in REPLY_QUEUES.into_iter().zip(["payment.completed.key", "payment.failed.key"]) {
+        let mut args = FieldTable::new();
+        args.insert("x-dead-letter-exchange".try_into().unwrap(), s("participant.dlx"));
+        args.insert("x-dead-letter-routing-key".try_into().unwrap(), s("participant.dlq"));
+        channel
+            .queue_declare(QueueDeclareArguments::new(queue).durable(true).arguments(args).finish())
+            .await?;
+        channel.queue_bind(QueueBindArguments::new(queue, "momo.payment.events", key)).await?;
+    }
+    let mut args = FieldTable::new();
+    args.insert("x-message-ttl".try_into().unwrap(), FieldValue::I(604_800_000));
+    channel
+        .queue_declare(
+            QueueDeclareArguments::new("participant.dlq.queue").durable(true).arguments(args).finish(),
+        )
+        .await?;
+    channel
+        .queue_bind(QueueBindArguments::new("participant.dlq.queue", "participant.dlx", "participant.dlq"))
+        .await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_payment_topology_is_the_platforms_whoever_declares_first() {
     // The platform first, then us.
@@ -276,55 +309,36 @@ impl Platform {
         let db = PlatformDb::create(meetings)?;
         let vhost = Vhost::create()?;
         let (connection, channel) = vhost.channel().await;
-        // The meeting service declares its side first, as the platform would be running.
+        // The whole platform is running: its payment module's declarations and its meeting
+        // service's (`MeetingExchangeConfig`, `MeetingQueueConfig`), nothing else. Nothing
+        // binds `commerce.events` and nothing binds `payment.refunded.key`.
         declare_as_the_platform(&channel, FieldValue::I(604_800_000)).await.unwrap();
-        channel
-            .queue_declare(QueueDeclareArguments::new("participant.payment.replies").durable(true).finish())
-            .await
-            .unwrap();
-        for key in ["payment.completed.key", "payment.failed.key", "payment.refunded.key"] {
-            channel
-                .queue_bind(QueueBindArguments::new(
-                    "participant.payment.replies",
-                    "momo.payment.events",
-                    key,
-                ))
+        declare_the_meeting_side(&channel).await.unwrap();
+        let replies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        for queue in REPLY_QUEUES {
+            let (_, mut rx) = channel
+                .basic_consume_rx(
+                    amqprs::channel::BasicConsumeArguments::new(queue, &format!("meeting-service-{queue}"))
+                        .manual_ack(false)
+                        .finish(),
+                )
                 .await
                 .unwrap();
-        }
-        // Our own events (native, on `broker.exchange`) have a consumer too.
-        channel
-            .exchange_declare(
-                ExchangeDeclareArguments::new("commerce.events", "topic").durable(true).finish(),
-            )
-            .await
-            .unwrap();
-        channel
-            .queue_declare(QueueDeclareArguments::new("commerce.all").durable(true).finish())
-            .await
-            .unwrap();
-        channel.queue_bind(QueueBindArguments::new("commerce.all", "commerce.events", "#")).await.unwrap();
-        let (_, mut rx) = channel
-            .basic_consume_rx(
-                amqprs::channel::BasicConsumeArguments::new("participant.payment.replies", "meeting-service")
-                    .manual_ack(false)
-                    .finish(),
-            )
-            .await
-            .unwrap();
-        let replies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let sink = replies.clone();
-        tokio::spawn(async move {
-            while let Some(m) = rx.recv().await {
-                if let (Some(deliver), Some(props), Some(body)) = (m.deliver, m.basic_properties, m.content) {
-                    sink.lock().unwrap().push(Reply {
-                        routing_key: deliver.routing_key().clone(),
-                        props,
-                        body,
-                    });
+            let sink = replies.clone();
+            tokio::spawn(async move {
+                while let Some(m) = rx.recv().await {
+                    if let (Some(deliver), Some(props), Some(body)) =
+                        (m.deliver, m.basic_properties, m.content)
+                    {
+                        sink.lock().unwrap().push(Reply {
+                            routing_key: deliver.routing_key().clone(),
+                            props,
+                            body,
+                        });
+                    }
                 }
-            }
-        });
+            });
+        }
         Some(Platform { vhost, _db: db, connection, channel, replies, sent: Default::default() })
     }
 
@@ -421,20 +435,28 @@ impl Platform {
             }
         })
         .await;
-        let marker = format!("marker-{}", uuid::Uuid::new_v4().simple()).into_bytes();
-        self.channel
-            .basic_publish(
-                amqprs::BasicProperties::default(),
-                marker.clone(),
-                amqprs::channel::BasicPublishArguments::new("", "participant.payment.replies"),
-            )
-            .await
-            .unwrap();
-        until_within("the marker behind the replies", within, || async {
-            self.replies.lock().unwrap().iter().any(|r| r.body == marker)
+        // A marker on each reply queue: a queue delivers in order, so every reply put on it
+        // before its marker has been taken once the marker is.
+        let markers: Vec<Vec<u8>> = REPLY_QUEUES
+            .iter()
+            .map(|queue| format!("marker-{queue}-{}", uuid::Uuid::new_v4().simple()).into_bytes())
+            .collect();
+        for (queue, marker) in REPLY_QUEUES.iter().zip(&markers) {
+            self.channel
+                .basic_publish(
+                    amqprs::BasicProperties::default(),
+                    marker.clone(),
+                    amqprs::channel::BasicPublishArguments::new("", queue),
+                )
+                .await
+                .unwrap();
+        }
+        until_within("the markers behind the replies", within, || async {
+            let replies = self.replies.lock().unwrap();
+            markers.iter().all(|marker| replies.iter().any(|r| &r.body == marker))
         })
         .await;
-        self.replies.lock().unwrap().retain(|r| r.body != marker);
+        self.replies.lock().unwrap().retain(|r| !markers.contains(&r.body));
         self.replies().iter().map(platform_reads).collect()
     }
 
@@ -524,27 +546,33 @@ async fn the_platform_plugs_in_unchanged(backend: Backend) {
     assert_eq!(failed("reg-5"), "모임 없음 (MEETING_NOT_FOUND)");
     assert_eq!(count_where(&app.db, "orders", "customer_id = '9'").await, 0, "no order without a fee");
 
-    // A cancellation without a refund: nothing to answer; with one: payment.refunded by its uuId.
+    // A cancellation without a refund: nothing to answer; with one: a refund whose
+    // `payment.refunded` goes to `momo.payment.events`, where the platform binds nothing —
+    // returned unroutable, it counts as published and holds nothing back.
     platform.register("reg-6", 14, 10, None).await;
     platform.replies_after(&app, 6).await;
     platform.cancel("cancel-1", 14, 10, false).await;
     platform.cancel("cancel-2", 12, 7, true).await;
-    let read = platform.replies_after(&app, 7).await;
-    assert_eq!(read.len(), 7, "{read:?}");
-    let refunded = &read[6];
-    assert_eq!((refunded.uu_id.as_str(), refunded.kind.as_str()), ("cancel-2", "payment.refunded"));
-    assert_eq!(
-        (refunded.data["paymentId"].clone(), refunded.data["amount"].clone()),
-        (number.into(), 15_000.into())
-    );
+    let read = platform.replies_after(&app, 6).await;
+    assert_eq!(read.len(), 6, "no reply of the platform's binds a refund: {read:?}");
+    let order = crate::helpers::json(
+        app.get(&format!("/api/orders/{order_id}"), &app.admin_token("ops")).send().await.unwrap(),
+        reqwest::StatusCode::OK,
+    )
+    .await;
+    assert_eq!(order["refunds"][0]["amount"], 15_000);
+    // The platform's own text (its `PaymentEventConsumer`), which the reply's `refundReason`
+    // and Toss's `cancelReason` carry.
+    assert_eq!(order["refunds"][0]["reason"], "사용자 민수님의 참가 취소");
     assert_eq!(count_where(&app.db, "orders", "customer_id = '10' AND status = 'COMPLETED'").await, 1);
 
-    // A meeting deleted with three paid participants: three refunds, each answering the
-    // deletion; the platform's second shape of the same deletion refunds nothing more.
+    // A meeting deleted with three paid participants: three refunds, the platform's second
+    // shape of the same deletion refunds nothing more; the registrations after the refunds
+    // are answered all the same.
     for user in [21, 22, 23] {
         platform.register(&format!("reg-15-{user}"), 15, user, None).await;
     }
-    platform.replies_after(&app, 10).await;
+    platform.replies_after(&app, 9).await;
     let delete = |uu_id: &str, host: bool| {
         let host = if host { r#""hostUserId":3,"# } else { "" };
         format!(
@@ -553,17 +581,34 @@ async fn the_platform_plugs_in_unchanged(backend: Backend) {
     };
     platform.send("momo.meeting.events", "meeting.deleted.key", &delete("del-1", true), None).await;
     platform.send("momo.meeting.events", "meeting.deleted.key", &delete("del-2", false), None).await;
-    let read = platform.replies_after(&app, 13).await;
-    // The two are handled concurrently: whichever comes first refunds, the other finds
-    // nothing left — three refunds in all, answering one of them.
-    let refunds: Vec<&Read> = read.iter().filter(|r| r.uu_id.starts_with("del-")).collect();
-    assert_eq!(refunds.len(), 3, "{read:?}");
-    assert!(refunds.iter().all(|r| r.uu_id == refunds[0].uu_id), "{refunds:?}");
-    assert!(refunds.iter().all(|r| r.kind == "payment.refunded" && r.data["amount"] == 20_000));
-    let mut users: Vec<i64> = refunds.iter().map(|r| r.data["userId"].as_i64().unwrap()).collect();
-    users.sort_unstable();
-    assert_eq!(users, [21, 22, 23]);
-    assert_eq!(read.len(), 13, "nothing for the second shape: {read:?}");
+    platform.register("reg-after", 14, 11, None).await;
+    let read = platform.replies_after(&app, 10).await;
+    assert_eq!(read.len(), 10, "the registration after the refunds answered, nothing for a refund: {read:?}");
+    assert_eq!((read[9].uu_id.as_str(), read[9].kind.as_str()), ("reg-after", "payment.completed"));
+    assert_eq!(
+        count_where(
+            &app.db,
+            "refunds",
+            "reason = '모임 ''송년회'' 삭제로 인한 자동 환불' AND amount = 20000"
+        )
+        .await,
+        3
+    );
+    // Every refund and every native event published, none dead-lettered; the returns counted.
+    let stats = app.services.outbox_store.stats().await.unwrap();
+    assert!(stats.dead_letters_by_type.is_empty(), "{stats:?}");
+    assert_eq!(stats.blocked_aggregates, 0);
+    let metrics = app.get("/metrics", &app.admin_token("ops")).send().await.unwrap().text().await.unwrap();
+    let unroutable = |event_type: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("outbox_unroutable_total{{event_type=\"{event_type}\"}}")))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    assert_eq!(unroutable("payment.refunded"), 4.0, "{metrics}");
+    // One per charge: reg-1, reg-6, the three of meeting 15 and reg-after.
+    assert_eq!(unroutable("payment.approved"), 6.0, "{metrics}");
 
     // Poison, each to the platform's DLQ at once: a wrong type, no userId, not JSON.
     let dlq_before = platform.depth("payment.dlq.queue").await;
@@ -595,8 +640,8 @@ async fn the_platform_plugs_in_unchanged(backend: Backend) {
             None,
         )
         .await;
-    let read = platform.replies_after(&app, 13).await;
-    assert_eq!(read.len(), 13);
+    let read = platform.replies_after(&app, 10).await;
+    assert_eq!(read.len(), 10);
     assert_eq!(platform.depth("payment.dlq.queue").await, dlq_before + 3);
     assert_eq!(count_where(&app.db, "inbox", "event_id LIKE 'p-%'").await, 0);
 }

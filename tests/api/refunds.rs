@@ -236,6 +236,7 @@ async fn a_meetings_cancellation_and_deletion_refund_what_is_left(backend: Backe
         meeting_id: "m-1".into(),
         user_id: "ann".into(),
         refund_required: true,
+        reason: None,
         digest: "c1".into(),
     };
     assert_eq!(
@@ -247,7 +248,8 @@ async fn a_meetings_cancellation_and_deletion_refund_what_is_left(backend: Backe
     assert_eq!(events.participant_cancelled(cancel, Default::default()).await.unwrap(), Handled::Duplicate);
     assert_eq!(cancels(&app), before, "a redelivery refunds nothing");
 
-    let deleted = MeetingDeleted { event_id: "d1".into(), meeting_id: "m-2".into(), digest: "d1".into() };
+    let deleted =
+        MeetingDeleted { event_id: "d1".into(), meeting_id: "m-2".into(), reason: None, digest: "d1".into() };
     assert_eq!(events.meeting_deleted(deleted, Default::default()).await.unwrap(), Handled::Processed);
     for id in &ids[1..] {
         assert_eq!(standing(&app, id).await, ("CANCELLED".into(), 0, 2));

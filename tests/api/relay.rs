@@ -576,6 +576,7 @@ async fn a_batch_sent_before_the_one_before_it_is_confirmed_gets_its_own_verdict
             unroutable_ok: vec![],
             connection_name: "test-overlapping-batches".into(),
             contract: orchestrator::adapters::messaging::contract::Contract::Native,
+            meter: Default::default(),
         },
     );
     let first: Vec<_> =

@@ -151,19 +151,21 @@ pub fn decode_momo(kind: Kind, body: &[u8], currency: &str) -> Result<Option<Inb
         }),
         // The refund is the balance left of the participant's payment: the message's
         // `amount` is the platform's copy of it, not an instruction.
-        MomoInbound::Cancel { uu_id, meeting_id, user_id, refund_required, .. } => {
+        MomoInbound::Cancel { uu_id, meeting_id, user_id, refund_required, participant_nickname, .. } => {
             Inbound::Cancel(ParticipantCancelled {
                 event_id: event_id(uu_id)?,
                 meeting_id: meeting_id.to_string(),
                 user_id: user_id.to_string(),
                 refund_required,
+                reason: Some(momo::cancel_reason(participant_nickname.as_deref())),
                 digest,
             })
         }
         // Every paid participant is refunded: the list names who the platform knew of.
-        MomoInbound::Delete { uu_id, meeting_id, .. } => Inbound::Deleted(MeetingDeleted {
+        MomoInbound::Delete { uu_id, meeting_id, meeting_name, .. } => Inbound::Deleted(MeetingDeleted {
             event_id: event_id(uu_id)?,
             meeting_id: meeting_id.to_string(),
+            reason: Some(momo::deletion_reason(meeting_name.as_deref())),
             digest,
         }),
     }))
@@ -212,6 +214,7 @@ pub fn decode(kind: Kind, body: &[u8]) -> Result<Inbound, String> {
                 meeting_id: w.meeting_id,
                 user_id: w.user_id,
                 refund_required: w.refund_required,
+                reason: None,
                 digest,
             })
         }
@@ -219,7 +222,12 @@ pub fn decode(kind: Kind, body: &[u8]) -> Result<Inbound, String> {
             let w: DeletedWire = serde_json::from_value(body).map_err(json)?;
             field("eventId", &w.event_id, text::limits::EVENT_ID)?;
             field("meetingId", &w.meeting_id, text::limits::ID)?;
-            Inbound::Deleted(MeetingDeleted { event_id: w.event_id, meeting_id: w.meeting_id, digest })
+            Inbound::Deleted(MeetingDeleted {
+                event_id: w.event_id,
+                meeting_id: w.meeting_id,
+                reason: None,
+                digest,
+            })
         }
     })
 }
@@ -409,6 +417,36 @@ mod tests {
             assert!(decode(kind, bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }
         assert!(decode(Kind::Deleted, &vec![b' '; MAX_MESSAGE + 1]).is_err());
+    }
+
+    /// Issue 57: a refund the platform asks for carries the platform's own reason, as its
+    /// `PaymentEventConsumer` words it (a null name as Java's `String.format` writes it).
+    #[test]
+    fn the_platforms_refunds_carry_its_own_reasons() {
+        let wrap = |kind: &str, data: &str| format!(r#"{{"uuId":"u-1","type":"{kind}","data":{data}}}"#);
+        let cancel = wrap(
+            momo::CANCEL,
+            r#"{"meetingId":12,"userId":7,"hostUserId":3,"participantNickname":"민수","refundRequired":true,"amount":15000}"#,
+        );
+        let Ok(Some(Inbound::Cancel(msg))) = decode_momo(Kind::Cancel, cancel.as_bytes(), "KRW") else {
+            panic!("a cancellation")
+        };
+        assert_eq!(msg.reason.as_deref(), Some("사용자 민수님의 참가 취소"));
+        let unnamed = wrap(momo::CANCEL, r#"{"meetingId":12,"userId":7,"refundRequired":true}"#);
+        let Ok(Some(Inbound::Cancel(msg))) = decode_momo(Kind::Cancel, unnamed.as_bytes(), "KRW") else {
+            panic!("a cancellation")
+        };
+        assert_eq!(msg.reason.as_deref(), Some("사용자 null님의 참가 취소"));
+        let delete =
+            wrap(momo::DELETE, r#"{"hostUserId":3,"meetingId":15,"meetingName":"송년회","userIdList":[21]}"#);
+        let Ok(Some(Inbound::Deleted(msg))) = decode_momo(Kind::Deleted, delete.as_bytes(), "KRW") else {
+            panic!("a deletion")
+        };
+        assert_eq!(msg.reason.as_deref(), Some("모임 '송년회' 삭제로 인한 자동 환불"));
+        // Our own messages carry none: the refund names the event.
+        let ours = br#"{"eventId":"e1","meetingId":"m1","userId":"u1","refundRequired":true}"#;
+        let Ok(Inbound::Cancel(msg)) = decode(Kind::Cancel, ours) else { panic!("a cancellation") };
+        assert_eq!(msg.reason, None);
     }
 
     #[test]

@@ -343,7 +343,8 @@ impl MeetingEvents {
             );
         };
         let actor = Actor::system(consumer);
-        let reason = Some(format!("participant cancelled (event {})", msg.event_id));
+        let reason =
+            msg.reason.clone().or_else(|| Some(format!("participant cancelled (event {})", msg.event_id)));
         // The remaining balance; the event's id makes a redelivery the same refund.
         let request = RefundRequest {
             reason,
@@ -409,7 +410,9 @@ impl MeetingEvents {
         let requests = orders
             .into_iter()
             .map(|order_id| {
-                let reason = format!("meeting {} deleted (event {})", msg.meeting_id, msg.event_id);
+                let reason = msg.reason.clone().unwrap_or_else(|| {
+                    format!("meeting {} deleted (event {})", msg.meeting_id, msg.event_id)
+                });
                 let request = RefundRequest {
                     reason: Some(reason),
                     amount: None,

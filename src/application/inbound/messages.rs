@@ -47,6 +47,9 @@ pub struct ParticipantCancelled {
     pub meeting_id: String,
     pub user_id: String,
     pub refund_required: bool,
+    /// The refund's reason as the sending platform words it (`momo`'s own text); `None`:
+    /// ours, naming the event.
+    pub reason: Option<String>,
     /// SHA-256 (hex) of the message's JSON, keys sorted (the inbox keeps it).
     pub digest: String,
 }
@@ -56,6 +59,9 @@ pub struct ParticipantCancelled {
 pub struct MeetingDeleted {
     pub event_id: String,
     pub meeting_id: String,
+    /// The refunds' reason as the sending platform words it (`momo`'s own text); `None`:
+    /// ours, naming the event.
+    pub reason: Option<String>,
     /// SHA-256 (hex) of the message's JSON, keys sorted (the inbox keeps it).
     pub digest: String,
 }

@@ -27,6 +27,7 @@ use crate::adapters::messaging::contract::{Broker, Contract, Encoded, HeaderValu
 use crate::adapters::messaging::publishing::{Flow, failed, publish_traceparent, read_flow};
 use crate::application::error::Chain;
 use crate::application::health::HealthProbe;
+use crate::application::meter::Meter;
 use crate::application::ports::{
     BrokerUnavailable, Cause, EventPublisher, OutboxRecord, PendingVerdicts, PublishOutcome,
 };
@@ -46,6 +47,8 @@ pub struct AmqpPublisherSettings {
     pub connection_name: String,
     /// How each record goes on the wire (docs/spec.md §12).
     pub contract: Contract,
+    /// Where a return that counts as published is counted (`outbox_unroutable_total`).
+    pub meter: Meter,
 }
 
 /// One message of a record, ready to send.
@@ -55,7 +58,8 @@ struct Outgoing {
     properties: BasicProperties,
     body: Vec<u8>,
     message_id: String,
-    unroutable_ok: bool,
+    /// Its record, when a return counts as published (counted under its event type).
+    returned_ok: Option<Arc<OutboxRecord>>,
 }
 
 /// The AMQP properties of a message a contract encoded: persistent, `timestamp` the
@@ -339,7 +343,10 @@ impl EventPublisher for AmqpEventPublisher {
             // With traces on: a publish span in the trace of the request that wrote the event,
             // whose context the message carries on (`traceparent` header) to its consumers.
             let traceparent = publish_traceparent(record, &record.routing_key);
-            let unroutable_ok = self.settings.unroutable_ok.contains(&record.event_type);
+            let allowed = self.settings.unroutable_ok.contains(&record.event_type);
+            let returned_ok = |native: bool| {
+                (allowed || native && self.settings.contract.native_unroutable_ok()).then(|| record.clone())
+            };
             match self.settings.contract.encode(record, traceparent.as_deref(), Broker::Amqp) {
                 Ok(Encoded::Native) => {
                     groups.push(1);
@@ -349,12 +356,14 @@ impl EventPublisher for AmqpEventPublisher {
                         properties: Self::properties(record, traceparent.as_deref()),
                         body: record.payload.as_bytes().to_vec(),
                         message_id: record.event_id.to_string(),
-                        unroutable_ok,
+                        returned_ok: returned_ok(true),
                     }));
                 }
                 Ok(Encoded::Messages(messages)) => {
                     groups.push(messages.len());
                     for mut message in messages {
+                        // A contract's message on the broker's own exchange is a native one.
+                        let native = message.destination.is_none();
                         outgoing.push(Ok(Outgoing {
                             exchange: message
                                 .destination
@@ -367,7 +376,7 @@ impl EventPublisher for AmqpEventPublisher {
                                 .clone()
                                 .unwrap_or_else(|| record.event_id.to_string()),
                             body: message.body,
-                            unroutable_ok,
+                            returned_ok: returned_ok(native),
                         }));
                     }
                 }
@@ -379,18 +388,18 @@ impl EventPublisher for AmqpEventPublisher {
         }
         let mut waiting: Vec<Result<(u64, oneshot::Receiver<Verdict>), PublishOutcome>> =
             Vec::with_capacity(outgoing.len());
-        let mut unroutable_ok: Vec<bool> = Vec::with_capacity(outgoing.len());
+        let mut returned_ok: Vec<Option<Arc<OutboxRecord>>> = Vec::with_capacity(outgoing.len());
         let mut broken = false;
         for message in outgoing {
             let message = match message {
                 Ok(message) => message,
                 Err(outcome) => {
                     waiting.push(Err(outcome));
-                    unroutable_ok.push(false);
+                    returned_ok.push(None);
                     continue;
                 }
             };
-            unroutable_ok.push(message.unroutable_ok);
+            returned_ok.push(message.returned_ok);
             if broken {
                 waiting.push(Err(failed(
                     FailureCode::ConnectionLost,
@@ -438,8 +447,9 @@ impl EventPublisher for AmqpEventPublisher {
         let link = guard.as_ref().map(|l| (l.confirms.clone(), l.spoiled.clone()));
         drop(guard);
         let nodes = self.nodes.clone();
+        let meter = self.settings.meter.clone();
         Box::pin(async move {
-            let outcomes = verdicts(waiting, unroutable_ok, deadline, link).await;
+            let outcomes = verdicts(waiting, returned_ok, deadline, link, &meter).await;
             per_record(stalled_or_flowing(outcomes, &nodes), &groups)
         })
     }
@@ -470,28 +480,33 @@ fn stalled_or_flowing(mut outcomes: Vec<PublishOutcome>, nodes: &AmqpNodes) -> V
 /// nacking a quorum queue whose leader moved asks for the leader again — seen with
 /// RabbitMQ 3.10, tests/api/cluster.rs); a batch still waiting on the old channel learns
 /// then that its confirms will not come. `link`: the channel's confirm table and its
-/// "start afresh" flag.
+/// "start afresh" flag. `returned_ok[i]`: message `i`'s record when a return of it counts
+/// as published, counted per event type in `outbox_unroutable_total` on `meter`.
 async fn verdicts(
     waiting: Vec<Result<(u64, oneshot::Receiver<Verdict>), PublishOutcome>>,
-    unroutable_ok: Vec<bool>,
+    returned_ok: Vec<Option<Arc<OutboxRecord>>>,
     deadline: tokio::time::Instant,
     link: Option<(Arc<Confirms>, Arc<AtomicBool>)>,
+    meter: &Meter,
 ) -> Vec<PublishOutcome> {
     let mut outcomes = Vec::with_capacity(waiting.len());
     let mut timed_out = Vec::new();
     let mut nacked = false;
-    for (entry, unroutable_ok) in waiting.into_iter().zip(unroutable_ok) {
+    for (entry, returned_ok) in waiting.into_iter().zip(returned_ok) {
         let outcome = match entry {
             Err(outcome) => outcome,
             Ok((tag, verdict)) => match tokio::time::timeout_at(deadline, verdict).await {
                 Ok(Ok(Verdict::Acked)) => PublishOutcome::Confirmed,
-                Ok(Ok(Verdict::Returned(reply))) => {
-                    if unroutable_ok {
+                Ok(Ok(Verdict::Returned(reply))) => match returned_ok {
+                    Some(record) => {
+                        meter.record(|| {
+                            metrics::counter!("outbox_unroutable_total", "event_type" => record.event_type.clone())
+                                .increment(1)
+                        });
                         PublishOutcome::Confirmed
-                    } else {
-                        failed(FailureCode::Unroutable, format!("returned by the broker: {reply}"))
                     }
-                }
+                    None => failed(FailureCode::Unroutable, format!("returned by the broker: {reply}")),
+                },
                 Ok(Ok(Verdict::Nacked)) => {
                     nacked = true;
                     failed(FailureCode::Nacked, "nacked by the broker")

@@ -187,6 +187,20 @@ impl Contract {
         }
     }
 
+    /// Whether a message this contract leaves native (on `broker.exchange`) that RabbitMQ
+    /// returns unroutable counts as published (docs/decisions.md, "An event nobody binds").
+    /// `momo`: the platform binds nothing on our exchange, so a native event there has no
+    /// consumer by design and must never hold back the replies behind it. CloudEvents:
+    /// subscribers subscribe by type (a trigger's filter is a binding), so a type nobody
+    /// subscribes to is normal. Native: §6 as it is — the exchange is the team's own
+    /// contract, and a return means a binding it relies on is missing.
+    pub fn native_unroutable_ok(&self) -> bool {
+        match self {
+            Contract::Momo(_) | Contract::CloudEvents(_) => true,
+            Contract::Native | Contract::Commerce => false,
+        }
+    }
+
     /// Topics this contract sends to beside the broker's own (made when the publisher
     /// first connects).
     pub fn own_topics(&self) -> &'static [&'static str] {

@@ -157,6 +157,19 @@ pub fn read(expected: &str, body: &[u8]) -> Result<MomoRead, String> {
     Ok(MomoRead::Message(message))
 }
 
+/// A cancellation's refund reason as the platform's `PaymentEventConsumer` words it
+/// (`String.format("사용자 %s님의 참가 취소", participantNickname)`: Java writes a null as
+/// `null`, and so do we, so that both sides' records read the same).
+pub fn cancel_reason(nickname: Option<&str>) -> String {
+    format!("사용자 {}님의 참가 취소", nickname.unwrap_or("null"))
+}
+
+/// A deletion's refund reason as the platform words it
+/// (`String.format("모임 '%s' 삭제로 인한 자동 환불", meetingName)`).
+pub fn deletion_reason(meeting_name: Option<&str>) -> String {
+    format!("모임 '{}' 삭제로 인한 자동 환불", meeting_name.unwrap_or("null"))
+}
+
 /// The Java class Spring's `Jackson2JsonMessageConverter` names in `__TypeId__`.
 pub const TYPE_ID: &str = "com.example.momo.global.rabbitmq.dto.common.EventWrapper";
 
