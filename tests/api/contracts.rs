@@ -426,3 +426,76 @@ async fn cloudevents_inbound_over_kafka(backend: Backend) {
 }
 
 on_both_databases!(cloudevents_inbound_over_kafka);
+
+/// Issue 57 item 1, decided per contract (docs/decisions.md, "An event nobody binds"): a
+/// subscriber that binds one event type only, as a CloudEvents trigger filters by type.
+/// Under `cloudevents` the types nobody subscribes to are returned unroutable, count as
+/// published (`outbox_unroutable_total`) and hold nothing back; under `native` a return
+/// stays a failure (docs/spec.md §6): the order's later events wait behind the retry.
+async fn an_event_nobody_binds(backend: Backend, contract: &str) {
+    use amqprs::channel::{
+        BasicConsumeArguments, ExchangeDeclareArguments, QueueBindArguments, QueueDeclareArguments,
+    };
+    let endpoint = orchestrator::adapters::messaging::amqp::AmqpEndpoint::parse(&amqp_url()).unwrap();
+    let connection =
+        match orchestrator::adapters::messaging::amqp::connect(&endpoint, "test-subscriber").await {
+            Ok(c) => c,
+            Err(e) => return service_missing("RabbitMQ", e),
+        };
+    let channel = connection.open_channel(None).await.unwrap();
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let (exchange, queue) = (format!("test.events.{id}"), format!("test.completed.{id}"));
+    channel
+        .exchange_declare(ExchangeDeclareArguments::new(&exchange, "topic").durable(true).finish())
+        .await
+        .unwrap();
+    channel
+        .queue_declare(QueueDeclareArguments::new(&queue).exclusive(true).auto_delete(true).finish())
+        .await
+        .unwrap();
+    channel.queue_bind(QueueBindArguments::new(&queue, &exchange, "order.completed")).await.unwrap();
+    let (_, mut rx) = channel
+        .basic_consume_rx(BasicConsumeArguments::new(&queue, "subscriber").manual_ack(false).finish())
+        .await
+        .unwrap();
+    let env = [
+        ("APP__BROKER__URL", amqp_url()),
+        ("APP__BROKER__EXCHANGE", exchange.clone()),
+        ("APP__BROKER__CONTRACT", contract.to_owned()),
+    ];
+    let refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let Some(app) = TestApp::spawn_with(backend, &refs).await else { return };
+    json(app.place_order(&app.token("alice"), &order_body(), None).await, StatusCode::CREATED).await;
+    while app.services.relay().run_once().await.unwrap().claimed > 0 {}
+    let stats = app.services.outbox_store.stats().await.unwrap();
+    let waiting =
+        |status: &str| stats.by_status.iter().find(|(s, _)| s.as_str() == status).map_or(0, |(_, n)| *n);
+    let metrics = app.get("/metrics", &app.admin_token("ops")).send().await.unwrap().text().await.unwrap();
+    let counted =
+        metrics.lines().any(|l| l.starts_with(r#"outbox_unroutable_total{event_type="payment.approved"}"#));
+    if contract == "cloudevents" {
+        let delivered = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await;
+        let message = delivered.expect("order.completed delivered").expect("a message");
+        assert_eq!(message.deliver.unwrap().routing_key(), "order.completed");
+        assert_eq!(waiting("RETRY_WAIT") + waiting("READY"), 0, "nothing held back: {stats:?}");
+        assert!(counted, "the returns are counted: {metrics}");
+    } else {
+        assert!(waiting("RETRY_WAIT") >= 1, "the return is a failure under native: {stats:?}");
+        assert!(!counted, "{metrics}");
+        assert!(rx.try_recv().is_err(), "order.completed waits behind the retry of its order");
+    }
+    let _ = connection.close().await;
+}
+
+async fn under_cloudevents_an_event_nobody_subscribes_to_holds_nothing_back(backend: Backend) {
+    an_event_nobody_binds(backend, "cloudevents").await
+}
+
+async fn under_native_an_unbound_event_is_retried_and_holds_its_order_back(backend: Backend) {
+    an_event_nobody_binds(backend, "native").await
+}
+
+on_both_databases!(
+    under_cloudevents_an_event_nobody_subscribes_to_holds_nothing_back,
+    under_native_an_unbound_event_is_retried_and_holds_its_order_back
+);
