@@ -45,9 +45,25 @@ impl Drop for Vhost {
     }
 }
 
+/// A durable queue as the platform's `QueueBuilder` makes one: dead-lettered to
+/// `(exchange, routing key)`, with exactly those two arguments, bound to `bound`.
+async fn declare_dead_lettered(
+    channel: &Channel,
+    queue: &str,
+    dead_letters: (&str, &str),
+    bound: (&str, &str),
+) -> Result<(), amqprs::error::Error> {
+    let s = |v: &str| FieldValue::S(v.try_into().unwrap());
+    let mut args = FieldTable::new();
+    args.insert("x-dead-letter-exchange".try_into().unwrap(), s(dead_letters.0));
+    args.insert("x-dead-letter-routing-key".try_into().unwrap(), s(dead_letters.1));
+    channel.queue_declare(QueueDeclareArguments::new(queue).durable(true).arguments(args).finish()).await?;
+    channel.queue_bind(QueueBindArguments::new(queue, bound.0, bound.1)).await?;
+    Ok(())
+}
+
 /// The platform's own declarations, as its Spring configuration makes them.
 async fn declare_as_the_platform(channel: &Channel, ttl: FieldValue) -> Result<(), amqprs::error::Error> {
-    let s = |v: &str| FieldValue::S(v.try_into().unwrap());
     for (exchange, kind) in [
         ("momo.payment.events", "topic"),
         ("momo.dlx.payment", "direct"),
@@ -63,13 +79,7 @@ async fn declare_as_the_platform(channel: &Channel, ttl: FieldValue) -> Result<(
         ("payment.participant.canceled.queue", "momo.participant.events", "participant.canceled.key"),
         ("payment.meeting.deleted.queue", "momo.meeting.events", "meeting.deleted.key"),
     ] {
-        let mut args = FieldTable::new();
-        args.insert("x-dead-letter-exchange".try_into().unwrap(), s("momo.dlx.payment"));
-        args.insert("x-dead-letter-routing-key".try_into().unwrap(), s("payment.dlq"));
-        channel
-            .queue_declare(QueueDeclareArguments::new(queue).durable(true).arguments(args).finish())
-            .await?;
-        channel.queue_bind(QueueBindArguments::new(queue, exchange, key)).await?;
+        declare_dead_lettered(channel, queue, ("momo.dlx.payment", "payment.dlq"), (exchange, key)).await?;
     }
     let mut args = FieldTable::new();
     args.insert("x-message-ttl".try_into().unwrap(), ttl);
@@ -89,18 +99,17 @@ const REPLY_QUEUES: [&str; 2] = ["participant.payment.succeed.queue", "participa
 /// The meeting service's side, as its `MeetingExchangeConfig` and `MeetingQueueConfig`
 /// declare it: its DLX, its two reply queues bound to `momo.payment.events` and its DLQ.
 async fn declare_the_meeting_side(channel: &Channel) -> Result<(), amqprs::error::Error> {
-    let s = |v: &str| FieldValue::S(v.try_into().unwrap());
     channel
         .exchange_declare(ExchangeDeclareArguments::new("participant.dlx", "direct").durable(true).finish())
         .await?;
     for (queue, key) in REPLY_QUEUES.into_iter().zip(["payment.completed.key", "payment.failed.key"]) {
-        let mut args = FieldTable::new();
-        args.insert("x-dead-letter-exchange".try_into().unwrap(), s("participant.dlx"));
-        args.insert("x-dead-letter-routing-key".try_into().unwrap(), s("participant.dlq"));
-        channel
-            .queue_declare(QueueDeclareArguments::new(queue).durable(true).arguments(args).finish())
-            .await?;
-        channel.queue_bind(QueueBindArguments::new(queue, "momo.payment.events", key)).await?;
+        declare_dead_lettered(
+            channel,
+            queue,
+            ("participant.dlx", "participant.dlq"),
+            ("momo.payment.events", key),
+        )
+        .await?;
     }
     let mut args = FieldTable::new();
     args.insert("x-message-ttl".try_into().unwrap(), FieldValue::I(604_800_000));
