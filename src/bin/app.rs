@@ -245,12 +245,7 @@ fn operator() -> Actor {
 
 fn token(settings: &Settings, sub: &str, role: &[String], ttl: Duration) -> Result<(), Failure> {
     // A token signed with the built-in key would be refused by every production start.
-    if !settings.database.is_sqlite() && settings.auth.only_dev_key() {
-        return Err(Failure::Usage(
-            "`auth.keys`: the built-in development key is for the embedded SQLite default only: set auth.keys"
-                .into(),
-        ));
-    }
+    settings.require_own_keys().map_err(|e| Failure::Usage(e.to_string()))?;
     let keys = orchestrator::adapters::http::auth::JwtKeys::from_settings(&settings.auth)
         .map_err(|e| Failure::Usage(e.to_string()))?;
     if sub.is_empty() || sub.len() > 64 {

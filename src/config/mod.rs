@@ -376,11 +376,8 @@ impl Settings {
             return Ok(());
         }
         let mut problems = Problems::default();
-        if self.auth.only_dev_key() {
-            problems.push(invalid(
-                "auth.keys",
-                "the built-in development key is for the embedded SQLite default only: set auth.keys or auth.jwks_url",
-            ));
+        if let Err(problem) = self.require_own_keys() {
+            problems.push(problem);
         }
         if !self.broker.explicit {
             problems.push(invalid(
@@ -407,6 +404,21 @@ impl Settings {
             ));
         }
         problems.finish()
+    }
+
+    /// Off SQLite, tokens are signed and verified with keys of the deployment's own: the
+    /// built-in development key alone is refused (`serve`, `worker`, `app token`).
+    ///
+    /// # Errors
+    /// The built-in key is the only one, naming `auth.keys`.
+    pub fn require_own_keys(&self) -> Result<(), ConfigError> {
+        if self.database.is_sqlite() || !self.auth.only_dev_key() {
+            return Ok(());
+        }
+        Err(invalid(
+            "auth.keys",
+            "the built-in development key is for the embedded SQLite default only: set auth.keys or auth.jwks_url",
+        ))
     }
 
     /// What an operator must know about a non-embedded set-up that runs on simulated

@@ -344,10 +344,10 @@ impl MeetingEvents {
         };
         let actor = Actor::system(consumer);
         let reason =
-            msg.reason.clone().or_else(|| Some(format!("participant cancelled (event {})", msg.event_id)));
+            msg.reason.clone().unwrap_or_else(|| format!("participant cancelled (event {})", msg.event_id));
         // The remaining balance; the event's id makes a redelivery the same refund.
         let request = RefundRequest {
-            reason,
+            reason: Some(reason),
             amount: None,
             request_key: Some(format!("{consumer}:{}", msg.event_id)),
             inbox: Some(entry(Some(order_id))),
