@@ -200,13 +200,23 @@ $("dl-dry-run").addEventListener("click", async () => {
 
 // ---- settlements -----------------------------------------------------------------------
 
-async function settleBy(s, verb) {
+// A waiting settlement's two repairs, asked for a reason; `after` redraws the page it is on.
+async function settleBy(s, verb, after) {
   const reason = await reasonFor(`${verb === "retry" ? "retrying" : "marking settled"} settlement ${s.id}`);
   if (reason === null) return;
   if (verb === "mark-settled" && !reason) { say("Marking settled needs a reason."); return; }
   const order = await api("POST", `/api/admin/settlements/${s.id}/${verb}`, { reason: reason || undefined });
-  say(`Settlement ${s.id}: order ${order.id} is ${order.status}, settlement ${order.settlement ? order.settlement.status : "none"}.`);
-  await settlements();
+  say(`Settlement ${s.id}: order #${order.number} (${order.id}) is ${order.status}, settlement ${order.settlement ? order.settlement.status : "none"}.`);
+  await after();
+}
+
+const WAITING = ["RETRY_SCHEDULED", "AWAITING_OPERATOR"];
+
+function settlementActions(s, after) {
+  if (!WAITING.includes(s.status)) return "";
+  return el("span", {},
+    el("button", { type: "button", onclick: () => settleBy(s, "retry", after).catch((e) => say(e.message)) }, `Retry ${s.id}`), " ",
+    el("button", { type: "button", onclick: () => settleBy(s, "mark-settled", after).catch((e) => say(e.message)) }, `Mark settled ${s.id}`));
 }
 
 async function settlements() {
@@ -214,12 +224,9 @@ async function settlements() {
     api("GET", `/api/admin/settlements?status=${s}&limit=100`)));
   $("s-body").replaceChildren(...["Needing an operator", "Retry scheduled"].flatMap((title, i) => [
     el("h3", {}, title),
-    table(["id", "order", "amount", "attempts", "next attempt", "last error", "actions"], lists[i].items.map((s) => [
-      s.id, el("a", { href: `#order/${s.orderId}` }, s.orderId), `${s.amount} ${s.currency}`, String(s.attempts),
-      s.nextAttemptAt || "", s.lastError || "",
-      el("span", {},
-        el("button", { type: "button", onclick: () => settleBy(s, "retry").catch((e) => say(e.message)) }, `Retry ${s.id}`), " ",
-        el("button", { type: "button", onclick: () => settleBy(s, "mark-settled").catch((e) => say(e.message)) }, `Mark settled ${s.id}`)),
+    table(["order", "settlement", "amount", "attempts", "next attempt", "last error", "actions"], lists[i].items.map((s) => [
+      el("a", { href: `#order/${s.orderId}`, title: s.orderId }, `#${s.orderNumber}`), s.id, `${s.amount} ${s.currency}`,
+      String(s.attempts), s.nextAttemptAt || "", s.lastError || "", settlementActions(s, settlements),
     ])),
   ]));
 }
@@ -282,8 +289,24 @@ async function payments() {
 
 // ---- order look-up ---------------------------------------------------------------------
 
+// The order's settlement as the operator needs it: its state, attempts, last error, and the
+// repairs while it waits.
+async function orderSettlement(detail) {
+  if (!detail.settlement) return el("p", { id: "o-settlement" }, "No settlement yet.");
+  const s = await api("GET", `/api/admin/settlements/${detail.settlement.id}`);
+  const waiting = s.status === "AWAITING_OPERATOR"
+    ? " It waits for an operator: retry it once the receiver is back, or mark it settled if the accounting system has the sale by other means."
+    : s.status === "RETRY_SCHEDULED" ? ` Tried again at ${s.nextAttemptAt}.` : "";
+  return el("div", {},
+    el("p", { id: "o-settlement" },
+      `Settlement ${s.id} ${s.status}: ${s.amount} ${s.currency}, ${s.attempts} attempt${s.attempts === 1 ? "" : "s"}` +
+      (s.lastError ? `, last error: ${s.lastError}` : "") + (s.failureReason ? `, refused: ${s.failureReason}` : "") + "." + waiting),
+    settlementActions(s, () => order(detail.id)));
+}
+
 async function order(id) {
   const [detail, flow] = await Promise.all([api("GET", `/api/orders/${id}`), api("GET", `/api/orders/${id}/flow`)]);
+  const settlement = await orderSettlement(detail);
   const p = detail.payment;
   // The provider's own record, live, beside ours (a provider with nothing to show says so).
   let provider = null;
@@ -301,6 +324,8 @@ async function order(id) {
       `Payment #${p.number} ${p.status}: ${p.amount} ${detail.currency}, refunded ${p.refundedAmount}, balance ${p.balance}` +
       (p.refundFailureReason ? ` (last refund refused: ${p.refundFailureReason})` : ""))
       : el("p", {}, "No payment yet."),
+    el("h3", {}, "Settlement"),
+    settlement,
     p && p.payout ? el("p", { id: "o-payout" },
       `Settled by the provider: fee ${p.payout.fee}, paid out ${p.payout.payOutAmount} on ${p.payout.paidOutDate} (sold ${p.payout.soldDate}).`)
       : p ? el("p", { id: "o-payout" }, "Not settled by the provider yet.") : el("span"),
@@ -358,6 +383,8 @@ function providerToday() {
 async function payouts(date) {
   const day = await api("GET", `/api/admin/payouts?date=${encodeURIComponent(date)}`);
   $("y-body").replaceChildren(
+    day.providerLedger ? "" : el("p", { id: "y-no-ledger", class: "warning" },
+      "This service's payment provider keeps no ledger: payouts are read from Toss and need payment.provider = toss. Nothing will be listed here."),
     el("p", { id: "y-total" }, day.count === 0
       ? `${day.date}: nothing to be paid out (no settlement recorded for that day yet).`
       : `${day.date}: ${day.payOutAmount} to be paid out for ${day.count} transactions of ${day.amount}, fees ${day.fee} (VAT ${day.vat}).`),

@@ -10,10 +10,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::application::error::Chain;
 use crate::application::orchestration::{Orchestrator, SettlementRetryBy};
-use crate::application::ports::{Clock, OrderRecord, SettlementRepository};
+use crate::application::ports::{Clock, ListedSettlement, OrderRecord, SettlementRepository};
 use crate::application::{Actor, AppError};
 use crate::domain::ids::SettlementId;
-use crate::domain::settlement::{Settlement, SettlementStatus};
+use crate::domain::settlement::SettlementStatus;
 
 #[derive(Debug, Clone, Copy)]
 pub struct SettlementRetrySettings {
@@ -92,12 +92,20 @@ impl SettlementRetries {
         &self,
         status: Option<SettlementStatus>,
         limit: u32,
-    ) -> Result<Vec<Settlement>, AppError> {
+    ) -> Result<Vec<ListedSettlement>, AppError> {
         Ok(self.settlements.settlements(status, limit).await?)
     }
 
+    /// One settlement, with its order's number.
+    ///
+    /// # Errors
+    /// `NotFound`; `Unavailable` when the database fails.
+    pub async fn get(&self, id: SettlementId) -> Result<ListedSettlement, AppError> {
+        self.settlements.settlement(id).await?.ok_or(AppError::NotFound("settlement"))
+    }
+
     async fn order_of(&self, id: SettlementId) -> Result<crate::domain::ids::OrderId, AppError> {
-        Ok(self.settlements.settlement(id).await?.ok_or(AppError::NotFound("settlement"))?.order_id)
+        Ok(self.get(id).await?.settlement.order_id)
     }
 
     /// An operator's retry of a waiting settlement, now.

@@ -352,13 +352,28 @@ async fn an_operator_repairs_a_waiting_settlement_and_a_refusal_compensates(back
         async move {
             let placed =
                 json(app.place_order(&app.token(user), &order_body(), None).await, StatusCode::CREATED).await;
-            for _ in 0..2 {
-                app.advance(Duration::from_secs(3600 * 4));
-                retry_round(app).await;
-            }
+            app.advance(Duration::from_secs(3600 * 4));
+            let ((), warned) = crate::helpers::warnings_of(retry_round(app)).await;
+            assert!(!warned.contains("waiting for an operator"), "an attempt is left: {warned}");
+            app.advance(Duration::from_secs(3600 * 4));
+            let ((), warned) = crate::helpers::warnings_of(retry_round(app)).await;
             let after = detail(app, &placed["id"]).await;
             assert_eq!(after["settlement"]["status"], "AWAITING_OPERATOR", "{after}");
             assert_eq!(after["status"], "PAYMENT_APPROVED");
+            // The line an operator's alerting matches, with what the repair needs.
+            let line = warned
+                .lines()
+                .find(|l| l.contains("settlement waiting for an operator"))
+                .unwrap_or_else(|| panic!("no WARN for the waiting settlement: {warned}"));
+            assert!(line.contains(" WARN "), "{line}");
+            for field in [
+                format!("order_number={}", after["number"]),
+                format!("settlement={}", after["settlement"]["id"].as_str().unwrap()),
+                "attempts=3".to_owned(),
+                "last_error=".to_owned(),
+            ] {
+                assert!(line.contains(&field), "{field} missing: {line}");
+            }
             after
         }
     };
@@ -377,6 +392,33 @@ async fn an_operator_repairs_a_waiting_settlement_and_a_refusal_compensates(back
     .await;
     assert_eq!(listed["items"].as_array().unwrap().len(), 2, "{listed}");
     assert_eq!(listed["items"][0]["attempts"], 3);
+    // Each with its order's number (the most recently changed first: dave's, then carol's).
+    assert_eq!(
+        (listed["items"][0]["orderNumber"].clone(), listed["items"][1]["orderNumber"].clone()),
+        (second["number"].clone(), first["number"].clone()),
+        "{listed}"
+    );
+    // One by id, as the console's order page reads it.
+    let id = first["settlement"]["id"].as_str().unwrap();
+    let one =
+        json(app.get(&format!("/api/admin/settlements/{id}"), &admin).send().await.unwrap(), StatusCode::OK)
+            .await;
+    assert_eq!(
+        (one["status"].clone(), one["orderId"].clone(), one["orderNumber"].clone(), one["attempts"].clone()),
+        (json!("AWAITING_OPERATOR"), first["id"].clone(), first["number"].clone(), json!(3)),
+        "{one}"
+    );
+    assert!(one["lastError"].as_str().is_some_and(|e| !e.is_empty()), "{one}");
+    let customer =
+        app.get(&format!("/api/admin/settlements/{id}"), &app.token("carol")).send().await.unwrap();
+    assert_eq!(customer.status(), StatusCode::FORBIDDEN, "an operator's view");
+    let unknown = app.get("/api/admin/settlements/not-a-settlement", &admin).send().await.unwrap();
+    assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+    // Not Toss: the payouts page has nothing to read, and says so.
+    let payouts =
+        json(app.get("/api/admin/payouts?date=2026-12-01", &admin).send().await.unwrap(), StatusCode::OK)
+            .await;
+    assert_eq!((payouts["providerLedger"].clone(), payouts["count"].clone()), (json!(false), json!(0)));
     let id = first["settlement"]["id"].as_str().unwrap();
     let retried = app
         .post(&format!("/api/admin/settlements/{id}/retry"), &admin)
@@ -727,6 +769,7 @@ async fn an_operator_repairs_settlements_from_the_console() {
         let placed =
             json(app.place_order(&app.token(user), &order_body(), None).await, StatusCode::CREATED).await;
         waiting.push(placed["settlement"]["id"].as_str().unwrap().to_owned());
+        waiting.push(placed["number"].to_string());
     }
     for _ in 0..2 {
         app.advance(Duration::from_secs(3600 * 4));
@@ -734,8 +777,9 @@ async fn an_operator_repairs_settlements_from_the_console() {
     }
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser/console_settlements.py");
     let shots = concat!(env!("CARGO_MANIFEST_DIR"), "/target/console-screens");
-    let args =
-        [app.base.clone(), app.admin_token("ops-olga"), waiting[0].clone(), waiting[1].clone(), shots.into()];
+    let mut args = vec![app.base.clone(), app.admin_token("ops-olga")];
+    args.extend(waiting);
+    args.push(shots.into());
     let output = tokio::task::spawn_blocking(move || Command::new("python3").arg(script).args(args).output())
         .await
         .unwrap()

@@ -571,3 +571,33 @@ impl TcpProxy {
         format!("amqp://{user}:{password}@127.0.0.1:{}/{vhost}", self.port)
     }
 }
+
+/// What `work` logs at WARN and above, as plain text lines, beside its output. Only `work`'s
+/// own polls are captured (its subscriber is set while it is polled, on any thread), so
+/// tests running at the same time do not write into it; a task `work` spawns is not.
+pub async fn warnings_of<F: std::future::Future>(work: F) -> (F::Output, String) {
+    use tracing::instrument::WithSubscriber;
+
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            // A poisoned lock means another capture panicked: the test fails on it anyway.
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let output = work.with_subscriber(subscriber).await;
+    let text = String::from_utf8_lossy(&lines.0.lock().unwrap()).into_owned();
+    (output, text)
+}

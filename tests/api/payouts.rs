@@ -80,6 +80,7 @@ async fn a_days_payouts_add_up_and_a_partial_refund_is_netted(backend: Backend) 
     // What the bank should receive that day: both rows, netted.
     let day = get(&app, &format!("/api/admin/payouts?date={paid_out}")).await;
     assert_eq!(day["count"], 2, "{day}");
+    assert_eq!(day["providerLedger"], true, "Toss keeps the ledger payouts are read from");
     assert_eq!(day["amount"], total + refund);
     assert_eq!(day["fee"], fee + refund_fee);
     assert_eq!(day["vat"], vat + refund_vat);

@@ -69,6 +69,8 @@ def main() -> int:
         rows = driver.find_elements(By.CSS_SELECTOR, "#y-body table tbody tr")
         if len(rows) != 2:
             raise AssertionError(f"{len(rows)} rows, not the approval and the cancel")
+        if driver.find_elements(By.ID, "y-no-ledger"):
+            raise AssertionError("Toss keeps a ledger, yet the page says payouts need Toss")
         driver.save_screenshot(f"{shots}/payouts.png")
         print("ok: the order's refunds, Toss's record and payout shown, the ledger's finding shown, the day's payouts shown")
         return 0

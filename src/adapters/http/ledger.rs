@@ -145,6 +145,9 @@ pub struct PayoutsResponse {
     pub vat: i64,
     pub pay_out_amount: i64,
     pub rows: Vec<PayoutRowResponse>,
+    /// `false` when the payment provider keeps no ledger (mock, external): payouts are read
+    /// from Toss and need `payment.provider = toss`; nothing is ever listed.
+    pub provider_ledger: bool,
 }
 
 /// A payment's payouts netted: its fee and what the provider pays out for it, once settled.
@@ -220,5 +223,6 @@ pub async fn payouts(
         vat: paid.vat,
         pay_out_amount: paid.pay_out_amount,
         rows: paid.rows.iter().map(PayoutRowResponse::from).collect(),
+        provider_ledger: paid.provider_ledger,
     }))
 }

@@ -159,6 +159,7 @@ impl utoipa::Modify for BearerAuth {
         notifications::reprocess,
         notifications::ignore,
         settlements::list,
+        settlements::get,
         settlements::retry,
         settlements::mark_settled,
         ops::live,
@@ -259,6 +260,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .route(web::post().to(notifications::ignore)),
     )
     .service(resource("/api/admin/settlements", "GET").route(web::get().to(settlements::list)))
+    .service(resource("/api/admin/settlements/{id}", "GET").route(web::get().to(settlements::get)))
     .service(resource("/api/admin/settlements/{id}/retry", "POST").route(web::post().to(settlements::retry)))
     .service(
         resource("/api/admin/settlements/{id}/mark-settled", "POST")

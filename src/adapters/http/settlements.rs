@@ -13,8 +13,9 @@ use super::dto::{OrderDetailResponse, ReasonRequest};
 use super::problem::{ApiError, Problem};
 use super::{HttpState, query_param};
 use crate::application::envelopes::timestamp;
+use crate::application::ports::ListedSettlement;
 use crate::domain::ids::SettlementId;
-use crate::domain::settlement::{Settlement, SettlementStatus};
+use crate::domain::settlement::SettlementStatus;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -30,6 +31,9 @@ pub struct SettlementListQuery {
 pub struct SettlementResponse {
     pub id: String,
     pub order_id: String,
+    /// The order's number (docs/spec.md §3), the one people quote.
+    pub order_number: i64,
+    /// `REQUESTED` | `RETRY_SCHEDULED` | `AWAITING_OPERATOR` | `SUCCEEDED` | `FAILED`
     pub status: &'static str,
     pub amount: i64,
     pub currency: String,
@@ -40,11 +44,13 @@ pub struct SettlementResponse {
     pub updated_at: String,
 }
 
-impl From<&Settlement> for SettlementResponse {
-    fn from(s: &Settlement) -> Self {
+impl From<&ListedSettlement> for SettlementResponse {
+    fn from(listed: &ListedSettlement) -> Self {
+        let s = &listed.settlement;
         SettlementResponse {
             id: s.id.to_string(),
             order_id: s.order_id.to_string(),
+            order_number: listed.order_number,
             status: s.status.as_str(),
             amount: s.amount.minor(),
             currency: s.amount.currency().as_str().to_owned(),
@@ -107,6 +113,28 @@ pub async fn list(
     let items = state.settlements.list(status, limit).await?;
     Ok(HttpResponse::Ok()
         .json(SettlementListResponse { items: items.iter().map(SettlementResponse::from).collect() }))
+}
+
+/// One settlement: its state, attempts and last error (the order page's settlement).
+#[utoipa::path(
+    get,
+    path = "/api/admin/settlements/{id}",
+    tag = "admin",
+    params(("id" = String, Path, description = "Settlement id")),
+    responses(
+        (status = 200, body = SettlementResponse),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn get(
+    state: web::Data<HttpState>,
+    _admin: Admin,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let listed = state.settlements.get(settlement_id(&path)?).await?;
+    Ok(HttpResponse::Ok().json(SettlementResponse::from(&listed)))
 }
 
 /// Tries a waiting settlement again now (`RETRY_SCHEDULED` or `AWAITING_OPERATOR`), under its

@@ -1,14 +1,16 @@
 //! Reads of settlements.
 
+use std::collections::HashMap;
+
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 
-use super::entities::settlements;
+use super::entities::{orders, settlements};
 use super::mapping::settlement_from_row;
 use super::repo_err;
 use super::store::SeaOrmStore;
-use crate::application::ports::{RepoError, SettlementRepository};
+use crate::application::ports::{ListedSettlement, RepoError, SettlementRepository};
 use crate::domain::ids::SettlementId;
 use crate::domain::settlement::{Settlement, SettlementStatus};
 
@@ -32,29 +34,58 @@ impl SettlementRepository for SeaOrmStore {
         &self,
         status: Option<SettlementStatus>,
         limit: u32,
-    ) -> Result<Vec<Settlement>, RepoError> {
+    ) -> Result<Vec<ListedSettlement>, RepoError> {
         let mut query = settlements::Entity::find();
         if let Some(status) = status {
             query = query.filter(settlements::Column::Status.eq(status.as_str()));
         }
-        query
+        let rows = query
             .order_by_desc(settlements::Column::UpdatedAt)
             .order_by_desc(settlements::Column::Id)
             .limit(u64::from(limit))
             .all(&self.db)
             .await
-            .map_err(repo_err)?
-            .into_iter()
-            .map(settlement_from_row)
-            .collect()
+            .map_err(repo_err)?;
+        self.with_order_numbers(rows).await
     }
 
-    async fn settlement(&self, id: SettlementId) -> Result<Option<Settlement>, RepoError> {
-        settlements::Entity::find_by_id(id.as_uuid())
-            .one(&self.db)
-            .await
-            .map_err(repo_err)?
-            .map(settlement_from_row)
-            .transpose()
+    async fn settlement(&self, id: SettlementId) -> Result<Option<ListedSettlement>, RepoError> {
+        let row = settlements::Entity::find_by_id(id.as_uuid()).one(&self.db).await.map_err(repo_err)?;
+        Ok(self.with_order_numbers(row.into_iter().collect()).await?.pop())
+    }
+}
+
+impl SeaOrmStore {
+    /// `rows` with their orders' numbers, in one more query (a list is at most 100 rows).
+    async fn with_order_numbers(
+        &self,
+        rows: Vec<settlements::Model>,
+    ) -> Result<Vec<ListedSettlement>, RepoError> {
+        let ids: Vec<uuid::Uuid> = rows.iter().map(|r| r.order_id).collect();
+        let numbers: HashMap<uuid::Uuid, i64> = if ids.is_empty() {
+            HashMap::new()
+        } else {
+            orders::Entity::find()
+                .select_only()
+                .column(orders::Column::Id)
+                .column(orders::Column::Number)
+                .filter(orders::Column::Id.is_in(ids))
+                .into_tuple::<(uuid::Uuid, i64)>()
+                .all(&self.db)
+                .await
+                .map_err(repo_err)?
+                .into_iter()
+                .collect()
+        };
+        rows.into_iter()
+            .map(|row| {
+                // A settlement's order is a foreign key: a settlement without one is a
+                // broken row, said as such rather than shown with a made-up number.
+                let order_number = *numbers.get(&row.order_id).ok_or_else(|| {
+                    RepoError::corrupt(format!("settlement {} has no order {}", row.id, row.order_id))
+                })?;
+                Ok(ListedSettlement { settlement: settlement_from_row(row)?, order_number })
+            })
+            .collect()
     }
 }

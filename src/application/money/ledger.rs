@@ -90,6 +90,9 @@ pub struct PayoutDay {
     pub vat: i64,
     pub pay_out_amount: i64,
     pub rows: Vec<Payout>,
+    /// Whether the provider keeps a ledger payouts are read from (Toss); with one that
+    /// keeps none (mock, external) nothing is ever recorded.
+    pub provider_ledger: bool,
 }
 
 impl Ledger {
@@ -328,6 +331,7 @@ impl Ledger {
             vat: rows.iter().filter_map(|r| r.vat).sum(),
             pay_out_amount: rows.iter().map(|r| r.pay_out_amount).sum(),
             rows,
+            provider_ledger: self.provider.is_some(),
         })
     }
 

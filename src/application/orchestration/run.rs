@@ -312,7 +312,11 @@ impl Orchestrator {
         let result = self.settlements.settle(&request).await;
         let retry = &self.settings.settlement_retry;
         let outcome = settlement::decide(record, settlement, result, retry, actor, self.clock.now())?;
-        Ok(self.commit_step(run, record, outcome).await?.unwrap_or(Progress::Reload))
+        let progress = self.commit_step(run, record, outcome).await?;
+        if progress.is_some() {
+            settlement::warn_if_awaiting_operator(record);
+        }
+        Ok(progress.unwrap_or(Progress::Reload))
     }
 
     pub(super) async fn send_notification(

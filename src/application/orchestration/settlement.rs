@@ -15,7 +15,7 @@ use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::notification::RetryPolicy;
 use crate::domain::order::{FailureReason, FailureStage, SagaStep, StepStatus};
-use crate::domain::settlement::Settlement;
+use crate::domain::settlement::{Settlement, SettlementStatus};
 
 /// What `answer` means for `settlement` (stored, `REQUESTED`) and the order.
 ///
@@ -98,13 +98,31 @@ pub(super) fn decide(
     Ok(outcome)
 }
 
+/// Once committed: a settlement whose attempts ran out is logged at WARN, the line an
+/// operator's log alerting matches (docs/operations.md, "Settlements"), with what a repair
+/// needs: the order's number and id, the settlement's id, its attempts and its last error.
+pub(super) fn warn_if_awaiting_operator(record: &OrderRecord) {
+    let Some(s) = record.settlement.as_ref().filter(|s| s.status == SettlementStatus::AwaitingOperator)
+    else {
+        return;
+    };
+    tracing::warn!(
+        order = %record.order.id,
+        order_number = record.order.number,
+        settlement = %s.id,
+        attempts = s.attempts,
+        last_error = s.last_error.as_deref().unwrap_or(""),
+        "settlement waiting for an operator: its attempts ran out; retry it or mark it settled \
+         (console Settlements, or POST /api/admin/settlements/{{id}}/retry | mark-settled)"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::application::orchestration::outcome::record_in;
     use crate::domain::order::OrderStatus;
     use crate::domain::payment::PaymentStatus;
-    use crate::domain::settlement::SettlementStatus;
 
     /// (answer, settlement after, order after, step, audit rows)
     type Case = (Result<SettlementOutcome, GatewayError>, SettlementStatus, OrderStatus, StepStatus, usize);

@@ -72,7 +72,7 @@ pub use payment_methods::{PaymentMethodRepository, SavedCard};
 pub use payment_repository::PaymentRepository;
 pub use scenario::{Behaviour, Scenario, ScenarioError};
 pub use settlement_gateway::{SettlementGateway, SettlementOutcome, SettlementRequest};
-pub use settlement_repository::SettlementRepository;
+pub use settlement_repository::{ListedSettlement, SettlementRepository};
 pub use unit_of_work::{Changes, NewStep, Placed, UnitOfWork, Write};
 
 #[cfg(test)]

@@ -7,6 +7,14 @@ use super::RepoError;
 use crate::domain::ids::SettlementId;
 use crate::domain::settlement::{Settlement, SettlementStatus};
 
+/// A settlement as an operator reads it: with its order's number (docs/spec.md §3), the
+/// number people quote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListedSettlement {
+    pub settlement: Settlement,
+    pub order_number: i64,
+}
+
 #[cfg_attr(test, mockall::automock)]
 #[async_trait]
 pub trait SettlementRepository: Send + Sync {
@@ -14,13 +22,14 @@ pub trait SettlementRepository: Send + Sync {
     /// first, at most `limit`.
     async fn due_settlements(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<Settlement>, RepoError>;
 
-    /// Settlements in `status` (every one when `None`), the most recently changed first.
+    /// Settlements in `status` (every one when `None`), the most recently changed first,
+    /// each with its order's number.
     async fn settlements(
         &self,
         status: Option<SettlementStatus>,
         limit: u32,
-    ) -> Result<Vec<Settlement>, RepoError>;
+    ) -> Result<Vec<ListedSettlement>, RepoError>;
 
-    /// One settlement.
-    async fn settlement(&self, id: SettlementId) -> Result<Option<Settlement>, RepoError>;
+    /// One settlement, with its order's number.
+    async fn settlement(&self, id: SettlementId) -> Result<Option<ListedSettlement>, RepoError>;
 }
