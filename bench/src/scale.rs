@@ -98,6 +98,10 @@ pub async fn scale_scenario(
         Err(_) => ("APP__BROKER__URL".to_owned(), amqp_url()),
     };
     let queue_type = std::env::var("BENCH_QUEUE_TYPE").unwrap_or_else(|_| "classic".into());
+    let logs = std::env::var("BENCH_LOGS").ok().filter(|d| !d.is_empty());
+    if let Some(dir) = &logs {
+        std::fs::create_dir_all(dir)?;
+    }
     let env: Vec<(String, String)> = vec![
         ("APP__DATABASE__URL".into(), fixture.db_url.clone()),
         broker,
@@ -116,16 +120,24 @@ pub async fn scale_scenario(
             r#"[{"kid":"bench","algorithm":"HS256","secret":"bench-secret-bench-secret-bench-secret"}]"#
                 .into(),
         ),
-        ("RUST_LOG".into(), "error".into()),
+        ("RUST_LOG".into(), if logs.is_some() { "warn" } else { "error" }.into()),
     ];
-    let spawn = |verb: &str, port: u16| -> Result<Child, BoxError> {
+    let mut spawned = 0usize;
+    let mut spawn = |verb: &str, port: u16| -> Result<Child, BoxError> {
+        spawned += 1;
+        // `BENCH_LOGS=DIR`: each process's WARN lines in DIR/<verb>-<n>.log (what a run's
+        // duplicates or errors came from); otherwise nothing is kept.
+        let stderr = match &logs {
+            Some(dir) => Stdio::from(std::fs::File::create(format!("{dir}/{verb}-{spawned}.log"))?),
+            None => Stdio::null(),
+        };
         Ok(Command::new(&app)
             .arg(verb)
             .envs(env.iter().cloned())
             .env("APP__HTTP__BIND", format!("127.0.0.1:{port}"))
             .env("APP__WORKER__HTTP__BIND", format!("127.0.0.1:{port}"))
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()?)
     };
     let free_port =
@@ -137,8 +149,11 @@ pub async fn scale_scenario(
         children.0.push(spawn("serve", port)?);
         http_ports.push(port);
     }
+    let mut worker_ports = Vec::new();
     for _ in 0..workers {
-        children.0.push(spawn("worker", free_port()?)?);
+        let port = free_port()?;
+        children.0.push(spawn("worker", port)?);
+        worker_ports.push(port);
     }
     let pids: Vec<u32> = children.0.iter().map(Child::id).collect();
     let token = app_token(&app, &env, "scale")?;
@@ -280,6 +295,19 @@ pub async fn scale_scenario(
     let commits_after = scalar(&fixture.db, commits).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let Delivery { events, delivered, lost, duplicated } = delivery(&fixture.db, &received).await?;
+    // What the workers counted as sent again (`outbox_resent_total`, by cause): every
+    // duplicate above should be among them (docs/reliability.md).
+    let mut resent: std::collections::BTreeMap<String, f64> = std::collections::BTreeMap::new();
+    for port in &worker_ports {
+        let text = client.get(format!("http://127.0.0.1:{port}/metrics")).send().await?.text().await?;
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("outbox_resent_total{cause=\"") else { continue };
+            let Some((cause, value)) = rest.split_once('"') else { continue };
+            let n: f64 = value.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+            *resent.entry(cause.to_owned()).or_default() += n;
+        }
+    }
+    let resent_total = resent.values().fold(0.0, |sum, n| sum + n);
     let (created, unavailable, other) = *stats.lock().unwrap_or_else(|e| e.into_inner());
     let orders = scalar(&fixture.db, "SELECT COUNT(*) FROM orders").await?;
     let meeting_made = scalar(&fixture.db, meeting_orders).await?;
@@ -325,6 +353,10 @@ pub async fn scale_scenario(
             "events / delivered / lost / duplicated",
             format!("{} / {} / {lost} / {duplicated}", events, delivered),
         ),
+        (
+            "events sent again, counted by the workers (outbox_resent_total)",
+            format!("{resent_total:.0} {resent:?}"),
+        ),
         ("orders unfinished", left.to_string()),
         ("events per order", format!("{events_per_order:.2}")),
         (
@@ -368,7 +400,7 @@ pub async fn scale_scenario(
             "registrations": published_registrations, "meetingOrders": meeting_made, "duplicateOrders": doubled,
             "p50Ms": percentile(&sorted, 50.0), "p99Ms": percentile(&sorted, 99.0), "maxBacklog": max_backlog,
             "drainSeconds": drained_in, "events": events, "delivered": delivered, "lost": lost,
-            "duplicated": duplicated, "unfinished": left, "eventsPerOrder": events_per_order,
+            "duplicated": duplicated, "resent": resent_total, "resentByCause": resent, "unfinished": left, "eventsPerOrder": events_per_order,
             "commitsPerOrder": commits_per_order, "marginalCommitsPerOrder": marginal_commits_per_order,
             "idle": { "appCpuMsPerSecond": idle.0 * 1000.0, "postgresCpuMsPerSecond": idle.1 * 1000.0,
             "brokerCpuMsPerSecond": idle.2 * 1000.0, "transactionsPerSecond": idle.3 },

@@ -34,7 +34,7 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use tokio_util::sync::CancellationToken;
 
-use super::report::{RelayError, RelayReport};
+use super::report::{RelayError, RelayReport, Resend};
 pub(super) use super::stages::{Aggregate, Batch, Round, Stages, aggregate_of, verdicts_for};
 use crate::application::ports::{BatchToken, HeldLane, OutboxRecord, PendingVerdicts, PublishOutcome};
 
@@ -125,6 +125,9 @@ pub(super) struct Pipeline<'a> {
     more: bool,
     /// A read found the lanes held changed.
     lanes_changed: bool,
+    /// A read failed: nothing more is read, what was sent is recorded, then this is the
+    /// pipeline's outcome.
+    read_failed: Option<RelayError>,
     total: RelayReport,
 }
 
@@ -149,6 +152,7 @@ impl<'a> Pipeline<'a> {
             trickle: false,
             more: true,
             lanes_changed: false,
+            read_failed: None,
             total: RelayReport::default(),
         }
     }
@@ -207,6 +211,7 @@ impl<'a> Pipeline<'a> {
         let now = self.relay.now();
         let mut batch = Batch {
             open: 0,
+            sent: 0,
             read_at: now,
             confirmed_at: now,
             report: RelayReport { claimed: round.rows.len(), ..RelayReport::default() },
@@ -290,6 +295,9 @@ impl<'a> Pipeline<'a> {
         }
         let slots = std::mem::take(&mut self.ready);
         self.sent_open += slots.len();
+        for &slot in &slots {
+            self.batch_mut(slot).sent += 1;
+        }
         let records: Vec<Arc<OutboxRecord>> = slots.iter().map(|&s| Arc::clone(self.row(s))).collect();
         let publisher = self.relay.publisher();
         self.sending = Some(Box::pin(async move {
@@ -353,6 +361,9 @@ impl<'a> Pipeline<'a> {
                 self.next_db_turn(stop);
             }
             if self.sending.is_none() && self.db.is_none() && self.in_flight.is_empty() {
+                if let Some(err) = self.read_failed.take() {
+                    return Err(err);
+                }
                 let ended = if self.lanes_changed { Ended::LanesChanged } else { Ended::Dry };
                 return Ok((self.total, ended));
             }
@@ -380,7 +391,20 @@ impl<'a> Pipeline<'a> {
                             self.dry = true;
                             self.lanes_changed = true;
                         }
-                        DbTurn::Read(Err(err)) | DbTurn::Recorded(Err(err)) => return Err(err),
+                        // A failed read ends the reading, not the pipeline: what is on the
+                        // wire gets its verdicts and its record, so it is not sent again.
+                        DbTurn::Read(Err(err)) => {
+                            tracing::warn!(error = %crate::application::error::Chain(&err), "outbox read failed; recording what was sent before it");
+                            self.dry = true;
+                            self.read_failed.get_or_insert(err);
+                        }
+                        DbTurn::Recorded(Err(err)) => {
+                            // The record's own batches are counted by it; those behind it
+                            // cannot be recorded before it, and are sent again too.
+                            let resent: usize = self.batches.iter().map(Batch::reached_broker).sum();
+                            self.relay.resending(Resend::RecordFailed, resent);
+                            return Err(err);
+                        }
                         DbTurn::Recorded(Ok((report, fenced))) => {
                             self.lost.extend(fenced);
                             self.total.add(report);
@@ -391,23 +415,46 @@ impl<'a> Pipeline<'a> {
         }
     }
 
-    /// The lease runs short of the time a send may take: nothing more goes out and nothing
-    /// unrecorded is recorded (another worker may already be sending these lanes); the next
-    /// owner — this worker again, once it renews — sends them from the last recorded
-    /// position.
+    /// The lease runs short of the time a send may take: nothing more goes out. What is on
+    /// the wire gets its verdicts, and the batches they finish are recorded — the record is
+    /// fenced by the lanes' epochs, so it writes nothing for a lane another worker took
+    /// meanwhile (whose owner sends those events again, counted `lane_lost`), and spares a
+    /// second copy of every event of a lane still ours. The rest is left to the lanes' next
+    /// owner — this worker again, once it renews — from the last recorded position.
     async fn lapse(mut self) -> RelayReport {
         // A turn under way finishes: a record cut short is rolled back by the database, but
         // its outcome tells which cursors moved.
         if let Some(turn) = self.db.take()
-            && let DbTurn::Recorded(Ok((report, _))) = turn.await
+            && let DbTurn::Recorded(Ok((report, fenced))) = turn.await
         {
             self.total.add(report);
+            self.lost.extend(fenced);
+        }
+        while let Some((slots, outcomes)) = self.in_flight.next().await {
+            self.take_verdicts(slots, outcomes);
+        }
+        let finished = self.finished();
+        if finished > 0 {
+            let batches: Vec<Batch> = self.batches.drain(..finished).collect();
+            self.first += finished as u64;
+            // A record that fails counts its own batches as sent again.
+            match self.relay.record(batches).await {
+                Ok((report, _)) => self.total.add(report),
+                Err(err) => tracing::warn!(
+                    error = %crate::application::error::Chain(&err),
+                    "outbox record after a lapsed lease failed"
+                ),
+            }
         }
         let lost: usize = self.batches.iter().map(|b| b.round.rows.len()).sum();
         self.total.lost_claims += lost as u64;
+        let resent: usize = self.batches.iter().map(Batch::reached_broker).sum();
+        self.relay.resending(Resend::LeaseLapsed, resent);
+        self.total.resent += resent as u64;
         tracing::warn!(
             lost,
-            "outbox lane lease lapsed mid-drain; nothing more was sent and nothing more recorded"
+            resent,
+            "outbox lane lease lapsed mid-drain; nothing more was sent, what was on the wire recorded"
         );
         self.total
     }

@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::pipeline::{Batch, Ended, Pipeline, Reads, Round, Stages};
-use super::report::{RelayError, RelayReport};
+use super::report::{RelayError, RelayReport, Resend};
 use crate::application::error::Chain;
 use crate::application::health::LoopProgress;
 
@@ -130,6 +130,15 @@ pub(super) struct HeldLanes {
 /// failures' retries it knows from its reports): at a trickle a relay goes idle hundreds of
 /// times a second, and one statement each time would cost more than the events.
 pub(super) const RETRY_READ_EVERY: StdDuration = StdDuration::from_millis(250);
+
+/// How many times a batch's record is tried (a failed one is tried again, with
+/// [`RECORD_RETRY_PAUSE`] doubling between tries, while the lease holds): a record is
+/// idempotent, and one given up sends its batches again (docs/reliability.md).
+pub(super) const RECORD_ATTEMPTS: u32 = 5;
+
+/// The pause before a record's second try; doubled before each later one (0.1 + 0.2 + 0.4 +
+/// 0.8 s: a database blip or a replaced connection is ridden out).
+pub(super) const RECORD_RETRY_PAUSE: StdDuration = StdDuration::from_millis(100);
 
 /// How often a relay renews its lanes: often enough to rebalance within seconds as workers
 /// come and go, and at least three times per lease.
@@ -398,6 +407,10 @@ impl Stages for OutboxRelay {
         self.wake.notified().now_or_never().is_some()
     }
 
+    fn resending(&self, cause: Resend, events: usize) {
+        OutboxRelay::resending(self, cause, events);
+    }
+
     /// Reads the next fast-path batch over the lanes held (docs/relay-design.md), past the
     /// batches read and not yet recorded: at most `batch_size` events in all. `None` when
     /// there is nothing to send.
@@ -428,11 +441,41 @@ impl Stages for OutboxRelay {
         // Dated by the broker's last confirm, not by this write: `publishedAt` says when the
         // broker took the batch (commit -> confirm is what operators and the bench read).
         let confirmed_at = batches.iter().map(|b| b.confirmed_at).max().unwrap_or_else(|| self.clock.now());
-        let mut fenced = self.store.record_batches(&self.settings.worker_id, &record, confirmed_at).await?;
+        let mut pause = RECORD_RETRY_PAUSE;
+        let mut attempt = 1;
+        let mut fenced = loop {
+            match self.store.record_batches(&self.settings.worker_id, &record, confirmed_at).await {
+                Ok(fenced) => break fenced,
+                // Tried again: a record writes the lanes' positions (the same again is
+                // harmless) and moves failures by id, once.
+                Err(err) if err.is_transient() && attempt < RECORD_ATTEMPTS && self.lease_holds() => {
+                    tracing::warn!(error = %Chain(&err), attempt, "outbox record failed; trying it again");
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                    attempt += 1;
+                }
+                Err(err) => {
+                    self.resending(Resend::RecordFailed, batches.iter().map(Batch::reached_broker).sum());
+                    return Err(err.into());
+                }
+            }
+        };
         if !fenced.is_empty() {
             let lost =
                 batches.iter().flat_map(|b| &b.round.rows).filter(|r| fenced.contains(&r.lane)).count();
             report.lost_claims += lost as u64;
+            // Of them, those the broker has: the lane's next owner sends them again.
+            let resent = batches
+                .iter()
+                .flat_map(|b| b.round.rows.iter().map(move |r| (b, r)))
+                .filter(|(b, r)| {
+                    fenced.contains(&r.lane)
+                        && !b.held_back.contains(&r.id)
+                        && !b.failures.iter().any(|f| f.id == r.id)
+                })
+                .count();
+            self.resending(Resend::LaneLost, resent);
+            report.resent += resent as u64;
             tracing::warn!(lost, lanes = ?fenced, "outbox lanes lost before their progress was recorded");
         }
         let published = report.published;

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 use super::pipeline::verdicts_for;
 use super::relay::{OutboxRelay, failure_label};
-use super::report::{RelayError, RelayReport};
+use super::report::{RelayError, RelayReport, Resend};
 use crate::application::ports::{DeliveryFailure, HeldLane, OutboxRecord, PublishOutcome, RepoError};
 use crate::domain::outbox::{FailureCode, FailureOutcome};
 
@@ -23,6 +23,23 @@ impl OutboxRelay {
         self.store
             .claim(&self.settings.worker_id, &lanes, self.settings.batch_size, now, now + self.settings.lease)
             .await
+    }
+
+    /// Counts `events` that reached the broker, or may have, and will be sent again: each
+    /// may reach consumers twice, under the same `message_id` (docs/reliability.md, "When a
+    /// message is delivered twice").
+    pub(super) fn resending(&self, cause: Resend, events: usize) {
+        if events == 0 {
+            return;
+        }
+        self.meter.record(|| {
+            metrics::counter!("outbox_resent_total", "cause" => cause.as_str()).increment(events as u64)
+        });
+        tracing::warn!(
+            events,
+            cause = cause.as_str(),
+            "outbox events will be sent again (duplicates possible)"
+        );
     }
 
     /// Counts a confirmed row's delivery.
@@ -51,6 +68,11 @@ impl OutboxRelay {
         match outcome {
             FailureOutcome::Retry { next_attempt_at, .. } => {
                 report.retried += 1;
+                if matches!(code, FailureCode::ConfirmTimeout | FailureCode::ConnectionLost) {
+                    // Sent, and no verdict: the broker may have the first copy.
+                    self.resending(Resend::ConfirmUnknown, 1);
+                    report.resent += 1;
+                }
                 report.next_retry_at =
                     Some(report.next_retry_at.map_or(next_attempt_at, |t| t.min(next_attempt_at)));
                 self.meter.record(|| metrics::counter!("outbox_retries_total").increment(1));
@@ -96,7 +118,14 @@ impl OutboxRelay {
         }
         let worker = &self.settings.worker_id;
         if !published.is_empty() {
-            report.published = self.store.mark_published(&published, worker, now).await?;
+            report.published = match self.store.mark_published(&published, worker, now).await {
+                Ok(marked) => marked,
+                Err(err) => {
+                    // Left claimed: recovered once the claim's lease ends, and sent again.
+                    self.resending(Resend::RecordFailed, published.len());
+                    return Err(err);
+                }
+            };
             let published = report.published;
             self.meter.record(|| metrics::counter!("outbox_published_total").increment(published));
         }
@@ -104,7 +133,12 @@ impl OutboxRelay {
             let marked = self.store.mark_failed(&failures, worker, now).await?;
             report.lost_claims += failures.len() as u64 - marked;
         }
-        report.lost_claims += published.len() as u64 - report.published;
+        // Confirmed, but the claim was recovered elsewhere first: sent again there (or
+        // already).
+        let unmarked = published.len() - report.published as usize;
+        report.lost_claims += unmarked as u64;
+        self.resending(Resend::ClaimLost, unmarked);
+        report.resent += unmarked as u64;
         if report.lost_claims > 0 {
             tracing::warn!(
                 lost = report.lost_claims,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use super::report::{RelayError, RelayReport};
+use super::report::{RelayError, RelayReport, Resend};
 use crate::application::ports::{
     BatchToken, DeliveryFailure, EventPublisher, FastRecord, HeldLane, OutboxRecord, PublishOutcome,
     RepoError,
@@ -36,6 +36,9 @@ pub(super) trait Stages: Send + Sync {
         at: DateTime<Utc>,
         report: &mut RelayReport,
     ) -> DeliveryFailure;
+    /// Counts `events` that reached the broker, or may have, and will be sent again
+    /// (`outbox_resent_total{cause}`).
+    fn resending(&self, cause: Resend, events: usize);
     /// Whether a commit woke the relay since this was last asked (taking the wake-up: a
     /// commit signals after it is visible, so a read that starts after asking sees it).
     fn woken(&self) -> bool;
@@ -83,6 +86,8 @@ pub(super) struct Batch {
     pub(super) round: Round,
     /// Its events still without a verdict (sent or waiting to be).
     pub(super) open: usize,
+    /// Its events handed to the broker.
+    pub(super) sent: usize,
     /// When it was read: its failures' attempt time (their backoff runs from it).
     pub(super) read_at: DateTime<Utc>,
     /// When the broker's last verdict on it arrived: its `publishedAt`.
@@ -93,6 +98,12 @@ pub(super) struct Batch {
 }
 
 impl Batch {
+    /// Its events the broker has, or may have: sent, and not refused. Abandoned unrecorded,
+    /// these are the ones sent twice.
+    pub(super) fn reached_broker(&self) -> usize {
+        self.sent - self.failures.len()
+    }
+
     /// What recording `batches` writes (`now`: the attempt time if there is no batch).
     pub(super) fn record(batches: &[Batch], now: DateTime<Utc>) -> FastRecord {
         FastRecord {

@@ -95,11 +95,36 @@ mod pipeline_tests {
         recorded: Arc<Mutex<Vec<FastRecord>>>,
         fenced: bool,
     ) -> (MockRelayStore, Arc<Mutex<Vec<i64>>>) {
+        store_with(events, log, recorded, fenced, Faults::default())
+    }
+
+    /// The database's failures a store is to answer with.
+    #[derive(Default)]
+    struct Faults {
+        /// This many records fail (unavailable) before they succeed.
+        records: usize,
+        /// The read of this number (1: the first) fails, once.
+        read: Option<usize>,
+    }
+
+    fn store_with(
+        events: Vec<OutboxRecord>,
+        log: Log,
+        recorded: Arc<Mutex<Vec<FastRecord>>>,
+        fenced: bool,
+        faults: Faults,
+    ) -> (MockRelayStore, Arc<Mutex<Vec<i64>>>) {
         let mut store = MockRelayStore::new();
         store.expect_lease_lanes().returning(|_, _, _, _| Ok(vec![HeldLane { lane: LANE, epoch: 1 }]));
         let left = Arc::new(Mutex::new(events.iter().map(|e| e.id).collect::<Vec<i64>>()));
         let (read_log, read_left) = (log.clone(), Arc::clone(&left));
+        let mut reads = 0;
         store.expect_next_batch().returning(move |_, _, unrecorded, limit| {
+            reads += 1;
+            if faults.read == Some(reads) {
+                read_log.lock().unwrap().push("read failed".into());
+                return Err(RepoError::unavailable("connection reset"));
+            }
             let taken: Vec<i64> =
                 unrecorded.iter().flat_map(|t| t.get::<Vec<i64>>().unwrap().clone()).collect();
             let ids: Vec<i64> = read_left
@@ -121,7 +146,13 @@ mod pipeline_tests {
             Ok(Some(FastBatch { rows, waiting: Vec::new(), token: BatchToken::new(ids), more }))
         });
         let (record_log, record_left) = (log, Arc::clone(&left));
+        let mut refusals = faults.records;
         store.expect_record_batches().returning(move |_, record, _| {
+            if refusals > 0 {
+                refusals -= 1;
+                record_log.lock().unwrap().push("record failed".into());
+                return Err(RepoError::unavailable("connection reset"));
+            }
             record_log.lock().unwrap().push("record".into());
             recorded.lock().unwrap().push(record.clone());
             if fenced {
@@ -167,6 +198,22 @@ mod pipeline_tests {
                 })
                 .collect();
             Box::pin(std::future::ready(outcomes))
+        });
+        publisher
+    }
+
+    /// A broker that confirms every message `delay` after it was sent.
+    fn slow_publisher(log: Log, delay: StdDuration) -> MockEventPublisher {
+        let mut publisher = MockEventPublisher::new();
+        publisher.expect_ready().returning(|| Ok(()));
+        publisher.expect_send().returning(move |batch| {
+            let ids: Vec<String> = batch.iter().map(|r| r.id.to_string()).collect();
+            log.lock().unwrap().push(format!("send {}", ids.join(",")));
+            let outcomes = vec![PublishOutcome::Confirmed; batch.len()];
+            Box::pin(async move {
+                tokio::time::sleep(delay).await;
+                outcomes
+            })
         });
         publisher
     }
@@ -246,7 +293,70 @@ mod pipeline_tests {
         let relay = relay(store, publisher(log.clone(), vec![]), settings(2, StdDuration::from_millis(10)));
         let report = relay.run_once().await.unwrap();
         assert_eq!(report.lost_claims, 2, "the batch sent is not recorded: {report:?}");
+        assert_eq!(report.resent, 2, "and its next owner sends it again: counted");
         assert_eq!(left.lock().unwrap().len(), 6, "nothing recorded: the lane's next owner sends it all");
+    }
+
+    /// Issue 57: a record the database refused sent its batches again. It is tried again:
+    /// nothing goes out twice.
+    #[tokio::test]
+    async fn a_record_refused_once_is_tried_again_and_nothing_goes_out_twice() {
+        let events: Vec<OutboxRecord> = (1..=6).map(|i| event(i, &format!("agg-{i}"))).collect();
+        let (log, recorded) = (Log::default(), Arc::default());
+        let faults = Faults { records: 2, read: None };
+        let (store, left) = store_with(events, log.clone(), recorded, false, faults);
+        let relay = relay(store, publisher(log.clone(), vec![]), settings(2, StdDuration::from_millis(10)));
+        let report = relay.drain(&CancellationToken::new()).await.unwrap();
+        assert_eq!(report.published, 6);
+        assert_eq!(report.resent, 0);
+        let mut sent = sent(&log);
+        sent.sort_unstable();
+        assert_eq!(sent, vec![1, 2, 3, 4, 5, 6], "each once: {:?}", log.lock().unwrap());
+        assert!(left.lock().unwrap().is_empty(), "all recorded");
+        let failed = log.lock().unwrap().iter().filter(|l| *l == "record failed").count();
+        assert_eq!(failed, 2, "the refusals were met");
+    }
+
+    /// Issue 57: a failed read dropped the batches read before it (on the wire, or about to
+    /// be), unrecorded, to be read and sent again. It ends the reading only: what was read is
+    /// sent and recorded, then the round fails, and the next one sends only what is left.
+    #[tokio::test]
+    async fn a_failed_read_records_what_went_out_before_it() {
+        let events: Vec<OutboxRecord> = (1..=6).map(|i| event(i, &format!("agg-{i}"))).collect();
+        let (log, recorded) = (Log::default(), Arc::default());
+        let faults = Faults { records: 0, read: Some(2) };
+        let (store, left) = store_with(events, log.clone(), recorded, false, faults);
+        let relay = relay(store, publisher(log.clone(), vec![]), settings(2, StdDuration::from_millis(10)));
+        let failed = relay.drain(&CancellationToken::new()).await;
+        assert!(matches!(failed, Err(RelayError::Store(_))), "the round reports the read's failure");
+        assert_eq!(left.lock().unwrap().len(), 4, "the first batch recorded: {:?}", log.lock().unwrap());
+        let report = relay.drain(&CancellationToken::new()).await.unwrap();
+        assert_eq!(report.published, 4);
+        let mut sent = sent(&log);
+        sent.sort_unstable();
+        assert_eq!(sent, vec![1, 2, 3, 4, 5, 6], "each once: {:?}", log.lock().unwrap());
+    }
+
+    /// Issue 57: a lease that ran short while a batch was on the wire left the batch
+    /// unrecorded, and its events were sent twice. Its verdicts are awaited and it is
+    /// recorded (fenced by the lane's epoch); only what was not sent is left.
+    #[tokio::test]
+    async fn a_lease_running_short_mid_flight_records_what_was_on_the_wire() {
+        // x1, y1 in the first batch, x2, y2 behind them in the second.
+        let events = vec![event(1, "x"), event(2, "y"), event(3, "x"), event(4, "y")];
+        let (log, recorded) = (Log::default(), Arc::new(Mutex::new(Vec::new())));
+        let (store, left) = store(events, log.clone(), Arc::clone(&recorded), false);
+        // A one-second lease is trusted for 0.9 s, and a send needs 0.5 s of it: the
+        // confirms, 0.6 s after the first send, come when no more may be sent.
+        let mut settings = settings(2, StdDuration::from_millis(500));
+        settings.lease = Duration::seconds(1);
+        let publisher = slow_publisher(log.clone(), StdDuration::from_millis(600));
+        let relay = relay(store, publisher, settings);
+        let report = relay.drain(&CancellationToken::new()).await.unwrap();
+        assert_eq!(sent(&log), vec![1, 2], "nothing sent once the lease ran short");
+        assert_eq!(report.published, 2);
+        assert_eq!(report.resent, 0, "nothing will be sent twice: {report:?}");
+        assert_eq!(*left.lock().unwrap(), vec![3, 4], "the first batch recorded: {:?}", log.lock().unwrap());
     }
 
     #[tokio::test]
@@ -263,6 +373,7 @@ mod pipeline_tests {
         assert!(recorded.lock().unwrap().is_empty());
         assert_eq!(report.published, 0);
         assert_eq!(report.lost_claims, 4, "the batch read is left to the lanes' next owner");
+        assert_eq!(report.resent, 0, "nothing was sent: nothing goes out twice");
     }
 
     #[tokio::test]
