@@ -150,6 +150,20 @@ pub struct AuditSettings {
 #[derive(Debug, Clone)]
 pub struct HttpSettings {
     pub bind: SocketAddr,
+    /// `http.dialects.commerce` (docs/spec.md §14); `None` while its `bind` is unset.
+    pub commerce: Option<CommerceDialectSettings>,
+}
+
+/// The commerce backend's HTTP API (docs/spec.md §14, docs/dialects.md).
+#[derive(Debug, Clone)]
+pub struct CommerceDialectSettings {
+    pub bind: SocketAddr,
+    /// The HMAC key of its bearer tokens, UTF-8 bytes, at least 32 (`jwt_secret`).
+    pub jwt_secret: Secret,
+    /// Whether `POST /api/auth/token` mints tokens (only with `payment.provider = mock`).
+    pub demo_token: bool,
+    pub token_validity: Duration,
+    pub issuer: String,
 }
 
 #[derive(Debug, Clone)]
@@ -497,6 +511,8 @@ impl Settings {
             None => None,
         };
         let http = p.take(address("http.bind", &raw.http.bind));
+        let commerce =
+            p.take(resolve_commerce_dialect(raw.http.dialects.commerce, payment_is_mock(&raw.payment)));
         let outbox = p.take(resolve_outbox(raw.outbox));
         let notification = p.take(resolve_notification(raw.notification, sqlite));
         let settlement = p.take(resolve_settlement(raw.settlement));
@@ -510,7 +526,7 @@ impl Settings {
         p.finish()?;
         Ok(Settings {
             meetings: resolved(meetings)?,
-            http: HttpSettings { bind: resolved(http)? },
+            http: HttpSettings { bind: resolved(http)?, commerce: resolved(commerce)? },
             database: resolved(database)?,
             broker: resolved(broker)?,
             outbox: resolved(outbox)?,

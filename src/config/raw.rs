@@ -73,6 +73,31 @@ pub(super) struct RawAudit {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawHttp {
     pub(super) bind: String,
+    /// Other platforms' HTTP APIs (docs/spec.md §14).
+    #[serde(default)]
+    pub(super) dialects: RawDialects,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDialects {
+    #[serde(default)]
+    pub(super) commerce: RawCommerceDialect,
+}
+
+/// `http.dialects.commerce.*`: off while `bind` is unset.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCommerceDialect {
+    pub(super) bind: Option<String>,
+    pub(super) jwt_secret: Option<Secret>,
+    /// `POST /api/auth/token` (the platform's demo tokens).
+    #[serde(default)]
+    pub(super) demo_token: bool,
+    /// How long a demo token holds (the platform's `access-token-validity-seconds`).
+    pub(super) token_validity: Option<String>,
+    /// The demo tokens' `iss` (the platform's `app.security.jwt.issuer`).
+    pub(super) issuer: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -650,3 +650,44 @@ pub(super) fn redact(message: &str) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+/// Whether `payment.provider` is (or defaults to) `mock`, for the checks of other sections.
+pub(super) fn payment_is_mock(p: &RawPayment) -> bool {
+    matches!(p.provider.as_deref(), None | Some("mock"))
+}
+
+/// `http.dialects.commerce` (docs/spec.md §14): off while `bind` is unset. Its key is the
+/// platform's: HMAC over the secret's UTF-8 bytes, which its JWT library refuses under 32
+/// bytes; its demo tokens only with simulated payments, as the platform allows demo mode
+/// only outside production.
+pub(super) fn resolve_commerce_dialect(
+    raw: RawCommerceDialect,
+    payment_mock: bool,
+) -> Result<Option<CommerceDialectSettings>, ConfigError> {
+    let Some(bind) = raw.bind.filter(|b| !b.trim().is_empty()) else {
+        return Ok(None);
+    };
+    let bind = address("http.dialects.commerce.bind", &bind)?;
+    let jwt_secret = raw
+        .jwt_secret
+        .filter(|s| !s.expose().is_empty())
+        .ok_or_else(|| invalid("http.dialects.commerce.jwt_secret", "is required when its bind is set"))?;
+    if jwt_secret.expose().len() < 32 {
+        return Err(invalid(
+            "http.dialects.commerce.jwt_secret",
+            "must be at least 32 bytes (HS256's key size; 48 for HS384, 64 for HS512)",
+        ));
+    }
+    if raw.demo_token && !payment_mock {
+        return Err(invalid(
+            "http.dialects.commerce.demo_token",
+            "mints tokens for anyone: only with payment.provider = mock",
+        ));
+    }
+    let token_validity = match raw.token_validity.as_deref() {
+        None => Duration::from_secs(3600),
+        Some(text) => positive("http.dialects.commerce.token_validity", text)?,
+    };
+    let issuer = raw.issuer.unwrap_or_else(|| "commerce-orchestration-backend".to_owned());
+    Ok(Some(CommerceDialectSettings { bind, jwt_secret, demo_token: raw.demo_token, token_validity, issuer }))
+}

@@ -266,3 +266,44 @@ fn the_documented_defaults_are_the_defaults() {
         assert!(documented.contains(&key), "`{key}` has a default but is not in docs/configuration.md");
     }
 }
+
+#[test]
+fn the_commerce_dialect_is_off_until_bound_and_its_key_and_demo_tokens_are_checked() {
+    assert!(load(&[]).unwrap().http.commerce.is_none(), "off by default");
+    let secret = "0123456789abcdef0123456789abcdef";
+    let on = load(&[
+        ("APP__HTTP__DIALECTS__COMMERCE__BIND", "127.0.0.1:0"),
+        ("APP__HTTP__DIALECTS__COMMERCE__JWT_SECRET", secret),
+    ])
+    .unwrap()
+    .http
+    .commerce
+    .unwrap();
+    assert!(!on.demo_token);
+    assert_eq!(on.token_validity, Duration::from_secs(3600));
+    assert_eq!(on.issuer, "commerce-orchestration-backend");
+    for (env, named) in [
+        (vec![("APP__HTTP__DIALECTS__COMMERCE__BIND", "127.0.0.1:0")], "jwt_secret"),
+        (
+            vec![
+                ("APP__HTTP__DIALECTS__COMMERCE__BIND", "127.0.0.1:0"),
+                ("APP__HTTP__DIALECTS__COMMERCE__JWT_SECRET", "31-bytes-is-too-short-for-hs256"),
+            ],
+            "at least 32 bytes",
+        ),
+        (
+            vec![
+                ("APP__HTTP__DIALECTS__COMMERCE__BIND", "127.0.0.1:0"),
+                ("APP__HTTP__DIALECTS__COMMERCE__JWT_SECRET", secret),
+                ("APP__HTTP__DIALECTS__COMMERCE__DEMO_TOKEN", "true"),
+                ("APP__PAYMENT__PROVIDER", "toss"),
+                ("APP__PAYMENT__TOSS__SECRET_KEY", "test_sk_abc"),
+            ],
+            "http.dialects.commerce.demo_token",
+        ),
+    ] {
+        let err = load(&env).unwrap_err().to_string();
+        assert!(err.contains(named), "{named}: {err}");
+        assert!(!err.contains(secret), "the key is never printed: {err}");
+    }
+}

@@ -190,10 +190,46 @@ pub fn ops_server(services: &Services) -> Result<(Server, std::net::SocketAddr),
     Ok((server, local))
 }
 
+/// The commerce dialect's server (docs/spec.md §14) on its own address, over the same
+/// state as the native API.
+fn commerce_server(
+    services: &Services,
+    dialect: &crate::config::CommerceDialectSettings,
+) -> Result<(u16, Server), StartupError> {
+    let api = http::commerce::CommerceApi::new(dialect.clone()).map_err(StartupError::Config)?;
+    let listener = TcpListener::bind(dialect.bind).map_err(|e| {
+        StartupError::runtime(format!("cannot bind http.dialects.commerce.bind {}", dialect.bind), e)
+    })?;
+    let port =
+        listener.local_addr().map_err(|e| StartupError::runtime("cannot read the bound address", e))?.port();
+    let state = http_state(services, Role::Serve);
+    let api = web::Data::from(api);
+    let server = HttpServer::new(move || {
+        App::new()
+            .wrap(from_fn(http::commerce::trace))
+            .wrap(from_fn(http::correlation::correlate))
+            .app_data(state.clone())
+            .app_data(api.clone())
+            .configure(http::commerce::routes)
+            .default_service(web::to(http::commerce::not_found))
+    })
+    .listen(listener)
+    .map_err(|e| {
+        StartupError::runtime(format!("cannot serve http.dialects.commerce.bind {}", dialect.bind), e)
+    })?
+    .disable_signals()
+    .shutdown_timeout(10)
+    .run();
+    tracing::info!(port, "serving the commerce dialect (docs/dialects.md)");
+    Ok((port, server))
+}
+
 /// A running `app serve`: the HTTP server and, when embedded, the worker loops.
 pub struct Application {
     port: u16,
     server: Server,
+    /// The commerce dialect's listener (`http.dialects.commerce.bind`) and its port.
+    commerce: Option<(u16, Server)>,
     services: Services,
 }
 
@@ -243,7 +279,16 @@ impl Application {
         .disable_signals()
         .shutdown_timeout(10)
         .run();
-        Ok(Application { port, server, services })
+        let commerce = match &settings.http.commerce {
+            Some(dialect) => Some(commerce_server(&services, dialect)?),
+            None => None,
+        };
+        Ok(Application { port, server, commerce, services })
+    }
+
+    /// The port of the commerce dialect's listener, when it is on.
+    pub fn commerce_port(&self) -> Option<u16> {
+        self.commerce.as_ref().map(|(port, _)| *port)
     }
 
     pub fn port(&self) -> u16 {
@@ -266,6 +311,10 @@ impl Application {
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
         let workers = self.services.settings.worker.embedded.then(|| Workers::spawn(&self.services));
         let handle = self.server.handle();
+        let dialect = self.commerce.map(|(_, server)| {
+            let handle = server.handle();
+            (handle, tokio::spawn(server))
+        });
         let mut server = tokio::spawn(self.server);
         let result = tokio::select! {
             result = &mut server => result.unwrap_or_else(|e| Err(std::io::Error::other(e))),
@@ -275,6 +324,10 @@ impl Application {
                 server.await.unwrap_or_else(|e| Err(std::io::Error::other(e)))
             }
         };
+        if let Some((handle, server)) = dialect {
+            handle.stop(true).await;
+            let _ = server.await;
+        }
         if let Some(workers) = workers {
             workers.shutdown(StdDuration::from_secs(30)).await;
         }

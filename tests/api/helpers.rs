@@ -223,6 +223,8 @@ pub struct TestApp {
     /// Set when the app runs on a manual clock ([`TestApp::spawn_on_manual_clock`]).
     pub clock: Option<Arc<ManualClock>>,
     pub base: String,
+    /// The commerce dialect's base URL, when `APP__HTTP__DIALECTS__COMMERCE__BIND` is set.
+    pub commerce: Option<String>,
     pub client: reqwest::Client,
     pub services: Services,
     pub db: DatabaseConnection,
@@ -279,6 +281,7 @@ impl TestApp {
         }
         .expect("build app");
         let base = format!("http://127.0.0.1:{}", app.port());
+        let commerce = app.commerce_port().map(|port| format!("http://127.0.0.1:{port}"));
         let services = app.services().clone();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(app.run_until_stopped(async move {
@@ -287,6 +290,7 @@ impl TestApp {
         TestApp {
             clock,
             base,
+            commerce,
             client: reqwest::Client::new(),
             services,
             db,

@@ -14,6 +14,7 @@ mod channels;
 mod checkout;
 mod cli;
 mod cluster;
+mod commerce_dialect;
 mod console;
 mod contracts;
 mod edges;

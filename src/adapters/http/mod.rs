@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod body;
+pub mod commerce;
 pub mod console;
 pub mod correlation;
 pub mod dto;

@@ -1,0 +1,172 @@
+//! The platform's demo tokens: HMAC over the UTF-8 bytes of `jwt_secret`, the algorithm
+//! chosen by the key's length as its JWT library does (64 bytes or more: HS512; 48: HS384;
+//! else HS256), claims `sub, iss, iat, exp, roles`. A token is accepted under any of the
+//! three the key is long enough for; its signature and expiry are checked, its issuer not
+//! (as the platform). Admin paths need `ROLE_ADMIN`.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use actix_web::dev::Payload;
+use actix_web::http::header;
+use actix_web::{FromRequest, HttpRequest, web};
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde::{Deserialize, Serialize};
+
+use super::CommerceApi;
+use super::envelope::CommerceError;
+use crate::application::Actor;
+use crate::config::CommerceDialectSettings;
+
+pub type Roles = Vec<String>;
+
+/// The role the platform's admin paths need.
+pub const ADMIN_ROLE: &str = "ROLE_ADMIN";
+
+/// The dialect's key, to mint (demo tokens) and to verify.
+pub struct CommerceKeys {
+    signing: (Algorithm, EncodingKey),
+    decoding: DecodingKey,
+    /// The algorithms the key is long enough for.
+    accepted: Vec<Algorithm>,
+    issuer: String,
+    validity_secs: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Claims {
+    sub: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    iss: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    iat: Option<u64>,
+    exp: u64,
+    #[serde(default)]
+    roles: Option<Roles>,
+}
+
+impl CommerceKeys {
+    /// # Errors
+    /// The key cannot be made from the secret.
+    pub fn new(settings: &CommerceDialectSettings) -> Result<Self, String> {
+        let secret = settings.jwt_secret.expose().as_bytes();
+        let accepted: Vec<Algorithm> =
+            [(64, Algorithm::HS512), (48, Algorithm::HS384), (32, Algorithm::HS256)]
+                .into_iter()
+                .filter(|(len, _)| secret.len() >= *len)
+                .map(|(_, alg)| alg)
+                .collect();
+        // The strongest the key allows signs, as the platform's library picks it; the
+        // settings refuse a key under 32 bytes, so there is always one.
+        let strongest = accepted.first().copied().unwrap_or(Algorithm::HS256);
+        let bad = |e: jsonwebtoken::errors::Error| format!("http.dialects.commerce.jwt_secret: {e}");
+        Ok(CommerceKeys {
+            signing: (strongest, EncodingKey::from_secret(secret).map_err(bad)?),
+            decoding: DecodingKey::from_secret(secret).map_err(bad)?,
+            accepted,
+            issuer: settings.issuer.clone(),
+            validity_secs: settings.token_validity.as_secs(),
+        })
+    }
+
+    /// The algorithm demo tokens are signed with.
+    pub fn algorithm(&self) -> Algorithm {
+        self.signing.0
+    }
+
+    /// A demo token for `username` with `roles`.
+    ///
+    /// # Errors
+    /// Signing failed (it does not with an HMAC key).
+    pub fn mint(&self, username: &str, roles: &[String]) -> Result<String, jsonwebtoken::errors::Error> {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let claims = Claims {
+            sub: username.to_owned(),
+            iss: Some(self.issuer.clone()),
+            iat: Some(now),
+            exp: now + self.validity_secs,
+            roles: Some(roles.to_vec()),
+        };
+        jsonwebtoken::encode(&Header::new(self.signing.0), &claims, &self.signing.1)
+    }
+
+    /// The caller a token names, if its signature and expiry hold.
+    fn verify(&self, token: &str) -> Option<Caller> {
+        let alg = jsonwebtoken::decode_header(token).ok()?.alg;
+        if !self.accepted.contains(&alg) {
+            return None;
+        }
+        let mut validation = Validation::new(alg);
+        validation.leeway = 0;
+        validation.validate_aud = false;
+        validation.set_required_spec_claims(&["exp", "sub"]);
+        let claims = jsonwebtoken::decode::<Claims>(token, &self.decoding, &validation).ok()?.claims;
+        if claims.sub.trim().is_empty() {
+            return None;
+        }
+        Some(Caller { username: claims.sub, roles: claims.roles.unwrap_or_default() })
+    }
+}
+
+/// Who called, as the platform's security sees it: a user name and roles.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub username: String,
+    pub roles: Roles,
+}
+
+impl Caller {
+    pub fn is_admin(&self) -> bool {
+        self.roles.iter().any(|r| r == ADMIN_ROLE)
+    }
+
+    /// How our use cases see this caller. The platform authorizes by role alone: any
+    /// signed-in user orders for any `customerId` and reads any order; its dialect keeps
+    /// that (its routes are all it can reach), and the audit log names the user
+    /// (`commerce:<username>`; docs/dialects.md).
+    pub fn actor(&self) -> Actor {
+        Actor::admin(format!("commerce:{}", self.username))
+    }
+}
+
+/// The caller of `req`: `401 UNAUTHORIZED` without a valid bearer token (the platform
+/// answers an invalid or expired one 500; docs/dialects.md).
+///
+/// # Errors
+/// No token, or one that does not verify.
+pub fn caller_of(req: &HttpRequest) -> Result<Caller, CommerceError> {
+    let api = req.app_data::<web::Data<CommerceApi>>().ok_or_else(CommerceError::internal)?;
+    let token = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or_else(CommerceError::unauthorized)?;
+    api.keys.verify(token.trim()).ok_or_else(CommerceError::unauthorized)
+}
+
+/// A signed-in caller (`/api/**`).
+pub struct User(pub Caller);
+
+impl FromRequest for User {
+    type Error = CommerceError;
+    type Future = std::future::Ready<Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        std::future::ready(caller_of(req).map(User))
+    }
+}
+
+/// A caller with `ROLE_ADMIN` (`/api/admin/**`): `401` without a token, `403` without the role.
+pub struct AdminUser(pub Caller);
+
+impl FromRequest for AdminUser {
+    type Error = CommerceError;
+    type Future = std::future::Ready<Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        std::future::ready(
+            caller_of(req)
+                .and_then(|c| if c.is_admin() { Ok(AdminUser(c)) } else { Err(CommerceError::forbidden()) }),
+        )
+    }
+}

@@ -1,0 +1,142 @@
+//! The commerce backend's HTTP API (`http.dialects.commerce`, docs/spec.md §14,
+//! docs/dialects.md): `Gseobi/commerce-orchestration-backend`'s paths, envelope, tokens and
+//! texts on a listener of their own, over the same use cases as the native API.
+//!
+//! - [`envelope`]: its `{success, code, message, data}` answers and its error codes.
+//! - [`auth`]: its demo tokens (HMAC over `jwt_secret`, `roles`), minted and verified.
+//! - `X-Trace-Id` on every answer ([`trace`]), taken as the request's correlation id.
+
+pub mod auth;
+pub mod envelope;
+
+use std::sync::Arc;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::StatusCode;
+use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::middleware::Next;
+use actix_web::{HttpMessage, HttpResponse, web};
+use serde::Deserialize;
+
+use self::auth::{CommerceKeys, Roles};
+use self::envelope::{CommerceError, ok};
+use super::correlation::CorrelationId;
+use crate::config::CommerceDialectSettings;
+
+/// The header the platform traces a request by (its `RequestTraceFilter`).
+pub const TRACE_HEADER: &str = "x-trace-id";
+
+/// What the dialect's handlers share: its settings and keys.
+pub struct CommerceApi {
+    pub settings: CommerceDialectSettings,
+    pub keys: CommerceKeys,
+}
+
+impl CommerceApi {
+    /// # Errors
+    /// Its key cannot be made from `jwt_secret`.
+    pub fn new(settings: CommerceDialectSettings) -> Result<Arc<Self>, String> {
+        let keys = CommerceKeys::new(&settings)?;
+        Ok(Arc::new(CommerceApi { settings, keys }))
+    }
+}
+
+/// A trace id a client sent that we echo: as the platform, any non-blank value; bounded and
+/// printable here, so that it can be a header again and a correlation id.
+fn echoable(value: &str) -> bool {
+    !value.trim().is_empty() && value.len() <= 128 && value.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// Middleware: the request's `X-Trace-Id` (echoed, else a new UUID) on its answer, and as
+/// its correlation id (outbox rows, logs).
+pub async fn trace(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let id = req
+        .headers()
+        .get(TRACE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| echoable(v))
+        .map(str::to_owned)
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    req.extensions_mut().insert(CorrelationId(id.clone()));
+    let mut res = next.call(req).await?;
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        res.headers_mut().insert(HeaderName::from_static(TRACE_HEADER), value);
+    }
+    Ok(res)
+}
+
+/// A path the platform serves, answering a method it does not serve with `405` in its
+/// envelope (the platform: 500; docs/dialects.md).
+fn resource(path: &str, allow: &'static str) -> actix_web::Resource {
+    web::resource(path).default_service(web::to(move || async move {
+        let mut res = CommerceError::method_not_allowed().response();
+        res.headers_mut().insert(actix_web::http::header::ALLOW, HeaderValue::from_static(allow));
+        res
+    }))
+}
+
+/// Every route of the dialect, its bodies' and paths' errors in its envelope.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.app_data(
+        web::JsonConfig::default()
+            .limit(64 * 1024)
+            .error_handler(|err, _| CommerceError::bad_json(&err.to_string()).into()),
+    )
+    .app_data(web::PathConfig::default().error_handler(|_, _| CommerceError::bad_path().into()))
+    .service(resource("/actuator/health", "GET").route(web::get().to(health)))
+    .service(resource("/api/auth/token", "POST").route(web::post().to(token)));
+}
+
+/// Anything the platform does not serve: `401` without a token under `/api/` (its security
+/// asks for one first), else `404` in its envelope (the platform: 500).
+pub async fn not_found(req: actix_web::HttpRequest) -> HttpResponse {
+    if req.path().starts_with("/api/")
+        && let Err(err) = auth::caller_of(&req)
+    {
+        return err.response();
+    }
+    CommerceError::not_found().response()
+}
+
+/// `GET /actuator/health`: Spring Boot's answer shape, outside the envelope.
+async fn health(state: web::Data<super::HttpState>) -> HttpResponse {
+    let up = state.readiness.check(state.role).await.ready;
+    let status = if up { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    HttpResponse::build(status).json(serde_json::json!({ "status": if up { "UP" } else { "DOWN" } }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TokenRequest {
+    username: Option<String>,
+    roles: Option<Vec<String>>,
+}
+
+/// `POST /api/auth/token`: a demo token, only with `demo_token = true` (else 404, as a path
+/// the platform serves only in demo mode).
+async fn token(
+    api: web::Data<CommerceApi>,
+    body: web::Json<TokenRequest>,
+) -> Result<HttpResponse, CommerceError> {
+    if !api.settings.demo_token {
+        return Err(CommerceError::not_found());
+    }
+    let body = body.into_inner();
+    let username = body
+        .username
+        .filter(|u| !u.trim().is_empty())
+        .ok_or_else(|| CommerceError::bad_request("username은 필수입니다."))?;
+    if username.chars().count() > 200 || username.chars().any(char::is_control) {
+        return Err(CommerceError::bad_request("username은 200자 이하의 문자여야 합니다."));
+    }
+    let roles: Roles = match body.roles {
+        Some(roles) if !roles.is_empty() => roles,
+        _ => vec!["ROLE_USER".to_owned()],
+    };
+    let token = api.keys.mint(&username, &roles).map_err(|_| CommerceError::internal())?;
+    Ok(ok(serde_json::json!({ "tokenType": "Bearer", "accessToken": token, "roles": roles })))
+}
