@@ -381,6 +381,11 @@ pub(super) const DEFAULTS: &str = r#"
 [http]
 bind = "127.0.0.1:8080"
 
+[http.dialects.commerce]
+demo_token = false
+token_validity = "1h"
+issuer = "commerce-orchestration-backend"
+
 [database]
 url = "sqlite://data/app.db?mode=rwc"
 max_connections = 16
