@@ -2,25 +2,20 @@
 //! chosen by the key's length as its JWT library does (64 bytes or more: HS512; 48: HS384;
 //! else HS256), claims `sub, iss, iat, exp, roles`. A token is accepted under any of the
 //! three the key is long enough for; its signature and expiry are checked, its issuer not
-//! (as the platform). Admin paths need `ROLE_ADMIN`.
+//! (as the platform).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use actix_web::dev::Payload;
 use actix_web::http::header;
-use actix_web::{FromRequest, HttpRequest, web};
+use actix_web::{HttpRequest, web};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
 use super::CommerceApi;
 use super::envelope::CommerceError;
-use crate::application::Actor;
 use crate::config::CommerceDialectSettings;
 
 pub type Roles = Vec<String>;
-
-/// The role the platform's admin paths need.
-pub const ADMIN_ROLE: &str = "ROLE_ADMIN";
 
 /// The dialect's key, to mint (demo tokens) and to verify.
 pub struct CommerceKeys {
@@ -68,11 +63,6 @@ impl CommerceKeys {
         })
     }
 
-    /// The algorithm demo tokens are signed with.
-    pub fn algorithm(&self) -> Algorithm {
-        self.signing.0
-    }
-
     /// A demo token for `username` with `roles`.
     ///
     /// # Errors
@@ -114,20 +104,6 @@ pub struct Caller {
     pub roles: Roles,
 }
 
-impl Caller {
-    pub fn is_admin(&self) -> bool {
-        self.roles.iter().any(|r| r == ADMIN_ROLE)
-    }
-
-    /// How our use cases see this caller. The platform authorizes by role alone: any
-    /// signed-in user orders for any `customerId` and reads any order; its dialect keeps
-    /// that (its routes are all it can reach), and the audit log names the user
-    /// (`commerce:<username>`; docs/dialects.md).
-    pub fn actor(&self) -> Actor {
-        Actor::admin(format!("commerce:{}", self.username))
-    }
-}
-
 /// The caller of `req`: `401 UNAUTHORIZED` without a valid bearer token (the platform
 /// answers an invalid or expired one 500; docs/dialects.md).
 ///
@@ -142,31 +118,4 @@ pub fn caller_of(req: &HttpRequest) -> Result<Caller, CommerceError> {
         .and_then(|v| v.strip_prefix("Bearer "))
         .ok_or_else(CommerceError::unauthorized)?;
     api.keys.verify(token.trim()).ok_or_else(CommerceError::unauthorized)
-}
-
-/// A signed-in caller (`/api/**`).
-pub struct User(pub Caller);
-
-impl FromRequest for User {
-    type Error = CommerceError;
-    type Future = std::future::Ready<Result<Self, Self::Error>>;
-
-    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        std::future::ready(caller_of(req).map(User))
-    }
-}
-
-/// A caller with `ROLE_ADMIN` (`/api/admin/**`): `401` without a token, `403` without the role.
-pub struct AdminUser(pub Caller);
-
-impl FromRequest for AdminUser {
-    type Error = CommerceError;
-    type Future = std::future::Ready<Result<Self, Self::Error>>;
-
-    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        std::future::ready(
-            caller_of(req)
-                .and_then(|c| if c.is_admin() { Ok(AdminUser(c)) } else { Err(CommerceError::forbidden()) }),
-        )
-    }
 }

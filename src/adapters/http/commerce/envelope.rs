@@ -47,13 +47,9 @@ impl CommerceError {
         Self::new(StatusCode::BAD_REQUEST, "BAD_REQUEST", message)
     }
 
-    /// A body that is not the JSON asked for (the platform: 500; docs/dialects.md).
-    pub fn bad_json(_cause: &str) -> Self {
-        Self::bad_request("잘못된 요청입니다.")
-    }
-
-    /// A path variable of the wrong type, `/api/orders/abc` (the platform: 500).
-    pub fn bad_path() -> Self {
+    /// A body that is not the JSON asked for, or a path variable of the wrong type
+    /// (`/api/orders/abc`): the platform answers 500 (docs/dialects.md).
+    pub fn malformed() -> Self {
         Self::bad_request("잘못된 요청입니다.")
     }
 

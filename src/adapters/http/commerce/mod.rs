@@ -82,11 +82,9 @@ fn resource(path: &str, allow: &'static str) -> actix_web::Resource {
 /// Every route of the dialect, its bodies' and paths' errors in its envelope.
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.app_data(
-        web::JsonConfig::default()
-            .limit(64 * 1024)
-            .error_handler(|err, _| CommerceError::bad_json(&err.to_string()).into()),
+        web::JsonConfig::default().limit(64 * 1024).error_handler(|_, _| CommerceError::malformed().into()),
     )
-    .app_data(web::PathConfig::default().error_handler(|_, _| CommerceError::bad_path().into()))
+    .app_data(web::PathConfig::default().error_handler(|_, _| CommerceError::malformed().into()))
     .service(resource("/actuator/health", "GET").route(web::get().to(health)))
     .service(resource("/api/auth/token", "POST").route(web::post().to(token)));
 }
