@@ -234,6 +234,7 @@ pub(crate) fn saga_commits(i: usize) -> Vec<Vec<NewOutboxEvent>> {
                 correlation_id: Some(correlation.clone()),
                 causation_id: Some(correlation.clone()),
                 customer_email: None,
+                description: None,
             },
         };
         let mut payment = Payment::request(order.id, 1, order.total, now);

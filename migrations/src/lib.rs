@@ -27,6 +27,7 @@ mod m20261205_000019_causation;
 mod m20261205_000020_settlement_retries;
 mod m20261205_000021_customer_email;
 mod m20261206_000022_payouts;
+mod m20261207_000023_order_description;
 
 pub struct Migrator;
 
@@ -56,6 +57,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000020_settlement_retries::Migration),
             Box::new(m20261205_000021_customer_email::Migration),
             Box::new(m20261206_000022_payouts::Migration),
+            Box::new(m20261207_000023_order_description::Migration),
         ]
     }
 }

@@ -51,6 +51,9 @@ pub struct RetryReport {
     pub skipped: usize,
     /// The notifications this round attempted.
     pub processed_ids: Vec<NotificationId>,
+    /// Their orders' numbers, in the same order (the commerce dialect names a notification
+    /// by its order's number).
+    pub processed_orders: Vec<i64>,
 }
 
 /// One attempt's result.
@@ -182,15 +185,17 @@ impl NotificationRetry {
         for notification in due {
             match self.attempt(actor, notification.id, Claim::Due).await? {
                 Attempt::Lost => report.skipped += 1,
-                Attempt::Sent(_) => {
+                Attempt::Sent(record) => {
                     report.claimed += 1;
                     report.succeeded += 1;
                     report.processed_ids.push(notification.id);
+                    report.processed_orders.push(record.order.number);
                 }
-                Attempt::Failed(_) => {
+                Attempt::Failed(record) => {
                     report.claimed += 1;
                     report.failed += 1;
                     report.processed_ids.push(notification.id);
+                    report.processed_orders.push(record.order.number);
                 }
             }
         }

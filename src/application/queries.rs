@@ -36,6 +36,8 @@ pub struct ListOrders {
 /// its audit trail, each oldest first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OrderFlow {
+    /// The order with its saga state.
+    pub record: OrderRecord,
     /// The order's payment, if it has one.
     pub payment_id: Option<PaymentId>,
     pub steps: Vec<StepRecord>,
@@ -70,7 +72,13 @@ impl OrderQueries {
         let key = id.to_string();
         let events = self.outbox.for_aggregate(ORDER_AGGREGATE, &key).await?;
         let audit = self.orders.audit_for(entity::ORDER, &key).await?;
-        Ok(OrderFlow { payment_id: record.payment.map(|p| p.id), steps: record.steps, events, audit })
+        Ok(OrderFlow {
+            payment_id: record.payment.as_ref().map(|p| p.id),
+            steps: record.steps.clone(),
+            events,
+            audit,
+            record,
+        })
     }
 
     /// One order with its saga state.
@@ -83,6 +91,15 @@ impl OrderQueries {
             Some(record) if actor.may_access(&record.order.customer_id) => Ok(record),
             _ => Err(AppError::NotFound("order")),
         }
+    }
+
+    /// The order numbered `number` (docs/spec.md §3), as [`Self::get_order`].
+    ///
+    /// # Errors
+    /// `NotFound` when there is none or the caller may not see it.
+    pub async fn order_by_number(&self, actor: &Actor, number: i64) -> Result<OrderRecord, AppError> {
+        let id = self.orders.find_by_number(number).await?.ok_or(AppError::NotFound("order"))?;
+        self.get_order(actor, id).await
     }
 
     /// Orders newest first; a customer sees only their own, an admin everyone's.

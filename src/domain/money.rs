@@ -45,6 +45,28 @@ impl Currency {
     }
 }
 
+/// The ISO-4217 codes whose minor unit is the major unit (no decimals).
+const ZERO_DIGITS: &[&str] = &[
+    "BIF", "CLP", "DJF", "GNF", "ISK", "JPY", "KMF", "KRW", "PYG", "RWF", "UGX", "VND", "VUV", "XAF", "XOF",
+    "XPF",
+];
+/// The ISO-4217 codes with three decimals.
+const THREE_DIGITS: &[&str] = &["BHD", "IQD", "JOD", "KWD", "LYD", "OMR", "TND"];
+
+impl Currency {
+    /// How many decimals the currency's major unit has (ISO 4217's minor unit: KRW 0,
+    /// USD 2, KWD 3): an amount of minor units is `major × 10^digits`.
+    pub fn minor_digits(&self) -> u32 {
+        if ZERO_DIGITS.contains(&self.as_str()) {
+            0
+        } else if THREE_DIGITS.contains(&self.as_str()) {
+            3
+        } else {
+            2
+        }
+    }
+}
+
 impl FromStr for Currency {
     type Err = MoneyError;
 
@@ -134,6 +156,16 @@ mod tests {
         for bad in ["usd", "XXX", "US", "USDD", "", "€"] {
             assert!(matches!(bad.parse::<Currency>(), Err(MoneyError::UnknownCurrency(_))), "{bad}");
         }
+    }
+
+    #[test]
+    fn minor_digits_follow_iso_4217() {
+        let digits = |code: &str| code.parse::<Currency>().unwrap().minor_digits();
+        assert_eq!(
+            (digits("KRW"), digits("JPY"), digits("USD"), digits("EUR"), digits("KWD")),
+            (0, 0, 2, 2, 3)
+        );
+        assert!(ZERO_DIGITS.iter().chain(THREE_DIGITS).all(|c| ISO_4217.contains(c)));
     }
 
     #[test]

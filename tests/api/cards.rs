@@ -31,6 +31,7 @@ async fn register_for(
         correlation_id: None,
         inbox: None,
         customer_email: None,
+        description: None,
     };
     app.services.orchestrator.place_order(&Actor::system("test-meeting"), command).await.unwrap()
 }

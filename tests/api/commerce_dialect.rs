@@ -182,4 +182,630 @@ async fn tokens_are_checked_and_every_answer_is_in_the_envelope(backend: Backend
     assert_eq!(res.status(), StatusCode::NOT_FOUND);
 }
 
-on_both_databases!(demo_tokens_are_the_platforms, tokens_are_checked_and_every_answer_is_in_the_envelope);
+/// Retries a minute apart: on the manual clock a retry is due once the test moves time on.
+const RETRIES: &[(&str, &str)] =
+    &[("APP__NOTIFICATION__RETRY__BACKOFF_BASE", "1m"), ("APP__NOTIFICATION__RETRY__MAX_ATTEMPTS", "5")];
+
+/// The platform's clients: a bearer token, its paths, its envelope read back.
+struct Client<'a> {
+    app: &'a TestApp,
+    base: String,
+    token: String,
+}
+
+impl Client<'_> {
+    async fn send(&self, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let url = format!("{}{path}", self.base);
+        let mut request = match method {
+            "GET" => self.app.client.get(url),
+            _ => self.app.client.post(url),
+        }
+        .bearer_auth(&self.token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let res = request.send().await.unwrap();
+        let status = res.status();
+        assert!(res.headers().contains_key("x-trace-id"), "{path}: X-Trace-Id on every answer");
+        (status, res.json().await.unwrap())
+    }
+
+    /// A success's `data`.
+    async fn data(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let (status, body) = self.send(method, path, body).await;
+        assert_eq!(status, StatusCode::OK, "{method} {path}: {body}");
+        assert_eq!(
+            (&body["success"], &body["code"], &body["message"]),
+            (&json!(true), &json!("SUCCESS"), &json!("요청이 정상 처리되었습니다.")),
+            "{body}"
+        );
+        body["data"].clone()
+    }
+
+    /// An error's code and message (`data: null`).
+    async fn refused(&self, method: &str, path: &str, body: Option<Value>) -> (StatusCode, String, String) {
+        let (status, body) = self.send(method, path, body).await;
+        assert_eq!((&body["success"], &body["data"]), (&json!(false), &Value::Null), "{body}");
+        (status, body["code"].as_str().unwrap().to_owned(), body["message"].as_str().unwrap().to_owned())
+    }
+
+    /// `POST /api/orders` as its `OrderFlowIntegrationTest` does; the new order's id.
+    async fn create(&self, description: &str) -> i64 {
+        let body = json!({ "customerId": "customer-1", "totalAmount": 12000, "currency": "KRW", "description": description });
+        let data = self.data("POST", "/api/orders", Some(body)).await;
+        data["orderId"].as_i64().unwrap()
+    }
+}
+
+fn admin_client<'a>(app: &'a TestApp, base: &str) -> Client<'a> {
+    Client {
+        app,
+        base: base.to_owned(),
+        token: platform_token(Algorithm::HS512, "tester", &["ROLE_USER", "ROLE_ADMIN"], 600),
+    }
+}
+
+/// A `LocalDateTime` as Jackson writes it: no offset, seconds, an optional fraction.
+fn is_local_date_time(value: &Value) -> bool {
+    let Some(text) = value.as_str() else { return false };
+    let (main, fraction) = text.split_once('.').unwrap_or((text, "0"));
+    chrono::NaiveDateTime::parse_from_str(main, "%Y-%m-%dT%H:%M:%S").is_ok()
+        && !fraction.is_empty()
+        && fraction.len() <= 9
+        && fraction.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// The flow's steps as (stepType, status).
+fn sequence(flow: &Value) -> Vec<(String, String)> {
+    flow["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["stepType"].as_str().unwrap().to_owned(), s["status"].as_str().unwrap().to_owned()))
+        .collect()
+}
+
+fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
+    expected.iter().map(|(a, b)| ((*a).to_owned(), (*b).to_owned())).collect()
+}
+
+/// A fault word, the order status and steps it leads to, the payment, settlement and
+/// notification statuses, and how many outbox rows the flow lists.
+type FaultCase = (&'static str, &'static str, &'static [(&'static str, &'static str)], [Value; 3], usize);
+
+const HAPPY: &[(&str, &str)] = &[
+    ("ORDER_CREATE", "SUCCESS"),
+    ("PAYMENT", "READY"),
+    ("PAYMENT", "SUCCESS"),
+    ("SETTLEMENT", "SUCCESS"),
+    ("NOTIFICATION", "SUCCESS"),
+    ("COMPLETE", "SUCCESS"),
+];
+const NOTIFICATION_FAILED: &[(&str, &str)] = &[
+    ("ORDER_CREATE", "SUCCESS"),
+    ("PAYMENT", "READY"),
+    ("PAYMENT", "SUCCESS"),
+    ("SETTLEMENT", "SUCCESS"),
+    ("NOTIFICATION", "FAILED"),
+    ("COMPENSATION", "READY"),
+];
+
+async fn orders_wait_for_orchestrate_and_run_as_its_integration_tests_expect(backend: Backend) {
+    let Some(app) = TestApp::spawn_on_manual_clock(
+        backend,
+        &[
+            ("APP__HTTP__DIALECTS__COMMERCE__BIND", "127.0.0.1:0"),
+            ("APP__HTTP__DIALECTS__COMMERCE__JWT_SECRET", SECRET),
+        ],
+    )
+    .await
+    else {
+        return;
+    };
+    let base = app.commerce.clone().expect("the dialect's listener is on");
+    let client = admin_client(&app, &base);
+
+    // Created: its OrderResponse, held in CREATED.
+    let body = json!({ "customerId": "customer-1", "totalAmount": 12000, "currency": "KRW", "description": "normal happy path" });
+    let created = client.data("POST", "/api/orders", Some(body)).await;
+    let id = created["orderId"].as_i64().unwrap();
+    assert!(id > 0);
+    assert_eq!(
+        (
+            &created["customerId"],
+            &created["totalAmount"],
+            &created["currency"],
+            &created["description"],
+            &created["status"]
+        ),
+        (&json!("customer-1"), &json!(12000), &json!("KRW"), &json!("normal happy path"), &json!("CREATED"))
+    );
+    assert!(is_local_date_time(&created["createdAt"]), "{created}");
+    let detail = client.data("GET", &format!("/api/orders/{id}"), None).await;
+    assert_eq!(detail["orderStatus"], "CREATED");
+    assert_eq!(
+        (&detail["paymentStatuses"], &detail["settlementStatuses"], &detail["notificationStatuses"]),
+        (&json!([]), &json!([]), &json!([]))
+    );
+    assert!(is_local_date_time(&detail["updatedAt"]), "{detail}");
+    let flow = client.data("GET", &format!("/api/orders/{id}/flow"), None).await;
+    assert_eq!(flow, json!({ "orderId": id, "orderStatus": "CREATED", "steps": [], "outboxEvents": [] }));
+
+    // Held, not stalled: a day later stalled-saga recovery leaves it alone.
+    app.advance(std::time::Duration::from_secs(3600 * 24));
+    assert_eq!(app.services.recovery.resume_stalled().await.unwrap(), 0);
+    assert_eq!(client.data("GET", &format!("/api/orders/{id}"), None).await["orderStatus"], "CREATED");
+
+    // Orchestrated: the happy path, its six steps and two outbox rows.
+    let flow = client.data("POST", &format!("/api/orders/{id}/orchestrate"), None).await;
+    assert_eq!((&flow["orderId"], &flow["orderStatus"]), (&json!(id), &json!("COMPLETED")));
+    assert_eq!(sequence(&flow), pairs(HAPPY));
+    let details: Vec<&str> =
+        flow["steps"].as_array().unwrap().iter().map(|s| s["detail"].as_str().unwrap()).collect();
+    assert_eq!(details[0], "Order already created");
+    assert_eq!(details[1], "Payment requested");
+    assert!(
+        details[2].strip_prefix("Payment approved: paymentId=").unwrap().parse::<i64>().is_ok(),
+        "{}",
+        details[2]
+    );
+    assert_eq!(details[3], format!("Settlement requested: settlementId={id}"));
+    assert_eq!(details[4], format!("Notification requested: notificationEventId={id}"));
+    assert_eq!(details[5], "Happy path orchestration completed");
+    let step_ids: Vec<i64> =
+        flow["steps"].as_array().unwrap().iter().map(|s| s["stepId"].as_i64().unwrap()).collect();
+    assert_eq!(step_ids, [1, 2, 3, 4, 5, 6]);
+    assert!(flow["steps"].as_array().unwrap().iter().all(|s| is_local_date_time(&s["createdAt"])));
+    let outbox = flow["outboxEvents"].as_array().unwrap();
+    assert_eq!(outbox.len(), 2, "{flow}");
+    for (row, (topic, event_type)) in outbox.iter().zip([
+        ("commerce.settlement.requested", "SETTLEMENT_REQUESTED"),
+        ("commerce.notification.requested", "NOTIFICATION_REQUESTED"),
+    ]) {
+        assert_eq!((&row["topic"], &row["eventType"]), (&json!(topic), &json!(event_type)));
+        // The exact payload its consumers parse.
+        assert_eq!(row["payload"], format!(r#"{{"orderId":{id},"eventType":"{event_type}"}}"#));
+        assert_eq!(row["retryCount"], 0);
+        assert!(row["outboxEventId"].as_i64().unwrap() > 0);
+        assert!(["READY", "PROCESSING", "PUBLISHED"].contains(&row["status"].as_str().unwrap()), "{row}");
+        assert!(is_local_date_time(&row["createdAt"]));
+        for key in [
+            "nextAttemptAt",
+            "lastAttemptAt",
+            "publishedAt",
+            "deadLetteredAt",
+            "failureCode",
+            "failureReason",
+        ] {
+            assert!(row.get(key).is_some(), "{key} is always there, null or not");
+        }
+    }
+    // Its replay: the same flow, nothing run again.
+    let again = client.data("POST", &format!("/api/orders/{id}/orchestrate"), None).await;
+    assert_eq!(again["steps"], flow["steps"]);
+    assert_eq!(again["outboxEvents"].as_array().unwrap().len(), 2);
+    let read = client.data("GET", &format!("/api/orders/{id}/flow"), None).await;
+    assert_eq!((&read["orderStatus"], &read["steps"]), (&json!("COMPLETED"), &flow["steps"]));
+    let detail = client.data("GET", &format!("/api/orders/{id}"), None).await;
+    assert_eq!(
+        (
+            &detail["orderStatus"],
+            &detail["paymentStatuses"],
+            &detail["settlementStatuses"],
+            &detail["notificationStatuses"]
+        ),
+        (&json!("COMPLETED"), &json!(["APPROVED"]), &json!(["REQUESTED"]), &json!(["SENT"]))
+    );
+    // The same order in the native API and its audit log.
+    let native = crate::helpers::json(
+        app.get("/api/orders?customerId=customer-1", &app.admin_token("ops")).send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    let mine = native["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["number"] == json!(id))
+        .expect("listed natively");
+    assert_eq!((&mine["status"], &mine["source"]), (&json!("COMPLETED"), &json!("COMMERCE")));
+    let audited = crate::helpers::count_where(&app.db, "audit_log", "actor = 'commerce:tester'").await;
+    assert!(audited >= 2, "placed and replayed by the platform's user: {audited}");
+
+    // Every fault word: its outcome, its step sequence, its statuses.
+    let cases: [FaultCase; 7] = [
+        (
+            "FAIL_PAYMENT",
+            "FAILED",
+            &[("ORDER_CREATE", "SUCCESS"), ("PAYMENT", "READY"), ("PAYMENT", "FAILED")],
+            [json!(["FAILED"]), json!([]), json!([])],
+            0,
+        ),
+        (
+            "PAYMENT_TIMEOUT_UNKNOWN",
+            "PAYMENT_PENDING",
+            &[("ORDER_CREATE", "SUCCESS"), ("PAYMENT", "READY"), ("PAYMENT", "READY")],
+            [json!(["READY"]), json!([]), json!([])],
+            0,
+        ),
+        (
+            "FAIL_SETTLEMENT",
+            "CANCELLED",
+            &[
+                ("ORDER_CREATE", "SUCCESS"),
+                ("PAYMENT", "READY"),
+                ("PAYMENT", "SUCCESS"),
+                ("SETTLEMENT", "FAILED"),
+                ("COMPENSATION", "SUCCESS"),
+            ],
+            [json!(["CANCELLED"]), json!(["FAILED"]), json!([])],
+            0,
+        ),
+        (
+            "FAIL_NOTIFICATION",
+            "FAILED",
+            NOTIFICATION_FAILED,
+            [json!(["APPROVED"]), json!(["REQUESTED"]), json!(["MANUAL_INTERVENTION_REQUIRED"])],
+            0,
+        ),
+        (
+            "FAIL_NOTIFICATION_MANUAL",
+            "FAILED",
+            NOTIFICATION_FAILED,
+            [json!(["APPROVED"]), json!(["REQUESTED"]), json!(["MANUAL_INTERVENTION_REQUIRED"])],
+            0,
+        ),
+        (
+            "FAIL_NOTIFICATION_RETRY",
+            "FAILED",
+            NOTIFICATION_FAILED,
+            [json!(["APPROVED"]), json!(["REQUESTED"]), json!(["RETRY_SCHEDULED"])],
+            0,
+        ),
+        (
+            "FAIL_NOTIFICATION_IGNORE",
+            "COMPLETED",
+            HAPPY,
+            [json!(["APPROVED"]), json!(["REQUESTED"]), json!(["IGNORED"])],
+            2,
+        ),
+    ];
+    for (word, status, steps, statuses, outbox) in cases {
+        let id = client.create(word).await;
+        let flow = client.data("POST", &format!("/api/orders/{id}/orchestrate"), None).await;
+        assert_eq!(flow["orderStatus"], status, "{word}: {flow}");
+        assert_eq!(sequence(&flow), pairs(steps), "{word}: {flow}");
+        assert_eq!(flow["outboxEvents"].as_array().unwrap().len(), outbox, "{word}: {flow}");
+        let detail = client.data("GET", &format!("/api/orders/{id}"), None).await;
+        assert_eq!(
+            [&detail["paymentStatuses"], &detail["settlementStatuses"], &detail["notificationStatuses"]],
+            [&statuses[0], &statuses[1], &statuses[2]],
+            "{word}: {detail}"
+        );
+        let details: Vec<&str> =
+            flow["steps"].as_array().unwrap().iter().map(|s| s["detail"].as_str().unwrap()).collect();
+        match word {
+            "FAIL_SETTLEMENT" => {
+                assert_eq!(details[3], format!("정산 요청 mock 실패가 발생했습니다. settlementId={id}"));
+                assert!(details[4].starts_with("Payment cancelled after settlement failure: paymentId="));
+            }
+            "FAIL_NOTIFICATION" | "FAIL_NOTIFICATION_MANUAL" => {
+                assert_eq!(
+                    details[4],
+                    format!(
+                        "알림 요청 manual intervention 대상 실패가 발생했습니다. notificationEventId={id}"
+                    )
+                );
+                assert_eq!(
+                    details[5],
+                    "Notification requires manual intervention; payment and settlement are kept as-is"
+                );
+            }
+            "FAIL_NOTIFICATION_RETRY" => {
+                assert_eq!(
+                    details[4],
+                    format!("알림 요청 retry 대상 실패가 발생했습니다. notificationEventId={id}")
+                );
+                let at = details[5]
+                    .strip_prefix(
+                        "Notification retry scheduled; payment and settlement are kept as-is, nextAttemptAt=",
+                    )
+                    .unwrap();
+                assert!(is_local_date_time(&json!(at)), "{at}");
+            }
+            _ => {}
+        }
+        // A second orchestrate is its replay: nothing more runs.
+        let again = client.data("POST", &format!("/api/orders/{id}/orchestrate"), None).await;
+        assert_eq!(
+            (&again["orderStatus"], &again["steps"]),
+            (&flow["orderStatus"], &flow["steps"]),
+            "{word}"
+        );
+    }
+}
+
+async fn operators_recover_notifications_and_dead_letters_with_its_admin_paths(backend: Backend) {
+    let extra = [
+        ("APP__HTTP__DIALECTS__COMMERCE__BIND", "127.0.0.1:0"),
+        ("APP__HTTP__DIALECTS__COMMERCE__JWT_SECRET", SECRET),
+        RETRIES[0],
+        RETRIES[1],
+    ];
+    let Some(app) = TestApp::spawn_on_manual_clock(backend, &extra).await else { return };
+    let base = app.commerce.clone().expect("the dialect's listener is on");
+    let admin = admin_client(&app, &base);
+    let user = Client {
+        app: &app,
+        base: base.clone(),
+        token: platform_token(Algorithm::HS256, "demo-user", &["ROLE_USER"], 600),
+    };
+
+    // Manual intervention, retried by an operator: sent, the order completes.
+    let manual = admin.create("FAIL_NOTIFICATION").await;
+    admin.data("POST", &format!("/api/orders/{manual}/orchestrate"), None).await;
+    let retry = format!("/api/admin/notification-events/{manual}/retry");
+    // Not for a user without ROLE_ADMIN, nor without a token.
+    assert_eq!(
+        user.refused("POST", &retry, None).await,
+        (StatusCode::FORBIDDEN, "FORBIDDEN".into(), "접근 권한이 없습니다.".into())
+    );
+    let anonymous = app.client.post(format!("{base}{retry}")).send().await.unwrap();
+    error(anonymous, StatusCode::UNAUTHORIZED, "UNAUTHORIZED", "인증이 필요합니다.").await;
+    let body =
+        json!({ "operatorId": "ops-admin", "reason": "manual retry after notification channel recovery" });
+    let retried = admin.data("POST", &retry, Some(body)).await;
+    assert_eq!(
+        (&retried["eventId"], &retried["orderId"], &retried["action"], &retried["result"]),
+        (&json!(manual), &json!(manual), &json!("RETRY"), &json!("SUCCESS"))
+    );
+    assert_eq!(
+        (
+            &retried["previousStatus"],
+            &retried["currentStatus"],
+            &retried["handlingPolicy"],
+            &retried["orderStatus"]
+        ),
+        (&json!("MANUAL_INTERVENTION_REQUIRED"), &json!("SENT"), &json!("NONE"), &json!("COMPLETED"))
+    );
+    assert_eq!(retried["message"], "Notification event was retried successfully.");
+    assert_eq!((&retried["failureCode"], &retried["failureReason"]), (&Value::Null, &Value::Null));
+    assert!(is_local_date_time(&retried["lastAttemptAt"]), "{retried}");
+    assert_eq!(
+        crate::helpers::count_where(&app.db, "audit_log", "detail LIKE '%operatorId=ops-admin%'").await,
+        1
+    );
+    // Its refusals, with the current status.
+    assert_eq!(
+        admin.refused("POST", &retry, None).await,
+        (
+            StatusCode::BAD_REQUEST,
+            "ADMIN_REPROCESS_NOT_ALLOWED".into(),
+            "재처리 가능한 알림 이벤트가 아닙니다. current=SENT".into()
+        )
+    );
+    assert_eq!(
+        admin.refused("POST", &format!("/api/admin/notification-events/{manual}/ignore"), None).await,
+        (
+            StatusCode::BAD_REQUEST,
+            "ADMIN_REPROCESS_NOT_ALLOWED".into(),
+            "무시 처리 가능한 알림 이벤트가 아닙니다. current=SENT".into()
+        )
+    );
+    let detail = admin.data("GET", &format!("/api/orders/{manual}"), None).await;
+    assert_eq!(
+        (&detail["orderStatus"], &detail["notificationStatuses"]),
+        (&json!("COMPLETED"), &json!(["SENT"]))
+    );
+
+    // A scheduled retry, ignored: the order completes.
+    let ignored = admin.create("FAIL_NOTIFICATION_RETRY").await;
+    admin.data("POST", &format!("/api/orders/{ignored}/orchestrate"), None).await;
+    let data = admin.data("POST", &format!("/api/admin/notification-events/{ignored}/ignore"), None).await;
+    assert_eq!(
+        (
+            &data["action"],
+            &data["result"],
+            &data["previousStatus"],
+            &data["currentStatus"],
+            &data["orderStatus"]
+        ),
+        (
+            &json!("IGNORE"),
+            &json!("IGNORED"),
+            &json!("RETRY_SCHEDULED"),
+            &json!("IGNORED"),
+            &json!("COMPLETED")
+        )
+    );
+    assert_eq!(data["message"], "Notification event was marked as ignored.");
+
+    // retry-due: its bare object; nothing before the backoff, then the due one is sent.
+    let due = admin.create("FAIL_NOTIFICATION_RETRY").await;
+    admin.data("POST", &format!("/api/orders/{due}/orchestrate"), None).await;
+    let (status, bare) = admin.send("POST", "/api/admin/notification-events/retry-due", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        bare,
+        json!({ "status": "completed", "processedCount": 0, "successCount": 0, "failedCount": 0, "skippedCount": 0, "processedEventIds": [] })
+    );
+    app.advance(std::time::Duration::from_secs(3600));
+    let (_, bare) = admin.send("POST", "/api/admin/notification-events/retry-due", None).await;
+    assert_eq!(
+        bare,
+        json!({ "status": "completed", "processedCount": 1, "successCount": 1, "failedCount": 0, "skippedCount": 0, "processedEventIds": [due] })
+    );
+    assert_eq!(admin.data("GET", &format!("/api/orders/{due}"), None).await["orderStatus"], "COMPLETED");
+    let (status, _) = user.send("POST", "/api/admin/notification-events/retry-due", None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+
+    // Unknown events; an order without a notification yet; a path that is not an id.
+    let held = admin.create("normal").await;
+    for id in [held, 987_654_321] {
+        assert_eq!(
+            admin.refused("POST", &format!("/api/admin/notification-events/{id}/retry"), None).await,
+            (
+                StatusCode::NOT_FOUND,
+                "NOTIFICATION_EVENT_NOT_FOUND".into(),
+                "알림 이벤트를 찾을 수 없습니다.".into()
+            )
+        );
+    }
+    assert_eq!(
+        admin.refused("POST", "/api/admin/notification-events/abc/ignore", None).await,
+        (StatusCode::BAD_REQUEST, "BAD_REQUEST".into(), "잘못된 요청입니다.".into())
+    );
+    let (status, code, _) =
+        admin.refused("POST", &retry, Some(json!({ "operatorId": "x".repeat(101) }))).await;
+    assert_eq!((status, code.as_str()), (StatusCode::BAD_REQUEST, "BAD_REQUEST"));
+
+    // Outbox: only a dead letter is retried.
+    let flow = admin.data("GET", &format!("/api/orders/{manual}/flow"), None).await;
+    let row = &flow["outboxEvents"][0];
+    let path = format!("/api/admin/outbox-events/{}/retry", row["outboxEventId"]);
+    assert_eq!(
+        admin.refused("POST", &path, None).await,
+        (
+            StatusCode::BAD_REQUEST,
+            "ADMIN_REPROCESS_NOT_ALLOWED".into(),
+            format!(
+                "DEAD_LETTER 상태의 outbox 이벤트만 재처리할 수 있습니다. current={}",
+                row["status"].as_str().unwrap()
+            )
+        )
+    );
+    assert_eq!(
+        admin.refused("POST", "/api/admin/outbox-events/987654321/retry", None).await,
+        (StatusCode::NOT_FOUND, "OUTBOX_EVENT_NOT_FOUND".into(), "Outbox 이벤트를 찾을 수 없습니다.".into())
+    );
+    // Dead-letter the head event of the order `held` makes once orchestrated.
+    let fresh = admin.create("normal").await;
+    admin.data("POST", &format!("/api/orders/{fresh}/orchestrate"), None).await;
+    crate::helpers::on_the_slow_path(&app.db).await;
+    let now = chrono::Utc::now() + chrono::Duration::hours(48);
+    let claimed = crate::helpers::claim_as(&*app.services.outbox_store, "test", 1000, now, now).await;
+    use orchestrator::application::ports::DeliveryFailure;
+    use orchestrator::domain::outbox::{FailureCode, FailureOutcome};
+    let failures: Vec<DeliveryFailure> = claimed
+        .iter()
+        .map(|e| DeliveryFailure {
+            id: e.id,
+            outcome: FailureOutcome::DeadLetter { retry_count: 4 },
+            code: FailureCode::Unroutable,
+            reason: "312 NO_ROUTE".into(),
+        })
+        .collect();
+    app.services.outbox_store.mark_failed(&failures, "test", now).await.unwrap();
+    let dead = claimed.first().expect("a head event was claimed");
+    let data = admin
+        .data(
+            "POST",
+            &format!("/api/admin/outbox-events/{}/retry", dead.id),
+            Some(json!({ "operatorId": "outbox-operator", "reason": "Kafka broker recovered" })),
+        )
+        .await;
+    assert_eq!(
+        (&data["eventId"], &data["action"], &data["previousStatus"], &data["currentStatus"], &data["result"]),
+        (
+            &json!(dead.id),
+            &json!("RETRY_DEAD_LETTER"),
+            &json!("DEAD_LETTER"),
+            &json!("READY"),
+            &json!("READY")
+        )
+    );
+    assert_eq!(data["message"], "Outbox event retry finished with status READY.");
+    assert!(data["aggregateId"].as_i64().is_some_and(|n| n > 0), "an order's number: {data}");
+    assert_eq!(data["eventType"], dead.event_type);
+}
+
+async fn its_request_validation_and_path_errors(backend: Backend) {
+    let Some((app, base)) = dialect(backend, false).await else { return };
+    let client = admin_client(&app, &base);
+    let bad = |body: Value| async { client.refused("POST", "/api/orders", Some(body)).await };
+    let valid = json!({ "customerId": "customer-1", "totalAmount": 12000, "currency": "KRW" });
+    let with = |key: &str, value: Value| {
+        let mut body = valid.clone();
+        body[key] = value;
+        body
+    };
+    let cases: Vec<(Value, &str)> = vec![
+        // Its messages, the first field's in the order customerId, totalAmount, currency.
+        (json!({}), "customerId는 필수입니다."),
+        (with("customerId", json!(" ")), "customerId는 필수입니다."),
+        (json!({ "customerId": "c", "currency": "KRW" }), "totalAmount는 필수입니다."),
+        (with("totalAmount", json!(0)), "totalAmount는 0보다 커야 합니다."),
+        (with("totalAmount", json!(-1)), "totalAmount는 0보다 커야 합니다."),
+        (json!({ "customerId": "c", "totalAmount": 0 }), "totalAmount는 0보다 커야 합니다."),
+        (json!({ "customerId": "c", "totalAmount": 1 }), "currency는 필수입니다."),
+        (with("currency", json!("")), "currency는 필수입니다."),
+        // Ours besides (docs/dialects.md).
+        (with("currency", json!("WON")), "currency는 ISO-4217 통화 코드여야 합니다. (예: KRW)"),
+        (with("totalAmount", json!(12000.5)), "totalAmount는 KRW의 소수 0자리까지만 가능합니다."),
+        (with("totalAmount", json!(1e30)), "totalAmount가 너무 큽니다."),
+        (with("customerId", json!("c".repeat(101))), "customerId는 100자 이하의 문자여야 합니다."),
+        (with("description", json!("d".repeat(256))), "description은 255자 이하여야 합니다."),
+        (with("customerId", json!({ "not": "a string" })), "잘못된 요청입니다."),
+        (with("totalAmount", json!("twelve")), "잘못된 요청입니다."),
+    ];
+    for (body, message) in cases {
+        assert_eq!(
+            bad(body.clone()).await,
+            (StatusCode::BAD_REQUEST, "BAD_REQUEST".into(), message.into()),
+            "{body}"
+        );
+    }
+    // As Jackson reads them: a number as text, a decimal string, a two-decimal currency.
+    let data = client.data("POST", "/api/orders", Some(with("totalAmount", json!("15000")))).await;
+    assert_eq!(data["totalAmount"], 15000);
+    let usd = json!({ "customerId": "c", "totalAmount": 12.5, "currency": "USD", "description": null });
+    let data = client.data("POST", "/api/orders", Some(usd)).await;
+    assert_eq!((&data["totalAmount"], &data["description"]), (&json!(12.5), &Value::Null));
+    // Nothing was made by the refusals: only these two orders exist.
+    assert_eq!(crate::helpers::count_where(&app.db, "orders", "source = 'COMMERCE'").await, 2);
+
+    // Unknown and impossible ids; not an id; a wrong method; no token before bad JSON.
+    for path in
+        ["/api/orders/987654321", "/api/orders/0", "/api/orders/-3/flow", "/api/orders/987654321/orchestrate"]
+    {
+        let method = if path.ends_with("orchestrate") { "POST" } else { "GET" };
+        assert_eq!(
+            client.refused(method, path, None).await,
+            (StatusCode::NOT_FOUND, "ORDER_NOT_FOUND".into(), "주문을 찾을 수 없습니다.".into()),
+            "{path}"
+        );
+    }
+    assert_eq!(
+        client.refused("GET", "/api/orders/abc", None).await,
+        (StatusCode::BAD_REQUEST, "BAD_REQUEST".into(), "잘못된 요청입니다.".into())
+    );
+    let (status, code, _) = client.refused("GET", "/api/orders", None).await;
+    assert_eq!((status, code.as_str()), (StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED"));
+    let res = app
+        .client
+        .post(format!("{base}/api/orders"))
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    error(res, StatusCode::UNAUTHORIZED, "UNAUTHORIZED", "인증이 필요합니다.").await;
+    let res = app
+        .client
+        .post(format!("{base}/api/orders"))
+        .bearer_auth(&client.token)
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    error(res, StatusCode::BAD_REQUEST, "BAD_REQUEST", "잘못된 요청입니다.").await;
+}
+
+on_both_databases!(
+    demo_tokens_are_the_platforms,
+    tokens_are_checked_and_every_answer_is_in_the_envelope,
+    orders_wait_for_orchestrate_and_run_as_its_integration_tests_expect,
+    operators_recover_notifications_and_dead_letters_with_its_admin_paths,
+    its_request_validation_and_path_errors
+);

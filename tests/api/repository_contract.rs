@@ -99,6 +99,7 @@ async fn insert(s: &Stores, order: &mut Order, events: Vec<NewOutboxEvent>) {
             correlation_id: Some("c-1".into()),
             causation_id: Some("registration-1".into()),
             customer_email: Some("alice@example.com".into()),
+            description: Some("정산 FAIL_SETTLEMENT 설명".into()),
         },
     );
     changes.outbox = events;
@@ -133,6 +134,9 @@ async fn an_order_round_trips_with_its_context(backend: Backend) {
     assert_eq!(record.payment, Some(payment));
     assert_eq!(record.context.scenario, Scenario::parse("settlement=fail").unwrap());
     assert_eq!(record.context.correlation_id.as_deref(), Some("c-1"));
+    assert_eq!(record.context.description.as_deref(), Some("정산 FAIL_SETTLEMENT 설명"));
+    assert_eq!(s.orders.find_by_number(order.number).await.unwrap(), Some(order.id));
+    assert_eq!(s.orders.find_by_number(order.number + 1_000_000).await.unwrap(), None);
     assert_eq!(record.steps.len(), 1);
     assert_eq!(record.steps[0].step, SagaStep::Payment);
     assert!(s.orders.get(OrderId::new()).await.unwrap().is_none());

@@ -119,6 +119,7 @@ pub async fn place_order(
         correlation_id: Some(correlation.0),
         inbox: None,
         customer_email: request.customer_email,
+        description: None,
     };
     let Some(key) = key else {
         let record = state.orchestrator.place_order(&actor, command).await?;

@@ -88,6 +88,7 @@ pub fn order_from_row(
             correlation_id: row.correlation_id,
             causation_id: row.causation_id,
             customer_email: row.customer_email,
+            description: row.description,
         },
     ))
 }
@@ -116,6 +117,7 @@ pub fn order_to_row(order: &Order, context: Option<&OrderContext>) -> orders::Ac
         row.correlation_id = Set(context.correlation_id.clone());
         row.causation_id = Set(context.causation_id.clone());
         row.customer_email = Set(context.customer_email.clone());
+        row.description = Set(context.description.clone());
     }
     row
 }

@@ -18,7 +18,7 @@ use crate::application::ports::{
 };
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
-use crate::domain::order::{Order, OrderStatus};
+use crate::domain::order::{Order, OrderSource, OrderStatus};
 use crate::domain::settlement::SettlementStatus;
 use chrono::{DateTime, Utc};
 
@@ -53,6 +53,15 @@ impl SeaOrmStore {
 
 #[async_trait]
 impl OrderRepository for SeaOrmStore {
+    async fn find_by_number(&self, number: i64) -> Result<Option<OrderId>, RepoError> {
+        Ok(orders::Entity::find()
+            .filter(orders::Column::Number.eq(number))
+            .one(&self.db)
+            .await
+            .map_err(repo_err)?
+            .map(|row| OrderId::from_uuid(row.id)))
+    }
+
     async fn next_numbers(&self, kinds: &[Numbered]) -> Result<Vec<i64>, RepoError> {
         use sea_orm::{ConnectionTrait, Statement};
         let sequences: Vec<&str> = kinds
@@ -308,6 +317,13 @@ impl SagaRuns for SeaOrmStore {
                 "NOT EXISTS (SELECT 1 FROM settlements s WHERE s.order_id = orders.id AND s.status IN ('{}', '{}'))",
                 SettlementStatus::RetryScheduled.as_str(),
                 SettlementStatus::AwaitingOperator.as_str()
+            )))
+            // A commerce-dialect order whose client has not asked for its saga yet is held,
+            // not stalled (docs/dialects.md).
+            .filter(sea_orm::sea_query::Expr::cust(format!(
+                "NOT (orders.source = '{}' AND orders.status = '{}' AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.order_id = orders.id))",
+                OrderSource::Commerce.as_str(),
+                OrderStatus::Created.as_str()
             )))
             .filter(
                 Condition::any()

@@ -213,6 +213,7 @@ impl MeetingEvents {
                     // mid-saga) instead of creating a second one.
                     inbox: Some(key(consumer, &msg.event_id, &msg.digest, seen.is_none())),
                     customer_email: None,
+                    description: None,
                 },
             )
             .await;

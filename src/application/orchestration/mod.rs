@@ -18,5 +18,5 @@ pub mod steps;
 pub use checkout::{Checkout, PayOrder};
 pub use confirmation::{Confirmation, Reconciled};
 pub use orchestrator::{CheckoutSettings, Orchestrator, SagaSettings};
-pub use service::{ALREADY_REGISTERED, InboxKey, NO_PAYMENT_METHOD, PlaceOrder};
+pub use service::{ALREADY_REGISTERED, InboxKey, MAX_DESCRIPTION, NO_PAYMENT_METHOD, PlaceOrder};
 pub use settlement_repair::SettlementRetryBy;

@@ -24,11 +24,13 @@ use crate::application::ports::{
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
-use crate::domain::order::{NewOrder, NewOrderItem, Order, OrderSource};
+use crate::domain::order::{NewOrder, NewOrderItem, Order, OrderSource, OrderStatus};
 use crate::domain::payment::{Payment, PaymentStatus};
 
 /// docs/spec.md §7: a (meeting, user) pair with a live order cannot register again.
 pub const ALREADY_REGISTERED: &str = "ALREADY_REGISTERED";
+/// The longest `description` an order keeps (the commerce backend's column).
+pub const MAX_DESCRIPTION: usize = 255;
 /// A registration refused before any charge: the member has no saved card (docs/spec.md §10).
 pub const NO_PAYMENT_METHOD: &str = "NO_PAYMENT_METHOD";
 
@@ -51,6 +53,8 @@ pub struct PlaceOrder {
     pub inbox: Option<InboxKey>,
     /// Where the customer is told by e-mail (`customerEmail`, docs/spec.md §13).
     pub customer_email: Option<String>,
+    /// What the client said about the order (the commerce dialect's `description`).
+    pub description: Option<String>,
 }
 
 /// Identifies an inbound message for the inbox.
@@ -177,6 +181,12 @@ impl Orchestrator {
                 message: "a customer may only place orders for themselves".into(),
             });
         }
+        if cmd.description.as_ref().is_some_and(|d| d.chars().count() > MAX_DESCRIPTION) {
+            return Err(AppError::Validation {
+                field: "description".into(),
+                message: format!("must be at most {MAX_DESCRIPTION} characters"),
+            });
+        }
         if cmd.customer_email.as_deref().is_some_and(|e| !crate::domain::text::is_email(e)) {
             return Err(AppError::Validation {
                 field: "customerEmail".into(),
@@ -213,10 +223,18 @@ impl Orchestrator {
             customer_email: cmd
                 .customer_email
                 .or_else(|| actor.email.clone().filter(|_| actor.subject == order.customer_id)),
+            description: cmd.description,
         };
+        // A commerce-dialect order waits in CREATED until its client asks for the saga
+        // ([`Self::start_held`]); no one holds its lease meanwhile.
+        let held = order.source == OrderSource::Commerce;
         let mut changes = Changes::default();
         let lease = self.leases.fresh();
-        changes.insert_leased_order(&mut order, context.clone(), lease.clone());
+        if held {
+            changes.insert_order(&mut order, context.clone());
+        } else {
+            changes.insert_leased_order(&mut order, context.clone(), lease.clone());
+        }
         if let Some(key) = &cmd.inbox {
             changes.inbox.push(InboxEntry {
                 consumer: key.consumer.clone(),
@@ -234,7 +252,7 @@ impl Orchestrator {
             Some(format!("source {} total {}", order.source, order.total)),
             now,
         ));
-        let placed = match self.uow.commit_placing(changes, !awaits_payment).await {
+        let placed = match self.uow.commit_placing(changes, !awaits_payment && !held).await {
             Ok(placed) => Some(placed),
             Err(crate::application::ports::RepoError::Conflict) => None,
             Err(err) => return Err(err.into()),
@@ -268,6 +286,9 @@ impl Orchestrator {
             steps: Vec::new(),
             context,
         };
+        if held {
+            return Ok(record);
+        }
         // The order is committed: whatever the saga meets now, the answer is the order.
         let run = Run::new(Some(&lease.owner));
         if let Some(number) = placed.payment_number {
@@ -302,6 +323,34 @@ impl Orchestrator {
             return Ok(record);
         }
         self.resume(record, actor).await
+    }
+
+    /// Starts the saga of an order held in `CREATED` (the commerce dialect's `orchestrate`):
+    /// it runs as far as it goes now. An order that is not `CREATED` is left as it is (the
+    /// platform's replay), audited as a no-op.
+    ///
+    /// # Errors
+    /// `NotFound` when the order does not exist or the caller may not see it.
+    pub async fn start_held(&self, actor: &Actor, order_id: OrderId) -> Result<OrderRecord, AppError> {
+        let record = self.load(order_id).await?;
+        if !actor.may_access(&record.order.customer_id) {
+            return Err(AppError::NotFound("order"));
+        }
+        let untouched = record.order.status == OrderStatus::Created && record.payment.is_none();
+        if untouched {
+            return self.resume(record, actor).await;
+        }
+        let mut changes = Changes::default();
+        changes.audit.push(audit::record(
+            AuditAction::OrchestrateNoop,
+            entity::ORDER,
+            order_id,
+            actor,
+            Some(format!("order is {}; its saga has run already", record.order.status)),
+            self.clock.now(),
+        ));
+        self.uow.commit(changes).await?;
+        Ok(record)
     }
 
     /// Runs the saga of an existing order if no one else is running it now; otherwise

@@ -91,6 +91,15 @@ impl OutboxAdmin {
         Ok(self.store.stats().await?)
     }
 
+    /// One outbox row.
+    ///
+    /// # Errors
+    /// `Forbidden` for a non-admin; `NotFound`; `Unavailable` when the database fails.
+    pub async fn get(&self, actor: &Actor, id: i64) -> Result<OutboxRecord, AppError> {
+        actor.require_admin()?;
+        self.store.get(id).await?.ok_or(AppError::NotFound("outbox event"))
+    }
+
     /// `DEAD_LETTER -> READY` (`republish`) or `-> DISCARDED` (`discard`), unblocking the
     /// aggregate's later events either way.
     ///

@@ -31,6 +31,9 @@ pub struct OrderContext {
     pub causation_id: Option<String>,
     /// Where the customer is told by e-mail (`customerEmail`, docs/spec.md §13).
     pub customer_email: Option<String>,
+    /// What the client said about the order (the commerce dialect's `description`, at most
+    /// 255 characters; docs/dialects.md).
+    pub description: Option<String>,
 }
 
 /// One saga step outcome as stored.
@@ -98,6 +101,12 @@ pub trait OrderRepository: Send + Sync {
     /// MUST return `Ok(None)` when no such order exists; `Unavailable` when the database fails;
     /// `Corrupt` when a stored value does not map to the domain.
     async fn get(&self, id: OrderId) -> Result<Option<OrderRecord>, RepoError>;
+
+    /// The order numbered `number` (docs/spec.md §3), if there is one.
+    ///
+    /// # Errors
+    /// MUST return `Unavailable` when the database fails.
+    async fn find_by_number(&self, number: i64) -> Result<Option<OrderId>, RepoError>;
 
     /// The next number of each of `kinds`, in their order, taken in one statement (an order
     /// and its first payment in one round trip; docs/spec.md §3): each positive, larger than

@@ -98,7 +98,7 @@ impl Order {
                 return Err(OrderError::invalid("meetingId", "is required for a meeting order"));
             }
             (_, Some(meeting)) => check_id("meetingId", meeting)?,
-            (OrderSource::Api, None) => {}
+            (OrderSource::Api | OrderSource::Commerce, None) => {}
         }
         let currency: Currency = input
             .currency

@@ -39,10 +39,12 @@ spelled!(
 );
 
 spelled!(
-    /// How the order reached us.
+    /// How the order reached us. `COMMERCE`: made through the commerce dialect
+    /// (docs/dialects.md), held in `CREATED` until its client asks for the saga.
     OrderSource {
         Api => "API",
         Meeting => "MEETING",
+        Commerce => "COMMERCE",
     }
 );
 

@@ -4,15 +4,18 @@
 //! three the key is long enough for; its signature and expiry are checked, its issuer not
 //! (as the platform).
 
+use std::future::{Ready, ready};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use actix_web::dev::Payload;
 use actix_web::http::header;
-use actix_web::{HttpRequest, web};
+use actix_web::{FromRequest, HttpRequest, web};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
 use super::CommerceApi;
 use super::envelope::CommerceError;
+use crate::application::Actor;
 use crate::config::CommerceDialectSettings;
 
 pub type Roles = Vec<String>;
@@ -118,4 +121,47 @@ pub fn caller_of(req: &HttpRequest) -> Result<Caller, CommerceError> {
         .and_then(|v| v.strip_prefix("Bearer "))
         .ok_or_else(CommerceError::unauthorized)?;
     api.keys.verify(token.trim()).ok_or_else(CommerceError::unauthorized)
+}
+
+/// The role its `/api/admin/**` paths need.
+pub const ADMIN_ROLE: &str = "ROLE_ADMIN";
+
+impl Caller {
+    /// Who this caller is in our audit log and use cases. The platform authorizes its
+    /// order paths by authentication alone (any signed-in user orders for any `customerId`
+    /// and reads any order), so a caller here may act on any order (docs/dialects.md).
+    pub fn actor(&self) -> Actor {
+        Actor::admin(format!("commerce:{}", self.username))
+    }
+}
+
+/// A handler's signed-in caller (`/api/**`): `401` without a valid token.
+pub struct SignedIn(pub Caller);
+
+impl FromRequest for SignedIn {
+    type Error = CommerceError;
+    type Future = Ready<Result<Self, CommerceError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(caller_of(req).map(SignedIn))
+    }
+}
+
+/// A handler's operator (`/api/admin/**`): `401` without a valid token, `403 FORBIDDEN`
+/// without `ROLE_ADMIN` in its `roles`.
+pub struct Operator(pub Caller);
+
+impl FromRequest for Operator {
+    type Error = CommerceError;
+    type Future = Ready<Result<Self, CommerceError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(caller_of(req).and_then(|caller| {
+            if caller.roles.iter().any(|r| r == ADMIN_ROLE) {
+                Ok(Operator(caller))
+            } else {
+                Err(CommerceError::forbidden())
+            }
+        }))
+    }
 }

@@ -30,21 +30,21 @@ pub struct CommerceError {
 }
 
 impl CommerceError {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub fn coded(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         CommerceError { status, code, message: message.into() }
     }
 
     pub fn unauthorized() -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", "인증이 필요합니다.")
+        Self::coded(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", "인증이 필요합니다.")
     }
 
     pub fn forbidden() -> Self {
-        Self::new(StatusCode::FORBIDDEN, "FORBIDDEN", "접근 권한이 없습니다.")
+        Self::coded(StatusCode::FORBIDDEN, "FORBIDDEN", "접근 권한이 없습니다.")
     }
 
     /// Its validation failures: `BAD_REQUEST` with the first field's message.
     pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "BAD_REQUEST", message)
+        Self::coded(StatusCode::BAD_REQUEST, "BAD_REQUEST", message)
     }
 
     /// A body that is not the JSON asked for, or a path variable of the wrong type
@@ -54,22 +54,22 @@ impl CommerceError {
     }
 
     pub fn order_not_found() -> Self {
-        Self::new(StatusCode::NOT_FOUND, "ORDER_NOT_FOUND", "주문을 찾을 수 없습니다.")
+        Self::coded(StatusCode::NOT_FOUND, "ORDER_NOT_FOUND", "주문을 찾을 수 없습니다.")
     }
 
     /// A path the platform does not serve (the platform: 500 from its catch-all).
     pub fn not_found() -> Self {
-        Self::new(StatusCode::NOT_FOUND, "NOT_FOUND", "요청한 리소스를 찾을 수 없습니다.")
+        Self::coded(StatusCode::NOT_FOUND, "NOT_FOUND", "요청한 리소스를 찾을 수 없습니다.")
     }
 
     /// A method a path does not serve (the platform: 500 from its catch-all).
     pub fn method_not_allowed() -> Self {
-        Self::new(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED", "지원하지 않는 HTTP 메서드입니다.")
+        Self::coded(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED", "지원하지 않는 HTTP 메서드입니다.")
     }
 
     /// The database or a dependency is down: 503 where the platform answers 500.
     pub fn unavailable() -> Self {
-        Self::new(
+        Self::coded(
             StatusCode::SERVICE_UNAVAILABLE,
             "SERVICE_UNAVAILABLE",
             "일시적으로 요청을 처리할 수 없습니다.",
@@ -77,7 +77,7 @@ impl CommerceError {
     }
 
     pub fn internal() -> Self {
-        Self::new(
+        Self::coded(
             StatusCode::INTERNAL_SERVER_ERROR,
             "INTERNAL_SERVER_ERROR",
             "서버 내부 오류가 발생했습니다.",
@@ -128,7 +128,7 @@ impl From<AppError> for CommerceError {
                 CommerceError::bad_request(message)
             }
             AppError::Forbidden { .. } => CommerceError::forbidden(),
-            AppError::Conflict { message, .. } => CommerceError::new(
+            AppError::Conflict { message, .. } => CommerceError::coded(
                 StatusCode::BAD_REQUEST,
                 "INVALID_ORDER_STATE",
                 format!("현재 주문 상태에서는 요청을 처리할 수 없습니다. {message}"),

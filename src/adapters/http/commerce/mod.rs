@@ -6,8 +6,11 @@
 //! - [`auth`]: its demo tokens (HMAC over `jwt_secret`, `roles`), minted and verified.
 //! - `X-Trace-Id` on every answer ([`trace`]), taken as the request's correlation id.
 
+pub mod admin;
 pub mod auth;
 pub mod envelope;
+pub mod orders;
+pub mod view;
 
 use std::sync::Arc;
 
@@ -86,7 +89,26 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     )
     .app_data(web::PathConfig::default().error_handler(|_, _| CommerceError::malformed().into()))
     .service(resource("/actuator/health", "GET").route(web::get().to(health)))
-    .service(resource("/api/auth/token", "POST").route(web::post().to(token)));
+    .service(resource("/api/auth/token", "POST").route(web::post().to(token)))
+    .service(resource("/api/orders", "POST").route(web::post().to(orders::create)))
+    .service(resource("/api/orders/{orderId}", "GET").route(web::get().to(orders::get)))
+    .service(resource("/api/orders/{orderId}/flow", "GET").route(web::get().to(orders::flow)))
+    .service(resource("/api/orders/{orderId}/orchestrate", "POST").route(web::post().to(orders::orchestrate)))
+    .service(
+        resource("/api/admin/notification-events/retry-due", "POST").route(web::post().to(admin::retry_due)),
+    )
+    .service(
+        resource("/api/admin/notification-events/{notificationEventId}/retry", "POST")
+            .route(web::post().to(admin::retry_notification)),
+    )
+    .service(
+        resource("/api/admin/notification-events/{notificationEventId}/ignore", "POST")
+            .route(web::post().to(admin::ignore_notification)),
+    )
+    .service(
+        resource("/api/admin/outbox-events/{outboxEventId}/retry", "POST")
+            .route(web::post().to(admin::retry_outbox)),
+    );
 }
 
 /// Anything the platform does not serve: `401` without a token under `/api/` (its security

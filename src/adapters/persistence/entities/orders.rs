@@ -34,6 +34,8 @@ pub struct Model {
     pub causation_id: Option<String>,
     /// Where the customer is told by e-mail (docs/spec.md §13).
     pub customer_email: Option<String>,
+    /// A commerce-dialect order's `description` (docs/dialects.md).
+    pub description: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -113,6 +113,7 @@ fn command() -> PlaceOrder {
         correlation_id: Some("corr-1".into()),
         inbox: None,
         customer_email: None,
+        description: None,
     }
 }
 
@@ -286,4 +287,40 @@ async fn a_customer_cannot_order_for_someone_else() {
     let cmd = PlaceOrder { customer_id: Some("bob".into()), ..command() };
     let err = saga.place_order(&Actor::customer("alice"), cmd).await.unwrap_err();
     assert!(matches!(err, AppError::Forbidden { .. }));
+}
+
+#[tokio::test]
+async fn a_commerce_order_is_held_in_created_without_a_lease_or_a_payment_number() {
+    let mut m = Mocks::new();
+    m.payments.expect_approve().never();
+    m.settlements.expect_settle().never();
+    m.notifier.expect_send().never();
+    let (saga, committed) = m.build();
+    let cmd = PlaceOrder {
+        source: OrderSource::Commerce,
+        customer_id: Some("customer-1".into()),
+        description: Some("FAIL_SETTLEMENT".into()),
+        ..command()
+    };
+
+    let record = saga.place_order(&Actor::admin("commerce:tester"), cmd).await.unwrap();
+
+    assert_eq!(record.order.status, OrderStatus::Created);
+    assert_eq!(record.order.number, 100, "numbered with the placement");
+    assert!(record.payment.is_none() && record.steps.is_empty());
+    assert_eq!(record.context.description.as_deref(), Some("FAIL_SETTLEMENT"));
+    let commits = committed.lock().unwrap();
+    assert_eq!(commits.len(), 1, "the placement only");
+    let (_, context, lease) = &commits[0].new_orders[0];
+    assert!(lease.is_none(), "no one drives a held order's saga");
+    assert_eq!(context.description.as_deref(), Some("FAIL_SETTLEMENT"));
+}
+
+#[tokio::test]
+async fn a_description_longer_than_its_column_is_refused() {
+    let (saga, committed) = Mocks::new().build();
+    let cmd = PlaceOrder { description: Some("d".repeat(MAX_DESCRIPTION + 1)), ..command() };
+    let err = saga.place_order(&Actor::customer("alice"), cmd).await.unwrap_err();
+    assert!(matches!(err, AppError::Validation { ref field, .. } if field == "description"), "{err:?}");
+    assert!(committed.lock().unwrap().is_empty());
 }

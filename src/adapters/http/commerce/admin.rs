@@ -1,0 +1,258 @@
+//! Its `/api/admin/**` recovery paths (`ROLE_ADMIN`), acting on our notification events and
+//! outbox through the operators' use cases. A notification event is named by its order's
+//! number (one per order here); an outbox event by our outbox row's id.
+
+use actix_web::{HttpResponse, web};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::auth::Operator;
+use super::envelope::{CommerceError, ok};
+use super::view;
+use crate::adapters::http::HttpState;
+use crate::application::AppError;
+use crate::application::envelopes::ORDER_AGGREGATE;
+use crate::application::ports::OrderRecord;
+use crate::domain::ids::OrderId;
+use crate::domain::notification::{FailurePolicy, Notification, NotificationStatus};
+use crate::domain::outbox::OutboxStatus;
+
+/// Its `AdminRecoveryRequest`: optional, kept in our audit log.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RecoveryRequest {
+    operator_id: Option<String>,
+    reason: Option<String>,
+}
+
+/// The optional body as the audit reason (`operatorId=…, reason=…`), within its bounds.
+fn reason_of(body: &web::Bytes) -> Result<Option<String>, CommerceError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let request: RecoveryRequest = match serde_json::from_slice::<Option<RecoveryRequest>>(body) {
+        Ok(request) => request.unwrap_or_default(),
+        Err(_) => return Err(CommerceError::malformed()),
+    };
+    if request.operator_id.as_ref().is_some_and(|o| o.chars().count() > 100) {
+        return Err(CommerceError::bad_request("operatorId는 100자 이하여야 합니다."));
+    }
+    if request.reason.as_ref().is_some_and(|r| r.chars().count() > 500) {
+        return Err(CommerceError::bad_request("reason은 500자 이하여야 합니다."));
+    }
+    let parts: Vec<String> = [("operatorId", request.operator_id), ("reason", request.reason)]
+        .into_iter()
+        .filter_map(|(name, value)| value.map(|v| format!("{name}={v}")))
+        .collect();
+    Ok((!parts.is_empty()).then(|| parts.join(", ")))
+}
+
+fn notification_not_found() -> CommerceError {
+    CommerceError::coded(
+        actix_web::http::StatusCode::NOT_FOUND,
+        "NOTIFICATION_EVENT_NOT_FOUND",
+        "알림 이벤트를 찾을 수 없습니다.",
+    )
+}
+
+fn not_allowed(message: String) -> CommerceError {
+    CommerceError::coded(actix_web::http::StatusCode::BAD_REQUEST, "ADMIN_REPROCESS_NOT_ALLOWED", message)
+}
+
+/// The order and notification a notification event id names.
+async fn notification_of(
+    state: &HttpState,
+    operator: &Operator,
+    id: i64,
+) -> Result<(OrderRecord, Notification), CommerceError> {
+    let record = match state.queries.order_by_number(&operator.0.actor(), id).await {
+        Ok(record) => record,
+        Err(AppError::NotFound(_)) => return Err(notification_not_found()),
+        Err(err) => return Err(err.into()),
+    };
+    let notification = record.notification.clone().ok_or_else(notification_not_found)?;
+    Ok((record, notification))
+}
+
+/// The failure code the platform gives a notification waiting in this state.
+fn failure_code(n: &Notification) -> Option<&'static str> {
+    let waiting = matches!(
+        n.status,
+        NotificationStatus::RetryScheduled
+            | NotificationStatus::ManualInterventionRequired
+            | NotificationStatus::Failed
+    );
+    match n.policy? {
+        _ if !waiting => None,
+        FailurePolicy::AutoRetry => Some("NOTIFICATION_TRANSIENT_FAILURE"),
+        FailurePolicy::ManualIntervention => Some("NOTIFICATION_MANUAL_INTERVENTION_REQUIRED"),
+        FailurePolicy::Ignore => Some("NOTIFICATION_IGNORE_ALLOWED"),
+    }
+}
+
+/// Its `AdminNotificationReprocessResponse`.
+fn reprocessed(
+    record: &OrderRecord,
+    previous: &'static str,
+    action: &str,
+    result: &str,
+    message: &str,
+) -> Value {
+    let n = record.notification.as_ref();
+    let code = n.and_then(failure_code);
+    serde_json::json!({
+        "eventId": record.order.number,
+        "orderId": record.order.number,
+        "action": action,
+        "result": result,
+        "previousStatus": previous,
+        "currentStatus": n.map(|n| view::notification_status(n.status)),
+        "message": message,
+        "handlingPolicy": n.and_then(Notification::handling).unwrap_or("NONE"),
+        "retryCount": n.map_or(0, |n| (n.attempts - 1).max(0)),
+        "nextAttemptAt": n.and_then(|n| n.next_attempt_at).map(view::local),
+        "lastAttemptAt": n.filter(|n| n.attempts > 0).map(|n| view::local(n.updated_at)),
+        "failureCode": code,
+        "failureReason": code.and(n.and_then(|n| n.last_error.clone())),
+        "orderStatus": view::order_status(record),
+    })
+}
+
+/// `POST /api/admin/notification-events/{id}/retry`: sends it again now; a success
+/// completes its order.
+pub async fn retry_notification(
+    state: web::Data<HttpState>,
+    operator: Operator,
+    path: web::Path<i64>,
+    body: web::Bytes,
+) -> Result<HttpResponse, CommerceError> {
+    let reason = reason_of(&body)?;
+    let (_, notification) = notification_of(&state, &operator, path.into_inner()).await?;
+    let previous = view::notification_status(notification.status);
+    let record = match state.notifications.reprocess(&operator.0.actor(), notification.id, reason).await {
+        Ok(record) => record,
+        Err(AppError::Conflict { .. }) => {
+            return Err(not_allowed(format!("재처리 가능한 알림 이벤트가 아닙니다. current={previous}")));
+        }
+        Err(err) => return Err(err.into()),
+    };
+    let sent = record.notification.as_ref().is_some_and(|n| n.status == NotificationStatus::Sent);
+    let (result, message) = if sent {
+        ("SUCCESS", "Notification event was retried successfully.")
+    } else {
+        ("FAILED", "Notification event retry failed; it waits for its next attempt or an operator.")
+    };
+    Ok(ok(reprocessed(&record, previous, "RETRY", result, message)))
+}
+
+/// `POST /api/admin/notification-events/{id}/ignore`: the customer need not be told; an
+/// order that failed only for it completes.
+pub async fn ignore_notification(
+    state: web::Data<HttpState>,
+    operator: Operator,
+    path: web::Path<i64>,
+    body: web::Bytes,
+) -> Result<HttpResponse, CommerceError> {
+    let reason = reason_of(&body)?;
+    let (_, notification) = notification_of(&state, &operator, path.into_inner()).await?;
+    let previous = view::notification_status(notification.status);
+    let record = match state.notifications.ignore(&operator.0.actor(), notification.id, reason).await {
+        Ok(record) => record,
+        Err(AppError::Conflict { .. }) => {
+            return Err(not_allowed(format!("무시 처리 가능한 알림 이벤트가 아닙니다. current={previous}")));
+        }
+        Err(err) => return Err(err.into()),
+    };
+    Ok(ok(reprocessed(&record, previous, "IGNORE", "IGNORED", "Notification event was marked as ignored.")))
+}
+
+/// `POST /api/admin/notification-events/retry-due`: every due retry now, answered as its
+/// bare `NotificationRetryProcessingResult` (no envelope, as the platform).
+pub async fn retry_due(
+    state: web::Data<HttpState>,
+    operator: Operator,
+) -> Result<HttpResponse, CommerceError> {
+    let report = state.notifications.retry_due(&operator.0.actor()).await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "status": "completed",
+        "processedCount": report.claimed + report.skipped,
+        "successCount": report.succeeded,
+        "failedCount": report.failed,
+        "skippedCount": report.skipped,
+        "processedEventIds": report.processed_orders,
+    })))
+}
+
+/// `POST /api/admin/outbox-events/{id}/retry`: a dead letter goes back to the relay
+/// (`READY`); anything else is refused with its status.
+pub async fn retry_outbox(
+    state: web::Data<HttpState>,
+    operator: Operator,
+    path: web::Path<i64>,
+    body: web::Bytes,
+) -> Result<HttpResponse, CommerceError> {
+    let reason = reason_of(&body)?;
+    let actor = operator.0.actor();
+    let id = path.into_inner();
+    let not_found = || {
+        CommerceError::coded(
+            actix_web::http::StatusCode::NOT_FOUND,
+            "OUTBOX_EVENT_NOT_FOUND",
+            "Outbox 이벤트를 찾을 수 없습니다.",
+        )
+    };
+    let refused = |status: OutboxStatus| {
+        not_allowed(format!(
+            "DEAD_LETTER 상태의 outbox 이벤트만 재처리할 수 있습니다. current={}",
+            view::outbox_status(status)
+        ))
+    };
+    let row = match state.outbox_admin.get(&actor, id).await {
+        Ok(row) => row,
+        Err(AppError::NotFound(_)) => return Err(not_found()),
+        Err(err) => return Err(err.into()),
+    };
+    if row.status != OutboxStatus::DeadLetter {
+        return Err(refused(row.status));
+    }
+    let row = match state.outbox_admin.resolve_dead_letter(&actor, id, false, reason).await {
+        Ok(row) => row,
+        Err(AppError::Conflict { .. }) => {
+            let now = state.outbox_admin.get(&actor, id).await?;
+            return Err(refused(now.status));
+        }
+        Err(AppError::NotFound(_)) => return Err(not_found()),
+        Err(err) => return Err(err.into()),
+    };
+    // Its aggregate is an order: the platform names it by its number.
+    let aggregate = match row.aggregate_id.parse::<OrderId>() {
+        Ok(order) if row.aggregate_type == ORDER_AGGREGATE => {
+            state.queries.get_order(&actor, order).await.ok().map(|r| r.order.number)
+        }
+        _ => None,
+    };
+    let status = view::outbox_status(row.status);
+    let message = match row.status {
+        OutboxStatus::Published => "Outbox event was republished successfully.".to_owned(),
+        OutboxStatus::RetryWait => "Outbox event republish failed and was rescheduled for retry.".to_owned(),
+        OutboxStatus::DeadLetter => "Outbox event republish failed and remains dead-lettered.".to_owned(),
+        _ => format!("Outbox event retry finished with status {status}."),
+    };
+    Ok(ok(serde_json::json!({
+        "eventId": row.id,
+        "aggregateId": aggregate,
+        "eventType": row.event_type,
+        "action": "RETRY_DEAD_LETTER",
+        "result": status,
+        "previousStatus": view::outbox_status(OutboxStatus::DeadLetter),
+        "currentStatus": status,
+        "retryCount": row.retry_count,
+        "failureCode": row.failure_code.map(|c| c.as_str()),
+        "failureReason": row.failure_reason,
+        "message": message,
+        "nextAttemptAt": row.next_attempt_at.map(view::local),
+        "lastAttemptAt": row.last_attempt_at.map(view::local),
+        "publishedAt": row.published_at.map(view::local),
+        "deadLetteredAt": row.dead_lettered_at.map(view::local),
+    })))
+}
