@@ -512,7 +512,7 @@ impl Settings {
         };
         let http = p.take(address("http.bind", &raw.http.bind));
         let commerce =
-            p.take(resolve_commerce_dialect(raw.http.dialects.commerce, payment_is_mock(&raw.payment)));
+            p.take(resolve_commerce_dialect(raw.http.dialects.commerce, &raw.payment));
         let outbox = p.take(resolve_outbox(raw.outbox));
         let notification = p.take(resolve_notification(raw.notification, sqlite));
         let settlement = p.take(resolve_settlement(raw.settlement));

@@ -662,8 +662,9 @@ pub(super) fn payment_is_mock(p: &RawPayment) -> bool {
 /// only outside production.
 pub(super) fn resolve_commerce_dialect(
     raw: RawCommerceDialect,
-    payment_mock: bool,
+    payment: &RawPayment,
 ) -> Result<Option<CommerceDialectSettings>, ConfigError> {
+    let payment_mock = payment_is_mock(payment);
     let Some(bind) = raw.bind.filter(|b| !b.trim().is_empty()) else {
         return Ok(None);
     };
@@ -676,6 +677,14 @@ pub(super) fn resolve_commerce_dialect(
         return Err(invalid(
             "http.dialects.commerce.jwt_secret",
             "must be at least 32 bytes (HS256's key size; 48 for HS384, 64 for HS512)",
+        ));
+    }
+    if payment.provider.as_deref() == Some("toss") {
+        // Toss charges what a customer authorized (its widget, a saved card); an order made
+        // here carries neither, so every one would be declined (docs/dialects.md).
+        return Err(invalid(
+            "http.dialects.commerce.bind",
+            "its orders carry no card for Toss to charge: use payment.provider = mock or external",
         ));
     }
     if raw.demo_token && !payment_mock {

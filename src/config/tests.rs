@@ -299,6 +299,16 @@ fn the_commerce_dialect_is_off_until_bound_and_its_key_and_demo_tokens_are_check
                 ("APP__PAYMENT__PROVIDER", "toss"),
                 ("APP__PAYMENT__TOSS__SECRET_KEY", "test_sk_abc"),
             ],
+            "http.dialects.commerce.bind",
+        ),
+        (
+            vec![
+                ("APP__HTTP__DIALECTS__COMMERCE__BIND", "127.0.0.1:0"),
+                ("APP__HTTP__DIALECTS__COMMERCE__JWT_SECRET", secret),
+                ("APP__HTTP__DIALECTS__COMMERCE__DEMO_TOKEN", "true"),
+                ("APP__PAYMENT__PROVIDER", "external"),
+                ("APP__PAYMENT__EXTERNAL__BASE_URL", "http://127.0.0.1:9"),
+            ],
             "http.dialects.commerce.demo_token",
         ),
     ] {
