@@ -35,6 +35,7 @@
 //! CPU accounting from `/proc`, percentiles and the JSON results.
 
 mod backlog;
+mod dialect;
 mod fixture;
 mod kafka;
 mod latency;
@@ -110,6 +111,14 @@ enum Scenario {
     /// Orders through Toss's checkout against the fake Toss API beside mock mode, in one run
     /// (needs `cargo build --release -p fake-toss`).
     Toss {
+        #[arg(long, default_value_t = 16)]
+        clients: usize,
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+    },
+    /// Orders through the commerce dialect (create + orchestrate, docs/dialects.md) against
+    /// the native API (one `POST /api/orders`), in one run on one server and database.
+    Dialect {
         #[arg(long, default_value_t = 16)]
         clients: usize,
         #[arg(long, default_value_t = 10)]
@@ -213,6 +222,7 @@ async fn main() -> Result<(), BoxError> {
             orders::channels_scenario(&levels, seconds, &channels).await
         }
         Scenario::Toss { clients, seconds } => toss::toss_scenario(clients, seconds).await,
+        Scenario::Dialect { clients, seconds } => dialect::dialect_scenario(clients, seconds).await,
         Scenario::Payouts { rows, runs } => payouts::payouts_scenario(rows, runs).await,
         Scenario::Horizon { rate, seconds } => latency::horizon_scenario(rate, seconds).await,
         Scenario::Soak { minutes, rate } => soak::soak(minutes, rate).await,

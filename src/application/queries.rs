@@ -36,8 +36,6 @@ pub struct ListOrders {
 /// its audit trail, each oldest first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OrderFlow {
-    /// The order with its saga state.
-    pub record: OrderRecord,
     /// The order's payment, if it has one.
     pub payment_id: Option<PaymentId>,
     pub steps: Vec<StepRecord>,
@@ -72,13 +70,7 @@ impl OrderQueries {
         let key = id.to_string();
         let events = self.outbox.for_aggregate(ORDER_AGGREGATE, &key).await?;
         let audit = self.orders.audit_for(entity::ORDER, &key).await?;
-        Ok(OrderFlow {
-            payment_id: record.payment.as_ref().map(|p| p.id),
-            steps: record.steps.clone(),
-            events,
-            audit,
-            record,
-        })
+        Ok(OrderFlow { payment_id: record.payment.map(|p| p.id), steps: record.steps, events, audit })
     }
 
     /// One order with its saga state.
@@ -93,12 +85,36 @@ impl OrderQueries {
         }
     }
 
+    /// The id of the order numbered `number` (docs/spec.md §3); whether the caller may see
+    /// it is for the use case it is handed to.
+    ///
+    /// # Errors
+    /// `NotFound` when there is none; `Unavailable` when the database fails.
+    pub async fn id_by_number(&self, number: i64) -> Result<OrderId, AppError> {
+        self.orders.find_by_number(number).await?.ok_or(AppError::NotFound("order"))
+    }
+
+    /// The outbox events of an order the caller has read, oldest first.
+    ///
+    /// # Errors
+    /// `NotFound` when the caller may not see the order.
+    pub async fn events_of(
+        &self,
+        actor: &Actor,
+        record: &OrderRecord,
+    ) -> Result<Vec<OutboxRecord>, AppError> {
+        if !actor.may_access(&record.order.customer_id) {
+            return Err(AppError::NotFound("order"));
+        }
+        Ok(self.outbox.for_aggregate(ORDER_AGGREGATE, &record.order.id.to_string()).await?)
+    }
+
     /// The order numbered `number` (docs/spec.md §3), as [`Self::get_order`].
     ///
     /// # Errors
     /// `NotFound` when there is none or the caller may not see it.
     pub async fn order_by_number(&self, actor: &Actor, number: i64) -> Result<OrderRecord, AppError> {
-        let id = self.orders.find_by_number(number).await?.ok_or(AppError::NotFound("order"))?;
+        let id = self.id_by_number(number).await?;
         self.get_order(actor, id).await
     }
 

@@ -511,8 +511,7 @@ impl Settings {
             None => None,
         };
         let http = p.take(address("http.bind", &raw.http.bind));
-        let commerce =
-            p.take(resolve_commerce_dialect(raw.http.dialects.commerce, &raw.payment));
+        let commerce = p.take(resolve_commerce_dialect(raw.http.dialects.commerce, &raw.payment));
         let outbox = p.take(resolve_outbox(raw.outbox));
         let notification = p.take(resolve_notification(raw.notification, sqlite));
         let settlement = p.take(resolve_settlement(raw.settlement));

@@ -232,13 +232,17 @@ pub async fn get(
     Ok(ok(detail(&record)))
 }
 
-async fn flow_of(state: &HttpState, caller: &SignedIn, id: OrderId) -> Result<view::FlowView, CommerceError> {
-    let flow = state.queries.flow(&caller.0.actor(), id).await?;
+async fn flow_of(
+    state: &HttpState,
+    caller: &SignedIn,
+    record: &OrderRecord,
+) -> Result<view::FlowView, CommerceError> {
+    let events = state.queries.events_of(&caller.0.actor(), record).await?;
     Ok(view::FlowView {
-        order_id: flow.record.order.number,
-        order_status: view::order_status(&flow.record),
-        steps: view::steps(&flow.record, state.honour_mock_scenario),
-        outbox_events: view::outbox(&flow.events),
+        order_id: record.order.number,
+        order_status: view::order_status(record),
+        steps: view::steps(record, state.honour_mock_scenario),
+        outbox_events: view::outbox(&events),
     })
 }
 
@@ -249,7 +253,7 @@ pub async fn flow(
     path: web::Path<i64>,
 ) -> Result<HttpResponse, CommerceError> {
     let record = state.queries.order_by_number(&caller.0.actor(), number(path)?).await?;
-    Ok(ok(flow_of(&state, &caller, record.order.id).await?))
+    Ok(ok(flow_of(&state, &caller, &record).await?))
 }
 
 /// `POST /api/orders/{orderId}/orchestrate`: runs the saga of an order still `CREATED`
@@ -260,10 +264,9 @@ pub async fn orchestrate(
     caller: SignedIn,
     path: web::Path<i64>,
 ) -> Result<HttpResponse, CommerceError> {
-    let actor = caller.0.actor();
-    let record = state.queries.order_by_number(&actor, number(path)?).await?;
-    state.orchestrator.start_held(&actor, record.order.id).await?;
-    Ok(ok(flow_of(&state, &caller, record.order.id).await?))
+    let id = state.queries.id_by_number(number(path)?).await?;
+    let record = state.orchestrator.start_held(&caller.0.actor(), id).await?;
+    Ok(ok(flow_of(&state, &caller, &record).await?))
 }
 
 #[cfg(test)]
