@@ -175,6 +175,32 @@ async fn tokens_are_checked_and_every_answer_is_in_the_envelope(backend: Backend
     let res = client.get(&unknown).send().await.unwrap();
     let generated = res.headers().get("x-trace-id").unwrap().to_str().unwrap().to_owned();
     assert!(uuid::Uuid::parse_str(&generated).is_ok(), "{generated}");
+    // Its OpenAPI document, on the native listener beside ours: its ten operations, tagged.
+    let doc: Value =
+        client.get(format!("{}/openapi/commerce.json", app.base)).send().await.unwrap().json().await.unwrap();
+    let mut operations: Vec<String> = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            assert_eq!(op["tags"], json!(["commerce"]), "{method} {path}");
+            operations.push(format!("{} {path}", method.to_uppercase()));
+        }
+    }
+    operations.sort();
+    assert_eq!(
+        operations,
+        [
+            "GET /actuator/health",
+            "GET /api/orders/{orderId}",
+            "GET /api/orders/{orderId}/flow",
+            "POST /api/admin/notification-events/retry-due",
+            "POST /api/admin/notification-events/{notificationEventId}/ignore",
+            "POST /api/admin/notification-events/{notificationEventId}/retry",
+            "POST /api/admin/outbox-events/{outboxEventId}/retry",
+            "POST /api/auth/token",
+            "POST /api/orders",
+            "POST /api/orders/{orderId}/orchestrate",
+        ]
+    );
     // The native API is not on this listener, nor this dialect on the native one.
     let res = client.get(format!("{base}/health/ready")).send().await.unwrap();
     assert_eq!(res.status(), StatusCode::NOT_FOUND);

@@ -67,7 +67,7 @@ pub struct HttpState {
     pub wire: Arc<crate::adapters::messaging::contract::WireView>,
 }
 
-struct BearerAuth;
+pub(crate) struct BearerAuth;
 
 /// Every operation may answer any documented error as problem+json: a `default` response
 /// says so (401, 405, 413, 415, 503 ... are not repeated on each operation).
@@ -203,6 +203,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     }))
     .app_data(web::PathConfig::default().error_handler(|_, _| ApiError::not_found("resource").into()))
     .service(resource("/openapi.json", "GET").route(web::get().to(ops::openapi)))
+    .service(resource("/openapi/commerce.json", "GET").route(web::get().to(ops::commerce_openapi)))
     .service(resource("/console", "GET").route(web::get().to(console::console_root)))
     .service(resource("/console/{file:.*}", "GET").route(web::get().to(console::console)))
     .service(resource("/docs", "GET").route(web::get().to(ops::docs_root)))

@@ -104,6 +104,13 @@ pub async fn openapi() -> HttpResponse {
     HttpResponse::Ok().json(super::ApiDoc::openapi())
 }
 
+/// The commerce dialect's document (docs/dialects.md): its paths collide with ours, so it
+/// is a document of its own.
+pub async fn commerce_openapi() -> HttpResponse {
+    use utoipa::OpenApi;
+    HttpResponse::Ok().json(super::commerce::doc::CommerceApiDoc::openapi())
+}
+
 /// `/docs` is a directory: Swagger UI's page loads its assets relative to `/docs/`.
 pub async fn docs_root() -> HttpResponse {
     HttpResponse::PermanentRedirect().insert_header((header::LOCATION, "/docs/")).finish()

@@ -120,6 +120,21 @@ fn reprocessed(
 
 /// `POST /api/admin/notification-events/{id}/retry`: sends it again now; a success
 /// completes its order.
+#[utoipa::path(
+    post,
+    path = "/api/admin/notification-events/{notificationEventId}/retry",
+    tag = "commerce",
+    params(("notificationEventId" = i64, Path, description = "The order's number: one notification per order")),
+    request_body(content = Option<crate::adapters::http::commerce::doc::RecoveryRequest>, description = "Optional: kept in the audit log"),
+    responses(
+        (status = 200, description = "data: its AdminNotificationReprocessResponse", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 400, description = "ADMIN_REPROCESS_NOT_ALLOWED, with current=<status>", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 403, description = "FORBIDDEN: no ROLE_ADMIN", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 404, description = "NOTIFICATION_EVENT_NOT_FOUND", body = crate::adapters::http::commerce::doc::Envelope),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn retry_notification(
     state: web::Data<HttpState>,
     operator: Operator,
@@ -147,6 +162,21 @@ pub async fn retry_notification(
 
 /// `POST /api/admin/notification-events/{id}/ignore`: the customer need not be told; an
 /// order that failed only for it completes.
+#[utoipa::path(
+    post,
+    path = "/api/admin/notification-events/{notificationEventId}/ignore",
+    tag = "commerce",
+    params(("notificationEventId" = i64, Path, description = "The order's number: one notification per order")),
+    request_body(content = Option<crate::adapters::http::commerce::doc::RecoveryRequest>, description = "Optional: kept in the audit log"),
+    responses(
+        (status = 200, description = "data: its AdminNotificationReprocessResponse", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 400, description = "ADMIN_REPROCESS_NOT_ALLOWED, with current=<status>", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 403, description = "FORBIDDEN: no ROLE_ADMIN", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 404, description = "NOTIFICATION_EVENT_NOT_FOUND", body = crate::adapters::http::commerce::doc::Envelope),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn ignore_notification(
     state: web::Data<HttpState>,
     operator: Operator,
@@ -168,6 +198,17 @@ pub async fn ignore_notification(
 
 /// `POST /api/admin/notification-events/retry-due`: every due retry now, answered as its
 /// bare `NotificationRetryProcessingResult` (no envelope, as the platform).
+#[utoipa::path(
+    post,
+    path = "/api/admin/notification-events/retry-due",
+    tag = "commerce",
+    responses(
+        (status = 200, description = "Bare, no envelope", body = crate::adapters::http::commerce::doc::RetryDueResult),
+        (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 403, description = "FORBIDDEN: no ROLE_ADMIN", body = crate::adapters::http::commerce::doc::Envelope),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn retry_due(
     state: web::Data<HttpState>,
     operator: Operator,
@@ -185,6 +226,21 @@ pub async fn retry_due(
 
 /// `POST /api/admin/outbox-events/{id}/retry`: a dead letter goes back to the relay
 /// (`READY`); anything else is refused with its status.
+#[utoipa::path(
+    post,
+    path = "/api/admin/outbox-events/{outboxEventId}/retry",
+    tag = "commerce",
+    params(("outboxEventId" = i64, Path, description = "The outbox row's id")),
+    request_body(content = Option<crate::adapters::http::commerce::doc::RecoveryRequest>, description = "Optional: kept in the audit log"),
+    responses(
+        (status = 200, description = "data: its AdminOutboxReprocessResponse", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 400, description = "ADMIN_REPROCESS_NOT_ALLOWED, with current=<status>", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 403, description = "FORBIDDEN: no ROLE_ADMIN", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 404, description = "OUTBOX_EVENT_NOT_FOUND", body = crate::adapters::http::commerce::doc::Envelope),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn retry_outbox(
     state: web::Data<HttpState>,
     operator: Operator,

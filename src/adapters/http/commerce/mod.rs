@@ -8,6 +8,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod doc;
 pub mod envelope;
 pub mod orders;
 pub mod view;
@@ -123,6 +124,15 @@ pub async fn not_found(req: actix_web::HttpRequest) -> HttpResponse {
 }
 
 /// `GET /actuator/health`: Spring Boot's answer shape, outside the envelope.
+#[utoipa::path(
+    get,
+    path = "/actuator/health",
+    tag = "commerce",
+    responses(
+        (status = 200, body = crate::adapters::http::commerce::doc::Health),
+        (status = 503, description = "DOWN", body = crate::adapters::http::commerce::doc::Health),
+    )
+)]
 async fn health(state: web::Data<super::HttpState>) -> HttpResponse {
     let up = state.readiness.check(state.role).await.ready;
     let status = if up { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
@@ -138,6 +148,17 @@ struct TokenRequest {
 
 /// `POST /api/auth/token`: a demo token, only with `demo_token = true` (else 404, as a path
 /// the platform serves only in demo mode).
+#[utoipa::path(
+    post,
+    path = "/api/auth/token",
+    tag = "commerce",
+    request_body = crate::adapters::http::commerce::doc::TokenRequest,
+    responses(
+        (status = 200, description = "data: {tokenType, accessToken, roles}", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 400, description = "BAD_REQUEST: the first invalid field's message", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 404, description = "NOT_FOUND: demo tokens are off", body = crate::adapters::http::commerce::doc::Envelope),
+    )
+)]
 async fn token(
     api: web::Data<CommerceApi>,
     body: web::Json<TokenRequest>,

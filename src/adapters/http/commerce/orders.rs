@@ -211,6 +211,18 @@ fn number(path: web::Path<i64>) -> Result<i64, CommerceError> {
 }
 
 /// `POST /api/orders`: the order, waiting in `CREATED` for `orchestrate`.
+#[utoipa::path(
+    post,
+    path = "/api/orders",
+    tag = "commerce",
+    request_body = crate::adapters::http::commerce::doc::CreateOrderRequest,
+    responses(
+        (status = 200, description = "data: its OrderResponse, status CREATED", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 400, description = "BAD_REQUEST: the first invalid field's message", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::doc::Envelope),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn create(
     state: web::Data<HttpState>,
     caller: SignedIn,
@@ -223,6 +235,18 @@ pub async fn create(
 }
 
 /// `GET /api/orders/{orderId}`.
+#[utoipa::path(
+    get,
+    path = "/api/orders/{orderId}",
+    tag = "commerce",
+    params(("orderId" = i64, Path, description = "The order's number")),
+    responses(
+        (status = 200, description = "data: its OrderDetailResponse", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 404, description = "ORDER_NOT_FOUND", body = crate::adapters::http::commerce::doc::Envelope),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn get(
     state: web::Data<HttpState>,
     caller: SignedIn,
@@ -247,6 +271,18 @@ async fn flow_of(
 }
 
 /// `GET /api/orders/{orderId}/flow`.
+#[utoipa::path(
+    get,
+    path = "/api/orders/{orderId}/flow",
+    tag = "commerce",
+    params(("orderId" = i64, Path, description = "The order's number")),
+    responses(
+        (status = 200, description = "data: its OrderFlowResponse", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 404, description = "ORDER_NOT_FOUND", body = crate::adapters::http::commerce::doc::Envelope),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn flow(
     state: web::Data<HttpState>,
     caller: SignedIn,
@@ -259,6 +295,18 @@ pub async fn flow(
 /// `POST /api/orders/{orderId}/orchestrate`: runs the saga of an order still `CREATED`
 /// as far as it goes now; any other order is answered as it stands (its replay). A
 /// business failure is a 200 with the flow that shows it, as the platform.
+#[utoipa::path(
+    post,
+    path = "/api/orders/{orderId}/orchestrate",
+    tag = "commerce",
+    params(("orderId" = i64, Path, description = "The order's number")),
+    responses(
+        (status = 200, description = "data: its OrderFlowResponse, a business failure included", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 404, description = "ORDER_NOT_FOUND", body = crate::adapters::http::commerce::doc::Envelope),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn orchestrate(
     state: web::Data<HttpState>,
     caller: SignedIn,
