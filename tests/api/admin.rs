@@ -2,8 +2,6 @@
 //! metrics — and that none of it is open to customers.
 
 use chrono::Utc;
-use orchestrator::application::ports::DeliveryFailure;
-use orchestrator::domain::outbox::{FailureCode, FailureOutcome};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -16,20 +14,8 @@ async fn dead_letters(app: &TestApp, n: usize) -> Vec<i64> {
     for _ in 0..n {
         json(app.place_order(&token, &order_body(), None).await, StatusCode::CREATED).await;
     }
-    crate::helpers::on_the_slow_path(&app.db).await;
-    let now = Utc::now();
-    let claimed = crate::helpers::claim_as(&*app.services.outbox_store, "test", 100, now, now).await;
+    let claimed = crate::helpers::dead_letter_heads(app, Utc::now()).await;
     assert_eq!(claimed.len(), n, "one head event per order");
-    let failures: Vec<DeliveryFailure> = claimed
-        .iter()
-        .map(|e| DeliveryFailure {
-            id: e.id,
-            outcome: FailureOutcome::DeadLetter { retry_count: 4 },
-            code: FailureCode::Unroutable,
-            reason: "312 NO_ROUTE".into(),
-        })
-        .collect();
-    app.services.outbox_store.mark_failed(&failures, "test", now).await.unwrap();
     claimed.iter().map(|e| e.id).collect()
 }
 

@@ -707,21 +707,8 @@ async fn operators_recover_notifications_and_dead_letters_with_its_admin_paths(b
     // Dead-letter the head event of the order `held` makes once orchestrated.
     let fresh = admin.create("normal").await;
     admin.data("POST", &format!("/api/orders/{fresh}/orchestrate"), None).await;
-    crate::helpers::on_the_slow_path(&app.db).await;
-    let now = chrono::Utc::now() + chrono::Duration::hours(48);
-    let claimed = crate::helpers::claim_as(&*app.services.outbox_store, "test", 1000, now, now).await;
-    use orchestrator::application::ports::DeliveryFailure;
-    use orchestrator::domain::outbox::{FailureCode, FailureOutcome};
-    let failures: Vec<DeliveryFailure> = claimed
-        .iter()
-        .map(|e| DeliveryFailure {
-            id: e.id,
-            outcome: FailureOutcome::DeadLetter { retry_count: 4 },
-            code: FailureCode::Unroutable,
-            reason: "312 NO_ROUTE".into(),
-        })
-        .collect();
-    app.services.outbox_store.mark_failed(&failures, "test", now).await.unwrap();
+    let claimed =
+        crate::helpers::dead_letter_heads(&app, chrono::Utc::now() + chrono::Duration::hours(48)).await;
     let dead = claimed.first().expect("a head event was claimed");
     let data = admin
         .data(

@@ -446,6 +446,29 @@ pub async fn claim_as<S: orchestrator::application::ports::RelayStore + ?Sized>(
     rows
 }
 
+/// Dead-letters every head event the relay would claim now (as `312 NO_ROUTE` after four
+/// tries), from the slow path; the rows it dead-lettered.
+pub async fn dead_letter_heads(
+    app: &TestApp,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Vec<orchestrator::application::ports::OutboxRecord> {
+    use orchestrator::application::ports::DeliveryFailure;
+    use orchestrator::domain::outbox::{FailureCode, FailureOutcome};
+    on_the_slow_path(&app.db).await;
+    let claimed = claim_as(&*app.services.outbox_store, "test", 1000, now, now).await;
+    let failures: Vec<DeliveryFailure> = claimed
+        .iter()
+        .map(|e| DeliveryFailure {
+            id: e.id,
+            outcome: FailureOutcome::DeadLetter { retry_count: 4 },
+            code: FailureCode::Unroutable,
+            reason: "312 NO_ROUTE".into(),
+        })
+        .collect();
+    app.services.outbox_store.mark_failed(&failures, "test", now).await.expect("dead-lettered");
+    claimed
+}
+
 // ---- waiting, processes and a severable connection, shared by every test file ----------
 
 /// Waits (polling) until `check` holds; fails the test after 30 s naming `what`.

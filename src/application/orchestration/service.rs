@@ -309,20 +309,30 @@ impl Orchestrator {
         }
         let action = next_action_of(&record);
         if action.runs_nothing() {
-            // docs/spec.md §4: a replay that changes nothing is audited too.
-            let mut changes = Changes::default();
-            changes.audit.push(audit::record(
-                AuditAction::OrchestrateNoop,
-                entity::ORDER,
-                order_id,
-                actor,
-                Some(format!("order is {}; nothing left to run ({action:?})", record.order.status)),
-                self.clock.now(),
-            ));
-            self.uow.commit(changes).await?;
-            return Ok(record);
+            let why = format!("order is {}; nothing left to run ({action:?})", record.order.status);
+            return self.replayed(record, actor, why).await;
         }
         self.resume(record, actor).await
+    }
+
+    /// docs/spec.md §4: a replay that changes nothing is audited too.
+    async fn replayed(
+        &self,
+        record: OrderRecord,
+        actor: &Actor,
+        why: String,
+    ) -> Result<OrderRecord, AppError> {
+        let mut changes = Changes::default();
+        changes.audit.push(audit::record(
+            AuditAction::OrchestrateNoop,
+            entity::ORDER,
+            record.order.id,
+            actor,
+            Some(why),
+            self.clock.now(),
+        ));
+        self.uow.commit(changes).await?;
+        Ok(record)
     }
 
     /// Starts the saga of an order held in `CREATED` (the commerce dialect's `orchestrate`):
@@ -340,17 +350,8 @@ impl Orchestrator {
         if untouched {
             return self.resume(record, actor).await;
         }
-        let mut changes = Changes::default();
-        changes.audit.push(audit::record(
-            AuditAction::OrchestrateNoop,
-            entity::ORDER,
-            order_id,
-            actor,
-            Some(format!("order is {}; its saga has run already", record.order.status)),
-            self.clock.now(),
-        ));
-        self.uow.commit(changes).await?;
-        Ok(record)
+        let why = format!("order is {}; its saga has run already", record.order.status);
+        self.replayed(record, actor, why).await
     }
 
     /// Runs the saga of an existing order if no one else is running it now; otherwise

@@ -141,23 +141,7 @@ pub async fn retry_notification(
     path: web::Path<i64>,
     body: web::Bytes,
 ) -> Result<HttpResponse, CommerceError> {
-    let reason = reason_of(&body)?;
-    let (_, notification) = notification_of(&state, &operator, path.into_inner()).await?;
-    let previous = view::notification_status(notification.status);
-    let record = match state.notifications.reprocess(&operator.0.actor(), notification.id, reason).await {
-        Ok(record) => record,
-        Err(AppError::Conflict { .. }) => {
-            return Err(not_allowed(format!("재처리 가능한 알림 이벤트가 아닙니다. current={previous}")));
-        }
-        Err(err) => return Err(err.into()),
-    };
-    let sent = record.notification.as_ref().is_some_and(|n| n.status == NotificationStatus::Sent);
-    let (result, message) = if sent {
-        ("SUCCESS", "Notification event was retried successfully.")
-    } else {
-        ("FAILED", "Notification event retry failed; it waits for its next attempt or an operator.")
-    };
-    Ok(ok(reprocessed(&record, previous, "RETRY", result, message)))
+    recover(&state, &operator, path.into_inner(), &body, Recovery::Retry).await
 }
 
 /// `POST /api/admin/notification-events/{id}/ignore`: the customer need not be told; an
@@ -183,17 +167,52 @@ pub async fn ignore_notification(
     path: web::Path<i64>,
     body: web::Bytes,
 ) -> Result<HttpResponse, CommerceError> {
-    let reason = reason_of(&body)?;
-    let (_, notification) = notification_of(&state, &operator, path.into_inner()).await?;
+    recover(&state, &operator, path.into_inner(), &body, Recovery::Ignore).await
+}
+
+/// What an operator does with a notification event.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Recovery {
+    Retry,
+    Ignore,
+}
+
+/// An operator's retry (our re-send now) or ignore, answered as its
+/// `AdminNotificationReprocessResponse`; a refusal names the event's status.
+async fn recover(
+    state: &HttpState,
+    operator: &Operator,
+    id: i64,
+    body: &web::Bytes,
+    recovery: Recovery,
+) -> Result<HttpResponse, CommerceError> {
+    let reason = reason_of(body)?;
+    let (_, notification) = notification_of(state, operator, id).await?;
     let previous = view::notification_status(notification.status);
-    let record = match state.notifications.ignore(&operator.0.actor(), notification.id, reason).await {
+    let actor = operator.0.actor();
+    let done = match recovery {
+        Recovery::Retry => state.notifications.reprocess(&actor, notification.id, reason).await,
+        Recovery::Ignore => state.notifications.ignore(&actor, notification.id, reason).await,
+    };
+    let record = match done {
         Ok(record) => record,
         Err(AppError::Conflict { .. }) => {
-            return Err(not_allowed(format!("무시 처리 가능한 알림 이벤트가 아닙니다. current={previous}")));
+            let what = if recovery == Recovery::Retry { "재처리" } else { "무시 처리" };
+            return Err(not_allowed(format!("{what} 가능한 알림 이벤트가 아닙니다. current={previous}")));
         }
         Err(err) => return Err(err.into()),
     };
-    Ok(ok(reprocessed(&record, previous, "IGNORE", "IGNORED", "Notification event was marked as ignored.")))
+    let sent = record.notification.as_ref().is_some_and(|n| n.status == NotificationStatus::Sent);
+    let (action, result, message) = match recovery {
+        Recovery::Ignore => ("IGNORE", "IGNORED", "Notification event was marked as ignored."),
+        Recovery::Retry if sent => ("RETRY", "SUCCESS", "Notification event was retried successfully."),
+        Recovery::Retry => (
+            "RETRY",
+            "FAILED",
+            "Notification event retry failed; it waits for its next attempt or an operator.",
+        ),
+    };
+    Ok(ok(reprocessed(&record, previous, action, result, message)))
 }
 
 /// `POST /api/admin/notification-events/retry-due`: every due retry now, answered as its
