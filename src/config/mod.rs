@@ -152,6 +152,16 @@ pub struct HttpSettings {
     pub bind: SocketAddr,
     /// `http.dialects.commerce` (docs/spec.md §14); `None` while its `bind` is unset.
     pub commerce: Option<CommerceDialectSettings>,
+    /// `http.dialects.momo` (docs/spec.md §14); `None` while its `bind` is unset.
+    pub momo: Option<MomoDialectSettings>,
+}
+
+/// The meetup platform's payment endpoints (docs/spec.md §14, docs/dialects.md).
+#[derive(Debug, Clone)]
+pub struct MomoDialectSettings {
+    pub bind: SocketAddr,
+    /// The HMAC key of its access tokens (HS256), UTF-8 bytes, at least 32 (`jwt_secret`).
+    pub jwt_secret: Secret,
 }
 
 /// The commerce backend's HTTP API (docs/spec.md §14, docs/dialects.md).
@@ -512,6 +522,7 @@ impl Settings {
         };
         let http = p.take(address("http.bind", &raw.http.bind));
         let commerce = p.take(resolve_commerce_dialect(raw.http.dialects.commerce, &raw.payment));
+        let momo = p.take(resolve_momo_dialect(raw.http.dialects.momo));
         let outbox = p.take(resolve_outbox(raw.outbox));
         let notification = p.take(resolve_notification(raw.notification, sqlite));
         let settlement = p.take(resolve_settlement(raw.settlement));
@@ -525,7 +536,11 @@ impl Settings {
         p.finish()?;
         Ok(Settings {
             meetings: resolved(meetings)?,
-            http: HttpSettings { bind: resolved(http)?, commerce: resolved(commerce)? },
+            http: HttpSettings {
+                bind: resolved(http)?,
+                commerce: resolved(commerce)?,
+                momo: resolved(momo)?,
+            },
             database: resolved(database)?,
             broker: resolved(broker)?,
             outbox: resolved(outbox)?,

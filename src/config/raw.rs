@@ -83,6 +83,17 @@ pub(super) struct RawHttp {
 pub(super) struct RawDialects {
     #[serde(default)]
     pub(super) commerce: RawCommerceDialect,
+    #[serde(default)]
+    pub(super) momo: RawMomoDialect,
+}
+
+/// `http.dialects.momo.*`: off while `bind` is unset.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMomoDialect {
+    pub(super) bind: Option<String>,
+    /// The platform's `jwt.secret.key`: its access tokens are HS256 over its UTF-8 bytes.
+    pub(super) jwt_secret: Option<Secret>,
 }
 
 /// `http.dialects.commerce.*`: off while `bind` is unset.

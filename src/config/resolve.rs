@@ -700,3 +700,20 @@ pub(super) fn resolve_commerce_dialect(
     let issuer = raw.issuer.unwrap_or_else(|| "commerce-orchestration-backend".to_owned());
     Ok(Some(CommerceDialectSettings { bind, jwt_secret, demo_token: raw.demo_token, token_validity, issuer }))
 }
+
+/// `http.dialects.momo` (docs/spec.md §14): off while `bind` is unset. Its key is the
+/// platform's `jwt.secret.key`, which it refuses under 32 bytes.
+pub(super) fn resolve_momo_dialect(raw: RawMomoDialect) -> Result<Option<MomoDialectSettings>, ConfigError> {
+    let Some(bind) = raw.bind.filter(|b| !b.trim().is_empty()) else {
+        return Ok(None);
+    };
+    let bind = address("http.dialects.momo.bind", &bind)?;
+    let jwt_secret = raw
+        .jwt_secret
+        .filter(|s| !s.expose().is_empty())
+        .ok_or_else(|| invalid("http.dialects.momo.jwt_secret", "is required when its bind is set"))?;
+    if jwt_secret.expose().len() < 32 {
+        return Err(invalid("http.dialects.momo.jwt_secret", "must be at least 32 bytes (HS256's key size)"));
+    }
+    Ok(Some(MomoDialectSettings { bind, jwt_secret }))
+}

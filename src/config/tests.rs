@@ -317,3 +317,31 @@ fn the_commerce_dialect_is_off_until_bound_and_its_key_and_demo_tokens_are_check
         assert!(!err.contains(secret), "the key is never printed: {err}");
     }
 }
+
+#[test]
+fn the_momo_dialect_is_off_until_bound_and_its_key_is_checked() {
+    assert!(load(&[]).unwrap().http.momo.is_none(), "off by default");
+    let secret = "momo-platform-jwt-secret-key-0123";
+    let on = load(&[
+        ("APP__HTTP__DIALECTS__MOMO__BIND", "127.0.0.1:0"),
+        ("APP__HTTP__DIALECTS__MOMO__JWT_SECRET", secret),
+    ])
+    .unwrap()
+    .http
+    .momo
+    .unwrap();
+    assert_eq!(on.jwt_secret.expose(), secret);
+    for (env, named) in [
+        (vec![("APP__HTTP__DIALECTS__MOMO__BIND", "127.0.0.1:0")], "http.dialects.momo.jwt_secret"),
+        (
+            vec![
+                ("APP__HTTP__DIALECTS__MOMO__BIND", "127.0.0.1:0"),
+                ("APP__HTTP__DIALECTS__MOMO__JWT_SECRET", "31-bytes-is-too-short-for-hs256"),
+            ],
+            "at least 32 bytes",
+        ),
+    ] {
+        let err = load(&env).unwrap_err().to_string();
+        assert!(err.contains(named), "{named}: {err}");
+    }
+}

@@ -131,6 +131,8 @@ pub struct Services {
     pub ledger: Arc<Ledger>,
     pub payment_methods: Arc<PaymentMethods>,
     pub provider_view: Arc<ProviderView>,
+    /// A member's own payments (the momo dialect).
+    pub member_payments: Arc<crate::application::member_payments::MemberPayments>,
     pub recovery: Arc<Recovery>,
     pub meeting_events: Arc<MeetingEvents>,
     pub publishers: PublisherFactory,

@@ -136,6 +136,7 @@ pub(super) fn http_state(services: &Services, role: Role) -> web::Data<HttpState
         ledger: services.ledger.clone(),
         payment_methods: services.payment_methods.clone(),
         provider_view: services.provider_view.clone(),
+        member_payments: services.member_payments.clone(),
         // Far above what Toss sends for one shop: docs/operations.md, "Toss's webhooks".
         webhook_limits: Arc::new(crate::adapters::http::webhooks::WebhookLimits::default()),
         recovery: services.recovery.clone(),
@@ -190,21 +191,47 @@ pub fn ops_server(services: &Services) -> Result<(Server, std::net::SocketAddr),
     Ok((server, local))
 }
 
-/// The commerce dialect's server (docs/spec.md §14) on its own address, over the same
-/// state as the native API.
+/// A dialect's server (docs/spec.md §14) on its own address `bind` (the key `name`), the
+/// app `app` makes over the same state as the native API.
+fn dialect_server<F, T, B>(
+    name: &str,
+    bind: std::net::SocketAddr,
+    app: F,
+) -> Result<(u16, Server), StartupError>
+where
+    F: Fn() -> App<T> + Send + Clone + 'static,
+    T: actix_web::dev::ServiceFactory<
+            actix_web::dev::ServiceRequest,
+            Config = (),
+            Response = actix_web::dev::ServiceResponse<B>,
+            Error = actix_web::Error,
+            InitError = (),
+        > + 'static,
+    B: actix_web::body::MessageBody + 'static,
+{
+    let listener = TcpListener::bind(bind)
+        .map_err(|e| StartupError::runtime(format!("cannot bind http.dialects.{name}.bind {bind}"), e))?;
+    let port =
+        listener.local_addr().map_err(|e| StartupError::runtime("cannot read the bound address", e))?.port();
+    let server = HttpServer::new(app)
+        .listen(listener)
+        .map_err(|e| StartupError::runtime(format!("cannot serve http.dialects.{name}.bind {bind}"), e))?
+        .disable_signals()
+        .shutdown_timeout(10)
+        .run();
+    tracing::info!(port, dialect = name, "serving a dialect (docs/dialects.md)");
+    Ok((port, server))
+}
+
+/// The commerce dialect's server.
 fn commerce_server(
     services: &Services,
     dialect: &crate::config::CommerceDialectSettings,
 ) -> Result<(u16, Server), StartupError> {
-    let api = http::commerce::CommerceApi::new(dialect.clone()).map_err(StartupError::Config)?;
-    let listener = TcpListener::bind(dialect.bind).map_err(|e| {
-        StartupError::runtime(format!("cannot bind http.dialects.commerce.bind {}", dialect.bind), e)
-    })?;
-    let port =
-        listener.local_addr().map_err(|e| StartupError::runtime("cannot read the bound address", e))?.port();
+    let api =
+        web::Data::from(http::commerce::CommerceApi::new(dialect.clone()).map_err(StartupError::Config)?);
     let state = http_state(services, Role::Serve);
-    let api = web::Data::from(api);
-    let server = HttpServer::new(move || {
+    dialect_server("commerce", dialect.bind, move || {
         App::new()
             .wrap(from_fn(http::commerce::trace))
             .wrap(from_fn(http::correlation::correlate))
@@ -213,15 +240,25 @@ fn commerce_server(
             .configure(http::commerce::routes)
             .default_service(web::to(http::commerce::not_found))
     })
-    .listen(listener)
-    .map_err(|e| {
-        StartupError::runtime(format!("cannot serve http.dialects.commerce.bind {}", dialect.bind), e)
-    })?
-    .disable_signals()
-    .shutdown_timeout(10)
-    .run();
-    tracing::info!(port, "serving the commerce dialect (docs/dialects.md)");
-    Ok((port, server))
+}
+
+/// The momo dialect's server.
+fn momo_server(
+    services: &Services,
+    dialect: &crate::config::MomoDialectSettings,
+) -> Result<(u16, Server), StartupError> {
+    let zone = services.settings.meetings.timezone;
+    let api = web::Data::from(http::momo::MomoApi::new(dialect, zone).map_err(StartupError::Config)?);
+    let state = http_state(services, Role::Serve);
+    dialect_server("momo", dialect.bind, move || {
+        App::new()
+            .wrap(from_fn(http::momo::cookie_echo))
+            .wrap(from_fn(http::correlation::correlate))
+            .app_data(state.clone())
+            .app_data(api.clone())
+            .configure(http::momo::routes)
+            .default_service(web::to(http::momo::not_found))
+    })
 }
 
 /// A running `app serve`: the HTTP server and, when embedded, the worker loops.
@@ -230,6 +267,8 @@ pub struct Application {
     server: Server,
     /// The commerce dialect's listener (`http.dialects.commerce.bind`) and its port.
     commerce: Option<(u16, Server)>,
+    /// The momo dialect's listener (`http.dialects.momo.bind`) and its port.
+    momo: Option<(u16, Server)>,
     services: Services,
 }
 
@@ -283,12 +322,21 @@ impl Application {
             Some(dialect) => Some(commerce_server(&services, dialect)?),
             None => None,
         };
-        Ok(Application { port, server, commerce, services })
+        let momo = match &settings.http.momo {
+            Some(dialect) => Some(momo_server(&services, dialect)?),
+            None => None,
+        };
+        Ok(Application { port, server, commerce, momo, services })
     }
 
     /// The port of the commerce dialect's listener, when it is on.
     pub fn commerce_port(&self) -> Option<u16> {
         self.commerce.as_ref().map(|(port, _)| *port)
+    }
+
+    /// The port of the momo dialect's listener, when it is on.
+    pub fn momo_port(&self) -> Option<u16> {
+        self.momo.as_ref().map(|(port, _)| *port)
     }
 
     pub fn port(&self) -> u16 {
@@ -311,10 +359,14 @@ impl Application {
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
         let workers = self.services.settings.worker.embedded.then(|| Workers::spawn(&self.services));
         let handle = self.server.handle();
-        let dialect = self.commerce.map(|(_, server)| {
-            let handle = server.handle();
-            (handle, tokio::spawn(server))
-        });
+        let dialects: Vec<_> = [self.commerce, self.momo]
+            .into_iter()
+            .flatten()
+            .map(|(_, server)| {
+                let handle = server.handle();
+                (handle, tokio::spawn(server))
+            })
+            .collect();
         let mut server = tokio::spawn(self.server);
         let result = tokio::select! {
             result = &mut server => result.unwrap_or_else(|e| Err(std::io::Error::other(e))),
@@ -324,7 +376,7 @@ impl Application {
                 server.await.unwrap_or_else(|e| Err(std::io::Error::other(e)))
             }
         };
-        if let Some((handle, server)) = dialect {
+        for (handle, server) in dialects {
             handle.stop(true).await;
             let _ = server.await;
         }

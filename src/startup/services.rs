@@ -17,6 +17,7 @@ use crate::application::health::{HealthProbe, LoopProgress, Readiness};
 use crate::application::idempotency::IdempotencyService;
 use crate::application::inbound::MeetingEvents;
 use crate::application::ledger::Ledger;
+use crate::application::member_payments::MemberPayments;
 use crate::application::notification_retry::NotificationRetry;
 use crate::application::orchestration::Orchestrator;
 use crate::application::outbox::{Housekeeping, OutboxAdmin};
@@ -105,6 +106,7 @@ pub(super) struct Money {
     provider_view: Arc<ProviderView>,
     payment_methods: Arc<PaymentMethods>,
     refunds: Arc<Refunds>,
+    member_payments: Arc<MemberPayments>,
 }
 
 /// The ledger run, the provider's view, saved cards and refunds, each with the provider's
@@ -116,33 +118,42 @@ pub(super) fn money(
     capabilities: &Capabilities,
     clock: &Arc<dyn Clock>,
 ) -> Money {
+    let ledger = Arc::new(Ledger::new(
+        capabilities.ledger.clone(),
+        orders.clone() as Arc<dyn PaymentRepository>,
+        orders.clone() as Arc<dyn LedgerStore>,
+        orders.clone() as Arc<dyn PayoutStore>,
+        clock.clone(),
+        ledger_settings(settings),
+    ));
+    let provider_view = Arc::new(ProviderView::new(
+        orders.clone() as Arc<dyn PaymentRepository>,
+        capabilities.records.clone(),
+    ));
+    let payment_methods = Arc::new(PaymentMethods::new(
+        orders.clone() as Arc<dyn PaymentMethodRepository>,
+        capabilities.customers.clone(),
+        clock.clone(),
+    ));
+    let refunds = Arc::new(Refunds::new(
+        orders.clone(),
+        orders.clone(),
+        orders.clone(),
+        orders.clone(),
+        payments.clone(),
+        clock.clone(),
+        refund_settings(settings),
+    ));
     Money {
-        ledger: Arc::new(Ledger::new(
-            capabilities.ledger.clone(),
-            orders.clone() as Arc<dyn PaymentRepository>,
-            orders.clone() as Arc<dyn LedgerStore>,
-            orders.clone() as Arc<dyn PayoutStore>,
-            clock.clone(),
-            ledger_settings(settings),
-        )),
-        provider_view: Arc::new(ProviderView::new(
+        member_payments: Arc::new(MemberPayments::new(
             orders.clone() as Arc<dyn PaymentRepository>,
             capabilities.records.clone(),
+            refunds.clone(),
         )),
-        payment_methods: Arc::new(PaymentMethods::new(
-            orders.clone() as Arc<dyn PaymentMethodRepository>,
-            capabilities.customers.clone(),
-            clock.clone(),
-        )),
-        refunds: Arc::new(Refunds::new(
-            orders.clone(),
-            orders.clone(),
-            orders.clone(),
-            orders.clone(),
-            payments.clone(),
-            clock.clone(),
-            refund_settings(settings),
-        )),
+        refunds,
+        ledger,
+        provider_view,
+        payment_methods,
     }
 }
 
@@ -349,6 +360,7 @@ pub async fn build_services_with_clock(
         ledger: money.ledger,
         payment_methods: money.payment_methods,
         provider_view: money.provider_view,
+        member_payments: money.member_payments,
         recovery,
         meeting_events,
         publishers,

@@ -225,6 +225,8 @@ pub struct TestApp {
     pub base: String,
     /// The commerce dialect's base URL, when `APP__HTTP__DIALECTS__COMMERCE__BIND` is set.
     pub commerce: Option<String>,
+    /// The momo dialect's base URL, when `APP__HTTP__DIALECTS__MOMO__BIND` is set.
+    pub momo: Option<String>,
     pub client: reqwest::Client,
     pub services: Services,
     pub db: DatabaseConnection,
@@ -282,6 +284,7 @@ impl TestApp {
         .expect("build app");
         let base = format!("http://127.0.0.1:{}", app.port());
         let commerce = app.commerce_port().map(|port| format!("http://127.0.0.1:{port}"));
+        let momo = app.momo_port().map(|port| format!("http://127.0.0.1:{port}"));
         let services = app.services().clone();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(app.run_until_stopped(async move {
@@ -291,6 +294,7 @@ impl TestApp {
             clock,
             base,
             commerce,
+            momo,
             client: reqwest::Client::new(),
             services,
             db,

@@ -28,6 +28,7 @@ mod kafka_broker;
 mod ledger;
 mod meeting;
 mod momo;
+mod momo_dialect;
 mod money;
 mod notifications;
 mod numbers;

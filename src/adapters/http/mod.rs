@@ -7,7 +7,9 @@ pub mod commerce;
 pub mod console;
 pub mod correlation;
 pub mod dto;
+pub mod jackson;
 pub mod ledger;
+pub mod momo;
 pub mod notifications;
 pub mod ops;
 pub mod orders;
@@ -51,6 +53,8 @@ pub struct HttpState {
     pub ledger: Arc<crate::application::ledger::Ledger>,
     pub payment_methods: Arc<PaymentMethods>,
     pub provider_view: Arc<ProviderView>,
+    /// A member's own payments (the momo dialect).
+    pub member_payments: Arc<crate::application::member_payments::MemberPayments>,
     /// Toss's webhooks: anyone can post them.
     pub webhook_limits: Arc<webhooks::WebhookLimits>,
     pub recovery: Arc<Recovery>,

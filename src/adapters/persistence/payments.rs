@@ -7,12 +7,42 @@ use super::entities::{orders, payments, refunds};
 use super::mapping::*;
 use super::repo_err;
 use super::store::SeaOrmStore;
-use crate::application::ports::{PaymentRepository, RepoError};
+use crate::application::ports::{
+    CustomerPayments, MeetingPayment, PaymentRepository, PaymentSortKey, RepoError,
+};
 use crate::domain::ids::{OrderId, PaymentId};
 use crate::domain::ledger::Books;
-use crate::domain::order::{FailureStage, OrderStatus};
+use crate::domain::order::{FailureStage, OrderSource, OrderStatus};
 use crate::domain::payment::{Payment, PaymentStatus, RefundStatus};
 use chrono::{DateTime, Utc};
+
+impl SeaOrmStore {
+    /// `rows` as payments with their orders' customer and meeting, in the same order.
+    async fn with_meetings(&self, rows: Vec<payments::Model>) -> Result<Vec<MeetingPayment>, RepoError> {
+        let ids: Vec<uuid::Uuid> = rows.iter().map(|r| r.order_id).collect();
+        let orders: std::collections::HashMap<uuid::Uuid, (String, Option<String>)> = if ids.is_empty() {
+            Default::default()
+        } else {
+            orders::Entity::find()
+                .filter(orders::Column::Id.is_in(ids))
+                .all(&self.db)
+                .await
+                .map_err(repo_err)?
+                .into_iter()
+                .map(|o| (o.id, (o.customer_id, o.meeting_id)))
+                .collect()
+        };
+        rows.into_iter()
+            .map(|row| {
+                let (customer_id, meeting_id) = orders
+                    .get(&row.order_id)
+                    .cloned()
+                    .ok_or_else(|| RepoError::corrupt("a payment without its order"))?;
+                Ok(MeetingPayment { payment: payment_from_row(row)?, customer_id, meeting_id })
+            })
+            .collect()
+    }
+}
 
 #[async_trait]
 impl PaymentRepository for SeaOrmStore {
@@ -62,6 +92,58 @@ impl PaymentRepository for SeaOrmStore {
             .map_err(repo_err)?
             .map(payment_from_row)
             .transpose()
+    }
+
+    async fn by_number(&self, number: i64) -> Result<Option<MeetingPayment>, RepoError> {
+        let Some(row) = payments::Entity::find()
+            .filter(payments::Column::Number.eq(number))
+            .one(&self.db)
+            .await
+            .map_err(repo_err)?
+        else {
+            return Ok(None);
+        };
+        Ok(self.with_meetings(vec![row]).await?.pop())
+    }
+
+    async fn of_customer(&self, query: &CustomerPayments) -> Result<(Vec<MeetingPayment>, u64), RepoError> {
+        use sea_orm::PaginatorTrait;
+        use sea_orm::sea_query::{Expr, ExprTrait, Query};
+        let mut select = payments::Entity::find().filter(
+            payments::Column::OrderId.in_subquery(
+                Query::select()
+                    .column(orders::Column::Id)
+                    .from(orders::Entity)
+                    .and_where(Expr::col(orders::Column::CustomerId).eq(query.customer_id.as_str()))
+                    .and_where(Expr::col(orders::Column::Source).eq(OrderSource::Meeting.as_str()))
+                    .to_owned(),
+            ),
+        );
+        let names = |statuses: &[PaymentStatus]| statuses.iter().map(|s| s.as_str()).collect::<Vec<_>>();
+        if let Some(statuses) = &query.statuses {
+            select = select.filter(payments::Column::Status.is_in(names(statuses)));
+        }
+        if !query.hidden.is_empty() {
+            select = select.filter(payments::Column::Status.is_not_in(names(&query.hidden)));
+        }
+        let total = select.clone().count(&self.db).await.map_err(repo_err)?;
+        for (key, descending) in &query.sort {
+            let column = match key {
+                PaymentSortKey::Number => payments::Column::Number,
+                PaymentSortKey::Amount => payments::Column::Amount,
+                PaymentSortKey::CreatedAt => payments::Column::CreatedAt,
+                PaymentSortKey::Status => payments::Column::Status,
+            };
+            select = if *descending { select.order_by_desc(column) } else { select.order_by_asc(column) };
+        }
+        let rows = select
+            .order_by_asc(payments::Column::Number)
+            .offset(query.offset)
+            .limit(query.limit)
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?;
+        Ok((self.with_meetings(rows).await?, total))
     }
 
     async fn by_request_id(&self, payment_request_id: &str) -> Result<Option<Payment>, RepoError> {

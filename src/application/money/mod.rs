@@ -15,6 +15,7 @@
 //! `ProviderCustomers`, `ProviderRecords`), present only where the provider has them.
 
 pub mod ledger;
+pub mod member_payments;
 pub mod payment_methods;
 pub mod provider_view;
 pub mod refunds;

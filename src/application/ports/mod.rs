@@ -69,7 +69,7 @@ pub use payment_gateway::{
     ProviderRecord, ProviderRecords, SettlementPage,
 };
 pub use payment_methods::{PaymentMethodRepository, SavedCard};
-pub use payment_repository::PaymentRepository;
+pub use payment_repository::{CustomerPayments, MeetingPayment, PaymentRepository, PaymentSortKey};
 pub use scenario::{Behaviour, Scenario, ScenarioError};
 pub use settlement_gateway::{SettlementGateway, SettlementOutcome, SettlementRequest};
 pub use settlement_repository::{ListedSettlement, SettlementRepository};

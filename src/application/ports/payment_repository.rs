@@ -8,6 +8,37 @@ use crate::domain::ids::{OrderId, PaymentId};
 use crate::domain::ledger::Books;
 use crate::domain::payment::{Payment, PaymentStatus};
 
+/// What a member's payments may be ordered by (the momo dialect's `sort`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PaymentSortKey {
+    Number,
+    Amount,
+    CreatedAt,
+    Status,
+}
+
+/// One page of a customer's meeting-order payments (the momo dialect's `/payments/me`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CustomerPayments {
+    pub customer_id: String,
+    /// Only these statuses; `None`: every status but `hidden`.
+    pub statuses: Option<Vec<PaymentStatus>>,
+    /// Never listed.
+    pub hidden: Vec<PaymentStatus>,
+    /// Keys with `true` for descending; after them, by number ascending.
+    pub sort: Vec<(PaymentSortKey, bool)>,
+    pub offset: u64,
+    pub limit: u64,
+}
+
+/// A payment with its order's meeting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MeetingPayment {
+    pub payment: Payment,
+    pub customer_id: String,
+    pub meeting_id: Option<String>,
+}
+
 /// Reads of payments for reconciliation, provider callbacks and operators.
 #[cfg_attr(test, mockall::automock)]
 #[async_trait]
@@ -37,6 +68,19 @@ pub trait PaymentRepository: Send + Sync {
     /// # Errors
     /// MUST return what [`PaymentRepository::awaiting_confirmation`] returns, in the same cases.
     async fn by_id(&self, id: PaymentId) -> Result<Option<Payment>, RepoError>;
+
+    /// A payment by its number (docs/spec.md §3), with its order's customer and meeting.
+    ///
+    /// # Errors
+    /// MUST return what [`PaymentRepository::awaiting_confirmation`] returns, in the same cases.
+    async fn by_number(&self, number: i64) -> Result<Option<MeetingPayment>, RepoError>;
+
+    /// One page of the payments of a customer's meeting orders, and how many there are in
+    /// all.
+    ///
+    /// # Errors
+    /// MUST return what [`PaymentRepository::awaiting_confirmation`] returns, in the same cases.
+    async fn of_customer(&self, query: &CustomerPayments) -> Result<(Vec<MeetingPayment>, u64), RepoError>;
 
     /// The payment of a request id.
     ///

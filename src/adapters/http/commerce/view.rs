@@ -18,14 +18,7 @@ use crate::domain::settlement::SettlementStatus;
 /// seconds always, the fraction only as long as it needs to be (`2026-05-01T10:00:00`,
 /// `2026-05-01T10:00:00.25`). Our times are UTC wall time (docs/dialects.md).
 pub fn local(at: DateTime<Utc>) -> String {
-    let mut text = at.format("%Y-%m-%dT%H:%M:%S").to_string();
-    let nanos = at.timestamp_subsec_nanos();
-    if nanos > 0 {
-        let fraction = format!("{nanos:09}");
-        text.push('.');
-        text.push_str(fraction.trim_end_matches('0'));
-    }
-    text
+    crate::adapters::http::jackson::local_date_time(at.naive_utc())
 }
 
 /// An amount in the currency's major unit, as a JSON number (`12000` won, `12.5` dollars).

@@ -1,0 +1,105 @@
+//! The platform's answers: `{success, message, data, timestamp}` (its `ApiResponse`), the
+//! time its server's clock read in `meetings.timezone` as Jackson writes a `LocalDateTime`,
+//! and its error texts: there is no code field, so its Korean `message` is what a client
+//! reads (docs/dialects.md).
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+use serde::Serialize;
+
+use crate::adapters::http::jackson::local_date_time;
+
+#[derive(Serialize)]
+struct Body<'a, T: Serialize> {
+    success: bool,
+    message: &'a str,
+    data: T,
+    timestamp: String,
+}
+
+/// The platform's wall time now, in its zone, to the microsecond as Java's clock reads it.
+fn now(zone: chrono_tz::Tz) -> String {
+    use chrono::SubsecRound;
+    local_date_time(chrono::Utc::now().with_timezone(&zone).naive_local().trunc_subsecs(6))
+}
+
+/// A success: `message` and `data` in the envelope.
+pub fn ok(zone: chrono_tz::Tz, message: &str, data: impl Serialize) -> HttpResponse {
+    HttpResponse::Ok().json(Body { success: true, message, data, timestamp: now(zone) })
+}
+
+/// Its texts.
+pub mod text {
+    pub const UNAUTHENTICATED: &str = "인증이 필요합니다. 로그인해 주세요.";
+    pub const EXPIRED: &str = "만료된 토큰입니다.";
+    pub const BAD_SIGNATURE: &str = "잘못된 JWT 서명입니다.";
+    pub const UNSUPPORTED: &str = "지원되지 않는 JWT 토큰입니다.";
+    pub const BAD_TOKEN: &str = "JWT 토큰이 잘못되었습니다.";
+    pub const BAD_FORMAT: &str = "잘못된 토큰 형식입니다.";
+    pub const NOT_ACCESS: &str = "유효하지 않은 Access 토큰입니다.";
+    pub const BAD_INPUT: &str = "입력 값을 다시 확인해주세요.";
+    pub const METHOD: &str = "지원하지 않는 HTTP 메서드입니다.";
+    pub const INTERNAL: &str = "서버 내부 오류가 발생했습니다.";
+    pub const PAYMENT_NOT_FOUND: &str = "결제 정보를 찾을 수 없습니다.";
+    pub const USER_NOT_FOUND: &str = "사용자를 찾을 수 없습니다.";
+    pub const MEETING_NOT_FOUND: &str = "모임을 찾을 수 없습니다.";
+    pub const UNAUTHORIZED_REFUND: &str = "환불 권한이 없습니다.";
+    pub const REFUND_NOT_ALLOWED: &str = "완료된 결제만 환불 가능합니다.";
+    pub const REFUND_FAILED: &str = "환불 처리 실패";
+    pub const TEST_KEY_ONLY: &str = "Key-in API는 테스트 키에서만 호출할 수 있습니다.";
+    pub const FREE_MEETING: &str = "무료 모임 참가 처리에 실패했습니다";
+    pub const CONFIRM_FAILED: &str = "결제 승인 실패";
+    /// Ours, where the platform has none (docs/dialects.md).
+    pub const NOT_FOUND: &str = "요청한 리소스를 찾을 수 없습니다.";
+    pub const UNAVAILABLE: &str = "일시적으로 요청을 처리할 수 없습니다. 잠시 후 다시 시도해 주세요.";
+    pub const REFUND_PENDING: &str =
+        "환불 요청이 접수되었으나 아직 완료되지 않았습니다. 잠시 후 결제 내역을 확인해 주세요.";
+}
+
+/// An error as the platform answers it: a status, its message, `data: null`, the time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MomoError {
+    pub status: StatusCode,
+    pub message: &'static str,
+    pub zone: chrono_tz::Tz,
+}
+
+impl MomoError {
+    pub fn new(zone: chrono_tz::Tz, status: StatusCode, message: &'static str) -> Self {
+        MomoError { status, message, zone }
+    }
+
+    pub fn response(&self) -> HttpResponse {
+        let body = Body { success: false, message: self.message, data: (), timestamp: now(self.zone) };
+        let mut res = HttpResponse::build(self.status).json(body);
+        if self.status == StatusCode::UNAUTHORIZED {
+            res.headers_mut().insert(
+                actix_web::http::header::WWW_AUTHENTICATE,
+                actix_web::http::header::HeaderValue::from_static("Bearer"),
+            );
+        }
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            res.headers_mut().insert(
+                actix_web::http::header::RETRY_AFTER,
+                actix_web::http::header::HeaderValue::from_static("1"),
+            );
+        }
+        res
+    }
+}
+
+impl std::fmt::Display for MomoError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.status.as_u16(), self.message)
+    }
+}
+
+impl ResponseError for MomoError {
+    fn status_code(&self) -> StatusCode {
+        self.status
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        self.response()
+    }
+}

@@ -1,0 +1,93 @@
+//! The meetup platform's payment endpoints (`http.dialects.momo`, docs/spec.md §14,
+//! docs/dialects.md): `momo-spring-project/momo-backend`'s `PaymentController` paths, its
+//! envelope, tokens and texts on a listener of their own, over the same use cases.
+//!
+//! - [`envelope`]: its `{success, message, data, timestamp}` answers and its texts.
+//! - [`auth`]: its access tokens, from its cookie or the bearer header.
+//! - [`payments`]: `/payments/me`, `/payments/{id}/pg`, `/payments/{id}/refund`.
+
+pub mod auth;
+pub mod envelope;
+pub mod payments;
+
+use std::sync::Arc;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::StatusCode;
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::middleware::Next;
+use actix_web::{HttpMessage, HttpResponse, web};
+
+use self::auth::{FromCookie, MomoKeys};
+use self::envelope::text;
+use crate::config::MomoDialectSettings;
+
+/// What the dialect's handlers share: its key and the platform's zone.
+pub struct MomoApi {
+    pub keys: MomoKeys,
+    /// `meetings.timezone`: the zone of its `LocalDateTime`s.
+    pub zone: chrono_tz::Tz,
+}
+
+impl MomoApi {
+    /// # Errors
+    /// Its key cannot be made from `jwt_secret`.
+    pub fn new(settings: &MomoDialectSettings, zone: chrono_tz::Tz) -> Result<Arc<Self>, String> {
+        Ok(Arc::new(MomoApi { keys: MomoKeys::new(settings.jwt_secret.expose().as_bytes())?, zone }))
+    }
+}
+
+/// Middleware: a token read from the `Authorization` cookie is handed back as its filter
+/// does — the cookie cleared (`Max-Age=0`), the token in the `Authorization` header.
+pub async fn cookie_echo(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    // The request is not held across the call: routing needs it unshared.
+    let mut res = next.call(req).await?;
+    let from_cookie = res.request().extensions().get::<FromCookie>().cloned();
+    if let Some(FromCookie(token)) = from_cookie {
+        let headers = res.headers_mut();
+        headers.append(header::SET_COOKIE, HeaderValue::from_static("Authorization=; Path=/; Max-Age=0"));
+        if let Ok(value) = HeaderValue::from_str(&format!("Bearer {token}")) {
+            headers.insert(header::AUTHORIZATION, value);
+        }
+    }
+    Ok(res)
+}
+
+fn api_of(req: &actix_web::HttpRequest) -> chrono_tz::Tz {
+    req.app_data::<web::Data<MomoApi>>().map_or(chrono_tz::Tz::UTC, |api| api.zone)
+}
+
+/// A path it serves, answering another method with its `405` text.
+fn resource(path: &str, allow: &'static str) -> actix_web::Resource {
+    web::resource(path).default_service(web::to(move |req: actix_web::HttpRequest| async move {
+        let mut res =
+            envelope::MomoError::new(api_of(&req), StatusCode::METHOD_NOT_ALLOWED, text::METHOD).response();
+        res.headers_mut().insert(header::ALLOW, HeaderValue::from_static(allow));
+        res
+    }))
+}
+
+/// Every route of the dialect; bad bodies and queries in its envelope.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    let bad = |req: &actix_web::HttpRequest| -> actix_web::Error {
+        envelope::MomoError::new(api_of(req), StatusCode::BAD_REQUEST, text::BAD_INPUT).into()
+    };
+    cfg.app_data(web::QueryConfig::default().error_handler(move |_, req| bad(req)))
+        .app_data(web::PayloadConfig::default().limit(64 * 1024))
+        .service(resource("/payments/me", "GET").route(web::get().to(payments::me)))
+        .service(resource("/payments/{paymentId}/pg", "GET").route(web::get().to(payments::pg)))
+        .service(resource("/payments/{paymentId}/refund", "POST").route(web::post().to(payments::refund)));
+}
+
+/// Anything else: `401` without a token (everything there needs one), else `404` in its
+/// envelope (the platform: 500 from its catch-all).
+pub async fn not_found(req: actix_web::HttpRequest) -> HttpResponse {
+    if let Err(err) = auth::member_of(&req) {
+        return err.response();
+    }
+    envelope::MomoError::new(api_of(&req), StatusCode::NOT_FOUND, text::NOT_FOUND).response()
+}

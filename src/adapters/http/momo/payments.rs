@@ -1,0 +1,279 @@
+//! Its `PaymentController`'s paths over our use cases: a member's payments as Spring Data's
+//! `Page`, the provider's live record, and the refund (docs/dialects.md).
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, web};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::MomoApi;
+use super::auth::Member;
+use super::envelope::{MomoError, ok, text};
+use crate::adapters::http::HttpState;
+use crate::adapters::http::jackson::local_date_time;
+use crate::application::AppError;
+use crate::application::member_payments::NOT_OWNER;
+use crate::application::ports::{CustomerPayments, MeetingPayment, PaymentSortKey};
+use crate::application::refunds::RefundOutcome;
+use crate::domain::payment::PaymentStatus;
+
+/// Spring Data's defaults: `size` 20, at most 2000 (`max-page-size`).
+const DEFAULT_SIZE: u64 = 20;
+const MAX_SIZE: u64 = 2000;
+
+/// Its `PaymentStatus` for ours.
+pub fn status_of(status: PaymentStatus) -> &'static str {
+    match status {
+        PaymentStatus::Requested | PaymentStatus::ConfirmationRequired => "PENDING",
+        PaymentStatus::Approved | PaymentStatus::RefundPending | PaymentStatus::PartiallyRefunded => {
+            "COMPLETED"
+        }
+        PaymentStatus::Declined => "FAILED",
+        PaymentStatus::Refunded | PaymentStatus::Cancelled => "REFUNDED",
+    }
+}
+
+/// Ours for its `status` filter (`EXPIRED`, `REFUNDED`: none a member can see).
+fn statuses_of(name: &str) -> Option<Vec<PaymentStatus>> {
+    Some(match name {
+        "PENDING" => vec![PaymentStatus::Requested, PaymentStatus::ConfirmationRequired],
+        "COMPLETED" => {
+            vec![PaymentStatus::Approved, PaymentStatus::RefundPending, PaymentStatus::PartiallyRefunded]
+        }
+        "FAILED" => vec![PaymentStatus::Declined],
+        "REFUNDED" | "EXPIRED" => Vec::new(),
+        _ => return None,
+    })
+}
+
+impl MomoApi {
+    fn time(&self, at: chrono::DateTime<chrono::Utc>) -> String {
+        local_date_time(at.with_timezone(&self.zone).naive_local())
+    }
+
+    pub(super) fn fail(&self, status: StatusCode, message: &'static str) -> MomoError {
+        MomoError::new(self.zone, status, message)
+    }
+
+    /// A use case's error in the platform's words where it has them.
+    fn app_error(&self, err: AppError) -> MomoError {
+        match err {
+            AppError::NotFound(_) => self.fail(StatusCode::NOT_FOUND, text::PAYMENT_NOT_FOUND),
+            AppError::Conflict { code: "REFUND_NOT_ALLOWED", .. } => {
+                self.fail(StatusCode::BAD_REQUEST, text::REFUND_NOT_ALLOWED)
+            }
+            AppError::Conflict { code: "NOT_SUPPORTED", .. } => {
+                self.fail(StatusCode::NOT_FOUND, text::PAYMENT_NOT_FOUND)
+            }
+            err if err.is_transient() || matches!(err, AppError::Conflict { .. }) => {
+                tracing::warn!(error = %crate::application::error::Chain(&err), "momo dialect: unavailable");
+                self.fail(StatusCode::SERVICE_UNAVAILABLE, text::UNAVAILABLE)
+            }
+            err => {
+                tracing::error!(error = %crate::application::error::Chain(&err), "momo dialect: internal error");
+                self.fail(StatusCode::INTERNAL_SERVER_ERROR, text::INTERNAL)
+            }
+        }
+    }
+
+    /// Its `PaymentResponseDto`: `detail` by status, without its null fields.
+    pub(super) fn payment(&self, p: &MeetingPayment) -> Value {
+        let payment = &p.payment;
+        let status = status_of(payment.status);
+        let detail = match status {
+            "COMPLETED" => json!({
+                "pgTransactionId": payment.provider_transaction_id,
+                "orderId": payment.payment_request_id,
+                "paidAt": payment.approved_at.map(|at| self.time(at)),
+            }),
+            "FAILED" => {
+                json!({ "failReason": payment.decline_code, "failedAt": self.time(payment.updated_at) })
+            }
+            "REFUNDED" => json!({
+                "pgTransactionId": payment.provider_transaction_id,
+                "refundedAt": self.time(payment.updated_at),
+            }),
+            _ => Value::Null,
+        };
+        let detail = match detail {
+            Value::Object(map) => Value::Object(map.into_iter().filter(|(_, v)| !v.is_null()).collect()),
+            other => other,
+        };
+        json!({
+            "id": payment.number,
+            "userId": p.customer_id.parse::<i64>().ok(),
+            "meetingId": p.meeting_id.as_deref().and_then(|m| m.parse::<i64>().ok()),
+            "amount": payment.amount.minor(),
+            "paymentMethod": "TOSS",
+            "status": status,
+            "createdAt": self.time(payment.created_at),
+            "detail": detail,
+        })
+    }
+}
+
+/// A path id as the platform reads a `Long`: not one is its bad input (it answers 500).
+fn payment_id(api: &MomoApi, text: &str) -> Result<i64, MomoError> {
+    text.parse::<i64>().map_err(|_| api.fail(StatusCode::BAD_REQUEST, text::BAD_INPUT))
+}
+
+/// A number as Spring Data reads `page` and `size`: what is not an `int` is 0.
+fn lenient(value: &str) -> i64 {
+    value.trim().parse::<i32>().map_or(0, i64::from)
+}
+
+/// `page`, `size`, `sort` and `status` as its `PageableHandlerMethodArgumentResolver` and
+/// its controller read them.
+fn page_query(
+    api: &MomoApi,
+    pairs: &[(String, String)],
+) -> Result<(CustomerPayments, Value, u64, u64), MomoError> {
+    let last = |name: &str| pairs.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    let page = last("page").map_or(0, lenient).max(0) as u64;
+    let size = match last("size").map(lenient) {
+        None => DEFAULT_SIZE,
+        Some(n) if n < 1 => DEFAULT_SIZE,
+        Some(n) => (n as u64).min(MAX_SIZE),
+    };
+    let bad = || api.fail(StatusCode::BAD_REQUEST, text::BAD_INPUT);
+    let statuses = match last("status").filter(|s| !s.is_empty()) {
+        None => None,
+        Some(name) => Some(statuses_of(name).ok_or_else(bad)?),
+    };
+    let mut sort = Vec::new();
+    for (_, spec) in pairs.iter().filter(|(k, _)| k == "sort") {
+        let mut parts: Vec<&str> = spec.split(',').map(str::trim).filter(|p| !p.is_empty()).collect();
+        let direction = match parts.last().map(|d| d.to_ascii_lowercase()) {
+            Some(d) if d == "asc" || d == "desc" => {
+                parts.pop();
+                d
+            }
+            _ => "asc".to_owned(),
+        };
+        for property in parts {
+            let key = match property {
+                "id" => PaymentSortKey::Number,
+                "amount" => PaymentSortKey::Amount,
+                "createdAt" => PaymentSortKey::CreatedAt,
+                "status" => PaymentSortKey::Status,
+                _ => return Err(bad()),
+            };
+            sort.push((key, direction == "desc"));
+        }
+    }
+    let sorted = !sort.is_empty();
+    let sort_json = json!({ "empty": !sorted, "sorted": sorted, "unsorted": !sorted });
+    let query = CustomerPayments {
+        customer_id: String::new(),
+        statuses,
+        hidden: Vec::new(),
+        sort,
+        offset: page.saturating_mul(size),
+        limit: size,
+    };
+    Ok((query, sort_json, page, size))
+}
+
+/// `GET /payments/me`: the member's payments as Spring Data's `Page`.
+pub async fn me(
+    state: web::Data<HttpState>,
+    api: web::Data<MomoApi>,
+    member: Member,
+    query: web::Query<Vec<(String, String)>>,
+) -> Result<HttpResponse, MomoError> {
+    let (query, sort, page, size) = page_query(&api, &query)?;
+    let (rows, total) = state.member_payments.page(&member.0, query).await.map_err(|e| api.app_error(e))?;
+    let pages = total.div_ceil(size);
+    let content: Vec<Value> = rows.iter().map(|p| api.payment(p)).collect();
+    let count = content.len();
+    let body = json!({
+        "content": content,
+        "pageable": {
+            "pageNumber": page, "pageSize": size, "sort": sort, "offset": page * size,
+            "paged": true, "unpaged": false,
+        },
+        "last": page + 1 >= pages,
+        "totalElements": total,
+        "totalPages": pages,
+        "size": size,
+        "number": page,
+        "sort": sort,
+        "first": page == 0,
+        "numberOfElements": count,
+        "empty": count == 0,
+    });
+    Ok(ok(api.zone, "내 결제 내역 조회 완료", body))
+}
+
+/// `GET /payments/{paymentId}/pg`: the provider's record in its nine fields, owner only.
+pub async fn pg(
+    state: web::Data<HttpState>,
+    api: web::Data<MomoApi>,
+    member: Member,
+    path: web::Path<String>,
+) -> Result<HttpResponse, MomoError> {
+    let id = payment_id(&api, &path)?;
+    let record = match state.member_payments.provider_record(&member.0, id).await {
+        Ok(record) => record.0,
+        Err(AppError::Forbidden { code: NOT_OWNER, .. }) => {
+            return Err(api.fail(StatusCode::NOT_FOUND, text::USER_NOT_FOUND));
+        }
+        Err(err) => return Err(api.app_error(err)),
+    };
+    let failure = match &record["failure"] {
+        Value::Object(f) => json!({ "code": f.get("code"), "message": f.get("message") }),
+        _ => Value::Null,
+    };
+    let data = json!({
+        "paymentKey": record["paymentKey"], "orderId": record["orderId"], "orderName": record["orderName"],
+        "status": record["status"], "totalAmount": record["totalAmount"], "method": record["method"],
+        "approvedAt": record["approvedAt"], "requestedAt": record["requestedAt"], "failure": failure,
+    });
+    Ok(ok(api.zone, "PG 결제 조회 완료", data))
+}
+
+/// Its `RefundRequestDto`.
+#[derive(Debug, Deserialize)]
+struct RefundBody {
+    reason: Option<String>,
+}
+
+/// `POST /payments/{paymentId}/refund {reason}`: what remains of the member's completed
+/// payment, refunded; the payment is then gone from `/me` and `/pg`.
+pub async fn refund(
+    state: web::Data<HttpState>,
+    api: web::Data<MomoApi>,
+    member: Member,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, MomoError> {
+    let id = payment_id(&api, &path)?;
+    let bad = || api.fail(StatusCode::BAD_REQUEST, text::BAD_INPUT);
+    let request: RefundBody = serde_json::from_slice(&body).map_err(|_| bad())?;
+    let reason = request.reason.filter(|r| !r.trim().is_empty());
+    if reason.as_ref().is_some_and(|r| r.chars().count() > 500) {
+        return Err(bad());
+    }
+    let outcome = match state.member_payments.refund(&member.0, id, reason).await {
+        Ok(outcome) => outcome,
+        Err(AppError::Forbidden { code: NOT_OWNER, .. }) => {
+            return Err(api.fail(StatusCode::FORBIDDEN, text::UNAUTHORIZED_REFUND));
+        }
+        Err(err) => return Err(api.app_error(err)),
+    };
+    let record = match outcome {
+        RefundOutcome::Refunded(record) => record,
+        RefundOutcome::Rejected { .. } => return Err(api.fail(StatusCode::BAD_GATEWAY, text::REFUND_FAILED)),
+        RefundOutcome::Pending { .. } => {
+            return Err(api.fail(StatusCode::SERVICE_UNAVAILABLE, text::REFUND_PENDING));
+        }
+    };
+    let payment =
+        record.payment.clone().ok_or_else(|| api.fail(StatusCode::INTERNAL_SERVER_ERROR, text::INTERNAL))?;
+    let view = MeetingPayment {
+        payment,
+        customer_id: record.order.customer_id.clone(),
+        meeting_id: record.order.meeting_id.clone(),
+    };
+    Ok(ok(api.zone, "환불이 완료되었습니다.", api.payment(&view)))
+}

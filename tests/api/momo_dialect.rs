@@ -1,0 +1,400 @@
+//! The meetup platform's payment endpoints (docs/spec.md §14, docs/dialects.md), as its
+//! frontend reads them: its `ApiResponse` `{success, message, data, timestamp}`, its
+//! `PaymentResponseDto`s in Spring Data's `Page`, its Korean texts (`PaymentErrorCode`, its
+//! `GlobalExceptionHandler`, `JwtFilter` and `JwtTokenProvider`), its access tokens from the
+//! bearer header or its cookie, against the real listener on both databases; the provider's
+//! record through the fake Toss over HTTP.
+
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use orchestrator::application::Actor;
+use orchestrator::application::orchestration::PlaceOrder;
+use orchestrator::application::ports::{OrderRecord, Scenario};
+use orchestrator::domain::ids::OrderId;
+use orchestrator::domain::order::{NewOrderItem, OrderSource};
+
+use crate::helpers::{Backend, TestApp};
+use crate::on_both_databases;
+
+/// The platform's `jwt.secret.key` (32 bytes or more).
+const SECRET: &str = "momo-platform-jwt-secret-key-for-tests-2026";
+
+fn dialect_env() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("APP__HTTP__DIALECTS__MOMO__BIND", "127.0.0.1:0"),
+        ("APP__HTTP__DIALECTS__MOMO__JWT_SECRET", SECRET),
+    ]
+}
+
+/// An access token as its `JwtTokenProvider.createToken("access", userId, role, 10 min)`.
+fn access(user: i64) -> String {
+    token(json!({ "sub": user.to_string(), "category": "access", "role": "USER" }), 600)
+}
+
+fn token(mut claims: Value, exp_in: i64) -> String {
+    let now = chrono::Utc::now().timestamp();
+    claims["iat"] = json!(now);
+    claims["exp"] = json!(now + exp_in);
+    jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        &claims,
+        &EncodingKey::from_secret(SECRET.as_bytes()).unwrap(),
+    )
+    .unwrap()
+}
+
+/// A member's registration for a meeting, charged as the meeting consumer does.
+async fn register(app: &TestApp, user: i64, meeting: i64, scenario: &str) -> OrderRecord {
+    let command = PlaceOrder {
+        order_id: OrderId::new(),
+        customer_id: Some(user.to_string()),
+        source: OrderSource::Meeting,
+        meeting_id: Some(meeting.to_string()),
+        currency: "KRW".into(),
+        items: vec![NewOrderItem { sku: format!("MEETING-{meeting}"), quantity: 1, unit_price: 15000 }],
+        scenario: Scenario::parse(scenario).unwrap(),
+        correlation_id: None,
+        inbox: None,
+        customer_email: None,
+        description: None,
+    };
+    app.services.orchestrator.place_order(&Actor::system("test-meeting"), command).await.unwrap()
+}
+
+/// Its frontend: a token, its paths, its envelope read back.
+struct Frontend<'a> {
+    app: &'a TestApp,
+    base: String,
+    token: String,
+}
+
+impl Frontend<'_> {
+    async fn call(&self, method: &str, path: &str, body: Option<&str>) -> (StatusCode, Value) {
+        let url = format!("{}{path}", self.base);
+        let mut request = match method {
+            "GET" => self.app.client.get(url),
+            "DELETE" => self.app.client.delete(url),
+            _ => self.app.client.post(url),
+        }
+        .bearer_auth(&self.token);
+        if let Some(body) = body {
+            request = request.header("content-type", "application/json").body(body.to_owned());
+        }
+        let res = request.send().await.unwrap();
+        let status = res.status();
+        let body: Value = res.json().await.unwrap();
+        envelope(&body);
+        (status, body)
+    }
+
+    async fn data(&self, method: &str, path: &str, body: Option<&str>, message: &str) -> Value {
+        let (status, body) = self.call(method, path, body).await;
+        assert_eq!(status, StatusCode::OK, "{method} {path}: {body}");
+        assert_eq!((&body["success"], &body["message"]), (&json!(true), &json!(message)), "{body}");
+        body["data"].clone()
+    }
+
+    async fn refused(&self, method: &str, path: &str, body: Option<&str>) -> (StatusCode, String) {
+        let (status, body) = self.call(method, path, body).await;
+        assert_eq!((&body["success"], &body["data"]), (&json!(false), &Value::Null), "{body}");
+        (status, body["message"].as_str().unwrap().to_owned())
+    }
+}
+
+/// Its `ApiResponse`: these four fields, `timestamp` a `LocalDateTime` of Seoul's clock now.
+fn envelope(body: &Value) {
+    let mut keys: Vec<&String> = body.as_object().unwrap().keys().collect();
+    keys.sort();
+    assert_eq!(keys, ["data", "message", "success", "timestamp"], "{body}");
+    let stamp = body["timestamp"].as_str().unwrap();
+    let (main, _) = stamp.split_once('.').unwrap_or((stamp, ""));
+    let at = chrono::NaiveDateTime::parse_from_str(main, "%Y-%m-%dT%H:%M:%S").expect("a LocalDateTime");
+    let seoul = chrono::Utc::now().with_timezone(&chrono_tz::Asia::Seoul).naive_local();
+    assert!((seoul - at).num_seconds().abs() < 60, "Seoul's wall time: {stamp}");
+}
+
+async fn its_tokens_and_error_texts(backend: Backend) {
+    let Some(app) = TestApp::spawn_with(backend, &dialect_env()).await else { return };
+    let base = app.momo.clone().expect("the dialect's listener is on");
+    let me = format!("{base}/payments/me");
+    let read = |res: reqwest::Response| async move {
+        let status = res.status();
+        let body: Value = res.json().await.unwrap();
+        envelope(&body);
+        assert_eq!((&body["success"], &body["data"]), (&json!(false), &Value::Null), "{body}");
+        (status, body["message"].as_str().unwrap().to_owned())
+    };
+    let unauthorized = |text: &str| (StatusCode::UNAUTHORIZED, text.to_owned());
+    // Its entry point, then each of its JwtTokenProvider's texts.
+    assert_eq!(
+        read(app.client.get(&me).send().await.unwrap()).await,
+        unauthorized("인증이 필요합니다. 로그인해 주세요.")
+    );
+    let basic = app.client.get(&me).header("authorization", "Basic abc").send().await.unwrap();
+    assert_eq!(read(basic).await, unauthorized("인증이 필요합니다. 로그인해 주세요."));
+    let expired = token(json!({ "sub": "7", "category": "access" }), -5);
+    let refresh = token(json!({ "sub": "7", "category": "refresh" }), 600);
+    let forged = jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        &json!({ "sub": "7", "category": "access", "exp": chrono::Utc::now().timestamp() + 600 }),
+        &EncodingKey::from_secret(b"someone-elses-secret-key-0123456789abc").unwrap(),
+    )
+    .unwrap();
+    for (token, text) in [
+        (expired.as_str(), "만료된 토큰입니다."),
+        (refresh.as_str(), "유효하지 않은 Access 토큰입니다."),
+        (forged.as_str(), "잘못된 JWT 서명입니다."),
+        ("garbage", "잘못된 JWT 서명입니다."),
+    ] {
+        let res = app.client.get(&me).bearer_auth(token).send().await.unwrap();
+        assert_eq!(read(res).await, unauthorized(text), "{token}");
+    }
+    // Its cookie: `Authorization=Bearer_<jwt>`; the answer clears it and hands the token back.
+    let good = access(7);
+    let res =
+        app.client.get(&me).header("cookie", format!("Authorization=Bearer_{good}")).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let cleared = res.headers().get("set-cookie").unwrap().to_str().unwrap().to_owned();
+    assert!(cleared.starts_with("Authorization=;") && cleared.contains("Max-Age=0"), "{cleared}");
+    assert_eq!(res.headers().get("authorization").unwrap().to_str().unwrap(), format!("Bearer {good}"));
+    let res =
+        app.client.get(&me).header("cookie", "theme=dark; Authorization=nonsense").send().await.unwrap();
+    assert_eq!(read(res).await, unauthorized("잘못된 토큰 형식입니다."));
+
+    // With a token: its 405 text; ours for what it answers 500 to (docs/dialects.md).
+    let front = Frontend { app: &app, base: base.clone(), token: good };
+    assert_eq!(
+        front.refused("DELETE", "/payments/me", None).await,
+        (StatusCode::METHOD_NOT_ALLOWED, "지원하지 않는 HTTP 메서드입니다.".into())
+    );
+    assert_eq!(
+        front.refused("GET", "/payments/abc/pg", None).await,
+        (StatusCode::BAD_REQUEST, "입력 값을 다시 확인해주세요.".into())
+    );
+    assert_eq!(
+        front.refused("POST", "/payments/1/refund", Some("{not json")).await,
+        (StatusCode::BAD_REQUEST, "입력 값을 다시 확인해주세요.".into())
+    );
+    assert_eq!(
+        front.refused("GET", "/nowhere", None).await,
+        (StatusCode::NOT_FOUND, "요청한 리소스를 찾을 수 없습니다.".into())
+    );
+    // Without one, an unknown path asks for one first, as its security does.
+    assert_eq!(
+        read(app.client.get(format!("{base}/nowhere")).send().await.unwrap()).await,
+        unauthorized("인증이 필요합니다. 로그인해 주세요.")
+    );
+}
+
+/// The content's ids, in order.
+fn ids(page: &Value) -> Vec<i64> {
+    page["content"].as_array().unwrap().iter().map(|p| p["id"].as_i64().unwrap()).collect()
+}
+
+async fn a_members_payments_page_and_refund_as_its_frontend_reads_them(backend: Backend) {
+    let Some(app) = TestApp::spawn_with(backend, &dialect_env()).await else { return };
+    let base = app.momo.clone().expect("the dialect's listener is on");
+    let seven = Frontend { app: &app, base: base.clone(), token: access(7) };
+    let eight = Frontend { app: &app, base: base.clone(), token: access(8) };
+    let mut completed = Vec::new();
+    for meeting in 101..=105 {
+        completed.push(register(&app, 7, meeting, "").await.payment.unwrap().number);
+    }
+    let declined = register(&app, 7, 106, "payment=decline").await.payment.unwrap().number;
+    let pending = register(&app, 7, 107, "payment=timeout").await.payment.unwrap().number;
+    let others = register(&app, 8, 201, "").await.payment.unwrap().number;
+
+    // The default page: Spring Data's Page of its PaymentResponseDto.
+    let page = seven.data("GET", "/payments/me", None, "내 결제 내역 조회 완료").await;
+    let unsorted = json!({ "empty": true, "sorted": false, "unsorted": true });
+    assert_eq!(
+        (
+            &page["totalElements"],
+            &page["totalPages"],
+            &page["size"],
+            &page["number"],
+            &page["numberOfElements"]
+        ),
+        (&json!(7), &json!(1), &json!(20), &json!(0), &json!(7))
+    );
+    assert_eq!(
+        (&page["first"], &page["last"], &page["empty"], &page["sort"]),
+        (&json!(true), &json!(true), &json!(false), &unsorted)
+    );
+    assert_eq!(
+        page["pageable"],
+        json!({ "pageNumber": 0, "pageSize": 20, "sort": unsorted, "offset": 0, "paged": true, "unpaged": false })
+    );
+    let by_id =
+        |id: i64| page["content"].as_array().unwrap().iter().find(|p| p["id"] == json!(id)).unwrap().clone();
+    let done = by_id(completed[0]);
+    assert_eq!(
+        (&done["userId"], &done["meetingId"], &done["amount"], &done["paymentMethod"], &done["status"]),
+        (&json!(7), &json!(101), &json!(15000), &json!("TOSS"), &json!("COMPLETED"))
+    );
+    let mut keys: Vec<&String> = done["detail"].as_object().unwrap().keys().collect();
+    keys.sort();
+    assert_eq!(keys, ["orderId", "paidAt", "pgTransactionId"]);
+    let failed = by_id(declined);
+    assert_eq!(failed["status"], "FAILED");
+    let mut keys: Vec<&String> = failed["detail"].as_object().unwrap().keys().collect();
+    keys.sort();
+    assert_eq!(keys, ["failReason", "failedAt"]);
+    assert_eq!((&by_id(pending)["status"], &by_id(pending)["detail"]), (&json!("PENDING"), &Value::Null));
+    assert!(!ids(&page).contains(&others), "only the member's own");
+    assert_eq!(ids(&eight.data("GET", "/payments/me", None, "내 결제 내역 조회 완료").await), [others]);
+
+    // Its paging rules: lenient numbers, size 1..=2000, a page past the end, status, sort.
+    let seven = &seven;
+    let get = |query: &'static str| async move {
+        seven.data("GET", &format!("/payments/me?{query}"), None, "내 결제 내역 조회 완료").await
+    };
+    assert_eq!(get("size=0").await["size"], 20);
+    assert_eq!(get("size=5000").await["size"], 2000);
+    assert_eq!(get("size=abc&page=abc").await["size"], 20);
+    assert_eq!(get("page=-3").await["number"], 0);
+    let second = get("size=2&page=1").await;
+    assert_eq!(
+        (
+            &second["numberOfElements"],
+            &second["number"],
+            &second["totalPages"],
+            &second["first"],
+            &second["last"]
+        ),
+        (&json!(2), &json!(1), &json!(4), &json!(false), &json!(false))
+    );
+    let past = get("page=10").await;
+    assert_eq!(
+        (&past["content"], &past["last"], &past["empty"], &past["totalElements"]),
+        (&json!([]), &json!(true), &json!(true), &json!(7))
+    );
+    assert_eq!(get("status=COMPLETED").await["totalElements"], 5);
+    assert_eq!(ids(&get("status=FAILED").await), [declined]);
+    assert_eq!(get("status=REFUNDED").await["totalElements"], 0);
+    let descending = ids(&get("sort=id,desc").await);
+    let mut expected = ids(&page);
+    expected.sort_unstable_by(|a, b| b.cmp(a));
+    assert_eq!(descending, expected);
+    assert_eq!(
+        get("sort=id,desc").await["sort"],
+        json!({ "empty": false, "sorted": true, "unsorted": false })
+    );
+    for bad in ["status=LOST", "sort=password"] {
+        assert_eq!(
+            seven.refused("GET", &format!("/payments/me?{bad}"), None).await,
+            (StatusCode::BAD_REQUEST, "입력 값을 다시 확인해주세요.".into()),
+            "{bad}"
+        );
+    }
+
+    // Refunds: its ownership and state rules; the refunded payment is gone from /me.
+    let refund = |id: i64| format!("/payments/{id}/refund");
+    let reason = Some(r#"{"reason":"일정 변경"}"#);
+    assert_eq!(
+        eight.refused("POST", &refund(completed[0]), reason).await,
+        (StatusCode::FORBIDDEN, "환불 권한이 없습니다.".into())
+    );
+    assert_eq!(
+        seven.refused("POST", &refund(declined), reason).await,
+        (StatusCode::BAD_REQUEST, "완료된 결제만 환불 가능합니다.".into())
+    );
+    assert_eq!(
+        seven.refused("POST", &refund(987_654), reason).await,
+        (StatusCode::NOT_FOUND, "결제 정보를 찾을 수 없습니다.".into())
+    );
+    let refunded = seven.data("POST", &refund(completed[0]), reason, "환불이 완료되었습니다.").await;
+    assert_eq!((&refunded["id"], &refunded["status"]), (&json!(completed[0]), &json!("REFUNDED")));
+    assert!(refunded["detail"]["refundedAt"].is_string(), "{refunded}");
+    assert_eq!(
+        seven.refused("POST", &refund(completed[0]), reason).await,
+        (StatusCode::NOT_FOUND, "결제 정보를 찾을 수 없습니다.".into())
+    );
+    let after = get("").await;
+    assert_eq!(after["totalElements"], 6);
+    assert!(!ids(&after).contains(&completed[0]));
+    assert_eq!(
+        crate::helpers::count_where(&app.db, "outbox_events", "event_type = 'payment.refunded'").await,
+        1
+    );
+    // Without a body: its bad-input text; no reason: refunded all the same.
+    assert_eq!(
+        seven.refused("POST", &refund(completed[1]), None).await,
+        (StatusCode::BAD_REQUEST, "입력 값을 다시 확인해주세요.".into())
+    );
+    seven.data("POST", &refund(completed[1]), Some("{}"), "환불이 완료되었습니다.").await;
+    // The mock provider keeps no record to show.
+    assert_eq!(
+        seven.refused("GET", &format!("/payments/{}/pg", completed[2]), None).await,
+        (StatusCode::NOT_FOUND, "결제 정보를 찾을 수 없습니다.".into())
+    );
+}
+
+async fn the_pg_view_is_tosss_record_for_its_owner_only(backend: Backend) {
+    let fake = crate::toss::Fake::start().await;
+    let Some(app) = crate::toss::spawn_on(backend, &fake, &dialect_env(), false).await else { return };
+    let base = app.momo.clone().expect("the dialect's listener is on");
+    // Member 7 saves a card (the billing-auth widget, then our API), and registers.
+    let native = app.token("7");
+    let methods: Value = app.get("/api/payment-methods", &native).send().await.unwrap().json().await.unwrap();
+    let auth = fake.post("/__fake/billing-auth", json!({ "customerKey": methods["customerKey"] })).await;
+    let saved = app
+        .post("/api/payment-methods", &native)
+        .json(&json!({ "authKey": auth["authKey"] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(saved.status(), StatusCode::CREATED);
+    let paid = register(&app, 7, 101, "").await.payment.unwrap();
+    let seven = Frontend { app: &app, base: base.clone(), token: access(7) };
+    let eight = Frontend { app: &app, base, token: access(8) };
+    let pg = format!("/payments/{}/pg", paid.number);
+    let record = seven.data("GET", &pg, None, "PG 결제 조회 완료").await;
+    let mut keys: Vec<&String> = record.as_object().unwrap().keys().collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            "approvedAt",
+            "failure",
+            "method",
+            "orderId",
+            "orderName",
+            "paymentKey",
+            "requestedAt",
+            "status",
+            "totalAmount"
+        ]
+    );
+    assert_eq!(record["paymentKey"].as_str(), paid.provider_transaction_id.as_deref());
+    assert_eq!((&record["status"], &record["totalAmount"]), (&json!("DONE"), &json!(15000)));
+    assert_eq!(
+        eight.refused("GET", &pg, None).await,
+        (StatusCode::NOT_FOUND, "사용자를 찾을 수 없습니다.".into())
+    );
+    assert_eq!(
+        seven.refused("GET", "/payments/987654/pg", None).await,
+        (StatusCode::NOT_FOUND, "결제 정보를 찾을 수 없습니다.".into())
+    );
+    // Refunded at Toss, then gone from /pg.
+    seven
+        .data(
+            "POST",
+            &format!("/payments/{}/refund", paid.number),
+            Some(r#"{"reason":"x"}"#),
+            "환불이 완료되었습니다.",
+        )
+        .await;
+    assert_eq!(
+        seven.refused("GET", &pg, None).await,
+        (StatusCode::NOT_FOUND, "결제 정보를 찾을 수 없습니다.".into())
+    );
+}
+
+on_both_databases!(
+    its_tokens_and_error_texts,
+    a_members_payments_page_and_refund_as_its_frontend_reads_them,
+    the_pg_view_is_tosss_record_for_its_owner_only
+);
