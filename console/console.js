@@ -2,6 +2,12 @@
 // lives in sessionStorage (this tab only), never in the URL.
 "use strict";
 
+// How an order reached us (its `source`): which API or dialect it came through (docs/dialects.md).
+const SOURCES = {
+  API: "the native API (POST /api/orders)",
+  MEETING: "the meeting service (a registration on the broker)",
+  COMMERCE: "the commerce dialect (the commerce backend's POST /api/orders, then orchestrate)",
+};
 const TOKEN = "console-token";
 const $ = (id) => document.getElementById(id);
 
@@ -319,6 +325,7 @@ async function order(id) {
   }
   $("o-body").replaceChildren(
     el("p", { id: "o-summary" }, `Order #${detail.number} (${detail.id}): ${detail.status}` + (detail.failureStage ? ` (failed at ${detail.failureStage})` : "")),
+    el("p", { id: "o-source" }, `Placed through ${SOURCES[detail.source] || detail.source}.`),
     el("h3", {}, "Payment"),
     p ? el("p", { id: "o-payment" },
       `Payment #${p.number} ${p.status}: ${p.amount} ${detail.currency}, refunded ${p.refundedAmount}, balance ${p.balance}` +

@@ -78,6 +78,9 @@ def main() -> int:
             time.sleep(0.25)
         else:
             raise AssertionError(f"the redriven event was not published: {events}")
+        source = driver.find_element(By.ID, "o-source").text
+        if "native API" not in source:
+            raise AssertionError(f"the order page does not say how the order came in: {source}")
         driver.save_screenshot(f"{shots}/order.png")
 
         driver.get(f"{base}/console/#notifications")
