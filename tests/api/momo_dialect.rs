@@ -181,6 +181,21 @@ async fn its_tokens_and_error_texts(backend: Backend) {
         front.refused("GET", "/nowhere", None).await,
         (StatusCode::NOT_FOUND, "요청한 리소스를 찾을 수 없습니다.".into())
     );
+    // Its OpenAPI document, on the native listener: its three paths, tagged.
+    let doc: Value =
+        app.client.get(format!("{}/openapi/momo.json", app.base)).send().await.unwrap().json().await.unwrap();
+    let mut operations: Vec<String> = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            assert_eq!(op["tags"], json!(["momo"]), "{method} {path}");
+            operations.push(format!("{} {path}", method.to_uppercase()));
+        }
+    }
+    operations.sort();
+    assert_eq!(
+        operations,
+        ["GET /payments/me", "GET /payments/{paymentId}/pg", "POST /payments/{paymentId}/refund"]
+    );
     // Without one, an unknown path asks for one first, as its security does.
     assert_eq!(
         read(app.client.get(format!("{base}/nowhere")).send().await.unwrap()).await,

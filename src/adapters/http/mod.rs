@@ -208,6 +208,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .app_data(web::PathConfig::default().error_handler(|_, _| ApiError::not_found("resource").into()))
     .service(resource("/openapi.json", "GET").route(web::get().to(ops::openapi)))
     .service(resource("/openapi/commerce.json", "GET").route(web::get().to(ops::commerce_openapi)))
+    .service(resource("/openapi/momo.json", "GET").route(web::get().to(ops::momo_openapi)))
     .service(resource("/console", "GET").route(web::get().to(console::console_root)))
     .service(resource("/console/{file:.*}", "GET").route(web::get().to(console::console)))
     .service(resource("/docs", "GET").route(web::get().to(ops::docs_root)))

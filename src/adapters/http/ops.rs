@@ -111,6 +111,12 @@ pub async fn commerce_openapi() -> HttpResponse {
     HttpResponse::Ok().json(super::commerce::doc::CommerceApiDoc::openapi())
 }
 
+/// The momo dialect's document (docs/dialects.md).
+pub async fn momo_openapi() -> HttpResponse {
+    use utoipa::OpenApi;
+    HttpResponse::Ok().json(super::momo::doc::MomoApiDoc::openapi())
+}
+
 /// `/docs` is a directory: Swagger UI's page loads its assets relative to `/docs/`.
 pub async fn docs_root() -> HttpResponse {
     HttpResponse::PermanentRedirect().insert_header((header::LOCATION, "/docs/")).finish()

@@ -87,7 +87,8 @@ impl MomoKeys {
 fn header_alg(token: &str) -> Option<String> {
     use base64::Engine;
     let segment = token.split('.').next()?;
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(segment.trim_end_matches('=')).ok()?;
+    let bytes =
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(segment.trim_end_matches('=')).ok()?;
     let header: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
     header.get("alg")?.as_str().map(str::to_owned)
 }

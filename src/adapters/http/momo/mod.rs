@@ -7,6 +7,7 @@
 //! - [`payments`]: `/payments/me`, `/payments/{id}/pg`, `/payments/{id}/refund`.
 
 pub mod auth;
+pub mod doc;
 pub mod envelope;
 pub mod payments;
 
