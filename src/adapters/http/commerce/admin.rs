@@ -125,13 +125,13 @@ fn reprocessed(
     path = "/api/admin/notification-events/{notificationEventId}/retry",
     tag = "commerce",
     params(("notificationEventId" = i64, Path, description = "The order's number: one notification per order")),
-    request_body(content = Option<crate::adapters::http::commerce::doc::RecoveryRequest>, description = "Optional: kept in the audit log"),
+    request_body(content = Option<crate::adapters::http::commerce::schema::RecoveryRequest>, description = "Optional: kept in the audit log"),
     responses(
-        (status = 200, description = "data: its AdminNotificationReprocessResponse", body = crate::adapters::http::commerce::doc::Envelope),
-        (status = 400, description = "ADMIN_REPROCESS_NOT_ALLOWED, with current=<status>", body = crate::adapters::http::commerce::doc::Envelope),
-        (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::doc::Envelope),
-        (status = 403, description = "FORBIDDEN: no ROLE_ADMIN", body = crate::adapters::http::commerce::doc::Envelope),
-        (status = 404, description = "NOTIFICATION_EVENT_NOT_FOUND", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 200, description = "data: its AdminNotificationReprocessResponse", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 400, description = "ADMIN_REPROCESS_NOT_ALLOWED, with current=<status>", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 403, description = "FORBIDDEN: no ROLE_ADMIN", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 404, description = "NOTIFICATION_EVENT_NOT_FOUND", body = crate::adapters::http::commerce::schema::Envelope),
     ),
     security(("bearer" = []))
 )]
@@ -151,13 +151,13 @@ pub async fn retry_notification(
     path = "/api/admin/notification-events/{notificationEventId}/ignore",
     tag = "commerce",
     params(("notificationEventId" = i64, Path, description = "The order's number: one notification per order")),
-    request_body(content = Option<crate::adapters::http::commerce::doc::RecoveryRequest>, description = "Optional: kept in the audit log"),
+    request_body(content = Option<crate::adapters::http::commerce::schema::RecoveryRequest>, description = "Optional: kept in the audit log"),
     responses(
-        (status = 200, description = "data: its AdminNotificationReprocessResponse", body = crate::adapters::http::commerce::doc::Envelope),
-        (status = 400, description = "ADMIN_REPROCESS_NOT_ALLOWED, with current=<status>", body = crate::adapters::http::commerce::doc::Envelope),
-        (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::doc::Envelope),
-        (status = 403, description = "FORBIDDEN: no ROLE_ADMIN", body = crate::adapters::http::commerce::doc::Envelope),
-        (status = 404, description = "NOTIFICATION_EVENT_NOT_FOUND", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 200, description = "data: its AdminNotificationReprocessResponse", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 400, description = "ADMIN_REPROCESS_NOT_ALLOWED, with current=<status>", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 403, description = "FORBIDDEN: no ROLE_ADMIN", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 404, description = "NOTIFICATION_EVENT_NOT_FOUND", body = crate::adapters::http::commerce::schema::Envelope),
     ),
     security(("bearer" = []))
 )]
@@ -222,9 +222,9 @@ async fn recover(
     path = "/api/admin/notification-events/retry-due",
     tag = "commerce",
     responses(
-        (status = 200, description = "Bare, no envelope", body = crate::adapters::http::commerce::doc::RetryDueResult),
-        (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::doc::Envelope),
-        (status = 403, description = "FORBIDDEN: no ROLE_ADMIN", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 200, description = "Bare, no envelope", body = crate::adapters::http::commerce::schema::RetryDueResult),
+        (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 403, description = "FORBIDDEN: no ROLE_ADMIN", body = crate::adapters::http::commerce::schema::Envelope),
     ),
     security(("bearer" = []))
 )]
@@ -250,13 +250,13 @@ pub async fn retry_due(
     path = "/api/admin/outbox-events/{outboxEventId}/retry",
     tag = "commerce",
     params(("outboxEventId" = i64, Path, description = "The outbox row's id")),
-    request_body(content = Option<crate::adapters::http::commerce::doc::RecoveryRequest>, description = "Optional: kept in the audit log"),
+    request_body(content = Option<crate::adapters::http::commerce::schema::RecoveryRequest>, description = "Optional: kept in the audit log"),
     responses(
-        (status = 200, description = "data: its AdminOutboxReprocessResponse", body = crate::adapters::http::commerce::doc::Envelope),
-        (status = 400, description = "ADMIN_REPROCESS_NOT_ALLOWED, with current=<status>", body = crate::adapters::http::commerce::doc::Envelope),
-        (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::doc::Envelope),
-        (status = 403, description = "FORBIDDEN: no ROLE_ADMIN", body = crate::adapters::http::commerce::doc::Envelope),
-        (status = 404, description = "OUTBOX_EVENT_NOT_FOUND", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 200, description = "data: its AdminOutboxReprocessResponse", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 400, description = "ADMIN_REPROCESS_NOT_ALLOWED, with current=<status>", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 403, description = "FORBIDDEN: no ROLE_ADMIN", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 404, description = "OUTBOX_EVENT_NOT_FOUND", body = crate::adapters::http::commerce::schema::Envelope),
     ),
     security(("bearer" = []))
 )]

@@ -11,6 +11,7 @@ pub mod auth;
 pub mod doc;
 pub mod envelope;
 pub mod orders;
+pub mod schema;
 pub mod view;
 
 use std::sync::Arc;
@@ -129,8 +130,8 @@ pub async fn not_found(req: actix_web::HttpRequest) -> HttpResponse {
     path = "/actuator/health",
     tag = "commerce",
     responses(
-        (status = 200, body = crate::adapters::http::commerce::doc::Health),
-        (status = 503, description = "DOWN", body = crate::adapters::http::commerce::doc::Health),
+        (status = 200, body = crate::adapters::http::commerce::schema::Health),
+        (status = 503, description = "DOWN", body = crate::adapters::http::commerce::schema::Health),
     )
 )]
 async fn health(state: web::Data<super::HttpState>) -> HttpResponse {
@@ -152,11 +153,11 @@ struct TokenRequest {
     post,
     path = "/api/auth/token",
     tag = "commerce",
-    request_body = crate::adapters::http::commerce::doc::TokenRequest,
+    request_body = crate::adapters::http::commerce::schema::TokenRequest,
     responses(
-        (status = 200, description = "data: {tokenType, accessToken, roles}", body = crate::adapters::http::commerce::doc::Envelope),
-        (status = 400, description = "BAD_REQUEST: the first invalid field's message", body = crate::adapters::http::commerce::doc::Envelope),
-        (status = 404, description = "NOT_FOUND: demo tokens are off", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 200, description = "data: {tokenType, accessToken, roles}", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 400, description = "BAD_REQUEST: the first invalid field's message", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 404, description = "NOT_FOUND: demo tokens are off", body = crate::adapters::http::commerce::schema::Envelope),
     )
 )]
 async fn token(

@@ -215,11 +215,11 @@ fn number(path: web::Path<i64>) -> Result<i64, CommerceError> {
     post,
     path = "/api/orders",
     tag = "commerce",
-    request_body = crate::adapters::http::commerce::doc::CreateOrderRequest,
+    request_body = crate::adapters::http::commerce::schema::CreateOrderRequest,
     responses(
-        (status = 200, description = "data: its OrderResponse, status CREATED", body = crate::adapters::http::commerce::doc::Envelope),
-        (status = 400, description = "BAD_REQUEST: the first invalid field's message", body = crate::adapters::http::commerce::doc::Envelope),
-        (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 200, description = "data: its OrderResponse, status CREATED", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 400, description = "BAD_REQUEST: the first invalid field's message", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::schema::Envelope),
     ),
     security(("bearer" = []))
 )]
@@ -241,9 +241,9 @@ pub async fn create(
     tag = "commerce",
     params(("orderId" = i64, Path, description = "The order's number")),
     responses(
-        (status = 200, description = "data: its OrderDetailResponse", body = crate::adapters::http::commerce::doc::Envelope),
-        (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::doc::Envelope),
-        (status = 404, description = "ORDER_NOT_FOUND", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 200, description = "data: its OrderDetailResponse", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 404, description = "ORDER_NOT_FOUND", body = crate::adapters::http::commerce::schema::Envelope),
     ),
     security(("bearer" = []))
 )]
@@ -277,9 +277,9 @@ async fn flow_of(
     tag = "commerce",
     params(("orderId" = i64, Path, description = "The order's number")),
     responses(
-        (status = 200, description = "data: its OrderFlowResponse", body = crate::adapters::http::commerce::doc::Envelope),
-        (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::doc::Envelope),
-        (status = 404, description = "ORDER_NOT_FOUND", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 200, description = "data: its OrderFlowResponse", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 404, description = "ORDER_NOT_FOUND", body = crate::adapters::http::commerce::schema::Envelope),
     ),
     security(("bearer" = []))
 )]
@@ -301,9 +301,9 @@ pub async fn flow(
     tag = "commerce",
     params(("orderId" = i64, Path, description = "The order's number")),
     responses(
-        (status = 200, description = "data: its OrderFlowResponse, a business failure included", body = crate::adapters::http::commerce::doc::Envelope),
-        (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::doc::Envelope),
-        (status = 404, description = "ORDER_NOT_FOUND", body = crate::adapters::http::commerce::doc::Envelope),
+        (status = 200, description = "data: its OrderFlowResponse, a business failure included", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 404, description = "ORDER_NOT_FOUND", body = crate::adapters::http::commerce::schema::Envelope),
     ),
     security(("bearer" = []))
 )]

@@ -10,6 +10,7 @@ pub mod auth;
 pub mod doc;
 pub mod envelope;
 pub mod payments;
+pub mod schema;
 
 use std::sync::Arc;
 

@@ -181,9 +181,9 @@ fn page_query(
     tag = "momo",
     params(("status" = Option<String>, Query, description = "PENDING, COMPLETED, FAILED, REFUNDED, EXPIRED"), ("page" = Option<String>, Query, description = "From 0"), ("size" = Option<String>, Query, description = "Default 20, at most 2000"), ("sort" = Option<String>, Query, description = "property[,asc|desc]: id, amount, createdAt, status")),
     responses(
-        (status = 200, description = "data: Spring Data's Page of its PaymentResponseDto", body = crate::adapters::http::momo::doc::Envelope),
-        (status = 400, description = "입력 값을 다시 확인해주세요.", body = crate::adapters::http::momo::doc::Envelope),
-        (status = 401, description = "Its token texts (docs/dialects.md)", body = crate::adapters::http::momo::doc::Envelope),
+        (status = 200, description = "data: Spring Data's Page of its PaymentResponseDto", body = crate::adapters::http::momo::schema::Envelope),
+        (status = 400, description = "입력 값을 다시 확인해주세요.", body = crate::adapters::http::momo::schema::Envelope),
+        (status = 401, description = "Its token texts (docs/dialects.md)", body = crate::adapters::http::momo::schema::Envelope),
     ),
     security(("bearer" = []))
 )]
@@ -224,10 +224,10 @@ pub async fn me(
     tag = "momo",
     params(("paymentId" = i64, Path, description = "The payment's number")),
     responses(
-        (status = 200, description = "data: Toss's record in its nine fields", body = crate::adapters::http::momo::doc::Envelope),
-        (status = 400, description = "입력 값을 다시 확인해주세요.", body = crate::adapters::http::momo::doc::Envelope),
-        (status = 401, description = "Its token texts (docs/dialects.md)", body = crate::adapters::http::momo::doc::Envelope),
-        (status = 404, description = "결제 정보를 찾을 수 없습니다. / 사용자를 찾을 수 없습니다.", body = crate::adapters::http::momo::doc::Envelope),
+        (status = 200, description = "data: Toss's record in its nine fields", body = crate::adapters::http::momo::schema::Envelope),
+        (status = 400, description = "입력 값을 다시 확인해주세요.", body = crate::adapters::http::momo::schema::Envelope),
+        (status = 401, description = "Its token texts (docs/dialects.md)", body = crate::adapters::http::momo::schema::Envelope),
+        (status = 404, description = "결제 정보를 찾을 수 없습니다. / 사용자를 찾을 수 없습니다.", body = crate::adapters::http::momo::schema::Envelope),
     ),
     security(("bearer" = []))
 )]
@@ -270,14 +270,14 @@ struct RefundBody {
     path = "/payments/{paymentId}/refund",
     tag = "momo",
     params(("paymentId" = i64, Path, description = "The payment's number")),
-    request_body = crate::adapters::http::momo::doc::RefundRequest,
+    request_body = crate::adapters::http::momo::schema::RefundRequest,
     responses(
-        (status = 200, description = "data: the payment, REFUNDED", body = crate::adapters::http::momo::doc::Envelope),
-        (status = 400, description = "완료된 결제만 환불 가능합니다. / 입력 값을 다시 확인해주세요.", body = crate::adapters::http::momo::doc::Envelope),
-        (status = 401, description = "Its token texts (docs/dialects.md)", body = crate::adapters::http::momo::doc::Envelope),
-        (status = 403, description = "환불 권한이 없습니다.", body = crate::adapters::http::momo::doc::Envelope),
-        (status = 404, description = "결제 정보를 찾을 수 없습니다.", body = crate::adapters::http::momo::doc::Envelope),
-        (status = 502, description = "환불 처리 실패", body = crate::adapters::http::momo::doc::Envelope),
+        (status = 200, description = "data: the payment, REFUNDED", body = crate::adapters::http::momo::schema::Envelope),
+        (status = 400, description = "완료된 결제만 환불 가능합니다. / 입력 값을 다시 확인해주세요.", body = crate::adapters::http::momo::schema::Envelope),
+        (status = 401, description = "Its token texts (docs/dialects.md)", body = crate::adapters::http::momo::schema::Envelope),
+        (status = 403, description = "환불 권한이 없습니다.", body = crate::adapters::http::momo::schema::Envelope),
+        (status = 404, description = "결제 정보를 찾을 수 없습니다.", body = crate::adapters::http::momo::schema::Envelope),
+        (status = 502, description = "환불 처리 실패", body = crate::adapters::http::momo::schema::Envelope),
     ),
     security(("bearer" = []))
 )]
