@@ -6,7 +6,8 @@
 //! - `Idempotency-Key` on POSTs, scoped by (key, secret key, method, path), the first answer
 //!   replayed, `409 IDEMPOTENT_REQUEST_PROCESSING` while the first is still running, at most
 //!   300 characters (reference/using-api/idempotency-key);
-//! - confirm, billing-key issue and charge, cancel (full or partial, `cancels[]`,
+//! - confirm, key-in (a card charged by its number; `4000000000000002` is refused
+//!   `403 REJECT_CARD_PAYMENT`), billing-key issue and charge, cancel (full or partial, `cancels[]`,
 //!   `balanceAmount`, `refundableAmount`), look-ups by `paymentKey` and `orderId`,
 //!   `GET /v1/transactions` paged by `startingAfter` (reference);
 //! - `TossPayments-Test-Code: <ERROR_CODE>` answers that error (reference/using-api/test-code);
@@ -593,6 +594,63 @@ fn billing_charge(state: &mut State, billing_key: &str, body: &[u8]) -> (u16, Va
     (200, payment)
 }
 
+/// The card number the fake refuses at key-in (as a card company would, over its limit).
+pub const KEY_IN_DECLINED_CARD: &str = "4000000000000002";
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct KeyInBody {
+    amount: i64,
+    order_id: String,
+    order_name: String,
+    card_number: String,
+    card_expiration_year: String,
+    card_expiration_month: String,
+    customer_identity_number: String,
+}
+
+/// `POST /v1/payments/key-in`: a card charged by its number (test keys only here, as the
+/// fake has only a test key).
+fn key_in(state: &mut State, body: &[u8]) -> (u16, Value) {
+    let body: KeyInBody = match parse(body) {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
+    if !(15..=16).contains(&body.card_number.len()) || !body.card_number.bytes().all(|b| b.is_ascii_digit()) {
+        return error(400, "INVALID_CARD_NUMBER", "카드번호를 다시 확인해주세요.");
+    }
+    if !digits(&body.card_expiration_year, 2) || !digits(&body.card_expiration_month, 2) {
+        return error(400, "INVALID_CARD_EXPIRATION", "카드 정보를 다시 확인해주세요. (유효기간)");
+    }
+    if !(digits(&body.customer_identity_number, 6) || digits(&body.customer_identity_number, 10)) {
+        return error(400, "INVALID_REQUEST", "잘못된 요청입니다. (customerIdentityNumber)");
+    }
+    if body.amount <= 0 {
+        return error(400, "INVALID_REQUEST", "잘못된 요청입니다. (amount)");
+    }
+    if state.by_order.contains_key(&body.order_id) {
+        return error(400, "DUPLICATED_ORDER_ID", "이미 승인 및 취소가 진행된 중복된 주문번호 입니다.");
+    }
+    if body.card_number == KEY_IN_DECLINED_CARD {
+        return error(403, "REJECT_CARD_PAYMENT", "한도초과 혹은 잔액부족으로 결제에 실패했습니다.");
+    }
+    let payment_key = random_key("tkey_");
+    let payment = payment_done(
+        &payment_key,
+        &body.order_id,
+        &body.order_name,
+        body.amount,
+        "NORMAL",
+        &body.card_number,
+    );
+    let key = payment["lastTransactionKey"].as_str().unwrap_or_default().to_owned();
+    record_transaction(state, &payment, &key, body.amount, None);
+    state.by_order.insert(body.order_id, payment_key.clone());
+    state.payments.insert(payment_key, payment.clone());
+    (200, payment)
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct CancelBody {
@@ -774,6 +832,10 @@ fn decode(text: &str) -> String {
 async fn api_confirm(req: HttpRequest, body: web::Bytes, fake: web::Data<Fake>) -> HttpResponse {
     let ttl = fake.settings.session_ttl;
     fake.dispatch(&req, "confirm", |s| confirm(s, ttl, &body)).await
+}
+
+async fn api_key_in(req: HttpRequest, body: web::Bytes, fake: web::Data<Fake>) -> HttpResponse {
+    fake.dispatch(&req, "key_in", |s| key_in(s, &body)).await
 }
 
 async fn api_billing_issue(req: HttpRequest, body: web::Bytes, fake: web::Data<Fake>) -> HttpResponse {
@@ -981,6 +1043,7 @@ pub fn start(bind: &str, settings: FakeSettings) -> std::io::Result<RunningFake>
             .app_data(data.clone())
             .app_data(web::PayloadConfig::new(1 << 20))
             .route("/v1/payments/confirm", web::post().to(api_confirm))
+            .route("/v1/payments/key-in", web::post().to(api_key_in))
             .route("/v1/payments/orders/{orderId}", web::get().to(api_get_by_order))
             .route("/v1/payments/{paymentKey}/cancel", web::post().to(api_cancel))
             .route("/v1/payments/{paymentKey}", web::get().to(api_get_payment))

@@ -394,3 +394,56 @@ fn an_error_names_no_secret() {
     };
     assert!(!error.to_string().contains("test_sk"));
 }
+
+/// The key-in API as the meetup platform's test payments call it: `POST /v1/payments/key-in`
+/// with the card's number, once per idempotency key; a refusal is Toss's code, a payment
+/// it never made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_card_keyed_in_is_charged_once_and_a_refused_one_is_not_charged() {
+    use orchestrator::adapters::providers::toss::KeyIn;
+    let fake = Fake::start().await;
+    let client = TossClient::new(settings(&fake, SECRET, 1, Duration::from_secs(5))).unwrap();
+    let order = request_id();
+    let card = |number| KeyIn {
+        amount: 15000,
+        order_id: &order,
+        order_name: "토요 등산 참가비",
+        card_number: number,
+        card_expiration_year: "29",
+        card_expiration_month: "12",
+        card_password: Some("12"),
+        customer_identity_number: "880101",
+        customer_email: Some("test@example.com"),
+        customer_name: Some("테스트"),
+    };
+    let paid = client.key_in(&card("4242424242424242"), &format!("keyin-{order}")).await.unwrap();
+    assert_eq!(
+        (paid.status, paid.total_amount, paid.order_id.as_str()),
+        (TossStatus::Done, 15000, order.as_str())
+    );
+    // Asked again under the same key: Toss replays its answer, nothing is charged again.
+    let again = client.key_in(&card("4242424242424242"), &format!("keyin-{order}")).await.unwrap();
+    assert_eq!(again.payment_key, paid.payment_key);
+    assert_eq!(fake.effects("key_in").await, 1);
+    // The payment is Toss's like any other: found by its key.
+    let found: Value = reqwest::Client::new()
+        .get(format!("{}/v1/payments/{}", fake.running.base_url, paid.payment_key))
+        .basic_auth(SECRET, Some(""))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(found["status"], "DONE");
+    // A card the company refuses: Toss's code, read as a refusal; no payment for the order.
+    let refused_order = request_id();
+    let refused = KeyIn { order_id: &refused_order, ..card(fake_toss::KEY_IN_DECLINED_CARD) };
+    match client.key_in(&refused, &format!("keyin-{refused_order}")).await {
+        Err(TossError::Answered { code, meaning: Meaning::Refused, .. }) => {
+            assert_eq!(code, "REJECT_CARD_PAYMENT")
+        }
+        other => panic!("a refusal: {other:?}"),
+    }
+    assert_eq!(fake.effects("key_in").await, 1);
+}

@@ -9,7 +9,8 @@ use serde_json::Value;
 
 use super::answer::{Call, Meaning, meaning};
 use super::model::{
-    self, BillingCharge, BillingIssue, CancelRequest, Confirm, TossBilling, TossPayment, TossTransaction,
+    self, BillingCharge, BillingIssue, CancelRequest, Confirm, KeyIn, TossBilling, TossPayment,
+    TossTransaction,
 };
 use crate::adapters::Secret;
 use crate::adapters::providers::transport::{Exchange, ProviderHttp};
@@ -240,6 +241,16 @@ impl TossClient {
         let body = BillingCharge { customer_key, amount, order_id, order_name };
         let path = format!("/v1/billing/{}", path_segment(billing_key)?);
         let request = self.post(path, &body, key, Call::Charge)?;
+        self.send(request, parse_payment).await
+    }
+
+    /// `POST /v1/payments/key-in`: a card charged by its number (Toss's key-in API; the
+    /// meetup platform's test payments), under the idempotency `key`.
+    ///
+    /// # Errors
+    /// As [`TossError`] says.
+    pub async fn key_in(&self, charge: &KeyIn<'_>, key: &str) -> Result<TossPayment, TossError> {
+        let request = self.post("/v1/payments/key-in".into(), charge, key, Call::Charge)?;
         self.send(request, parse_payment).await
     }
 

@@ -23,4 +23,4 @@ mod model;
 pub use self::answer::{Call, Meaning, meaning};
 pub use self::client::{TossClient, TossError, TossSettings};
 pub use self::gateway::TossPaymentGateway;
-pub use self::model::{TossBilling, TossCancel, TossPayment, TossStatus, TossTransaction};
+pub use self::model::{KeyIn, TossBilling, TossCancel, TossPayment, TossStatus, TossTransaction};

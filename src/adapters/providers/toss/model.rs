@@ -39,6 +39,26 @@ pub(super) struct BillingCharge<'a> {
     pub order_name: &'a str,
 }
 
+/// `POST /v1/payments/key-in` (reference: "카드 번호 결제", the key-in API): a card charged
+/// by its number, as the meetup platform's test payments do.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyIn<'a> {
+    pub amount: i64,
+    pub order_id: &'a str,
+    pub order_name: &'a str,
+    pub card_number: &'a str,
+    pub card_expiration_year: &'a str,
+    pub card_expiration_month: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub card_password: Option<&'a str>,
+    pub customer_identity_number: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub customer_email: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub customer_name: Option<&'a str>,
+}
+
 /// `POST /v1/billing/authorizations/issue` (reference: "authKey로 카드 빌링키 발급").
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
