@@ -40,7 +40,9 @@ async fn one(client: &reqwest::Client, base: &str, token: &str, dialect: bool) -
     (flow["data"]["orderStatus"] == "COMPLETED").then(|| started.elapsed().as_secs_f64() * 1000.0)
 }
 
-async fn closed_loop(
+/// 30 orders to warm up, then `clients` closed-loop callers for `seconds` (the orders
+/// scenario's loop).
+async fn run(
     base: String,
     token: String,
     dialect: bool,
@@ -51,28 +53,16 @@ async fn closed_loop(
     for _ in 0..30 {
         one(&client, &base, &token, dialect).await;
     }
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    let mut tasks = Vec::new();
-    for _ in 0..clients {
+    let (all, errors) = crate::orders::closed_loop(clients, seconds, move || {
         let (client, base, token) = (client.clone(), base.clone(), token.clone());
-        tasks.push(tokio::spawn(async move {
-            let (mut samples, mut errors) = (Vec::new(), 0);
-            while Instant::now() < deadline {
-                match one(&client, &base, &token, dialect).await {
-                    Some(ms) => samples.push(ms),
-                    None => errors += 1,
-                }
+        async move {
+            match one(&client, &base, &token, dialect).await {
+                Some(ms) => (true, ms),
+                None => (false, 0.0),
             }
-            (samples, errors)
-        }));
-    }
-    let (mut all, mut errors) = (Vec::new(), 0);
-    for t in tasks {
-        let (s, e) = t.await?;
-        all.extend(s);
-        errors += e;
-    }
-    all.sort_by(f64::total_cmp);
+        }
+    })
+    .await?;
     Ok(Run {
         rate: all.len() as f64 / seconds as f64,
         p50: percentile(&all, 50.0),
@@ -109,8 +99,8 @@ pub(crate) async fn dialect_scenario(clients: usize, seconds: u64) -> Result<(),
         println!(
             "dialect: {clients} clients, {seconds}s each, PostgreSQL, log broker, mock providers; native then commerce in one run"
         );
-        let n = closed_loop(native, native_token, false, clients, seconds).await?;
-        let c = closed_loop(commerce, commerce_token, true, clients, seconds).await?;
+        let n = run(native, native_token, false, clients, seconds).await?;
+        let c = run(commerce, commerce_token, true, clients, seconds).await?;
         println!("| API | orders/s | p50 ms | p99 ms | errors |\n|---|---:|---:|---:|---:|");
         println!("| native (POST /api/orders) | {:.0} | {:.1} | {:.1} | {} |", n.rate, n.p50, n.p99, n.errors);
         println!(

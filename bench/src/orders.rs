@@ -10,7 +10,11 @@ use crate::fixture::*;
 
 /// `clients` callers each running `one` back to back for `seconds`: the latencies (ms) of
 /// the calls that succeeded, sorted, and how many failed.
-async fn closed_loop<F, Fut>(clients: usize, seconds: u64, one: F) -> Result<(Vec<f64>, usize), BoxError>
+pub(crate) async fn closed_loop<F, Fut>(
+    clients: usize,
+    seconds: u64,
+    one: F,
+) -> Result<(Vec<f64>, usize), BoxError>
 where
     F: Fn() -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = (bool, f64)> + Send + 'static,

@@ -147,7 +147,7 @@ pub(super) fn money(
     Money {
         member_payments: Arc::new(MemberPayments::new(
             orders.clone() as Arc<dyn PaymentRepository>,
-            capabilities.records.clone(),
+            provider_view.clone(),
             refunds.clone(),
         )),
         refunds,

@@ -179,16 +179,28 @@ pub struct ApiDoc;
 
 /// A resource answering `405` with `Allow` for any method it does not serve.
 fn resource(path: &str, allow: &'static str) -> actix_web::Resource {
-    web::resource(path).default_service(web::to(move || async move {
+    refusing_other_methods(path, allow, |_, allow| {
         let error = ApiError::new(
             StatusCode::METHOD_NOT_ALLOWED,
             "METHOD_NOT_ALLOWED",
             format!("this resource allows {allow}"),
         );
-        HttpResponse::MethodNotAllowed()
-            .insert_header(("Allow", allow))
-            .content_type("application/problem+json")
-            .json(error.problem())
+        HttpResponse::MethodNotAllowed().content_type("application/problem+json").json(error.problem())
+    })
+}
+
+/// A resource at `path` answering any method but `allow` with `refuse`'s answer and an
+/// `Allow` header: the native API's and each dialect's `405`.
+pub(crate) fn refusing_other_methods(
+    path: &str,
+    allow: &'static str,
+    refuse: fn(&actix_web::HttpRequest, &'static str) -> HttpResponse,
+) -> actix_web::Resource {
+    web::resource(path).default_service(web::to(move |req: actix_web::HttpRequest| async move {
+        let mut res = refuse(&req, allow);
+        res.headers_mut()
+            .insert(actix_web::http::header::ALLOW, actix_web::http::header::HeaderValue::from_static(allow));
+        res
     }))
 }
 

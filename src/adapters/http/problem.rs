@@ -76,15 +76,21 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        let mut response = HttpResponse::build(self.status);
-        if self.status == StatusCode::UNAUTHORIZED {
-            response.insert_header(("WWW-Authenticate", "Bearer"));
-        }
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
-            response.insert_header(("Retry-After", "1"));
-        }
-        response.content_type("application/problem+json").json(self.problem())
+        error_builder(self.status).content_type("application/problem+json").json(self.problem())
     }
+}
+
+/// An error answer of `status` with the headers every API here gives it, native or dialect:
+/// `WWW-Authenticate: Bearer` on a 401 (RFC 6750), `Retry-After: 1` on a 503.
+pub fn error_builder(status: StatusCode) -> actix_web::HttpResponseBuilder {
+    let mut response = HttpResponse::build(status);
+    if status == StatusCode::UNAUTHORIZED {
+        response.insert_header(("WWW-Authenticate", "Bearer"));
+    }
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        response.insert_header(("Retry-After", "1"));
+    }
+    response
 }
 
 impl From<AppError> for ApiError {

@@ -5,9 +5,8 @@
 
 use std::sync::Arc;
 
-use crate::application::ports::{
-    CustomerPayments, MeetingPayment, PaymentRepository, ProviderRecord, ProviderRecords,
-};
+use crate::application::ports::{CustomerPayments, MeetingPayment, PaymentRepository, ProviderRecord};
+use crate::application::provider_view::ProviderView;
 use crate::application::refunds::{RefundOutcome, RefundRequest, Refunds};
 use crate::application::{Actor, AppError};
 use crate::domain::payment::PaymentStatus;
@@ -20,15 +19,15 @@ pub const NOT_OWNER: &str = "NOT_OWNER";
 
 pub struct MemberPayments {
     payments: Arc<dyn PaymentRepository>,
-    /// `None` for a provider with no record to show (mock, external).
-    records: Option<Arc<dyn ProviderRecords>>,
+    /// The provider's records (none with mock or external).
+    records: Arc<ProviderView>,
     refunds: Arc<Refunds>,
 }
 
 impl MemberPayments {
     pub fn new(
         payments: Arc<dyn PaymentRepository>,
-        records: Option<Arc<dyn ProviderRecords>>,
+        records: Arc<ProviderView>,
         refunds: Arc<Refunds>,
     ) -> Self {
         MemberPayments { payments, records, refunds }
@@ -71,15 +70,12 @@ impl MemberPayments {
     /// `Unavailable` when the provider cannot be reached or refuses the look-up.
     pub async fn provider_record(&self, member: &Actor, number: i64) -> Result<ProviderRecord, AppError> {
         let payment = self.own(member, number).await?;
-        let key = payment.payment.provider_transaction_id.ok_or(AppError::NotFound("payment"))?;
-        let records = self.records.as_ref().ok_or_else(|| AppError::Conflict {
-            code: "NOT_SUPPORTED",
-            message: "this payment provider has no record to show".into(),
-        })?;
-        match records.provider_record(&key).await {
+        match self.records.record_of(&payment.payment).await {
             Ok(Some(record)) => Ok(record),
-            Ok(None) => Err(AppError::NotFound("payment")),
-            Err(e) => Err(AppError::unavailable(format!("payment provider look-up failed: {e}"))),
+            Ok(None) | Err(AppError::Conflict { code: "NOT_AT_PROVIDER", .. }) => {
+                Err(AppError::NotFound("payment"))
+            }
+            Err(err) => Err(err),
         }
     }
 

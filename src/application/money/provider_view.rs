@@ -33,7 +33,17 @@ impl ProviderView {
     ) -> Result<(Payment, Option<ProviderRecord>), AppError> {
         actor.require_admin()?;
         let payment = self.payments.by_id(id).await?.ok_or(AppError::NotFound("payment"))?;
-        let Some(key) = payment.provider_transaction_id.clone() else {
+        let record = self.record_of(&payment).await?;
+        Ok((payment, record))
+    }
+
+    /// The provider's record of `payment` (`None`: the provider has none), for a caller the
+    /// use case has already checked.
+    ///
+    /// # Errors
+    /// As [`Self::of`], but for the caller and the look-up of our payment.
+    pub async fn record_of(&self, payment: &Payment) -> Result<Option<ProviderRecord>, AppError> {
+        let Some(key) = payment.provider_transaction_id.as_deref() else {
             return Err(AppError::Conflict {
                 code: "NOT_AT_PROVIDER",
                 message: "the provider never took this payment (no transaction id)".into(),
@@ -45,8 +55,8 @@ impl ProviderView {
                 message: "this payment provider has no record to show".into(),
             });
         };
-        match records.provider_record(&key).await {
-            Ok(record) => Ok((payment, record)),
+        match records.provider_record(key).await {
+            Ok(record) => Ok(record),
             Err(GatewayError::Rejected { code, message }) => {
                 Err(AppError::unavailable(format!("payment provider refused the look-up: {code}: {message}")))
             }

@@ -279,17 +279,9 @@ pub async fn retry_outbox(
     let refused = |status: OutboxStatus| {
         not_allowed(format!(
             "DEAD_LETTER 상태의 outbox 이벤트만 재처리할 수 있습니다. current={}",
-            view::outbox_status(status)
+            status.as_str()
         ))
     };
-    let row = match state.outbox_admin.get(&actor, id).await {
-        Ok(row) => row,
-        Err(AppError::NotFound(_)) => return Err(not_found()),
-        Err(err) => return Err(err.into()),
-    };
-    if row.status != OutboxStatus::DeadLetter {
-        return Err(refused(row.status));
-    }
     let row = match state.outbox_admin.resolve_dead_letter(&actor, id, false, reason).await {
         Ok(row) => row,
         Err(AppError::Conflict { .. }) => {
@@ -306,7 +298,7 @@ pub async fn retry_outbox(
         }
         _ => None,
     };
-    let status = view::outbox_status(row.status);
+    let status = row.status.as_str();
     let message = match row.status {
         OutboxStatus::Published => "Outbox event was republished successfully.".to_owned(),
         OutboxStatus::RetryWait => "Outbox event republish failed and was rescheduled for retry.".to_owned(),
@@ -319,7 +311,7 @@ pub async fn retry_outbox(
         "eventType": row.event_type,
         "action": "RETRY_DEAD_LETTER",
         "result": status,
-        "previousStatus": view::outbox_status(OutboxStatus::DeadLetter),
+        "previousStatus": OutboxStatus::DeadLetter.as_str(),
         "currentStatus": status,
         "retryCount": row.retry_count,
         "failureCode": row.failure_code.map(|c| c.as_str()),

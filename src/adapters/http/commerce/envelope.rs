@@ -3,7 +3,6 @@
 //! them (docs/dialects.md).
 
 use actix_web::http::StatusCode;
-use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
@@ -85,19 +84,12 @@ impl CommerceError {
     }
 
     pub fn response(&self) -> HttpResponse {
-        let mut res = HttpResponse::build(self.status).json(serde_json::json!({
+        crate::adapters::http::problem::error_builder(self.status).json(serde_json::json!({
             "success": false,
             "code": self.code,
             "message": self.message,
             "data": null,
-        }));
-        if self.status == StatusCode::UNAUTHORIZED {
-            res.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
-            res.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        }
-        res
+        }))
     }
 }
 

@@ -77,11 +77,7 @@ pub async fn trace(
 /// A path the platform serves, answering a method it does not serve with `405` in its
 /// envelope (the platform: 500; docs/dialects.md).
 fn resource(path: &str, allow: &'static str) -> actix_web::Resource {
-    web::resource(path).default_service(web::to(move || async move {
-        let mut res = CommerceError::method_not_allowed().response();
-        res.headers_mut().insert(actix_web::http::header::ALLOW, HeaderValue::from_static(allow));
-        res
-    }))
+    super::refusing_other_methods(path, allow, |_, _| CommerceError::method_not_allowed().response())
 }
 
 /// Every route of the dialect, its bodies' and paths' errors in its envelope.

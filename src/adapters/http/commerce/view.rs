@@ -10,7 +10,6 @@ use crate::application::ports::{OrderRecord, OutboxRecord, StepRecord};
 use crate::domain::money::Money;
 use crate::domain::notification::{FailurePolicy, NotificationStatus};
 use crate::domain::order::{OrderStatus, SagaStep, StepStatus};
-use crate::domain::outbox::OutboxStatus;
 use crate::domain::payment::PaymentStatus;
 use crate::domain::settlement::SettlementStatus;
 
@@ -81,11 +80,6 @@ pub fn notification_status(status: NotificationStatus) -> &'static str {
         NotificationStatus::Pending => "REQUESTED",
         other => other.as_str(),
     }
-}
-
-/// Its `OutboxStatus`: the same names; ours `DISCARDED` has none there and keeps ours.
-pub fn outbox_status(status: OutboxStatus) -> &'static str {
-    status.as_str()
 }
 
 #[derive(Debug, Serialize)]
@@ -270,7 +264,7 @@ pub fn outbox(events: &[OutboxRecord]) -> Vec<OutboxView> {
                 outbox_event_id: record.id,
                 topic,
                 event_type,
-                status: outbox_status(record.status),
+                status: record.status.as_str(),
                 payload: String::from_utf8_lossy(&message.body).into_owned(),
                 retry_count: record.retry_count,
                 next_attempt_at: record.next_attempt_at.map(local),

@@ -71,20 +71,7 @@ impl MomoError {
 
     pub fn response(&self) -> HttpResponse {
         let body = Body { success: false, message: self.message, data: (), timestamp: now(self.zone) };
-        let mut res = HttpResponse::build(self.status).json(body);
-        if self.status == StatusCode::UNAUTHORIZED {
-            res.headers_mut().insert(
-                actix_web::http::header::WWW_AUTHENTICATE,
-                actix_web::http::header::HeaderValue::from_static("Bearer"),
-            );
-        }
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
-            res.headers_mut().insert(
-                actix_web::http::header::RETRY_AFTER,
-                actix_web::http::header::HeaderValue::from_static("1"),
-            );
-        }
-        res
+        crate::adapters::http::problem::error_builder(self.status).json(body)
     }
 }
 

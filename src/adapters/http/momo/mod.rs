@@ -59,24 +59,21 @@ pub async fn cookie_echo(
     Ok(res)
 }
 
-fn api_of(req: &actix_web::HttpRequest) -> chrono_tz::Tz {
+fn zone_of(req: &actix_web::HttpRequest) -> chrono_tz::Tz {
     req.app_data::<web::Data<MomoApi>>().map_or(chrono_tz::Tz::UTC, |api| api.zone)
 }
 
 /// A path it serves, answering another method with its `405` text.
 fn resource(path: &str, allow: &'static str) -> actix_web::Resource {
-    web::resource(path).default_service(web::to(move |req: actix_web::HttpRequest| async move {
-        let mut res =
-            envelope::MomoError::new(api_of(&req), StatusCode::METHOD_NOT_ALLOWED, text::METHOD).response();
-        res.headers_mut().insert(header::ALLOW, HeaderValue::from_static(allow));
-        res
-    }))
+    super::refusing_other_methods(path, allow, |req, _| {
+        envelope::MomoError::new(zone_of(req), StatusCode::METHOD_NOT_ALLOWED, text::METHOD).response()
+    })
 }
 
 /// Every route of the dialect; bad bodies and queries in its envelope.
 pub fn routes(cfg: &mut web::ServiceConfig) {
     let bad = |req: &actix_web::HttpRequest| -> actix_web::Error {
-        envelope::MomoError::new(api_of(req), StatusCode::BAD_REQUEST, text::BAD_INPUT).into()
+        envelope::MomoError::new(zone_of(req), StatusCode::BAD_REQUEST, text::BAD_INPUT).into()
     };
     cfg.app_data(web::QueryConfig::default().error_handler(move |_, req| bad(req)))
         .app_data(web::PayloadConfig::default().limit(64 * 1024))
@@ -91,5 +88,5 @@ pub async fn not_found(req: actix_web::HttpRequest) -> HttpResponse {
     if let Err(err) = auth::member_of(&req) {
         return err.response();
     }
-    envelope::MomoError::new(api_of(&req), StatusCode::NOT_FOUND, text::NOT_FOUND).response()
+    envelope::MomoError::new(zone_of(&req), StatusCode::NOT_FOUND, text::NOT_FOUND).response()
 }

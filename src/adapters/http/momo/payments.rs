@@ -33,17 +33,15 @@ pub fn status_of(status: PaymentStatus) -> &'static str {
     }
 }
 
-/// Ours for its `status` filter (`EXPIRED`, `REFUNDED`: none a member can see).
+/// Its statuses, each a name [`status_of`] gives or `EXPIRED` (none of ours).
+const ITS_STATUSES: [&str; 5] = ["PENDING", "COMPLETED", "FAILED", "REFUNDED", "EXPIRED"];
+
+/// Ours for its `status` filter: those [`status_of`] names so (`EXPIRED`: none; `REFUNDED`:
+/// only gone ones, which a member never sees).
 fn statuses_of(name: &str) -> Option<Vec<PaymentStatus>> {
-    Some(match name {
-        "PENDING" => vec![PaymentStatus::Requested, PaymentStatus::ConfirmationRequired],
-        "COMPLETED" => {
-            vec![PaymentStatus::Approved, PaymentStatus::RefundPending, PaymentStatus::PartiallyRefunded]
-        }
-        "FAILED" => vec![PaymentStatus::Declined],
-        "REFUNDED" | "EXPIRED" => Vec::new(),
-        _ => return None,
-    })
+    ITS_STATUSES
+        .contains(&name)
+        .then(|| PaymentStatus::ALL.iter().copied().filter(|s| status_of(*s) == name).collect())
 }
 
 impl MomoApi {
