@@ -218,6 +218,8 @@ pub(super) fn providers(settings: &Settings) -> Result<Providers, StartupError> 
             .map_err(StartupError::Config)?;
             // Settlement and notification have no provider protocol yet: simulated.
             let calls = Arc::new(ProviderCalls::default());
+            // The platform's rule: key-in with a test secret key only.
+            let test_key = t.secret_key.as_ref().is_some_and(|k| k.expose().starts_with("test_"));
             let gateway = Arc::new(TossPaymentGateway::new(client));
             (
                 gateway.clone(),
@@ -227,7 +229,8 @@ pub(super) fn providers(settings: &Settings) -> Result<Providers, StartupError> 
                 Capabilities {
                     records: Some(gateway.clone()),
                     ledger: Some(gateway.clone()),
-                    customers: Some(gateway),
+                    customers: Some(gateway.clone()),
+                    key_in: test_key.then_some(gateway),
                 },
             )
         }

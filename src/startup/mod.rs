@@ -30,8 +30,8 @@ use crate::application::outbox::{Housekeeping, OutboxAdmin, OutboxRelay, RelaySe
 use crate::application::payment_methods::PaymentMethods;
 use crate::application::ports::Cause;
 use crate::application::ports::{
-    Clock, EventPublisher, IdempotencyStore, Notifier, OutboxStore, PaymentGateway, ProviderCustomers,
-    ProviderLedger, ProviderRecords, SettlementGateway,
+    CardKeyIn, Clock, EventPublisher, IdempotencyStore, Notifier, OutboxStore, PaymentGateway,
+    ProviderCustomers, ProviderLedger, ProviderRecords, SettlementGateway,
 };
 use crate::application::provider_view::ProviderView;
 use crate::application::queries::OrderQueries;
@@ -98,12 +98,14 @@ type Providers = (
 );
 
 /// What a payment provider has beyond charging and cancelling: each present only where it
-/// does (Toss has all three; mock and external none).
+/// does (Toss has all of them, key-in only with a test secret key; mock and external none).
 #[derive(Default)]
 struct Capabilities {
     records: Option<Arc<dyn ProviderRecords>>,
     ledger: Option<Arc<dyn ProviderLedger>>,
     customers: Option<Arc<dyn ProviderCustomers>>,
+    /// Key-in (Toss with a test secret key only).
+    key_in: Option<Arc<dyn CardKeyIn>>,
 }
 
 /// Makes a publisher for one relay (each relay gets its own broker connection).
@@ -133,6 +135,8 @@ pub struct Services {
     pub provider_view: Arc<ProviderView>,
     /// A member's own payments (the momo dialect).
     pub member_payments: Arc<crate::application::member_payments::MemberPayments>,
+    /// The momo dialect's key-in.
+    pub key_in: Arc<crate::application::money::key_in::KeyIn>,
     pub recovery: Arc<Recovery>,
     pub meeting_events: Arc<MeetingEvents>,
     pub publishers: PublisherFactory,

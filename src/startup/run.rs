@@ -137,6 +137,7 @@ pub(super) fn http_state(services: &Services, role: Role) -> web::Data<HttpState
         payment_methods: services.payment_methods.clone(),
         provider_view: services.provider_view.clone(),
         member_payments: services.member_payments.clone(),
+        key_in: services.key_in.clone(),
         // Far above what Toss sends for one shop: docs/operations.md, "Toss's webhooks".
         webhook_limits: Arc::new(crate::adapters::http::webhooks::WebhookLimits::default()),
         recovery: services.recovery.clone(),

@@ -18,14 +18,15 @@ use crate::application::idempotency::IdempotencyService;
 use crate::application::inbound::MeetingEvents;
 use crate::application::ledger::Ledger;
 use crate::application::member_payments::MemberPayments;
+use crate::application::money::key_in::KeyIn;
 use crate::application::notification_retry::NotificationRetry;
 use crate::application::orchestration::Orchestrator;
 use crate::application::outbox::{Housekeeping, OutboxAdmin};
 use crate::application::payment_methods::PaymentMethods;
 use crate::application::ports::{
-    Clock, IdempotencyStore, LedgerStore, Notifier, OrderRepository, OutboxStore, PaymentGateway,
-    PaymentMethodRepository, PaymentRepository, PayoutStore, ProviderCustomers, ProviderLedger, SagaRuns,
-    SettlementGateway, UnitOfWork,
+    CardKeyIn, Clock, IdempotencyStore, LedgerStore, MeetingFees, Notifier, OrderRepository, OutboxStore,
+    PaymentGateway, PaymentMethodRepository, PaymentRepository, PayoutStore, ProviderCustomers,
+    ProviderLedger, SagaRuns, SettlementGateway, UnitOfWork,
 };
 use crate::application::provider_view::ProviderView;
 use crate::application::queries::OrderQueries;
@@ -95,6 +96,9 @@ impl Capabilities {
             }),
             customers: self.customers.map(|customers| -> Arc<dyn ProviderCustomers> {
                 Arc::new(Measured::new(customers, provider, meter.clone()))
+            }),
+            key_in: self.key_in.map(|key_in| -> Arc<dyn CardKeyIn> {
+                Arc::new(Measured::new(key_in, provider, meter.clone()))
             }),
         }
     }
@@ -243,15 +247,31 @@ pub(super) fn saga(
     })
 }
 
+/// The meetings' fees from the platform's own database where `meetings.fee_source = sql`
+/// (docs/spec.md §12); none where registrations carry their amount.
+pub(super) async fn meeting_fees(settings: &Settings) -> Result<Option<Arc<dyn MeetingFees>>, StartupError> {
+    Ok(match &settings.meetings.fee_source {
+        FeeSource::Message => None,
+        FeeSource::Sql { url, query } => {
+            Some(Arc::new(SqlMeetingFees::new(url.expose(), query).await.map_err(|e| {
+                StartupError::Config(format!(
+                    "`meetings.fee_sql.url`: {}",
+                    crate::application::error::Chain(&e)
+                ))
+            })?))
+        }
+    })
+}
+
 /// The meeting service's messages; registrations without an amount charged the meeting's fee
-/// from its own database where `meetings.fee_source = sql` (docs/spec.md §12).
-pub(super) async fn meeting_events(
-    settings: &Settings,
+/// from `fees` (docs/spec.md §12).
+pub(super) fn meeting_events(
     orchestrator: &Arc<Orchestrator>,
     refunds: &Arc<Refunds>,
     orders: &Arc<SeaOrmStore>,
     clock: &Arc<dyn Clock>,
-) -> Result<Arc<MeetingEvents>, StartupError> {
+    fees: Option<Arc<dyn MeetingFees>>,
+) -> Arc<MeetingEvents> {
     let meeting_events = MeetingEvents::new(
         orchestrator.clone(),
         refunds.clone(),
@@ -259,19 +279,35 @@ pub(super) async fn meeting_events(
         orders.clone(),
         clock.clone(),
     );
-    // docs/spec.md §12: registrations without an amount are charged the meeting's fee.
-    let meeting_events = Arc::new(match &settings.meetings.fee_source {
-        FeeSource::Message => meeting_events,
-        FeeSource::Sql { url, query } => meeting_events.with_fees(Arc::new(
-            SqlMeetingFees::new(url.expose(), query).await.map_err(|e| {
-                StartupError::Config(format!(
-                    "`meetings.fee_sql.url`: {}",
-                    crate::application::error::Chain(&e)
-                ))
-            })?,
-        )),
-    });
-    Ok(meeting_events)
+    Arc::new(match fees {
+        None => meeting_events,
+        Some(fees) => meeting_events.with_fees(fees),
+    })
+}
+
+/// The momo dialect's key-in: the meeting's fee from `fees`, charged where the provider
+/// allows key-in (docs/dialects.md).
+fn key_in(
+    settings: &Settings,
+    orchestrator: &Arc<Orchestrator>,
+    orders: &Arc<SeaOrmStore>,
+    payments: Arc<dyn PaymentGateway>,
+    capabilities: &Capabilities,
+    fees: Option<Arc<dyn MeetingFees>>,
+) -> Result<Arc<KeyIn>, StartupError> {
+    let currency = settings
+        .meetings
+        .currency
+        .parse()
+        .map_err(|e| StartupError::Config(format!("`meetings.currency`: {e}")))?;
+    Ok(Arc::new(KeyIn::new(
+        orchestrator.clone(),
+        orders.clone() as Arc<dyn PaymentRepository>,
+        payments,
+        capabilities.key_in.clone(),
+        fees,
+        currency,
+    )))
 }
 
 /// Readiness: the database, the broker and the worker's loops, with a warning for each
@@ -324,9 +360,19 @@ pub async fn build_services_with_clock(
     upkeep_metrics(&metrics, shutdown.clone());
     let notifications = notification_retries(settings, &orders, &notifier, &clock, &meter);
     let money = money(settings, &orders, &payments, &capabilities, &clock);
-    let orchestrator =
-        saga(settings, &orders, payments, settlements, notifier, capabilities.customers, &clock, &meter);
-    let meeting_events = meeting_events(settings, &orchestrator, &money.refunds, &orders, &clock).await?;
+    let orchestrator = saga(
+        settings,
+        &orders,
+        payments.clone(),
+        settlements,
+        notifier,
+        capabilities.customers.clone(),
+        &clock,
+        &meter,
+    );
+    let fees = meeting_fees(settings).await?;
+    let key_in = key_in(settings, &orchestrator, &orders, payments, &capabilities, fees.clone())?;
+    let meeting_events = meeting_events(&orchestrator, &money.refunds, &orders, &clock, fees);
     let (recovery, settlements) =
         repairs(settings, &orchestrator, &money.refunds, &orders, &clock, meter, &loops);
     let queries = Arc::new(OrderQueries::new(orders.clone(), outbox_store.clone()));
@@ -361,6 +407,7 @@ pub async fn build_services_with_clock(
         payment_methods: money.payment_methods,
         provider_view: money.provider_view,
         member_payments: money.member_payments,
+        key_in,
         recovery,
         meeting_events,
         publishers,

@@ -32,6 +32,7 @@ async fn register_for(
         inbox: None,
         customer_email: None,
         description: None,
+        charged: None,
     };
     app.services.orchestrator.place_order(&Actor::system("test-meeting"), command).await.unwrap()
 }

@@ -59,6 +59,7 @@ async fn register(app: &TestApp, user: i64, meeting: i64, scenario: &str) -> Ord
         inbox: None,
         customer_email: None,
         description: None,
+        charged: None,
     };
     app.services.orchestrator.place_order(&Actor::system("test-meeting"), command).await.unwrap()
 }

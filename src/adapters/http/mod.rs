@@ -55,6 +55,7 @@ pub struct HttpState {
     pub provider_view: Arc<ProviderView>,
     /// A member's own payments (the momo dialect).
     pub member_payments: Arc<crate::application::member_payments::MemberPayments>,
+    pub key_in: Arc<crate::application::money::key_in::KeyIn>,
     /// Toss's webhooks: anyone can post them.
     pub webhook_limits: Arc<webhooks::WebhookLimits>,
     pub recovery: Arc<Recovery>,

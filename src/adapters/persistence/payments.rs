@@ -109,16 +109,18 @@ impl PaymentRepository for SeaOrmStore {
     async fn of_customer(&self, query: &CustomerPayments) -> Result<(Vec<MeetingPayment>, u64), RepoError> {
         use sea_orm::PaginatorTrait;
         use sea_orm::sea_query::{Expr, ExprTrait, Query};
-        let mut select = payments::Entity::find().filter(
-            payments::Column::OrderId.in_subquery(
-                Query::select()
-                    .column(orders::Column::Id)
-                    .from(orders::Entity)
-                    .and_where(Expr::col(orders::Column::CustomerId).eq(query.customer_id.as_str()))
-                    .and_where(Expr::col(orders::Column::Source).eq(OrderSource::Meeting.as_str()))
-                    .to_owned(),
-            ),
-        );
+        let meeting_sources: Vec<&str> =
+            OrderSource::ALL.iter().filter(|s| s.is_meeting()).map(|s| s.as_str()).collect();
+        let mut orders_of = Query::select()
+            .column(orders::Column::Id)
+            .from(orders::Entity)
+            .and_where(Expr::col(orders::Column::CustomerId).eq(query.customer_id.as_str()))
+            .and_where(Expr::col(orders::Column::Source).is_in(meeting_sources))
+            .to_owned();
+        if let Some(meeting) = &query.meeting_id {
+            orders_of.and_where(Expr::col(orders::Column::MeetingId).eq(meeting.as_str()));
+        }
+        let mut select = payments::Entity::find().filter(payments::Column::OrderId.in_subquery(orders_of));
         let names = |statuses: &[PaymentStatus]| statuses.iter().map(|s| s.as_str()).collect::<Vec<_>>();
         if let Some(statuses) = &query.statuses {
             select = select.filter(payments::Column::Status.is_in(names(statuses)));

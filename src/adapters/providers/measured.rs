@@ -10,9 +10,9 @@ use tracing::Instrument;
 
 use crate::application::meter::Meter;
 use crate::application::ports::{
-    ApprovalOutcome, ApprovePayment, CancelPayment, CancelReceipt, GatewayError, IssuedCard, LookupOutcome,
-    NotificationRequest, Notifier, NotifyFailure, PaymentGateway, ProviderCustomers, ProviderLedger,
-    Scenario, SettlementGateway, SettlementOutcome, SettlementRequest,
+    ApprovalOutcome, ApprovePayment, CancelPayment, CancelReceipt, CardKeyIn, GatewayError, IssuedCard,
+    KeyInCharge, LookupOutcome, NotificationRequest, Notifier, NotifyFailure, PaymentGateway,
+    ProviderCustomers, ProviderLedger, Scenario, SettlementGateway, SettlementOutcome, SettlementRequest,
 };
 
 /// A gateway whose calls are measured, labelled `provider` (`mock`, `external`,
@@ -155,6 +155,22 @@ impl ProviderCustomers for Measured<dyn ProviderCustomers> {
             Err(err) => gateway_error(err),
         };
         self.record("issue", outcome, started);
+        result
+    }
+}
+
+#[async_trait]
+impl CardKeyIn for Measured<dyn CardKeyIn> {
+    async fn key_in(&self, charge: &KeyInCharge) -> Result<ApprovalOutcome, GatewayError> {
+        let started = Instant::now();
+        let result = self.inner.key_in(charge).instrument(self.span("key_in")).await;
+        let outcome = match &result {
+            Ok(ApprovalOutcome::Approved { .. }) => "approved",
+            Ok(ApprovalOutcome::Declined { .. }) => "declined",
+            Ok(ApprovalOutcome::Unknown { .. }) => "unknown",
+            Err(err) => gateway_error(err),
+        };
+        self.record("key_in", outcome, started);
         result
     }
 }

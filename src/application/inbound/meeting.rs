@@ -214,6 +214,7 @@ impl MeetingEvents {
                     inbox: Some(key(consumer, &msg.event_id, &msg.digest, seen.is_none())),
                     customer_email: None,
                     description: None,
+                    charged: None,
                 },
             )
             .await;

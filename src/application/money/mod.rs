@@ -9,11 +9,16 @@
 //!   (what it pays out), storing the payouts and what does not match as findings;
 //! - [`payment_methods`]: a customer's saved card (billing key), saved and forgotten with
 //!   its audit row in the same transaction;
-//! - [`provider_view`]: the provider's own record of a payment, for support.
+//! - [`provider_view`]: the provider's own record of a payment, for support;
+//! - [`member_payments`]: a member's own payments (the momo dialect): listed, looked up at
+//!   the provider, refunded;
+//! - [`key_in`]: a member's meeting fee charged to a keyed-in card (the momo dialect's test
+//!   payments), placed as an order only once the provider took it.
 //!
 //! Each uses only the provider's capability ports it needs (`ProviderLedger`,
-//! `ProviderCustomers`, `ProviderRecords`), present only where the provider has them.
+//! `ProviderCustomers`, `ProviderRecords`, `CardKeyIn`), present only where the provider has them.
 
+pub mod key_in;
 pub mod ledger;
 pub mod member_payments;
 pub mod payment_methods;

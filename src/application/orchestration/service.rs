@@ -55,6 +55,10 @@ pub struct PlaceOrder {
     pub customer_email: Option<String>,
     /// What the client said about the order (the commerce dialect's `description`).
     pub description: Option<String>,
+    /// The provider's key of a charge already taken under the order's first payment request
+    /// id (the momo dialect's key-in): the payment is committed with the order, and the
+    /// saga's payment step asks the provider what it took instead of charging.
+    pub charged: Option<String>,
 }
 
 /// Identifies an inbound message for the inbox.
@@ -70,11 +74,15 @@ pub struct InboxKey {
     pub unseen: bool,
 }
 
-/// What the customer authorized a payment attempt with, where it was committed with it
-/// (Toss's checkout: the widget's `paymentKey`, before the charge is approved).
-pub(super) fn authorization_of(payment: &Payment) -> Option<PaymentAuthorization> {
+/// What the customer authorized a payment attempt with, where it was committed with it:
+/// Toss's checkout (the widget's `paymentKey`, before the charge is approved), or a key-in
+/// (`MOMO`: the charge taken before the order was placed).
+pub(super) fn authorization_of(source: OrderSource, payment: &Payment) -> Option<PaymentAuthorization> {
     let undecided = matches!(payment.status, PaymentStatus::Requested | PaymentStatus::ConfirmationRequired);
     match (&payment.provider_transaction_id, undecided) {
+        (Some(key), true) if source == OrderSource::Momo => {
+            Some(PaymentAuthorization::Charged { payment_key: key.clone() })
+        }
         (Some(key), true) => Some(PaymentAuthorization::Checkout { payment_key: key.clone() }),
         _ => None,
     }
@@ -122,7 +130,7 @@ impl Orchestrator {
         record: &OrderRecord,
         payment: &Payment,
     ) -> Result<Option<PaymentAuthorization>, AppError> {
-        if let Some(given) = authorization_of(payment) {
+        if let Some(given) = authorization_of(record.order.source, payment) {
             return Ok(Some(given));
         }
         let Some(cards) = self.cards.as_ref().filter(|_| record.order.source == OrderSource::Meeting) else {
@@ -235,6 +243,16 @@ impl Orchestrator {
         } else {
             changes.insert_leased_order(&mut order, context.clone(), lease.clone());
         }
+        // A charge taken already (the key-in): its payment is committed with the order.
+        let charged = match cmd.charged {
+            Some(key) => {
+                let mut payment = Payment::request_authorized(order.id, 1, order.total, key, now);
+                payment.number = self.number(Numbered::Payment).await?;
+                changes.insert_payment(&mut payment);
+                Some(payment)
+            }
+            None => None,
+        };
         if let Some(key) = &cmd.inbox {
             changes.inbox.push(InboxEntry {
                 consumer: key.consumer.clone(),
@@ -252,7 +270,8 @@ impl Orchestrator {
             Some(format!("source {} total {}", order.source, order.total)),
             now,
         ));
-        let placed = match self.uow.commit_placing(changes, !awaits_payment && !held).await {
+        let reserve_payment = !awaits_payment && !held && charged.is_none();
+        let placed = match self.uow.commit_placing(changes, reserve_payment).await {
             Ok(placed) => Some(placed),
             Err(crate::application::ports::RepoError::Conflict) => None,
             Err(err) => return Err(err.into()),
@@ -265,7 +284,7 @@ impl Orchestrator {
                 Some(existing) => existing,
                 None => match self.orders.get(cmd.order_id).await? {
                     Some(existing) => existing,
-                    None if order.source == OrderSource::Meeting => {
+                    None if order.source.is_meeting() => {
                         return Err(AppError::Conflict {
                             code: ALREADY_REGISTERED,
                             message: "this participant already has a live order for this meeting".into(),
@@ -280,7 +299,7 @@ impl Orchestrator {
         let record = OrderRecord {
             refunds: Vec::new(),
             order,
-            payment: None,
+            payment: charged,
             settlement: None,
             notification: None,
             steps: Vec::new(),

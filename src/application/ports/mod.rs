@@ -64,9 +64,9 @@ pub use outbox_store::{
     OutboxOperations, OutboxRecord, OutboxStats, OutboxStore, OutboxUpkeep, RelayStore, RestoredRebase,
 };
 pub use payment_gateway::{
-    ApprovalOutcome, ApprovePayment, BillingKey, CancelPayment, CancelReceipt, IssuedCard, LedgerPage,
-    LookupOutcome, PaymentAuthorization, PaymentGateway, ProviderCancel, ProviderCustomers, ProviderLedger,
-    ProviderRecord, ProviderRecords, SettlementPage,
+    ApprovalOutcome, ApprovePayment, BillingKey, CancelPayment, CancelReceipt, CardKeyIn, IssuedCard,
+    KeyInCharge, KeyedCard, LedgerPage, LookupOutcome, PaymentAuthorization, PaymentGateway, ProviderCancel,
+    ProviderCustomers, ProviderLedger, ProviderRecord, ProviderRecords, SettlementPage,
 };
 pub use payment_methods::{PaymentMethodRepository, SavedCard};
 pub use payment_repository::{CustomerPayments, MeetingPayment, PaymentRepository, PaymentSortKey};
@@ -92,7 +92,7 @@ pub use order_repository::{MockOrderRepository, MockSagaRuns};
 #[cfg(test)]
 pub use outbox_store::{MockOutboxOperations, MockOutboxUpkeep, MockRelayStore};
 #[cfg(test)]
-pub use payment_gateway::MockPaymentGateway;
+pub use payment_gateway::{MockCardKeyIn, MockPaymentGateway};
 #[cfg(test)]
 pub use payment_methods::MockPaymentMethodRepository;
 #[cfg(test)]

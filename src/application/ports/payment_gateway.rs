@@ -33,6 +33,9 @@ pub enum PaymentAuthorization {
     Checkout { payment_key: String },
     /// A saved card: its billing key and the customer's key it is bound to.
     SavedCard { billing_key: BillingKey, customer_key: String },
+    /// Charged before the order was placed ([`CardKeyIn`], the momo dialect's key-in) under
+    /// this payment's request id: the provider is asked what it took, never to charge again.
+    Charged { payment_key: String },
 }
 
 /// A saved card's billing key: as good as the card, so never printed (`Debug` hides it).
@@ -232,6 +235,54 @@ pub trait ProviderCustomers: Send + Sync {
     /// `Unavailable` when it cannot be reached or its answer cannot be used.
     async fn issue_billing_key(&self, auth_key: &str, customer_key: &str)
     -> Result<IssuedCard, GatewayError>;
+}
+
+/// A card charged by its number (the momo dialect's test payments).
+#[derive(Clone, PartialEq, Eq)]
+pub struct KeyedCard {
+    /// 15 or 16 digits.
+    pub number: String,
+    /// `MM`.
+    pub expiry_month: String,
+    /// `YY`.
+    pub expiry_year: String,
+    /// The holder's birth date `YYMMDD` (or a business number).
+    pub identity_number: String,
+}
+
+/// A card number is as good as the card: `Debug` shows its last four digits only.
+impl std::fmt::Debug for KeyedCard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let last: String = self.number.chars().rev().take(4).collect::<Vec<_>>().into_iter().rev().collect();
+        write!(f, "KeyedCard(****{last})")
+    }
+}
+
+/// Charge a keyed-in card.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyInCharge {
+    /// The provider's `orderId` and the `Idempotency-Key`: the payment request id of the
+    /// order the charge will be placed as.
+    pub payment_request_id: String,
+    pub amount: Money,
+    pub order_name: String,
+    pub card: KeyedCard,
+}
+
+/// Charging a card by its number — present only where the provider has it and allows it
+/// (Toss with a test secret key: its key-in API, which the meetup platform used for test
+/// payments).
+#[cfg_attr(test, mockall::automock)]
+#[async_trait]
+pub trait CardKeyIn: Send + Sync {
+    /// Charges the card; idempotent by `payment_request_id`. A refusal is `Declined` with
+    /// the provider's code, nothing charged; an answer that leaves it open is `Unknown`
+    /// (ask [`PaymentGateway::lookup`] under the same request id).
+    ///
+    /// # Errors
+    /// MUST return `Unavailable` when the provider cannot be reached after bounded retries
+    /// (the same request id makes a later attempt safe).
+    async fn key_in(&self, charge: &KeyInCharge) -> Result<ApprovalOutcome, GatewayError>;
 }
 
 /// The provider's own record of a payment, as it sent it (for support: shown beside ours).

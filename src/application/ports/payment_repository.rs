@@ -18,9 +18,11 @@ pub enum PaymentSortKey {
 }
 
 /// One page of a customer's meeting-order payments (the momo dialect's `/payments/me`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CustomerPayments {
     pub customer_id: String,
+    /// Only this meeting's.
+    pub meeting_id: Option<String>,
     /// Only these statuses; `None`: every status but `hidden`.
     pub statuses: Option<Vec<PaymentStatus>>,
     /// Never listed.
@@ -75,8 +77,8 @@ pub trait PaymentRepository: Send + Sync {
     /// MUST return what [`PaymentRepository::awaiting_confirmation`] returns, in the same cases.
     async fn by_number(&self, number: i64) -> Result<Option<MeetingPayment>, RepoError>;
 
-    /// One page of the payments of a customer's meeting orders, and how many there are in
-    /// all.
+    /// One page of the payments of a customer's meeting orders (`MEETING` and `MOMO`), and
+    /// how many there are in all.
     ///
     /// # Errors
     /// MUST return what [`PaymentRepository::awaiting_confirmation`] returns, in the same cases.

@@ -94,7 +94,7 @@ impl Order {
     pub fn place(id: OrderId, input: NewOrder, now: DateTime<Utc>) -> Result<Order, OrderError> {
         check_id("customerId", &input.customer_id)?;
         match (&input.source, &input.meeting_id) {
-            (OrderSource::Meeting, None) => {
+            (OrderSource::Meeting | OrderSource::Momo, None) => {
                 return Err(OrderError::invalid("meetingId", "is required for a meeting order"));
             }
             (_, Some(meeting)) => check_id("meetingId", meeting)?,
@@ -276,8 +276,10 @@ impl Order {
             OrderStatus::Failed => self.failure_stage != Some(FailureStage::Payment),
             OrderStatus::Cancelled => false,
         };
-        match (&self.source, &self.meeting_id, live) {
-            (OrderSource::Meeting, Some(meeting), true) => Some(registration_key(meeting, &self.customer_id)),
+        match (&self.meeting_id, live) {
+            (Some(meeting), true) if self.source.is_meeting() => {
+                Some(registration_key(meeting, &self.customer_id))
+            }
             _ => None,
         }
     }
@@ -353,6 +355,9 @@ mod tests {
             order.meeting_id = Some("m-1".into());
             let expected = live.then(|| registration_key("m-1", "alice"));
             assert_eq!(order.registration_key(), expected, "{status} {stage:?}");
+            // A key-in through the momo dialect is the same member's payment for the meeting.
+            order.source = OrderSource::Momo;
+            assert_eq!(order.registration_key(), expected, "MOMO {status} {stage:?}");
         }
         assert_ne!(registration_key("a/b", "c"), registration_key("a", "b/c"));
     }
@@ -391,6 +396,7 @@ mod tests {
             (Box::new(|o| o.customer_id = "".into()), "customerId"),
             (Box::new(|o| o.customer_id = "c".repeat(65)), "customerId"),
             (Box::new(|o| o.source = OrderSource::Meeting), "meetingId"),
+            (Box::new(|o| o.source = OrderSource::Momo), "meetingId"),
             (
                 Box::new(|o| {
                     o.items = vec![NewOrderItem { sku: "A".into(), quantity: 1, unit_price: 1 }; 101]

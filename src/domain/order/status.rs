@@ -40,11 +40,14 @@ spelled!(
 
 spelled!(
     /// How the order reached us. `COMMERCE`: made through the commerce dialect
-    /// (docs/dialects.md), held in `CREATED` until its client asks for the saga.
+    /// (docs/dialects.md), held in `CREATED` until its client asks for the saga. `MOMO`: a
+    /// member's meeting fee keyed in through the momo dialect (`POST /payments/test/keyin`),
+    /// charged before the order is placed; a meeting order like `MEETING` otherwise.
     OrderSource {
         Api => "API",
         Meeting => "MEETING",
         Commerce => "COMMERCE",
+        Momo => "MOMO",
     }
 );
 
@@ -63,6 +66,14 @@ spelled!(
         Refund => "REFUND",
     }
 );
+
+impl OrderSource {
+    /// A member's payment for a meeting: one per (meeting, member) while live, answered to
+    /// the meeting service under the momo contract (docs/spec.md §7, §12).
+    pub fn is_meeting(&self) -> bool {
+        matches!(self, OrderSource::Meeting | OrderSource::Momo)
+    }
+}
 
 impl OrderStatus {
     /// No saga step will move the order on by itself (only an operator or a refund can).

@@ -169,6 +169,7 @@ fn command(
         inbox: None,
         customer_email: None,
         description,
+        charged: None,
     })
 }
 

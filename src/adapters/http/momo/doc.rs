@@ -4,8 +4,8 @@
 
 use utoipa::OpenApi;
 
-use super::payments;
-use super::schema::{Envelope, RefundRequest};
+use super::schema::{Envelope, KeyInRequest, RefundRequest};
+use super::{key_in, payments};
 use crate::adapters::http::BearerAuth;
 
 #[derive(OpenApi)]
@@ -14,8 +14,8 @@ use crate::adapters::http::BearerAuth;
         title = "momo dialect",
         description = "momo-spring-project/momo-backend's payment endpoints, served on http.dialects.momo.bind over this service's use cases (docs/dialects.md). Its access tokens: the Authorization header, or its Authorization=Bearer_<jwt> cookie."
     ),
-    paths(payments::me, payments::pg, payments::refund),
-    components(schemas(Envelope, RefundRequest)),
+    paths(key_in::key_in, payments::me, payments::pg, payments::refund),
+    components(schemas(Envelope, KeyInRequest, RefundRequest)),
     modifiers(&BearerAuth),
     tags((name = "momo", description = "The meetup platform's payment endpoints (dialect momo)"))
 )]

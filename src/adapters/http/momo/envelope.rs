@@ -49,6 +49,13 @@ pub mod text {
     pub const TEST_KEY_ONLY: &str = "Key-in API는 테스트 키에서만 호출할 수 있습니다.";
     pub const FREE_MEETING: &str = "무료 모임 참가 처리에 실패했습니다";
     pub const CONFIRM_FAILED: &str = "결제 승인 실패";
+    pub const ALREADY_PAID: &str = "이미 결제가 완료된 사용자입니다.";
+    /// Its `CardPaymentTestRequestDto`'s constraint messages.
+    pub const MEETING_ID_REQUIRED: &str = "모임 ID는 필수입니다";
+    pub const CARD_NUMBER: &str = "카드번호는 16자리 숫자여야 합니다";
+    pub const CARD_EXPIRY: &str = "카드 유효기간은 MM/YY 형식이어야 합니다";
+    pub const CARD_CVC: &str = "CVC는 3자리 숫자여야 합니다";
+    pub const BIRTH: &str = "생년월일은 6자리 숫자여야 합니다";
     /// Ours, where the platform has none (docs/dialects.md).
     pub const NOT_FOUND: &str = "요청한 리소스를 찾을 수 없습니다.";
     pub const UNAVAILABLE: &str = "일시적으로 요청을 처리할 수 없습니다. 잠시 후 다시 시도해 주세요.";
@@ -60,17 +67,22 @@ pub mod text {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MomoError {
     pub status: StatusCode,
-    pub message: &'static str,
+    pub message: std::borrow::Cow<'static, str>,
     pub zone: chrono_tz::Tz,
 }
 
 impl MomoError {
     pub fn new(zone: chrono_tz::Tz, status: StatusCode, message: &'static str) -> Self {
-        MomoError { status, message, zone }
+        MomoError { status, message: message.into(), zone }
+    }
+
+    /// Its validation handler's answer: 400, each constraint's message joined by `||`.
+    pub fn invalid(zone: chrono_tz::Tz, messages: &[&str]) -> Self {
+        MomoError { status: StatusCode::BAD_REQUEST, message: messages.join("||").into(), zone }
     }
 
     pub fn response(&self) -> HttpResponse {
-        let body = Body { success: false, message: self.message, data: (), timestamp: now(self.zone) };
+        let body = Body { success: false, message: &self.message, data: (), timestamp: now(self.zone) };
         crate::adapters::http::problem::error_builder(self.status).json(body)
     }
 }

@@ -5,10 +5,12 @@
 //! - [`envelope`]: its `{success, message, data, timestamp}` answers and its texts.
 //! - [`auth`]: its access tokens, from its cookie or the bearer header.
 //! - [`payments`]: `/payments/me`, `/payments/{id}/pg`, `/payments/{id}/refund`.
+//! - [`key_in`]: `/payments/test/keyin`, a meeting's fee charged to a keyed-in card.
 
 pub mod auth;
 pub mod doc;
 pub mod envelope;
+pub mod key_in;
 pub mod payments;
 pub mod schema;
 
@@ -77,6 +79,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     };
     cfg.app_data(web::QueryConfig::default().error_handler(move |_, req| bad(req)))
         .app_data(web::PayloadConfig::default().limit(64 * 1024))
+        .service(resource("/payments/test/keyin", "POST").route(web::post().to(key_in::key_in)))
         .service(resource("/payments/me", "GET").route(web::get().to(payments::me)))
         .service(resource("/payments/{paymentId}/pg", "GET").route(web::get().to(payments::pg)))
         .service(resource("/payments/{paymentId}/refund", "POST").route(web::post().to(payments::refund)));

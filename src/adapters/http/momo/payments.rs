@@ -54,7 +54,7 @@ impl MomoApi {
     }
 
     /// A use case's error in the platform's words where it has them.
-    fn app_error(&self, err: AppError) -> MomoError {
+    pub(super) fn app_error(&self, err: AppError) -> MomoError {
         match err {
             AppError::NotFound(_) => self.fail(StatusCode::NOT_FOUND, text::PAYMENT_NOT_FOUND),
             AppError::Conflict { code: "REFUND_NOT_ALLOWED", .. } => {
@@ -162,12 +162,11 @@ fn page_query(
     let sorted = !sort.is_empty();
     let sort_json = json!({ "empty": !sorted, "sorted": sorted, "unsorted": !sorted });
     let query = CustomerPayments {
-        customer_id: String::new(),
         statuses,
-        hidden: Vec::new(),
         sort,
         offset: page.saturating_mul(size),
         limit: size,
+        ..CustomerPayments::default()
     };
     Ok((query, sort_json, page, size))
 }

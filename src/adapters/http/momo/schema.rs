@@ -17,6 +17,23 @@ pub struct Envelope {
     pub timestamp: String,
 }
 
+/// Its `CardPaymentTestRequestDto`: the card fields default to its test card (4242…,
+/// `12/25`, birth `880101`).
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyInRequest {
+    #[schema(example = 12)]
+    pub meeting_id: i64,
+    #[schema(pattern = r"^\d{16}$")]
+    pub card_number: Option<String>,
+    #[schema(pattern = r"^\d{2}/\d{2}$")]
+    pub card_expiry: Option<String>,
+    #[schema(pattern = r"^\d{3}$")]
+    pub card_cvc: Option<String>,
+    #[schema(pattern = r"^\d{6}$")]
+    pub birth: Option<String>,
+}
+
 /// Its `RefundRequestDto`.
 #[derive(Serialize, ToSchema)]
 pub struct RefundRequest {

@@ -15,7 +15,8 @@
 //! answers a registration: `order.completed` → `payment.completed`; `payment.declined`,
 //! `order.failed` (other than a decline, which `payment.declined` answered) and a refused
 //! registration → `payment.failed`; each `payment.refunded` → `payment.refunded`. All of a
-//! meeting order's; every other event goes out native.
+//! meeting order's (`MEETING`, or `MOMO`: keyed in through the momo dialect); every other
+//! event goes out native.
 
 use std::borrow::Cow;
 
@@ -27,6 +28,7 @@ use serde_json::Value;
 use super::{Encoded, HeaderValue, WireMessage};
 use crate::adapters::messaging::amqp::momo::PAYMENT_EVENTS;
 use crate::application::ports::OutboxRecord;
+use crate::domain::order::OrderSource;
 
 /// The three types the platform's payment module takes, one per queue.
 pub const REGISTER: &str = "meeting.participant.register";
@@ -332,7 +334,8 @@ impl MomoOut {
         let p = &stored.payload;
         // A refused registration (no order) is the registration's; the rest, a meeting order's.
         let refused = kind == "payment.failed";
-        if !refused && p.source.as_deref() != Some("MEETING") {
+        let meeting_order = p.source.as_deref().and_then(OrderSource::parse).is_some_and(|s| s.is_meeting());
+        if !refused && !meeting_order {
             return Ok(Encoded::Native);
         }
         let user = if refused { p.user_id.as_deref() } else { p.customer_id.as_deref() };

@@ -5,12 +5,12 @@ use async_trait::async_trait;
 
 use super::answer::Meaning;
 use super::client::{TossClient, TossError};
-use super::model::{TossPayment, TossStatus};
+use super::model::{KeyIn, TossPayment, TossStatus};
 use crate::application::ports::Cause;
 use crate::application::ports::{
-    ApprovalOutcome, ApprovePayment, BillingKey, CancelPayment, CancelReceipt, GatewayError, IssuedCard,
-    LedgerPage, LookupOutcome, PaymentAuthorization, PaymentGateway, ProviderCancel, ProviderCustomers,
-    ProviderLedger, ProviderRecord, ProviderRecords, Scenario, SettlementPage,
+    ApprovalOutcome, ApprovePayment, BillingKey, CancelPayment, CancelReceipt, CardKeyIn, GatewayError,
+    IssuedCard, KeyInCharge, LedgerPage, LookupOutcome, PaymentAuthorization, PaymentGateway, ProviderCancel,
+    ProviderCustomers, ProviderLedger, ProviderRecord, ProviderRecords, Scenario, SettlementPage,
 };
 use crate::domain::ledger::{ProviderTransaction, TransactionKind, UnreadableRow};
 use crate::domain::payment::AUTHORIZATION_MISMATCH;
@@ -68,26 +68,51 @@ fn provider_cancels(payment: &TossPayment) -> Vec<ProviderCancel> {
         .collect()
 }
 
-fn charged(request: &ApprovePayment, payment: TossPayment) -> ApprovalOutcome {
-    if payment.order_id != request.payment_request_id {
+/// What Toss's Payment object says of a charge of `amount` under `order_id`.
+fn charged(order_id: &str, amount: i64, payment: TossPayment) -> ApprovalOutcome {
+    if payment.order_id != order_id {
         return ApprovalOutcome::Unknown { reason: "Toss answered about another orderId".into() };
     }
     match payment.status {
-        TossStatus::Done if payment.total_amount == request.amount.minor() => {
+        TossStatus::Done if payment.total_amount == amount => {
             ApprovalOutcome::Approved { provider_transaction_id: payment.payment_key }
         }
         TossStatus::Done => ApprovalOutcome::Unknown {
-            reason: format!(
-                "Toss approved {} for a charge of {}",
-                payment.total_amount,
-                request.amount.minor()
-            ),
+            reason: format!("Toss approved {} for a charge of {amount}", payment.total_amount),
         },
         TossStatus::Aborted | TossStatus::Expired => ApprovalOutcome::Declined {
             code: payment.failure_code(),
             provider_transaction_id: Some(payment.payment_key),
         },
         other => ApprovalOutcome::Unknown { reason: format!("Toss answered a charge with status {other:?}") },
+    }
+}
+
+/// A charge's answer as the port's outcome. `checkout`: the charge confirmed a widget's
+/// `paymentKey`, whose mismatch is the customer's error.
+fn outcome_of(
+    order_id: &str,
+    amount: i64,
+    checkout: bool,
+    answer: Result<TossPayment, TossError>,
+) -> ApprovalOutcome {
+    match answer {
+        Ok(payment) => charged(order_id, amount, payment),
+        Err(TossError::Answered { code, meaning: Meaning::Refused, .. }) => {
+            ApprovalOutcome::Declined { code, provider_transaction_id: None }
+        }
+        // The checkout's orderId or amount are not what the customer authorized with this
+        // key (Toss: 400 INVALID_REQUEST, "결제 요청 정보(orderId, amount)가 결제창과
+        // 다릅니다"): a key from another checkout, or another amount authorized in the
+        // widget — the customer's error, nothing moved, and the key is not this order's.
+        Err(TossError::Answered { status: 400, code, .. }) if code == "INVALID_REQUEST" && checkout => {
+            ApprovalOutcome::Declined { code: AUTHORIZATION_MISMATCH.into(), provider_transaction_id: None }
+        }
+        Err(TossError::Answered { meaning: Meaning::SessionExpired, .. }) => {
+            ApprovalOutcome::Declined { code: "PAYMENT_WINDOW_EXPIRED".into(), provider_transaction_id: None }
+        }
+        // Everything else leaves the outcome open: a look-up by orderId settles it.
+        Err(error) => ApprovalOutcome::Unknown { reason: open_reason(&error) },
     }
 }
 
@@ -112,6 +137,8 @@ impl PaymentGateway for TossPaymentGateway {
             Some(PaymentAuthorization::Checkout { payment_key }) => {
                 self.client.confirm(payment_key, &request.payment_request_id, amount, key).await
             }
+            // Taken already (the key-in): what Toss holds under this orderId, never a charge.
+            Some(PaymentAuthorization::Charged { .. }) => self.client.payment_by_order(key).await,
             Some(PaymentAuthorization::SavedCard { billing_key, customer_key }) => {
                 self.client
                     .charge_billing(
@@ -125,31 +152,8 @@ impl PaymentGateway for TossPaymentGateway {
                     .await
             }
         };
-        Ok(match answer {
-            Ok(payment) => charged(request, payment),
-            Err(TossError::Answered { code, meaning: Meaning::Refused, .. }) => {
-                ApprovalOutcome::Declined { code, provider_transaction_id: None }
-            }
-            // The checkout's orderId or amount are not what the customer authorized with this
-            // key (Toss: 400 INVALID_REQUEST, "결제 요청 정보(orderId, amount)가 결제창과
-            // 다릅니다"): a key from another checkout, or another amount authorized in the
-            // widget — the customer's error, nothing moved, and the key is not this order's.
-            Err(TossError::Answered { status: 400, code, .. })
-                if code == "INVALID_REQUEST"
-                    && matches!(request.authorization, Some(PaymentAuthorization::Checkout { .. })) =>
-            {
-                ApprovalOutcome::Declined {
-                    code: AUTHORIZATION_MISMATCH.into(),
-                    provider_transaction_id: None,
-                }
-            }
-            Err(TossError::Answered { meaning: Meaning::SessionExpired, .. }) => ApprovalOutcome::Declined {
-                code: "PAYMENT_WINDOW_EXPIRED".into(),
-                provider_transaction_id: None,
-            },
-            // Everything else leaves the outcome open: a look-up by orderId settles it.
-            Err(error) => ApprovalOutcome::Unknown { reason: open_reason(&error) },
-        })
+        let checkout = matches!(request.authorization, Some(PaymentAuthorization::Checkout { .. }));
+        Ok(outcome_of(&request.payment_request_id, amount, checkout, answer))
     }
 
     async fn lookup(
@@ -310,6 +314,34 @@ impl ProviderLedger for TossPaymentGateway {
             }
         }
         Ok(SettlementPage { rows: read, unreadable, more })
+    }
+}
+
+#[async_trait]
+impl CardKeyIn for TossPaymentGateway {
+    async fn key_in(&self, charge: &KeyInCharge) -> Result<ApprovalOutcome, GatewayError> {
+        if charge.amount.currency().as_str() != "KRW" {
+            return Ok(ApprovalOutcome::Declined {
+                code: "NOT_SUPPORTED_CURRENCY".into(),
+                provider_transaction_id: None,
+            });
+        }
+        let amount = charge.amount.minor();
+        let card = &charge.card;
+        let body = KeyIn {
+            amount,
+            order_id: &charge.payment_request_id,
+            order_name: &charge.order_name,
+            card_number: &card.number,
+            card_expiration_year: &card.expiry_year,
+            card_expiration_month: &card.expiry_month,
+            card_password: None,
+            customer_identity_number: &card.identity_number,
+            customer_email: None,
+            customer_name: None,
+        };
+        let answer = self.client.key_in(&body, &charge.payment_request_id).await;
+        Ok(outcome_of(&charge.payment_request_id, amount, false, answer))
     }
 }
 

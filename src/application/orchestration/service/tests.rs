@@ -114,6 +114,7 @@ fn command() -> PlaceOrder {
         inbox: None,
         customer_email: None,
         description: None,
+        charged: None,
     }
 }
 

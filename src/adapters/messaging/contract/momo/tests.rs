@@ -122,6 +122,21 @@ fn a_completed_registration_is_the_platforms_payment_completed_byte_for_byte() {
 }
 
 #[test]
+fn a_keyed_in_payment_completed_goes_out_under_the_events_own_id() {
+    // A key-in (source MOMO) has no meeting-service message behind it: the event's own id.
+    let payload = meeting_order(serde_json::json!({ "source": "MOMO", "causationId": null }));
+    let m = one(momo().encode(&outbox("order.completed", payload)).unwrap());
+    let body = String::from_utf8(m.body).unwrap();
+    assert!(
+        body.starts_with(r#"{"uuId":"3f1c0e52-7f0e-4b8e-9a52-0d4c5b1f2e11","type":"payment.completed","data":{"paymentId":31,"userId":7,"meetingId":12,"amount":15000,"#),
+        "{body}"
+    );
+    // An order of another source stays native.
+    let api = meeting_order(serde_json::json!({ "source": "API" }));
+    assert_eq!(momo().encode(&outbox("order.completed", api)).unwrap(), Encoded::Native);
+}
+
+#[test]
 fn each_way_a_registration_ends_otherwise_is_one_payment_failed() {
     let declined =
         outbox("payment.declined", meeting_order(serde_json::json!({"declineCode": "REJECT_CARD_PAYMENT"})));
