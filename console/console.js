@@ -7,6 +7,7 @@ const SOURCES = {
   API: "the native API (POST /api/orders)",
   MEETING: "the meeting service (a registration on the broker)",
   COMMERCE: "the commerce dialect (the commerce backend's POST /api/orders, then orchestrate)",
+  MOMO: "the momo dialect (the meetup platform's POST /payments/test/keyin: a card keyed in, charged before the order was placed)",
 };
 const TOKEN = "console-token";
 const $ = (id) => document.getElementById(id);

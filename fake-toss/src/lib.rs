@@ -44,6 +44,7 @@ pub const OPERATIONS: &[&str] = &[
     "confirm",
     "billing_issue",
     "billing_charge",
+    "key_in",
     "cancel",
     "get_payment",
     "get_by_order",

@@ -234,10 +234,10 @@ struct Reply {
 /// `occurredAt` as a `LocalDateTime` — no offset; the producer's callbacks parse
 /// `message_id` as a `Long`; `__TypeId__` names the wrapper class.
 #[derive(Debug, Clone, PartialEq)]
-struct Read {
-    uu_id: String,
-    kind: String,
-    data: serde_json::Map<String, serde_json::Value>,
+pub(crate) struct Read {
+    pub uu_id: String,
+    pub kind: String,
+    pub data: serde_json::Map<String, serde_json::Value>,
 }
 
 fn platform_reads(reply: &Reply) -> Read {
@@ -303,7 +303,7 @@ fn platform_reads(reply: &Reply) -> Read {
 
 /// The platform's side of one test: its vhost (every name is the platform's), its
 /// database, the meeting service's reply queue, and a channel to send as it sends.
-struct Platform {
+pub(crate) struct Platform {
     vhost: Vhost,
     _db: PlatformDb,
     connection: amqprs::connection::Connection,
@@ -314,7 +314,7 @@ struct Platform {
 }
 
 impl Platform {
-    async fn start(meetings: &[(i64, i64)]) -> Option<Platform> {
+    pub(crate) async fn start(meetings: &[(i64, i64)]) -> Option<Platform> {
         let db = PlatformDb::create(meetings)?;
         let vhost = Vhost::create()?;
         let (connection, channel) = vhost.channel().await;
@@ -355,11 +355,26 @@ impl Platform {
         format!("amqp://guest:guest@127.0.0.1:5672/{}", self.vhost.0)
     }
 
+    /// Where the platform's meetings are (`meetings.fee_sql.url`).
+    pub(crate) fn fees_url(&self) -> String {
+        self._db.url()
+    }
+
     /// The app under `momo` on this platform, its fees read at `fees`, with its workers
     /// running and its consumers attached to the platform's queues.
     async fn serve(&self, backend: Backend, fees: &str) -> Option<(TestApp, Workers)> {
+        self.serve_with(backend, fees, &[]).await
+    }
+
+    /// [`Self::serve`] with `extra` settings.
+    pub(crate) async fn serve_with(
+        &self,
+        backend: Backend,
+        fees: &str,
+        extra: &[(&str, &str)],
+    ) -> Option<(TestApp, Workers)> {
         let url = self.url();
-        let env = [
+        let mut env = vec![
             ("APP__BROKER__URL", url.as_str()),
             ("APP__BROKER__CONTRACT", "momo"),
             ("APP__BROKER__CONSUMER_RETRIES", "1"),
@@ -367,6 +382,7 @@ impl Platform {
             ("APP__MEETINGS__FEE_SOURCE", "sql"),
             ("APP__MEETINGS__FEE_SQL__URL", fees),
         ];
+        env.extend_from_slice(extra);
         let app = TestApp::spawn_with(backend, &env).await?;
         let workers = Workers::spawn(&app.services);
         // The deleted queue is the last one consumed: from then on every queue is.
@@ -431,7 +447,7 @@ impl Platform {
     /// the app committed is published, and a marker the platform puts on the reply queue
     /// after them has come back — a queue delivers in order, so every reply before it has
     /// been taken. No time is waited on.
-    async fn replies_after(&self, app: &TestApp, n: usize) -> Vec<Read> {
+    pub(crate) async fn replies_after(&self, app: &TestApp, n: usize) -> Vec<Read> {
         let within = std::time::Duration::from_secs(30);
         until_within("the platform's replies", within, || async { self.replies.lock().unwrap().len() >= n })
             .await;

@@ -182,7 +182,20 @@ async fn its_tokens_and_error_texts(backend: Backend) {
         front.refused("GET", "/nowhere", None).await,
         (StatusCode::NOT_FOUND, "요청한 리소스를 찾을 수 없습니다.".into())
     );
-    // Its OpenAPI document, on the native listener: its three paths, tagged.
+    // No key-in but with Toss's test keys (here: the mock provider), its 403; its DTO first.
+    assert_eq!(
+        front.refused("POST", "/payments/test/keyin", Some(r#"{"meetingId":12}"#)).await,
+        (StatusCode::FORBIDDEN, "Key-in API는 테스트 키에서만 호출할 수 있습니다.".into())
+    );
+    assert_eq!(
+        front.refused("POST", "/payments/test/keyin", Some(r#"{"cardCvc":"1"}"#)).await,
+        (StatusCode::BAD_REQUEST, "모임 ID는 필수입니다||CVC는 3자리 숫자여야 합니다".into())
+    );
+    assert_eq!(
+        front.refused("GET", "/payments/test/keyin", None).await,
+        (StatusCode::METHOD_NOT_ALLOWED, "지원하지 않는 HTTP 메서드입니다.".into())
+    );
+    // Its OpenAPI document, on the native listener: its four paths, tagged.
     let doc: Value =
         app.client.get(format!("{}/openapi/momo.json", app.base)).send().await.unwrap().json().await.unwrap();
     let mut operations: Vec<String> = Vec::new();
@@ -195,7 +208,12 @@ async fn its_tokens_and_error_texts(backend: Backend) {
     operations.sort();
     assert_eq!(
         operations,
-        ["GET /payments/me", "GET /payments/{paymentId}/pg", "POST /payments/{paymentId}/refund"]
+        [
+            "GET /payments/me",
+            "GET /payments/{paymentId}/pg",
+            "POST /payments/test/keyin",
+            "POST /payments/{paymentId}/refund"
+        ]
     );
     // Without one, an unknown path asks for one first, as its security does.
     assert_eq!(
@@ -408,6 +426,177 @@ async fn the_pg_view_is_tosss_record_for_its_owner_only(backend: Backend) {
         (StatusCode::NOT_FOUND, "결제 정보를 찾을 수 없습니다.".into())
     );
 }
+
+/// Its `PaymentResponseDto` of a completed payment, as its frontend reads one.
+fn completed(payment: &Value, user: i64, meeting: i64, amount: i64) {
+    assert_eq!(
+        (&payment["userId"], &payment["meetingId"], &payment["amount"]),
+        (&json!(user), &json!(meeting), &json!(amount)),
+        "{payment}"
+    );
+    assert_eq!((&payment["paymentMethod"], &payment["status"]), (&json!("TOSS"), &json!("COMPLETED")));
+    assert!(payment["id"].is_i64(), "id: a Long");
+    let detail = payment["detail"].as_object().unwrap();
+    let mut keys: Vec<&String> = detail.keys().collect();
+    keys.sort();
+    assert_eq!(keys, ["orderId", "paidAt", "pgTransactionId"], "{payment}");
+}
+
+/// The platform's whole setup (its meetings on MariaDB, its broker and meeting service) and
+/// Toss's test environment (the fake): our service with both, and the dialect's listener.
+async fn keyed_in_app(
+    backend: Backend,
+    fake: &crate::toss::Fake,
+    platform: &crate::momo::Platform,
+) -> Option<(TestApp, orchestrator::startup::Workers)> {
+    let mut env = dialect_env();
+    env.extend([
+        ("APP__PAYMENT__PROVIDER", "toss"),
+        ("APP__PAYMENT__TOSS__SECRET_KEY", crate::toss::SECRET),
+        ("APP__PAYMENT__TOSS__BASE_URL", fake.running.base_url.as_str()),
+    ]);
+    platform.serve_with(backend, &platform.fees_url(), &env).await
+}
+
+async fn a_keyed_in_card_pays_a_meeting_once_as_its_frontend_and_meeting_service_read_it(backend: Backend) {
+    // Meeting 12 costs 15 000, 13 is free; 99 does not exist.
+    let Some(platform) = crate::momo::Platform::start(&[(12, 15_000), (13, 0)]).await else { return };
+    let fake = crate::toss::Fake::start().await;
+    let Some((app, _workers)) = keyed_in_app(backend, &fake, &platform).await else { return };
+    let base = app.momo.clone().expect("the dialect's listener is on");
+    let member = |user: i64| Frontend { app: &app, base: base.clone(), token: access(user) };
+    let (seven, eight) = (member(7), member(8));
+    let ok = "테스트 키인 결제가 완료되었습니다.";
+
+    // Its frontend's call with no card: its test card, charged the meeting's fee at Toss.
+    let paid = seven.data("POST", "/payments/test/keyin", Some(r#"{"meetingId":12}"#), ok).await;
+    completed(&paid, 7, 12, 15_000);
+    assert_eq!(fake.effects("key_in").await, 1);
+    let pg = seven.data("GET", &format!("/payments/{}/pg", paid["id"]), None, "PG 결제 조회 완료").await;
+    assert_eq!((&pg["status"], &pg["totalAmount"]), (&json!("DONE"), &json!(15_000)));
+    assert_eq!(
+        (&pg["paymentKey"], &pg["orderId"]),
+        (&paid["detail"]["pgTransactionId"], &paid["detail"]["orderId"])
+    );
+    let mine = seven.data("GET", "/payments/me", None, "내 결제 내역 조회 완료").await;
+    assert_eq!(ids(&mine), [paid["id"].as_i64().unwrap()]);
+    // The meeting service gets one `payment.completed` under a new uuId.
+    let read = platform.replies_after(&app, 1).await;
+    assert_eq!(read.len(), 1, "{read:?}");
+    assert_eq!(read[0].kind, "payment.completed");
+    assert!(uuid::Uuid::parse_str(&read[0].uu_id).is_ok(), "a new uuId: {}", read[0].uu_id);
+    assert_eq!(
+        (
+            &read[0].data["paymentId"],
+            &read[0].data["userId"],
+            &read[0].data["meetingId"],
+            &read[0].data["amount"]
+        ),
+        (&paid["id"], &json!(7), &json!(12), &json!(15_000))
+    );
+
+    // Again, with another card: the same payment, nothing charged, nothing sent.
+    let again = seven
+        .data(
+            "POST",
+            "/payments/test/keyin",
+            Some(r#"{"meetingId":"12","cardNumber":"5555444433332222"}"#),
+            ok,
+        )
+        .await;
+    assert_eq!(again, paid);
+    assert_eq!(fake.effects("key_in").await, 1);
+
+    // A free meeting, one the platform does not have, a card the company refuses: its texts,
+    // nothing charged, stored or sent.
+    assert_eq!(
+        eight.refused("POST", "/payments/test/keyin", Some(r#"{"meetingId":13}"#)).await,
+        (StatusCode::BAD_REQUEST, "무료 모임 참가 처리에 실패했습니다".into())
+    );
+    assert_eq!(
+        eight.refused("POST", "/payments/test/keyin", Some(r#"{"meetingId":99}"#)).await,
+        (StatusCode::NOT_FOUND, "모임을 찾을 수 없습니다.".into())
+    );
+    let refused_card = format!(r#"{{"meetingId":12,"cardNumber":"{}"}}"#, fake_toss::KEY_IN_DECLINED_CARD);
+    assert_eq!(
+        eight.refused("POST", "/payments/test/keyin", Some(&refused_card)).await,
+        (StatusCode::BAD_GATEWAY, "결제 승인 실패".into())
+    );
+    assert_eq!(
+        eight.refused("POST", "/payments/test/keyin", Some(r#"{"meetingId":12,"cardNumber":"4242"}"#)).await,
+        (StatusCode::BAD_REQUEST, "카드번호는 16자리 숫자여야 합니다".into())
+    );
+    assert_eq!(fake.effects("key_in").await, 1);
+    let none = eight.data("GET", "/payments/me", None, "내 결제 내역 조회 완료").await;
+    assert_eq!(none["totalElements"], json!(0), "{none}");
+
+    // Two key-ins of one member at once, both charged before either is placed (Toss holds
+    // each answer 300 ms): one payment, and the other charge given back at Toss.
+    let nine = member(9);
+    let body = Some(r#"{"meetingId":12}"#);
+    fake.fault("key_in", "delay", 300, 2).await;
+    let (a, b) = tokio::join!(
+        nine.data("POST", "/payments/test/keyin", body, ok),
+        nine.data("POST", "/payments/test/keyin", body, ok)
+    );
+    assert_eq!(a["id"], b["id"], "{a} {b}");
+    assert_eq!(fake.effects("key_in").await, 3);
+    assert_eq!(fake.effects("cancel").await, 1, "the second charge is given back");
+    // Charged, but Toss's answer lost (a 500 after the charge): what Toss holds decides.
+    let ten = member(10);
+    fake.fault("key_in", "effect_then_500", 0, 1).await;
+    let lost = ten.data("POST", "/payments/test/keyin", body, ok).await;
+    completed(&lost, 10, 12, 15_000);
+    assert_eq!(fake.effects("key_in").await, 4, "charged once");
+
+    // Refunded, the payment leaves its list and the member may pay again (a new payment).
+    seven
+        .data(
+            "POST",
+            &format!("/payments/{}/refund", paid["id"]),
+            Some(r#"{"reason":"x"}"#),
+            "환불이 완료되었습니다.",
+        )
+        .await;
+    let anew = seven.data("POST", "/payments/test/keyin", Some(r#"{"meetingId":12}"#), ok).await;
+    completed(&anew, 7, 12, 15_000);
+    assert_ne!(anew["id"], paid["id"]);
+    // Member 9's once, 10's and 7's new payment (the meeting service binds no queue to
+    // `payment.refunded.key`: the refund reaches no one, as on the platform).
+    let read = platform.replies_after(&app, 4).await;
+    assert!(read.iter().all(|r| r.kind == "payment.completed"), "{read:?}");
+    let mut told: Vec<(i64, i64)> = read
+        .iter()
+        .map(|r| (r.data["userId"].as_i64().unwrap(), r.data["paymentId"].as_i64().unwrap()))
+        .collect();
+    told.sort_unstable();
+    let id = |p: &Value| p["id"].as_i64().unwrap();
+    let mut expected = vec![(7, id(&paid)), (7, id(&anew)), (9, id(&a)), (10, id(&lost))];
+    expected.sort_unstable();
+    assert_eq!(told, expected);
+}
+
+async fn a_live_key_is_refused_key_in(backend: Backend) {
+    let fake = crate::toss::Fake::start().await;
+    let mut env = dialect_env();
+    env.extend([
+        ("APP__PAYMENT__PROVIDER", "toss"),
+        ("APP__PAYMENT__TOSS__SECRET_KEY", "live_sk_the_shops_real_key"),
+        ("APP__PAYMENT__TOSS__BASE_URL", fake.running.base_url.as_str()),
+    ]);
+    let Some(app) = TestApp::spawn_with(backend, &env).await else { return };
+    let front = Frontend { app: &app, base: app.momo.clone().unwrap(), token: access(7) };
+    assert_eq!(
+        front.refused("POST", "/payments/test/keyin", Some(r#"{"meetingId":12}"#)).await,
+        (StatusCode::FORBIDDEN, "Key-in API는 테스트 키에서만 호출할 수 있습니다.".into())
+    );
+    assert_eq!(fake.calls("key_in").await, 0);
+}
+
+on_both_databases!(
+    a_keyed_in_card_pays_a_meeting_once_as_its_frontend_and_meeting_service_read_it,
+    a_live_key_is_refused_key_in
+);
 
 on_both_databases!(
     its_tokens_and_error_texts,

@@ -160,7 +160,8 @@ pub struct OrderResponse {
     /// The order's number: positive, unique, increasing, never reused (docs/spec.md §3).
     pub number: i64,
     pub customer_id: String,
-    /// `API` | `MEETING` | `COMMERCE` (made through the commerce dialect)
+    /// `API` | `MEETING` | `COMMERCE` (made through the commerce dialect) | `MOMO` (keyed in
+    /// through the momo dialect)
     pub source: &'static str,
     pub meeting_id: Option<String>,
     pub items: Vec<OrderItemResponse>,
