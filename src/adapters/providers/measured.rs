@@ -57,17 +57,22 @@ fn gateway_error(err: &GatewayError) -> &'static str {
     }
 }
 
+/// A charge's outcome label.
+fn charged(result: &Result<ApprovalOutcome, GatewayError>) -> &'static str {
+    match result {
+        Ok(ApprovalOutcome::Approved { .. }) => "approved",
+        Ok(ApprovalOutcome::Declined { .. }) => "declined",
+        Ok(ApprovalOutcome::Unknown { .. }) => "unknown",
+        Err(err) => gateway_error(err),
+    }
+}
+
 #[async_trait]
 impl PaymentGateway for Measured<dyn PaymentGateway> {
     async fn approve(&self, request: &ApprovePayment) -> Result<ApprovalOutcome, GatewayError> {
         let started = Instant::now();
         let result = self.inner.approve(request).instrument(self.span("approve")).await;
-        let outcome = match &result {
-            Ok(ApprovalOutcome::Approved { .. }) => "approved",
-            Ok(ApprovalOutcome::Declined { .. }) => "declined",
-            Ok(ApprovalOutcome::Unknown { .. }) => "unknown",
-            Err(err) => gateway_error(err),
-        };
+        let outcome = charged(&result);
         self.record("approve", outcome, started);
         result
     }
@@ -164,12 +169,7 @@ impl CardKeyIn for Measured<dyn CardKeyIn> {
     async fn key_in(&self, charge: &KeyInCharge) -> Result<ApprovalOutcome, GatewayError> {
         let started = Instant::now();
         let result = self.inner.key_in(charge).instrument(self.span("key_in")).await;
-        let outcome = match &result {
-            Ok(ApprovalOutcome::Approved { .. }) => "approved",
-            Ok(ApprovalOutcome::Declined { .. }) => "declined",
-            Ok(ApprovalOutcome::Unknown { .. }) => "unknown",
-            Err(err) => gateway_error(err),
-        };
+        let outcome = charged(&result);
         self.record("key_in", outcome, started);
         result
     }

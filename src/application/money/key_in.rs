@@ -44,6 +44,20 @@ pub const NO_FEE_SOURCE: &str = "NO_FEE_SOURCE";
 const NOT_LIVE: [PaymentStatus; 3] =
     [PaymentStatus::Refunded, PaymentStatus::Cancelled, PaymentStatus::Declined];
 
+/// The meeting's fee: one to pay.
+async fn fee_of(fees: &dyn MeetingFees, meeting: &str) -> Result<i64, AppError> {
+    match fees.fee(meeting).await? {
+        None => Err(AppError::NotFound("meeting")),
+        Some(0) => {
+            Err(AppError::Unprocessable { code: FREE_MEETING, message: format!("meeting {meeting} is free") })
+        }
+        Some(fee) if fee < 0 => {
+            Err(AppError::internal(format!("meeting {meeting} has a negative fee {fee}")))
+        }
+        Some(fee) => Ok(fee),
+    }
+}
+
 /// A member's key-in for a meeting.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyInPayment {
@@ -87,6 +101,53 @@ impl KeyIn {
     /// `Internal` for a negative fee; `Unavailable` when the provider, the fee source or
     /// the database cannot be used.
     pub async fn pay(&self, member: &Actor, request: KeyInPayment) -> Result<MeetingPayment, AppError> {
+        let (cards, fees) = self.allowed()?;
+        let meeting = request.meeting_id;
+        if let Some(existing) = self.live_payment(member, &meeting).await? {
+            return Ok(existing);
+        }
+        let fee = fee_of(fees, &meeting).await?;
+        let amount = Money::new(fee, self.currency)
+            .map_err(|e| AppError::internal(format!("meeting {meeting}'s fee {fee}: {e}")))?;
+        let order_id = OrderId::new();
+        let charge = KeyInCharge {
+            payment_request_id: payment_request_id(order_id, 1),
+            amount,
+            order_name: format!("모임 {meeting} 참가비"),
+            card: request.card,
+        };
+        let payment_key = self.charge(cards, &charge).await?;
+        let order = PlaceOrder {
+            order_id,
+            customer_id: Some(member.subject.clone()),
+            source: OrderSource::Momo,
+            meeting_id: Some(meeting.clone()),
+            currency: self.currency.as_str().to_owned(),
+            items: vec![NewOrderItem { sku: format!("MEETING-{meeting}"), quantity: 1, unit_price: fee }],
+            scenario: Scenario::default(),
+            correlation_id: None,
+            inbox: None,
+            customer_email: None,
+            description: None,
+            charged: Some(payment_key.clone()),
+        };
+        match self.orchestrator.place_order(member, order).await {
+            Ok(record) => Ok(MeetingPayment {
+                payment: record
+                    .payment
+                    .ok_or_else(|| AppError::internal("a keyed-in order was placed without its payment"))?,
+                customer_id: record.order.customer_id,
+                meeting_id: record.order.meeting_id,
+            }),
+            Err(err) => {
+                self.give_back(&charge, &payment_key).await;
+                self.not_placed(member, &meeting, err).await
+            }
+        }
+    }
+
+    /// Key-in's provider and the fees, where both are there.
+    fn allowed(&self) -> Result<(&dyn CardKeyIn, &dyn MeetingFees), AppError> {
         let Some(cards) = &self.cards else {
             return Err(AppError::Forbidden {
                 code: TEST_KEY_ONLY,
@@ -99,84 +160,22 @@ impl KeyIn {
                 message: "key-in needs the meetings' fees: set meetings.fee_source = sql".into(),
             });
         };
-        let meeting = request.meeting_id;
-        if let Some(existing) = self.live_payment(member, &meeting).await? {
-            return Ok(existing);
-        }
-        let fee = match fees.fee(&meeting).await? {
-            None => return Err(AppError::NotFound("meeting")),
-            Some(0) => {
-                return Err(AppError::Unprocessable {
-                    code: FREE_MEETING,
-                    message: format!("meeting {meeting} is free"),
-                });
-            }
-            Some(fee) if fee < 0 => {
-                return Err(AppError::internal(format!("meeting {meeting} has a negative fee {fee}")));
-            }
-            Some(fee) => fee,
-        };
-        let amount = Money::new(fee, self.currency)
-            .map_err(|e| AppError::internal(format!("meeting {meeting}'s fee {fee}: {e}")))?;
-        let order_id = OrderId::new();
-        let charge = KeyInCharge {
-            payment_request_id: payment_request_id(order_id, 1),
-            amount,
-            order_name: format!("모임 {meeting} 참가비"),
-            card: request.card,
-        };
-        let payment_key = self.charge(cards.as_ref(), &charge).await?;
-        let placed = self
-            .orchestrator
-            .place_order(
-                member,
-                PlaceOrder {
-                    order_id,
-                    customer_id: Some(member.subject.clone()),
-                    source: OrderSource::Momo,
-                    meeting_id: Some(meeting.clone()),
-                    currency: self.currency.as_str().to_owned(),
-                    items: vec![NewOrderItem {
-                        sku: format!("MEETING-{meeting}"),
-                        quantity: 1,
-                        unit_price: fee,
-                    }],
-                    scenario: Scenario::default(),
-                    correlation_id: None,
-                    inbox: None,
-                    customer_email: None,
-                    description: None,
-                    charged: Some(payment_key.clone()),
-                },
-            )
-            .await;
-        let err = match placed {
-            Ok(record) => {
-                let payment = record
-                    .payment
-                    .ok_or_else(|| AppError::internal("a keyed-in order was placed without its payment"))?;
-                return Ok(MeetingPayment {
-                    payment,
-                    customer_id: record.order.customer_id,
-                    meeting_id: record.order.meeting_id,
-                });
-            }
-            Err(err) => err,
-        };
-        self.give_back(&charge, &payment_key).await;
-        match err {
-            // Registered meanwhile (a second key-in, a registration): that payment, if any.
-            AppError::Conflict { code: ALREADY_REGISTERED, .. } => {
-                match self.live_payment(member, &meeting).await? {
-                    Some(existing) => Ok(existing),
-                    None => Err(AppError::Conflict {
-                        code: ALREADY_PAID,
-                        message: "the member's registration for this meeting is on its way".into(),
-                    }),
-                }
-            }
-            err => Err(err),
-        }
+        Ok((cards.as_ref(), fees.as_ref()))
+    }
+
+    /// A charge whose order could not be placed (and was given back): the pair registered
+    /// meanwhile (a second key-in, a registration) is answered that payment, if any.
+    async fn not_placed(
+        &self,
+        member: &Actor,
+        meeting: &str,
+        err: AppError,
+    ) -> Result<MeetingPayment, AppError> {
+        let AppError::Conflict { code: ALREADY_REGISTERED, .. } = err else { return Err(err) };
+        self.live_payment(member, meeting).await?.ok_or_else(|| AppError::Conflict {
+            code: ALREADY_PAID,
+            message: "the member's registration for this meeting is on its way".into(),
+        })
     }
 
     /// The member's live payment for the meeting, the newest if there were more.

@@ -88,6 +88,14 @@ fn charged(order_id: &str, amount: i64, payment: TossPayment) -> ApprovalOutcome
     }
 }
 
+/// Toss charges won only: any other currency is declined before a call.
+fn not_won(amount: crate::domain::money::Money) -> Option<ApprovalOutcome> {
+    (amount.currency().as_str() != "KRW").then(|| ApprovalOutcome::Declined {
+        code: "NOT_SUPPORTED_CURRENCY".into(),
+        provider_transaction_id: None,
+    })
+}
+
 /// A charge's answer as the port's outcome. `checkout`: the charge confirmed a widget's
 /// `paymentKey`, whose mismatch is the customer's error.
 fn outcome_of(
@@ -119,11 +127,8 @@ fn outcome_of(
 #[async_trait]
 impl PaymentGateway for TossPaymentGateway {
     async fn approve(&self, request: &ApprovePayment) -> Result<ApprovalOutcome, GatewayError> {
-        if request.amount.currency().as_str() != "KRW" {
-            return Ok(ApprovalOutcome::Declined {
-                code: "NOT_SUPPORTED_CURRENCY".into(),
-                provider_transaction_id: None,
-            });
+        if let Some(refused) = not_won(request.amount) {
+            return Ok(refused);
         }
         let amount = request.amount.minor();
         let key = &request.payment_request_id;
@@ -320,11 +325,8 @@ impl ProviderLedger for TossPaymentGateway {
 #[async_trait]
 impl CardKeyIn for TossPaymentGateway {
     async fn key_in(&self, charge: &KeyInCharge) -> Result<ApprovalOutcome, GatewayError> {
-        if charge.amount.currency().as_str() != "KRW" {
-            return Ok(ApprovalOutcome::Declined {
-                code: "NOT_SUPPORTED_CURRENCY".into(),
-                provider_transaction_id: None,
-            });
+        if let Some(refused) = not_won(charge.amount) {
+            return Ok(refused);
         }
         let amount = charge.amount.minor();
         let card = &charge.card;
