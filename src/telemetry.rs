@@ -120,7 +120,7 @@ fn tracer_provider(
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_http_client(OtlpClient {
-            client: reqwest::Client::builder()
+            client: crate::adapters::http_client::builder()
                 .timeout(std::time::Duration::from_secs(10))
                 .build()
                 .map_err(|e| e.to_string())?,

@@ -3,6 +3,7 @@
 
 pub mod clock;
 pub mod http;
+pub mod http_client;
 pub mod messaging;
 pub mod persistence;
 pub mod providers;

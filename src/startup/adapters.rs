@@ -105,12 +105,6 @@ pub(super) fn publishers(
     }
 }
 
-/// Installs the process-wide TLS crypto provider (ring) used by HTTP clients. Idempotent.
-pub fn install_tls_provider() {
-    // Fails only if a provider is installed already, which is what we want.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
 /// The service's database: reachable within `database.connect_timeout`, bounded sessions,
 /// migrated (SQLite) or checked to be (PostgreSQL).
 pub(super) async fn database(settings: &Settings) -> Result<DatabaseConnection, StartupError> {

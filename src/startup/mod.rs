@@ -41,7 +41,7 @@ use crate::application::settlement_retry::SettlementRetries;
 use crate::config::{BrokerKind, ProviderKind, Settings};
 use crate::domain::outbox::RetrySchedule;
 
-pub use adapters::install_tls_provider;
+pub use crate::adapters::http_client::install_tls_provider;
 use adapters::*;
 use run::*;
 pub use run::{Application, Workers, ops_server, shutdown_signal};

@@ -82,7 +82,7 @@ impl EmailNotifier {
     /// The URL or the sender cannot be used (the message names neither the URL nor its
     /// credentials).
     pub fn new(settings: &EmailSettings) -> Result<Self, String> {
-        crate::startup::install_tls_provider();
+        crate::adapters::http_client::install_tls_provider();
         let url = reqwest::Url::parse(settings.smtp_url.expose())
             .map_err(|_| "notification.email.smtp_url is not a URL".to_owned())?;
         let host = url.host_str().ok_or("notification.email.smtp_url has no host")?.to_owned();

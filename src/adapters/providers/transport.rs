@@ -31,10 +31,7 @@ impl ProviderHttp {
         retries: u32,
         retry_backoff: Duration,
     ) -> Result<Self, String> {
-        // reqwest is built without a default rustls provider (no aws-lc C build); ring is
-        // installed process-wide (idempotent) before any client is built.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
+        let client = crate::adapters::http_client::builder()
             .connect_timeout(connect_timeout)
             .build()
             .map_err(|e| format!("cannot build the provider's HTTP client: {e}"))?;
@@ -114,7 +111,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_refused_connection_keeps_the_operating_systems_reason() {
-        crate::startup::install_tls_provider();
+        crate::adapters::http_client::install_tls_provider();
         // A port nothing listens on (the listener is dropped at once).
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let client = reqwest::Client::new();

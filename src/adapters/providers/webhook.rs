@@ -106,8 +106,7 @@ impl WebhookClient {
     /// # Errors
     /// The HTTP client cannot be built.
     pub fn new(settings: WebhookSettings) -> Result<Self, String> {
-        crate::startup::install_tls_provider();
-        let client = reqwest::Client::builder()
+        let client = crate::adapters::http_client::builder()
             .connect_timeout(settings.timeout)
             .timeout(settings.timeout)
             .redirect(reqwest::redirect::Policy::none())

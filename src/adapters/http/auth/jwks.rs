@@ -88,8 +88,8 @@ impl Jwks {
         Jwks {
             clock,
             url,
-            // Building a client fails only without a TLS provider; startup installs one.
-            client: reqwest::Client::builder().timeout(JWKS_TIMEOUT).build().unwrap_or_default(),
+            // Building a client fails only without a TLS provider, which the builder installs.
+            client: crate::adapters::http_client::builder().timeout(JWKS_TIMEOUT).build().unwrap_or_default(),
             refresh_interval,
             issuer,
             audience,
