@@ -26,4 +26,3 @@ pub mod settlement_retry;
 
 pub use actor::Actor;
 pub use error::{AppError, ORDER_BUSY};
-pub use money::{ledger, member_payments, payment_methods, provider_view, refunds};

@@ -23,20 +23,20 @@ use crate::adapters::providers::ProviderCalls;
 use crate::application::health::{LoopProgress, Readiness};
 use crate::application::idempotency::IdempotencyService;
 use crate::application::inbound::MeetingEvents;
-use crate::application::ledger::Ledger;
+use crate::application::money::ledger::Ledger;
+use crate::application::money::payment_methods::PaymentMethods;
+use crate::application::money::provider_view::ProviderView;
+use crate::application::money::refunds::Refunds;
 use crate::application::notification_retry::NotificationRetry;
 use crate::application::orchestration::Orchestrator;
 use crate::application::outbox::{Housekeeping, OutboxAdmin, OutboxRelay, RelaySettings};
-use crate::application::payment_methods::PaymentMethods;
 use crate::application::ports::Cause;
 use crate::application::ports::{
     CardKeyIn, Clock, EventPublisher, IdempotencyStore, Notifier, OutboxStore, PaymentGateway,
     ProviderCustomers, ProviderLedger, ProviderRecords, SettlementGateway,
 };
-use crate::application::provider_view::ProviderView;
 use crate::application::queries::OrderQueries;
 use crate::application::recovery::Recovery;
-use crate::application::refunds::Refunds;
 use crate::application::settlement_retry::SettlementRetries;
 use crate::config::{BrokerKind, ProviderKind, Settings};
 use crate::domain::outbox::RetrySchedule;
@@ -134,7 +134,7 @@ pub struct Services {
     pub payment_methods: Arc<PaymentMethods>,
     pub provider_view: Arc<ProviderView>,
     /// A member's own payments (the momo dialect).
-    pub member_payments: Arc<crate::application::member_payments::MemberPayments>,
+    pub member_payments: Arc<crate::application::money::member_payments::MemberPayments>,
     /// The momo dialect's key-in.
     pub key_in: Arc<crate::application::money::key_in::KeyIn>,
     pub recovery: Arc<Recovery>,

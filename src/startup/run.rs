@@ -17,7 +17,7 @@ use crate::adapters::http::{self, HttpState};
 use crate::adapters::messaging::contract::{Broker, Contract, WireView};
 use crate::adapters::persistence::{self};
 use crate::application::health::Role;
-use crate::application::ledger::Ledger;
+use crate::application::money::ledger::Ledger;
 use crate::application::ports::Clock;
 use crate::config::{BrokerKind, ProviderKind, Settings};
 

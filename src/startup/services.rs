@@ -16,22 +16,22 @@ use crate::adapters::providers::{
 use crate::application::health::{HealthProbe, LoopProgress, Readiness};
 use crate::application::idempotency::IdempotencyService;
 use crate::application::inbound::MeetingEvents;
-use crate::application::ledger::Ledger;
-use crate::application::member_payments::MemberPayments;
 use crate::application::money::key_in::KeyIn;
+use crate::application::money::ledger::Ledger;
+use crate::application::money::member_payments::MemberPayments;
+use crate::application::money::payment_methods::PaymentMethods;
+use crate::application::money::provider_view::ProviderView;
+use crate::application::money::refunds::Refunds;
 use crate::application::notification_retry::NotificationRetry;
 use crate::application::orchestration::Orchestrator;
 use crate::application::outbox::{Housekeeping, OutboxAdmin};
-use crate::application::payment_methods::PaymentMethods;
 use crate::application::ports::{
     CardKeyIn, Clock, IdempotencyStore, LedgerStore, MeetingFees, Notifier, OrderRepository, OutboxStore,
     PaymentGateway, PaymentMethodRepository, PaymentRepository, PayoutStore, ProviderCustomers,
     ProviderLedger, SagaRuns, SettlementGateway, UnitOfWork,
 };
-use crate::application::provider_view::ProviderView;
 use crate::application::queries::OrderQueries;
 use crate::application::recovery::Recovery;
-use crate::application::refunds::Refunds;
 use crate::application::settlement_retry::{SettlementRetries, SettlementRetrySettings};
 use crate::config::{FeeSource, NotificationChannel, ProviderKind, Settings, SettlementChannel};
 

@@ -1,11 +1,11 @@
 //! The application services' settings, translated from [`Settings`]' sections.
 
-use crate::application::ledger::LedgerSettings;
+use crate::application::money::ledger::LedgerSettings;
+use crate::application::money::refunds::RefundSettings;
 use crate::application::notification_retry::NotificationRetrySettings;
 use crate::application::orchestration::{CheckoutSettings, SagaSettings};
 use crate::application::outbox::HousekeepingSettings;
 use crate::application::recovery::ReconciliationSettings;
-use crate::application::refunds::RefundSettings;
 use crate::config::{ProviderKind, Settings};
 use crate::domain::notification::RetryPolicy;
 

@@ -30,14 +30,14 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use crate::adapters::Secret;
 use crate::application::health::{Readiness, Role};
 use crate::application::idempotency::IdempotencyService;
+use crate::application::money::payment_methods::PaymentMethods;
+use crate::application::money::provider_view::ProviderView;
+use crate::application::money::refunds::Refunds;
 use crate::application::notification_retry::NotificationRetry;
 use crate::application::orchestration::Orchestrator;
 use crate::application::outbox::OutboxAdmin;
-use crate::application::payment_methods::PaymentMethods;
-use crate::application::provider_view::ProviderView;
 use crate::application::queries::OrderQueries;
 use crate::application::recovery::Recovery;
-use crate::application::refunds::Refunds;
 use crate::application::settlement_retry::SettlementRetries;
 use problem::ApiError;
 
@@ -50,11 +50,11 @@ pub struct HttpState {
     pub notifications: Arc<NotificationRetry>,
     pub settlements: Arc<SettlementRetries>,
     pub refunds: Arc<Refunds>,
-    pub ledger: Arc<crate::application::ledger::Ledger>,
+    pub ledger: Arc<crate::application::money::ledger::Ledger>,
     pub payment_methods: Arc<PaymentMethods>,
     pub provider_view: Arc<ProviderView>,
     /// A member's own payments (the momo dialect).
-    pub member_payments: Arc<crate::application::member_payments::MemberPayments>,
+    pub member_payments: Arc<crate::application::money::member_payments::MemberPayments>,
     pub key_in: Arc<crate::application::money::key_in::KeyIn>,
     /// Toss's webhooks: anyone can post them.
     pub webhook_limits: Arc<webhooks::WebhookLimits>,

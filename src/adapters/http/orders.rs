@@ -17,10 +17,10 @@ use super::problem::{ApiError, Problem};
 use super::{HttpState, query_param};
 use crate::application::AppError;
 use crate::application::idempotency::Keyed;
+use crate::application::money::refunds::{RefundOutcome, RefundRequest};
 use crate::application::orchestration::{Orchestrator, PayOrder, PlaceOrder};
 use crate::application::ports::{OrderRecord, Scenario, StoredResponse};
 use crate::application::queries::ListOrders;
-use crate::application::refunds::{RefundOutcome, RefundRequest};
 use crate::domain::ids::{OrderId, PaymentId};
 use crate::domain::order::{NewOrderItem, OrderSource, OrderStatus};
 

@@ -10,7 +10,7 @@ use super::HttpState;
 use super::auth::Caller;
 use super::body::JsonBody;
 use super::problem::{ApiError, Problem};
-use crate::application::payment_methods::PaymentMethodView;
+use crate::application::money::payment_methods::PaymentMethodView;
 
 /// The billing-auth widget's redirect gave the client this one-time key.
 #[derive(Debug, Deserialize, ToSchema)]

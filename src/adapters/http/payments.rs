@@ -20,8 +20,8 @@ use super::body::RawBody;
 use super::dto::{OrderDetailResponse, OrderResponse, PaymentResponse};
 use super::problem::{ApiError, Problem};
 use crate::application::envelopes::timestamp;
+use crate::application::money::refunds::OperatorDecision;
 use crate::application::recovery::{CallbackResult, ProviderCallback};
-use crate::application::refunds::OperatorDecision;
 use crate::domain::text;
 
 /// How far a callback's timestamp may be from now.

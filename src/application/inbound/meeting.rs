@@ -7,13 +7,13 @@ use crate::application::ORDER_BUSY;
 use crate::application::audit::{self, entity};
 use crate::application::commit::commit;
 use crate::application::envelopes;
+use crate::application::money::refunds::{RefundOutcome, RefundRequest, Refunds};
 use crate::application::orchestration::{
     ALREADY_REGISTERED, InboxKey, NO_PAYMENT_METHOD, Orchestrator, PlaceOrder,
 };
 use crate::application::ports::{
     Changes, Clock, InboxEntry, MeetingFees, OrderRepository, RepoError, Scenario, UnitOfWork,
 };
-use crate::application::refunds::{RefundOutcome, RefundRequest, Refunds};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;

@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
+use crate::application::money::provider_view::ProviderView;
+use crate::application::money::refunds::{RefundOutcome, RefundRequest, Refunds};
 use crate::application::ports::{CustomerPayments, MeetingPayment, PaymentRepository, ProviderRecord};
-use crate::application::provider_view::ProviderView;
-use crate::application::refunds::{RefundOutcome, RefundRequest, Refunds};
 use crate::application::{Actor, AppError};
 use crate::domain::payment::PaymentStatus;
 

@@ -3,9 +3,9 @@
 
 use crate::application::audit::{self, entity};
 use crate::application::error::Chain;
+use crate::application::money::refunds::ProviderRefunds;
 use crate::application::orchestration::{Confirmation, Reconciled};
 use crate::application::ports::Changes;
-use crate::application::refunds::ProviderRefunds;
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::payment::PaymentStatus;

@@ -20,11 +20,11 @@ use crate::application::AppError;
 use crate::application::error::Chain;
 use crate::application::health::LoopProgress;
 use crate::application::meter::Meter;
+use crate::application::money::refunds::{PendingRefundReport, Refunds};
 use crate::application::orchestration::Orchestrator;
 use crate::application::ports::{
     Clock, OrderRecord, OrderRepository, PaymentRepository, SagaRuns, UnitOfWork,
 };
-use crate::application::refunds::{PendingRefundReport, Refunds};
 use crate::domain::order::{SagaStep, StepStatus};
 use crate::domain::payment::{Payment, PaymentStatus};
 

@@ -12,9 +12,9 @@ use super::envelope::{MomoError, ok, text};
 use crate::adapters::http::HttpState;
 use crate::adapters::http::jackson::local_date_time;
 use crate::application::AppError;
-use crate::application::member_payments::NOT_OWNER;
+use crate::application::money::member_payments::NOT_OWNER;
+use crate::application::money::refunds::RefundOutcome;
 use crate::application::ports::{CustomerPayments, MeetingPayment, PaymentSortKey};
-use crate::application::refunds::RefundOutcome;
 use crate::domain::payment::PaymentStatus;
 
 /// Spring Data's defaults: `size` 20, at most 2000 (`max-page-size`).
