@@ -265,11 +265,15 @@ where
                 if failures == 1 || failures.is_power_of_two() {
                     tracing::error!(error = %Chain(&err), failures, "{what} failed; starting again");
                 }
-                let pause =
-                    crate::domain::backoff::doubled_pause(Duration::from_millis(200), failures.min(7));
+                // 200 ms doubling, at most 200 ms · 2⁷.
+                let pause = crate::domain::backoff::doubled_pause(
+                    Duration::from_millis(200),
+                    failures,
+                    Duration::from_millis(200 << 7),
+                );
                 tokio::select! {
                     _ = stop.cancelled() => break,
-                    _ = tokio::time::sleep(pause.min(Duration::from_secs(30))) => {}
+                    _ = tokio::time::sleep(pause) => {}
                 }
             }
         }
@@ -358,7 +362,8 @@ impl MeetingHandler {
                     return Verdict::Reject("malformed", format!("{field}: {message}"));
                 }
                 Err(err) if attempt < self.retries => {
-                    let pause = crate::domain::backoff::doubled_pause(self.retry_backoff, attempt);
+                    let pause =
+                        crate::domain::backoff::doubled_pause(self.retry_backoff, attempt, Duration::MAX);
                     tracing::warn!(consumer = kind.label(), error = %Chain(&err), attempt, "system failure; retrying");
                     self.meter.record(|| {
                         metrics::counter!("consumer_messages_total", "consumer" => kind.label(), "outcome" => "retried")

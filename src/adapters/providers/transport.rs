@@ -61,7 +61,7 @@ impl ProviderHttp {
             return false;
         }
         tracing::warn!(%reason, attempt = *attempt, call, "payment provider call failed for now; the same call again");
-        let pause = crate::domain::backoff::doubled_pause(self.retry_backoff, *attempt);
+        let pause = crate::domain::backoff::doubled_pause(self.retry_backoff, *attempt, Duration::MAX);
         *attempt += 1;
         tokio::time::sleep(pause).await;
         true

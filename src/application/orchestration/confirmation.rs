@@ -215,7 +215,7 @@ impl Orchestrator {
         let now = self.clock.now();
         let mut payment = payment;
         let n = payment.reconcile_attempts.max(0).unsigned_abs();
-        let next = now + crate::domain::backoff::doubled(retry_after, n, retry_after);
+        let next = now + crate::domain::backoff::doubled(retry_after, n, crate::domain::backoff::A_YEAR);
         payment.record_reconcile_attempt(next, now).map_err(broken_invariant)?;
         let exhausted = payment.reconcile_attempts >= max_attempts;
         let mut changes = Changes::default();

@@ -357,8 +357,8 @@ impl OutboxRelay {
 /// `poll_interval`, stretched by up to 20 % (`jitter` in `[0, 1)`) so that the workers of a
 /// fleet do not knock on a recovering broker in step.
 fn failure_pause(failures: u32, poll_interval: StdDuration, jitter: f64) -> StdDuration {
-    let base = crate::domain::backoff::doubled_pause(StdDuration::from_millis(50), failures);
-    base.min(poll_interval).mul_f64(1.0 + 0.2 * jitter.clamp(0.0, 1.0))
+    let base = crate::domain::backoff::doubled_pause(StdDuration::from_millis(50), failures, poll_interval);
+    base.mul_f64(1.0 + 0.2 * jitter.clamp(0.0, 1.0))
 }
 
 #[async_trait::async_trait]
@@ -441,7 +441,6 @@ impl Stages for OutboxRelay {
         // Dated by the broker's last confirm, not by this write: `publishedAt` says when the
         // broker took the batch (commit -> confirm is what operators and the bench read).
         let confirmed_at = batches.iter().map(|b| b.confirmed_at).max().unwrap_or_else(|| self.clock.now());
-        let mut pause = RECORD_RETRY_PAUSE;
         let mut attempt = 1;
         let mut fenced = loop {
             match self.store.record_batches(&self.settings.worker_id, &record, confirmed_at).await {
@@ -450,8 +449,12 @@ impl Stages for OutboxRelay {
                 // harmless) and moves failures by id, once.
                 Err(err) if err.is_transient() && attempt < RECORD_ATTEMPTS && self.lease_holds() => {
                     tracing::warn!(error = %Chain(&err), attempt, "outbox record failed; trying it again");
+                    let pause = crate::domain::backoff::doubled_pause(
+                        RECORD_RETRY_PAUSE,
+                        attempt - 1,
+                        StdDuration::MAX,
+                    );
                     tokio::time::sleep(pause).await;
-                    pause *= 2;
                     attempt += 1;
                 }
                 Err(err) => {

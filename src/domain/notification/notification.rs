@@ -20,7 +20,7 @@ impl RetryPolicy {
     /// Delay after the `attempts`-th failed attempt: `base * 2^(attempts-1)`, saturating.
     pub fn delay_after(&self, attempts: i32) -> Duration {
         let n = attempts.saturating_sub(1).max(0).unsigned_abs();
-        crate::domain::backoff::doubled(self.backoff_base, n, Duration::days(365))
+        crate::domain::backoff::doubled(self.backoff_base, n, crate::domain::backoff::A_YEAR)
     }
 }
 

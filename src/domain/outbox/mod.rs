@@ -130,9 +130,8 @@ pub enum FailureOutcome {
 impl RetrySchedule {
     /// The delay before retry number `retry_count` (1-based), without jitter.
     pub fn base_delay(&self, retry_count: i32) -> Duration {
-        let exp = retry_count.saturating_sub(1).clamp(0, 30) as u32;
-        let delay = self.backoff_base.checked_mul(1i32 << exp.min(30)).unwrap_or(self.backoff_cap);
-        delay.min(self.backoff_cap)
+        let n = retry_count.saturating_sub(1).max(0).unsigned_abs();
+        crate::domain::backoff::doubled(self.backoff_base, n, self.backoff_cap)
     }
 
     /// Decide what a failure with `code` does to a row that had failed `retry_count` times

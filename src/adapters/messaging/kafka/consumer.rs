@@ -27,6 +27,7 @@ use crate::adapters::messaging::meeting::{Kind, MeetingHandler, Verdict, reconne
 use crate::application::health::LoopProgress;
 use crate::application::inbound::MeetingEvents;
 use crate::application::meter::Meter;
+use crate::domain::backoff::doubled_pause;
 
 #[derive(Debug, Clone)]
 pub struct KafkaConsumerSettings {
@@ -277,7 +278,8 @@ impl KafkaMeetingConsumer {
                 .map_or_else(Vec::new, |h| h.iter().map(|h| (h.key, h.value)).collect()),
         };
         let mut keep = Keep::WhatFits;
-        let mut pause = Duration::from_millis(200);
+        // Between two tries: 200 ms doubling, at most 10 s.
+        let mut tries = 0;
         let mut failing = false;
         loop {
             let letter = dead_letter(&original, outcome, why, keep);
@@ -315,9 +317,9 @@ impl KafkaMeetingConsumer {
             }
             tokio::select! {
                 _ = stop.cancelled() => return false,
-                _ = tokio::time::sleep(pause) => {}
+                _ = tokio::time::sleep(doubled_pause(Duration::from_millis(200), tries, Duration::from_secs(10))) => {}
             }
-            pause = (pause * 2).min(Duration::from_secs(10));
+            tries += 1;
         }
     }
 

@@ -179,7 +179,7 @@ impl Draft<'_> {
     fn still_open(&mut self, cause: &str, settings: &RefundSettings) -> Result<Verdict, AppError> {
         let n = self.payment.reconcile_attempts.max(0).unsigned_abs();
         let retry_after = settings.retry_after;
-        let next = self.now + crate::domain::backoff::doubled(retry_after, n, retry_after);
+        let next = self.now + crate::domain::backoff::doubled(retry_after, n, crate::domain::backoff::A_YEAR);
         self.payment.record_reconcile_attempt(next, self.now).map_err(broken_invariant)?;
         self.changes.update_payment(&mut self.payment);
         if self.payment.reconcile_attempts >= settings.max_attempts {
