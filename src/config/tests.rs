@@ -1,3 +1,5 @@
+//! The configuration's unit tests: defaults, every source's precedence, and each invalid value named by its key.
+
 use super::*;
 use crate::adapters::http::auth::DEV_KID;
 use crate::application::input::parse_duration;

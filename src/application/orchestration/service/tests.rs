@@ -1,3 +1,5 @@
+//! The saga's unit tests against mock ports: placing, running, resuming and holding orders.
+
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Duration, Utc};

@@ -1,3 +1,5 @@
+//! The momo contract's unit tests: the platform's messages read, and every reply byte for byte as its meeting service reads it.
+
 use super::*;
 
 /// What the platform's meeting service sends: `EventWrapper.of(type, data)` through
