@@ -14,65 +14,23 @@ use crate::application::meter::Meter;
 use crate::application::orchestration::lease::SagaLeases;
 use crate::application::orchestration::orchestrator::{Orchestrator, SagaSettings};
 use crate::application::orchestration::outcome::Moved;
+use crate::application::orchestration::placement::{self, InboxKey, PlaceOrder};
 use crate::application::orchestration::run::Run;
 use crate::application::orchestration::steps::next_action_of;
 use crate::application::ports::{
-    Changes, Clock, InboxEntry, Notifier, Numbered, OrderContext, OrderRecord, OrderRepository,
-    PaymentAuthorization, PaymentGateway, PaymentMethodRepository, ProviderCustomers, SagaLease, SagaRuns,
-    Scenario, SettlementGateway, UnitOfWork,
+    Changes, Clock, Notifier, Numbered, OrderRecord, OrderRepository, PaymentAuthorization, PaymentGateway,
+    PaymentMethodRepository, ProviderCustomers, SagaLease, SagaRuns, SettlementGateway, UnitOfWork,
 };
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
-use crate::domain::order::{NewOrder, NewOrderItem, Order, OrderSource, OrderStatus};
+use crate::domain::order::{OrderSource, OrderStatus};
 use crate::domain::payment::{Payment, PaymentStatus};
 
 /// docs/spec.md §7: a (meeting, user) pair with a live order cannot register again.
 pub const ALREADY_REGISTERED: &str = "ALREADY_REGISTERED";
-/// The longest `description` an order keeps (the commerce backend's column).
-pub const MAX_DESCRIPTION: usize = 255;
 /// A registration refused before any charge: the member has no saved card (docs/spec.md §10).
 pub const NO_PAYMENT_METHOD: &str = "NO_PAYMENT_METHOD";
-
-/// A checkout (HTTP) or a paid registration (AMQP), not yet validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlaceOrder {
-    /// Chosen by the caller so that a retried request (same idempotency key, same
-    /// inbound event) resumes the same order instead of creating another.
-    pub order_id: OrderId,
-    /// Defaults to the caller.
-    pub customer_id: Option<String>,
-    pub source: OrderSource,
-    pub meeting_id: Option<String>,
-    pub currency: String,
-    pub items: Vec<NewOrderItem>,
-    pub scenario: Scenario,
-    pub correlation_id: Option<String>,
-    /// The inbound message creating this order: recorded with the order, so that the
-    /// same message delivered again (or twice at once) resumes this order.
-    pub inbox: Option<InboxKey>,
-    /// Where the customer is told by e-mail (`customerEmail`, docs/spec.md §13).
-    pub customer_email: Option<String>,
-    /// What the client said about the order (the commerce dialect's `description`).
-    pub description: Option<String>,
-    /// The provider's key of a charge already taken under the order's first payment request
-    /// id (the momo dialect's key-in): the payment is committed with the order, and the
-    /// saga's payment step asks the provider what it took instead of charging.
-    pub charged: Option<String>,
-}
-
-/// Identifies an inbound message for the inbox.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InboxKey {
-    pub consumer: String,
-    pub event_id: String,
-    /// A digest of the message, kept with its inbox entry.
-    pub digest: Option<String>,
-    /// The caller found no entry under this key just before: the order is inserted without
-    /// asking the inbox again (a concurrent duplicate loses the insert on the inbox's key
-    /// and resumes the winner's order).
-    pub unseen: bool,
-}
 
 /// What the customer authorized a payment attempt with, where it was committed with it:
 /// Toss's checkout (the widget's `paymentKey`, before the charge is approved), or a key-in
@@ -172,140 +130,47 @@ impl Orchestrator {
     /// `Forbidden` when a customer orders for someone else; `Validation` naming the field
     /// for bad input (nothing is written); `Unavailable` when the database fails.
     pub async fn place_order(&self, actor: &Actor, cmd: PlaceOrder) -> Result<OrderRecord, AppError> {
-        let customer_id = cmd.customer_id.clone().unwrap_or_else(|| actor.subject.clone());
-        if !actor.may_access(&customer_id) {
-            let mut changes = Changes::default();
-            changes.audit.push(audit::record(
-                AuditAction::OrderRejected,
-                entity::CUSTOMER,
-                &customer_id,
-                actor,
-                Some("a customer may only place orders for themselves".into()),
-                self.clock.now(),
-            ));
-            self.uow.commit(changes).await?;
-            return Err(AppError::Forbidden {
-                code: "FORBIDDEN",
-                message: "a customer may only place orders for themselves".into(),
-            });
-        }
-        if cmd.description.as_ref().is_some_and(|d| d.chars().count() > MAX_DESCRIPTION) {
-            return Err(AppError::Validation {
-                field: "description".into(),
-                message: format!("must be at most {MAX_DESCRIPTION} characters"),
-            });
-        }
-        if cmd.customer_email.as_deref().is_some_and(|e| !crate::domain::text::is_email(e)) {
-            return Err(AppError::Validation {
-                field: "customerEmail".into(),
-                message: "must be an e-mail address (name@example.com)".into(),
-            });
-        }
+        let now = self.clock.now();
+        let customer_id = match placement::admit(actor, &cmd, now) {
+            Ok(customer_id) => customer_id,
+            Err(refusal) => {
+                if let Some(audit) = refusal.audit {
+                    self.uow.commit(Changes { audit: vec![*audit], ..Changes::default() }).await?;
+                }
+                return Err(refusal.error);
+            }
+        };
         let asked = cmd.inbox.as_ref().filter(|key| !key.unseen);
         if let Some(existing) = self.created_by_inbox(asked).await? {
             return self.resume(existing, actor).await;
         }
-        let now = self.clock.now();
-        let input = NewOrder {
-            customer_id,
-            source: cmd.source,
-            meeting_id: cmd.meeting_id,
-            currency: cmd.currency,
-            items: cmd.items,
-        };
-        let mut order = Order::place(cmd.order_id, input, now)?;
-        // The provider charges only what the customer authorized in its widget: no payment
-        // is asked for until then. Otherwise the first payment attempt's number is taken
-        // with the order's, in the placement's own round trip, and kept for this run's
-        // approval (a crash before it leaves a gap, as a failed insert does; docs/spec.md §3).
-        let awaits_payment = self.settings.checkout.is_some() && order.source == OrderSource::Api;
-        if awaits_payment {
-            order.await_payment(now)?;
-        }
-        let context = OrderContext {
-            scenario: cmd.scenario,
-            correlation_id: cmd.correlation_id,
-            // An inbound message's order is caused by it (docs/spec.md §12).
-            causation_id: cmd.inbox.as_ref().map(|key| key.event_id.clone()),
-            // The order's own address, else the caller's token's when the order is theirs.
-            customer_email: cmd
-                .customer_email
-                .or_else(|| actor.email.clone().filter(|_| actor.subject == order.customer_id)),
-            description: cmd.description,
-        };
-        // A commerce-dialect order waits in CREATED until its client asks for the saga
-        // ([`Self::start_held`]); no one holds its lease meanwhile.
-        let held = order.source == OrderSource::Commerce;
-        let mut changes = Changes::default();
-        let lease = self.leases.fresh();
-        if held {
-            changes.insert_order(&mut order, context.clone());
-        } else {
-            changes.insert_leased_order(&mut order, context.clone(), lease.clone());
-        }
-        // A charge taken already (the key-in): its payment is committed with the order.
-        let charged = match cmd.charged {
-            Some(key) => {
-                let mut payment = Payment::request_authorized(order.id, 1, order.total, key, now);
-                payment.number = self.number(Numbered::Payment).await?;
-                changes.insert_payment(&mut payment);
-                Some(payment)
-            }
+        let charged_number = match cmd.charged {
+            Some(_) => Some(self.number(Numbered::Payment).await?),
             None => None,
         };
-        if let Some(key) = &cmd.inbox {
-            changes.inbox.push(InboxEntry {
-                consumer: key.consumer.clone(),
-                event_id: key.event_id.clone(),
-                order_id: Some(order.id),
-                processed_at: now,
-                digest: key.digest.clone(),
-            });
-        }
-        changes.audit.push(audit::record(
-            AuditAction::OrderPlaced,
-            entity::ORDER,
-            order.id,
-            actor,
-            Some(format!("source {} total {}", order.source, order.total)),
-            now,
-        ));
-        let reserve_payment = !awaits_payment && !held && charged.is_none();
-        let placed = match self.uow.commit_placing(changes, reserve_payment).await {
-            Ok(placed) => Some(placed),
-            Err(crate::application::ports::RepoError::Conflict) => None,
+        let (order_id, inbox) = (cmd.order_id, cmd.inbox.clone());
+        let lease = self.leases.fresh();
+        let checkout = self.settings.checkout.is_some();
+        let placement = placement::place(cmd, customer_id, actor, checkout, &lease, charged_number, now)?;
+        let placed = match self.uow.commit_placing(placement.changes, placement.reserve_payment).await {
+            Ok(placed) => placed,
+            Err(crate::application::ports::RepoError::Conflict) => {
+                return self.placed_before(actor, order_id, inbox.as_ref(), placement.order.source).await;
+            }
             Err(err) => return Err(err.into()),
         };
-        let Some(placed) = placed else {
-            // The id exists already (a retried request whose idempotency key reserved it)
-            // or the same message was processed concurrently: resume that order. Neither,
-            // for a meeting order: its (meeting, user) pair holds a live order already.
-            let existing = match self.created_by_inbox(cmd.inbox.as_ref()).await? {
-                Some(existing) => existing,
-                None => match self.orders.get(cmd.order_id).await? {
-                    Some(existing) => existing,
-                    None if order.source.is_meeting() => {
-                        return Err(AppError::Conflict {
-                            code: ALREADY_REGISTERED,
-                            message: "this participant already has a live order for this meeting".into(),
-                        });
-                    }
-                    None => return Err(AppError::NotFound("order")),
-                },
-            };
-            return self.resume(existing, actor).await;
-        };
+        let mut order = placement.order;
         order.number = placed.order_number;
         let record = OrderRecord {
             refunds: Vec::new(),
             order,
-            payment: charged,
+            payment: placement.payment,
             settlement: None,
             notification: None,
             steps: Vec::new(),
-            context,
+            context: placement.context,
         };
-        if held {
+        if placement.held {
             return Ok(record);
         }
         // The order is committed: whatever the saga meets now, the answer is the order.
@@ -314,6 +179,33 @@ impl Orchestrator {
             run.payment_number.store(number, std::sync::atomic::Ordering::SeqCst);
         }
         self.run_with(record, actor, &lease, &run, Moved::Already).await
+    }
+
+    /// A placement refused as a duplicate: the id exists already (a retried request whose
+    /// idempotency key reserved it) or the same message was processed concurrently — that
+    /// order, resumed. Neither, for a meeting order: its (meeting, user) pair holds a live
+    /// order already.
+    async fn placed_before(
+        &self,
+        actor: &Actor,
+        order_id: OrderId,
+        inbox: Option<&InboxKey>,
+        source: OrderSource,
+    ) -> Result<OrderRecord, AppError> {
+        let existing = match self.created_by_inbox(inbox).await? {
+            Some(existing) => existing,
+            None => match self.orders.get(order_id).await? {
+                Some(existing) => existing,
+                None if source.is_meeting() => {
+                    return Err(AppError::Conflict {
+                        code: ALREADY_REGISTERED,
+                        message: "this participant already has a live order for this meeting".into(),
+                    });
+                }
+                None => return Err(AppError::NotFound("order")),
+            },
+        };
+        self.resume(existing, actor).await
     }
 
     /// Resumes the saga of an existing order: steps already done are skipped, and on a

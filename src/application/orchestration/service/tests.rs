@@ -5,14 +5,15 @@ use std::sync::{Arc, Mutex};
 use chrono::{DateTime, Duration, Utc};
 
 use super::*;
+use crate::application::orchestration::MAX_DESCRIPTION;
 use crate::application::ports::{
     ApprovalOutcome, GatewayError, MockClock, MockNotifier, MockOrderRepository, MockPaymentGateway,
-    MockSagaRuns, MockSettlementGateway, MockUnitOfWork, NotifyFailure, Placed, RepoError, SettlementOutcome,
+    MockSagaRuns, MockSettlementGateway, MockUnitOfWork, NotifyFailure, OrderContext, Placed, RepoError,
+    Scenario, SettlementOutcome,
 };
 use crate::domain::notification::FailurePolicy;
 use crate::domain::notification::RetryPolicy;
-use crate::domain::order::OrderStatus;
-use crate::domain::order::{FailureStage, SagaStep, StepStatus};
+use crate::domain::order::{FailureStage, NewOrder, NewOrderItem, Order, SagaStep, StepStatus};
 
 fn now() -> DateTime<Utc> {
     DateTime::from_timestamp(1_800_000_000, 0).unwrap()

@@ -1,0 +1,282 @@
+//! Placing an order, decided before anything is written: who may place it, what it is
+//! (validated by the domain), in which state it starts, and the one commit that places it
+//! (the order with its lease or held, a payment already charged, the inbound message, the
+//! audit row). [`super::Orchestrator::place_order`] is the shell: it reads what the decision
+//! needs, commits it once, and runs the saga.
+
+use chrono::{DateTime, Utc};
+
+use crate::application::audit::{self, entity};
+use crate::application::ports::{AuditRecord, Changes, InboxEntry, OrderContext, SagaLease, Scenario};
+use crate::application::{Actor, AppError};
+use crate::domain::audit::AuditAction;
+use crate::domain::ids::OrderId;
+use crate::domain::order::{NewOrder, NewOrderItem, Order, OrderSource};
+use crate::domain::payment::Payment;
+
+/// The longest `description` an order keeps (the commerce backend's column).
+pub const MAX_DESCRIPTION: usize = 255;
+/// A checkout (HTTP) or a paid registration (AMQP), not yet validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlaceOrder {
+    /// Chosen by the caller so that a retried request (same idempotency key, same
+    /// inbound event) resumes the same order instead of creating another.
+    pub order_id: OrderId,
+    /// Defaults to the caller.
+    pub customer_id: Option<String>,
+    pub source: OrderSource,
+    pub meeting_id: Option<String>,
+    pub currency: String,
+    pub items: Vec<NewOrderItem>,
+    pub scenario: Scenario,
+    pub correlation_id: Option<String>,
+    /// The inbound message creating this order: recorded with the order, so that the
+    /// same message delivered again (or twice at once) resumes this order.
+    pub inbox: Option<InboxKey>,
+    /// Where the customer is told by e-mail (`customerEmail`, docs/spec.md §13).
+    pub customer_email: Option<String>,
+    /// What the client said about the order (the commerce dialect's `description`).
+    pub description: Option<String>,
+    /// The provider's key of a charge already taken under the order's first payment request
+    /// id (the momo dialect's key-in): the payment is committed with the order, and the
+    /// saga's payment step asks the provider what it took instead of charging.
+    pub charged: Option<String>,
+}
+
+/// Identifies an inbound message for the inbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboxKey {
+    pub consumer: String,
+    pub event_id: String,
+    /// A digest of the message, kept with its inbox entry.
+    pub digest: Option<String>,
+    /// The caller found no entry under this key just before: the order is inserted without
+    /// asking the inbox again (a concurrent duplicate loses the insert on the inbox's key
+    /// and resumes the winner's order).
+    pub unseen: bool,
+}
+
+/// Why a caller may not place an order: the answer, and the audit row a refusal of the
+/// caller (not of its input) leaves.
+#[derive(Debug)]
+pub(super) struct Refusal {
+    pub error: AppError,
+    pub audit: Option<Box<AuditRecord>>,
+}
+
+/// The placement to commit, and what the run after it needs.
+pub(super) struct Placement {
+    pub order: Order,
+    pub context: OrderContext,
+    /// A charge taken before the order (the key-in), committed as its payment.
+    pub payment: Option<Payment>,
+    /// Everything the one commit writes.
+    pub changes: Changes,
+    /// Whether the commit takes the first payment attempt's number with the order's.
+    pub reserve_payment: bool,
+    /// Held in `CREATED`, no lease, no run (the commerce dialect).
+    pub held: bool,
+}
+
+/// The customer the order is for, once the caller may place it and its free text is sane.
+///
+/// # Errors
+/// `Forbidden` (audited) when a customer orders for someone else; `Validation` for a
+/// `description` over [`MAX_DESCRIPTION`] or a `customerEmail` that is not one.
+pub(super) fn admit(actor: &Actor, cmd: &PlaceOrder, now: DateTime<Utc>) -> Result<String, Refusal> {
+    let customer_id = cmd.customer_id.clone().unwrap_or_else(|| actor.subject.clone());
+    let invalid = |field: &str, message: String| Refusal {
+        error: AppError::Validation { field: field.into(), message },
+        audit: None,
+    };
+    if !actor.may_access(&customer_id) {
+        let why = "a customer may only place orders for themselves";
+        return Err(Refusal {
+            error: AppError::Forbidden { code: "FORBIDDEN", message: why.into() },
+            audit: Some(Box::new(audit::record(
+                AuditAction::OrderRejected,
+                entity::CUSTOMER,
+                &customer_id,
+                actor,
+                Some(why.into()),
+                now,
+            ))),
+        });
+    }
+    if cmd.description.as_ref().is_some_and(|d| d.chars().count() > MAX_DESCRIPTION) {
+        return Err(invalid("description", format!("must be at most {MAX_DESCRIPTION} characters")));
+    }
+    if cmd.customer_email.as_deref().is_some_and(|e| !crate::domain::text::is_email(e)) {
+        return Err(invalid("customerEmail", "must be an e-mail address (name@example.com)".into()));
+    }
+    Ok(customer_id)
+}
+
+/// The order `cmd` places for `customer_id`, and the commit that places it.
+///
+/// It starts `AWAITING_PAYMENT` where the provider charges only what the customer authorizes
+/// in its widget (`checkout`, an `API` order): no payment is asked for until then. A
+/// `COMMERCE` order is held: inserted with no lease, the saga started by its client. Any
+/// other is inserted under `lease`, with the first payment attempt's number reserved in the
+/// same round trip — unless a charge was taken already (`cmd.charged`, numbered
+/// `charged_number`), which is committed as its payment.
+///
+/// # Errors
+/// `Validation` naming the field (the domain's rules); nothing is decided.
+pub(super) fn place(
+    cmd: PlaceOrder,
+    customer_id: String,
+    actor: &Actor,
+    checkout: bool,
+    lease: &SagaLease,
+    charged_number: Option<i64>,
+    now: DateTime<Utc>,
+) -> Result<Placement, AppError> {
+    let (source, meeting_id, currency, items) = (cmd.source, cmd.meeting_id, cmd.currency, cmd.items);
+    let mut order =
+        Order::place(cmd.order_id, NewOrder { customer_id, source, meeting_id, currency, items }, now)?;
+    let awaits_payment = checkout && order.source == OrderSource::Api;
+    if awaits_payment {
+        order.await_payment(now)?;
+    }
+    // The order's own address, else the caller's token's when the order is theirs.
+    let email =
+        cmd.customer_email.or_else(|| actor.email.clone().filter(|_| actor.subject == order.customer_id));
+    let context = OrderContext {
+        scenario: cmd.scenario,
+        correlation_id: cmd.correlation_id,
+        // An inbound message's order is caused by it (docs/spec.md §12).
+        causation_id: cmd.inbox.as_ref().map(|key| key.event_id.clone()),
+        customer_email: email,
+        description: cmd.description,
+    };
+    let held = order.source == OrderSource::Commerce;
+    let mut changes = Changes::default();
+    if held {
+        changes.insert_order(&mut order, context.clone());
+    } else {
+        changes.insert_leased_order(&mut order, context.clone(), lease.clone());
+    }
+    let payment = cmd.charged.map(|key| {
+        let mut payment = Payment::request_authorized(order.id, 1, order.total, key, now);
+        payment.number = charged_number.unwrap_or_default();
+        changes.insert_payment(&mut payment);
+        payment
+    });
+    changes.inbox.extend(cmd.inbox.map(|key| InboxEntry {
+        consumer: key.consumer,
+        event_id: key.event_id,
+        order_id: Some(order.id),
+        processed_at: now,
+        digest: key.digest,
+    }));
+    let detail = format!("source {} total {}", order.source, order.total);
+    changes.audit.push(audit::record(
+        AuditAction::OrderPlaced,
+        entity::ORDER,
+        order.id,
+        actor,
+        Some(detail),
+        now,
+    ));
+    let reserve_payment = !awaits_payment && !held && payment.is_none();
+    Ok(Placement { order, context, payment, changes, reserve_payment, held })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::order::OrderStatus;
+
+    fn now() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-12-06T03:00:00Z").unwrap().with_timezone(&Utc)
+    }
+
+    fn cmd(source: OrderSource) -> PlaceOrder {
+        PlaceOrder {
+            order_id: OrderId::new(),
+            customer_id: None,
+            source,
+            meeting_id: (source.is_meeting()).then(|| "12".into()),
+            currency: "KRW".into(),
+            items: vec![NewOrderItem { sku: "A".into(), quantity: 1, unit_price: 1000 }],
+            scenario: Scenario::default(),
+            correlation_id: None,
+            inbox: None,
+            customer_email: None,
+            description: None,
+            charged: None,
+        }
+    }
+
+    fn lease() -> SagaLease {
+        SagaLease { owner: "runner-1".into(), until: now() }
+    }
+
+    #[test]
+    fn where_each_order_starts_and_what_its_commit_holds() {
+        let actor = Actor::customer("7");
+        // (source, checkout, charged, status, held, reserved, leased, a payment inserted)
+        let cases = [
+            (OrderSource::Api, false, false, OrderStatus::Created, false, true, true, false),
+            (OrderSource::Api, true, false, OrderStatus::AwaitingPayment, false, false, true, false),
+            (OrderSource::Meeting, true, false, OrderStatus::Created, false, true, true, false),
+            (OrderSource::Commerce, false, false, OrderStatus::Created, true, false, false, false),
+            (OrderSource::Momo, true, true, OrderStatus::Created, false, false, true, true),
+        ];
+        for (source, checkout, charged, status, held, reserved, leased, paid) in cases {
+            let mut command = cmd(source);
+            command.charged = charged.then(|| "tkey_1".into());
+            let p = place(command, "7".into(), &actor, checkout, &lease(), Some(41), now()).unwrap();
+            let case = format!("{source} checkout={checkout}");
+            assert_eq!((p.order.status, p.held, p.reserve_payment), (status, held, reserved), "{case}");
+            assert_eq!(p.changes.new_orders.len(), 1, "{case}");
+            assert_eq!(p.changes.new_orders[0].2.is_some(), leased, "{case}");
+            assert_eq!(p.changes.payments.len(), usize::from(paid), "{case}");
+            assert_eq!(p.changes.audit.len(), 1, "{case}");
+            if paid {
+                let payment = p.payment.as_ref().unwrap();
+                assert_eq!(
+                    (payment.number, payment.provider_transaction_id.as_deref(), payment.attempt),
+                    (41, Some("tkey_1"), 1)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn an_inbound_message_is_the_orders_cause_and_its_inbox_entry() {
+        let mut command = cmd(OrderSource::Meeting);
+        command.inbox = Some(InboxKey {
+            consumer: "meeting".into(),
+            event_id: "uu-1".into(),
+            digest: Some("d".into()),
+            unseen: true,
+        });
+        let p = place(command, "7".into(), &Actor::system("meeting"), false, &lease(), None, now()).unwrap();
+        assert_eq!(p.context.causation_id.as_deref(), Some("uu-1"));
+        assert_eq!(p.changes.inbox.len(), 1);
+        assert_eq!(p.changes.inbox[0].order_id, Some(p.order.id));
+    }
+
+    #[test]
+    fn who_may_place_and_with_what_text() {
+        let customer = Actor::customer("7");
+        let mut other = cmd(OrderSource::Api);
+        other.customer_id = Some("8".into());
+        let refused = admit(&customer, &other, now()).unwrap_err();
+        assert!(matches!(refused.error, AppError::Forbidden { .. }), "{:?}", refused.error);
+        assert!(refused.audit.is_some(), "a refusal of the caller is audited");
+        assert_eq!(admit(&Actor::admin("ops"), &other, now()).unwrap(), "8", "an admin orders for anyone");
+        let mut long = cmd(OrderSource::Commerce);
+        long.description = Some("d".repeat(MAX_DESCRIPTION + 1));
+        let mut email = cmd(OrderSource::Api);
+        email.customer_email = Some("not-an-address".into());
+        for (bad, field) in [(long, "description"), (email, "customerEmail")] {
+            let refused = admit(&customer, &bad, now()).unwrap_err();
+            assert!(refused.audit.is_none(), "{field}: bad input is not audited");
+            assert!(matches!(&refused.error, AppError::Validation { field: f, .. } if f == field), "{field}");
+        }
+        assert_eq!(admit(&customer, &cmd(OrderSource::Api), now()).unwrap(), "7", "the caller by default");
+    }
+}
