@@ -9,16 +9,18 @@
 //! the charge is the saga's (and, if its outcome is unknown, reconciliation's), never the
 //! window's.
 
+use chrono::{DateTime, Utc};
+
 use super::orchestrator::Orchestrator;
 use super::outcome::Moved;
 use crate::application::audit::{self, entity};
 use crate::application::envelopes::EventWriter;
 use crate::application::error::broken_invariant;
-use crate::application::ports::{Changes, OrderRecord};
+use crate::application::ports::{AuditRecord, Changes, OrderRecord};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
-use crate::domain::order::{FailureReason, FailureStage, OrderStatus, SagaStep, StepStatus};
+use crate::domain::order::{FailureReason, FailureStage, Order, OrderStatus, SagaStep, StepStatus};
 use crate::domain::payment::{AUTHORIZATION_MISMATCH, Payment, payment_request_id};
 use crate::domain::text;
 
@@ -51,6 +53,92 @@ fn check_payment_key(key: &str) -> Result<(), AppError> {
     } else {
         Err(AppError::validation("paymentKey", "must be 1-200 of [A-Za-z0-9_-=.]"))
     }
+}
+
+/// What a widget's authorization may do to an order, decided from the order as it stands.
+#[derive(Debug)]
+enum Admission {
+    /// Commit it as the payment attempt's intent, and run the payment step.
+    Authorize,
+    /// The same key again: the order as it stands, its saga resumed.
+    Resume,
+    Refuse(AppError),
+    /// Past the window: the order fails, the authorization is refused.
+    Expire,
+    /// Not the order's total: refused, audited, nothing called.
+    WrongAmount(Box<AuditRecord>),
+}
+
+/// Whether `actor` may pay `record` with `cmd` now.
+fn admit_payment(
+    record: &OrderRecord,
+    actor: &Actor,
+    cmd: &PayOrder,
+    window: chrono::Duration,
+    now: DateTime<Utc>,
+) -> Admission {
+    let order = &record.order;
+    if !actor.may_access(&order.customer_id) {
+        return Admission::Refuse(AppError::Forbidden {
+            code: "FORBIDDEN",
+            message: "only the order's customer or an admin may pay for it".into(),
+        });
+    }
+    let same_key = record.payment.as_ref().and_then(|p| p.provider_transaction_id.as_deref())
+        == Some(cmd.payment_key.as_str());
+    if same_key {
+        return Admission::Resume;
+    }
+    if order.failure_reason == Some(FailureReason::PaymentWindowExpired) {
+        return Admission::Refuse(window_expired());
+    }
+    if order.status != OrderStatus::AwaitingPayment || record.payment.is_some() {
+        return Admission::Refuse(AppError::Conflict {
+            code: "PAYMENT_NOT_EXPECTED",
+            message: format!("the order is {} and waits for no payment", order.status),
+        });
+    }
+    if now >= order.created_at + window {
+        return Admission::Expire;
+    }
+    if cmd.amount != order.total.minor() {
+        let why = format!("amount {} is not the order's total {}", cmd.amount, order.total.minor());
+        let audit =
+            audit::record(AuditAction::PaymentRejected, entity::ORDER, order.id, actor, Some(why), now);
+        return Admission::WrongAmount(Box::new(audit));
+    }
+    Admission::Authorize
+}
+
+/// The intent: the customer's key as the first payment attempt, numbered `number`, with the
+/// order's version (so that the window's expiry cannot pass it) and its audit row.
+fn intent(
+    record: &OrderRecord,
+    payment_key: String,
+    number: i64,
+    actor: &Actor,
+    now: DateTime<Utc>,
+) -> (Changes, Order, Payment) {
+    let mut order = record.order.clone();
+    order.updated_at = now;
+    let mut payment = Payment::request_authorized(order.id, 1, order.total, payment_key, now);
+    payment.number = number;
+    let mut changes = Changes::default();
+    changes.update_order(&mut order);
+    changes.insert_payment(&mut payment);
+    let detail = format!(
+        "the customer authorized {}; confirming with Idempotency-Key {}",
+        order.total, payment.payment_request_id
+    );
+    changes.audit.push(audit::record(
+        AuditAction::PaymentAuthorized,
+        entity::ORDER,
+        order.id,
+        actor,
+        Some(detail),
+        now,
+    ));
+    (changes, order, payment)
 }
 
 fn window_expired() -> AppError {
@@ -95,53 +183,36 @@ impl Orchestrator {
         };
         check_payment_key(&cmd.payment_key)?;
         let record = self.load(order_id).await?;
-        if !actor.may_access(&record.order.customer_id) {
-            return Err(AppError::Forbidden {
-                code: "FORBIDDEN",
-                message: "only the order's customer or an admin may pay for it".into(),
-            });
-        }
-        let same_key = record.payment.as_ref().and_then(|p| p.provider_transaction_id.as_deref())
-            == Some(cmd.payment_key.as_str());
-        if same_key {
+        let now = self.clock.now();
+        match admit_payment(&record, actor, &cmd, settings.window, now) {
+            Admission::Authorize => self.authorize(actor, order_id, cmd).await,
             // The same authorization again (a retried request): the order as it stands, its
             // saga resumed if a run died half-way.
-            return self.resume(record, actor).await;
+            Admission::Resume => self.resume(record, actor).await,
+            Admission::Refuse(err) => Err(err),
+            Admission::Expire => {
+                self.expire(order_id).await?;
+                Err(window_expired())
+            }
+            Admission::WrongAmount(audit) => {
+                self.uow.commit(Changes { audit: vec![*audit], ..Changes::default() }).await?;
+                Err(AppError::Unprocessable {
+                    code: "AMOUNT_MISMATCH",
+                    message: format!("amount must be the order's total, {}", record.order.total.minor()),
+                })
+            }
         }
-        if record.order.failure_reason == Some(FailureReason::PaymentWindowExpired) {
-            return Err(window_expired());
-        }
-        if record.order.status != OrderStatus::AwaitingPayment || record.payment.is_some() {
-            return Err(AppError::Conflict {
-                code: "PAYMENT_NOT_EXPECTED",
-                message: format!("the order is {} and waits for no payment", record.order.status),
-            });
-        }
-        let now = self.clock.now();
-        if now >= record.order.created_at + settings.window {
-            self.expire(order_id).await?;
-            return Err(window_expired());
-        }
-        if cmd.amount != record.order.total.minor() {
-            let mut changes = Changes::default();
-            changes.audit.push(audit::record(
-                AuditAction::PaymentRejected,
-                entity::ORDER,
-                order_id,
-                actor,
-                Some(format!(
-                    "amount {} is not the order's total {}",
-                    cmd.amount,
-                    record.order.total.minor()
-                )),
-                now,
-            ));
-            self.uow.commit(changes).await?;
-            return Err(AppError::Unprocessable {
-                code: "AMOUNT_MISMATCH",
-                message: format!("amount must be the order's total, {}", record.order.total.minor()),
-            });
-        }
+    }
+
+    /// The customer's key committed as the payment attempt's intent (with the order's
+    /// version, so that the window's expiry cannot pass it) under the order's lease, then
+    /// the saga's payment step confirms it with the provider.
+    async fn authorize(
+        &self,
+        actor: &Actor,
+        order_id: OrderId,
+        cmd: PayOrder,
+    ) -> Result<OrderRecord, AppError> {
         let Some(lease) = self.leases.take(order_id).await? else {
             return Err(AppError::order_busy());
         };
@@ -152,26 +223,8 @@ impl Orchestrator {
             self.leases.release(order_id, &lease.owner).await;
             return self.resume(fresh, actor).await;
         }
-        // The intent: the customer's key, committed (with the order's version, so that the
-        // window's expiry cannot pass it) before the provider is asked.
-        let mut order = fresh.order.clone();
-        order.updated_at = now;
-        let mut payment = Payment::request_authorized(order_id, 1, order.total, cmd.payment_key, now);
-        payment.number = self.number(crate::application::ports::Numbered::Payment).await?;
-        let mut changes = Changes::default();
-        changes.update_order(&mut order);
-        changes.insert_payment(&mut payment);
-        changes.audit.push(audit::record(
-            AuditAction::PaymentAuthorized,
-            entity::ORDER,
-            order_id,
-            actor,
-            Some(format!(
-                "the customer authorized {}; confirming with Idempotency-Key {}",
-                order.total, payment.payment_request_id
-            )),
-            now,
-        ));
+        let number = self.number(crate::application::ports::Numbered::Payment).await?;
+        let (changes, order, payment) = intent(&fresh, cmd.payment_key, number, actor, self.clock.now());
         if !self.commit(changes).await? {
             self.leases.release(order_id, &lease.owner).await;
             return Err(AppError::order_busy());
@@ -250,5 +303,99 @@ impl Orchestrator {
         }
         self.leases.release(order_id, &lease.owner).await;
         Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::order::{NewOrder, NewOrderItem, OrderSource};
+
+    fn now() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-12-06T03:00:00Z").unwrap().with_timezone(&Utc)
+    }
+
+    /// An `API` order of 5 000 KRW for customer 7, waiting for its payment since `now()`.
+    fn waiting() -> OrderRecord {
+        let input = NewOrder {
+            customer_id: "7".into(),
+            source: OrderSource::Api,
+            meeting_id: None,
+            currency: "KRW".into(),
+            items: vec![NewOrderItem { sku: "A".into(), quantity: 1, unit_price: 5000 }],
+        };
+        let mut order = Order::place(OrderId::new(), input, now()).unwrap();
+        order.await_payment(now()).unwrap();
+        OrderRecord {
+            order,
+            payment: None,
+            refunds: Vec::new(),
+            settlement: None,
+            notification: None,
+            steps: Vec::new(),
+            context: Default::default(),
+        }
+    }
+
+    fn pay(amount: i64) -> PayOrder {
+        PayOrder { payment_key: "tkey_1".into(), amount }
+    }
+
+    #[test]
+    fn what_a_widgets_authorization_may_do_to_an_order() {
+        let window = chrono::Duration::minutes(30);
+        let within = now() + chrono::Duration::minutes(5);
+        let (owner, stranger, admin) = (Actor::customer("7"), Actor::customer("8"), Actor::admin("ops"));
+        let mut keyed = waiting();
+        keyed.payment =
+            Some(Payment::request_authorized(keyed.order.id, 1, keyed.order.total, "tkey_1", now()));
+        let mut other_key = keyed.clone();
+        other_key.payment.as_mut().unwrap().provider_transaction_id = Some("tkey_0".into());
+        let mut expired = waiting();
+        expired.order.fail(FailureStage::Payment, FailureReason::PaymentWindowExpired, now()).unwrap();
+        let mut created = waiting();
+        created.order.status = OrderStatus::Created;
+        // (record, caller, amount, when, what it may do)
+        let cases: [(&OrderRecord, &Actor, i64, DateTime<Utc>, &str); 9] = [
+            (&waiting(), &owner, 5000, within, "Authorize"),
+            (&waiting(), &admin, 5000, within, "Authorize"),
+            (&waiting(), &stranger, 5000, within, "Refuse FORBIDDEN"),
+            (&keyed, &owner, 5000, within, "Resume"),
+            (&other_key, &owner, 5000, within, "Refuse PAYMENT_NOT_EXPECTED"),
+            (&expired, &owner, 5000, within, "Refuse PAYMENT_WINDOW_EXPIRED"),
+            (&created, &owner, 5000, within, "Refuse PAYMENT_NOT_EXPECTED"),
+            (&waiting(), &owner, 5000, now() + window, "Expire"),
+            (&waiting(), &owner, 4999, within, "WrongAmount"),
+        ];
+        for (record, actor, amount, at, expected) in cases {
+            let got = match admit_payment(record, actor, &pay(amount), window, at) {
+                Admission::Authorize => "Authorize".to_owned(),
+                Admission::Resume => "Resume".to_owned(),
+                Admission::Expire => "Expire".to_owned(),
+                Admission::WrongAmount(audit) => {
+                    assert_eq!(audit.action, AuditAction::PaymentRejected);
+                    "WrongAmount".to_owned()
+                }
+                Admission::Refuse(
+                    AppError::Forbidden { code, .. }
+                    | AppError::Conflict { code, .. }
+                    | AppError::Unprocessable { code, .. },
+                ) => format!("Refuse {code}"),
+                Admission::Refuse(other) => format!("Refuse {other:?}"),
+            };
+            assert_eq!(got, expected, "{} {} {amount} at {at}", record.order.status, actor.subject);
+        }
+    }
+
+    #[test]
+    fn the_intent_is_the_first_attempt_with_the_customers_key() {
+        let record = waiting();
+        let (changes, order, payment) = intent(&record, "tkey_9".into(), 31, &Actor::customer("7"), now());
+        assert_eq!((payment.number, payment.attempt), (31, 1));
+        assert_eq!(payment.provider_transaction_id.as_deref(), Some("tkey_9"));
+        assert_eq!(payment.amount, record.order.total);
+        assert_eq!(order.version, record.order.version + 1, "written with the order's version");
+        assert_eq!((changes.orders.len(), changes.payments.len(), changes.audit.len()), (1, 1, 1));
+        assert_eq!(changes.audit[0].action, AuditAction::PaymentAuthorized);
     }
 }
