@@ -9,8 +9,10 @@ use crate::application::envelopes::EventWriter;
 use crate::application::ports::{Changes, NotifyFailure, OrderRecord};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
-use crate::domain::notification::{FailurePolicy, Notification, RetryPolicy};
-use crate::domain::order::{FailureReason, FailureStage, Order, OrderStatus, SagaStep, StepStatus};
+use crate::domain::notification::{FailurePolicy, Notification, NotificationEvent, RetryPolicy};
+use crate::domain::order::{
+    FailureReason, FailureStage, Order, OrderEvent, OrderStatus, SagaStep, StepStatus,
+};
 
 /// The writes of one send's outcome, and the aggregates as they will be once committed.
 pub struct SendOutcome {
@@ -37,34 +39,15 @@ pub fn apply_send_result(
     actor: &Actor,
     now: DateTime<Utc>,
 ) -> Result<SendOutcome, AppError> {
-    let mut order = record.order.clone();
-    let mut changes = Changes::default();
-    let attempt = notification.attempts + 1;
-    let completes = |order: &mut Order| -> Result<_, AppError> {
-        if order.status == OrderStatus::Completed {
-            Ok(Vec::new())
-        } else {
-            order.complete(now).map_err(broken_invariant)
-        }
+    let mut send = Send {
+        order: record.order.clone(),
+        changes: Changes::default(),
+        attempt: notification.attempts + 1,
+        actor,
+        now,
     };
     let (notification_events, order_events, completed) = match result {
-        Ok(()) => {
-            let n = notification.mark_sent(now).map_err(broken_invariant)?;
-            let detail = format!("sent (attempt {attempt})");
-            if !first_send {
-                // A retry that went through is audited like the failures before it.
-                changes.audit.push(audit::record(
-                    AuditAction::NotificationSent,
-                    entity::ORDER,
-                    order.id,
-                    actor,
-                    Some(detail.clone()),
-                    now,
-                ));
-            }
-            changes.step(order.id, SagaStep::Notification, StepStatus::Success, Some(detail), now);
-            (n, completes(&mut order)?, true)
-        }
+        Ok(()) => send.sent(&mut notification, first_send)?,
         Err(failure) => {
             let n = notification
                 .record_failure_not_before(
@@ -75,58 +58,248 @@ pub fn apply_send_result(
                     now,
                 )
                 .map_err(broken_invariant)?;
-            let detail = format!("{} (attempt {attempt}): {}", failure.policy, failure.reason);
+            let detail = format!("{} (attempt {}): {}", failure.policy, send.attempt, failure.reason);
             if failure.policy == FailurePolicy::Ignore {
-                changes.step(
-                    order.id,
-                    SagaStep::Notification,
-                    StepStatus::Skipped,
-                    Some(detail.clone()),
-                    now,
-                );
-                changes.audit.push(audit::record(
-                    AuditAction::NotificationIgnored,
-                    entity::ORDER,
-                    order.id,
-                    actor,
-                    Some(detail),
-                    now,
-                ));
-                (n, completes(&mut order)?, true)
+                (n, send.ignored(detail)?, true)
             } else {
-                changes.step(order.id, SagaStep::Notification, StepStatus::Failed, Some(detail.clone()), now);
-                changes.audit.push(audit::record(
-                    AuditAction::NotificationFailed,
-                    entity::ORDER,
-                    order.id,
-                    actor,
-                    Some(format!("{detail}; now {}", notification.status)),
-                    now,
-                ));
-                let order_events = if order.status == OrderStatus::Failed {
-                    Vec::new()
-                } else {
-                    // Payment and settlement stand; the notification waits for a retry or
-                    // an operator (docs/spec.md §4: COMPENSATION READY).
-                    changes.step(
-                        order.id,
-                        SagaStep::Compensation,
-                        StepStatus::Ready,
-                        Some(format!("notification {}", notification.status)),
-                        now,
-                    );
-                    order
-                        .fail(FailureStage::Notification, FailureReason::NotificationFailed, now)
-                        .map_err(broken_invariant)?
-                };
-                (n, order_events, false)
+                (n, send.failed(detail, &notification)?, false)
             }
         }
     };
+    let Send { mut changes, mut order, .. } = send;
     changes.update_notification(&mut notification);
     changes.update_order(&mut order);
     let mut events = EventWriter::new(&order, record, now);
     events.notification(&notification, &notification_events).order(&order_events);
     changes.outbox = events.finish();
     Ok(SendOutcome { changes, order, notification, completed })
+}
+
+/// One send's outcome being written: the order as it becomes, and the writes so far.
+struct Send<'a> {
+    order: Order,
+    changes: Changes,
+    /// The attempt this send was (1 for the first).
+    attempt: i32,
+    actor: &'a Actor,
+    now: DateTime<Utc>,
+}
+
+impl Send<'_> {
+    fn audit(&mut self, action: AuditAction, detail: String) {
+        let row = audit::record(action, entity::ORDER, self.order.id, self.actor, Some(detail), self.now);
+        self.changes.audit.push(row);
+    }
+
+    fn step(&mut self, step: SagaStep, status: StepStatus, detail: String) {
+        self.changes.step(self.order.id, step, status, Some(detail), self.now);
+    }
+
+    /// The order completed (an order completed already stays so: a later attempt's).
+    fn complete(&mut self) -> Result<Vec<OrderEvent>, AppError> {
+        if self.order.status == OrderStatus::Completed {
+            return Ok(Vec::new());
+        }
+        self.order.complete(self.now).map_err(broken_invariant)
+    }
+
+    /// Sent: the notification's success, the order completed.
+    fn sent(
+        &mut self,
+        notification: &mut Notification,
+        first_send: bool,
+    ) -> Result<(Vec<NotificationEvent>, Vec<OrderEvent>, bool), AppError> {
+        let events = notification.mark_sent(self.now).map_err(broken_invariant)?;
+        let detail = format!("sent (attempt {})", self.attempt);
+        if !first_send {
+            // A retry that went through is audited like the failures before it.
+            self.audit(AuditAction::NotificationSent, detail.clone());
+        }
+        self.step(SagaStep::Notification, StepStatus::Success, detail);
+        Ok((events, self.complete()?, true))
+    }
+
+    /// Failed under the `IGNORE` policy: skipped, and the order completes all the same.
+    fn ignored(&mut self, detail: String) -> Result<Vec<OrderEvent>, AppError> {
+        self.step(SagaStep::Notification, StepStatus::Skipped, detail.clone());
+        self.audit(AuditAction::NotificationIgnored, detail);
+        self.complete()
+    }
+
+    /// Failed: the order fails at its notification (unless it had already), payment and
+    /// settlement standing; the notification waits for a retry or an operator
+    /// (docs/spec.md §4: COMPENSATION READY).
+    fn failed(&mut self, detail: String, notification: &Notification) -> Result<Vec<OrderEvent>, AppError> {
+        self.step(SagaStep::Notification, StepStatus::Failed, detail.clone());
+        self.audit(AuditAction::NotificationFailed, format!("{detail}; now {}", notification.status));
+        if self.order.status == OrderStatus::Failed {
+            return Ok(Vec::new());
+        }
+        self.step(SagaStep::Compensation, StepStatus::Ready, format!("notification {}", notification.status));
+        self.order
+            .fail(FailureStage::Notification, FailureReason::NotificationFailed, self.now)
+            .map_err(broken_invariant)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::ids::OrderId;
+    use crate::domain::notification::NotificationStatus;
+    use crate::domain::order::{NewOrder, NewOrderItem, OrderSource};
+
+    fn now() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-12-06T03:00:00Z").unwrap().with_timezone(&Utc)
+    }
+
+    /// An order whose settlement is done: the notification is what is left.
+    fn settled() -> OrderRecord {
+        let input = NewOrder {
+            customer_id: "7".into(),
+            source: OrderSource::Api,
+            meeting_id: None,
+            currency: "KRW".into(),
+            items: vec![NewOrderItem { sku: "A".into(), quantity: 1, unit_price: 5000 }],
+        };
+        let mut order = Order::place(OrderId::new(), input, now()).unwrap();
+        order.approve_payment(now()).unwrap();
+        order.request_settlement(now()).unwrap();
+        OrderRecord {
+            order,
+            payment: None,
+            refunds: Vec::new(),
+            settlement: None,
+            notification: None,
+            steps: Vec::new(),
+            context: Default::default(),
+        }
+    }
+
+    fn failure(policy: FailurePolicy) -> Result<(), NotifyFailure> {
+        Err(NotifyFailure { policy, reason: "smtp down".into(), retry_after: None })
+    }
+
+    #[test]
+    fn what_each_send_result_does_to_the_order() {
+        use AuditAction as A;
+        use StepStatus as S;
+        let retry = RetryPolicy { max_attempts: 3, backoff_base: chrono::Duration::minutes(1) };
+        let actor = Actor::system("saga");
+        // A later attempt: the first failed (the order with it), the retry processor claimed it.
+        let mut failed = settled();
+        failed.order.fail(FailureStage::Notification, FailureReason::NotificationFailed, now()).unwrap();
+        let mut claimed = Notification::new(failed.order.id, now());
+        claimed.record_failure(FailurePolicy::AutoRetry, "x", &retry, now()).unwrap();
+        claimed.claim(now(), now()).unwrap();
+        let first = || (settled(), Notification::new(settled().order.id, now()));
+        // (record, notification, first send, result, order after, notification after,
+        //  steps written, audit rows, completed, order events)
+        type Case = (
+            (OrderRecord, Notification),
+            bool,
+            Result<(), NotifyFailure>,
+            OrderStatus,
+            NotificationStatus,
+            Vec<(SagaStep, StepStatus)>,
+            Vec<AuditAction>,
+            bool,
+            Vec<&'static str>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                first(),
+                true,
+                Ok(()),
+                OrderStatus::Completed,
+                NotificationStatus::Sent,
+                vec![(SagaStep::Notification, S::Success)],
+                vec![],
+                true,
+                vec!["order.completed"],
+            ),
+            (
+                first(),
+                true,
+                failure(FailurePolicy::Ignore),
+                OrderStatus::Completed,
+                NotificationStatus::Ignored,
+                vec![(SagaStep::Notification, S::Skipped)],
+                vec![A::NotificationIgnored],
+                true,
+                vec!["order.completed"],
+            ),
+            (
+                first(),
+                true,
+                failure(FailurePolicy::AutoRetry),
+                OrderStatus::Failed,
+                NotificationStatus::RetryScheduled,
+                vec![(SagaStep::Notification, S::Failed), (SagaStep::Compensation, S::Ready)],
+                vec![A::NotificationFailed],
+                false,
+                vec!["order.failed"],
+            ),
+            (
+                first(),
+                true,
+                failure(FailurePolicy::ManualIntervention),
+                OrderStatus::Failed,
+                NotificationStatus::ManualInterventionRequired,
+                vec![(SagaStep::Notification, S::Failed), (SagaStep::Compensation, S::Ready)],
+                vec![A::NotificationFailed],
+                false,
+                vec!["order.failed"],
+            ),
+            (
+                (failed.clone(), claimed.clone()),
+                false,
+                Ok(()),
+                OrderStatus::Completed,
+                NotificationStatus::Sent,
+                vec![(SagaStep::Notification, S::Success)],
+                vec![A::NotificationSent],
+                true,
+                vec!["order.completed"],
+            ),
+            (
+                (failed.clone(), claimed.clone()),
+                false,
+                failure(FailurePolicy::AutoRetry),
+                OrderStatus::Failed,
+                NotificationStatus::RetryScheduled,
+                vec![(SagaStep::Notification, S::Failed)],
+                vec![A::NotificationFailed],
+                false,
+                vec![],
+            ),
+        ];
+        for (
+            i,
+            ((record, notification), first_send, result, order, status, steps, audit, completed, events),
+        ) in cases.into_iter().enumerate()
+        {
+            let out =
+                apply_send_result(&record, notification, first_send, result, &retry, &actor, now()).unwrap();
+            assert_eq!(
+                (out.order.status, out.notification.status, out.completed),
+                (order, status, completed),
+                "case {i}"
+            );
+            let written: Vec<(SagaStep, StepStatus)> =
+                out.changes.steps.iter().map(|s| (s.record.step, s.record.status)).collect();
+            assert_eq!(written, steps, "case {i}");
+            let audited: Vec<AuditAction> = out.changes.audit.iter().map(|a| a.action).collect();
+            assert_eq!(audited, audit, "case {i}");
+            let order_events: Vec<&str> = out
+                .changes
+                .outbox
+                .iter()
+                .map(|e| e.event_type.as_str())
+                .filter(|t| t.starts_with("order."))
+                .collect();
+            assert_eq!(order_events, events, "case {i}");
+            assert_eq!((out.changes.orders.len(), out.changes.notifications.len()), (1, 1), "case {i}");
+        }
+    }
 }
