@@ -17,7 +17,7 @@ use crate::application::ports::{
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
-use crate::domain::order::{NewOrderItem, OrderSource, OrderStatus};
+use crate::domain::order::{OrderSource, OrderStatus};
 
 use super::messages::{
     FREE_MEETING, Handled, MEETING_NOT_FOUND, MeetingDeleted, ParticipantCancelled, ParticipantRegistered,
@@ -192,33 +192,21 @@ impl MeetingEvents {
         if seen.is_none() && !self.orchestrator.can_charge_registration(&msg.user_id).await? {
             return self.refuse_registration(&msg, correlation, NO_PAYMENT_METHOD).await;
         }
-        let placed = self
-            .orchestrator
-            .place_order(
-                &actor,
-                PlaceOrder {
-                    order_id: OrderId::new(),
-                    customer_id: Some(msg.user_id.clone()),
-                    source: OrderSource::Meeting,
-                    meeting_id: Some(msg.meeting_id.clone()),
-                    currency: msg.currency.clone(),
-                    items: vec![NewOrderItem {
-                        sku: format!("MEETING-{}", msg.meeting_id),
-                        quantity: 1,
-                        unit_price: msg.amount,
-                    }],
-                    scenario,
-                    correlation_id: correlation_id.or_else(|| Some(msg.event_id.clone())),
-                    // A redelivery resumes the order this event created (after a crash
-                    // mid-saga) instead of creating a second one.
-                    inbox: Some(key(consumer, &msg.event_id, &msg.digest, seen.is_none())),
-                    customer_email: None,
-                    description: None,
-                    charged: None,
-                },
+        let order = PlaceOrder {
+            scenario,
+            correlation_id: correlation_id.or_else(|| Some(msg.event_id.clone())),
+            // A redelivery resumes the order this event created (after a crash mid-saga)
+            // instead of creating a second one.
+            inbox: Some(key(consumer, &msg.event_id, &msg.digest, seen.is_none())),
+            ..PlaceOrder::meeting(
+                OrderSource::Meeting,
+                &msg.meeting_id,
+                &msg.user_id,
+                &msg.currency,
+                msg.amount,
             )
-            .await;
-        let record = match placed {
+        };
+        let record = match self.orchestrator.place_order(&actor, order).await {
             Ok(record) => record,
             Err(AppError::Conflict { code: ALREADY_REGISTERED, .. }) => {
                 return self.refuse_registration(&msg, correlation, ALREADY_REGISTERED).await;
@@ -299,50 +287,26 @@ impl MeetingEvents {
         let entry = |order_id| self.entry(consumer, &msg.event_id, &msg.digest, order_id);
         if !msg.refund_required {
             let detail = format!("participant {} cancelled without refund", msg.user_id);
-            return Ok(
-                if self
-                    .mark(entry(None), AuditAction::NothingToRefund, entity::MEETING, &msg.meeting_id, detail)
-                    .await?
-                {
-                    Handled::Processed
-                } else {
-                    Handled::Duplicate
-                },
+            let marked = self.mark(
+                entry(None),
+                AuditAction::NothingToRefund,
+                entity::MEETING,
+                &msg.meeting_id,
+                detail,
             );
+            return Ok(if marked.await? { Handled::Processed } else { Handled::Duplicate });
         }
-        let mut target = None;
-        for id in self
-            .orders
-            .completed_meeting_orders(&msg.meeting_id, Some(msg.user_id.clone()))
-            .await?
-            .into_iter()
-            .rev()
-        {
-            let record = self.orders.get(id).await?;
-            if record.as_ref().is_some_and(Refunds::refundable) {
-                target = Some(id);
-                break;
-            }
-        }
-        let Some(order_id) = target else {
+        let Some(order_id) = self.refundable_order(&msg.meeting_id, &msg.user_id).await? else {
             let detail =
                 format!("no completed, approved order of {} for meeting {}", msg.user_id, msg.meeting_id);
-            return Ok(
-                if self
-                    .mark(
-                        entry(None),
-                        AuditAction::NothingToRefund,
-                        entity::MEETING,
-                        &msg.meeting_id,
-                        detail.clone(),
-                    )
-                    .await?
-                {
-                    Handled::BusinessFailure(detail)
-                } else {
-                    Handled::Duplicate
-                },
+            let marked = self.mark(
+                entry(None),
+                AuditAction::NothingToRefund,
+                entity::MEETING,
+                &msg.meeting_id,
+                detail.clone(),
             );
+            return Ok(if marked.await? { Handled::BusinessFailure(detail) } else { Handled::Duplicate });
         };
         let actor = Actor::system(consumer);
         let reason =
@@ -365,24 +329,38 @@ impl MeetingEvents {
             // try again shortly, when the inbox will tell.
             Err(AppError::Conflict { code: ORDER_BUSY, .. }) => Err(AppError::unavailable("order busy")),
             // Refunded by a concurrent delivery of the same event, or meanwhile by the API.
-            Err(AppError::Conflict { .. }) => {
-                if self.orders.inbox_entry(consumer, &msg.event_id).await?.is_some() {
-                    Ok(Handled::Duplicate)
-                } else {
-                    let detail = format!("order {order_id} is no longer refundable");
-                    self.mark(
-                        entry(Some(order_id)),
-                        AuditAction::NothingToRefund,
-                        entity::ORDER,
-                        &order_id.to_string(),
-                        detail.clone(),
-                    )
-                    .await?;
-                    Ok(Handled::BusinessFailure(detail))
-                }
-            }
+            Err(AppError::Conflict { .. }) => self.no_longer_refundable(&msg, order_id).await,
             Err(err) => Err(err),
         }
+    }
+
+    /// The participant's newest completed order that can be refunded.
+    async fn refundable_order(&self, meeting_id: &str, user_id: &str) -> Result<Option<OrderId>, AppError> {
+        let completed = self.orders.completed_meeting_orders(meeting_id, Some(user_id.to_owned())).await?;
+        for id in completed.into_iter().rev() {
+            if self.orders.get(id).await?.as_ref().is_some_and(Refunds::refundable) {
+                return Ok(Some(id));
+            }
+        }
+        Ok(None)
+    }
+
+    /// A cancellation's order was refunded meanwhile: by a concurrent delivery of the same
+    /// event (a duplicate), or by someone else (nothing to refund, recorded).
+    async fn no_longer_refundable(
+        &self,
+        msg: &ParticipantCancelled,
+        order_id: OrderId,
+    ) -> Result<Handled, AppError> {
+        let consumer = consumers::PARTICIPANT_CANCEL;
+        if self.orders.inbox_entry(consumer, &msg.event_id).await?.is_some() {
+            return Ok(Handled::Duplicate);
+        }
+        let detail = format!("order {order_id} is no longer refundable");
+        let entry = self.entry(consumer, &msg.event_id, &msg.digest, Some(order_id));
+        self.mark(entry, AuditAction::NothingToRefund, entity::ORDER, &order_id.to_string(), detail.clone())
+            .await?;
+        Ok(Handled::BusinessFailure(detail))
     }
 
     /// Refunds every completed payment of a deleted meeting; a refused refund is recorded
@@ -401,7 +379,6 @@ impl MeetingEvents {
             return self.redelivered(&seen, &msg.digest).await;
         }
         let actor = Actor::system(consumer);
-        let (mut refunded, mut failed, mut skipped) = (0, Vec::new(), 0);
         let orders = self.orders.completed_meeting_orders(&msg.meeting_id, None).await?;
         // docs/spec.md §7: every completed payment's remaining balance is refunded — one whose
         // refund the provider refused before (a participant's cancellation) is asked again,
@@ -409,41 +386,15 @@ impl MeetingEvents {
         // asked twice. Refused refunds keep their order `COMPLETED` and are reported below.
         // All of the meeting's orders are held together: a second deletion of the same
         // meeting waits (`ORDER_BUSY`: redelivered) and then finds nothing left.
-        let requests = orders
-            .into_iter()
-            .map(|order_id| {
-                let reason = msg.reason.clone().unwrap_or_else(|| {
-                    format!("meeting {} deleted (event {})", msg.meeting_id, msg.event_id)
-                });
-                let request = RefundRequest {
-                    reason: Some(reason),
-                    amount: None,
-                    request_key: Some(format!("{consumer}:{}", msg.event_id)),
-                    inbox: None,
-                    causation_id: Some(msg.event_id.clone()),
-                    scenario,
-                };
-                (order_id, request)
-            })
-            .collect();
+        let requests =
+            orders.into_iter().map(|order_id| (order_id, deletion_refund(&msg, scenario))).collect();
         let outcomes = match self.refunds.refund_orders(&actor, requests).await {
             Err(AppError::Conflict { code: ORDER_BUSY, .. }) => {
                 return Err(AppError::unavailable("order busy"));
             }
             other => other?,
         };
-        for (order_id, outcome) in outcomes {
-            match outcome {
-                Ok(RefundOutcome::Refunded(_)) => refunded += 1,
-                Ok(RefundOutcome::Rejected { reason, .. }) => failed.push(format!("{order_id}: {reason}")),
-                Ok(RefundOutcome::Pending { reason, .. }) => return Err(AppError::unavailable(reason)),
-                Err(AppError::Conflict { code: ORDER_BUSY, .. }) => {
-                    return Err(AppError::unavailable("order busy"));
-                }
-                Err(AppError::Conflict { .. }) => skipped += 1,
-                Err(err) => return Err(err),
-            }
-        }
+        let (refunded, failed, skipped) = tally(outcomes)?;
         let detail = format!("refunded {refunded}, refund failed {}, not refundable {skipped}", failed.len());
         let entry = self.entry(consumer, &msg.event_id, &msg.digest, None);
         if !self.mark(entry, AuditAction::MeetingDeleted, entity::MEETING, &msg.meeting_id, detail).await? {
@@ -455,4 +406,45 @@ impl MeetingEvents {
             Handled::BusinessFailure(format!("refunds failed: {}", failed.join("; ")))
         })
     }
+}
+
+/// The refund a deleted meeting asks for one of its orders: the remaining balance, under the
+/// deletion's own key (a redelivery is the same refund).
+fn deletion_refund(msg: &MeetingDeleted, scenario: Scenario) -> RefundRequest {
+    let reason = msg
+        .reason
+        .clone()
+        .unwrap_or_else(|| format!("meeting {} deleted (event {})", msg.meeting_id, msg.event_id));
+    RefundRequest {
+        reason: Some(reason),
+        amount: None,
+        request_key: Some(format!("{}:{}", consumers::MEETING_DELETED, msg.event_id)),
+        inbox: None,
+        causation_id: Some(msg.event_id.clone()),
+        scenario,
+    }
+}
+
+/// A deletion's refunds counted: refunded, refused (each with its reason), not refundable.
+///
+/// # Errors
+/// `Unavailable` when one is pending or its order busy (the deletion is redelivered), or
+/// for any other failure.
+fn tally(
+    outcomes: Vec<(OrderId, Result<RefundOutcome, AppError>)>,
+) -> Result<(usize, Vec<String>, usize), AppError> {
+    let (mut refunded, mut failed, mut skipped) = (0, Vec::new(), 0);
+    for (order_id, outcome) in outcomes {
+        match outcome {
+            Ok(RefundOutcome::Refunded(_)) => refunded += 1,
+            Ok(RefundOutcome::Rejected { reason, .. }) => failed.push(format!("{order_id}: {reason}")),
+            Ok(RefundOutcome::Pending { reason, .. }) => return Err(AppError::unavailable(reason)),
+            Err(AppError::Conflict { code: ORDER_BUSY, .. }) => {
+                return Err(AppError::unavailable("order busy"));
+            }
+            Err(AppError::Conflict { .. }) => skipped += 1,
+            Err(err) => return Err(err),
+        }
+    }
+    Ok((refunded, failed, skipped))
 }

@@ -25,7 +25,7 @@ use crate::application::ports::{
 use crate::application::{Actor, AppError};
 use crate::domain::ids::{OrderId, PaymentId};
 use crate::domain::money::{Currency, Money};
-use crate::domain::order::{NewOrderItem, OrderSource};
+use crate::domain::order::OrderSource;
 use crate::domain::payment::{PaymentStatus, payment_request_id};
 
 /// Key-in is not allowed here (a live key, or a provider without key-in): `Forbidden`.
@@ -119,17 +119,8 @@ impl KeyIn {
         let payment_key = self.charge(cards, &charge).await?;
         let order = PlaceOrder {
             order_id,
-            customer_id: Some(member.subject.clone()),
-            source: OrderSource::Momo,
-            meeting_id: Some(meeting.clone()),
-            currency: self.currency.as_str().to_owned(),
-            items: vec![NewOrderItem { sku: format!("MEETING-{meeting}"), quantity: 1, unit_price: fee }],
-            scenario: Scenario::default(),
-            correlation_id: None,
-            inbox: None,
-            customer_email: None,
-            description: None,
             charged: Some(payment_key.clone()),
+            ..PlaceOrder::meeting(OrderSource::Momo, &meeting, &member.subject, self.currency.as_str(), fee)
         };
         match self.orchestrator.place_order(member, order).await {
             Ok(record) => Ok(MeetingPayment {

@@ -43,6 +43,27 @@ pub struct PlaceOrder {
     pub charged: Option<String>,
 }
 
+impl PlaceOrder {
+    /// A member's order for a meeting: the fee its one item (`MEETING-<id>`), a new id, the
+    /// rest unset.
+    pub fn meeting(source: OrderSource, meeting_id: &str, user_id: &str, currency: &str, fee: i64) -> Self {
+        PlaceOrder {
+            order_id: OrderId::new(),
+            customer_id: Some(user_id.to_owned()),
+            source,
+            meeting_id: Some(meeting_id.to_owned()),
+            currency: currency.to_owned(),
+            items: vec![NewOrderItem { sku: format!("MEETING-{meeting_id}"), quantity: 1, unit_price: fee }],
+            scenario: Scenario::default(),
+            correlation_id: None,
+            inbox: None,
+            customer_email: None,
+            description: None,
+            charged: None,
+        }
+    }
+}
+
 /// Identifies an inbound message for the inbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InboxKey {
