@@ -2,6 +2,8 @@
 //! reconciliation learns the final answer of a `CONFIRMATION_REQUIRED` payment, records it
 //! under the order's saga lease, and resumes the saga. Whichever comes first applies it.
 
+use chrono::{DateTime, Utc};
+
 use crate::application::audit::{self, entity};
 use crate::application::commit::commit;
 use crate::application::envelopes::EventWriter;
@@ -13,7 +15,7 @@ use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
 use crate::domain::order::{FailureReason, FailureStage, SagaStep, StepStatus};
-use crate::domain::payment::PaymentStatus;
+use crate::domain::payment::{Payment, PaymentStatus};
 
 /// What the provider says became of a payment whose outcome was unknown.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,8 +162,38 @@ impl Orchestrator {
         else {
             return Ok(Reconciled::NotPending);
         };
+        let confirmation = self.ask_provider(&record, &payment).await?;
+        if let Some(confirmation) = confirmation {
+            let answer = format!("{confirmation:?}");
+            match self.apply_confirmation(record, confirmation, actor, "reconciliation").await? {
+                Some(record) => {
+                    let record = self.drive(record, actor).await?;
+                    return Ok(Reconciled::Resolved(Box::new(record)));
+                }
+                // Not resolved: the answer cannot be stored. Count the attempt like an
+                // inconclusive look-up, so the loop ends with an operator, not forever.
+                None => tracing::error!(order = %order_id, %answer, "reconciled answer cannot be stored"),
+            }
+        }
+        // Still unknown: count the attempt, back off, and hand over when out of attempts.
+        let (changes, exhausted) =
+            unknown_attempt(payment, max_attempts, retry_after, actor, self.clock.now())?;
+        match self.uow.commit(changes).await {
+            Ok(()) | Err(RepoError::Conflict) => {}
+            Err(err) => return Err(err.into()),
+        }
+        Ok(if exhausted { Reconciled::Exhausted } else { Reconciled::StillUnknown })
+    }
+
+    /// What the provider says became of the payment, where it says: a look-up, and where
+    /// it never took the request, the same request again (its key cannot charge twice).
+    async fn ask_provider(
+        &self,
+        record: &OrderRecord,
+        payment: &Payment,
+    ) -> Result<Option<Confirmation>, AppError> {
         let scenario = record.context.scenario;
-        let confirmation = match self.payments.lookup(&payment.payment_request_id, &scenario).await {
+        Ok(match self.payments.lookup(&payment.payment_request_id, &scenario).await {
             Ok(LookupOutcome::Approved { provider_transaction_id }) => {
                 Some(Confirmation::Approved { provider_transaction_id })
             }
@@ -177,14 +209,13 @@ impl Orchestrator {
                 provider_transaction_id: Some(provider_transaction_id),
             }),
             Ok(LookupOutcome::NotFound) => {
-                // The provider never took it: asking again with the same key cannot charge twice.
                 let request = ApprovePayment {
-                    order_id,
+                    order_id: record.order.id,
                     customer_id: record.order.customer_id.clone(),
                     payment_request_id: payment.payment_request_id.clone(),
                     amount: payment.amount,
                     order_name: record.order.name(),
-                    authorization: self.authorization(&record, &payment).await?,
+                    authorization: self.authorization(record, payment).await?,
                     scenario,
                 };
                 match decide_approval(self.payments.approve(&request).await) {
@@ -198,47 +229,44 @@ impl Orchestrator {
                 }
             }
             Err(_) => None,
-        };
-        if let Some(confirmation) = confirmation {
-            let answer = format!("{confirmation:?}");
-            match self.apply_confirmation(record, confirmation, actor, "reconciliation").await? {
-                Some(record) => {
-                    let record = self.drive(record, actor).await?;
-                    return Ok(Reconciled::Resolved(Box::new(record)));
-                }
-                // Not resolved: the answer cannot be stored. Count the attempt like an
-                // inconclusive look-up, so the loop ends with an operator, not forever.
-                None => tracing::error!(order = %order_id, %answer, "reconciled answer cannot be stored"),
-            }
-        }
-        // Still unknown: count the attempt, back off, and hand over when out of attempts.
-        let now = self.clock.now();
-        let mut payment = payment;
-        let n = payment.reconcile_attempts.max(0).unsigned_abs();
-        let next = now + crate::domain::backoff::doubled(retry_after, n, crate::domain::backoff::A_YEAR);
-        payment.record_reconcile_attempt(next, now).map_err(broken_invariant)?;
-        let exhausted = payment.reconcile_attempts >= max_attempts;
-        let mut changes = Changes::default();
-        changes.update_payment(&mut payment);
-        if exhausted {
-            let detail = format!(
-                "outcome still unknown after {} look-ups; an operator must decide",
-                payment.reconcile_attempts
-            );
-            changes.step(order_id, SagaStep::Payment, StepStatus::Ready, Some(detail.clone()), now);
-            changes.audit.push(audit::record(
-                AuditAction::ReconciliationExhausted,
-                entity::ORDER,
-                order_id,
-                actor,
-                Some(detail),
-                now,
-            ));
-        }
-        match self.uow.commit(changes).await {
-            Ok(()) | Err(RepoError::Conflict) => {}
-            Err(err) => return Err(err.into()),
-        }
-        Ok(if exhausted { Reconciled::Exhausted } else { Reconciled::StillUnknown })
+        })
     }
+}
+
+/// A look-up that settled nothing: the attempt counted, the next one scheduled (doubling
+/// from `retry_after`), and once `max_attempts` are spent the payment step handed to an
+/// operator (`READY`, audited). Returns the writes and whether the attempts are spent.
+///
+/// # Errors
+/// `Internal` if the payment does not allow the attempt (a bug).
+fn unknown_attempt(
+    mut payment: Payment,
+    max_attempts: i32,
+    retry_after: chrono::Duration,
+    actor: &Actor,
+    now: DateTime<Utc>,
+) -> Result<(Changes, bool), AppError> {
+    let order_id = payment.order_id;
+    let n = payment.reconcile_attempts.max(0).unsigned_abs();
+    let next = now + crate::domain::backoff::doubled(retry_after, n, crate::domain::backoff::A_YEAR);
+    payment.record_reconcile_attempt(next, now).map_err(broken_invariant)?;
+    let exhausted = payment.reconcile_attempts >= max_attempts;
+    let mut changes = Changes::default();
+    changes.update_payment(&mut payment);
+    if exhausted {
+        let detail = format!(
+            "outcome still unknown after {} look-ups; an operator must decide",
+            payment.reconcile_attempts
+        );
+        changes.step(order_id, SagaStep::Payment, StepStatus::Ready, Some(detail.clone()), now);
+        changes.audit.push(audit::record(
+            AuditAction::ReconciliationExhausted,
+            entity::ORDER,
+            order_id,
+            actor,
+            Some(detail),
+            now,
+        ));
+    }
+    Ok((changes, exhausted))
 }
