@@ -12,8 +12,8 @@ use crate::application::envelopes::EventWriter;
 use crate::application::ports::{ApprovalOutcome, Changes, GatewayError, OrderRecord};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
-use crate::domain::order::{FailureReason, FailureStage, SagaStep, StepStatus};
-use crate::domain::payment::{AUTHORIZATION_MISMATCH, Payment, PaymentStatus};
+use crate::domain::order::{FailureReason, FailureStage, Order, OrderEvent, SagaStep, StepStatus};
+use crate::domain::payment::{AUTHORIZATION_MISMATCH, Payment, PaymentEvent, PaymentStatus};
 
 /// What an approval answer means for the saga.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,22 +62,24 @@ pub fn decide_approval(answer: Result<ApprovalOutcome, GatewayError>) -> Approva
     }
 }
 
-/// What `decision` means for `payment` (the attempt's, `REQUESTED`; `stored` when its row
-/// exists) and the order: the step's outcome, and its detail (kept for an outcome that
-/// cannot be stored).
-///
-/// # Errors
-/// `Internal` if the stored state does not allow the transition (a bug).
-pub(super) fn decide(
-    record: &OrderRecord,
-    mut payment: Payment,
-    stored: bool,
+/// What an approval decision moves: the payment and the order, by their transitions.
+struct Moves {
+    payment_events: Vec<PaymentEvent>,
+    order_events: Vec<OrderEvent>,
+    step: StepStatus,
+    detail: String,
+    progress: Progress,
+    audit_action: Option<AuditAction>,
+    /// Whether the payment row is written (not when the provider could not be asked).
+    write_payment: bool,
+}
+
+fn moves(
+    order: &mut Order,
+    payment: &mut Payment,
     decision: ApprovalDecision,
-    actor: &Actor,
     now: DateTime<Utc>,
-) -> Result<(StepOutcome, String), AppError> {
-    let mut order = record.order.clone();
-    let mut changes = Changes::default();
+) -> Result<Moves, AppError> {
     let (payment_events, order_events, step, detail, progress, audit_action, write_payment);
     match decision {
         ApprovalDecision::Approved { provider_transaction_id } => {
@@ -120,6 +122,27 @@ pub(super) fn decide(
                 (StepStatus::Failed, Progress::Stop, Some(AuditAction::PaymentProviderUnavailable), false);
         }
     }
+    Ok(Moves { payment_events, order_events, step, detail, progress, audit_action, write_payment })
+}
+
+/// What `decision` means for `payment` (the attempt's, `REQUESTED`; `stored` when its row
+/// exists) and the order: the step's outcome, and its detail (kept for an outcome that
+/// cannot be stored).
+///
+/// # Errors
+/// `Internal` if the stored state does not allow the transition (a bug).
+pub(super) fn decide(
+    record: &OrderRecord,
+    mut payment: Payment,
+    stored: bool,
+    decision: ApprovalDecision,
+    actor: &Actor,
+    now: DateTime<Utc>,
+) -> Result<(StepOutcome, String), AppError> {
+    let mut order = record.order.clone();
+    let mut changes = Changes::default();
+    let Moves { payment_events, order_events, step, detail, progress, audit_action, write_payment } =
+        moves(&mut order, &mut payment, decision, now)?;
     if write_payment {
         if stored {
             changes.update_payment(&mut payment);

@@ -142,7 +142,6 @@ impl Orchestrator {
     ) -> Result<OrderRecord, AppError> {
         let mut moved = moved == Moved::Already;
         for _ in 0..MAX_STEPS_PER_RUN {
-            let started = std::time::Instant::now();
             let action = next_action_of(&record);
             // The step's label (metrics) and its span's name.
             let (step, name) = match action {
@@ -157,33 +156,7 @@ impl Orchestrator {
                 NextAction::SendNotification => ("notification", "saga notification"),
                 NextAction::Compensate => ("compensation", "saga compensation"),
             };
-            // One span per step (a child of the request's or message's trace).
-            let span = tracing::info_span!("saga.step", otel.name = name, step, order = %record.order.id);
-            let result = async {
-                match action {
-                    NextAction::ApprovePayment { attempt } => {
-                        self.approve_payment(&mut record, attempt, actor, run).await
-                    }
-                    NextAction::RequestSettlement => self.request_settlement(&mut record, actor, run).await,
-                    NextAction::SendNotification => self.send_notification(&mut record, actor, run).await,
-                    _ => self.compensate(&mut record, actor, run).await,
-                }
-            }
-            .instrument(span)
-            .await;
-            // What became of the step: the saga moved on, stopped there (a final or waiting
-            // state), lost a race (re-decided), or failed (a dependency down).
-            let outcome = match &result {
-                Ok(Progress::Continue) => "continued",
-                Ok(Progress::Stop) => "stopped",
-                Ok(Progress::Reload) => "raced",
-                Err(_) => "error",
-            };
-            let elapsed = started.elapsed().as_secs_f64();
-            self.meter.record(|| {
-                metrics::counter!("saga_steps_total", "step" => step, "outcome" => outcome).increment(1);
-                metrics::histogram!("saga_step_duration_seconds", "step" => step).record(elapsed);
-            });
+            let result = self.step(&mut record, action, (step, name), actor, run).await;
             let progress = match result {
                 Ok(progress) => progress,
                 Err(err) if moved && err.is_transient() => {
@@ -202,6 +175,45 @@ impl Orchestrator {
             }
         }
         Ok(record)
+    }
+
+    /// Runs one step in its span (a child of the request's or message's trace), timed and
+    /// counted by what became of it: the saga moved on, stopped there (a final or waiting
+    /// state), lost a race (re-decided), or failed (a dependency down).
+    async fn step(
+        &self,
+        record: &mut OrderRecord,
+        action: NextAction,
+        (step, name): (&'static str, &'static str),
+        actor: &Actor,
+        run: &Run<'_>,
+    ) -> Result<Progress, AppError> {
+        let started = std::time::Instant::now();
+        let span = tracing::info_span!("saga.step", otel.name = name, step, order = %record.order.id);
+        let result = async {
+            match action {
+                NextAction::ApprovePayment { attempt } => {
+                    self.approve_payment(record, attempt, actor, run).await
+                }
+                NextAction::RequestSettlement => self.request_settlement(record, actor, run).await,
+                NextAction::SendNotification => self.send_notification(record, actor, run).await,
+                _ => self.compensate(record, actor, run).await,
+            }
+        }
+        .instrument(span)
+        .await;
+        let outcome = match &result {
+            Ok(Progress::Continue) => "continued",
+            Ok(Progress::Stop) => "stopped",
+            Ok(Progress::Reload) => "raced",
+            Err(_) => "error",
+        };
+        let elapsed = started.elapsed().as_secs_f64();
+        self.meter.record(|| {
+            metrics::counter!("saga_steps_total", "step" => step, "outcome" => outcome).increment(1);
+            metrics::histogram!("saga_step_duration_seconds", "step" => step).record(elapsed);
+        });
+        result
     }
 
     pub(super) async fn approve_payment(

@@ -15,7 +15,7 @@ use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::notification::RetryPolicy;
 use crate::domain::order::{FailureReason, FailureStage, SagaStep, StepStatus};
-use crate::domain::settlement::{Settlement, SettlementStatus};
+use crate::domain::settlement::{Settlement, SettlementEvent, SettlementStatus};
 
 /// What `answer` means for `settlement` (stored, `REQUESTED`) and the order.
 ///
@@ -35,56 +35,38 @@ pub(super) fn decide(
         Ok(answer) => answer,
         Err(err) => SettlementOutcome::Retry { reason: err.to_string(), retry_after: None },
     };
-    let (settlement_events, order_events, step, detail, progress) = match answer {
+    let (settlement_events, order_events, step, detail, progress, audited) = match answer {
         SettlementOutcome::Succeeded => (
             settlement.succeed(now).map_err(broken_invariant)?,
             order.request_settlement(now).map_err(broken_invariant)?,
             StepStatus::Success,
             "settled".to_string(),
             Progress::Continue,
+            None,
         ),
         SettlementOutcome::Failed { reason } => {
             let detail = format!("settlement failed: {reason}");
-            changes.audit.push(audit::record(
-                AuditAction::SettlementFailed,
-                entity::ORDER,
-                order.id,
-                actor,
-                Some(detail.clone()),
-                now,
-            ));
+            let failed = order.fail(FailureStage::Settlement, FailureReason::SettlementFailed, now);
+            let events = settlement.fail(reason, now).map_err(broken_invariant)?;
+            let failed = failed.map_err(broken_invariant)?;
             (
-                settlement.fail(reason, now).map_err(broken_invariant)?,
-                order
-                    .fail(FailureStage::Settlement, FailureReason::SettlementFailed, now)
-                    .map_err(broken_invariant)?,
+                events,
+                failed,
                 StepStatus::Failed,
                 detail,
                 Progress::Continue,
+                Some(AuditAction::SettlementFailed),
             )
         }
         SettlementOutcome::Retry { reason, retry_after } => {
-            let not_before = retry_after.and_then(|d| chrono::Duration::from_std(d).ok());
-            let events =
-                settlement.defer(reason.clone(), retry, not_before, now).map_err(broken_invariant)?;
-            let (action, next) = match settlement.next_attempt_at {
-                Some(at) => (AuditAction::SettlementDeferred, format!("tried again at {}", at.to_rfc3339())),
-                None => (AuditAction::SettlementAwaitingOperator, "waiting for an operator".to_owned()),
-            };
-            let detail =
-                format!("settlement not delivered (attempt {}): {reason}; {next}", settlement.attempts);
-            changes.audit.push(audit::record(
-                action,
-                entity::ORDER,
-                order.id,
-                actor,
-                Some(detail.clone()),
-                now,
-            ));
+            let (events, action, detail) = defer(&mut settlement, reason, retry_after, retry, now)?;
             // The order stays PAYMENT_APPROVED: nothing is compensated for an outage.
-            (events, Vec::new(), StepStatus::Ready, detail, Progress::Stop)
+            (events, Vec::new(), StepStatus::Ready, detail, Progress::Stop, Some(action))
         }
     };
+    if let Some(action) = audited {
+        changes.audit.push(audit::record(action, entity::ORDER, order.id, actor, Some(detail.clone()), now));
+    }
     // Unchanged by a deferral, but written all the same: the write fences the step's commit
     // and carries the saga lease's release.
     changes.update_order(&mut order);
@@ -96,6 +78,26 @@ pub(super) fn decide(
     let mut outcome = StepOutcome::new(changes, order, progress);
     outcome.settlement = Some(settlement);
     Ok(outcome)
+}
+
+/// A settlement not delivered: deferred by the retry policy (not before the other side's
+/// `Retry-After`), or, its attempts spent, left for an operator; the audit action and detail
+/// that say which.
+fn defer(
+    settlement: &mut Settlement,
+    reason: String,
+    retry_after: Option<std::time::Duration>,
+    retry: &RetryPolicy,
+    now: DateTime<Utc>,
+) -> Result<(Vec<SettlementEvent>, AuditAction, String), AppError> {
+    let not_before = retry_after.and_then(|d| chrono::Duration::from_std(d).ok());
+    let events = settlement.defer(reason.clone(), retry, not_before, now).map_err(broken_invariant)?;
+    let (action, next) = match settlement.next_attempt_at {
+        Some(at) => (AuditAction::SettlementDeferred, format!("tried again at {}", at.to_rfc3339())),
+        None => (AuditAction::SettlementAwaitingOperator, "waiting for an operator".to_owned()),
+    };
+    let detail = format!("settlement not delivered (attempt {}): {reason}; {next}", settlement.attempts);
+    Ok((events, action, detail))
 }
 
 /// Once committed: a settlement whose attempts ran out is logged at WARN, the line an
