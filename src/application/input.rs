@@ -20,6 +20,72 @@ pub enum JsonError {
     DuplicateKey(String),
 }
 
+/// One value being parsed at `path`, and the first key found twice so far.
+struct Walk<'a> {
+    path: String,
+    found: &'a std::cell::RefCell<Option<String>>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Walk<'_> {
+    type Value = Value;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Walk<'_> {
+    type Value = Value;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("JSON")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let path = if self.path.is_empty() { key.clone() } else { format!("{}.{key}", self.path) };
+            let value = map.next_value_seed(Walk { path: path.clone(), found: self.found })?;
+            if object.contains_key(&key) {
+                self.found.borrow_mut().get_or_insert(path);
+            } else {
+                object.insert(key, value);
+            }
+        }
+        Ok(Value::Object(object))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq
+            .next_element_seed(Walk { path: format!("{}[{}]", self.path, items.len()), found: self.found })?
+        {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+}
+
 /// Parses a JSON document, refusing one with a key given twice in an object: a parsed
 /// `Value` would keep the last of two equal keys (`{"amount":15000,"amount":1}` charged 1),
 /// so the one parse that builds the value also watches for them.
@@ -28,76 +94,8 @@ pub enum JsonError {
 /// [`JsonError::Malformed`] for text that is not JSON (trailing characters included);
 /// [`JsonError::DuplicateKey`] naming the first key given twice.
 pub fn parse_json(bytes: &[u8]) -> Result<Value, JsonError> {
-    use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
-    use std::cell::RefCell;
-
-    struct Walk<'a> {
-        path: String,
-        found: &'a RefCell<Option<String>>,
-    }
-
-    impl<'de> DeserializeSeed<'de> for Walk<'_> {
-        type Value = Value;
-        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-            d.deserialize_any(self)
-        }
-    }
-
-    impl<'de> Visitor<'de> for Walk<'_> {
-        type Value = Value;
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("JSON")
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-            let mut object = serde_json::Map::new();
-            while let Some(key) = map.next_key::<String>()? {
-                let path = if self.path.is_empty() { key.clone() } else { format!("{}.{key}", self.path) };
-                let value = map.next_value_seed(Walk { path: path.clone(), found: self.found })?;
-                if object.contains_key(&key) {
-                    self.found.borrow_mut().get_or_insert(path);
-                } else {
-                    object.insert(key, value);
-                }
-            }
-            Ok(Value::Object(object))
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-            let mut items = Vec::new();
-            while let Some(item) = seq.next_element_seed(Walk {
-                path: format!("{}[{}]", self.path, items.len()),
-                found: self.found,
-            })? {
-                items.push(item);
-            }
-            Ok(Value::Array(items))
-        }
-        fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-            Ok(Value::Bool(v))
-        }
-        fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-            Ok(Value::from(v))
-        }
-        fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-            Ok(Value::from(v))
-        }
-        fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-            Ok(Value::from(v))
-        }
-        fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-            Ok(Value::String(v.to_owned()))
-        }
-        fn visit_string<E>(self, v: String) -> Result<Value, E> {
-            Ok(Value::String(v))
-        }
-        fn visit_unit<E>(self) -> Result<Value, E> {
-            Ok(Value::Null)
-        }
-        fn visit_none<E>(self) -> Result<Value, E> {
-            Ok(Value::Null)
-        }
-    }
-
-    let found = RefCell::new(None);
+    use serde::de::DeserializeSeed;
+    let found = std::cell::RefCell::new(None);
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value =
         Walk { path: String::new(), found: &found }.deserialize(&mut de).map_err(JsonError::Malformed)?;

@@ -20,15 +20,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::application::audit::{self, entity};
 use crate::application::envelopes::EventWriter;
-use crate::application::orchestration::notify::apply_send_result;
+use crate::application::orchestration::notify::{apply_send_result, request_of};
 use crate::application::ports::{
-    Changes, Clock, NotificationRepository, NotificationRequest, Notifier, OrderRecord, OrderRepository,
-    RepoError, UnitOfWork,
+    Changes, Clock, NotificationRepository, Notifier, OrderRecord, OrderRepository, RepoError, UnitOfWork,
 };
 use crate::application::{Actor, AppError};
 use crate::domain::ids::NotificationId;
 use crate::domain::notification::{Notification, NotificationStatus, RetryPolicy};
-use crate::domain::order::{FailureStage, Order, OrderEvent, OrderStatus, SagaStep, StepStatus};
+use crate::domain::order::{FailureStage, Order, OrderStatus, SagaStep, StepStatus};
 
 #[derive(Debug, Clone)]
 pub struct NotificationRetrySettings {
@@ -145,18 +144,7 @@ impl NotificationRetry {
         }
         record.notification = Some(notification.clone());
 
-        let request = NotificationRequest {
-            notification_id: notification.id,
-            order_id: record.order.id,
-            order_number: record.order.number,
-            event_type: OrderEvent::Completed.event_type(),
-            order_status: OrderStatus::Completed.as_str(),
-            amount: record.order.total,
-            customer_id: record.order.customer_id.clone(),
-            recipient: record.context.customer_email.clone(),
-            attempt: notification.attempts + 1,
-            scenario: record.context.scenario,
-        };
+        let request = request_of(&record, &notification);
         let result = self.notifier.send(&request).await;
         let now = self.clock.now();
         let outcome =

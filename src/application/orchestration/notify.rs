@@ -6,13 +6,30 @@ use chrono::{DateTime, Utc};
 
 use crate::application::audit::{self, entity};
 use crate::application::envelopes::EventWriter;
-use crate::application::ports::{Changes, NotifyFailure, OrderRecord};
+use crate::application::ports::{Changes, NotificationRequest, NotifyFailure, OrderRecord};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::notification::{FailurePolicy, Notification, NotificationEvent, RetryPolicy};
 use crate::domain::order::{
     FailureReason, FailureStage, Order, OrderEvent, OrderStatus, SagaStep, StepStatus,
 };
+
+/// What the notifier is asked to send for `record`'s `notification`: the completed order,
+/// as this attempt (the first is 1).
+pub fn request_of(record: &OrderRecord, notification: &Notification) -> NotificationRequest {
+    NotificationRequest {
+        notification_id: notification.id,
+        order_id: record.order.id,
+        order_number: record.order.number,
+        event_type: OrderEvent::Completed.event_type(),
+        order_status: OrderStatus::Completed.as_str(),
+        amount: record.order.total,
+        customer_id: record.order.customer_id.clone(),
+        recipient: record.context.customer_email.clone(),
+        attempt: notification.attempts + 1,
+        scenario: record.context.scenario,
+    }
+}
 
 /// The writes of one send's outcome, and the aggregates as they will be once committed.
 pub struct SendOutcome {

@@ -6,17 +6,17 @@ use crate::application::commit;
 use crate::application::error::{Chain, broken_invariant};
 use tracing::Instrument;
 
-use crate::application::orchestration::notify::apply_send_result;
+use crate::application::orchestration::notify::{apply_send_result, request_of};
 use crate::application::orchestration::outcome::{Moved, Progress, StepOutcome, with_next_intent};
 use crate::application::orchestration::payment::{self, decide_approval};
 use crate::application::orchestration::steps::{NextAction, next_action, next_action_of};
 use crate::application::orchestration::{compensation, settlement};
 use crate::application::ports::{
-    ApprovePayment, CancelPayment, Changes, NotificationRequest, Numbered, OrderRecord, SettlementRequest,
+    ApprovePayment, CancelPayment, Changes, Numbered, OrderRecord, SettlementRequest,
 };
 use crate::application::{Actor, AppError};
 use crate::domain::notification::Notification;
-use crate::domain::order::{Order, OrderEvent, OrderStatus};
+use crate::domain::order::Order;
 use crate::domain::payment::{Payment, PaymentStatus};
 use crate::domain::settlement::Settlement;
 
@@ -354,18 +354,7 @@ impl Orchestrator {
                 notification
             }
         };
-        let request = NotificationRequest {
-            notification_id: notification.id,
-            order_id: record.order.id,
-            order_number: record.order.number,
-            event_type: OrderEvent::Completed.event_type(),
-            order_status: OrderStatus::Completed.as_str(),
-            amount: record.order.total,
-            customer_id: record.order.customer_id.clone(),
-            recipient: record.context.customer_email.clone(),
-            attempt: 1,
-            scenario: record.context.scenario,
-        };
+        let request = request_of(record, &notification);
         let result = self.notifier.send(&request).await;
         let retry = &self.settings.notification_retry;
         let now = self.clock.now();

@@ -382,37 +382,42 @@ impl<'a> Pipeline<'a> {
                 }
                 Wake::Verdicts(slots, outcomes) => self.take_verdicts(slots, outcomes),
                 Wake::Idle => {}
-                Wake::Db(turn) => {
-                    self.db = None;
-                    match turn {
-                        DbTurn::Read(Ok(Some(round))) => self.admit(round),
-                        DbTurn::Read(Ok(None)) => self.dry = true,
-                        DbTurn::LanesChanged => {
-                            self.dry = true;
-                            self.lanes_changed = true;
-                        }
-                        // A failed read ends the reading, not the pipeline: what is on the
-                        // wire gets its verdicts and its record, so it is not sent again.
-                        DbTurn::Read(Err(err)) => {
-                            tracing::warn!(error = %crate::application::error::Chain(&err), "outbox read failed; recording what was sent before it");
-                            self.dry = true;
-                            self.read_failed.get_or_insert(err);
-                        }
-                        DbTurn::Recorded(Err(err)) => {
-                            // The record's own batches are counted by it; those behind it
-                            // cannot be recorded before it, and are sent again too.
-                            let resent: usize = self.batches.iter().map(Batch::reached_broker).sum();
-                            self.relay.resending(Resend::RecordFailed, resent);
-                            return Err(err);
-                        }
-                        DbTurn::Recorded(Ok((report, fenced))) => {
-                            self.lost.extend(fenced);
-                            self.total.add(report);
-                        }
-                    }
-                }
+                Wake::Db(turn) => self.db_turn(turn)?,
             }
         }
+    }
+
+    /// What the database's turn did: a read admitted (or the lanes found dry or changed), a
+    /// record's report taken; a failed read ends the reading, a failed record the run.
+    fn db_turn(&mut self, turn: DbTurn) -> Result<(), RelayError> {
+        self.db = None;
+        match turn {
+            DbTurn::Read(Ok(Some(round))) => self.admit(round),
+            DbTurn::Read(Ok(None)) => self.dry = true,
+            DbTurn::LanesChanged => {
+                self.dry = true;
+                self.lanes_changed = true;
+            }
+            // A failed read ends the reading, not the pipeline: what is on the wire gets its
+            // verdicts and its record, so it is not sent again.
+            DbTurn::Read(Err(err)) => {
+                tracing::warn!(error = %crate::application::error::Chain(&err), "outbox read failed; recording what was sent before it");
+                self.dry = true;
+                self.read_failed.get_or_insert(err);
+            }
+            DbTurn::Recorded(Err(err)) => {
+                // The record's own batches are counted by it; those behind it cannot be
+                // recorded before it, and are sent again too.
+                let resent: usize = self.batches.iter().map(Batch::reached_broker).sum();
+                self.relay.resending(Resend::RecordFailed, resent);
+                return Err(err);
+            }
+            DbTurn::Recorded(Ok((report, fenced))) => {
+                self.lost.extend(fenced);
+                self.total.add(report);
+            }
+        }
+        Ok(())
     }
 
     /// The lease runs short of the time a send may take: nothing more goes out. What is on

@@ -275,52 +275,8 @@ impl OutboxRelay {
         let mut next_retry: Option<DateTime<Utc>> = None;
         let mut retry_read_at: Option<Instant> = None;
         while !stop.is_cancelled() {
-            // A relay round as a span: its rounds show beside the events' publish spans (which
-            // belong to the traces of the requests that wrote them).
-            let round = tracing::info_span!("outbox.relay", otel.name = "outbox relay round");
-            match self.drain(&stop).instrument(round).await {
-                Ok(report) => {
-                    failures = 0;
-                    if let Some(p) = &self.progress {
-                        p.ok(RELAY_LOOP);
-                    }
-                    if let Some(at) = report.next_retry_at {
-                        next_retry = Some(next_retry.map_or(at, |t| t.min(at)));
-                    }
-                }
-                Err(err) => {
-                    failures = failures.saturating_add(1);
-                    if let Some(p) = &self.progress {
-                        p.failed(RELAY_LOOP, Chain(&err));
-                    }
-                    if failures == 1 || failures.is_power_of_two() {
-                        tracing::error!(error = %Chain(&err), failures, "outbox relay round failed");
-                    }
-                }
-            }
-            // A drain runs until its lanes are dry: what commits later wakes this relay
-            // (a wake-up that came during the drain is kept, so the wait below ends at once).
-            let now = self.clock.now();
-            if next_retry.is_some_and(|t| t <= now) {
-                next_retry = None;
-            }
-            // Retries scheduled by any worker (or recovered from a dead one's lease), not only
-            // this one's: the earliest due one bounds the idle sleep (read at most every
-            // `RETRY_READ_EVERY`).
-            if retry_read_at.is_none_or(|at| at.elapsed() >= RETRY_READ_EVERY) {
-                retry_read_at = Some(Instant::now());
-                match self.store.next_retry_at().await {
-                    Ok(Some(at)) => next_retry = Some(next_retry.map_or(at, |t| t.min(at))),
-                    Ok(None) => {}
-                    Err(err) => tracing::warn!(error = %Chain(&err), "cannot read the next retry; polling"),
-                }
-            }
-            let mut pause = self.settings.poll_interval;
-            if let Some(at) = next_retry {
-                let until = (at - now).to_std().unwrap_or_default();
-                pause =
-                    pause.min(until.max(StdDuration::from_millis(10))).min(self.settings.retry_poll_interval);
-            }
+            self.round(&stop, &mut failures, &mut next_retry).await;
+            let pause = self.idle_pause(&mut next_retry, &mut retry_read_at).await;
             if failures > 0 {
                 // A failing database or broker: back off, with jitter, up to the poll
                 // interval, whatever the lanes' state (a relay that never leased any has no
@@ -332,9 +288,6 @@ impl OutboxRelay {
                 }
                 continue;
             }
-            // Idle: sleep no longer than the next lane renewal, so that rebalancing and the
-            // lease never wait on the poll interval.
-            pause = pause.min(self.until_renewal().max(StdDuration::from_millis(10)));
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = self.wake.notified() => {
@@ -350,6 +303,70 @@ impl OutboxRelay {
             }
         }
         self.release().await;
+    }
+}
+
+impl OutboxRelay {
+    /// One round: drained until its lanes are dry (as a span, beside the events' publish
+    /// spans, which belong to the traces of the requests that wrote them), its health and
+    /// its earliest retry noted; a failure counted and logged (the first, then each power of
+    /// two).
+    async fn round(
+        &self,
+        stop: &CancellationToken,
+        failures: &mut u32,
+        next_retry: &mut Option<DateTime<Utc>>,
+    ) {
+        let round = tracing::info_span!("outbox.relay", otel.name = "outbox relay round");
+        match self.drain(stop).instrument(round).await {
+            Ok(report) => {
+                *failures = 0;
+                if let Some(p) = &self.progress {
+                    p.ok(RELAY_LOOP);
+                }
+                if let Some(at) = report.next_retry_at {
+                    *next_retry = Some(next_retry.map_or(at, |t| t.min(at)));
+                }
+            }
+            Err(err) => {
+                *failures = failures.saturating_add(1);
+                if let Some(p) = &self.progress {
+                    p.failed(RELAY_LOOP, Chain(&err));
+                }
+                if *failures == 1 || failures.is_power_of_two() {
+                    tracing::error!(error = %Chain(&err), failures = *failures, "outbox relay round failed");
+                }
+            }
+        }
+    }
+
+    /// How long an idle relay may sleep: the poll interval, bounded by the next scheduled
+    /// retry (any worker's, not only this one's: read at most every `RETRY_READ_EVERY`) and
+    /// by the next lane renewal, so that rebalancing and the lease never wait on the poll
+    /// interval. What committed since the drain wakes it earlier.
+    async fn idle_pause(
+        &self,
+        next_retry: &mut Option<DateTime<Utc>>,
+        retry_read_at: &mut Option<Instant>,
+    ) -> StdDuration {
+        let now = self.clock.now();
+        if next_retry.is_some_and(|t| t <= now) {
+            *next_retry = None;
+        }
+        if retry_read_at.is_none_or(|at| at.elapsed() >= RETRY_READ_EVERY) {
+            *retry_read_at = Some(Instant::now());
+            match self.store.next_retry_at().await {
+                Ok(Some(at)) => *next_retry = Some(next_retry.map_or(at, |t| t.min(at))),
+                Ok(None) => {}
+                Err(err) => tracing::warn!(error = %Chain(&err), "cannot read the next retry; polling"),
+            }
+        }
+        let mut pause = self.settings.poll_interval;
+        if let Some(at) = *next_retry {
+            let until = (at - now).to_std().unwrap_or_default();
+            pause = pause.min(until.max(StdDuration::from_millis(10))).min(self.settings.retry_poll_interval);
+        }
+        pause.min(self.until_renewal().max(StdDuration::from_millis(10)))
     }
 }
 
