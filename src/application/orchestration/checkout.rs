@@ -55,6 +55,14 @@ fn check_payment_key(key: &str) -> Result<(), AppError> {
     }
 }
 
+/// What became of an authorization under the lease.
+enum Authorized {
+    /// Committed, and the saga ran as far as it goes now.
+    Ran(OrderRecord),
+    /// The order had moved on before the lease was ours: resumed as it stands.
+    Moved(OrderRecord),
+}
+
 /// What a widget's authorization may do to an order, decided from the order as it stands.
 #[derive(Debug)]
 enum Admission {
@@ -213,25 +221,29 @@ impl Orchestrator {
         order_id: OrderId,
         cmd: PayOrder,
     ) -> Result<OrderRecord, AppError> {
-        let Some(lease) = self.leases.take(order_id).await? else {
-            return Err(AppError::order_busy());
+        let held = self
+            .holding_run(order_id, async move |run| {
+                // Read again under the lease: the window's expiry or another authorization
+                // may have been committed meanwhile (then: resumed, once the lease is back).
+                let mut fresh = self.load(order_id).await?;
+                if fresh.order.status != OrderStatus::AwaitingPayment || fresh.payment.is_some() {
+                    return Ok(Authorized::Moved(fresh));
+                }
+                let number = self.number(crate::application::ports::Numbered::Payment).await?;
+                let (changes, order, payment) =
+                    intent(&fresh, cmd.payment_key, number, actor, self.clock.now());
+                if !self.commit(changes).await? {
+                    return Err(AppError::order_busy());
+                }
+                fresh.order = order;
+                fresh.payment = Some(payment);
+                self.drive_run(fresh, actor, run, Moved::Already).await.map(Authorized::Ran)
+            })
+            .await?;
+        let record = match held.ok_or_else(AppError::order_busy)?? {
+            Authorized::Ran(record) => record,
+            Authorized::Moved(fresh) => return self.resume(fresh, actor).await,
         };
-        // Read again under the lease: the window's expiry or another authorization may have
-        // been committed meanwhile.
-        let mut fresh = self.load(order_id).await?;
-        if fresh.order.status != OrderStatus::AwaitingPayment || fresh.payment.is_some() {
-            self.leases.release(order_id, &lease.owner).await;
-            return self.resume(fresh, actor).await;
-        }
-        let number = self.number(crate::application::ports::Numbered::Payment).await?;
-        let (changes, order, payment) = intent(&fresh, cmd.payment_key, number, actor, self.clock.now());
-        if !self.commit(changes).await? {
-            self.leases.release(order_id, &lease.owner).await;
-            return Err(AppError::order_busy());
-        }
-        fresh.order = order;
-        fresh.payment = Some(payment);
-        let record = self.run_leased(fresh, actor, lease, Moved::Already).await?;
         let refused =
             record.payment.as_ref().and_then(|p| p.decline_code.as_deref()) == Some(AUTHORIZATION_MISMATCH);
         if refused {
@@ -266,10 +278,14 @@ impl Orchestrator {
     /// Fails one order whose window ran out, under its saga lease; `false` when it is busy
     /// or no longer waiting.
     async fn expire(&self, order_id: OrderId) -> Result<bool, AppError> {
-        let Some(lease) = self.leases.take(order_id).await? else { return Ok(false) };
+        let held = self.leases.holding(order_id, async move |_| self.expire_held(order_id).await).await?;
+        held.unwrap_or(Ok(false))
+    }
+
+    /// [`Self::expire`] under the order's lease.
+    async fn expire_held(&self, order_id: OrderId) -> Result<bool, AppError> {
         let record = self.load(order_id).await?;
         if record.order.status != OrderStatus::AwaitingPayment || record.payment.is_some() {
-            self.leases.release(order_id, &lease.owner).await;
             return Ok(false);
         }
         let now = self.clock.now();
@@ -297,12 +313,7 @@ impl Orchestrator {
         let mut writer = EventWriter::new(&order, &record, now);
         writer.order(&events);
         changes.outbox = writer.finish();
-        changes.release_saga = Some(lease.owner.clone());
-        if self.commit(changes).await? {
-            return Ok(true);
-        }
-        self.leases.release(order_id, &lease.owner).await;
-        Ok(false)
+        self.commit(changes).await
     }
 }
 

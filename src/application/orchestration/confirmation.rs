@@ -55,10 +55,7 @@ impl Orchestrator {
         confirmation: Confirmation,
         source: &str,
     ) -> Result<Option<OrderRecord>, AppError> {
-        let Some(lease) = self.leases.take(order_id).await? else {
-            return Ok(None);
-        };
-        let result = async {
+        let held = self.leases.holding(order_id, async move |_| {
             let record = self.load(order_id).await?;
             let pending =
                 record.payment.as_ref().is_some_and(|p| p.status == PaymentStatus::ConfirmationRequired);
@@ -71,10 +68,8 @@ impl Orchestrator {
                 // reconciliation (bounded) asks meanwhile.
                 None => Err(AppError::unavailable("the provider's answer cannot be stored")),
             }
-        }
-        .await;
-        self.leases.release(order_id, &lease.owner).await;
-        result.map(Some)
+        });
+        held.await?.transpose()
     }
 
     /// Applies a final answer to a `CONFIRMATION_REQUIRED` payment. `Ok(None)`: the answer
@@ -141,12 +136,9 @@ impl Orchestrator {
         max_attempts: i32,
         retry_after: chrono::Duration,
     ) -> Result<Reconciled, AppError> {
-        let Some(lease) = self.leases.take(order_id).await? else {
-            return Ok(Reconciled::Busy);
-        };
-        let result = self.reconcile_leased(actor, order_id, max_attempts, retry_after).await;
-        self.leases.release(order_id, &lease.owner).await;
-        result
+        let reconcile =
+            async move |_: &_| self.reconcile_leased(actor, order_id, max_attempts, retry_after).await;
+        self.leases.holding(order_id, reconcile).await?.unwrap_or(Ok(Reconciled::Busy))
     }
 
     async fn reconcile_leased(

@@ -271,22 +271,38 @@ impl Orchestrator {
         if next_action_of(&record).runs_nothing() {
             return Ok(record);
         }
-        let Some(lease) = self.leases.take(record.order.id).await? else {
-            return Ok(record);
-        };
-        // The state may have moved on before the lease was ours.
-        let fresh = self.load(record.order.id).await?;
-        self.run_leased(fresh, actor, lease, Moved::NotYet).await
+        let order_id = record.order.id;
+        let resumed = self
+            .holding_run(order_id, async move |run| {
+                // The state may have moved on before the lease was ours.
+                let fresh = self.load(order_id).await?;
+                self.drive_run(fresh, actor, run, Moved::NotYet).await
+            })
+            .await?;
+        resumed.unwrap_or(Ok(record))
     }
 
-    pub(super) async fn run_leased(
+    /// The saga's lease scope: runs `body` holding the order's lease, with a [`Run`] of its
+    /// owner, then gives the lease back — unless the run's last commit gave it back with its
+    /// writes (one write fewer per order). `None`, and `body` not run, while another runner
+    /// holds the order. Every use case that calls an order's providers outside a placement
+    /// runs in this scope (or, for the money's, [`SagaLeases::holding`]): no lease is
+    /// given back by hand.
+    ///
+    /// # Errors
+    /// `Unavailable` when the lease cannot be taken (the database).
+    pub(super) async fn holding_run<T>(
         &self,
-        record: OrderRecord,
-        actor: &Actor,
-        lease: SagaLease,
-        moved: Moved,
-    ) -> Result<OrderRecord, AppError> {
-        self.run_with(record, actor, &lease, &Run::new(Some(&lease.owner)), moved).await
+        order_id: OrderId,
+        body: impl AsyncFnOnce(&Run<'_>) -> T,
+    ) -> Result<Option<T>, AppError> {
+        let Some(lease) = self.leases.take(order_id).await? else { return Ok(None) };
+        let run = Run::new(Some(&lease.owner));
+        let out = body(&run).await;
+        if !run.released() {
+            self.leases.release(order_id, &lease.owner).await;
+        }
+        Ok(Some(out))
     }
 
     async fn run_with(

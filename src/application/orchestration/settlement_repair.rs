@@ -6,6 +6,7 @@
 
 use super::orchestrator::Orchestrator;
 use super::outcome::Moved;
+use super::run::Run;
 use crate::application::audit::{self, entity};
 use crate::application::envelopes::EventWriter;
 use crate::application::error::broken_invariant;
@@ -42,22 +43,27 @@ impl Orchestrator {
         order_id: OrderId,
         by: SettlementRetryBy,
     ) -> Result<Option<OrderRecord>, AppError> {
-        let Some(lease) = self.leases.take(order_id).await? else {
-            return match by {
-                SettlementRetryBy::Schedule => Ok(None),
-                SettlementRetryBy::Operator(_) => Err(AppError::order_busy()),
-            };
-        };
-        let record = match self.load(order_id).await {
-            Ok(record) => record,
-            Err(err) => {
-                self.leases.release(order_id, &lease.owner).await;
-                return Err(err);
-            }
-        };
+        let held =
+            self.holding_run(order_id, async |run| self.retry_held(actor, order_id, &by, run).await).await?;
+        match (held, by) {
+            (Some(result), _) => result,
+            (None, SettlementRetryBy::Schedule) => Ok(None),
+            (None, SettlementRetryBy::Operator(_)) => Err(AppError::order_busy()),
+        }
+    }
+
+    /// [`Self::retry_settlement`] under the order's lease.
+    async fn retry_held(
+        &self,
+        actor: &Actor,
+        order_id: OrderId,
+        by: &SettlementRetryBy,
+        run: &Run<'_>,
+    ) -> Result<Option<OrderRecord>, AppError> {
+        let record = self.load(order_id).await?;
         let now = self.clock.now();
         let mut changes = Changes::default();
-        let moved = match (&by, record.settlement.clone()) {
+        let moved = match (by, record.settlement.clone()) {
             (_, None) => Err(not_waiting("the order has no settlement")),
             (SettlementRetryBy::Schedule, Some(mut s)) => s.claim_retry(now).map(|_| s).map_err(not_waiting),
             (SettlementRetryBy::Operator(reason), Some(mut s)) => s
@@ -75,26 +81,18 @@ impl Orchestrator {
                 })
                 .map_err(not_waiting),
         };
+        let scheduled = matches!(by, SettlementRetryBy::Schedule);
         let mut settlement = match moved {
             Ok(settlement) => settlement,
-            Err(err) => {
-                self.leases.release(order_id, &lease.owner).await;
-                return match by {
-                    SettlementRetryBy::Schedule => Ok(None),
-                    SettlementRetryBy::Operator(_) => Err(err),
-                };
-            }
+            Err(_) if scheduled => return Ok(None),
+            Err(err) => return Err(err),
         };
         changes.update_settlement(&mut settlement);
         if !self.commit(changes).await? {
-            self.leases.release(order_id, &lease.owner).await;
-            return match by {
-                SettlementRetryBy::Schedule => Ok(None),
-                SettlementRetryBy::Operator(_) => Err(AppError::order_busy()),
-            };
+            return if scheduled { Ok(None) } else { Err(AppError::order_busy()) };
         }
         let fresh = self.load(order_id).await?;
-        self.run_leased(fresh, actor, lease, Moved::Already).await.map(Some)
+        self.drive_run(fresh, actor, run, Moved::Already).await.map(Some)
     }
 
     /// An operator confirms the order's waiting settlement was settled (the accounting
@@ -109,8 +107,7 @@ impl Orchestrator {
         order_id: OrderId,
         reason: &str,
     ) -> Result<OrderRecord, AppError> {
-        let Some(lease) = self.leases.take(order_id).await? else { return Err(AppError::order_busy()) };
-        let result = async {
+        let held = self.holding_run(order_id, async move |run| {
             let record = self.load(order_id).await?;
             let now = self.clock.now();
             let mut settlement =
@@ -137,14 +134,9 @@ impl Orchestrator {
             if !self.commit(changes).await? {
                 return Err(AppError::order_busy());
             }
-            Ok(())
-        }
-        .await;
-        if let Err(err) = result {
-            self.leases.release(order_id, &lease.owner).await;
-            return Err(err);
-        }
-        let fresh = self.load(order_id).await?;
-        self.run_leased(fresh, actor, lease, Moved::Already).await
+            let fresh = self.load(order_id).await?;
+            self.drive_run(fresh, actor, run, Moved::Already).await
+        });
+        held.await?.unwrap_or_else(|| Err(AppError::order_busy()))
     }
 }

@@ -31,8 +31,8 @@ use std::sync::Arc;
 use crate::application::AppError;
 use crate::application::orchestration::lease::SagaLeases;
 use crate::application::ports::{
-    Clock, InboxEntry, OrderRecord, OrderRepository, PaymentGateway, PaymentRepository, SagaLease, SagaRuns,
-    Scenario, UnitOfWork,
+    Clock, InboxEntry, OrderRecord, OrderRepository, PaymentGateway, PaymentRepository, SagaRuns, Scenario,
+    UnitOfWork,
 };
 use crate::domain::ids::OrderId;
 use crate::domain::order::OrderStatus;
@@ -131,12 +131,17 @@ impl Refunds {
     ///
     /// # Errors
     /// `NotFound` without such an order; `Conflict` `ORDER_BUSY` while another runner holds it.
-    async fn lease(&self, order_id: OrderId) -> Result<SagaLease, AppError> {
-        match self.leases.take(order_id).await? {
-            Some(lease) => Ok(lease),
-            None if self.orders.get(order_id).await?.is_none() => Err(AppError::NotFound("order")),
-            None => Err(AppError::order_busy()),
+    /// Why the leases of `order_ids` could not be held: one of them does not exist, or
+    /// another runner holds one.
+    async fn not_held(&self, order_ids: &[OrderId]) -> AppError {
+        for order_id in order_ids {
+            match self.orders.get(*order_id).await {
+                Ok(Some(_)) => {}
+                Ok(None) => return AppError::NotFound("order"),
+                Err(err) => return err.into(),
+            }
         }
+        AppError::order_busy()
     }
 
     async fn load(&self, order_id: OrderId) -> Result<OrderRecord, AppError> {

@@ -37,12 +37,8 @@ impl Refunds {
     /// `Conflict` `ORDER_BUSY` while another runner holds the order; `Unavailable` when the
     /// provider or the database fails.
     pub async fn record_provider_refunds(&self, order_id: OrderId) -> Result<ProviderRefunds, AppError> {
-        let Some(lease) = self.leases.take(order_id).await? else {
-            return Err(AppError::order_busy());
-        };
-        let result = self.sync_leased(order_id).await;
-        self.leases.release(order_id, &lease.owner).await;
-        result
+        let held = self.leases.holding(order_id, async move |_| self.sync_leased(order_id).await).await?;
+        held.unwrap_or_else(|| Err(AppError::order_busy()))
     }
 
     pub(super) async fn sync_leased(&self, order_id: OrderId) -> Result<ProviderRefunds, AppError> {

@@ -49,10 +49,16 @@ impl Refunds {
         order_id: OrderId,
         request: RefundRequest,
     ) -> Result<RefundOutcome, AppError> {
-        let lease = self.lease(order_id).await?;
-        let result = self.refund_leased(actor, order_id, request, Restate::Once).await;
-        self.leases.release(order_id, &lease.owner).await;
-        result
+        let held = self
+            .leases
+            .holding(order_id, async move |_| {
+                self.refund_leased(actor, order_id, request, Restate::Once).await
+            })
+            .await?;
+        match held {
+            Some(result) => result,
+            None => Err(self.not_held(&[order_id]).await),
+        }
     }
 
     /// Refunds every order of `requests` as one hold (a meeting deleted, docs/spec.md §7):
@@ -69,26 +75,22 @@ impl Refunds {
         actor: &Actor,
         requests: Vec<(OrderId, RefundRequest)>,
     ) -> Result<Vec<(OrderId, Result<RefundOutcome, AppError>)>, AppError> {
-        let mut held = Vec::with_capacity(requests.len());
-        for (order_id, _) in &requests {
-            match self.lease(*order_id).await {
-                Ok(lease) => held.push((*order_id, lease)),
-                Err(err) => {
-                    for (id, lease) in &held {
-                        self.leases.release(*id, &lease.owner).await;
-                    }
-                    return Err(err);
+        let order_ids: Vec<OrderId> = requests.iter().map(|(order_id, _)| *order_id).collect();
+        let held = self
+            .leases
+            .holding_all(&order_ids, async move || {
+                let mut outcomes = Vec::with_capacity(requests.len());
+                for (order_id, request) in requests {
+                    outcomes
+                        .push((order_id, self.refund_leased(actor, order_id, request, Restate::Once).await));
                 }
-            }
+                outcomes
+            })
+            .await?;
+        match held {
+            Some(outcomes) => Ok(outcomes),
+            None => Err(self.not_held(&order_ids).await),
         }
-        let mut outcomes = Vec::with_capacity(requests.len());
-        for (order_id, request) in requests {
-            outcomes.push((order_id, self.refund_leased(actor, order_id, request, Restate::Once).await));
-        }
-        for (id, lease) in &held {
-            self.leases.release(*id, &lease.owner).await;
-        }
-        Ok(outcomes)
     }
 
     pub(super) async fn refund_leased(

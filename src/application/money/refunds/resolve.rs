@@ -30,8 +30,7 @@ impl Refunds {
         decision: OperatorDecision,
         reason: String,
     ) -> Result<OrderRecord, AppError> {
-        let lease = self.lease(order_id).await?;
-        let result = async {
+        let held = self.leases.holding(order_id, async move |_| {
             let record = self.load(order_id).await?;
             let refund =
                 record.refunds.iter().find(|r| r.id == refund_id).ok_or(AppError::NotFound("refund"))?;
@@ -66,10 +65,11 @@ impl Refunds {
                 | RefundOutcome::Rejected { record, .. }
                 | RefundOutcome::Pending { record, .. } => Ok(record),
             }
+        });
+        match held.await? {
+            Some(result) => result,
+            None => Err(self.not_held(&[order_id]).await),
         }
-        .await;
-        self.leases.release(order_id, &lease.owner).await;
-        result
     }
 
     /// The worker's half of the skeleton: refunds whose intent was committed but whose
@@ -92,12 +92,11 @@ impl Refunds {
         let mut report = PendingRefundReport::default();
         for payment in due {
             let order_id = payment.order_id;
-            let Some(lease) = self.leases.take(order_id).await? else {
+            let held = self.leases.holding(order_id, async |_| self.resolve_leased(&actor, order_id).await);
+            let Some(result) = held.await? else {
                 report.busy += 1;
                 continue;
             };
-            let result = self.resolve_leased(&actor, order_id).await;
-            self.leases.release(order_id, &lease.owner).await;
             match result {
                 Ok(RefundOutcome::Refunded(_)) => report.refunded += 1,
                 Ok(RefundOutcome::Rejected { .. }) => report.refused += 1,
