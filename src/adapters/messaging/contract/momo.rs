@@ -22,7 +22,7 @@ use std::borrow::Cow;
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{Encoded, HeaderValue, WireMessage};
@@ -261,17 +261,66 @@ fn int_amount(value: Option<i64>) -> Result<i32, String> {
     i32::try_from(amount).map_err(|_| format!("amount {amount} does not fit the platform's Integer"))
 }
 
-/// A JSON string, escaped as serde_json escapes it, onto `out`.
-fn string(out: &mut Vec<u8>, text: &str) {
-    // Writing into a Vec cannot fail, and a &str always serialises.
-    let _ = serde_json::to_writer(&mut *out, text);
+/// Its `EventWrapper(uuId, type, data)`, as Jackson writes it: fields in declaration order,
+/// no spaces.
+#[derive(Serialize)]
+struct EventWrapper<'a> {
+    #[serde(rename = "uuId")]
+    uu_id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'a str,
+    data: Data<'a>,
 }
 
-/// One reply's `data`, in its record's declaration order.
+/// One of its `PaymentEventMessages` records.
+#[derive(Serialize)]
+#[serde(untagged)]
 enum Data<'a> {
-    Completed { payment_id: i64, amount: i32, order_id: &'a str },
-    Failed { payment_id: Option<i64>, reason: String },
-    Refunded { payment_id: i64, amount: i32, refund_reason: Option<&'a str> },
+    Completed(Completed<'a>),
+    Failed(Failed),
+    Refunded(Refunded<'a>),
+}
+
+/// `PaymentEventMessages.Completed(paymentId, userId, meetingId, amount, orderId, outboxId,
+/// occurredAt)`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Completed<'a> {
+    payment_id: i64,
+    user_id: i64,
+    meeting_id: i64,
+    amount: i32,
+    order_id: &'a str,
+    /// Always null: its producer sends the outbox id as a header.
+    outbox_id: Option<i64>,
+    occurred_at: String,
+}
+
+/// `PaymentEventMessages.Failed(paymentId, userId, meetingId, failReason, outboxId,
+/// occurredAt)`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Failed {
+    payment_id: Option<i64>,
+    user_id: i64,
+    meeting_id: i64,
+    fail_reason: String,
+    outbox_id: Option<i64>,
+    occurred_at: String,
+}
+
+/// `PaymentEventMessages.Refunded(paymentId, userId, meetingId, amount, refundReason,
+/// outboxId, occurredAt)`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Refunded<'a> {
+    payment_id: i64,
+    user_id: i64,
+    meeting_id: i64,
+    amount: i32,
+    refund_reason: Option<&'a str>,
+    outbox_id: Option<i64>,
+    occurred_at: String,
 }
 
 impl MomoOut {
@@ -281,39 +330,14 @@ impl MomoOut {
     /// # Errors
     /// `occurred_at` is not RFC 3339.
     pub fn local_time(&self, occurred_at: &str) -> Result<String, String> {
-        let mut out = Vec::with_capacity(32);
-        self.write_local_time(&mut out, occurred_at)?;
-        Ok(String::from_utf8_lossy(&out).into_owned())
-    }
-
-    fn write_local_time(&self, out: &mut Vec<u8>, occurred_at: &str) -> Result<(), String> {
-        use chrono::{Datelike, Timelike};
-        use std::io::Write;
         let at = DateTime::parse_from_rfc3339(occurred_at)
             .map_err(|e| format!("occurredAt {occurred_at:?}: {e}"))?
             .with_timezone(&Utc)
             .with_timezone(&self.timezone)
             .naive_local();
         // As Java's `LocalDateTime.toString()` (and chrono's `%.f`): the fraction in 3, 6 or
-        // 9 digits, none when whole. Writing into a Vec cannot fail.
-        let _ = write!(
-            out,
-            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
-            at.year(),
-            at.month(),
-            at.day(),
-            at.hour(),
-            at.minute(),
-            at.second()
-        );
-        let nanos = at.nanosecond() % 1_000_000_000;
-        let _ = match nanos {
-            0 => Ok(()),
-            n if n % 1_000_000 == 0 => write!(out, ".{:03}", n / 1_000_000),
-            n if n % 1_000 == 0 => write!(out, ".{:06}", n / 1_000),
-            n => write!(out, ".{n:09}"),
-        };
-        Ok(())
+        // 9 digits, none when whole.
+        Ok(at.format("%Y-%m-%dT%H:%M:%S%.f").to_string())
     }
 
     /// The message `record` goes out as, or `Native`.
@@ -339,24 +363,33 @@ impl MomoOut {
             return Ok(Encoded::Native);
         }
         let user = if refused { p.user_id.as_deref() } else { p.customer_id.as_deref() };
-        let user_id = platform_id("userId", user)?;
-        let meeting_id = platform_id("meetingId", p.meeting_id.as_deref())?;
+        let occurred_at = self.local_time(&stored.occurred_at)?;
+        let (user_id, meeting_id) =
+            (platform_id("userId", user)?, platform_id("meetingId", p.meeting_id.as_deref())?);
         let (reply, data) = match kind {
             "order.completed" => (
                 COMPLETED,
-                Data::Completed {
+                Data::Completed(Completed {
                     payment_id: p.payment_number.ok_or("order.completed has no paymentNumber")?,
+                    user_id,
+                    meeting_id,
                     amount: int_amount(p.total_amount)?,
                     order_id: p.order_id.as_deref().ok_or("the event has no orderId")?,
-                },
+                    outbox_id: None,
+                    occurred_at,
+                }),
             ),
             "payment.refunded" => (
                 REFUNDED,
-                Data::Refunded {
+                Data::Refunded(Refunded {
                     payment_id: p.payment_number.ok_or("payment.refunded has no paymentNumber")?,
+                    user_id,
+                    meeting_id,
                     amount: int_amount(p.amount)?,
                     refund_reason: p.refund_reason.as_deref(),
-                },
+                    outbox_id: None,
+                    occurred_at,
+                }),
             ),
             _ => {
                 let code = match kind {
@@ -369,55 +402,20 @@ impl MomoOut {
                         None => "ORDER_FAILED",
                     },
                 };
-                (FAILED, Data::Failed { payment_id: p.payment_number, reason: fail_reason(code) })
+                let failed = Failed {
+                    payment_id: p.payment_number,
+                    user_id,
+                    meeting_id,
+                    fail_reason: fail_reason(code),
+                    outbox_id: None,
+                    occurred_at,
+                };
+                (FAILED, Data::Failed(failed))
             }
         };
         let uu_id = p.causation_id.as_deref().unwrap_or(&stored.event_id);
-        // As Jackson writes `EventWrapper(uuId, type, data)` and the records: fields in their
-        // declaration order, no spaces.
-        let mut body = Vec::with_capacity(320);
-        body.extend_from_slice(b"{\"uuId\":");
-        string(&mut body, uu_id);
-        body.extend_from_slice(b",\"type\":\"");
-        body.extend_from_slice(reply.as_bytes());
-        body.extend_from_slice(b"\",\"data\":{");
-        let long = |body: &mut Vec<u8>, name: &str, value: Option<i64>| {
-            use std::io::Write;
-            let _ = match value {
-                Some(n) => write!(body, "\"{name}\":{n},"),
-                None => write!(body, "\"{name}\":null,"),
-            };
-        };
-        match &data {
-            Data::Completed { payment_id, .. } | Data::Refunded { payment_id, .. } => {
-                long(&mut body, "paymentId", Some(*payment_id))
-            }
-            Data::Failed { payment_id, .. } => long(&mut body, "paymentId", *payment_id),
-        }
-        long(&mut body, "userId", Some(user_id));
-        long(&mut body, "meetingId", Some(meeting_id));
-        match &data {
-            Data::Completed { amount, order_id, .. } => {
-                long(&mut body, "amount", Some(i64::from(*amount)));
-                body.extend_from_slice(b"\"orderId\":");
-                string(&mut body, order_id);
-            }
-            Data::Failed { reason, .. } => {
-                body.extend_from_slice(b"\"failReason\":");
-                string(&mut body, reason);
-            }
-            Data::Refunded { amount, refund_reason, .. } => {
-                long(&mut body, "amount", Some(i64::from(*amount)));
-                body.extend_from_slice(b"\"refundReason\":");
-                match refund_reason {
-                    Some(reason) => string(&mut body, reason),
-                    None => body.extend_from_slice(b"null"),
-                }
-            }
-        }
-        body.extend_from_slice(b",\"outboxId\":null,\"occurredAt\":\"");
-        self.write_local_time(&mut body, &stored.occurred_at)?;
-        body.extend_from_slice(b"\"}}");
+        let wrapper = EventWrapper { uu_id, kind: reply, data };
+        let body = serde_json::to_vec(&wrapper).map_err(|e| format!("the reply cannot be written: {e}"))?;
         Ok(Encoded::Messages(vec![WireMessage {
             destination: Some(PAYMENT_EVENTS.to_owned()),
             key: format!("{reply}.key"),
