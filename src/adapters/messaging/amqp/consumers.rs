@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::connection::{AmqpError, AmqpNodes};
 use tracing::Instrument;
 
-use super::super::meeting::{Kind, MeetingHandler, Verdict, decode_momo, reconnecting};
+use super::super::meeting::{Inbound, Kind, MeetingHandler, Verdict, decode, decode_momo, reconnecting};
 use crate::adapters::messaging::contract::{Broker, Contract};
 use crate::application::inbound::MeetingEvents;
 use crate::application::meter::Meter;
@@ -58,6 +58,62 @@ pub struct ConsumerSettings {
     /// The currency of the platform's fees (`meetings.currency`; the `momo` contract's
     /// registrations carry none).
     pub meetings_currency: String,
+}
+
+/// A delivery, as the contract reads it.
+pub(super) enum Delivery {
+    /// The meeting service's message, with the correlation id the contract carried, if any.
+    Decoded(Inbound, Option<String>),
+    /// A message the contract's platform drops (acknowledged, logged).
+    Dropped,
+    Malformed(String),
+}
+
+impl ConsumerSettings {
+    /// The contract's queues, declared on `channel`: the meetup platform's own, as it
+    /// declares them (their names returned), or ours (`None`: the names in `topology`).
+    ///
+    /// # Errors
+    /// The broker refused a declaration.
+    async fn declare(&self, channel: &amqprs::channel::Channel) -> Result<Option<[String; 3]>, AmqpError> {
+        if matches!(self.contract, Contract::Momo(_)) {
+            super::momo::declare(channel).await?;
+            return Ok(Some(super::momo::QUEUES.map(|(queue, _, _)| queue.to_owned())));
+        }
+        declare_topology(channel, &self.topology).await?;
+        Ok(None)
+    }
+
+    /// A delivery from `kind`'s queue, read by the contract, in one call: the platform's
+    /// `EventWrapper` (`momo`), a CloudEvent whose type must be the queue's, or our own body.
+    fn decode(
+        &self,
+        kind: Kind,
+        content_type: Option<&str>,
+        header: &dyn Fn(&str) -> Option<String>,
+        content: &[u8],
+    ) -> Delivery {
+        if matches!(self.contract, Contract::Momo(_)) {
+            return match decode_momo(kind, content, &self.meetings_currency) {
+                Err(why) => Delivery::Malformed(why),
+                Ok(None) => Delivery::Dropped,
+                Ok(Some(inbound)) => Delivery::Decoded(inbound, None),
+            };
+        }
+        let decoded = match self.contract.read_inbound(Broker::Amqp, content_type, header, content) {
+            Err(why) => return Delivery::Malformed(why),
+            Ok(None) => decode(kind, content).map(|inbound| (inbound, None)),
+            // The queue says the kind; the contract's type must say the same.
+            Ok(Some(read)) if Kind::of_type(&read.event_type) != Some(kind) => {
+                Err(format!("type {} is not what queue {} takes", read.event_type, kind.label()))
+            }
+            Ok(Some(read)) => decode(kind, &read.body).map(|inbound| (inbound, read.correlation_id)),
+        };
+        match decoded {
+            Ok((inbound, carried)) => Delivery::Decoded(inbound, carried),
+            Err(why) => Delivery::Malformed(why),
+        }
+    }
 }
 
 fn name(text: &str) -> Result<amqprs::FieldName, AmqpError> {
@@ -220,19 +276,16 @@ impl MeetingConsumers {
         stop: &CancellationToken,
     ) -> Result<(), AmqpError> {
         let setup = connection.open_channel(None).await.map_err(AmqpError::broker("open a channel"))?;
-        let momo = matches!(self.settings.contract, Contract::Momo(_));
-        // The meetup platform's queues are its own, declared as it declares them (§12).
-        if momo {
-            super::momo::declare(&setup).await?;
-        } else {
-            declare_topology(&setup, &self.settings.topology).await?;
-        }
+        // The contract's queues: ours, or the meetup platform's own, declared as it declares
+        // them (§12).
+        let queues = self.settings.declare(&setup).await?;
         let _ = setup.close().await;
-        let t = &self.settings.topology;
-        let queues = if momo {
-            super::momo::QUEUES.map(|(queue, _, _)| queue.to_owned())
-        } else {
-            [t.register_queue.clone(), t.cancel_queue.clone(), t.deleted_queue.clone()]
+        let queues = match queues {
+            Some(queues) => queues,
+            None => {
+                let t = &self.settings.topology;
+                [t.register_queue.clone(), t.cancel_queue.clone(), t.deleted_queue.clone()]
+            }
         };
         let mut loops = Vec::new();
         let in_flight = Arc::new(Semaphore::new(3 * self.settings.prefetch as usize));
@@ -319,26 +372,12 @@ impl MeetingConsumers {
                 let correlation_id = props.correlation_id().cloned();
                 let text = |name: &str| header(&props, name).ok().flatten();
                 let content_type = props.content_type().map(String::as_str);
-                if matches!(this.settings.contract, Contract::Momo(_)) {
-                    return match decode_momo(kind, &content, &this.settings.meetings_currency) {
-                        Err(why) => Verdict::Reject("malformed", why),
-                        Ok(None) => Verdict::Ack("dropped"),
-                        Ok(Some(inbound)) => {
-                            this.handler.handle(kind, inbound, scenario, correlation_id).await
-                        }
-                    };
-                }
-                match this.settings.contract.read_inbound(Broker::Amqp, content_type, &text, &content) {
-                    Err(why) => Verdict::Reject("malformed", why),
-                    Ok(None) => this.handler.process(kind, scenario, correlation_id, &content).await,
-                    // The queue says the kind; the contract's type must say the same.
-                    Ok(Some(inbound)) if Kind::of_type(&inbound.event_type) != Some(kind) => Verdict::Reject(
-                        "malformed",
-                        format!("type {} is not what queue {} takes", inbound.event_type, kind.label()),
-                    ),
-                    Ok(Some(inbound)) => {
-                        let correlation_id = inbound.correlation_id.or(correlation_id);
-                        this.handler.process(kind, scenario, correlation_id, &inbound.body).await
+                match this.settings.decode(kind, content_type, &text, &content) {
+                    Delivery::Malformed(why) => Verdict::Reject("malformed", why),
+                    Delivery::Dropped => Verdict::Ack("dropped"),
+                    Delivery::Decoded(inbound, carried) => {
+                        let correlation_id = carried.or(correlation_id);
+                        this.handler.handle(kind, inbound, scenario, correlation_id).await
                     }
                 }
             }
