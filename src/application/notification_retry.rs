@@ -26,8 +26,9 @@ use crate::application::ports::{
 };
 use crate::application::{Actor, AppError};
 use crate::domain::ids::NotificationId;
-use crate::domain::notification::{Notification, NotificationStatus, RetryPolicy};
+use crate::domain::notification::{Notification, NotificationStatus};
 use crate::domain::order::{FailureStage, Order, OrderStatus, SagaStep, StepStatus};
+use crate::domain::retry::RetryPolicy;
 
 #[derive(Debug, Clone)]
 pub struct NotificationRetrySettings {

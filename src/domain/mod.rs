@@ -49,5 +49,6 @@ pub mod payment;
 pub mod payout;
 #[cfg(test)]
 mod proptests;
+pub mod retry;
 pub mod settlement;
 pub mod text;

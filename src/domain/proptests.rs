@@ -6,9 +6,10 @@ use proptest::prelude::*;
 
 use crate::domain::ids::OrderId;
 use crate::domain::money::Money;
-use crate::domain::notification::{FailurePolicy, Notification, NotificationStatus, RetryPolicy};
+use crate::domain::notification::{FailurePolicy, Notification, NotificationStatus};
 use crate::domain::order::{FailureStage, NewOrder, NewOrderItem, Order, OrderSource, OrderStatus};
 use crate::domain::payment::{Payment, PaymentStatus, Refund, RefundStatus};
+use crate::domain::retry::RetryPolicy;
 
 fn now() -> DateTime<Utc> {
     DateTime::from_timestamp(1_800_000_000, 0).unwrap()

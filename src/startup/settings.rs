@@ -7,7 +7,7 @@ use crate::application::orchestration::{CheckoutSettings, SagaSettings};
 use crate::application::outbox::HousekeepingSettings;
 use crate::application::recovery::ReconciliationSettings;
 use crate::config::{ProviderKind, Settings};
-use crate::domain::notification::RetryPolicy;
+use crate::domain::retry::RetryPolicy;
 
 use super::*;
 

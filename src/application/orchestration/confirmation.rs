@@ -16,6 +16,7 @@ use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
 use crate::domain::order::{FailureReason, FailureStage, SagaStep, StepStatus};
 use crate::domain::payment::{Payment, PaymentStatus};
+use crate::domain::retry::{NextAttempt, RetryPolicy};
 
 /// What the provider says became of a payment whose outcome was unknown.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -239,10 +240,9 @@ fn unknown_attempt(
     now: DateTime<Utc>,
 ) -> Result<(Changes, bool), AppError> {
     let order_id = payment.order_id;
-    let n = payment.reconcile_attempts.max(0).unsigned_abs();
-    let next = now + crate::domain::backoff::doubled(retry_after, n, crate::domain::backoff::A_YEAR);
-    payment.record_reconcile_attempt(next, now).map_err(broken_invariant)?;
-    let exhausted = payment.reconcile_attempts >= max_attempts;
+    let policy = RetryPolicy { max_attempts, backoff_base: retry_after };
+    let next = payment.record_unsettled_lookup(&policy, now).map_err(broken_invariant)?;
+    let exhausted = next == NextAttempt::Operator;
     let mut changes = Changes::default();
     changes.update_payment(&mut payment);
     if exhausted {

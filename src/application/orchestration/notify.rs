@@ -9,10 +9,11 @@ use crate::application::envelopes::EventWriter;
 use crate::application::ports::{Changes, NotificationRequest, NotifyFailure, OrderRecord};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
-use crate::domain::notification::{FailurePolicy, Notification, NotificationEvent, RetryPolicy};
+use crate::domain::notification::{FailurePolicy, Notification, NotificationEvent};
 use crate::domain::order::{
     FailureReason, FailureStage, Order, OrderEvent, OrderStatus, SagaStep, StepStatus,
 };
+use crate::domain::retry::RetryPolicy;
 
 /// What the notifier is asked to send for `record`'s `notification`: the completed order,
 /// as this attempt (the first is 1).

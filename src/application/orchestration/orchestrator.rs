@@ -10,7 +10,7 @@ use crate::application::ports::{
     Clock, Notifier, OrderRepository, PaymentGateway, PaymentMethodRepository, ProviderCustomers,
     SettlementGateway, UnitOfWork,
 };
-use crate::domain::notification::RetryPolicy;
+use crate::domain::retry::RetryPolicy;
 
 /// A run never takes more steps than the saga has; the bound only guards against a bug
 /// turning into a loop.

@@ -13,8 +13,8 @@ use crate::application::envelopes::EventWriter;
 use crate::application::ports::{Changes, GatewayError, OrderRecord, SettlementOutcome};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
-use crate::domain::notification::RetryPolicy;
 use crate::domain::order::{FailureReason, FailureStage, SagaStep, StepStatus};
+use crate::domain::retry::RetryPolicy;
 use crate::domain::settlement::{Settlement, SettlementEvent, SettlementStatus};
 
 /// What `answer` means for `settlement` (stored, `REQUESTED`) and the order.

@@ -7,9 +7,9 @@ use crate::application::audit::{self, entity};
 use crate::application::ports::Changes;
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
-use crate::domain::backoff::doubled;
 use crate::domain::order::{Order, OrderStatus};
 use crate::domain::payment::PaymentStatus;
+use crate::domain::retry::{NextAttempt, RetryPolicy};
 
 use super::*;
 
@@ -41,7 +41,12 @@ impl Recovery {
                 continue;
             };
             let now = self.clock.now();
-            if failures.len() >= self.settings.compensation_max_attempts {
+            let policy = RetryPolicy {
+                max_attempts: i32::try_from(self.settings.compensation_max_attempts).unwrap_or(i32::MAX),
+                backoff_base: self.settings.compensation_backoff,
+            };
+            let attempts = i32::try_from(failures.len()).unwrap_or(i32::MAX);
+            let NextAttempt::At(due) = policy.after(attempts, None, last.created_at) else {
                 let audited = self.orders.audit_for(entity::ORDER, &order_id.to_string()).await?;
                 if !audited.iter().any(|a| a.action == AuditAction::CompensationExhausted) {
                     let mut changes = Changes::default();
@@ -62,10 +67,9 @@ impl Recovery {
                     self.meter.record(|| metrics::counter!("compensations_exhausted_total").increment(1));
                 }
                 continue;
-            }
-            let n = u32::try_from(failures.len()).unwrap_or(u32::MAX).saturating_sub(1);
-            let due = last.created_at + doubled(self.settings.compensation_backoff, n, Duration::days(1));
-            if due > now {
+            };
+            // At most a day between two attempts.
+            if due.min(last.created_at + Duration::days(1)) > now {
                 continue;
             }
             report.retried += 1;

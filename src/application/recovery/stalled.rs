@@ -7,8 +7,8 @@ use crate::application::error::Chain;
 use crate::application::ports::Changes;
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
-use crate::domain::backoff::doubled;
 use crate::domain::order::Order;
+use crate::domain::retry::RetryPolicy;
 
 use super::*;
 
@@ -30,8 +30,10 @@ impl Recovery {
         let stalled = self.runs.stalled(now - self.settings.stall_after, now, max, 100).await?;
         for (order_id, resumes) in &stalled {
             let resumes = *resumes + 1;
-            let backoff =
-                doubled(self.settings.stall_after, resumes.max(0).unsigned_abs(), Duration::days(1));
+            // The next resume after the one rule's backoff (at most a day); the operator's
+            // hand-off after `max` resumes is the `stalled` query's.
+            let policy = RetryPolicy { max_attempts: max, backoff_base: self.settings.stall_after };
+            let backoff = policy.delay_after(resumes.saturating_add(1)).min(Duration::days(1));
             self.runs.note_resume(*order_id, now + backoff).await?;
             let before = self.orders.get(*order_id).await?.map(|r| r.order.status);
             // One order that fails again must not hold up the others.

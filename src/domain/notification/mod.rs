@@ -13,5 +13,5 @@ mod status;
 
 pub use error::NotificationError;
 pub use event::NotificationEvent;
-pub use notification::{Notification, RetryPolicy};
+pub use notification::Notification;
 pub use status::{FailurePolicy, NO_POLICY, NotificationAction, NotificationStatus};

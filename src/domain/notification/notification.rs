@@ -6,23 +6,7 @@ use super::error::NotificationError;
 use super::event::NotificationEvent;
 use super::status::{FailurePolicy, NO_POLICY, NotificationAction, NotificationStatus};
 use crate::domain::ids::{NotificationId, OrderId};
-
-/// How automatic retries are spaced and bounded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// Attempts in all (the first send included) before the notification is `FAILED`.
-    pub max_attempts: i32,
-    /// Delay before the first retry; doubled for each further one.
-    pub backoff_base: Duration,
-}
-
-impl RetryPolicy {
-    /// Delay after the `attempts`-th failed attempt: `base * 2^(attempts-1)`, saturating.
-    pub fn delay_after(&self, attempts: i32) -> Duration {
-        let n = attempts.saturating_sub(1).max(0).unsigned_abs();
-        crate::domain::backoff::doubled(self.backoff_base, n, crate::domain::backoff::A_YEAR)
-    }
-}
+use crate::domain::retry::{NextAttempt, RetryPolicy};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Notification {
@@ -120,16 +104,17 @@ impl Notification {
         self.last_error = Some(reason.clone());
         self.policy = Some(policy);
         let next = match policy {
-            FailurePolicy::AutoRetry if self.attempts >= retry.max_attempts => NotificationStatus::Failed,
-            FailurePolicy::AutoRetry => NotificationStatus::RetryScheduled,
+            FailurePolicy::AutoRetry => match retry.after(self.attempts, not_before, now) {
+                NextAttempt::At(at) => {
+                    self.next_attempt_at = Some(at);
+                    NotificationStatus::RetryScheduled
+                }
+                NextAttempt::Operator => NotificationStatus::Failed,
+            },
             FailurePolicy::ManualIntervention => NotificationStatus::ManualInterventionRequired,
             FailurePolicy::Ignore => NotificationStatus::Ignored,
         };
         self.move_to(next, now);
-        if next == NotificationStatus::RetryScheduled {
-            let delay = retry.delay_after(self.attempts).max(not_before.unwrap_or_else(Duration::zero));
-            self.next_attempt_at = Some(now + delay);
-        }
         Ok(vec![NotificationEvent::Failed { policy, reason, attempts: self.attempts }])
     }
 

@@ -8,6 +8,7 @@ use super::refund::{PROVIDER_ACTOR, Refund, refund_key};
 use super::status::{PaymentAction, PaymentStatus, RefundStatus};
 use crate::domain::ids::{OrderId, PaymentId, RefundId};
 use crate::domain::money::Money;
+use crate::domain::retry::{NextAttempt, RetryPolicy};
 
 /// The deterministic request id of an order's `attempt`-th payment. The provider receives it
 /// as `Idempotency-Key`, so asking twice for the same attempt can never charge twice.
@@ -151,6 +152,27 @@ impl Payment {
 
     /// Reconciliation asked the provider about an open outcome (an approval or a refund)
     /// and learned nothing final; `next` is when it may ask again.
+    /// A look-up that settled nothing: counted, the next one scheduled by `retry` (once the
+    /// attempts are spent, none is due any more and the time kept is the backoff's); what
+    /// follows, by the one retry rule.
+    ///
+    /// # Errors
+    /// As [`Payment::record_reconcile_attempt`].
+    pub fn record_unsettled_lookup(
+        &mut self,
+        retry: &RetryPolicy,
+        now: DateTime<Utc>,
+    ) -> Result<NextAttempt, PaymentError> {
+        let attempts = self.reconcile_attempts.saturating_add(1);
+        let next = retry.after(attempts, None, now);
+        let at = match next {
+            NextAttempt::At(at) => at,
+            NextAttempt::Operator => now + retry.delay_after(attempts),
+        };
+        self.record_reconcile_attempt(at, now)?;
+        Ok(next)
+    }
+
     pub fn record_reconcile_attempt(
         &mut self,
         next: DateTime<Utc>,

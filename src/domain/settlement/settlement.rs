@@ -7,7 +7,7 @@ use super::event::SettlementEvent;
 use super::status::{SettlementAction, SettlementStatus};
 use crate::domain::ids::{OrderId, PaymentId, SettlementId};
 use crate::domain::money::Money;
-use crate::domain::notification::RetryPolicy;
+use crate::domain::retry::{NextAttempt, RetryPolicy};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settlement {
@@ -96,12 +96,12 @@ impl Settlement {
         self.guard(SettlementAction::Defer, self.status == SettlementStatus::Requested)?;
         self.attempts += 1;
         self.last_error = Some(reason.into());
-        if self.attempts >= retry.max_attempts {
-            self.move_to(SettlementStatus::AwaitingOperator, now);
-        } else {
-            self.move_to(SettlementStatus::RetryScheduled, now);
-            let delay = retry.delay_after(self.attempts).max(not_before.unwrap_or_else(Duration::zero));
-            self.next_attempt_at = Some(now + delay);
+        match retry.after(self.attempts, not_before, now) {
+            NextAttempt::Operator => self.move_to(SettlementStatus::AwaitingOperator, now),
+            NextAttempt::At(at) => {
+                self.move_to(SettlementStatus::RetryScheduled, now);
+                self.next_attempt_at = Some(at);
+            }
         }
         Ok(vec![])
     }

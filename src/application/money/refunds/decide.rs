@@ -14,6 +14,7 @@ use crate::domain::audit::AuditAction;
 use crate::domain::ids::RefundId;
 use crate::domain::order::{Order, SagaStep, StepStatus};
 use crate::domain::payment::{Payment, PaymentStatus, Refund};
+use crate::domain::retry::{NextAttempt, RetryPolicy};
 
 /// What the answer comes to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -177,12 +178,10 @@ impl Draft<'_> {
     /// No answer to act on: the attempt counted, the next one scheduled, an operator told
     /// once the attempts are spent; the refund stays pending.
     fn still_open(&mut self, cause: &str, settings: &RefundSettings) -> Result<Verdict, AppError> {
-        let n = self.payment.reconcile_attempts.max(0).unsigned_abs();
-        let retry_after = settings.retry_after;
-        let next = self.now + crate::domain::backoff::doubled(retry_after, n, crate::domain::backoff::A_YEAR);
-        self.payment.record_reconcile_attempt(next, self.now).map_err(broken_invariant)?;
+        let policy = RetryPolicy { max_attempts: settings.max_attempts, backoff_base: settings.retry_after };
+        let next = self.payment.record_unsettled_lookup(&policy, self.now).map_err(broken_invariant)?;
         self.changes.update_payment(&mut self.payment);
-        if self.payment.reconcile_attempts >= settings.max_attempts {
+        if next == NextAttempt::Operator {
             let detail = format!(
                 "refund {} outcome still unknown after {} attempts ({cause}); an operator must decide",
                 self.refund.id, self.payment.reconcile_attempts

@@ -12,8 +12,8 @@ use crate::application::ports::{
     Scenario, SettlementOutcome,
 };
 use crate::domain::notification::FailurePolicy;
-use crate::domain::notification::RetryPolicy;
 use crate::domain::order::{FailureStage, NewOrder, NewOrderItem, Order, SagaStep, StepStatus};
+use crate::domain::retry::RetryPolicy;
 
 fn now() -> DateTime<Utc> {
     DateTime::from_timestamp(1_800_000_000, 0).unwrap()
