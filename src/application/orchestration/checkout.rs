@@ -320,32 +320,13 @@ impl Orchestrator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::order::{NewOrder, NewOrderItem, OrderSource};
+    use crate::application::orchestration::testing::{now, placed};
 
-    fn now() -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339("2026-12-06T03:00:00Z").unwrap().with_timezone(&Utc)
-    }
-
-    /// An `API` order of 5 000 KRW for customer 7, waiting for its payment since `now()`.
+    /// [`placed`], waiting for its payment since `now()`.
     fn waiting() -> OrderRecord {
-        let input = NewOrder {
-            customer_id: "7".into(),
-            source: OrderSource::Api,
-            meeting_id: None,
-            currency: "KRW".into(),
-            items: vec![NewOrderItem { sku: "A".into(), quantity: 1, unit_price: 5000 }],
-        };
-        let mut order = Order::place(OrderId::new(), input, now()).unwrap();
-        order.await_payment(now()).unwrap();
-        OrderRecord {
-            order,
-            payment: None,
-            refunds: Vec::new(),
-            settlement: None,
-            notification: None,
-            steps: Vec::new(),
-            context: Default::default(),
-        }
+        let mut record = placed();
+        record.order.await_payment(now()).unwrap();
+        record
     }
 
     fn pay(amount: i64) -> PayOrder {

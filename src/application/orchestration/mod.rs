@@ -15,6 +15,8 @@ mod service;
 mod settlement;
 mod settlement_repair;
 pub mod steps;
+#[cfg(test)]
+mod testing;
 
 pub use checkout::{Checkout, PayOrder};
 pub use confirmation::{Confirmation, Reconciled};

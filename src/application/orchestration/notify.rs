@@ -163,35 +163,15 @@ impl Send<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::ids::OrderId;
+    use crate::application::orchestration::testing::{now, placed};
     use crate::domain::notification::NotificationStatus;
-    use crate::domain::order::{NewOrder, NewOrderItem, OrderSource};
 
-    fn now() -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339("2026-12-06T03:00:00Z").unwrap().with_timezone(&Utc)
-    }
-
-    /// An order whose settlement is done: the notification is what is left.
+    /// [`placed`], its payment approved and settled: the notification is what is left.
     fn settled() -> OrderRecord {
-        let input = NewOrder {
-            customer_id: "7".into(),
-            source: OrderSource::Api,
-            meeting_id: None,
-            currency: "KRW".into(),
-            items: vec![NewOrderItem { sku: "A".into(), quantity: 1, unit_price: 5000 }],
-        };
-        let mut order = Order::place(OrderId::new(), input, now()).unwrap();
-        order.approve_payment(now()).unwrap();
-        order.request_settlement(now()).unwrap();
-        OrderRecord {
-            order,
-            payment: None,
-            refunds: Vec::new(),
-            settlement: None,
-            notification: None,
-            steps: Vec::new(),
-            context: Default::default(),
-        }
+        let mut record = placed();
+        record.order.approve_payment(now()).unwrap();
+        record.order.request_settlement(now()).unwrap();
+        record
     }
 
     fn failure(policy: FailurePolicy) -> Result<(), NotifyFailure> {

@@ -213,20 +213,12 @@ mod tests {
         DateTime::parse_from_rfc3339("2026-12-06T03:00:00Z").unwrap().with_timezone(&Utc)
     }
 
+    /// An order of 1 000 KRW of `source`, for the caller (for meeting 12 where it is one).
     fn cmd(source: OrderSource) -> PlaceOrder {
         PlaceOrder {
-            order_id: OrderId::new(),
             customer_id: None,
-            source,
-            meeting_id: (source.is_meeting()).then(|| "12".into()),
-            currency: "KRW".into(),
-            items: vec![NewOrderItem { sku: "A".into(), quantity: 1, unit_price: 1000 }],
-            scenario: Scenario::default(),
-            correlation_id: None,
-            inbox: None,
-            customer_email: None,
-            description: None,
-            charged: None,
+            meeting_id: source.is_meeting().then(|| "12".into()),
+            ..PlaceOrder::meeting(source, "12", "7", "KRW", 1000)
         }
     }
 
