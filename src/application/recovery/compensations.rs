@@ -1,12 +1,13 @@
 //! Compensations that failed, retried with backoff until their attempts run out, then left
 //! for an operator.
 
-use chrono::Duration;
+use chrono::{DateTime, Duration, Utc};
 
 use crate::application::audit::{self, entity};
 use crate::application::ports::Changes;
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
+use crate::domain::ids::OrderId;
 use crate::domain::order::{Order, OrderStatus};
 use crate::domain::payment::PaymentStatus;
 use crate::domain::retry::{NextAttempt, RetryPolicy};
@@ -47,24 +48,8 @@ impl Recovery {
             };
             let attempts = i32::try_from(failures.len()).unwrap_or(i32::MAX);
             let NextAttempt::At(due) = policy.after(attempts, None, last.created_at) else {
-                let audited = self.orders.audit_for(entity::ORDER, &order_id.to_string()).await?;
-                if !audited.iter().any(|a| a.action == AuditAction::CompensationExhausted) {
-                    let mut changes = Changes::default();
-                    let detail = format!(
-                        "payment cancel failed {} times; the order stays FAILED with its payment APPROVED until an operator acts",
-                        failures.len()
-                    );
-                    changes.audit.push(audit::record(
-                        AuditAction::CompensationExhausted,
-                        entity::ORDER,
-                        order_id,
-                        &actor,
-                        Some(detail),
-                        now,
-                    ));
-                    self.uow.commit(changes).await?;
+                if self.hand_over(&actor, order_id, failures.len(), now).await? {
                     report.exhausted += 1;
-                    self.meter.record(|| metrics::counter!("compensations_exhausted_total").increment(1));
                 }
                 continue;
             };
@@ -79,6 +64,36 @@ impl Recovery {
             }
         }
         Ok(report)
+    }
+
+    /// A compensation whose attempts are spent, handed to an operator: audited once
+    /// (`COMPENSATION_EXHAUSTED`, counted); `false` when it was already.
+    async fn hand_over(
+        &self,
+        actor: &Actor,
+        order_id: OrderId,
+        failures: usize,
+        now: DateTime<Utc>,
+    ) -> Result<bool, AppError> {
+        let audited = self.orders.audit_for(entity::ORDER, &order_id.to_string()).await?;
+        if audited.iter().any(|a| a.action == AuditAction::CompensationExhausted) {
+            return Ok(false);
+        }
+        let detail = format!(
+            "payment cancel failed {failures} times; the order stays FAILED with its payment APPROVED until an operator acts"
+        );
+        let mut changes = Changes::default();
+        changes.audit.push(audit::record(
+            AuditAction::CompensationExhausted,
+            entity::ORDER,
+            order_id,
+            actor,
+            Some(detail),
+            now,
+        ));
+        self.uow.commit(changes).await?;
+        self.meter.record(|| metrics::counter!("compensations_exhausted_total").increment(1));
+        Ok(true)
     }
 
     /// Orders whose compensation failed on every retry: the payment is still `APPROVED` for
