@@ -14,8 +14,8 @@ use crate::adapters::messaging::contract::Contract;
 use crate::adapters::messaging::kafka::{KafkaConnection, KafkaEventPublisher, KafkaPublisherSettings};
 use crate::adapters::persistence::{self, SeaOrmOutboxStore};
 use crate::adapters::providers::{
-    ExternalPaymentGateway, ExternalProviderSettings, ProviderCalls, SimulatedNotifier,
-    SimulatedPaymentGateway, SimulatedSettlementGateway, TossClient, TossPaymentGateway, TossSettings,
+    ExternalPaymentGateway, ExternalProviderSettings, ProviderCalls, SimulatedPaymentGateway, TossClient,
+    TossPaymentGateway, TossSettings,
 };
 use crate::application::health::HealthProbe;
 use crate::application::meter::Meter;
@@ -166,18 +166,12 @@ pub(super) async fn outbox_store(
     Ok(SeaOrmOutboxStore::new(outbox, relay_wake).with_fast_path_pool(fast))
 }
 
-/// The payment, settlement and notification providers `payment.provider` names.
-pub(super) fn providers(settings: &Settings) -> Result<Providers, StartupError> {
+/// The payment provider `payment.provider` names, with its capabilities; `calls` is what
+/// the simulated parts record (the mock provider shares it with the simulated channels).
+pub(super) fn providers(settings: &Settings, calls: &Arc<ProviderCalls>) -> Result<Providers, StartupError> {
     Ok(match settings.payment.provider {
         ProviderKind::Mock => {
-            let calls = Arc::new(ProviderCalls::default());
-            (
-                Arc::new(SimulatedPaymentGateway::new(calls.clone())),
-                Arc::new(SimulatedSettlementGateway::new(calls.clone())),
-                Arc::new(SimulatedNotifier::new(calls.clone())),
-                Some(calls),
-                Capabilities::default(),
-            )
+            (Arc::new(SimulatedPaymentGateway::new(calls.clone())), Capabilities::default())
         }
         ProviderKind::External => {
             let p = &settings.payment;
@@ -189,15 +183,7 @@ pub(super) fn providers(settings: &Settings) -> Result<Providers, StartupError> 
                 retry_backoff: p.retry_backoff,
             })
             .map_err(StartupError::Config)?;
-            // Settlement and notification have no external protocol yet: simulated.
-            let calls = Arc::new(ProviderCalls::default());
-            (
-                Arc::new(gateway),
-                Arc::new(SimulatedSettlementGateway::new(calls.clone())),
-                Arc::new(SimulatedNotifier::new(calls.clone())),
-                Some(calls),
-                Capabilities::default(),
-            )
+            (Arc::new(gateway), Capabilities::default())
         }
         ProviderKind::Toss => {
             let t = &settings.payment.toss;
@@ -210,23 +196,16 @@ pub(super) fn providers(settings: &Settings) -> Result<Providers, StartupError> 
                 retry_backoff: settings.payment.retry_backoff,
             })
             .map_err(StartupError::Config)?;
-            // Settlement and notification have no provider protocol yet: simulated.
-            let calls = Arc::new(ProviderCalls::default());
             // The platform's rule: key-in with a test secret key only.
             let test_key = t.secret_key.as_ref().is_some_and(|k| k.expose().starts_with("test_"));
             let gateway = Arc::new(TossPaymentGateway::new(client));
-            (
-                gateway.clone(),
-                Arc::new(SimulatedSettlementGateway::new(calls.clone())),
-                Arc::new(SimulatedNotifier::new(calls.clone())),
-                Some(calls),
-                Capabilities {
-                    records: Some(gateway.clone()),
-                    ledger: Some(gateway.clone()),
-                    customers: Some(gateway.clone()),
-                    key_in: test_key.then_some(gateway),
-                },
-            )
+            let capabilities = Capabilities {
+                records: Some(gateway.clone()),
+                ledger: Some(gateway.clone()),
+                customers: Some(gateway.clone()),
+                key_in: test_key.then_some(gateway.clone()),
+            };
+            (gateway, capabilities)
         }
     })
 }

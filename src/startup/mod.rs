@@ -32,8 +32,8 @@ use crate::application::orchestration::Orchestrator;
 use crate::application::outbox::{Housekeeping, OutboxAdmin, OutboxRelay, RelaySettings};
 use crate::application::ports::Cause;
 use crate::application::ports::{
-    CardKeyIn, Clock, EventPublisher, IdempotencyStore, Notifier, OutboxStore, PaymentGateway,
-    ProviderCustomers, ProviderLedger, ProviderRecords, SettlementGateway,
+    CardKeyIn, Clock, EventPublisher, IdempotencyStore, OutboxStore, PaymentGateway, ProviderCustomers,
+    ProviderLedger, ProviderRecords,
 };
 use crate::application::queries::OrderQueries;
 use crate::application::recovery::Recovery;
@@ -89,13 +89,7 @@ pub fn worker_id() -> String {
     format!("{host}-{}-{:04x}", std::process::id(), fastrand::u16(..))
 }
 
-type Providers = (
-    Arc<dyn PaymentGateway>,
-    Arc<dyn SettlementGateway>,
-    Arc<dyn Notifier>,
-    Option<Arc<ProviderCalls>>,
-    Capabilities,
-);
+type Providers = (Arc<dyn PaymentGateway>, Capabilities);
 
 /// What a payment provider has beyond charging and cancelling: each present only where it
 /// does (Toss has all of them, key-in only with a test secret key; mock and external none).

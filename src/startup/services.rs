@@ -11,7 +11,8 @@ use crate::adapters::clock::SystemClock;
 use crate::adapters::http::auth::JwtKeys;
 use crate::adapters::persistence::{DatabaseProbe, SeaOrmIdempotencyStore, SeaOrmStore, SqlMeetingFees};
 use crate::adapters::providers::{
-    EmailNotifier, Measured, WebhookClient, WebhookNotifier, WebhookSettlements,
+    EmailNotifier, Measured, ProviderCalls, SimulatedNotifier, SimulatedSettlementGateway, WebhookClient,
+    WebhookNotifier, WebhookSettlements,
 };
 use crate::application::health::{HealthProbe, LoopProgress, Readiness};
 use crate::application::idempotency::IdempotencyService;
@@ -52,13 +53,14 @@ pub(super) type Channels = (Arc<dyn SettlementGateway>, Arc<dyn Notifier>);
 /// `notification.channel` name (docs/spec.md §13), each call timed and counted.
 pub(super) fn channels(
     settings: &Settings,
-    settlements: Arc<dyn SettlementGateway>,
-    notifier: Arc<dyn Notifier>,
+    calls: &Arc<ProviderCalls>,
     meter: &crate::application::meter::Meter,
 ) -> Result<Channels, StartupError> {
     let (settlements, settlement_label): (Arc<dyn SettlementGateway>, &'static str) =
         match &settings.settlement.channel {
-            SettlementChannel::Simulated => (settlements, "simulated"),
+            SettlementChannel::Simulated => {
+                (Arc::new(SimulatedSettlementGateway::new(calls.clone())), "simulated")
+            }
             SettlementChannel::Webhook(webhook) => (
                 Arc::new(WebhookSettlements::new(
                     WebhookClient::new(webhook.clone()).map_err(StartupError::Config)?,
@@ -70,7 +72,7 @@ pub(super) fn channels(
         Arc::new(Measured::new(settlements, settlement_label, meter.clone()));
     // docs/spec.md §13: the channel `notification.channel` names.
     let (notifier, notifier_label): (Arc<dyn Notifier>, &'static str) = match &settings.notification.channel {
-        NotificationChannel::Simulated => (notifier, "simulated"),
+        NotificationChannel::Simulated => (Arc::new(SimulatedNotifier::new(calls.clone())), "simulated"),
         NotificationChannel::Email(email) => {
             (Arc::new(EmailNotifier::new(email).map_err(StartupError::Config)?), "email")
         }
@@ -346,7 +348,9 @@ pub async fn build_services_with_clock(
     let orders = Arc::new(SeaOrmStore::new(db.clone(), relay_wake.clone()).with_lanes(settings.outbox.lanes));
     let outbox_store: Arc<dyn OutboxStore> = Arc::new(outbox_store(settings, &db, relay_wake.clone()).await?);
     let idempotency_store: Arc<dyn IdempotencyStore> = Arc::new(SeaOrmIdempotencyStore::new(db.clone()));
-    let (payments, settlements, notifier, provider_calls, capabilities) = providers(settings)?;
+    // What the simulated parts record: the mock provider and the simulated channels share it.
+    let calls = Arc::new(ProviderCalls::default());
+    let (payments, capabilities) = providers(settings, &calls)?;
     let metrics = crate::telemetry::registry();
     let meter = metrics.meter.clone();
     let (publishers, broker_probe) = publishers(settings, &meter)?;
@@ -354,7 +358,7 @@ pub async fn build_services_with_clock(
     let payments: Arc<dyn PaymentGateway> =
         Arc::new(Measured::new(payments, payment_provider(settings), meter.clone()));
     let capabilities = capabilities.measured(payment_provider(settings), &meter);
-    let (settlements, notifier) = channels(settings, settlements, notifier, &meter)?;
+    let (settlements, notifier) = channels(settings, &calls, &meter)?;
     let shutdown = CancellationToken::new();
     let loops = Arc::new(LoopProgress::new(settings.worker.stuck_after));
     upkeep_metrics(&metrics, shutdown.clone());
@@ -414,7 +418,7 @@ pub async fn build_services_with_clock(
         housekeeping,
         clock,
         jwt,
-        provider_calls,
+        provider_calls: Some(calls),
         relay_wake,
         settings: settings.clone(),
         metrics,
