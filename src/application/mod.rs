@@ -14,6 +14,7 @@ pub mod health;
 pub mod idempotency;
 pub mod inbound;
 pub mod input;
+pub mod jobs;
 pub mod meter;
 pub mod money;
 pub mod notification_retry;

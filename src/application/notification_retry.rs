@@ -10,16 +10,15 @@
 use std::sync::Arc;
 
 use crate::application::commit::commit;
-use crate::application::error::Chain;
 use crate::application::meter::Meter;
 use crate::domain::audit::AuditAction;
 use std::time::Duration as StdDuration;
 
 use chrono::Duration;
-use tokio_util::sync::CancellationToken;
 
 use crate::application::audit::{self, entity};
 use crate::application::envelopes::EventWriter;
+use crate::application::jobs::PeriodicJob;
 use crate::application::orchestration::notify::{apply_send_result, request_of};
 use crate::application::ports::{
     Changes, Clock, NotificationRepository, Notifier, OrderRecord, OrderRepository, RepoError, UnitOfWork,
@@ -341,27 +340,30 @@ impl NotificationRetry {
         }
         Ok(recovered)
     }
+}
 
-    /// The scheduler: every interval, release stuck claims and attempt due retries.
-    pub async fn run_until_stopped(&self, stop: CancellationToken) {
-        let actor = Actor::system("notification-retry");
-        let mut tick = tokio::time::interval(self.settings.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => break,
-                _ = tick.tick() => {
-                    if let Err(err) = self.recover_stuck().await {
-                        tracing::error!(error = %Chain(&err), "notification claim recovery failed");
-                    }
-                    match self.retry_due(&actor).await {
-                        Ok(r) if r.claimed > 0 => tracing::info!(claimed = r.claimed, succeeded = r.succeeded, failed = r.failed, skipped = r.skipped, "notification retries"),
-                        Ok(_) => {}
-                        Err(err) => tracing::error!(error = %Chain(&err), "notification retry round failed"),
-                    }
-                }
-            }
-        }
+#[async_trait::async_trait]
+impl PeriodicJob for NotificationRetry {
+    fn name(&self) -> &'static str {
+        "notification retries"
+    }
+
+    fn interval(&self) -> StdDuration {
+        self.settings.interval
+    }
+
+    /// Claims whose holder vanished given back, then every due retry attempted once (the
+    /// retries run even when the give-back failed; its failure is the round's).
+    async fn round(&self) -> Result<Option<String>, AppError> {
+        let recovered = self.recover_stuck().await;
+        let r = self.retry_due(&Actor::system("notification-retry")).await?;
+        recovered?;
+        Ok((r.claimed > 0).then(|| {
+            format!(
+                "notification retries: claimed {} succeeded {} failed {} skipped {}",
+                r.claimed, r.succeeded, r.failed, r.skipped
+            )
+        }))
     }
 }
 

@@ -6,9 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
-
 use crate::application::error::Chain;
+use crate::application::jobs::PeriodicJob;
 use crate::application::orchestration::{Orchestrator, SettlementRetryBy};
 use crate::application::ports::{Clock, ListedSettlement, OrderRecord, SettlementRepository};
 use crate::application::{Actor, AppError};
@@ -137,21 +136,26 @@ impl SettlementRetries {
         let order_id = self.order_of(id).await?;
         self.orchestrator.mark_settled(actor, order_id, reason).await
     }
+}
 
-    /// The processor: every interval, a round.
-    pub async fn run_until_stopped(&self, stop: CancellationToken) {
-        let actor = Actor::system("settlement-retry");
-        let mut tick = tokio::time::interval(self.settings.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => break,
-                _ = tick.tick() => match self.retry_due(&actor).await {
-                    Ok(r) if r.claimed > 0 => tracing::info!(claimed = r.claimed, settled = r.settled, deferred = r.deferred, refused = r.refused, "settlement retries"),
-                    Ok(_) => {}
-                    Err(err) => tracing::error!(error = %Chain(&err), "settlement retry round failed"),
-                },
-            }
-        }
+#[async_trait::async_trait]
+impl PeriodicJob for SettlementRetries {
+    fn name(&self) -> &'static str {
+        "settlement retries"
+    }
+
+    fn interval(&self) -> Duration {
+        self.settings.interval
+    }
+
+    /// Every due settlement tried again.
+    async fn round(&self) -> Result<Option<String>, AppError> {
+        let r = self.retry_due(&Actor::system("settlement-retry")).await?;
+        Ok((r.claimed > 0).then(|| {
+            format!(
+                "settlement retries: claimed {} settled {} deferred {} refused {}",
+                r.claimed, r.settled, r.deferred, r.refused
+            )
+        }))
     }
 }

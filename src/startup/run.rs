@@ -17,8 +17,9 @@ use crate::adapters::http::{self, HttpState};
 use crate::adapters::messaging::contract::{Broker, Contract, WireView};
 use crate::adapters::persistence::{self};
 use crate::application::health::Role;
-use crate::application::money::ledger::Ledger;
+use crate::application::jobs::{self, PeriodicJob};
 use crate::application::ports::Clock;
+use crate::application::recovery::jobs::recovery_jobs;
 use crate::config::{BrokerKind, ProviderKind, Settings};
 
 use super::*;
@@ -42,25 +43,18 @@ impl Workers {
         let housekeeping = services.housekeeping.clone();
         let token = stop.clone();
         handles.push(tokio::spawn(async move { housekeeping.run_until_stopped(token).await }));
-        let settlements = services.settlements.clone();
-        let token = stop.clone();
-        handles.push(tokio::spawn(async move { settlements.run_until_stopped(token).await }));
-        loops.push("settlement retries");
+        // The periodic jobs, one runner each, each reporting its rounds to readiness.
+        let mut periodic: Vec<Arc<dyn PeriodicJob>> = vec![services.settlements.clone()];
         if services.settings.notification.retry_enabled {
-            let notifications = services.notifications.clone();
-            let token = stop.clone();
-            handles.push(tokio::spawn(async move { notifications.run_until_stopped(token).await }));
-            loops.push("notification retries");
+            periodic.push(services.notifications.clone());
         }
-        loops.push("payment reconciliation, compensations, stalled sagas and pending refunds");
-        let recovery = services.recovery.clone();
-        let token = stop.clone();
-        handles.push(tokio::spawn(async move { recovery.run_until_stopped(token).await }));
+        periodic.extend(recovery_jobs(&services.recovery));
         if services.settings.payment.provider == ProviderKind::Toss {
-            let ledger = services.ledger.clone();
-            let token = stop.clone();
-            handles.push(tokio::spawn(async move { run_ledger(ledger, token).await }));
-            loops.push("the provider's ledger, reconciled daily");
+            periodic.push(services.ledger.clone());
+        }
+        for job in periodic {
+            loops.push(job.name());
+            handles.push(tokio::spawn(jobs::run(job, Some(services.loops.clone()), stop.clone())));
         }
         if let Some(consumers) = services.meeting_consumers() {
             let token = stop.clone();
@@ -104,23 +98,6 @@ pub(super) fn upkeep_metrics(metrics: &crate::telemetry::Registry, stop: Cancell
             }
         }
     });
-}
-
-/// The daily ledger loop: every minute, the previous day once it is due (a run that failed
-/// is tried again the next minute; a day already run is left alone).
-pub(super) async fn run_ledger(ledger: Arc<Ledger>, stop: CancellationToken) {
-    let mut tick = tokio::time::interval(StdDuration::from_secs(60));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => break,
-            _ = tick.tick() => {
-                if let Err(err) = ledger.run_due().await {
-                    tracing::error!(error = %crate::application::error::Chain(&err), "ledger reconciliation failed");
-                }
-            }
-        }
-    }
 }
 
 /// The HTTP state shared by handlers.

@@ -191,7 +191,6 @@ pub(super) fn repairs(
     orders: &Arc<SeaOrmStore>,
     clock: &Arc<dyn Clock>,
     meter: crate::application::meter::Meter,
-    loops: &Arc<LoopProgress>,
 ) -> (Arc<Recovery>, Arc<SettlementRetries>) {
     let recovery = Recovery::new(
         orchestrator.clone(),
@@ -203,8 +202,7 @@ pub(super) fn repairs(
         clock.clone(),
         reconciliation_settings(settings),
     )
-    .with_meter(meter)
-    .with_progress(loops.clone());
+    .with_meter(meter);
     let retries = SettlementRetries::new(
         orchestrator.clone(),
         orders.clone(),
@@ -377,8 +375,7 @@ pub async fn build_services_with_clock(
     let fees = meeting_fees(settings).await?;
     let key_in = key_in(settings, &orchestrator, &orders, payments, &capabilities, fees.clone())?;
     let meeting_events = meeting_events(&orchestrator, &money.refunds, &orders, &clock, fees);
-    let (recovery, settlements) =
-        repairs(settings, &orchestrator, &money.refunds, &orders, &clock, meter, &loops);
+    let (recovery, settlements) = repairs(settings, &orchestrator, &money.refunds, &orders, &clock, meter);
     let queries = Arc::new(OrderQueries::new(orders.clone(), outbox_store.clone()));
     let outbox_admin = Arc::new(OutboxAdmin::new(outbox_store.clone(), clock.clone()));
     let idempotency = Arc::new(IdempotencyService::new(

@@ -343,3 +343,20 @@ impl Ledger {
         Ok(PaymentPayout::net(&self.payouts.payouts_of(&[payment]).await?))
     }
 }
+
+#[async_trait::async_trait]
+impl crate::application::jobs::PeriodicJob for Ledger {
+    fn name(&self) -> &'static str {
+        "the provider's ledger"
+    }
+
+    /// A minute: the day's run is due once `payment.toss.ledger_at` has passed, and a day that
+    /// failed is tried again the next minute.
+    fn interval(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(60)
+    }
+
+    async fn round(&self) -> Result<Option<String>, AppError> {
+        Ok(self.run_due().await?.map(|r| format!("ledger reconciled: {r:?}")))
+    }
+}

@@ -7,6 +7,7 @@
 
 mod callbacks;
 mod compensations;
+pub mod jobs;
 mod reconciliation;
 mod stalled;
 
@@ -14,13 +15,10 @@ use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
 use chrono::Duration;
-use tokio_util::sync::CancellationToken;
 
 use crate::application::AppError;
-use crate::application::error::Chain;
-use crate::application::health::LoopProgress;
 use crate::application::meter::Meter;
-use crate::application::money::refunds::{PendingRefundReport, Refunds};
+use crate::application::money::refunds::Refunds;
 use crate::application::orchestration::Orchestrator;
 use crate::application::ports::{
     Clock, OrderRecord, OrderRepository, PaymentRepository, SagaRuns, UnitOfWork,
@@ -130,12 +128,7 @@ pub struct Recovery {
     clock: Arc<dyn Clock>,
     settings: ReconciliationSettings,
     meter: Meter,
-    /// Where each round's success or failure is reported (the worker's readiness).
-    progress: Option<Arc<LoopProgress>>,
 }
-
-/// The recovery loop's name in the worker's readiness.
-const RECOVERY_LOOP: &str = "payment recovery";
 
 impl Recovery {
     #[allow(clippy::too_many_arguments)]
@@ -161,19 +154,12 @@ impl Recovery {
             clock,
             settings,
             meter: Meter::default(),
-            progress: None,
         }
     }
 
     /// Records this service's metrics into `meter` (the app's registry).
     pub fn with_meter(mut self, meter: Meter) -> Self {
         self.meter = meter;
-        self
-    }
-
-    /// Reports each round to `progress`: a round any of whose parts failed is a failure.
-    pub fn with_progress(mut self, progress: Arc<LoopProgress>) -> Self {
-        self.progress = Some(progress);
         self
     }
 
@@ -196,55 +182,6 @@ impl Recovery {
             ("refund_unresolved", refunds),
             ("saga_stalled", stalled),
         ])
-    }
-
-    /// Every interval: reconcile due payments, resume stalled sagas, fail orders unpaid past
-    /// their payment window, finish pending refunds, retry due compensations.
-    pub async fn run_until_stopped(&self, stop: CancellationToken) {
-        let mut tick = tokio::time::interval(self.settings.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => break,
-                _ = tick.tick() => {
-                    // The first failure of the round, for readiness.
-                    let mut failed: Option<String> = None;
-                    let mut note = |what: &str, err: &AppError| {
-                        tracing::error!(error = %Chain(err), "{what} failed");
-                        failed.get_or_insert_with(|| format!("{what}: {}", Chain(err)));
-                    };
-                    match self.reconcile_due().await {
-                        Ok(r) if r != ReconcileReport::default() => tracing::info!(?r, "payment reconciliation"),
-                        Ok(_) => {}
-                        Err(err) => note("payment reconciliation", &err),
-                    }
-                    if let Err(err) = self.resume_stalled().await {
-                        note("saga recovery", &err);
-                    }
-                    match self.orchestrator.expire_unpaid().await {
-                        Ok(0) => {}
-                        Ok(expired) => tracing::info!(expired, "orders unpaid past the payment window failed"),
-                        Err(err) => note("expiring unpaid orders", &err),
-                    }
-                    match self.refunds.resolve_pending().await {
-                        Ok(r) if r != PendingRefundReport::default() => tracing::info!(?r, "pending refunds"),
-                        Ok(_) => {}
-                        Err(err) => note("pending refunds", &err),
-                    }
-                    match self.retry_compensations().await {
-                        Ok(r) if r != CompensationReport::default() => tracing::info!(?r, "compensation retries"),
-                        Ok(_) => {}
-                        Err(err) => note("compensation retries", &err),
-                    }
-                    if let Some(progress) = &self.progress {
-                        match failed {
-                            None => progress.ok(RECOVERY_LOOP),
-                            Some(why) => progress.failed(RECOVERY_LOOP, why),
-                        }
-                    }
-                }
-            }
-        }
     }
 }
 

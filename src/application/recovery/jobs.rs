@@ -1,0 +1,106 @@
+//! Recovery's five jobs, each run on its own by the worker ([`crate::application::jobs`]),
+//! every `reconciliation.interval`: unknown payment outcomes looked up, stalled sagas
+//! resumed, orders unpaid past the payment window failed, pending refunds finished, failed
+//! compensations retried. One failing does not hold up, or mark unready, the others.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::{CompensationReport, ReconcileReport, Recovery};
+use crate::application::AppError;
+use crate::application::jobs::PeriodicJob;
+use crate::application::money::refunds::PendingRefundReport;
+
+/// Every recovery job over `recovery`.
+pub fn recovery_jobs(recovery: &Arc<Recovery>) -> Vec<Arc<dyn PeriodicJob>> {
+    vec![
+        Arc::new(PaymentReconciliation(recovery.clone())),
+        Arc::new(StalledSagas(recovery.clone())),
+        Arc::new(UnpaidOrders(recovery.clone())),
+        Arc::new(PendingRefunds(recovery.clone())),
+        Arc::new(CompensationRetries(recovery.clone())),
+    ]
+}
+
+/// Payments whose outcome is unknown, looked up at the provider.
+pub struct PaymentReconciliation(pub Arc<Recovery>);
+/// Sagas that stopped half-way, resumed.
+pub struct StalledSagas(pub Arc<Recovery>);
+/// Orders unpaid past the payment window, failed.
+pub struct UnpaidOrders(pub Arc<Recovery>);
+/// Refunds whose outcome is unknown, finished.
+pub struct PendingRefunds(pub Arc<Recovery>);
+/// Compensations that failed, tried again.
+pub struct CompensationRetries(pub Arc<Recovery>);
+
+#[async_trait]
+impl PeriodicJob for PaymentReconciliation {
+    fn name(&self) -> &'static str {
+        "payment reconciliation"
+    }
+    fn interval(&self) -> Duration {
+        self.0.settings.interval
+    }
+    async fn round(&self) -> Result<Option<String>, AppError> {
+        let r = self.0.reconcile_due().await?;
+        Ok((r != ReconcileReport::default()).then(|| format!("payment reconciliation: {r:?}")))
+    }
+}
+
+#[async_trait]
+impl PeriodicJob for StalledSagas {
+    fn name(&self) -> &'static str {
+        "stalled sagas"
+    }
+    fn interval(&self) -> Duration {
+        self.0.settings.interval
+    }
+    async fn round(&self) -> Result<Option<String>, AppError> {
+        self.0.resume_stalled().await?;
+        Ok(None)
+    }
+}
+
+#[async_trait]
+impl PeriodicJob for UnpaidOrders {
+    fn name(&self) -> &'static str {
+        "unpaid orders"
+    }
+    fn interval(&self) -> Duration {
+        self.0.settings.interval
+    }
+    async fn round(&self) -> Result<Option<String>, AppError> {
+        let expired = self.0.orchestrator.expire_unpaid().await?;
+        Ok((expired > 0).then(|| format!("{expired} orders unpaid past the payment window failed")))
+    }
+}
+
+#[async_trait]
+impl PeriodicJob for PendingRefunds {
+    fn name(&self) -> &'static str {
+        "pending refunds"
+    }
+    fn interval(&self) -> Duration {
+        self.0.settings.interval
+    }
+    async fn round(&self) -> Result<Option<String>, AppError> {
+        let r = self.0.refunds.resolve_pending().await?;
+        Ok((r != PendingRefundReport::default()).then(|| format!("pending refunds: {r:?}")))
+    }
+}
+
+#[async_trait]
+impl PeriodicJob for CompensationRetries {
+    fn name(&self) -> &'static str {
+        "compensation retries"
+    }
+    fn interval(&self) -> Duration {
+        self.0.settings.interval
+    }
+    async fn round(&self) -> Result<Option<String>, AppError> {
+        let r = self.0.retry_compensations().await?;
+        Ok((r != CompensationReport::default()).then(|| format!("compensation retries: {r:?}")))
+    }
+}
