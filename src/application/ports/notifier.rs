@@ -27,10 +27,12 @@ pub struct NotificationRequest {
 }
 
 impl NotificationRequest {
-    /// The key a notifier deduplicates by: an attempt resumed after a crash (its outcome
-    /// never recorded) is the same attempt, not a second message to the customer.
+    /// The key a notifier deduplicates by: the notification's, the same on every attempt —
+    /// an attempt resumed after a crash, or a retry of one whose answer was lost, is the
+    /// same message to the customer, never a second (a webhook's `webhook-id`, an e-mail's
+    /// `Message-ID` are made from it too).
     pub fn idempotency_key(&self) -> String {
-        format!("notify-{}-{}", self.order_id, self.attempt)
+        format!("notify-{}", self.notification_id)
     }
 }
 

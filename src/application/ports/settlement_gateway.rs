@@ -24,10 +24,11 @@ pub struct SettlementRequest {
 }
 
 impl SettlementRequest {
-    /// The key a settlement provider deduplicates by: one settlement per payment, however
-    /// often a resumed saga asks.
+    /// The key a settlement provider deduplicates by: the settlement's (one per payment),
+    /// the same on every attempt however often a resumed saga or the retries ask — a
+    /// webhook's `webhook-id` is the same id.
     pub fn idempotency_key(&self) -> String {
-        format!("settle-{}", self.payment_id)
+        format!("settle-{}", self.settlement_id)
     }
 }
 
