@@ -6,8 +6,7 @@
 use orchestrator::application::Actor;
 use orchestrator::application::inbound::{Handled, ParticipantRegistered};
 use orchestrator::application::orchestration::PlaceOrder;
-use orchestrator::domain::ids::OrderId;
-use orchestrator::domain::order::{NewOrderItem, OrderSource};
+use orchestrator::domain::order::OrderSource;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -20,20 +19,7 @@ async fn register_for(
     user: &str,
     meeting: &str,
 ) -> orchestrator::application::ports::OrderRecord {
-    let command = PlaceOrder {
-        order_id: OrderId::new(),
-        customer_id: Some(user.into()),
-        source: OrderSource::Meeting,
-        meeting_id: Some(meeting.into()),
-        currency: "KRW".into(),
-        items: vec![NewOrderItem { sku: format!("MEETING-{meeting}"), quantity: 1, unit_price: 15000 }],
-        scenario: Default::default(),
-        correlation_id: None,
-        inbox: None,
-        customer_email: None,
-        description: None,
-        charged: None,
-    };
+    let command = PlaceOrder::meeting(OrderSource::Meeting, meeting, user, "KRW", 15000);
     app.services.orchestrator.place_order(&Actor::system("test-meeting"), command).await.unwrap()
 }
 

@@ -12,8 +12,7 @@ use serde_json::{Value, json};
 use orchestrator::application::Actor;
 use orchestrator::application::orchestration::PlaceOrder;
 use orchestrator::application::ports::{OrderRecord, Scenario};
-use orchestrator::domain::ids::OrderId;
-use orchestrator::domain::order::{NewOrderItem, OrderSource};
+use orchestrator::domain::order::OrderSource;
 
 use crate::helpers::{Backend, TestApp};
 use crate::on_both_databases;
@@ -48,18 +47,8 @@ fn token(mut claims: Value, exp_in: i64) -> String {
 /// A member's registration for a meeting, charged as the meeting consumer does.
 async fn register(app: &TestApp, user: i64, meeting: i64, scenario: &str) -> OrderRecord {
     let command = PlaceOrder {
-        order_id: OrderId::new(),
-        customer_id: Some(user.to_string()),
-        source: OrderSource::Meeting,
-        meeting_id: Some(meeting.to_string()),
-        currency: "KRW".into(),
-        items: vec![NewOrderItem { sku: format!("MEETING-{meeting}"), quantity: 1, unit_price: 15000 }],
         scenario: Scenario::parse(scenario).unwrap(),
-        correlation_id: None,
-        inbox: None,
-        customer_email: None,
-        description: None,
-        charged: None,
+        ..PlaceOrder::meeting(OrderSource::Meeting, &meeting.to_string(), &user.to_string(), "KRW", 15000)
     };
     app.services.orchestrator.place_order(&Actor::system("test-meeting"), command).await.unwrap()
 }

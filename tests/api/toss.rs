@@ -426,16 +426,8 @@ async fn a_card_keyed_in_is_charged_once_and_a_refused_one_is_not_charged() {
     assert_eq!(again.payment_key, paid.payment_key);
     assert_eq!(fake.effects("key_in").await, 1);
     // The payment is Toss's like any other: found by its key.
-    let found: Value = reqwest::Client::new()
-        .get(format!("{}/v1/payments/{}", fake.running.base_url, paid.payment_key))
-        .basic_auth(SECRET, Some(""))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(found["status"], "DONE");
+    let (found, _) = client.payment(&paid.payment_key).await.unwrap();
+    assert_eq!(found.status, TossStatus::Done);
     // A card the company refuses: Toss's code, read as a refusal; no payment for the order.
     let refused_order = request_id();
     let refused = KeyIn { order_id: &refused_order, ..card(fake_toss::KEY_IN_DECLINED_CARD) };

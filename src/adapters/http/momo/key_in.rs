@@ -166,6 +166,9 @@ mod tests {
         .unwrap();
         assert_eq!((given.card.expiry_month.as_str(), given.card.expiry_year.as_str()), ("07", "29"));
         assert_eq!(given.card.number, "5555444433332222");
+        // The card number never reaches a log line through `Debug`.
+        let shown = format!("{given:?}");
+        assert!(!shown.contains("5555444433332222") && shown.contains("****2222"), "{shown}");
     }
 
     #[test]

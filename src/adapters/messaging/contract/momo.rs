@@ -359,7 +359,10 @@ impl MomoOut {
         // A refused registration (no order) is the registration's; the rest, a meeting order's.
         let refused = kind == "payment.failed";
         let meeting_order = p.source.as_deref().and_then(OrderSource::parse).is_some_and(|s| s.is_meeting());
-        if !refused && !meeting_order {
+        // An order failed by a decline was answered by its `payment.declined`, with the
+        // provider's code.
+        let answered = kind == "order.failed" && p.failure_reason.as_deref() == Some("PAYMENT_DECLINED");
+        if !refused && !meeting_order || answered {
             return Ok(Encoded::Native);
         }
         let user = if refused { p.user_id.as_deref() } else { p.customer_id.as_deref() };
@@ -395,12 +398,7 @@ impl MomoOut {
                 let code = match kind {
                     "payment.declined" => p.decline_code.as_deref().unwrap_or("PAYMENT_DECLINED"),
                     "payment.failed" => p.reason.as_deref().unwrap_or("REFUSED"),
-                    _ => match p.failure_reason.as_deref() {
-                        // Answered by its `payment.declined`, with the provider's code.
-                        Some("PAYMENT_DECLINED") => return Ok(Encoded::Native),
-                        Some(reason) => reason,
-                        None => "ORDER_FAILED",
-                    },
+                    _ => p.failure_reason.as_deref().unwrap_or("ORDER_FAILED"),
                 };
                 let failed = Failed {
                     payment_id: p.payment_number,
