@@ -234,31 +234,31 @@ pub(crate) async fn relay_drain(
 /// exchange bound to the fixture's queue: whether they were made here (then removed after).
 async fn momo_exchange(fixture: &Fixture) -> Result<bool, BoxError> {
     use amqprs::channel::{ExchangeDeclareArguments, QueueBindArguments};
-    use orchestrator::adapters::messaging::amqp::momo;
+    use orchestrator::adapters::messaging::amqp::declare;
+    use orchestrator::adapters::messaging::contract::momo::topology::{PAYMENT_EVENTS, topology};
     let probe = fixture._connection.open_channel(None).await?;
     let existed = probe
-        .exchange_declare(ExchangeDeclareArguments::new(momo::PAYMENT_EVENTS, "topic").passive(true).finish())
+        .exchange_declare(ExchangeDeclareArguments::new(PAYMENT_EVENTS, "topic").passive(true).finish())
         .await
         .is_ok();
     let _ = probe.close().await;
-    momo::declare(&fixture.channel).await?;
-    fixture.channel.queue_bind(QueueBindArguments::new(&fixture.queue, momo::PAYMENT_EVENTS, "#")).await?;
+    declare(&fixture.channel, &topology()).await?;
+    fixture.channel.queue_bind(QueueBindArguments::new(&fixture.queue, PAYMENT_EVENTS, "#")).await?;
     Ok(!existed)
 }
 
 async fn momo_cleanup(fixture: &Fixture, created: bool) {
     use amqprs::channel::{ExchangeDeleteArguments, QueueDeleteArguments};
-    use orchestrator::adapters::messaging::amqp::momo;
+    use orchestrator::adapters::messaging::contract::momo::topology::topology;
     if !created {
         return;
     }
-    for (queue, _, _) in momo::QUEUES {
-        let _ = fixture.channel.queue_delete(QueueDeleteArguments::new(queue)).await;
+    let topology = topology();
+    for queue in &topology.queues {
+        let _ = fixture.channel.queue_delete(QueueDeleteArguments::new(&queue.name)).await;
     }
-    let _ = fixture.channel.queue_delete(QueueDeleteArguments::new(momo::DLQ)).await;
-    for exchange in [momo::PAYMENT_EVENTS, momo::PAYMENT_DLX, momo::PARTICIPANT_EVENTS, momo::MEETING_EVENTS]
-    {
-        let _ = fixture.channel.exchange_delete(ExchangeDeleteArguments::new(exchange)).await;
+    for exchange in &topology.exchanges {
+        let _ = fixture.channel.exchange_delete(ExchangeDeleteArguments::new(&exchange.name)).await;
     }
 }
 

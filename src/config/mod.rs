@@ -20,7 +20,7 @@ use chrono::NaiveTime;
 
 use crate::adapters::Secret;
 use crate::adapters::http::auth::AuthSettings;
-use crate::adapters::messaging::amqp::QueueType;
+use crate::adapters::messaging::contract::topology::QueueType;
 use crate::adapters::messaging::contract::{CloudEventsSettings, ContractName};
 use crate::adapters::providers::{EmailSettings, WebhookSettings};
 use crate::telemetry::{LogFormat, TelemetrySettings};

@@ -8,7 +8,7 @@ use chrono::NaiveTime;
 
 use crate::adapters::Secret;
 use crate::adapters::http::auth::{AuthSettings, DEV_KID, KeyAlgorithm, KeySettings, RawKey};
-use crate::adapters::messaging::amqp::QueueType;
+use crate::adapters::messaging::contract::topology::QueueType;
 use crate::adapters::messaging::contract::{CloudEventsMode, CloudEventsSettings, ContractName};
 use crate::adapters::providers::{EmailSettings, Locale, WebhookSecret, WebhookSettings};
 use crate::application::input::parse_duration;

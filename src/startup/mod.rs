@@ -17,7 +17,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::adapters::Secret;
 use crate::adapters::http::auth::JwtKeys;
-use crate::adapters::messaging::amqp::{AmqpNodes, ConsumerSettings, MeetingConsumers, MeetingTopology};
+use crate::adapters::messaging::amqp::{AmqpNodes, ConsumerSettings, MeetingConsumers};
+use crate::adapters::messaging::contract::topology::MeetingTopology;
 use crate::adapters::messaging::kafka::{KafkaConsumerSettings, KafkaMeetingConsumer};
 use crate::adapters::providers::ProviderCalls;
 use crate::application::health::{LoopProgress, Readiness};
@@ -168,6 +169,7 @@ impl Services {
                     retry_backoff: b.consumer_retry_backoff,
                     honour_mock_scenario: self.settings.payment.provider == ProviderKind::Mock,
                     contract: contract(&self.settings).ok()?,
+                    meetings_currency: self.settings.meetings.currency.clone(),
                 };
                 return Some(MeetingConsumer::Kafka(Arc::new(
                     KafkaMeetingConsumer::new(settings, self.meeting_events.clone())

@@ -9,7 +9,8 @@ use std::process::Command;
 
 use amqprs::channel::{Channel, ExchangeDeclareArguments, QueueBindArguments, QueueDeclareArguments};
 use amqprs::{FieldTable, FieldValue};
-use orchestrator::adapters::messaging::amqp::{AmqpEndpoint, connect, momo};
+use orchestrator::adapters::messaging::amqp::{AmqpEndpoint, connect, declare};
+use orchestrator::adapters::messaging::contract::momo::topology::topology;
 use orchestrator::startup::Workers;
 use sea_orm::ConnectionTrait;
 
@@ -130,11 +131,11 @@ async fn our_payment_topology_is_the_platforms_whoever_declares_first() {
     let Some(vhost) = Vhost::create() else { return };
     let (_c, channel) = vhost.channel().await;
     declare_as_the_platform(&channel, FieldValue::I(604_800_000)).await.expect("the platform's declarations");
-    momo::declare(&channel).await.expect("ours, equivalent: no 406");
+    declare(&channel, &topology()).await.expect("ours, equivalent: no 406");
     // Us first, then the platform (a redeploy of its payment module beside us).
     let Some(second) = Vhost::create() else { return };
     let (_c2, channel) = second.channel().await;
-    momo::declare(&channel).await.unwrap();
+    declare(&channel, &topology()).await.unwrap();
     declare_as_the_platform(&channel, FieldValue::I(604_800_000))
         .await
         .expect("the platform after us: no 406");

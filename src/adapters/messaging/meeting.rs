@@ -4,6 +4,7 @@
 //! dead-lettered. The AMQP and the Kafka consumers differ only in how they receive, acknowledge
 //! and dead-letter a message.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::adapters::messaging::contract::momo::{self, MomoInbound, MomoRead};
+use crate::adapters::messaging::contract::{Broker, Contract};
 use crate::application::AppError;
 use crate::application::error::Chain;
 use crate::application::inbound::{
@@ -106,6 +108,106 @@ fn digest(raw: &serde_json::Value) -> String {
     hash.iter().map(|b| format!("{b:02x}")).collect::<String>()
 }
 
+/// A message as a broker received it, before the contract reads it.
+pub struct Received<'a> {
+    /// The kind its queue takes (RabbitMQ: a queue per kind); `None` where the message
+    /// itself says (a Kafka topic carries every kind).
+    pub queue: Option<Kind>,
+    pub content_type: Option<&'a str>,
+    /// A header's text: `Err` when present but unreadable (not text, given twice).
+    pub header: &'a dyn Fn(&str) -> Result<Option<String>, String>,
+    pub body: &'a [u8],
+}
+
+/// A message, as the contract reads it.
+pub enum Delivery {
+    /// The meeting service's message of `kind`, with the correlation id the contract
+    /// carried, if any.
+    Decoded { kind: Kind, inbound: Inbound, correlation_id: Option<String> },
+    /// A message the contract's platform drops (acknowledged, logged).
+    Dropped(Kind),
+    /// Dead-lettered at once, with the reason; its kind when known.
+    Malformed(Option<Kind>, String),
+}
+
+impl Delivery {
+    /// The `consumer` label of its metrics and logs.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Delivery::Decoded { kind, .. } | Delivery::Dropped(kind) | Delivery::Malformed(Some(kind), _) => {
+                kind.label()
+            }
+            Delivery::Malformed(None, _) => "unknown",
+        }
+    }
+}
+
+/// Reads a delivery under `contract`, whichever broker brought it (the one decode call of
+/// both consumers): the platform's `EventWrapper` (`momo`, read per queue), a CloudEvent
+/// whose type names the kind (and must be the queue's), or our own body, whose kind is the
+/// queue's or the record's `event_type` (docs/spec.md §7, §11, §12). `currency`: the
+/// platform's fees' (`meetings.currency`; `momo`'s registrations carry none).
+pub fn read(contract: &Contract, broker: Broker, currency: &str, message: &Received<'_>) -> Delivery {
+    let queue = message.queue;
+    if matches!(contract, Contract::Momo(_)) {
+        let Some(kind) = queue else {
+            return Delivery::Malformed(None, "momo messages are read per queue".to_owned());
+        };
+        return match decode_momo(kind, message.body, currency) {
+            Err(why) => Delivery::Malformed(Some(kind), why),
+            Ok(None) => Delivery::Dropped(kind),
+            Ok(Some(inbound)) => Delivery::Decoded { kind, inbound, correlation_id: None },
+        };
+    }
+    let text = |name: &str| (message.header)(name).ok().flatten();
+    let (kind, body, correlation_id) =
+        match contract.read_inbound(broker, message.content_type, &text, message.body) {
+            Err(why) => return Delivery::Malformed(queue, why),
+            Ok(None) => match queue.map_or_else(|| kind_of(message), Ok) {
+                Ok(kind) => (kind, Cow::Borrowed(message.body), None),
+                Err(why) => return Delivery::Malformed(None, why),
+            },
+            Ok(Some(read)) => match (Kind::of_type(&read.event_type), queue) {
+                // The queue says the kind; the contract's type must say the same.
+                (found, Some(queue)) if found != Some(queue) => {
+                    let why = format!("type {} is not what queue {} takes", read.event_type, queue.label());
+                    return Delivery::Malformed(Some(queue), why);
+                }
+                (Some(kind), _) => (kind, Cow::Owned(read.body), read.correlation_id),
+                (None, _) => {
+                    let why = format!("type `{}` is not a meeting-service event", read.event_type);
+                    return Delivery::Malformed(None, why);
+                }
+            },
+        };
+    match decode(kind, &body) {
+        Ok(inbound) => Delivery::Decoded { kind, inbound, correlation_id },
+        Err(why) => Delivery::Malformed(Some(kind), why),
+    }
+}
+
+/// A record's kind where no queue says it: its `event_type` header, else its body's `type`;
+/// when both are there they must agree (a header that silently wins over the body is a
+/// record read two ways).
+fn kind_of(message: &Received<'_>) -> Result<Kind, String> {
+    #[derive(serde::Deserialize)]
+    struct Typed {
+        #[serde(rename = "type")]
+        event_type: Option<String>,
+    }
+    // A body that cannot be read this far is refused by its decoding, with its reason.
+    let in_body = serde_json::from_slice::<Typed>(message.body).ok().and_then(|t| t.event_type);
+    let event_type = match ((message.header)("event_type")?, in_body) {
+        (Some(header), Some(body)) if header != body => {
+            return Err(format!("event_type: the header `{header}` disagrees with the body's type `{body}`"));
+        }
+        (Some(t), _) | (None, Some(t)) => t,
+        (None, None) => return Err("no event_type header and no `type` in the body".to_owned()),
+    };
+    Kind::of_type(&event_type)
+        .ok_or_else(|| format!("event_type: `{event_type}` is not a meeting-service event"))
+}
+
 /// Reads a message of the meetup platform (`momo`, docs/spec.md §12) from the queue of
 /// `kind`: what it asks for, or `Ok(None)` for one the platform's policy drops (a blank
 /// `uuId`, null `data`; named in the log). Its `uuId` is the inbox key. `currency`: the
@@ -113,7 +215,7 @@ fn digest(raw: &serde_json::Value) -> String {
 ///
 /// # Errors
 /// Why it goes to the DLQ at once.
-pub fn decode_momo(kind: Kind, body: &[u8], currency: &str) -> Result<Option<Inbound>, String> {
+fn decode_momo(kind: Kind, body: &[u8], currency: &str) -> Result<Option<Inbound>, String> {
     if body.len() > MAX_MESSAGE {
         return Err(format!("body of {} bytes exceeds {MAX_MESSAGE}", body.len()));
     }
@@ -301,23 +403,9 @@ impl MeetingHandler {
         MeetingHandler { events, retries, retry_backoff, honour_mock_scenario, meter: Meter::default() }
     }
 
-    /// Decodes a message of `kind` and hands it to its use case, retrying a system failure
-    /// `retries` times with backoff. `scenario`: the message's `x-mock-scenario` header as
-    /// the broker gave it (`Err` when present but not text).
-    pub async fn process(
-        &self,
-        kind: Kind,
-        scenario: Result<Option<String>, String>,
-        correlation_id: Option<String>,
-        content: &[u8],
-    ) -> Verdict {
-        match decode(kind, content) {
-            Ok(inbound) => self.handle(kind, inbound, scenario, correlation_id).await,
-            Err(why) => Verdict::Reject("malformed", why),
-        }
-    }
-
-    /// A decoded message of `kind` to its use case, with the policy of [`MeetingHandler::process`].
+    /// A message of `kind`, as [`read`] decoded it, to its use case, retrying a system
+    /// failure `retries` times with backoff. `scenario`: the message's `x-mock-scenario`
+    /// header as the broker gave it (`Err` when present but not text).
     pub async fn handle(
         &self,
         kind: Kind,
@@ -422,6 +510,63 @@ mod tests {
             assert!(decode(kind, bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }
         assert!(decode(Kind::Deleted, &vec![b' '; MAX_MESSAGE + 1]).is_err());
+    }
+
+    /// A header reader, as a consumer hands it to [`read`].
+    type Headers<'a> = &'a dyn Fn(&str) -> Result<Option<String>, String>;
+
+    /// (contract, broker, the queue's kind, headers, body, the label and outcome expected).
+    type Case<'a> = (&'a Contract, Broker, Option<Kind>, Headers<'a>, &'a [u8], &'a str, &'a str);
+
+    /// What the one decode call makes of a delivery, per contract and per broker.
+    #[test]
+    fn one_read_for_both_brokers_names_the_kind_or_why_not() {
+        let momo = Contract::Momo(momo::MomoOut { timezone: chrono_tz::Asia::Seoul });
+        let ours: &[u8] = br#"{"eventId":"e1","meetingId":"m1","userId":"u1","refundRequired":true}"#;
+        let wrapped = format!(
+            r#"{{"uuId":"u-1","type":"{}","data":{{"meetingId":12,"userId":7,"refundRequired":true}}}}"#,
+            momo::CANCEL
+        );
+        let typed: &[u8] = br#"{"type":"meeting.deleted","eventId":"e2","meetingId":"m2"}"#;
+        let none = |_: &str| Ok(None);
+        let cancel_header =
+            |name: &str| Ok((name == "event_type").then(|| "meeting.participant.cancelled".into()));
+        let twice = |_: &str| Err("event_type: given more than once".to_owned());
+        let read_as = |contract: &Contract, broker, queue, header: Headers<'_>, body: &[u8]| {
+            let delivery =
+                read(contract, broker, "KRW", &Received { queue, content_type: None, header, body });
+            let outcome = match &delivery {
+                Delivery::Decoded { kind, inbound, .. } => {
+                    format!("{kind:?} {}", matches!(inbound, Inbound::Cancel(_) | Inbound::Deleted(_)))
+                }
+                Delivery::Dropped(kind) => format!("dropped {kind:?}"),
+                Delivery::Malformed(_, why) => why.clone(),
+            };
+            (delivery.label(), outcome)
+        };
+        let (amqp, kafka, native, cancel) =
+            (Broker::Amqp, Broker::Kafka, &Contract::Native, Some(Kind::Cancel));
+        let disagree = "event_type: the header `meeting.participant.cancelled` disagrees with the body's type `meeting.deleted`";
+        let cases: [Case<'_>; 7] = [
+            (native, amqp, cancel, &none, ours, "participant-cancel", "Cancel true"),
+            (native, kafka, None, &cancel_header, ours, "participant-cancel", "Cancel true"),
+            (native, kafka, None, &none, typed, "meeting-deleted", "Deleted true"),
+            (native, kafka, None, &cancel_header, typed, "unknown", disagree),
+            (native, kafka, None, &twice, ours, "unknown", "event_type: given more than once"),
+            (&momo, amqp, cancel, &none, wrapped.as_bytes(), "participant-cancel", "Cancel true"),
+            (&momo, kafka, None, &none, wrapped.as_bytes(), "unknown", "momo messages are read per queue"),
+        ];
+        for (contract, broker, queue, header, body, label, outcome) in cases {
+            let read = read_as(contract, broker, queue, header, body);
+            assert_eq!(read, (label, outcome.to_owned()), "{queue:?} {broker:?}");
+        }
+        let blank = br#"{"uuId":" ","type":"meeting.participant.cancel","data":{"meetingId":1,"userId":2}}"#;
+        let (label, outcome) = read_as(&momo, amqp, cancel, &none, blank);
+        assert_eq!(
+            (label, outcome.as_str()),
+            ("participant-cancel", "dropped Cancel"),
+            "a blank uuId is dropped"
+        );
     }
 
     /// Issue 57: a refund the platform asks for carries the platform's own reason, as its

@@ -1,9 +1,69 @@
-//! What both confirming publishers (RabbitMQ, Kafka) do alike: a record's publish span, a
+//! What both confirming publishers (RabbitMQ, Kafka) do alike: the one encoding step that
+//! turns a batch into its messages under the contract (with each record's publish span), a
 //! failed outcome, and the rule that reads a batch's verdicts as a broker that takes
 //! messages or one that took none.
 
+use std::sync::Arc;
+
+use crate::adapters::messaging::contract::{Broker, Contract, Encoded, WireMessage};
 use crate::application::ports::{OutboxRecord, PublishOutcome};
 use crate::domain::outbox::FailureCode;
+
+/// A message of a record, as a publisher sends it.
+pub(super) enum Message {
+    /// The native message (docs/messages.md): the publisher's own fast path, its
+    /// properties or headers made from the record, with the publish span's `traceparent`.
+    Native { traceparent: Option<String> },
+    /// A message the contract encoded.
+    Contract(WireMessage),
+}
+
+/// One message of a batch, with its record; `Err`: the record cannot be sent, and why.
+pub(super) struct Outgoing<'r> {
+    pub record: &'r Arc<OutboxRecord>,
+    pub message: Result<Message, PublishOutcome>,
+}
+
+/// A batch as its messages, in order; `groups[i]`: how many record `i` went out as (the
+/// publishers' verdicts are per message, `per_record` folds them back).
+pub(super) struct EncodedBatch<'r> {
+    pub messages: Vec<Outgoing<'r>>,
+    pub groups: Vec<usize>,
+}
+
+/// The one encoding step of both publishers: each record of `batch` through `contract` for
+/// `broker`. With traces on, each record gets a publish span to `topic` (`None`: the
+/// record's routing key) in the trace of the request that wrote the event, whose context its messages carry on. A record
+/// the contract cannot encode is one `UNENCODABLE` outcome (dead-lettered with the reason).
+pub(super) fn encode_batch<'r>(
+    contract: &Contract,
+    broker: Broker,
+    batch: &'r [Arc<OutboxRecord>],
+    topic: Option<&str>,
+) -> EncodedBatch<'r> {
+    let mut messages = Vec::with_capacity(batch.len());
+    let mut groups = Vec::with_capacity(batch.len());
+    for record in batch {
+        let traceparent = publish_traceparent(record, topic.unwrap_or(&record.routing_key));
+        match contract.encode(record, traceparent.as_deref(), broker) {
+            Ok(Encoded::Native) => {
+                groups.push(1);
+                messages.push(Outgoing { record, message: Ok(Message::Native { traceparent }) });
+            }
+            Ok(Encoded::Messages(encoded)) => {
+                groups.push(encoded.len());
+                messages.extend(
+                    encoded.into_iter().map(|m| Outgoing { record, message: Ok(Message::Contract(m)) }),
+                );
+            }
+            Err(why) => {
+                groups.push(1);
+                messages.push(Outgoing { record, message: Err(failed(FailureCode::Unencodable, why)) });
+            }
+        }
+    }
+    EncodedBatch { messages, groups }
+}
 
 pub(super) fn failed(code: FailureCode, reason: impl Into<String>) -> PublishOutcome {
     PublishOutcome::Failed { code, reason: reason.into() }
@@ -12,7 +72,7 @@ pub(super) fn failed(code: FailureCode, reason: impl Into<String>) -> PublishOut
 /// With traces on: a publish span for `record` to `destination` in the trace of the request
 /// that wrote the event; its context (`traceparent`), which the message carries on to its
 /// consumers. `None` with traces off.
-pub(super) fn publish_traceparent(record: &OutboxRecord, destination: &str) -> Option<String> {
+fn publish_traceparent(record: &OutboxRecord, destination: &str) -> Option<String> {
     if !crate::telemetry::tracing_enabled() {
         return None;
     }

@@ -8,42 +8,23 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use amqprs::FieldValue;
 use amqprs::channel::{
-    BasicAckArguments, BasicConsumeArguments, BasicNackArguments, BasicQosArguments, Channel,
-    ConsumerMessage, ExchangeDeclareArguments, QueueBindArguments, QueueDeclareArguments,
+    BasicAckArguments, BasicConsumeArguments, BasicNackArguments, BasicQosArguments, Channel, ConsumerMessage,
 };
 use amqprs::connection::Connection;
-use amqprs::{FieldTable, FieldValue};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::connection::{AmqpError, AmqpNodes};
+use super::topology::declare;
 use tracing::Instrument;
 
-use super::super::meeting::{Inbound, Kind, MeetingHandler, Verdict, decode, decode_momo, reconnecting};
+use super::super::meeting::{Delivery, Kind, MeetingHandler, Received, Verdict, read, reconnecting};
+use crate::adapters::messaging::contract::topology::{MeetingTopology, Topology};
 use crate::adapters::messaging::contract::{Broker, Contract};
 use crate::application::inbound::MeetingEvents;
 use crate::application::meter::Meter;
-
-/// The kind of queue the consumers declare (`broker.queue_type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QueueType {
-    Classic,
-    /// Replicated (RabbitMQ quorum queues), with a delivery limit.
-    Quorum,
-}
-
-/// Names and kinds of the inbound topology.
-#[derive(Debug, Clone)]
-pub struct MeetingTopology {
-    pub exchange: String,
-    pub dead_letter_exchange: String,
-    pub register_queue: String,
-    pub cancel_queue: String,
-    pub deleted_queue: String,
-    pub queue_type: QueueType,
-    pub delivery_limit: u32,
-}
 
 #[derive(Debug, Clone)]
 pub struct ConsumerSettings {
@@ -60,116 +41,15 @@ pub struct ConsumerSettings {
     pub meetings_currency: String,
 }
 
-/// A delivery, as the contract reads it.
-pub(super) enum Delivery {
-    /// The meeting service's message, with the correlation id the contract carried, if any.
-    Decoded(Inbound, Option<String>),
-    /// A message the contract's platform drops (acknowledged, logged).
-    Dropped,
-    Malformed(String),
-}
-
 impl ConsumerSettings {
-    /// The contract's queues, declared on `channel`: the meetup platform's own, as it
-    /// declares them (their names returned), or ours (`None`: the names in `topology`).
-    ///
-    /// # Errors
-    /// The broker refused a declaration.
-    async fn declare(&self, channel: &amqprs::channel::Channel) -> Result<Option<[String; 3]>, AmqpError> {
-        if matches!(self.contract, Contract::Momo(_)) {
-            super::momo::declare(channel).await?;
-            return Ok(Some(super::momo::QUEUES.map(|(queue, _, _)| queue.to_owned())));
-        }
-        declare_topology(channel, &self.topology).await?;
-        Ok(None)
-    }
-
-    /// A delivery from `kind`'s queue, read by the contract, in one call: the platform's
-    /// `EventWrapper` (`momo`), a CloudEvent whose type must be the queue's, or our own body.
-    fn decode(
-        &self,
-        kind: Kind,
-        content_type: Option<&str>,
-        header: &dyn Fn(&str) -> Option<String>,
-        content: &[u8],
-    ) -> Delivery {
-        if matches!(self.contract, Contract::Momo(_)) {
-            return match decode_momo(kind, content, &self.meetings_currency) {
-                Err(why) => Delivery::Malformed(why),
-                Ok(None) => Delivery::Dropped,
-                Ok(Some(inbound)) => Delivery::Decoded(inbound, None),
-            };
-        }
-        let decoded = match self.contract.read_inbound(Broker::Amqp, content_type, header, content) {
-            Err(why) => return Delivery::Malformed(why),
-            Ok(None) => decode(kind, content).map(|inbound| (inbound, None)),
-            // The queue says the kind; the contract's type must say the same.
-            Ok(Some(read)) if Kind::of_type(&read.event_type) != Some(kind) => {
-                Err(format!("type {} is not what queue {} takes", read.event_type, kind.label()))
-            }
-            Ok(Some(read)) => decode(kind, &read.body).map(|inbound| (inbound, read.correlation_id)),
-        };
-        match decoded {
-            Ok((inbound, carried)) => Delivery::Decoded(inbound, carried),
-            Err(why) => Delivery::Malformed(why),
-        }
+    /// The contract's topology: the platform's own (`momo`) or ours, from `topology`.
+    fn topology(&self) -> Topology {
+        self.contract.own_topology().unwrap_or_else(|| self.topology.topology())
     }
 }
 
 fn name(text: &str) -> Result<amqprs::FieldName, AmqpError> {
     text.try_into().map_err(|_| AmqpError::Invalid(format!("invalid field name {text}")))
-}
-
-fn long_str(text: &str) -> Result<FieldValue, AmqpError> {
-    Ok(FieldValue::S(text.try_into().map_err(|_| AmqpError::Invalid(format!("invalid value {text}")))?))
-}
-
-/// Declares (idempotently) the meeting exchange, the dead-letter exchange, and each
-/// queue with its binding and its `<queue>.dlq`.
-///
-/// # Errors
-/// The broker refused a declaration (e.g. an existing queue with other arguments).
-pub async fn declare_topology(channel: &Channel, t: &MeetingTopology) -> Result<(), AmqpError> {
-    let declare_exchange = |name: &str| ExchangeDeclareArguments::new(name, "topic").durable(true).finish();
-    for exchange in [&t.exchange, &t.dead_letter_exchange] {
-        channel
-            .exchange_declare(declare_exchange(exchange))
-            .await
-            .map_err(AmqpError::broker(format!("declare {exchange}")))?;
-    }
-    for (queue, routing_key) in [
-        (&t.register_queue, "meeting.participant.registered"),
-        (&t.cancel_queue, "meeting.participant.cancelled"),
-        (&t.deleted_queue, "meeting.deleted"),
-    ] {
-        let dlq = format!("{queue}.dlq");
-        let mut dlq_args = FieldTable::new();
-        let mut args = FieldTable::new();
-        args.insert(name("x-dead-letter-exchange")?, long_str(&t.dead_letter_exchange)?);
-        args.insert(name("x-dead-letter-routing-key")?, long_str(queue)?);
-        if t.queue_type == QueueType::Quorum {
-            args.insert(name("x-queue-type")?, long_str("quorum")?);
-            args.insert(name("x-delivery-limit")?, FieldValue::l(i64::from(t.delivery_limit)));
-            dlq_args.insert(name("x-queue-type")?, long_str("quorum")?);
-        }
-        channel
-            .queue_declare(QueueDeclareArguments::new(&dlq).durable(true).arguments(dlq_args).finish())
-            .await
-            .map_err(AmqpError::broker(format!("declare {dlq}")))?;
-        channel
-            .queue_bind(QueueBindArguments::new(&dlq, &t.dead_letter_exchange, queue))
-            .await
-            .map_err(AmqpError::broker(format!("bind {dlq}")))?;
-        channel
-            .queue_declare(QueueDeclareArguments::new(queue).durable(true).arguments(args).finish())
-            .await
-            .map_err(AmqpError::broker(format!("declare {queue}")))?;
-        channel
-            .queue_bind(QueueBindArguments::new(queue, &t.exchange, routing_key))
-            .await
-            .map_err(AmqpError::broker(format!("bind {queue}")))?;
-    }
-    Ok(())
 }
 
 /// A text header used as data: absent is `None`; present but not text (an integer
@@ -278,15 +158,10 @@ impl MeetingConsumers {
         let setup = connection.open_channel(None).await.map_err(AmqpError::broker("open a channel"))?;
         // The contract's queues: ours, or the meetup platform's own, declared as it declares
         // them (§12).
-        let queues = self.settings.declare(&setup).await?;
+        let topology = self.settings.topology();
+        declare(&setup, &topology).await?;
         let _ = setup.close().await;
-        let queues = match queues {
-            Some(queues) => queues,
-            None => {
-                let t = &self.settings.topology;
-                [t.register_queue.clone(), t.cancel_queue.clone(), t.deleted_queue.clone()]
-            }
-        };
+        let queues = topology.inbound;
         let mut loops = Vec::new();
         let in_flight = Arc::new(Semaphore::new(3 * self.settings.prefetch as usize));
         // A channel the broker closes (its queue's node gone, say) ends the session too.
@@ -370,12 +245,20 @@ impl MeetingConsumers {
             async move {
                 let scenario = header(&props, "x-mock-scenario");
                 let correlation_id = props.correlation_id().cloned();
-                let text = |name: &str| header(&props, name).ok().flatten();
-                let content_type = props.content_type().map(String::as_str);
-                match this.settings.decode(kind, content_type, &text, &content) {
-                    Delivery::Malformed(why) => Verdict::Reject("malformed", why),
-                    Delivery::Dropped => Verdict::Ack("dropped"),
-                    Delivery::Decoded(inbound, carried) => {
+                let delivery = {
+                    let received = Received {
+                        queue: Some(kind),
+                        content_type: props.content_type().map(String::as_str),
+                        header: &|name: &str| header(&props, name),
+                        body: &content,
+                    };
+                    let settings = &this.settings;
+                    read(&settings.contract, Broker::Amqp, &settings.meetings_currency, &received)
+                };
+                match delivery {
+                    Delivery::Malformed(_, why) => Verdict::Reject("malformed", why),
+                    Delivery::Dropped(_) => Verdict::Ack("dropped"),
+                    Delivery::Decoded { kind, inbound, correlation_id: carried } => {
                         let correlation_id = carried.or(correlation_id);
                         this.handler.handle(kind, inbound, scenario, correlation_id).await
                     }

@@ -3,9 +3,10 @@
 mod confirms;
 mod connection;
 mod consumers;
-pub mod momo;
 mod publisher;
+mod topology;
 
 pub use connection::{AmqpEndpoint, AmqpError, AmqpNodes, Redacted, connect};
-pub use consumers::{ConsumerSettings, MeetingConsumers, MeetingTopology, QueueType, declare_topology};
+pub use consumers::{ConsumerSettings, MeetingConsumers};
 pub use publisher::{AmqpEventPublisher, AmqpPublisherSettings, message_properties};
+pub use topology::declare;

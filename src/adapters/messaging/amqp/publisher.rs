@@ -23,8 +23,10 @@ use tokio::sync::{Semaphore, oneshot};
 
 use super::confirms::{ConfirmCallback, Confirms, Pending, Verdict};
 use super::connection::{AmqpError, AmqpNodes};
-use crate::adapters::messaging::contract::{Broker, Contract, Encoded, HeaderValue, WireMessage, per_record};
-use crate::adapters::messaging::publishing::{Flow, failed, publish_traceparent, read_flow};
+use crate::adapters::messaging::contract::{Broker, Contract, HeaderValue, WireMessage, per_record};
+use crate::adapters::messaging::publishing::{
+    EncodedBatch, Flow, Message, Outgoing, encode_batch, failed, read_flow,
+};
 use crate::application::error::Chain;
 use crate::application::health::HealthProbe;
 use crate::application::meter::Meter;
@@ -52,7 +54,7 @@ pub struct AmqpPublisherSettings {
 }
 
 /// One message of a record, ready to send.
-struct Outgoing {
+struct AmqpMessage {
     exchange: String,
     routing_key: String,
     properties: BasicProperties,
@@ -247,10 +249,10 @@ impl AmqpEventPublisher {
             )
             .await
             .map_err(AmqpError::broker(format!("cannot declare exchange {}", self.settings.exchange)))?;
-        // The platform's exchanges, queues and bindings, as it declares them: its replies'
+        // A platform's own exchanges, queues and bindings, as it declares them: its replies'
         // exchange must exist before the first is sent (docs/spec.md §12).
-        if matches!(self.settings.contract, Contract::Momo(_)) {
-            super::momo::declare(&channel).await?;
+        if let Some(topology) = self.settings.contract.own_topology() {
+            super::topology::declare(&channel, &topology).await?;
         }
         channel
             .confirm_select(ConfirmSelectArguments::default())
@@ -336,59 +338,36 @@ impl EventPublisher for AmqpEventPublisher {
             }
         };
         let deadline = tokio::time::Instant::now() + self.settings.confirm_timeout;
-        // Each record's messages, in order; `groups[i]`: how many record `i` went out as.
-        let mut outgoing: Vec<Result<Outgoing, PublishOutcome>> = Vec::with_capacity(batch.len());
-        let mut groups: Vec<usize> = Vec::with_capacity(batch.len());
-        for record in batch {
-            // With traces on: a publish span in the trace of the request that wrote the event,
-            // whose context the message carries on (`traceparent` header) to its consumers.
-            let traceparent = publish_traceparent(record, &record.routing_key);
+        let EncodedBatch { messages, groups } =
+            encode_batch(&self.settings.contract, Broker::Amqp, batch, None);
+        let outgoing = messages.into_iter().map(|Outgoing { record, message }| {
             let allowed = self.settings.unroutable_ok.contains(&record.event_type);
             let returned_ok = |native: bool| {
                 (allowed || native && self.settings.contract.native_unroutable_ok()).then(|| record.clone())
             };
-            match self.settings.contract.encode(record, traceparent.as_deref(), Broker::Amqp) {
-                Ok(Encoded::Native) => {
-                    groups.push(1);
-                    outgoing.push(Ok(Outgoing {
-                        exchange: self.settings.exchange.clone(),
-                        routing_key: record.routing_key.clone(),
-                        properties: Self::properties(record, traceparent.as_deref()),
-                        body: record.payload.as_bytes().to_vec(),
-                        message_id: record.event_id.to_string(),
-                        returned_ok: returned_ok(true),
-                    }));
-                }
-                Ok(Encoded::Messages(messages)) => {
-                    groups.push(messages.len());
-                    for mut message in messages {
-                        // A contract's message on the broker's own exchange is a native one.
-                        let native = message.destination.is_none();
-                        outgoing.push(Ok(Outgoing {
-                            exchange: message
-                                .destination
-                                .clone()
-                                .unwrap_or_else(|| self.settings.exchange.clone()),
-                            routing_key: message.key.clone(),
-                            properties: contract_properties(&mut message, record.created_at),
-                            message_id: message
-                                .message_id
-                                .clone()
-                                .unwrap_or_else(|| record.event_id.to_string()),
-                            body: message.body,
-                            returned_ok: returned_ok(native),
-                        }));
-                    }
-                }
-                Err(why) => {
-                    groups.push(1);
-                    outgoing.push(Err(failed(FailureCode::Unencodable, why)));
-                }
-            }
-        }
+            message.map(|message| match message {
+                Message::Native { traceparent } => AmqpMessage {
+                    exchange: self.settings.exchange.clone(),
+                    routing_key: record.routing_key.clone(),
+                    properties: Self::properties(record, traceparent.as_deref()),
+                    body: record.payload.as_bytes().to_vec(),
+                    message_id: record.event_id.to_string(),
+                    returned_ok: returned_ok(true),
+                },
+                // A contract's message on the broker's own exchange is a native one.
+                Message::Contract(mut message) => AmqpMessage {
+                    returned_ok: returned_ok(message.destination.is_none()),
+                    exchange: message.destination.take().unwrap_or_else(|| self.settings.exchange.clone()),
+                    routing_key: std::mem::take(&mut message.key),
+                    properties: contract_properties(&mut message, record.created_at),
+                    message_id: message.message_id.take().unwrap_or_else(|| record.event_id.to_string()),
+                    body: message.body,
+                },
+            })
+        });
         let mut waiting: Vec<Result<(u64, oneshot::Receiver<Verdict>), PublishOutcome>> =
-            Vec::with_capacity(outgoing.len());
-        let mut returned_ok: Vec<Option<Arc<OutboxRecord>>> = Vec::with_capacity(outgoing.len());
+            Vec::with_capacity(groups.len());
+        let mut returned_ok: Vec<Option<Arc<OutboxRecord>>> = Vec::with_capacity(groups.len());
         let mut broken = false;
         for message in outgoing {
             let message = match message {

@@ -14,6 +14,7 @@ mod cloudevents;
 pub mod commerce;
 mod envelope;
 pub mod momo;
+pub mod topology;
 
 use std::fmt;
 
@@ -198,6 +199,18 @@ impl Contract {
         match self {
             Contract::Momo(_) | Contract::CloudEvents(_) => true,
             Contract::Native | Contract::Commerce => false,
+        }
+    }
+
+    /// The RabbitMQ topology this contract's platform owns (`momo`: the meetup platform's
+    /// payment topology), declared as that platform declares it by whichever of our sides
+    /// connects first: the publisher (its replies' exchange must exist before the first is
+    /// sent) and the consumers (whose queues are then its `inbound`). `None`: the contract
+    /// reads our own queues (`broker.*`), and the publisher needs nothing beyond its exchange.
+    pub fn own_topology(&self) -> Option<topology::Topology> {
+        match self {
+            Contract::Momo(_) => Some(momo::topology::topology()),
+            Contract::Native | Contract::CloudEvents(_) | Contract::Commerce => None,
         }
     }
 

@@ -25,8 +25,11 @@ use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub mod topology;
+
+pub use topology::PAYMENT_EVENTS;
+
 use super::{Encoded, HeaderValue, WireMessage};
-use crate::adapters::messaging::amqp::momo::PAYMENT_EVENTS;
 use crate::application::ports::OutboxRecord;
 use crate::domain::order::OrderSource;
 

@@ -23,7 +23,7 @@ use super::client::{KafkaConnection, KafkaFailure, Watch};
 use super::dead_letter::{Keep, Original, dead_letter};
 use super::publisher::producer_config;
 use crate::adapters::messaging::contract::{Broker, Contract};
-use crate::adapters::messaging::meeting::{Kind, MeetingHandler, Verdict, reconnecting};
+use crate::adapters::messaging::meeting::{Delivery, MeetingHandler, Received, Verdict, read, reconnecting};
 use crate::application::health::LoopProgress;
 use crate::application::inbound::MeetingEvents;
 use crate::application::meter::Meter;
@@ -44,6 +44,8 @@ pub struct KafkaConsumerSettings {
     pub honour_mock_scenario: bool,
     /// How the meeting service's records are read (docs/spec.md §12).
     pub contract: Contract,
+    /// The currency of the platform's fees (`meetings.currency`), as the AMQP consumer's.
+    pub meetings_currency: String,
 }
 
 /// Consumes the meeting service's topics until stopped, reconnecting after failures.
@@ -71,28 +73,6 @@ fn header(message: &BorrowedMessage<'_>, key: &str) -> Result<Option<String>, St
             .map(|text| Some(text.to_owned()))
             .map_err(|_| format!("{key}: must be a text header")),
     }
-}
-
-/// The record's kind: its `event_type` header, else its body's `type`; when both are there
-/// they must agree (a header that silently wins over the body is a record read two ways).
-fn kind_of(message: &BorrowedMessage<'_>) -> Result<Kind, String> {
-    #[derive(serde::Deserialize)]
-    struct Typed {
-        #[serde(rename = "type")]
-        event_type: Option<String>,
-    }
-    let body = message.payload().unwrap_or_default();
-    // A body that cannot be read this far is refused by its decoding, with its reason.
-    let in_body = serde_json::from_slice::<Typed>(body).ok().and_then(|t| t.event_type);
-    let event_type = match (header(message, "event_type")?, in_body) {
-        (Some(header), Some(body)) if header != body => {
-            return Err(format!("event_type: the header `{header}` disagrees with the body's type `{body}`"));
-        }
-        (Some(t), _) | (None, Some(t)) => t,
-        (None, None) => return Err("no event_type header and no `type` in the body".to_owned()),
-    };
-    Kind::of_type(&event_type)
-        .ok_or_else(|| format!("event_type: `{event_type}` is not a meeting-service event"))
 }
 
 impl KafkaMeetingConsumer {
@@ -191,17 +171,18 @@ impl KafkaMeetingConsumer {
     ) -> bool {
         let started = std::time::Instant::now();
         let body = message.payload().unwrap_or_default();
-        let text = |name: &str| header(message, name).ok().flatten();
-        let content_type = text("content-type");
-        let inbound =
-            self.settings.contract.read_inbound(Broker::Kafka, content_type.as_deref(), &text, body);
-        let kind = match &inbound {
-            Err(why) => Err(why.clone()),
-            Ok(None) => kind_of(message),
-            Ok(Some(inbound)) => Kind::of_type(&inbound.event_type)
-                .ok_or_else(|| format!("type `{}` is not a meeting-service event", inbound.event_type)),
-        };
-        let label = kind.as_ref().map_or("unknown", Kind::label);
+        let delivery = read(
+            &self.settings.contract,
+            Broker::Kafka,
+            &self.settings.meetings_currency,
+            &Received {
+                queue: None,
+                content_type: header(message, "content-type").ok().flatten().as_deref(),
+                header: &|name: &str| header(message, name),
+                body,
+            },
+        );
+        let label = delivery.label();
         let span = tracing::info_span!(
             "kafka.consume",
             otel.name = %format!("{} process", message.topic()),
@@ -211,20 +192,16 @@ impl KafkaMeetingConsumer {
         );
         let traceparent = header(message, "traceparent").ok().flatten();
         crate::telemetry::continue_trace(&span, traceparent.as_deref());
-        let verdict = match kind {
-            Err(why) => Verdict::Reject("malformed", why),
-            Ok(kind) => {
+        let verdict = match delivery {
+            Delivery::Malformed(_, why) => Verdict::Reject("malformed", why),
+            Delivery::Dropped(_) => Verdict::Ack("dropped"),
+            Delivery::Decoded { kind, inbound, correlation_id: carried } => {
                 let scenario = header(message, "x-mock-scenario");
-                let mut correlation_id = header(message, "correlation_id").ok().flatten();
-                let mut body = body;
-                if let Ok(Some(inbound)) = &inbound {
-                    body = inbound.body.as_slice();
-                    correlation_id = inbound.correlation_id.clone().or(correlation_id);
-                }
+                let correlation_id = carried.or_else(|| header(message, "correlation_id").ok().flatten());
                 // A panic in processing must not stop the partition: the record is
                 // dead-lettered instead.
                 let processing = std::panic::AssertUnwindSafe(
-                    self.handler.process(kind, scenario, correlation_id, body).instrument(span),
+                    self.handler.handle(kind, inbound, scenario, correlation_id).instrument(span),
                 );
                 match futures_util::FutureExt::catch_unwind(processing).await {
                     Ok(verdict) => verdict,

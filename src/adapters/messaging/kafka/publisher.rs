@@ -12,7 +12,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::adapters::messaging::contract::{Broker, Contract, Encoded, WireMessage, per_record};
+use crate::adapters::messaging::contract::{Broker, Contract, WireMessage, per_record};
 use async_trait::async_trait;
 use rdkafka::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -21,7 +21,9 @@ use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer}
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
 use super::client::{KafkaConnection, KafkaFailure, Observed, millis};
-use crate::adapters::messaging::publishing::{failed, publish_traceparent, read_flow};
+use crate::adapters::messaging::publishing::{
+    EncodedBatch, Message, Outgoing, encode_batch, failed, read_flow,
+};
 use crate::application::health::HealthProbe;
 use crate::application::ports::{
     BrokerUnavailable, Cause, EventPublisher, OutboxRecord, PendingVerdicts, PublishOutcome,
@@ -258,70 +260,56 @@ impl EventPublisher for KafkaEventPublisher {
         let deadline = tokio::time::Instant::now() + self.settings.confirm_timeout + Duration::from_secs(5);
         let mut waiting: Vec<Result<oneshot::Receiver<Result<(), KafkaError>>, PublishOutcome>> =
             Vec::with_capacity(batch.len());
-        let mut groups: Vec<usize> = Vec::with_capacity(batch.len());
-        for record in batch {
-            let traceparent = publish_traceparent(record, &self.settings.topic);
-            let messages = match self.settings.contract.encode(record, traceparent.as_deref(), Broker::Kafka)
-            {
-                Ok(Encoded::Native) => None,
-                Ok(Encoded::Messages(messages)) => Some(messages),
-                Err(why) => {
-                    groups.push(1);
-                    waiting.push(Err(failed(FailureCode::Unencodable, why)));
-                    continue;
-                }
-            };
-            // The record's records on the wire: (topic, key, value, headers).
-            let outgoing: Vec<(Cow<'_, str>, Cow<'_, str>, Cow<'_, [u8]>, OwnedHeaders)> = match messages {
-                None => {
-                    let event_id = record.event_id.to_string();
-                    let headers = record_headers(
-                        &event_id,
-                        &record.event_type,
-                        record.correlation_id.as_deref(),
-                        traceparent.as_deref(),
-                    );
-                    vec![(
-                        Cow::Borrowed(self.settings.topic.as_str()),
-                        Cow::Borrowed(record.aggregate_id.as_str()),
-                        Cow::Borrowed(record.payload.as_bytes()),
-                        headers,
-                    )]
-                }
-                Some(messages) => messages
-                    .into_iter()
-                    .map(|message| {
+        let EncodedBatch { messages, groups } =
+            encode_batch(&self.settings.contract, Broker::Kafka, batch, Some(&self.settings.topic));
+        for Outgoing { record, message } in messages {
+            // The message on the wire: (topic, key, value, headers).
+            let (topic, key, value, headers): (Cow<'_, str>, Cow<'_, str>, Cow<'_, [u8]>, OwnedHeaders) =
+                match message {
+                    Err(outcome) => {
+                        waiting.push(Err(outcome));
+                        continue;
+                    }
+                    Ok(Message::Native { traceparent }) => {
+                        let event_id = record.event_id.to_string();
+                        let headers = record_headers(
+                            &event_id,
+                            &record.event_type,
+                            record.correlation_id.as_deref(),
+                            traceparent.as_deref(),
+                        );
+                        (
+                            Cow::Borrowed(self.settings.topic.as_str()),
+                            Cow::Borrowed(record.aggregate_id.as_str()),
+                            Cow::Borrowed(record.payload.as_bytes()),
+                            headers,
+                        )
+                    }
+                    Ok(Message::Contract(message)) => {
                         let headers = contract_headers(&message);
                         let topic = message
                             .destination
                             .map_or(Cow::Borrowed(self.settings.topic.as_str()), Cow::Owned);
                         (topic, Cow::Owned(message.key), Cow::Owned(message.body), headers)
-                    })
-                    .collect(),
-            };
-            groups.push(outgoing.len());
-            for (topic, key, value, headers) in outgoing {
-                let permit = match tokio::time::timeout_at(deadline, self.window.clone().acquire_owned())
-                    .await
-                {
-                    Ok(Ok(permit)) => permit,
-                    _ => {
-                        waiting
-                            .push(Err(failed(FailureCode::ConfirmTimeout, "no room in the window in time")));
-                        continue;
                     }
                 };
-                let (done, verdict) = oneshot::channel();
-                let sent = producer.send(
-                    BaseRecord::with_opaque_to(topic.as_ref(), Box::new(Pending { done, _permit: permit }))
-                        .key(key.as_ref())
-                        .payload(value.as_ref())
-                        .headers(headers),
-                );
-                match sent {
-                    Ok(()) => waiting.push(Ok(verdict)),
-                    Err((error, _)) => waiting.push(Err(outcome_of(&error))),
+            let permit = match tokio::time::timeout_at(deadline, self.window.clone().acquire_owned()).await {
+                Ok(Ok(permit)) => permit,
+                _ => {
+                    waiting.push(Err(failed(FailureCode::ConfirmTimeout, "no room in the window in time")));
+                    continue;
                 }
+            };
+            let (done, verdict) = oneshot::channel();
+            let sent = producer.send(
+                BaseRecord::with_opaque_to(topic.as_ref(), Box::new(Pending { done, _permit: permit }))
+                    .key(key.as_ref())
+                    .payload(value.as_ref())
+                    .headers(headers),
+            );
+            match sent {
+                Ok(()) => waiting.push(Ok(verdict)),
+                Err((error, _)) => waiting.push(Err(outcome_of(&error))),
             }
         }
         Box::pin(async move {
