@@ -400,7 +400,7 @@ mod tests {
         order.status = OrderStatus::Failed;
         order.failure_stage = Some(FailureStage::Notification);
         let mut n = Notification::new(order.id, now());
-        let policy = RetryPolicy { max_attempts: 5, backoff_base: Duration::seconds(1) };
+        let policy = RetryPolicy::new(5, Duration::seconds(1));
         n.record_failure(FailurePolicy::AutoRetry, "smtp", &policy, now() - Duration::minutes(1)).unwrap();
         OrderRecord {
             refunds: Vec::new(),
@@ -428,7 +428,7 @@ mod tests {
             Arc::new(notifier),
             Arc::new(clock),
             NotificationRetrySettings {
-                policy: RetryPolicy { max_attempts: 5, backoff_base: Duration::seconds(1) },
+                policy: RetryPolicy::new(5, Duration::seconds(1)),
                 lease: Duration::minutes(5),
                 batch: 10,
                 interval: StdDuration::from_secs(30),

@@ -6,6 +6,15 @@ use std::time::Duration;
 
 use chrono::NaiveTime;
 
+use super::{
+    BrokerKind, BrokerSettings, CommerceDialectSettings, ConfigError, DEV_SECRET, DatabaseSettings,
+    FeeSource, IdempotencySettings, KafkaSettings, LogSettings, MeetingsSettings, MomoDialectSettings,
+    NotificationChannel, NotificationSettings, OutboxSettings, PaymentSettings, ProviderKind, RawAuth,
+    RawBroker, RawCommerceDialect, RawDatabase, RawEmail, RawIdempotency, RawKafka, RawKeys, RawLog,
+    RawMeetings, RawMomoDialect, RawNotification, RawOutbox, RawPayment, RawSaga, RawSettlement,
+    RawTelemetry, RawWebhook, RawWorker, SettlementChannel, SettlementSettings, TossConfig, WorkerSettings,
+    invalid,
+};
 use crate::adapters::Secret;
 use crate::adapters::http::auth::{AuthSettings, DEV_KID, KeyAlgorithm, KeySettings, RawKey};
 use crate::adapters::messaging::contract::topology::QueueType;
@@ -13,9 +22,6 @@ use crate::adapters::messaging::contract::{CloudEventsMode, CloudEventsSettings,
 use crate::adapters::providers::{EmailSettings, Locale, WebhookSecret, WebhookSettings};
 use crate::application::input::parse_duration;
 use crate::telemetry::{LogFormat, TelemetrySettings};
-
-/// A configuration problem, naming the key.
-use super::*;
 
 pub(super) fn resolve_meetings(
     raw: RawMeetings,

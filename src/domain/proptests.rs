@@ -123,7 +123,7 @@ proptest! {
         actions in proptest::collection::vec((0u8..6, 0u8..3), 0..40),
         max_attempts in 1i32..6,
     ) {
-        let retry = RetryPolicy { max_attempts, backoff_base: Duration::seconds(1) };
+        let retry = RetryPolicy::new(max_attempts, Duration::seconds(1));
         let mut n = Notification::new(OrderId::new(), now());
         for (action, policy) in actions {
             let policy = [FailurePolicy::AutoRetry, FailurePolicy::ManualIntervention, FailurePolicy::Ignore][policy as usize];

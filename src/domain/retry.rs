@@ -1,17 +1,21 @@
 //! The one rule of every retried piece of work (notifications, settlements, unknown payment
-//! outcomes, pending refunds): after a failed attempt, either the next attempt at a time —
-//! the doubling backoff, or later where the other side asked for later — or, the attempts
-//! spent, an operator.
+//! outcomes, pending refunds, compensations, stalled sagas, the outbox's failed events):
+//! after a failed attempt, either the next attempt at a time — the doubling backoff up to its
+//! cap, or later where the other side asked for later — or, the attempts spent, an operator
+//! (for the outbox: its dead letters).
 
 use chrono::{DateTime, Duration, Utc};
 
-/// How automatic attempts are spaced and bounded.
+/// How automatic attempts are spaced and bounded: the one settings shape of every retried
+/// piece of work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// Attempts in all (the first included) before an operator must decide.
     pub max_attempts: i32,
     /// Delay before the first retry; doubled for each further one.
     pub backoff_base: Duration,
+    /// The longest delay between two attempts.
+    pub backoff_cap: Duration,
 }
 
 /// What follows a failed attempt.
@@ -24,10 +28,21 @@ pub enum NextAttempt {
 }
 
 impl RetryPolicy {
-    /// Delay after the `attempts`-th failed attempt: `base · 2^(attempts-1)`, saturating.
+    /// `max_attempts` in all, `backoff_base` doubling, capped at nothing worth naming (a year).
+    pub const fn new(max_attempts: i32, backoff_base: Duration) -> RetryPolicy {
+        RetryPolicy { max_attempts, backoff_base, backoff_cap: crate::domain::backoff::A_YEAR }
+    }
+
+    /// The same, no delay longer than `cap`.
+    pub const fn capped(self, cap: Duration) -> RetryPolicy {
+        RetryPolicy { backoff_cap: cap, ..self }
+    }
+
+    /// Delay after the `attempts`-th failed attempt: `min(base · 2^(attempts-1), cap)`,
+    /// saturating.
     pub fn delay_after(&self, attempts: i32) -> Duration {
         let n = attempts.saturating_sub(1).max(0).unsigned_abs();
-        crate::domain::backoff::doubled(self.backoff_base, n, crate::domain::backoff::A_YEAR)
+        crate::domain::backoff::doubled(self.backoff_base, n, self.backoff_cap)
     }
 
     /// What follows the `attempts`-th failed attempt (the first is 1), failed at `now`: an
@@ -48,7 +63,7 @@ mod tests {
     #[test]
     fn the_next_attempt_or_an_operator() {
         let now = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
-        let policy = RetryPolicy { max_attempts: 4, backoff_base: Duration::seconds(60) };
+        let policy = RetryPolicy::new(4, Duration::seconds(60));
         let minutes = |m| NextAttempt::At(now + Duration::minutes(m));
         // (attempts failed so far, asked to wait, what follows)
         let cases = [
@@ -65,7 +80,16 @@ mod tests {
         for (attempts, not_before, expected) in cases {
             assert_eq!(policy.after(attempts, not_before, now), expected, "{attempts} {not_before:?}");
         }
-        let once = RetryPolicy { max_attempts: 1, backoff_base: Duration::seconds(60) };
+        let once = RetryPolicy::new(1, Duration::seconds(60));
         assert_eq!(once.after(1, None, now), NextAttempt::Operator, "one attempt: straight to an operator");
+        let capped = RetryPolicy::new(10, Duration::seconds(60)).capped(Duration::minutes(3));
+        assert_eq!(capped.after(2, None, now), minutes(2));
+        assert_eq!(capped.after(3, None, now), minutes(3), "the cap caps");
+        assert_eq!(capped.after(9, None, now), minutes(3));
+        assert_eq!(
+            capped.after(3, Some(Duration::minutes(10)), now),
+            minutes(10),
+            "a Retry-After beyond it is kept"
+        );
     }
 }

@@ -7,6 +7,7 @@ use sea_orm::DatabaseConnection;
 use sea_orm_migration::MigratorTrait;
 use tokio::sync::Notify;
 
+use super::{Capabilities, Providers, PublisherFactory, StartupError, UNROUTABLE_OK};
 use crate::adapters::Secret;
 use crate::adapters::messaging::LogEventPublisher;
 use crate::adapters::messaging::amqp::{AmqpEventPublisher, AmqpNodes, AmqpPublisherSettings};
@@ -21,8 +22,6 @@ use crate::application::health::HealthProbe;
 use crate::application::meter::Meter;
 use crate::application::ports::EventPublisher;
 use crate::config::{BrokerKind, ProviderKind, Settings};
-
-use super::*;
 
 /// How to reach the Kafka cluster of `broker.kafka`.
 pub(super) fn kafka_connection(settings: &Settings) -> KafkaConnection {

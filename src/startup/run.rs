@@ -12,17 +12,16 @@ use actix_web::{App, HttpServer, web};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::{Services, StartupError, build_services_with_clock, contract, refuse_restored_history};
 use crate::adapters::clock::SystemClock;
 use crate::adapters::http::{self, HttpState};
 use crate::adapters::messaging::contract::{Broker, Contract, WireView};
-use crate::adapters::persistence::{self};
+use crate::adapters::persistence;
 use crate::application::health::Role;
 use crate::application::jobs::{self, PeriodicJob};
 use crate::application::ports::Clock;
 use crate::application::recovery::jobs::recovery_jobs;
 use crate::config::{BrokerKind, ProviderKind, Settings};
-
-use super::*;
 
 /// The background loops of `app worker` (and of `app serve` when embedded).
 pub struct Workers {

@@ -7,6 +7,11 @@ use sea_orm::DatabaseConnection;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::{
+    Capabilities, Services, StartupError, chrono, database, housekeeping_settings, install_tls_provider,
+    ledger_settings, notification_settings, outbox_store, payment_provider, providers, publishers,
+    reconciliation_settings, refund_settings, saga_settings, upkeep_metrics,
+};
 use crate::adapters::clock::SystemClock;
 use crate::adapters::http::auth::JwtKeys;
 use crate::adapters::persistence::{DatabaseProbe, SeaOrmIdempotencyStore, SeaOrmStore, SqlMeetingFees};
@@ -35,8 +40,6 @@ use crate::application::queries::OrderQueries;
 use crate::application::recovery::Recovery;
 use crate::application::settlement_retry::{SettlementRetries, SettlementRetrySettings};
 use crate::config::{FeeSource, NotificationChannel, ProviderKind, Settings, SettlementChannel};
-
-use super::*;
 
 /// Connects, migrates (SQLite) or checks the schema (PostgreSQL), and wires the services.
 ///

@@ -1,5 +1,6 @@
 //! The application services' settings, translated from [`Settings`]' sections.
 
+use super::chrono;
 use crate::application::money::ledger::LedgerSettings;
 use crate::application::money::refunds::RefundSettings;
 use crate::application::notification_retry::NotificationRetrySettings;
@@ -8,8 +9,6 @@ use crate::application::outbox::HousekeepingSettings;
 use crate::application::recovery::ReconciliationSettings;
 use crate::config::{ProviderKind, Settings};
 use crate::domain::retry::RetryPolicy;
-
-use super::*;
 
 /// The payment provider's name in metrics.
 pub(super) fn payment_provider(settings: &Settings) -> &'static str {
@@ -22,18 +21,15 @@ pub(super) fn payment_provider(settings: &Settings) -> &'static str {
 
 /// How an undelivered settlement is tried again (`settlement.retry.*`).
 pub(super) fn settlement_policy(settings: &Settings) -> RetryPolicy {
-    RetryPolicy {
-        max_attempts: settings.settlement.retry_max_attempts,
-        backoff_base: chrono(settings.settlement.retry_backoff_base),
-    }
+    RetryPolicy::new(settings.settlement.retry_max_attempts, chrono(settings.settlement.retry_backoff_base))
 }
 
 /// `notification.retry_*`: how failed notifications are retried.
 pub(super) fn notification_policy(settings: &Settings) -> RetryPolicy {
-    RetryPolicy {
-        max_attempts: settings.notification.retry_max_attempts,
-        backoff_base: chrono(settings.notification.retry_backoff_base),
-    }
+    RetryPolicy::new(
+        settings.notification.retry_max_attempts,
+        chrono(settings.notification.retry_backoff_base),
+    )
 }
 
 pub(super) fn notification_settings(settings: &Settings) -> NotificationRetrySettings {
@@ -57,24 +53,36 @@ pub(super) fn saga_settings(settings: &Settings) -> SagaSettings {
     }
 }
 
-pub(super) fn refund_settings(settings: &Settings) -> RefundSettings {
-    RefundSettings {
-        lease: chrono(settings.worker.saga_lease),
-        max_attempts: settings.payment.reconciliation_max_attempts,
-        retry_after: chrono(settings.payment.reconciliation_interval),
-    }
+/// `payment.reconciliation.*`: how an unknown outcome (a payment's, a refund's) is looked up
+/// again before an operator must decide.
+fn lookup_policy(settings: &Settings) -> RetryPolicy {
+    RetryPolicy::new(
+        settings.payment.reconciliation_max_attempts,
+        chrono(settings.payment.reconciliation_interval),
+    )
 }
 
-/// Reconciliation of unknown payments, compensations and stalled sagas.
+pub(super) fn refund_settings(settings: &Settings) -> RefundSettings {
+    RefundSettings { lease: chrono(settings.worker.saga_lease), retry: lookup_policy(settings) }
+}
+
+/// Reconciliation of unknown payments, compensations and stalled sagas. Compensations and
+/// stalled sagas are tried at most a day apart.
 pub(super) fn reconciliation_settings(settings: &Settings) -> ReconciliationSettings {
+    let day = chrono::Duration::days(1);
     ReconciliationSettings {
         interval: settings.payment.reconciliation_interval,
-        max_attempts: settings.payment.reconciliation_max_attempts,
-        retry_after: chrono(settings.payment.reconciliation_interval),
-        compensation_max_attempts: settings.payment.reconciliation_max_attempts.max(1) as usize,
-        compensation_backoff: chrono(settings.payment.reconciliation_interval),
-        stall_after: chrono(settings.worker.saga_lease),
-        stall_max_resumes: settings.worker.saga_recovery_max_attempts,
+        lookups: lookup_policy(settings),
+        compensations: RetryPolicy::new(
+            settings.payment.reconciliation_max_attempts.max(1),
+            chrono(settings.payment.reconciliation_interval),
+        )
+        .capped(day),
+        stalled: RetryPolicy::new(
+            settings.worker.saga_recovery_max_attempts,
+            chrono(settings.worker.saga_lease),
+        )
+        .capped(day),
     }
 }
 

@@ -10,7 +10,7 @@ use orchestrator::adapters::Secret;
 use orchestrator::adapters::providers::toss::{Meaning, TossStatus};
 use orchestrator::adapters::providers::{TossClient, TossError, TossPaymentGateway, TossSettings};
 use orchestrator::application::ports::{
-    ApprovalOutcome, ApprovePayment, BillingKey, CancelPayment, GatewayError, LookupOutcome,
+    ApprovalOutcome, ApprovePayment, BillingKey, CancelError, CancelPayment, GatewayError, LookupOutcome,
     PaymentAuthorization, PaymentGateway, Scenario,
 };
 use orchestrator::domain::ids::{OrderId, PaymentId};
@@ -314,13 +314,13 @@ async fn a_saved_card_is_charged_and_refunded_in_parts_by_tosss_arithmetic() {
     // Our balance out of date (another refund we have not recorded): Toss refuses.
     let stale = toss.cancel(&cancel(&payment_key, "refund-2", 3000, 10000)).await.unwrap_err();
     assert!(
-        matches!(&stale, GatewayError::StaleBalance { message } if message.starts_with("NOT_MATCHES_REFUNDABLE_AMOUNT")),
+        matches!(&stale, CancelError::StaleBalance { message } if message.starts_with("NOT_MATCHES_REFUNDABLE_AMOUNT")),
         "{stale:?}"
     );
     // More than is left: refused.
     let over = toss.cancel(&cancel(&payment_key, "refund-3", 8000, 7000)).await.unwrap_err();
     assert!(
-        matches!(&over, GatewayError::Rejected { code, .. } if code == "NOT_CANCELABLE_AMOUNT"),
+        matches!(&over, CancelError::Gateway(GatewayError::Rejected { code, .. }) if code == "NOT_CANCELABLE_AMOUNT"),
         "{over:?}"
     );
     // The rest: the whole balance (no cancelAmount), and the payment is CANCELED.
@@ -336,7 +336,7 @@ async fn a_saved_card_is_charged_and_refunded_in_parts_by_tosss_arithmetic() {
     // application), and the refund's caller records what the look-up shows.
     let done = toss.cancel(&cancel(&payment_key, "refund-5", 1, 1)).await.unwrap_err();
     assert!(
-        matches!(&done, GatewayError::AlreadyCancelled { code, .. } if code == "ALREADY_CANCELED_PAYMENT"),
+        matches!(&done, CancelError::AlreadyCancelled { code, .. } if code == "ALREADY_CANCELED_PAYMENT"),
         "{done:?}"
     );
     assert!(matches!(toss.lookup(&id, &Scenario::default()).await.unwrap(), LookupOutcome::Cancelled { .. }));
@@ -368,7 +368,7 @@ async fn a_cancel_whose_answer_was_lost_took_effect_once_and_the_same_key_tells_
     // A 5xx to a cancel may hide a cancel made: open (the refund's look-up settles it), not
     // retried blindly.
     let lost = toss.cancel(&cancel(&key, "refund-lost", 5000, 20000)).await.unwrap_err();
-    assert!(matches!(lost, GatewayError::Unavailable(_)), "{lost:?}");
+    assert!(matches!(lost, CancelError::Gateway(GatewayError::Unavailable(_))), "{lost:?}");
     let LookupOutcome::PartlyCancelled { provider_transaction_id, balance: 15000, cancels } =
         toss.lookup(&id, &Scenario::default()).await.unwrap()
     else {

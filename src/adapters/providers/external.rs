@@ -18,7 +18,7 @@ use crate::adapters::Secret;
 use crate::application::error::Chain;
 use crate::application::ports::Cause;
 use crate::application::ports::{
-    ApprovalOutcome, ApprovePayment, CancelPayment, CancelReceipt, GatewayError, LookupOutcome,
+    ApprovalOutcome, ApprovePayment, CancelError, CancelPayment, CancelReceipt, GatewayError, LookupOutcome,
     PaymentGateway, Scenario,
 };
 use crate::domain::text;
@@ -227,7 +227,7 @@ impl PaymentGateway for ExternalPaymentGateway {
         }
     }
 
-    async fn cancel(&self, request: &CancelPayment) -> Result<CancelReceipt, GatewayError> {
+    async fn cancel(&self, request: &CancelPayment) -> Result<CancelReceipt, CancelError> {
         let path = format!("/v1/payments/{}/cancel", request.provider_transaction_id);
         let key = &request.idempotency_key;
         let body = json!({ "reason": request.reason, "amount": request.amount.minor() });
@@ -243,15 +243,15 @@ impl PaymentGateway for ExternalPaymentGateway {
                     let e = business_error(&body);
                     // A refusal we cannot record is no refusal: the outcome stays open.
                     if let Err(reason) = check_error(&e) {
-                        return Err(GatewayError::unavailable(reason));
+                        return Err(GatewayError::unavailable(reason).into());
                     }
                     let code = if e.code.is_empty() { status.as_u16().to_string() } else { e.code };
-                    return Err(GatewayError::Rejected { code, message: e.message });
+                    return Err(GatewayError::Rejected { code, message: e.message }.into());
                 }
                 Exchange::Answered(_, _) => return Ok(CancelReceipt::default()),
             };
             if !self.again(&mut attempt, &transient).await {
-                return Err(GatewayError::Unavailable(transient));
+                return Err(GatewayError::Unavailable(transient).into());
             }
         }
     }

@@ -10,8 +10,8 @@ use tracing::Instrument;
 
 use crate::application::meter::Meter;
 use crate::application::ports::{
-    ApprovalOutcome, ApprovePayment, CancelPayment, CancelReceipt, CardKeyIn, GatewayError, IssuedCard,
-    KeyInCharge, LookupOutcome, NotificationRequest, Notifier, NotifyFailure, PaymentGateway,
+    ApprovalOutcome, ApprovePayment, CancelError, CancelPayment, CancelReceipt, CardKeyIn, GatewayError,
+    IssuedCard, KeyInCharge, LookupOutcome, NotificationRequest, Notifier, NotifyFailure, PaymentGateway,
     ProviderCustomers, ProviderLedger, Scenario, SettlementGateway, SettlementOutcome, SettlementRequest,
 };
 
@@ -50,10 +50,16 @@ impl<T: ?Sized> Measured<T> {
 
 fn gateway_error(err: &GatewayError) -> &'static str {
     match err {
-        GatewayError::Rejected { .. }
-        | GatewayError::AlreadyCancelled { .. }
-        | GatewayError::StaleBalance { .. } => "rejected",
+        GatewayError::Rejected { .. } => "rejected",
         GatewayError::Unavailable(_) => "unavailable",
+    }
+}
+
+/// A cancel's error label: its own refusals are refusals.
+fn cancel_error(err: &CancelError) -> &'static str {
+    match err {
+        CancelError::Gateway(err) => gateway_error(err),
+        CancelError::AlreadyCancelled { .. } | CancelError::StaleBalance { .. } => "rejected",
     }
 }
 
@@ -96,12 +102,12 @@ impl PaymentGateway for Measured<dyn PaymentGateway> {
         result
     }
 
-    async fn cancel(&self, request: &CancelPayment) -> Result<CancelReceipt, GatewayError> {
+    async fn cancel(&self, request: &CancelPayment) -> Result<CancelReceipt, CancelError> {
         let started = Instant::now();
         let result = self.inner.cancel(request).instrument(self.span("cancel")).await;
         let outcome = match &result {
             Ok(_) => "cancelled",
-            Err(err) => gateway_error(err),
+            Err(err) => cancel_error(err),
         };
         self.record("cancel", outcome, started);
         result

@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use async_trait::async_trait;
 
 use crate::application::ports::{
-    ApprovalOutcome, ApprovePayment, Behaviour, CancelPayment, CancelReceipt, GatewayError, LookupOutcome,
-    NotificationRequest, Notifier, NotifyFailure, PaymentGateway, Scenario, SettlementGateway,
+    ApprovalOutcome, ApprovePayment, Behaviour, CancelError, CancelPayment, CancelReceipt, GatewayError,
+    LookupOutcome, NotificationRequest, Notifier, NotifyFailure, PaymentGateway, Scenario, SettlementGateway,
     SettlementOutcome, SettlementRequest,
 };
 use crate::domain::notification::FailurePolicy;
@@ -147,13 +147,14 @@ impl PaymentGateway for SimulatedPaymentGateway {
         })
     }
 
-    async fn cancel(&self, request: &CancelPayment) -> Result<CancelReceipt, GatewayError> {
+    async fn cancel(&self, request: &CancelPayment) -> Result<CancelReceipt, CancelError> {
         self.calls.cancels.fetch_add(1, Ordering::SeqCst);
         match request.scenario.refund {
             Some(Behaviour::Fail) => Err(GatewayError::Rejected {
                 code: "REFUND_REJECTED".into(),
                 message: "simulated provider refused the cancellation".into(),
-            }),
+            }
+            .into()),
             _ => {
                 let mut cancelled = self.cancelled.lock().unwrap_or_else(|e| e.into_inner());
                 if let Some(first) = cancelled.by_key.get(&request.idempotency_key) {
@@ -165,7 +166,8 @@ impl PaymentGateway for SimulatedPaymentGateway {
                     return Err(GatewayError::Rejected {
                         code: "NOT_CANCELABLE_AMOUNT".into(),
                         message: "simulated provider: more than the balance".into(),
-                    });
+                    }
+                    .into());
                 }
                 self.calls.effect(format!("cancel-{}", request.idempotency_key));
                 cancelled.payments.insert(request.payment_request_id.clone());

@@ -40,9 +40,7 @@ fn refused_ledger(e: GatewayError) -> AppError {
         GatewayError::Rejected { code, message } => AppError::unavailable(format!(
             "the payment provider refused to show its ledger: {code}: {message}"
         )),
-        e @ (GatewayError::Unavailable(_)
-        | GatewayError::StaleBalance { .. }
-        | GatewayError::AlreadyCancelled { .. }) => {
+        e @ GatewayError::Unavailable(_) => {
             AppError::Unavailable(Cause::context("payment provider's ledger", e))
         }
     }

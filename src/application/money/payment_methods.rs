@@ -105,11 +105,7 @@ impl PaymentMethods {
                     message: format!("the payment provider refused the card: {code}: {message}"),
                 });
             }
-            Err(
-                e @ (GatewayError::Unavailable(_)
-                | GatewayError::StaleBalance { .. }
-                | GatewayError::AlreadyCancelled { .. }),
-            ) => {
+            Err(e @ GatewayError::Unavailable(_)) => {
                 return Err(AppError::Unavailable(Cause::context("payment provider", e)));
             }
         };

@@ -60,11 +60,9 @@ impl ProviderView {
             Err(GatewayError::Rejected { code, message }) => {
                 Err(AppError::unavailable(format!("payment provider refused the look-up: {code}: {message}")))
             }
-            Err(
-                e @ (GatewayError::Unavailable(_)
-                | GatewayError::StaleBalance { .. }
-                | GatewayError::AlreadyCancelled { .. }),
-            ) => Err(AppError::Unavailable(Cause::context("payment provider", e))),
+            Err(e @ GatewayError::Unavailable(_)) => {
+                Err(AppError::Unavailable(Cause::context("payment provider", e)))
+            }
         }
     }
 }

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use super::outcome::{Progress, StepOutcome};
 use crate::application::audit::{self, entity};
 use crate::application::envelopes::EventWriter;
-use crate::application::ports::{Changes, GatewayError, OrderRecord};
+use crate::application::ports::{CancelError, Changes, OrderRecord};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::order::{SagaStep, StepStatus};
@@ -22,7 +22,7 @@ use crate::domain::payment::Payment;
 pub(super) fn decide(
     record: &OrderRecord,
     mut payment: Payment,
-    answer: Result<(), GatewayError>,
+    answer: Result<(), CancelError>,
     actor: &Actor,
     now: DateTime<Utc>,
 ) -> Result<StepOutcome, AppError> {
@@ -81,11 +81,12 @@ pub(super) fn decide(
 mod tests {
     use super::*;
     use crate::application::orchestration::outcome::record_in;
+    use crate::application::ports::GatewayError;
     use crate::domain::order::{FailureReason, FailureStage, OrderStatus};
     use crate::domain::payment::PaymentStatus;
 
     /// (answer, payment after, order after, step, audit action)
-    type Case = (Result<(), GatewayError>, PaymentStatus, OrderStatus, StepStatus, AuditAction);
+    type Case = (Result<(), CancelError>, PaymentStatus, OrderStatus, StepStatus, AuditAction);
 
     #[test]
     fn a_cancel_compensates_and_a_failed_one_waits_for_the_worker() {
@@ -98,7 +99,7 @@ mod tests {
                 AuditAction::Compensated,
             ),
             (
-                Err(GatewayError::unavailable("503")),
+                Err(GatewayError::unavailable("503").into()),
                 PaymentStatus::Approved,
                 OrderStatus::Failed,
                 StepStatus::Failed,

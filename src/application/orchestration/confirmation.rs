@@ -125,8 +125,8 @@ impl Orchestrator {
 
     /// Asks the provider what became of an unknown payment (by `paymentRequestId`) and
     /// resumes the saga when it knows; a request the provider never took is approved again
-    /// with the same key. Each inconclusive look-up counts; at `max_attempts` the payment is
-    /// left to an operator.
+    /// with the same key. Each inconclusive look-up counts, spaced by `lookups`; once its
+    /// attempts are spent the payment is left to an operator.
     ///
     /// # Errors
     /// `NotFound`; `Unavailable` when the database fails.
@@ -134,11 +134,9 @@ impl Orchestrator {
         &self,
         actor: &Actor,
         order_id: OrderId,
-        max_attempts: i32,
-        retry_after: chrono::Duration,
+        lookups: RetryPolicy,
     ) -> Result<Reconciled, AppError> {
-        let reconcile =
-            async move |_: &_| self.reconcile_leased(actor, order_id, max_attempts, retry_after).await;
+        let reconcile = async move |_: &_| self.reconcile_leased(actor, order_id, lookups).await;
         self.leases.holding(order_id, reconcile).await?.unwrap_or(Ok(Reconciled::Busy))
     }
 
@@ -146,8 +144,7 @@ impl Orchestrator {
         &self,
         actor: &Actor,
         order_id: OrderId,
-        max_attempts: i32,
-        retry_after: chrono::Duration,
+        lookups: RetryPolicy,
     ) -> Result<Reconciled, AppError> {
         let record = self.load(order_id).await?;
         let Some(payment) =
@@ -169,8 +166,7 @@ impl Orchestrator {
             }
         }
         // Still unknown: count the attempt, back off, and hand over when out of attempts.
-        let (changes, exhausted) =
-            unknown_attempt(payment, max_attempts, retry_after, actor, self.clock.now())?;
+        let (changes, exhausted) = unknown_attempt(payment, &lookups, actor, self.clock.now())?;
         match self.uow.commit(changes).await {
             Ok(()) | Err(RepoError::Conflict) => {}
             Err(err) => return Err(err.into()),
@@ -226,22 +222,19 @@ impl Orchestrator {
     }
 }
 
-/// A look-up that settled nothing: the attempt counted, the next one scheduled (doubling
-/// from `retry_after`), and once `max_attempts` are spent the payment step handed to an
-/// operator (`READY`, audited). Returns the writes and whether the attempts are spent.
+/// A look-up that settled nothing: the attempt counted, the next one scheduled by `lookups`,
+/// and once its attempts are spent the payment step handed to an operator (`READY`, audited). Returns the writes and whether the attempts are spent.
 ///
 /// # Errors
 /// `Internal` if the payment does not allow the attempt (a bug).
 fn unknown_attempt(
     mut payment: Payment,
-    max_attempts: i32,
-    retry_after: chrono::Duration,
+    lookups: &RetryPolicy,
     actor: &Actor,
     now: DateTime<Utc>,
 ) -> Result<(Changes, bool), AppError> {
     let order_id = payment.order_id;
-    let policy = RetryPolicy { max_attempts, backoff_base: retry_after };
-    let next = payment.record_unsettled_lookup(&policy, now).map_err(broken_invariant)?;
+    let next = payment.record_unsettled_lookup(lookups, now).map_err(broken_invariant)?;
     let exhausted = next == NextAttempt::Operator;
     let mut changes = Changes::default();
     changes.update_payment(&mut payment);

@@ -182,7 +182,7 @@ mod tests {
     fn what_each_send_result_does_to_the_order() {
         use AuditAction as A;
         use StepStatus as S;
-        let retry = RetryPolicy { max_attempts: 3, backoff_base: chrono::Duration::minutes(1) };
+        let retry = RetryPolicy::new(3, chrono::Duration::minutes(1));
         let actor = Actor::system("saga");
         // A later attempt: the first failed (the order with it), the retry processor claimed it.
         let mut failed = settled();

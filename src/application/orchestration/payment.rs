@@ -54,11 +54,6 @@ pub fn decide_approval(answer: Result<ApprovalOutcome, GatewayError>) -> Approva
         Err(GatewayError::Unavailable(cause)) => {
             ApprovalDecision::Unavailable { reason: Chain(&cause).to_string() }
         }
-        // Only a cancel is answered so; to a charge it would break the port's contract.
-        // Answers to a cancel, never to a charge: nothing we can act on.
-        Err(e @ (GatewayError::StaleBalance { .. } | GatewayError::AlreadyCancelled { .. })) => {
-            ApprovalDecision::Unavailable { reason: e.to_string() }
-        }
     }
 }
 

@@ -129,7 +129,7 @@ mod tests {
     /// (answer, settlement after, order after, step, audit rows)
     type Case = (Result<SettlementOutcome, GatewayError>, SettlementStatus, OrderStatus, StepStatus, usize);
 
-    const RETRY: RetryPolicy = RetryPolicy { max_attempts: 3, backoff_base: chrono::Duration::seconds(60) };
+    const RETRY: RetryPolicy = RetryPolicy::new(3, chrono::Duration::seconds(60));
 
     #[test]
     fn every_answer_decides_the_settlement_and_the_order() {

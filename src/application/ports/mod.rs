@@ -49,7 +49,7 @@ pub use audit_log::{AuditLog, AuditRecord};
 pub use clock::Clock;
 pub use error::{Cause, RepoError};
 pub use event_publisher::{BrokerUnavailable, EventPublisher, PendingVerdicts, PublishOutcome};
-pub use gateway_error::GatewayError;
+pub use gateway_error::{CancelError, GatewayError};
 pub use idempotency::{IdempotencyBegin, IdempotencyStore, StoredResponse};
 pub use ledger_store::{LedgerRun, LedgerStore, PayoutStore};
 pub use meeting_fees::MeetingFees;

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 
-use super::gateway_error::GatewayError;
+use super::gateway_error::{CancelError, GatewayError};
 use super::scenario::Scenario;
 use crate::domain::ids::{OrderId, PaymentId};
 use crate::domain::ledger::{ProviderTransaction, UnreadableRow};
@@ -170,7 +170,7 @@ pub trait PaymentGateway: Send + Sync {
     /// # Errors
     /// MUST return `Rejected` when the provider refuses (recorded, not retried); `Unavailable` when it
     /// cannot be reached (retried later).
-    async fn cancel(&self, request: &CancelPayment) -> Result<CancelReceipt, GatewayError>;
+    async fn cancel(&self, request: &CancelPayment) -> Result<CancelReceipt, CancelError>;
 }
 
 /// The provider's own live record of a payment, for support — present only where the

@@ -1,6 +1,10 @@
 //! What providers tell us on their own: the external provider's callbacks and Toss's payment
 //! notices, each checked against the provider before it moves anything.
 
+use super::{
+    CALLBACK_AUDIT_WINDOW, CallbackResult, NoticeOutcome, NoticeSubject, PaymentNotice, ProviderCallback,
+    Recovery,
+};
 use crate::application::audit::{self, entity};
 use crate::application::error::Chain;
 use crate::application::money::refunds::ProviderRefunds;
@@ -9,8 +13,6 @@ use crate::application::ports::Changes;
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::payment::PaymentStatus;
-
-use super::*;
 
 impl Recovery {
     /// A provider callback: the final outcome of a payment, pushed.

@@ -1,8 +1,9 @@
 //! Compensations that failed, retried with backoff until their attempts run out, then left
 //! for an operator.
 
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Utc};
 
+use super::{CompensationReport, Recovery, compensation_failures};
 use crate::application::audit::{self, entity};
 use crate::application::ports::Changes;
 use crate::application::{Actor, AppError};
@@ -10,9 +11,7 @@ use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
 use crate::domain::order::{Order, OrderStatus};
 use crate::domain::payment::PaymentStatus;
-use crate::domain::retry::{NextAttempt, RetryPolicy};
-
-use super::*;
+use crate::domain::retry::NextAttempt;
 
 impl Recovery {
     /// Retries the compensations whose cancel failed, with backoff; past the attempts,
@@ -42,19 +41,16 @@ impl Recovery {
                 continue;
             };
             let now = self.clock.now();
-            let policy = RetryPolicy {
-                max_attempts: i32::try_from(self.settings.compensation_max_attempts).unwrap_or(i32::MAX),
-                backoff_base: self.settings.compensation_backoff,
-            };
             let attempts = i32::try_from(failures.len()).unwrap_or(i32::MAX);
-            let NextAttempt::At(due) = policy.after(attempts, None, last.created_at) else {
+            // The one rule, at most a day between two attempts (its cap).
+            let NextAttempt::At(due) = self.settings.compensations.after(attempts, None, last.created_at)
+            else {
                 if self.hand_over(&actor, order_id, failures.len(), now).await? {
                     report.exhausted += 1;
                 }
                 continue;
             };
-            // At most a day between two attempts.
-            if due.min(last.created_at + Duration::days(1)) > now {
+            if due > now {
                 continue;
             }
             report.retried += 1;
@@ -109,7 +105,10 @@ impl Recovery {
                 continue;
             };
             let approved = record.payment.as_ref().is_some_and(|p| p.status == PaymentStatus::Approved);
-            if approved && compensation_failures(&record).len() >= self.settings.compensation_max_attempts {
+            if approved
+                && i32::try_from(compensation_failures(&record).len()).unwrap_or(i32::MAX)
+                    >= self.settings.compensations.max_attempts
+            {
                 exhausted.push(record.order);
             }
         }

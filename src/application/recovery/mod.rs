@@ -25,25 +25,22 @@ use crate::application::ports::{
 };
 use crate::domain::order::{SagaStep, StepStatus};
 use crate::domain::payment::{Payment, PaymentStatus};
+use crate::domain::retry::RetryPolicy;
 
 #[derive(Debug, Clone)]
 pub struct ReconciliationSettings {
     /// How often the worker looks (`payment.reconciliation.interval`).
     pub interval: StdDuration,
-    /// Look-ups of one payment before an operator must decide
-    /// (`payment.reconciliation.max_attempts`).
-    pub max_attempts: i32,
-    /// Delay before the second look-up; doubled after each.
-    pub retry_after: Duration,
-    /// Cancel attempts of a failed compensation before an operator must decide.
-    pub compensation_max_attempts: usize,
-    /// Delay after the first failed cancel; doubled after each.
-    pub compensation_backoff: Duration,
-    /// A saga unchanged this long without a live lease was abandoned by a dead run.
-    pub stall_after: Duration,
-    /// Resumes of one stalled saga (backoff doubling from `stall_after`) before an
-    /// operator must look.
-    pub stall_max_resumes: i32,
+    /// Look-ups of one payment whose outcome is unknown before an operator must decide
+    /// (`payment.reconciliation.max_attempts`), and their spacing.
+    pub lookups: RetryPolicy,
+    /// Cancel attempts of a failed compensation before an operator must decide, and their
+    /// spacing.
+    pub compensations: RetryPolicy,
+    /// Resumes of a stalled saga before an operator must look. A saga unchanged for
+    /// `backoff_base` without a live lease was abandoned by a dead run; it is resumed, again
+    /// after a doubling backoff.
+    pub stalled: RetryPolicy,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -170,13 +167,13 @@ impl Recovery {
     /// # Errors
     /// `Unavailable` when the database fails.
     pub async fn needs_operator(&self) -> Result<Vec<(&'static str, usize)>, AppError> {
-        let max = self.settings.max_attempts;
+        let max = self.settings.lookups.max_attempts;
         let exhausted =
             |payments: Vec<Payment>| payments.iter().filter(|p| p.reconcile_attempts >= max).count();
         let confirmations =
             exhausted(self.payments.with_status(PaymentStatus::ConfirmationRequired, 1000).await?);
         let refunds = exhausted(self.payments.with_status(PaymentStatus::RefundPending, 1000).await?);
-        let stalled = self.runs.stalled_for_operator(self.settings.stall_max_resumes, 1000).await?.len();
+        let stalled = self.runs.stalled_for_operator(self.settings.stalled.max_attempts, 1000).await?.len();
         Ok(vec![
             ("payment_unconfirmed", confirmations),
             ("refund_unresolved", refunds),

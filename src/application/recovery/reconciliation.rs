@@ -1,13 +1,11 @@
 //! Payments whose outcome is unknown, looked up at the provider (bounded), and the list an
 //! operator works from.
 
+use super::{ReconcileReport, Recovery};
 use crate::application::orchestration::Reconciled;
-
 use crate::application::{Actor, AppError};
 use crate::domain::ids::OrderId;
 use crate::domain::payment::{Payment, PaymentStatus};
-
-use super::*;
 
 impl Recovery {
     /// One look-up for every unknown payment that is due.
@@ -21,7 +19,7 @@ impl Recovery {
             .awaiting_confirmation(
                 PaymentStatus::ConfirmationRequired,
                 self.clock.now(),
-                self.settings.max_attempts,
+                self.settings.lookups.max_attempts,
                 100,
             )
             .await?;
@@ -39,9 +37,7 @@ impl Recovery {
 
     /// Asks the provider about one unknown outcome and applies its answer (bounded attempts).
     pub(super) async fn reconcile(&self, actor: &Actor, order_id: OrderId) -> Result<Reconciled, AppError> {
-        self.orchestrator
-            .reconcile_payment(actor, order_id, self.settings.max_attempts, self.settings.retry_after)
-            .await
+        self.orchestrator.reconcile_payment(actor, order_id, self.settings.lookups).await
     }
 
     /// Payments whose outcome is still unknown (attempts left or not), for operators: an

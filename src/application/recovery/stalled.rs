@@ -1,16 +1,12 @@
 //! Sagas that stopped half-way (a crash, a dependency down), resumed with backoff, bounded.
 
-use chrono::Duration;
-
+use super::Recovery;
 use crate::application::audit::{self, entity};
 use crate::application::error::Chain;
 use crate::application::ports::Changes;
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::order::Order;
-use crate::domain::retry::RetryPolicy;
-
-use super::*;
 
 impl Recovery {
     /// Resumes sagas a dead run left half-way (crash between steps, or a killed consumer
@@ -20,20 +16,20 @@ impl Recovery {
     /// `Unavailable` when the database fails.
     ///
     /// Each resume is counted and audited (`SAGA_RESUMED`); the next one waits twice as
-    /// long. A saga still half-way after `stall_max_resumes` resumes (a provider that keeps
+    /// long. A saga still half-way after `stalled.max_attempts` resumes (a provider that keeps
     /// answering what cannot be stored, a bug) is left alone, audited
     /// `SAGA_RECOVERY_EXHAUSTED` and listed by [`Self::stalled_for_operator`].
     pub async fn resume_stalled(&self) -> Result<usize, AppError> {
         let actor = Actor::system("saga-recovery");
         let now = self.clock.now();
-        let max = self.settings.stall_max_resumes;
-        let stalled = self.runs.stalled(now - self.settings.stall_after, now, max, 100).await?;
+        let policy = self.settings.stalled;
+        let max = policy.max_attempts;
+        let stalled = self.runs.stalled(now - policy.backoff_base, now, max, 100).await?;
         for (order_id, resumes) in &stalled {
             let resumes = *resumes + 1;
-            // The next resume after the one rule's backoff (at most a day); the operator's
-            // hand-off after `max` resumes is the `stalled` query's.
-            let policy = RetryPolicy { max_attempts: max, backoff_base: self.settings.stall_after };
-            let backoff = policy.delay_after(resumes.saturating_add(1)).min(Duration::days(1));
+            // The next resume after the one rule's backoff (at most a day: its cap); the
+            // operator's hand-off after `max` resumes is the `stalled` query's.
+            let backoff = policy.delay_after(resumes.saturating_add(1));
             self.runs.note_resume(*order_id, now + backoff).await?;
             let before = self.orders.get(*order_id).await?.map(|r| r.order.status);
             // One order that fails again must not hold up the others.
@@ -78,6 +74,6 @@ impl Recovery {
     /// `Forbidden` for a non-admin; `Unavailable` when the database fails.
     pub async fn stalled_for_operator(&self, actor: &Actor) -> Result<Vec<Order>, AppError> {
         actor.require_admin()?;
-        Ok(self.runs.stalled_for_operator(self.settings.stall_max_resumes, 100).await?)
+        Ok(self.runs.stalled_for_operator(self.settings.stalled.max_attempts, 100).await?)
     }
 }

@@ -192,7 +192,7 @@ mod tests {
         DateTime::from_timestamp(1_800_000_000, 0).unwrap()
     }
 
-    const RETRY: RetryPolicy = RetryPolicy { max_attempts: 3, backoff_base: Duration::seconds(60) };
+    const RETRY: RetryPolicy = RetryPolicy::new(3, Duration::seconds(60));
 
     fn in_status(status: NotificationStatus) -> Notification {
         let mut n = Notification::new(OrderId::new(), now());

@@ -9,6 +9,8 @@ pub mod lanes;
 
 use chrono::{DateTime, Duration, Utc};
 
+use crate::domain::retry::{NextAttempt, RetryPolicy};
+
 spelled!(
     /// Delivery state of one outbox row.
     OutboxStatus {
@@ -127,11 +129,21 @@ pub enum FailureOutcome {
     DeadLetter { retry_count: i32 },
 }
 
+/// Up to 20 % of `delay`, as `jitter` in `[0, 1)` says: spreads the retries of a wave.
+fn jitter_of(delay: Duration, jitter: f64) -> Duration {
+    Duration::milliseconds((delay.num_milliseconds() as f64 * 0.2 * jitter.clamp(0.0, 1.0)) as i64)
+}
+
 impl RetrySchedule {
+    /// The one retry rule this schedule is: the first attempt and `max_retries` more, the
+    /// delay doubling from `backoff_base` up to `backoff_cap`, then the dead letters.
+    pub fn policy(&self) -> RetryPolicy {
+        RetryPolicy::new(self.max_retries.saturating_add(1), self.backoff_base).capped(self.backoff_cap)
+    }
+
     /// The delay before retry number `retry_count` (1-based), without jitter.
     pub fn base_delay(&self, retry_count: i32) -> Duration {
-        let n = retry_count.saturating_sub(1).max(0).unsigned_abs();
-        crate::domain::backoff::doubled(self.backoff_base, n, self.backoff_cap)
+        self.policy().delay_after(retry_count)
     }
 
     /// Decide what a failure with `code` does to a row that had failed `retry_count` times
@@ -155,20 +167,21 @@ impl RetrySchedule {
             return self.after_failure(retry_count, jitter, now);
         }
         let base = self.backoff_base;
-        let extra_ms = (base.num_milliseconds() as f64 * 0.2 * jitter.clamp(0.0, 1.0)) as i64;
-        FailureOutcome::Retry { retry_count, next_attempt_at: now + base + Duration::milliseconds(extra_ms) }
+        FailureOutcome::Retry { retry_count, next_attempt_at: now + base + jitter_of(base, jitter) }
     }
 
-    /// Decide what a failure does to a row that had failed `retry_count` times before.
-    /// `jitter` in `[0, 1)` stretches the delay by up to 20 %.
+    /// Decide what a failure does to a row that had failed `retry_count` times before: the
+    /// retry rule's next attempt (`jitter` in `[0, 1)` stretching its delay by up to 20 %), or
+    /// its operator, who reads the dead letters.
     pub fn after_failure(&self, retry_count: i32, jitter: f64, now: DateTime<Utc>) -> FailureOutcome {
         let retry_count = retry_count.saturating_add(1);
-        if retry_count > self.max_retries {
-            return FailureOutcome::DeadLetter { retry_count };
+        match self.policy().after(retry_count, None, now) {
+            NextAttempt::Operator => FailureOutcome::DeadLetter { retry_count },
+            NextAttempt::At(at) => FailureOutcome::Retry {
+                retry_count,
+                next_attempt_at: at + jitter_of(self.base_delay(retry_count), jitter),
+            },
         }
-        let base = self.base_delay(retry_count);
-        let extra_ms = (base.num_milliseconds() as f64 * 0.2 * jitter.clamp(0.0, 1.0)) as i64;
-        FailureOutcome::Retry { retry_count, next_attempt_at: now + base + Duration::milliseconds(extra_ms) }
     }
 }
 

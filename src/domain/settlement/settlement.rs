@@ -145,7 +145,7 @@ mod tests {
         DateTime::from_timestamp(1_800_000_000, 0).unwrap()
     }
 
-    const RETRY: RetryPolicy = RetryPolicy { max_attempts: 3, backoff_base: Duration::seconds(60) };
+    const RETRY: RetryPolicy = RetryPolicy::new(3, Duration::seconds(60));
 
     fn in_status(status: SettlementStatus) -> Settlement {
         let amount = Money::new(5, "EUR".parse().unwrap()).unwrap();

@@ -14,10 +14,16 @@
 //! before the crash counts as done (docs/decisions.md, "A database crash resets the relay's
 //! cursors").
 
-use std::collections::VecDeque;
-use std::sync::LazyLock;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, LazyLock};
 
-use super::*;
+use sea_orm::{ConnectionTrait, FromQueryResult, Value};
+
+use super::{
+    FILL, IdRow, OUTBOX_COLUMNS, ProgressRow, bigints, fast_columns, fast_row, held_column, smallints, texts,
+};
+use crate::adapters::persistence::{SeaOrmOutboxStore, repo_err};
+use crate::application::ports::{HeldLane, OutboxRecord, RepoError};
 
 /// A lane's position as one progress row records it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -9,10 +9,15 @@
 //! read again: duplicates, never a loss. A page also names the server incarnation its lane
 //! was filled in (`cursors`): a batch read before a crash is not recorded after it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+
+use chrono::{DateTime, Utc};
+use sea_orm::ConnectionTrait;
 
 use super::cursors::{LaneCursor, Mark};
-use super::*;
+use super::{fast_columns, fast_row, held_column};
+use crate::adapters::persistence::{SeaOrmOutboxStore, repo_err};
+use crate::application::ports::{BatchToken, FastBatch, FastRecord, HeldLane, OutboxRecord, RepoError};
 
 mod record;
 

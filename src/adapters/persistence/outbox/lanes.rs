@@ -1,7 +1,13 @@
 //! Lanes: leases held in fair shares as workers come and go (each take-over bumps the
 //! lane's epoch, which fences the previous owner's records).
 
-use super::*;
+use chrono::{DateTime, Utc};
+use sea_orm::{ConnectionTrait, DatabaseBackend, FromQueryResult, TransactionTrait, Value};
+
+use super::{Count, LaneRow};
+use crate::adapters::persistence::{SeaOrmOutboxStore, repo_err};
+use crate::application::ports::{HeldLane, RepoError};
+use crate::domain::outbox::lanes as lane_rules;
 
 impl SeaOrmOutboxStore {
     pub(super) async fn lease(

@@ -15,30 +15,19 @@
 //! `WHERE status IN (...)` is built from the domain's [`OutboxAction::from_statuses`], so the
 //! SQL cannot drift from the state machine.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-use sea_orm::sea_query::{ArrayType, Expr, ExprTrait};
-use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseBackend, DatabaseConnection, EntityTrait, FromQueryResult,
-    QueryFilter, QueryResult, Statement, TransactionTrait, Value,
-};
+use sea_orm::{ConnectionTrait, DatabaseBackend, DatabaseConnection, EntityTrait, Statement, Value};
 
 use tokio::sync::Notify;
 
-use super::audit::insert_audit;
-use super::entities::outbox_events::{self, Column};
+use super::entities::outbox_events::{self};
 use super::listener::OUTBOX_CHANNEL;
-use super::mapping::{outbox_from_row, status_strings};
+use super::mapping::outbox_from_row;
 use super::repo_err;
-use crate::application::ports::{
-    AuditRecord, BatchToken, DeliveryFailure, FastBatch, FastRecord, HeldLane, OutboxFilter,
-    OutboxOperations, OutboxRecord, OutboxStats, OutboxUpkeep, RelayStore, RepoError, RestoredRebase,
-};
+use crate::application::ports::{OutboxRecord, RepoError};
+use crate::domain::outbox::OutboxStatus;
 use crate::domain::outbox::lanes as lane_rules;
-use crate::domain::outbox::{FailureCode, FailureOutcome, OutboxAction, OutboxStatus};
 
 /// The most ids of one lane held at once: its snapshot difference's (PostgreSQL), the ids
 /// past its mark (SQLite). Batches read ahead take their pages from them, so a fill must hold

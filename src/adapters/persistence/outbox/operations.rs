@@ -1,7 +1,19 @@
 //! What operators read and repair: stats (one snapshot), listings, an aggregate's events,
 //! dead letters republished or discarded (audited).
 
-use super::*;
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sea_orm::{FromQueryResult, TransactionTrait, Value};
+
+use super::{Count, IdRow, LaneOldest, LaneOnly, Oldest, StatusCount, TypeCount, literals};
+use crate::adapters::persistence::audit::insert_audit;
+use crate::adapters::persistence::{SeaOrmOutboxStore, repo_err};
+use crate::application::ports::{
+    AuditRecord, OutboxFilter, OutboxOperations, OutboxRecord, OutboxStats, RepoError,
+};
+use crate::domain::outbox::{OutboxAction, OutboxStatus};
 
 #[async_trait]
 impl OutboxOperations for SeaOrmOutboxStore {

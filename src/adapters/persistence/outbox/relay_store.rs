@@ -1,7 +1,22 @@
 //! The relay's port: the fast path's batches and the lanes (`fast`, `lanes`), and the slow
 //! path's per-row claims and marks.
 
-use super::*;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::{Expr, ExprTrait};
+use sea_orm::{
+    ColumnTrait, DatabaseBackend, EntityTrait, FromQueryResult, QueryFilter, TransactionTrait, Value,
+};
+
+use super::{OUTBOX_COLUMNS, Oldest, literals, smallints, truncate};
+use crate::adapters::persistence::entities::outbox_events;
+use crate::adapters::persistence::entities::outbox_events::Column;
+use crate::adapters::persistence::mapping::status_strings;
+use crate::adapters::persistence::{SeaOrmOutboxStore, repo_err};
+use crate::application::ports::{
+    BatchToken, DeliveryFailure, FastBatch, FastRecord, HeldLane, OutboxRecord, RelayStore, RepoError,
+};
+use crate::domain::outbox::{FailureOutcome, OutboxAction, OutboxStatus};
 
 #[async_trait]
 impl RelayStore for SeaOrmOutboxStore {

@@ -2,7 +2,16 @@
 //! the fast path reads (an event row and whether its aggregate is held), their decoding by
 //! position, and PostgreSQL arrays as parameters.
 
-use super::*;
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::ArrayType;
+use sea_orm::{FromQueryResult, QueryResult, Value};
+
+use super::literals;
+use crate::adapters::persistence::entities::outbox_events;
+use crate::adapters::persistence::mapping::outbox_from_row;
+use crate::adapters::persistence::repo_err;
+use crate::application::ports::{OutboxRecord, RepoError};
+use crate::domain::outbox::OutboxStatus;
 
 #[derive(Debug, FromQueryResult)]
 pub(super) struct StatusCount {

@@ -1,7 +1,16 @@
 //! Upkeep: slow-path claims whose lease ran out returned, and the daily clean-up by
 //! retention.
 
-use super::*;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sea_orm::{ConnectionTrait, FromQueryResult, TransactionTrait, Value};
+
+use super::{IdRow, LaneOnly, literals};
+use crate::adapters::persistence::audit::insert_audit;
+use crate::adapters::persistence::{SeaOrmOutboxStore, repo_err};
+use crate::application::ports::{AuditRecord, OutboxUpkeep, RepoError, RestoredRebase};
+use crate::domain::outbox::lanes as lane_rules;
+use crate::domain::outbox::{FailureCode, OutboxAction, OutboxStatus};
 
 #[async_trait]
 impl OutboxUpkeep for SeaOrmOutboxStore {

@@ -8,9 +8,10 @@ use super::client::{TossClient, TossError};
 use super::model::{KeyIn, TossPayment, TossStatus};
 use crate::application::ports::Cause;
 use crate::application::ports::{
-    ApprovalOutcome, ApprovePayment, BillingKey, CancelPayment, CancelReceipt, CardKeyIn, GatewayError,
-    IssuedCard, KeyInCharge, LedgerPage, LookupOutcome, PaymentAuthorization, PaymentGateway, ProviderCancel,
-    ProviderCustomers, ProviderLedger, ProviderRecord, ProviderRecords, Scenario, SettlementPage,
+    ApprovalOutcome, ApprovePayment, BillingKey, CancelError, CancelPayment, CancelReceipt, CardKeyIn,
+    GatewayError, IssuedCard, KeyInCharge, LedgerPage, LookupOutcome, PaymentAuthorization, PaymentGateway,
+    ProviderCancel, ProviderCustomers, ProviderLedger, ProviderRecord, ProviderRecords, Scenario,
+    SettlementPage,
 };
 use crate::domain::ledger::{ProviderTransaction, TransactionKind, UnreadableRow};
 use crate::domain::payment::AUTHORIZATION_MISMATCH;
@@ -192,7 +193,7 @@ impl PaymentGateway for TossPaymentGateway {
         }
     }
 
-    async fn cancel(&self, request: &CancelPayment) -> Result<CancelReceipt, GatewayError> {
+    async fn cancel(&self, request: &CancelPayment) -> Result<CancelReceipt, CancelError> {
         let amount = request.amount.minor();
         let balance = request.balance.minor();
         // `cancelAmount` is left out only for exactly the whole balance: an amount over the
@@ -222,20 +223,20 @@ impl PaymentGateway for TossPaymentGateway {
             // made would be replayed under its key): refused, and the refund's caller asks Toss
             // what cancelled it and records that (docs/toss.md).
             Err(TossError::Answered { code, message, meaning: Meaning::AlreadyCancelled, .. }) => {
-                Err(GatewayError::AlreadyCancelled { code, message })
+                Err(CancelError::AlreadyCancelled { code, message })
             }
             Err(TossError::Answered {
                 code,
                 message,
                 meaning: Meaning::NotCancelable | Meaning::NotFound,
                 ..
-            }) => Err(GatewayError::Rejected { code, message }),
+            }) => Err(GatewayError::Rejected { code, message }.into()),
             Err(TossError::Answered { code, message, meaning: Meaning::StaleBalance, .. }) => {
-                Err(GatewayError::StaleBalance { message: format!("{code}: {message}") })
+                Err(CancelError::StaleBalance { message: format!("{code}: {message}") })
             }
             // Unknown, temporary to the end, lost, broken or our own
             // configuration: open; the refund's look-up records what Toss has.
-            Err(error) => Err(unavailable(error)),
+            Err(error) => Err(unavailable(error).into()),
         }
     }
 }

@@ -14,7 +14,7 @@ use crate::domain::audit::AuditAction;
 use crate::domain::ids::RefundId;
 use crate::domain::order::{Order, SagaStep, StepStatus};
 use crate::domain::payment::{Payment, PaymentStatus, Refund};
-use crate::domain::retry::{NextAttempt, RetryPolicy};
+use crate::domain::retry::NextAttempt;
 
 /// What the answer comes to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,8 +178,8 @@ impl Draft<'_> {
     /// No answer to act on: the attempt counted, the next one scheduled, an operator told
     /// once the attempts are spent; the refund stays pending.
     fn still_open(&mut self, cause: &str, settings: &RefundSettings) -> Result<Verdict, AppError> {
-        let policy = RetryPolicy { max_attempts: settings.max_attempts, backoff_base: settings.retry_after };
-        let next = self.payment.record_unsettled_lookup(&policy, self.now).map_err(broken_invariant)?;
+        let next =
+            self.payment.record_unsettled_lookup(&settings.retry, self.now).map_err(broken_invariant)?;
         self.changes.update_payment(&mut self.payment);
         if next == NextAttempt::Operator {
             let detail = format!(
@@ -200,6 +200,7 @@ mod tests {
     use crate::domain::ids::OrderId;
     use crate::domain::order::{NewOrder, NewOrderItem, OrderSource, OrderStatus};
     use crate::domain::payment::RefundStatus;
+    use crate::domain::retry::RetryPolicy;
 
     fn now() -> DateTime<Utc> {
         DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default()
@@ -208,8 +209,7 @@ mod tests {
     fn settings(max_attempts: i32) -> RefundSettings {
         RefundSettings {
             lease: chrono::Duration::seconds(30),
-            max_attempts,
-            retry_after: chrono::Duration::minutes(1),
+            retry: RetryPolicy::new(max_attempts, chrono::Duration::minutes(1)),
         }
     }
 

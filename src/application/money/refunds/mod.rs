@@ -37,6 +37,7 @@ use crate::application::ports::{
 use crate::domain::ids::OrderId;
 use crate::domain::order::OrderStatus;
 use crate::domain::payment::PaymentStatus;
+use crate::domain::retry::RetryPolicy;
 
 /// What to refund.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -87,10 +88,9 @@ pub struct Refunds {
 pub struct RefundSettings {
     /// The order's saga lease while a refund runs.
     pub lease: chrono::Duration,
-    /// Attempts at a refund whose outcome is unknown before an operator must decide.
-    pub max_attempts: i32,
-    /// Delay before the second attempt; doubled after each.
-    pub retry_after: chrono::Duration,
+    /// Attempts at a refund whose outcome is unknown before an operator must decide, and
+    /// their spacing.
+    pub retry: RetryPolicy,
 }
 
 /// The reason a refund is recorded with when its request gave none.

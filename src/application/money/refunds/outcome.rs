@@ -1,20 +1,18 @@
 //! A provider's answer to a refund, recorded: a stale balance restated once, the answer decided
 //! by [`super::decide`] and committed.
 
+use super::decide::{self, Verdict, pending_refund};
+use super::{RefundAnswer, RefundOutcome, RefundRequest, Refunds, Restate, changed_concurrently};
 use crate::application::audit::{self, entity};
 use crate::application::commit::commit;
-use crate::application::error::Chain;
-use crate::application::error::broken_invariant;
+use crate::application::error::{Chain, broken_invariant};
 use crate::application::ports::{
-    CancelPayment, Changes, GatewayError, InboxEntry, OrderRecord, RepoError, Scenario,
+    CancelError, CancelPayment, Changes, GatewayError, InboxEntry, OrderRecord, RepoError, Scenario,
 };
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::{OrderId, RefundId};
 use crate::domain::payment::{Payment, Refund, RefundStatus};
-
-use super::decide::{self, Verdict, pending_refund};
-use super::*;
 
 impl Refunds {
     /// The call and the outcome commit of the skeleton for the pending refund `refund_id`.
@@ -158,14 +156,16 @@ impl Refunds {
         };
         Ok(match self.payments.cancel(&request).await {
             Ok(receipt) => RefundAnswer::Refunded(receipt),
-            Err(GatewayError::Rejected { code, message }) => {
+            Err(CancelError::Gateway(GatewayError::Rejected { code, message })) => {
                 RefundAnswer::Refused { code, message, already_cancelled: false }
             }
-            Err(GatewayError::AlreadyCancelled { code, message }) => {
+            Err(CancelError::AlreadyCancelled { code, message }) => {
                 RefundAnswer::Refused { code, message, already_cancelled: true }
             }
-            Err(GatewayError::StaleBalance { message }) => RefundAnswer::StaleBalance(message),
-            Err(GatewayError::Unavailable(cause)) => RefundAnswer::Unknown(Chain(&cause).to_string()),
+            Err(CancelError::StaleBalance { message }) => RefundAnswer::StaleBalance(message),
+            Err(CancelError::Gateway(GatewayError::Unavailable(cause))) => {
+                RefundAnswer::Unknown(Chain(&cause).to_string())
+            }
         })
     }
 

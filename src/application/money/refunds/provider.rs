@@ -1,20 +1,19 @@
 //! What the provider did to a payment that we did not record (its dashboard, a cancel whose
 //! answer we lost): found by a look-up and recorded as the provider's refunds.
 
+use chrono::{DateTime, Utc};
+
+use super::Refunds;
 use crate::application::audit::{self, entity};
 use crate::application::commit::commit;
 use crate::application::envelopes::EventWriter;
 use crate::application::error::broken_invariant;
-use chrono::{DateTime, Utc};
-
 use crate::application::ports::{Changes, LookupOutcome, OrderRecord, ProviderCancel};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
 use crate::domain::order::{OrderStatus, SagaStep, StepStatus};
 use crate::domain::payment::{Payment, PaymentStatus};
-
-use super::*;
 
 /// What a look-up at the provider showed of a payment we hold as approved.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,5 +1,6 @@
 //! A refund asked for: checked, its intent committed, the provider asked (docs/spec.md §3).
 
+use super::{DEFAULT_REASON, RefundOutcome, RefundRequest, Refunds, Restate, changed_concurrently};
 use crate::application::audit::{self, entity};
 use crate::application::commit::commit;
 use crate::application::error::broken_invariant;
@@ -8,8 +9,6 @@ use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::{OrderId, RefundId};
 use crate::domain::payment::{PaymentError, RefundStatus};
-
-use super::*;
 
 /// The reason sent to the provider: the one asked (or the default), within what the
 /// provider takes (a consumer's reason names its event).

@@ -1,5 +1,7 @@
 //! Refunds whose outcome is unknown: the worker asks again, an operator decides.
 
+use super::decide::pending_refund;
+use super::{OperatorDecision, PendingRefundReport, RefundAnswer, RefundOutcome, Refunds, Restate};
 use crate::application::audit::{self, entity};
 use crate::application::error::broken_invariant;
 use crate::application::ports::{CancelReceipt, Changes, LookupOutcome, OrderRecord, Scenario};
@@ -7,9 +9,6 @@ use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::{OrderId, RefundId};
 use crate::domain::payment::{PaymentStatus, RefundStatus};
-
-use super::decide::pending_refund;
-use super::*;
 
 impl Refunds {
     /// An operator ends a pending refund whose outcome the worker could not learn (audited
@@ -76,7 +75,7 @@ impl Refunds {
     /// outcome was not (a crash, a database failure after the provider answered, a provider
     /// that could not be reached). Each is asked again with its own key: a provider that
     /// carried it out answers with that (Toss replays a key's first answer), one that did
-    /// not carries it out now, once. Bounded: past `max_attempts` the refund is audited
+    /// not carries it out now, once. Bounded: past `retry.max_attempts` the refund is audited
     /// `REFUND_UNRESOLVED`, listed at `GET /api/admin/payments/unconfirmed` and counted in
     /// `/metrics`.
     ///
@@ -87,7 +86,7 @@ impl Refunds {
         let now = self.clock.now();
         let due = self
             .pending
-            .awaiting_confirmation(PaymentStatus::RefundPending, now, self.settings.max_attempts, 100)
+            .awaiting_confirmation(PaymentStatus::RefundPending, now, self.settings.retry.max_attempts, 100)
             .await?;
         let mut report = PendingRefundReport::default();
         for payment in due {

@@ -94,8 +94,8 @@ impl Mocks {
             Arc::new(self.notifier),
             Arc::new(clock),
             SagaSettings {
-                notification_retry: RetryPolicy { max_attempts: 5, backoff_base: Duration::seconds(60) },
-                settlement_retry: RetryPolicy { max_attempts: 5, backoff_base: Duration::seconds(60) },
+                notification_retry: RetryPolicy::new(5, Duration::seconds(60)),
+                settlement_retry: RetryPolicy::new(5, Duration::seconds(60)),
                 saga_lease: Duration::seconds(60),
                 checkout: None,
             },

@@ -1,7 +1,14 @@
 //! A batch's record: one progress row per lane, fenced by the lane's epoch, and — when the
 //! broker refused some of its events — their move to the slow path, in one transaction.
 
-use super::*;
+use chrono::{DateTime, Utc};
+use sea_orm::{ConnectionTrait, FromQueryResult, TransactionTrait, Value};
+
+use super::Page;
+use crate::adapters::persistence::outbox::{LaneOnly, bigints, smallints, texts, truncate};
+use crate::adapters::persistence::{SeaOrmOutboxStore, repo_err};
+use crate::application::ports::{FastRecord, RepoError};
+use crate::domain::outbox::{FailureOutcome, OutboxStatus};
 
 impl SeaOrmOutboxStore {
     /// The record's transaction: returns the lanes recorded (those still held under the
