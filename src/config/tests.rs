@@ -1,6 +1,9 @@
 //! The configuration's unit tests: defaults, every source's precedence, and each invalid value named by its key.
 
+use std::time::Duration;
+
 use super::*;
+use crate::adapters::Secret;
 use crate::adapters::http::auth::DEV_KID;
 use crate::application::input::parse_duration;
 
