@@ -17,7 +17,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::connection::{AmqpError, AmqpNodes};
-use super::topology::declare;
+use super::topology::{declare, field_name};
 use tracing::Instrument;
 
 use super::super::meeting::{Delivery, Kind, MeetingHandler, Received, Verdict, read, reconnecting};
@@ -48,15 +48,11 @@ impl ConsumerSettings {
     }
 }
 
-fn name(text: &str) -> Result<amqprs::FieldName, AmqpError> {
-    text.try_into().map_err(|_| AmqpError::Invalid(format!("invalid field name {text}")))
-}
-
 /// A text header used as data: absent is `None`; present but not text (an integer
 /// `x-mock-scenario`) is malformed, never silently ignored.
 fn header(props: &amqprs::BasicProperties, key: &str) -> Result<Option<String>, String> {
     let Some(table) = props.headers() else { return Ok(None) };
-    let Ok(field) = name(key) else { return Ok(None) };
+    let Ok(field) = field_name(key) else { return Ok(None) };
     match table.get(&field) {
         None => Ok(None),
         Some(FieldValue::S(value)) => Ok(Some(value.as_ref().clone())),
@@ -307,7 +303,7 @@ mod tests {
     #[test]
     fn a_text_header_of_another_type_is_malformed_not_ignored() {
         let mut table = amqprs::FieldTable::new();
-        table.insert(name("x-mock-scenario").unwrap(), FieldValue::I(7));
+        table.insert(field_name("x-mock-scenario").unwrap(), FieldValue::I(7));
         let mut props = amqprs::BasicProperties::default();
         props.with_headers(table);
         let props = props.finish();

@@ -8,8 +8,16 @@ use amqprs::{FieldTable, FieldValue};
 use super::connection::AmqpError;
 use crate::adapters::messaging::contract::topology::{Argument, Topology};
 
+/// An AMQP field name (a header's, an argument's).
+///
+/// # Errors
+/// `Invalid` for a name AMQP cannot carry (longer than 255 bytes).
+pub(super) fn field_name(text: &str) -> Result<amqprs::FieldName, AmqpError> {
+    text.try_into().map_err(|_| AmqpError::Invalid(format!("invalid field name {text}")))
+}
+
 fn field(name: &str, value: &Argument) -> Result<(amqprs::FieldName, FieldValue), AmqpError> {
-    let key = name.try_into().map_err(|_| AmqpError::Invalid(format!("invalid field name {name}")))?;
+    let key = field_name(name)?;
     let value = match value {
         Argument::Text(text) => FieldValue::S(
             text.as_str().try_into().map_err(|_| AmqpError::Invalid(format!("invalid value {text}")))?,
