@@ -116,7 +116,9 @@ pub struct Fault {
     pub operation: String,
     /// `effect_then_500`: the effect happens, the answer is a 500 (the caller cannot know);
     /// `fail_500`: a 500 and nothing happens; `delay`: the answer comes `delayMs` late (the
-    /// effect first, so an Idempotency-Key is in flight meanwhile).
+    /// effect first, so an Idempotency-Key is in flight meanwhile); `late`: the effect
+    /// itself lands `delayMs` late, and the answer after it (a slow Toss: a look-up
+    /// meanwhile finds nothing under the orderId).
     pub kind: String,
     #[serde(default)]
     pub delay_ms: u64,
@@ -307,6 +309,10 @@ impl Fake {
                 "FAILED_INTERNAL_SYSTEM_PROCESSING",
                 "내부 시스템 처리 작업이 실패했습니다.",
             ));
+        }
+        if let Some(f) = fault.as_ref().filter(|f| f.kind == "late") {
+            // Still working at Toss: nothing done yet, the key in flight.
+            tokio::time::sleep(Duration::from_millis(f.delay_ms)).await;
         }
         let answer = {
             let mut state = self.lock();
@@ -998,7 +1004,7 @@ async fn fake_dashboard_cancel(
 
 async fn fake_faults(body: web::Json<Fault>, fake: web::Data<Fake>) -> HttpResponse {
     if !OPERATIONS.contains(&body.operation.as_str())
-        || !["effect_then_500", "fail_500", "delay"].contains(&body.kind.as_str())
+        || !["effect_then_500", "fail_500", "delay", "late"].contains(&body.kind.as_str())
     {
         return HttpResponse::BadRequest().json(json!({ "operations": OPERATIONS }));
     }

@@ -175,7 +175,7 @@ currency = "KRW"
 timezone = "Asia/Seoul"
 
 [meetings.fee_sql]
-query = "SELECT participation_fee FROM meetings WHERE id = ?"
+query = "SELECT participation_fee, title FROM meetings WHERE id = ? AND is_deleted = 0 AND status = 'IN_PROGRESS' AND current_participants_count <= max_participants_count"
 
 [telemetry]
 service_name = "orchestrator"

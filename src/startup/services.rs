@@ -226,7 +226,7 @@ pub(super) fn saga(
     payments: Arc<dyn PaymentGateway>,
     settlements: Arc<dyn SettlementGateway>,
     notifier: Arc<dyn Notifier>,
-    provider_customers: Option<Arc<dyn ProviderCustomers>>,
+    capabilities: &Capabilities,
     clock: &Arc<dyn Clock>,
     meter: &crate::application::meter::Meter,
 ) -> Arc<Orchestrator> {
@@ -241,7 +241,8 @@ pub(super) fn saga(
         saga_settings(settings),
     )
     .with_meter(meter.clone())
-    .with_provider_customers(provider_customers);
+    .with_provider_customers(capabilities.customers.clone())
+    .with_card_key_in(capabilities.key_in.clone());
     // Only Toss charges registrations with a saved card; elsewhere no saga step reads them.
     Arc::new(if settings.payment.provider == ProviderKind::Toss {
         orchestrator.with_saved_cards(orders.clone() as Arc<dyn PaymentMethodRepository>)
@@ -294,7 +295,6 @@ fn key_in(
     settings: &Settings,
     orchestrator: &Arc<Orchestrator>,
     orders: &Arc<SeaOrmStore>,
-    payments: Arc<dyn PaymentGateway>,
     capabilities: &Capabilities,
     fees: Option<Arc<dyn MeetingFees>>,
 ) -> Result<Arc<KeyIn>, StartupError> {
@@ -306,7 +306,6 @@ fn key_in(
     Ok(Arc::new(KeyIn::new(
         orchestrator.clone(),
         orders.clone() as Arc<dyn PaymentRepository>,
-        payments,
         capabilities.key_in.clone(),
         fees,
         currency,
@@ -365,18 +364,10 @@ pub async fn build_services_with_clock(
     upkeep_metrics(&metrics, shutdown.clone());
     let notifications = notification_retries(settings, &orders, &notifier, &clock, &meter);
     let money = money(settings, &orders, &payments, &capabilities, &clock);
-    let orchestrator = saga(
-        settings,
-        &orders,
-        payments.clone(),
-        settlements,
-        notifier,
-        capabilities.customers.clone(),
-        &clock,
-        &meter,
-    );
+    let orchestrator =
+        saga(settings, &orders, payments.clone(), settlements, notifier, &capabilities, &clock, &meter);
     let fees = meeting_fees(settings).await?;
-    let key_in = key_in(settings, &orchestrator, &orders, payments, &capabilities, fees.clone())?;
+    let key_in = key_in(settings, &orchestrator, &orders, &capabilities, fees.clone())?;
     let meeting_events = meeting_events(&orchestrator, &money.refunds, &orders, &clock, fees);
     let (recovery, settlements) = repairs(settings, &orchestrator, &money.refunds, &orders, &clock, meter);
     let queries = Arc::new(OrderQueries::new(orders.clone(), outbox_store.clone()));

@@ -86,6 +86,46 @@ impl Frontend<'_> {
         body["data"].clone()
     }
 
+    /// A key-in answered with the member's payment: `200` once Toss took the charge, `202`
+    /// (`PENDING`) while it has not said yet.
+    async fn keyed_in(&self, body: Option<&str>) -> Value {
+        let (status, answer) = self.call("POST", "/payments/test/keyin", body).await;
+        let data = answer["data"].clone();
+        match status {
+            StatusCode::OK => {
+                assert_eq!(answer["message"], json!("테스트 키인 결제가 완료되었습니다."), "{answer}")
+            }
+            StatusCode::ACCEPTED => {
+                assert_eq!(answer["message"], json!("결제 결과를 확인하고 있습니다."), "{answer}");
+                assert_eq!(data["status"], json!("PENDING"), "{answer}");
+            }
+            other => panic!("key-in answered {other}: {answer}"),
+        }
+        assert_eq!(answer["success"], json!(true), "{answer}");
+        data
+    }
+
+    /// The member's payment `payment` once Toss settled it (reconciliation runs in the
+    /// workers), as `/me` lists it.
+    async fn settled(&self, payment: &Value) -> Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let (_, page) = self.call("GET", "/payments/me?size=2000", None).await;
+            let found = page["data"]["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|p| p["id"] == payment["id"])
+                .cloned()
+                .unwrap_or(Value::Null);
+            if found["status"] != json!("PENDING") {
+                return found;
+            }
+            assert!(std::time::Instant::now() < deadline, "the key-in never settled: {found}");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
     async fn refused(&self, method: &str, path: &str, body: Option<&str>) -> (StatusCode, String) {
         let (status, body) = self.call(method, path, body).await;
         assert_eq!((&body["success"], &body["data"]), (&json!(false), &Value::Null), "{body}");
@@ -342,12 +382,24 @@ async fn a_members_payments_page_and_refund_as_its_frontend_reads_them(backend: 
         crate::helpers::count_where(&app.db, "outbox_events", "event_type = 'payment.refunded'").await,
         1
     );
-    // Without a body: its bad-input text; no reason: refunded all the same.
+    // Without a body (no content type): not JSON, 415; an empty JSON body: its bad-input
+    // text; no reason: its DTO's `@NotBlank` text, nothing refunded (we never make one up).
     assert_eq!(
         seven.refused("POST", &refund(completed[1]), None).await,
+        (
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "지원하지 않는 Content-Type입니다. application/json으로 보내 주세요.".into()
+        )
+    );
+    assert_eq!(
+        seven.refused("POST", &refund(completed[1]), Some("")).await,
         (StatusCode::BAD_REQUEST, "입력 값을 다시 확인해주세요.".into())
     );
-    seven.data("POST", &refund(completed[1]), Some("{}"), "환불이 완료되었습니다.").await;
+    assert_eq!(
+        seven.refused("POST", &refund(completed[1]), Some("{}")).await,
+        (StatusCode::BAD_REQUEST, "환불 사유는 필수입니다".into())
+    );
+    seven.data("POST", &refund(completed[1]), Some(r#"{"reason":"x"}"#), "환불이 완료되었습니다.").await;
     // The mock provider keeps no record to show.
     assert_eq!(
         seven.refused("GET", &format!("/payments/{}/pg", completed[2]), None).await,
@@ -438,7 +490,18 @@ async fn keyed_in_app(
     fake: &crate::toss::Fake,
     platform: &crate::momo::Platform,
 ) -> Option<(TestApp, orchestrator::startup::Workers)> {
+    keyed_in_app_with(backend, fake, platform, &[]).await
+}
+
+/// [`keyed_in_app`] with `extra` settings.
+async fn keyed_in_app_with(
+    backend: Backend,
+    fake: &crate::toss::Fake,
+    platform: &crate::momo::Platform,
+    extra: &[(&'static str, &'static str)],
+) -> Option<(TestApp, orchestrator::startup::Workers)> {
     let mut env = dialect_env();
+    env.extend_from_slice(extra);
     env.extend([
         ("APP__PAYMENT__PROVIDER", "toss"),
         ("APP__PAYMENT__TOSS__SECRET_KEY", crate::toss::SECRET),
@@ -519,24 +582,22 @@ async fn a_keyed_in_card_pays_a_meeting_once_as_its_frontend_and_meeting_service
     let none = eight.data("GET", "/payments/me", None, "내 결제 내역 조회 완료").await;
     assert_eq!(none["totalElements"], json!(0), "{none}");
 
-    // Two key-ins of one member at once, both charged before either is placed (Toss holds
-    // each answer 300 ms): one payment, and the other charge given back at Toss.
+    // Two key-ins of one member at once (Toss holds each answer 300 ms): the pair is taken
+    // before the charge, so one charge, one payment, nothing to give back.
     let nine = member(9);
     let body = Some(r#"{"meetingId":12}"#);
     fake.fault("key_in", "delay", 300, 2).await;
-    let (a, b) = tokio::join!(
-        nine.data("POST", "/payments/test/keyin", body, ok),
-        nine.data("POST", "/payments/test/keyin", body, ok)
-    );
+    let (a, b) = tokio::join!(nine.keyed_in(body), nine.keyed_in(body));
     assert_eq!(a["id"], b["id"], "{a} {b}");
-    assert_eq!(fake.effects("key_in").await, 3);
-    assert_eq!(fake.effects("cancel").await, 1, "the second charge is given back");
+    assert_eq!(fake.effects("key_in").await, 2);
+    assert_eq!(fake.calls("cancel").await, 0, "nothing charged twice, nothing given back");
+    let a = nine.settled(&a).await;
     // Charged, but Toss's answer lost (a 500 after the charge): what Toss holds decides.
     let ten = member(10);
     fake.fault("key_in", "effect_then_500", 0, 1).await;
     let lost = ten.data("POST", "/payments/test/keyin", body, ok).await;
     completed(&lost, 10, 12, 15_000);
-    assert_eq!(fake.effects("key_in").await, 4, "charged once");
+    assert_eq!(fake.effects("key_in").await, 3, "charged once");
 
     // Refunded, the payment leaves its list and the member may pay again (a new payment).
     seven
@@ -591,4 +652,208 @@ on_both_databases!(
     its_tokens_and_error_texts,
     a_members_payments_page_and_refund_as_its_frontend_reads_them,
     the_pg_view_is_tosss_record_for_its_owner_only
+);
+
+/// Toss's own record of the charge under `order_id` (what it shows the member).
+async fn toss_record(fake: &crate::toss::Fake, order_id: &str) -> Value {
+    use base64::Engine;
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{}:", crate::toss::SECRET));
+    reqwest::Client::new()
+        .get(format!("{}/v1/payments/orders/{order_id}", fake.running.base_url))
+        .header("authorization", format!("Basic {auth}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// Toss answers the key-in after our timeout (1 s) and only then takes the charge: the
+/// look-up at the timeout finds nothing. The payment waits `PENDING`, the member's retry and
+/// a registration for the same pair meet it, and reconciliation finds the charge: one charge,
+/// one payment, one `payment.completed`.
+async fn a_slow_toss_charges_a_member_once(backend: Backend) {
+    let Some(platform) = crate::momo::Platform::start(&[(12, 15_000)]).await else { return };
+    let fake = crate::toss::Fake::start().await;
+    let slow = [("APP__PAYMENT__TOSS__TIMEOUT", "1s"), ("APP__PAYMENT__RECONCILIATION__INTERVAL", "50ms")];
+    let Some((app, _workers)) = keyed_in_app_with(backend, &fake, &platform, &slow).await else { return };
+    let seven = Frontend { app: &app, base: app.momo.clone().unwrap(), token: access(7) };
+    fake.fault("key_in", "late", 1_500, 1).await;
+    let body = Some(r#"{"meetingId":12}"#);
+    let pending = seven.keyed_in(body).await;
+    assert_eq!(pending["status"], json!("PENDING"), "{pending}");
+    // The member tries again at once, with another card; the meeting service registers the
+    // pair meanwhile: both meet the payment in flight, nothing is charged again.
+    let again = seven.keyed_in(Some(r#"{"meetingId":12,"cardNumber":"5555444433332222"}"#)).await;
+    assert_eq!(again["id"], pending["id"], "{again}");
+    platform.register("reg-slow-1", 12, 7, None).await;
+    let paid = seven.settled(&pending).await;
+    completed(&paid, 7, 12, 15_000);
+    assert_eq!((fake.calls("key_in").await, fake.effects("key_in").await), (1, 1), "one call, one charge");
+    assert_eq!(fake.calls("cancel").await, 0);
+    // Toss shows the charge as the platform named it: the meeting's title.
+    let record = toss_record(&fake, paid["detail"]["orderId"].as_str().unwrap()).await;
+    assert_eq!(record["orderName"], json!("meeting 12 참가비"), "{record}");
+    // The meeting service hears one answer for the pair, the completion.
+    let read = platform.replies_after(&app, 1).await;
+    assert_eq!(read.iter().map(|r| r.kind.as_str()).collect::<Vec<_>>(), ["payment.completed"], "{read:?}");
+    assert_eq!(read[0].data["paymentId"], paid["id"]);
+}
+
+/// Twenty key-ins of one member for one meeting at once, Toss slow (300 ms) and refusing
+/// every cancel: the pair is taken before the charge, so one charge and no cancel owed.
+async fn twenty_parallel_key_ins_charge_once(backend: Backend) {
+    let Some(platform) = crate::momo::Platform::start(&[(12, 15_000)]).await else { return };
+    let fake = crate::toss::Fake::start().await;
+    let Some((app, _workers)) = keyed_in_app(backend, &fake, &platform).await else { return };
+    let member = Frontend { app: &app, base: app.momo.clone().unwrap(), token: access(21) };
+    fake.fault("key_in", "delay", 300, 20).await;
+    fake.fault("cancel", "fail_500", 0, 20).await;
+    let body = Some(r#"{"meetingId":12}"#);
+    let answers = futures_util::future::join_all((0..20).map(|_| member.keyed_in(body))).await;
+    let ids: std::collections::BTreeSet<String> = answers.iter().map(|a| a["id"].to_string()).collect();
+    assert_eq!(ids.len(), 1, "one payment: {ids:?}");
+    let paid = member.settled(&answers[0]).await;
+    completed(&paid, 21, 12, 15_000);
+    assert_eq!((fake.calls("key_in").await, fake.effects("key_in").await), (1, 1));
+    assert_eq!(fake.calls("cancel").await, 0, "no charge to give back");
+    let read = platform.replies_after(&app, 1).await;
+    assert_eq!(read.len(), 1, "{read:?}");
+}
+
+/// A meeting the platform no longer sells (deleted; finished and full) is charged by
+/// neither a key-in nor a registration (docs/migrating.md: the fee query).
+async fn a_meeting_the_platform_no_longer_sells_is_never_charged(backend: Backend) {
+    let Some(platform) = crate::momo::Platform::start(&[(12, 15_000), (14, 22_000), (15, 22_000)]).await
+    else {
+        return;
+    };
+    platform.meetings_sql("UPDATE meetings SET is_deleted = 1, deleted_at = NOW() WHERE id = 14");
+    platform.meetings_sql(
+        "UPDATE meetings SET status = 'FINISHED', meeting_date = '2020-05-01 19:00:00', \
+         meeting_end_date = '2020-05-01 21:00:00', current_participants_count = 10 WHERE id = 15",
+    );
+    let fake = crate::toss::Fake::start().await;
+    let Some((app, _workers)) = keyed_in_app(backend, &fake, &platform).await else { return };
+    let member = Frontend { app: &app, base: app.momo.clone().unwrap(), token: access(30) };
+    for gone in [14, 15] {
+        let body = format!(r#"{{"meetingId":{gone}}}"#);
+        assert_eq!(
+            member.refused("POST", "/payments/test/keyin", Some(&body)).await,
+            (StatusCode::NOT_FOUND, "모임을 찾을 수 없습니다.".into()),
+            "meeting {gone}"
+        );
+        platform.register(&format!("reg-gone-{gone}"), gone, 30, None).await;
+    }
+    let read = platform.replies_after(&app, 2).await;
+    assert_eq!(read.len(), 2, "{read:?}");
+    for reply in &read {
+        assert_eq!(reply.kind, "payment.failed", "{reply:?}");
+        assert_eq!(reply.data["failReason"], json!("모임 없음 (MEETING_NOT_FOUND)"), "{reply:?}");
+    }
+    assert_eq!(fake.calls("key_in").await, 0, "nothing charged");
+    // The one still sold is.
+    let paid = member.keyed_in(Some(r#"{"meetingId":12}"#)).await;
+    completed(&member.settled(&paid).await, 30, 12, 15_000);
+}
+
+/// What a hostile page or client sends the money paths: a refund without a reason, a reason
+/// with NUL, a body that is not JSON by its content type, a cross-site post carrying the
+/// cookie, two tokens. Each is refused in the envelope and nothing moves.
+async fn the_money_paths_refuse_what_a_hostile_client_sends(backend: Backend) {
+    let Some(platform) = crate::momo::Platform::start(&[(12, 15_000)]).await else { return };
+    let fake = crate::toss::Fake::start().await;
+    let Some((app, _workers)) = keyed_in_app(backend, &fake, &platform).await else { return };
+    let base = app.momo.clone().unwrap();
+    let seven = Frontend { app: &app, base: base.clone(), token: access(7) };
+    let paid = seven.keyed_in(Some(r#"{"meetingId":12}"#)).await;
+    let paid = seven.settled(&paid).await;
+    let refund = format!("/payments/{}/refund", paid["id"]);
+    assert_eq!(
+        seven.refused("POST", &refund, Some("{}")).await,
+        (StatusCode::BAD_REQUEST, "환불 사유는 필수입니다".into())
+    );
+    assert_eq!(
+        seven.refused("POST", &refund, Some(r#"{"reason":"  "}"#)).await,
+        (StatusCode::BAD_REQUEST, "환불 사유는 필수입니다".into())
+    );
+    assert_eq!(
+        seven.refused("POST", &refund, Some(r#"{"reason":"a\u0000b"}"#)).await,
+        (StatusCode::BAD_REQUEST, "입력 값을 다시 확인해주세요.".into())
+    );
+    // Raw requests, as a browser or a script would send them.
+    let send = |path: &str, content_type: Option<&str>, cookie: bool, extra: &[(&str, &str)]| {
+        let mut request = app.client.post(format!("{base}{path}")).body(r#"{"meetingId":12,"reason":"x"}"#);
+        if let Some(t) = content_type {
+            request = request.header("content-type", t);
+        }
+        request = if cookie {
+            request.header("cookie", format!("Authorization=Bearer_{}", access(8)))
+        } else {
+            request.bearer_auth(access(8))
+        };
+        for (name, value) in extra {
+            request = request.header(*name, *value);
+        }
+        request.send()
+    };
+    let envelope_of = async |res: reqwest::Response| {
+        let status = res.status();
+        let body: Value = res.json().await.unwrap();
+        envelope(&body);
+        assert_eq!((&body["success"], &body["data"]), (&json!(false), &Value::Null), "{body}");
+        (status, body["message"].as_str().unwrap().to_owned())
+    };
+    let media = (
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "지원하지 않는 Content-Type입니다. application/json으로 보내 주세요.".to_owned(),
+    );
+    for content_type in [Some("text/plain"), Some("application/x-www-form-urlencoded"), None] {
+        assert_eq!(
+            envelope_of(send("/payments/test/keyin", content_type, false, &[]).await.unwrap()).await,
+            media,
+            "{content_type:?}"
+        );
+        assert_eq!(
+            envelope_of(send(&refund, content_type, false, &[]).await.unwrap()).await.0,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE
+        );
+    }
+    let cross = (StatusCode::FORBIDDEN, "다른 사이트에서 보낸 요청은 쿠키로 인증할 수 없습니다.".to_owned());
+    let json_type = Some("application/json");
+    for headers in [&[("sec-fetch-site", "cross-site")][..], &[("origin", "https://evil.example")][..]] {
+        assert_eq!(
+            envelope_of(send("/payments/test/keyin", json_type, true, headers).await.unwrap()).await,
+            cross,
+            "{headers:?}"
+        );
+    }
+    let two = app
+        .client
+        .post(format!("{base}/payments/test/keyin"))
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {}", access(8)))
+        .header("authorization", format!("Bearer {}", access(9)))
+        .body(r#"{"meetingId":12}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(envelope_of(two).await.0, StatusCode::UNAUTHORIZED);
+    // Nothing moved: one charge (member 7's), no refund, member 8 has nothing.
+    assert_eq!((fake.calls("key_in").await, fake.calls("cancel").await), (1, 0));
+    let eight = Frontend { app: &app, base: base.clone(), token: access(8) };
+    let none = eight.call("GET", "/payments/me", None).await.1;
+    assert_eq!(none["data"]["totalElements"], json!(0), "{none}");
+    // A same-site post with the cookie still works (its frontend's own calls).
+    let own =
+        send("/payments/test/keyin", json_type, true, &[("sec-fetch-site", "same-origin")]).await.unwrap();
+    assert!(own.status().is_success(), "{}", own.status());
+}
+
+on_both_databases!(
+    a_slow_toss_charges_a_member_once,
+    twenty_parallel_key_ins_charge_once,
+    a_meeting_the_platform_no_longer_sells_is_never_charged,
+    the_money_paths_refuse_what_a_hostile_client_sends
 );

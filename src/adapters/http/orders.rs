@@ -120,7 +120,7 @@ pub async fn place_order(
         inbox: None,
         customer_email: request.customer_email,
         description: None,
-        charged: None,
+        keyed_in: None,
     };
     let Some(key) = key else {
         let record = state.orchestrator.place_order(&actor, command).await?;

@@ -1,6 +1,8 @@
 //! [`MeetingFees`] read from the platform's own database (`meetings.fee_source = sql`,
 //! docs/spec.md §12): MySQL/MariaDB or PostgreSQL, through `meetings.fee_sql.url`, one
-//! `meetings.fee_sql.query` in a read-only transaction per look-up. The pool connects when
+//! `meetings.fee_sql.query` in a read-only transaction per look-up: its first column is the
+//! fee, an optional second the meeting's title, and it finds only a meeting the platform
+//! still sells (the default reads the platform's own deleted flag, status and capacity). The pool connects when
 //! first used, so the service starts while that database is down; a look-up then fails
 //! `Unavailable` (the registration is retried, then dead-lettered).
 
@@ -12,7 +14,7 @@ use sea_orm::{
     TransactionTrait,
 };
 
-use crate::application::ports::{Cause, MeetingFees, RepoError};
+use crate::application::ports::{Cause, MeetingFee, MeetingFees, RepoError};
 
 pub struct SqlMeetingFees {
     db: DatabaseConnection,
@@ -54,7 +56,7 @@ fn unavailable(err: sea_orm::DbErr) -> RepoError {
 
 #[async_trait]
 impl MeetingFees for SqlMeetingFees {
-    async fn fee(&self, meeting_id: &str) -> Result<Option<i64>, RepoError> {
+    async fn meeting(&self, meeting_id: &str) -> Result<Option<MeetingFee>, RepoError> {
         // The platform's ids are longs: any other id names no meeting of it.
         let Ok(id) = meeting_id.parse::<i64>() else { return Ok(None) };
         let backend = self.db.get_database_backend();
@@ -72,6 +74,8 @@ impl MeetingFees for SqlMeetingFees {
             .map_err(|e| {
             RepoError::corrupt(format!("meetings.fee_sql.query's first column is not a whole number: {e}"))
         })?;
-        Ok(Some(fee))
+        // The title, where the query reads one as its second column.
+        let title = row.try_get_by_index::<Option<String>>(1).ok().flatten();
+        Ok(Some(MeetingFee { fee, title }))
     }
 }

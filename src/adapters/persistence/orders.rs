@@ -62,6 +62,16 @@ impl OrderRepository for SeaOrmStore {
             .map(|row| OrderId::from_uuid(row.id)))
     }
 
+    async fn live_registration(&self, meeting_id: &str, user_id: &str) -> Result<Option<OrderId>, RepoError> {
+        let key = crate::domain::order::registration_key(meeting_id, user_id);
+        Ok(orders::Entity::find()
+            .filter(orders::Column::RegistrationKey.eq(key))
+            .one(&self.db)
+            .await
+            .map_err(repo_err)?
+            .map(|row| OrderId::from_uuid(row.id)))
+    }
+
     async fn next_numbers(&self, kinds: &[Numbered]) -> Result<Vec<i64>, RepoError> {
         use sea_orm::{ConnectionTrait, Statement};
         let sequences: Vec<&str> = kinds

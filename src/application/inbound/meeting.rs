@@ -93,7 +93,7 @@ impl MeetingEvents {
                         "a registration without an amount, and no meetings.fee_source = sql",
                     )
                 })?;
-                match fees.fee(&registration.meeting_id).await? {
+                match fees.meeting(&registration.meeting_id).await?.map(|m| m.fee) {
                     None => {
                         return self
                             .refuse_registration(&registration, correlation_id, MEETING_NOT_FOUND)
@@ -190,7 +190,11 @@ impl MeetingEvents {
         // No saved card to charge (docs/spec.md §10): refused before any order or charge. A
         // redelivery of a message that created an order resumes it below instead.
         if seen.is_none() && !self.orchestrator.can_charge_registration(&msg.user_id).await? {
-            return self.refuse_registration(&msg, correlation, NO_PAYMENT_METHOD).await;
+            // A pair whose order is live already (a key-in in flight) is that order's: the
+            // duplicate is refused as one, not for the card it would never be charged on.
+            let live = self.orders.live_registration(&msg.meeting_id, &msg.user_id).await?;
+            let reason = if live.is_some() { ALREADY_REGISTERED } else { NO_PAYMENT_METHOD };
+            return self.refuse_registration(&msg, correlation, reason).await;
         }
         let order = PlaceOrder {
             scenario,

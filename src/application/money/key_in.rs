@@ -3,30 +3,25 @@
 //! provider's key-in API, only where the provider allows it (Toss with a test secret key).
 //!
 //! One payment per (meeting, member): a member with a live one is answered that one, and
-//! nothing is charged or sent. Otherwise the card is charged first, under the payment request
-//! id of the order it becomes, and only a charge the provider took is placed: the order
-//! (`MOMO`) is committed with its payment already authorized, and the saga's payment step asks
-//! the provider what it took instead of charging again ([`PaymentAuthorization::Charged`]).
-//! A refusal leaves no order, no payment and no event. A charge whose order cannot be
-//! committed (the pair registered meanwhile, the database down) is cancelled at once; one
-//! whose cancel fails too is logged, and the daily ledger shows it as Toss's approval with no
-//! payment of ours (docs/operations.md).
-//!
-//! [`PaymentAuthorization::Charged`]: crate::application::ports::PaymentAuthorization::Charged
+//! nothing is charged or sent. Otherwise the charge keeps the saga's skeleton (docs/spec.md
+//! §4): the order (`MOMO`) is committed first with its payment attempt (the intent, under the
+//! payment request id the call will use), so the (meeting, member) pair is taken before any
+//! call and a second key-in, or a registration, meets that order instead of charging again.
+//! Then the saga's payment step charges the card, held in memory by that one run and never
+//! stored. An answer that leaves the charge open (a timeout, a lost answer) leaves the
+//! payment `CONFIRMATION_REQUIRED`: reconciliation looks it up with backoff until Toss
+//! answers, and until then the pair stays taken. A refusal fails the order; nothing moved.
 
 use std::sync::Arc;
 
-use crate::application::error::Chain;
-use crate::application::orchestration::{ALREADY_REGISTERED, Orchestrator, PlaceOrder};
+use crate::application::orchestration::{ALREADY_REGISTERED, KeyedIn, Orchestrator, PlaceOrder};
 use crate::application::ports::{
-    ApprovalOutcome, CancelPayment, CardKeyIn, Cause, CustomerPayments, GatewayError, KeyInCharge, KeyedCard,
-    LookupOutcome, MeetingFees, MeetingPayment, PaymentGateway, PaymentRepository, PaymentSortKey, Scenario,
+    CardKeyIn, CustomerPayments, KeyedCard, MeetingFees, MeetingPayment, PaymentRepository, PaymentSortKey,
 };
 use crate::application::{Actor, AppError};
-use crate::domain::ids::{OrderId, PaymentId};
-use crate::domain::money::{Currency, Money};
+use crate::domain::money::Currency;
 use crate::domain::order::OrderSource;
-use crate::domain::payment::{PaymentStatus, payment_request_id};
+use crate::domain::payment::PaymentStatus;
 
 /// Key-in is not allowed here (a live key, or a provider without key-in): `Forbidden`.
 pub const TEST_KEY_ONLY: &str = "TEST_KEY_ONLY";
@@ -44,17 +39,17 @@ pub const NO_FEE_SOURCE: &str = "NO_FEE_SOURCE";
 const NOT_LIVE: [PaymentStatus; 3] =
     [PaymentStatus::Refunded, PaymentStatus::Cancelled, PaymentStatus::Declined];
 
-/// The meeting's fee: one to pay.
-async fn fee_of(fees: &dyn MeetingFees, meeting: &str) -> Result<i64, AppError> {
-    match fees.fee(meeting).await? {
-        None => Err(AppError::NotFound("meeting")),
-        Some(0) => {
+/// The meeting's fee, one to pay, and what the provider shows the charge as.
+async fn fee_of(fees: &dyn MeetingFees, meeting: &str) -> Result<(i64, String), AppError> {
+    let Some(found) = fees.meeting(meeting).await? else { return Err(AppError::NotFound("meeting")) };
+    let name = format!("{} 참가비", found.title.as_deref().unwrap_or(&format!("모임 {meeting}")));
+    match found.fee {
+        0 => {
             Err(AppError::Unprocessable { code: FREE_MEETING, message: format!("meeting {meeting} is free") })
         }
-        Some(fee) if fee < 0 => {
-            Err(AppError::internal(format!("meeting {meeting} has a negative fee {fee}")))
-        }
-        Some(fee) => Ok(fee),
+        fee if fee < 0 => Err(AppError::internal(format!("meeting {meeting} has a negative fee {fee}"))),
+        // Toss's `orderName` holds at most 100 characters.
+        fee => Ok((fee, name.chars().take(100).collect())),
     }
 }
 
@@ -69,9 +64,8 @@ pub struct KeyInPayment {
 pub struct KeyIn {
     orchestrator: Arc<Orchestrator>,
     payments: Arc<dyn PaymentRepository>,
-    /// Reads what a charge left open, and gives back one no order holds.
-    gateway: Arc<dyn PaymentGateway>,
-    /// Present only where the provider allows key-in.
+    /// Present only where the provider allows key-in (the orchestrator's run charges
+    /// through it; here it says whether key-in is allowed at all).
     cards: Option<Arc<dyn CardKeyIn>>,
     /// `meetings.fee_source = sql`.
     fees: Option<Arc<dyn MeetingFees>>,
@@ -83,63 +77,55 @@ impl KeyIn {
     pub fn new(
         orchestrator: Arc<Orchestrator>,
         payments: Arc<dyn PaymentRepository>,
-        gateway: Arc<dyn PaymentGateway>,
         cards: Option<Arc<dyn CardKeyIn>>,
         fees: Option<Arc<dyn MeetingFees>>,
         currency: Currency,
     ) -> Self {
-        KeyIn { orchestrator, payments, gateway, cards, fees, currency }
+        KeyIn { orchestrator, payments, cards, fees, currency }
     }
 
     /// The member's payment for the meeting: the live one it has, else a new one charged to
-    /// the keyed-in card at the meeting's fee.
+    /// the keyed-in card at the meeting's fee. A payment whose charge is still open comes
+    /// back `REQUESTED` or `CONFIRMATION_REQUIRED` (the pair stays taken until it settles).
     ///
     /// # Errors
     /// `Forbidden` [`TEST_KEY_ONLY`]; `Conflict` [`NO_FEE_SOURCE`]; `NotFound("meeting")` for
-    /// a meeting the fee source does not have; `Unprocessable` [`FREE_MEETING`] or
-    /// [`CARD_REFUSED`] (nothing charged, nothing stored); `Conflict` [`ALREADY_PAID`];
-    /// `Internal` for a negative fee; `Unavailable` when the provider, the fee source or
-    /// the database cannot be used.
+    /// a meeting the fee source does not sell; `Unprocessable` [`FREE_MEETING`] (nothing
+    /// charged, nothing stored) or [`CARD_REFUSED`] (nothing charged; the attempt is kept,
+    /// failed); `Conflict` [`ALREADY_PAID`]; `Internal` for a negative fee; `Unavailable` when
+    /// the fee source or the database cannot be used before the order is placed.
     pub async fn pay(&self, member: &Actor, request: KeyInPayment) -> Result<MeetingPayment, AppError> {
-        let (cards, fees) = self.allowed()?;
+        let fees = self.allowed()?;
         let meeting = request.meeting_id;
         if let Some(existing) = self.live_payment(member, &meeting).await? {
             return Ok(existing);
         }
-        let fee = fee_of(fees, &meeting).await?;
-        let amount = Money::new(fee, self.currency)
-            .map_err(|e| AppError::internal(format!("meeting {meeting}'s fee {fee}: {e}")))?;
-        let order_id = OrderId::new();
-        let charge = KeyInCharge {
-            payment_request_id: payment_request_id(order_id, 1),
-            amount,
-            order_name: format!("모임 {meeting} 참가비"),
-            card: request.card,
-        };
-        let payment_key = self.charge(cards, &charge).await?;
+        let (fee, order_name) = fee_of(fees, &meeting).await?;
         let order = PlaceOrder {
-            order_id,
-            charged: Some(payment_key.clone()),
+            keyed_in: Some(KeyedIn { card: request.card, order_name }),
             ..PlaceOrder::meeting(OrderSource::Momo, &meeting, &member.subject, self.currency.as_str(), fee)
         };
-        match self.orchestrator.place_order(member, order).await {
-            Ok(record) => Ok(MeetingPayment {
-                payment: record
-                    .payment
-                    .ok_or_else(|| AppError::internal("a keyed-in order was placed without its payment"))?,
-                customer_id: record.order.customer_id,
-                meeting_id: record.order.meeting_id,
-            }),
-            Err(err) => {
-                self.give_back(&charge, &payment_key).await;
-                self.not_placed(member, &meeting, err).await
-            }
+        let record = match self.orchestrator.place_order(member, order).await {
+            Ok(record) => record,
+            Err(err) => return self.not_placed(member, &meeting, err).await,
+        };
+        let payment = record
+            .payment
+            .ok_or_else(|| AppError::internal("a keyed-in order was placed without its payment"))?;
+        if payment.status == PaymentStatus::Declined {
+            let code = payment.decline_code.clone().unwrap_or_else(|| "DECLINED".into());
+            return Err(AppError::Unprocessable { code: CARD_REFUSED, message: code });
         }
+        Ok(MeetingPayment {
+            payment,
+            customer_id: record.order.customer_id,
+            meeting_id: record.order.meeting_id,
+        })
     }
 
-    /// Key-in's provider and the fees, where both are there.
-    fn allowed(&self) -> Result<(&dyn CardKeyIn, &dyn MeetingFees), AppError> {
-        let Some(cards) = &self.cards else {
+    /// The fees, where key-in is allowed and the fees are there.
+    fn allowed(&self) -> Result<&dyn MeetingFees, AppError> {
+        if self.cards.is_none() {
             return Err(AppError::Forbidden {
                 code: TEST_KEY_ONLY,
                 message: "key-in is allowed only with a test secret key".into(),
@@ -151,11 +137,11 @@ impl KeyIn {
                 message: "key-in needs the meetings' fees: set meetings.fee_source = sql".into(),
             });
         };
-        Ok((cards.as_ref(), fees.as_ref()))
+        Ok(fees.as_ref())
     }
 
-    /// A charge whose order could not be placed (and was given back): the pair registered
-    /// meanwhile (a second key-in, a registration) is answered that payment, if any.
+    /// An order that could not be placed: the pair holds a live order already (a second
+    /// key-in, a registration) — answered its payment, nothing charged.
     async fn not_placed(
         &self,
         member: &Actor,
@@ -180,61 +166,5 @@ impl KeyIn {
             ..CustomerPayments::default()
         };
         Ok(self.payments.of_customer(&query).await?.0.into_iter().next())
-    }
-
-    /// The card charged: the provider's key of the charge.
-    async fn charge(&self, cards: &dyn CardKeyIn, charge: &KeyInCharge) -> Result<String, AppError> {
-        let provider = |e: GatewayError| AppError::Unavailable(Cause::context("payment provider", e));
-        let reason = match cards.key_in(charge).await.map_err(provider)? {
-            ApprovalOutcome::Approved { provider_transaction_id } => return Ok(provider_transaction_id),
-            ApprovalOutcome::Declined { code, .. } => {
-                return Err(AppError::Unprocessable { code: CARD_REFUSED, message: code });
-            }
-            ApprovalOutcome::Unknown { reason } => reason,
-        };
-        // The answer left it open: what the provider holds under the request id decides.
-        match self.gateway.lookup(&charge.payment_request_id, &Scenario::default()).await.map_err(provider)? {
-            LookupOutcome::Approved { provider_transaction_id } => Ok(provider_transaction_id),
-            LookupOutcome::NotFound | LookupOutcome::Declined { .. } => Err(AppError::unavailable(format!(
-                "the key-in's answer left it open ({reason}) and the provider holds no charge under {}",
-                charge.payment_request_id
-            ))),
-            other => Err(AppError::internal(format!(
-                "the provider holds a cancelled charge under the new request id {}: {other:?}",
-                charge.payment_request_id
-            ))),
-        }
-    }
-
-    /// Cancels a charge whose order was not committed — unless it was after all (an error
-    /// after the commit): then the order holds it and its saga goes on.
-    async fn give_back(&self, charge: &KeyInCharge, payment_key: &str) {
-        match self.payments.by_request_id(&charge.payment_request_id).await {
-            Ok(Some(_)) => return,
-            Ok(None) => {}
-            Err(err) => {
-                tracing::error!(
-                    request = %charge.payment_request_id, error = %Chain(&err),
-                    "a keyed-in charge may have no order and could not be checked: the daily ledger will show it"
-                );
-                return;
-            }
-        }
-        let cancel = CancelPayment {
-            payment_id: PaymentId::new(),
-            payment_request_id: charge.payment_request_id.clone(),
-            provider_transaction_id: payment_key.to_owned(),
-            idempotency_key: format!("{}-void", charge.payment_request_id),
-            amount: charge.amount,
-            balance: charge.amount,
-            reason: "주문을 만들 수 없어 취소합니다 (key-in without an order)".into(),
-            scenario: Scenario::default(),
-        };
-        if let Err(err) = self.gateway.cancel(&cancel).await {
-            tracing::error!(
-                request = %charge.payment_request_id, error = %Chain(&err),
-                "a keyed-in charge has no order and could not be cancelled: the daily ledger will show it"
-            );
-        }
     }
 }

@@ -9,6 +9,7 @@ use crate::application::money::provider_view::ProviderView;
 use crate::application::money::refunds::{RefundOutcome, RefundRequest, Refunds};
 use crate::application::ports::{CustomerPayments, MeetingPayment, PaymentRepository, ProviderRecord};
 use crate::application::{Actor, AppError};
+use crate::domain::order::OrderSource;
 use crate::domain::payment::PaymentStatus;
 
 /// What a member no longer sees: the money went back.
@@ -33,8 +34,8 @@ impl MemberPayments {
         MemberPayments { payments, records, refunds }
     }
 
-    /// One page of `member`'s payments (`query.customer_id` is set to it), gone ones left
-    /// out, and how many there are in all.
+    /// One page of `member`'s payments (`query.customer_id` is set to it), gone ones and
+    /// refused key-ins left out, and how many there are in all.
     ///
     /// # Errors
     /// `Unavailable` when the database fails.
@@ -45,6 +46,7 @@ impl MemberPayments {
     ) -> Result<(Vec<MeetingPayment>, u64), AppError> {
         query.customer_id = member.subject.clone();
         query.hidden = GONE.to_vec();
+        query.declined_hidden_from = vec![OrderSource::Momo];
         Ok(self.payments.of_customer(&query).await?)
     }
 

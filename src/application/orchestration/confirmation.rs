@@ -207,7 +207,7 @@ impl Orchestrator {
                     authorization: self.authorization(record, payment).await?,
                     scenario,
                 };
-                match decide_approval(self.payments.approve(&request).await) {
+                match decide_approval(self.charge(&request).await) {
                     ApprovalDecision::Approved { provider_transaction_id } => {
                         Some(Confirmation::Approved { provider_transaction_id })
                     }

@@ -21,6 +21,7 @@ mod testing;
 pub use checkout::{Checkout, PayOrder};
 pub use confirmation::{Confirmation, Reconciled};
 pub use orchestrator::{CheckoutSettings, Orchestrator, SagaSettings};
-pub use placement::{InboxKey, MAX_DESCRIPTION, PlaceOrder};
+pub use placement::{InboxKey, KeyedIn, MAX_DESCRIPTION, PlaceOrder};
+pub use run::KEY_IN_NOT_ALLOWED;
 pub use service::{ALREADY_REGISTERED, NO_PAYMENT_METHOD};
 pub use settlement_repair::SettlementRetryBy;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::application::meter::Meter;
 use crate::application::orchestration::lease::SagaLeases;
 use crate::application::ports::{
-    Clock, Notifier, OrderRepository, PaymentGateway, PaymentMethodRepository, ProviderCustomers,
+    CardKeyIn, Clock, Notifier, OrderRepository, PaymentGateway, PaymentMethodRepository, ProviderCustomers,
     SettlementGateway, UnitOfWork,
 };
 use crate::domain::retry::RetryPolicy;
@@ -50,4 +50,6 @@ pub struct Orchestrator {
     pub(super) cards: Option<Arc<dyn PaymentMethodRepository>>,
     /// The provider's customer keys, for its checkout widget (Toss).
     pub(super) customers: Option<Arc<dyn ProviderCustomers>>,
+    /// Charges a keyed-in card, where the provider allows it (Toss with a test key).
+    pub(super) key_in: Option<Arc<dyn CardKeyIn>>,
 }

@@ -7,7 +7,9 @@
 use chrono::{DateTime, Utc};
 
 use crate::application::audit::{self, entity};
-use crate::application::ports::{AuditRecord, Changes, InboxEntry, OrderContext, SagaLease, Scenario};
+use crate::application::ports::{
+    AuditRecord, Changes, InboxEntry, KeyedCard, OrderContext, SagaLease, Scenario,
+};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
@@ -37,10 +39,18 @@ pub struct PlaceOrder {
     pub customer_email: Option<String>,
     /// What the client said about the order (the commerce dialect's `description`).
     pub description: Option<String>,
-    /// The provider's key of a charge already taken under the order's first payment request
-    /// id (the momo dialect's key-in): the payment is committed with the order, and the
-    /// saga's payment step asks the provider what it took instead of charging.
-    pub charged: Option<String>,
+    /// A card keyed in to pay the order (the momo dialect's key-in): the first payment
+    /// attempt is committed with the order (the intent, before any call), and the first run
+    /// charges the card; the card itself is never stored.
+    pub keyed_in: Option<KeyedIn>,
+}
+
+/// A card keyed in for an order, and what the provider shows the charge as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyedIn {
+    pub card: KeyedCard,
+    /// Toss's `orderName` (the meetup platform's `<meeting title> 참가비`).
+    pub order_name: String,
 }
 
 impl PlaceOrder {
@@ -59,7 +69,7 @@ impl PlaceOrder {
             inbox: None,
             customer_email: None,
             description: None,
-            charged: None,
+            keyed_in: None,
         }
     }
 }
@@ -89,8 +99,10 @@ pub(super) struct Refusal {
 pub(super) struct Placement {
     pub order: Order,
     pub context: OrderContext,
-    /// A charge taken before the order (the key-in), committed as its payment.
+    /// The first payment attempt of a keyed-in order, committed with it (the intent).
     pub payment: Option<Payment>,
+    /// The keyed-in card, for the first run only.
+    pub keyed_in: Option<KeyedIn>,
     /// Everything the one commit writes.
     pub changes: Changes,
     /// Whether the commit takes the first payment attempt's number with the order's.
@@ -139,8 +151,8 @@ pub(super) fn admit(actor: &Actor, cmd: &PlaceOrder, now: DateTime<Utc>) -> Resu
 /// in its widget (`checkout`, an `API` order): no payment is asked for until then. A
 /// `COMMERCE` order is held: inserted with no lease, the saga started by its client. Any
 /// other is inserted under `lease`, with the first payment attempt's number reserved in the
-/// same round trip — unless a charge was taken already (`cmd.charged`, numbered
-/// `charged_number`), which is committed as its payment.
+/// same round trip — unless a card was keyed in (`cmd.keyed_in`): then the first payment
+/// attempt (numbered `keyed_number`) is committed with the order, before any call.
 ///
 /// # Errors
 /// `Validation` naming the field (the domain's rules); nothing is decided.
@@ -150,7 +162,7 @@ pub(super) fn place(
     actor: &Actor,
     checkout: bool,
     lease: &SagaLease,
-    charged_number: Option<i64>,
+    keyed_number: Option<i64>,
     now: DateTime<Utc>,
 ) -> Result<Placement, AppError> {
     let (source, meeting_id, currency, items) = (cmd.source, cmd.meeting_id, cmd.currency, cmd.items);
@@ -178,9 +190,10 @@ pub(super) fn place(
     } else {
         changes.insert_leased_order(&mut order, context.clone(), lease.clone());
     }
-    let payment = cmd.charged.map(|key| {
-        let mut payment = Payment::request_authorized(order.id, 1, order.total, key, now);
-        payment.number = charged_number.unwrap_or_default();
+    let keyed_in = cmd.keyed_in;
+    let payment = keyed_in.as_ref().map(|_| {
+        let mut payment = Payment::request(order.id, 1, order.total, now);
+        payment.number = keyed_number.unwrap_or_default();
         changes.insert_payment(&mut payment);
         payment
     });
@@ -201,7 +214,7 @@ pub(super) fn place(
         now,
     ));
     let reserve_payment = !awaits_payment && !held && payment.is_none();
-    Ok(Placement { order, context, payment, changes, reserve_payment, held })
+    Ok(Placement { order, context, payment, keyed_in, changes, reserve_payment, held })
 }
 
 #[cfg(test)]
@@ -229,7 +242,7 @@ mod tests {
     #[test]
     fn where_each_order_starts_and_what_its_commit_holds() {
         let actor = Actor::customer("7");
-        // (source, checkout, charged, status, held, reserved, leased, a payment inserted)
+        // (source, checkout, keyed in, status, held, reserved, leased, a payment inserted)
         let cases = [
             (OrderSource::Api, false, false, OrderStatus::Created, false, true, true, false),
             (OrderSource::Api, true, false, OrderStatus::AwaitingPayment, false, false, true, false),
@@ -237,9 +250,17 @@ mod tests {
             (OrderSource::Commerce, false, false, OrderStatus::Created, true, false, false, false),
             (OrderSource::Momo, true, true, OrderStatus::Created, false, false, true, true),
         ];
-        for (source, checkout, charged, status, held, reserved, leased, paid) in cases {
+        for (source, checkout, keyed, status, held, reserved, leased, paid) in cases {
             let mut command = cmd(source);
-            command.charged = charged.then(|| "tkey_1".into());
+            command.keyed_in = keyed.then(|| KeyedIn {
+                card: KeyedCard {
+                    number: "4242424242424242".into(),
+                    expiry_month: "12".into(),
+                    expiry_year: "25".into(),
+                    identity_number: "880101".into(),
+                },
+                order_name: "a meeting 참가비".into(),
+            });
             let p = place(command, "7".into(), &actor, checkout, &lease(), Some(41), now()).unwrap();
             let case = format!("{source} checkout={checkout}");
             assert_eq!((p.order.status, p.held, p.reserve_payment), (status, held, reserved), "{case}");
@@ -248,11 +269,18 @@ mod tests {
             assert_eq!(p.changes.payments.len(), usize::from(paid), "{case}");
             assert_eq!(p.changes.audit.len(), 1, "{case}");
             if paid {
+                // The intent: requested, numbered, nothing charged yet; the card not in it.
                 let payment = p.payment.as_ref().unwrap();
                 assert_eq!(
-                    (payment.number, payment.provider_transaction_id.as_deref(), payment.attempt),
-                    (41, Some("tkey_1"), 1)
+                    (
+                        payment.number,
+                        payment.provider_transaction_id.as_deref(),
+                        payment.attempt,
+                        payment.status
+                    ),
+                    (41, None, 1, crate::domain::payment::PaymentStatus::Requested)
                 );
+                assert!(p.keyed_in.is_some(), "the card goes to the first run");
             }
         }
     }

@@ -9,10 +9,12 @@ use tracing::Instrument;
 use crate::application::orchestration::notify::{apply_send_result, request_of};
 use crate::application::orchestration::outcome::{Moved, Progress, StepOutcome, with_next_intent};
 use crate::application::orchestration::payment::{self, decide_approval};
+use crate::application::orchestration::placement::KeyedIn;
 use crate::application::orchestration::steps::{NextAction, next_action, next_action_of};
 use crate::application::orchestration::{compensation, settlement};
 use crate::application::ports::{
-    ApprovePayment, CancelPayment, Changes, Numbered, OrderRecord, SettlementRequest,
+    ApprovalOutcome, ApprovePayment, CancelPayment, Changes, GatewayError, KeyInCharge, Numbered,
+    OrderRecord, PaymentAuthorization, SettlementRequest,
 };
 use crate::application::{Actor, AppError};
 use crate::domain::notification::Notification;
@@ -22,6 +24,10 @@ use crate::domain::settlement::Settlement;
 
 use super::orchestrator::{MAX_STEPS_PER_RUN, Orchestrator};
 
+/// A keyed-in card's charge where the provider has no key-in (a live key): declined before
+/// any call.
+pub const KEY_IN_NOT_ALLOWED: &str = "KEY_IN_NOT_ALLOWED";
+
 /// One run of an order's saga: the lease it holds (if any), and whether a commit of this
 /// run already gave the lease back.
 pub(super) struct Run<'a> {
@@ -29,6 +35,9 @@ pub(super) struct Run<'a> {
     released: std::sync::atomic::AtomicBool,
     /// The first payment attempt's number, taken with the order's (0: none).
     pub(super) payment_number: std::sync::atomic::AtomicI64,
+    /// The card keyed in with the order (the momo dialect's key-in), for its first charge
+    /// only: held in memory by this run, never stored.
+    keyed_in: std::sync::Mutex<Option<KeyedIn>>,
 }
 
 impl<'a> Run<'a> {
@@ -37,7 +46,20 @@ impl<'a> Run<'a> {
             owner,
             released: std::sync::atomic::AtomicBool::new(false),
             payment_number: std::sync::atomic::AtomicI64::new(0),
+            keyed_in: std::sync::Mutex::new(None),
         }
+    }
+
+    /// This run charges `keyed` (once).
+    pub(super) fn with_keyed_in(self, keyed: Option<KeyedIn>) -> Self {
+        *self.keyed_in.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = keyed;
+        self
+    }
+
+    /// The keyed-in card, once: a retry of the step after a lost race has none, and asks
+    /// the provider instead.
+    fn take_keyed_in(&self) -> Option<KeyedIn> {
+        self.keyed_in.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
     }
 
     /// The payment number reserved for this run, once.
@@ -236,7 +258,7 @@ impl Orchestrator {
             }
         };
         let stored = record.payment.as_ref().is_some_and(|p| p.id == payment.id);
-        let request = ApprovePayment {
+        let mut request = ApprovePayment {
             order_id: record.order.id,
             customer_id: record.order.customer_id.clone(),
             payment_request_id: payment.payment_request_id.clone(),
@@ -245,12 +267,40 @@ impl Orchestrator {
             authorization: self.authorization(record, &payment).await?,
             scenario: record.context.scenario,
         };
-        let decision = decide_approval(self.payments.approve(&request).await);
+        if let (Some(PaymentAuthorization::KeyIn { card }), Some(keyed)) =
+            (&mut request.authorization, run.take_keyed_in())
+        {
+            *card = Some(keyed.card);
+            request.order_name = keyed.order_name;
+        }
+        let decision = decide_approval(self.charge(&request).await);
         let (outcome, detail) = payment::decide(record, payment, stored, decision, actor, self.clock.now())?;
         match self.commit_step(run, record, outcome).await? {
             Some(progress) => Ok(progress),
             None => self.approval_not_stored(record, attempt, detail, actor, run).await,
         }
+    }
+
+    /// Asks the provider to take the money: a card keyed in with this run through the
+    /// provider's key-in (declined, nothing sent, where the provider does not allow it),
+    /// anything else through the gateway (which never charges a key-in without its card).
+    pub(super) async fn charge(&self, request: &ApprovePayment) -> Result<ApprovalOutcome, GatewayError> {
+        let Some(PaymentAuthorization::KeyIn { card: Some(card) }) = &request.authorization else {
+            return self.payments.approve(request).await;
+        };
+        let Some(key_in) = &self.key_in else {
+            return Ok(ApprovalOutcome::Declined {
+                code: KEY_IN_NOT_ALLOWED.into(),
+                provider_transaction_id: None,
+            });
+        };
+        let charge = KeyInCharge {
+            payment_request_id: request.payment_request_id.clone(),
+            amount: request.amount,
+            order_name: request.order_name.clone(),
+            card: card.clone(),
+        };
+        key_in.key_in(&charge).await
     }
 
     /// The approval's outcome commit was refused. Either another runner moved the order on

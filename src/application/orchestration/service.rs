@@ -18,8 +18,9 @@ use crate::application::orchestration::placement::{self, InboxKey, PlaceOrder};
 use crate::application::orchestration::run::Run;
 use crate::application::orchestration::steps::next_action_of;
 use crate::application::ports::{
-    Changes, Clock, Notifier, Numbered, OrderRecord, OrderRepository, PaymentAuthorization, PaymentGateway,
-    PaymentMethodRepository, ProviderCustomers, SagaLease, SagaRuns, SettlementGateway, UnitOfWork,
+    CardKeyIn, Changes, Clock, Notifier, Numbered, OrderRecord, OrderRepository, PaymentAuthorization,
+    PaymentGateway, PaymentMethodRepository, ProviderCustomers, SagaLease, SagaRuns, SettlementGateway,
+    UnitOfWork,
 };
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
@@ -34,16 +35,17 @@ pub const NO_PAYMENT_METHOD: &str = "NO_PAYMENT_METHOD";
 
 /// What the customer authorized a payment attempt with, where it was committed with it:
 /// Toss's checkout (the widget's `paymentKey`, before the charge is approved), or a key-in
-/// (`MOMO`: the charge taken before the order was placed).
+/// (`MOMO`: the card is never stored, so a run after the first asks the provider what it
+/// holds under the request id and never charges).
 pub(super) fn authorization_of(source: OrderSource, payment: &Payment) -> Option<PaymentAuthorization> {
     let undecided = matches!(payment.status, PaymentStatus::Requested | PaymentStatus::ConfirmationRequired);
-    match (&payment.provider_transaction_id, undecided) {
-        (Some(key), true) if source == OrderSource::Momo => {
-            Some(PaymentAuthorization::Charged { payment_key: key.clone() })
-        }
-        (Some(key), true) => Some(PaymentAuthorization::Checkout { payment_key: key.clone() }),
-        _ => None,
+    if !undecided {
+        return None;
     }
+    if source == OrderSource::Momo {
+        return Some(PaymentAuthorization::KeyIn { card: None });
+    }
+    payment.provider_transaction_id.clone().map(|key| PaymentAuthorization::Checkout { payment_key: key })
 }
 
 impl Orchestrator {
@@ -71,6 +73,7 @@ impl Orchestrator {
             meter: Meter::default(),
             cards: None,
             customers: None,
+            key_in: None,
         }
     }
 
@@ -112,6 +115,12 @@ impl Orchestrator {
         }
     }
 
+    /// Charges keyed-in cards (the momo dialect's key-in), where the provider allows it.
+    pub fn with_card_key_in(mut self, key_in: Option<Arc<dyn CardKeyIn>>) -> Self {
+        self.key_in = key_in;
+        self
+    }
+
     /// The provider's customers (Toss: the checkout widget's `customerKey`).
     pub fn with_provider_customers(mut self, customers: Option<Arc<dyn ProviderCustomers>>) -> Self {
         self.customers = customers;
@@ -144,14 +153,14 @@ impl Orchestrator {
         if let Some(existing) = self.created_by_inbox(asked).await? {
             return self.resume(existing, actor).await;
         }
-        let charged_number = match cmd.charged {
+        let keyed_number = match cmd.keyed_in {
             Some(_) => Some(self.number(Numbered::Payment).await?),
             None => None,
         };
         let (order_id, inbox) = (cmd.order_id, cmd.inbox.clone());
         let lease = self.leases.fresh();
         let checkout = self.settings.checkout.is_some();
-        let placement = placement::place(cmd, customer_id, actor, checkout, &lease, charged_number, now)?;
+        let placement = placement::place(cmd, customer_id, actor, checkout, &lease, keyed_number, now)?;
         let placed = match self.uow.commit_placing(placement.changes, placement.reserve_payment).await {
             Ok(placed) => placed,
             Err(crate::application::ports::RepoError::Conflict) => {
@@ -174,7 +183,7 @@ impl Orchestrator {
             return Ok(record);
         }
         // The order is committed: whatever the saga meets now, the answer is the order.
-        let run = Run::new(Some(&lease.owner));
+        let run = Run::new(Some(&lease.owner)).with_keyed_in(placement.keyed_in);
         if let Some(number) = placed.payment_number {
             run.payment_number.store(number, std::sync::atomic::Ordering::SeqCst);
         }

@@ -5,13 +5,24 @@ use async_trait::async_trait;
 
 use super::RepoError;
 
+/// A meeting its platform still sells, as the platform keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MeetingFee {
+    /// The participation fee in minor units of `meetings.currency`.
+    pub fee: i64,
+    /// Its title, where the source has one (the provider shows the charge as
+    /// `<title> 참가비`, as the platform did).
+    pub title: Option<String>,
+}
+
 /// A meeting's participation fee, as its platform keeps it.
 #[cfg_attr(test, mockall::automock)]
 #[async_trait]
 pub trait MeetingFees: Send + Sync {
-    /// The fee of meeting `meeting_id` in minor units of `meetings.currency`; `Ok(None)`
-    /// when there is no such meeting (a business failure, `MEETING_NOT_FOUND`). MUST read
-    /// only, and MUST return `Unavailable` when the source cannot be reached or fails (the
-    /// message is retried, then dead-lettered), `Corrupt` when the fee is not a whole number.
-    async fn fee(&self, meeting_id: &str) -> Result<Option<i64>, RepoError>;
+    /// Meeting `meeting_id`, if its platform still sells it; `Ok(None)` when there is no
+    /// such meeting or it is no longer sold (deleted, finished, over capacity: a business
+    /// failure, `MEETING_NOT_FOUND`). MUST read only, and MUST return `Unavailable` when the
+    /// source cannot be reached or fails (the message is retried, then dead-lettered),
+    /// `Corrupt` when the fee is not a whole number.
+    async fn meeting(&self, meeting_id: &str) -> Result<Option<MeetingFee>, RepoError>;
 }

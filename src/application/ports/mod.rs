@@ -52,7 +52,7 @@ pub use event_publisher::{BrokerUnavailable, EventPublisher, PendingVerdicts, Pu
 pub use gateway_error::{CancelError, GatewayError};
 pub use idempotency::{IdempotencyBegin, IdempotencyStore, StoredResponse};
 pub use ledger_store::{LedgerRun, LedgerStore, PayoutStore};
-pub use meeting_fees::MeetingFees;
+pub use meeting_fees::{MeetingFee, MeetingFees};
 pub use notification_repository::NotificationRepository;
 pub use notifier::{NotificationRequest, Notifier, NotifyFailure};
 pub use order_repository::{

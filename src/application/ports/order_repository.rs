@@ -108,6 +108,13 @@ pub trait OrderRepository: Send + Sync {
     /// MUST return `Unavailable` when the database fails.
     async fn find_by_number(&self, number: i64) -> Result<Option<OrderId>, RepoError>;
 
+    /// The live order holding the (meeting, user) registration (docs/spec.md §7), if any:
+    /// the one whose `registration_key` is the pair's.
+    ///
+    /// # Errors
+    /// MUST return `Unavailable` when the database fails.
+    async fn live_registration(&self, meeting_id: &str, user_id: &str) -> Result<Option<OrderId>, RepoError>;
+
     /// The next number of each of `kinds`, in their order, taken in one statement (an order
     /// and its first payment in one round trip; docs/spec.md §3): each positive, larger than
     /// every number of its kind handed out before, never handed out again (one taken by an

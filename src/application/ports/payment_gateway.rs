@@ -33,9 +33,13 @@ pub enum PaymentAuthorization {
     Checkout { payment_key: String },
     /// A saved card: its billing key and the customer's key it is bound to.
     SavedCard { billing_key: BillingKey, customer_key: String },
-    /// Charged before the order was placed ([`CardKeyIn`], the momo dialect's key-in) under
-    /// this payment's request id: the provider is asked what it took, never to charge again.
-    Charged { payment_key: String },
+    /// A card keyed in for this payment (the momo dialect's key-in), charged through
+    /// [`CardKeyIn`] under the payment's request id. The card is held in memory only by the
+    /// run of the request that keyed it, never stored: any later run (a crash, a lost race,
+    /// reconciliation) has `None`, and [`PaymentGateway::approve`] then asks the provider
+    /// what it holds under the request id and never charges — a charge not found there is
+    /// still an unknown outcome (the first call may land late), never a decline.
+    KeyIn { card: Option<KeyedCard> },
 }
 
 /// A saved card's billing key: as good as the card, so never printed (`Debug` hides it).

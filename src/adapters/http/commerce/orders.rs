@@ -169,7 +169,7 @@ fn command(
         inbox: None,
         customer_email: None,
         description,
-        charged: None,
+        keyed_in: None,
     })
 }
 

@@ -108,6 +108,23 @@ fn cookie(req: &HttpRequest) -> Option<String> {
     })
 }
 
+/// A request that changes something, sent from another site: a browser sends the cookie
+/// with a cross-site form post, so a cookie is not proof of the member's intent there
+/// (`Sec-Fetch-Site: cross-site`, or an `Origin` whose host is not this one).
+fn cross_site(req: &HttpRequest) -> bool {
+    if req.method().is_safe() {
+        return false;
+    }
+    let header = |name| req.headers().get(name).and_then(|v| v.to_str().ok());
+    if header("sec-fetch-site").is_some_and(|site| site.eq_ignore_ascii_case("cross-site")) {
+        return true;
+    }
+    let Some(origin) = header("origin") else { return false };
+    let host = header("host").unwrap_or_default();
+    let origin_host = origin.split_once("://").map_or(origin, |(_, rest)| rest);
+    origin == "null" || !origin_host.eq_ignore_ascii_case(host)
+}
+
 /// The member calling: `401` with its text without a valid access token.
 pub struct Member(pub Actor);
 
@@ -120,8 +137,15 @@ pub fn member_of(req: &HttpRequest) -> Result<Actor, MomoError> {
         MomoError::new(chrono_tz::Tz::UTC, StatusCode::INTERNAL_SERVER_ERROR, text::INTERNAL)
     })?;
     let unauthorized = |message| MomoError::new(api.zone, StatusCode::UNAUTHORIZED, message);
+    // docs/spec.md §5: two credentials are none.
+    if req.headers().get_all(header::AUTHORIZATION).count() > 1 {
+        return Err(unauthorized(text::BAD_TOKEN));
+    }
     let token = match cookie(req) {
         Some(value) => {
+            if cross_site(req) {
+                return Err(MomoError::new(api.zone, StatusCode::FORBIDDEN, text::CROSS_SITE));
+            }
             let token = value
                 .strip_prefix("Bearer_")
                 .or_else(|| value.strip_prefix("Bearer "))

@@ -3,7 +3,7 @@
 //! through our key-in use case (docs/dialects.md).
 
 use actix_web::http::StatusCode;
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use serde_json::Value;
 
 use super::MomoApi;
@@ -15,6 +15,7 @@ use crate::application::money::key_in::{
     ALREADY_PAID, CARD_REFUSED, FREE_MEETING, KeyInPayment, NO_FEE_SOURCE, TEST_KEY_ONLY,
 };
 use crate::application::ports::KeyedCard;
+use crate::domain::payment::PaymentStatus;
 
 /// The card its service charges when the request names none (its `buildKeyInRequest`).
 const DEFAULT_CARD: &str = "4242424242424242";
@@ -98,11 +99,14 @@ fn read(api: &MomoApi, body: &[u8]) -> Result<KeyInPayment, MomoError> {
     request_body = crate::adapters::http::momo::schema::KeyInRequest,
     responses(
         (status = 200, description = "테스트 키인 결제가 완료되었습니다. — data: the payment (its PaymentResponseDto)", body = crate::adapters::http::momo::schema::Envelope),
+        (status = 202, description = "결제 결과를 확인하고 있습니다. — data: the payment, PENDING: Toss has not answered the charge yet; a repeat answers the same payment and charges nothing", body = crate::adapters::http::momo::schema::Envelope),
         (status = 400, description = "Its DTO's constraint messages joined by ||; 무료 모임 참가 처리에 실패했습니다; 입력 값을 다시 확인해주세요.", body = crate::adapters::http::momo::schema::Envelope),
         (status = 401, description = "Its token texts (docs/dialects.md)", body = crate::adapters::http::momo::schema::Envelope),
         (status = 403, description = "Key-in API는 테스트 키에서만 호출할 수 있습니다.", body = crate::adapters::http::momo::schema::Envelope),
         (status = 404, description = "모임을 찾을 수 없습니다.", body = crate::adapters::http::momo::schema::Envelope),
+        (status = 403, description = "다른 사이트에서 보낸 요청은 쿠키로 인증할 수 없습니다. (the cookie's token on a cross-site post)", body = crate::adapters::http::momo::schema::Envelope),
         (status = 409, description = "이미 결제가 완료된 사용자입니다. (a registration for the meeting on its way)", body = crate::adapters::http::momo::schema::Envelope),
+        (status = 415, description = "지원하지 않는 Content-Type입니다. application/json으로 보내 주세요.", body = crate::adapters::http::momo::schema::Envelope),
         (status = 502, description = "결제 승인 실패: the card was refused; nothing stored or sent", body = crate::adapters::http::momo::schema::Envelope),
     ),
     security(("bearer" = []))
@@ -111,8 +115,10 @@ pub async fn key_in(
     state: web::Data<HttpState>,
     api: web::Data<MomoApi>,
     member: Member,
+    req: HttpRequest,
     body: web::Bytes,
 ) -> Result<HttpResponse, MomoError> {
+    super::json_body(&api, &req)?;
     let request = read(&api, &body)?;
     let payment = state.key_in.pay(&member.0, request).await.map_err(|err| match err {
         AppError::Forbidden { code: TEST_KEY_ONLY, .. } => {
@@ -131,8 +137,18 @@ pub async fn key_in(
         AppError::Conflict { code: NO_FEE_SOURCE, .. } => api.fail(StatusCode::NOT_FOUND, text::NOT_FOUND),
         err => api.app_error(err),
     })?;
+    if matches!(payment.payment.status, PaymentStatus::Requested | PaymentStatus::ConfirmationRequired) {
+        // Charged or not, Toss has not said yet: the pair stays taken, reconciliation asks
+        // until it answers, and a repeat meets this payment (docs/dialects.md).
+        let mut answer = ok(api.zone, PENDING, api.payment(&payment));
+        *answer.status_mut() = StatusCode::ACCEPTED;
+        return Ok(answer);
+    }
     Ok(ok(api.zone, "테스트 키인 결제가 완료되었습니다.", api.payment(&payment)))
 }
+
+/// A key-in whose charge Toss has not settled yet (ours; the platform has no such answer).
+pub const PENDING: &str = "결제 결과를 확인하고 있습니다.";
 
 #[cfg(test)]
 mod tests {

@@ -61,6 +61,26 @@ pub async fn cookie_echo(
     Ok(res)
 }
 
+/// A body that is JSON by its `Content-Type` (`application/json`, or a `+json` type): any
+/// other, or none, is `415` in its envelope — never parsed as JSON, so that a form or
+/// `text/plain` post another site can send without asking cannot move money.
+///
+/// # Errors
+/// The `415`.
+pub(super) fn json_body(api: &MomoApi, req: &actix_web::HttpRequest) -> Result<(), envelope::MomoError> {
+    let essence = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or_default().trim().to_ascii_lowercase());
+    match essence {
+        Some(t) if t == "application/json" || (t.starts_with("application/") && t.ends_with("+json")) => {
+            Ok(())
+        }
+        _ => Err(api.fail(StatusCode::UNSUPPORTED_MEDIA_TYPE, text::MEDIA_TYPE)),
+    }
+}
+
 fn zone_of(req: &actix_web::HttpRequest) -> chrono_tz::Tz {
     req.app_data::<web::Data<MomoApi>>().map_or(chrono_tz::Tz::UTC, |api| api.zone)
 }

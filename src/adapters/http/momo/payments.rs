@@ -2,7 +2,7 @@
 //! `Page`, the provider's live record, and the refund (docs/dialects.md).
 
 use actix_web::http::StatusCode;
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -270,10 +270,11 @@ struct RefundBody {
     request_body = crate::adapters::http::momo::schema::RefundRequest,
     responses(
         (status = 200, description = "data: the payment, REFUNDED", body = crate::adapters::http::momo::schema::Envelope),
-        (status = 400, description = "완료된 결제만 환불 가능합니다. / 입력 값을 다시 확인해주세요.", body = crate::adapters::http::momo::schema::Envelope),
+        (status = 400, description = "환불 사유는 필수입니다 / 완료된 결제만 환불 가능합니다. / 입력 값을 다시 확인해주세요. (a reason over 500 characters or with control characters)", body = crate::adapters::http::momo::schema::Envelope),
         (status = 401, description = "Its token texts (docs/dialects.md)", body = crate::adapters::http::momo::schema::Envelope),
         (status = 403, description = "환불 권한이 없습니다.", body = crate::adapters::http::momo::schema::Envelope),
         (status = 404, description = "결제 정보를 찾을 수 없습니다.", body = crate::adapters::http::momo::schema::Envelope),
+        (status = 415, description = "지원하지 않는 Content-Type입니다. application/json으로 보내 주세요.", body = crate::adapters::http::momo::schema::Envelope),
         (status = 502, description = "환불 처리 실패", body = crate::adapters::http::momo::schema::Envelope),
     ),
     security(("bearer" = []))
@@ -283,16 +284,22 @@ pub async fn refund(
     api: web::Data<MomoApi>,
     member: Member,
     path: web::Path<String>,
+    req: HttpRequest,
     body: web::Bytes,
 ) -> Result<HttpResponse, MomoError> {
     let id = payment_id(&api, &path)?;
+    super::json_body(&api, &req)?;
     let bad = || api.fail(StatusCode::BAD_REQUEST, text::BAD_INPUT);
     let request: RefundBody = serde_json::from_slice(&body).map_err(|_| bad())?;
-    let reason = request.reason.filter(|r| !r.trim().is_empty());
-    if reason.as_ref().is_some_and(|r| r.chars().count() > 500) {
+    // Its DTO's `@NotBlank`: no reason is no refund (Toss needs one; we never make one up).
+    let Some(reason) = request.reason.filter(|r| !r.trim().is_empty()) else {
+        return Err(api.fail(StatusCode::BAD_REQUEST, text::REASON_REQUIRED));
+    };
+    // A reason Toss would refuse, or we could not store: the client's to mend, not retried.
+    if reason.chars().count() > 500 || reason.chars().any(char::is_control) {
         return Err(bad());
     }
-    let outcome = match state.member_payments.refund(&member.0, id, reason).await {
+    let outcome = match state.member_payments.refund(&member.0, id, Some(reason)).await {
         Ok(outcome) => outcome,
         Err(AppError::Forbidden { code: NOT_OWNER, .. }) => {
             return Err(api.fail(StatusCode::FORBIDDEN, text::UNAUTHORIZED_REFUND));

@@ -365,7 +365,15 @@ impl MomoOut {
         // An order failed by a decline was answered by its `payment.declined`, with the
         // provider's code.
         let answered = kind == "order.failed" && p.failure_reason.as_deref() == Some("PAYMENT_DECLINED");
-        if !refused && !meeting_order || answered {
+        // A keyed-in card's refusal is answered to the member over HTTP; the platform's
+        // refused key-in left no payment and sent nothing (its WebClient error rolled back).
+        let keyed_in_refusal =
+            kind == "payment.declined" && p.source.as_deref() == Some(OrderSource::Momo.as_str());
+        // A pair that holds a live order already: the platform sends nothing for a
+        // duplicate (its `ALREADY_PAID` "이벤트/아웃박스 미발행"); the live order's own
+        // outcome is the one answer the meeting service gets.
+        let duplicate = refused && p.reason.as_deref() == Some("ALREADY_REGISTERED");
+        if !refused && !meeting_order || answered || keyed_in_refusal || duplicate {
             return Ok(Encoded::Native);
         }
         let user = if refused { p.user_id.as_deref() } else { p.customer_id.as_deref() };

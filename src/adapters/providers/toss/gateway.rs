@@ -143,8 +143,17 @@ impl PaymentGateway for TossPaymentGateway {
             Some(PaymentAuthorization::Checkout { payment_key }) => {
                 self.client.confirm(payment_key, &request.payment_request_id, amount, key).await
             }
-            // Taken already (the key-in): what Toss holds under this orderId, never a charge.
-            Some(PaymentAuthorization::Charged { .. }) => self.client.payment_by_order(key).await,
+            // A key-in is charged by `CardKeyIn` only, in the run that has the card: here it
+            // is what Toss holds under this orderId, never a charge. None held yet is still
+            // open (the first call may land late), never a decline (docs/toss.md).
+            Some(PaymentAuthorization::KeyIn { .. }) => match self.client.payment_by_order(key).await {
+                Err(TossError::Answered { meaning: Meaning::NotFound, .. }) => {
+                    return Ok(ApprovalOutcome::Unknown {
+                        reason: "the keyed-in charge is not at Toss (yet); its card is not kept, so only a look-up can settle it".into(),
+                    });
+                }
+                answer => answer,
+            },
             Some(PaymentAuthorization::SavedCard { billing_key, customer_key }) => {
                 self.client
                     .charge_billing(

@@ -117,7 +117,7 @@ fn command() -> PlaceOrder {
         inbox: None,
         customer_email: None,
         description: None,
-        charged: None,
+        keyed_in: None,
     }
 }
 

@@ -161,12 +161,26 @@ fn each_way_a_registration_ends_otherwise_is_one_payment_failed() {
     // Refused before any order: the registration's own, no payment.
     let refused = outbox(
         "payment.failed",
-        serde_json::json!({"meetingId": "12", "userId": "7", "registrationEventId": "u-1", "causationId": "u-1", "reason": "ALREADY_REGISTERED"}),
+        serde_json::json!({"meetingId": "12", "userId": "7", "registrationEventId": "u-1", "causationId": "u-1", "reason": "NO_PAYMENT_METHOD"}),
     );
     let m = one(momo().encode(&refused).unwrap());
     let body = String::from_utf8(m.body).unwrap();
-    assert!(body.starts_with(r#"{"uuId":"u-1","type":"payment.failed","data":{"paymentId":null,"userId":7,"meetingId":12,"failReason":"이미 결제가 완료된 사용자입니다.","outboxId":null,"occurredAt":"2026-12-05T00:30:00.123456"}}"#), "{body}");
+    assert!(body.starts_with(r#"{"uuId":"u-1","type":"payment.failed","data":{"paymentId":null,"userId":7,"meetingId":12,"failReason":"결제 수단 없음 (NO_PAYMENT_METHOD)","outboxId":null,"occurredAt":"2026-12-05T00:30:00.123456"}}"#), "{body}");
     assert_eq!(m.key, "payment.failed.key");
+    // A duplicate of a pair with a live order: the platform sends nothing (its ALREADY_PAID
+    // "이벤트/아웃박스 미발행"); the live order's outcome is the meeting service's one answer.
+    let duplicate = outbox(
+        "payment.failed",
+        serde_json::json!({"meetingId": "12", "userId": "7", "registrationEventId": "u-2", "causationId": "u-2", "reason": "ALREADY_REGISTERED"}),
+    );
+    assert_eq!(momo().encode(&duplicate).unwrap(), Encoded::Native);
+    // A keyed-in card's refusal is the member's HTTP answer: no reply (the platform's refused
+    // key-in rolled back and sent nothing).
+    let keyed = outbox(
+        "payment.declined",
+        meeting_order(serde_json::json!({"source": "MOMO", "declineCode": "REJECT_CARD_PAYMENT"})),
+    );
+    assert_eq!(momo().encode(&keyed).unwrap(), Encoded::Native);
 }
 
 #[test]
