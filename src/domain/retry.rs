@@ -45,14 +45,22 @@ impl RetryPolicy {
         crate::domain::backoff::doubled(self.backoff_base, n, self.backoff_cap)
     }
 
+    /// The longest wait the schedule itself ever makes: the delay before its last attempt.
+    pub fn longest_delay(&self) -> Duration {
+        self.delay_after(self.max_attempts.saturating_sub(1).max(1))
+    }
+
     /// What follows the `attempts`-th failed attempt (the first is 1), failed at `now`: an
     /// operator once `max_attempts` are spent, else the next attempt after the backoff, or
-    /// after `not_before` when the other side asked for longer (a `Retry-After`).
+    /// after `not_before` when the other side asked for longer (a `Retry-After`) — but never
+    /// later than the schedule's own longest wait: a receiver cannot park work for years
+    /// out of an operator's sight.
     pub fn after(&self, attempts: i32, not_before: Option<Duration>, now: DateTime<Utc>) -> NextAttempt {
         if attempts >= self.max_attempts {
             return NextAttempt::Operator;
         }
-        NextAttempt::At(now + self.delay_after(attempts).max(not_before.unwrap_or_else(Duration::zero)))
+        let asked = not_before.unwrap_or_else(Duration::zero).min(self.longest_delay());
+        NextAttempt::At(now + self.delay_after(attempts).max(asked))
     }
 }
 
@@ -70,7 +78,12 @@ mod tests {
             (1, None, minutes(1)),
             (2, None, minutes(2)),
             (3, None, minutes(4)),
-            (3, Some(Duration::minutes(10)), minutes(10)),
+            (3, Some(Duration::minutes(3)), minutes(4)),
+            (2, Some(Duration::minutes(3)), minutes(3)),
+            // Asked for longer than the schedule ever waits (4 min before its last attempt):
+            // that long, no longer (issue 67: a `Retry-After` of ten years).
+            (2, Some(Duration::minutes(10)), minutes(4)),
+            (1, Some(Duration::days(3650)), minutes(4)),
             (3, Some(Duration::seconds(5)), minutes(4)),
             (4, None, NextAttempt::Operator),
             (4, Some(Duration::minutes(10)), NextAttempt::Operator),
@@ -88,8 +101,10 @@ mod tests {
         assert_eq!(capped.after(9, None, now), minutes(3));
         assert_eq!(
             capped.after(3, Some(Duration::minutes(10)), now),
-            minutes(10),
-            "a Retry-After beyond it is kept"
+            minutes(3),
+            "a Retry-After beyond the cap is cut to it"
         );
+        assert_eq!(capped.longest_delay(), Duration::minutes(3));
+        assert_eq!(policy.longest_delay(), Duration::minutes(4));
     }
 }

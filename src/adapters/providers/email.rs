@@ -75,6 +75,9 @@ pub struct EmailNotifier {
     transport: AsyncSmtpTransport<Tokio1Executor>,
     from: Mailbox,
     locale: Locale,
+    /// `notification.email.timeout`: the whole exchange, not each read (a server that takes
+    /// `DATA` and never answers held the paying customer's request for 300 s, issue 67).
+    timeout: Duration,
 }
 
 impl EmailNotifier {
@@ -107,7 +110,12 @@ impl EmailNotifier {
             .from
             .parse()
             .map_err(|_| "notification.email.from is not an e-mail address".to_owned())?;
-        Ok(EmailNotifier { transport: builder.build(), from, locale: settings.locale })
+        Ok(EmailNotifier {
+            transport: builder.build(),
+            from,
+            locale: settings.locale,
+            timeout: settings.timeout,
+        })
     }
 
     fn message(&self, request: &NotificationRequest, to: Mailbox) -> Result<Message, String> {
@@ -162,7 +170,12 @@ impl Notifier for EmailNotifier {
             fail(FailurePolicy::ManualIntervention, "the recipient is not an e-mail address".into())
         })?;
         let message = self.message(request, to).map_err(|e| fail(FailurePolicy::ManualIntervention, e))?;
-        match self.transport.send(message).await {
+        let Ok(sent) = tokio::time::timeout(self.timeout, self.transport.send(message)).await else {
+            // Perhaps delivered, perhaps not: retried under the same `Message-ID`, which a
+            // mail system may use to drop the copy.
+            return Err(fail(FailurePolicy::AutoRetry, format!("SMTP: no answer within {:?}", self.timeout)));
+        };
+        match sent {
             Ok(_) => Ok(()),
             // 5xx: the server refused it for good (a mailbox that does not exist, a policy).
             Err(e) if e.is_permanent() => Err(fail(

@@ -257,13 +257,31 @@ mod tests {
     }
 
     /// docs/spec.md §13: a receiver's `Retry-After` is honoured when it asks for longer than
-    /// the backoff, never to come back sooner.
+    /// the backoff, never to come back sooner — and never beyond the schedule's own longest
+    /// wait (issue 67: ten years parked a notification out of an operator's sight).
     #[test]
     fn a_retry_waits_at_least_as_long_as_the_receiver_asked() {
         let mut n = in_status(Pending);
-        n.record_failure_not_before(FailurePolicy::AutoRetry, "429", &RETRY, Some(Duration::hours(2)), now())
+        n.record_failure_not_before(
+            FailurePolicy::AutoRetry,
+            "429",
+            &RETRY,
+            Some(Duration::seconds(100)),
+            now(),
+        )
+        .unwrap();
+        assert_eq!(n.next_attempt_at, Some(now() + Duration::seconds(100)));
+        let mut parked = in_status(Pending);
+        parked
+            .record_failure_not_before(
+                FailurePolicy::AutoRetry,
+                "429",
+                &RETRY,
+                Some(Duration::days(3650)),
+                now(),
+            )
             .unwrap();
-        assert_eq!(n.next_attempt_at, Some(now() + Duration::hours(2)));
+        assert_eq!(parked.next_attempt_at, Some(now() + Duration::minutes(2)), "the schedule's longest wait");
         n.claim(now(), now()).unwrap();
         n.record_failure_not_before(
             FailurePolicy::AutoRetry,

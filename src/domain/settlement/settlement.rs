@@ -196,6 +196,18 @@ mod tests {
     /// and then waits for an operator — it never fails (which would compensate).
     #[test]
     fn an_outage_backs_off_then_waits_for_an_operator_and_never_fails() {
+        // The service asks for longer than the backoff (90 s > 60 s): honoured.
+        let mut asked = in_status(Requested);
+        asked.defer("429", &RETRY, Some(Duration::seconds(90)), now()).unwrap();
+        assert_eq!(
+            asked.next_attempt_at,
+            Some(now() + Duration::seconds(90)),
+            "the service's Retry-After, when longer"
+        );
+        // Asked for years: no longer than the schedule's own longest wait (2 min here).
+        let mut parked = in_status(Requested);
+        parked.defer("503", &RETRY, Some(Duration::days(3650)), now()).unwrap();
+        assert_eq!(parked.next_attempt_at, Some(now() + Duration::minutes(2)), "a Retry-After of ten years");
         let mut s = in_status(Requested);
         s.defer("503", &RETRY, None, now()).unwrap();
         assert_eq!((s.status, s.next_attempt_at), (RetryScheduled, Some(now() + Duration::seconds(60))));
@@ -204,10 +216,10 @@ mod tests {
         s.defer("429", &RETRY, Some(Duration::hours(2)), now()).unwrap();
         assert_eq!(
             s.next_attempt_at,
-            Some(now() + Duration::hours(2)),
-            "the service's Retry-After, when longer"
+            Some(now() + Duration::minutes(2)),
+            "the backoff, the cap of any Retry-After"
         );
-        s.claim_retry(now() + Duration::hours(2)).unwrap();
+        s.claim_retry(now() + Duration::minutes(2)).unwrap();
         let events = s.defer("timed out", &RETRY, None, now()).unwrap();
         assert_eq!((s.status, s.attempts, s.next_attempt_at), (AwaitingOperator, 3, None));
         assert!(events.is_empty(), "no settlement.failed: nothing is compensated");
