@@ -578,6 +578,12 @@ async fn operators_recover_notifications_and_dead_letters_with_its_admin_paths(b
     );
     let anonymous = app.client.post(format!("{base}{retry}")).send().await.unwrap();
     error(anonymous, StatusCode::UNAUTHORIZED, "UNAUTHORIZED", "인증이 필요합니다.").await;
+    // Text we would not store (NUL): a 400 before anything is sent or committed, never a
+    // notification sent and then a 503 for its audit row (issue 67).
+    for bad in [json!({ "operatorId": "ops\u{0}admin" }), json!({ "reason": "a\u{0}b" })] {
+        let (status, code, _) = admin.refused("POST", &retry, Some(bad.clone())).await;
+        assert_eq!((status, code.as_str()), (StatusCode::BAD_REQUEST, "BAD_REQUEST"), "{bad}");
+    }
     let body =
         json!({ "operatorId": "ops-admin", "reason": "manual retry after notification channel recovery" });
     let retried = admin.data("POST", &retry, Some(body)).await;

@@ -40,6 +40,16 @@ fn reason_of(body: &web::Bytes) -> Result<Option<String>, CommerceError> {
     if request.reason.as_ref().is_some_and(|r| r.chars().count() > 500) {
         return Err(CommerceError::bad_request("reason은 500자 이하여야 합니다."));
     }
+    // docs/spec.md §5: text we would not store is the caller's to mend (400), refused
+    // before the action — never an action done and then a 503 for its audit row.
+    for (field, value) in [("operatorId", &request.operator_id), ("reason", &request.reason)] {
+        if value.as_deref().is_some_and(|v| v.chars().any(crate::domain::text::is_refused_control)) {
+            return Err(CommerceError::bad_request(match field {
+                "operatorId" => "operatorId에 제어 문자를 사용할 수 없습니다.",
+                _ => "reason에 제어 문자를 사용할 수 없습니다.",
+            }));
+        }
+    }
     let parts: Vec<String> = [("operatorId", request.operator_id), ("reason", request.reason)]
         .into_iter()
         .filter_map(|(name, value)| value.map(|v| format!("{name}={v}")))

@@ -296,7 +296,7 @@ pub async fn refund(
         return Err(api.fail(StatusCode::BAD_REQUEST, text::REASON_REQUIRED));
     };
     // A reason Toss would refuse, or we could not store: the client's to mend, not retried.
-    if reason.chars().count() > 500 || reason.chars().any(char::is_control) {
+    if reason.chars().count() > 500 || reason.chars().any(crate::domain::text::is_refused_control) {
         return Err(bad());
     }
     let outcome = match state.member_payments.refund(&member.0, id, Some(reason)).await {
