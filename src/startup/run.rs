@@ -210,6 +210,7 @@ fn commerce_server(
     let state = http_state(services, Role::Serve);
     dialect_server("commerce", dialect.bind, move || {
         App::new()
+            .wrap(from_fn(http::commerce::bounded_body))
             .wrap(from_fn(http::commerce::trace))
             .wrap(from_fn(http::correlation::correlate))
             .app_data(state.clone())
@@ -229,6 +230,7 @@ fn momo_server(
     let state = http_state(services, Role::Serve);
     dialect_server("momo", dialect.bind, move || {
         App::new()
+            .wrap(from_fn(http::momo::bounded_body))
             .wrap(from_fn(http::momo::cookie_echo))
             .wrap(from_fn(http::correlation::correlate))
             .app_data(state.clone())

@@ -146,7 +146,24 @@ async fn tokens_are_checked_and_every_answer_is_in_the_envelope(backend: Backend
             .unwrap(),
     )
     .unwrap();
-    for token in [expired.as_str(), forged.as_str(), "not-a-jwt"] {
+    // Signed with its key but issued, or valid only, an hour from now; or `roles` as an
+    // object (docs/spec.md §5): refused, never read as granting a role.
+    let now = chrono::Utc::now().timestamp();
+    let signed = |claims: Value| {
+        jsonwebtoken::encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(SECRET.as_bytes()).unwrap(),
+        )
+        .unwrap()
+    };
+    let later =
+        signed(json!({ "sub": "demo-user", "iat": now + 3600, "exp": now + 7200, "roles": ["ROLE_USER"] }));
+    let not_before =
+        signed(json!({ "sub": "demo-user", "nbf": now + 3600, "exp": now + 7200, "roles": ["ROLE_USER"] }));
+    let object_roles =
+        signed(json!({ "sub": "demo-user", "exp": now + 600, "roles": { "ROLE_ADMIN": true } }));
+    for token in [expired.as_str(), forged.as_str(), "not-a-jwt", &later, &not_before, &object_roles] {
         let res = client.get(&unknown).bearer_auth(token).send().await.unwrap();
         error(res, StatusCode::UNAUTHORIZED, "UNAUTHORIZED", "인증이 필요합니다.").await;
     }

@@ -272,6 +272,63 @@ async fn a_body_that_does_not_arrive_in_time_is_refused() {
     assert_eq!(count(&app.db, "orders").await, 0);
 }
 
+/// Issue 67: the dialects' listeners hold a body that stops arriving no longer than the
+/// native one (10 s, then `408`), and answer it, and a body over 64 KiB, in their envelopes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dialects_body_that_does_not_arrive_in_time_is_refused_in_its_envelope() {
+    let env = [
+        ("APP__HTTP__DIALECTS__COMMERCE__BIND", "127.0.0.1:0"),
+        (
+            "APP__HTTP__DIALECTS__COMMERCE__JWT_SECRET",
+            "commerce-orchestration-demo-secret-key-2026-commerce-orchestrati",
+        ),
+        ("APP__HTTP__DIALECTS__MOMO__BIND", "127.0.0.1:0"),
+        ("APP__HTTP__DIALECTS__MOMO__JWT_SECRET", "momo-platform-jwt-secret-key-for-tests-2026"),
+    ];
+    let Some(app) = TestApp::spawn_with(Backend::Sqlite, &env).await else {
+        return;
+    };
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let trickle = async |base: &str, path: &str| {
+        let address = base.trim_start_matches("http://").to_owned();
+        let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
+             Content-Length: 100\r\n\r\n{{\"meet"
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        // The rest never comes.
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut answer)).await;
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    let (commerce, momo) = (app.commerce.clone().unwrap(), app.momo.clone().unwrap());
+    let (c, m) = tokio::join!(trickle(&commerce, "/api/orders"), trickle(&momo, "/payments/test/keyin"));
+    assert!(c.starts_with("HTTP/1.1 408"), "{c}");
+    assert!(c.contains(r#""code":"REQUEST_TIMEOUT""#) && c.contains(r#""success":false"#), "{c}");
+    assert!(m.starts_with("HTTP/1.1 408"), "{m}");
+    assert!(
+        m.contains("요청 본문이 제시간에 도착하지 않았습니다.") && m.contains(r#""success":false"#),
+        "{m}"
+    );
+    // Over 64 KiB: 413 in the envelope, never a plain-text answer of the HTTP library.
+    let big = format!(r#"{{"meetingId":1,"pad":"{}"}}"#, "x".repeat(70 * 1024));
+    for (base, path) in [(&commerce, "/api/orders"), (&momo, "/payments/test/keyin")] {
+        let res = app
+            .client
+            .post(format!("{base}{path}"))
+            .header("content-type", "application/json")
+            .body(big.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::PAYLOAD_TOO_LARGE, "{path}");
+        let body: Value = res.json().await.expect("JSON in the envelope");
+        assert_eq!(body["success"], json!(false), "{body}");
+    }
+    assert_eq!(count(&app.db, "orders").await, 0);
+}
+
 /// Issue 11 item 7: audit rows have a retention, applied by the daily clean-up.
 async fn audit_rows_are_kept_for_their_retention(backend: Backend) {
     let Some(app) = TestApp::spawn_on_manual_clock(backend, &[("APP__AUDIT__RETENTION", "30d")]).await else {

@@ -18,31 +18,66 @@ pub const MAX_BODY: usize = 64 * 1024;
 /// body cannot hold a worker and a connection for longer.
 pub const BODY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Reads the whole payload, at most [`MAX_BODY`] bytes, within [`BODY_DEADLINE`].
-async fn read_body(mut payload: Payload) -> Result<Vec<u8>, ApiError> {
+/// Why a body could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyError {
+    /// Over [`MAX_BODY`].
+    TooLarge,
+    /// Not all there within [`BODY_DEADLINE`].
+    TimedOut,
+    /// The connection broke while it came.
+    Broken(String),
+}
+
+/// Reads the whole payload, at most [`MAX_BODY`] bytes, within [`BODY_DEADLINE`]: the one
+/// reader of every listener (the native API's extractors, and each dialect's middleware,
+/// which answers in its own envelope).
+///
+/// # Errors
+/// [`BodyError`].
+pub async fn read_within(mut payload: Payload) -> Result<Vec<u8>, BodyError> {
     let read = async {
         let mut body = Vec::new();
         while let Some(chunk) = payload.next().await {
-            let chunk = chunk.map_err(|e| {
-                ApiError::new(StatusCode::BAD_REQUEST, "MALFORMED_BODY", format!("cannot read body: {e}"))
-            })?;
+            let chunk = chunk.map_err(|e| BodyError::Broken(e.to_string()))?;
             if body.len() + chunk.len() > MAX_BODY {
-                return Err(ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "PAYLOAD_TOO_LARGE",
-                    format!("request body exceeds {MAX_BODY} bytes"),
-                ));
+                return Err(BodyError::TooLarge);
             }
             body.extend_from_slice(&chunk);
         }
         Ok(body)
     };
-    tokio::time::timeout(BODY_DEADLINE, read).await.unwrap_or_else(|_| {
-        Err(ApiError::new(
+    tokio::time::timeout(BODY_DEADLINE, read).await.unwrap_or(Err(BodyError::TimedOut))
+}
+
+/// Reads `req`'s whole body ahead of its handler (a dialect's middleware), so that whatever
+/// extractor the handler uses gets it at once; within [`BODY_DEADLINE`] and [`MAX_BODY`].
+///
+/// # Errors
+/// [`BodyError`]: the caller answers it in its envelope.
+pub async fn buffer(req: &mut actix_web::dev::ServiceRequest) -> Result<(), BodyError> {
+    use actix_web::HttpMessage;
+    let body = read_within(req.take_payload()).await?;
+    req.set_payload(Payload::from(body));
+    Ok(())
+}
+
+/// Reads the whole payload, at most [`MAX_BODY`] bytes, within [`BODY_DEADLINE`].
+async fn read_body(payload: Payload) -> Result<Vec<u8>, ApiError> {
+    read_within(payload).await.map_err(|e| match e {
+        BodyError::Broken(why) => {
+            ApiError::new(StatusCode::BAD_REQUEST, "MALFORMED_BODY", format!("cannot read body: {why}"))
+        }
+        BodyError::TooLarge => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "PAYLOAD_TOO_LARGE",
+            format!("request body exceeds {MAX_BODY} bytes"),
+        ),
+        BodyError::TimedOut => ApiError::new(
             StatusCode::REQUEST_TIMEOUT,
             "REQUEST_TIMEOUT",
             format!("the request body did not arrive within {} s", BODY_DEADLINE.as_secs()),
-        ))
+        ),
     })
 }
 

@@ -23,6 +23,17 @@ use crate::domain::text;
 /// How far a token's `iat`/`nbf` may lie in the future (clock skew between issuers).
 pub const CLOCK_LEEWAY_SECS: u64 = 60;
 
+/// docs/spec.md §5: whether a token says it was issued, or becomes valid, more than
+/// [`CLOCK_LEEWAY_SECS`] from now — refused on every listener (the native one and each
+/// dialect's), whatever the issuer's library would have done.
+pub fn not_valid_yet(iat: Option<&Value>, nbf: Option<&Value>) -> bool {
+    let now = chrono::Utc::now().timestamp().max(0) as u64;
+    let future = |claim: Option<&Value>| {
+        claim.and_then(Value::as_f64).is_some_and(|t| t > (now + CLOCK_LEEWAY_SECS) as f64)
+    };
+    future(iat) || future(nbf)
+}
+
 /// What `app token` writes into a token.
 #[derive(Debug, Serialize)]
 pub(super) struct MintedClaims<'a> {
@@ -223,11 +234,7 @@ impl JwtKeys {
                 }
             })?;
         let claims = data.claims;
-        let now = chrono::Utc::now().timestamp().max(0) as u64;
-        let future = |name: &str| {
-            claims.get(name).and_then(Value::as_f64).is_some_and(|t| t > (now + CLOCK_LEEWAY_SECS) as f64)
-        };
-        if future("iat") || future("nbf") {
+        if not_valid_yet(claims.get("iat"), claims.get("nbf")) {
             return Err(invalid("token not valid yet"));
         }
         let sub = claims.get("sub").and_then(Value::as_str).ok_or_else(|| invalid("invalid subject"))?;

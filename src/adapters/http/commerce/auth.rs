@@ -36,8 +36,12 @@ struct Claims {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     iss: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    iat: Option<u64>,
+    iat: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    nbf: Option<serde_json::Value>,
     exp: u64,
+    /// A list of names, or nothing: any other shape (an object, a number) refuses the token
+    /// rather than grant a role by accident.
     #[serde(default)]
     roles: Option<Roles>,
 }
@@ -75,7 +79,8 @@ impl CommerceKeys {
         let claims = Claims {
             sub: username.to_owned(),
             iss: Some(self.issuer.clone()),
-            iat: Some(now),
+            iat: Some(now.into()),
+            nbf: None,
             exp: now + self.validity_secs,
             roles: Some(roles.to_vec()),
         };
@@ -93,7 +98,9 @@ impl CommerceKeys {
         validation.validate_aud = false;
         validation.set_required_spec_claims(&["exp", "sub"]);
         let claims = jsonwebtoken::decode::<Claims>(token, &self.decoding, &validation).ok()?.claims;
-        if claims.sub.trim().is_empty() {
+        if claims.sub.trim().is_empty()
+            || crate::adapters::http::auth::not_valid_yet(claims.iat.as_ref(), claims.nbf.as_ref())
+        {
             return None;
         }
         Some(Caller { username: claims.sub, roles: claims.roles.unwrap_or_default() })

@@ -55,6 +55,32 @@ fn echoable(value: &str) -> bool {
 
 /// Middleware: the request's `X-Trace-Id` (echoed, else a new UUID) on its answer, and as
 /// its correlation id (outbox rows, logs).
+/// Middleware: the whole body read before the handler, within 10 s and 64 KiB (docs/spec.md
+/// §5), each failure in its envelope — a body that stops arriving holds no connection.
+pub async fn bounded_body(
+    mut req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<actix_web::body::BoxBody>, actix_web::Error> {
+    use super::body::BodyError;
+    if let Err(e) = super::body::buffer(&mut req).await {
+        let answer = match e {
+            BodyError::TooLarge => CommerceError::coded(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "PAYLOAD_TOO_LARGE",
+                "요청 본문이 너무 큽니다. (최대 64 KiB)",
+            ),
+            BodyError::TimedOut => CommerceError::coded(
+                StatusCode::REQUEST_TIMEOUT,
+                "REQUEST_TIMEOUT",
+                "요청 본문이 제시간에 도착하지 않았습니다.",
+            ),
+            BodyError::Broken(_) => CommerceError::malformed(),
+        };
+        return Ok(req.into_response(answer.response()));
+    }
+    Ok(next.call(req).await?.map_into_boxed_body())
+}
+
 pub async fn trace(
     req: ServiceRequest,
     next: Next<impl MessageBody>,

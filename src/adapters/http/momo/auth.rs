@@ -45,6 +45,8 @@ impl MomoKeys {
         struct Claims {
             sub: Option<String>,
             category: Option<String>,
+            iat: Option<serde_json::Value>,
+            nbf: Option<serde_json::Value>,
         }
         if token.trim().is_empty() {
             return Err(text::BAD_TOKEN);
@@ -76,6 +78,10 @@ impl MomoKeys {
                 });
             }
         };
+        // docs/spec.md §5: issued, or valid only, in the future (beyond the leeway).
+        if crate::adapters::http::auth::not_valid_yet(claims.iat.as_ref(), claims.nbf.as_ref()) {
+            return Err(text::BAD_TOKEN);
+        }
         if claims.category.as_deref() != Some("access") {
             return Err(text::NOT_ACCESS);
         }
@@ -221,6 +227,21 @@ mod tests {
         let named =
             token(Algorithm::HS256, serde_json::json!({ "sub": "alice", "category": "access", "exp": exp }));
         assert_eq!(keys.verify(&named), Err(text::BAD_TOKEN));
+        // docs/spec.md §5: issued or valid only in the future, beyond a minute's leeway.
+        let now = chrono::Utc::now().timestamp();
+        for (claim, at, accepted) in [
+            ("iat", now + 3600, false),
+            ("nbf", now + 3600, false),
+            ("iat", now + 30, true),
+            ("nbf", now - 5, true),
+        ] {
+            let t = token(
+                Algorithm::HS256,
+                serde_json::json!({ "sub": "7", "category": "access", "exp": exp, claim: at }),
+            );
+            let expected = if accepted { Ok(7) } else { Err(text::BAD_TOKEN) };
+            assert_eq!(keys.verify(&t), expected, "{claim} {at}");
+        }
     }
 
     fn base64_url(bytes: &[u8]) -> String {

@@ -60,6 +60,8 @@ pub mod text {
     pub const REASON_REQUIRED: &str = "환불 사유는 필수입니다";
     /// Ours, where the platform has none (docs/dialects.md).
     pub const MEDIA_TYPE: &str = "지원하지 않는 Content-Type입니다. application/json으로 보내 주세요.";
+    pub const TOO_LARGE: &str = "요청 본문이 너무 큽니다. (최대 64 KiB)";
+    pub const TOO_SLOW: &str = "요청 본문이 제시간에 도착하지 않았습니다.";
     pub const CROSS_SITE: &str = "다른 사이트에서 보낸 요청은 쿠키로 인증할 수 없습니다.";
     pub const NOT_FOUND: &str = "요청한 리소스를 찾을 수 없습니다.";
     pub const UNAVAILABLE: &str = "일시적으로 요청을 처리할 수 없습니다. 잠시 후 다시 시도해 주세요.";

@@ -81,6 +81,25 @@ pub(super) fn json_body(api: &MomoApi, req: &actix_web::HttpRequest) -> Result<(
     }
 }
 
+/// Middleware: the whole body read before the handler, within 10 s and 64 KiB (docs/spec.md
+/// §5), each failure in its envelope — a body that stops arriving holds no connection.
+pub async fn bounded_body(
+    mut req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<actix_web::body::BoxBody>, actix_web::Error> {
+    use super::body::BodyError;
+    if let Err(e) = super::body::buffer(&mut req).await {
+        let (status, message) = match e {
+            BodyError::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, text::TOO_LARGE),
+            BodyError::TimedOut => (StatusCode::REQUEST_TIMEOUT, text::TOO_SLOW),
+            BodyError::Broken(_) => (StatusCode::BAD_REQUEST, text::BAD_INPUT),
+        };
+        let answer = envelope::MomoError::new(zone_of(req.request()), status, message).response();
+        return Ok(req.into_response(answer));
+    }
+    Ok(next.call(req).await?.map_into_boxed_body())
+}
+
 fn zone_of(req: &actix_web::HttpRequest) -> chrono_tz::Tz {
     req.app_data::<web::Data<MomoApi>>().map_or(chrono_tz::Tz::UTC, |api| api.zone)
 }
