@@ -7,7 +7,7 @@ const SOURCES = {
   API: "the native API (POST /api/orders)",
   MEETING: "the meeting service (a registration on the broker)",
   COMMERCE: "the commerce dialect (the commerce backend's POST /api/orders, then orchestrate)",
-  MOMO: "the momo dialect (the meetup platform's POST /payments/test/keyin: a card keyed in, charged before the order was placed)",
+  MOMO: "the momo dialect (the meetup platform's POST /payments/test/keyin: a card keyed in, charged by the order's first run)",
 };
 const TOKEN = "console-token";
 const $ = (id) => document.getElementById(id);
@@ -294,6 +294,37 @@ async function payments() {
       el("a", { href: `#order/${o.id}` }, o.id), String(o.number), o.status, o.customerId || ""])));
 }
 
+// ---- orders ------------------------------------------------------------------------------
+
+// The list's filters as the API's query; `cursor` pages on.
+function orderQuery(cursor) {
+  const form = new FormData($("os-filter"));
+  const query = new URLSearchParams({ limit: "50" });
+  for (const k of ["status", "number", "customerId", "source"]) {
+    const v = (form.get(k) || "").trim();
+    if (v) query.set(k, v);
+  }
+  if (cursor) query.set("cursor", cursor);
+  return query;
+}
+
+async function orders(cursor) {
+  const page = await api("GET", `/api/orders?${orderQuery(cursor)}`);
+  const next = page.nextCursor
+    ? el("button", { type: "button", id: "os-next", onclick: () => orders(page.nextCursor).catch((e) => say(e.message)) }, "Older orders")
+    : el("span");
+  $("os-body").replaceChildren(
+    table(["number", "status", "customer", "total", "came through", "created"], page.items.map((o) => [
+      el("a", { href: `#order/${o.id}`, title: o.id }, `#${o.number}`), o.status + (o.failureStage ? ` (${o.failureStage})` : ""),
+      o.customerId || "", `${o.totalAmount} ${o.currency}`, o.source, o.createdAt])),
+    next);
+}
+
+$("os-filter").addEventListener("submit", (event) => {
+  event.preventDefault();
+  orders().catch((e) => say(e.message));
+});
+
 // ---- order look-up ---------------------------------------------------------------------
 
 // The order's settlement as the operator needs it: its state, attempts, last error, and the
@@ -309,6 +340,29 @@ async function orderSettlement(detail) {
       `Settlement ${s.id} ${s.status}: ${s.amount} ${s.currency}, ${s.attempts} attempt${s.attempts === 1 ? "" : "s"}` +
       (s.lastError ? `, last error: ${s.lastError}` : "") + (s.failureReason ? `, refused: ${s.failureReason}` : "") + "." + waiting),
     settlementActions(s, () => order(detail.id)));
+}
+
+// The order's notification as the operator needs it: its state, attempts, and the repairs
+// (reprocess, ignore) while it failed or waits — the same actions as the Notifications page.
+function orderNotification(detail) {
+  const n = detail.notification;
+  if (!n) return el("p", { id: "o-notification" }, "No notification yet.");
+  const repairable = ["MANUAL_INTERVENTION_REQUIRED", "FAILED", "RETRY_SCHEDULED"].includes(n.status);
+  const repair = async (verb) => {
+    const reason = await reasonFor(`${verb === "reprocess" ? "reprocessing" : "ignoring"} notification ${n.id}`);
+    if (reason === null) return;
+    const after = await api("POST", `/api/admin/notification-events/${n.id}/${verb}`, { reason: reason || undefined });
+    say(`Notification ${n.id}: order ${after.id} is ${after.status}.`);
+    await order(detail.id);
+  };
+  return el("div", {},
+    el("p", { id: "o-notification" },
+      `Notification ${n.id} ${n.status}, policy ${n.policy || "none"}, ${n.attempts} attempt${n.attempts === 1 ? "" : "s"}` +
+      (n.nextAttemptAt ? `, next at ${n.nextAttemptAt}` : "") + "."),
+    repairable ? el("span", {},
+      el("button", { type: "button", id: "o-reprocess", onclick: () => repair("reprocess").catch((e) => say(e.message)) }, "Reprocess"), " ",
+      el("button", { type: "button", id: "o-ignore", onclick: () => repair("ignore").catch((e) => say(e.message)) }, "Ignore"))
+      : "");
 }
 
 async function order(id) {
@@ -337,6 +391,8 @@ async function order(id) {
     p && p.payout ? el("p", { id: "o-payout" },
       `Settled by the provider: fee ${p.payout.fee}, paid out ${p.payout.payOutAmount} on ${p.payout.paidOutDate} (sold ${p.payout.soldDate}).`)
       : p ? el("p", { id: "o-payout" }, "Not settled by the provider yet.") : el("span"),
+    el("h3", {}, "Notification"),
+    orderNotification(detail),
     el("h3", {}, "Refunds"),
     table(["when", "amount", "status", "by", "reason", "provider's key"], detail.refunds.map((r) => [
       r.createdAt, String(r.amount), r.status + (r.failureReason ? `: ${r.failureReason}` : ""), r.actor, r.reason,
@@ -414,7 +470,9 @@ async function route() {
   clearInterval(refresh);
   const signedIn = !!sessionStorage.getItem(TOKEN);
   const [section, arg] = (location.hash.slice(1) || "overview").split("/");
-  const show = signedIn ? section : "sign-in";
+  const known = [...document.querySelectorAll("main > section")].some((s) => s.id === section && s.id !== "sign-in");
+  const show = !signedIn ? "sign-in" : known ? section : "unknown";
+  if (show === "unknown") $("unknown-what").textContent = `#${section}`;
   for (const s of document.querySelectorAll("main > section")) s.hidden = s.id !== show;
   $("nav").hidden = !signedIn;
   for (const a of document.querySelectorAll("nav a")) {
@@ -431,6 +489,7 @@ async function route() {
     else if (show === "notifications") await notifications();
     else if (show === "settlements") await settlements();
     else if (show === "payments") await payments();
+    else if (show === "orders") await orders();
     else if (show === "ledger") {
       const date = arg || providerYesterday();
       $("l-form").elements.date.value = date;

@@ -9,7 +9,7 @@ use crate::application::ports::{
 };
 use crate::application::{Actor, AppError};
 use crate::domain::ids::{OrderId, PaymentId};
-use crate::domain::order::{Order, OrderStatus};
+use crate::domain::order::{Order, OrderSource, OrderStatus};
 
 /// Largest page a client may ask for.
 pub const MAX_PAGE: u32 = 100;
@@ -28,6 +28,10 @@ pub struct OrderPage {
 pub struct ListOrders {
     pub status: Option<OrderStatus>,
     pub customer_id: Option<String>,
+    /// Only the order numbered so.
+    pub number: Option<i64>,
+    /// Only orders that came through this API.
+    pub source: Option<OrderSource>,
     pub limit: Option<u32>,
     pub cursor: Option<OrderId>,
 }
@@ -137,8 +141,14 @@ impl OrderQueries {
                 _ => Some(actor.subject.clone()),
             }
         };
-        let filter =
-            OrderFilter { status: query.status, customer_id, before: query.cursor, limit: limit + 1 };
+        let filter = OrderFilter {
+            status: query.status,
+            customer_id,
+            number: query.number,
+            source: query.source,
+            before: query.cursor,
+            limit: limit + 1,
+        };
         let mut items = self.orders.list(&filter).await?;
         let next_cursor = if items.len() > limit as usize {
             items.truncate(limit as usize);

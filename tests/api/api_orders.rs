@@ -316,6 +316,50 @@ async fn customers_see_only_their_own_orders(backend: Backend) {
     let page = json(app.get("/api/orders", &admin).send().await.unwrap(), StatusCode::OK).await;
     assert_eq!(page["items"].as_array().unwrap().len(), 2);
 
+    // By the number the support desk is given (issue 67): the detail at `/api/orders/{number}`
+    // and the list's `?number=`, under the same access rule as the id.
+    let number = a["number"].as_i64().unwrap();
+    let by_number =
+        json(app.get(&format!("/api/orders/{number}"), &admin).send().await.unwrap(), StatusCode::OK).await;
+    assert_eq!(by_number["id"], a["id"]);
+    let flow = app.get(&format!("/api/orders/{number}/flow"), &alice).send().await.unwrap();
+    assert_eq!(flow.status(), StatusCode::OK);
+    let hidden = app.get(&format!("/api/orders/{number}"), &bob).send().await.unwrap();
+    assert_eq!(hidden.status(), StatusCode::NOT_FOUND, "another's order by number: the same 404");
+    let nobody = app.get("/api/orders/999999999", &admin).send().await.unwrap();
+    assert_eq!(nobody.status(), StatusCode::NOT_FOUND);
+    let page =
+        json(app.get(&format!("/api/orders?number={number}"), &admin).send().await.unwrap(), StatusCode::OK)
+            .await;
+    let found: Vec<&Value> = page["items"].as_array().unwrap().iter().map(|o| &o["id"]).collect();
+    assert_eq!(found, [&a["id"]]);
+    let page =
+        json(app.get(&format!("/api/orders?number={number}"), &bob).send().await.unwrap(), StatusCode::OK)
+            .await;
+    assert!(page["items"].as_array().unwrap().is_empty(), "bob does not find alice's order by number");
+    let by_source = |source: &str| {
+        let app = &app;
+        let admin = admin.clone();
+        let source = source.to_owned();
+        async move {
+            let page = json(
+                app.get(&format!("/api/orders?source={source}"), &admin).send().await.unwrap(),
+                StatusCode::OK,
+            )
+            .await;
+            page["items"].as_array().unwrap().len()
+        }
+    };
+    assert_eq!((by_source("API").await, by_source("MEETING").await), (2, 0));
+    for bad in ["number=abc", "number=-1", "source=FAX"] {
+        let problem = json(
+            app.get(&format!("/api/orders?{bad}"), &admin).send().await.unwrap(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        )
+        .await;
+        assert!(bad.starts_with(problem["field"].as_str().unwrap()), "{bad}: {problem}");
+    }
+
     // A customer may not order for someone else; an admin may.
     let mut for_alice = order_body();
     for_alice["customerId"] = json!("alice");

@@ -80,6 +80,7 @@ async fn an_operator_repairs_a_dead_letter_and_a_notification_from_the_console()
             .await;
     assert_eq!(manual["notification"]["status"], "MANUAL_INTERVENTION_REQUIRED");
     let manual_id = manual["id"].as_str().unwrap().to_owned();
+    let manual_number = manual["number"].as_i64().unwrap().to_string();
 
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser/console_page.py");
     let shots = concat!(env!("CARGO_MANIFEST_DIR"), "/target/console-screens");
@@ -90,6 +91,7 @@ async fn an_operator_repairs_a_dead_letter_and_a_notification_from_the_console()
         broken_id.clone(),
         manual_id.clone(),
         shots.into(),
+        manual_number,
     ];
     let output = tokio::task::spawn_blocking(move || Command::new("python3").arg(script).args(args).output())
         .await

@@ -247,6 +247,8 @@ async fn listing_filters_and_pages(backend: Backend) {
     let filter = |customer: Option<&str>, before: Option<OrderId>, limit| OrderFilter {
         status: None,
         customer_id: customer.map(str::to_owned),
+        number: None,
+        source: None,
         before,
         limit,
     };
@@ -260,6 +262,16 @@ async fn listing_filters_and_pages(backend: Backend) {
     assert_eq!(s.orders.list(&created).await.unwrap().len(), 4);
     let completed = OrderFilter { status: Some(OrderStatus::Completed), ..filter(None, None, 10) };
     assert!(s.orders.list(&completed).await.unwrap().is_empty());
+    // By the API it came through, and by its number (issue 67: the number the support desk
+    // is given).
+    let api = OrderFilter { source: Some(OrderSource::Api), ..filter(None, None, 10) };
+    assert_eq!(s.orders.list(&api).await.unwrap().len(), 4);
+    let meeting = OrderFilter { source: Some(OrderSource::Meeting), ..filter(None, None, 10) };
+    assert!(s.orders.list(&meeting).await.unwrap().is_empty());
+    let all = s.orders.list(&filter(None, None, 10)).await.unwrap();
+    let numbered = OrderFilter { number: Some(all[1].number), ..filter(None, None, 10) };
+    let found: Vec<OrderId> = s.orders.list(&numbered).await.unwrap().iter().map(|o| o.id).collect();
+    assert_eq!(found, [all[1].id]);
 }
 
 async fn committing_events_wakes_the_relay(backend: Backend) {

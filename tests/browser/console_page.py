@@ -1,12 +1,13 @@
 """Drives the operator console (/console/) in headless Chromium as an operator would.
 
 Usage: python3 console_page.py BASE_URL ADMIN_TOKEN CUSTOMER_TOKEN ORDER_WITH_DEAD_LETTER
-       ORDER_WAITING_FOR_OPERATOR SCREENSHOT_DIR
+       ORDER_WAITING_FOR_OPERATOR SCREENSHOT_DIR NUMBER_OF_THE_WAITING_ORDER
 
 A customer token is refused with a clear message; the admin token signs in; the overview
 shows the dead letter (an unroutable event, now routable); its payload is previewed; it is
-dry-run then redriven and its order's story shows it PUBLISHED; the notification waiting for an operator is reprocessed and its order is
-COMPLETED. A screenshot of each page goes to SCREENSHOT_DIR. Exits 0 when every check holds;
+dry-run then redriven and its order's story shows it PUBLISHED; the orders list finds the order
+waiting for an operator by its number; its page shows its notification, which is reprocessed
+there, and the order is COMPLETED; an unknown page says so. A screenshot of each page goes to SCREENSHOT_DIR. Exits 0 when every check holds;
 otherwise prints what failed and exits 1.
 """
 
@@ -22,7 +23,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 
 def main() -> int:
-    base, admin, customer, dead_order, manual_order, shots = sys.argv[1:7]
+    base, admin, customer, dead_order, manual_order, shots, manual_number = sys.argv[1:8]
     os.makedirs(shots, exist_ok=True)
     options = webdriver.ChromeOptions()
     options.binary_location = "/usr/bin/chromium"
@@ -84,11 +85,32 @@ def main() -> int:
         driver.save_screenshot(f"{shots}/order.png")
 
         driver.get(f"{base}/console/#notifications")
-        reprocess = wait.until(ec.element_to_be_clickable((By.XPATH, "//button[.='Reprocess']")))
+        wait.until(ec.element_to_be_clickable((By.XPATH, "//button[.='Reprocess']")))
         driver.save_screenshot(f"{shots}/notifications.png")
-        reprocess.click()
+
+        # The orders list: every order, newest first; found by the number a customer gives.
+        driver.get(f"{base}/console/#orders")
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "#os-body table")))
+        driver.find_element(By.CSS_SELECTOR, "#os-filter input[name=number]").send_keys(manual_number)
+        driver.find_element(By.CSS_SELECTOR, "#os-filter button").click()
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#os-body tbody tr")) == 1
+                   and f"#{manual_number}" in d.find_element(By.ID, "os-body").text)
+        driver.save_screenshot(f"{shots}/orders.png")
+        driver.find_element(By.LINK_TEXT, f"#{manual_number}").click()
+        # Its page shows the notification waiting for an operator, and repairs it there.
+        wait.until(ec.text_to_be_present_in_element((By.ID, "o-notification"), "MANUAL_INTERVENTION_REQUIRED"))
+        driver.find_element(By.ID, "o-reprocess").click()
         answer_prompt("console test: customer asked again")
         wait.until(ec.text_to_be_present_in_element((By.ID, "status"), f"order {manual_order} is COMPLETED"))
+        wait.until(ec.text_to_be_present_in_element((By.ID, "o-notification"), "SENT"))
+
+        # An order by its number in the look-up, and a page that does not exist.
+        driver.get(f"{base}/console/#order/{manual_number}")
+        driver.refresh()
+        wait.until(ec.text_to_be_present_in_element((By.ID, "o-summary"), f"#{manual_number}"))
+        driver.get(f"{base}/console/#nowhere")
+        driver.refresh()
+        wait.until(ec.text_to_be_present_in_element((By.ID, "unknown"), "No such page"))
 
         driver.get(f"{base}/console/#payments")
         wait.until(ec.text_to_be_present_in_element((By.ID, "p-body"), "Awaiting confirmation"))

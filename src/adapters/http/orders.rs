@@ -69,6 +69,21 @@ pub fn parse_order_id(text: &str) -> Result<OrderId, ApiError> {
     text.parse().map_err(|_| ApiError::not_found("order"))
 }
 
+/// An order named in a path by its id (a UUID) or by its `number` (docs/spec.md §3: the
+/// number the platforms' clients and the support desk know, `100001`). Whether the caller
+/// may see it is the use case's: another's order is the same `404` as none.
+///
+/// # Errors
+/// `404` when it names no order.
+pub async fn order_ref(state: &HttpState, text: &str) -> Result<OrderId, ApiError> {
+    match text.parse::<i64>() {
+        Ok(number) if number > 0 && text.bytes().all(|b| b.is_ascii_digit()) => {
+            Ok(state.queries.id_by_number(number).await?)
+        }
+        _ => parse_order_id(text),
+    }
+}
+
 /// Place an order and run its saga.
 #[utoipa::path(
     post,
@@ -164,7 +179,7 @@ pub async fn place_order(
     get,
     path = "/api/orders/{id}",
     tag = "orders",
-    params(("id" = String, Path, description = "Order id (UUID)")),
+    params(("id" = String, Path, description = "Order id (UUID) or order number")),
     responses(
         (status = 200, body = OrderDetailResponse),
         (status = 401, body = Problem, content_type = "application/problem+json"),
@@ -177,7 +192,7 @@ pub async fn get_order(
     caller: Caller,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = parse_order_id(&path)?;
+    let id = order_ref(&state, &path).await?;
     let record = state.queries.get_order(&caller.0, id).await?;
     let mut detail = detail(&state, &record);
     if let (Some(payment), Some(view)) = (&record.payment, detail.payment.as_mut()) {
@@ -203,6 +218,10 @@ pub struct ListOrdersQuery {
     status: Option<String>,
     /// Admins only; a customer always sees their own.
     customer_id: Option<String>,
+    /// The order numbered so (docs/spec.md §3).
+    number: Option<String>,
+    /// The API it came through: `API`, `MEETING`, `COMMERCE`, `MOMO`.
+    source: Option<String>,
     /// 1 to 100, default 20.
     limit: Option<String>,
     /// `nextCursor` of the previous page.
@@ -218,7 +237,7 @@ pub struct ListOrdersQuery {
     responses(
         (status = 200, body = OrderPageResponse),
         (status = 401, body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Bad status, limit or cursor", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Bad status, number, source, limit or cursor", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
 )]
@@ -240,8 +259,19 @@ pub async fn list_orders(
     let cursor = query_param("cursor", q.cursor, 64)?
         .map(|c| c.parse::<OrderId>().map_err(|_| unprocessable("cursor", "not a cursor from this API")))
         .transpose()?;
-    let page =
-        state.queries.list_orders(&caller.0, ListOrders { status, customer_id, limit, cursor }).await?;
+    let number = query_param("number", q.number, 20)?
+        .map(|n| {
+            n.parse::<i64>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| unprocessable("number", "must be an order number"))
+        })
+        .transpose()?;
+    let source = query_param("source", q.source, 16)?
+        .map(|s| OrderSource::parse(&s).ok_or_else(|| unprocessable("source", "not an order source")))
+        .transpose()?;
+    let query = ListOrders { status, customer_id, number, source, limit, cursor };
+    let page = state.queries.list_orders(&caller.0, query).await?;
     Ok(HttpResponse::Ok().json(OrderPageResponse {
         items: page.items.iter().map(OrderResponse::from).collect(),
         next_cursor: page.next_cursor.map(|c| c.to_string()),
@@ -254,7 +284,7 @@ pub async fn list_orders(
     post,
     path = "/api/orders/{id}/orchestrate",
     tag = "orders",
-    params(("id" = String, Path, description = "Order id (UUID)")),
+    params(("id" = String, Path, description = "Order id (UUID) or order number")),
     responses(
         (status = 200, body = OrderDetailResponse),
         (status = 401, body = Problem, content_type = "application/problem+json"),
@@ -267,7 +297,7 @@ pub async fn orchestrate(
     caller: Caller,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = parse_order_id(&path)?;
+    let id = order_ref(&state, &path).await?;
     let record = state.orchestrator.orchestrate(&caller.0, id).await?;
     Ok(HttpResponse::Ok().json(detail(&state, &record)))
 }
@@ -289,7 +319,7 @@ fn detail(state: &HttpState, record: &OrderRecord) -> OrderDetailResponse {
     post,
     path = "/api/orders/{id}/payment",
     tag = "orders",
-    params(("id" = String, Path, description = "Order id (UUID)")),
+    params(("id" = String, Path, description = "Order id (UUID) or order number")),
     request_body = PayOrderRequest,
     responses(
         (status = 200, body = OrderDetailResponse),
@@ -307,7 +337,7 @@ pub async fn pay(
     path: web::Path<String>,
     body: JsonBody<PayOrderRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = parse_order_id(&path)?;
+    let id = order_ref(&state, &path).await?;
     let PayOrderRequest { payment_key, amount } = body.value;
     let record = state.orchestrator.pay_order(&caller.0, id, PayOrder { payment_key, amount }).await?;
     Ok(HttpResponse::Ok().json(detail(&state, &record)))
@@ -319,7 +349,7 @@ pub async fn pay(
     get,
     path = "/api/orders/{id}/flow",
     tag = "orders",
-    params(("id" = String, Path, description = "Order id (UUID)")),
+    params(("id" = String, Path, description = "Order id (UUID) or order number")),
     responses(
         (status = 200, body = OrderFlowResponse),
         (status = 401, body = Problem, content_type = "application/problem+json"),
@@ -332,7 +362,7 @@ pub async fn flow(
     caller: Caller,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = parse_order_id(&path)?;
+    let id = order_ref(&state, &path).await?;
     let flow = state.queries.flow(&caller.0, id).await?;
     Ok(HttpResponse::Ok().json(OrderFlowResponse {
         order_id: id.to_string(),
@@ -377,7 +407,7 @@ pub async fn refund(
     path: web::Path<String>,
     body: MaybeJson<RefundBody>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = parse_order_id(&path)?;
+    let id = order_ref(&state, &path).await?;
     let (reason, amount) = RefundBody::of(body)?;
     // The caller's key, bounded whatever the subject's length: one refund per (caller, key).
     let request_key = match header(&req, IDEMPOTENCY_KEY)? {

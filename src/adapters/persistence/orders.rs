@@ -200,6 +200,12 @@ impl OrderRepository for SeaOrmStore {
         if let Some(customer) = &filter.customer_id {
             query = query.filter(orders::Column::CustomerId.eq(customer.as_str()));
         }
+        if let Some(number) = filter.number {
+            query = query.filter(orders::Column::Number.eq(number));
+        }
+        if let Some(source) = filter.source {
+            query = query.filter(orders::Column::Source.eq(source.as_str()));
+        }
         if let Some(before) = filter.before {
             query = query.filter(orders::Column::Id.lt(before.as_uuid()));
         }

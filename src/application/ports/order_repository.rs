@@ -8,7 +8,7 @@ use super::error::RepoError;
 use super::scenario::Scenario;
 use crate::domain::ids::OrderId;
 use crate::domain::notification::Notification;
-use crate::domain::order::{Order, OrderStatus, SagaStep, StepStatus};
+use crate::domain::order::{Order, OrderSource, OrderStatus, SagaStep, StepStatus};
 use crate::domain::payment::{Payment, Refund};
 use crate::domain::settlement::Settlement;
 
@@ -65,6 +65,10 @@ pub struct OrderRecord {
 pub struct OrderFilter {
     pub status: Option<OrderStatus>,
     pub customer_id: Option<String>,
+    /// Only the order numbered so.
+    pub number: Option<i64>,
+    /// Only orders that came through this API.
+    pub source: Option<OrderSource>,
     /// Only orders with an id smaller than this (the previous page's last id).
     pub before: Option<OrderId>,
     pub limit: u32,
