@@ -51,6 +51,8 @@ pub(super) struct RawCommerceDialect {
     pub(super) token_validity: Option<String>,
     /// The demo tokens' `iss` (the platform's `app.security.jwt.issuer`).
     pub(super) issuer: Option<String>,
+    /// How long an order made here waits in `CREATED` for its `orchestrate`.
+    pub(super) hold_expiry: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -60,6 +62,9 @@ pub struct HttpSettings {
     pub commerce: Option<CommerceDialectSettings>,
     /// `http.dialects.momo` (docs/spec.md §14); `None` while its `bind` is unset.
     pub momo: Option<MomoDialectSettings>,
+    /// `http.dialects.commerce.hold_expiry` [24h]: read whether or not the dialect is on,
+    /// so that orders held before it was switched off still expire.
+    pub hold_expiry: Duration,
 }
 
 /// The meetup platform's payment endpoints (docs/spec.md §14, docs/dialects.md).

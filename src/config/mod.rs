@@ -36,7 +36,7 @@ use meetings::resolve_meetings;
 use outbox::resolve_outbox;
 use payment::resolve_payment;
 use raw::{DEFAULTS, Raw};
-use resolve::{address, duration, redact};
+use resolve::{address, duration, positive, redact};
 use retention::resolve_idempotency;
 use telemetry::{resolve_log, resolve_telemetry};
 use worker::resolve_worker;
@@ -247,6 +247,8 @@ impl Settings {
             None => None,
         };
         let http = p.take(address("http.bind", &raw.http.bind));
+        let hold = raw.http.dialects.commerce.hold_expiry.as_deref().unwrap_or("24h");
+        let hold_expiry = p.take(positive("http.dialects.commerce.hold_expiry", hold));
         let commerce = p.take(resolve_commerce_dialect(raw.http.dialects.commerce, &raw.payment));
         let momo = p.take(resolve_momo_dialect(raw.http.dialects.momo));
         let outbox = p.take(resolve_outbox(raw.outbox));
@@ -266,6 +268,7 @@ impl Settings {
                 bind: resolved(http)?,
                 commerce: resolved(commerce)?,
                 momo: resolved(momo)?,
+                hold_expiry: resolved(hold_expiry)?,
             },
             database: resolved(database)?,
             broker: resolved(broker)?,

@@ -52,6 +52,7 @@ bind = "127.0.0.1:8080"
 demo_token = false
 token_validity = "1h"
 issuer = "commerce-orchestration-backend"
+hold_expiry = "24h"
 
 [database]
 url = "sqlite://data/app.db?mode=rwc"

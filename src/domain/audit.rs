@@ -9,6 +9,7 @@ spelled!(
         PaymentAuthorized => "PAYMENT_AUTHORIZED",
         PaymentRejected => "PAYMENT_REJECTED",
         PaymentWindowExpired => "PAYMENT_WINDOW_EXPIRED",
+        HoldExpired => "HOLD_EXPIRED",
         PaymentMethodSaved => "PAYMENT_METHOD_SAVED",
         PaymentMethodForgotten => "PAYMENT_METHOD_FORGOTTEN",
         // Written before partial refunds were recorded; kept so those rows still read.

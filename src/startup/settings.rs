@@ -50,6 +50,7 @@ pub(super) fn saga_settings(settings: &Settings) -> SagaSettings {
         saga_lease: chrono(settings.worker.saga_lease),
         checkout: (settings.payment.provider == ProviderKind::Toss)
             .then(|| CheckoutSettings { window: chrono(settings.payment.toss.confirm_window) }),
+        hold_expiry: chrono(settings.http.hold_expiry),
     }
 }
 

@@ -838,7 +838,63 @@ async fn its_request_validation_and_path_errors(backend: Backend) {
     error(res, StatusCode::BAD_REQUEST, "BAD_REQUEST", "잘못된 요청입니다.").await;
 }
 
+/// Issue 67: one token made 17 757 held orders in 30 s and none ever expired. An order made
+/// here that its client never orchestrates fails after `hold_expiry` (`HOLD_EXPIRED`,
+/// audited, counted); a younger one, or one whose saga ran, is left as it is.
+async fn held_orders_expire_when_never_orchestrated(backend: Backend) {
+    let extra = [
+        ("APP__HTTP__DIALECTS__COMMERCE__BIND", "127.0.0.1:0"),
+        ("APP__HTTP__DIALECTS__COMMERCE__JWT_SECRET", SECRET),
+        ("APP__HTTP__DIALECTS__COMMERCE__HOLD_EXPIRY", "1h"),
+    ];
+    let Some(app) = TestApp::spawn_on_manual_clock(backend, &extra).await else { return };
+    let base = app.commerce.clone().expect("the dialect's listener is on");
+    let admin = admin_client(&app, &base);
+    let forgotten = admin.create("normal happy path").await;
+    let ran = admin.create("normal happy path").await;
+    admin.data("POST", &format!("/api/orders/{ran}/orchestrate"), None).await;
+    app.advance(std::time::Duration::from_secs(30 * 60));
+    let young = admin.create("normal happy path").await;
+    assert_eq!(app.services.orchestrator.expire_held_orders().await.unwrap(), 0, "none held an hour yet");
+    app.advance(std::time::Duration::from_secs(31 * 60));
+    assert_eq!(app.services.orchestrator.expire_held_orders().await.unwrap(), 1);
+    let ops = app.admin_token("ops");
+    let detail = |number: i64| {
+        let app = &app;
+        let ops = ops.clone();
+        async move {
+            crate::helpers::json(
+                app.get(&format!("/api/orders/{number}"), &ops).send().await.unwrap(),
+                StatusCode::OK,
+            )
+            .await
+        }
+    };
+    let expired = detail(forgotten).await;
+    assert_eq!(
+        (&expired["status"], &expired["failureStage"], &expired["failureReason"]),
+        (&json!("FAILED"), &json!("PAYMENT"), &json!("HOLD_EXPIRED")),
+        "{expired}"
+    );
+    assert_eq!(detail(ran).await["status"], json!("COMPLETED"));
+    assert_eq!(detail(young).await["status"], json!("CREATED"));
+    assert_eq!(
+        crate::helpers::count_where(
+            &app.db,
+            "audit_log",
+            "action = 'HOLD_EXPIRED' AND actor = 'system:held-orders'"
+        )
+        .await,
+        1
+    );
+    // Its client orchestrating it now: the platform's replay of an order that ran, no saga.
+    admin.data("POST", &format!("/api/orders/{forgotten}/orchestrate"), None).await;
+    assert_eq!(detail(forgotten).await["status"], json!("FAILED"));
+    assert_eq!(app.services.orchestrator.expire_held_orders().await.unwrap(), 0, "expired once");
+}
+
 on_both_databases!(
+    held_orders_expire_when_never_orchestrated,
     demo_tokens_are_the_platforms,
     tokens_are_checked_and_every_answer_is_in_the_envelope,
     orders_wait_for_orchestrate_and_run_as_its_integration_tests_expect,

@@ -235,13 +235,18 @@ impl OrderRepository for SeaOrmStore {
         Ok(OrderStatus::ALL.iter().map(|s| (*s, counts.get(s.as_str()).copied().unwrap_or(0))).collect())
     }
 
-    async fn awaiting_payment_since_before(
+    async fn waiting_since_before(
         &self,
+        status: OrderStatus,
+        source: Option<OrderSource>,
         created_before: DateTime<Utc>,
         limit: u32,
     ) -> Result<Vec<OrderId>, RepoError> {
-        Ok(orders::Entity::find()
-            .filter(orders::Column::Status.eq(OrderStatus::AwaitingPayment.as_str()))
+        let mut query = orders::Entity::find().filter(orders::Column::Status.eq(status.as_str()));
+        if let Some(source) = source {
+            query = query.filter(orders::Column::Source.eq(source.as_str()));
+        }
+        Ok(query
             .filter(orders::Column::CreatedAt.lt(created_before))
             .order_by_asc(orders::Column::CreatedAt)
             .limit(u64::from(limit))

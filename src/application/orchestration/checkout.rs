@@ -20,7 +20,9 @@ use crate::application::ports::{AuditRecord, Changes, OrderRecord};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
-use crate::domain::order::{FailureReason, FailureStage, Order, OrderStatus, SagaStep, StepStatus};
+use crate::domain::order::{
+    FailureReason, FailureStage, Order, OrderSource, OrderStatus, SagaStep, StepStatus,
+};
 use crate::domain::payment::{AUTHORIZATION_MISMATCH, Payment, payment_request_id};
 use crate::domain::text;
 
@@ -199,7 +201,7 @@ impl Orchestrator {
             Admission::Resume => self.resume(record, actor).await,
             Admission::Refuse(err) => Err(err),
             Admission::Expire => {
-                self.expire(order_id).await?;
+                self.expire(order_id, Expiry::Unpaid).await?;
                 Err(window_expired())
             }
             Admission::WrongAmount(audit) => {
@@ -265,55 +267,107 @@ impl Orchestrator {
     /// `Unavailable` when the database fails.
     pub async fn expire_unpaid(&self) -> Result<usize, AppError> {
         let Some(settings) = self.settings.checkout else { return Ok(0) };
-        let due = self.orders.awaiting_payment_since_before(self.clock.now() - settings.window, 100).await?;
+        self.expire_waiting(Expiry::Unpaid, settings.window).await
+    }
+
+    /// Fails the orders held in `CREATED` (the commerce dialect's, docs/dialects.md) whose
+    /// client never asked for the saga within `http.dialects.commerce.hold_expiry`
+    /// (`FAILED`, stage `PAYMENT`, `HOLD_EXPIRED`, with `order.failed`; audited, counted in
+    /// `orders_expired_total{reason}`). Returns how many it failed.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    pub async fn expire_held_orders(&self) -> Result<usize, AppError> {
+        self.expire_waiting(Expiry::Held, self.settings.hold_expiry).await
+    }
+
+    /// Fails the orders `expiry` names that waited longer than `window`, one lease each.
+    async fn expire_waiting(&self, expiry: Expiry, window: chrono::Duration) -> Result<usize, AppError> {
+        let (status, source) = expiry.waiting();
+        let due = self.orders.waiting_since_before(status, source, self.clock.now() - window, 100).await?;
         let mut expired = 0;
         for order_id in due {
-            if self.expire(order_id).await? {
+            if self.expire(order_id, expiry).await? {
                 expired += 1;
             }
+        }
+        if expired > 0 {
+            let reason = expiry.reason().as_str();
+            self.meter.record(|| {
+                metrics::counter!("orders_expired_total", "reason" => reason).increment(expired as u64);
+            });
         }
         Ok(expired)
     }
 
-    /// Fails one order whose window ran out, under its saga lease; `false` when it is busy
+    /// Fails one order whose wait ran out, under its saga lease; `false` when it is busy
     /// or no longer waiting.
-    async fn expire(&self, order_id: OrderId) -> Result<bool, AppError> {
-        let held = self.leases.holding(order_id, async move |_| self.expire_held(order_id).await).await?;
-        held.unwrap_or(Ok(false))
+    async fn expire(&self, order_id: OrderId, expiry: Expiry) -> Result<bool, AppError> {
+        let expire = async move |_: &_| self.expire_leased(order_id, expiry).await;
+        self.leases.holding(order_id, expire).await?.unwrap_or(Ok(false))
     }
 
     /// [`Self::expire`] under the order's lease.
-    async fn expire_held(&self, order_id: OrderId) -> Result<bool, AppError> {
+    async fn expire_leased(&self, order_id: OrderId, expiry: Expiry) -> Result<bool, AppError> {
         let record = self.load(order_id).await?;
-        if record.order.status != OrderStatus::AwaitingPayment || record.payment.is_some() {
+        let (status, source) = expiry.waiting();
+        let waiting = record.order.status == status && source.is_none_or(|s| record.order.source == s);
+        if !waiting || record.payment.is_some() {
             return Ok(false);
         }
         let now = self.clock.now();
         let mut order = record.order.clone();
-        let events = order
-            .fail(FailureStage::Payment, FailureReason::PaymentWindowExpired, now)
-            .map_err(broken_invariant)?;
+        let events = order.fail(FailureStage::Payment, expiry.reason(), now).map_err(broken_invariant)?;
         let mut changes = Changes::default();
         changes.update_order(&mut order);
-        changes.step(
-            order_id,
-            SagaStep::Payment,
-            StepStatus::Failed,
-            Some("payment window expired".into()),
-            now,
-        );
+        let (step, action, actor, since) = match expiry {
+            Expiry::Unpaid => {
+                ("payment window expired", AuditAction::PaymentWindowExpired, "checkout-window", "unpaid")
+            }
+            Expiry::Held => (
+                "held order expired: its client never asked for its saga",
+                AuditAction::HoldExpired,
+                "held-orders",
+                "held",
+            ),
+        };
+        changes.step(order_id, SagaStep::Payment, StepStatus::Failed, Some(step.into()), now);
         changes.audit.push(audit::record(
-            AuditAction::PaymentWindowExpired,
+            action,
             entity::ORDER,
             order_id,
-            &Actor::system("checkout-window"),
-            Some(format!("unpaid since {}", record.order.created_at.to_rfc3339())),
+            &Actor::system(actor),
+            Some(format!("{since} since {}", record.order.created_at.to_rfc3339())),
             now,
         ));
         let mut writer = EventWriter::new(&order, &record, now);
         writer.order(&events);
         changes.outbox = writer.finish();
         self.commit(changes).await
+    }
+}
+
+/// What an expiry fails: an order unpaid past the payment window, or one held past its hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expiry {
+    Unpaid,
+    Held,
+}
+
+impl Expiry {
+    /// The status (and source) of an order that waits so.
+    fn waiting(self) -> (OrderStatus, Option<OrderSource>) {
+        match self {
+            Expiry::Unpaid => (OrderStatus::AwaitingPayment, None),
+            Expiry::Held => (OrderStatus::Created, Some(OrderSource::Commerce)),
+        }
+    }
+
+    fn reason(self) -> FailureReason {
+        match self {
+            Expiry::Unpaid => FailureReason::PaymentWindowExpired,
+            Expiry::Held => FailureReason::HoldExpired,
+        }
     }
 }
 

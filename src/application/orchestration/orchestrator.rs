@@ -27,6 +27,9 @@ pub struct SagaSettings {
     /// Set when the payment provider needs the customer's authorization before a charge
     /// (Toss): API orders then wait `AWAITING_PAYMENT` (docs/spec.md §10).
     pub checkout: Option<CheckoutSettings>,
+    /// `http.dialects.commerce.hold_expiry`: how long an order held in `CREATED` (the
+    /// commerce dialect's) waits for its client's `orchestrate` before it fails.
+    pub hold_expiry: chrono::Duration,
 }
 
 /// How the checkout waits for the customer (docs/spec.md §10; `checkout.rs`).

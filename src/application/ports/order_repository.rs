@@ -135,13 +135,16 @@ pub trait OrderRepository: Send + Sync {
     /// MUST return `Unavailable` when the database fails.
     async fn list(&self, filter: &OrderFilter) -> Result<Vec<Order>, RepoError>;
 
-    /// Orders `AWAITING_PAYMENT` created before `created_before` (their payment window has
-    /// run out): at most `limit`, oldest first.
+    /// Orders in `status` (of `source`, when given) created before `created_before`: those
+    /// unpaid past their payment window (`AWAITING_PAYMENT`), or held past their hold
+    /// (`CREATED`, `COMMERCE`). At most `limit`, oldest first.
     ///
     /// # Errors
     /// MUST return `Unavailable` when the database fails.
-    async fn awaiting_payment_since_before(
+    async fn waiting_since_before(
         &self,
+        status: OrderStatus,
+        source: Option<OrderSource>,
         created_before: DateTime<Utc>,
         limit: u32,
     ) -> Result<Vec<OrderId>, RepoError>;

@@ -1,7 +1,7 @@
-//! Recovery's five jobs, each run on its own by the worker ([`crate::application::jobs`]),
+//! Recovery's six jobs, each run on its own by the worker ([`crate::application::jobs`]),
 //! every `reconciliation.interval`: unknown payment outcomes looked up, stalled sagas
-//! resumed, orders unpaid past the payment window failed, pending refunds finished, failed
-//! compensations retried. One failing does not hold up, or mark unready, the others.
+//! resumed, orders unpaid past the payment window failed, orders held past their hold
+//! failed, pending refunds finished, failed compensations retried. One failing does not hold up, or mark unready, the others.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +19,7 @@ pub fn recovery_jobs(recovery: &Arc<Recovery>) -> Vec<Arc<dyn PeriodicJob>> {
         Arc::new(PaymentReconciliation(recovery.clone())),
         Arc::new(StalledSagas(recovery.clone())),
         Arc::new(UnpaidOrders(recovery.clone())),
+        Arc::new(HeldOrders(recovery.clone())),
         Arc::new(PendingRefunds(recovery.clone())),
         Arc::new(CompensationRetries(recovery.clone())),
     ]
@@ -30,6 +31,8 @@ pub struct PaymentReconciliation(pub Arc<Recovery>);
 pub struct StalledSagas(pub Arc<Recovery>);
 /// Orders unpaid past the payment window, failed.
 pub struct UnpaidOrders(pub Arc<Recovery>);
+/// Orders held past their hold (the commerce dialect's), failed.
+pub struct HeldOrders(pub Arc<Recovery>);
 /// Refunds whose outcome is unknown, finished.
 pub struct PendingRefunds(pub Arc<Recovery>);
 /// Compensations that failed, tried again.
@@ -74,6 +77,20 @@ impl PeriodicJob for UnpaidOrders {
     async fn round(&self) -> Result<Option<String>, AppError> {
         let expired = self.0.orchestrator.expire_unpaid().await?;
         Ok((expired > 0).then(|| format!("{expired} orders unpaid past the payment window failed")))
+    }
+}
+
+#[async_trait]
+impl PeriodicJob for HeldOrders {
+    fn name(&self) -> &'static str {
+        "held orders"
+    }
+    fn interval(&self) -> Duration {
+        self.0.settings.interval
+    }
+    async fn round(&self) -> Result<Option<String>, AppError> {
+        let expired = self.0.orchestrator.expire_held_orders().await?;
+        Ok((expired > 0).then(|| format!("{expired} orders held past their hold failed")))
     }
 }
 

@@ -35,6 +35,7 @@ spelled!(
         SettlementFailed => "SETTLEMENT_FAILED",
         NotificationFailed => "NOTIFICATION_FAILED",
         PaymentWindowExpired => "PAYMENT_WINDOW_EXPIRED",
+        HoldExpired => "HOLD_EXPIRED",
     }
 );
 
@@ -42,7 +43,7 @@ spelled!(
     /// How the order reached us. `COMMERCE`: made through the commerce dialect
     /// (docs/dialects.md), held in `CREATED` until its client asks for the saga. `MOMO`: a
     /// member's meeting fee keyed in through the momo dialect (`POST /payments/test/keyin`),
-    /// charged before the order is placed; a meeting order like `MEETING` otherwise.
+    /// charged by the order's first run; a meeting order like `MEETING` otherwise.
     OrderSource {
         Api => "API",
         Meeting => "MEETING",

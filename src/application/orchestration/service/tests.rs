@@ -98,6 +98,7 @@ impl Mocks {
                 settlement_retry: RetryPolicy::new(5, Duration::seconds(60)),
                 saga_lease: Duration::seconds(60),
                 checkout: None,
+                hold_expiry: Duration::hours(24),
             },
         );
         (orchestrator, self.committed)
