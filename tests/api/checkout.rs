@@ -74,6 +74,18 @@ async fn a_checkout_waits_for_the_customer_and_is_confirmed_once(backend: Backen
     let other = fake.checkout(checkout["orderId"].as_str().unwrap(), total, None).await;
     let refused = json(pay(&app, &alice, &order, &other, total).await, StatusCode::CONFLICT).await;
     assert_eq!(refused["code"], "PAYMENT_NOT_EXPECTED");
+    // The same customer's second order with the key that paid the first (issue 67: answered
+    // `ORDER_BUSY` "retry shortly" for ever): a 409 naming why, and the order still waits.
+    for _ in 0..2 {
+        let reused = json(pay(&app, &alice, &again, &payment_key, total).await, StatusCode::CONFLICT).await;
+        assert_eq!(reused["code"], "PAYMENT_KEY_USED", "{reused}");
+    }
+    let waiting = json(
+        app.get(&format!("/api/orders/{}", again["id"].as_str().unwrap()), &alice).send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!((&waiting["status"], &waiting["payment"]), (&json!("AWAITING_PAYMENT"), &Value::Null));
     // Support sees Toss's own record beside ours (admins only).
     let payment_id = paid["payment"]["id"].as_str().unwrap();
     let view_path = format!("/api/admin/payments/{payment_id}/provider");

@@ -326,7 +326,7 @@ fn detail(state: &HttpState, record: &OrderRecord) -> OrderDetailResponse {
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Not the order's customer", body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "PAYMENT_WINDOW_EXPIRED, PAYMENT_NOT_EXPECTED or ORDER_BUSY", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "PAYMENT_WINDOW_EXPIRED, PAYMENT_NOT_EXPECTED, PAYMENT_KEY_USED (the key paid another order) or ORDER_BUSY", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "AMOUNT_MISMATCH (nothing called) or a bad paymentKey", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))

@@ -151,6 +151,9 @@ fn intent(
     (changes, order, payment)
 }
 
+/// The widget's `paymentKey` was committed for another payment already (docs/spec.md §10).
+pub const PAYMENT_KEY_USED: &str = "PAYMENT_KEY_USED";
+
 fn window_expired() -> AppError {
     AppError::Conflict {
         code: "PAYMENT_WINDOW_EXPIRED",
@@ -235,7 +238,7 @@ impl Orchestrator {
                 let (changes, order, payment) =
                     intent(&fresh, cmd.payment_key, number, actor, self.clock.now());
                 if !self.commit(changes).await? {
-                    return Err(AppError::order_busy());
+                    return Err(self.intent_refused(&fresh).await);
                 }
                 fresh.order = order;
                 fresh.payment = Some(payment);
@@ -257,6 +260,24 @@ impl Orchestrator {
             });
         }
         Ok(record)
+    }
+
+    /// Why an authorization's intent was not committed: the order moved meanwhile (busy,
+    /// worth a retry), or, the order as it was, the key itself cannot be stored — it paid
+    /// another order already (no retry can help: a `409` naming it).
+    async fn intent_refused(&self, before: &OrderRecord) -> AppError {
+        match self.load(before.order.id).await {
+            Ok(now) if now.order.version == before.order.version && now.payment.is_none() => {
+                AppError::Conflict {
+                    code: PAYMENT_KEY_USED,
+                    message:
+                        "this paymentKey paid another order already: ask the payment widget for a new one"
+                            .into(),
+                }
+            }
+            Ok(_) => AppError::order_busy(),
+            Err(err) => err,
+        }
     }
 
     /// Fails the orders whose payment window ran out with no authorization committed
