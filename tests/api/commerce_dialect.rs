@@ -733,6 +733,9 @@ async fn operators_recover_notifications_and_dead_letters_with_its_admin_paths(b
     let claimed =
         crate::helpers::dead_letter_heads(&app, chrono::Utc::now() + chrono::Duration::hours(48)).await;
     let dead = claimed.first().expect("a head event was claimed");
+    // A relay runs (as in the platform, whose retry publishes within the call): the answer is
+    // the event published, not merely queued again (issue 67).
+    let workers = orchestrator::startup::Workers::spawn(&app.services);
     let data = admin
         .data(
             "POST",
@@ -746,11 +749,12 @@ async fn operators_recover_notifications_and_dead_letters_with_its_admin_paths(b
             &json!(dead.id),
             &json!("RETRY_DEAD_LETTER"),
             &json!("DEAD_LETTER"),
-            &json!("READY"),
-            &json!("READY")
+            &json!("PUBLISHED"),
+            &json!("PUBLISHED")
         )
     );
-    assert_eq!(data["message"], "Outbox event retry finished with status READY.");
+    assert_eq!(data["message"], "Outbox event was republished successfully.");
+    workers.shutdown(std::time::Duration::from_secs(5)).await;
     assert!(data["aggregateId"].as_i64().is_some_and(|n| n > 0), "an order's number: {data}");
     assert_eq!(data["eventType"], dead.event_type);
 }

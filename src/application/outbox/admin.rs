@@ -131,6 +131,31 @@ impl OutboxAdmin {
         self.store.get(id).await?.ok_or(AppError::NotFound("outbox event"))
     }
 
+    /// Republishes a dead letter and waits, at most `within`, for a relay to send it (the
+    /// commerce backend's admin retry publishes within the call, docs/dialects.md): the row
+    /// as it stands then — `PUBLISHED` once a relay (this process's, or a worker's woken by
+    /// the commit) sent it, still `READY` where none ran meanwhile.
+    ///
+    /// # Errors
+    /// As [`Self::resolve_dead_letter`].
+    pub async fn republish_within(
+        &self,
+        actor: &Actor,
+        id: i64,
+        reason: Option<String>,
+        within: std::time::Duration,
+    ) -> Result<OutboxRecord, AppError> {
+        let mut row = self.resolve_dead_letter(actor, id, false, reason).await?;
+        let deadline = tokio::time::Instant::now() + within;
+        while matches!(row.status, OutboxStatus::Ready | OutboxStatus::Processing)
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            row = self.get(actor, id).await?;
+        }
+        Ok(row)
+    }
+
     /// Bulk republish of dead letters matching the filter.
     ///
     /// # Errors

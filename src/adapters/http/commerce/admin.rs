@@ -253,6 +253,9 @@ pub async fn retry_due(
     })))
 }
 
+/// How long its outbox retry waits for the relay to send the event again.
+const PUBLISH_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// `POST /api/admin/outbox-events/{id}/retry`: a dead letter goes back to the relay
 /// (`READY`); anything else is refused with its status.
 #[utoipa::path(
@@ -292,7 +295,9 @@ pub async fn retry_outbox(
             status.as_str()
         ))
     };
-    let row = match state.outbox_admin.resolve_dead_letter(&actor, id, false, reason).await {
+    // As the platform: published within the call where a relay runs (this process's, or a
+    // worker's woken by the commit), its status answered.
+    let row = match state.outbox_admin.republish_within(&actor, id, reason, PUBLISH_WITHIN).await {
         Ok(row) => row,
         Err(AppError::Conflict { .. }) => {
             let now = state.outbox_admin.get(&actor, id).await?;
