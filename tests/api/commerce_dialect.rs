@@ -117,9 +117,18 @@ async fn demo_tokens_are_the_platforms(backend: Backend) {
 async fn tokens_are_checked_and_every_answer_is_in_the_envelope(backend: Backend) {
     let Some((app, base)) = dialect(backend, false).await else { return };
     let client = &app.client;
-    // Demo tokens off: the path is not served.
+    // Demo tokens off: the path is not served. Like any path under /api/, a token comes
+    // first: 401 without one (the platform's own test expects it), 404 with one.
     let res =
         client.post(format!("{base}/api/auth/token")).json(&json!({ "username": "x" })).send().await.unwrap();
+    error(res, StatusCode::UNAUTHORIZED, "UNAUTHORIZED", "인증이 필요합니다.").await;
+    let res = client
+        .post(format!("{base}/api/auth/token"))
+        .bearer_auth(platform_token(Algorithm::HS256, "demo-user", &["ROLE_USER"], 600))
+        .json(&json!({ "username": "x" }))
+        .send()
+        .await
+        .unwrap();
     error(res, StatusCode::NOT_FOUND, "NOT_FOUND", "요청한 리소스를 찾을 수 없습니다.").await;
 
     // Health, outside the envelope, as Spring Boot's actuator.

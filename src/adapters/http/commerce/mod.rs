@@ -179,14 +179,19 @@ struct TokenRequest {
     responses(
         (status = 200, description = "data: {tokenType, accessToken, roles}", body = crate::adapters::http::commerce::schema::Envelope),
         (status = 400, description = "BAD_REQUEST: the first invalid field's message", body = crate::adapters::http::commerce::schema::Envelope),
-        (status = 404, description = "NOT_FOUND: demo tokens are off", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 401, description = "UNAUTHORIZED: demo tokens are off and no valid token was sent", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 404, description = "NOT_FOUND: demo tokens are off (with a valid token)", body = crate::adapters::http::commerce::schema::Envelope),
     )
 )]
 async fn token(
     api: web::Data<CommerceApi>,
+    req: actix_web::HttpRequest,
     body: web::Json<TokenRequest>,
 ) -> Result<HttpResponse, CommerceError> {
     if !api.settings.demo_token {
+        // Not served: like any path under `/api/` it has none, so a token comes first
+        // (401 without one, as the platform's own test expects), then 404.
+        auth::caller_of(&req)?;
         return Err(CommerceError::not_found());
     }
     let body = body.into_inner();
