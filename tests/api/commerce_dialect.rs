@@ -476,8 +476,8 @@ async fn orders_wait_for_orchestrate_and_run_as_its_integration_tests_expect(bac
         (
             "PAYMENT_TIMEOUT_UNKNOWN",
             "PAYMENT_PENDING",
-            &[("ORDER_CREATE", "SUCCESS"), ("PAYMENT", "READY"), ("PAYMENT", "READY")],
-            [json!(["READY"]), json!([]), json!([])],
+            &[("ORDER_CREATE", "SUCCESS"), ("PAYMENT", "READY"), ("PAYMENT", "FAILED")],
+            [json!(["CONFIRMATION_REQUIRED"]), json!([]), json!([])],
             0,
         ),
         (
@@ -537,6 +537,8 @@ async fn orders_wait_for_orchestrate_and_run_as_its_integration_tests_expect(bac
         let details: Vec<&str> =
             flow["steps"].as_array().unwrap().iter().map(|s| s["detail"].as_str().unwrap()).collect();
         match word {
+            // Its mock provider's refusal, as its `PaymentService` records the exception.
+            "FAIL_PAYMENT" => assert_eq!(details[2], "Simulated payment failure"),
             "FAIL_SETTLEMENT" => {
                 assert_eq!(details[3], format!("정산 요청 mock 실패가 발생했습니다. settlementId={id}"));
                 assert!(details[4].starts_with("Payment cancelled after settlement failure: paymentId="));

@@ -53,7 +53,9 @@ pub fn order_status(record: &OrderRecord) -> &'static str {
 /// Its `PaymentStatus` (`READY, APPROVED, FAILED, CANCELLED`) for ours.
 pub fn payment_status(status: PaymentStatus) -> &'static str {
     match status {
-        PaymentStatus::Requested | PaymentStatus::ConfirmationRequired => "READY",
+        PaymentStatus::Requested => "READY",
+        // Its word for a payment whose outcome is unknown (docs/dialects.md).
+        PaymentStatus::ConfirmationRequired => "CONFIRMATION_REQUIRED",
         PaymentStatus::Approved | PaymentStatus::RefundPending | PaymentStatus::PartiallyRefunded => {
             "APPROVED"
         }
@@ -162,6 +164,13 @@ pub fn steps(record: &OrderRecord, mock: bool) -> Vec<StepView> {
             (SagaStep::Payment, StepStatus::Success) => {
                 out.push(("PAYMENT", "SUCCESS", format!("Payment approved: paymentId={payment_number}"), at));
             }
+            // Its mock provider's refusal, as its `PaymentService` records the exception.
+            (SagaStep::Payment, StepStatus::Failed) if mock => {
+                out.push(("PAYMENT", "FAILED", "Simulated payment failure".into(), at));
+            }
+            // An unknown outcome: its step is `PAYMENT FAILED` (the order, ours, waits for
+            // reconciliation rather than failing: docs/dialects.md).
+            (SagaStep::Payment, StepStatus::Ready) => out.push(("PAYMENT", "FAILED", ours, at)),
             (SagaStep::Payment, s) => out.push(("PAYMENT", plain(s), ours, at)),
             (SagaStep::Settlement, StepStatus::Success) => {
                 out.push((
