@@ -33,6 +33,7 @@ pub(super) struct RawToss {
     pub(super) ledger_at: String,
     pub(super) ledger_timeout: String,
     pub(super) settlement_grace: String,
+    pub(super) ledger_max_findings: usize,
 }
 
 #[derive(Debug, Deserialize)]
@@ -96,6 +97,8 @@ pub struct TossConfig {
     /// How long after a transaction Toss may take to list its settlement; past it, a
     /// missing one is `SETTLEMENT_MISSING` (docs/spec.md §13).
     pub settlement_grace: Duration,
+    /// The most findings one ledger run keeps; the rest are counted in one `TRUNCATED`.
+    pub ledger_max_findings: usize,
 }
 
 pub(super) fn resolve_payment(p: RawPayment) -> Result<PaymentSettings, ConfigError> {
@@ -171,6 +174,10 @@ pub(super) fn resolve_payment(p: RawPayment) -> Result<PaymentSettings, ConfigEr
             ledger_at,
             ledger_timeout: positive("payment.toss.ledger_timeout", &p.toss.ledger_timeout)?,
             settlement_grace: positive("payment.toss.settlement_grace", &p.toss.settlement_grace)?,
+            ledger_max_findings: match p.toss.ledger_max_findings {
+                0 => return Err(invalid("payment.toss.ledger_max_findings", "must be at least 1")),
+                n => n,
+            },
         },
     })
 }

@@ -149,6 +149,7 @@ timezone = "Asia/Seoul"
 ledger_at = "04:00"
 ledger_timeout = "60s"
 settlement_grace = "7d"
+ledger_max_findings = 50000
 
 [worker]
 stuck_after = "60s"

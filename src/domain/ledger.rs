@@ -26,6 +26,7 @@ spelled!(
         PayoutMismatch => "PAYOUT_MISMATCH",
         SettlementMissing => "SETTLEMENT_MISSING",
         SettlementUnknown => "SETTLEMENT_UNKNOWN",
+        Truncated => "TRUNCATED",
     }
 );
 
@@ -63,6 +64,51 @@ pub struct Finding {
     /// What the provider has (`"DONE 30000"`), if anything.
     pub theirs: Option<String>,
     pub detail: String,
+}
+
+/// A run's findings, at most `cap` of them kept (docs/operations.md, "Ledger findings"): a
+/// provider that answers rows without end cannot fill the memory or the store; what is past
+/// the cap is counted in one `TRUNCATED` finding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CappedFindings {
+    kept: Vec<Finding>,
+    cap: usize,
+    dropped: u64,
+}
+
+impl CappedFindings {
+    pub fn new(cap: usize) -> Self {
+        CappedFindings { kept: Vec::new(), cap, dropped: 0 }
+    }
+
+    pub fn extend(&mut self, findings: impl IntoIterator<Item = Finding>) {
+        for finding in findings {
+            if self.kept.len() < self.cap {
+                self.kept.push(finding);
+            } else {
+                self.dropped += 1;
+            }
+        }
+    }
+
+    /// The findings kept, and one `TRUNCATED` finding counting the rest, if any.
+    pub fn finish(mut self) -> Vec<Finding> {
+        if self.dropped > 0 {
+            self.kept.push(Finding {
+                kind: FindingKind::Truncated,
+                payment_key: None,
+                order_id: None,
+                transaction_key: None,
+                ours: None,
+                theirs: None,
+                detail: format!(
+                    "{} more findings than a run keeps ({}, payment.toss.ledger_max_findings) were counted, not kept: the provider's answers disagree with our books wholesale (a wrong key, a broken page) — look at the provider first",
+                    self.dropped, self.cap
+                ),
+            });
+        }
+        self.kept
+    }
 }
 
 /// A row of the provider's ledger that could not be read: its `transactionKey` if that much
@@ -286,6 +332,26 @@ pub fn missing_at_provider(
 
 #[cfg(test)]
 pub(super) mod tests {
+
+    #[test]
+    fn a_run_keeps_its_first_findings_and_counts_the_rest() {
+        let row = |n: usize| {
+            Finding::unreadable(&UnreadableRow { transaction_key: Some(format!("t{n}")), why: "x".into() })
+        };
+        let mut few = CappedFindings::new(10);
+        few.extend((0..3).map(row));
+        assert_eq!(few.finish().len(), 3, "under the cap: all, no TRUNCATED");
+        let mut many = CappedFindings::new(10);
+        many.extend((0..260).map(row));
+        many.extend((0..50).map(row));
+        let kept = many.finish();
+        assert_eq!(kept.len(), 11);
+        let last = kept.last().unwrap();
+        assert_eq!(last.kind, FindingKind::Truncated);
+        assert!(last.detail.starts_with("300 more findings"), "{}", last.detail);
+        assert_eq!(kept[0].transaction_key.as_deref(), Some("t0"), "the first ones kept");
+    }
+
     use super::*;
     use crate::domain::ids::OrderId;
     use crate::domain::money::Money;

@@ -112,5 +112,6 @@ pub(super) fn ledger_settings(settings: &Settings) -> LedgerSettings {
         // years); the default's 7 days otherwise.
         settlement_grace: chrono::Duration::from_std(settings.payment.toss.settlement_grace)
             .unwrap_or_else(|_| chrono::Duration::days(7)),
+        max_findings: settings.payment.toss.ledger_max_findings,
     }
 }

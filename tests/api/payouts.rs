@@ -21,6 +21,7 @@ on_both_databases!(
     tosss_disagreeing_spellings_still_reconcile,
     a_payment_toss_never_settled_is_missing_only_after_the_grace,
     twelve_thousand_settlement_rows_over_three_pages_reconcile,
+    a_provider_answering_rows_without_end_is_kept_to_a_bounded_run,
 );
 
 /// The fee Toss keeps on `amount` at 3.3 %, and its VAT.
@@ -215,4 +216,32 @@ async fn the_worker_runs_a_day_again_once_its_grace_has_ended() {
     let kinds: Vec<String> = again.findings.iter().map(|f| f.kind.to_string()).collect();
     assert_eq!(kinds, ["SETTLEMENT_MISSING"]);
     assert!(app.services.ledger.run_due().await.unwrap().is_none(), "once");
+}
+
+/// Issue 67: a provider whose pages never end (here: rows of payments we never had, more
+/// than a run keeps) fills neither the memory nor the store. The first
+/// `payment.toss.ledger_max_findings` are kept and audited, the rest counted in one
+/// `TRUNCATED` finding, which alerts.
+async fn a_provider_answering_rows_without_end_is_kept_to_a_bounded_run(backend: Backend) {
+    const MAX_FINDINGS: usize = 40;
+    let fake = Fake::start().await;
+    let cap = [("APP__PAYMENT__TOSS__LEDGER_MAX_FINDINGS", "40")];
+    let Some(app) = crate::toss::spawn_on(backend, &fake, &cap, false).await else { return };
+    let extra = MAX_FINDINGS + 500;
+    fake.post(
+        "/__fake/settlements/extra",
+        json!({ "soldDate": date(toss_today()), "amount": 700, "count": extra }),
+    )
+    .await;
+    let found = run_day(&app).await;
+    assert_eq!(found.len(), MAX_FINDINGS + 1);
+    assert_eq!(found.iter().filter(|k| *k == "SETTLEMENT_UNKNOWN").count(), MAX_FINDINGS);
+    assert_eq!(found.last().map(String::as_str), Some("TRUNCATED"));
+    assert_eq!(count_where(&app.db, "ledger_findings", "1 = 1").await as usize, MAX_FINDINGS + 1);
+    let shown = get(&app, &format!("/api/admin/reconciliation/findings?date={}", date(toss_today()))).await;
+    let truncated =
+        shown["findings"].as_array().unwrap().iter().find(|f| f["kind"] == "TRUNCATED").unwrap().clone();
+    assert!(truncated["detail"].as_str().unwrap().starts_with("500 more findings"), "{truncated}");
+    let metrics = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains(r#"ledger_findings{kind="TRUNCATED"} 1"#), "{metrics}");
 }

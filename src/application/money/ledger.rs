@@ -23,7 +23,7 @@ use crate::application::ports::{
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::PaymentId;
-use crate::domain::ledger::{Finding, FindingKind, Seen, match_theirs, missing_at_provider};
+use crate::domain::ledger::{CappedFindings, Finding, FindingKind, Seen, match_theirs, missing_at_provider};
 use crate::domain::payout::{PaymentPayout, Payout, Settled};
 
 /// The distinct payment keys a page names.
@@ -59,6 +59,10 @@ pub struct LedgerSettings {
     /// How long after a transaction the provider may take to list its settlement
     /// (`payment.toss.settlement_grace`); past it, a missing one is a finding.
     pub settlement_grace: chrono::Duration,
+    /// `payment.toss.ledger_max_findings`: the most findings one run keeps (a provider that
+    /// answers rows without end fills neither the memory nor the store); the rest are
+    /// counted in one `TRUNCATED` finding.
+    pub max_findings: usize,
 }
 
 /// How a day's run went.
@@ -134,9 +138,10 @@ impl Ledger {
         let ours = self.books.books(Some((start, end)), &[]).await?;
         findings.extend(missing_at_provider(&ours, &seen, start, end));
         drop(seen);
-        let mut settled = self.settlements(provider.as_ref(), day).await?;
+        let mut settled = self.settlements(provider.as_ref(), day, &mut findings).await?;
         settled.missing(&ours, start, end, self.clock.now(), self.settings.settlement_grace);
-        findings.append(&mut settled.findings);
+        findings.extend(settled.findings.drain(..));
+        let findings = findings.finish();
         let run = LedgerRun {
             day,
             started_at,
@@ -161,9 +166,9 @@ impl Ledger {
         &self,
         provider: &dyn ProviderLedger,
         day: NaiveDate,
-    ) -> Result<(Seen, Vec<Finding>, i64), AppError> {
+    ) -> Result<(Seen, CappedFindings, i64), AppError> {
         let mut seen = Seen::default();
-        let mut findings = Vec::new();
+        let mut findings = CappedFindings::new(self.settings.max_findings);
         let mut transactions = 0i64;
         let mut cursors: HashSet<String> = HashSet::new();
         let mut after: Option<String> = None;
@@ -195,15 +200,22 @@ impl Ledger {
 
     /// What the provider pays out for the transactions it sold on `day` (docs/spec.md §13),
     /// page by page: each page matched with the books it names and let go; the payouts
-    /// recorded and the sources settled are kept.
-    async fn settlements(&self, provider: &dyn ProviderLedger, day: NaiveDate) -> Result<Settled, AppError> {
+    /// recorded and the sources settled are kept, each page's findings moved to `findings`
+    /// (capped: a provider answering rows without end cannot fill the memory).
+    async fn settlements(
+        &self,
+        provider: &dyn ProviderLedger,
+        day: NaiveDate,
+        findings: &mut CappedFindings,
+    ) -> Result<Settled, AppError> {
         let mut settled = Settled::default();
         for page in 1..=MAX_PAGES {
             let read = provider.settlement_page(day, page as u32).await.map_err(refused_ledger)?;
-            settled.findings.extend(read.unreadable.iter().map(Finding::unreadable));
+            findings.extend(read.unreadable.iter().map(Finding::unreadable));
             let keys = payment_keys(read.rows.iter().map(|r| r.payment_key.as_deref()));
             let books = if keys.is_empty() { Vec::new() } else { self.books.books(None, &keys).await? };
             settled.match_rows(&read.rows, &books);
+            findings.extend(settled.findings.drain(..));
             if !read.more {
                 return Ok(settled);
             }
