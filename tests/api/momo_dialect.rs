@@ -840,11 +840,23 @@ async fn the_money_paths_refuse_what_a_hostile_client_sends(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(envelope_of(two).await.0, StatusCode::UNAUTHORIZED);
-    // Nothing moved: one charge (member 7's), no refund, member 8 has nothing.
+    // Nothing moved: one charge (member 7's), no refund yet, member 8 has nothing.
     assert_eq!((fake.calls("key_in").await, fake.calls("cancel").await), (1, 0));
     let eight = Frontend { app: &app, base: base.clone(), token: access(8) };
     let none = eight.call("GET", "/payments/me", None).await.1;
     assert_eq!(none["data"]["totalElements"], json!(0), "{none}");
+    // Two refunds of the paid payment at once, Toss slow to cancel (500 ms): one refunds;
+    // the other waits for it and is answered what it left (its "only completed payments"
+    // text), never "try again" (issue 67) — and Toss cancels once.
+    fake.fault("cancel", "delay", 500, 1).await;
+    let body = Some(r#"{"reason":"twice at once"}"#);
+    let (a, b) = tokio::join!(seven.call("POST", &refund, body), seven.call("POST", &refund, body));
+    let mut statuses = [a.0, b.0];
+    statuses.sort();
+    assert_eq!(statuses, [StatusCode::OK, StatusCode::BAD_REQUEST], "{a:?} {b:?}");
+    let lost = if a.0 == StatusCode::OK { b.1 } else { a.1 };
+    assert_eq!(lost["message"], json!("완료된 결제만 환불 가능합니다."), "{lost}");
+    assert_eq!(fake.effects("cancel").await, 1);
     // A same-site post with the cookie still works (its frontend's own calls).
     let own =
         send("/payments/test/keyin", json_type, true, &[("sec-fetch-site", "same-origin")]).await.unwrap();

@@ -29,6 +29,11 @@ struct Intent {
     causation_id: Option<String>,
 }
 
+/// How long a refund waits for another runner holding its order (a refund racing it, a saga
+/// step) before answering `ORDER_BUSY`: long enough for a provider's refund call to finish,
+/// so the loser of a race is answered what the winner left, not "retry".
+pub const LEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 impl Refunds {
     /// Refunds `request.amount` (or the whole balance) of `order_id`'s payment. `inbox` (an
     /// inbound message) is recorded in the same transaction as the outcome; `scenario`
@@ -37,7 +42,9 @@ impl Refunds {
     /// # Errors
     /// `NotFound`; `Forbidden` `UNAUTHORIZED_REFUND` unless the caller is the order's
     /// customer or an admin; `Conflict` `REFUND_NOT_ALLOWED` unless the order is `COMPLETED`
-    /// with a balance left, `ORDER_BUSY` while another runner changes it; `Unprocessable`
+    /// with a balance left, `ORDER_BUSY` while another runner changes it for longer than
+    /// [`LEASE_WAIT`] (a refund racing another waits for it, then answers what the winner
+    /// left: a retry could tell it nothing more); `Unprocessable`
     /// `REFUND_AMOUNT_INVALID` unless `0 < amount <= balance` (nothing called);
     /// `Unavailable` when the provider or the database is down: the refund's intent is
     /// recorded before the provider is called, so a retry with the same request key, or
@@ -48,15 +55,22 @@ impl Refunds {
         order_id: OrderId,
         request: RefundRequest,
     ) -> Result<RefundOutcome, AppError> {
-        let held = self
-            .leases
-            .holding(order_id, async move |_| {
-                self.refund_leased(actor, order_id, request, Restate::Once).await
-            })
-            .await?;
-        match held {
-            Some(result) => result,
-            None => Err(self.not_held(&[order_id]).await),
+        let deadline = tokio::time::Instant::now() + LEASE_WAIT;
+        loop {
+            let attempt = request.clone();
+            let held = self
+                .leases
+                .holding(order_id, async move |_| {
+                    self.refund_leased(actor, order_id, attempt, Restate::Once).await
+                })
+                .await?;
+            match held {
+                Some(result) => return result,
+                None if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                None => return Err(self.not_held(&[order_id]).await),
+            }
         }
     }
 
