@@ -65,8 +65,10 @@ enum Attempt {
 enum Claim {
     /// The scheduler's: only a due `RETRY_SCHEDULED` notification.
     Due,
-    /// An operator's: from `RETRY_SCHEDULED`, `MANUAL_INTERVENTION_REQUIRED` or `FAILED`.
-    Reprocess,
+    /// An operator's: from `RETRY_SCHEDULED`, `MANUAL_INTERVENTION_REQUIRED` or `FAILED`,
+    /// with their reason — audited in the same commit as the attempt's outcome, so the
+    /// action and its audit row commit together or not at all.
+    Reprocess(Option<String>),
 }
 
 pub struct NotificationRetry {
@@ -120,12 +122,12 @@ impl NotificationRetry {
                 }
                 notification.claim(lease_until, now)
             }
-            Claim::Reprocess => notification.reprocess(lease_until, now),
+            Claim::Reprocess(_) => notification.reprocess(lease_until, now),
         };
         if let Err(err) = claimed {
             return match claim {
                 Claim::Due => Ok(Attempt::Lost),
-                Claim::Reprocess => Err(AppError::Conflict {
+                Claim::Reprocess(_) => Err(AppError::Conflict {
                     code: "NOTIFICATION_NOT_REPROCESSABLE",
                     message: err.to_string(),
                 }),
@@ -136,7 +138,7 @@ impl NotificationRetry {
         if !commit(self.uow.as_ref(), changes).await? {
             return match claim {
                 Claim::Due => Ok(Attempt::Lost),
-                Claim::Reprocess => Err(AppError::Conflict {
+                Claim::Reprocess(_) => Err(AppError::Conflict {
                     code: "NOTIFICATION_BUSY",
                     message: "another attempt of this notification is in progress".into(),
                 }),
@@ -147,8 +149,23 @@ impl NotificationRetry {
         let request = request_of(&record, &notification);
         let result = self.notifier.send(&request).await;
         let now = self.clock.now();
-        let outcome =
+        let mut outcome =
             apply_send_result(&record, notification, false, result, &self.settings.policy, actor, now)?;
+        if let Claim::Reprocess(reason) = claim {
+            let detail = format!(
+                "notification {id} -> {}{}",
+                outcome.notification.status.as_str(),
+                reason.map(|r| format!("; reason: {r}")).unwrap_or_default()
+            );
+            outcome.changes.audit.push(audit::record(
+                AuditAction::NotificationReprocess,
+                entity::ORDER,
+                record.order.id,
+                actor,
+                Some(detail),
+                now,
+            ));
+        }
         let steps = outcome.changes.steps.clone();
         if !commit(self.uow.as_ref(), outcome.changes).await? {
             // Our lease was recovered by another worker meanwhile: its attempt decides.
@@ -210,32 +227,14 @@ impl NotificationRetry {
         reason: Option<String>,
     ) -> Result<OrderRecord, AppError> {
         actor.require_admin()?;
-        let record = match self.attempt(actor, id, Claim::Reprocess).await? {
-            Attempt::Sent(record) | Attempt::Failed(record) => record,
-            Attempt::Lost => {
-                return Err(AppError::Conflict {
-                    code: "NOTIFICATION_BUSY",
-                    message: "another attempt of this notification is in progress".into(),
-                });
-            }
-        };
-        let mut changes = Changes::default();
-        let now = self.clock.now();
-        let detail = Some(format!(
-            "notification {id} -> {}{}",
-            record.notification.as_ref().map_or("?", |n| n.status.as_str()),
-            reason.map(|r| format!("; reason: {r}")).unwrap_or_default()
-        ));
-        changes.audit.push(audit::record(
-            AuditAction::NotificationReprocess,
-            entity::ORDER,
-            record.order.id,
-            actor,
-            detail,
-            now,
-        ));
-        self.uow.commit(changes).await?;
-        Ok(record)
+        let reason = audit::reason(reason)?;
+        match self.attempt(actor, id, Claim::Reprocess(reason)).await? {
+            Attempt::Sent(record) | Attempt::Failed(record) => Ok(record),
+            Attempt::Lost => Err(AppError::Conflict {
+                code: "NOTIFICATION_BUSY",
+                message: "another attempt of this notification is in progress".into(),
+            }),
+        }
     }
 
     /// An operator decides the customer need not be told: the notification is `IGNORED`
@@ -251,6 +250,7 @@ impl NotificationRetry {
         reason: Option<String>,
     ) -> Result<OrderRecord, AppError> {
         actor.require_admin()?;
+        let reason = audit::reason(reason)?;
         let stored = self.notifications.find(id).await?.ok_or(AppError::NotFound("notification event"))?;
         let mut record = self.record_of(&stored).await?;
         let mut notification = record.notification.clone().ok_or(AppError::NotFound("notification event"))?;

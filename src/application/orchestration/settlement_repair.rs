@@ -43,6 +43,9 @@ impl Orchestrator {
         order_id: OrderId,
         by: SettlementRetryBy,
     ) -> Result<Option<OrderRecord>, AppError> {
+        if let SettlementRetryBy::Operator(reason) = &by {
+            audit::reason(Some(reason.clone()))?;
+        }
         let held =
             self.holding_run(order_id, async |run| self.retry_held(actor, order_id, &by, run).await).await?;
         match (held, by) {
@@ -107,6 +110,7 @@ impl Orchestrator {
         order_id: OrderId,
         reason: &str,
     ) -> Result<OrderRecord, AppError> {
+        audit::reason(Some(reason.to_owned()))?;
         let held = self.holding_run(order_id, async move |run| {
             let record = self.load(order_id).await?;
             let now = self.clock.now();

@@ -114,6 +114,7 @@ impl OutboxAdmin {
         reason: Option<String>,
     ) -> Result<OutboxRecord, AppError> {
         actor.require_admin()?;
+        let reason = audit::reason(reason)?;
         let row = self.store.get(id).await?.ok_or(AppError::NotFound("outbox event"))?;
         let action = if discard { OutboxAction::Discard } else { OutboxAction::Republish };
         let not_dead = || AppError::Conflict {
