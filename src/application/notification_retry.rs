@@ -152,19 +152,8 @@ impl NotificationRetry {
         let mut outcome =
             apply_send_result(&record, notification, false, result, &self.settings.policy, actor, now)?;
         if let Claim::Reprocess(reason) = claim {
-            let detail = format!(
-                "notification {id} -> {}{}",
-                outcome.notification.status.as_str(),
-                reason.map(|r| format!("; reason: {r}")).unwrap_or_default()
-            );
-            outcome.changes.audit.push(audit::record(
-                AuditAction::NotificationReprocess,
-                entity::ORDER,
-                record.order.id,
-                actor,
-                Some(detail),
-                now,
-            ));
+            let status = outcome.notification.status;
+            outcome.changes.audit.push(reprocessed(&record, id, status, reason, actor, now));
         }
         let steps = outcome.changes.steps.clone();
         if !commit(self.uow.as_ref(), outcome.changes).await? {
@@ -365,6 +354,30 @@ impl PeriodicJob for NotificationRetry {
             )
         }))
     }
+}
+
+/// The audit row of an operator's reprocess, committed with its attempt's outcome.
+fn reprocessed(
+    record: &OrderRecord,
+    id: NotificationId,
+    status: crate::domain::notification::NotificationStatus,
+    reason: Option<String>,
+    actor: &Actor,
+    now: chrono::DateTime<chrono::Utc>,
+) -> crate::application::ports::AuditRecord {
+    let detail = format!(
+        "notification {id} -> {}{}",
+        status.as_str(),
+        reason.map(|r| format!("; reason: {r}")).unwrap_or_default()
+    );
+    audit::record(
+        AuditAction::NotificationReprocess,
+        entity::ORDER,
+        record.order.id,
+        actor,
+        Some(detail),
+        now,
+    )
 }
 
 #[cfg(test)]
