@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 use crate::application::ports::{NewOutboxEvent, OrderRecord};
 use crate::domain::ids::EventId;
 use crate::domain::notification::{Notification, NotificationEvent};
-use crate::domain::order::{Order, OrderEvent};
+use crate::domain::order::{Order, OrderEvent, OrderStatus};
 use crate::domain::payment::{Payment, PaymentEvent};
 use crate::domain::settlement::{Settlement, SettlementEvent};
 
@@ -74,6 +74,8 @@ pub struct EventWriter<'a> {
     /// The order's payment's number, once it has one (the record's, or the payment whose
     /// events are written).
     payment_number: Option<i64>,
+    /// The order's status as loaded, before this change.
+    previous: OrderStatus,
     now: DateTime<Utc>,
     events: Vec<NewOutboxEvent>,
 }
@@ -86,6 +88,7 @@ impl<'a> EventWriter<'a> {
             correlation_id: record.context.correlation_id.as_deref(),
             causation_id: record.context.causation_id.as_deref(),
             payment_number: record.payment.as_ref().map(|p| p.number),
+            previous: record.order.status,
             now,
             events: Vec::new(),
         }
@@ -141,6 +144,11 @@ impl<'a> EventWriter<'a> {
     pub fn order(&mut self, events: &[OrderEvent]) -> &mut Self {
         for event in events {
             let extra = match event {
+                // Completed after its notification had failed (retried, reprocessed or
+                // ignored): settled long before, and announced so when it failed.
+                OrderEvent::Completed if self.previous == OrderStatus::Failed => {
+                    json!({ "afterNotificationFailure": true })
+                }
                 OrderEvent::Completed => json!({}),
                 OrderEvent::Failed { stage, reason } => {
                     json!({ "failureStage": stage.as_str(), "failureReason": reason.as_str() })

@@ -498,21 +498,24 @@ async fn orders_wait_for_orchestrate_and_run_as_its_integration_tests_expect(bac
             "FAILED",
             NOTIFICATION_FAILED,
             [json!(["APPROVED"]), json!(["REQUESTED"]), json!(["MANUAL_INTERVENTION_REQUIRED"])],
-            0,
+            // Its settlement record, written before the notification was tried.
+            1,
         ),
         (
             "FAIL_NOTIFICATION_MANUAL",
             "FAILED",
             NOTIFICATION_FAILED,
             [json!(["APPROVED"]), json!(["REQUESTED"]), json!(["MANUAL_INTERVENTION_REQUIRED"])],
-            0,
+            // Its settlement record, written before the notification was tried.
+            1,
         ),
         (
             "FAIL_NOTIFICATION_RETRY",
             "FAILED",
             NOTIFICATION_FAILED,
             [json!(["APPROVED"]), json!(["REQUESTED"]), json!(["RETRY_SCHEDULED"])],
-            0,
+            // Its settlement record, written before the notification was tried.
+            1,
         ),
         (
             "FAIL_NOTIFICATION_IGNORE",
@@ -719,8 +722,13 @@ async fn operators_recover_notifications_and_dead_letters_with_its_admin_paths(b
         admin.refused("POST", &retry, Some(json!({ "operatorId": "x".repeat(101) }))).await;
     assert_eq!((status, code.as_str()), (StatusCode::BAD_REQUEST, "BAD_REQUEST"));
 
-    // Outbox: only a dead letter is retried.
+    // Outbox: its settlement record went out when the notification failed, its notification
+    // record when the operator's retry completed the order — one of each, as the platform.
     let flow = admin.data("GET", &format!("/api/orders/{manual}/flow"), None).await;
+    let kinds: Vec<&str> =
+        flow["outboxEvents"].as_array().unwrap().iter().map(|e| e["eventType"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["SETTLEMENT_REQUESTED", "NOTIFICATION_REQUESTED"], "{flow}");
+    // Only a dead letter is retried.
     let row = &flow["outboxEvents"][0];
     let path = format!("/api/admin/outbox-events/{}/retry", row["outboxEventId"]);
     assert_eq!(

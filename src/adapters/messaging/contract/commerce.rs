@@ -5,9 +5,13 @@
 //! payload)` with String serializers and no headers; the payloads are exactly
 //! `{"orderId":<long>,"eventType":"SETTLEMENT_REQUESTED"}` and `…"NOTIFICATION_REQUESTED"}`.
 //! So each order that completes goes out as those two records, in that order, keyed by the
-//! order's number; the producer partitions them with `murmur2_random`, the Java client's
-//! default, so a key lands where that backend's producer put it. Every other event is sent
-//! native on `broker.kafka.topic`.
+//! order's number — except one whose notification failed first: as the backend wrote its
+//! settlement record before the notification was tried, its settlement record goes out when
+//! the order fails at the notification (`order.failed`, stage `NOTIFICATION`), and its
+//! completion later (retried, reprocessed, ignored) sends the notification record alone. The
+//! producer partitions them with `murmur2_random`, the Java client's default, so a key lands
+//! where that backend's producer put it. Every other event is sent native on
+//! `broker.kafka.topic`.
 
 use super::envelope::Envelope;
 use super::{Encoded, WireMessage};
@@ -25,20 +29,34 @@ pub const PARTITIONER: &str = "murmur2_random";
 /// # Errors
 /// An `order.completed` whose envelope has no order number to key by.
 pub fn encode(record: &OutboxRecord) -> Result<Encoded, String> {
-    if record.event_type != "order.completed" {
+    let kind = record.event_type.as_str();
+    if kind != "order.completed" && kind != "order.failed" {
         return Ok(Encoded::Native);
     }
     #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
     struct Numbered {
-        #[serde(rename = "orderNumber")]
         order_number: Option<i64>,
+        failure_stage: Option<String>,
+        #[serde(default)]
+        after_notification_failure: bool,
     }
     let envelope = Envelope::read(&record.payload)?;
-    let number = serde_json::from_str::<Numbered>(envelope.payload.get())
-        .ok()
+    let read = serde_json::from_str::<Numbered>(envelope.payload.get()).ok();
+    let (settlement, notification) = match (kind, &read) {
+        ("order.failed", Some(Numbered { failure_stage, .. }))
+            if failure_stage.as_deref() == Some("NOTIFICATION") =>
+        {
+            (true, false)
+        }
+        ("order.failed", _) => return Ok(Encoded::Native),
+        (_, Some(Numbered { after_notification_failure: true, .. })) => (false, true),
+        _ => (true, true),
+    };
+    let number = read
         .and_then(|p| p.order_number)
         .filter(|n| *n > 0)
-        .ok_or("order.completed has no orderNumber: the commerce contract keys by it")?;
+        .ok_or_else(|| format!("{kind} has no orderNumber: the commerce contract keys by it"))?;
     let message = |topic: &str, event_type: &str| WireMessage {
         destination: Some(topic.to_owned()),
         key: number.to_string(),
@@ -53,10 +71,14 @@ pub fn encode(record: &OutboxRecord) -> Result<Encoded, String> {
         correlation_id: None,
         headers: Vec::new(),
     };
-    Ok(Encoded::Messages(vec![
-        message(SETTLEMENT_TOPIC, "SETTLEMENT_REQUESTED"),
-        message(NOTIFICATION_TOPIC, "NOTIFICATION_REQUESTED"),
-    ]))
+    let mut messages = Vec::with_capacity(2);
+    if settlement {
+        messages.push(message(SETTLEMENT_TOPIC, "SETTLEMENT_REQUESTED"));
+    }
+    if notification {
+        messages.push(message(NOTIFICATION_TOPIC, "NOTIFICATION_REQUESTED"));
+    }
+    Ok(Encoded::Messages(messages))
 }
 
 #[cfg(test)]
@@ -95,6 +117,29 @@ mod tests {
             ]
         );
         assert!(messages.iter().all(|m| m.headers.is_empty() && !m.kafka_content_type_header));
+    }
+
+    /// What each records of its own: (the record's payload beside `orderNumber`, topics).
+    #[test]
+    fn a_notification_that_failed_first_announces_the_settlement_then_the_notification() {
+        let with = |event_type: &str, extra: serde_json::Value| {
+            let mut r = record(event_type, 7.into());
+            let mut payload: serde_json::Value = serde_json::from_str(&r.payload).unwrap();
+            payload["payload"].as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            r.payload = payload.to_string();
+            r
+        };
+        let topics = |r: &OutboxRecord| match encode(r).unwrap() {
+            Encoded::Messages(m) => m.iter().map(|m| m.destination.clone().unwrap()).collect::<Vec<_>>(),
+            Encoded::Native => vec!["native".to_owned()],
+        };
+        let failed_at = |stage: &str| with("order.failed", serde_json::json!({ "failureStage": stage }));
+        assert_eq!(topics(&failed_at("NOTIFICATION")), [SETTLEMENT_TOPIC]);
+        assert_eq!(topics(&failed_at("PAYMENT")), ["native"]);
+        assert_eq!(topics(&failed_at("SETTLEMENT")), ["native"]);
+        let recovered = with("order.completed", serde_json::json!({ "afterNotificationFailure": true }));
+        assert_eq!(topics(&recovered), [NOTIFICATION_TOPIC]);
+        assert_eq!(topics(&record("order.completed", 7.into())), [SETTLEMENT_TOPIC, NOTIFICATION_TOPIC]);
     }
 
     #[test]
