@@ -716,6 +716,102 @@ async fn a_mail_server_silent_after_data_holds_nobody_past_the_timeout(backend: 
 
 on_both_databases!(a_mail_server_silent_after_data_holds_nobody_past_the_timeout);
 
+/// An SMTP server that takes each message after `DATA` and then drops the connection without
+/// an answer; the `Message-ID` of every message it took, in order.
+async fn smtp_that_drops_after_data() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let taken = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = taken.clone();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let (read, mut write) = socket.into_split();
+                let mut lines = BufReader::new(read).lines();
+                let _ = write.write_all(b"220 dropper ESMTP\r\n").await;
+                let (mut in_data, mut id) = (false, String::new());
+                while let Ok(Some(line)) = lines.next_line().await {
+                    if in_data {
+                        if line == "." {
+                            // Taken; the answer is lost with the connection.
+                            seen.lock().unwrap().push(id.clone());
+                            return;
+                        }
+                        if let Some(v) = line.strip_prefix("Message-ID: ") {
+                            id = v.to_owned();
+                        }
+                        continue;
+                    }
+                    let answer: &[u8] = match line.to_ascii_uppercase() {
+                        l if l.starts_with("EHLO") => b"250 dropper\r\n",
+                        l if l.starts_with("DATA") => {
+                            in_data = true;
+                            b"354 go on\r\n"
+                        }
+                        _ => b"250 ok\r\n",
+                    };
+                    if write.write_all(answer).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (port, taken)
+}
+
+/// Issue 67: a server that takes the message and drops the connection before answering has
+/// not refused it: the outcome is unknown, so the notification is retried on its schedule
+/// (never `MANUAL_INTERVENTION_REQUIRED` as for a 5xx), under the same `Message-ID` every
+/// time, so the mail system can drop the copies.
+async fn an_answer_lost_after_data_is_retried_under_the_same_message_id(backend: Backend) {
+    let (port, taken) = smtp_that_drops_after_data().await;
+    let url = format!("smtp://127.0.0.1:{port}");
+    let Some(app) = TestApp::spawn_on_manual_clock(
+        backend,
+        &[
+            ("APP__NOTIFICATION__CHANNEL", "email"),
+            ("APP__NOTIFICATION__EMAIL__SMTP_URL", &url),
+            ("APP__NOTIFICATION__EMAIL__FROM", "orders@shop.example"),
+            ("APP__NOTIFICATION__RETRY__BACKOFF_BASE", "1m"),
+            ("APP__NOTIFICATION__RETRY__MAX_ATTEMPTS", "2"),
+        ],
+    )
+    .await
+    else {
+        return;
+    };
+    let placed = json(
+        app.place_order(&app.token("alice"), &with_email("alice@example.com"), None).await,
+        StatusCode::CREATED,
+    )
+    .await;
+    assert_eq!(placed["notification"]["status"], "RETRY_SCHEDULED", "{placed}");
+    assert_eq!(placed["notification"]["policy"], "AUTO_RETRY", "{placed}");
+    let admin = app.admin_token("ops");
+    app.advance(std::time::Duration::from_secs(120));
+    let round = json(
+        app.post("/api/admin/notification-events/retry-due", &admin).send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(round["failed"], 1, "{round}");
+    let after = json(
+        app.get(&format!("/api/orders/{}", placed["id"].as_str().unwrap()), &admin).send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(after["notification"]["status"], "FAILED", "the schedule spent: {after}");
+    let ids = taken.lock().unwrap().clone();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    let expected = format!("<{}@shop.example>", placed["notification"]["id"].as_str().unwrap());
+    assert!(ids.iter().all(|id| *id == expected), "one Message-ID for every copy: {ids:?} vs {expected}");
+}
+
+on_both_databases!(an_answer_lost_after_data_is_retried_under_the_same_message_id);
+
 /// English when asked, and a bad SMTP URL or sender refused at start naming the key.
 #[test]
 fn an_email_channel_needs_a_server_and_a_sender() {

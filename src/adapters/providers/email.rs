@@ -173,7 +173,13 @@ impl Notifier for EmailNotifier {
         let Ok(sent) = tokio::time::timeout(self.timeout, self.transport.send(message)).await else {
             // Perhaps delivered, perhaps not: retried under the same `Message-ID`, which a
             // mail system may use to drop the copy.
-            return Err(fail(FailurePolicy::AutoRetry, format!("SMTP: no answer within {:?}", self.timeout)));
+            return Err(fail(
+                FailurePolicy::AutoRetry,
+                format!(
+                    "SMTP: no answer within {:?}; the message may have been delivered, retried under the same Message-ID",
+                    self.timeout
+                ),
+            ));
         };
         match sent {
             Ok(_) => Ok(()),
@@ -185,8 +191,18 @@ impl Notifier for EmailNotifier {
                     e.status().map_or(String::new(), |c| c.to_string())
                 ),
             )),
-            // 4xx, a refused connection, a timeout, a TLS failure: later.
-            Err(e) => Err(fail(FailurePolicy::AutoRetry, format!("SMTP: {e}"))),
+            // A 4xx: the server said "later"; nothing was taken.
+            Err(e) if e.status().is_some() => Err(fail(FailurePolicy::AutoRetry, format!("SMTP: {e}"))),
+            // No answer at all (a refused or dropped connection, a TLS failure): perhaps the
+            // message was taken before the answer was lost — an unknown outcome, not a
+            // refusal. Retried under the same `Message-ID`, which a mail system may use to
+            // drop the copy; an operator reading a spent schedule is told so.
+            Err(e) => Err(fail(
+                FailurePolicy::AutoRetry,
+                format!(
+                    "SMTP: no answer ({e}); the message may have been delivered, retried under the same Message-ID"
+                ),
+            )),
         }
     }
 }
