@@ -635,60 +635,82 @@ async fn a_notification_is_an_email(backend: Backend) {
 
 on_both_databases!(a_notification_is_an_email);
 
-/// An SMTP server that takes the message after `DATA` and never answers: how long it is
-/// waited for is `notification.email.timeout`, the whole exchange (issue 67: 300 s with a
-/// 3 s timeout); the order is answered, its notification retried later under the same
-/// `Message-ID`. Returns the port; the server lives as long as the test's runtime.
-async fn smtp_that_swallows_data() -> u16 {
+/// What a hostile SMTP server does once it has taken a message after `DATA`.
+#[derive(Clone, Copy)]
+enum AfterData {
+    /// Never answers, and holds the connection (issue 67: 300 s with a 3 s timeout).
+    Silence,
+    /// Drops the connection without an answer.
+    Drop,
+}
+
+/// An SMTP server that takes every message and then does `after`; the `Message-ID` of every
+/// message it took, in order. It lives as long as the test's runtime.
+async fn hostile_smtp(after: AfterData) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
+    let taken = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = taken.clone();
     tokio::spawn(async move {
         while let Ok((socket, _)) = listener.accept().await {
+            let seen = seen.clone();
             tokio::spawn(async move {
                 let (read, mut write) = socket.into_split();
                 let mut lines = BufReader::new(read).lines();
-                let _ = write.write_all(b"220 swallow ESMTP\r\n").await;
-                let mut in_data = false;
+                let _ = write.write_all(b"220 hostile ESMTP\r\n").await;
+                let (mut in_data, mut id) = (false, String::new());
                 while let Ok(Some(line)) = lines.next_line().await {
-                    let answer: &[u8] = match line.to_ascii_uppercase() {
-                        _ if in_data && line == "." => {
-                            // The message is in; the answer never comes. Hold the socket.
-                            std::future::pending::<()>().await;
-                            b""
+                    if in_data {
+                        if line == "." {
+                            seen.lock().unwrap().push(id.clone());
+                            match after {
+                                AfterData::Silence => std::future::pending::<()>().await,
+                                AfterData::Drop => return,
+                            }
                         }
-                        _ if in_data => b"",
-                        l if l.starts_with("EHLO") => b"250 swallow\r\n",
+                        if let Some(v) = line.strip_prefix("Message-ID: ") {
+                            id = v.to_owned();
+                        }
+                        continue;
+                    }
+                    let answer: &[u8] = match line.to_ascii_uppercase() {
+                        l if l.starts_with("EHLO") => b"250 hostile\r\n",
                         l if l.starts_with("DATA") => {
                             in_data = true;
                             b"354 go on\r\n"
                         }
-                        l if l.starts_with("QUIT") => b"221 bye\r\n",
                         _ => b"250 ok\r\n",
                     };
-                    if !answer.is_empty() && write.write_all(answer).await.is_err() {
-                        break;
+                    if write.write_all(answer).await.is_err() {
+                        return;
                     }
                 }
             });
         }
     });
-    port
+    (port, taken)
 }
 
-async fn a_mail_server_silent_after_data_holds_nobody_past_the_timeout(backend: Backend) {
-    let port = smtp_that_swallows_data().await;
+/// The app mailing through the server on `port`, with `extra` settings.
+async fn mailing_through(backend: Backend, port: u16, extra: &[(&str, &str)]) -> Option<TestApp> {
     let url = format!("smtp://127.0.0.1:{port}");
-    let Some(app) = TestApp::spawn_on_manual_clock(
-        backend,
-        &[
-            ("APP__NOTIFICATION__CHANNEL", "email"),
-            ("APP__NOTIFICATION__EMAIL__SMTP_URL", &url),
-            ("APP__NOTIFICATION__EMAIL__FROM", "orders@shop.example"),
-            ("APP__NOTIFICATION__EMAIL__TIMEOUT", "1s"),
-        ],
-    )
-    .await
+    let mut env = vec![
+        ("APP__NOTIFICATION__CHANNEL", "email"),
+        ("APP__NOTIFICATION__EMAIL__SMTP_URL", url.as_str()),
+        ("APP__NOTIFICATION__EMAIL__FROM", "orders@shop.example"),
+    ];
+    env.extend_from_slice(extra);
+    TestApp::spawn_on_manual_clock(backend, &env).await
+}
+
+/// An SMTP server that takes the message after `DATA` and never answers: how long it is
+/// waited for is `notification.email.timeout`, the whole exchange (issue 67: 300 s with a
+/// 3 s timeout); the order is answered, its notification retried later under the same
+/// `Message-ID`.
+async fn a_mail_server_silent_after_data_holds_nobody_past_the_timeout(backend: Backend) {
+    let (port, _) = hostile_smtp(AfterData::Silence).await;
+    let Some(app) = mailing_through(backend, port, &[("APP__NOTIFICATION__EMAIL__TIMEOUT", "1s")]).await
     else {
         return;
     };
@@ -716,71 +738,15 @@ async fn a_mail_server_silent_after_data_holds_nobody_past_the_timeout(backend: 
 
 on_both_databases!(a_mail_server_silent_after_data_holds_nobody_past_the_timeout);
 
-/// An SMTP server that takes each message after `DATA` and then drops the connection without
-/// an answer; the `Message-ID` of every message it took, in order.
-async fn smtp_that_drops_after_data() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let taken = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let seen = taken.clone();
-    tokio::spawn(async move {
-        while let Ok((socket, _)) = listener.accept().await {
-            let seen = seen.clone();
-            tokio::spawn(async move {
-                let (read, mut write) = socket.into_split();
-                let mut lines = BufReader::new(read).lines();
-                let _ = write.write_all(b"220 dropper ESMTP\r\n").await;
-                let (mut in_data, mut id) = (false, String::new());
-                while let Ok(Some(line)) = lines.next_line().await {
-                    if in_data {
-                        if line == "." {
-                            // Taken; the answer is lost with the connection.
-                            seen.lock().unwrap().push(id.clone());
-                            return;
-                        }
-                        if let Some(v) = line.strip_prefix("Message-ID: ") {
-                            id = v.to_owned();
-                        }
-                        continue;
-                    }
-                    let answer: &[u8] = match line.to_ascii_uppercase() {
-                        l if l.starts_with("EHLO") => b"250 dropper\r\n",
-                        l if l.starts_with("DATA") => {
-                            in_data = true;
-                            b"354 go on\r\n"
-                        }
-                        _ => b"250 ok\r\n",
-                    };
-                    if write.write_all(answer).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    (port, taken)
-}
-
 /// Issue 67: a server that takes the message and drops the connection before answering has
 /// not refused it: the outcome is unknown, so the notification is retried on its schedule
 /// (never `MANUAL_INTERVENTION_REQUIRED` as for a 5xx), under the same `Message-ID` every
 /// time, so the mail system can drop the copies.
 async fn an_answer_lost_after_data_is_retried_under_the_same_message_id(backend: Backend) {
-    let (port, taken) = smtp_that_drops_after_data().await;
-    let url = format!("smtp://127.0.0.1:{port}");
-    let Some(app) = TestApp::spawn_on_manual_clock(
-        backend,
-        &[
-            ("APP__NOTIFICATION__CHANNEL", "email"),
-            ("APP__NOTIFICATION__EMAIL__SMTP_URL", &url),
-            ("APP__NOTIFICATION__EMAIL__FROM", "orders@shop.example"),
-            ("APP__NOTIFICATION__RETRY__BACKOFF_BASE", "1m"),
-            ("APP__NOTIFICATION__RETRY__MAX_ATTEMPTS", "2"),
-        ],
-    )
-    .await
-    else {
+    let (port, taken) = hostile_smtp(AfterData::Drop).await;
+    let retry =
+        [("APP__NOTIFICATION__RETRY__BACKOFF_BASE", "1m"), ("APP__NOTIFICATION__RETRY__MAX_ATTEMPTS", "2")];
+    let Some(app) = mailing_through(backend, port, &retry).await else {
         return;
     };
     let placed = json(

@@ -656,17 +656,7 @@ on_both_databases!(
 
 /// Toss's own record of the charge under `order_id` (what it shows the member).
 async fn toss_record(fake: &crate::toss::Fake, order_id: &str) -> Value {
-    use base64::Engine;
-    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{}:", crate::toss::SECRET));
-    reqwest::Client::new()
-        .get(format!("{}/v1/payments/orders/{order_id}", fake.running.base_url))
-        .header("authorization", format!("Basic {auth}"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    crate::webhooks::at_toss_path(fake, &format!("/v1/payments/orders/{order_id}")).await
 }
 
 /// Toss answers the key-in after our timeout (1 s) and only then takes the charge: the

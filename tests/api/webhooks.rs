@@ -179,8 +179,13 @@ async fn the_webhook_is_rate_limited() {
 
 /// Toss's Payment object as the fake has it.
 pub(crate) async fn at_toss(fake: &Fake, payment_key: &str) -> Value {
+    at_toss_path(fake, &format!("/v1/payments/{payment_key}")).await
+}
+
+/// What the fake answers a `GET` of `path` under the tests' secret key (Toss's look-ups).
+pub(crate) async fn at_toss_path(fake: &Fake, path: &str) -> Value {
     reqwest::Client::new()
-        .get(format!("{}/v1/payments/{payment_key}", fake.running.base_url))
+        .get(format!("{}{path}", fake.running.base_url))
         .basic_auth(crate::toss::SECRET, Some(""))
         .send()
         .await
