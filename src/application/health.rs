@@ -92,6 +92,15 @@ impl Role {
 pub struct LoopProgress {
     stuck_after: std::time::Duration,
     loops: std::sync::Mutex<std::collections::BTreeMap<&'static str, Failing>>,
+    /// The jobs running, each with when it last reported a round and how long it may be
+    /// silent: one that says nothing for longer (a round that never ends) is stuck too.
+    running: std::sync::Mutex<std::collections::BTreeMap<&'static str, Heard>>,
+}
+
+/// When a running job last reported, and how long it may stay silent.
+struct Heard {
+    last: std::time::Instant,
+    allowed: std::time::Duration,
 }
 
 /// A loop failing since `since`, with its last error.
@@ -102,7 +111,30 @@ struct Failing {
 
 impl LoopProgress {
     pub fn new(stuck_after: std::time::Duration) -> Self {
-        LoopProgress { stuck_after, loops: Default::default() }
+        LoopProgress { stuck_after, loops: Default::default(), running: Default::default() }
+    }
+
+    fn running(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<&'static str, Heard>> {
+        // A poisoned lock holds a plain map: keep using it.
+        self.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `name` started, its rounds taking at most `longest_round`: silent for longer than
+    /// that plus `stuck_after`, it is stuck.
+    pub fn started(&self, name: &'static str, longest_round: std::time::Duration) {
+        let allowed = self.stuck_after + longest_round;
+        self.running().insert(name, Heard { last: std::time::Instant::now(), allowed });
+    }
+
+    /// `name` stopped (a shutdown): its silence says nothing any more.
+    pub fn stopped(&self, name: &'static str) {
+        self.running().remove(name);
+    }
+
+    fn heard(&self, name: &'static str) {
+        if let Some(heard) = self.running().get_mut(name) {
+            heard.last = std::time::Instant::now();
+        }
     }
 
     fn loops(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<&'static str, Failing>> {
@@ -112,12 +144,14 @@ impl LoopProgress {
 
     /// A round of `name` did its work.
     pub fn ok(&self, name: &'static str) {
+        self.heard(name);
         self.loops().remove(name);
     }
 
     /// A round of `name` failed with `why` (the first failure after a success starts the
     /// clock).
     pub fn failed(&self, name: &'static str, why: impl std::fmt::Display) {
+        self.heard(name);
         let why: String = why.to_string().chars().take(300).collect();
         self.loops()
             .entry(name)
@@ -125,15 +159,22 @@ impl LoopProgress {
             .or_insert(Failing { since: std::time::Instant::now(), why });
     }
 
-    /// The loops failing for longer than `stuck_after`: `"name: failing for 12s: why"`.
+    /// The loops failing for longer than `stuck_after` (`"name: no round has succeeded for
+    /// 12s: why"`), and the jobs silent for longer than they may be (`"name: silent for
+    /// 95s"`: a round that never ends).
     pub fn stuck(&self) -> Vec<String> {
-        self.loops()
+        let mut stuck: Vec<String> = self
+            .loops()
             .iter()
             .filter(|(_, f)| f.since.elapsed() >= self.stuck_after)
             .map(|(name, f)| {
                 format!("{name}: no round has succeeded for {}s: {}", f.since.elapsed().as_secs(), f.why)
             })
-            .collect()
+            .collect();
+        stuck.extend(self.running().iter().filter(|(_, h)| h.last.elapsed() > h.allowed).map(|(name, h)| {
+            format!("{name}: silent for {}s: a round has not ended", h.last.elapsed().as_secs())
+        }));
+        stuck
     }
 }
 

@@ -23,6 +23,12 @@ pub trait PeriodicJob: Send + Sync {
     /// How long from one round's start to the next (a round that overruns delays the next).
     fn interval(&self) -> Duration;
 
+    /// How long one round may take before the job counts as silent (a round that never
+    /// ends): three intervals, unless the job's rounds are long by nature.
+    fn longest_round(&self) -> Duration {
+        self.interval().saturating_mul(3)
+    }
+
     /// One round: what it did, worth a log line (`None`: nothing to say).
     ///
     /// # Errors
@@ -30,15 +36,28 @@ pub trait PeriodicJob: Send + Sync {
     async fn round(&self) -> Result<Option<String>, AppError>;
 }
 
-/// Runs `job`'s rounds every interval until `stop`, each reported to `progress`.
+/// Runs `job`'s rounds every interval until `stop`, each reported to `progress`: a round that
+/// panics is a failed round (the runner goes on), and a round that never ends leaves the job
+/// silent, which `progress` reports as stuck.
 pub async fn run(job: Arc<dyn PeriodicJob>, progress: Option<Arc<LoopProgress>>, stop: CancellationToken) {
+    use futures_util::FutureExt;
     let mut tick = tokio::time::interval(job.interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let name = job.name();
+    if let Some(p) = &progress {
+        p.started(name, job.longest_round());
+    }
     loop {
         tokio::select! {
             _ = stop.cancelled() => break,
-            _ = tick.tick() => match job.round().await {
+            _ = tick.tick() => match std::panic::AssertUnwindSafe(job.round()).catch_unwind().await.unwrap_or_else(|panic| {
+                let why = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                Err(AppError::internal(format!("the round panicked: {why}")))
+            }) {
                 Ok(done) => {
                     if let Some(done) = done {
                         tracing::info!(job = name, "{done}");
@@ -55,6 +74,9 @@ pub async fn run(job: Arc<dyn PeriodicJob>, progress: Option<Arc<LoopProgress>>,
                 }
             },
         }
+    }
+    if let Some(p) = &progress {
+        p.stopped(name);
     }
 }
 
@@ -104,5 +126,87 @@ mod tests {
         assert!(progress.stuck().is_empty(), "a round that succeeds frees the job");
         stop.cancel();
         runner.await.unwrap();
+    }
+
+    /// Panics in its first round, then succeeds; or, `hang`, never ends its first round.
+    struct Wild {
+        rounds: AtomicUsize,
+        hang: bool,
+    }
+
+    #[async_trait]
+    impl PeriodicJob for Wild {
+        fn name(&self) -> &'static str {
+            "wild"
+        }
+        fn interval(&self) -> Duration {
+            Duration::from_millis(10)
+        }
+        async fn round(&self) -> Result<Option<String>, AppError> {
+            if self.rounds.fetch_add(1, Ordering::SeqCst) == 0 {
+                if self.hang {
+                    std::future::pending::<()>().await;
+                }
+                panic!("a bug in the round");
+            }
+            Ok(None)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_panicking_round_is_a_failed_round_and_the_runner_goes_on() {
+        let progress = Arc::new(LoopProgress::new(Duration::ZERO));
+        let job = Arc::new(Wild { rounds: AtomicUsize::new(0), hang: false });
+        let stop = CancellationToken::new();
+        let runner = tokio::spawn(run(job.clone(), Some(progress.clone()), stop.clone()));
+        while job.rounds.load(Ordering::SeqCst) < 1 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let stuck = progress.stuck();
+        assert!(stuck.len() == 1 && stuck[0].contains("the round panicked: a bug in the round"), "{stuck:?}");
+        while job.rounds.load(Ordering::SeqCst) < 2 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert!(progress.stuck().is_empty(), "the next round ran and succeeded");
+        stop.cancel();
+        runner.await.unwrap();
+    }
+
+    #[test]
+    fn a_job_silent_past_its_intervals_is_stuck_and_a_stopped_one_is_not() {
+        // Real time here: a paused clock does not move `Instant`.
+        let progress = LoopProgress::new(Duration::ZERO);
+        progress.started("quick", Duration::from_millis(15));
+        progress.started("slow", Duration::from_secs(3600));
+        assert!(progress.stuck().is_empty(), "just started");
+        std::thread::sleep(Duration::from_millis(30));
+        let stuck = progress.stuck();
+        assert!(stuck.len() == 1 && stuck[0].starts_with("quick: silent for"), "{stuck:?}");
+        progress.ok("quick");
+        assert!(progress.stuck().is_empty(), "heard from again");
+        std::thread::sleep(Duration::from_millis(30));
+        progress.stopped("quick");
+        assert!(progress.stuck().is_empty(), "a stopped job's silence says nothing");
+    }
+
+    #[tokio::test]
+    async fn a_round_that_never_ends_leaves_its_job_silent_and_stuck() {
+        let progress = Arc::new(LoopProgress::new(Duration::ZERO));
+        let job = Arc::new(Wild { rounds: AtomicUsize::new(0), hang: true });
+        let stop = CancellationToken::new();
+        let runner = tokio::spawn(run(job.clone(), Some(progress.clone()), stop.clone()));
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let stuck = loop {
+            let stuck = progress.stuck();
+            if !stuck.is_empty() || std::time::Instant::now() > deadline {
+                break stuck;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        assert!(stuck.len() == 1 && stuck[0].starts_with("wild: silent for"), "{stuck:?}");
+        assert_eq!(job.rounds.load(Ordering::SeqCst), 1, "its first round never ended");
+        runner.abort();
     }
 }

@@ -366,6 +366,12 @@ impl crate::application::jobs::PeriodicJob for Ledger {
         std::time::Duration::from_secs(60)
     }
 
+    /// A day of many pages, each up to the provider's own minute: an hour before the job
+    /// counts as silent.
+    fn longest_round(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(3600)
+    }
+
     async fn round(&self) -> Result<Option<String>, AppError> {
         Ok(self.run_due().await?.map(|r| format!("ledger reconciled: {r:?}")))
     }
