@@ -632,3 +632,11 @@ pub async fn warnings_of<F: std::future::Future>(work: F) -> (F::Output, String)
     let text = String::from_utf8_lossy(&lines.0.lock().unwrap()).into_owned();
     (output, text)
 }
+
+/// Each of `names` once: a worker's loops are told apart by name in its readiness.
+pub(crate) fn names_are_unique(names: &[&str]) {
+    let mut sorted = names.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), names.len(), "a name given twice: {names:?}");
+}

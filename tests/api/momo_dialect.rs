@@ -667,7 +667,11 @@ async fn a_slow_toss_charges_a_member_once(backend: Backend) {
     let Some(platform) = crate::momo::Platform::start(&[(12, 15_000)]).await else { return };
     let fake = crate::toss::Fake::start().await;
     let slow = [("APP__PAYMENT__TOSS__TIMEOUT", "1s"), ("APP__PAYMENT__RECONCILIATION__INTERVAL", "50ms")];
-    let Some((app, _workers)) = keyed_in_app_with(backend, &fake, &platform, &slow).await else { return };
+    let Some((app, workers)) = keyed_in_app_with(backend, &fake, &platform, &slow).await else { return };
+    // Every loop of a worker on Toss (the ledger too) under a name of its own: readiness
+    // tells them apart by it.
+    assert!(workers.loops().contains(&"the provider's ledger"), "{:?}", workers.loops());
+    crate::helpers::names_are_unique(workers.loops());
     let seven = Frontend { app: &app, base: app.momo.clone().unwrap(), token: access(7) };
     fake.fault("key_in", "late", 1_500, 1).await;
     let body = Some(r#"{"meetingId":12}"#);

@@ -285,6 +285,7 @@ async fn the_scheduler_retries_when_enabled_and_only_then(backend: Backend) {
         };
         let workers = Workers::spawn(&app.services);
         assert_eq!(workers.loops().contains(&"notification retries"), enabled, "{:?}", workers.loops());
+        crate::helpers::names_are_unique(workers.loops());
         let alice = app.token("alice");
         let placed = json(
             app.place_order(&alice, &order_body(), Some("notification=auto_retry:1")).await,
