@@ -19,6 +19,7 @@ use crate::adapters::messaging::contract::{Broker, Contract, WireView};
 use crate::adapters::persistence;
 use crate::application::health::Role;
 use crate::application::jobs::{self, PeriodicJob};
+use crate::application::outbox::housekeeping_jobs;
 use crate::application::ports::Clock;
 use crate::application::recovery::jobs::recovery_jobs;
 use crate::config::{BrokerKind, ProviderKind, Settings};
@@ -34,16 +35,14 @@ impl Workers {
     pub fn spawn(services: &Services) -> Workers {
         let stop = services.shutdown.child_token();
         let mut handles = Vec::new();
-        let mut loops = vec!["outbox relay", "outbox lease recovery and clean-up"];
+        let mut loops = vec!["outbox relay"];
         let relay = services.relay();
         let interest = relay.interest();
         let token = stop.clone();
         handles.push(tokio::spawn(async move { relay.run_until_stopped(token).await }));
-        let housekeeping = services.housekeeping.clone();
-        let token = stop.clone();
-        handles.push(tokio::spawn(async move { housekeeping.run_until_stopped(token).await }));
         // The periodic jobs, one runner each, each reporting its rounds to readiness.
-        let mut periodic: Vec<Arc<dyn PeriodicJob>> = vec![services.settlements.clone()];
+        let mut periodic: Vec<Arc<dyn PeriodicJob>> = housekeeping_jobs(&services.housekeeping);
+        periodic.push(services.settlements.clone());
         if services.settings.notification.retry_enabled {
             periodic.push(services.notifications.clone());
         }

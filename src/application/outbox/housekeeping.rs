@@ -4,13 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
+use async_trait::async_trait;
 use chrono::{DateTime, Duration, NaiveTime, Utc};
-use tokio_util::sync::CancellationToken;
 
-use crate::application::Actor;
 use crate::application::audit::{self, entity};
-use crate::application::error::Chain;
+use crate::application::jobs::PeriodicJob;
 use crate::application::ports::{AuditLog, Clock, IdempotencyStore, OutboxUpkeep, RepoError, RestoredRebase};
+use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 
 #[derive(Debug, Clone)]
@@ -114,35 +114,134 @@ impl Housekeeping {
         tracing::info!(deleted = total, "outbox clean-up done");
         Ok(total)
     }
+}
 
-    /// Runs lease recovery every `recovery_interval` and clean-up daily at `cleanup_at`.
-    pub async fn run_until_stopped(&self, stop: CancellationToken) {
-        let mut recovery = tokio::time::interval(self.settings.recovery_interval);
-        recovery.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            let until_cleanup = (next_daily(self.clock.now(), self.settings.cleanup_at) - self.clock.now())
-                .to_std()
-                .unwrap_or(StdDuration::from_secs(1));
-            tokio::select! {
-                _ = stop.cancelled() => break,
-                _ = recovery.tick() => {
-                    if let Err(err) = self.recover_leases().await {
-                        tracing::error!(error = %Chain(&err), "lease recovery failed");
-                    }
-                }
-                _ = tokio::time::sleep(until_cleanup) => {
-                    if let Err(err) = self.clean_up().await {
-                        tracing::error!(error = %Chain(&err), "outbox clean-up failed");
-                    }
-                }
-            }
+/// Housekeeping as the worker's jobs ([`crate::application::jobs`]): lease recovery every
+/// `outbox.recovery_interval`, and the daily clean-up — each reported to readiness like any
+/// other job.
+pub fn housekeeping_jobs(housekeeping: &Arc<Housekeeping>) -> Vec<Arc<dyn PeriodicJob>> {
+    vec![
+        Arc::new(LeaseRecovery(housekeeping.clone())),
+        Arc::new(DailyCleanUp { housekeeping: housekeeping.clone(), next: std::sync::Mutex::new(None) }),
+    ]
+}
+
+/// Expired claims given back, every `outbox.recovery_interval`.
+pub struct LeaseRecovery(pub Arc<Housekeeping>);
+
+/// Old rows deleted, once a day at `outbox.cleanup_at` (UTC).
+pub struct DailyCleanUp {
+    housekeeping: Arc<Housekeeping>,
+    /// When the clean-up is due next (`None`: not worked out yet, at the first round).
+    next: std::sync::Mutex<Option<DateTime<Utc>>>,
+}
+
+#[async_trait]
+impl PeriodicJob for LeaseRecovery {
+    fn name(&self) -> &'static str {
+        "outbox lease recovery"
+    }
+    fn interval(&self) -> StdDuration {
+        self.0.settings.recovery_interval
+    }
+    async fn round(&self) -> Result<Option<String>, AppError> {
+        let recovered = self.0.recover_leases().await?;
+        Ok((recovered > 0).then(|| format!("{recovered} expired claims given back")))
+    }
+}
+
+#[async_trait]
+impl PeriodicJob for DailyCleanUp {
+    fn name(&self) -> &'static str {
+        "outbox clean-up"
+    }
+    /// How often it looks whether the day's clean-up is due.
+    fn interval(&self) -> StdDuration {
+        StdDuration::from_secs(30)
+    }
+    /// Deleting a day's old rows in batches may take a while.
+    fn longest_round(&self) -> StdDuration {
+        StdDuration::from_secs(3600)
+    }
+    async fn round(&self) -> Result<Option<String>, AppError> {
+        let h = &self.housekeeping;
+        let now = h.clock.now();
+        let due = {
+            let mut next = self.next.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let at = *next.get_or_insert_with(|| next_daily(now, h.settings.cleanup_at));
+            at <= now
+        };
+        if !due {
+            return Ok(None);
         }
+        let deleted = h.clean_up().await?;
+        // Only a clean-up that ran moves the day on: a failed one is tried at the next round.
+        *self.next.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some(next_daily(now, h.settings.cleanup_at));
+        Ok(Some(format!("outbox clean-up: {deleted} rows deleted")))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Counts its clean-ups (one audit purge each).
+    struct CountingAudit(std::sync::atomic::AtomicUsize);
+
+    #[async_trait]
+    impl AuditLog for CountingAudit {
+        async fn purge_audit(&self, _: DateTime<Utc>, _: u32) -> Result<u64, RepoError> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(0)
+        }
+    }
+
+    #[tokio::test]
+    async fn the_daily_clean_up_runs_once_a_day_at_its_time() {
+        use crate::application::ports::{MockClock, MockIdempotencyStore, MockOutboxUpkeep};
+        let at = |text: &str| text.parse::<DateTime<Utc>>().unwrap();
+        let now = Arc::new(std::sync::Mutex::new(at("2026-11-29T02:00:00Z")));
+        let mut clock = MockClock::new();
+        let read = now.clone();
+        clock.expect_now().returning(move || *read.lock().unwrap());
+        let mut outbox = MockOutboxUpkeep::new();
+        outbox.expect_purge().returning(|_, _, _| Ok(0));
+        let mut idempotency = MockIdempotencyStore::new();
+        idempotency.expect_purge().returning(|_| Ok(0));
+        let audit = Arc::new(CountingAudit(std::sync::atomic::AtomicUsize::new(0)));
+        let settings = HousekeepingSettings {
+            recovery_interval: StdDuration::from_secs(60),
+            cleanup_at: NaiveTime::from_hms_opt(3, 0, 0).unwrap(),
+            retention_published: Duration::days(30),
+            retention_dead_letter: Duration::days(90),
+            retention_idempotency: Duration::days(1),
+            retention_audit: Duration::days(365),
+            cleanup_batch: 100,
+        };
+        let h = Arc::new(Housekeeping::new(
+            Arc::new(outbox),
+            Arc::new(idempotency),
+            audit.clone(),
+            Arc::new(clock),
+            settings,
+        ));
+        let jobs = housekeeping_jobs(&h);
+        let daily = jobs.iter().find(|j| j.name() == "outbox clean-up").unwrap();
+        let ran = || audit.0.load(std::sync::atomic::Ordering::SeqCst);
+        daily.round().await.unwrap();
+        assert_eq!(ran(), 0, "02:00: not yet");
+        *now.lock().unwrap() = at("2026-11-29T03:00:30Z");
+        daily.round().await.unwrap();
+        assert_eq!(ran(), 1, "03:00:30: the day's clean-up");
+        *now.lock().unwrap() = at("2026-11-29T09:00:00Z");
+        daily.round().await.unwrap();
+        assert_eq!(ran(), 1, "once a day");
+        *now.lock().unwrap() = at("2026-11-30T03:00:01Z");
+        daily.round().await.unwrap();
+        assert_eq!(ran(), 2, "the next day's");
+        assert!(jobs.iter().any(|j| j.name() == "outbox lease recovery"));
+    }
 
     #[test]
     fn next_daily_is_today_if_still_ahead_else_tomorrow() {

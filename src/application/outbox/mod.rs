@@ -12,7 +12,7 @@ mod slow;
 mod stages;
 
 pub use admin::{OutboxAdmin, OutboxPage, Redrive, RedriveReport};
-pub use housekeeping::{Housekeeping, HousekeepingSettings};
+pub use housekeeping::{DailyCleanUp, Housekeeping, HousekeepingSettings, LeaseRecovery, housekeeping_jobs};
 pub use pipeline::UNRECORDED_BATCHES;
 pub use relay::{LaneInterest, OutboxRelay, RelaySettings};
 pub use report::{RelayError, RelayReport};
