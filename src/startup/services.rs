@@ -295,7 +295,6 @@ fn key_in(
     settings: &Settings,
     orchestrator: &Arc<Orchestrator>,
     orders: &Arc<SeaOrmStore>,
-    capabilities: &Capabilities,
     fees: Option<Arc<dyn MeetingFees>>,
 ) -> Result<Arc<KeyIn>, StartupError> {
     let currency = settings
@@ -306,7 +305,6 @@ fn key_in(
     Ok(Arc::new(KeyIn::new(
         orchestrator.clone(),
         orders.clone() as Arc<dyn PaymentRepository>,
-        capabilities.key_in.clone(),
         fees,
         currency,
     )))
@@ -367,7 +365,7 @@ pub async fn build_services_with_clock(
     let orchestrator =
         saga(settings, &orders, payments.clone(), settlements, notifier, &capabilities, &clock, &meter);
     let fees = meeting_fees(settings).await?;
-    let key_in = key_in(settings, &orchestrator, &orders, &capabilities, fees.clone())?;
+    let key_in = key_in(settings, &orchestrator, &orders, fees.clone())?;
     let meeting_events = meeting_events(&orchestrator, &money.refunds, &orders, &clock, fees);
     let (recovery, settlements) = repairs(settings, &orchestrator, &money.refunds, &orders, &clock, meter);
     let queries = Arc::new(OrderQueries::new(orders.clone(), outbox_store.clone()));

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use crate::application::orchestration::{ALREADY_REGISTERED, KeyedIn, Orchestrator, PlaceOrder};
 use crate::application::ports::{
-    CardKeyIn, CustomerPayments, KeyedCard, MeetingFees, MeetingPayment, PaymentRepository, PaymentSortKey,
+    CustomerPayments, KeyedCard, MeetingFees, MeetingPayment, PaymentRepository, PaymentSortKey,
 };
 use crate::application::{Actor, AppError};
 use crate::domain::money::Currency;
@@ -64,9 +64,6 @@ pub struct KeyInPayment {
 pub struct KeyIn {
     orchestrator: Arc<Orchestrator>,
     payments: Arc<dyn PaymentRepository>,
-    /// Present only where the provider allows key-in (the orchestrator's run charges
-    /// through it; here it says whether key-in is allowed at all).
-    cards: Option<Arc<dyn CardKeyIn>>,
     /// `meetings.fee_source = sql`.
     fees: Option<Arc<dyn MeetingFees>>,
     /// `meetings.currency`.
@@ -77,11 +74,10 @@ impl KeyIn {
     pub fn new(
         orchestrator: Arc<Orchestrator>,
         payments: Arc<dyn PaymentRepository>,
-        cards: Option<Arc<dyn CardKeyIn>>,
         fees: Option<Arc<dyn MeetingFees>>,
         currency: Currency,
     ) -> Self {
-        KeyIn { orchestrator, payments, cards, fees, currency }
+        KeyIn { orchestrator, payments, fees, currency }
     }
 
     /// The member's payment for the meeting: the live one it has, else a new one charged to
@@ -125,7 +121,7 @@ impl KeyIn {
 
     /// The fees, where key-in is allowed and the fees are there.
     fn allowed(&self) -> Result<&dyn MeetingFees, AppError> {
-        if self.cards.is_none() {
+        if !self.orchestrator.charges_keyed_cards() {
             return Err(AppError::Forbidden {
                 code: TEST_KEY_ONLY,
                 message: "key-in is allowed only with a test secret key".into(),

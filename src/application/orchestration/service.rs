@@ -121,6 +121,11 @@ impl Orchestrator {
         self
     }
 
+    /// Whether a keyed-in card can be charged here (the provider allows key-in).
+    pub fn charges_keyed_cards(&self) -> bool {
+        self.key_in.is_some()
+    }
+
     /// The provider's customers (Toss: the checkout widget's `customerKey`).
     pub fn with_provider_customers(mut self, customers: Option<Arc<dyn ProviderCustomers>>) -> Self {
         self.customers = customers;
