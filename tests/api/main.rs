@@ -1,5 +1,9 @@
 //! Integration tests: one binary (link time), modules by area. Every test gets a fresh
 //! database; most run once on SQLite and once on PostgreSQL.
+//!
+//! Every file here is test code, so an `unwrap()` is a test failing loudly, not a panic in
+//! the service: the workspace denies `clippy::unwrap_used` everywhere else.
+#![allow(clippy::unwrap_used)]
 
 mod helpers;
 
