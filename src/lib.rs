@@ -15,8 +15,9 @@
 //!   steps), `payment` (with refunds), `settlement`, `notification`, `outbox` (delivery
 //!   states, lanes), `ledger` (matching a provider's day against our books), `payout` (its
 //!   settlements against our transactions), plus `money`,
-//!   `text` (input rules), `backoff` (the one doubling backoff) and `audit` actions. Pure:
-//!   no I/O, no async.
+//!   `text` (input rules), `backoff` (the one doubling backoff), `retry` (the one retry
+//!   policy), `ids` and `audit` actions; `proptests` holds the transitions' property tests.
+//!   Pure: no I/O, no async.
 //! - [`application`] — the use cases and the ports they need:
 //!   - `ports/` — one trait per capability, each method's contract stated: storage
 //!     (`order_repository` with `SagaRuns`, `payment_repository`, `unit_of_work`, `outbox_store`, `ledger`,
@@ -40,31 +41,46 @@
 //!     the `slow` path), operator actions, retention.
 //!   - `inbound/` — the meeting service's `messages` and their use cases (`meeting`),
 //!     whatever contract carries them.
-//!   - `idempotency`, `queries`, `envelopes` (the outbox event writer every use case
-//!     shares), `commit`, `input`, `health`, `meter`, `audit`, `actor`, `error`.
+//!   - `jobs` (the periodic jobs' runner, below), `idempotency`, `queries`, `envelopes`
+//!     (the outbox event writer every use case shares), `commit`, `input`, `health`,
+//!     `meter`, `audit`, `actor`, `error`.
 //! - [`adapters`] — the outside world behind the ports:
 //!   - `persistence` — SeaORM on PostgreSQL and SQLite (`unit_of_work`: a change set as
 //!     one statement on PostgreSQL; `orders`, `payments`, `settlements`, `notifications`,
-//!     `ledger`, `payment_methods`, `audit`, `idempotency`, `outbox/`), and the meeting
-//!     service's MariaDB fee table (`meeting_fees`).
+//!     `ledger`, `payment_methods`, `audit`, `idempotency`, `outbox/`) on one `store`, rows
+//!     in `entities/` read into the domain by `mapping`, PostgreSQL's `NOTIFY` heard by
+//!     `listener`, and the meeting service's MariaDB fee table (`meeting_fees`).
 //!   - `http` — actix-web handlers per resource (`orders`, `payments`, `settlements`,
 //!     `notifications`, `ledger`, `payment_methods`, `webhooks` (Toss's), `outbox_admin`,
 //!     `ops`, `console`), with `auth/` (settings, keys, JWKS, extractors), `problem`
-//!     (RFC 7807), `body`, `dto`.
+//!     (RFC 7807), `body`, `dto`, `correlation` (the request's id), and each dialect's
+//!     listener with its settings (`commerce/`, `momo/`).
 //!   - `messaging` — `publishing` (what both publishers share), `amqp/` (the confirming
 //!     publisher and its confirms, the meeting consumers, the momo topology), `kafka/` (the idempotent producer, the consumer group, dead letters),
-//!     `contract/` (the wire contracts: `envelope`, `cloudevents`, `momo`, `commerce`),
-//!     `meeting` (decoding and failure policy), `log_publisher`.
+//!     `contract/` (the wire contracts: `envelope`, `cloudevents`, `momo`, `commerce`, and
+//!     `meeting`, which reads the meeting service's messages under each, parsing each body
+//!     once), `meeting` (the failure policy), `log_publisher`.
 //!   - `providers` — `toss/` (`client`, `answer`: its errors' meanings, `model`: the bodies
 //!     sent and the objects read, `gateway`), `external`, `simulated`, `webhook` (Standard
 //!     Webhooks for settlement and notification), `email` (SMTP through lettre), `measured`
 //!     (every call timed), `transport` (the HTTP scaffolding both HTTP providers share).
-//!   - `clock`, `secret`.
+//!   - `jackson` (the platforms' Java readers and writers, in one place), `clock`, `secret`,
+//!     `http_client` (where every outbound HTTP client is built, on one TLS provider).
 //! - [`config`] — layered configuration (built-in defaults, file, environment) resolved
 //!   into each part's settings: `raw` (the sources' shape, `DEFAULTS`), `resolve`.
 //! - [`startup`] — the composition root: `adapters`, `services`, `settings` and `run` build
 //!   and run the services for `serve`, `worker` and the CLI.
 //! - [`telemetry`] — logging, traces and the metrics registry.
+//!
+//! # Jobs
+//!
+//! The worker's periodic jobs, each a `PeriodicJob` run by `application::jobs::run` (a panic
+//! is a failed round; a job silent past its longest round turns readiness red, naming it):
+//! "outbox lease recovery" and "outbox clean-up" (`outbox/housekeeping`);
+//! "payment reconciliation", "stalled sagas", "unpaid orders", "held orders",
+//! "pending refunds" and "compensation retries" (`recovery/jobs`); "settlement retries", "notification retries",
+//! and "the provider's ledger" (`money/ledger`, with Toss). The outbox relay and the
+//! meeting-service consumers are loops of their own (docs/architecture.md, "Who runs what").
 //!
 //! Binaries: `src/bin/app.rs` (the `app` CLI: `serve`, `worker`, operator commands);
 //! workspace members `bench/` (the benchmark harness, one module per scenario),

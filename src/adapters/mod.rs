@@ -4,6 +4,7 @@
 pub mod clock;
 pub mod http;
 pub mod http_client;
+pub mod jackson;
 pub mod messaging;
 pub mod persistence;
 pub mod providers;

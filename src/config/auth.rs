@@ -5,7 +5,7 @@ use serde::Deserialize;
 use super::resolve::{duration, redact};
 use super::{ConfigError, DEV_SECRET, invalid};
 use crate::adapters::Secret;
-use crate::adapters::http::auth::{AuthSettings, DEV_KID, KeyAlgorithm, KeySettings, RawKey};
+use crate::adapters::http::auth::{AuthSettings, DEV_KID, HMAC_SHORTEST, KeyAlgorithm, KeySettings, RawKey};
 
 /// `auth.keys` arrives as a list from a file, or as one JSON string from the environment.
 #[derive(Debug, Deserialize)]
@@ -87,7 +87,7 @@ pub(super) fn resolve_key(i: usize, key: RawKey) -> Result<KeySettings, ConfigEr
     if algorithm.is_asymmetric() && key.public_key.is_none() {
         return Err(invalid(&format!("{name}.public_key"), "is required for RS256, ES256 and EdDSA"));
     }
-    if !algorithm.is_asymmetric() && key.secret.as_ref().is_none_or(|s| s.expose().len() < 32) {
+    if !algorithm.is_asymmetric() && key.secret.as_ref().is_none_or(|s| s.expose().len() < HMAC_SHORTEST) {
         return Err(invalid(&format!("{name}.secret"), "HS256 needs a secret of at least 32 bytes"));
     }
     if key.kid.is_empty() {

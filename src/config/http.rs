@@ -10,6 +10,9 @@ use super::payment::{RawPayment, payment_is_mock};
 use super::resolve::{address, positive};
 use super::{ConfigError, invalid};
 use crate::adapters::Secret;
+use crate::adapters::http::auth::HMAC_SHORTEST;
+use crate::adapters::http::commerce::CommerceDialectSettings;
+use crate::adapters::http::momo::MomoDialectSettings;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -67,26 +70,6 @@ pub struct HttpSettings {
     pub hold_expiry: Duration,
 }
 
-/// The meetup platform's payment endpoints (docs/spec.md §14, docs/dialects.md).
-#[derive(Debug, Clone)]
-pub struct MomoDialectSettings {
-    pub bind: SocketAddr,
-    /// The HMAC key of its access tokens (HS256), UTF-8 bytes, at least 32 (`jwt_secret`).
-    pub jwt_secret: Secret,
-}
-
-/// The commerce backend's HTTP API (docs/spec.md §14, docs/dialects.md).
-#[derive(Debug, Clone)]
-pub struct CommerceDialectSettings {
-    pub bind: SocketAddr,
-    /// The HMAC key of its bearer tokens, UTF-8 bytes, at least 32 (`jwt_secret`).
-    pub jwt_secret: Secret,
-    /// Whether `POST /api/auth/token` mints tokens (only with `payment.provider = mock`).
-    pub demo_token: bool,
-    pub token_validity: Duration,
-    pub issuer: String,
-}
-
 /// `http.dialects.commerce` (docs/spec.md §14): off while `bind` is unset. Its key is the
 /// platform's: HMAC over the secret's UTF-8 bytes, which its JWT library refuses under 32
 /// bytes; its demo tokens only with simulated payments, as the platform allows demo mode
@@ -104,7 +87,7 @@ pub(super) fn resolve_commerce_dialect(
         .jwt_secret
         .filter(|s| !s.expose().is_empty())
         .ok_or_else(|| invalid("http.dialects.commerce.jwt_secret", "is required when its bind is set"))?;
-    if jwt_secret.expose().len() < 32 {
+    if jwt_secret.expose().len() < HMAC_SHORTEST {
         return Err(invalid(
             "http.dialects.commerce.jwt_secret",
             "must be at least 32 bytes (HS256's key size; 48 for HS384, 64 for HS512)",
@@ -143,7 +126,7 @@ pub(super) fn resolve_momo_dialect(raw: RawMomoDialect) -> Result<Option<MomoDia
         .jwt_secret
         .filter(|s| !s.expose().is_empty())
         .ok_or_else(|| invalid("http.dialects.momo.jwt_secret", "is required when its bind is set"))?;
-    if jwt_secret.expose().len() < 32 {
+    if jwt_secret.expose().len() < HMAC_SHORTEST {
         return Err(invalid("http.dialects.momo.jwt_secret", "must be at least 32 bytes (HS256's key size)"));
     }
     Ok(Some(MomoDialectSettings { bind, jwt_secret }))

@@ -47,7 +47,7 @@ use crate::telemetry::TelemetrySettings;
 pub use broker::{BrokerKind, BrokerSettings, KafkaSettings};
 pub use channels::{NotificationChannel, NotificationSettings, SettlementChannel, SettlementSettings};
 pub use database::DatabaseSettings;
-pub use http::{CommerceDialectSettings, HttpSettings, MomoDialectSettings};
+pub use http::HttpSettings;
 pub use meetings::{FeeSource, MeetingsSettings};
 pub use outbox::OutboxSettings;
 pub use payment::{PaymentSettings, ProviderKind, TossConfig};

@@ -202,7 +202,7 @@ where
 /// The commerce dialect's server.
 fn commerce_server(
     services: &Services,
-    dialect: &crate::config::CommerceDialectSettings,
+    dialect: &crate::adapters::http::commerce::CommerceDialectSettings,
 ) -> Result<(u16, Server), StartupError> {
     let api =
         web::Data::from(http::commerce::CommerceApi::new(dialect.clone()).map_err(StartupError::Config)?);
@@ -222,7 +222,7 @@ fn commerce_server(
 /// The momo dialect's server.
 fn momo_server(
     services: &Services,
-    dialect: &crate::config::MomoDialectSettings,
+    dialect: &crate::adapters::http::momo::MomoDialectSettings,
 ) -> Result<(u16, Server), StartupError> {
     let zone = services.settings.meetings.timezone;
     let api = web::Data::from(http::momo::MomoApi::new(dialect, zone).map_err(StartupError::Config)?);

@@ -32,8 +32,8 @@ use crate::application::notification_retry::NotificationRetry;
 use crate::application::orchestration::Orchestrator;
 use crate::application::outbox::{Housekeeping, OutboxAdmin};
 use crate::application::ports::{
-    CardKeyIn, Clock, IdempotencyStore, LedgerStore, MeetingFees, Notifier, OrderRepository, OutboxStore,
-    PaymentGateway, PaymentMethodRepository, PaymentRepository, PayoutStore, ProviderCustomers,
+    CardKeyIn, Clock, IdempotencyStore, LedgerStore, MeetingFees, MeetingPayments, Notifier, OrderRepository,
+    OutboxStore, PaymentGateway, PaymentMethodRepository, PaymentRepository, PayoutStore, ProviderCustomers,
     ProviderLedger, SagaRuns, SettlementGateway, UnitOfWork,
 };
 use crate::application::queries::OrderQueries;
@@ -155,7 +155,7 @@ pub(super) fn money(
     ));
     Money {
         member_payments: Arc::new(MemberPayments::new(
-            orders.clone() as Arc<dyn PaymentRepository>,
+            orders.clone() as Arc<dyn MeetingPayments>,
             provider_view.clone(),
             refunds.clone(),
         )),
@@ -281,6 +281,7 @@ pub(super) fn meeting_events(
         refunds.clone(),
         orders.clone(),
         orders.clone(),
+        orders.clone(),
         clock.clone(),
     );
     Arc::new(match fees {
@@ -302,12 +303,7 @@ fn key_in(
         .currency
         .parse()
         .map_err(|e| StartupError::Config(format!("`meetings.currency`: {e}")))?;
-    Ok(Arc::new(KeyIn::new(
-        orchestrator.clone(),
-        orders.clone() as Arc<dyn PaymentRepository>,
-        fees,
-        currency,
-    )))
+    Ok(Arc::new(KeyIn::new(orchestrator.clone(), orders.clone() as Arc<dyn MeetingPayments>, fees, currency)))
 }
 
 /// Readiness: the database, the broker and the worker's loops, with a warning for each

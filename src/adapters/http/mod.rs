@@ -7,7 +7,6 @@ pub mod commerce;
 pub mod console;
 pub mod correlation;
 pub mod dto;
-pub mod jackson;
 pub mod ledger;
 pub mod momo;
 pub mod notifications;

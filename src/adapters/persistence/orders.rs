@@ -13,8 +13,8 @@ use super::mapping::*;
 use super::repo_err;
 use super::store::SeaOrmStore;
 use crate::application::ports::{
-    AuditRecord, InboxEntry, Numbered, OrderFilter, OrderRecord, OrderRepository, RepoError, SagaLease,
-    SagaRuns,
+    AuditRecord, InboxEntry, MeetingOrders, Numbered, OrderFilter, OrderRecord, OrderRepository, RepoError,
+    SagaLease, SagaRuns,
 };
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
@@ -56,16 +56,6 @@ impl OrderRepository for SeaOrmStore {
     async fn find_by_number(&self, number: i64) -> Result<Option<OrderId>, RepoError> {
         Ok(orders::Entity::find()
             .filter(orders::Column::Number.eq(number))
-            .one(&self.db)
-            .await
-            .map_err(repo_err)?
-            .map(|row| OrderId::from_uuid(row.id)))
-    }
-
-    async fn live_registration(&self, meeting_id: &str, user_id: &str) -> Result<Option<OrderId>, RepoError> {
-        let key = crate::domain::order::registration_key(meeting_id, user_id);
-        Ok(orders::Entity::find()
-            .filter(orders::Column::RegistrationKey.eq(key))
             .one(&self.db)
             .await
             .map_err(repo_err)?
@@ -272,27 +262,6 @@ impl OrderRepository for SeaOrmStore {
             }))
     }
 
-    async fn completed_meeting_orders(
-        &self,
-        meeting_id: &str,
-        customer_id: Option<String>,
-    ) -> Result<Vec<OrderId>, RepoError> {
-        let mut query = orders::Entity::find()
-            .filter(orders::Column::MeetingId.eq(meeting_id))
-            .filter(orders::Column::Status.eq(OrderStatus::Completed.as_str()));
-        if let Some(customer) = customer_id {
-            query = query.filter(orders::Column::CustomerId.eq(customer));
-        }
-        Ok(query
-            .order_by_asc(orders::Column::Id)
-            .all(&self.db)
-            .await
-            .map_err(repo_err)?
-            .into_iter()
-            .map(|row| OrderId::from_uuid(row.id))
-            .collect())
-    }
-
     async fn audit_for(&self, entity_type: &str, entity_id: &str) -> Result<Vec<AuditRecord>, RepoError> {
         let rows = audit_log::Entity::find()
             .filter(audit_log::Column::EntityType.eq(entity_type))
@@ -315,6 +284,39 @@ impl OrderRepository for SeaOrmStore {
                 })
             })
             .collect()
+    }
+}
+
+#[async_trait]
+impl MeetingOrders for SeaOrmStore {
+    async fn live_registration(&self, meeting_id: &str, user_id: &str) -> Result<Option<OrderId>, RepoError> {
+        let key = crate::domain::order::registration_key(meeting_id, user_id);
+        Ok(orders::Entity::find()
+            .filter(orders::Column::RegistrationKey.eq(key))
+            .one(&self.db)
+            .await
+            .map_err(repo_err)?
+            .map(|row| OrderId::from_uuid(row.id)))
+    }
+    async fn completed_meeting_orders(
+        &self,
+        meeting_id: &str,
+        customer_id: Option<String>,
+    ) -> Result<Vec<OrderId>, RepoError> {
+        let mut query = orders::Entity::find()
+            .filter(orders::Column::MeetingId.eq(meeting_id))
+            .filter(orders::Column::Status.eq(OrderStatus::Completed.as_str()));
+        if let Some(customer) = customer_id {
+            query = query.filter(orders::Column::CustomerId.eq(customer));
+        }
+        Ok(query
+            .order_by_asc(orders::Column::Id)
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?
+            .into_iter()
+            .map(|row| OrderId::from_uuid(row.id))
+            .collect())
     }
 }
 

@@ -8,7 +8,7 @@ use super::mapping::*;
 use super::repo_err;
 use super::store::SeaOrmStore;
 use crate::application::ports::{
-    CustomerPayments, MeetingPayment, PaymentRepository, PaymentSortKey, RepoError,
+    CustomerPayments, MeetingPayment, MeetingPayments, PaymentRepository, PaymentSortKey, RepoError,
 };
 use crate::domain::ids::{OrderId, PaymentId};
 use crate::domain::ledger::Books;
@@ -92,73 +92,6 @@ impl PaymentRepository for SeaOrmStore {
             .map_err(repo_err)?
             .map(payment_from_row)
             .transpose()
-    }
-
-    async fn by_number(&self, number: i64) -> Result<Option<MeetingPayment>, RepoError> {
-        let Some(row) = payments::Entity::find()
-            .filter(payments::Column::Number.eq(number))
-            .one(&self.db)
-            .await
-            .map_err(repo_err)?
-        else {
-            return Ok(None);
-        };
-        Ok(self.with_meetings(vec![row]).await?.pop())
-    }
-
-    async fn of_customer(&self, query: &CustomerPayments) -> Result<(Vec<MeetingPayment>, u64), RepoError> {
-        use sea_orm::PaginatorTrait;
-        use sea_orm::sea_query::{Expr, ExprTrait, Query};
-        let meeting_sources: Vec<&str> =
-            OrderSource::ALL.iter().filter(|s| s.is_meeting()).map(|s| s.as_str()).collect();
-        let mut orders_of = Query::select()
-            .column(orders::Column::Id)
-            .from(orders::Entity)
-            .and_where(Expr::col(orders::Column::CustomerId).eq(query.customer_id.as_str()))
-            .and_where(Expr::col(orders::Column::Source).is_in(meeting_sources))
-            .to_owned();
-        if let Some(meeting) = &query.meeting_id {
-            orders_of.and_where(Expr::col(orders::Column::MeetingId).eq(meeting.as_str()));
-        }
-        let mut select = payments::Entity::find().filter(payments::Column::OrderId.in_subquery(orders_of));
-        let names = |statuses: &[PaymentStatus]| statuses.iter().map(|s| s.as_str()).collect::<Vec<_>>();
-        if let Some(statuses) = &query.statuses {
-            select = select.filter(payments::Column::Status.is_in(names(statuses)));
-        }
-        if !query.hidden.is_empty() {
-            select = select.filter(payments::Column::Status.is_not_in(names(&query.hidden)));
-        }
-        if !query.declined_hidden_from.is_empty() {
-            let sources: Vec<&str> = query.declined_hidden_from.iter().map(|s| s.as_str()).collect();
-            let of_sources = Query::select()
-                .column(orders::Column::Id)
-                .from(orders::Entity)
-                .and_where(Expr::col(orders::Column::Source).is_in(sources))
-                .to_owned();
-            select = select.filter(
-                sea_orm::Condition::any()
-                    .add(payments::Column::Status.ne(PaymentStatus::Declined.as_str()))
-                    .add(payments::Column::OrderId.not_in_subquery(of_sources)),
-            );
-        }
-        let total = select.clone().count(&self.db).await.map_err(repo_err)?;
-        for (key, descending) in &query.sort {
-            let column = match key {
-                PaymentSortKey::Number => payments::Column::Number,
-                PaymentSortKey::Amount => payments::Column::Amount,
-                PaymentSortKey::CreatedAt => payments::Column::CreatedAt,
-                PaymentSortKey::Status => payments::Column::Status,
-            };
-            select = if *descending { select.order_by_desc(column) } else { select.order_by_asc(column) };
-        }
-        let rows = select
-            .order_by_asc(payments::Column::Number)
-            .offset(query.offset)
-            .limit(query.limit)
-            .all(&self.db)
-            .await
-            .map_err(repo_err)?;
-        Ok((self.with_meetings(rows).await?, total))
     }
 
     async fn by_request_id(&self, payment_request_id: &str) -> Result<Option<Payment>, RepoError> {
@@ -262,5 +195,74 @@ impl PaymentRepository for SeaOrmStore {
             .into_iter()
             .map(|row| OrderId::from_uuid(row.id))
             .collect())
+    }
+}
+
+#[async_trait]
+impl MeetingPayments for SeaOrmStore {
+    async fn by_number(&self, number: i64) -> Result<Option<MeetingPayment>, RepoError> {
+        let Some(row) = payments::Entity::find()
+            .filter(payments::Column::Number.eq(number))
+            .one(&self.db)
+            .await
+            .map_err(repo_err)?
+        else {
+            return Ok(None);
+        };
+        Ok(self.with_meetings(vec![row]).await?.pop())
+    }
+    async fn of_customer(&self, query: &CustomerPayments) -> Result<(Vec<MeetingPayment>, u64), RepoError> {
+        use sea_orm::PaginatorTrait;
+        use sea_orm::sea_query::{Expr, ExprTrait, Query};
+        let meeting_sources: Vec<&str> =
+            OrderSource::ALL.iter().filter(|s| s.is_meeting()).map(|s| s.as_str()).collect();
+        let mut orders_of = Query::select()
+            .column(orders::Column::Id)
+            .from(orders::Entity)
+            .and_where(Expr::col(orders::Column::CustomerId).eq(query.customer_id.as_str()))
+            .and_where(Expr::col(orders::Column::Source).is_in(meeting_sources))
+            .to_owned();
+        if let Some(meeting) = &query.meeting_id {
+            orders_of.and_where(Expr::col(orders::Column::MeetingId).eq(meeting.as_str()));
+        }
+        let mut select = payments::Entity::find().filter(payments::Column::OrderId.in_subquery(orders_of));
+        let names = |statuses: &[PaymentStatus]| statuses.iter().map(|s| s.as_str()).collect::<Vec<_>>();
+        if let Some(statuses) = &query.statuses {
+            select = select.filter(payments::Column::Status.is_in(names(statuses)));
+        }
+        if !query.hidden.is_empty() {
+            select = select.filter(payments::Column::Status.is_not_in(names(&query.hidden)));
+        }
+        if !query.declined_hidden_from.is_empty() {
+            let sources: Vec<&str> = query.declined_hidden_from.iter().map(|s| s.as_str()).collect();
+            let of_sources = Query::select()
+                .column(orders::Column::Id)
+                .from(orders::Entity)
+                .and_where(Expr::col(orders::Column::Source).is_in(sources))
+                .to_owned();
+            select = select.filter(
+                sea_orm::Condition::any()
+                    .add(payments::Column::Status.ne(PaymentStatus::Declined.as_str()))
+                    .add(payments::Column::OrderId.not_in_subquery(of_sources)),
+            );
+        }
+        let total = select.clone().count(&self.db).await.map_err(repo_err)?;
+        for (key, descending) in &query.sort {
+            let column = match key {
+                PaymentSortKey::Number => payments::Column::Number,
+                PaymentSortKey::Amount => payments::Column::Amount,
+                PaymentSortKey::CreatedAt => payments::Column::CreatedAt,
+                PaymentSortKey::Status => payments::Column::Status,
+            };
+            select = if *descending { select.order_by_desc(column) } else { select.order_by_asc(column) };
+        }
+        let rows = select
+            .order_by_asc(payments::Column::Number)
+            .offset(query.offset)
+            .limit(query.limit)
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?;
+        Ok((self.with_meetings(rows).await?, total))
     }
 }

@@ -12,7 +12,8 @@ use crate::application::orchestration::{
     ALREADY_REGISTERED, InboxKey, NO_PAYMENT_METHOD, Orchestrator, PlaceOrder,
 };
 use crate::application::ports::{
-    Changes, Clock, InboxEntry, MeetingFees, OrderRepository, RepoError, Scenario, UnitOfWork,
+    Changes, Clock, InboxEntry, MeetingFee, MeetingFees, MeetingOrders, OrderRepository, RepoError, Scenario,
+    Unchargeable, UnitOfWork,
 };
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
@@ -28,10 +29,16 @@ pub struct MeetingEvents {
     orchestrator: Arc<Orchestrator>,
     refunds: Arc<Refunds>,
     orders: Arc<dyn OrderRepository>,
+    registrations: Arc<dyn MeetingOrders>,
     uow: Arc<dyn UnitOfWork>,
     clock: Arc<dyn Clock>,
     /// Where fees come from for registrations that carry none.
     fees: Option<Arc<dyn MeetingFees>>,
+}
+
+/// The registrations' consumer (their inbox's key).
+fn consumer() -> &'static str {
+    consumers::PARTICIPANT_REGISTER
 }
 
 fn key(consumer: &str, event_id: &str, digest: &str, unseen: bool) -> InboxKey {
@@ -48,10 +55,11 @@ impl MeetingEvents {
         orchestrator: Arc<Orchestrator>,
         refunds: Arc<Refunds>,
         orders: Arc<dyn OrderRepository>,
+        registrations: Arc<dyn MeetingOrders>,
         uow: Arc<dyn UnitOfWork>,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        MeetingEvents { orchestrator, refunds, orders, uow, clock, fees: None }
+        MeetingEvents { orchestrator, refunds, orders, registrations, uow, clock, fees: None }
     }
 
     /// Reads the fee of registrations that carry none from `fees` (`meetings.fee_source`).
@@ -77,42 +85,43 @@ impl MeetingEvents {
         let RegistrationAtFee { event_id, meeting_id, user_id, currency, digest } = msg;
         let mut registration =
             ParticipantRegistered { event_id, meeting_id, user_id, amount: 0, currency, digest };
-        let consumer = consumers::PARTICIPANT_REGISTER;
-        let seen = self.orders.inbox_entry(consumer, &registration.event_id).await?;
+        let seen = self.orders.inbox_entry(consumer(), &registration.event_id).await?;
         let placed = match seen.as_ref().and_then(|seen| seen.order_id) {
             Some(order_id) => self.orders.get(order_id).await?,
             None => None,
         };
-        registration.amount = match (seen, placed) {
+        registration.amount = match (seen.as_ref(), placed) {
             // The order it placed, resumed at its own amount.
             (Some(_), Some(record)) => record.order.total.minor(),
-            (Some(seen), None) => return self.redelivered(&seen, &registration.digest).await,
+            (Some(seen), None) => return self.redelivered(seen, &registration.digest).await,
             (None, _) => {
                 let fees = self.fees.as_ref().ok_or_else(|| {
                     AppError::unavailable(
                         "a registration without an amount, and no meetings.fee_source = sql",
                     )
                 })?;
-                match fees.meeting(&registration.meeting_id).await?.map(|m| m.fee) {
+                let fee = fees.meeting(&registration.meeting_id).await?;
+                match fee.as_ref().map(MeetingFee::chargeable) {
                     None => {
                         return self
                             .refuse_registration(&registration, correlation_id, MEETING_NOT_FOUND)
                             .await;
                     }
-                    Some(0) => {
+                    Some(Err(Unchargeable::Free)) => {
                         return self.refuse_registration(&registration, correlation_id, FREE_MEETING).await;
                     }
-                    Some(fee) if fee < 0 => {
+                    Some(Err(Unchargeable::Negative(fee))) => {
                         return Err(AppError::Validation {
                             field: "participation_fee".into(),
                             message: format!("meeting {} has a negative fee {fee}", registration.meeting_id),
                         });
                     }
-                    Some(fee) => fee,
+                    Some(Ok(fee)) => fee,
                 }
             }
         };
-        self.participant_registered(registration, scenario, correlation_id).await
+        // The inbox is read once: the registration goes on with what it said.
+        self.register(registration, seen, scenario, correlation_id).await
     }
 
     fn entry(&self, consumer: &str, event_id: &str, digest: &str, order_id: Option<OrderId>) -> InboxEntry {
@@ -183,16 +192,27 @@ impl MeetingEvents {
         scenario: Scenario,
         correlation_id: Option<String>,
     ) -> Result<Handled, AppError> {
-        let consumer = consumers::PARTICIPANT_REGISTER;
+        let seen = self.orders.inbox_entry(consumer(), &msg.event_id).await?;
+        self.register(msg, seen, scenario, correlation_id).await
+    }
+
+    /// [`MeetingEvents::participant_registered`], the message's inbox entry read (`seen`).
+    async fn register(
+        &self,
+        msg: ParticipantRegistered,
+        seen: Option<InboxEntry>,
+        scenario: Scenario,
+        correlation_id: Option<String>,
+    ) -> Result<Handled, AppError> {
+        let consumer = consumer();
         let actor = Actor::system(consumer);
-        let seen = self.orders.inbox_entry(consumer, &msg.event_id).await?;
         let correlation = correlation_id.clone();
         // No saved card to charge (docs/spec.md §10): refused before any order or charge. A
         // redelivery of a message that created an order resumes it below instead.
         if seen.is_none() && !self.orchestrator.can_charge_registration(&msg.user_id).await? {
             // A pair whose order is live already (a key-in in flight) is that order's: the
             // duplicate is refused as one, not for the card it would never be charged on.
-            let live = self.orders.live_registration(&msg.meeting_id, &msg.user_id).await?;
+            let live = self.registrations.live_registration(&msg.meeting_id, &msg.user_id).await?;
             let reason = if live.is_some() { ALREADY_REGISTERED } else { NO_PAYMENT_METHOD };
             return self.refuse_registration(&msg, correlation, reason).await;
         }
@@ -241,8 +261,8 @@ impl MeetingEvents {
         correlation_id: Option<String>,
         reason: &'static str,
     ) -> Result<Handled, AppError> {
-        let entry = self.entry(consumers::PARTICIPANT_REGISTER, &msg.event_id, &msg.digest, None);
-        let actor = Actor::system(consumers::PARTICIPANT_REGISTER);
+        let entry = self.entry(consumer(), &msg.event_id, &msg.digest, None);
+        let actor = Actor::system(consumer());
         let why = match reason {
             NO_PAYMENT_METHOD => format!("user {} has no saved card", msg.user_id),
             MEETING_NOT_FOUND => format!("meeting {} is not in the platform's records", msg.meeting_id),
@@ -340,7 +360,8 @@ impl MeetingEvents {
 
     /// The participant's newest completed order that can be refunded.
     async fn refundable_order(&self, meeting_id: &str, user_id: &str) -> Result<Option<OrderId>, AppError> {
-        let completed = self.orders.completed_meeting_orders(meeting_id, Some(user_id.to_owned())).await?;
+        let completed =
+            self.registrations.completed_meeting_orders(meeting_id, Some(user_id.to_owned())).await?;
         for id in completed.into_iter().rev() {
             if self.orders.get(id).await?.as_ref().is_some_and(Refunds::refundable) {
                 return Ok(Some(id));
@@ -383,7 +404,7 @@ impl MeetingEvents {
             return self.redelivered(&seen, &msg.digest).await;
         }
         let actor = Actor::system(consumer);
-        let orders = self.orders.completed_meeting_orders(&msg.meeting_id, None).await?;
+        let orders = self.registrations.completed_meeting_orders(&msg.meeting_id, None).await?;
         // docs/spec.md §7: every completed payment's remaining balance is refunded — one whose
         // refund the provider refused before (a participant's cancellation) is asked again,
         // but a redelivery of this same deletion is the same refund (its request key), never

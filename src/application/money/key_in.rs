@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use crate::application::orchestration::{ALREADY_REGISTERED, KeyedIn, Orchestrator, PlaceOrder};
 use crate::application::ports::{
-    CustomerPayments, KeyedCard, MeetingFees, MeetingPayment, PaymentRepository, PaymentSortKey,
+    CustomerPayments, KeyedCard, MeetingFees, MeetingPayment, MeetingPayments, PaymentSortKey, Unchargeable,
 };
 use crate::application::{Actor, AppError};
 use crate::domain::money::Currency;
@@ -25,8 +25,8 @@ use crate::domain::payment::PaymentStatus;
 
 /// Key-in is not allowed here (a live key, or a provider without key-in): `Forbidden`.
 pub const TEST_KEY_ONLY: &str = "TEST_KEY_ONLY";
-/// The meeting's fee is 0: nothing to pay (`Unprocessable`).
-pub const FREE_MEETING: &str = "FREE_MEETING";
+/// The meeting's fee is 0: nothing to pay (`Unprocessable`), as for a registration.
+pub use crate::application::inbound::FREE_MEETING;
 /// The provider refused the card (`Unprocessable`, its code in the message); nothing charged.
 pub const CARD_REFUSED: &str = "CARD_REFUSED";
 /// The pair holds a live order with no payment yet (a registration on its way): `Conflict`.
@@ -43,13 +43,15 @@ const NOT_LIVE: [PaymentStatus; 3] =
 async fn fee_of(fees: &dyn MeetingFees, meeting: &str) -> Result<(i64, String), AppError> {
     let Some(found) = fees.meeting(meeting).await? else { return Err(AppError::NotFound("meeting")) };
     let name = format!("{} 참가비", found.title.as_deref().unwrap_or(&format!("모임 {meeting}")));
-    match found.fee {
-        0 => {
+    match found.chargeable() {
+        Err(Unchargeable::Free) => {
             Err(AppError::Unprocessable { code: FREE_MEETING, message: format!("meeting {meeting} is free") })
         }
-        fee if fee < 0 => Err(AppError::internal(format!("meeting {meeting} has a negative fee {fee}"))),
+        Err(Unchargeable::Negative(fee)) => {
+            Err(AppError::internal(format!("meeting {meeting} has a negative fee {fee}")))
+        }
         // Toss's `orderName` holds at most 100 characters.
-        fee => Ok((fee, name.chars().take(100).collect())),
+        Ok(fee) => Ok((fee, name.chars().take(100).collect())),
     }
 }
 
@@ -63,7 +65,7 @@ pub struct KeyInPayment {
 
 pub struct KeyIn {
     orchestrator: Arc<Orchestrator>,
-    payments: Arc<dyn PaymentRepository>,
+    payments: Arc<dyn MeetingPayments>,
     /// `meetings.fee_source = sql`.
     fees: Option<Arc<dyn MeetingFees>>,
     /// `meetings.currency`.
@@ -73,7 +75,7 @@ pub struct KeyIn {
 impl KeyIn {
     pub fn new(
         orchestrator: Arc<Orchestrator>,
-        payments: Arc<dyn PaymentRepository>,
+        payments: Arc<dyn MeetingPayments>,
         fees: Option<Arc<dyn MeetingFees>>,
         currency: Currency,
     ) -> Self {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::application::money::provider_view::ProviderView;
 use crate::application::money::refunds::{RefundOutcome, RefundRequest, Refunds};
-use crate::application::ports::{CustomerPayments, MeetingPayment, PaymentRepository, ProviderRecord};
+use crate::application::ports::{CustomerPayments, MeetingPayment, MeetingPayments, ProviderRecord};
 use crate::application::{Actor, AppError};
 use crate::domain::order::OrderSource;
 use crate::domain::payment::PaymentStatus;
@@ -19,7 +19,7 @@ pub const GONE: [PaymentStatus; 2] = [PaymentStatus::Refunded, PaymentStatus::Ca
 pub const NOT_OWNER: &str = "NOT_OWNER";
 
 pub struct MemberPayments {
-    payments: Arc<dyn PaymentRepository>,
+    payments: Arc<dyn MeetingPayments>,
     /// The provider's records (none with mock or external).
     records: Arc<ProviderView>,
     refunds: Arc<Refunds>,
@@ -27,7 +27,7 @@ pub struct MemberPayments {
 
 impl MemberPayments {
     pub fn new(
-        payments: Arc<dyn PaymentRepository>,
+        payments: Arc<dyn MeetingPayments>,
         records: Arc<ProviderView>,
         refunds: Arc<Refunds>,
     ) -> Self {

@@ -4,7 +4,8 @@
 
 use std::time::{Duration as StdDuration, Instant};
 
-use super::relay::{HeldLanes, OutboxRelay, joining, renew_interval};
+use super::lane_timing::{HeldLanes, joining, renew_interval};
+use super::relay::OutboxRelay;
 use crate::application::error::Chain;
 use crate::application::ports::{HeldLane, RepoError};
 

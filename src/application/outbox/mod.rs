@@ -4,6 +4,7 @@
 
 mod admin;
 mod housekeeping;
+mod lane_timing;
 mod lanes;
 mod pipeline;
 mod relay;

@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use tracing::Instrument;
 
+use super::lane_timing::{HeldLanes, renew_every};
 use super::pipeline::{Batch, Ended, Pipeline, Reads, Round, Stages};
 use super::report::{RelayError, RelayReport, Resend};
 use crate::application::error::Chain;
@@ -113,19 +114,6 @@ pub struct OutboxRelay {
     pub(super) progress: Option<Arc<LoopProgress>>,
 }
 
-/// The lanes this relay leases, as of its last renewal.
-#[derive(Debug, Default)]
-pub(super) struct HeldLanes {
-    pub(super) lanes: Vec<HeldLane>,
-    /// When the last renewal started (`None`: never renewed, or given back since).
-    pub(super) renewed_at: Option<tokio::time::Instant>,
-    /// Whether lanes are changing hands: the relay joined lately, or its last renewal took
-    /// or gave back lanes.
-    pub(super) settling: bool,
-    /// When the relay first held a lease (`None`: not yet, or given back since).
-    pub(super) joined: Option<tokio::time::Instant>,
-}
-
 /// How often an idle relay asks the store for the next retry due in any lane (its own
 /// failures' retries it knows from its reports): at a trickle a relay goes idle hundreds of
 /// times a second, and one statement each time would cost more than the events.
@@ -139,32 +127,6 @@ pub(super) const RECORD_ATTEMPTS: u32 = 5;
 /// The pause before a record's second try; doubled before each later one (0.1 + 0.2 + 0.4 +
 /// 0.8 s: a database blip or a replaced connection is ridden out).
 pub(super) const RECORD_RETRY_PAUSE: StdDuration = StdDuration::from_millis(100);
-
-/// How often a relay renews its lanes: often enough to rebalance within seconds as workers
-/// come and go, and at least three times per lease.
-pub(super) fn renew_every(lease: Duration) -> StdDuration {
-    (lease.to_std().unwrap_or_default() / 3).min(StdDuration::from_secs(5))
-}
-
-/// How often a relay renews between drains while lanes change hands (it joined lately, or
-/// its last renewal took or gave back lanes): workers started together, or one joining,
-/// share the lanes within a fraction of a second of one giving lanes back, rather than a
-/// renewal interval later. Only between drains, when nothing read is unrecorded: a lane
-/// given back then has no batch its next owner would send again. Within a drain a relay
-/// renews every renewal interval, as ever.
-pub(super) const SETTLING_RENEW_EVERY: StdDuration = StdDuration::from_millis(100);
-
-/// How long a relay counts as joining: a renewal interval of the workers already there
-/// (they see it then, and give lanes back), and a second for their statements.
-pub(super) fn joining(lease: Duration) -> StdDuration {
-    renew_every(lease) + StdDuration::from_secs(1)
-}
-
-/// The time from one renewal to the next: [`SETTLING_RENEW_EVERY`] while `settling`.
-pub(super) fn renew_interval(lease: Duration, settling: bool) -> StdDuration {
-    let every = renew_every(lease);
-    if settling { every.min(SETTLING_RENEW_EVERY) } else { every }
-}
 
 pub(super) fn failure_label(code: FailureCode) -> &'static str {
     code.as_str()

@@ -15,6 +15,29 @@ pub struct MeetingFee {
     pub title: Option<String>,
 }
 
+/// Why a meeting's fee is not charged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unchargeable {
+    /// It costs nothing: free meetings never reach payment (`FREE_MEETING`).
+    Free,
+    /// A negative fee: the platform's record is wrong.
+    Negative(i64),
+}
+
+impl MeetingFee {
+    /// The fee to charge, the one rule for a registration and a key-in alike.
+    ///
+    /// # Errors
+    /// [`Unchargeable`]: free, or a negative fee.
+    pub fn chargeable(&self) -> Result<i64, Unchargeable> {
+        match self.fee {
+            0 => Err(Unchargeable::Free),
+            fee if fee < 0 => Err(Unchargeable::Negative(fee)),
+            fee => Ok(fee),
+        }
+    }
+}
+
 /// A meeting's participation fee, as its platform keeps it.
 #[cfg_attr(test, mockall::automock)]
 #[async_trait]

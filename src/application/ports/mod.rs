@@ -52,12 +52,12 @@ pub use event_publisher::{BrokerUnavailable, EventPublisher, PendingVerdicts, Pu
 pub use gateway_error::{CancelError, GatewayError};
 pub use idempotency::{IdempotencyBegin, IdempotencyStore, StoredResponse};
 pub use ledger_store::{LedgerRun, LedgerStore, PayoutStore};
-pub use meeting_fees::{MeetingFee, MeetingFees};
+pub use meeting_fees::{MeetingFee, MeetingFees, Unchargeable};
 pub use notification_repository::NotificationRepository;
 pub use notifier::{NotificationRequest, Notifier, NotifyFailure};
 pub use order_repository::{
-    InboxEntry, Numbered, OrderContext, OrderFilter, OrderRecord, OrderRepository, SagaLease, SagaRuns,
-    StepRecord,
+    InboxEntry, MeetingOrders, Numbered, OrderContext, OrderFilter, OrderRecord, OrderRepository, SagaLease,
+    SagaRuns, StepRecord,
 };
 pub use outbox_store::{
     BatchToken, DeliveryFailure, FastBatch, FastRecord, HeldLane, NewOutboxEvent, OutboxFilter,
@@ -69,7 +69,9 @@ pub use payment_gateway::{
     ProviderCustomers, ProviderLedger, ProviderRecord, ProviderRecords, SettlementPage,
 };
 pub use payment_methods::{PaymentMethodRepository, SavedCard};
-pub use payment_repository::{CustomerPayments, MeetingPayment, PaymentRepository, PaymentSortKey};
+pub use payment_repository::{
+    CustomerPayments, MeetingPayment, MeetingPayments, PaymentRepository, PaymentSortKey,
+};
 pub use scenario::{Behaviour, Scenario, ScenarioError};
 pub use settlement_gateway::{SettlementGateway, SettlementOutcome, SettlementRequest};
 pub use settlement_repository::{ListedSettlement, SettlementRepository};
@@ -88,7 +90,7 @@ pub use notification_repository::MockNotificationRepository;
 #[cfg(test)]
 pub use notifier::MockNotifier;
 #[cfg(test)]
-pub use order_repository::{MockOrderRepository, MockSagaRuns};
+pub use order_repository::{MockMeetingOrders, MockOrderRepository, MockSagaRuns};
 #[cfg(test)]
 pub use outbox_store::{MockOutboxOperations, MockOutboxUpkeep, MockRelayStore};
 #[cfg(test)]
@@ -96,7 +98,7 @@ pub use payment_gateway::{MockCardKeyIn, MockPaymentGateway};
 #[cfg(test)]
 pub use payment_methods::MockPaymentMethodRepository;
 #[cfg(test)]
-pub use payment_repository::MockPaymentRepository;
+pub use payment_repository::{MockMeetingPayments, MockPaymentRepository};
 #[cfg(test)]
 pub use settlement_gateway::MockSettlementGateway;
 #[cfg(test)]

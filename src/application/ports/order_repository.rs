@@ -112,13 +112,6 @@ pub trait OrderRepository: Send + Sync {
     /// MUST return `Unavailable` when the database fails.
     async fn find_by_number(&self, number: i64) -> Result<Option<OrderId>, RepoError>;
 
-    /// The live order holding the (meeting, user) registration (docs/spec.md §7), if any:
-    /// the one whose `registration_key` is the pair's.
-    ///
-    /// # Errors
-    /// MUST return `Unavailable` when the database fails.
-    async fn live_registration(&self, meeting_id: &str, user_id: &str) -> Result<Option<OrderId>, RepoError>;
-
     /// The next number of each of `kinds`, in their order, taken in one statement (an order
     /// and its first payment in one round trip; docs/spec.md §3): each positive, larger than
     /// every number of its kind handed out before, never handed out again (one taken by an
@@ -161,6 +154,25 @@ pub trait OrderRepository: Send + Sync {
     /// MUST return `Unavailable` when the database fails.
     async fn inbox_entry(&self, consumer: &str, event_id: &str) -> Result<Option<InboxEntry>, RepoError>;
 
+    /// Audit rows about one entity, oldest first.
+    ///
+    /// # Errors
+    /// MUST return `Unavailable` when the database fails.
+    async fn audit_for(&self, entity_type: &str, entity_id: &str) -> Result<Vec<AuditRecord>, RepoError>;
+}
+
+/// The meeting service's orders: a (meeting, member) pair's registration and a meeting's
+/// completed orders, for its messages (`application::inbound`).
+#[cfg_attr(test, mockall::automock)]
+#[async_trait]
+pub trait MeetingOrders: Send + Sync {
+    /// The live order holding the (meeting, user) registration (docs/spec.md §7), if any:
+    /// the one whose `registration_key` is the pair's.
+    ///
+    /// # Errors
+    /// MUST return `Unavailable` when the database fails.
+    async fn live_registration(&self, meeting_id: &str, user_id: &str) -> Result<Option<OrderId>, RepoError>;
+
     /// `COMPLETED` orders of a meeting (of one customer, if given), oldest first.
     ///
     /// # Errors
@@ -170,12 +182,6 @@ pub trait OrderRepository: Send + Sync {
         meeting_id: &str,
         customer_id: Option<String>,
     ) -> Result<Vec<OrderId>, RepoError>;
-
-    /// Audit rows about one entity, oldest first.
-    ///
-    /// # Errors
-    /// MUST return `Unavailable` when the database fails.
-    async fn audit_for(&self, entity_type: &str, entity_id: &str) -> Result<Vec<AuditRecord>, RepoError>;
 }
 
 /// Who runs an order's saga: its lease, and the runs that stopped half-way, which the worker

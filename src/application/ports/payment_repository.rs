@@ -75,19 +75,6 @@ pub trait PaymentRepository: Send + Sync {
     /// MUST return what [`PaymentRepository::awaiting_confirmation`] returns, in the same cases.
     async fn by_id(&self, id: PaymentId) -> Result<Option<Payment>, RepoError>;
 
-    /// A payment by its number (docs/spec.md §3), with its order's customer and meeting.
-    ///
-    /// # Errors
-    /// MUST return what [`PaymentRepository::awaiting_confirmation`] returns, in the same cases.
-    async fn by_number(&self, number: i64) -> Result<Option<MeetingPayment>, RepoError>;
-
-    /// One page of the payments of a customer's meeting orders (`MEETING` and `MOMO`), and
-    /// how many there are in all.
-    ///
-    /// # Errors
-    /// MUST return what [`PaymentRepository::awaiting_confirmation`] returns, in the same cases.
-    async fn of_customer(&self, query: &CustomerPayments) -> Result<(Vec<MeetingPayment>, u64), RepoError>;
-
     /// The payment of a request id.
     ///
     /// # Errors
@@ -120,4 +107,23 @@ pub trait PaymentRepository: Send + Sync {
     /// # Errors
     /// MUST return what [`PaymentRepository::awaiting_confirmation`] returns, in the same cases.
     async fn awaiting_compensation(&self, limit: u32) -> Result<Vec<OrderId>, RepoError>;
+}
+
+/// A member's meeting payments (the momo dialect's `/payments` and key-in), each with its
+/// order's customer and meeting.
+#[cfg_attr(test, mockall::automock)]
+#[async_trait]
+pub trait MeetingPayments: Send + Sync {
+    /// A payment by its number (docs/spec.md §3), with its order's customer and meeting.
+    ///
+    /// # Errors
+    /// MUST return `Unavailable` when the database fails; `Corrupt` for unmappable rows.
+    async fn by_number(&self, number: i64) -> Result<Option<MeetingPayment>, RepoError>;
+
+    /// One page of the payments of a customer's meeting orders (`MEETING` and `MOMO`), and
+    /// how many there are in all.
+    ///
+    /// # Errors
+    /// MUST return `Unavailable` when the database fails; `Corrupt` for unmappable rows.
+    async fn of_customer(&self, query: &CustomerPayments) -> Result<(Vec<MeetingPayment>, u64), RepoError>;
 }

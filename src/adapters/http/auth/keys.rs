@@ -20,6 +20,20 @@ use crate::application::Actor;
 use crate::application::ports::Clock;
 use crate::domain::text;
 
+/// The HMAC algorithms a shared secret of `len` bytes is long enough for, strongest first:
+/// a key is as long as its hash at least (RFC 7518 §3.2: HS256 32 bytes, HS384 48, HS512
+/// 64), as the platforms' JWT libraries require (docs/dialects.md).
+pub fn hmac_algorithms(len: usize) -> Vec<Algorithm> {
+    [(64, Algorithm::HS512), (48, Algorithm::HS384), (32, Algorithm::HS256)]
+        .into_iter()
+        .filter(|(least, _)| len >= *least)
+        .map(|(_, alg)| alg)
+        .collect()
+}
+
+/// The shortest shared secret any HMAC algorithm takes (HS256's 32 bytes).
+pub const HMAC_SHORTEST: usize = 32;
+
 /// How far a token's `iat`/`nbf` may lie in the future (clock skew between issuers).
 pub const CLOCK_LEEWAY_SECS: u64 = 60;
 

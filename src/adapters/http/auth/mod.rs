@@ -13,5 +13,5 @@ mod verifying;
 
 pub use extract::{Admin, Caller};
 pub use jwks::{JWKS_MAX_AGE, JwksError};
-pub use keys::{CLOCK_LEEWAY_SECS, JwtKeys, KeyError, not_valid_yet};
+pub use keys::{CLOCK_LEEWAY_SECS, HMAC_SHORTEST, JwtKeys, KeyError, hmac_algorithms, not_valid_yet};
 pub use settings::{ADMIN_ROLE, AuthSettings, DEV_KID, KeyAlgorithm, KeySettings, RawKey};

@@ -14,9 +14,9 @@ use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
 use super::CommerceApi;
+use super::CommerceDialectSettings;
 use super::envelope::CommerceError;
 use crate::application::Actor;
-use crate::config::CommerceDialectSettings;
 
 pub type Roles = Vec<String>;
 
@@ -51,12 +51,7 @@ impl CommerceKeys {
     /// The key cannot be made from the secret.
     pub fn new(settings: &CommerceDialectSettings) -> Result<Self, String> {
         let secret = settings.jwt_secret.expose().as_bytes();
-        let accepted: Vec<Algorithm> =
-            [(64, Algorithm::HS512), (48, Algorithm::HS384), (32, Algorithm::HS256)]
-                .into_iter()
-                .filter(|(len, _)| secret.len() >= *len)
-                .map(|(_, alg)| alg)
-                .collect();
+        let accepted = crate::adapters::http::auth::hmac_algorithms(secret.len());
         // The strongest the key allows signs, as the platform's library picks it; the
         // settings refuse a key under 32 bytes, so there is always one.
         let strongest = accepted.first().copied().unwrap_or(Algorithm::HS256);

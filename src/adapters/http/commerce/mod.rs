@@ -14,7 +14,9 @@ pub mod orders;
 pub mod schema;
 pub mod view;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -27,10 +29,22 @@ use serde::Deserialize;
 use self::auth::{CommerceKeys, Roles};
 use self::envelope::{CommerceError, ok};
 use super::correlation::CorrelationId;
-use crate::config::CommerceDialectSettings;
+use crate::adapters::Secret;
 
 /// The header the platform traces a request by (its `RequestTraceFilter`).
 pub const TRACE_HEADER: &str = "x-trace-id";
+
+/// The commerce backend's HTTP API (docs/spec.md §14, docs/dialects.md).
+#[derive(Debug, Clone)]
+pub struct CommerceDialectSettings {
+    pub bind: SocketAddr,
+    /// The HMAC key of its bearer tokens, UTF-8 bytes, at least 32 (`jwt_secret`).
+    pub jwt_secret: Secret,
+    /// Whether `POST /api/auth/token` mints tokens (only with `payment.provider = mock`).
+    pub demo_token: bool,
+    pub token_validity: Duration,
+    pub issuer: String,
+}
 
 /// What the dialect's handlers share: its settings and keys.
 pub struct CommerceApi {

@@ -17,7 +17,7 @@ use crate::domain::settlement::SettlementStatus;
 /// seconds always, the fraction only as long as it needs to be (`2026-05-01T10:00:00`,
 /// `2026-05-01T10:00:00.25`). Our times are UTC wall time (docs/dialects.md).
 pub fn local(at: DateTime<Utc>) -> String {
-    crate::adapters::http::jackson::local_date_time(at.naive_utc())
+    crate::adapters::jackson::local_date_time(at.naive_utc())
 }
 
 /// An amount in the currency's major unit, as a JSON number (`12000` won, `12.5` dollars).

@@ -29,11 +29,7 @@ impl MomoKeys {
     /// # Errors
     /// The key cannot be made from the secret.
     pub fn new(secret: &[u8]) -> Result<Self, String> {
-        let accepted = [(32, Algorithm::HS256), (48, Algorithm::HS384), (64, Algorithm::HS512)]
-            .into_iter()
-            .filter(|(len, _)| secret.len() >= *len)
-            .map(|(_, alg)| alg)
-            .collect();
+        let accepted = crate::adapters::http::auth::hmac_algorithms(secret.len());
         let decoding =
             DecodingKey::from_secret(secret).map_err(|e| format!("http.dialects.momo.jwt_secret: {e}"))?;
         Ok(MomoKeys { decoding, accepted })

@@ -7,7 +7,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
-use crate::adapters::http::jackson::local_date_time;
+use crate::adapters::jackson::local_date_time;
 
 #[derive(Serialize)]
 struct Body<'a, T: Serialize> {

@@ -14,6 +14,7 @@ pub mod key_in;
 pub mod payments;
 pub mod schema;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use actix_web::body::MessageBody;
@@ -25,7 +26,15 @@ use actix_web::{HttpMessage, HttpResponse, web};
 
 use self::auth::{FromCookie, MomoKeys};
 use self::envelope::text;
-use crate::config::MomoDialectSettings;
+use crate::adapters::Secret;
+
+/// The meetup platform's payment endpoints (docs/spec.md §14, docs/dialects.md).
+#[derive(Debug, Clone)]
+pub struct MomoDialectSettings {
+    pub bind: SocketAddr,
+    /// The HMAC key of its access tokens (HS256), UTF-8 bytes, at least 32 (`jwt_secret`).
+    pub jwt_secret: Secret,
+}
 
 /// What the dialect's handlers share: its key and the platform's zone.
 pub struct MomoApi {

@@ -10,7 +10,7 @@ use super::MomoApi;
 use super::auth::Member;
 use super::envelope::{MomoError, ok, text};
 use crate::adapters::http::HttpState;
-use crate::adapters::http::jackson::local_date_time;
+use crate::adapters::jackson::local_date_time;
 use crate::application::AppError;
 use crate::application::money::member_payments::NOT_OWNER;
 use crate::application::money::refunds::RefundOutcome;

@@ -13,6 +13,7 @@
 mod cloudevents;
 pub mod commerce;
 mod envelope;
+pub mod meeting;
 pub mod momo;
 pub mod topology;
 

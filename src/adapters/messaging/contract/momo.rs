@@ -30,6 +30,7 @@ pub mod topology;
 pub use topology::PAYMENT_EVENTS;
 
 use super::{Encoded, HeaderValue, WireMessage};
+use crate::adapters::jackson;
 use crate::application::ports::OutboxRecord;
 use crate::domain::order::OrderSource;
 
@@ -72,34 +73,26 @@ pub enum MomoRead {
     Dropped(&'static str),
 }
 
-/// A Java `Long` as Jackson reads one: a JSON integer, or decimal text; `null` is absent.
+/// `data.<field>`, a `Long` (Jackson's reading, [`jackson::long`]).
 fn long(data: &Value, field: &str) -> Result<Option<i64>, String> {
-    match &data[field] {
-        Value::Null => Ok(None),
-        Value::Number(n) => n.as_i64().map(Some).ok_or_else(|| format!("data.{field}: not a long")),
-        Value::String(s) => s.trim().parse().map(Some).map_err(|_| format!("data.{field}: not a long")),
-        _ => Err(format!("data.{field}: not a long")),
-    }
+    jackson::long(data.get(field)).map_err(|_| format!("data.{field}: not a long"))
 }
 
 fn required(data: &Value, field: &str) -> Result<i64, String> {
     long(data, field)?.ok_or_else(|| format!("data.{field} is missing"))
 }
 
+/// `data.<field>`, a `String` (Jackson's reading, [`jackson::string`]).
 fn text(data: &Value, field: &str) -> Result<Option<String>, String> {
-    match &data[field] {
-        Value::Null => Ok(None),
-        Value::String(s) => Ok(Some(s.clone())),
-        _ => Err(format!("data.{field}: not text")),
-    }
+    jackson::string(data.get(field)).map_err(|_| format!("data.{field}: not text"))
 }
 
-/// Reads a message from the queue that takes `expected` (one of the three types).
+/// Reads a message from the queue that takes `expected` (one of the three types), its body
+/// already parsed once (`wrapper`).
 ///
 /// # Errors
 /// Why it goes to the DLQ.
-pub fn read(expected: &str, body: &[u8]) -> Result<MomoRead, String> {
-    let wrapper: Value = serde_json::from_slice(body).map_err(|e| format!("not an EventWrapper: {e}"))?;
+pub fn read(expected: &str, wrapper: &Value) -> Result<MomoRead, String> {
     if !wrapper.is_object() {
         return Err("not an EventWrapper: not an object".into());
     }
@@ -149,9 +142,10 @@ pub fn read(expected: &str, body: &[u8]) -> Result<MomoRead, String> {
                 Value::Null => Vec::new(),
                 Value::Array(ids) => ids
                     .iter()
-                    .map(|id| {
-                        long(&serde_json::json!({ "id": id }), "id")?
-                            .ok_or("data.userIdList: a null id".into())
+                    .map(|id| match jackson::long(Some(id)) {
+                        Ok(Some(id)) => Ok(id),
+                        Ok(None) => Err("data.userIdList: a null id".to_owned()),
+                        Err(_) => Err("data.userIdList: not a long".to_owned()),
                     })
                     .collect::<Result<_, String>>()?,
                 _ => return Err("data.userIdList: not a list".into()),

@@ -2,6 +2,11 @@
 
 use super::*;
 
+/// The platform's bytes read as the consumer reads them: parsed once, then read.
+fn read(expected: &str, body: &[u8]) -> Result<MomoRead, String> {
+    super::read(expected, &super::super::meeting::parse(body, "an EventWrapper")?)
+}
+
 /// What the platform's meeting service sends: `EventWrapper.of(type, data)` through
 /// Spring's `Jackson2JsonMessageConverter` (records' fields in declaration order).
 fn wrapper(kind: &str, data: &str) -> Vec<u8> {
