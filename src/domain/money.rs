@@ -67,6 +67,60 @@ impl Currency {
     }
 }
 
+/// Why a decimal amount in major units is not a positive amount of minor units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum MajorError {
+    #[error("not a decimal number")]
+    Malformed,
+    #[error("must be greater than 0")]
+    NotPositive,
+    #[error("at most {0} decimals")]
+    TooPrecise(u32),
+    #[error("too large")]
+    TooLarge,
+}
+
+impl Currency {
+    /// The minor units of a positive decimal amount in this currency's major unit
+    /// (`"12.5"` USD → 1250, `"12000"` KRW → 12000; a `+` sign and trailing zeros allowed).
+    ///
+    /// # Errors
+    /// [`MajorError`]: not a plain decimal, zero or negative, more decimals than the
+    /// currency has, or more than 64 bits of minor units.
+    pub fn minor_of_major(&self, text: &str) -> Result<i64, MajorError> {
+        let (int, frac) = text.split_once('.').unwrap_or((text, ""));
+        let int = int.strip_prefix('+').unwrap_or(int);
+        if int.starts_with('-') {
+            return Err(MajorError::NotPositive);
+        }
+        let valid = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+        if (int.is_empty() && frac.is_empty()) || !valid(int) || !valid(frac) {
+            return Err(MajorError::Malformed);
+        }
+        let frac = frac.trim_end_matches('0');
+        let digits = self.minor_digits();
+        let width = digits as usize;
+        if frac.len() > width {
+            return Err(MajorError::TooPrecise(digits));
+        }
+        let int = int.trim_start_matches('0');
+        let whole: i64 = if int.is_empty() { 0 } else { int.parse().map_err(|_| MajorError::TooLarge)? };
+        let frac_units: i64 = if frac.is_empty() {
+            0
+        } else {
+            format!("{frac:0<width$}").parse().map_err(|_| MajorError::TooLarge)?
+        };
+        let minor = whole
+            .checked_mul(10_i64.pow(digits))
+            .and_then(|m| m.checked_add(frac_units))
+            .ok_or(MajorError::TooLarge)?;
+        if minor <= 0 {
+            return Err(MajorError::NotPositive);
+        }
+        Ok(minor)
+    }
+}
+
 impl FromStr for Currency {
     type Err = MoneyError;
 
@@ -110,6 +164,18 @@ impl Money {
         self.minor
     }
 
+    /// The amount in its currency's major unit as plain decimal text, no trailing zeros
+    /// (`12000` won, `12.5` dollars, `0.05`, `1.234` dinars).
+    pub fn major_text(&self) -> String {
+        let digits = self.currency.minor_digits();
+        if digits == 0 {
+            return self.minor.to_string();
+        }
+        let scale = 10_i64.pow(digits);
+        let text = format!("{}.{:0width$}", self.minor / scale, self.minor % scale, width = digits as usize);
+        text.trim_end_matches('0').trim_end_matches('.').to_owned()
+    }
+
     pub fn currency(&self) -> Currency {
         self.currency
     }
@@ -139,6 +205,30 @@ impl fmt::Display for Money {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn major_units_read_and_written_per_currency() {
+        let (krw, usd, kwd): (Currency, Currency, Currency) =
+            ("KRW".parse().unwrap(), "USD".parse().unwrap(), "KWD".parse().unwrap());
+        assert_eq!(krw.minor_of_major("+12000.00"), Ok(12000));
+        assert_eq!(usd.minor_of_major("12.5"), Ok(1250));
+        assert_eq!(kwd.minor_of_major("1.234"), Ok(1234));
+        assert_eq!(krw.minor_of_major("12000.5"), Err(MajorError::TooPrecise(0)));
+        assert_eq!(usd.minor_of_major("0.001"), Err(MajorError::TooPrecise(2)));
+        assert_eq!(usd.minor_of_major("0"), Err(MajorError::NotPositive));
+        assert_eq!(usd.minor_of_major("-1"), Err(MajorError::NotPositive));
+        assert_eq!(usd.minor_of_major("1e3"), Err(MajorError::Malformed));
+        assert_eq!(usd.minor_of_major("."), Err(MajorError::Malformed));
+        assert_eq!(krw.minor_of_major("99999999999999999999"), Err(MajorError::TooLarge));
+        for (minor, currency, text) in
+            [(12000, krw, "12000"), (1250, usd, "12.5"), (5, usd, "0.05"), (1234, kwd, "1.234")]
+        {
+            let money = Money::new(minor, currency).unwrap();
+            assert_eq!(money.major_text(), text);
+            assert_eq!(currency.minor_of_major(&money.major_text()), Ok(minor), "round trip");
+        }
+    }
+
     use super::*;
 
     fn krw() -> Currency {

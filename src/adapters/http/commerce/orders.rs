@@ -10,10 +10,11 @@ use super::envelope::{CommerceError, ok};
 use super::view;
 use crate::adapters::http::HttpState;
 use crate::adapters::http::correlation::CorrelationId;
+use crate::adapters::jackson;
 use crate::application::orchestration::{MAX_DESCRIPTION, PlaceOrder};
 use crate::application::ports::{Behaviour, OrderRecord, Scenario};
 use crate::domain::ids::OrderId;
-use crate::domain::money::Currency;
+use crate::domain::money::{Currency, MajorError};
 use crate::domain::order::{NewOrderItem, OrderSource};
 
 /// The platform's `orders.customer_id` column.
@@ -32,65 +33,27 @@ pub struct CreateOrderRequest {
     description: Option<Value>,
 }
 
-/// A scalar where the platform takes a `String` (Jackson writes numbers and booleans as
-/// text); `null` is absent; an object or array is not a request it reads.
+/// A `String` field as the platform's Jackson reads it; an object or array is not a
+/// request it reads.
 fn text(value: Option<Value>) -> Result<Option<String>, CommerceError> {
-    match value {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(v @ (Value::Number(_) | Value::Bool(_))) => Ok(Some(v.to_string())),
-        Some(_) => Err(CommerceError::malformed()),
-    }
+    jackson::string(value.as_ref()).map_err(|_| CommerceError::malformed())
 }
 
-/// `totalAmount` as a plain decimal (`12000`, `12.50`, `"12000"`, `1.2e4`).
+/// `totalAmount`, a `BigDecimal`, as plain decimal text (`12000`, `12.50`, `"12000"`, `1.2e4`).
 fn decimal(value: Option<Value>) -> Result<Option<String>, CommerceError> {
-    let text = match value {
-        None | Some(Value::Null) => return Ok(None),
-        Some(Value::Number(n)) => n.to_string(),
-        Some(Value::String(s)) => s.trim().to_owned(),
-        Some(_) => return Err(CommerceError::malformed()),
-    };
-    if text.contains(['e', 'E']) {
-        let f: f64 = text.parse().map_err(|_| CommerceError::malformed())?;
-        if !f.is_finite() {
-            return Err(CommerceError::malformed());
-        }
-        return Ok(Some(format!("{f}")));
-    }
-    Ok(Some(text))
+    jackson::decimal(value.as_ref()).map_err(|_| CommerceError::malformed())
 }
 
-/// The minor units of a positive decimal in `currency`.
+/// The minor units of a positive decimal in `currency`, refused in the platform's words.
 fn minor_units(text: &str, currency: Currency) -> Result<i64, CommerceError> {
-    let positive = CommerceError::bad_request("totalAmount는 0보다 커야 합니다.");
-    let (int, frac) = text.split_once('.').unwrap_or((text, ""));
-    let int = int.strip_prefix('+').unwrap_or(int);
-    if int.starts_with('-') {
-        return Err(positive);
-    }
-    let valid = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-    if (int.is_empty() && frac.is_empty()) || !valid(int) || !valid(frac) {
-        return Err(CommerceError::malformed());
-    }
-    let frac = frac.trim_end_matches('0');
-    let digits = currency.minor_digits() as usize;
-    if frac.len() > digits {
-        return Err(CommerceError::bad_request(format!(
+    currency.minor_of_major(text).map_err(|e| match e {
+        MajorError::Malformed => CommerceError::malformed(),
+        MajorError::NotPositive => CommerceError::bad_request("totalAmount는 0보다 커야 합니다."),
+        MajorError::TooPrecise(digits) => CommerceError::bad_request(format!(
             "totalAmount는 {currency}의 소수 {digits}자리까지만 가능합니다."
-        )));
-    }
-    let too_large = || CommerceError::bad_request("totalAmount가 너무 큽니다.");
-    let int = int.trim_start_matches('0');
-    let whole: i64 = if int.is_empty() { 0 } else { int.parse().map_err(|_| too_large())? };
-    let scale = 10_i64.pow(digits as u32);
-    let frac_units: i64 =
-        if frac.is_empty() { 0 } else { format!("{frac:0<digits$}").parse().map_err(|_| too_large())? };
-    let minor = whole.checked_mul(scale).and_then(|m| m.checked_add(frac_units)).ok_or_else(too_large)?;
-    if minor <= 0 {
-        return Err(positive);
-    }
-    Ok(minor)
+        )),
+        MajorError::TooLarge => CommerceError::bad_request("totalAmount가 너무 큽니다."),
+    })
 }
 
 /// What the platform's fault words in `description` ask of our simulated providers (its

@@ -22,16 +22,8 @@ pub fn local(at: DateTime<Utc>) -> String {
 
 /// An amount in the currency's major unit, as a JSON number (`12000` won, `12.5` dollars).
 pub fn major(amount: Money) -> serde_json::Value {
-    let digits = amount.currency().minor_digits();
-    let minor = amount.minor();
-    if digits == 0 {
-        return minor.into();
-    }
-    let scale = 10_i64.pow(digits);
-    let text = format!("{}.{:0width$}", minor / scale, minor % scale, width = digits as usize);
-    let trimmed = text.trim_end_matches('0').trim_end_matches('.');
-    serde_json::from_str::<serde_json::Number>(trimmed)
-        .map_or_else(|_| minor.into(), serde_json::Value::Number)
+    serde_json::from_str::<serde_json::Number>(&amount.major_text())
+        .map_or_else(|_| amount.minor().into(), serde_json::Value::Number)
 }
 
 /// Its `OrderStatus` for ours: a payment under way is its `PAYMENT_PENDING`, an approved

@@ -10,6 +10,7 @@ use super::MomoApi;
 use super::auth::Member;
 use super::envelope::{MomoError, ok, text};
 use crate::adapters::http::HttpState;
+use crate::adapters::jackson;
 use crate::application::AppError;
 use crate::application::money::key_in::{
     ALREADY_PAID, CARD_REFUSED, FREE_MEETING, KeyInPayment, NO_FEE_SOURCE, TEST_KEY_ONLY,
@@ -22,28 +23,6 @@ const DEFAULT_CARD: &str = "4242424242424242";
 const DEFAULT_EXPIRY: &str = "12/25";
 const DEFAULT_BIRTH: &str = "880101";
 
-/// A `Long` as Jackson reads one: a JSON integer or its decimal text; `Ok(None)` for null
-/// or absent; anything else is unreadable.
-fn long(body: &Value, field: &str) -> Result<Option<i64>, ()> {
-    match body.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => n.as_i64().map(Some).ok_or(()),
-        Some(Value::String(s)) => s.trim().parse().map(Some).map_err(|_| ()),
-        Some(_) => Err(()),
-    }
-}
-
-/// A `String` as Jackson reads one: text, or a scalar coerced to its text.
-fn string(body: &Value, field: &str) -> Result<Option<String>, ()> {
-    match body.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(Value::Number(n)) => Ok(Some(n.to_string())),
-        Some(Value::Bool(b)) => Ok(Some(b.to_string())),
-        Some(_) => Err(()),
-    }
-}
-
 fn digits(text: &str, n: usize) -> bool {
     text.len() == n && text.bytes().all(|b| b.is_ascii_digit())
 }
@@ -55,8 +34,8 @@ fn read(api: &MomoApi, body: &[u8]) -> Result<KeyInPayment, MomoError> {
     if !body.is_object() {
         return Err(bad());
     }
-    let meeting = long(&body, "meetingId").map_err(|()| bad())?;
-    let field = |name: &str| string(&body, name).map_err(|()| bad());
+    let meeting = jackson::long(body.get("meetingId")).map_err(|_| bad())?;
+    let field = |name: &str| jackson::string(body.get(name)).map_err(|_| bad());
     let (number, expiry, cvc, birth) =
         (field("cardNumber")?, field("cardExpiry")?, field("cardCvc")?, field("birth")?);
     // `\d{2}/\d{2}`, byte by byte (so the slices below are on ASCII).
