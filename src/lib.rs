@@ -72,6 +72,14 @@
 //!   and run the services for `serve`, `worker` and the CLI.
 //! - [`telemetry`] — logging, traces and the metrics registry.
 //!
+//! # Where an order's source is read
+//!
+//! The core never branches on the door an order came through: how it starts
+//! (`PlaceOrder::start`, stored as `orders.start`) and whether its payment was keyed in
+//! (`Payment::keyed_in`) are facts the adapter sets. The source is read in one place:
+//! `OrderSource::is_meeting` (a registration, with its saved card). docs/architecture.md
+//! has the detail.
+//!
 //! # Jobs
 //!
 //! The worker's periodic jobs, each a `PeriodicJob` run by `application::jobs::run` (a panic

@@ -11,7 +11,8 @@ use crate::on_both_databases;
 
 on_both_databases!(
     orders_and_payments_are_numbered_in_the_order_they_are_made,
-    rows_from_before_are_numbered_and_never_reused
+    rows_from_before_are_numbered_and_never_reused,
+    rows_from_before_keep_how_they_started
 );
 
 async fn orders_and_payments_are_numbered_in_the_order_they_are_made(backend: Backend) {
@@ -85,4 +86,70 @@ async fn rows_from_before_are_numbered_and_never_reused(backend: Backend) {
     let placed =
         json(app.place_order(&app.token("bob"), &order_body(), None).await, StatusCode::CREATED).await;
     assert_eq!(placed["number"], 3, "{placed}");
+}
+
+/// Rows made before orders kept how they started (migration 24) are given what their source
+/// meant then: a `COMMERCE` order held, an `API` order waiting for its payment waiting for
+/// checkout, any other running at once; a `MOMO` attempt keyed in, any other not.
+async fn rows_from_before_keep_how_they_started(backend: Backend) {
+    let Some(test_db) = TestDb::create(backend).await else { return };
+    let db = orchestrator::adapters::persistence::connect(&test_db.url, 4).await.unwrap();
+    let before = Migrator::migrations()
+        .iter()
+        .position(|m| m.name() == "m20261208_000024_order_start")
+        .expect("the order start migration is listed") as u32;
+    Migrator::up(&db, Some(before)).await.unwrap();
+    let postgres = db.get_database_backend() == sea_orm::DatabaseBackend::Postgres;
+    let uuid = |n: u32| {
+        let id = format!("0000000b-0000-4000-8000-{n:012}");
+        if postgres { format!("'{id}'") } else { format!("x'{}'", id.replace('-', "")) }
+    };
+    let at = "'2026-12-01 10:00:00+00:00'";
+    let orders = [
+        (1, "COMMERCE", "CREATED", "NULL"),
+        (2, "API", "AWAITING_PAYMENT", "NULL"),
+        (3, "API", "COMPLETED", "NULL"),
+        (4, "MOMO", "COMPLETED", "'12'"),
+        (5, "MEETING", "COMPLETED", "'13'"),
+    ];
+    for (n, source, status, meeting) in orders {
+        db.execute_unprepared(&format!(
+            "INSERT INTO orders (id, customer_id, source, meeting_id, currency, total_amount, status, created_at, updated_at, version, saga_resumes, number) \
+             VALUES ({}, 'alice', '{source}', {meeting}, 'KRW', 1000, '{status}', {at}, {at}, 1, 0, {n})",
+            uuid(n)
+        ))
+        .await
+        .unwrap();
+    }
+    for (n, order) in [(11, 4), (12, 5)] {
+        db.execute_unprepared(&format!(
+            "INSERT INTO payments (id, order_id, attempt, payment_request_id, amount, currency, status, refunded_amount, reconcile_attempts, created_at, updated_at, version, number) \
+             VALUES ({}, {}, 1, 'req-{n}', 1000, 'KRW', 'APPROVED', 0, 0, {at}, {at}, 1, {n})",
+            uuid(n),
+            uuid(order)
+        ))
+        .await
+        .unwrap();
+    }
+    Migrator::up(&db, None).await.unwrap();
+    let read = |sql: &str| {
+        let sql = sql.to_owned();
+        let db = &db;
+        async move {
+            db.query_all_raw(sea_orm::Statement::from_string(db.get_database_backend(), sql)).await.unwrap()
+        }
+    };
+    let starts: Vec<String> = read("SELECT start FROM orders ORDER BY number")
+        .await
+        .iter()
+        .map(|r| r.try_get("", "start").unwrap())
+        .collect();
+    assert_eq!(starts, ["HELD", "AWAIT_CHECKOUT", "NOW", "NOW", "NOW"]);
+    let keyed: Vec<bool> = read("SELECT keyed_in FROM payments ORDER BY number")
+        .await
+        .iter()
+        .map(|r| r.try_get("", "keyed_in").unwrap())
+        .collect();
+    assert_eq!(keyed, [true, false], "the MOMO attempt keyed in, the MEETING one not");
+    let _ = db.close().await;
 }

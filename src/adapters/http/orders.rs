@@ -22,7 +22,7 @@ use crate::application::orchestration::{Orchestrator, PayOrder, PlaceOrder};
 use crate::application::ports::{OrderRecord, Scenario, StoredResponse};
 use crate::application::queries::ListOrders;
 use crate::domain::ids::{OrderId, PaymentId};
-use crate::domain::order::{NewOrderItem, OrderSource, OrderStatus};
+use crate::domain::order::{NewOrderItem, OrderSource, OrderStart, OrderStatus};
 
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 pub const MOCK_SCENARIO: &str = "x-mock-scenario";
@@ -123,6 +123,7 @@ pub async fn place_order(
         order_id: OrderId::new(),
         customer_id: request.customer_id,
         source: OrderSource::Api,
+        start: OrderStart::AwaitCheckout,
         meeting_id: None,
         currency: request.currency,
         items: request
@@ -141,7 +142,6 @@ pub async fn place_order(
         let record = state.orchestrator.place_order(&actor, command).await?;
         return Ok(HttpResponse::Created().json(detail(&state, &record)));
     };
-
     let fingerprint = {
         let mut hash = Sha256::new();
         hash.update(body.canonical.as_bytes());

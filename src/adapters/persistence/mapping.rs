@@ -14,7 +14,7 @@ use crate::domain::ids::{EventId, NotificationId, OrderId, PaymentId, RefundId, 
 use crate::domain::money::{Currency, Money};
 use crate::domain::notification::{FailurePolicy, Notification, NotificationStatus};
 use crate::domain::order::{
-    FailureReason, FailureStage, Order, OrderItem, OrderSource, OrderStatus, SagaStep, StepStatus,
+    FailureReason, FailureStage, Order, OrderItem, OrderSource, OrderStart, OrderStatus, SagaStep, StepStatus,
 };
 use crate::domain::outbox::lanes::lane_of;
 use crate::domain::outbox::{FailureCode, OutboxStatus};
@@ -65,6 +65,7 @@ pub fn order_from_row(
         id: OrderId::from_uuid(row.id),
         customer_id: row.customer_id,
         source: parse("orders.source", &row.source, OrderSource::parse)?,
+        start: parse("orders.start", &row.start, OrderStart::parse)?,
         meeting_id: row.meeting_id,
         currency: total.currency(),
         items,
@@ -99,6 +100,7 @@ pub fn order_to_row(order: &Order, context: Option<&OrderContext>) -> orders::Ac
         id: Set(order.id.as_uuid()),
         customer_id: Set(order.customer_id.clone()),
         source: Set(order.source.as_str().to_owned()),
+        start: Set(order.start.as_str().to_owned()),
         meeting_id: Set(order.meeting_id.clone()),
         currency: Set(order.currency.as_str().to_owned()),
         total_amount: Set(order.total.minor()),
@@ -147,6 +149,7 @@ pub fn payment_from_row(row: payments::Model) -> Result<Payment, RepoError> {
         amount: money("payments.amount", row.amount, &row.currency)?,
         status: parse("payments.status", &row.status, PaymentStatus::parse)?,
         provider_transaction_id: row.provider_transaction_id,
+        keyed_in: row.keyed_in,
         decline_code: row.decline_code,
         refund_failure_reason: row.refund_failure_reason,
         refunded_amount: row.refunded_amount,
@@ -167,6 +170,7 @@ pub fn payment_to_row(p: &Payment) -> payments::ActiveModel {
         attempt: Set(p.attempt),
         payment_request_id: Set(p.payment_request_id.clone()),
         provider_transaction_id: Set(p.provider_transaction_id.clone()),
+        keyed_in: Set(p.keyed_in),
         amount: Set(p.amount.minor()),
         currency: Set(p.amount.currency().as_str().to_owned()),
         status: Set(p.status.as_str().to_owned()),

@@ -18,7 +18,7 @@ use crate::application::ports::{
 };
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
-use crate::domain::order::{Order, OrderSource, OrderStatus};
+use crate::domain::order::{Order, OrderStart, OrderStatus};
 use crate::domain::settlement::SettlementStatus;
 use chrono::{DateTime, Utc};
 
@@ -228,13 +228,13 @@ impl OrderRepository for SeaOrmStore {
     async fn waiting_since_before(
         &self,
         status: OrderStatus,
-        source: Option<OrderSource>,
+        start: Option<OrderStart>,
         created_before: DateTime<Utc>,
         limit: u32,
     ) -> Result<Vec<OrderId>, RepoError> {
         let mut query = orders::Entity::find().filter(orders::Column::Status.eq(status.as_str()));
-        if let Some(source) = source {
-            query = query.filter(orders::Column::Source.eq(source.as_str()));
+        if let Some(start) = start {
+            query = query.filter(orders::Column::Start.eq(start.as_str()));
         }
         Ok(query
             .filter(orders::Column::CreatedAt.lt(created_before))
@@ -341,11 +341,11 @@ impl SagaRuns for SeaOrmStore {
                 SettlementStatus::RetryScheduled.as_str(),
                 SettlementStatus::AwaitingOperator.as_str()
             )))
-            // A commerce-dialect order whose client has not asked for its saga yet is held,
-            // not stalled (docs/dialects.md).
+            // An order held until its client asks for its saga (the commerce dialect's) is
+            // held, not stalled, until then (docs/dialects.md).
             .filter(sea_orm::sea_query::Expr::cust(format!(
-                "NOT (orders.source = '{}' AND orders.status = '{}' AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.order_id = orders.id))",
-                OrderSource::Commerce.as_str(),
+                "NOT (orders.start = '{}' AND orders.status = '{}' AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.order_id = orders.id))",
+                OrderStart::Held.as_str(),
                 OrderStatus::Created.as_str()
             )))
             .filter(

@@ -233,17 +233,11 @@ impl MeetingPayments for SeaOrmStore {
         if !query.hidden.is_empty() {
             select = select.filter(payments::Column::Status.is_not_in(names(&query.hidden)));
         }
-        if !query.declined_hidden_from.is_empty() {
-            let sources: Vec<&str> = query.declined_hidden_from.iter().map(|s| s.as_str()).collect();
-            let of_sources = Query::select()
-                .column(orders::Column::Id)
-                .from(orders::Entity)
-                .and_where(Expr::col(orders::Column::Source).is_in(sources))
-                .to_owned();
+        if query.declined_keyed_in_hidden {
             select = select.filter(
                 sea_orm::Condition::any()
                     .add(payments::Column::Status.ne(PaymentStatus::Declined.as_str()))
-                    .add(payments::Column::OrderId.not_in_subquery(of_sources)),
+                    .add(payments::Column::KeyedIn.eq(false)),
             );
         }
         let total = select.clone().count(&self.db).await.map_err(repo_err)?;

@@ -9,7 +9,6 @@ use crate::application::money::provider_view::ProviderView;
 use crate::application::money::refunds::{RefundOutcome, RefundRequest, Refunds};
 use crate::application::ports::{CustomerPayments, MeetingPayment, MeetingPayments, ProviderRecord};
 use crate::application::{Actor, AppError};
-use crate::domain::order::OrderSource;
 use crate::domain::payment::PaymentStatus;
 
 /// What a member no longer sees: the money went back.
@@ -46,7 +45,7 @@ impl MemberPayments {
     ) -> Result<(Vec<MeetingPayment>, u64), AppError> {
         query.customer_id = member.subject.clone();
         query.hidden = GONE.to_vec();
-        query.declined_hidden_from = vec![OrderSource::Momo];
+        query.declined_keyed_in_hidden = true;
         Ok(self.payments.of_customer(&query).await?)
     }
 

@@ -21,7 +21,7 @@ use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
 use crate::domain::order::{
-    FailureReason, FailureStage, Order, OrderSource, OrderStatus, SagaStep, StepStatus,
+    FailureReason, FailureStage, Order, OrderStart, OrderStatus, SagaStep, StepStatus,
 };
 use crate::domain::payment::{AUTHORIZATION_MISMATCH, Payment, payment_request_id};
 use crate::domain::text;
@@ -304,8 +304,8 @@ impl Orchestrator {
 
     /// Fails the orders `expiry` names that waited longer than `window`, one lease each.
     async fn expire_waiting(&self, expiry: Expiry, window: chrono::Duration) -> Result<usize, AppError> {
-        let (status, source) = expiry.waiting();
-        let due = self.orders.waiting_since_before(status, source, self.clock.now() - window, 100).await?;
+        let (status, start) = expiry.waiting();
+        let due = self.orders.waiting_since_before(status, start, self.clock.now() - window, 100).await?;
         let mut expired = 0;
         for order_id in due {
             if self.expire(order_id, expiry).await? {
@@ -331,8 +331,8 @@ impl Orchestrator {
     /// [`Self::expire`] under the order's lease.
     async fn expire_leased(&self, order_id: OrderId, expiry: Expiry) -> Result<bool, AppError> {
         let record = self.load(order_id).await?;
-        let (status, source) = expiry.waiting();
-        let waiting = record.order.status == status && source.is_none_or(|s| record.order.source == s);
+        let (status, start) = expiry.waiting();
+        let waiting = record.order.status == status && start.is_none_or(|s| record.order.start == s);
         if !waiting || record.payment.is_some() {
             return Ok(false);
         }
@@ -376,11 +376,11 @@ enum Expiry {
 }
 
 impl Expiry {
-    /// The status (and source) of an order that waits so.
-    fn waiting(self) -> (OrderStatus, Option<OrderSource>) {
+    /// The status (and start) of an order that waits so.
+    fn waiting(self) -> (OrderStatus, Option<OrderStart>) {
         match self {
             Expiry::Unpaid => (OrderStatus::AwaitingPayment, None),
-            Expiry::Held => (OrderStatus::Created, Some(OrderSource::Commerce)),
+            Expiry::Held => (OrderStatus::Created, Some(OrderStart::Held)),
         }
     }
 

@@ -13,7 +13,7 @@ use crate::application::ports::{
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
-use crate::domain::order::{NewOrder, NewOrderItem, Order, OrderSource};
+use crate::domain::order::{NewOrder, NewOrderItem, Order, OrderSource, OrderStart};
 use crate::domain::payment::Payment;
 
 /// The longest `description` an order keeps (the commerce backend's column).
@@ -27,6 +27,10 @@ pub struct PlaceOrder {
     /// Defaults to the caller.
     pub customer_id: Option<String>,
     pub source: OrderSource,
+    /// How the order starts, as the door it came through asks: `AWAIT_CHECKOUT` waits for
+    /// the customer's checkout where the provider asks for one (else it runs `NOW`); `HELD`
+    /// keeps it in `CREATED` until its client asks for its saga.
+    pub start: OrderStart,
     pub meeting_id: Option<String>,
     pub currency: String,
     pub items: Vec<NewOrderItem>,
@@ -61,6 +65,7 @@ impl PlaceOrder {
             order_id: OrderId::new(),
             customer_id: Some(user_id.to_owned()),
             source,
+            start: OrderStart::Now,
             meeting_id: Some(meeting_id.to_owned()),
             currency: currency.to_owned(),
             items: vec![NewOrderItem { sku: format!("MEETING-{meeting_id}"), quantity: 1, unit_price: fee }],
@@ -168,10 +173,13 @@ pub(super) fn place(
     let (source, meeting_id, currency, items) = (cmd.source, cmd.meeting_id, cmd.currency, cmd.items);
     let mut order =
         Order::place(cmd.order_id, NewOrder { customer_id, source, meeting_id, currency, items }, now)?;
-    let awaits_payment = checkout && order.source == OrderSource::Api;
-    if awaits_payment {
-        order.await_payment(now)?;
-    }
+    // Only a provider that asks for the customer's checkout is waited for.
+    let start = match cmd.start {
+        OrderStart::AwaitCheckout if !checkout => OrderStart::Now,
+        start => start,
+    };
+    order.start_as(start, now)?;
+    let awaits_payment = start == OrderStart::AwaitCheckout;
     // The order's own address, else the caller's token's when the order is theirs.
     let email =
         cmd.customer_email.or_else(|| actor.email.clone().filter(|_| actor.subject == order.customer_id));
@@ -183,7 +191,7 @@ pub(super) fn place(
         customer_email: email,
         description: cmd.description,
     };
-    let held = order.source == OrderSource::Commerce;
+    let held = start == OrderStart::Held;
     let mut changes = Changes::default();
     if held {
         changes.insert_order(&mut order, context.clone());
@@ -192,7 +200,7 @@ pub(super) fn place(
     }
     let keyed_in = cmd.keyed_in;
     let payment = keyed_in.as_ref().map(|_| {
-        let mut payment = Payment::request(order.id, 1, order.total, now);
+        let mut payment = Payment::request_keyed_in(order.id, 1, order.total, now);
         payment.number = keyed_number.unwrap_or_default();
         changes.insert_payment(&mut payment);
         payment
@@ -242,16 +250,41 @@ mod tests {
     #[test]
     fn where_each_order_starts_and_what_its_commit_holds() {
         let actor = Actor::customer("7");
-        // (source, checkout, keyed in, status, held, reserved, leased, a payment inserted)
+        // (source, start asked, checkout, keyed in, status, held, reserved, leased, a payment
+        // inserted): the start is the command's, whatever the source.
+        use OrderStart::{AwaitCheckout, Held, Now};
         let cases = [
-            (OrderSource::Api, false, false, OrderStatus::Created, false, true, true, false),
-            (OrderSource::Api, true, false, OrderStatus::AwaitingPayment, false, false, true, false),
-            (OrderSource::Meeting, true, false, OrderStatus::Created, false, true, true, false),
-            (OrderSource::Commerce, false, false, OrderStatus::Created, true, false, false, false),
-            (OrderSource::Momo, true, true, OrderStatus::Created, false, false, true, true),
+            (OrderSource::Api, AwaitCheckout, false, false, OrderStatus::Created, false, true, true, false),
+            (
+                OrderSource::Api,
+                AwaitCheckout,
+                true,
+                false,
+                OrderStatus::AwaitingPayment,
+                false,
+                false,
+                true,
+                false,
+            ),
+            (OrderSource::Meeting, Now, true, false, OrderStatus::Created, false, true, true, false),
+            (OrderSource::Commerce, Held, false, false, OrderStatus::Created, true, false, false, false),
+            (OrderSource::Meeting, Held, true, false, OrderStatus::Created, true, false, false, false),
+            (
+                OrderSource::Commerce,
+                AwaitCheckout,
+                true,
+                false,
+                OrderStatus::AwaitingPayment,
+                false,
+                false,
+                true,
+                false,
+            ),
+            (OrderSource::Momo, Now, true, true, OrderStatus::Created, false, false, true, true),
         ];
-        for (source, checkout, keyed, status, held, reserved, leased, paid) in cases {
+        for (source, start, checkout, keyed, status, held, reserved, leased, paid) in cases {
             let mut command = cmd(source);
+            command.start = start;
             command.keyed_in = keyed.then(|| KeyedIn {
                 card: KeyedCard {
                     number: "4242424242424242".into(),
@@ -262,7 +295,9 @@ mod tests {
                 order_name: "a meeting 참가비".into(),
             });
             let p = place(command, "7".into(), &actor, checkout, &lease(), Some(41), now()).unwrap();
-            let case = format!("{source} checkout={checkout}");
+            let case = format!("{source} {start} checkout={checkout}");
+            let stored = if start == AwaitCheckout && !checkout { Now } else { start };
+            assert_eq!(p.order.start, stored, "{case}: the start as stored");
             assert_eq!((p.order.status, p.held, p.reserve_payment), (status, held, reserved), "{case}");
             assert_eq!(p.changes.new_orders.len(), 1, "{case}");
             assert_eq!(p.changes.new_orders[0].2.is_some(), leased, "{case}");
@@ -280,6 +315,7 @@ mod tests {
                     ),
                     (41, None, 1, crate::domain::payment::PaymentStatus::Requested)
                 );
+                assert!(payment.keyed_in, "{case}: the attempt says it was keyed in");
                 assert!(p.keyed_in.is_some(), "the card goes to the first run");
             }
         }

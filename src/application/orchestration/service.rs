@@ -37,12 +37,12 @@ pub const NO_PAYMENT_METHOD: &str = "NO_PAYMENT_METHOD";
 /// Toss's checkout (the widget's `paymentKey`, before the charge is approved), or a key-in
 /// (`MOMO`: the card is never stored, so a run after the first asks the provider what it
 /// holds under the request id and never charges).
-pub(super) fn authorization_of(source: OrderSource, payment: &Payment) -> Option<PaymentAuthorization> {
+pub(super) fn authorization_of(payment: &Payment) -> Option<PaymentAuthorization> {
     let undecided = matches!(payment.status, PaymentStatus::Requested | PaymentStatus::ConfirmationRequired);
     if !undecided {
         return None;
     }
-    if source == OrderSource::Momo {
+    if payment.keyed_in {
         return Some(PaymentAuthorization::KeyIn { card: None });
     }
     payment.provider_transaction_id.clone().map(|key| PaymentAuthorization::Checkout { payment_key: key })
@@ -91,7 +91,7 @@ impl Orchestrator {
         record: &OrderRecord,
         payment: &Payment,
     ) -> Result<Option<PaymentAuthorization>, AppError> {
-        if let Some(given) = authorization_of(record.order.source, payment) {
+        if let Some(given) = authorization_of(payment) {
             return Ok(Some(given));
         }
         let Some(cards) = self.cards.as_ref().filter(|_| record.order.source == OrderSource::Meeting) else {

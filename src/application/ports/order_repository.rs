@@ -8,7 +8,7 @@ use super::error::RepoError;
 use super::scenario::Scenario;
 use crate::domain::ids::OrderId;
 use crate::domain::notification::Notification;
-use crate::domain::order::{Order, OrderSource, OrderStatus, SagaStep, StepStatus};
+use crate::domain::order::{Order, OrderSource, OrderStart, OrderStatus, SagaStep, StepStatus};
 use crate::domain::payment::{Payment, Refund};
 use crate::domain::settlement::Settlement;
 
@@ -128,16 +128,16 @@ pub trait OrderRepository: Send + Sync {
     /// MUST return `Unavailable` when the database fails.
     async fn list(&self, filter: &OrderFilter) -> Result<Vec<Order>, RepoError>;
 
-    /// Orders in `status` (of `source`, when given) created before `created_before`: those
-    /// unpaid past their payment window (`AWAITING_PAYMENT`), or held past their hold
-    /// (`CREATED`, `COMMERCE`). At most `limit`, oldest first.
+    /// Orders in `status` (that started as `start`, when given) created before
+    /// `created_before`: those unpaid past their payment window (`AWAITING_PAYMENT`), or held
+    /// past their hold (`CREATED`, `HELD`). At most `limit`, oldest first.
     ///
     /// # Errors
     /// MUST return `Unavailable` when the database fails.
     async fn waiting_since_before(
         &self,
         status: OrderStatus,
-        source: Option<OrderSource>,
+        start: Option<OrderStart>,
         created_before: DateTime<Utc>,
         limit: u32,
     ) -> Result<Vec<OrderId>, RepoError>;

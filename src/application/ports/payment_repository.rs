@@ -6,7 +6,6 @@ use chrono::{DateTime, Utc};
 use super::error::RepoError;
 use crate::domain::ids::{OrderId, PaymentId};
 use crate::domain::ledger::Books;
-use crate::domain::order::OrderSource;
 use crate::domain::payment::{Payment, PaymentStatus};
 
 /// What a member's payments may be ordered by (the momo dialect's `sort`).
@@ -28,9 +27,9 @@ pub struct CustomerPayments {
     pub statuses: Option<Vec<PaymentStatus>>,
     /// Never listed.
     pub hidden: Vec<PaymentStatus>,
-    /// Declined attempts of orders from these sources are never listed (a keyed-in card's
-    /// refusal: the member was answered it, and no payment stands, docs/spec.md §14).
-    pub declined_hidden_from: Vec<OrderSource>,
+    /// Declined keyed-in attempts are never listed (a keyed-in card's refusal: the member was
+    /// answered it, and no payment stands, docs/spec.md §14).
+    pub declined_keyed_in_hidden: bool,
     /// Keys with `true` for descending; after them, by number ascending.
     pub sort: Vec<(PaymentSortKey, bool)>,
     pub offset: u64,

@@ -14,5 +14,5 @@ mod step;
 pub use error::OrderError;
 pub use event::OrderEvent;
 pub use order::{NewOrder, NewOrderItem, Order, OrderItem, limits, registration_key};
-pub use status::{FailureReason, FailureStage, OrderAction, OrderSource, OrderStatus};
+pub use status::{FailureReason, FailureStage, OrderAction, OrderSource, OrderStart, OrderStatus};
 pub use step::{SagaStep, StepStatus};

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 
 use super::error::OrderError;
 use super::event::OrderEvent;
-use super::status::{FailureReason, FailureStage, OrderAction, OrderSource, OrderStatus};
+use super::status::{FailureReason, FailureStage, OrderAction, OrderSource, OrderStart, OrderStatus};
 use crate::domain::ids::OrderId;
 use crate::domain::money::{Currency, Money};
 use crate::domain::text;
@@ -49,6 +49,8 @@ pub struct Order {
     pub id: OrderId,
     pub customer_id: String,
     pub source: OrderSource,
+    /// How it started (set once, when placed): the only fact of its door the core reads.
+    pub start: OrderStart,
     pub meeting_id: Option<String>,
     pub currency: Currency,
     pub items: Vec<OrderItem>,
@@ -144,6 +146,7 @@ impl Order {
             id,
             customer_id: input.customer_id,
             source: input.source,
+            start: OrderStart::Now,
             meeting_id: input.meeting_id,
             currency,
             items,
@@ -177,6 +180,20 @@ impl Order {
         self.guard(OrderAction::AwaitPayment, self.status == OrderStatus::Created)?;
         self.move_to(OrderStatus::AwaitingPayment, now);
         Ok(vec![])
+    }
+
+    /// Starts a just-placed order as its door asks ([`OrderStart`]): `AWAIT_CHECKOUT` moves
+    /// it to `AWAITING_PAYMENT`; `NOW` and `HELD` leave it `CREATED`.
+    ///
+    /// # Errors
+    /// `InvalidTransition` for `AWAIT_CHECKOUT` on an order past `CREATED`.
+    pub fn start_as(&mut self, start: OrderStart, now: DateTime<Utc>) -> Result<Vec<OrderEvent>, OrderError> {
+        let events = match start {
+            OrderStart::AwaitCheckout => self.await_payment(now)?,
+            OrderStart::Now | OrderStart::Held => vec![],
+        };
+        self.start = start;
+        Ok(events)
     }
 
     /// Whether the order may still take its payment: created, or waiting for the customer's
@@ -311,6 +328,32 @@ mod tests {
                 NewOrderItem { sku: "B".into(), quantity: 1, unit_price: 700 },
             ],
         }
+    }
+
+    #[test]
+    fn an_order_starts_as_its_door_asks_whatever_its_source() {
+        for source in OrderSource::ALL {
+            let meeting_id = source.is_meeting().then(|| "12".to_owned());
+            let placed =
+                Order::place(OrderId::new(), NewOrder { source: *source, meeting_id, ..input() }, now())
+                    .unwrap();
+            assert_eq!(placed.start, OrderStart::Now, "placed: it runs at once unless told");
+            for (start, status) in [
+                (OrderStart::Now, OrderStatus::Created),
+                (OrderStart::Held, OrderStatus::Created),
+                (OrderStart::AwaitCheckout, OrderStatus::AwaitingPayment),
+            ] {
+                let mut order = placed.clone();
+                order.start_as(start, now()).unwrap();
+                assert_eq!((order.start, order.status), (start, status), "{source} {start}");
+            }
+        }
+        let mut paid = order_in(OrderStatus::PaymentApproved, None);
+        assert!(
+            paid.start_as(OrderStart::AwaitCheckout, now()).is_err(),
+            "only a fresh order waits for checkout"
+        );
+        assert_eq!(paid.start, OrderStart::Now, "a refused start changes nothing");
     }
 
     fn order_in(status: OrderStatus, stage: Option<FailureStage>) -> Order {

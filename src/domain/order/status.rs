@@ -53,6 +53,18 @@ spelled!(
 );
 
 spelled!(
+    /// How an order starts, as the door it came through asks (a fact of the command, set by
+    /// the adapter; docs/architecture.md): `NOW` — its saga runs at once; `HELD` — kept in
+    /// `CREATED`, no saga, until its client asks for it (the commerce dialect); `AWAIT_CHECKOUT`
+    /// — `AWAITING_PAYMENT` until the customer authorizes the charge in the provider's widget.
+    OrderStart {
+        Now => "NOW",
+        Held => "HELD",
+        AwaitCheckout => "AWAIT_CHECKOUT",
+    }
+);
+
+spelled!(
     /// The actions an order accepts; an illegal one names itself in the error.
     OrderAction {
         AwaitPayment => "AWAIT_PAYMENT",

@@ -29,6 +29,10 @@ pub struct Payment {
     pub amount: Money,
     pub status: PaymentStatus,
     pub provider_transaction_id: Option<String>,
+    /// A card keyed in for this attempt (the momo dialect's key-in): the card lived only in
+    /// the first run's memory, so any later run asks the provider what it holds under the
+    /// request id and never charges (a fact of the attempt, set when it is requested).
+    pub keyed_in: bool,
     pub decline_code: Option<String>,
     pub refund_failure_reason: Option<String>,
     /// The sum of its succeeded refunds; never more than `amount`.
@@ -58,6 +62,7 @@ impl Payment {
             amount,
             status: PaymentStatus::Requested,
             provider_transaction_id: None,
+            keyed_in: false,
             decline_code: None,
             refund_failure_reason: None,
             refunded_amount: 0,
@@ -85,6 +90,12 @@ impl Payment {
             provider_transaction_id: Some(provider_key.into()),
             ..Payment::request(order_id, attempt, amount, now)
         }
+    }
+
+    /// A new attempt charged to a card keyed in with the order: the first run charges it,
+    /// and no other run may (see [`Payment::keyed_in`]).
+    pub fn request_keyed_in(order_id: OrderId, attempt: i32, amount: Money, now: DateTime<Utc>) -> Self {
+        Payment { keyed_in: true, ..Payment::request(order_id, attempt, amount, now) }
     }
 
     fn guard(&self, action: PaymentAction, allowed: bool) -> Result<(), PaymentError> {

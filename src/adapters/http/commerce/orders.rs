@@ -15,7 +15,7 @@ use crate::application::orchestration::{MAX_DESCRIPTION, PlaceOrder};
 use crate::application::ports::{Behaviour, OrderRecord, Scenario};
 use crate::domain::ids::OrderId;
 use crate::domain::money::{Currency, MajorError};
-use crate::domain::order::{NewOrderItem, OrderSource};
+use crate::domain::order::{NewOrderItem, OrderSource, OrderStart};
 
 /// The platform's `orders.customer_id` column.
 const MAX_CUSTOMER_ID: usize = 100;
@@ -124,6 +124,7 @@ fn command(
         order_id: OrderId::new(),
         customer_id: Some(customer_id),
         source: OrderSource::Commerce,
+        start: OrderStart::Held,
         meeting_id: None,
         currency,
         items: vec![NewOrderItem { sku: ITEM_SKU.into(), quantity: 1, unit_price: minor }],

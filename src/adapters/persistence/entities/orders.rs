@@ -9,6 +9,8 @@ pub struct Model {
     pub id: Uuid,
     pub customer_id: String,
     pub source: String,
+    /// How it started: `NOW`, `HELD` or `AWAIT_CHECKOUT` (`OrderStart`).
+    pub start: String,
     pub meeting_id: Option<String>,
     pub currency: String,
     pub total_amount: i64,

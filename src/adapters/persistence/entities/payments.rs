@@ -11,6 +11,8 @@ pub struct Model {
     pub attempt: i32,
     pub payment_request_id: String,
     pub provider_transaction_id: Option<String>,
+    /// Charged to a card keyed in with the order (`Payment::keyed_in`).
+    pub keyed_in: bool,
     pub amount: i64,
     pub currency: String,
     pub status: String,

@@ -12,7 +12,7 @@ use crate::application::ports::{
     Scenario, SettlementOutcome,
 };
 use crate::domain::notification::FailurePolicy;
-use crate::domain::order::{FailureStage, NewOrder, NewOrderItem, Order, SagaStep, StepStatus};
+use crate::domain::order::{FailureStage, NewOrder, NewOrderItem, Order, OrderStart, SagaStep, StepStatus};
 use crate::domain::retry::RetryPolicy;
 
 fn now() -> DateTime<Utc> {
@@ -110,6 +110,7 @@ fn command() -> PlaceOrder {
         order_id: OrderId::new(),
         customer_id: None,
         source: OrderSource::Api,
+        start: OrderStart::AwaitCheckout,
         meeting_id: None,
         currency: "KRW".into(),
         items: vec![NewOrderItem { sku: "A".into(), quantity: 2, unit_price: 500 }],
@@ -303,6 +304,7 @@ async fn a_commerce_order_is_held_in_created_without_a_lease_or_a_payment_number
     let (saga, committed) = m.build();
     let cmd = PlaceOrder {
         source: OrderSource::Commerce,
+        start: OrderStart::Held,
         customer_id: Some("customer-1".into()),
         description: Some("FAIL_SETTLEMENT".into()),
         ..command()
