@@ -25,5 +25,5 @@ pub mod queries;
 pub mod recovery;
 pub mod settlement_retry;
 
-pub use actor::Actor;
+pub use actor::{Access, Actor};
 pub use error::{AppError, ORDER_BUSY};

@@ -131,7 +131,7 @@ impl OrderQueries {
         if !(1..=MAX_PAGE).contains(&limit) {
             return Err(AppError::validation("limit", format!("must be between 1 and {MAX_PAGE}")));
         }
-        let customer_id = if actor.is_admin {
+        let customer_id = if actor.sees_every_order() {
             query.customer_id
         } else {
             match query.customer_id {

@@ -264,7 +264,8 @@ impl JwtKeys {
         // A claim that is no address we send to is not used (never a reason to refuse the token).
         let email =
             claims.get("email").and_then(Value::as_str).filter(|e| text::is_email(e)).map(str::to_owned);
-        Ok(Actor { subject: sub.to_owned(), is_admin, email })
+        let actor = if is_admin { Actor::admin(sub) } else { Actor::customer(sub) };
+        Ok(actor.with_email(email))
     }
 }
 

@@ -131,9 +131,15 @@ pub const ADMIN_ROLE: &str = "ROLE_ADMIN";
 impl Caller {
     /// Who this caller is in our audit log and use cases. The platform authorizes its
     /// order paths by authentication alone (any signed-in user orders for any `customerId`
-    /// and reads any order), so a caller here may act on any order (docs/dialects.md).
+    /// and reads any order), so a caller here may act on any order (docs/dialects.md); only
+    /// its `ROLE_ADMIN` is our operator role.
     pub fn actor(&self) -> Actor {
-        Actor::admin(format!("commerce:{}", self.username))
+        let subject = format!("commerce:{}", self.username);
+        if self.roles.iter().any(|r| r == ADMIN_ROLE) {
+            Actor::admin(subject)
+        } else {
+            Actor::any_order(subject)
+        }
     }
 }
 
