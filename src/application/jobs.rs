@@ -36,8 +36,13 @@ pub trait PeriodicJob: Send + Sync {
     async fn round(&self) -> Result<Option<String>, AppError>;
 }
 
+/// The pause after the `failures`-th failed round in a row: 1 s doubling, at most `interval`.
+fn retry_pause(failures: u32, interval: Duration) -> Duration {
+    crate::domain::backoff::doubled_pause(Duration::from_secs(1), failures.saturating_sub(1), interval)
+}
+
 /// Runs `job`'s rounds every interval until `stop`, each reported to `progress`: a round that
-/// panics is a failed round (the runner goes on), and a round that never ends leaves the job
+/// panics is a failed round (the runner goes on, trying again within seconds after a failure), and a round that never ends leaves the job
 /// silent, which `progress` reports as stuck.
 pub async fn run(job: Arc<dyn PeriodicJob>, progress: Option<Arc<LoopProgress>>, stop: CancellationToken) {
     use futures_util::FutureExt;
@@ -47,6 +52,7 @@ pub async fn run(job: Arc<dyn PeriodicJob>, progress: Option<Arc<LoopProgress>>,
     if let Some(p) = &progress {
         p.started(name, job.longest_round());
     }
+    let mut failures = 0u32;
     loop {
         tokio::select! {
             _ = stop.cancelled() => break,
@@ -59,6 +65,7 @@ pub async fn run(job: Arc<dyn PeriodicJob>, progress: Option<Arc<LoopProgress>>,
                 Err(AppError::internal(format!("the round panicked: {why}")))
             }) {
                 Ok(done) => {
+                    failures = 0;
                     if let Some(done) = done {
                         tracing::info!(job = name, "{done}");
                     }
@@ -71,6 +78,10 @@ pub async fn run(job: Arc<dyn PeriodicJob>, progress: Option<Arc<LoopProgress>>,
                     if let Some(p) = &progress {
                         p.failed(name, Chain(&err));
                     }
+                    // Tried again soon (1 s doubling, at most its interval): a job whose
+                    // rounds are far apart is not left failing for an interval after a blip.
+                    failures = failures.saturating_add(1);
+                    tick.reset_after(retry_pause(failures, job.interval()));
                 }
             },
         }
@@ -124,6 +135,46 @@ mod tests {
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
         assert!(progress.stuck().is_empty(), "a round that succeeds frees the job");
+        stop.cancel();
+        runner.await.unwrap();
+    }
+
+    /// Fails its first round, then succeeds; rounds an hour apart.
+    struct Hourly(AtomicUsize);
+
+    #[async_trait]
+    impl PeriodicJob for Hourly {
+        fn name(&self) -> &'static str {
+            "hourly"
+        }
+        fn interval(&self) -> Duration {
+            Duration::from_secs(3600)
+        }
+        async fn round(&self) -> Result<Option<String>, AppError> {
+            match self.0.fetch_add(1, Ordering::SeqCst) {
+                0 => Err(AppError::unavailable("the database is locked")),
+                _ => Ok(None),
+            }
+        }
+    }
+
+    /// A job whose rounds are far apart is not left failing (and its worker unready) for a
+    /// whole interval after one failed round: it tries again within seconds, then keeps its
+    /// interval once a round succeeds.
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_round_is_tried_again_soon_not_an_interval_later() {
+        let progress = Arc::new(LoopProgress::new(Duration::ZERO));
+        let job = Arc::new(Hourly(AtomicUsize::new(0)));
+        let stop = CancellationToken::new();
+        let runner = tokio::spawn(run(job.clone(), Some(progress.clone()), stop.clone()));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(job.0.load(Ordering::SeqCst), 1, "the first round at once");
+        assert_eq!(progress.stuck().len(), 1, "{:?}", progress.stuck());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(job.0.load(Ordering::SeqCst), 2, "tried again within seconds");
+        assert!(progress.stuck().is_empty(), "{:?}", progress.stuck());
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        assert_eq!(job.0.load(Ordering::SeqCst), 2, "then an interval apart again");
         stop.cancel();
         runner.await.unwrap();
     }
