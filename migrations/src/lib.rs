@@ -29,6 +29,7 @@ mod m20261205_000021_customer_email;
 mod m20261206_000022_payouts;
 mod m20261207_000023_order_description;
 mod m20261208_000024_order_start;
+mod m20261208_000025_step_facts;
 
 pub struct Migrator;
 
@@ -60,6 +61,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261206_000022_payouts::Migration),
             Box::new(m20261207_000023_order_description::Migration),
             Box::new(m20261208_000024_order_start::Migration),
+            Box::new(m20261208_000025_step_facts::Migration),
         ]
     }
 }

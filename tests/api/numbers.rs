@@ -90,7 +90,8 @@ async fn rows_from_before_are_numbered_and_never_reused(backend: Backend) {
 
 /// Rows made before orders kept how they started (migration 24) are given what their source
 /// meant then: a `COMMERCE` order held, an `API` order waiting for its payment waiting for
-/// checkout, any other running at once; a `MOMO` attempt keyed in, any other not.
+/// checkout, any other running at once; a `MOMO` attempt keyed in, any other not. Steps
+/// written before their facts (migration 25) are given what their text said.
 async fn rows_from_before_keep_how_they_started(backend: Backend) {
     let Some(test_db) = TestDb::create(backend).await else { return };
     let db = orchestrator::adapters::persistence::connect(&test_db.url, 4).await.unwrap();
@@ -131,6 +132,19 @@ async fn rows_from_before_keep_how_they_started(backend: Backend) {
         .await
         .unwrap();
     }
+    for (step, status, detail) in [
+        ("PAYMENT", "SUCCESS", "approved"),
+        ("NOTIFICATION", "FAILED", "AUTO_RETRY (attempt 1): smtp said no"),
+        ("COMPENSATION", "READY", "notification RETRY_SCHEDULED"),
+    ] {
+        db.execute_unprepared(&format!(
+            "INSERT INTO orchestration_steps (order_id, step, status, detail, created_at) \
+             VALUES ({}, '{step}', '{status}', '{detail}', {at})",
+            uuid(3)
+        ))
+        .await
+        .unwrap();
+    }
     Migrator::up(&db, None).await.unwrap();
     let read = |sql: &str| {
         let sql = sql.to_owned();
@@ -151,5 +165,19 @@ async fn rows_from_before_keep_how_they_started(backend: Backend) {
         .map(|r| r.try_get("", "keyed_in").unwrap())
         .collect();
     assert_eq!(keyed, [true, false], "the MOMO attempt keyed in, the MEETING one not");
+    let facts: Vec<Option<String>> = read("SELECT fact FROM orchestration_steps ORDER BY id")
+        .await
+        .iter()
+        .map(|r| r.try_get("", "fact").unwrap())
+        .collect();
+    assert_eq!(
+        facts,
+        [
+            None,
+            Some("NOTIFICATION_FAILED AUTO_RETRY".into()),
+            Some("AWAITING_NOTIFICATION RETRY_SCHEDULED".into())
+        ],
+        "the facts the rows' texts said (migration 25)"
+    );
     let _ = db.close().await;
 }

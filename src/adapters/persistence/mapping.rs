@@ -14,7 +14,8 @@ use crate::domain::ids::{EventId, NotificationId, OrderId, PaymentId, RefundId, 
 use crate::domain::money::{Currency, Money};
 use crate::domain::notification::{FailurePolicy, Notification, NotificationStatus};
 use crate::domain::order::{
-    FailureReason, FailureStage, Order, OrderItem, OrderSource, OrderStart, OrderStatus, SagaStep, StepStatus,
+    FailureReason, FailureStage, Order, OrderItem, OrderSource, OrderStart, OrderStatus, SagaStep, StepFact,
+    StepStatus,
 };
 use crate::domain::outbox::lanes::lane_of;
 use crate::domain::outbox::{FailureCode, OutboxStatus};
@@ -295,11 +296,25 @@ pub fn notification_to_row(n: &Notification) -> notification_events::ActiveModel
     }
 }
 
+/// The row of a step of order `order_id` (its id the database's).
+pub fn step_to_row(order_id: OrderId, s: &StepRecord) -> orchestration_steps::ActiveModel {
+    orchestration_steps::ActiveModel {
+        order_id: Set(order_id.as_uuid()),
+        step: Set(s.step.as_str().to_owned()),
+        status: Set(s.status.as_str().to_owned()),
+        detail: Set(s.detail.clone()),
+        fact: Set(s.fact.map(|f| f.as_text())),
+        created_at: Set(s.created_at),
+        ..Default::default()
+    }
+}
+
 pub fn step_from_row(row: orchestration_steps::Model) -> Result<StepRecord, RepoError> {
     Ok(StepRecord {
         step: parse("orchestration_steps.step", &row.step, SagaStep::parse)?,
         status: parse("orchestration_steps.status", &row.status, StepStatus::parse)?,
         detail: row.detail,
+        fact: row.fact.as_deref().and_then(StepFact::parse),
         created_at: row.created_at,
     })
 }

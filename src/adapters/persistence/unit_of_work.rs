@@ -124,14 +124,7 @@ fn writes(
     insert_rows!(out, backend, changes.settlements, settlements, settlement_to_row);
     insert_rows!(out, backend, changes.notifications, notification_events, notification_to_row);
     if !changes.steps.is_empty() {
-        let rows = changes.steps.iter().map(|s| orchestration_steps::ActiveModel {
-            order_id: Set(s.order_id.as_uuid()),
-            step: Set(s.record.step.as_str().to_owned()),
-            status: Set(s.record.status.as_str().to_owned()),
-            detail: Set(s.record.detail.clone()),
-            created_at: Set(s.record.created_at),
-            ..Default::default()
-        });
+        let rows = changes.steps.iter().map(|s| step_to_row(s.order_id, &s.record));
         let statement = orchestration_steps::Entity::insert_many(rows).build(backend);
         out.push(PlannedWrite { statement, conditional: false });
     }

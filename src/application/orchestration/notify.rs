@@ -11,7 +11,7 @@ use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::notification::{FailurePolicy, Notification, NotificationEvent};
 use crate::domain::order::{
-    FailureReason, FailureStage, Order, OrderEvent, OrderStatus, SagaStep, StepStatus,
+    FailureReason, FailureStage, Order, OrderEvent, OrderStatus, SagaStep, StepFact, StepStatus,
 };
 use crate::domain::retry::RetryPolicy;
 
@@ -148,12 +148,23 @@ impl Send<'_> {
     /// settlement standing; the notification waits for a retry or an operator
     /// (docs/spec.md §4: COMPENSATION READY).
     fn failed(&mut self, detail: String, notification: &Notification) -> Result<Vec<OrderEvent>, AppError> {
-        self.step(SagaStep::Notification, StepStatus::Failed, detail.clone());
+        let policy =
+            StepFact::NotificationFailed(notification.policy.unwrap_or(FailurePolicy::ManualIntervention));
+        let step = (SagaStep::Notification, StepStatus::Failed);
+        self.changes.step_with_fact(self.order.id, step, detail.clone(), policy, self.now);
         self.audit(AuditAction::NotificationFailed, format!("{detail}; now {}", notification.status));
         if self.order.status == OrderStatus::Failed {
             return Ok(Vec::new());
         }
-        self.step(SagaStep::Compensation, StepStatus::Ready, format!("notification {}", notification.status));
+        let waiting = StepFact::AwaitingNotification(notification.status);
+        let step = (SagaStep::Compensation, StepStatus::Ready);
+        self.changes.step_with_fact(
+            self.order.id,
+            step,
+            format!("notification {}", notification.status),
+            waiting,
+            self.now,
+        );
         self.order
             .fail(FailureStage::Notification, FailureReason::NotificationFailed, self.now)
             .map_err(broken_invariant)

@@ -8,7 +8,7 @@ use super::error::RepoError;
 use super::scenario::Scenario;
 use crate::domain::ids::OrderId;
 use crate::domain::notification::Notification;
-use crate::domain::order::{Order, OrderSource, OrderStart, OrderStatus, SagaStep, StepStatus};
+use crate::domain::order::{Order, OrderSource, OrderStart, OrderStatus, SagaStep, StepFact, StepStatus};
 use crate::domain::payment::{Payment, Refund};
 use crate::domain::settlement::Settlement;
 
@@ -41,7 +41,10 @@ pub struct OrderContext {
 pub struct StepRecord {
     pub step: SagaStep,
     pub status: StepStatus,
+    /// Ours to word: for people, never parsed (readers read `fact`).
     pub detail: Option<String>,
+    /// What the row records as a fact, where a reader needs one.
+    pub fact: Option<StepFact>,
     pub created_at: DateTime<Utc>,
 }
 

@@ -11,7 +11,7 @@ use super::order_repository::{InboxEntry, OrderContext, SagaLease, StepRecord};
 use super::outbox_store::NewOutboxEvent;
 use crate::domain::ids::OrderId;
 use crate::domain::notification::Notification;
-use crate::domain::order::{Order, SagaStep, StepStatus};
+use crate::domain::order::{Order, SagaStep, StepFact, StepStatus};
 use crate::domain::payment::{Payment, Refund};
 use crate::domain::settlement::Settlement;
 
@@ -117,7 +117,23 @@ impl Changes {
         detail: Option<String>,
         now: DateTime<Utc>,
     ) {
-        self.steps.push(NewStep { order_id, record: StepRecord { step, status, detail, created_at: now } });
+        self.steps.push(NewStep {
+            order_id,
+            record: StepRecord { step, status, detail, fact: None, created_at: now },
+        });
+    }
+
+    /// [`Changes::step`], with the fact it records (`orchestration_steps.fact`).
+    pub fn step_with_fact(
+        &mut self,
+        order_id: OrderId,
+        (step, status): (SagaStep, StepStatus),
+        detail: String,
+        fact: StepFact,
+        now: DateTime<Utc>,
+    ) {
+        let record = StepRecord { step, status, detail: Some(detail), fact: Some(fact), created_at: now };
+        self.steps.push(NewStep { order_id, record });
     }
 
     pub fn is_empty(&self) -> bool {

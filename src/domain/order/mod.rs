@@ -15,4 +15,4 @@ pub use error::OrderError;
 pub use event::OrderEvent;
 pub use order::{NewOrder, NewOrderItem, Order, OrderItem, limits, registration_key};
 pub use status::{FailureReason, FailureStage, OrderAction, OrderSource, OrderStart, OrderStatus};
-pub use step::{SagaStep, StepStatus};
+pub use step::{SagaStep, StepFact, StepStatus};

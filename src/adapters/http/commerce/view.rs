@@ -9,7 +9,7 @@ use crate::adapters::messaging::contract::{Encoded, commerce};
 use crate::application::ports::{OrderRecord, OutboxRecord, StepRecord};
 use crate::domain::money::Money;
 use crate::domain::notification::{FailurePolicy, NotificationStatus};
-use crate::domain::order::{OrderStatus, SagaStep, StepStatus};
+use crate::domain::order::{OrderStatus, SagaStep, StepFact, StepStatus};
 use crate::domain::payment::PaymentStatus;
 use crate::domain::settlement::SettlementStatus;
 
@@ -114,17 +114,6 @@ pub struct FlowView {
     pub outbox_events: Vec<OutboxView>,
 }
 
-/// The policy our notification step's detail starts with (`"{policy} (attempt N): …"`,
-/// written by the saga's notification step).
-fn failure_policy(detail: Option<&str>) -> Option<FailurePolicy> {
-    detail.and_then(|d| d.split(' ').next()).and_then(FailurePolicy::parse)
-}
-
-/// The notification status our compensation step names (`"notification {status}"`).
-fn waiting_status(detail: Option<&str>) -> Option<NotificationStatus> {
-    detail.and_then(|d| d.strip_prefix("notification ")).and_then(NotificationStatus::parse)
-}
-
 /// The platform's steps for our saga's rows, as its `CommerceOrchestrationService` writes
 /// them: `ORDER_CREATE` and `PAYMENT READY` first, `COMPLETE` after a first notification
 /// that went out, nothing for a notification's later retries or an operator's decision (it
@@ -137,7 +126,7 @@ pub fn steps(record: &OrderRecord, mock: bool) -> Vec<StepView> {
     let mut out: Vec<(&'static str, &'static str, String, DateTime<Utc>)> = Vec::new();
     let mut notification_failed = false;
     for (i, row) in record.steps.iter().enumerate() {
-        let StepRecord { step, status, detail, created_at } = row;
+        let StepRecord { step, status, detail, fact, created_at } = row;
         let at = *created_at;
         let ours = detail.clone().unwrap_or_default();
         if i == 0 {
@@ -186,8 +175,8 @@ pub fn steps(record: &OrderRecord, mock: bool) -> Vec<StepView> {
                 at,
             )),
             (SagaStep::Compensation, StepStatus::Ready) => {
-                let text = match waiting_status(detail.as_deref()) {
-                    Some(NotificationStatus::RetryScheduled) => format!(
+                let text = match fact {
+                    Some(StepFact::AwaitingNotification(NotificationStatus::RetryScheduled)) => format!(
                         "Notification retry scheduled; payment and settlement are kept as-is, nextAttemptAt={}",
                         record
                             .notification
@@ -195,7 +184,7 @@ pub fn steps(record: &OrderRecord, mock: bool) -> Vec<StepView> {
                             .and_then(|n| n.next_attempt_at)
                             .map_or_else(|| "null".to_owned(), local)
                     ),
-                    Some(NotificationStatus::ManualInterventionRequired) => {
+                    Some(StepFact::AwaitingNotification(NotificationStatus::ManualInterventionRequired)) => {
                         "Notification requires manual intervention; payment and settlement are kept as-is"
                             .into()
                     }
@@ -209,8 +198,8 @@ pub fn steps(record: &OrderRecord, mock: bool) -> Vec<StepView> {
             (SagaStep::Notification, _) if notification_failed => {}
             (SagaStep::Notification, StepStatus::Failed) => {
                 notification_failed = true;
-                let kind = match failure_policy(detail.as_deref()) {
-                    Some(FailurePolicy::AutoRetry) => "retry",
+                let kind = match fact {
+                    Some(StepFact::NotificationFailed(FailurePolicy::AutoRetry)) => "retry",
                     _ => "manual intervention",
                 };
                 out.push((

@@ -11,6 +11,8 @@ pub struct Model {
     pub step: String,
     pub status: String,
     pub detail: Option<String>,
+    /// `StepFact::as_text`: what the row records as a fact, where a reader needs one.
+    pub fact: Option<String>,
     pub created_at: DateTimeUtc,
 }
 
