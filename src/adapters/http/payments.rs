@@ -301,7 +301,7 @@ pub async fn provider_view(
     let (payment, record) = state.provider_view.of(&admin.0, id).await?;
     Ok(HttpResponse::Ok().json(ProviderViewResponse {
         payment: PaymentResponse::from(&payment),
-        provider: record.map(|r| r.0),
+        provider: record.map(|r| r.whole),
     }))
 }
 

@@ -37,9 +37,11 @@ fn payment_keys<'a>(keys: impl Iterator<Item = Option<&'a str>>) -> Vec<String> 
 /// A provider's refusal, or failure, to show its books: nothing is stored.
 fn refused_ledger(e: GatewayError) -> AppError {
     match e {
-        GatewayError::Rejected { code, message } => AppError::unavailable(format!(
-            "the payment provider refused to show its ledger: {code}: {message}"
-        )),
+        // Its answer, not an outage (409): asking again will not help.
+        GatewayError::Rejected { code, message } => AppError::Conflict {
+            code: crate::application::money::provider_view::PROVIDER_REFUSED,
+            message: format!("the payment provider refused to show its ledger: {code}: {message}"),
+        },
         e @ GatewayError::Unavailable(_) => {
             AppError::Unavailable(Cause::context("payment provider's ledger", e))
         }

@@ -9,6 +9,9 @@ use crate::application::{Actor, AppError};
 use crate::domain::ids::PaymentId;
 use crate::domain::payment::Payment;
 
+/// The provider refused to show what it holds (`Conflict`, 409): its answer, not an outage.
+pub const PROVIDER_REFUSED: &str = "PROVIDER_REFUSED";
+
 pub struct ProviderView {
     payments: Arc<dyn PaymentRepository>,
     /// `None` for a provider with no record to show (mock, external).
@@ -24,8 +27,9 @@ impl ProviderView {
     ///
     /// # Errors
     /// `Forbidden` unless admin; `NotFound`; `Conflict` `NOT_SUPPORTED` for a provider with
-    /// nothing to show, or `NOT_AT_PROVIDER` for a payment the provider never took (no
-    /// transaction id); `Unavailable` when the provider cannot be reached.
+    /// nothing to show, `NOT_AT_PROVIDER` for a payment the provider never took (no
+    /// transaction id), or [`PROVIDER_REFUSED`] when the provider refuses the look-up;
+    /// `Unavailable` when the provider cannot be reached.
     pub async fn of(
         &self,
         actor: &Actor,
@@ -57,9 +61,11 @@ impl ProviderView {
         };
         match records.provider_record(key).await {
             Ok(record) => Ok(record),
-            Err(GatewayError::Rejected { code, message }) => {
-                Err(AppError::unavailable(format!("payment provider refused the look-up: {code}: {message}")))
-            }
+            // A refusal is the provider's answer, not an outage: asking again will not help.
+            Err(GatewayError::Rejected { code, message }) => Err(AppError::Conflict {
+                code: PROVIDER_REFUSED,
+                message: format!("payment provider refused the look-up: {code}: {message}"),
+            }),
             Err(e @ GatewayError::Unavailable(_)) => {
                 Err(AppError::Unavailable(Cause::context("payment provider", e)))
             }

@@ -66,7 +66,7 @@ pub use outbox_store::{
 pub use payment_gateway::{
     ApprovalOutcome, ApprovePayment, BillingKey, CancelPayment, CancelReceipt, CardKeyIn, IssuedCard,
     KeyInCharge, KeyedCard, LedgerPage, LookupOutcome, PaymentAuthorization, PaymentGateway, ProviderCancel,
-    ProviderCustomers, ProviderLedger, ProviderRecord, ProviderRecords, SettlementPage,
+    ProviderCustomers, ProviderFailure, ProviderLedger, ProviderRecord, ProviderRecords, SettlementPage,
 };
 pub use payment_methods::{PaymentMethodRepository, SavedCard};
 pub use payment_repository::{

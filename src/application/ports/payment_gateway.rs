@@ -289,9 +289,34 @@ pub trait CardKeyIn: Send + Sync {
     async fn key_in(&self, charge: &KeyInCharge) -> Result<ApprovalOutcome, GatewayError>;
 }
 
-/// The provider's own record of a payment, as it sent it (for support: shown beside ours).
+/// The provider's own record of a payment, for support: what its readers show, read once by
+/// the provider's adapter, and the whole object as the provider sent it (shown beside ours).
 #[derive(Debug, Clone, PartialEq)]
-pub struct ProviderRecord(pub serde_json::Value);
+pub struct ProviderRecord {
+    /// The provider's key of the payment (Toss's `paymentKey`).
+    pub payment_key: String,
+    /// Our payment request id, as the provider keeps it (Toss's `orderId`).
+    pub order_id: String,
+    pub order_name: Option<String>,
+    /// The provider's own word for where the payment stands (Toss: `DONE`, `CANCELED`, …).
+    pub status: String,
+    /// In minor units of the payment's currency.
+    pub total_amount: i64,
+    pub method: Option<String>,
+    /// As the provider wrote them (Toss: ISO 8601 with its offset).
+    pub approved_at: Option<String>,
+    pub requested_at: Option<String>,
+    pub failure: Option<ProviderFailure>,
+    /// The whole object, unchanged.
+    pub whole: serde_json::Value,
+}
+
+/// Why the provider failed a payment, in its words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderFailure {
+    pub code: String,
+    pub message: Option<String>,
+}
 
 /// A card the provider saved for a customer.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -236,20 +236,17 @@ pub async fn pg(
 ) -> Result<HttpResponse, MomoError> {
     let id = payment_id(&api, &path)?;
     let record = match state.member_payments.provider_record(&member.0, id).await {
-        Ok(record) => record.0,
+        Ok(record) => record,
         Err(AppError::Forbidden { code: NOT_OWNER, .. }) => {
             return Err(api.fail(StatusCode::NOT_FOUND, text::USER_NOT_FOUND));
         }
         Err(err) => return Err(api.app_error(err)),
     };
-    let failure = match &record["failure"] {
-        Value::Object(f) => json!({ "code": f.get("code"), "message": f.get("message") }),
-        _ => Value::Null,
-    };
+    let failure = record.failure.map(|f| json!({ "code": f.code, "message": f.message }));
     let data = json!({
-        "paymentKey": record["paymentKey"], "orderId": record["orderId"], "orderName": record["orderName"],
-        "status": record["status"], "totalAmount": record["totalAmount"], "method": record["method"],
-        "approvedAt": record["approvedAt"], "requestedAt": record["requestedAt"], "failure": failure,
+        "paymentKey": record.payment_key, "orderId": record.order_id, "orderName": record.order_name,
+        "status": record.status, "totalAmount": record.total_amount, "method": record.method,
+        "approvedAt": record.approved_at, "requestedAt": record.requested_at, "failure": failure,
     });
     Ok(ok(api.zone, "PG 결제 조회 완료", data))
 }

@@ -10,8 +10,8 @@ use crate::application::ports::Cause;
 use crate::application::ports::{
     ApprovalOutcome, ApprovePayment, BillingKey, CancelError, CancelPayment, CancelReceipt, CardKeyIn,
     GatewayError, IssuedCard, KeyInCharge, LedgerPage, LookupOutcome, PaymentAuthorization, PaymentGateway,
-    ProviderCancel, ProviderCustomers, ProviderLedger, ProviderRecord, ProviderRecords, Scenario,
-    SettlementPage,
+    ProviderCancel, ProviderCustomers, ProviderFailure, ProviderLedger, ProviderRecord, ProviderRecords,
+    Scenario, SettlementPage,
 };
 use crate::domain::ledger::{ProviderTransaction, TransactionKind, UnreadableRow};
 use crate::domain::payment::AUTHORIZATION_MISMATCH;
@@ -41,6 +41,17 @@ fn unavailable(error: TossError) -> GatewayError {
         return GatewayError::unavailable(open_reason(&error));
     }
     GatewayError::Unavailable(Cause::new(error))
+}
+
+/// A Toss failure of a read (a record, the ledger, the settlements): its refusal is its
+/// answer (`Rejected`: asking again will not help), anything else as [`unavailable`].
+fn refused_or_unavailable(error: TossError) -> GatewayError {
+    match error {
+        TossError::Answered { code, message, meaning: Meaning::Refused, .. } => {
+            GatewayError::Rejected { code, message }
+        }
+        error => unavailable(error),
+    }
 }
 
 fn open_reason(error: &TossError) -> String {
@@ -263,7 +274,7 @@ impl ProviderLedger for TossPaymentGateway {
             .client
             .transactions(&start, &end, after.as_deref(), LEDGER_PAGE)
             .await
-            .map_err(unavailable)?;
+            .map_err(refused_or_unavailable)?;
         let full = rows.len() == LEDGER_PAGE as usize;
         let last_key = rows.last().and_then(|row| match row {
             Ok(t) => Some(t.transaction_key.clone()),
@@ -319,7 +330,8 @@ impl ProviderLedger for TossPaymentGateway {
         day: chrono::NaiveDate,
         page: u32,
     ) -> Result<SettlementPage, GatewayError> {
-        let rows = self.client.settlements(day, page, SETTLEMENT_PAGE).await.map_err(unavailable)?;
+        let rows =
+            self.client.settlements(day, page, SETTLEMENT_PAGE).await.map_err(refused_or_unavailable)?;
         let more = rows.len() == SETTLEMENT_PAGE as usize;
         let (mut read, mut unreadable) = (Vec::with_capacity(rows.len()), Vec::new());
         for row in rows {
@@ -364,9 +376,20 @@ impl ProviderRecords for TossPaymentGateway {
         provider_transaction_id: &str,
     ) -> Result<Option<ProviderRecord>, GatewayError> {
         match self.client.payment(provider_transaction_id).await {
-            Ok((_, whole)) => Ok(Some(ProviderRecord(whole))),
+            Ok((read, whole)) => Ok(Some(ProviderRecord {
+                payment_key: read.payment_key,
+                order_id: read.order_id,
+                order_name: read.order_name,
+                status: read.status.as_str().to_owned(),
+                total_amount: read.total_amount,
+                method: read.method,
+                approved_at: read.approved_at,
+                requested_at: read.requested_at,
+                failure: read.failure.map(|f| ProviderFailure { code: f.code, message: f.message }),
+                whole,
+            })),
             Err(TossError::Answered { meaning: Meaning::NotFound, .. }) => Ok(None),
-            Err(error) => Err(unavailable(error)),
+            Err(error) => Err(refused_or_unavailable(error)),
         }
     }
 }

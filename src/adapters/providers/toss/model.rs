@@ -92,6 +92,22 @@ pub enum TossStatus {
     Expired,
 }
 
+impl TossStatus {
+    /// As Toss spells it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            TossStatus::Ready => "READY",
+            TossStatus::InProgress => "IN_PROGRESS",
+            TossStatus::WaitingForDeposit => "WAITING_FOR_DEPOSIT",
+            TossStatus::Done => "DONE",
+            TossStatus::Canceled => "CANCELED",
+            TossStatus::PartialCanceled => "PARTIAL_CANCELED",
+            TossStatus::Aborted => "ABORTED",
+            TossStatus::Expired => "EXPIRED",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TossFailure {
@@ -117,9 +133,13 @@ pub struct TossCancel {
 pub struct TossPayment {
     pub payment_key: String,
     pub order_id: String,
+    #[serde(default)]
+    pub order_name: Option<String>,
     pub status: TossStatus,
     pub total_amount: i64,
     pub balance_amount: i64,
+    #[serde(default)]
+    pub requested_at: Option<String>,
     #[serde(default)]
     pub approved_at: Option<String>,
     #[serde(default)]
