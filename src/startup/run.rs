@@ -46,7 +46,7 @@ impl Workers {
         if services.settings.notification.retry_enabled {
             periodic.push(services.notifications.clone());
         }
-        periodic.extend(recovery_jobs(&services.recovery));
+        periodic.extend(recovery_jobs(&services.recovery, &services.orchestrator, &services.refunds));
         if services.settings.payment.provider == ProviderKind::Toss {
             periodic.push(services.ledger.clone());
         }

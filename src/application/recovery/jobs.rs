@@ -1,4 +1,4 @@
-//! Recovery's six jobs, each run on its own by the worker ([`crate::application::jobs`]),
+//! Recovery's six jobs, each given only what its round needs and run on its own by the worker ([`crate::application::jobs`]),
 //! every `reconciliation.interval`: unknown payment outcomes looked up, stalled sagas
 //! resumed, orders unpaid past the payment window failed, orders held past their hold
 //! failed, pending refunds finished, failed compensations retried. One failing does not hold up, or mark unready, the others.
@@ -11,16 +11,24 @@ use async_trait::async_trait;
 use super::{CompensationReport, ReconcileReport, Recovery};
 use crate::application::AppError;
 use crate::application::jobs::PeriodicJob;
-use crate::application::money::refunds::PendingRefundReport;
+use crate::application::money::refunds::{PendingRefundReport, Refunds};
+use crate::application::orchestration::Orchestrator;
 
-/// Every recovery job over `recovery`.
-pub fn recovery_jobs(recovery: &Arc<Recovery>) -> Vec<Arc<dyn PeriodicJob>> {
+/// Every recovery job, each given only what its round needs: the reconciliation, stalled
+/// sagas and compensation retries drive `recovery`'s own use cases; the unpaid and held
+/// orders are the orchestrator's; pending refunds are the refunds'.
+pub fn recovery_jobs(
+    recovery: &Arc<Recovery>,
+    orchestrator: &Arc<Orchestrator>,
+    refunds: &Arc<Refunds>,
+) -> Vec<Arc<dyn PeriodicJob>> {
+    let every = recovery.settings.interval;
     vec![
         Arc::new(PaymentReconciliation(recovery.clone())),
         Arc::new(StalledSagas(recovery.clone())),
-        Arc::new(UnpaidOrders(recovery.clone())),
-        Arc::new(HeldOrders(recovery.clone())),
-        Arc::new(PendingRefunds(recovery.clone())),
+        Arc::new(UnpaidOrders { orchestrator: orchestrator.clone(), every }),
+        Arc::new(HeldOrders { orchestrator: orchestrator.clone(), every }),
+        Arc::new(PendingRefunds { refunds: refunds.clone(), every }),
         Arc::new(CompensationRetries(recovery.clone())),
     ]
 }
@@ -29,12 +37,21 @@ pub fn recovery_jobs(recovery: &Arc<Recovery>) -> Vec<Arc<dyn PeriodicJob>> {
 pub struct PaymentReconciliation(pub Arc<Recovery>);
 /// Sagas that stopped half-way, resumed.
 pub struct StalledSagas(pub Arc<Recovery>);
-/// Orders unpaid past the payment window, failed.
-pub struct UnpaidOrders(pub Arc<Recovery>);
-/// Orders held past their hold (the commerce dialect's), failed.
-pub struct HeldOrders(pub Arc<Recovery>);
-/// Refunds whose outcome is unknown, finished.
-pub struct PendingRefunds(pub Arc<Recovery>);
+/// Orders unpaid past the payment window, failed, every `every`.
+pub struct UnpaidOrders {
+    pub orchestrator: Arc<Orchestrator>,
+    pub every: Duration,
+}
+/// Orders held past their hold (the commerce dialect's), failed, every `every`.
+pub struct HeldOrders {
+    pub orchestrator: Arc<Orchestrator>,
+    pub every: Duration,
+}
+/// Refunds whose outcome is unknown, finished, every `every`.
+pub struct PendingRefunds {
+    pub refunds: Arc<Refunds>,
+    pub every: Duration,
+}
 /// Compensations that failed, tried again.
 pub struct CompensationRetries(pub Arc<Recovery>);
 
@@ -72,10 +89,10 @@ impl PeriodicJob for UnpaidOrders {
         "unpaid orders"
     }
     fn interval(&self) -> Duration {
-        self.0.settings.interval
+        self.every
     }
     async fn round(&self) -> Result<Option<String>, AppError> {
-        let expired = self.0.orchestrator.expire_unpaid().await?;
+        let expired = self.orchestrator.expire_unpaid().await?;
         Ok((expired > 0).then(|| format!("{expired} orders unpaid past the payment window failed")))
     }
 }
@@ -86,10 +103,10 @@ impl PeriodicJob for HeldOrders {
         "held orders"
     }
     fn interval(&self) -> Duration {
-        self.0.settings.interval
+        self.every
     }
     async fn round(&self) -> Result<Option<String>, AppError> {
-        let expired = self.0.orchestrator.expire_held_orders().await?;
+        let expired = self.orchestrator.expire_held_orders().await?;
         Ok((expired > 0).then(|| format!("{expired} orders held past their hold failed")))
     }
 }
@@ -100,10 +117,10 @@ impl PeriodicJob for PendingRefunds {
         "pending refunds"
     }
     fn interval(&self) -> Duration {
-        self.0.settings.interval
+        self.every
     }
     async fn round(&self) -> Result<Option<String>, AppError> {
-        let r = self.0.refunds.resolve_pending().await?;
+        let r = self.refunds.resolve_pending().await?;
         Ok((r != PendingRefundReport::default()).then(|| format!("pending refunds: {r:?}")))
     }
 }
