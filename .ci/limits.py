@@ -7,7 +7,9 @@
   struck from it);
 - ports: a trait under src/application/ports at most 8 methods (split a capability);
 - lib.rs's Layout names every module folder and file of src/, and every job's name;
-- docs/architecture.md's table of the worker's loops has a row for every job.
+- docs/architecture.md's table of the worker's loops has a row for every job;
+- the provider edges (src/adapters/providers) name their causes by type: no
+  `Result<_, String>` there (`BrokenAnswer`, `SetupError`, `TossError`, the ports' errors).
 
 `python3 .ci/limits.py` from the repository's root.
 """
@@ -111,7 +113,15 @@ def layout():
             failures.append(f'docs/architecture.md does not list the job "{name}"')
 
 
+def provider_edges():
+    for p in rust_files('src/adapters/providers'):
+        for n, line in enumerate(open(p).read().split('\n'), 1):
+            if re.search(r'Result<[^;{]*,\s*String>', line):
+                failures.append(f"{p}:{n}: a cause as text at a provider edge (a typed error, please)")
+
+
 files()
+provider_edges()
 adapter_functions()
 ports()
 layout()
@@ -119,4 +129,4 @@ for f in failures:
     print(f)
 if failures:
     sys.exit(1)
-print("limits: files, adapter functions, ports, lib.rs's Layout and the jobs hold")
+print("limits: files, provider edges, adapter functions, ports, lib.rs's Layout and the jobs hold")

@@ -181,7 +181,7 @@ pub(super) fn providers(settings: &Settings, calls: &Arc<ProviderCalls>) -> Resu
                 retries: p.retries,
                 retry_backoff: p.retry_backoff,
             })
-            .map_err(StartupError::Config)?;
+            .map_err(|e| StartupError::Config(e.to_string()))?;
             (Arc::new(gateway), Capabilities::default())
         }
         ProviderKind::Toss => {
@@ -194,7 +194,7 @@ pub(super) fn providers(settings: &Settings, calls: &Arc<ProviderCalls>) -> Resu
                 retries: settings.payment.retries,
                 retry_backoff: settings.payment.retry_backoff,
             })
-            .map_err(StartupError::Config)?;
+            .map_err(|e| StartupError::Config(e.to_string()))?;
             // The platform's rule: key-in with a test secret key only.
             let test_key = t.secret_key.as_ref().is_some_and(|k| k.expose().starts_with("test_"));
             let gateway = Arc::new(TossPaymentGateway::new(client));

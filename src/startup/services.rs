@@ -66,7 +66,7 @@ pub(super) fn channels(
             }
             SettlementChannel::Webhook(webhook) => (
                 Arc::new(WebhookSettlements::new(
-                    WebhookClient::new(webhook.clone()).map_err(StartupError::Config)?,
+                    WebhookClient::new(webhook.clone()).map_err(|e| StartupError::Config(e.to_string()))?,
                 )),
                 "webhook",
             ),
@@ -77,11 +77,11 @@ pub(super) fn channels(
     let (notifier, notifier_label): (Arc<dyn Notifier>, &'static str) = match &settings.notification.channel {
         NotificationChannel::Simulated => (Arc::new(SimulatedNotifier::new(calls.clone())), "simulated"),
         NotificationChannel::Email(email) => {
-            (Arc::new(EmailNotifier::new(email).map_err(StartupError::Config)?), "email")
+            (Arc::new(EmailNotifier::new(email).map_err(|e| StartupError::Config(e.to_string()))?), "email")
         }
         NotificationChannel::Webhook(webhook) => (
             Arc::new(WebhookNotifier::new(
-                WebhookClient::new(webhook.clone()).map_err(StartupError::Config)?,
+                WebhookClient::new(webhook.clone()).map_err(|e| StartupError::Config(e.to_string()))?,
             )),
             "webhook",
         ),

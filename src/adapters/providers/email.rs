@@ -16,6 +16,7 @@ use lettre::transport::smtp::authentication::Credentials;
 use lettre::transport::smtp::client::{Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 
+use super::SetupError;
 use crate::adapters::Secret;
 use crate::application::ports::{NotificationRequest, Notifier, NotifyFailure};
 use crate::domain::notification::FailurePolicy;
@@ -84,18 +85,20 @@ impl EmailNotifier {
     /// # Errors
     /// The URL or the sender cannot be used (the message names neither the URL nor its
     /// credentials).
-    pub fn new(settings: &EmailSettings) -> Result<Self, String> {
+    pub fn new(settings: &EmailSettings) -> Result<Self, SetupError> {
         crate::adapters::http_client::install_tls_provider();
+        let setup = |why: &str| SetupError(why.to_owned());
         let url = reqwest::Url::parse(settings.smtp_url.expose())
-            .map_err(|_| "notification.email.smtp_url is not a URL".to_owned())?;
-        let host = url.host_str().ok_or("notification.email.smtp_url has no host")?.to_owned();
+            .map_err(|_| setup("notification.email.smtp_url is not a URL"))?;
+        let host = url.host_str().ok_or_else(|| setup("notification.email.smtp_url has no host"))?.to_owned();
         let tls = |host: &str| {
-            TlsParameters::new(host.to_owned()).map_err(|e| format!("TLS for the SMTP server: {e}"))
+            TlsParameters::new(host.to_owned())
+                .map_err(|e| SetupError(format!("TLS for the SMTP server: {e}")))
         };
         let (tls, port) = match url.scheme() {
             "smtp" => (Tls::Opportunistic(tls(&host)?), url.port().unwrap_or(25)),
             "smtps" => (Tls::Wrapper(tls(&host)?), url.port().unwrap_or(465)),
-            _ => return Err("notification.email.smtp_url must be smtp:// or smtps://".into()),
+            _ => return Err(setup("notification.email.smtp_url must be smtp:// or smtps://")),
         };
         let mut builder = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(&host)
             .port(port)
@@ -106,10 +109,8 @@ impl EmailNotifier {
             let password = percent_decode(url.password().unwrap_or_default());
             builder = builder.credentials(Credentials::new(user, password));
         }
-        let from: Mailbox = settings
-            .from
-            .parse()
-            .map_err(|_| "notification.email.from is not an e-mail address".to_owned())?;
+        let from: Mailbox =
+            settings.from.parse().map_err(|_| setup("notification.email.from is not an e-mail address"))?;
         Ok(EmailNotifier {
             transport: builder.build(),
             from,
@@ -118,7 +119,7 @@ impl EmailNotifier {
         })
     }
 
-    fn message(&self, request: &NotificationRequest, to: Mailbox) -> Result<Message, String> {
+    fn message(&self, request: &NotificationRequest, to: Mailbox) -> Result<Message, lettre::error::Error> {
         let (subject, text, html) = match self.locale {
             Locale::Ko => {
                 (format!("주문이 완료되었습니다 (주문 번호 {})", request.order_number), KO_TEXT, KO_HTML)
@@ -136,7 +137,6 @@ impl EmailNotifier {
                 fill(text, request, false),
                 fill(html, request, true),
             ))
-            .map_err(|e| format!("the message cannot be built: {e}"))
     }
 }
 
@@ -169,7 +169,9 @@ impl Notifier for EmailNotifier {
         let to: Mailbox = recipient.parse().map_err(|_| {
             fail(FailurePolicy::ManualIntervention, "the recipient is not an e-mail address".into())
         })?;
-        let message = self.message(request, to).map_err(|e| fail(FailurePolicy::ManualIntervention, e))?;
+        let message = self.message(request, to).map_err(|e| {
+            fail(FailurePolicy::ManualIntervention, format!("the message cannot be built: {e}"))
+        })?;
         let Ok(sent) = tokio::time::timeout(self.timeout, self.transport.send(message)).await else {
             // Perhaps delivered, perhaps not: retried under the same `Message-ID`, which a
             // mail system may use to drop the copy.

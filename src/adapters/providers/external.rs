@@ -24,6 +24,7 @@ use crate::application::ports::{
 use crate::domain::text;
 
 use super::transport::{Exchange, ProviderHttp};
+use super::{BrokenAnswer, SetupError};
 
 #[derive(Debug, Clone)]
 pub struct ExternalProviderSettings {
@@ -68,7 +69,7 @@ struct ErrorResponse {
 impl ExternalPaymentGateway {
     /// # Errors
     /// The HTTP client cannot be built (no TLS provider).
-    pub fn new(settings: ExternalProviderSettings) -> Result<Self, String> {
+    pub fn new(settings: ExternalProviderSettings) -> Result<Self, SetupError> {
         let http = ProviderHttp::new(
             &settings.base_url,
             settings.secret_key,
@@ -98,22 +99,22 @@ fn business_error(body: &[u8]) -> ErrorResponse {
 /// message that is over-long or carries control characters breaks the protocol: the
 /// caller treats the answer as an unknown outcome (it cannot be stored as it is), never as
 /// a decision. `Err` says which field broke it.
-fn protocol_text(field: &str, value: &str, max: usize) -> Result<(), String> {
+fn protocol_text(field: &str, value: &str, max: usize) -> Result<(), BrokenAnswer> {
     if value.is_empty() && field == "providerTransactionId" {
-        return Err(format!("{field}: empty"));
+        return Err(format!("{field}: empty").into());
     }
-    text::check(field, value, max).map_err(|e| format!("answer breaks the protocol: {e}"))
+    text::check(field, value, max).map_err(|e| BrokenAnswer(format!("answer breaks the protocol: {e}")))
 }
 
-fn check_transaction(id: &str) -> Result<(), String> {
+fn check_transaction(id: &str) -> Result<(), BrokenAnswer> {
     protocol_text("providerTransactionId", id, text::limits::PROVIDER_TRANSACTION_ID)
 }
 
-fn check_code(field: &str, code: Option<&str>) -> Result<(), String> {
+fn check_code(field: &str, code: Option<&str>) -> Result<(), BrokenAnswer> {
     code.map_or(Ok(()), |c| protocol_text(field, c, text::limits::PROVIDER_CODE))
 }
 
-fn check_error(e: &ErrorResponse) -> Result<(), String> {
+fn check_error(e: &ErrorResponse) -> Result<(), BrokenAnswer> {
     check_code("code", Some(&e.code))?;
     protocol_text("message", &e.message, text::limits::PROVIDER_MESSAGE)
 }
@@ -145,7 +146,7 @@ impl PaymentGateway for ExternalPaymentGateway {
                 Exchange::Answered(status, body) if status.is_client_error() => {
                     let e = business_error(&body);
                     if let Err(reason) = check_error(&e) {
-                        return Ok(ApprovalOutcome::Unknown { reason });
+                        return Ok(ApprovalOutcome::Unknown { reason: reason.to_string() });
                     }
                     let code = if e.code.is_empty() { status.as_u16().to_string() } else { e.code };
                     return Ok(ApprovalOutcome::Declined { code, provider_transaction_id: None });
@@ -158,7 +159,7 @@ impl PaymentGateway for ExternalPaymentGateway {
                             .err()
                     });
                     if let Some(reason) = broken {
-                        return Ok(ApprovalOutcome::Unknown { reason });
+                        return Ok(ApprovalOutcome::Unknown { reason: reason.to_string() });
                     }
                     return Ok(match answer {
                         Ok(r) if r.status == "APPROVED" => {
@@ -199,7 +200,7 @@ impl PaymentGateway for ExternalPaymentGateway {
                         if let Err(broken) = check_transaction(&r.provider_transaction_id)
                             .and_then(|()| check_code("declineCode", r.decline_code.as_deref())) =>
                     {
-                        return Err(GatewayError::unavailable(broken));
+                        return Err(GatewayError::Unavailable(Cause::new(broken)));
                     }
                     Ok(r) if r.status == "APPROVED" => {
                         return Ok(LookupOutcome::Approved {
@@ -243,7 +244,7 @@ impl PaymentGateway for ExternalPaymentGateway {
                     let e = business_error(&body);
                     // A refusal we cannot record is no refusal: the outcome stays open.
                     if let Err(reason) = check_error(&e) {
-                        return Err(GatewayError::unavailable(reason).into());
+                        return Err(GatewayError::Unavailable(Cause::new(reason)).into());
                     }
                     let code = if e.code.is_empty() { status.as_u16().to_string() } else { e.code };
                     return Err(GatewayError::Rejected { code, message: e.message }.into());

@@ -18,3 +18,34 @@ pub use toss::{TossClient, TossError, TossPaymentGateway, TossSettings};
 pub use webhook::{
     Delivery, WebhookClient, WebhookNotifier, WebhookSecret, WebhookSettings, WebhookSettlements, signature,
 };
+
+/// Why a provider's client cannot be built from its settings: named for the operator when the
+/// service starts, never at a call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SetupError(pub String);
+
+impl From<String> for SetupError {
+    fn from(why: String) -> Self {
+        SetupError(why)
+    }
+}
+
+/// How a provider's answer breaks its protocol (unreadable, over-long, out of range, a
+/// control character): the caller treats such an answer as an unknown outcome, never as a
+/// decision. Its text names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BrokenAnswer(pub String);
+
+impl From<String> for BrokenAnswer {
+    fn from(why: String) -> Self {
+        BrokenAnswer(why)
+    }
+}
+
+impl From<&str> for BrokenAnswer {
+    fn from(why: &str) -> Self {
+        BrokenAnswer(why.to_owned())
+    }
+}

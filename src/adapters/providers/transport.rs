@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
 
+use super::SetupError;
 use crate::adapters::Secret;
 use crate::application::ports::Cause;
 
@@ -30,11 +31,11 @@ impl ProviderHttp {
         connect_timeout: Duration,
         retries: u32,
         retry_backoff: Duration,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, SetupError> {
         let client = crate::adapters::http_client::builder()
             .connect_timeout(connect_timeout)
             .build()
-            .map_err(|e| format!("cannot build the provider's HTTP client: {e}"))?;
+            .map_err(|e| SetupError(format!("cannot build the provider's HTTP client: {e}")))?;
         let base_url = base_url.trim_end_matches('/').to_owned();
         Ok(ProviderHttp { client, base_url, secret_key, retries, retry_backoff })
     }

@@ -18,6 +18,7 @@ use hmac::{Hmac, Mac};
 use reqwest::StatusCode;
 use sha2::Sha256;
 
+use super::SetupError;
 use crate::adapters::Secret;
 use crate::application::error::Chain;
 use crate::application::ports::{
@@ -41,14 +42,14 @@ impl WebhookSecret {
     ///
     /// # Errors
     /// Not base64, or empty; the message never repeats the secret.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, SetupError> {
         let encoded = text.strip_prefix("whsec_").unwrap_or(text);
         let key = STANDARD
             .decode(encoded)
             .or_else(|_| base64::engine::general_purpose::STANDARD_NO_PAD.decode(encoded))
-            .map_err(|_| "a secret is not whsec_ followed by base64".to_owned())?;
+            .map_err(|_| SetupError("a secret is not whsec_ followed by base64".to_owned()))?;
         if key.len() < 16 {
-            return Err("a secret must be at least 16 bytes (24 to 64 recommended)".into());
+            return Err(SetupError("a secret must be at least 16 bytes (24 to 64 recommended)".into()));
         }
         Ok(WebhookSecret(key))
     }
@@ -105,13 +106,13 @@ pub struct WebhookClient {
 impl WebhookClient {
     /// # Errors
     /// The HTTP client cannot be built.
-    pub fn new(settings: WebhookSettings) -> Result<Self, String> {
+    pub fn new(settings: WebhookSettings) -> Result<Self, SetupError> {
         let client = crate::adapters::http_client::builder()
             .connect_timeout(settings.timeout)
             .timeout(settings.timeout)
             .redirect(reqwest::redirect::Policy::none())
             .build()
-            .map_err(|e| format!("cannot build the webhook client: {e}"))?;
+            .map_err(|e| SetupError(format!("cannot build the webhook client: {e}")))?;
         Ok(WebhookClient { client, settings })
     }
 
@@ -270,7 +271,7 @@ mod tests {
         assert!(parts.iter().all(|p| p.starts_with("v1,")));
         assert_ne!(parts[0], parts[1]);
         assert!(!format!("{one:?}").contains("MfKQ"));
-        assert!(WebhookSecret::parse("whsec_!!!").unwrap_err().contains("base64"));
+        assert!(WebhookSecret::parse("whsec_!!!").unwrap_err().0.contains("base64"));
         assert!(WebhookSecret::parse("whsec_c2hvcnQ=").is_err(), "too short");
     }
 }

@@ -173,11 +173,7 @@ pub(super) fn place(
     let (source, meeting_id, currency, items) = (cmd.source, cmd.meeting_id, cmd.currency, cmd.items);
     let mut order =
         Order::place(cmd.order_id, NewOrder { customer_id, source, meeting_id, currency, items }, now)?;
-    // Only a provider that asks for the customer's checkout is waited for.
-    let start = match cmd.start {
-        OrderStart::AwaitCheckout if !checkout => OrderStart::Now,
-        start => start,
-    };
+    let start = cmd.start.given(checkout);
     order.start_as(start, now)?;
     let awaits_payment = start == OrderStart::AwaitCheckout;
     // The order's own address, else the caller's token's when the order is theirs.
@@ -212,15 +208,8 @@ pub(super) fn place(
         processed_at: now,
         digest: key.digest,
     }));
-    let detail = format!("source {} total {}", order.source, order.total);
-    changes.audit.push(audit::record(
-        AuditAction::OrderPlaced,
-        entity::ORDER,
-        order.id,
-        actor,
-        Some(detail),
-        now,
-    ));
+    let detail = Some(format!("source {} total {}", order.source, order.total));
+    changes.audit.push(audit::record(AuditAction::OrderPlaced, entity::ORDER, order.id, actor, detail, now));
     let reserve_payment = !awaits_payment && !held && payment.is_none();
     Ok(Placement { order, context, payment, keyed_in, changes, reserve_payment, held })
 }

@@ -88,6 +88,17 @@ impl OrderSource {
     }
 }
 
+impl OrderStart {
+    /// The start asked for, where the provider asks for the customer's checkout
+    /// (`checkout`) or not: only then is `AWAIT_CHECKOUT` waited for; else the order runs now.
+    pub fn given(self, checkout: bool) -> OrderStart {
+        match self {
+            OrderStart::AwaitCheckout if !checkout => OrderStart::Now,
+            start => start,
+        }
+    }
+}
+
 impl OrderStatus {
     /// No saga step will move the order on by itself (only an operator or a refund can).
     pub fn is_terminal(&self) -> bool {

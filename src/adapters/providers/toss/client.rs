@@ -14,6 +14,7 @@ use super::model::{
 };
 use crate::adapters::Secret;
 use crate::adapters::providers::transport::{Exchange, ProviderHttp};
+use crate::adapters::providers::{BrokenAnswer, SetupError};
 use crate::application::ports::Cause;
 use crate::domain::ledger::UnreadableRow;
 use crate::domain::payout::SettlementRow;
@@ -112,7 +113,7 @@ struct ErrorBody {
 impl TossClient {
     /// # Errors
     /// The HTTP client cannot be built, or an idempotency key could never be sent.
-    pub fn new(settings: TossSettings) -> Result<Self, String> {
+    pub fn new(settings: TossSettings) -> Result<Self, SetupError> {
         let http = ProviderHttp::new(
             &settings.base_url,
             settings.secret_key,
@@ -134,7 +135,7 @@ impl TossClient {
     async fn send<T>(
         &self,
         request: Request<'_>,
-        parse: impl Fn(&[u8]) -> Result<T, String>,
+        parse: impl Fn(&[u8]) -> Result<T, BrokenAnswer>,
     ) -> Result<T, TossError> {
         if let Some(key) = request.key
             && (key.is_empty() || key.chars().count() > 300)
@@ -156,7 +157,7 @@ impl TossClient {
                 Exchange::NotSent(why) => TossError::NotSent(why),
                 Exchange::Lost(why) => return Err(TossError::Lost(why)),
                 Exchange::Answered(status, body) if status.is_success() => {
-                    return parse(&body).map_err(TossError::Broken);
+                    return parse(&body).map_err(|broken| TossError::Broken(broken.0));
                 }
                 Exchange::Answered(status, body) => {
                     let error: ErrorBody = serde_json::from_slice(&body).unwrap_or_default();
@@ -308,7 +309,7 @@ impl TossClient {
         let path = format!("/v1/payments/{}", path_segment(payment_key)?);
         self.send(self.get(path), |b| {
             let read = parse_payment(b)?;
-            let whole = serde_json::from_slice::<Value>(b).map_err(|e| e.to_string())?;
+            let whole = serde_json::from_slice::<Value>(b).map_err(|e| BrokenAnswer(e.to_string()))?;
             Ok((read, whole))
         })
         .await
@@ -382,7 +383,7 @@ impl Request<'_> {
     }
 }
 
-fn parse_payment(body: &[u8]) -> Result<TossPayment, String> {
+fn parse_payment(body: &[u8]) -> Result<TossPayment, BrokenAnswer> {
     model::read::<TossPayment>(body)?.checked()
 }
 

@@ -7,6 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::adapters::providers::BrokenAnswer;
 use crate::domain::ledger::UnreadableRow;
 use crate::domain::payout::SettlementRow;
 use crate::domain::text;
@@ -187,26 +188,26 @@ pub struct TossTransaction {
     pub currency: Option<String>,
 }
 
-fn check(field: &str, value: &str, max: usize) -> Result<(), String> {
+fn check(field: &str, value: &str, max: usize) -> Result<(), BrokenAnswer> {
     if value.is_empty() {
-        return Err(format!("{field}: empty"));
+        return Err(format!("{field}: empty").into());
     }
-    text::check(field, value, max).map_err(|e| e.to_string())
+    text::check(field, value, max).map_err(|e| BrokenAnswer(e.to_string()))
 }
 
-fn amount(field: &str, value: i64) -> Result<(), String> {
-    if value < 0 { Err(format!("{field}: negative")) } else { Ok(()) }
+fn amount(field: &str, value: i64) -> Result<(), BrokenAnswer> {
+    if value < 0 { Err(format!("{field}: negative").into()) } else { Ok(()) }
 }
 
 /// Reads an answer, or says how it breaks the protocol.
-pub fn read<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, String> {
-    serde_json::from_slice(body).map_err(|e| format!("unreadable answer: {e}"))
+pub fn read<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, BrokenAnswer> {
+    serde_json::from_slice(body).map_err(|e| BrokenAnswer(format!("unreadable answer: {e}")))
 }
 
 impl TossPayment {
     /// # Errors
     /// How the answer breaks the protocol.
-    pub fn checked(self) -> Result<Self, String> {
+    pub fn checked(self) -> Result<Self, BrokenAnswer> {
         check("paymentKey", &self.payment_key, PAYMENT_KEY)?;
         check("orderId", &self.order_id, ORDER_ID)?;
         amount("totalAmount", self.total_amount)?;
@@ -241,12 +242,12 @@ impl TossPayment {
 impl TossBilling {
     /// # Errors
     /// How the answer breaks the protocol.
-    pub fn checked(self) -> Result<Self, String> {
+    pub fn checked(self) -> Result<Self, BrokenAnswer> {
         check("billingKey", &self.billing_key, BILLING_KEY)?;
         check("customerKey", &self.customer_key, 50)?;
         for (field, value) in [("cardCompany", &self.card_company), ("cardNumber", &self.card_number)] {
             if let Some(value) = value {
-                text::check(field, value, 64).map_err(|e| e.to_string())?;
+                text::check(field, value, 64).map_err(|e| BrokenAnswer(e.to_string()))?;
             }
         }
         Ok(self)
@@ -256,7 +257,7 @@ impl TossBilling {
 impl TossTransaction {
     /// # Errors
     /// How the answer breaks the protocol.
-    pub fn checked(self) -> Result<Self, String> {
+    pub fn checked(self) -> Result<Self, BrokenAnswer> {
         check("transactionKey", &self.transaction_key, TRANSACTION_KEY)?;
         check("paymentKey", &self.payment_key, PAYMENT_KEY)?;
         check("orderId", &self.order_id, ORDER_ID)?;
@@ -274,46 +275,46 @@ impl TossTransaction {
             .filter(|k| check("transactionKey", k, TRANSACTION_KEY).is_ok())
             .map(str::to_owned);
         serde_json::from_value::<TossTransaction>(row)
-            .map_err(|e| e.to_string())
+            .map_err(|e| BrokenAnswer(e.to_string()))
             .and_then(TossTransaction::checked)
-            .map_err(|why| UnreadableRow { transaction_key: key, why: text::excerpt(&why, 200) })
+            .map_err(|why| UnreadableRow { transaction_key: key, why: text::excerpt(&why.0, 200) })
     }
 }
 
 /// A number Toss may send as a number or as a string (`"990"`: fee amounts, docs/toss.md).
-fn loose_amount(row: &serde_json::Value, field: &str) -> Result<Option<i64>, String> {
+fn loose_amount(row: &serde_json::Value, field: &str) -> Result<Option<i64>, BrokenAnswer> {
     match row.get(field) {
         None | Some(serde_json::Value::Null) => Ok(None),
         Some(serde_json::Value::Number(n)) => {
-            n.as_i64().map(Some).ok_or_else(|| format!("{field}: not a whole number"))
+            n.as_i64().map(Some).ok_or_else(|| BrokenAnswer(format!("{field}: not a whole number")))
         }
         Some(serde_json::Value::String(t)) => t
             .trim()
             .parse::<i64>()
             .map(Some)
-            .map_err(|_| format!("{field}: not a number: {}", text::excerpt(t, 32))),
-        Some(_) => Err(format!("{field}: not a number")),
+            .map_err(|_| BrokenAnswer(format!("{field}: not a number: {}", text::excerpt(t, 32)))),
+        Some(_) => Err(format!("{field}: not a number").into()),
     }
 }
 
-fn key_of(row: &serde_json::Value, field: &str, max: usize) -> Result<Option<String>, String> {
+fn key_of(row: &serde_json::Value, field: &str, max: usize) -> Result<Option<String>, BrokenAnswer> {
     match row.get(field) {
         None | Some(serde_json::Value::Null) => Ok(None),
         Some(serde_json::Value::String(k)) => {
             check(field, k, max)?;
             Ok(Some(k.clone()))
         }
-        Some(_) => Err(format!("{field}: not a string")),
+        Some(_) => Err(format!("{field}: not a string").into()),
     }
 }
 
-fn date_of(row: &serde_json::Value, field: &str) -> Result<chrono::NaiveDate, String> {
+fn date_of(row: &serde_json::Value, field: &str) -> Result<chrono::NaiveDate, BrokenAnswer> {
     let text =
         row.get(field).and_then(serde_json::Value::as_str).ok_or_else(|| format!("{field}: missing"))?;
     // `2026-12-01`; a date and time is read for its date.
     let day = text.get(..10).unwrap_or(text);
     chrono::NaiveDate::parse_from_str(day, "%Y-%m-%d")
-        .map_err(|_| format!("{field}: not a date: {}", text::excerpt(text, 32)))
+        .map_err(|_| BrokenAnswer(format!("{field}: not a date: {}", text::excerpt(text, 32))))
 }
 
 /// One row of `GET /v1/settlements` (the Settlement object), read as Toss answers it rather
@@ -326,10 +327,10 @@ pub fn settlement_from_row(row: &serde_json::Value) -> Result<SettlementRow, Unr
         .and_then(serde_json::Value::as_str)
         .filter(|k| check("transactionKey", k, TRANSACTION_KEY).is_ok())
         .map(str::to_owned);
-    read_settlement(row).map_err(|why| UnreadableRow { transaction_key, why: text::excerpt(&why, 200) })
+    read_settlement(row).map_err(|why| UnreadableRow { transaction_key, why: text::excerpt(&why.0, 200) })
 }
 
-fn read_settlement(row: &serde_json::Value) -> Result<SettlementRow, String> {
+fn read_settlement(row: &serde_json::Value) -> Result<SettlementRow, BrokenAnswer> {
     let amount = loose_amount(row, "amount")?.ok_or("amount: missing")?;
     let fee = match loose_amount(row, "fee")? {
         Some(fee) => fee,
@@ -366,7 +367,7 @@ fn read_settlement(row: &serde_json::Value) -> Result<SettlementRow, String> {
 mod tests {
     use super::*;
 
-    fn payment(extra: serde_json::Value) -> Result<TossPayment, String> {
+    fn payment(extra: serde_json::Value) -> Result<TossPayment, BrokenAnswer> {
         let mut base = serde_json::json!({
             "paymentKey": "tgen_1", "orderId": "pay-1-1", "status": "DONE",
             "totalAmount": 1000, "balanceAmount": 1000, "cancels": null, "failure": null
@@ -395,7 +396,7 @@ mod tests {
         ];
         for (extra, field) in cases {
             let err = payment(extra.clone()).unwrap_err();
-            assert!(err.contains(field), "{extra}: {err}");
+            assert!(err.0.contains(field), "{extra}: {err}");
         }
     }
 
