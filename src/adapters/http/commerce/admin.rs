@@ -4,10 +4,10 @@
 
 use actix_web::{HttpResponse, web};
 use serde::Deserialize;
-use serde_json::Value;
 
 use super::auth::Operator;
 use super::envelope::{CommerceError, ok};
+use super::schema::{NotificationReprocessResponse, OutboxReprocessResponse, RetryDueResult};
 use super::view;
 use crate::adapters::http::HttpState;
 use crate::application::AppError;
@@ -104,28 +104,26 @@ fn failure_code(n: &Notification) -> Option<&'static str> {
 fn reprocessed(
     record: &OrderRecord,
     previous: &'static str,
-    action: &str,
-    result: &str,
-    message: &str,
-) -> Value {
+    (action, result, message): (&'static str, &'static str, &'static str),
+) -> NotificationReprocessResponse {
     let n = record.notification.as_ref();
     let code = n.and_then(failure_code);
-    serde_json::json!({
-        "eventId": record.order.number,
-        "orderId": record.order.number,
-        "action": action,
-        "result": result,
-        "previousStatus": previous,
-        "currentStatus": n.map(|n| view::notification_status(n.status)),
-        "message": message,
-        "handlingPolicy": n.and_then(Notification::handling).unwrap_or("NONE"),
-        "retryCount": n.map_or(0, |n| (n.attempts - 1).max(0)),
-        "nextAttemptAt": n.and_then(|n| n.next_attempt_at).map(view::local),
-        "lastAttemptAt": n.filter(|n| n.attempts > 0).map(|n| view::local(n.updated_at)),
-        "failureCode": code,
-        "failureReason": code.and(n.and_then(|n| n.last_error.clone())),
-        "orderStatus": view::order_status(record),
-    })
+    NotificationReprocessResponse {
+        event_id: record.order.number,
+        order_id: record.order.number,
+        action,
+        result,
+        previous_status: previous,
+        current_status: n.map(|n| view::notification_status(n.status)),
+        message,
+        handling_policy: n.and_then(Notification::handling).unwrap_or("NONE"),
+        retry_count: n.map_or(0, |n| (n.attempts - 1).max(0)),
+        next_attempt_at: n.and_then(|n| n.next_attempt_at).map(view::local),
+        last_attempt_at: n.filter(|n| n.attempts > 0).map(|n| view::local(n.updated_at)),
+        failure_code: code,
+        failure_reason: code.and(n.and_then(|n| n.last_error.clone())),
+        order_status: view::order_status(record),
+    }
 }
 
 /// `POST /api/admin/notification-events/{id}/retry`: sends it again now; a success
@@ -137,7 +135,7 @@ fn reprocessed(
     params(("notificationEventId" = i64, Path, description = "The order's number: one notification per order")),
     request_body(content = Option<crate::adapters::http::commerce::schema::RecoveryRequest>, description = "Optional: kept in the audit log"),
     responses(
-        (status = 200, description = "data: its AdminNotificationReprocessResponse", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 200, description = "data: its AdminNotificationReprocessResponse", body = crate::adapters::http::commerce::schema::Answer<NotificationReprocessResponse>),
         (status = 400, description = "ADMIN_REPROCESS_NOT_ALLOWED, with current=<status>", body = crate::adapters::http::commerce::schema::Envelope),
         (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::schema::Envelope),
         (status = 403, description = "FORBIDDEN: no ROLE_ADMIN", body = crate::adapters::http::commerce::schema::Envelope),
@@ -163,7 +161,7 @@ pub async fn retry_notification(
     params(("notificationEventId" = i64, Path, description = "The order's number: one notification per order")),
     request_body(content = Option<crate::adapters::http::commerce::schema::RecoveryRequest>, description = "Optional: kept in the audit log"),
     responses(
-        (status = 200, description = "data: its AdminNotificationReprocessResponse", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 200, description = "data: its AdminNotificationReprocessResponse", body = crate::adapters::http::commerce::schema::Answer<NotificationReprocessResponse>),
         (status = 400, description = "ADMIN_REPROCESS_NOT_ALLOWED, with current=<status>", body = crate::adapters::http::commerce::schema::Envelope),
         (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::schema::Envelope),
         (status = 403, description = "FORBIDDEN: no ROLE_ADMIN", body = crate::adapters::http::commerce::schema::Envelope),
@@ -213,7 +211,7 @@ async fn recover(
         Err(err) => return Err(err.into()),
     };
     let sent = record.notification.as_ref().is_some_and(|n| n.status == NotificationStatus::Sent);
-    let (action, result, message) = match recovery {
+    let answer = match recovery {
         Recovery::Ignore => ("IGNORE", "IGNORED", "Notification event was marked as ignored."),
         Recovery::Retry if sent => ("RETRY", "SUCCESS", "Notification event was retried successfully."),
         Recovery::Retry => (
@@ -222,7 +220,7 @@ async fn recover(
             "Notification event retry failed; it waits for its next attempt or an operator.",
         ),
     };
-    Ok(ok(reprocessed(&record, previous, action, result, message)))
+    Ok(ok(reprocessed(&record, previous, answer)))
 }
 
 /// `POST /api/admin/notification-events/retry-due`: every due retry now, answered as its
@@ -243,14 +241,14 @@ pub async fn retry_due(
     operator: Operator,
 ) -> Result<HttpResponse, CommerceError> {
     let report = state.notifications.retry_due(&operator.0.actor()).await?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({
-        "status": "completed",
-        "processedCount": report.claimed + report.skipped,
-        "successCount": report.succeeded,
-        "failedCount": report.failed,
-        "skippedCount": report.skipped,
-        "processedEventIds": report.processed_orders,
-    })))
+    Ok(HttpResponse::Ok().json(RetryDueResult {
+        status: "completed",
+        processed_count: report.claimed + report.skipped,
+        success_count: report.succeeded,
+        failed_count: report.failed,
+        skipped_count: report.skipped,
+        processed_event_ids: report.processed_orders,
+    }))
 }
 
 /// How long its outbox retry waits for the relay to send the event again.
@@ -265,7 +263,7 @@ const PUBLISH_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
     params(("outboxEventId" = i64, Path, description = "The outbox row's id")),
     request_body(content = Option<crate::adapters::http::commerce::schema::RecoveryRequest>, description = "Optional: kept in the audit log"),
     responses(
-        (status = 200, description = "data: its AdminOutboxReprocessResponse", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 200, description = "data: its AdminOutboxReprocessResponse", body = crate::adapters::http::commerce::schema::Answer<OutboxReprocessResponse>),
         (status = 400, description = "ADMIN_REPROCESS_NOT_ALLOWED, with current=<status>", body = crate::adapters::http::commerce::schema::Envelope),
         (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::schema::Envelope),
         (status = 403, description = "FORBIDDEN: no ROLE_ADMIN", body = crate::adapters::http::commerce::schema::Envelope),
@@ -320,21 +318,21 @@ pub async fn retry_outbox(
         OutboxStatus::DeadLetter => "Outbox event republish failed and remains dead-lettered.".to_owned(),
         _ => format!("Outbox event retry finished with status {status}."),
     };
-    Ok(ok(serde_json::json!({
-        "eventId": row.id,
-        "aggregateId": aggregate,
-        "eventType": row.event_type,
-        "action": "RETRY_DEAD_LETTER",
-        "result": status,
-        "previousStatus": OutboxStatus::DeadLetter.as_str(),
-        "currentStatus": status,
-        "retryCount": row.retry_count,
-        "failureCode": row.failure_code.map(|c| c.as_str()),
-        "failureReason": row.failure_reason,
-        "message": message,
-        "nextAttemptAt": row.next_attempt_at.map(view::local),
-        "lastAttemptAt": row.last_attempt_at.map(view::local),
-        "publishedAt": row.published_at.map(view::local),
-        "deadLetteredAt": row.dead_lettered_at.map(view::local),
-    })))
+    Ok(ok(OutboxReprocessResponse {
+        event_id: row.id,
+        aggregate_id: aggregate,
+        event_type: row.event_type,
+        action: "RETRY_DEAD_LETTER",
+        result: status,
+        previous_status: OutboxStatus::DeadLetter.as_str(),
+        current_status: status,
+        retry_count: row.retry_count,
+        failure_code: row.failure_code.map(|c| c.as_str()),
+        failure_reason: row.failure_reason,
+        message,
+        next_attempt_at: row.next_attempt_at.map(view::local),
+        last_attempt_at: row.last_attempt_at.map(view::local),
+        published_at: row.published_at.map(view::local),
+        dead_lettered_at: row.dead_lettered_at.map(view::local),
+    }))
 }

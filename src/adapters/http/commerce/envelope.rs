@@ -6,18 +6,14 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
+use super::schema::Answer;
 use crate::application::AppError;
 
 pub const SUCCESS_MESSAGE: &str = "요청이 정상 처리되었습니다.";
 
 /// A success: `data` in the envelope.
 pub fn ok(data: impl Serialize) -> HttpResponse {
-    HttpResponse::Ok().json(serde_json::json!({
-        "success": true,
-        "code": "SUCCESS",
-        "message": SUCCESS_MESSAGE,
-        "data": data,
-    }))
+    HttpResponse::Ok().json(Answer { success: true, code: "SUCCESS", message: SUCCESS_MESSAGE, data })
 }
 
 /// An error as the platform answers it: status, its code, a message, `data: null`.

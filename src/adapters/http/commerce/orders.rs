@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::auth::SignedIn;
 use super::envelope::{CommerceError, ok};
+use super::schema::{OrderDetailResponse, OrderResponse};
 use super::view;
 use crate::adapters::http::HttpState;
 use crate::adapters::http::correlation::CorrelationId;
@@ -138,36 +139,36 @@ fn command(
 }
 
 /// Its `OrderResponse`.
-fn created(record: &OrderRecord) -> Value {
+fn created(record: &OrderRecord) -> OrderResponse {
     let o = &record.order;
-    serde_json::json!({
-        "orderId": o.number,
-        "customerId": o.customer_id,
-        "totalAmount": view::major(o.total),
-        "currency": o.currency.as_str(),
-        "description": record.context.description,
-        "status": view::order_status(record),
-        "createdAt": view::local(o.created_at),
-    })
+    OrderResponse {
+        order_id: o.number,
+        customer_id: o.customer_id.clone(),
+        total_amount: view::major(o.total),
+        currency: o.currency.as_str().to_owned(),
+        description: record.context.description.clone(),
+        status: view::order_status(record),
+        created_at: view::local(o.created_at),
+    }
 }
 
 /// Its `OrderDetailResponse`.
-fn detail(record: &OrderRecord) -> Value {
+fn detail(record: &OrderRecord) -> OrderDetailResponse {
     let o = &record.order;
     let one = |status: Option<&'static str>| status.into_iter().collect::<Vec<_>>();
-    serde_json::json!({
-        "orderId": o.number,
-        "customerId": o.customer_id,
-        "totalAmount": view::major(o.total),
-        "currency": o.currency.as_str(),
-        "description": record.context.description,
-        "orderStatus": view::order_status(record),
-        "createdAt": view::local(o.created_at),
-        "updatedAt": view::local(o.updated_at),
-        "paymentStatuses": one(record.payment.as_ref().map(|p| view::payment_status(p.status))),
-        "settlementStatuses": one(record.settlement.as_ref().map(|s| view::settlement_status(s.status))),
-        "notificationStatuses": one(record.notification.as_ref().map(|n| view::notification_status(n.status))),
-    })
+    OrderDetailResponse {
+        order_id: o.number,
+        customer_id: o.customer_id.clone(),
+        total_amount: view::major(o.total),
+        currency: o.currency.as_str().to_owned(),
+        description: record.context.description.clone(),
+        order_status: view::order_status(record),
+        created_at: view::local(o.created_at),
+        updated_at: view::local(o.updated_at),
+        payment_statuses: one(record.payment.as_ref().map(|p| view::payment_status(p.status))),
+        settlement_statuses: one(record.settlement.as_ref().map(|s| view::settlement_status(s.status))),
+        notification_statuses: one(record.notification.as_ref().map(|n| view::notification_status(n.status))),
+    }
 }
 
 /// An order id the platform would look up: not one (`0`, negative) is not found.
@@ -182,7 +183,7 @@ fn number(path: web::Path<i64>) -> Result<i64, CommerceError> {
     tag = "commerce",
     request_body = crate::adapters::http::commerce::schema::CreateOrderRequest,
     responses(
-        (status = 200, description = "data: its OrderResponse, status CREATED", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 200, description = "data: its OrderResponse, status CREATED", body = crate::adapters::http::commerce::schema::Answer<OrderResponse>),
         (status = 400, description = "BAD_REQUEST: the first invalid field's message", body = crate::adapters::http::commerce::schema::Envelope),
         (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::schema::Envelope),
     ),
@@ -206,7 +207,7 @@ pub async fn create(
     tag = "commerce",
     params(("orderId" = i64, Path, description = "The order's number")),
     responses(
-        (status = 200, description = "data: its OrderDetailResponse", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 200, description = "data: its OrderDetailResponse", body = crate::adapters::http::commerce::schema::Answer<OrderDetailResponse>),
         (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::schema::Envelope),
         (status = 404, description = "ORDER_NOT_FOUND", body = crate::adapters::http::commerce::schema::Envelope),
     ),
@@ -242,7 +243,7 @@ async fn flow_of(
     tag = "commerce",
     params(("orderId" = i64, Path, description = "The order's number")),
     responses(
-        (status = 200, description = "data: its OrderFlowResponse", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 200, description = "data: its OrderFlowResponse", body = crate::adapters::http::commerce::schema::Answer<view::FlowView>),
         (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::schema::Envelope),
         (status = 404, description = "ORDER_NOT_FOUND", body = crate::adapters::http::commerce::schema::Envelope),
     ),
@@ -266,7 +267,7 @@ pub async fn flow(
     tag = "commerce",
     params(("orderId" = i64, Path, description = "The order's number")),
     responses(
-        (status = 200, description = "data: its OrderFlowResponse, a business failure included", body = crate::adapters::http::commerce::schema::Envelope),
+        (status = 200, description = "data: its OrderFlowResponse, a business failure included", body = crate::adapters::http::commerce::schema::Answer<view::FlowView>),
         (status = 401, description = "UNAUTHORIZED: no valid bearer token", body = crate::adapters::http::commerce::schema::Envelope),
         (status = 404, description = "ORDER_NOT_FOUND", body = crate::adapters::http::commerce::schema::Envelope),
     ),

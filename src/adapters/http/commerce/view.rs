@@ -76,7 +76,7 @@ pub fn notification_status(status: NotificationStatus) -> &'static str {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StepView {
     pub step_id: i64,
@@ -86,7 +86,7 @@ pub struct StepView {
     pub created_at: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OutboxView {
     pub outbox_event_id: i64,
@@ -105,7 +105,7 @@ pub struct OutboxView {
 }
 
 /// Its `OrderFlowResponse`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FlowView {
     pub order_id: i64,

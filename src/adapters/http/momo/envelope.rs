@@ -7,15 +7,8 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
+use super::schema::Answer;
 use crate::adapters::jackson::local_date_time;
-
-#[derive(Serialize)]
-struct Body<'a, T: Serialize> {
-    success: bool,
-    message: &'a str,
-    data: T,
-    timestamp: String,
-}
 
 /// The platform's wall time now, in its zone, to the microsecond as Java's clock reads it.
 fn now(zone: chrono_tz::Tz) -> String {
@@ -25,7 +18,7 @@ fn now(zone: chrono_tz::Tz) -> String {
 
 /// A success: `message` and `data` in the envelope.
 pub fn ok(zone: chrono_tz::Tz, message: &str, data: impl Serialize) -> HttpResponse {
-    HttpResponse::Ok().json(Body { success: true, message, data, timestamp: now(zone) })
+    HttpResponse::Ok().json(Answer { success: true, message: message.to_owned(), data, timestamp: now(zone) })
 }
 
 /// Its texts.
@@ -46,6 +39,8 @@ pub mod text {
     pub const UNAUTHORIZED_REFUND: &str = "환불 권한이 없습니다.";
     pub const REFUND_NOT_ALLOWED: &str = "완료된 결제만 환불 가능합니다.";
     pub const REFUND_FAILED: &str = "환불 처리 실패";
+    /// Ours (the platform has no text for it): the provider refused to show the payment.
+    pub const PG_REFUSED: &str = "PG사가 결제 조회를 거절했습니다.";
     pub const TEST_KEY_ONLY: &str = "Key-in API는 테스트 키에서만 호출할 수 있습니다.";
     pub const FREE_MEETING: &str = "무료 모임 참가 처리에 실패했습니다";
     pub const CONFIRM_FAILED: &str = "결제 승인 실패";
@@ -88,7 +83,8 @@ impl MomoError {
     }
 
     pub fn response(&self) -> HttpResponse {
-        let body = Body { success: false, message: &self.message, data: (), timestamp: now(self.zone) };
+        let body =
+            Answer { success: false, message: self.message.to_string(), data: (), timestamp: now(self.zone) };
         crate::adapters::http::problem::error_builder(self.status).json(body)
     }
 }

@@ -77,7 +77,7 @@ fn read(api: &MomoApi, body: &[u8]) -> Result<KeyInPayment, MomoError> {
     tag = "momo",
     request_body = crate::adapters::http::momo::schema::KeyInRequest,
     responses(
-        (status = 200, description = "테스트 키인 결제가 완료되었습니다. — data: the payment (its PaymentResponseDto)", body = crate::adapters::http::momo::schema::Envelope),
+        (status = 200, description = "테스트 키인 결제가 완료되었습니다. — data: the payment (its PaymentResponseDto)", body = crate::adapters::http::momo::schema::Answer<crate::adapters::http::momo::schema::PaymentResponse>),
         (status = 202, description = "결제 결과를 확인하고 있습니다. — data: the payment, PENDING: Toss has not answered the charge yet; a repeat answers the same payment and charges nothing", body = crate::adapters::http::momo::schema::Envelope),
         (status = 400, description = "Its DTO's constraint messages joined by ||; 무료 모임 참가 처리에 실패했습니다; 입력 값을 다시 확인해주세요.", body = crate::adapters::http::momo::schema::Envelope),
         (status = 401, description = "Its token texts (docs/dialects.md)", body = crate::adapters::http::momo::schema::Envelope),

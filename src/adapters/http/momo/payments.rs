@@ -4,15 +4,18 @@
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
-use serde_json::{Value, json};
 
 use super::MomoApi;
 use super::auth::Member;
 use super::envelope::{MomoError, ok, text};
+use super::schema::{
+    PageableView, PaymentDetail, PaymentPage, PaymentResponse, PgFailure, PgPayment, SortView,
+};
 use crate::adapters::http::HttpState;
 use crate::adapters::jackson::local_date_time;
 use crate::application::AppError;
 use crate::application::money::member_payments::NOT_OWNER;
+use crate::application::money::provider_view::PROVIDER_REFUSED;
 use crate::application::money::refunds::RefundOutcome;
 use crate::application::ports::{CustomerPayments, MeetingPayment, PaymentSortKey};
 use crate::domain::payment::PaymentStatus;
@@ -63,6 +66,10 @@ impl MomoApi {
             AppError::Conflict { code: "NOT_SUPPORTED", .. } => {
                 self.fail(StatusCode::NOT_FOUND, text::PAYMENT_NOT_FOUND)
             }
+            // The provider's refusal is its answer, not an outage (docs/decisions.md).
+            AppError::Conflict { code: PROVIDER_REFUSED, .. } => {
+                self.fail(StatusCode::CONFLICT, text::PG_REFUSED)
+            }
             err if err.is_transient() || matches!(err, AppError::Conflict { .. }) => {
                 tracing::warn!(error = %crate::application::error::Chain(&err), "momo dialect: unavailable");
                 self.fail(StatusCode::SERVICE_UNAVAILABLE, text::UNAVAILABLE)
@@ -75,38 +82,38 @@ impl MomoApi {
     }
 
     /// Its `PaymentResponseDto`: `detail` by status, without its null fields.
-    pub(super) fn payment(&self, p: &MeetingPayment) -> Value {
+    pub(super) fn payment(&self, p: &MeetingPayment) -> PaymentResponse {
         let payment = &p.payment;
         let status = status_of(payment.status);
         let detail = match status {
-            "COMPLETED" => json!({
-                "pgTransactionId": payment.provider_transaction_id,
-                "orderId": payment.payment_request_id,
-                "paidAt": payment.approved_at.map(|at| self.time(at)),
+            "COMPLETED" => Some(PaymentDetail {
+                pg_transaction_id: payment.provider_transaction_id.clone(),
+                order_id: Some(payment.payment_request_id.clone()),
+                paid_at: payment.approved_at.map(|at| self.time(at)),
+                ..PaymentDetail::default()
             }),
-            "FAILED" => {
-                json!({ "failReason": payment.decline_code, "failedAt": self.time(payment.updated_at) })
-            }
-            "REFUNDED" => json!({
-                "pgTransactionId": payment.provider_transaction_id,
-                "refundedAt": self.time(payment.updated_at),
+            "FAILED" => Some(PaymentDetail {
+                fail_reason: payment.decline_code.clone(),
+                failed_at: Some(self.time(payment.updated_at)),
+                ..PaymentDetail::default()
             }),
-            _ => Value::Null,
+            "REFUNDED" => Some(PaymentDetail {
+                pg_transaction_id: payment.provider_transaction_id.clone(),
+                refunded_at: Some(self.time(payment.updated_at)),
+                ..PaymentDetail::default()
+            }),
+            _ => None,
         };
-        let detail = match detail {
-            Value::Object(map) => Value::Object(map.into_iter().filter(|(_, v)| !v.is_null()).collect()),
-            other => other,
-        };
-        json!({
-            "id": payment.number,
-            "userId": p.customer_id.parse::<i64>().ok(),
-            "meetingId": p.meeting_id.as_deref().and_then(|m| m.parse::<i64>().ok()),
-            "amount": payment.amount.minor(),
-            "paymentMethod": "TOSS",
-            "status": status,
-            "createdAt": self.time(payment.created_at),
-            "detail": detail,
-        })
+        PaymentResponse {
+            id: payment.number,
+            user_id: p.customer_id.parse::<i64>().ok(),
+            meeting_id: p.meeting_id.as_deref().and_then(|m| m.parse::<i64>().ok()),
+            amount: payment.amount.minor(),
+            payment_method: "TOSS",
+            status,
+            created_at: self.time(payment.created_at),
+            detail,
+        }
     }
 }
 
@@ -125,7 +132,7 @@ fn lenient(value: &str) -> i64 {
 fn page_query(
     api: &MomoApi,
     pairs: &[(String, String)],
-) -> Result<(CustomerPayments, Value, u64, u64), MomoError> {
+) -> Result<(CustomerPayments, SortView, u64, u64), MomoError> {
     let last = |name: &str| pairs.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
     let page = last("page").map_or(0, lenient).max(0) as u64;
     let size = match last("size").map(lenient) {
@@ -160,7 +167,7 @@ fn page_query(
         }
     }
     let sorted = !sort.is_empty();
-    let sort_json = json!({ "empty": !sorted, "sorted": sorted, "unsorted": !sorted });
+    let sort_view = SortView { empty: !sorted, sorted, unsorted: !sorted };
     let query = CustomerPayments {
         statuses,
         sort,
@@ -168,7 +175,7 @@ fn page_query(
         limit: size,
         ..CustomerPayments::default()
     };
-    Ok((query, sort_json, page, size))
+    Ok((query, sort_view, page, size))
 }
 
 /// `GET /payments/me`: the member's payments as Spring Data's `Page`.
@@ -178,7 +185,7 @@ fn page_query(
     tag = "momo",
     params(("status" = Option<String>, Query, description = "PENDING, COMPLETED, FAILED, REFUNDED, EXPIRED"), ("page" = Option<String>, Query, description = "From 0"), ("size" = Option<String>, Query, description = "Default 20, at most 2000"), ("sort" = Option<String>, Query, description = "property[,asc|desc]: id, amount, createdAt, status")),
     responses(
-        (status = 200, description = "data: Spring Data's Page of its PaymentResponseDto", body = crate::adapters::http::momo::schema::Envelope),
+        (status = 200, description = "data: Spring Data's Page of its PaymentResponseDto", body = crate::adapters::http::momo::schema::Answer<PaymentPage>),
         (status = 400, description = "입력 값을 다시 확인해주세요.", body = crate::adapters::http::momo::schema::Envelope),
         (status = 401, description = "Its token texts (docs/dialects.md)", body = crate::adapters::http::momo::schema::Envelope),
     ),
@@ -193,24 +200,28 @@ pub async fn me(
     let (query, sort, page, size) = page_query(&api, &query)?;
     let (rows, total) = state.member_payments.page(&member.0, query).await.map_err(|e| api.app_error(e))?;
     let pages = total.div_ceil(size);
-    let content: Vec<Value> = rows.iter().map(|p| api.payment(p)).collect();
+    let content: Vec<PaymentResponse> = rows.iter().map(|p| api.payment(p)).collect();
     let count = content.len();
-    let body = json!({
-        "content": content,
-        "pageable": {
-            "pageNumber": page, "pageSize": size, "sort": sort, "offset": page * size,
-            "paged": true, "unpaged": false,
+    let body = PaymentPage {
+        content,
+        pageable: PageableView {
+            page_number: page,
+            page_size: size,
+            sort,
+            offset: page * size,
+            paged: true,
+            unpaged: false,
         },
-        "last": page + 1 >= pages,
-        "totalElements": total,
-        "totalPages": pages,
-        "size": size,
-        "number": page,
-        "sort": sort,
-        "first": page == 0,
-        "numberOfElements": count,
-        "empty": count == 0,
-    });
+        last: page + 1 >= pages,
+        total_elements: total,
+        total_pages: pages,
+        size,
+        number: page,
+        sort,
+        first: page == 0,
+        number_of_elements: count,
+        empty: count == 0,
+    };
     Ok(ok(api.zone, "내 결제 내역 조회 완료", body))
 }
 
@@ -221,7 +232,7 @@ pub async fn me(
     tag = "momo",
     params(("paymentId" = i64, Path, description = "The payment's number")),
     responses(
-        (status = 200, description = "data: Toss's record in its nine fields", body = crate::adapters::http::momo::schema::Envelope),
+        (status = 200, description = "data: Toss's record in its nine fields", body = crate::adapters::http::momo::schema::Answer<PgPayment>),
         (status = 400, description = "입력 값을 다시 확인해주세요.", body = crate::adapters::http::momo::schema::Envelope),
         (status = 401, description = "Its token texts (docs/dialects.md)", body = crate::adapters::http::momo::schema::Envelope),
         (status = 404, description = "결제 정보를 찾을 수 없습니다. / 사용자를 찾을 수 없습니다.", body = crate::adapters::http::momo::schema::Envelope),
@@ -242,12 +253,17 @@ pub async fn pg(
         }
         Err(err) => return Err(api.app_error(err)),
     };
-    let failure = record.failure.map(|f| json!({ "code": f.code, "message": f.message }));
-    let data = json!({
-        "paymentKey": record.payment_key, "orderId": record.order_id, "orderName": record.order_name,
-        "status": record.status, "totalAmount": record.total_amount, "method": record.method,
-        "approvedAt": record.approved_at, "requestedAt": record.requested_at, "failure": failure,
-    });
+    let data = PgPayment {
+        payment_key: record.payment_key,
+        order_id: record.order_id,
+        order_name: record.order_name,
+        status: record.status,
+        total_amount: record.total_amount,
+        method: record.method,
+        approved_at: record.approved_at,
+        requested_at: record.requested_at,
+        failure: record.failure.map(|f| PgFailure { code: f.code, message: f.message }),
+    };
     Ok(ok(api.zone, "PG 결제 조회 완료", data))
 }
 
@@ -266,7 +282,7 @@ struct RefundBody {
     params(("paymentId" = i64, Path, description = "The payment's number")),
     request_body = crate::adapters::http::momo::schema::RefundRequest,
     responses(
-        (status = 200, description = "data: the payment, REFUNDED", body = crate::adapters::http::momo::schema::Envelope),
+        (status = 200, description = "data: the payment, REFUNDED", body = crate::adapters::http::momo::schema::Answer<PaymentResponse>),
         (status = 400, description = "환불 사유는 필수입니다 / 완료된 결제만 환불 가능합니다. / 입력 값을 다시 확인해주세요. (a reason over 500 characters or with control characters)", body = crate::adapters::http::momo::schema::Envelope),
         (status = 401, description = "Its token texts (docs/dialects.md)", body = crate::adapters::http::momo::schema::Envelope),
         (status = 403, description = "환불 권한이 없습니다.", body = crate::adapters::http::momo::schema::Envelope),
