@@ -1,19 +1,37 @@
 //! Compensations that failed, retried with backoff until their attempts run out, then left
 //! for an operator.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 
-use super::{CompensationReport, Recovery, compensation_failures};
+use super::{CompensationReport, compensation_failures};
 use crate::application::audit::{self, entity};
-use crate::application::ports::Changes;
+use crate::application::meter::Meter;
+use crate::application::orchestration::Orchestrator;
+use crate::application::ports::{Changes, Clock, OrderRepository, PaymentRepository, UnitOfWork};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::OrderId;
 use crate::domain::order::{Order, OrderStatus};
 use crate::domain::payment::PaymentStatus;
 use crate::domain::retry::NextAttempt;
+use crate::domain::retry::RetryPolicy;
 
-impl Recovery {
+/// Failed compensations retried: what that job and its operator's list need, and no more.
+#[derive(Clone)]
+pub struct CompensationRecovery {
+    pub(super) orchestrator: Arc<Orchestrator>,
+    pub(super) orders: Arc<dyn OrderRepository>,
+    pub(super) payments: Arc<dyn PaymentRepository>,
+    pub(super) uow: Arc<dyn UnitOfWork>,
+    pub(super) clock: Arc<dyn Clock>,
+    /// `reconciliation`'s compensation policy: cancel attempts before an operator decides.
+    pub(super) policy: RetryPolicy,
+    pub(super) meter: Meter,
+}
+
+impl CompensationRecovery {
     /// Retries the compensations whose cancel failed, with backoff; past the attempts,
     /// leaves them (once audited) to an operator.
     ///
@@ -43,8 +61,7 @@ impl Recovery {
             let now = self.clock.now();
             let attempts = i32::try_from(failures.len()).unwrap_or(i32::MAX);
             // The one rule, at most a day between two attempts (its cap).
-            let NextAttempt::At(due) = self.settings.compensations.after(attempts, None, last.created_at)
-            else {
+            let NextAttempt::At(due) = self.policy.after(attempts, None, last.created_at) else {
                 if self.hand_over(&actor, order_id, failures.len(), now).await? {
                     report.exhausted += 1;
                 }
@@ -107,7 +124,7 @@ impl Recovery {
             let approved = record.payment.as_ref().is_some_and(|p| p.status == PaymentStatus::Approved);
             if approved
                 && i32::try_from(compensation_failures(&record).len()).unwrap_or(i32::MAX)
-                    >= self.settings.compensations.max_attempts
+                    >= self.policy.max_attempts
             {
                 exhausted.push(record.order);
             }

@@ -1,14 +1,15 @@
-//! Recovery's six jobs, each given only what its round needs and run on its own by the worker ([`crate::application::jobs`]),
-//! every `reconciliation.interval`: unknown payment outcomes looked up, stalled sagas
-//! resumed, orders unpaid past the payment window failed, orders held past their hold
-//! failed, pending refunds finished, failed compensations retried. One failing does not hold up, or mark unready, the others.
+//! Recovery's six jobs, each given only what its round needs and run on its own by the
+//! worker ([`crate::application::jobs`]) every `reconciliation.interval`: unknown payment
+//! outcomes looked up, stalled sagas resumed, orders unpaid past the payment window failed,
+//! orders held past their hold failed, pending refunds finished, failed compensations
+//! retried. One failing does not hold up, or mark unready, the others.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{CompensationReport, ReconcileReport, Recovery};
+use super::{CompensationRecovery, CompensationReport, ReconcileReport, Recovery, SagaRecovery};
 use crate::application::AppError;
 use crate::application::jobs::PeriodicJob;
 use crate::application::money::refunds::{PendingRefundReport, Refunds};
@@ -25,18 +26,21 @@ pub fn recovery_jobs(
     let every = recovery.settings.interval;
     vec![
         Arc::new(PaymentReconciliation(recovery.clone())),
-        Arc::new(StalledSagas(recovery.clone())),
+        Arc::new(StalledSagas { sagas: recovery.sagas().clone(), every }),
         Arc::new(UnpaidOrders { orchestrator: orchestrator.clone(), every }),
         Arc::new(HeldOrders { orchestrator: orchestrator.clone(), every }),
         Arc::new(PendingRefunds { refunds: refunds.clone(), every }),
-        Arc::new(CompensationRetries(recovery.clone())),
+        Arc::new(CompensationRetries { compensations: recovery.compensations().clone(), every }),
     ]
 }
 
 /// Payments whose outcome is unknown, looked up at the provider.
 pub struct PaymentReconciliation(pub Arc<Recovery>);
-/// Sagas that stopped half-way, resumed.
-pub struct StalledSagas(pub Arc<Recovery>);
+/// Sagas that stopped half-way, resumed, every `every`.
+pub struct StalledSagas {
+    pub sagas: Arc<SagaRecovery>,
+    pub every: Duration,
+}
 /// Orders unpaid past the payment window, failed, every `every`.
 pub struct UnpaidOrders {
     pub orchestrator: Arc<Orchestrator>,
@@ -52,8 +56,11 @@ pub struct PendingRefunds {
     pub refunds: Arc<Refunds>,
     pub every: Duration,
 }
-/// Compensations that failed, tried again.
-pub struct CompensationRetries(pub Arc<Recovery>);
+/// Compensations that failed, tried again, every `every`.
+pub struct CompensationRetries {
+    pub compensations: Arc<CompensationRecovery>,
+    pub every: Duration,
+}
 
 #[async_trait]
 impl PeriodicJob for PaymentReconciliation {
@@ -75,10 +82,10 @@ impl PeriodicJob for StalledSagas {
         "stalled sagas"
     }
     fn interval(&self) -> Duration {
-        self.0.settings.interval
+        self.every
     }
     async fn round(&self) -> Result<Option<String>, AppError> {
-        self.0.resume_stalled().await?;
+        self.sagas.resume_stalled().await?;
         Ok(None)
     }
 }
@@ -131,10 +138,10 @@ impl PeriodicJob for CompensationRetries {
         "compensation retries"
     }
     fn interval(&self) -> Duration {
-        self.0.settings.interval
+        self.every
     }
     async fn round(&self) -> Result<Option<String>, AppError> {
-        let r = self.0.retry_compensations().await?;
+        let r = self.compensations.retry_compensations().await?;
         Ok((r != CompensationReport::default()).then(|| format!("compensation retries: {r:?}")))
     }
 }

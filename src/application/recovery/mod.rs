@@ -11,11 +11,15 @@ pub mod jobs;
 mod reconciliation;
 mod stalled;
 
+pub use compensations::CompensationRecovery;
+pub use stalled::SagaRecovery;
+
 use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
 use chrono::Duration;
 
+use crate::application::Actor;
 use crate::application::AppError;
 use crate::application::meter::Meter;
 use crate::application::money::refunds::Refunds;
@@ -23,6 +27,7 @@ use crate::application::orchestration::Orchestrator;
 use crate::application::ports::{
     Clock, OrderRecord, OrderRepository, PaymentRepository, SagaRuns, UnitOfWork,
 };
+use crate::domain::order::Order;
 use crate::domain::order::{SagaStep, StepStatus};
 use crate::domain::payment::{Payment, PaymentStatus};
 use crate::domain::retry::RetryPolicy;
@@ -119,12 +124,14 @@ pub struct Recovery {
     orchestrator: Arc<Orchestrator>,
     refunds: Arc<Refunds>,
     payments: Arc<dyn PaymentRepository>,
-    orders: Arc<dyn OrderRepository>,
-    runs: Arc<dyn SagaRuns>,
     uow: Arc<dyn UnitOfWork>,
     clock: Arc<dyn Clock>,
     settings: ReconciliationSettings,
     meter: Meter,
+    /// Stalled sagas, with only what they need (their own job's).
+    sagas: Arc<SagaRecovery>,
+    /// Failed compensations, with only what they need (their own job's).
+    compensations: Arc<CompensationRecovery>,
 }
 
 impl Recovery {
@@ -139,25 +146,86 @@ impl Recovery {
         clock: Arc<dyn Clock>,
         settings: ReconciliationSettings,
     ) -> Self {
+        let sagas = Arc::new(SagaRecovery {
+            orchestrator: orchestrator.clone(),
+            orders: orders.clone(),
+            runs,
+            uow: uow.clone(),
+            clock: clock.clone(),
+            policy: settings.stalled,
+        });
+        let compensations = Arc::new(CompensationRecovery {
+            orchestrator: orchestrator.clone(),
+            orders,
+            payments: payments.clone(),
+            uow: uow.clone(),
+            clock: clock.clone(),
+            policy: settings.compensations,
+            meter: Meter::default(),
+        });
         Recovery {
             callback_audit: std::sync::Mutex::default(),
             webhook_audit: std::sync::Mutex::default(),
             orchestrator,
             refunds,
             payments,
-            orders,
-            runs,
             uow,
             clock,
             settings,
             meter: Meter::default(),
+            sagas,
+            compensations,
         }
     }
 
     /// Records this service's metrics into `meter` (the app's registry).
     pub fn with_meter(mut self, meter: Meter) -> Self {
+        self.compensations =
+            Arc::new(CompensationRecovery { meter: meter.clone(), ..(*self.compensations).clone() });
         self.meter = meter;
         self
+    }
+
+    /// The stalled sagas' part, for its job.
+    pub fn sagas(&self) -> &Arc<SagaRecovery> {
+        &self.sagas
+    }
+
+    /// The failed compensations' part, for its job.
+    pub fn compensations(&self) -> &Arc<CompensationRecovery> {
+        &self.compensations
+    }
+
+    /// See [`SagaRecovery::resume_stalled`].
+    ///
+    /// # Errors
+    /// As it says.
+    pub async fn resume_stalled(&self) -> Result<usize, AppError> {
+        self.sagas.resume_stalled().await
+    }
+
+    /// See [`SagaRecovery::stalled_for_operator`].
+    ///
+    /// # Errors
+    /// As it says.
+    pub async fn stalled_for_operator(&self, actor: &Actor) -> Result<Vec<Order>, AppError> {
+        self.sagas.stalled_for_operator(actor).await
+    }
+
+    /// See [`CompensationRecovery::retry_compensations`].
+    ///
+    /// # Errors
+    /// As it says.
+    pub async fn retry_compensations(&self) -> Result<CompensationReport, AppError> {
+        self.compensations.retry_compensations().await
+    }
+
+    /// See [`CompensationRecovery::compensations_exhausted`].
+    ///
+    /// # Errors
+    /// As it says.
+    pub async fn compensations_exhausted(&self, actor: &Actor) -> Result<Vec<Order>, AppError> {
+        self.compensations.compensations_exhausted(actor).await
     }
 
     /// What waits for an operator, by kind, for `/metrics` (`operator_attention{kind}`):
@@ -173,7 +241,7 @@ impl Recovery {
         let confirmations =
             exhausted(self.payments.with_status(PaymentStatus::ConfirmationRequired, 1000).await?);
         let refunds = exhausted(self.payments.with_status(PaymentStatus::RefundPending, 1000).await?);
-        let stalled = self.runs.stalled_for_operator(self.settings.stalled.max_attempts, 1000).await?.len();
+        let stalled = self.sagas.waiting_for_operator(1000).await?;
         Ok(vec![
             ("payment_unconfirmed", confirmations),
             ("refund_unresolved", refunds),

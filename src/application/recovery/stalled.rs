@@ -1,14 +1,28 @@
 //! Sagas that stopped half-way (a crash, a dependency down), resumed with backoff, bounded.
 
-use super::Recovery;
+use std::sync::Arc;
+
 use crate::application::audit::{self, entity};
 use crate::application::error::Chain;
-use crate::application::ports::Changes;
+use crate::application::orchestration::Orchestrator;
+use crate::application::ports::{Changes, Clock, OrderRepository, SagaRuns, UnitOfWork};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::order::Order;
+use crate::domain::retry::RetryPolicy;
 
-impl Recovery {
+/// Stalled sagas resumed: what that job and its operator's list need, and no more.
+pub struct SagaRecovery {
+    pub(super) orchestrator: Arc<Orchestrator>,
+    pub(super) orders: Arc<dyn OrderRepository>,
+    pub(super) runs: Arc<dyn SagaRuns>,
+    pub(super) uow: Arc<dyn UnitOfWork>,
+    pub(super) clock: Arc<dyn Clock>,
+    /// `reconciliation`'s stalled-saga policy: resumes before an operator must look.
+    pub(super) policy: RetryPolicy,
+}
+
+impl SagaRecovery {
     /// Resumes sagas a dead run left half-way (crash between steps, or a killed consumer
     /// whose redelivery found the lease still held). Returns how many were resumed.
     ///
@@ -22,7 +36,7 @@ impl Recovery {
     pub async fn resume_stalled(&self) -> Result<usize, AppError> {
         let actor = Actor::system("saga-recovery");
         let now = self.clock.now();
-        let policy = self.settings.stalled;
+        let policy = self.policy;
         let max = policy.max_attempts;
         let stalled = self.runs.stalled(now - policy.backoff_base, now, max, 100).await?;
         for (order_id, resumes) in &stalled {
@@ -74,6 +88,14 @@ impl Recovery {
     /// `Forbidden` for a non-admin; `Unavailable` when the database fails.
     pub async fn stalled_for_operator(&self, actor: &Actor) -> Result<Vec<Order>, AppError> {
         actor.require_admin()?;
-        Ok(self.runs.stalled_for_operator(self.settings.stalled.max_attempts, 100).await?)
+        Ok(self.runs.stalled_for_operator(self.policy.max_attempts, 100).await?)
+    }
+
+    /// How many sagas wait for an operator, up to `limit`.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails.
+    pub async fn waiting_for_operator(&self, limit: u32) -> Result<usize, AppError> {
+        Ok(self.runs.stalled_for_operator(self.policy.max_attempts, limit).await?.len())
     }
 }
