@@ -175,9 +175,9 @@ pub fn read(contract: &Contract, broker: Broker, currency: &str, message: &Recei
     let (kind, body, correlation_id) =
         match contract.read_inbound(broker, message.content_type, &text, message.body) {
             Err(why) => return Delivery::Malformed(queue, why),
-            Ok(None) => match queue.map_or_else(|| kind_of(message), Ok) {
-                Ok(kind) => (kind, Cow::Borrowed(message.body), None),
-                Err(why) => return Delivery::Malformed(None, why),
+            Ok(None) => match queue {
+                Some(kind) => (kind, Cow::Borrowed(message.body), None),
+                None => return read_untyped(message),
             },
             Ok(Some(read)) => match (Kind::of_type(&read.event_type), queue) {
                 // The queue says the kind; the contract's type must say the same.
@@ -198,18 +198,35 @@ pub fn read(contract: &Contract, broker: Broker, currency: &str, message: &Recei
     }
 }
 
+/// Our own body of a record no queue says the kind of (a Kafka topic carries every kind),
+/// parsed once: its kind from the record ([`kind_of`]), then the message read from that parse.
+fn read_untyped(message: &Received<'_>) -> Delivery {
+    let header = match (message.header)("event_type") {
+        Ok(header) => header,
+        Err(why) => return Delivery::Malformed(None, why),
+    };
+    let what = header
+        .as_deref()
+        .and_then(Kind::of_type)
+        .map_or_else(|| "a meeting-service message".to_owned(), |k| format!("a valid {} message", k.label()));
+    let parsed = parse(message.body, &what);
+    // A body that cannot be read names no type: its decoding refuses it, with its reason.
+    let in_body = parsed.as_ref().ok().and_then(|raw| raw.get("type")?.as_str().map(str::to_owned));
+    let kind = match kind_of(header, in_body) {
+        Ok(kind) => kind,
+        Err(why) => return Delivery::Malformed(None, why),
+    };
+    match parsed.and_then(|raw| decode_value(kind, raw)) {
+        Ok(inbound) => Delivery::Decoded { kind, inbound, correlation_id: None },
+        Err(why) => Delivery::Malformed(Some(kind), why),
+    }
+}
+
 /// A record's kind where no queue says it: its `event_type` header, else its body's `type`;
 /// when both are there they must agree (a header that silently wins over the body is a
 /// record read two ways).
-fn kind_of(message: &Received<'_>) -> Result<Kind, String> {
-    #[derive(serde::Deserialize)]
-    struct Typed {
-        #[serde(rename = "type")]
-        event_type: Option<String>,
-    }
-    // A body that cannot be read this far is refused by its decoding, with its reason.
-    let in_body = serde_json::from_slice::<Typed>(message.body).ok().and_then(|t| t.event_type);
-    let event_type = match ((message.header)("event_type")?, in_body) {
+fn kind_of(header: Option<String>, in_body: Option<String>) -> Result<Kind, String> {
+    let event_type = match (header, in_body) {
         (Some(header), Some(body)) if header != body => {
             return Err(format!("event_type: the header `{header}` disagrees with the body's type `{body}`"));
         }
@@ -284,8 +301,12 @@ fn decode_momo(kind: Kind, body: &[u8], currency: &str) -> Result<Option<Inbound
 /// # Errors
 /// Why it goes to the DLQ at once.
 pub fn decode(kind: Kind, body: &[u8]) -> Result<Inbound, String> {
+    decode_value(kind, parse(body, &format!("a valid {} message", kind.label()))?)
+}
+
+/// [`decode`] of a body already parsed ([`parse`]).
+fn decode_value(kind: Kind, raw: serde_json::Value) -> Result<Inbound, String> {
     let json = |e: serde_json::Error| format!("not a valid {} message: {e}", kind.label());
-    let raw = parse(body, &format!("a valid {} message", kind.label()))?;
     let digest = digest(&raw);
     let body = raw;
     Ok(match kind {
