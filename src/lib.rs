@@ -14,7 +14,8 @@
 //! - [`domain`] — the aggregates and their transition functions: `order` (and its saga
 //!   steps), `payment` (with refunds), `settlement`, `notification`, `outbox` (delivery
 //!   states, lanes), `ledger` (matching a provider's day against our books), `payout` (its
-//!   settlements against our transactions), plus `money`,
+//!   settlements against our transactions), `merchant` (merchants, their stores and who may
+//!   do what, docs/spec.md §15), plus `money`,
 //!   `text` (input rules), `backoff` (the one doubling backoff), `retry` (the one retry
 //!   policy), `ids` and `audit` actions; `proptests` holds the transitions' property tests.
 //!   Pure: no I/O, no async.

@@ -80,3 +80,11 @@ typed_id!(
     /// Identifies one outbox event; it is also the AMQP `message_id`.
     EventId
 );
+typed_id!(
+    /// Identifies a [`crate::domain::merchant::Merchant`] (docs/spec.md §15).
+    MerchantId
+);
+typed_id!(
+    /// Identifies a [`crate::domain::merchant::Store`] of a merchant.
+    StoreId
+);

@@ -41,6 +41,7 @@ macro_rules! spelled {
 pub mod audit;
 pub mod ids;
 pub mod ledger;
+pub mod merchant;
 pub mod money;
 pub mod notification;
 pub mod order;

@@ -1,0 +1,363 @@
+//! Merchants (docs/spec.md §15): one deployment serves many, each with its stores, its people
+//! (memberships) and its servers (API keys); every order is one merchant's. Pure: the codes'
+//! rule, a merchant's status and what it allows, a store registered under it, and which role
+//! may do what. A merchant's timezone is checked to be an IANA zone by the caller (the domain
+//! knows no zone database) and kept as given.
+
+use chrono::{DateTime, Utc};
+
+use crate::domain::ids::{MerchantId, StoreId};
+use crate::domain::text;
+
+/// The merchant every deployment has (`app migrate` makes it): every row made before
+/// merchants, and every unscoped one, is its.
+pub const DEFAULT_CODE: &str = "DEFAULT";
+/// The longest merchant or store code.
+pub const MAX_CODE: usize = 50;
+/// The longest merchant or store name.
+pub const MAX_NAME: usize = 120;
+
+spelled!(
+    /// Whether a merchant may act: a `SUSPENDED` merchant's members and keys are refused and
+    /// it takes no new order; its sagas in flight finish.
+    MerchantStatus {
+        Active => "ACTIVE",
+        Suspended => "SUSPENDED",
+    }
+);
+
+spelled!(
+    /// Whether a store takes orders.
+    StoreStatus {
+        Active => "ACTIVE",
+        Inactive => "INACTIVE",
+    }
+);
+
+spelled!(
+    /// A person's role in one merchant: `VIEWER` reads, `OPERATOR` also writes.
+    MemberRole {
+        Viewer => "VIEWER",
+        Operator => "OPERATOR",
+    }
+);
+
+spelled!(
+    /// An API key's role: `ORDERS` places and reads orders, `VIEWER` reads, `OPERATOR` also
+    /// writes.
+    KeyRole {
+        Orders => "ORDERS",
+        Viewer => "VIEWER",
+        Operator => "OPERATOR",
+    }
+);
+
+spelled!(
+    /// What is asked of a merchant; an illegal one names itself in the error.
+    MerchantAction {
+        Suspend => "SUSPEND",
+        Resume => "RESUME",
+        RegisterStore => "REGISTER_STORE",
+    }
+);
+
+/// What a caller needs to do under a merchant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// Read its orders, stores, reports.
+    Read,
+    /// Place an order.
+    PlaceOrders,
+    /// Refund, repair a notification or a settlement.
+    Write,
+}
+
+impl MemberRole {
+    /// Whether a member in this role may do what `need` asks.
+    pub fn allows(self, need: Need) -> bool {
+        match self {
+            MemberRole::Viewer => need == Need::Read,
+            MemberRole::Operator => true,
+        }
+    }
+}
+
+impl KeyRole {
+    /// Whether a key in this role may do what `need` asks.
+    pub fn allows(self, need: Need) -> bool {
+        match self {
+            KeyRole::Orders => matches!(need, Need::Read | Need::PlaceOrders),
+            KeyRole::Viewer => need == Need::Read,
+            KeyRole::Operator => true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MerchantError {
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
+    #[error("a {from} merchant cannot {action}")]
+    InvalidTransition { from: MerchantStatus, action: MerchantAction },
+}
+
+fn invalid(field: &str, message: impl Into<String>) -> MerchantError {
+    MerchantError::Invalid { field: field.to_owned(), message: message.into() }
+}
+
+/// A merchant's or a store's code, as the commerce backend normalises it: trimmed,
+/// upper-cased, `[A-Z0-9][A-Z0-9_-]*`, at most [`MAX_CODE`] characters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Code(String);
+
+impl Code {
+    /// `raw` normalised.
+    ///
+    /// # Errors
+    /// `Invalid` naming `field`: empty, too long, or a character outside the rule.
+    pub fn parse(field: &str, raw: &str) -> Result<Code, MerchantError> {
+        let code = raw.trim().to_ascii_uppercase();
+        let mut chars = code.chars();
+        let Some(first) = chars.next() else { return Err(invalid(field, "must not be empty")) };
+        if code.chars().count() > MAX_CODE {
+            return Err(invalid(field, format!("must be at most {MAX_CODE} characters")));
+        }
+        let alnum = |c: char| c.is_ascii_uppercase() || c.is_ascii_digit();
+        if !alnum(first) || !chars.all(|c| alnum(c) || c == '_' || c == '-') {
+            return Err(invalid(
+                field,
+                "must be letters, digits, '_' or '-', starting with a letter or digit",
+            ));
+        }
+        Ok(Code(code))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Code {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A name: trimmed, not empty, at most [`MAX_NAME`] characters, no control character.
+fn name(field: &str, raw: &str) -> Result<String, MerchantError> {
+    let name = raw.trim();
+    if name.is_empty() {
+        return Err(invalid(field, "must not be empty"));
+    }
+    text::check(field, name, MAX_NAME).map_err(|e| invalid(field, e.to_string()))?;
+    Ok(name.to_owned())
+}
+
+/// A merchant: its code unique in the deployment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Merchant {
+    pub id: MerchantId,
+    pub code: Code,
+    pub name: String,
+    pub status: MerchantStatus,
+    /// An IANA zone (checked by the caller): its daily report's day.
+    pub timezone: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// Optimistic-concurrency version as loaded.
+    pub version: i64,
+}
+
+impl Merchant {
+    /// A new `ACTIVE` merchant.
+    ///
+    /// # Errors
+    /// `Invalid` naming `code` or `name`.
+    pub fn create(
+        id: MerchantId,
+        code: &str,
+        merchant_name: &str,
+        timezone: String,
+        now: DateTime<Utc>,
+    ) -> Result<Merchant, MerchantError> {
+        Ok(Merchant {
+            id,
+            code: Code::parse("code", code)?,
+            name: name("name", merchant_name)?,
+            status: MerchantStatus::Active,
+            timezone,
+            created_at: now,
+            updated_at: now,
+            version: 0,
+        })
+    }
+
+    fn guard(&self, action: MerchantAction, allowed: bool) -> Result<(), MerchantError> {
+        if allowed { Ok(()) } else { Err(MerchantError::InvalidTransition { from: self.status, action }) }
+    }
+
+    /// Suspended: its members and keys refused, no new order taken.
+    ///
+    /// # Errors
+    /// `InvalidTransition` unless `ACTIVE`.
+    pub fn suspend(&mut self, now: DateTime<Utc>) -> Result<(), MerchantError> {
+        self.guard(MerchantAction::Suspend, self.status == MerchantStatus::Active)?;
+        self.status = MerchantStatus::Suspended;
+        self.updated_at = now;
+        Ok(())
+    }
+
+    /// Active again.
+    ///
+    /// # Errors
+    /// `InvalidTransition` unless `SUSPENDED`.
+    pub fn resume(&mut self, now: DateTime<Utc>) -> Result<(), MerchantError> {
+        self.guard(MerchantAction::Resume, self.status == MerchantStatus::Suspended)?;
+        self.status = MerchantStatus::Active;
+        self.updated_at = now;
+        Ok(())
+    }
+
+    /// Whether it may act at all (its members, its keys, new orders).
+    pub fn is_active(&self) -> bool {
+        self.status == MerchantStatus::Active
+    }
+
+    /// A new `ACTIVE` store of this merchant, in its timezone.
+    ///
+    /// # Errors
+    /// `InvalidTransition` when the merchant is not `ACTIVE`; `Invalid` naming `code` or `name`.
+    pub fn register_store(
+        &self,
+        id: StoreId,
+        code: &str,
+        store_name: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Store, MerchantError> {
+        self.guard(MerchantAction::RegisterStore, self.is_active())?;
+        Ok(Store {
+            id,
+            merchant_id: self.id,
+            code: Code::parse("code", code)?,
+            name: name("name", store_name)?,
+            status: StoreStatus::Active,
+            timezone: self.timezone.clone(),
+            created_at: now,
+        })
+    }
+}
+
+/// A store: its code unique within its merchant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Store {
+    pub id: StoreId,
+    pub merchant_id: MerchantId,
+    pub code: Code,
+    pub name: String,
+    pub status: StoreStatus,
+    /// The merchant's when the store was registered.
+    pub timezone: String,
+    pub created_at: DateTime<Utc>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000, 0).unwrap()
+    }
+
+    fn merchant() -> Merchant {
+        Merchant::create(MerchantId::new(), " acme-01 ", "Acme", "Asia/Seoul".into(), now()).unwrap()
+    }
+
+    #[test]
+    fn codes_are_normalised_as_the_commerce_backend_does() {
+        for (raw, code) in [(" acme ", "ACME"), ("a_b-1", "A_B-1"), ("9LIVES", "9LIVES")] {
+            assert_eq!(Code::parse("code", raw).unwrap().as_str(), code, "{raw:?}");
+        }
+        for raw in ["", "   ", "-acme", "_acme", "ac me", "acmé", "a.b", &"A".repeat(MAX_CODE + 1)] {
+            assert!(Code::parse("code", raw).is_err(), "{raw:?}");
+        }
+        assert!(Code::parse("code", &"A".repeat(MAX_CODE)).is_ok());
+    }
+
+    #[test]
+    fn a_merchant_is_created_active_with_a_clean_name() {
+        let m = merchant();
+        assert_eq!((m.code.as_str(), m.name.as_str(), m.status), ("ACME-01", "Acme", MerchantStatus::Active));
+        for bad in ["", "  ", "a\u{0}b", &"n".repeat(MAX_NAME + 1)] {
+            let err = Merchant::create(MerchantId::new(), "X", bad, "UTC".into(), now()).unwrap_err();
+            assert!(
+                matches!(err, MerchantError::Invalid { ref field, .. } if field == "name"),
+                "{bad:?}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn transition_table() {
+        use MerchantAction::*;
+        use MerchantStatus::*;
+        for (from, action, to) in [
+            (Active, Suspend, Some(Suspended)),
+            (Suspended, Suspend, None),
+            (Suspended, Resume, Some(Active)),
+            (Active, Resume, None),
+            (Active, RegisterStore, Some(Active)),
+            (Suspended, RegisterStore, None),
+        ] {
+            let mut m = merchant();
+            m.status = from;
+            let result = match action {
+                Suspend => m.suspend(now()),
+                Resume => m.resume(now()),
+                RegisterStore => m.register_store(StoreId::new(), "s1", "Store", now()).map(|_| ()),
+            };
+            match to {
+                Some(to) => {
+                    assert!(result.is_ok(), "{from} {action}");
+                    assert_eq!(m.status, to, "{from} {action}");
+                }
+                None => {
+                    assert_eq!(
+                        result,
+                        Err(MerchantError::InvalidTransition { from, action }),
+                        "{from} {action}"
+                    );
+                    assert_eq!(m.status, from, "a refused action changes nothing");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_store_takes_its_merchants_timezone_and_code_rule() {
+        let m = merchant();
+        let store = m.register_store(StoreId::new(), " gangnam ", " Gangnam ", now()).unwrap();
+        assert_eq!(
+            (store.merchant_id, store.code.as_str(), store.name.as_str(), store.timezone.as_str()),
+            (m.id, "GANGNAM", "Gangnam", "Asia/Seoul")
+        );
+        assert_eq!(store.status, StoreStatus::Active);
+        assert!(m.register_store(StoreId::new(), "bad code", "x", now()).is_err());
+    }
+
+    #[test]
+    fn what_each_role_may_do() {
+        use Need::*;
+        for (need, viewer, operator) in [(Read, true, true), (PlaceOrders, false, true), (Write, false, true)]
+        {
+            assert_eq!(MemberRole::Viewer.allows(need), viewer, "member viewer {need:?}");
+            assert_eq!(MemberRole::Operator.allows(need), operator, "member operator {need:?}");
+        }
+        for (need, orders, viewer, operator) in
+            [(Read, true, true, true), (PlaceOrders, true, false, true), (Write, false, false, true)]
+        {
+            assert_eq!(KeyRole::Orders.allows(need), orders, "key orders {need:?}");
+            assert_eq!(KeyRole::Viewer.allows(need), viewer, "key viewer {need:?}");
+            assert_eq!(KeyRole::Operator.allows(need), operator, "key operator {need:?}");
+        }
+    }
+}
