@@ -81,10 +81,10 @@ typed_id!(
     EventId
 );
 typed_id!(
-    /// Identifies a [`crate::domain::merchant::Merchant`] (docs/spec.md §15).
+    /// Identifies a merchant (docs/spec.md §15).
     MerchantId
 );
 typed_id!(
-    /// Identifies a [`crate::domain::merchant::Store`] of a merchant.
+    /// Identifies a store of a merchant.
     StoreId
 );
