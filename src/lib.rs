@@ -42,7 +42,8 @@
 //!     the `slow` path), operator actions, retention.
 //!   - `inbound/` — the meeting service's `messages` and their use cases (`meeting`),
 //!     whatever contract carries them.
-//!   - `jobs` (the periodic jobs' runner, below), `idempotency`, `queries`, `envelopes`
+//!   - `merchant_keys` (merchants' API keys: made, shown once, checked by hash),
+//!     `jobs` (the periodic jobs' runner, below), `idempotency`, `queries`, `envelopes`
 //!     (the outbox event writer every use case shares), `commit`, `input`, `health`,
 //!     `meter`, `audit`, `actor`, `error`.
 //! - [`adapters`] — the outside world behind the ports:
