@@ -25,12 +25,6 @@ pub use webhook::{
 #[error("{0}")]
 pub struct SetupError(pub String);
 
-impl From<String> for SetupError {
-    fn from(why: String) -> Self {
-        SetupError(why)
-    }
-}
-
 /// How a provider's answer breaks its protocol (unreadable, over-long, out of range, a
 /// control character): the caller treats such an answer as an unknown outcome, never as a
 /// decision. Its text names the field.

@@ -289,13 +289,13 @@ impl ProviderLedger for TossPaymentGateway {
                     continue;
                 }
             };
-            let (kind, status) = match t.status {
-                TossStatus::Done => (TransactionKind::Approval, "DONE"),
-                TossStatus::Canceled => (TransactionKind::Cancel, "CANCELED"),
-                TossStatus::PartialCanceled => (TransactionKind::Cancel, "PARTIAL_CANCELED"),
+            let kind = match t.status {
+                TossStatus::Done => TransactionKind::Approval,
+                TossStatus::Canceled | TossStatus::PartialCanceled => TransactionKind::Cancel,
                 // No money moved (a virtual account waiting, an abort): nothing to match.
                 _ => continue,
             };
+            let status = t.status.as_str();
             let Ok(at) = chrono::DateTime::parse_from_rfc3339(&t.transaction_at) else {
                 page.unreadable.push(UnreadableRow {
                     why: format!(
