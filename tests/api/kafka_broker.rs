@@ -125,9 +125,25 @@ impl TestKafka {
         ]
     }
 
-    /// Creates `topic` with 16 partitions (the app would, with its default).
+    /// Creates `topic` with 16 partitions (the app would, with its default). The in-memory
+    /// broker can time an admin request out when the machine is busy with other tests; the
+    /// creation is retried (it is idempotent) for up to 60 s before the test fails.
     pub async fn create(&self, topic: &str) {
-        self.connection().ensure_topics(&[topic], 16).await.expect("create topic");
+        let connection = self.connection();
+        let what = format!("topic {topic} to be created");
+        crate::helpers::until_within(&what, Duration::from_secs(60), || {
+            let connection = connection.clone();
+            async move {
+                match connection.ensure_topics(&[topic], 16).await {
+                    Ok(()) => true,
+                    Err(e) => {
+                        eprintln!("creating {topic}: {e}; trying again");
+                        false
+                    }
+                }
+            }
+        })
+        .await;
     }
 
     /// A reader of every partition of `topic` from its beginning (no consumer group).
