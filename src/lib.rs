@@ -25,7 +25,7 @@
 //!     `payment_methods`, …), the broker (`event_publisher`), the providers
 //!     (`payment_gateway` with `ProviderRecords`, `ProviderLedger` and `ProviderCustomers`
 //!     beside it for the providers that have them, `settlement_gateway`, `notifier`,
-//!     `meeting_fees`), `clock`.
+//!     `meeting_fees`, `merchant_store`), `clock`.
 //!   - `orchestration/` — the saga: `steps` (what runs next), one pure decision per step
 //!     (`payment`, `settlement`, `compensation`, `notify`), `outcome` (a step's commit and
 //!     the next step's intent in it), `orchestrator` (the `Orchestrator`), `service`
@@ -42,19 +42,21 @@
 //!     the `slow` path), operator actions, retention.
 //!   - `inbound/` — the meeting service's `messages` and their use cases (`meeting`),
 //!     whatever contract carries them.
-//!   - `merchant_keys` (merchants' API keys: made, shown once, checked by hash),
+//!   - `merchants/` (docs/spec.md §15: the platform operator's management, `access` — who
+//!     may act on a merchant, every "no" one `403`, and a merchant API key read — and
+//!     `keys`: made, shown once, checked by hash),
 //!     `jobs` (the periodic jobs' runner, below), `idempotency`, `queries`, `envelopes`
 //!     (the outbox event writer every use case shares), `commit`, `input`, `health`,
 //!     `meter`, `audit`, `actor`, `error`.
 //! - [`adapters`] — the outside world behind the ports:
 //!   - `persistence` — SeaORM on PostgreSQL and SQLite (`unit_of_work`: a change set as
 //!     one statement on PostgreSQL; `orders`, `payments`, `settlements`, `notifications`,
-//!     `ledger`, `payment_methods`, `audit`, `idempotency`, `outbox/`) on one `store`, rows
+//!     `ledger`, `payment_methods`, `merchants`, `audit`, `idempotency`, `outbox/`) on one `store`, rows
 //!     in `entities/` read into the domain by `mapping`, PostgreSQL's `NOTIFY` heard by
 //!     `listener`, and the meeting service's MariaDB fee table (`meeting_fees`).
 //!   - `http` — actix-web handlers per resource (`orders`, `payments`, `settlements`,
 //!     `notifications`, `ledger`, `payment_methods`, `webhooks` (Toss's), `outbox_admin`,
-//!     `ops`, `console`), with `auth/` (settings, keys, JWKS, extractors), `problem`
+//!     `ops`, `console`, `merchants/`: management, `orders` under a merchant's path, `dto`), with `auth/` (settings, keys, JWKS, extractors), `problem`
 //!     (RFC 7807), `body`, `dto`, `correlation` (the request's id), and each dialect's
 //!     listener with its settings (`commerce/`, `momo/`).
 //!   - `messaging` — `publishing` (what both publishers share), `amqp/` (the confirming

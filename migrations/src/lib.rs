@@ -30,6 +30,7 @@ mod m20261206_000022_payouts;
 mod m20261207_000023_order_description;
 mod m20261208_000024_order_start;
 mod m20261208_000025_step_facts;
+mod m20261209_000026_merchants;
 
 pub struct Migrator;
 
@@ -62,6 +63,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261207_000023_order_description::Migration),
             Box::new(m20261208_000024_order_start::Migration),
             Box::new(m20261208_000025_step_facts::Migration),
+            Box::new(m20261209_000026_merchants::Migration),
         ]
     }
 }

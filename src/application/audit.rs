@@ -21,6 +21,11 @@ pub mod entity {
     pub const OUTBOX: &str = "outbox";
     pub const IDEMPOTENCY_KEY: &str = "idempotency_key";
     pub const LEDGER: &str = "ledger";
+    pub const MERCHANT: &str = "merchant";
+    pub const STORE: &str = "store";
+    /// A membership: `<merchantId>:<subject>`.
+    pub const MEMBER: &str = "merchant_member";
+    pub const API_KEY: &str = "api_key";
 }
 
 /// An actor's free-text reason, as its audit row will keep it — checked before the action it

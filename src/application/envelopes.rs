@@ -100,6 +100,10 @@ impl<'a> EventWriter<'a> {
         map.insert("orderId".into(), json!(o.id.to_string()));
         map.insert("orderNumber".into(), json!(o.number));
         map.insert("customerId".into(), json!(o.customer_id));
+        map.insert("merchantId".into(), json!(o.merchant_id.to_string()));
+        if let Some(store) = o.store_id {
+            map.insert("storeId".into(), json!(store.to_string()));
+        }
         map.insert("source".into(), json!(o.source.as_str()));
         map.insert("meetingId".into(), json!(o.meeting_id));
         map.insert("currency".into(), json!(o.currency.as_str()));

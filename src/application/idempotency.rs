@@ -103,12 +103,12 @@ impl IdempotencyService {
         };
         match request(order_id).await {
             Ok(stored) => {
-                self.store.complete(&actor.subject, key, &stored, self.clock.now()).await?;
+                self.store.complete(&actor.scope(), key, &stored, self.clock.now()).await?;
                 Ok(Keyed::Ran(stored))
             }
             Err(err) => {
                 let forget = matches!(err, AppError::Validation { .. } | AppError::Forbidden { .. });
-                if let Err(release) = self.store.release(&actor.subject, key, forget).await {
+                if let Err(release) = self.store.release(&actor.scope(), key, forget).await {
                     tracing::warn!(error = %Chain(&release), "could not release an idempotency key");
                 }
                 Err(err)
@@ -124,7 +124,7 @@ impl IdempotencyService {
         Self::validate_key(key)?;
         let now = self.clock.now();
         let begin =
-            self.store.begin(&actor.subject, key, fingerprint, OrderId::new(), now, now + self.lease).await?;
+            self.store.begin(&actor.scope(), key, fingerprint, OrderId::new(), now, now + self.lease).await?;
         let action = match &begin {
             IdempotencyBegin::Completed(_) => Some(AuditAction::Replay),
             IdempotencyBegin::Mismatch => Some(AuditAction::IdempotencyKeyReused),

@@ -15,7 +15,7 @@ pub mod idempotency;
 pub mod inbound;
 pub mod input;
 pub mod jobs;
-pub mod merchant_keys;
+pub mod merchants;
 pub mod meter;
 pub mod money;
 pub mod notification_retry;

@@ -2,13 +2,15 @@
 
 use std::sync::Arc;
 
+use chrono::{DateTime, Utc};
+
 use crate::application::audit::entity;
 use crate::application::envelopes::ORDER_AGGREGATE;
 use crate::application::ports::{
     AuditRecord, OrderFilter, OrderRecord, OrderRepository, OutboxOperations, OutboxRecord, StepRecord,
 };
 use crate::application::{Actor, AppError};
-use crate::domain::ids::{OrderId, PaymentId};
+use crate::domain::ids::{MerchantId, OrderId, PaymentId, StoreId};
 use crate::domain::order::{Order, OrderSource, OrderStatus};
 
 /// Largest page a client may ask for.
@@ -26,6 +28,11 @@ pub struct OrderPage {
 /// What a caller asks the list for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ListOrders {
+    /// Only this merchant's (the operator's choice; anyone else lists its own merchant's).
+    pub merchant_id: Option<MerchantId>,
+    pub store_id: Option<StoreId>,
+    pub from: Option<DateTime<Utc>>,
+    pub to: Option<DateTime<Utc>>,
     pub status: Option<OrderStatus>,
     pub customer_id: Option<String>,
     /// Only the order numbered so.
@@ -84,7 +91,7 @@ impl OrderQueries {
     /// indistinguishable on purpose).
     pub async fn get_order(&self, actor: &Actor, id: OrderId) -> Result<OrderRecord, AppError> {
         match self.orders.get(id).await? {
-            Some(record) if actor.may_access(&record.order.customer_id) => Ok(record),
+            Some(record) if actor.may_access(&record.order) => Ok(record),
             _ => Err(AppError::NotFound("order")),
         }
     }
@@ -107,7 +114,7 @@ impl OrderQueries {
         actor: &Actor,
         record: &OrderRecord,
     ) -> Result<Vec<OutboxRecord>, AppError> {
-        if !actor.may_access(&record.order.customer_id) {
+        if !actor.may_access(&record.order) {
             return Err(AppError::NotFound("order"));
         }
         Ok(self.outbox.for_aggregate(ORDER_AGGREGATE, &record.order.id.to_string()).await?)
@@ -141,7 +148,12 @@ impl OrderQueries {
                 _ => Some(actor.subject.clone()),
             }
         };
+        let merchant_id = if actor.is_admin { query.merchant_id } else { Some(actor.home_merchant()) };
         let filter = OrderFilter {
+            merchant_id,
+            store_id: query.store_id,
+            from: query.from,
+            to: query.to,
             status: query.status,
             customer_id,
             number: query.number,

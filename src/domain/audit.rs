@@ -61,5 +61,13 @@ spelled!(
         OutboxRebase => "OUTBOX_REBASE",
         LedgerFinding => "LEDGER_FINDING",
         LedgerReconciled => "LEDGER_RECONCILED",
+        MerchantCreated => "MERCHANT_CREATED",
+        MerchantSuspended => "MERCHANT_SUSPENDED",
+        MerchantResumed => "MERCHANT_RESUMED",
+        StoreRegistered => "STORE_REGISTERED",
+        MemberSet => "MEMBER_SET",
+        MemberRemoved => "MEMBER_REMOVED",
+        ApiKeyCreated => "API_KEY_CREATED",
+        ApiKeyRevoked => "API_KEY_REVOKED",
     }
 );

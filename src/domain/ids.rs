@@ -88,3 +88,7 @@ typed_id!(
     /// Identifies a store of a merchant.
     StoreId
 );
+typed_id!(
+    /// Identifies a merchant's API key (not the key: its row).
+    ApiKeyId
+);

@@ -6,12 +6,18 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::ids::{MerchantId, StoreId};
+use crate::domain::ids::{ApiKeyId, MerchantId, StoreId};
 use crate::domain::text;
 
 /// The merchant every deployment has (`app migrate` makes it): every row made before
 /// merchants, and every unscoped one, is its.
 pub const DEFAULT_CODE: &str = "DEFAULT";
+/// The `DEFAULT` merchant's id: fixed, so every release and the migration that makes it
+/// agree on it.
+pub fn default_merchant_id() -> MerchantId {
+    MerchantId::from_uuid(uuid::Uuid::from_u128(1))
+}
+
 /// The longest merchant or store code.
 pub const MAX_CODE: usize = 50;
 /// The longest merchant or store name.
@@ -199,9 +205,11 @@ impl Merchant {
     /// Suspended: its members and keys refused, no new order taken.
     ///
     /// # Errors
-    /// `InvalidTransition` unless `ACTIVE`.
+    /// `InvalidTransition` unless `ACTIVE`, and always for the `DEFAULT` merchant.
     pub fn suspend(&mut self, now: DateTime<Utc>) -> Result<(), MerchantError> {
-        self.guard(MerchantAction::Suspend, self.status == MerchantStatus::Active)?;
+        // The `DEFAULT` merchant serves every caller that names none: it is never suspended.
+        let default = self.code.as_str() == DEFAULT_CODE;
+        self.guard(MerchantAction::Suspend, self.status == MerchantStatus::Active && !default)?;
         self.status = MerchantStatus::Suspended;
         self.updated_at = now;
         Ok(())
@@ -258,6 +266,115 @@ pub struct Store {
     /// The merchant's when the store was registered.
     pub timezone: String,
     pub created_at: DateTime<Utc>,
+}
+
+/// A person's role in one merchant: the token whose `sub` is `subject` acts on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Membership {
+    pub merchant_id: MerchantId,
+    pub subject: String,
+    pub role: MemberRole,
+    pub created_at: DateTime<Utc>,
+}
+
+impl Membership {
+    /// A membership of `subject` (a token's `sub`: not empty, at most 200 characters, no
+    /// control character).
+    ///
+    /// # Errors
+    /// `Invalid` naming `subject`.
+    pub fn new(
+        merchant_id: MerchantId,
+        subject: &str,
+        role: MemberRole,
+        now: DateTime<Utc>,
+    ) -> Result<Membership, MerchantError> {
+        if subject.trim().is_empty() || subject.trim() != subject {
+            return Err(invalid("subject", "must not be empty nor start or end with a space"));
+        }
+        text::check("subject", subject, MAX_SUBJECT).map_err(|e| invalid("subject", e.to_string()))?;
+        Ok(Membership { merchant_id, subject: subject.to_owned(), role, created_at: now })
+    }
+}
+
+/// The longest subject a membership names.
+pub const MAX_SUBJECT: usize = 200;
+
+/// A merchant's API key as stored: everything but the key itself (only its secret's hash).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKey {
+    pub id: ApiKeyId,
+    pub merchant_id: MerchantId,
+    pub name: String,
+    pub role: KeyRole,
+    /// What follows `mk_`: how a presented key finds this row.
+    pub prefix: String,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub last_used_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// Why a stored key does not let its bearer in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyRefusal {
+    Revoked,
+    Expired,
+}
+
+impl ApiKey {
+    /// A key named `key_name` (as a merchant's name is checked).
+    ///
+    /// # Errors
+    /// `Invalid` naming `name`, or `expiresAt` when it is not after `now`.
+    pub fn create(
+        id: ApiKeyId,
+        merchant_id: MerchantId,
+        key_name: &str,
+        role: KeyRole,
+        prefix: String,
+        expires_at: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> Result<ApiKey, MerchantError> {
+        if expires_at.is_some_and(|at| at <= now) {
+            return Err(invalid("expiresAt", "must be in the future"));
+        }
+        Ok(ApiKey {
+            id,
+            merchant_id,
+            name: name("name", key_name)?,
+            role,
+            prefix,
+            created_at: now,
+            expires_at,
+            last_used_at: None,
+            revoked_at: None,
+        })
+    }
+
+    /// Whether the key lets its bearer in at `now`.
+    ///
+    /// # Errors
+    /// Why not: revoked, or expired (at its `expiresAt` exactly, it is).
+    pub fn usable_at(&self, now: DateTime<Utc>) -> Result<(), KeyRefusal> {
+        if self.revoked_at.is_some() {
+            return Err(KeyRefusal::Revoked);
+        }
+        if self.expires_at.is_some_and(|at| at <= now) {
+            return Err(KeyRefusal::Expired);
+        }
+        Ok(())
+    }
+
+    /// Revoked at `now`; revoking a revoked key keeps its first time.
+    pub fn revoke(&mut self, now: DateTime<Utc>) {
+        self.revoked_at.get_or_insert(now);
+    }
+
+    /// Whether its `lastUsedAt` is worth writing at `now`: never more than once a minute.
+    pub fn use_is_worth_recording(&self, now: DateTime<Utc>) -> bool {
+        self.last_used_at.is_none_or(|last| now - last >= chrono::Duration::minutes(1))
+    }
 }
 
 #[cfg(test)]
@@ -333,6 +450,20 @@ mod tests {
     }
 
     #[test]
+    fn the_default_merchant_is_never_suspended() {
+        let mut m =
+            Merchant::create(default_merchant_id(), DEFAULT_CODE, "Default", "UTC".into(), now()).unwrap();
+        assert_eq!(
+            m.suspend(now()),
+            Err(MerchantError::InvalidTransition {
+                from: MerchantStatus::Active,
+                action: MerchantAction::Suspend
+            })
+        );
+        assert!(m.is_active());
+    }
+
+    #[test]
     fn a_store_takes_its_merchants_timezone_and_code_rule() {
         let m = merchant();
         let store = m.register_store(StoreId::new(), " gangnam ", " Gangnam ", now()).unwrap();
@@ -359,5 +490,48 @@ mod tests {
             assert_eq!(KeyRole::Viewer.allows(need), viewer, "key viewer {need:?}");
             assert_eq!(KeyRole::Operator.allows(need), operator, "key operator {need:?}");
         }
+    }
+
+    #[test]
+    fn a_key_lets_in_until_revoked_or_expired() {
+        let at = now();
+        let key = |expires: Option<i64>| {
+            ApiKey::create(
+                ApiKeyId::new(),
+                MerchantId::new(),
+                "server",
+                KeyRole::Orders,
+                "abc".into(),
+                expires.map(|s| at + chrono::Duration::seconds(s)),
+                at,
+            )
+        };
+        assert!(key(Some(0)).is_err(), "an expiry that is already past");
+        let mut k = key(Some(60)).unwrap();
+        assert_eq!(k.usable_at(at), Ok(()));
+        assert_eq!(k.usable_at(at + chrono::Duration::seconds(59)), Ok(()));
+        assert_eq!(k.usable_at(at + chrono::Duration::seconds(60)), Err(KeyRefusal::Expired));
+        k.revoke(at);
+        k.revoke(at + chrono::Duration::seconds(5));
+        assert_eq!(k.revoked_at, Some(at), "the first revocation counts");
+        assert_eq!(k.usable_at(at), Err(KeyRefusal::Revoked));
+        let mut k = key(None).unwrap();
+        assert!(k.use_is_worth_recording(at));
+        k.last_used_at = Some(at);
+        assert!(!k.use_is_worth_recording(at + chrono::Duration::seconds(59)));
+        assert!(k.use_is_worth_recording(at + chrono::Duration::seconds(60)));
+    }
+
+    #[test]
+    fn a_membership_names_a_clean_subject() {
+        for bad in ["", " a", "a ", "a\u{7}", &"s".repeat(MAX_SUBJECT + 1)] {
+            assert!(Membership::new(MerchantId::new(), bad, MemberRole::Viewer, now()).is_err(), "{bad:?}");
+        }
+        assert!(Membership::new(MerchantId::new(), "auth0|42", MemberRole::Operator, now()).is_ok());
+    }
+
+    #[test]
+    fn the_default_merchant_has_a_fixed_id() {
+        assert_eq!(default_merchant_id().to_string(), "00000000-0000-0000-0000-000000000001");
     }
 }

@@ -132,6 +132,8 @@ pub struct Services {
     pub member_payments: Arc<crate::application::money::member_payments::MemberPayments>,
     /// The momo dialect's key-in.
     pub key_in: Arc<crate::application::money::key_in::KeyIn>,
+    /// Merchants, their stores, people and keys (docs/spec.md §15).
+    pub merchants: Arc<crate::application::merchants::Merchants>,
     pub recovery: Arc<Recovery>,
     pub meeting_events: Arc<MeetingEvents>,
     pub publishers: PublisherFactory,

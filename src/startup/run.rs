@@ -122,6 +122,7 @@ pub(super) fn http_state(services: &Services, role: Role) -> web::Data<HttpState
         honour_mock_scenario: services.settings.payment.provider == ProviderKind::Mock,
         metrics: services.metrics.clone(),
         wire: Arc::new(wire_view(&services.settings)),
+        merchants: services.merchants.clone(),
     })
 }
 

@@ -22,6 +22,7 @@ use crate::adapters::providers::{
 use crate::application::health::{HealthProbe, LoopProgress, Readiness};
 use crate::application::idempotency::IdempotencyService;
 use crate::application::inbound::MeetingEvents;
+use crate::application::merchants::Merchants;
 use crate::application::money::key_in::KeyIn;
 use crate::application::money::ledger::Ledger;
 use crate::application::money::member_payments::MemberPayments;
@@ -365,6 +366,7 @@ pub async fn build_services_with_clock(
     let meeting_events = meeting_events(&orchestrator, &money.refunds, &orders, &clock, fees);
     let (recovery, settlements) = repairs(settings, &orchestrator, &money.refunds, &orders, &clock, meter);
     let queries = Arc::new(OrderQueries::new(orders.clone(), outbox_store.clone()));
+    let merchants = Arc::new(Merchants::new(orders.clone(), orders.clone(), clock.clone()));
     let outbox_admin = Arc::new(OutboxAdmin::new(outbox_store.clone(), clock.clone()));
     let idempotency = Arc::new(IdempotencyService::new(
         idempotency_store.clone(),
@@ -397,6 +399,7 @@ pub async fn build_services_with_clock(
         provider_view: money.provider_view,
         member_payments: money.member_payments,
         key_in,
+        merchants,
         recovery,
         meeting_events,
         publishers,

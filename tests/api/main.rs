@@ -31,6 +31,7 @@ mod kafka;
 mod kafka_broker;
 mod ledger;
 mod meeting;
+mod merchants;
 mod momo;
 mod momo_dialect;
 mod money;

@@ -251,6 +251,7 @@ async fn listing_filters_and_pages(backend: Backend) {
         source: None,
         before,
         limit,
+        ..OrderFilter::default()
     };
     let alice: Vec<OrderId> = ids.iter().rev().filter(|(c, _)| *c == "alice").map(|(_, id)| *id).collect();
     let page = s.orders.list(&filter(Some("alice"), None, 2)).await.unwrap();

@@ -175,6 +175,11 @@ pub struct OrderResponse {
     pub failure_reason: Option<String>,
     pub created_at: String,
     pub updated_at: String,
+    /// The merchant whose order it is (docs/spec.md §15; `DEFAULT`'s unless its door named
+    /// another).
+    pub merchant_id: String,
+    /// One of the merchant's stores, when the order named one.
+    pub store_id: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -356,6 +361,8 @@ impl From<&Order> for OrderResponse {
             failure_reason: o.failure_reason.map(|r| r.as_str().to_owned()),
             created_at: timestamp(o.created_at),
             updated_at: timestamp(o.updated_at),
+            merchant_id: o.merchant_id.to_string(),
+            store_id: o.store_id.map(|s| s.to_string()),
         }
     }
 }

@@ -8,6 +8,7 @@ pub mod console;
 pub mod correlation;
 pub mod dto;
 pub mod ledger;
+pub mod merchants;
 pub mod momo;
 pub mod notifications;
 pub mod ops;
@@ -69,6 +70,8 @@ pub struct HttpState {
     pub metrics: crate::telemetry::Registry,
     /// Where the wire contract sends each event (the outbox views, `/flow`).
     pub wire: Arc<crate::adapters::messaging::contract::WireView>,
+    /// Merchants, their people and keys (docs/spec.md §15).
+    pub merchants: Arc<crate::application::merchants::Merchants>,
 }
 
 pub(crate) struct BearerAuth;
@@ -170,10 +173,29 @@ impl utoipa::Modify for BearerAuth {
         ops::live,
         ops::ready,
         ops::metrics,
+        merchants::create,
+        merchants::list,
+        merchants::get,
+        merchants::suspend,
+        merchants::resume,
+        merchants::stores,
+        merchants::register_store,
+        merchants::store,
+        merchants::member,
+        merchants::set_member,
+        merchants::remove_member,
+        merchants::keys,
+        merchants::create_key,
+        merchants::revoke_key,
+        merchants::orders::place_order,
+        merchants::orders::list_orders,
+        merchants::orders::get_order,
+        merchants::orders::flow,
+        merchants::orders::refund,
     ),
     components(schemas(problem::Problem)),
     modifiers(&BearerAuth, &ProblemDefault, &PlainSummaries),
-    tags((name = "orders"), (name = "payments"), (name = "admin", description = "Role admin"), (name = "ops"))
+    tags((name = "orders"), (name = "payments"), (name = "admin", description = "Role admin"), (name = "merchants", description = "One deployment, many merchants (docs/merchants.md): a token or a merchant API key"), (name = "ops"))
 )]
 pub struct ApiDoc;
 
@@ -213,7 +235,7 @@ pub fn ops_routes(cfg: &mut web::ServiceConfig) {
 
 /// Every route of the API.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    ops_routes(cfg);
+    cfg.configure(ops_routes).configure(merchant_routes);
     cfg.app_data(web::QueryConfig::default().error_handler(|err, _| {
         ApiError::new(StatusCode::BAD_REQUEST, "MALFORMED_QUERY", err.to_string()).into()
     }))
@@ -284,6 +306,50 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(
         resource("/api/admin/settlements/{id}/mark-settled", "POST")
             .route(web::post().to(settlements::mark_settled)),
+    );
+}
+
+/// `/api/merchants` (docs/spec.md §15).
+fn merchant_routes(cfg: &mut web::ServiceConfig) {
+    use merchants::orders;
+    cfg.service(
+        resource("/api/merchants", "GET, POST")
+            .route(web::post().to(merchants::create))
+            .route(web::get().to(merchants::list)),
+    )
+    .service(resource("/api/merchants/{id}", "GET").route(web::get().to(merchants::get)))
+    .service(resource("/api/merchants/{id}/suspend", "POST").route(web::post().to(merchants::suspend)))
+    .service(resource("/api/merchants/{id}/resume", "POST").route(web::post().to(merchants::resume)))
+    .service(
+        resource("/api/merchants/{id}/stores", "GET, POST")
+            .route(web::get().to(merchants::stores))
+            .route(web::post().to(merchants::register_store)),
+    )
+    .service(resource("/api/merchants/{id}/stores/{storeId}", "GET").route(web::get().to(merchants::store)))
+    .service(
+        resource("/api/merchants/{id}/members/{subject}", "GET, PUT, DELETE")
+            .route(web::get().to(merchants::member))
+            .route(web::put().to(merchants::set_member))
+            .route(web::delete().to(merchants::remove_member)),
+    )
+    .service(
+        resource("/api/merchants/{id}/api-keys", "GET, POST")
+            .route(web::get().to(merchants::keys))
+            .route(web::post().to(merchants::create_key)),
+    )
+    .service(
+        resource("/api/merchants/{id}/api-keys/{keyId}/revoke", "POST")
+            .route(web::post().to(merchants::revoke_key)),
+    )
+    .service(
+        resource("/api/merchants/{id}/orders", "GET, POST")
+            .route(web::post().to(orders::place_order))
+            .route(web::get().to(orders::list_orders)),
+    )
+    .service(resource("/api/merchants/{id}/orders/{order}", "GET").route(web::get().to(orders::get_order)))
+    .service(resource("/api/merchants/{id}/orders/{order}/flow", "GET").route(web::get().to(orders::flow)))
+    .service(
+        resource("/api/merchants/{id}/orders/{order}/refund", "POST").route(web::post().to(orders::refund)),
     );
 }
 

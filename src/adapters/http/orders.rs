@@ -15,13 +15,13 @@ use super::dto::{
 use super::ledger::PaymentPayoutResponse;
 use super::problem::{ApiError, Problem};
 use super::{HttpState, query_param};
-use crate::application::AppError;
 use crate::application::idempotency::Keyed;
 use crate::application::money::refunds::{RefundOutcome, RefundRequest};
 use crate::application::orchestration::{Orchestrator, PayOrder, PlaceOrder};
 use crate::application::ports::{OrderRecord, Scenario, StoredResponse};
 use crate::application::queries::ListOrders;
-use crate::domain::ids::{OrderId, PaymentId};
+use crate::application::{Actor, AppError};
+use crate::domain::ids::{OrderId, PaymentId, StoreId};
 use crate::domain::order::{NewOrderItem, OrderSource, OrderStart, OrderStatus};
 
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -115,11 +115,17 @@ pub async fn place_order(
     req: HttpRequest,
     body: JsonBody<PlaceOrderRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let actor = caller.0;
-    let scenario = scenario(&state, &req)?;
-    let key = header(&req, IDEMPOTENCY_KEY)?.map(str::to_owned);
-    let request = body.value;
-    let mut command = PlaceOrder {
+    let command = command_of(body.value, None, correlation);
+    place(&state, &caller.0, &req, &body.canonical, command).await
+}
+
+/// What a §5 body asks for: an `API` order that waits for its checkout.
+pub(super) fn command_of(
+    request: PlaceOrderRequest,
+    store_id: Option<StoreId>,
+    correlation: CorrelationId,
+) -> PlaceOrder {
+    PlaceOrder {
         order_id: OrderId::new(),
         customer_id: request.customer_id,
         source: OrderSource::Api,
@@ -131,30 +137,45 @@ pub async fn place_order(
             .into_iter()
             .map(|i| NewOrderItem { sku: i.sku, quantity: i.quantity, unit_price: i.unit_price })
             .collect(),
-        scenario,
+        scenario: Scenario::default(),
         correlation_id: Some(correlation.0),
         inbox: None,
         customer_email: request.customer_email,
         description: None,
         keyed_in: None,
-    };
-    let Some(key) = key else {
-        let record = state.orchestrator.place_order(&actor, command).await?;
-        return Ok(HttpResponse::Created().json(detail(&state, &record)));
+        merchant: None,
+        store_id,
+    }
+}
+
+/// Places `command` for `actor` and runs its saga; with an `Idempotency-Key` (scoped to the
+/// caller: its subject, or its merchant key) once per key and body (`canonical`).
+pub(super) async fn place(
+    state: &HttpState,
+    actor: &Actor,
+    req: &HttpRequest,
+    canonical: &str,
+    mut command: PlaceOrder,
+) -> Result<HttpResponse, ApiError> {
+    let scenario = scenario(state, req)?;
+    command.scenario = scenario;
+    let Some(key) = header(req, IDEMPOTENCY_KEY)?.map(str::to_owned) else {
+        let record = state.orchestrator.place_order(actor, command).await?;
+        return Ok(HttpResponse::Created().json(detail(state, &record)));
     };
     let fingerprint = {
         let mut hash = Sha256::new();
-        hash.update(body.canonical.as_bytes());
+        hash.update(canonical.as_bytes());
         hash.update(b"\n");
         hash.update(scenario.to_string().as_bytes());
         format!("{:x}", hash.finalize())
     };
-    let (orchestrator, caller) = (&state.orchestrator, &actor);
+    let orchestrator = &state.orchestrator;
     let outcome = state
         .idempotency
-        .run(&actor, &key, &fingerprint, |order_id| async move {
+        .run(actor, &key, &fingerprint, |order_id| async move {
             command.order_id = order_id;
-            let record = orchestrator.place_order(caller, command).await?;
+            let record = orchestrator.place_order(actor, command).await?;
             let body = serde_json::to_string(&detail_of(orchestrator, &record))
                 .map_err(|e| AppError::internal(format!("cannot serialise the order: {e}")))?;
             Ok(StoredResponse { status: StatusCode::CREATED.as_u16(), body })
@@ -193,10 +214,19 @@ pub async fn get_order(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let id = order_ref(&state, &path).await?;
-    let record = state.queries.get_order(&caller.0, id).await?;
-    let mut detail = detail(&state, &record);
+    order_detail(&state, &caller.0, id).await
+}
+
+/// The order's detail, with its payout once the provider settled it.
+pub(super) async fn order_detail(
+    state: &HttpState,
+    actor: &Actor,
+    id: OrderId,
+) -> Result<HttpResponse, ApiError> {
+    let record = state.queries.get_order(actor, id).await?;
+    let mut detail = detail(state, &record);
     if let (Some(payment), Some(view)) = (&record.payment, detail.payment.as_mut()) {
-        view.payout = payout(&state, Some(payment.id)).await?;
+        view.payout = payout(state, Some(payment.id)).await?;
     }
     Ok(HttpResponse::Ok().json(detail))
 }
@@ -270,7 +300,7 @@ pub async fn list_orders(
     let source = query_param("source", q.source, 16)?
         .map(|s| OrderSource::parse(&s).ok_or_else(|| unprocessable("source", "not an order source")))
         .transpose()?;
-    let query = ListOrders { status, customer_id, number, source, limit, cursor };
+    let query = ListOrders { status, customer_id, number, source, limit, cursor, ..ListOrders::default() };
     let page = state.queries.list_orders(&caller.0, query).await?;
     Ok(HttpResponse::Ok().json(OrderPageResponse {
         items: page.items.iter().map(OrderResponse::from).collect(),
@@ -363,13 +393,22 @@ pub async fn flow(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let id = order_ref(&state, &path).await?;
-    let flow = state.queries.flow(&caller.0, id).await?;
+    order_flow(&state, &caller.0, id).await
+}
+
+/// The order's steps, events and audit rows.
+pub(super) async fn order_flow(
+    state: &HttpState,
+    actor: &Actor,
+    id: OrderId,
+) -> Result<HttpResponse, ApiError> {
+    let flow = state.queries.flow(actor, id).await?;
     Ok(HttpResponse::Ok().json(OrderFlowResponse {
         order_id: id.to_string(),
         steps: flow.steps.iter().map(StepResponse::from).collect(),
         events: flow.events.iter().map(|e| OutboxEventResponse::of(e, &state.wire)).collect(),
         audit: flow.audit.iter().map(AuditResponse::from).collect(),
-        payout: payout(&state, flow.payment_id).await?,
+        payout: payout(state, flow.payment_id).await?,
     }))
 }
 
@@ -408,21 +447,36 @@ pub async fn refund(
     body: MaybeJson<RefundBody>,
 ) -> Result<HttpResponse, ApiError> {
     let id = order_ref(&state, &path).await?;
+    refund_as(&state, &caller.0, &req, id, body, false).await
+}
+
+/// Refunds `id` for `actor`; an `Idempotency-Key` is required when `key_required`.
+pub(super) async fn refund_as(
+    state: &HttpState,
+    actor: &Actor,
+    req: &HttpRequest,
+    id: OrderId,
+    body: MaybeJson<RefundBody>,
+    key_required: bool,
+) -> Result<HttpResponse, ApiError> {
     let (reason, amount) = RefundBody::of(body)?;
     // The caller's key, bounded whatever the subject's length: one refund per (caller, key).
-    let request_key = match header(&req, IDEMPOTENCY_KEY)? {
+    let request_key = match header(req, IDEMPOTENCY_KEY)? {
+        None if key_required => {
+            return Err(ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "Idempotency-Key", "is required"));
+        }
         None => None,
         Some(key) => {
             crate::application::idempotency::IdempotencyService::validate_key(key)?;
             let mut hash = Sha256::new();
-            hash.update(caller.0.subject.as_bytes());
+            hash.update(actor.scope().as_bytes());
             hash.update(b"\n");
             hash.update(key.as_bytes());
             Some(format!("api:{:x}", hash.finalize()))
         }
     };
     let request = RefundRequest { reason, amount, request_key, ..Default::default() };
-    match state.refunds.refund_order(&caller.0, id, request).await? {
+    match state.refunds.refund_order(actor, id, request).await? {
         RefundOutcome::Refunded(record) => Ok(HttpResponse::Ok().json(OrderDetailResponse::from(&record))),
         // The provider's answer was lost: the refund is recorded and pending, and the worker
         // finishes it with its own key. Accepted — the same request again would not make

@@ -10,7 +10,9 @@ use super::entities::{
 use crate::application::ports::{
     NewOutboxEvent, OrderContext, OutboxRecord, RepoError, Scenario, StepRecord,
 };
-use crate::domain::ids::{EventId, NotificationId, OrderId, PaymentId, RefundId, SettlementId};
+use crate::domain::ids::{
+    EventId, MerchantId, NotificationId, OrderId, PaymentId, RefundId, SettlementId, StoreId,
+};
 use crate::domain::money::{Currency, Money};
 use crate::domain::notification::{FailurePolicy, Notification, NotificationStatus};
 use crate::domain::order::{
@@ -22,11 +24,11 @@ use crate::domain::outbox::{FailureCode, OutboxStatus};
 use crate::domain::payment::{Payment, PaymentStatus, Refund, RefundStatus};
 use crate::domain::settlement::{Settlement, SettlementStatus};
 
-fn corrupt(column: &str, value: &str) -> RepoError {
+pub(super) fn corrupt(column: &str, value: &str) -> RepoError {
     RepoError::corrupt(format!("{column} = {value:?}"))
 }
 
-fn parse<T>(column: &str, value: &str, f: impl Fn(&str) -> Option<T>) -> Result<T, RepoError> {
+pub(super) fn parse<T>(column: &str, value: &str, f: impl Fn(&str) -> Option<T>) -> Result<T, RepoError> {
     f(value).ok_or_else(|| corrupt(column, value))
 }
 
@@ -82,6 +84,8 @@ pub fn order_from_row(
         updated_at: row.updated_at,
         version: row.version,
         number: row.number,
+        merchant_id: MerchantId::from_uuid(row.merchant_id),
+        store_id: row.store_id.map(StoreId::from_uuid),
     };
     Ok((
         order,
@@ -121,6 +125,9 @@ pub fn order_to_row(order: &Order, context: Option<&OrderContext>) -> orders::Ac
         row.causation_id = Set(context.causation_id.clone());
         row.customer_email = Set(context.customer_email.clone());
         row.description = Set(context.description.clone());
+        // Ownership is written once, with the order.
+        row.merchant_id = Set(order.merchant_id.as_uuid());
+        row.store_id = Set(order.store_id.map(|s| s.as_uuid()));
     }
     row
 }

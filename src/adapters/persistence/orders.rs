@@ -184,6 +184,18 @@ impl OrderRepository for SeaOrmStore {
 
     async fn list(&self, filter: &OrderFilter) -> Result<Vec<Order>, RepoError> {
         let mut query = orders::Entity::find();
+        if let Some(merchant) = filter.merchant_id {
+            query = query.filter(orders::Column::MerchantId.eq(merchant.as_uuid()));
+        }
+        if let Some(store) = filter.store_id {
+            query = query.filter(orders::Column::StoreId.eq(store.as_uuid()));
+        }
+        if let Some(from) = filter.from {
+            query = query.filter(orders::Column::CreatedAt.gte(from));
+        }
+        if let Some(to) = filter.to {
+            query = query.filter(orders::Column::CreatedAt.lt(to));
+        }
         if let Some(status) = filter.status {
             query = query.filter(orders::Column::Status.eq(status.as_str()));
         }

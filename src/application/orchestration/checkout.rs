@@ -88,7 +88,7 @@ fn admit_payment(
     now: DateTime<Utc>,
 ) -> Admission {
     let order = &record.order;
-    if !actor.may_access(&order.customer_id) {
+    if !actor.may_access(order) {
         return Admission::Refuse(AppError::Forbidden {
             code: "FORBIDDEN",
             message: "only the order's customer or an admin may pay for it".into(),

@@ -12,7 +12,7 @@ use crate::application::ports::{
 };
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
-use crate::domain::ids::OrderId;
+use crate::domain::ids::{MerchantId, OrderId, StoreId};
 use crate::domain::order::{NewOrder, NewOrderItem, Order, OrderSource, OrderStart};
 use crate::domain::payment::Payment;
 
@@ -47,6 +47,11 @@ pub struct PlaceOrder {
     /// attempt is committed with the order (the intent, before any call), and the first run
     /// charges the card; the card itself is never stored.
     pub keyed_in: Option<KeyedIn>,
+    /// The merchant whose order it is, when the door names it (the meeting consumer's
+    /// configured one); else the caller's (docs/spec.md §15).
+    pub merchant: Option<MerchantId>,
+    /// One of that merchant's stores (checked to be its by the caller).
+    pub store_id: Option<StoreId>,
 }
 
 /// A card keyed in for an order, and what the provider shows the charge as.
@@ -75,6 +80,8 @@ impl PlaceOrder {
             customer_email: None,
             description: None,
             keyed_in: None,
+            merchant: None,
+            store_id: None,
         }
     }
 }
@@ -127,7 +134,7 @@ pub(super) fn admit(actor: &Actor, cmd: &PlaceOrder, now: DateTime<Utc>) -> Resu
         error: AppError::Validation { field: field.into(), message },
         audit: None,
     };
-    if !actor.may_access(&customer_id) {
+    if !actor.may_act_for(&customer_id) {
         let why = "a customer may only place orders for themselves";
         return Err(Refusal {
             error: AppError::Forbidden { code: "FORBIDDEN", message: why.into() },
@@ -171,8 +178,10 @@ pub(super) fn place(
     now: DateTime<Utc>,
 ) -> Result<Placement, AppError> {
     let (source, meeting_id, currency, items) = (cmd.source, cmd.meeting_id, cmd.currency, cmd.items);
+    let merchant = cmd.merchant.unwrap_or_else(|| actor.home_merchant());
     let mut order =
-        Order::place(cmd.order_id, NewOrder { customer_id, source, meeting_id, currency, items }, now)?;
+        Order::place(cmd.order_id, NewOrder { customer_id, source, meeting_id, currency, items }, now)?
+            .owned_by(merchant, cmd.store_id);
     let start = cmd.start.given(checkout);
     order.start_as(start, now)?;
     let awaits_payment = start == OrderStart::AwaitCheckout;

@@ -229,7 +229,7 @@ impl Orchestrator {
     /// `NotFound` when the order does not exist or the caller may not see it.
     pub async fn orchestrate(&self, actor: &Actor, order_id: OrderId) -> Result<OrderRecord, AppError> {
         let record = self.load(order_id).await?;
-        if !actor.may_access(&record.order.customer_id) {
+        if !actor.may_access(&record.order) {
             return Err(AppError::NotFound("order"));
         }
         let action = next_action_of(&record);
@@ -268,7 +268,7 @@ impl Orchestrator {
     /// `NotFound` when the order does not exist or the caller may not see it.
     pub async fn start_held(&self, actor: &Actor, order_id: OrderId) -> Result<OrderRecord, AppError> {
         let record = self.load(order_id).await?;
-        if !actor.may_access(&record.order.customer_id) {
+        if !actor.may_access(&record.order) {
             return Err(AppError::NotFound("order"));
         }
         let untouched = record.order.status == OrderStatus::Created && record.payment.is_none();

@@ -23,6 +23,8 @@
 //!   mock [`Scenario`].
 //! - [`meeting_fees`](MeetingFees) — a meeting's fee, from the platform that keeps it.
 //! - [`settlement_repository`](SettlementRepository) — settlements waiting for a retry or an operator.
+//! - [`merchant_store`](MerchantDirectory, [`MerchantAccessStore`]) — merchants, stores,
+//!   memberships and API keys.
 //! - [`clock`](Clock) — time.
 
 mod audit_log;
@@ -33,6 +35,7 @@ mod gateway_error;
 mod idempotency;
 mod ledger_store;
 mod meeting_fees;
+mod merchant_store;
 mod notification_repository;
 mod notifier;
 mod order_repository;
@@ -53,6 +56,7 @@ pub use gateway_error::{CancelError, GatewayError};
 pub use idempotency::{IdempotencyBegin, IdempotencyStore, StoredResponse};
 pub use ledger_store::{LedgerRun, LedgerStore, PayoutStore};
 pub use meeting_fees::{MeetingFee, MeetingFees, Unchargeable};
+pub use merchant_store::{MerchantAccessStore, MerchantDirectory};
 pub use notification_repository::NotificationRepository;
 pub use notifier::{NotificationRequest, Notifier, NotifyFailure};
 pub use order_repository::{
@@ -85,6 +89,8 @@ pub use event_publisher::MockEventPublisher;
 pub use idempotency::MockIdempotencyStore;
 #[cfg(test)]
 pub use ledger_store::{MockLedgerStore, MockPayoutStore};
+#[cfg(test)]
+pub use merchant_store::{MockMerchantAccessStore, MockMerchantDirectory};
 #[cfg(test)]
 pub use notification_repository::MockNotificationRepository;
 #[cfg(test)]

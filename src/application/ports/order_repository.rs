@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use super::audit_log::AuditRecord;
 use super::error::RepoError;
 use super::scenario::Scenario;
-use crate::domain::ids::OrderId;
+use crate::domain::ids::{MerchantId, OrderId, StoreId};
 use crate::domain::notification::Notification;
 use crate::domain::order::{Order, OrderSource, OrderStart, OrderStatus, SagaStep, StepFact, StepStatus};
 use crate::domain::payment::{Payment, Refund};
@@ -64,8 +64,16 @@ pub struct OrderRecord {
 }
 
 /// Order listing filter: newest first, keyset-paged on the (time-ordered) id.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OrderFilter {
+    /// Only this merchant's orders (docs/spec.md §15).
+    pub merchant_id: Option<MerchantId>,
+    /// Only orders of this store.
+    pub store_id: Option<StoreId>,
+    /// Only orders created at or after this.
+    pub from: Option<DateTime<Utc>>,
+    /// Only orders created before this.
+    pub to: Option<DateTime<Utc>>,
     pub status: Option<OrderStatus>,
     pub customer_id: Option<String>,
     /// Only the order numbered so.

@@ -5,7 +5,8 @@ use chrono::{DateTime, Utc};
 use super::error::OrderError;
 use super::event::OrderEvent;
 use super::status::{FailureReason, FailureStage, OrderAction, OrderSource, OrderStart, OrderStatus};
-use crate::domain::ids::OrderId;
+use crate::domain::ids::{MerchantId, OrderId, StoreId};
+use crate::domain::merchant::default_merchant_id;
 use crate::domain::money::{Currency, Money};
 use crate::domain::text;
 
@@ -65,6 +66,10 @@ pub struct Order {
     /// The order's number (docs/spec.md §3): positive, unique, increasing, never reused;
     /// given from the store's sequence before the order is first stored (0 until then).
     pub number: i64,
+    /// The merchant whose order it is (docs/spec.md §15): set once, when placed.
+    pub merchant_id: MerchantId,
+    /// One of the merchant's stores, when the order names one.
+    pub store_id: Option<StoreId>,
 }
 
 fn check_id(field: &str, value: &str) -> Result<(), OrderError> {
@@ -158,7 +163,18 @@ impl Order {
             updated_at: now,
             version: 0,
             number: 0,
+            merchant_id: default_merchant_id(),
+            store_id: None,
         })
+    }
+
+    /// This order, owned by `merchant` (and `store`): an order is the `DEFAULT` merchant's
+    /// unless its door names another.
+    #[must_use]
+    pub fn owned_by(mut self, merchant: MerchantId, store: Option<StoreId>) -> Order {
+        self.merchant_id = merchant;
+        self.store_id = store;
+        self
     }
 
     fn guard(&self, action: OrderAction, allowed: bool) -> Result<(), OrderError> {

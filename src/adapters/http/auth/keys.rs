@@ -18,6 +18,7 @@ use crate::adapters::Secret;
 use crate::adapters::clock::SystemClock;
 use crate::application::Actor;
 use crate::application::ports::Clock;
+use crate::domain::ids::MerchantId;
 use crate::domain::text;
 
 /// The HMAC algorithms a shared secret of `len` bytes is long enough for, strongest first:
@@ -264,8 +265,18 @@ impl JwtKeys {
         // A claim that is no address we send to is not used (never a reason to refuse the token).
         let email =
             claims.get("email").and_then(Value::as_str).filter(|e| text::is_email(e)).map(str::to_owned);
+        // docs/spec.md §15: a customer of another merchant than `DEFAULT` carries its id.
+        let merchant = match claims.get("merchant") {
+            None | Some(Value::Null) => None,
+            Some(value) => Some(
+                value
+                    .as_str()
+                    .and_then(|m| m.parse::<MerchantId>().ok())
+                    .ok_or_else(|| invalid("invalid merchant claim"))?,
+            ),
+        };
         let actor = if is_admin { Actor::admin(sub) } else { Actor::customer(sub) };
-        Ok(actor.with_email(email))
+        Ok(actor.with_email(email).in_merchant(merchant))
     }
 }
 

@@ -135,6 +135,8 @@ fn command(
         customer_email: None,
         description,
         keyed_in: None,
+        merchant: None,
+        store_id: None,
     })
 }
 

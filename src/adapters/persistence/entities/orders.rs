@@ -38,6 +38,10 @@ pub struct Model {
     pub customer_email: Option<String>,
     /// A commerce-dialect order's `description` (docs/dialects.md).
     pub description: Option<String>,
+    /// The merchant whose order it is (docs/spec.md §15).
+    pub merchant_id: Uuid,
+    /// One of its stores, when the order names one.
+    pub store_id: Option<Uuid>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -115,7 +115,7 @@ impl Refunds {
     ) -> Result<RefundOutcome, AppError> {
         let RefundRequest { reason, amount, request_key, inbox, causation_id, scenario } = request;
         let record = self.load(order_id).await?;
-        if !actor.may_access(&record.order.customer_id) {
+        if !actor.may_access(&record.order) {
             self.audit_rejection(actor, order_id, "not the order's customer".into()).await?;
             return Err(AppError::Forbidden {
                 code: "UNAUTHORIZED_REFUND",

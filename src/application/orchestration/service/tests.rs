@@ -120,6 +120,8 @@ fn command() -> PlaceOrder {
         customer_email: None,
         description: None,
         keyed_in: None,
+        merchant: None,
+        store_id: None,
     }
 }
 

@@ -1,0 +1,173 @@
+//! What `/api/merchants` reads and answers. A key's secret is in [`CreatedKeyResponse`] only.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::application::merchants::CreatedKey;
+use crate::domain::merchant::{ApiKey, Membership, Merchant, Store};
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateMerchantRequest {
+    /// Trimmed and upper-cased; `[A-Z0-9][A-Z0-9_-]*`, at most 50, unique.
+    #[schema(example = "ACME", max_length = 50)]
+    pub code: String,
+    #[schema(max_length = 120)]
+    pub name: String,
+    /// An IANA zone; `UTC` when absent. The daily report's day.
+    #[schema(example = "Asia/Seoul")]
+    pub timezone: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MerchantResponse {
+    pub id: String,
+    pub code: String,
+    pub name: String,
+    /// `ACTIVE` or `SUSPENDED`.
+    pub status: String,
+    pub timezone: String,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<&Merchant> for MerchantResponse {
+    fn from(m: &Merchant) -> Self {
+        MerchantResponse {
+            id: m.id.to_string(),
+            code: m.code.to_string(),
+            name: m.name.clone(),
+            status: m.status.as_str().to_owned(),
+            timezone: m.timezone.clone(),
+            created_at: m.created_at,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateStoreRequest {
+    /// As a merchant's code, unique within the merchant.
+    #[schema(example = "GANGNAM", max_length = 50)]
+    pub code: String,
+    #[schema(max_length = 120)]
+    pub name: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StoreResponse {
+    pub id: String,
+    pub merchant_id: String,
+    pub code: String,
+    pub name: String,
+    /// `ACTIVE` or `INACTIVE`.
+    pub status: String,
+    /// The merchant's when the store was registered.
+    pub timezone: String,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<&Store> for StoreResponse {
+    fn from(s: &Store) -> Self {
+        StoreResponse {
+            id: s.id.to_string(),
+            merchant_id: s.merchant_id.to_string(),
+            code: s.code.to_string(),
+            name: s.name.clone(),
+            status: s.status.as_str().to_owned(),
+            timezone: s.timezone.clone(),
+            created_at: s.created_at,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SetMemberRequest {
+    /// `VIEWER` (reads) or `OPERATOR` (also refunds and repairs).
+    #[schema(example = "VIEWER")]
+    pub role: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberResponse {
+    pub merchant_id: String,
+    pub subject: String,
+    pub role: String,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<&Membership> for MemberResponse {
+    fn from(m: &Membership) -> Self {
+        MemberResponse {
+            merchant_id: m.merchant_id.to_string(),
+            subject: m.subject.clone(),
+            role: m.role.as_str().to_owned(),
+            created_at: m.created_at,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateKeyRequest {
+    #[schema(example = "shop server", max_length = 120)]
+    pub name: String,
+    /// `ORDERS` (places and reads orders), `VIEWER` (reads) or `OPERATOR` (also refunds and
+    /// repairs).
+    #[schema(example = "ORDERS")]
+    pub role: String,
+    /// When it stops letting its bearer in; never when absent.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiKeyResponse {
+    pub id: String,
+    pub merchant_id: String,
+    pub name: String,
+    pub role: String,
+    /// What follows `mk_` in the key: enough to tell keys apart, nothing to use.
+    pub prefix: String,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+    /// Written at most once a minute.
+    pub last_used_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+impl From<&ApiKey> for ApiKeyResponse {
+    fn from(k: &ApiKey) -> Self {
+        ApiKeyResponse {
+            id: k.id.to_string(),
+            merchant_id: k.merchant_id.to_string(),
+            name: k.name.clone(),
+            role: k.role.as_str().to_owned(),
+            prefix: k.prefix.clone(),
+            created_at: k.created_at,
+            expires_at: k.expires_at,
+            last_used_at: k.last_used_at,
+            revoked_at: k.revoked_at,
+        }
+    }
+}
+
+/// A key just made: the only answer that holds the key itself.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CreatedKeyResponse {
+    #[serde(flatten)]
+    pub api_key: ApiKeyResponse,
+    /// `mk_<prefix>_<secret>`: send it as `Authorization: Bearer <key>`. Shown this once.
+    pub key: String,
+}
+
+impl From<&CreatedKey> for CreatedKeyResponse {
+    fn from(c: &CreatedKey) -> Self {
+        CreatedKeyResponse { api_key: ApiKeyResponse::from(&c.key), key: c.plain.clone() }
+    }
+}

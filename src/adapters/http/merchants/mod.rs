@@ -1,0 +1,383 @@
+//! `/api/merchants` (docs/spec.md §15): the platform operator's merchants, their stores,
+//! members and API keys. Every handler's caller is an [`InMerchant`] or a
+//! [`PlatformOperator`], extracted before its body ([`Then`]): `401` first, then the one
+//! `403` for every "no", and only then a body's `422` or a child resource's `404`.
+
+pub mod dto;
+pub mod orders;
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, web};
+
+use super::HttpState;
+use super::auth::{InMerchant, PlatformOperator, Reads, Then, Writes};
+use super::body::{JsonBody, MaybeJson};
+use super::dto::ReasonRequest;
+use super::problem::{ApiError, Problem};
+use crate::application::Actor;
+use crate::application::merchants::{FORBIDDEN, NewKey, NewMerchant};
+use crate::domain::ids::{ApiKeyId, MerchantId, StoreId};
+use crate::domain::merchant::{KeyRole, MemberRole};
+use dto::{
+    ApiKeyResponse, CreateKeyRequest, CreateMerchantRequest, CreateStoreRequest, CreatedKeyResponse,
+    MemberResponse, MerchantResponse, SetMemberRequest, StoreResponse,
+};
+
+/// The merchant a path names. One that is no id is no merchant: `403` like any merchant the
+/// caller may not act on, `404` only to the platform operator.
+pub(crate) fn merchant_id(actor: &Actor, raw: &str) -> Result<MerchantId, ApiError> {
+    raw.parse().map_err(|_| {
+        if actor.is_admin {
+            ApiError::not_found("merchant")
+        } else {
+            ApiError::new(StatusCode::FORBIDDEN, FORBIDDEN, "not allowed for this merchant")
+        }
+    })
+}
+
+fn unprocessable(field: &str, message: &str) -> ApiError {
+    ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, field, message)
+}
+
+/// Creates a merchant (platform operator).
+#[utoipa::path(
+    post,
+    path = "/api/merchants",
+    tag = "merchants",
+    request_body = CreateMerchantRequest,
+    responses(
+        (status = 201, body = MerchantResponse),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "DUPLICATE_MERCHANT_CODE", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "VALIDATION_FAILED naming code, name or timezone", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn create(
+    state: web::Data<HttpState>,
+    Then(caller, body): Then<PlatformOperator, JsonBody<CreateMerchantRequest>>,
+) -> Result<HttpResponse, ApiError> {
+    let CreateMerchantRequest { code, name, timezone } = body.value;
+    let merchant = state.merchants.create(&caller.0, NewMerchant { code, name, timezone }).await?;
+    Ok(HttpResponse::Created().json(MerchantResponse::from(&merchant)))
+}
+
+/// Every merchant, by code (platform operator).
+#[utoipa::path(
+    get,
+    path = "/api/merchants",
+    tag = "merchants",
+    responses(
+        (status = 200, body = Vec<MerchantResponse>),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn list(state: web::Data<HttpState>, caller: PlatformOperator) -> Result<HttpResponse, ApiError> {
+    let merchants = state.merchants.list(&caller.0).await?;
+    Ok(HttpResponse::Ok().json(merchants.iter().map(MerchantResponse::from).collect::<Vec<_>>()))
+}
+
+/// One merchant, to anyone who may read it.
+#[utoipa::path(
+    get,
+    path = "/api/merchants/{id}",
+    tag = "merchants",
+    params(("id" = String, Path, description = "Merchant id")),
+    responses(
+        (status = 200, body = MerchantResponse),
+        (status = 403, description = "FORBIDDEN: the same for every merchant the caller may not read", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn get(caller: InMerchant<Reads>) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(MerchantResponse::from(&caller.merchant)))
+}
+
+async fn set_suspended(
+    state: &HttpState,
+    caller: &PlatformOperator,
+    raw: &str,
+    suspend: bool,
+    body: MaybeJson<ReasonRequest>,
+) -> Result<HttpResponse, ApiError> {
+    let id = merchant_id(&caller.0, raw)?;
+    let reason = ReasonRequest::of(body)?;
+    let merchant = state.merchants.set_suspended(&caller.0, id, suspend, reason).await?;
+    Ok(HttpResponse::Ok().json(MerchantResponse::from(&merchant)))
+}
+
+/// Suspends a merchant (platform operator): its members and keys are refused and it takes
+/// no new order; its sagas in flight finish.
+#[utoipa::path(
+    post,
+    path = "/api/merchants/{id}/suspend",
+    tag = "merchants",
+    params(("id" = String, Path, description = "Merchant id")),
+    request_body(content = Option<ReasonRequest>, description = "Optional reason, recorded in the audit log"),
+    responses(
+        (status = 200, body = MerchantResponse),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "INVALID_MERCHANT_STATE: already suspended, or the DEFAULT merchant", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn suspend(
+    state: web::Data<HttpState>,
+    path: web::Path<String>,
+    Then(caller, body): Then<PlatformOperator, MaybeJson<ReasonRequest>>,
+) -> Result<HttpResponse, ApiError> {
+    set_suspended(&state, &caller, &path, true, body).await
+}
+
+/// Resumes a suspended merchant (platform operator).
+#[utoipa::path(
+    post,
+    path = "/api/merchants/{id}/resume",
+    tag = "merchants",
+    params(("id" = String, Path, description = "Merchant id")),
+    request_body(content = Option<ReasonRequest>, description = "Optional reason, recorded in the audit log"),
+    responses(
+        (status = 200, body = MerchantResponse),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "INVALID_MERCHANT_STATE: not suspended", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn resume(
+    state: web::Data<HttpState>,
+    path: web::Path<String>,
+    Then(caller, body): Then<PlatformOperator, MaybeJson<ReasonRequest>>,
+) -> Result<HttpResponse, ApiError> {
+    set_suspended(&state, &caller, &path, false, body).await
+}
+
+/// The merchant's stores, by code.
+#[utoipa::path(
+    get,
+    path = "/api/merchants/{id}/stores",
+    tag = "merchants",
+    params(("id" = String, Path, description = "Merchant id")),
+    responses(
+        (status = 200, body = Vec<StoreResponse>),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn stores(
+    state: web::Data<HttpState>,
+    caller: InMerchant<Reads>,
+) -> Result<HttpResponse, ApiError> {
+    let stores = state.merchants.stores(&caller.caller, caller.merchant.id).await?;
+    Ok(HttpResponse::Ok().json(stores.iter().map(StoreResponse::from).collect::<Vec<_>>()))
+}
+
+/// Registers a store (the platform operator or an `OPERATOR`); it takes the merchant's
+/// timezone.
+#[utoipa::path(
+    post,
+    path = "/api/merchants/{id}/stores",
+    tag = "merchants",
+    params(("id" = String, Path, description = "Merchant id")),
+    request_body = CreateStoreRequest,
+    responses(
+        (status = 201, body = StoreResponse),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "DUPLICATE_STORE_CODE", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "VALIDATION_FAILED naming code or name", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn register_store(
+    state: web::Data<HttpState>,
+    Then(caller, body): Then<InMerchant<Writes>, JsonBody<CreateStoreRequest>>,
+) -> Result<HttpResponse, ApiError> {
+    let (id, request) = (caller.merchant.id, body.value);
+    let store = state.merchants.register_store(&caller.caller, id, &request.code, &request.name).await?;
+    Ok(HttpResponse::Created().json(StoreResponse::from(&store)))
+}
+
+/// One of the merchant's stores; another merchant's is `404`.
+#[utoipa::path(
+    get,
+    path = "/api/merchants/{id}/stores/{storeId}",
+    tag = "merchants",
+    params(("id" = String, Path, description = "Merchant id"), ("storeId" = String, Path, description = "Store id")),
+    responses(
+        (status = 200, body = StoreResponse),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn store(
+    state: web::Data<HttpState>,
+    caller: InMerchant<Reads>,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let id = caller.merchant.id;
+    // A store id that is no id is no store of this merchant: a fresh id finds nothing.
+    let store_id = path.1.parse::<StoreId>().unwrap_or_default();
+    let store = state.merchants.store(&caller.caller, id, store_id).await?;
+    Ok(HttpResponse::Ok().json(StoreResponse::from(&store)))
+}
+
+/// A member of the merchant (platform operator).
+#[utoipa::path(
+    get,
+    path = "/api/merchants/{id}/members/{subject}",
+    tag = "merchants",
+    params(("id" = String, Path, description = "Merchant id"), ("subject" = String, Path, description = "A token's sub")),
+    responses(
+        (status = 200, body = MemberResponse),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn member(
+    state: web::Data<HttpState>,
+    caller: PlatformOperator,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let id = merchant_id(&caller.0, &path.0)?;
+    let members = state.merchants.members(&caller.0, id, Some(&path.1)).await?;
+    let member = members.first().ok_or_else(|| ApiError::not_found("member"))?;
+    Ok(HttpResponse::Ok().json(MemberResponse::from(member)))
+}
+
+/// Gives a subject a role in the merchant, or changes it (platform operator).
+#[utoipa::path(
+    put,
+    path = "/api/merchants/{id}/members/{subject}",
+    tag = "merchants",
+    params(("id" = String, Path, description = "Merchant id"), ("subject" = String, Path, description = "A token's sub")),
+    request_body = SetMemberRequest,
+    responses(
+        (status = 200, body = MemberResponse),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "VALIDATION_FAILED naming role or subject", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn set_member(
+    state: web::Data<HttpState>,
+    path: web::Path<(String, String)>,
+    Then(caller, body): Then<PlatformOperator, JsonBody<SetMemberRequest>>,
+) -> Result<HttpResponse, ApiError> {
+    let id = merchant_id(&caller.0, &path.0)?;
+    let role =
+        MemberRole::parse(&body.value.role).ok_or_else(|| unprocessable("role", "VIEWER or OPERATOR"))?;
+    let member = state.merchants.set_member(&caller.0, id, &path.1, role).await?;
+    Ok(HttpResponse::Ok().json(MemberResponse::from(&member)))
+}
+
+/// Removes a subject's membership (platform operator).
+#[utoipa::path(
+    delete,
+    path = "/api/merchants/{id}/members/{subject}",
+    tag = "merchants",
+    params(("id" = String, Path, description = "Merchant id"), ("subject" = String, Path, description = "A token's sub")),
+    responses(
+        (status = 204, description = "Removed"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn remove_member(
+    state: web::Data<HttpState>,
+    caller: PlatformOperator,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let id = merchant_id(&caller.0, &path.0)?;
+    state.merchants.remove_member(&caller.0, id, &path.1).await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// The merchant's API keys, never their secrets (platform operator).
+#[utoipa::path(
+    get,
+    path = "/api/merchants/{id}/api-keys",
+    tag = "merchants",
+    params(("id" = String, Path, description = "Merchant id")),
+    responses(
+        (status = 200, body = Vec<ApiKeyResponse>),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn keys(
+    state: web::Data<HttpState>,
+    caller: PlatformOperator,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = merchant_id(&caller.0, &path)?;
+    let keys = state.merchants.keys(&caller.0, id).await?;
+    Ok(HttpResponse::Ok().json(keys.iter().map(ApiKeyResponse::from).collect::<Vec<_>>()))
+}
+
+/// Makes an API key (platform operator). The key is in this answer once and nowhere else:
+/// only its secret's hash is kept.
+#[utoipa::path(
+    post,
+    path = "/api/merchants/{id}/api-keys",
+    tag = "merchants",
+    params(("id" = String, Path, description = "Merchant id")),
+    request_body = CreateKeyRequest,
+    responses(
+        (status = 201, body = CreatedKeyResponse),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "VALIDATION_FAILED naming name, role or expiresAt", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn create_key(
+    state: web::Data<HttpState>,
+    path: web::Path<String>,
+    Then(caller, body): Then<PlatformOperator, JsonBody<CreateKeyRequest>>,
+) -> Result<HttpResponse, ApiError> {
+    let id = merchant_id(&caller.0, &path)?;
+    let CreateKeyRequest { name, role, expires_at } = body.value;
+    let role = KeyRole::parse(&role).ok_or_else(|| unprocessable("role", "ORDERS, VIEWER or OPERATOR"))?;
+    let created = state.merchants.create_key(&caller.0, id, NewKey { name, role, expires_at }).await?;
+    let mut response = HttpResponse::Created().json(CreatedKeyResponse::from(&created));
+    // The key is in this body: no cache keeps it.
+    response.headers_mut().insert(
+        actix_web::http::header::CACHE_CONTROL,
+        actix_web::http::header::HeaderValue::from_static("no-store"),
+    );
+    Ok(response)
+}
+
+/// Revokes an API key (platform operator): refused from its next request on.
+#[utoipa::path(
+    post,
+    path = "/api/merchants/{id}/api-keys/{keyId}/revoke",
+    tag = "merchants",
+    params(("id" = String, Path, description = "Merchant id"), ("keyId" = String, Path, description = "API key id")),
+    request_body(content = Option<ReasonRequest>, description = "Optional reason, recorded in the audit log"),
+    responses(
+        (status = 200, body = ApiKeyResponse),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn revoke_key(
+    state: web::Data<HttpState>,
+    path: web::Path<(String, String)>,
+    Then(caller, body): Then<PlatformOperator, MaybeJson<ReasonRequest>>,
+) -> Result<HttpResponse, ApiError> {
+    let id = merchant_id(&caller.0, &path.0)?;
+    let reason = ReasonRequest::of(body)?;
+    // A key id that is no id is no key of this merchant: a random id finds nothing.
+    let key_id = path.1.parse::<ApiKeyId>().unwrap_or_default();
+    let key = state.merchants.revoke_key(&caller.0, id, key_id, reason).await?;
+    Ok(HttpResponse::Ok().json(ApiKeyResponse::from(&key)))
+}
