@@ -43,8 +43,8 @@
 //!   - `inbound/` — the meeting service's `messages` and their use cases (`meeting`),
 //!     whatever contract carries them.
 //!   - `merchants/` (docs/spec.md §15: the platform operator's management, `access` — who
-//!     may act on a merchant, every "no" one `403`, and a merchant API key read — and
-//!     `keys`: made, shown once, checked by hash),
+//!     may act on a merchant, every "no" one `403`, and a merchant API key read —,
+//!     `keys`: made, shown once, checked by hash, and `report`: the daily report),
 //!     `jobs` (the periodic jobs' runner, below), `idempotency`, `queries`, `envelopes`
 //!     (the outbox event writer every use case shares), `commit`, `input`, `health`,
 //!     `meter`, `audit`, `actor`, `error`.
@@ -56,7 +56,8 @@
 //!     `listener`, and the meeting service's MariaDB fee table (`meeting_fees`).
 //!   - `http` — actix-web handlers per resource (`orders`, `payments`, `settlements`,
 //!     `notifications`, `ledger`, `payment_methods`, `webhooks` (Toss's), `outbox_admin`,
-//!     `ops`, `console`, `merchants/`: management, `orders` under a merchant's path, `dto`), with `auth/` (settings, keys, JWKS, extractors), `problem`
+//!     `ops`, `console`, `merchants/`: management, `orders` and `repairs` under a merchant's path, `dto`),
+//!     with `auth/` (settings, keys, JWKS, extractors), `problem`
 //!     (RFC 7807), `body`, `dto`, `correlation` (the request's id), and each dialect's
 //!     listener with its settings (`commerce/`, `momo/`).
 //!   - `messaging` — `publishing` (what both publishers share), `amqp/` (the confirming

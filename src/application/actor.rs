@@ -35,6 +35,17 @@ pub struct Actor {
     pub merchant: Option<MerchantId>,
     /// The merchant API key it presented, if that is how it came in.
     pub key: Option<KeyGrant>,
+    /// The merchant whose path it was let in under (`Merchants::authorize`), and whether as
+    /// one of its operators (an `OPERATOR` member or key: refunds, notification and
+    /// settlement repairs).
+    pub under: Option<MerchantPath>,
+}
+
+/// A caller let in under a merchant's path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MerchantPath {
+    pub merchant: MerchantId,
+    pub operator: bool,
 }
 
 /// What a merchant API key lets its bearer do: act for its merchant in its role.
@@ -54,6 +65,7 @@ impl Actor {
             email: None,
             merchant: None,
             key: None,
+            under: None,
         }
     }
 
@@ -65,6 +77,7 @@ impl Actor {
             email: None,
             merchant: None,
             key: None,
+            under: None,
         }
     }
 
@@ -77,6 +90,7 @@ impl Actor {
             email: None,
             merchant: None,
             key: None,
+            under: None,
         }
     }
 
@@ -95,6 +109,7 @@ impl Actor {
             email: None,
             merchant: None,
             key: None,
+            under: None,
         }
     }
 
@@ -132,6 +147,45 @@ impl Actor {
             return self.merchant.is_none_or(|m| m == order.merchant_id);
         }
         order.merchant_id == self.home_merchant() && self.may_act_for(&order.customer_id)
+    }
+
+    /// Whose repairs (notifications, settlements) this caller may list: `None`, every
+    /// merchant's (the operator); `Some`, the merchant it acts in.
+    ///
+    /// # Errors
+    /// `Forbidden` unless it is the operator or was let in under a merchant's path.
+    pub fn repairs_in(&self) -> Result<Option<MerchantId>, AppError> {
+        if self.is_admin {
+            return Ok(self.merchant);
+        }
+        match self.under {
+            Some(path) => Ok(Some(path.merchant)),
+            None => self.require_admin().map(|()| None),
+        }
+    }
+
+    /// Whether this caller may repair `order` (a notification, a settlement).
+    ///
+    /// # Errors
+    /// `NotFound` naming `what` for an order it may not see (another merchant's under a
+    /// merchant's path); `Forbidden` unless it is the operator or operates the order's
+    /// merchant.
+    pub fn may_repair(&self, order: &Order, what: &'static str) -> Result<(), AppError> {
+        if !self.is_admin && self.under.is_none() {
+            return self.require_admin();
+        }
+        if !self.may_access(order) {
+            return Err(AppError::NotFound(what));
+        }
+        let operates = self.under.is_some_and(|p| p.operator && p.merchant == order.merchant_id);
+        if self.is_admin || operates {
+            Ok(())
+        } else {
+            Err(AppError::Forbidden {
+                code: "FORBIDDEN",
+                message: "an operator of the merchant may repair it".into(),
+            })
+        }
     }
 
     /// Whether this caller sees every customer's orders: the operator, or any-order access.

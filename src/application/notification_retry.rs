@@ -215,7 +215,7 @@ impl NotificationRetry {
         id: NotificationId,
         reason: Option<String>,
     ) -> Result<OrderRecord, AppError> {
-        actor.require_admin()?;
+        self.may_repair(actor, id).await?;
         let reason = audit::reason(reason)?;
         match self.attempt(actor, id, Claim::Reprocess(reason)).await? {
             Attempt::Sent(record) | Attempt::Failed(record) => Ok(record),
@@ -238,10 +238,14 @@ impl NotificationRetry {
         id: NotificationId,
         reason: Option<String>,
     ) -> Result<OrderRecord, AppError> {
-        actor.require_admin()?;
+        if actor.under.is_none() {
+            // Anyone but an operator is refused before any read.
+            actor.require_admin()?;
+        }
         let reason = audit::reason(reason)?;
         let stored = self.notifications.find(id).await?.ok_or(AppError::NotFound("notification event"))?;
         let mut record = self.record_of(&stored).await?;
+        actor.may_repair(&record.order, "notification event")?;
         let mut notification = record.notification.clone().ok_or(AppError::NotFound("notification event"))?;
         let now = self.clock.now();
         notification
@@ -288,7 +292,8 @@ impl NotificationRetry {
         Ok(record)
     }
 
-    /// Notifications, optionally of one status.
+    /// Notifications, optionally of one status: every merchant's to the operator, the
+    /// merchant's to a caller let in under its path (docs/spec.md §15).
     ///
     /// # Errors
     /// `Forbidden`; `Validation` for a limit outside 1..=100.
@@ -298,11 +303,25 @@ impl NotificationRetry {
         status: Option<NotificationStatus>,
         limit: u32,
     ) -> Result<Vec<Notification>, AppError> {
-        actor.require_admin()?;
+        let merchant = actor.repairs_in()?;
         if !(1..=100).contains(&limit) {
             return Err(AppError::validation("limit", "must be between 1 and 100"));
         }
-        Ok(self.notifications.list(status, limit).await?)
+        Ok(self.notifications.list(status, merchant, limit).await?)
+    }
+
+    /// `Forbidden` or `NotFound` unless `actor` may repair the notification's order.
+    async fn may_repair(&self, actor: &Actor, id: NotificationId) -> Result<(), AppError> {
+        if actor.under.is_none() {
+            // The operator of every merchant (or no operator at all): asked before any read.
+            actor.require_admin()?;
+            if actor.merchant.is_none() {
+                return Ok(());
+            }
+        }
+        let stored = self.notifications.find(id).await?.ok_or(AppError::NotFound("notification event"))?;
+        let record = self.record_of(&stored).await?;
+        actor.may_repair(&record.order, "notification event")
     }
 
     /// Releases claims whose lease ended (their worker died mid-attempt).

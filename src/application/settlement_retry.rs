@@ -89,10 +89,12 @@ impl SettlementRetries {
     /// `Unavailable` when the database fails.
     pub async fn list(
         &self,
+        actor: &Actor,
         status: Option<SettlementStatus>,
         limit: u32,
     ) -> Result<Vec<ListedSettlement>, AppError> {
-        Ok(self.settlements.settlements(status, limit).await?)
+        let merchant = actor.repairs_in()?;
+        Ok(self.settlements.settlements(status, merchant, limit).await?)
     }
 
     /// One settlement, with its order's number.
@@ -103,8 +105,27 @@ impl SettlementRetries {
         self.settlements.settlement(id).await?.ok_or(AppError::NotFound("settlement"))
     }
 
-    async fn order_of(&self, id: SettlementId) -> Result<crate::domain::ids::OrderId, AppError> {
-        Ok(self.get(id).await?.settlement.order_id)
+    /// The settlement's order, once `actor` may repair it: another merchant's, under a
+    /// merchant's path, is not there.
+    async fn order_of(
+        &self,
+        actor: &Actor,
+        id: SettlementId,
+    ) -> Result<crate::domain::ids::OrderId, AppError> {
+        if actor.under.is_none() {
+            actor.require_admin()?;
+        }
+        let listed = self.get(id).await?;
+        let ours = actor.merchant.is_none_or(|m| m == listed.merchant_id);
+        let operates = actor.is_admin || actor.under.is_some_and(|p| p.operator);
+        match (ours, operates) {
+            (false, _) => Err(AppError::NotFound("settlement")),
+            (true, false) => Err(AppError::Forbidden {
+                code: "FORBIDDEN",
+                message: "an operator of the merchant may repair it".into(),
+            }),
+            (true, true) => Ok(listed.settlement.order_id),
+        }
     }
 
     /// An operator's retry of a waiting settlement, now.
@@ -117,7 +138,7 @@ impl SettlementRetries {
         id: SettlementId,
         reason: String,
     ) -> Result<OrderRecord, AppError> {
-        let order_id = self.order_of(id).await?;
+        let order_id = self.order_of(actor, id).await?;
         let record =
             self.orchestrator.retry_settlement(actor, order_id, SettlementRetryBy::Operator(reason)).await?;
         record.ok_or_else(|| AppError::unavailable("the retry did not run"))
@@ -133,7 +154,7 @@ impl SettlementRetries {
         id: SettlementId,
         reason: &str,
     ) -> Result<OrderRecord, AppError> {
-        let order_id = self.order_of(id).await?;
+        let order_id = self.order_of(actor, id).await?;
         self.orchestrator.mark_settled(actor, order_id, reason).await
     }
 }

@@ -1,4 +1,4 @@
-//! `app`: the one binary. Verbs: serve, worker, migrate, token, outbox.
+//! `app`: the one binary. Verbs: serve, worker, migrate, token, outbox, reconcile, merchant.
 //!
 //! Exit codes: 0 ok, 2 usage or configuration error (one line on stderr), 1 runtime failure.
 
@@ -75,6 +75,97 @@ enum Command {
     Reconcile {
         #[command(subcommand)]
         command: ReconcileCommand,
+    },
+    /// Manage merchants, their keys and members (docs/merchants.md); each change audited.
+    Merchant {
+        #[command(subcommand)]
+        command: MerchantCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum MerchantCommand {
+    /// Create a merchant; prints it as JSON.
+    Create {
+        #[arg(long)]
+        code: String,
+        #[arg(long)]
+        name: String,
+        /// An IANA zone (its daily report's day); UTC when absent.
+        #[arg(long)]
+        timezone: Option<String>,
+    },
+    /// Suspend a merchant: its members and keys refused, no new order.
+    Suspend {
+        /// Its id or code.
+        merchant: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Resume a suspended merchant.
+    Resume {
+        /// Its id or code.
+        merchant: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// A merchant's API keys.
+    Key {
+        #[command(subcommand)]
+        command: KeyCommand,
+    },
+    /// A merchant's members.
+    Member {
+        #[command(subcommand)]
+        command: MemberCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeyCommand {
+    /// Make a key; prints it as JSON with the key itself (shown this once).
+    Create {
+        /// The merchant's id or code.
+        merchant: String,
+        #[arg(long)]
+        name: String,
+        /// ORDERS, VIEWER or OPERATOR.
+        #[arg(long)]
+        role: String,
+        /// When it stops letting its bearer in (RFC 3339).
+        #[arg(long)]
+        expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    },
+    /// Revoke a key.
+    Revoke {
+        /// The merchant's id or code.
+        merchant: String,
+        /// The key's id.
+        #[arg(long)]
+        id: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum MemberCommand {
+    /// Give a subject (a token's `sub`) a role in the merchant, or change it.
+    Set {
+        /// The merchant's id or code.
+        merchant: String,
+        #[arg(long)]
+        subject: String,
+        /// VIEWER or OPERATOR.
+        #[arg(long)]
+        role: String,
+    },
+    /// Remove a subject's membership.
+    Remove {
+        /// The merchant's id or code.
+        merchant: String,
+        #[arg(long)]
+        subject: String,
     },
 }
 
@@ -229,6 +320,7 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
         Command::Reconcile { command: ReconcileCommand::Ledger { date } } => {
             Box::pin(reconcile_ledger(&settings, date)).await
         }
+        Command::Merchant { command } => Box::pin(merchant(&settings, command)).await,
     }
 }
 
@@ -383,4 +475,93 @@ async fn reconcile_ledger(settings: &Settings, date: chrono::NaiveDate) -> Resul
     });
     println!("{json:#}");
     Ok(())
+}
+
+/// A use case's refusal as the CLI reports it: the caller's mistakes are usage errors.
+fn refused(e: AppError) -> Failure {
+    match e {
+        AppError::Validation { .. }
+        | AppError::Conflict { .. }
+        | AppError::NotFound(_)
+        | AppError::Unprocessable { .. } => Failure::Usage(e.to_string()),
+        other => Failure::Runtime(Chain(&other).to_string()),
+    }
+}
+
+fn print_json(value: impl serde::Serialize) -> Result<(), Failure> {
+    let json = serde_json::to_value(value).map_err(|e| Failure::Runtime(e.to_string()))?;
+    println!("{json:#}");
+    Ok(())
+}
+
+/// The merchant named by its id or its code.
+async fn merchant_named(
+    merchants: &orchestrator::application::merchants::Merchants,
+    named: &str,
+) -> Result<orchestrator::domain::ids::MerchantId, Failure> {
+    if let Ok(id) = named.parse() {
+        return Ok(id);
+    }
+    let code = named.trim().to_ascii_uppercase();
+    let all = merchants.list(&operator()).await.map_err(refused)?;
+    all.iter()
+        .find(|m| m.code.as_str() == code)
+        .map(|m| m.id)
+        .ok_or_else(|| Failure::Usage(format!("no merchant has the id or code {named:?}")))
+}
+
+async fn merchant(settings: &Settings, command: MerchantCommand) -> Result<(), Failure> {
+    use orchestrator::adapters::http::merchants::dto::{
+        ApiKeyResponse, CreatedKeyResponse, MemberResponse, MerchantResponse,
+    };
+    use orchestrator::application::merchants::{NewKey, NewMerchant};
+    use orchestrator::domain::merchant::{KeyRole, MemberRole};
+    require_existing_database(settings)?;
+    let services = startup::build_services(settings).await?;
+    let merchants = &services.merchants;
+    let actor = operator();
+    match command {
+        MerchantCommand::Create { code, name, timezone } => {
+            let merchant =
+                merchants.create(&actor, NewMerchant { code, name, timezone }).await.map_err(refused)?;
+            print_json(MerchantResponse::from(&merchant))
+        }
+        MerchantCommand::Suspend { merchant, reason } => {
+            let id = merchant_named(merchants, &merchant).await?;
+            let merchant = merchants.set_suspended(&actor, id, true, reason).await.map_err(refused)?;
+            print_json(MerchantResponse::from(&merchant))
+        }
+        MerchantCommand::Resume { merchant, reason } => {
+            let id = merchant_named(merchants, &merchant).await?;
+            let merchant = merchants.set_suspended(&actor, id, false, reason).await.map_err(refused)?;
+            print_json(MerchantResponse::from(&merchant))
+        }
+        MerchantCommand::Key { command: KeyCommand::Create { merchant, name, role, expires_at } } => {
+            let role = KeyRole::parse(&role.to_ascii_uppercase())
+                .ok_or_else(|| Failure::Usage("--role must be ORDERS, VIEWER or OPERATOR".into()))?;
+            let id = merchant_named(merchants, &merchant).await?;
+            let created =
+                merchants.create_key(&actor, id, NewKey { name, role, expires_at }).await.map_err(refused)?;
+            print_json(CreatedKeyResponse::from(&created))
+        }
+        MerchantCommand::Key { command: KeyCommand::Revoke { merchant, id: key, reason } } => {
+            let id = merchant_named(merchants, &merchant).await?;
+            let key = key.parse().map_err(|_| Failure::Usage(format!("{key:?} is not a key id")))?;
+            let key = merchants.revoke_key(&actor, id, key, reason).await.map_err(refused)?;
+            print_json(ApiKeyResponse::from(&key))
+        }
+        MerchantCommand::Member { command: MemberCommand::Set { merchant, subject, role } } => {
+            let role = MemberRole::parse(&role.to_ascii_uppercase())
+                .ok_or_else(|| Failure::Usage("--role must be VIEWER or OPERATOR".into()))?;
+            let id = merchant_named(merchants, &merchant).await?;
+            let member = merchants.set_member(&actor, id, &subject, role).await.map_err(refused)?;
+            print_json(MemberResponse::from(&member))
+        }
+        MerchantCommand::Member { command: MemberCommand::Remove { merchant, subject } } => {
+            let id = merchant_named(merchants, &merchant).await?;
+            merchants.remove_member(&actor, id, &subject).await.map_err(refused)?;
+            println!("member {subject} removed");
+            Ok(())
+        }
+    }
 }

@@ -56,6 +56,8 @@ pub(super) struct RawCommerceDialect {
     pub(super) issuer: Option<String>,
     /// How long an order made here waits in `CREATED` for its `orchestrate`.
     pub(super) hold_expiry: Option<String>,
+    /// The code of the merchant whose orders the dialect's are (docs/spec.md §15).
+    pub(super) merchant: String,
 }
 
 #[derive(Debug, Clone)]
@@ -112,7 +114,15 @@ pub(super) fn resolve_commerce_dialect(
         Some(text) => positive("http.dialects.commerce.token_validity", text)?,
     };
     let issuer = raw.issuer.unwrap_or_else(|| "commerce-orchestration-backend".to_owned());
-    Ok(Some(CommerceDialectSettings { bind, jwt_secret, demo_token: raw.demo_token, token_validity, issuer }))
+    let merchant = super::merchant_code("http.dialects.commerce.merchant", &raw.merchant)?;
+    Ok(Some(CommerceDialectSettings {
+        bind,
+        jwt_secret,
+        demo_token: raw.demo_token,
+        token_validity,
+        issuer,
+        merchant,
+    }))
 }
 
 /// `http.dialects.momo` (docs/spec.md §14): off while `bind` is unset. Its key is the

@@ -15,6 +15,7 @@ pub(super) struct RawMeetings {
     pub(super) fee_sql: RawFeeSql,
     pub(super) currency: String,
     pub(super) timezone: String,
+    pub(super) merchant: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -41,6 +42,9 @@ pub struct MeetingsSettings {
     pub currency: String,
     /// The zone of the platform's local times (`meetings.timezone`, IANA).
     pub timezone: chrono_tz::Tz,
+    /// The code of the merchant whose orders registrations are (`meetings.merchant`,
+    /// docs/spec.md §15): `DEFAULT` unless set; found when the service starts.
+    pub merchant: String,
 }
 
 pub(super) fn resolve_meetings(
@@ -88,5 +92,6 @@ pub(super) fn resolve_meetings(
             "quorum is refused with broker.contract = momo (its queues are the platform's, classic)",
         ));
     }
-    Ok(MeetingsSettings { fee_source, currency: raw.currency, timezone })
+    let merchant = super::merchant_code("meetings.merchant", &raw.merchant)?;
+    Ok(MeetingsSettings { fee_source, currency: raw.currency, timezone, merchant })
 }

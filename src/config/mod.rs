@@ -64,6 +64,12 @@ fn invalid(key: &str, why: impl fmt::Display) -> ConfigError {
     ConfigError(format!("`{key}`: {why}"))
 }
 
+/// A merchant's code as the domain normalises it (the merchant itself is found when the
+/// service starts: the configuration cannot see the database).
+fn merchant_code(key: &str, raw: &str) -> Result<String, ConfigError> {
+    crate::domain::merchant::Code::parse(key, raw).map(|c| c.to_string()).map_err(|e| invalid(key, e))
+}
+
 /// Every problem of a configuration, gathered so that a refused start names them all on
 /// one line instead of one per restart (issue 57).
 #[derive(Default)]

@@ -53,6 +53,7 @@ demo_token = false
 token_validity = "1h"
 issuer = "commerce-orchestration-backend"
 hold_expiry = "24h"
+merchant = "DEFAULT"
 
 [database]
 url = "sqlite://data/app.db?mode=rwc"
@@ -173,6 +174,7 @@ retention = "24h"
 
 [meetings]
 fee_source = "message"
+merchant = "DEFAULT"
 currency = "KRW"
 timezone = "Asia/Seoul"
 

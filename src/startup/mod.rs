@@ -109,6 +109,13 @@ pub type PublisherFactory = Arc<dyn Fn(&str) -> Arc<dyn EventPublisher> + Send +
 /// The event types for which "returned unroutable" counts as published (docs/spec.md §6).
 pub const UNROUTABLE_OK: &[&str] = &["payment.refunded"];
 
+/// The merchants of the doors that name one (`None`: `DEFAULT`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Owners {
+    pub meetings: Option<crate::domain::ids::MerchantId>,
+    pub commerce: Option<crate::domain::ids::MerchantId>,
+}
+
 /// Every service of the application, wired.
 #[derive(Clone)]
 pub struct Services {
@@ -134,6 +141,9 @@ pub struct Services {
     pub key_in: Arc<crate::application::money::key_in::KeyIn>,
     /// Merchants, their stores, people and keys (docs/spec.md §15).
     pub merchants: Arc<crate::application::merchants::Merchants>,
+    /// The merchants the doors' orders are (`meetings.merchant`,
+    /// `http.dialects.commerce.merchant`), found when the service starts.
+    pub owners: Owners,
     pub recovery: Arc<Recovery>,
     pub meeting_events: Arc<MeetingEvents>,
     pub publishers: PublisherFactory,

@@ -205,8 +205,9 @@ fn commerce_server(
     services: &Services,
     dialect: &crate::adapters::http::commerce::CommerceDialectSettings,
 ) -> Result<(u16, Server), StartupError> {
-    let api =
-        web::Data::from(http::commerce::CommerceApi::new(dialect.clone()).map_err(StartupError::Config)?);
+    let api = http::commerce::CommerceApi::new(dialect.clone(), services.owners.commerce)
+        .map_err(StartupError::Config)?;
+    let api = web::Data::from(api);
     let state = http_state(services, Role::Serve);
     dialect_server("commerce", dialect.bind, move || {
         App::new()
@@ -226,7 +227,9 @@ fn momo_server(
     dialect: &crate::adapters::http::momo::MomoDialectSettings,
 ) -> Result<(u16, Server), StartupError> {
     let zone = services.settings.meetings.timezone;
-    let api = web::Data::from(http::momo::MomoApi::new(dialect, zone).map_err(StartupError::Config)?);
+    let api =
+        http::momo::MomoApi::new(dialect, zone, services.owners.meetings).map_err(StartupError::Config)?;
+    let api = web::Data::from(api);
     let state = http_state(services, Role::Serve);
     dialect_server("momo", dialect.bind, move || {
         App::new()

@@ -41,6 +41,8 @@ use crate::application::queries::OrderQueries;
 use crate::application::recovery::Recovery;
 use crate::application::settlement_retry::{SettlementRetries, SettlementRetrySettings};
 use crate::config::{FeeSource, NotificationChannel, ProviderKind, Settings, SettlementChannel};
+use crate::domain::ids::MerchantId;
+use crate::domain::merchant::DEFAULT_CODE;
 
 /// Connects, migrates (SQLite) or checks the schema (PostgreSQL), and wires the services.
 ///
@@ -276,6 +278,7 @@ pub(super) fn meeting_events(
     orders: &Arc<SeaOrmStore>,
     clock: &Arc<dyn Clock>,
     fees: Option<Arc<dyn MeetingFees>>,
+    merchant: Option<MerchantId>,
 ) -> Arc<MeetingEvents> {
     let meeting_events = MeetingEvents::new(
         orchestrator.clone(),
@@ -284,7 +287,8 @@ pub(super) fn meeting_events(
         orders.clone(),
         orders.clone(),
         clock.clone(),
-    );
+    )
+    .with_merchant(merchant);
     Arc::new(match fees {
         None => meeting_events,
         Some(fees) => meeting_events.with_fees(fees),
@@ -363,10 +367,12 @@ pub async fn build_services_with_clock(
         saga(settings, &orders, payments.clone(), settlements, notifier, &capabilities, &clock, &meter);
     let fees = meeting_fees(settings).await?;
     let key_in = key_in(settings, &orchestrator, &orders, fees.clone())?;
-    let meeting_events = meeting_events(&orchestrator, &money.refunds, &orders, &clock, fees);
+    let merchants = Arc::new(Merchants::new(orders.clone(), orders.clone(), orders.clone(), clock.clone()));
+    let owners = owners(settings, &merchants).await?;
+    let meeting_events =
+        meeting_events(&orchestrator, &money.refunds, &orders, &clock, fees, owners.meetings);
     let (recovery, settlements) = repairs(settings, &orchestrator, &money.refunds, &orders, &clock, meter);
     let queries = Arc::new(OrderQueries::new(orders.clone(), outbox_store.clone()));
-    let merchants = Arc::new(Merchants::new(orders.clone(), orders.clone(), clock.clone()));
     let outbox_admin = Arc::new(OutboxAdmin::new(outbox_store.clone(), clock.clone()));
     let idempotency = Arc::new(IdempotencyService::new(
         idempotency_store.clone(),
@@ -400,6 +406,7 @@ pub async fn build_services_with_clock(
         member_payments: money.member_payments,
         key_in,
         merchants,
+        owners,
         recovery,
         meeting_events,
         publishers,
@@ -413,4 +420,35 @@ pub async fn build_services_with_clock(
         shutdown,
         loops,
     })
+}
+
+/// The merchants the doors' orders are: `meetings.merchant` and
+/// `http.dialects.commerce.merchant`, found by code (`DEFAULT` needs no look-up).
+async fn owners(settings: &Settings, merchants: &Merchants) -> Result<super::Owners, StartupError> {
+    let commerce = settings.http.commerce.as_ref().map(|c| c.merchant.as_str());
+    let wanted = [
+        ("meetings.merchant", Some(settings.meetings.merchant.as_str())),
+        ("http.dialects.commerce.merchant", commerce),
+    ];
+    if wanted.iter().all(|(_, code)| code.is_none_or(|c| c == DEFAULT_CODE)) {
+        return Ok(super::Owners::default());
+    }
+    let known = merchants
+        .list(&crate::application::Actor::system("startup"))
+        .await
+        .map_err(|e| StartupError::Config(format!("cannot read the merchants: {e}")))?;
+    let find = |(key, code): (&str, Option<&str>)| -> Result<Option<MerchantId>, StartupError> {
+        match code {
+            None => Ok(None),
+            Some(code) if code == DEFAULT_CODE => Ok(None),
+            Some(code) => {
+                known.iter().find(|m| m.code.as_str() == code).map(|m| Some(m.id)).ok_or_else(|| {
+                    StartupError::Config(format!(
+                        "`{key}`: no merchant has the code {code} (app merchant create)"
+                    ))
+                })
+            }
+        }
+    };
+    Ok(super::Owners { meetings: find(wanted[0])?, commerce: find(wanted[1])? })
 }

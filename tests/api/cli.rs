@@ -77,7 +77,7 @@ fn help_documents_every_verb() {
     let out = run(app(&dir.0).arg("--help"));
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    for verb in ["serve", "worker", "migrate", "token", "outbox", "reconcile", "health"] {
+    for verb in ["serve", "worker", "migrate", "token", "outbox", "reconcile", "health", "merchant"] {
         assert!(text.contains(verb), "--help lists {verb}: {text}");
     }
     for verb in ["serve", "worker", "migrate", "token", "outbox", "reconcile", "health"] {
@@ -543,4 +543,45 @@ async fn a_workers_first_scrape_counts_everything_it_published() {
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
         .unwrap_or_else(|| panic!("no outbox_published_total in the first scrape:\n{metrics}"));
     assert_eq!(published, 6.0, "{metrics}");
+}
+
+/// `app merchant …` on the service's database: each verb prints what it made as the API
+/// answers it, the key once; a code that names nothing is a usage error (exit 2).
+#[test]
+fn merchant_verbs_manage_merchants_keys_and_members() {
+    let dir = temp_dir();
+    let url = format!("sqlite://{}/m.db?mode=rwc", dir.0.display());
+    let run_json = |args: &[&str]| -> serde_json::Value {
+        let out = run(app(&dir.0).env("APP__DATABASE__URL", &url).args(args));
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|_| panic!("{args:?}: {}", String::from_utf8_lossy(&out.stdout)))
+    };
+    assert!(run(app(&dir.0).env("APP__DATABASE__URL", &url).arg("migrate")).status.success());
+    let merchant = run_json(&[
+        "merchant",
+        "create",
+        "--code",
+        "franchise",
+        "--name",
+        "Franchise",
+        "--timezone",
+        "Asia/Seoul",
+    ]);
+    assert_eq!((merchant["code"].as_str(), merchant["status"].as_str()), (Some("FRANCHISE"), Some("ACTIVE")));
+    let key = run_json(&["merchant", "key", "create", "franchise", "--name", "pos", "--role", "orders"]);
+    assert!(key["key"].as_str().unwrap().starts_with("mk_"), "{key}");
+    let member =
+        run_json(&["merchant", "member", "set", "franchise", "--subject", "carol", "--role", "VIEWER"]);
+    assert_eq!(member["role"], "VIEWER");
+    let revoked = run_json(&["merchant", "key", "revoke", "franchise", "--id", key["id"].as_str().unwrap()]);
+    assert!(revoked["revokedAt"].is_string());
+    let suspended =
+        run_json(&["merchant", "suspend", merchant["id"].as_str().unwrap(), "--reason", "unpaid"]);
+    assert_eq!(suspended["status"], "SUSPENDED");
+    let again = run(app(&dir.0).env("APP__DATABASE__URL", &url).args(["merchant", "suspend", "franchise"]));
+    assert_eq!(again.status.code(), Some(2), "already suspended: {}", String::from_utf8_lossy(&again.stderr));
+    let nothing = run(app(&dir.0).env("APP__DATABASE__URL", &url).args(["merchant", "resume", "nobody"]));
+    assert_eq!(nothing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&nothing.stderr).contains("no merchant"));
 }

@@ -257,11 +257,13 @@ struct Side {
     number: String,
     store: String,
     key_id: String,
+    notification: String,
+    settlement: String,
 }
 
 impl Side {
-    fn ids(&self) -> [&str; 4] {
-        [&self.id, &self.order, &self.store, &self.key_id]
+    fn ids(&self) -> [&str; 6] {
+        [&self.id, &self.order, &self.store, &self.key_id, &self.notification, &self.settlement]
     }
 }
 
@@ -277,6 +279,8 @@ async fn side(app: &TestApp, admin: &str, code: &str) -> (Side, String) {
         number: order["number"].to_string(),
         store,
         key_id: s(&key["id"]),
+        notification: s(&order["notification"]["id"]),
+        settlement: s(&order["settlement"]["id"]),
     };
     (side, plain)
 }
@@ -335,6 +339,8 @@ fn fill(path: &str, merchant: &Side, child: &Side, by_number: bool) -> String {
         .replace("{order}", order)
         .replace("{storeId}", &child.store)
         .replace("{keyId}", &child.key_id)
+        .replace("{eventId}", &child.notification)
+        .replace("{settlementId}", &child.settlement)
         .replace("{subject}", "carol")
         .replace("{refundId}", &child.order)
 }
@@ -564,4 +570,149 @@ async fn a_previous_release_migrates_to_default(backend: Backend) {
             .iter()
             .all(|o| o["merchantId"] == "00000000-0000-0000-0000-000000000001" && o["storeId"].is_null())
     );
+}
+
+on_both_databases!(repairs_and_the_daily_report);
+
+/// A merchant's notification repairs under its path (a `VIEWER` reads, an `OPERATOR`
+/// repairs, another merchant's is not there) and its daily report in its timezone.
+async fn repairs_and_the_daily_report(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else { return };
+    let admin = app.admin_token("ops");
+    let (a, a_key) = side(&app, &admin, "REPAIR-A").await;
+    let (b, _) = side(&app, &admin, "REPAIR-B").await;
+    let viewer = s(&create_key(&app, &admin, &a.id, "VIEWER").await["key"]);
+    // An order whose notification waits for an operator.
+    let mut body = order_body();
+    body["storeId"] = json!(a.store);
+    let waiting = app
+        .post(&format!("/api/merchants/{}/orders", a.id), &a_key)
+        .header("X-Mock-Scenario", "notification=manual")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let waiting = json(waiting, StatusCode::CREATED).await;
+    let event = s(&waiting["notification"]["id"]);
+    let list = format!("/api/merchants/{}/notification-events?status=MANUAL_INTERVENTION_REQUIRED", a.id);
+    let listed = json(app.get(&list, &viewer).send().await.unwrap(), StatusCode::OK).await;
+    let ids: Vec<&str> =
+        listed["items"].as_array().unwrap().iter().map(|e| e["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, [event.as_str()], "only this merchant's: {listed}");
+    let reprocess = format!("/api/merchants/{}/notification-events/{event}/reprocess", a.id);
+    assert_eq!(app.post(&reprocess, &viewer).send().await.unwrap().status(), StatusCode::FORBIDDEN);
+    let foreign = format!("/api/merchants/{}/notification-events/{}/reprocess", a.id, b.notification);
+    assert_eq!(app.post(&foreign, &a_key).send().await.unwrap().status(), StatusCode::NOT_FOUND);
+    let repaired = json(app.post(&reprocess, &a_key).send().await.unwrap(), StatusCode::OK).await;
+    assert_eq!(repaired["status"], "COMPLETED");
+    let settlements = format!("/api/merchants/{}/settlements", a.id);
+    let listed = json(app.get(&settlements, &viewer).send().await.unwrap(), StatusCode::OK).await;
+    assert_eq!(listed["items"].as_array().unwrap().len(), 2, "A's two orders' settlements: {listed}");
+    assert!(!listed.to_string().contains(&b.settlement));
+    // A partial refund, then the day's report: two orders of A's store, 60 000 gross.
+    let refund = format!("/api/merchants/{}/orders/{}/refund", a.id, a.order);
+    let refunded = app
+        .post(&refund, &a_key)
+        .header("Idempotency-Key", "part")
+        .json(&json!({"amount": 5000}))
+        .send()
+        .await;
+    json(refunded.unwrap(), StatusCode::OK).await;
+    let today = chrono::Utc::now().with_timezone(&chrono_tz::Asia::Seoul).date_naive();
+    let report = format!("/api/merchants/{}/reports/daily?date={today}", a.id);
+    let report = json(app.get(&report, &viewer).send().await.unwrap(), StatusCode::OK).await;
+    assert_eq!(report["timezone"], "Asia/Seoul");
+    let total = &report["total"][0];
+    assert_eq!(
+        (&total["currency"], &total["orders"], &total["gross"], &total["refunds"], &total["net"]),
+        (&json!("KRW"), &json!(2), &json!(60000), &json!(5000), &json!(55000)),
+        "{report}"
+    );
+    assert_eq!(report["stores"][0]["storeId"], json!(a.store));
+    assert!(total["fees"].is_null(), "no provider settlement yet: {report}");
+    assert!(!report.to_string().contains(&b.id), "{report}");
+    let bad = format!("/api/merchants/{}/reports/daily?date=06-12-2026", a.id);
+    assert_eq!(
+        json(app.get(&bad, &viewer).send().await.unwrap(), StatusCode::UNPROCESSABLE_ENTITY).await["field"],
+        "date"
+    );
+}
+
+on_both_databases!(the_doors_orders_are_their_configured_merchants);
+
+/// `http.dialects.commerce.merchant` names the merchant the commerce dialect's orders are:
+/// its users see that merchant's orders and no other's; a code that names no merchant
+/// refuses the start, naming the key.
+async fn the_doors_orders_are_their_configured_merchants(backend: Backend) {
+    use sea_orm::ConnectionTrait;
+    let Some(test_db) = crate::helpers::TestDb::create(backend).await else { return };
+    let db = test_db.connect().await;
+    let id = "0000000d-0000-4000-8000-000000000001";
+    let literal =
+        if backend == Backend::Postgres { format!("'{id}'") } else { format!("x'{}'", id.replace('-', "")) };
+    let now = if backend == Backend::Postgres { "CURRENT_TIMESTAMP" } else { "'2026-12-06 00:00:00+00:00'" };
+    db.execute_unprepared(&format!(
+        "INSERT INTO merchants (id, code, name, status, timezone, created_at, updated_at, version) \
+         VALUES ({literal}, 'SHOP', 'Shop', 'ACTIVE', 'UTC', {now}, {now}, 0)"
+    ))
+    .await
+    .unwrap();
+    let settings = |merchant: &'static str| {
+        [
+            ("APP__HTTP__DIALECTS__COMMERCE__BIND", "127.0.0.1:0"),
+            (
+                "APP__HTTP__DIALECTS__COMMERCE__JWT_SECRET",
+                "commerce-orchestration-demo-secret-key-2026-commerce-orchestrati",
+            ),
+            ("APP__HTTP__DIALECTS__COMMERCE__DEMO_TOKEN", "true"),
+            ("APP__HTTP__DIALECTS__COMMERCE__MERCHANT", merchant),
+        ]
+    };
+    let refused =
+        orchestrator::startup::Application::build(crate::helpers::settings(&test_db, &settings("NOBODY")))
+            .await;
+    let refused = refused.err().expect("a code that names no merchant refuses the start").to_string();
+    assert!(refused.contains("http.dialects.commerce.merchant") && refused.contains("NOBODY"), "{refused}");
+    drop(db);
+    let app = TestApp::spawn_on_database(test_db, &settings("shop"), None).await;
+    let base = app.commerce.clone().expect("the dialect listens");
+    let minted: Value = app
+        .client
+        .post(format!("{base}/api/auth/token"))
+        .json(&json!({ "username": "clerk" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token = minted["data"]["accessToken"].as_str().unwrap().to_owned();
+    let body = json!({ "customerId": "c-1", "totalAmount": 12000, "currency": "KRW", "description": "d" });
+    let created: Value = app
+        .client
+        .post(format!("{base}/api/orders"))
+        .bearer_auth(&token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let number = created["data"]["orderId"].as_i64().unwrap_or_else(|| panic!("{created}"));
+    let admin = app.admin_token("ops");
+    let native =
+        json(app.get(&format!("/api/orders/{number}"), &admin).send().await.unwrap(), StatusCode::OK).await;
+    assert_eq!(native["merchantId"], id, "{native}");
+    // A DEFAULT order is not the dialect's to read.
+    let default =
+        json(app.place_order(&app.token("c-2"), &order_body(), None).await, StatusCode::CREATED).await;
+    let read = app
+        .client
+        .get(format!("{base}/api/orders/{}", default["number"]))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read.status(), StatusCode::NOT_FOUND, "{}", read.text().await.unwrap());
 }

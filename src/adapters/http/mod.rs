@@ -192,6 +192,13 @@ impl utoipa::Modify for BearerAuth {
         merchants::orders::get_order,
         merchants::orders::flow,
         merchants::orders::refund,
+        merchants::daily_report,
+        merchants::repairs::notification_events,
+        merchants::repairs::reprocess,
+        merchants::repairs::ignore,
+        merchants::repairs::settlement_list,
+        merchants::repairs::settlement_retry,
+        merchants::repairs::settlement_mark_settled,
     ),
     components(schemas(problem::Problem)),
     modifiers(&BearerAuth, &ProblemDefault, &PlainSummaries),
@@ -350,6 +357,38 @@ fn merchant_routes(cfg: &mut web::ServiceConfig) {
     .service(resource("/api/merchants/{id}/orders/{order}/flow", "GET").route(web::get().to(orders::flow)))
     .service(
         resource("/api/merchants/{id}/orders/{order}/refund", "POST").route(web::post().to(orders::refund)),
+    )
+    .service(
+        resource("/api/merchants/{id}/reports/daily", "GET").route(web::get().to(merchants::daily_report)),
+    )
+    .configure(merchant_repair_routes);
+}
+
+/// A merchant's repairs under its path.
+fn merchant_repair_routes(cfg: &mut web::ServiceConfig) {
+    use merchants::repairs;
+    cfg.service(
+        resource("/api/merchants/{id}/notification-events", "GET")
+            .route(web::get().to(repairs::notification_events)),
+    )
+    .service(
+        resource("/api/merchants/{id}/notification-events/{eventId}/reprocess", "POST")
+            .route(web::post().to(repairs::reprocess)),
+    )
+    .service(
+        resource("/api/merchants/{id}/notification-events/{eventId}/ignore", "POST")
+            .route(web::post().to(repairs::ignore)),
+    )
+    .service(
+        resource("/api/merchants/{id}/settlements", "GET").route(web::get().to(repairs::settlement_list)),
+    )
+    .service(
+        resource("/api/merchants/{id}/settlements/{settlementId}/retry", "POST")
+            .route(web::post().to(repairs::settlement_retry)),
+    )
+    .service(
+        resource("/api/merchants/{id}/settlements/{settlementId}/mark-settled", "POST")
+            .route(web::post().to(repairs::settlement_mark_settled)),
     );
 }
 

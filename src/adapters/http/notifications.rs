@@ -11,6 +11,7 @@ use super::body::MaybeJson;
 use super::dto::{OrderDetailResponse, ReasonRequest};
 use super::problem::{ApiError, Problem};
 use super::{HttpState, query_param};
+use crate::application::Actor;
 use crate::application::envelopes::timestamp;
 use crate::domain::ids::NotificationId;
 use crate::domain::notification::{Notification, NotificationStatus};
@@ -94,7 +95,15 @@ pub async fn list(
     admin: Admin,
     query: web::Query<NotificationListQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let q = query.into_inner();
+    list_as(&state, &admin.0, query.into_inner()).await
+}
+
+/// The notification events `actor` may see: every merchant's, or the merchant's it acts in.
+pub(crate) async fn list_as(
+    state: &HttpState,
+    actor: &Actor,
+    q: NotificationListQuery,
+) -> Result<HttpResponse, ApiError> {
     let status = query_param("status", q.status, 64)?
         .map(|s| {
             NotificationStatus::parse(&s).ok_or_else(|| unprocessable("status", "not a notification status"))
@@ -104,7 +113,7 @@ pub async fn list(
         .map(|l| l.parse::<u32>().map_err(|_| unprocessable("limit", "must be a number between 1 and 100")))
         .transpose()?
         .unwrap_or(50);
-    let items = state.notifications.list(&admin.0, status, limit).await?;
+    let items = state.notifications.list(actor, status, limit).await?;
     Ok(HttpResponse::Ok().json(NotificationListResponse {
         items: items.iter().map(NotificationEventResponse::from).collect(),
     }))
@@ -153,9 +162,29 @@ pub async fn reprocess(
     path: web::Path<String>,
     body: MaybeJson<ReasonRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = notification_id(&path)?;
+    repair_as(&state, &admin.0, &path, body, Repair::Reprocess).await
+}
+
+/// What an operator does to a notification.
+pub(crate) enum Repair {
+    Reprocess,
+    Ignore,
+}
+
+/// `actor` reprocesses or ignores notification `raw`.
+pub(crate) async fn repair_as(
+    state: &HttpState,
+    actor: &Actor,
+    raw: &str,
+    body: MaybeJson<ReasonRequest>,
+    repair: Repair,
+) -> Result<HttpResponse, ApiError> {
+    let id = notification_id(raw)?;
     let reason = ReasonRequest::of(body)?;
-    let record = state.notifications.reprocess(&admin.0, id, reason).await?;
+    let record = match repair {
+        Repair::Reprocess => state.notifications.reprocess(actor, id, reason).await?,
+        Repair::Ignore => state.notifications.ignore(actor, id, reason).await?,
+    };
     Ok(HttpResponse::Ok().json(OrderDetailResponse::from(&record)))
 }
 
@@ -180,8 +209,5 @@ pub async fn ignore(
     path: web::Path<String>,
     body: MaybeJson<ReasonRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = notification_id(&path)?;
-    let reason = ReasonRequest::of(body)?;
-    let record = state.notifications.ignore(&admin.0, id, reason).await?;
-    Ok(HttpResponse::Ok().json(OrderDetailResponse::from(&record)))
+    repair_as(&state, &admin.0, &path, body, Repair::Ignore).await
 }

@@ -9,6 +9,7 @@ use utoipa::OpenApi;
 use utoipa_swagger_ui::Config;
 
 use super::HttpState;
+use crate::application::Actor;
 use crate::domain::settlement::SettlementStatus;
 
 /// The process is up.
@@ -83,7 +84,11 @@ pub async fn metrics(state: web::Data<HttpState>) -> HttpResponse {
         });
     }
     // Settlements whose attempts ran out (docs/spec.md §13), counted up to 1 000.
-    if let Ok(waiting) = state.settlements.list(Some(SettlementStatus::AwaitingOperator), 1000).await {
+    if let Ok(waiting) = state
+        .settlements
+        .list(&Actor::system("metrics"), Some(SettlementStatus::AwaitingOperator), 1000)
+        .await
+    {
         meter.record(|| {
             metrics::gauge!("operator_attention", "kind" => "settlement_awaiting_operator")
                 .set(waiting.len() as f64);

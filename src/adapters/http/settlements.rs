@@ -12,6 +12,7 @@ use super::body::MaybeJson;
 use super::dto::{OrderDetailResponse, ReasonRequest};
 use super::problem::{ApiError, Problem};
 use super::{HttpState, query_param};
+use crate::application::Actor;
 use crate::application::envelopes::timestamp;
 use crate::application::ports::ListedSettlement;
 use crate::domain::ids::SettlementId;
@@ -92,10 +93,18 @@ fn settlement_id(text: &str) -> Result<SettlementId, ApiError> {
 )]
 pub async fn list(
     state: web::Data<HttpState>,
-    _admin: Admin,
+    admin: Admin,
     query: web::Query<SettlementListQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let q = query.into_inner();
+    list_as(&state, &admin.0, query.into_inner()).await
+}
+
+/// The settlements `actor` may see: every merchant's, or the merchant's it acts in.
+pub(crate) async fn list_as(
+    state: &HttpState,
+    actor: &Actor,
+    q: SettlementListQuery,
+) -> Result<HttpResponse, ApiError> {
     let status = query_param("status", q.status, 64)?
         .map(|s| {
             SettlementStatus::parse(&s).ok_or_else(|| unprocessable("status", "not a settlement status"))
@@ -110,7 +119,7 @@ pub async fn list(
         })
         .transpose()?
         .unwrap_or(50);
-    let items = state.settlements.list(status, limit).await?;
+    let items = state.settlements.list(actor, status, limit).await?;
     Ok(HttpResponse::Ok()
         .json(SettlementListResponse { items: items.iter().map(SettlementResponse::from).collect() }))
 }
@@ -159,9 +168,19 @@ pub async fn retry(
     path: web::Path<String>,
     body: MaybeJson<ReasonRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = settlement_id(&path)?;
+    retry_as(&state, &admin.0, &path, body).await
+}
+
+/// `actor`'s retry of settlement `raw`.
+pub(crate) async fn retry_as(
+    state: &HttpState,
+    actor: &Actor,
+    raw: &str,
+    body: MaybeJson<ReasonRequest>,
+) -> Result<HttpResponse, ApiError> {
+    let id = settlement_id(raw)?;
     let reason = ReasonRequest::of(body)?.unwrap_or_else(|| "retried by an operator".into());
-    let record = state.settlements.retry(&admin.0, id, reason).await?;
+    let record = state.settlements.retry(actor, id, reason).await?;
     Ok(HttpResponse::Ok().json(OrderDetailResponse::from(&record)))
 }
 
@@ -188,10 +207,20 @@ pub async fn mark_settled(
     path: web::Path<String>,
     body: MaybeJson<ReasonRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = settlement_id(&path)?;
+    mark_settled_as(&state, &admin.0, &path, body).await
+}
+
+/// `actor` marks settlement `raw` settled.
+pub(crate) async fn mark_settled_as(
+    state: &HttpState,
+    actor: &Actor,
+    raw: &str,
+    body: MaybeJson<ReasonRequest>,
+) -> Result<HttpResponse, ApiError> {
+    let id = settlement_id(raw)?;
     let reason = ReasonRequest::of(body)?
         .filter(|r| !r.trim().is_empty())
         .ok_or_else(|| unprocessable("reason", "is required: say how it was settled"))?;
-    let record = state.settlements.mark_settled(&admin.0, id, &reason).await?;
+    let record = state.settlements.mark_settled(actor, id, &reason).await?;
     Ok(HttpResponse::Ok().json(OrderDetailResponse::from(&record)))
 }

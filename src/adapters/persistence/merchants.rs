@@ -7,18 +7,23 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sea_orm::ActiveValue::Set;
 use sea_orm::sea_query::{Expr, OnConflict};
-use sea_orm::{ColumnTrait, EntityTrait, ExprTrait, QueryFilter, QueryOrder, TransactionTrait};
+use sea_orm::{
+    ColumnTrait, EntityTrait, ExprTrait, FromQueryResult, QueryFilter, QueryOrder, TransactionTrait,
+};
 
 use super::audit::insert_audit;
 use super::entities::{merchant_api_keys, merchant_members, merchants, stores};
 use super::mapping::{corrupt, parse};
 use super::repo_err;
 use super::store::SeaOrmStore;
-use crate::application::ports::{AuditRecord, MerchantAccessStore, MerchantDirectory, RepoError};
+use crate::application::ports::{
+    AuditRecord, MerchantAccessStore, MerchantDirectory, MerchantReports, RepoError, ReportLine,
+};
 use crate::domain::ids::{ApiKeyId, MerchantId, StoreId};
 use crate::domain::merchant::{
     ApiKey, Code, KeyRole, MemberRole, Membership, Merchant, MerchantStatus, Store, StoreStatus,
 };
+use crate::domain::payment::PaymentStatus;
 
 fn code(column: &str, value: &str) -> Result<Code, RepoError> {
     Code::parse(column, value).map_err(|_| corrupt(column, value))
@@ -318,5 +323,67 @@ impl MerchantAccessStore for SeaOrmStore {
             .map_err(repo_err)?;
         insert_audit(&txn, audit).await?;
         txn.commit().await.map_err(repo_err)
+    }
+}
+
+/// One line of the daily report as the database sums it.
+#[derive(sea_orm::FromQueryResult)]
+struct ReportRow {
+    store_id: Option<uuid::Uuid>,
+    currency: String,
+    orders: i64,
+    gross: i64,
+    refunds: i64,
+    fees: Option<i64>,
+    payouts: Option<i64>,
+}
+
+#[async_trait]
+impl MerchantReports for SeaOrmStore {
+    async fn daily(
+        &self,
+        merchant: MerchantId,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<Vec<ReportLine>, RepoError> {
+        let backend = self.db.get_database_backend();
+        // The statuses whose money was taken, as the domain spells them.
+        let captured: Vec<String> = PaymentStatus::ALL
+            .iter()
+            .filter(|s| s.is_captured())
+            .map(|s| format!("'{}'", s.as_str()))
+            .collect();
+        let sql = format!(
+            "SELECT o.store_id AS store_id, o.currency AS currency, COUNT(*) AS orders, \
+               CAST(COALESCE(SUM(p.amount), 0) AS BIGINT) AS gross, \
+               CAST(COALESCE(SUM(p.refunded_amount), 0) AS BIGINT) AS refunds, \
+               CAST(SUM(pay.fee) AS BIGINT) AS fees, CAST(SUM(pay.pay_out_amount) AS BIGINT) AS payouts \
+             FROM orders o \
+             LEFT JOIN payments p ON p.order_id = o.id AND p.status IN ({}) \
+             LEFT JOIN (SELECT payment_id, SUM(fee) AS fee, SUM(pay_out_amount) AS pay_out_amount \
+                        FROM payouts GROUP BY payment_id) pay ON pay.payment_id = p.id \
+             WHERE o.merchant_id = $1 AND o.created_at >= $2 AND o.created_at < $3 \
+             GROUP BY o.store_id, o.currency ORDER BY o.currency",
+            captured.join(", ")
+        );
+        let sql = if backend == sea_orm::DatabaseBackend::Sqlite { sql.replace('$', "?") } else { sql };
+        let values: Vec<sea_orm::Value> = vec![merchant.as_uuid().into(), from.into(), to.into()];
+        let rows =
+            ReportRow::find_by_statement(sea_orm::Statement::from_sql_and_values(backend, sql, values))
+                .all(&self.db)
+                .await
+                .map_err(repo_err)?;
+        Ok(rows
+            .into_iter()
+            .map(|r| ReportLine {
+                store_id: r.store_id.map(StoreId::from_uuid),
+                currency: r.currency,
+                orders: r.orders,
+                gross: r.gross,
+                refunds: r.refunds,
+                fees: r.fees,
+                payouts: r.payouts,
+            })
+            .collect())
     }
 }

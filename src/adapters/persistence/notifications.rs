@@ -3,12 +3,12 @@
 use async_trait::async_trait;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 
-use super::entities::notification_events;
+use super::entities::{notification_events, orders};
 use super::mapping::*;
 use super::repo_err;
 use super::store::SeaOrmStore;
 use crate::application::ports::{NotificationRepository, RepoError};
-use crate::domain::ids::NotificationId;
+use crate::domain::ids::{MerchantId, NotificationId};
 use crate::domain::notification::{Notification, NotificationStatus};
 use chrono::{DateTime, Utc};
 
@@ -44,11 +44,23 @@ impl NotificationRepository for SeaOrmStore {
     async fn list(
         &self,
         status: Option<NotificationStatus>,
+        merchant: Option<MerchantId>,
         limit: u32,
     ) -> Result<Vec<Notification>, RepoError> {
         let mut query = notification_events::Entity::find();
         if let Some(status) = status {
             query = query.filter(notification_events::Column::Status.eq(status.as_str()));
+        }
+        if let Some(merchant) = merchant {
+            query = query.filter(
+                notification_events::Column::OrderId.in_subquery(
+                    sea_orm::sea_query::Query::select()
+                        .column(orders::Column::Id)
+                        .from(orders::Entity)
+                        .and_where(orders::Column::MerchantId.eq(merchant.as_uuid()))
+                        .to_owned(),
+                ),
+            );
         }
         query
             .order_by_desc(notification_events::Column::UpdatedAt)

@@ -17,7 +17,7 @@ use crate::application::ports::{
 };
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
-use crate::domain::ids::OrderId;
+use crate::domain::ids::{MerchantId, OrderId};
 use crate::domain::order::{OrderSource, OrderStatus};
 
 use super::messages::{
@@ -34,6 +34,8 @@ pub struct MeetingEvents {
     clock: Arc<dyn Clock>,
     /// Where fees come from for registrations that carry none.
     fees: Option<Arc<dyn MeetingFees>>,
+    /// The merchant registrations' orders are (`meetings.merchant`; `None`: `DEFAULT`).
+    merchant: Option<MerchantId>,
 }
 
 /// The registrations' consumer (their inbox's key).
@@ -59,7 +61,13 @@ impl MeetingEvents {
         uow: Arc<dyn UnitOfWork>,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        MeetingEvents { orchestrator, refunds, orders, registrations, uow, clock, fees: None }
+        MeetingEvents { orchestrator, refunds, orders, registrations, uow, clock, fees: None, merchant: None }
+    }
+
+    /// Registrations' orders are `merchant`'s (`meetings.merchant`, docs/spec.md §15).
+    pub fn with_merchant(mut self, merchant: Option<MerchantId>) -> Self {
+        self.merchant = merchant;
+        self
     }
 
     /// Reads the fee of registrations that carry none from `fees` (`meetings.fee_source`).
@@ -222,6 +230,7 @@ impl MeetingEvents {
             // A redelivery resumes the order this event created (after a crash mid-saga)
             // instead of creating a second one.
             inbox: Some(key(consumer, &msg.event_id, &msg.digest, seen.is_none())),
+            merchant: self.merchant,
             ..PlaceOrder::meeting(
                 OrderSource::Meeting,
                 &msg.meeting_id,

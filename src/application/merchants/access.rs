@@ -3,7 +3,7 @@
 //! the merchant — every "no" the same `403` — and only then is a child resource looked up.
 
 use super::{FORBIDDEN, Merchants, keys};
-use crate::application::actor::KeyGrant;
+use crate::application::actor::{KeyGrant, MerchantPath};
 use crate::application::error::Chain;
 use crate::application::{Actor, AppError};
 use crate::domain::ids::MerchantId;
@@ -33,9 +33,15 @@ impl Merchants {
             let merchant = self.directory.merchant(id).await?.ok_or(AppError::NotFound("merchant"))?;
             return Ok((merchant, actor.clone().in_merchant(Some(id))));
         }
-        let allowed = match actor.key {
-            Some(grant) => grant.merchant_id == id && grant.role.allows(need),
-            None => self.access.member(id, &actor.subject).await?.is_some_and(|m| m.role.allows(need)),
+        // (may do what is asked, may repair)
+        let (allowed, operator) = match actor.key {
+            Some(grant) => {
+                (grant.merchant_id == id && grant.role.allows(need), grant.role.allows(Need::Write))
+            }
+            None => match self.access.member(id, &actor.subject).await? {
+                Some(member) => (member.role.allows(need), member.role.allows(Need::Write)),
+                None => (false, false),
+            },
         };
         if !allowed {
             return Err(forbidden());
@@ -44,6 +50,7 @@ impl Merchants {
             self.directory.merchant(id).await?.filter(Merchant::is_active).ok_or_else(forbidden)?;
         let mut scoped = Actor::any_order(actor.subject.clone()).with_email(actor.email.clone());
         scoped.key = actor.key;
+        scoped.under = Some(MerchantPath { merchant: id, operator });
         Ok((merchant, scoped.in_merchant(Some(id))))
     }
 

@@ -7,6 +7,7 @@
 
 mod access;
 pub mod keys;
+pub mod report;
 #[cfg(test)]
 mod tests;
 
@@ -15,7 +16,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use crate::application::audit::{self, entity};
-use crate::application::ports::{Clock, MerchantAccessStore, MerchantDirectory, RepoError};
+use crate::application::ports::{Clock, MerchantAccessStore, MerchantDirectory, MerchantReports, RepoError};
 use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::{ApiKeyId, MerchantId, StoreId};
@@ -63,6 +64,7 @@ impl std::fmt::Debug for CreatedKey {
 pub struct Merchants {
     directory: Arc<dyn MerchantDirectory>,
     access: Arc<dyn MerchantAccessStore>,
+    reports: Arc<dyn MerchantReports>,
     clock: Arc<dyn Clock>,
 }
 
@@ -98,9 +100,10 @@ impl Merchants {
     pub fn new(
         directory: Arc<dyn MerchantDirectory>,
         access: Arc<dyn MerchantAccessStore>,
+        reports: Arc<dyn MerchantReports>,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        Merchants { directory, access, clock }
+        Merchants { directory, access, reports, clock }
     }
 
     /// A new `ACTIVE` merchant (platform operator).

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use super::*;
-use crate::application::ports::{MockClock, MockMerchantAccessStore, MockMerchantDirectory};
+use crate::application::ports::{
+    MockClock, MockMerchantAccessStore, MockMerchantDirectory, MockMerchantReports,
+};
 use crate::domain::merchant::MerchantStatus;
 
 fn at() -> DateTime<Utc> {
@@ -22,7 +24,12 @@ fn merchant(status: MerchantStatus) -> Merchant {
 fn service(directory: MockMerchantDirectory, access: MockMerchantAccessStore) -> Merchants {
     let mut clock = MockClock::new();
     clock.expect_now().returning(at);
-    Merchants::new(Arc::new(directory), Arc::new(access), Arc::new(clock))
+    Merchants::new(
+        Arc::new(directory),
+        Arc::new(access),
+        Arc::new(MockMerchantReports::new()),
+        Arc::new(clock),
+    )
 }
 
 fn key_actor(merchant: MerchantId, role: KeyRole) -> Actor {

@@ -88,3 +88,32 @@ pub trait MerchantAccessStore: Send + Sync {
         audit: &[AuditRecord],
     ) -> Result<(), RepoError>;
 }
+
+/// One line of a merchant's daily report: its orders of one store (or of none) in one
+/// currency, created within the day.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportLine {
+    pub store_id: Option<StoreId>,
+    pub currency: String,
+    pub orders: i64,
+    /// What their captured payments took (minor units).
+    pub gross: i64,
+    /// What of it was refunded.
+    pub refunds: i64,
+    /// The provider's fees and payouts of those payments, where it has settled them.
+    pub fees: Option<i64>,
+    pub payouts: Option<i64>,
+}
+
+/// A merchant's figures.
+#[cfg_attr(test, mockall::automock)]
+#[async_trait]
+pub trait MerchantReports: Send + Sync {
+    /// The merchant's orders created in `[from, to)`, a line per store and currency.
+    async fn daily(
+        &self,
+        merchant: MerchantId,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<Vec<ReportLine>, RepoError>;
+}

@@ -56,7 +56,7 @@ pub use gateway_error::{CancelError, GatewayError};
 pub use idempotency::{IdempotencyBegin, IdempotencyStore, StoredResponse};
 pub use ledger_store::{LedgerRun, LedgerStore, PayoutStore};
 pub use meeting_fees::{MeetingFee, MeetingFees, Unchargeable};
-pub use merchant_store::{MerchantAccessStore, MerchantDirectory};
+pub use merchant_store::{MerchantAccessStore, MerchantDirectory, MerchantReports, ReportLine};
 pub use notification_repository::NotificationRepository;
 pub use notifier::{NotificationRequest, Notifier, NotifyFailure};
 pub use order_repository::{
@@ -90,7 +90,7 @@ pub use idempotency::MockIdempotencyStore;
 #[cfg(test)]
 pub use ledger_store::{MockLedgerStore, MockPayoutStore};
 #[cfg(test)]
-pub use merchant_store::{MockMerchantAccessStore, MockMerchantDirectory};
+pub use merchant_store::{MockMerchantAccessStore, MockMerchantDirectory, MockMerchantReports};
 #[cfg(test)]
 pub use notification_repository::MockNotificationRepository;
 #[cfg(test)]

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::error::RepoError;
-use crate::domain::ids::NotificationId;
+use crate::domain::ids::{MerchantId, NotificationId};
 use crate::domain::notification::{Notification, NotificationStatus};
 
 /// Reads of notification events for the retry processor and operators.
@@ -24,13 +24,15 @@ pub trait NotificationRepository: Send + Sync {
     /// MUST return what [`NotificationRepository::due`] returns, in the same cases.
     async fn stuck(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<Notification>, RepoError>;
 
-    /// Notifications, optionally of one status, most recently updated first.
+    /// Notifications, optionally of one status and of one merchant's orders, most recently
+    /// updated first.
     ///
     /// # Errors
     /// MUST return what [`NotificationRepository::due`] returns, in the same cases.
     async fn list(
         &self,
         status: Option<NotificationStatus>,
+        merchant: Option<MerchantId>,
         limit: u32,
     ) -> Result<Vec<Notification>, RepoError>;
 

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::RepoError;
-use crate::domain::ids::SettlementId;
+use crate::domain::ids::{MerchantId, SettlementId};
 use crate::domain::settlement::{Settlement, SettlementStatus};
 
 /// A settlement as an operator reads it: with its order's number (docs/spec.md §3), the
@@ -13,6 +13,8 @@ use crate::domain::settlement::{Settlement, SettlementStatus};
 pub struct ListedSettlement {
     pub settlement: Settlement,
     pub order_number: i64,
+    /// Its order's merchant (docs/spec.md §15).
+    pub merchant_id: MerchantId,
 }
 
 #[cfg_attr(test, mockall::automock)]
@@ -22,11 +24,13 @@ pub trait SettlementRepository: Send + Sync {
     /// first, at most `limit`.
     async fn due_settlements(&self, now: DateTime<Utc>, limit: u32) -> Result<Vec<Settlement>, RepoError>;
 
-    /// Settlements in `status` (every one when `None`), the most recently changed first,
-    /// each with its order's number.
+    /// Settlements in `status` (every one when `None`), of `merchant`'s orders (every
+    /// merchant's when `None`), the most recently changed first, each with its order's
+    /// number.
     async fn settlements(
         &self,
         status: Option<SettlementStatus>,
+        merchant: Option<MerchantId>,
         limit: u32,
     ) -> Result<Vec<ListedSettlement>, RepoError>;
 

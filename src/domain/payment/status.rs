@@ -14,6 +14,20 @@ spelled!(
     }
 );
 
+impl PaymentStatus {
+    /// Whether the money was taken (and may since have been refunded, in part or whole): what
+    /// a merchant's report counts as gross (docs/spec.md §15).
+    pub fn is_captured(self) -> bool {
+        matches!(
+            self,
+            PaymentStatus::Approved
+                | PaymentStatus::RefundPending
+                | PaymentStatus::PartiallyRefunded
+                | PaymentStatus::Refunded
+        )
+    }
+}
+
 spelled!(
     /// The actions a payment accepts.
     PaymentAction {

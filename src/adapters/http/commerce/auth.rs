@@ -17,6 +17,7 @@ use super::CommerceApi;
 use super::CommerceDialectSettings;
 use super::envelope::CommerceError;
 use crate::application::Actor;
+use crate::domain::ids::MerchantId;
 
 pub type Roles = Vec<String>;
 
@@ -98,7 +99,7 @@ impl CommerceKeys {
         {
             return None;
         }
-        Some(Caller { username: claims.sub, roles: claims.roles.unwrap_or_default() })
+        Some(Caller { username: claims.sub, roles: claims.roles.unwrap_or_default(), merchant: None })
     }
 }
 
@@ -107,6 +108,9 @@ impl CommerceKeys {
 pub struct Caller {
     pub username: String,
     pub roles: Roles,
+    /// The merchant the dialect's orders are (`http.dialects.commerce.merchant`; `None`:
+    /// `DEFAULT`).
+    pub merchant: Option<MerchantId>,
 }
 
 /// The caller of `req`: `401 UNAUTHORIZED` without a valid bearer token (the platform
@@ -122,7 +126,8 @@ pub fn caller_of(req: &HttpRequest) -> Result<Caller, CommerceError> {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .ok_or_else(CommerceError::unauthorized)?;
-    api.keys.verify(token.trim()).ok_or_else(CommerceError::unauthorized)
+    let caller = api.keys.verify(token.trim()).ok_or_else(CommerceError::unauthorized)?;
+    Ok(Caller { merchant: api.merchant, ..caller })
 }
 
 /// The role its `/api/admin/**` paths need.
@@ -138,7 +143,8 @@ impl Caller {
         if self.roles.iter().any(|r| r == ADMIN_ROLE) {
             Actor::admin(subject)
         } else {
-            Actor::any_order(subject)
+            // Any order of the dialect's merchant, no other's.
+            Actor::any_order(subject).in_merchant(self.merchant)
         }
     }
 }

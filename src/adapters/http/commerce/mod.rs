@@ -44,20 +44,27 @@ pub struct CommerceDialectSettings {
     pub demo_token: bool,
     pub token_validity: Duration,
     pub issuer: String,
+    /// The code of the merchant whose orders the dialect's are (docs/spec.md §15).
+    pub merchant: String,
 }
 
 /// What the dialect's handlers share: its settings and keys.
 pub struct CommerceApi {
     pub settings: CommerceDialectSettings,
     pub keys: CommerceKeys,
+    /// `settings.merchant`, found when the service started (`None`: `DEFAULT`).
+    pub merchant: Option<crate::domain::ids::MerchantId>,
 }
 
 impl CommerceApi {
     /// # Errors
     /// Its key cannot be made from `jwt_secret`.
-    pub fn new(settings: CommerceDialectSettings) -> Result<Arc<Self>, String> {
+    pub fn new(
+        settings: CommerceDialectSettings,
+        merchant: Option<crate::domain::ids::MerchantId>,
+    ) -> Result<Arc<Self>, String> {
         let keys = CommerceKeys::new(&settings)?;
-        Ok(Arc::new(CommerceApi { settings, keys }))
+        Ok(Arc::new(CommerceApi { settings, keys, merchant }))
     }
 }
 

@@ -5,6 +5,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::application::merchants::CreatedKey;
+use crate::application::merchants::report::DailyReport;
+use crate::application::ports::ReportLine;
 use crate::domain::merchant::{ApiKey, Membership, Merchant, Store};
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -169,5 +171,69 @@ pub struct CreatedKeyResponse {
 impl From<&CreatedKey> for CreatedKeyResponse {
     fn from(c: &CreatedKey) -> Self {
         CreatedKeyResponse { api_key: ApiKeyResponse::from(&c.key), key: c.plain.clone() }
+    }
+}
+
+/// One line of the daily report (minor units).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReportLineResponse {
+    /// The store; `null` for orders of no store (in `stores`) and in `total`.
+    pub store_id: Option<String>,
+    pub currency: String,
+    pub orders: i64,
+    /// What the orders' captured payments took.
+    pub gross: i64,
+    pub refunds: i64,
+    /// `gross - refunds`.
+    pub net: i64,
+    /// The provider's fees and payouts of those payments, once it has settled them (Toss,
+    /// docs/spec.md §13); `null` until then.
+    pub fees: Option<i64>,
+    pub payouts: Option<i64>,
+}
+
+impl From<&ReportLine> for ReportLineResponse {
+    fn from(l: &ReportLine) -> Self {
+        ReportLineResponse {
+            store_id: l.store_id.map(|s| s.to_string()),
+            currency: l.currency.clone(),
+            orders: l.orders,
+            gross: l.gross,
+            refunds: l.refunds,
+            net: l.gross - l.refunds,
+            fees: l.fees,
+            payouts: l.payouts,
+        }
+    }
+}
+
+/// `GET /api/merchants/{id}/reports/daily`.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DailyReportResponse {
+    pub merchant_id: String,
+    /// `YYYY-MM-DD`, in the merchant's timezone.
+    pub date: String,
+    pub timezone: String,
+    /// The day's bounds: `[from, to)`.
+    pub from: DateTime<Utc>,
+    pub to: DateTime<Utc>,
+    pub stores: Vec<ReportLineResponse>,
+    /// A line per currency, every store together.
+    pub total: Vec<ReportLineResponse>,
+}
+
+impl From<&DailyReport> for DailyReportResponse {
+    fn from(r: &DailyReport) -> Self {
+        DailyReportResponse {
+            merchant_id: r.merchant.id.to_string(),
+            date: r.date.to_string(),
+            timezone: r.merchant.timezone.clone(),
+            from: r.from,
+            to: r.to,
+            stores: r.stores.iter().map(ReportLineResponse::from).collect(),
+            total: r.total.iter().map(ReportLineResponse::from).collect(),
+        }
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod dto;
 pub mod orders;
+pub mod repairs;
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
@@ -20,7 +21,7 @@ use crate::domain::ids::{ApiKeyId, MerchantId, StoreId};
 use crate::domain::merchant::{KeyRole, MemberRole};
 use dto::{
     ApiKeyResponse, CreateKeyRequest, CreateMerchantRequest, CreateStoreRequest, CreatedKeyResponse,
-    MemberResponse, MerchantResponse, SetMemberRequest, StoreResponse,
+    DailyReportResponse, MemberResponse, MerchantResponse, SetMemberRequest, StoreResponse,
 };
 
 /// The merchant a path names. One that is no id is no merchant: `403` like any merchant the
@@ -44,6 +45,7 @@ fn unprocessable(field: &str, message: &str) -> ApiError {
     post,
     path = "/api/merchants",
     tag = "merchants",
+    operation_id = "merchant_create",
     request_body = CreateMerchantRequest,
     responses(
         (status = 201, body = MerchantResponse),
@@ -67,6 +69,7 @@ pub async fn create(
     get,
     path = "/api/merchants",
     tag = "merchants",
+    operation_id = "merchant_list",
     responses(
         (status = 200, body = Vec<MerchantResponse>),
         (status = 403, body = Problem, content_type = "application/problem+json"),
@@ -83,6 +86,7 @@ pub async fn list(state: web::Data<HttpState>, caller: PlatformOperator) -> Resu
     get,
     path = "/api/merchants/{id}",
     tag = "merchants",
+    operation_id = "merchant_get",
     params(("id" = String, Path, description = "Merchant id")),
     responses(
         (status = 200, body = MerchantResponse),
@@ -113,6 +117,7 @@ async fn set_suspended(
     post,
     path = "/api/merchants/{id}/suspend",
     tag = "merchants",
+    operation_id = "merchant_suspend",
     params(("id" = String, Path, description = "Merchant id")),
     request_body(content = Option<ReasonRequest>, description = "Optional reason, recorded in the audit log"),
     responses(
@@ -136,6 +141,7 @@ pub async fn suspend(
     post,
     path = "/api/merchants/{id}/resume",
     tag = "merchants",
+    operation_id = "merchant_resume",
     params(("id" = String, Path, description = "Merchant id")),
     request_body(content = Option<ReasonRequest>, description = "Optional reason, recorded in the audit log"),
     responses(
@@ -159,6 +165,7 @@ pub async fn resume(
     get,
     path = "/api/merchants/{id}/stores",
     tag = "merchants",
+    operation_id = "merchant_stores",
     params(("id" = String, Path, description = "Merchant id")),
     responses(
         (status = 200, body = Vec<StoreResponse>),
@@ -180,6 +187,7 @@ pub async fn stores(
     post,
     path = "/api/merchants/{id}/stores",
     tag = "merchants",
+    operation_id = "merchant_register_store",
     params(("id" = String, Path, description = "Merchant id")),
     request_body = CreateStoreRequest,
     responses(
@@ -204,6 +212,7 @@ pub async fn register_store(
     get,
     path = "/api/merchants/{id}/stores/{storeId}",
     tag = "merchants",
+    operation_id = "merchant_store",
     params(("id" = String, Path, description = "Merchant id"), ("storeId" = String, Path, description = "Store id")),
     responses(
         (status = 200, body = StoreResponse),
@@ -229,6 +238,7 @@ pub async fn store(
     get,
     path = "/api/merchants/{id}/members/{subject}",
     tag = "merchants",
+    operation_id = "merchant_member",
     params(("id" = String, Path, description = "Merchant id"), ("subject" = String, Path, description = "A token's sub")),
     responses(
         (status = 200, body = MemberResponse),
@@ -253,6 +263,7 @@ pub async fn member(
     put,
     path = "/api/merchants/{id}/members/{subject}",
     tag = "merchants",
+    operation_id = "merchant_set_member",
     params(("id" = String, Path, description = "Merchant id"), ("subject" = String, Path, description = "A token's sub")),
     request_body = SetMemberRequest,
     responses(
@@ -280,6 +291,7 @@ pub async fn set_member(
     delete,
     path = "/api/merchants/{id}/members/{subject}",
     tag = "merchants",
+    operation_id = "merchant_remove_member",
     params(("id" = String, Path, description = "Merchant id"), ("subject" = String, Path, description = "A token's sub")),
     responses(
         (status = 204, description = "Removed"),
@@ -303,6 +315,7 @@ pub async fn remove_member(
     get,
     path = "/api/merchants/{id}/api-keys",
     tag = "merchants",
+    operation_id = "merchant_keys",
     params(("id" = String, Path, description = "Merchant id")),
     responses(
         (status = 200, body = Vec<ApiKeyResponse>),
@@ -327,6 +340,7 @@ pub async fn keys(
     post,
     path = "/api/merchants/{id}/api-keys",
     tag = "merchants",
+    operation_id = "merchant_create_key",
     params(("id" = String, Path, description = "Merchant id")),
     request_body = CreateKeyRequest,
     responses(
@@ -360,6 +374,7 @@ pub async fn create_key(
     post,
     path = "/api/merchants/{id}/api-keys/{keyId}/revoke",
     tag = "merchants",
+    operation_id = "merchant_revoke_key",
     params(("id" = String, Path, description = "Merchant id"), ("keyId" = String, Path, description = "API key id")),
     request_body(content = Option<ReasonRequest>, description = "Optional reason, recorded in the audit log"),
     responses(
@@ -380,4 +395,38 @@ pub async fn revoke_key(
     let key_id = path.1.parse::<ApiKeyId>().unwrap_or_default();
     let key = state.merchants.revoke_key(&caller.0, id, key_id, reason).await?;
     Ok(HttpResponse::Ok().json(ApiKeyResponse::from(&key)))
+}
+
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ReportQuery {
+    /// `YYYY-MM-DD`, a day of the merchant's timezone.
+    date: Option<String>,
+}
+
+/// The merchant's day (in its timezone): orders, gross, refunds, net, and the provider's
+/// fees and payouts where it has settled them — per store and in total, per currency.
+#[utoipa::path(
+    get,
+    path = "/api/merchants/{id}/reports/daily",
+    tag = "merchants",
+    operation_id = "merchant_daily_report",
+    params(("id" = String, Path, description = "Merchant id"), ReportQuery),
+    responses(
+        (status = 200, body = DailyReportResponse),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "date missing or not YYYY-MM-DD", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn daily_report(
+    state: web::Data<HttpState>,
+    caller: InMerchant<Reads>,
+    query: web::Query<ReportQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let date = super::query_param("date", query.into_inner().date, 10)?
+        .and_then(|d| chrono::NaiveDate::parse_from_str(&d, "%Y-%m-%d").ok())
+        .ok_or_else(|| unprocessable("date", "must be a day, YYYY-MM-DD"))?;
+    let report = state.merchants.daily_report(&caller.caller, caller.merchant.id, date).await?;
+    Ok(HttpResponse::Ok().json(DailyReportResponse::from(&report)))
 }

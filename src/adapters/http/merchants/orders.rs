@@ -48,6 +48,7 @@ fn unprocessable(field: &str, message: &str) -> ApiError {
     post,
     path = "/api/merchants/{id}/orders",
     tag = "merchants",
+    operation_id = "merchant_place_order",
     params(
         ("id" = String, Path, description = "Merchant id"),
         ("Idempotency-Key" = Option<String>, Header, description = "Scoped to the key or the subject within this merchant, kept 24 h"),
@@ -117,6 +118,7 @@ fn instant(name: &str, value: Option<String>) -> Result<Option<chrono::DateTime<
     get,
     path = "/api/merchants/{id}/orders",
     tag = "merchants",
+    operation_id = "merchant_list_orders",
     params(("id" = String, Path, description = "Merchant id"), MerchantOrdersQuery),
     responses(
         (status = 200, body = OrderPageResponse),
@@ -166,6 +168,7 @@ pub async fn list_orders(
     get,
     path = "/api/merchants/{id}/orders/{order}",
     tag = "merchants",
+    operation_id = "merchant_get_order",
     params(("id" = String, Path, description = "Merchant id"), ("order" = String, Path, description = "Order id (UUID) or order number")),
     responses(
         (status = 200, body = OrderDetailResponse),
@@ -188,6 +191,7 @@ pub async fn get_order(
     get,
     path = "/api/merchants/{id}/orders/{order}/flow",
     tag = "merchants",
+    operation_id = "merchant_flow",
     params(("id" = String, Path, description = "Merchant id"), ("order" = String, Path, description = "Order id (UUID) or order number")),
     responses(
         (status = 200, body = OrderFlowResponse),
@@ -211,6 +215,7 @@ pub async fn flow(
     post,
     path = "/api/merchants/{id}/orders/{order}/refund",
     tag = "merchants",
+    operation_id = "merchant_refund",
     params(
         ("id" = String, Path, description = "Merchant id"),
         ("order" = String, Path, description = "Order id (UUID) or order number"),

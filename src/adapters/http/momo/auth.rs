@@ -165,7 +165,7 @@ pub fn member_of(req: &HttpRequest) -> Result<Actor, MomoError> {
             .ok_or_else(|| unauthorized(text::UNAUTHENTICATED))?,
     };
     let user = api.keys.verify(token.trim()).map_err(unauthorized)?;
-    Ok(Actor::customer(user.to_string()))
+    Ok(Actor::customer(user.to_string()).in_merchant(api.merchant))
 }
 
 impl FromRequest for Member {

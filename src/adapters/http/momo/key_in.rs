@@ -134,7 +134,11 @@ mod tests {
     use super::*;
 
     fn api() -> MomoApi {
-        MomoApi { keys: super::super::auth::MomoKeys::new(&[7; 32]).unwrap(), zone: chrono_tz::Asia::Seoul }
+        MomoApi {
+            keys: super::super::auth::MomoKeys::new(&[7; 32]).unwrap(),
+            zone: chrono_tz::Asia::Seoul,
+            merchant: None,
+        }
     }
 
     fn message(body: &str) -> String {

@@ -41,13 +41,21 @@ pub struct MomoApi {
     pub keys: MomoKeys,
     /// `meetings.timezone`: the zone of its `LocalDateTime`s.
     pub zone: chrono_tz::Tz,
+    /// `meetings.merchant`, found when the service started (`None`: `DEFAULT`): the
+    /// members act in it, as the meeting service's orders are its.
+    pub merchant: Option<crate::domain::ids::MerchantId>,
 }
 
 impl MomoApi {
     /// # Errors
     /// Its key cannot be made from `jwt_secret`.
-    pub fn new(settings: &MomoDialectSettings, zone: chrono_tz::Tz) -> Result<Arc<Self>, String> {
-        Ok(Arc::new(MomoApi { keys: MomoKeys::new(settings.jwt_secret.expose().as_bytes())?, zone }))
+    pub fn new(
+        settings: &MomoDialectSettings,
+        zone: chrono_tz::Tz,
+        merchant: Option<crate::domain::ids::MerchantId>,
+    ) -> Result<Arc<Self>, String> {
+        let keys = MomoKeys::new(settings.jwt_secret.expose().as_bytes())?;
+        Ok(Arc::new(MomoApi { keys, zone, merchant }))
     }
 }
 
