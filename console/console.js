@@ -10,6 +10,9 @@ const SOURCES = {
   MOMO: "the momo dialect (the meetup platform's POST /payments/test/keyin: a card keyed in, charged by the order's first run)",
 };
 const TOKEN = "console-token";
+// "operator" (an admin token) or "member" (a merchant's member: its merchants only).
+const ROLE = "console-role";
+const role = () => sessionStorage.getItem(ROLE) || "operator";
 const $ = (id) => document.getElementById(id);
 
 function el(tag, attrs, ...children) {
@@ -77,14 +80,22 @@ function age(seconds) {
 
 async function signIn(token) {
   sessionStorage.setItem(TOKEN, token.trim());
+  sessionStorage.setItem(ROLE, "operator");
   try {
     await api("GET", "/api/admin/outbox/stats");
   } catch (e) {
-    sessionStorage.removeItem(TOKEN);
-    $("sign-in-error").textContent = e.status === 403
-      ? "This token has no admin role: the console is for operators (a customer token cannot use it)."
-      : e.status === 401 ? `The token was refused (${e.message}).` : `Cannot reach the service (${e.message}).`;
-    return false;
+    // Not an operator: a merchant's member sees its merchants (and nothing else).
+    const merchants = e.status === 403 ? await api("GET", "/api/merchants").catch(() => []) : [];
+    if (merchants.length > 0) {
+      sessionStorage.setItem(ROLE, "member");
+    } else {
+      sessionStorage.removeItem(TOKEN);
+      sessionStorage.removeItem(ROLE);
+      $("sign-in-error").textContent = e.status === 403
+        ? "This token has no admin role: the console is for operators (a customer token cannot use it)."
+        : e.status === 401 ? `The token was refused (${e.message}).` : `Cannot reach the service (${e.message}).`;
+      return false;
+    }
   }
   $("sign-in-error").textContent = "";
   $("token").value = "";
@@ -94,13 +105,15 @@ async function signIn(token) {
 $("sign-in-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   if (await signIn($("token").value)) {
-    location.hash = location.hash && location.hash !== "#sign-in" ? location.hash : "#overview";
+    const home = role() === "member" ? "#merchants" : "#overview";
+    location.hash = location.hash && location.hash !== "#sign-in" && role() === "operator" ? location.hash : home;
     route();
   }
 });
 
 $("sign-out").addEventListener("click", () => {
   sessionStorage.removeItem(TOKEN);
+  sessionStorage.removeItem(ROLE);
   location.hash = "";
   route();
 });
@@ -462,6 +475,131 @@ $("y-form").addEventListener("submit", (event) => {
   location.hash = `#payouts/${new FormData($("y-form")).get("date").trim()}`;
 });
 
+// ---- merchants -------------------------------------------------------------------------
+
+async function merchantsPage() {
+  const list = await api("GET", "/api/merchants");
+  $("m-body").replaceChildren(table(["Code", "Name", "Status", "Timezone", ""],
+    list.map((m) => [m.code, m.name, m.status, m.timezone, el("a", { href: `#merchant/${m.id}` }, "Open")])));
+  $("m-create").hidden = role() !== "operator";
+}
+
+$("m-create").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const form = new FormData($("m-create"));
+  const body = { code: form.get("code").trim(), name: form.get("name").trim() };
+  if (form.get("timezone").trim()) body.timezone = form.get("timezone").trim();
+  try {
+    const made = await api("POST", "/api/merchants", body);
+    $("m-create").reset();
+    say(`Merchant ${made.code} created.`);
+    location.hash = `#merchant/${made.id}`;
+  } catch (e) { say(e.message); }
+});
+
+function today(zone) {
+  try { return new Intl.DateTimeFormat("en-CA", { timeZone: zone }).format(new Date()); }
+  catch { return new Date().toISOString().slice(0, 10); }
+}
+
+function reportRows(lines, stores) {
+  const storeName = (id) => (id ? (stores.find((s) => s.id === id) || { code: id }).code : "(no store)");
+  return lines.map((l) => [storeName(l.storeId), l.currency, String(l.orders), String(l.gross), String(l.refunds),
+    String(l.net), l.fees === null ? "not settled yet" : String(l.fees), l.payouts === null ? "not settled yet" : String(l.payouts)]);
+}
+
+async function merchantReport(id, date, stores) {
+  const r = await api("GET", `/api/merchants/${id}/reports/daily?date=${encodeURIComponent(date)}`);
+  const headers = ["Store", "Currency", "Orders", "Gross", "Refunds", "Net", "Fees", "Payouts"];
+  $("mm-report").replaceChildren(
+    el("p", {}, `${r.date} in ${r.timezone}`),
+    el("h4", {}, "Total"), table(headers, reportRows(r.total, stores)),
+    el("h4", {}, "Per store"), table(headers, reportRows(r.stores, stores)));
+}
+
+let currentMerchant = null;
+
+async function merchantPage(id) {
+  const list = await api("GET", "/api/merchants");
+  const chosen = id || (list[0] && list[0].id);
+  $("mm-picker").replaceChildren(...list.map((m) => el("option", { value: m.id, ...(m.id === chosen ? { selected: "" } : {}) }, `${m.code} — ${m.name}`)));
+  if (!chosen) { $("mm-summary").replaceChildren(el("p", {}, "No merchant.")); return; }
+  const m = await api("GET", `/api/merchants/${chosen}`);
+  currentMerchant = m;
+  $("mm-title").textContent = `Merchant ${m.code}`;
+  $("mm-summary").replaceChildren(table(["Id", "Name", "Status", "Timezone", "Created"], [[m.id, m.name, m.status, m.timezone, m.createdAt]]));
+  const stores = await api("GET", `/api/merchants/${m.id}/stores`);
+  $("mm-stores").replaceChildren(table(["Code", "Name", "Status", "Timezone"], stores.map((s) => [s.code, s.name, s.status, s.timezone])));
+  const operator = role() === "operator";
+  $("mm-operator").hidden = !operator;
+  $("mm-new-key").replaceChildren();
+  if (operator) {
+    const members = await api("GET", `/api/merchants/${m.id}/members`);
+    $("mm-members").replaceChildren(table(["Subject", "Role", ""], members.map((p) => [p.subject, p.role,
+      el("button", { type: "button", onclick: async () => {
+        try { await api("DELETE", `/api/merchants/${m.id}/members/${encodeURIComponent(p.subject)}`); await merchantPage(m.id); say(`${p.subject} removed.`); }
+        catch (e) { say(e.message); }
+      } }, "Remove")])));
+    const keys = await api("GET", `/api/merchants/${m.id}/api-keys`);
+    $("mm-keys").replaceChildren(table(["Name", "Role", "Prefix", "Last used", "Expires", "Revoked", ""], keys.map((k) => [k.name, k.role, k.prefix,
+      k.lastUsedAt || "never", k.expiresAt || "never", k.revokedAt || "", k.revokedAt ? "" : el("button", { type: "button", onclick: async () => {
+        const reason = await reasonFor(`revoking key ${k.prefix}`);
+        if (reason === null) return;
+        try { await api("POST", `/api/merchants/${m.id}/api-keys/${k.id}/revoke`, reason ? { reason } : undefined); await merchantPage(m.id); say(`Key ${k.prefix} revoked.`); }
+        catch (e) { say(e.message); }
+      } }, "Revoke")])));
+  }
+  const form = $("mm-report-form");
+  if (!form.elements.date.value) form.elements.date.value = today(m.timezone);
+  await merchantReport(m.id, form.elements.date.value, stores);
+}
+
+$("mm-picker").addEventListener("change", () => { location.hash = `#merchant/${$("mm-picker").value}`; });
+
+$("mm-store-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const form = new FormData($("mm-store-form"));
+  try {
+    const store = await api("POST", `/api/merchants/${currentMerchant.id}/stores`, { code: form.get("code").trim(), name: form.get("name").trim() });
+    $("mm-store-form").reset();
+    await merchantPage(currentMerchant.id);
+    say(`Store ${store.code} registered.`);
+  } catch (e) { say(e.message); }
+});
+
+$("mm-member-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const form = new FormData($("mm-member-form"));
+  try {
+    await api("PUT", `/api/merchants/${currentMerchant.id}/members/${encodeURIComponent(form.get("subject").trim())}`, { role: form.get("role") });
+    $("mm-member-form").reset();
+    await merchantPage(currentMerchant.id);
+    say("Member set.");
+  } catch (e) { say(e.message); }
+});
+
+$("mm-key-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const form = new FormData($("mm-key-form"));
+  try {
+    const made = await api("POST", `/api/merchants/${currentMerchant.id}/api-keys`, { name: form.get("name").trim(), role: form.get("role") });
+    $("mm-key-form").reset();
+    await merchantPage(currentMerchant.id);
+    // Shown once, here only: it is in no list and no later answer.
+    $("mm-new-key").replaceChildren(
+      el("p", {}, `Key ${made.prefix} (${made.role}): copy it now — it is shown this once and kept only as a hash.`),
+      el("pre", { id: "mm-new-key-value" }, made.key));
+  } catch (e) { say(e.message); }
+});
+
+$("mm-report-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  try {
+    const stores = await api("GET", `/api/merchants/${currentMerchant.id}/stores`);
+    await merchantReport(currentMerchant.id, $("mm-report-form").elements.date.value, stores);
+  } catch (e) { say(e.message); }
+});
+
 // ---- routing ---------------------------------------------------------------------------
 
 let refresh = null;
@@ -469,12 +607,17 @@ let refresh = null;
 async function route() {
   clearInterval(refresh);
   const signedIn = !!sessionStorage.getItem(TOKEN);
-  const [section, arg] = (location.hash.slice(1) || "overview").split("/");
+  const home = role() === "member" ? "merchants" : "overview";
+  const [section, arg] = (location.hash.slice(1) || home).split("/");
   const known = [...document.querySelectorAll("main > section")].some((s) => s.id === section && s.id !== "sign-in");
   const show = !signedIn ? "sign-in" : known ? section : "unknown";
   if (show === "unknown") $("unknown-what").textContent = `#${section}`;
   for (const s of document.querySelectorAll("main > section")) s.hidden = s.id !== show;
   $("nav").hidden = !signedIn;
+  // A member sees its merchants only: the operator's pages are not theirs.
+  for (const a of document.querySelectorAll("nav a")) {
+    a.hidden = role() === "member" && !["#merchants"].includes(a.getAttribute("href"));
+  }
   for (const a of document.querySelectorAll("nav a")) {
     if (a.getAttribute("href") === `#${show}`) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");
@@ -500,6 +643,8 @@ async function route() {
       $("y-form").elements.date.value = date;
       await payouts(date);
     }
+    else if (show === "merchants") await merchantsPage();
+    else if (show === "merchant") await merchantPage(arg);
     else if (show === "order" && arg) {
       $("o-form").elements.id.value = arg;
       await order(arg);

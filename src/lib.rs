@@ -25,7 +25,7 @@
 //!     `payment_methods`, …), the broker (`event_publisher`), the providers
 //!     (`payment_gateway` with `ProviderRecords`, `ProviderLedger` and `ProviderCustomers`
 //!     beside it for the providers that have them, `settlement_gateway`, `notifier`,
-//!     `meeting_fees`, `merchant_store`), `clock`.
+//!     `meeting_fees`, `merchant_store`), `secret_box`, `clock`.
 //!   - `orchestration/` — the saga: `steps` (what runs next), one pure decision per step
 //!     (`payment`, `settlement`, `compensation`, `notify`), `outcome` (a step's commit and
 //!     the next step's intent in it), `orchestrator` (the `Orchestrator`), `service`
@@ -44,14 +44,15 @@
 //!     whatever contract carries them.
 //!   - `merchants/` (docs/spec.md §15: the platform operator's management, `access` — who
 //!     may act on a merchant, every "no" one `403`, and a merchant API key read —,
-//!     `keys`: made, shown once, checked by hash, and `report`: the daily report),
+//!     `keys`: made, shown once, checked by hash, `report`: the daily report, and
+//!     `channels`: a merchant's own channels, sealed),
 //!     `jobs` (the periodic jobs' runner, below), `idempotency`, `queries`, `envelopes`
 //!     (the outbox event writer every use case shares), `commit`, `input`, `health`,
 //!     `meter`, `audit`, `actor`, `error`.
 //! - [`adapters`] — the outside world behind the ports:
 //!   - `persistence` — SeaORM on PostgreSQL and SQLite (`unit_of_work`: a change set as
 //!     one statement on PostgreSQL; `orders`, `payments`, `settlements`, `notifications`,
-//!     `ledger`, `payment_methods`, `merchants`, `audit`, `idempotency`, `outbox/`) on one `store`, rows
+//!     `ledger`, `payment_methods`, `merchants`, `merchant_channels`, `audit`, `idempotency`, `outbox/`) on one `store`, rows
 //!     in `entities/` read into the domain by `mapping`, PostgreSQL's `NOTIFY` heard by
 //!     `listener`, and the meeting service's MariaDB fee table (`meeting_fees`).
 //!   - `http` — actix-web handlers per resource (`orders`, `payments`, `settlements`,
@@ -68,8 +69,10 @@
 //!   - `providers` — `toss/` (`client`, `answer`: its errors' meanings, `model`: the bodies
 //!     sent and the objects read, `gateway`), `external`, `simulated`, `webhook` (Standard
 //!     Webhooks for settlement and notification), `email` (SMTP through lettre), `measured`
-//!     (every call timed), `transport` (the HTTP scaffolding both HTTP providers share).
+//!     (every call timed), `routed` (a merchant's own webhooks before the deployment's
+//!     channels), `transport` (the HTTP scaffolding both HTTP providers share).
 //!   - `jackson` (the platforms' Java readers and writers, in one place), `clock`, `secret`,
+//!     `secret_box` (XChaCha20-Poly1305 under `secrets.key`),
 //!     `http_client` (where every outbound HTTP client is built, on one TLS provider).
 //! - [`config`] — layered configuration (built-in defaults, file, environment) resolved
 //!   into each part's settings: `raw` (the sources' shape, `DEFAULTS`), `resolve`.

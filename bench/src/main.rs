@@ -31,6 +31,9 @@
 //!   registrations for minutes: throughput, p99, outbox backlog, CPU, commits and events
 //!   per order, nothing lost (docs/scaling.md starts from it).
 //!
+//! - `merchants` (`merchants.rs`): orders through a merchant API key against the native
+//!   token path, then beside 1 000 merchants of 10 keys each; the key table's updates.
+//!
 //! `fixture.rs` holds what they share: the per-run database and broker objects, seeding,
 //! CPU accounting from `/proc`, percentiles and the JSON results.
 
@@ -39,6 +42,7 @@ mod dialect;
 mod fixture;
 mod kafka;
 mod latency;
+mod merchants;
 mod orders;
 mod payouts;
 mod relay;
@@ -119,6 +123,14 @@ enum Scenario {
     /// Orders through the commerce dialect (create + orchestrate, docs/dialects.md) against
     /// the native API (one `POST /api/orders`), in one run on one server and database.
     Dialect {
+        #[arg(long, default_value_t = 16)]
+        clients: usize,
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+    },
+    /// Orders through a merchant API key against the native token path in one run, then the
+    /// key beside 1 000 merchants of 10 keys each (docs/merchants.md).
+    Merchants {
         #[arg(long, default_value_t = 16)]
         clients: usize,
         #[arg(long, default_value_t = 10)]
@@ -223,6 +235,7 @@ async fn main() -> Result<(), BoxError> {
         }
         Scenario::Toss { clients, seconds } => toss::toss_scenario(clients, seconds).await,
         Scenario::Dialect { clients, seconds } => dialect::dialect_scenario(clients, seconds).await,
+        Scenario::Merchants { clients, seconds } => merchants::merchants_scenario(clients, seconds).await,
         Scenario::Payouts { rows, runs } => payouts::payouts_scenario(rows, runs).await,
         Scenario::Horizon { rate, seconds } => latency::horizon_scenario(rate, seconds).await,
         Scenario::Soak { minutes, rate } => soak::soak(minutes, rate).await,

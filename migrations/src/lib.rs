@@ -31,6 +31,7 @@ mod m20261207_000023_order_description;
 mod m20261208_000024_order_start;
 mod m20261208_000025_step_facts;
 mod m20261209_000026_merchants;
+mod m20261209_000027_merchant_channels;
 
 pub struct Migrator;
 
@@ -64,6 +65,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261208_000024_order_start::Migration),
             Box::new(m20261208_000025_step_facts::Migration),
             Box::new(m20261209_000026_merchants::Migration),
+            Box::new(m20261209_000027_merchant_channels::Migration),
         ]
     }
 }

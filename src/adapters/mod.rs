@@ -9,5 +9,6 @@ pub mod messaging;
 pub mod persistence;
 pub mod providers;
 pub mod secret;
+pub mod secret_box;
 
 pub use secret::Secret;

@@ -1,4 +1,5 @@
-//! `app`: the one binary. Verbs: serve, worker, migrate, token, outbox, reconcile, merchant.
+//! `app`: the one binary. Verbs: serve, worker, migrate, token, outbox, reconcile, merchant,
+//! secrets.
 //!
 //! Exit codes: 0 ok, 2 usage or configuration error (one line on stderr), 1 runtime failure.
 
@@ -81,6 +82,18 @@ enum Command {
         #[command(subcommand)]
         command: MerchantCommand,
     },
+    /// What is sealed at rest under `secrets.key`.
+    Secrets {
+        #[command(subcommand)]
+        command: SecretsCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum SecretsCommand {
+    /// After `secrets.key` changed (the old one set as `secrets.previous_key`): seal every
+    /// merchant's channels still under the old key again under the new one; prints the counts.
+    Rotate,
 }
 
 #[derive(Subcommand)]
@@ -321,6 +334,7 @@ async fn run(command: Command, settings: Settings) -> Result<(), Failure> {
             Box::pin(reconcile_ledger(&settings, date)).await
         }
         Command::Merchant { command } => Box::pin(merchant(&settings, command)).await,
+        Command::Secrets { command: SecretsCommand::Rotate } => Box::pin(rotate_secrets(&settings)).await,
     }
 }
 
@@ -564,4 +578,13 @@ async fn merchant(settings: &Settings, command: MerchantCommand) -> Result<(), F
             Ok(())
         }
     }
+}
+
+async fn rotate_secrets(settings: &Settings) -> Result<(), Failure> {
+    require_existing_database(settings)?;
+    let services = startup::build_services(settings).await?;
+    let rotation = services.merchants.rotate_secrets(&operator()).await.map_err(refused)?;
+    print_json(
+        serde_json::json!({ "resealed": rotation.resealed, "changedMeanwhile": rotation.changed_meanwhile }),
+    )
 }

@@ -21,6 +21,7 @@ mod payment;
 mod raw;
 mod resolve;
 mod retention;
+mod secrets;
 mod telemetry;
 mod worker;
 
@@ -38,6 +39,7 @@ use payment::resolve_payment;
 use raw::{DEFAULTS, Raw};
 use resolve::{address, duration, positive, redact};
 use retention::resolve_idempotency;
+use secrets::resolve_secrets;
 use telemetry::{resolve_log, resolve_telemetry};
 use worker::resolve_worker;
 
@@ -52,6 +54,7 @@ pub use meetings::{FeeSource, MeetingsSettings};
 pub use outbox::OutboxSettings;
 pub use payment::{PaymentSettings, ProviderKind, TossConfig};
 pub use retention::{AuditSettings, IdempotencySettings};
+pub use secrets::SecretsSettings;
 pub use telemetry::LogSettings;
 pub use worker::WorkerSettings;
 
@@ -118,6 +121,7 @@ pub struct Settings {
     pub idempotency: IdempotencySettings,
     pub telemetry: TelemetrySettings,
     pub meetings: MeetingsSettings,
+    pub secrets: SecretsSettings,
 }
 
 impl Settings {
@@ -267,9 +271,11 @@ impl Settings {
         let audit = p.take(duration("audit.retention", &raw.audit.retention));
         let idempotency = p.take(resolve_idempotency(raw.idempotency));
         let telemetry = p.take(resolve_telemetry(raw.telemetry));
+        let secrets = p.take(resolve_secrets(raw.secrets));
         p.finish()?;
         Ok(Settings {
             meetings: resolved(meetings)?,
+            secrets: resolved(secrets)?,
             http: HttpSettings {
                 bind: resolved(http)?,
                 commerce: resolved(commerce)?,

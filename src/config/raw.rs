@@ -40,6 +40,8 @@ pub(super) struct Raw {
     pub(super) idempotency: RawIdempotency,
     pub(super) telemetry: RawTelemetry,
     pub(super) meetings: RawMeetings,
+    #[serde(default)]
+    pub(super) secrets: super::secrets::RawSecrets,
 }
 
 /// Every fixed default, in the shape of a configuration file (docs/configuration.md lists

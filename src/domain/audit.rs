@@ -69,5 +69,7 @@ spelled!(
         MemberRemoved => "MEMBER_REMOVED",
         ApiKeyCreated => "API_KEY_CREATED",
         ApiKeyRevoked => "API_KEY_REVOKED",
+        MerchantChannelsSet => "MERCHANT_CHANNELS_SET",
+        MerchantChannelsResealed => "MERCHANT_CHANNELS_RESEALED",
     }
 );

@@ -377,6 +377,72 @@ impl ApiKey {
     }
 }
 
+/// A webhook a merchant's settlements or notifications go to, instead of the deployment's
+/// (docs/spec.md §13): its URL (it may carry a token) and its Standard Webhooks secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct WebhookEndpoint {
+    pub url: String,
+    /// `whsec_<base64>`.
+    pub secret: String,
+}
+
+impl std::fmt::Debug for WebhookEndpoint {
+    /// Neither the URL (a token may be in it) nor the secret reaches a log line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WebhookEndpoint(<redacted>)")
+    }
+}
+
+/// The longest channel URL.
+pub const MAX_URL: usize = 2000;
+
+impl WebhookEndpoint {
+    fn check(&self, field: &str) -> Result<(), MerchantError> {
+        let url_field = format!("{field}.url");
+        let scheme = self.url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+        let host = self.url.split_once("://").map(|(_, rest)| rest).unwrap_or_default();
+        if !matches!(scheme.as_deref(), Some("https" | "http")) || host.is_empty() {
+            return Err(invalid(&url_field, "must be an http:// or https:// URL"));
+        }
+        text::check(&url_field, &self.url, MAX_URL).map_err(|e| invalid(&url_field, e.to_string()))?;
+        let secret = self.secret.strip_prefix("whsec_").unwrap_or_default();
+        if secret.len() < 24 || !secret.bytes().all(|b| b.is_ascii_alphanumeric() || b"+/=".contains(&b)) {
+            return Err(invalid(
+                &format!("{field}.secret"),
+                "must be whsec_ followed by base64 (24 bytes or more)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A merchant's own channels (docs/spec.md §15); what it leaves unset goes the
+/// deployment's way.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MerchantChannels {
+    pub settlement_webhook: Option<WebhookEndpoint>,
+    pub notification_webhook: Option<WebhookEndpoint>,
+}
+
+impl MerchantChannels {
+    /// # Errors
+    /// `Invalid` naming the field (`settlementWebhook.url`, `notificationWebhook.secret`, …).
+    pub fn check(&self) -> Result<(), MerchantError> {
+        if let Some(w) = &self.settlement_webhook {
+            w.check("settlementWebhook")?;
+        }
+        if let Some(w) = &self.notification_webhook {
+            w.check("notificationWebhook")?;
+        }
+        Ok(())
+    }
+
+    /// Whether it sets nothing (the deployment's channels for everything).
+    pub fn is_empty(&self) -> bool {
+        self.settlement_webhook.is_none() && self.notification_webhook.is_none()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -533,5 +599,30 @@ mod tests {
     #[test]
     fn the_default_merchant_has_a_fixed_id() {
         assert_eq!(default_merchant_id().to_string(), "00000000-0000-0000-0000-000000000001");
+    }
+
+    #[test]
+    fn a_channel_is_a_web_url_and_a_standard_webhooks_secret() {
+        let endpoint = |url: &str, secret: &str| MerchantChannels {
+            settlement_webhook: Some(WebhookEndpoint { url: url.into(), secret: secret.into() }),
+            notification_webhook: None,
+        };
+        let good = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        assert!(endpoint("https://hooks.example/settle?token=t", good).check().is_ok());
+        for (url, secret, field) in [
+            ("ftp://hooks.example", good, "settlementWebhook.url"),
+            ("https://", good, "settlementWebhook.url"),
+            ("hooks.example", good, "settlementWebhook.url"),
+            ("https://hooks.example", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "settlementWebhook.secret"),
+            ("https://hooks.example", "whsec_short", "settlementWebhook.secret"),
+        ] {
+            let err = endpoint(url, secret).check().unwrap_err();
+            assert!(
+                matches!(err, MerchantError::Invalid { field: ref f, .. } if f == field),
+                "{url} {secret}: {err}"
+            );
+        }
+        assert!(!format!("{:?}", endpoint("https://hooks.example/?token=t", good)).contains("token"));
+        assert!(MerchantChannels::default().is_empty());
     }
 }

@@ -19,10 +19,13 @@ use crate::adapters::providers::{
     EmailNotifier, Measured, ProviderCalls, SimulatedNotifier, SimulatedSettlementGateway, WebhookClient,
     WebhookNotifier, WebhookSettlements,
 };
+use crate::adapters::providers::{RoutedNotifier, RoutedSettlements};
+use crate::adapters::secret_box::XChaChaBox;
 use crate::application::health::{HealthProbe, LoopProgress, Readiness};
 use crate::application::idempotency::IdempotencyService;
 use crate::application::inbound::MeetingEvents;
 use crate::application::merchants::Merchants;
+use crate::application::merchants::channels::ChannelVault;
 use crate::application::money::key_in::KeyIn;
 use crate::application::money::ledger::Ledger;
 use crate::application::money::member_payments::MemberPayments;
@@ -357,7 +360,12 @@ pub async fn build_services_with_clock(
     let payments: Arc<dyn PaymentGateway> =
         Arc::new(Measured::new(payments, payment_provider(settings), meter.clone()));
     let capabilities = capabilities.measured(payment_provider(settings), &meter);
+    let merchants = merchants(settings, &orders, &clock);
     let (settlements, notifier) = channels(settings, &calls, &meter)?;
+    // A merchant's own channels before the deployment's (docs/spec.md §15).
+    let settlements: Arc<dyn SettlementGateway> =
+        Arc::new(RoutedSettlements::new(settlements, merchants.clone()));
+    let notifier: Arc<dyn Notifier> = Arc::new(RoutedNotifier::new(notifier, merchants.clone()));
     let shutdown = CancellationToken::new();
     let loops = Arc::new(LoopProgress::new(settings.worker.stuck_after));
     upkeep_metrics(&metrics, shutdown.clone());
@@ -367,7 +375,6 @@ pub async fn build_services_with_clock(
         saga(settings, &orders, payments.clone(), settlements, notifier, &capabilities, &clock, &meter);
     let fees = meeting_fees(settings).await?;
     let key_in = key_in(settings, &orchestrator, &orders, fees.clone())?;
-    let merchants = Arc::new(Merchants::new(orders.clone(), orders.clone(), orders.clone(), clock.clone()));
     let owners = owners(settings, &merchants).await?;
     let meeting_events =
         meeting_events(&orchestrator, &money.refunds, &orders, &clock, fees, owners.meetings);
@@ -451,4 +458,15 @@ async fn owners(settings: &Settings, merchants: &Merchants) -> Result<super::Own
         }
     };
     Ok(super::Owners { meetings: find(wanted[0])?, commerce: find(wanted[1])? })
+}
+
+/// Merchants, their people, keys and reports; their own channels sealed under
+/// `secrets.key`.
+fn merchants(settings: &Settings, orders: &Arc<SeaOrmStore>, clock: &Arc<dyn Clock>) -> Arc<Merchants> {
+    let secrets = settings.secrets.key.as_ref();
+    let sealer = XChaChaBox::new(secrets, settings.secrets.previous_key.as_ref());
+    let vault = ChannelVault { store: orders.clone(), secrets: Arc::new(sealer) };
+    Arc::new(
+        Merchants::new(orders.clone(), orders.clone(), orders.clone(), clock.clone()).with_channels(vault),
+    )
 }

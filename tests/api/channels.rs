@@ -14,18 +14,18 @@ use crate::helpers::{Backend, TestApp, json, order_body, service_missing};
 use crate::on_both_databases;
 
 /// Two secrets, as during a rotation.
-const SECRETS: [&str; 2] =
+pub(crate) const SECRETS: [&str; 2] =
     ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_c2Vjb25kLXNlY3JldC0wMTIzNDU2Nzg5"];
 
 /// The receiver, killed when dropped.
-struct Receiver {
+pub(crate) struct Receiver {
     child: Child,
-    url: String,
+    pub(crate) url: String,
     client: reqwest::Client,
 }
 
 impl Receiver {
-    fn start(secrets: &[&str]) -> Option<Receiver> {
+    pub(crate) fn start(secrets: &[&str]) -> Option<Receiver> {
         let probe = Command::new("python3").args(["-c", "import standardwebhooks"]).status();
         if !probe.is_ok_and(|s| s.success()) {
             service_missing(
@@ -54,7 +54,7 @@ impl Receiver {
         self.client.post(format!("{}/plan", self.url)).json(&plan).send().await.unwrap();
     }
 
-    async fn deliveries(&self) -> Vec<Value> {
+    pub(crate) async fn deliveries(&self) -> Vec<Value> {
         let body: Value =
             self.client.get(format!("{}/deliveries", self.url)).send().await.unwrap().json().await.unwrap();
         body.as_array().unwrap().clone()

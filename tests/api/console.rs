@@ -122,3 +122,59 @@ async fn an_operator_repairs_a_dead_letter_and_a_notification_from_the_console()
     workers.shutdown(std::time::Duration::from_secs(10)).await;
     broker.cleanup().await;
 }
+
+/// The console's merchant pages in a real browser (`tests/browser/console_merchants.py`):
+/// the operator's picker over every merchant, a key made from the page and shown once, and
+/// a member who sees its merchant only; what the page made is what the service stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merchants_are_managed_from_the_console_and_a_member_sees_only_its_own() {
+    if !browser_available() {
+        return;
+    }
+    let Some(app) = TestApp::spawn(Backend::Sqlite).await else { return };
+    let admin = app.admin_token("ops");
+    let mut ids = Vec::new();
+    for code in ["CONSOLE-A", "CONSOLE-B"] {
+        let body = serde_json::json!({ "code": code, "name": code, "timezone": "Asia/Seoul" });
+        let made =
+            json(app.post("/api/merchants", &admin).json(&body).send().await.unwrap(), StatusCode::CREATED)
+                .await;
+        ids.push(made["id"].as_str().unwrap().to_owned());
+    }
+    let store = serde_json::json!({ "code": "gangnam", "name": "Gangnam" });
+    json(
+        app.post(&format!("/api/merchants/{}/stores", ids[0]), &admin).json(&store).send().await.unwrap(),
+        StatusCode::CREATED,
+    )
+    .await;
+    let member =
+        app.client.put(format!("{}/api/merchants/{}/members/carol", app.base, ids[0])).bearer_auth(&admin);
+    json(member.json(&serde_json::json!({ "role": "VIEWER" })).send().await.unwrap(), StatusCode::OK).await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser/console_merchants.py");
+    let shots = concat!(env!("CARGO_MANIFEST_DIR"), "/target/console-screens");
+    let args = [
+        app.base.clone(),
+        admin.clone(),
+        app.token("carol"),
+        "CONSOLE-A".into(),
+        "CONSOLE-B".into(),
+        shots.into(),
+    ];
+    let output = tokio::task::spawn_blocking(move || Command::new("python3").arg(script).args(args).output())
+        .await
+        .unwrap()
+        .expect("run python3");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the merchant pages failed in the browser:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.starts_with("ok:"), "{stdout}");
+    let keys = json(
+        app.get(&format!("/api/merchants/{}/api-keys", ids[0]), &admin).send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(keys[0]["name"], "console key", "the key the page made: {keys}");
+}

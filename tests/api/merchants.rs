@@ -114,6 +114,14 @@ async fn a_merchant_walkthrough(backend: Backend) {
     for token in [&plain, &carol] {
         assert_eq!(app.get(&by_number, token).send().await.unwrap().status(), StatusCode::FORBIDDEN);
     }
+    // Without secrets.key, no merchant may hold a secret.
+    let channels = json!({ "settlementWebhook": { "url": "https://hooks.example/s", "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw" } });
+    let put = app
+        .client
+        .put(format!("{}/api/merchants/{id}/channels", app.base))
+        .bearer_auth(&admin)
+        .json(&channels);
+    assert_eq!(json(put.send().await.unwrap(), StatusCode::CONFLICT).await["code"], "SECRETS_KEY_REQUIRED");
     let default_suspend = app.post("/api/merchants/00000000-0000-0000-0000-000000000001/suspend", &admin);
     assert_eq!(
         json(default_suspend.send().await.unwrap(), StatusCode::CONFLICT).await["code"],
@@ -332,6 +340,48 @@ async fn operations(app: &TestApp) -> Vec<(Method, String)> {
     ops
 }
 
+/// What A's own credential gets on A's path when the path's child is B's.
+#[derive(Debug, PartialEq, Eq)]
+enum Own {
+    Forbidden,
+    NotThere,
+    Answers,
+}
+
+/// docs/merchants.md's table: what each route needs, what each credential's role allows.
+fn expected_on_own_path(credential: Credential, method: &Method, path: &str) -> Own {
+    use orchestrator::domain::merchant::{KeyRole, MemberRole, Need};
+    let operator_only = path.contains("/members")
+        || path.contains("/api-keys")
+        || path.ends_with("/suspend")
+        || path.ends_with("/resume")
+        || path.ends_with("/channels")
+        || (path == "/api/merchants" && *method == Method::POST);
+    let need = if *method == Method::GET {
+        Need::Read
+    } else if path.ends_with("/orders") {
+        Need::PlaceOrders
+    } else {
+        Need::Write
+    };
+    let allowed = match credential {
+        Credential::Viewer => MemberRole::Viewer.allows(need),
+        Credential::Operator => MemberRole::Operator.allows(need),
+        Credential::OrdersKey => KeyRole::Orders.allows(need),
+        Credential::ViewerKey => KeyRole::Viewer.allows(need),
+        Credential::OperatorKey => KeyRole::Operator.allows(need),
+        _ => false,
+    };
+    let child = ["{order}", "{storeId}", "{keyId}", "{eventId}", "{settlementId}", "{subject}"]
+        .iter()
+        .any(|c| path.contains(c));
+    match (operator_only, allowed, child) {
+        (true, _, _) | (false, false, _) => Own::Forbidden,
+        (false, true, true) => Own::NotThere,
+        (false, true, false) => Own::Answers,
+    }
+}
+
 /// `path` with its parameters filled: the merchant `merchant`'s path, children of `child`.
 fn fill(path: &str, merchant: &Side, child: &Side, by_number: bool) -> String {
     let order = if by_number { &child.number } else { &child.order };
@@ -351,7 +401,8 @@ async fn call(app: &TestApp, method: &Method, path: &str, token: &str) -> (Statu
     } else if path.ends_with("/orders") || path == "/api/orders" {
         order_body()
     } else {
-        json!({})
+        // A reason: the repairs that require one then answer for their target, not their body.
+        json!({ "reason": "isolation" })
     };
     let mut request = app.client.request(method.clone(), format!("{}{path}", app.base)).bearer_auth(token);
     request = request.header("Idempotency-Key", format!("iso-{}", uuid::Uuid::new_v4()));
@@ -434,7 +485,10 @@ async fn isolation(backend: Backend) {
                 if key && !merchant_path {
                     assert_eq!(status, StatusCode::FORBIDDEN, "a key outside its merchant's path: {what}");
                 }
+                // The list of merchants answers everyone with theirs (none of B's: below).
+                let listing = path == "/api/merchants" && *method == Method::GET;
                 if merchant_path
+                    && !listing
                     && (merchant.id == b.id
                         || credential == Credential::SuspendedKey
                         || credential == Credential::Customer)
@@ -442,6 +496,21 @@ async fn isolation(backend: Backend) {
                     assert_eq!(status, StatusCode::FORBIDDEN, "{what}");
                     let problem: Value = serde_json::from_str(&body).unwrap();
                     assert_eq!(problem["code"], "FORBIDDEN", "{what}");
+                } else if merchant_path && !listing && merchant.id == a.id {
+                    // A's own credential on A's path, B's child: 403 unless its role may,
+                    // then 404 for the child; a route with no child answers (no 401/403).
+                    let expected = expected_on_own_path(credential, method, path);
+                    match expected {
+                        Own::Forbidden => assert_eq!(status, StatusCode::FORBIDDEN, "{what}"),
+                        Own::NotThere => assert_eq!(status, StatusCode::NOT_FOUND, "{what}"),
+                        Own::Answers => assert!(
+                            !matches!(
+                                status,
+                                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN | StatusCode::NOT_FOUND
+                            ),
+                            "{what}"
+                        ),
+                    }
                 }
                 for id in b.ids() {
                     assert!(!body.contains(id), "B's {id} in the answer: {what}");
@@ -715,4 +784,96 @@ async fn the_doors_orders_are_their_configured_merchants(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(read.status(), StatusCode::NOT_FOUND, "{}", read.text().await.unwrap());
+}
+
+on_both_databases!(a_merchants_own_channels_are_sealed_and_used);
+
+/// 32 bytes, base64: `secrets.key` of the tests.
+const SECRETS_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+const NEW_SECRETS_KEY: &str = "ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8=";
+
+/// A merchant's own settlement and notification webhooks: set by the platform operator,
+/// stored sealed (no table holds the URL or the secret), never answered back, used for its
+/// orders only (signed with its secret), and sealed again under a new `secrets.key` by
+/// `app secrets rotate`.
+async fn a_merchants_own_channels_are_sealed_and_used(backend: Backend) {
+    use crate::channels::{Receiver, SECRETS};
+    let Some(receiver) = Receiver::start(&SECRETS[..1]) else { return };
+    let Some(app) = TestApp::spawn_with(backend, &[("APP__SECRETS__KEY", SECRETS_KEY)]).await else { return };
+    let admin = app.admin_token("ops");
+    let id = s(&create_merchant(&app, &admin, "OWN").await["id"]);
+    let url = format!("{}/hooks/own?token=own-channel-token", receiver.url);
+    let channels = json!({
+        "settlementWebhook": { "url": url, "secret": SECRETS[0] },
+        "notificationWebhook": { "url": url, "secret": SECRETS[0] },
+    });
+    let path = format!("{}/api/merchants/{id}/channels", app.base);
+    let set = app.client.put(&path).bearer_auth(&admin).json(&channels).send().await.unwrap();
+    let set = json(set, StatusCode::OK).await;
+    assert_eq!(
+        (&set["settlementWebhook"], &set["notificationWebhook"]),
+        (&json!(true), &json!(true)),
+        "{set}"
+    );
+    let read = json(app.client.get(&path).bearer_auth(&admin).send().await.unwrap(), StatusCode::OK).await;
+    assert!(
+        !read.to_string().contains("own-channel-token") && !read.to_string().contains(&SECRETS[0][6..]),
+        "{read}"
+    );
+    let bad = json!({ "settlementWebhook": { "url": "ftp://x", "secret": SECRETS[0] } });
+    let refused = app.client.put(&path).bearer_auth(&admin).json(&bad).send().await.unwrap();
+    assert_eq!(json(refused, StatusCode::UNPROCESSABLE_ENTITY).await["field"], "settlementWebhook.url");
+    let key = s(&create_key(&app, &admin, &id, "ORDERS").await["key"]);
+    // A key of the merchant may not set its channels.
+    let by_key = app.client.put(&path).bearer_auth(&key).json(&channels).send().await.unwrap();
+    assert_eq!(by_key.status(), StatusCode::FORBIDDEN);
+    let order = place(&app, &key, &id, None).await;
+    assert_eq!(order["status"], "COMPLETED", "{order}");
+    let ours = |deliveries: &[Value]| {
+        deliveries.iter().filter(|d| d["body"]["orderId"] == order["id"]).cloned().collect::<Vec<_>>()
+    };
+    let delivered = ours(&receiver.deliveries().await);
+    assert_eq!(delivered.len(), 2, "its settlement and its notification: {delivered:?}");
+    assert!(delivered.iter().all(|d| d["verified"] == json!([0])), "signed with its secret: {delivered:?}");
+    // A DEFAULT order goes the deployment's way (simulated): nothing more arrives.
+    let before = receiver.deliveries().await.len();
+    json(app.place_order(&app.token("c-9"), &order_body(), None).await, StatusCode::CREATED).await;
+    assert_eq!(receiver.deliveries().await.len(), before);
+    let dump = dump_tables(&app).await;
+    assert!(
+        !dump.contains("own-channel-token") && !dump.contains(&SECRETS[0][6..]),
+        "a table holds the channel open"
+    );
+    // Rotation: the old key becomes secrets.previous_key, the new one secrets.key.
+    let rotate = |key: &str, previous: Option<&str>| {
+        let dir = crate::cli::temp_dir();
+        let mut cmd = crate::cli::app(&dir.0);
+        cmd.env("APP__DATABASE__URL", app.database_url())
+            .env("APP__AUTH__KEYS", crate::helpers::TEST_KEYS)
+            .env("APP__SECRETS__KEY", key)
+            .args(["secrets", "rotate"]);
+        if let Some(previous) = previous {
+            cmd.env("APP__SECRETS__PREVIOUS_KEY", previous);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let sealed_key = || async {
+        use sea_orm::{ConnectionTrait, Statement};
+        let row = app
+            .db
+            .query_one_raw(Statement::from_string(
+                app.db.get_database_backend(),
+                "SELECT key_id FROM merchant_channels",
+            ))
+            .await
+            .unwrap()
+            .unwrap();
+        row.try_get::<String>("", "key_id").unwrap()
+    };
+    let old = sealed_key().await;
+    assert_eq!(rotate(NEW_SECRETS_KEY, Some(SECRETS_KEY))["resealed"], 1);
+    assert_ne!(sealed_key().await, old, "sealed under the new key");
+    assert_eq!(rotate(NEW_SECRETS_KEY, None)["resealed"], 0, "nothing left under the old key");
 }

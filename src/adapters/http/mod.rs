@@ -193,6 +193,9 @@ impl utoipa::Modify for BearerAuth {
         merchants::orders::flow,
         merchants::orders::refund,
         merchants::daily_report,
+        merchants::channels,
+        merchants::set_channels,
+        merchants::members,
         merchants::repairs::notification_events,
         merchants::repairs::reprocess,
         merchants::repairs::ignore,
@@ -360,6 +363,12 @@ fn merchant_routes(cfg: &mut web::ServiceConfig) {
     )
     .service(
         resource("/api/merchants/{id}/reports/daily", "GET").route(web::get().to(merchants::daily_report)),
+    )
+    .service(resource("/api/merchants/{id}/members", "GET").route(web::get().to(merchants::members)))
+    .service(
+        resource("/api/merchants/{id}/channels", "GET, PUT")
+            .route(web::get().to(merchants::channels))
+            .route(web::put().to(merchants::set_channels)),
     )
     .configure(merchant_repair_routes);
 }

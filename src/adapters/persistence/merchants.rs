@@ -149,6 +149,24 @@ impl MerchantDirectory for SeaOrmStore {
         rows.into_iter().map(merchant_from_row).collect()
     }
 
+    async fn merchants_of(&self, subject: &str) -> Result<Vec<Merchant>, RepoError> {
+        let rows = merchants::Entity::find()
+            .filter(
+                merchants::Column::Id.in_subquery(
+                    sea_orm::sea_query::Query::select()
+                        .column(merchant_members::Column::MerchantId)
+                        .from(merchant_members::Entity)
+                        .and_where(merchant_members::Column::Subject.eq(subject))
+                        .to_owned(),
+                ),
+            )
+            .order_by_asc(merchants::Column::Code)
+            .all(&self.db)
+            .await
+            .map_err(repo_err)?;
+        rows.into_iter().map(merchant_from_row).collect()
+    }
+
     async fn insert_store(&self, store: &Store, audit: &AuditRecord) -> Result<(), RepoError> {
         let txn = self.db.begin().await.map_err(repo_err)?;
         stores::Entity::insert(stores::ActiveModel {

@@ -12,6 +12,7 @@ mod ledger;
 mod listener;
 mod mapping;
 mod meeting_fees;
+mod merchant_channels;
 mod merchants;
 mod notifications;
 mod orders;

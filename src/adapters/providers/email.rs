@@ -220,6 +220,7 @@ mod tests {
             notification_id: NotificationId::new(),
             order_id: OrderId::new(),
             order_number: 42,
+            merchant_id: crate::domain::merchant::default_merchant_id(),
             event_type: "order.completed",
             order_status: "COMPLETED",
             amount: Money::new(30_000, "KRW".parse().unwrap()).unwrap(),

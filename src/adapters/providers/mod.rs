@@ -5,6 +5,7 @@
 mod email;
 mod external;
 mod measured;
+mod routed;
 mod simulated;
 pub mod toss;
 mod transport;
@@ -13,6 +14,7 @@ mod webhook;
 pub use email::{EmailNotifier, EmailSettings, Locale, NO_RECIPIENT};
 pub use external::{ExternalPaymentGateway, ExternalProviderSettings};
 pub use measured::Measured;
+pub use routed::{MERCHANT_WEBHOOK_TIMEOUT, RoutedNotifier, RoutedSettlements};
 pub use simulated::{ProviderCalls, SimulatedNotifier, SimulatedPaymentGateway, SimulatedSettlementGateway};
 pub use toss::{TossClient, TossError, TossPaymentGateway, TossSettings};
 pub use webhook::{

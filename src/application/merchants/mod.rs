@@ -6,6 +6,7 @@
 //! out of reach.
 
 mod access;
+pub mod channels;
 pub mod keys;
 pub mod report;
 #[cfg(test)]
@@ -66,6 +67,8 @@ pub struct Merchants {
     access: Arc<dyn MerchantAccessStore>,
     reports: Arc<dyn MerchantReports>,
     clock: Arc<dyn Clock>,
+    /// Where merchants' own channels are kept (sealed); none wired, none served.
+    vault: Option<channels::ChannelVault>,
 }
 
 impl From<MerchantError> for AppError {
@@ -103,7 +106,7 @@ impl Merchants {
         reports: Arc<dyn MerchantReports>,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        Merchants { directory, access, reports, clock }
+        Merchants { directory, access, reports, clock, vault: None }
     }
 
     /// A new `ACTIVE` merchant (platform operator).
@@ -130,13 +133,21 @@ impl Merchants {
         Ok(merchant)
     }
 
-    /// Every merchant, by code (platform operator).
+    /// The merchants the caller may act on, by code: every one to the platform operator; a
+    /// key's own; a person's memberships' — only `ACTIVE` ones (a suspended merchant refuses
+    /// them); none to anyone else.
     ///
     /// # Errors
-    /// `Forbidden` for anyone else.
+    /// `Unavailable` when the database fails.
     pub async fn list(&self, actor: &Actor) -> Result<Vec<Merchant>, AppError> {
-        actor.require_admin()?;
-        Ok(self.directory.merchants().await?)
+        if actor.is_admin {
+            return Ok(self.directory.merchants().await?);
+        }
+        let found = match actor.key {
+            Some(grant) => self.directory.merchant(grant.merchant_id).await?.into_iter().collect(),
+            None => self.directory.merchants_of(&actor.subject).await?,
+        };
+        Ok(found.into_iter().filter(Merchant::is_active).collect())
     }
 
     /// Suspends (`suspend`) or resumes the merchant (platform operator), audited with `reason`.

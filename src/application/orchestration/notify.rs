@@ -22,6 +22,7 @@ pub fn request_of(record: &OrderRecord, notification: &Notification) -> Notifica
         notification_id: notification.id,
         order_id: record.order.id,
         order_number: record.order.number,
+        merchant_id: record.order.merchant_id,
         event_type: OrderEvent::Completed.event_type(),
         order_status: OrderStatus::Completed.as_str(),
         amount: record.order.total,

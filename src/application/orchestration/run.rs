@@ -365,6 +365,7 @@ impl Orchestrator {
             settlement_id: settlement.id,
             order_id: record.order.id,
             order_number: record.order.number,
+            merchant_id: record.order.merchant_id,
             payment_id: payment.id,
             amount: payment.amount,
             payment_key: payment.provider_transaction_id.clone(),

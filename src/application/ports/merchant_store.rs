@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::{AuditRecord, RepoError};
+use super::{AuditRecord, RepoError, Sealed};
 use crate::domain::ids::{ApiKeyId, MerchantId, StoreId};
 use crate::domain::merchant::{ApiKey, Membership, Merchant, Store};
 
@@ -29,6 +29,9 @@ pub trait MerchantDirectory: Send + Sync {
 
     /// Every merchant, by code.
     async fn merchants(&self) -> Result<Vec<Merchant>, RepoError>;
+
+    /// The merchants `subject` is a member of, by code.
+    async fn merchants_of(&self, subject: &str) -> Result<Vec<Merchant>, RepoError>;
 
     /// Inserts `store` with `audit`.
     ///
@@ -116,4 +119,35 @@ pub trait MerchantReports: Send + Sync {
         from: DateTime<Utc>,
         to: DateTime<Utc>,
     ) -> Result<Vec<ReportLine>, RepoError>;
+}
+
+/// A merchant's own channel settings, sealed (docs/spec.md §15): the store never sees them
+/// open.
+#[cfg_attr(test, mockall::automock)]
+#[async_trait]
+pub trait MerchantChannelStore: Send + Sync {
+    /// Stores the merchant's sealed settings with `audit` (`None`: removes them).
+    async fn set_channels(
+        &self,
+        merchant: MerchantId,
+        sealed: Option<Sealed>,
+        at: DateTime<Utc>,
+        audit: &AuditRecord,
+    ) -> Result<(), RepoError>;
+
+    /// The merchant's sealed settings.
+    async fn channels(&self, merchant: MerchantId) -> Result<Option<Sealed>, RepoError>;
+
+    /// Every merchant's sealed settings not sealed under `key_id` (a rotation's work).
+    async fn sealed_under_other_keys(&self, key_id: &str) -> Result<Vec<(MerchantId, Sealed)>, RepoError>;
+
+    /// Replaces `was` with `now` (sealed again under another key) with `audit`, only if
+    /// `was` is still what is stored; whether it was (nothing is written otherwise).
+    async fn reseal(
+        &self,
+        merchant: MerchantId,
+        was: &Sealed,
+        now: &Sealed,
+        audit: &AuditRecord,
+    ) -> Result<bool, RepoError>;
 }

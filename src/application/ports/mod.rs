@@ -25,6 +25,7 @@
 //! - [`settlement_repository`](SettlementRepository) — settlements waiting for a retry or an operator.
 //! - [`merchant_store`](MerchantDirectory, [`MerchantAccessStore`]) — merchants, stores,
 //!   memberships and API keys.
+//! - [`secret_box`](SecretBox) — what is sealed at rest under `secrets.key`.
 //! - [`clock`](Clock) — time.
 
 mod audit_log;
@@ -44,6 +45,7 @@ mod payment_gateway;
 mod payment_methods;
 mod payment_repository;
 mod scenario;
+mod secret_box;
 mod settlement_gateway;
 mod settlement_repository;
 mod unit_of_work;
@@ -56,7 +58,9 @@ pub use gateway_error::{CancelError, GatewayError};
 pub use idempotency::{IdempotencyBegin, IdempotencyStore, StoredResponse};
 pub use ledger_store::{LedgerRun, LedgerStore, PayoutStore};
 pub use meeting_fees::{MeetingFee, MeetingFees, Unchargeable};
-pub use merchant_store::{MerchantAccessStore, MerchantDirectory, MerchantReports, ReportLine};
+pub use merchant_store::{
+    MerchantAccessStore, MerchantChannelStore, MerchantDirectory, MerchantReports, ReportLine,
+};
 pub use notification_repository::NotificationRepository;
 pub use notifier::{NotificationRequest, Notifier, NotifyFailure};
 pub use order_repository::{
@@ -77,6 +81,7 @@ pub use payment_repository::{
     CustomerPayments, MeetingPayment, MeetingPayments, PaymentRepository, PaymentSortKey,
 };
 pub use scenario::{Behaviour, Scenario, ScenarioError};
+pub use secret_box::{SealError, Sealed, SecretBox};
 pub use settlement_gateway::{SettlementGateway, SettlementOutcome, SettlementRequest};
 pub use settlement_repository::{ListedSettlement, SettlementRepository};
 pub use unit_of_work::{Changes, NewStep, Placed, UnitOfWork, Write};

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 
 use super::scenario::Scenario;
-use crate::domain::ids::{NotificationId, OrderId};
+use crate::domain::ids::{MerchantId, NotificationId, OrderId};
 use crate::domain::money::Money;
 use crate::domain::notification::FailurePolicy;
 
@@ -13,6 +13,8 @@ pub struct NotificationRequest {
     pub notification_id: NotificationId,
     pub order_id: OrderId,
     pub order_number: i64,
+    /// The order's merchant: its own channel, when it set one (docs/spec.md §15).
+    pub merchant_id: MerchantId,
     /// What the customer is told of (`order.completed`).
     pub event_type: &'static str,
     /// The order's status once told (`COMPLETED`).

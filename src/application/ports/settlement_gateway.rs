@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 
 use super::gateway_error::GatewayError;
 use super::scenario::Scenario;
-use crate::domain::ids::{OrderId, PaymentId, SettlementId};
+use crate::domain::ids::{MerchantId, OrderId, PaymentId, SettlementId};
 use crate::domain::money::Money;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,6 +15,8 @@ pub struct SettlementRequest {
     pub settlement_id: SettlementId,
     pub order_id: OrderId,
     pub order_number: i64,
+    /// The order's merchant: its own channel, when it set one (docs/spec.md §15).
+    pub merchant_id: MerchantId,
     pub payment_id: PaymentId,
     pub amount: Money,
     /// The provider's key of the approved payment (Toss's `paymentKey`).

@@ -185,6 +185,20 @@ impl<N: Needs + 'static> FromRequest for InMerchant<N> {
     }
 }
 
+/// Any authenticated caller of `/api/merchants`, a merchant key included: for the list of
+/// the merchants it may act on.
+pub struct MerchantsCaller(pub Actor);
+
+impl FromRequest for MerchantsCaller {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<MerchantsCaller, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let actor = authenticate(req);
+        Box::pin(async move { actor.await.map(MerchantsCaller) })
+    }
+}
+
 /// The platform operator on `/api/merchants…`: `401`, then `403` for anyone else (a
 /// member, a key) — before the body is read.
 pub struct PlatformOperator(pub Actor);

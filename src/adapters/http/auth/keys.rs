@@ -275,8 +275,9 @@ impl JwtKeys {
                     .ok_or_else(|| invalid("invalid merchant claim"))?,
             ),
         };
-        let actor = if is_admin { Actor::admin(sub) } else { Actor::customer(sub) };
-        Ok(actor.with_email(email).in_merchant(merchant))
+        // The operator acts on every merchant: a claim on its token narrows nothing.
+        let actor = if is_admin { Actor::admin(sub) } else { Actor::customer(sub).in_merchant(merchant) };
+        Ok(actor.with_email(email))
     }
 }
 

@@ -11,7 +11,9 @@ mod keys;
 mod settings;
 mod verifying;
 
-pub use extract::{Admin, Caller, InMerchant, Needs, Places, PlatformOperator, Reads, Then, Writes};
+pub use extract::{
+    Admin, Caller, InMerchant, MerchantsCaller, Needs, Places, PlatformOperator, Reads, Then, Writes,
+};
 pub use jwks::{JWKS_MAX_AGE, JwksError};
 pub use keys::{CLOCK_LEEWAY_SECS, HMAC_SHORTEST, JwtKeys, KeyError, hmac_algorithms, not_valid_yet};
 pub use settings::{ADMIN_ROLE, AuthSettings, DEV_KID, KeyAlgorithm, KeySettings, RawKey};

@@ -5,9 +5,10 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::application::merchants::CreatedKey;
+use crate::application::merchants::channels::ChannelsView;
 use crate::application::merchants::report::DailyReport;
 use crate::application::ports::ReportLine;
-use crate::domain::merchant::{ApiKey, Membership, Merchant, Store};
+use crate::domain::merchant::{ApiKey, Membership, Merchant, MerchantChannels, Store, WebhookEndpoint};
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -234,6 +235,62 @@ impl From<&DailyReport> for DailyReportResponse {
             to: r.to,
             stores: r.stores.iter().map(ReportLineResponse::from).collect(),
             total: r.total.iter().map(ReportLineResponse::from).collect(),
+        }
+    }
+}
+
+/// A webhook of a merchant's own: its URL and its Standard Webhooks secret.
+#[derive(Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WebhookEndpointRequest {
+    /// `https://…` (it may carry a token: it is kept sealed).
+    #[schema(example = "https://hooks.acme.example/settlements", max_length = 2000)]
+    pub url: String,
+    /// `whsec_<base64>`, 24 bytes or more.
+    #[schema(example = "whsec_ZXhhbXBsZS1zZWNyZXQtMDEyMzQ1Njc4OQ==")]
+    pub secret: String,
+}
+
+impl std::fmt::Debug for WebhookEndpointRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WebhookEndpointRequest(<redacted>)")
+    }
+}
+
+/// `PUT /api/merchants/{id}/channels`: what is left out goes the deployment's way.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ChannelsRequest {
+    pub settlement_webhook: Option<WebhookEndpointRequest>,
+    pub notification_webhook: Option<WebhookEndpointRequest>,
+}
+
+impl From<ChannelsRequest> for MerchantChannels {
+    fn from(r: ChannelsRequest) -> Self {
+        let endpoint = |w: WebhookEndpointRequest| WebhookEndpoint { url: w.url, secret: w.secret };
+        MerchantChannels {
+            settlement_webhook: r.settlement_webhook.map(endpoint),
+            notification_webhook: r.notification_webhook.map(endpoint),
+        }
+    }
+}
+
+/// Which of a merchant's channels are its own: never their URLs or secrets.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChannelsResponse {
+    pub settlement_webhook: bool,
+    pub notification_webhook: bool,
+    /// The id of the key they are sealed under (a digest, not the key).
+    pub key_id: Option<String>,
+}
+
+impl From<&ChannelsView> for ChannelsResponse {
+    fn from(v: &ChannelsView) -> Self {
+        ChannelsResponse {
+            settlement_webhook: v.settlement_webhook,
+            notification_webhook: v.notification_webhook,
+            key_id: v.key_id.clone(),
         }
     }
 }

@@ -11,7 +11,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 
 use super::HttpState;
-use super::auth::{InMerchant, PlatformOperator, Reads, Then, Writes};
+use super::auth::{InMerchant, MerchantsCaller, PlatformOperator, Reads, Then, Writes};
 use super::body::{JsonBody, MaybeJson};
 use super::dto::ReasonRequest;
 use super::problem::{ApiError, Problem};
@@ -20,8 +20,9 @@ use crate::application::merchants::{FORBIDDEN, NewKey, NewMerchant};
 use crate::domain::ids::{ApiKeyId, MerchantId, StoreId};
 use crate::domain::merchant::{KeyRole, MemberRole};
 use dto::{
-    ApiKeyResponse, CreateKeyRequest, CreateMerchantRequest, CreateStoreRequest, CreatedKeyResponse,
-    DailyReportResponse, MemberResponse, MerchantResponse, SetMemberRequest, StoreResponse,
+    ApiKeyResponse, ChannelsRequest, ChannelsResponse, CreateKeyRequest, CreateMerchantRequest,
+    CreateStoreRequest, CreatedKeyResponse, DailyReportResponse, MemberResponse, MerchantResponse,
+    SetMemberRequest, StoreResponse,
 };
 
 /// The merchant a path names. One that is no id is no merchant: `403` like any merchant the
@@ -64,7 +65,8 @@ pub async fn create(
     Ok(HttpResponse::Created().json(MerchantResponse::from(&merchant)))
 }
 
-/// Every merchant, by code (platform operator).
+/// The merchants the caller may act on, by code: every one to the platform operator, a
+/// key's own, a member's `ACTIVE` merchants; none to anyone else (the console's picker).
 #[utoipa::path(
     get,
     path = "/api/merchants",
@@ -72,11 +74,11 @@ pub async fn create(
     operation_id = "merchant_list",
     responses(
         (status = 200, body = Vec<MerchantResponse>),
-        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
 )]
-pub async fn list(state: web::Data<HttpState>, caller: PlatformOperator) -> Result<HttpResponse, ApiError> {
+pub async fn list(state: web::Data<HttpState>, caller: MerchantsCaller) -> Result<HttpResponse, ApiError> {
     let merchants = state.merchants.list(&caller.0).await?;
     Ok(HttpResponse::Ok().json(merchants.iter().map(MerchantResponse::from).collect::<Vec<_>>()))
 }
@@ -429,4 +431,81 @@ pub async fn daily_report(
         .ok_or_else(|| unprocessable("date", "must be a day, YYYY-MM-DD"))?;
     let report = state.merchants.daily_report(&caller.caller, caller.merchant.id, date).await?;
     Ok(HttpResponse::Ok().json(DailyReportResponse::from(&report)))
+}
+
+/// Which of the merchant's channels are its own (platform operator): never their URLs or
+/// secrets.
+#[utoipa::path(
+    get,
+    path = "/api/merchants/{id}/channels",
+    tag = "merchants",
+    operation_id = "merchant_channels",
+    params(("id" = String, Path, description = "Merchant id")),
+    responses(
+        (status = 200, body = ChannelsResponse),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn channels(
+    state: web::Data<HttpState>,
+    caller: PlatformOperator,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = merchant_id(&caller.0, &path)?;
+    let view = state.merchants.channels(&caller.0, id).await?;
+    Ok(HttpResponse::Ok().json(ChannelsResponse::from(&view)))
+}
+
+/// Sets the merchant's own settlement and notification webhooks (platform operator),
+/// sealed under `secrets.key` before they are stored; an empty body's `{}` removes them.
+#[utoipa::path(
+    put,
+    path = "/api/merchants/{id}/channels",
+    tag = "merchants",
+    operation_id = "merchant_set_channels",
+    params(("id" = String, Path, description = "Merchant id")),
+    request_body = ChannelsRequest,
+    responses(
+        (status = 200, body = ChannelsResponse),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "SECRETS_KEY_REQUIRED: secrets.key is not set", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "VALIDATION_FAILED naming the field", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn set_channels(
+    state: web::Data<HttpState>,
+    path: web::Path<String>,
+    Then(caller, body): Then<PlatformOperator, JsonBody<ChannelsRequest>>,
+) -> Result<HttpResponse, ApiError> {
+    let id = merchant_id(&caller.0, &path)?;
+    let view = state.merchants.set_channels(&caller.0, id, body.value.into()).await?;
+    Ok(HttpResponse::Ok().json(ChannelsResponse::from(&view)))
+}
+
+/// The merchant's members, by subject (platform operator).
+#[utoipa::path(
+    get,
+    path = "/api/merchants/{id}/members",
+    tag = "merchants",
+    operation_id = "merchant_members",
+    params(("id" = String, Path, description = "Merchant id")),
+    responses(
+        (status = 200, body = Vec<MemberResponse>),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn members(
+    state: web::Data<HttpState>,
+    caller: PlatformOperator,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = merchant_id(&caller.0, &path)?;
+    let members = state.merchants.members(&caller.0, id, None).await?;
+    Ok(HttpResponse::Ok().json(members.iter().map(MemberResponse::from).collect::<Vec<_>>()))
 }

@@ -7,6 +7,7 @@ pub mod inbox;
 pub mod ledger_findings;
 pub mod ledger_runs;
 pub mod merchant_api_keys;
+pub mod merchant_channels;
 pub mod merchant_members;
 pub mod merchants;
 pub mod notification_events;
