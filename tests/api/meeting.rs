@@ -108,13 +108,21 @@ pub(crate) async fn start(
     backend: Backend,
     extra: &[(&str, &str)],
 ) -> Option<(TestApp, TestBroker, Meeting, Workers)> {
+    start_on(crate::helpers::TestDb::create(backend).await?, extra).await
+}
+
+/// As [`start`], on a database the test prepared.
+pub(crate) async fn start_on(
+    test_db: crate::helpers::TestDb,
+    extra: &[(&str, &str)],
+) -> Option<(TestApp, TestBroker, Meeting, Workers)> {
     let broker = TestBroker::start().await?;
     let id = uuid::Uuid::new_v4().simple().to_string();
     let mut env = broker.env(&amqp_url());
     env.extend(Meeting::env(&id));
     env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let app = TestApp::spawn_with(backend, &refs).await?;
+    let app = TestApp::spawn_on_database(test_db, &refs, None).await;
     let workers = Workers::spawn(&app.services);
     let connection = connect(&broker.endpoint, "test-meeting-service").await.unwrap();
     let channel = connection.open_channel(None).await.unwrap();

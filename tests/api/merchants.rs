@@ -56,6 +56,15 @@ async fn a_merchant_walkthrough(backend: Backend) {
     let again = json(again.unwrap(), StatusCode::CONFLICT).await;
     assert_eq!(again["code"], "DUPLICATE_MERCHANT_CODE");
     let id = s(&merchant["id"]);
+    // Two creations of one code at once: one merchant, one 409 (the unique index decides).
+    let race = |code: &'static str| {
+        let body = json!({ "code": code, "name": "Race" });
+        app.post("/api/merchants", &admin).json(&body).send()
+    };
+    let (one, two) = tokio::join!(race("race"), race(" RACE "));
+    let mut statuses = [one.unwrap().status(), two.unwrap().status()];
+    statuses.sort();
+    assert_eq!(statuses, [StatusCode::CREATED, StatusCode::CONFLICT]);
     let store = create_store(&app, &admin, &id, "gangnam").await;
     assert_eq!((store["code"].as_str(), store["timezone"].as_str()), (Some("GANGNAM"), Some("Asia/Seoul")));
     let dup =
@@ -144,6 +153,7 @@ async fn a_merchant_walkthrough(backend: Backend) {
     assert_eq!(
         actions,
         [
+            "MERCHANT_CREATED",
             "MERCHANT_CREATED",
             "STORE_REGISTERED",
             "API_KEY_CREATED",
@@ -876,4 +886,38 @@ async fn a_merchants_own_channels_are_sealed_and_used(backend: Backend) {
     assert_eq!(rotate(NEW_SECRETS_KEY, Some(SECRETS_KEY))["resealed"], 1);
     assert_ne!(sealed_key().await, old, "sealed under the new key");
     assert_eq!(rotate(NEW_SECRETS_KEY, None)["resealed"], 0, "nothing left under the old key");
+}
+
+on_both_databases!(a_registrations_order_is_the_configured_merchants);
+
+/// `meetings.merchant`: the meeting service's registrations are that merchant's orders, and
+/// its events say so.
+async fn a_registrations_order_is_the_configured_merchants(backend: Backend) {
+    use sea_orm::ConnectionTrait;
+    let Some(test_db) = crate::helpers::TestDb::create(backend).await else { return };
+    let db = test_db.connect().await;
+    let id = "0000000e-0000-4000-8000-000000000001";
+    let literal =
+        if backend == Backend::Postgres { format!("'{id}'") } else { format!("x'{}'", id.replace('-', "")) };
+    let now = if backend == Backend::Postgres { "CURRENT_TIMESTAMP" } else { "'2026-12-06 00:00:00+00:00'" };
+    db.execute_unprepared(&format!(
+        "INSERT INTO merchants (id, code, name, status, timezone, created_at, updated_at, version) \
+         VALUES ({literal}, 'MEETUP', 'Meetup', 'ACTIVE', 'Asia/Seoul', {now}, {now}, 0)"
+    ))
+    .await
+    .unwrap();
+    drop(db);
+    let Some((app, _broker, meeting, _workers)) =
+        crate::meeting::start_on(test_db, &[("APP__MEETINGS__MERCHANT", "meetup")]).await
+    else {
+        return;
+    };
+    let body = crate::meeting::registered("ev-m-1", "m-9", "u-merchant", 5000);
+    meeting.publish("meeting.participant.registered", &body, None).await;
+    let orders = crate::meeting::settled(&app, "u-merchant").await;
+    assert_eq!(orders[0]["merchantId"], id, "{:?}", orders[0]);
+    let admin = app.admin_token("ops");
+    let listed = format!("/api/merchants/{id}/orders");
+    let page = json(app.get(&listed, &admin).send().await.unwrap(), StatusCode::OK).await;
+    assert_eq!(page["items"][0]["id"], orders[0]["id"]);
 }
