@@ -88,6 +88,21 @@ pub struct JsonBody<T> {
     pub canonical: String,
 }
 
+impl<T> JsonBody<T> {
+    /// `422` naming `body` unless the body was a JSON object: a struct whose fields are all
+    /// optional would otherwise read `[null, null]` (serde takes a struct from a sequence).
+    ///
+    /// # Errors
+    /// `422 VALIDATION_FAILED` with `field = body`.
+    pub fn require_object(&self) -> Result<(), ApiError> {
+        if self.canonical.starts_with('{') {
+            Ok(())
+        } else {
+            Err(ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "body", "must be a JSON object"))
+        }
+    }
+}
+
 fn canonical(value: &serde_json::Value) -> String {
     fn write(value: &serde_json::Value, out: &mut String) {
         match value {
