@@ -15,7 +15,8 @@
 //!   steps), `payment` (with refunds), `settlement`, `notification`, `outbox` (delivery
 //!   states, lanes), `ledger` (matching a provider's day against our books), `payout` (its
 //!   settlements against our transactions), `merchant` (merchants, their stores and who may
-//!   do what, docs/spec.md §15), plus `money`,
+//!   do what, docs/spec.md §15), `webhook` (subscriptions' filters and delivery rules, §16),
+//!   plus `money`,
 //!   `text` (input rules), `backoff` (the one doubling backoff), `retry` (the one retry
 //!   policy), `ids` and `audit` actions; `proptests` holds the transitions' property tests.
 //!   Pure: no I/O, no async.
@@ -25,7 +26,7 @@
 //!     `payment_methods`, …), the broker (`event_publisher`), the providers
 //!     (`payment_gateway` with `ProviderRecords`, `ProviderLedger` and `ProviderCustomers`
 //!     beside it for the providers that have them, `settlement_gateway`, `notifier`,
-//!     `meeting_fees`, `merchant_store`), `secret_box`, `clock`.
+//!     `meeting_fees`, `merchant_store`, `webhook_store`), `secret_box`, `clock`.
 //!   - `orchestration/` — the saga: `steps` (what runs next), one pure decision per step
 //!     (`payment`, `settlement`, `compensation`, `notify`), `outcome` (a step's commit and
 //!     the next step's intent in it), `orchestrator` (the `Orchestrator`), `service`
@@ -45,19 +46,20 @@
 //!   - `merchants/` (docs/spec.md §15: the platform operator's management, `access` — who
 //!     may act on a merchant, every "no" one `403`, and a merchant API key read —,
 //!     `keys`: made, shown once, checked by hash, `report`: the daily report, and
-//!     `channels`: a merchant's own channels, sealed),
+//!     `channels`: a merchant's own channels, sealed), `webhooks/` (merchants' webhook
+//!     endpoints, §16: `endpoints`),
 //!     `jobs` (the periodic jobs' runner, below), `idempotency`, `queries`, `envelopes`
 //!     (the outbox event writer every use case shares), `commit`, `input`, `health`,
 //!     `meter`, `audit`, `actor`, `error`.
 //! - [`adapters`] — the outside world behind the ports:
 //!   - `persistence` — SeaORM on PostgreSQL and SQLite (`unit_of_work`: a change set as
 //!     one statement on PostgreSQL; `orders`, `payments`, `settlements`, `notifications`,
-//!     `ledger`, `payment_methods`, `merchants`, `merchant_channels`, `audit`, `idempotency`, `outbox/`) on one `store`, rows
+//!     `ledger`, `payment_methods`, `merchants`, `merchant_channels`, `webhook_endpoints`, `audit`, `idempotency`, `outbox/`) on one `store`, rows
 //!     in `entities/` read into the domain by `mapping`, PostgreSQL's `NOTIFY` heard by
 //!     `listener`, and the meeting service's MariaDB fee table (`meeting_fees`).
 //!   - `http` — actix-web handlers per resource (`orders`, `payments`, `settlements`,
 //!     `notifications`, `ledger`, `payment_methods`, `webhooks` (Toss's), `outbox_admin`,
-//!     `ops`, `console`, `merchants/`: management, `orders` and `repairs` under a merchant's path, `dto`),
+//!     `ops`, `console`, `merchants/`: management, `orders`, `repairs` and `webhooks` under a merchant's path, `dto`),
 //!     with `auth/` (settings, keys, JWKS, extractors), `problem`
 //!     (RFC 7807), `body`, `dto`, `correlation` (the request's id), and each dialect's
 //!     listener with its settings (`commerce/`, `momo/`).

@@ -32,6 +32,7 @@ mod m20261208_000024_order_start;
 mod m20261208_000025_step_facts;
 mod m20261209_000026_merchants;
 mod m20261209_000027_merchant_channels;
+mod m20261210_000028_webhook_subscriptions;
 
 pub struct Migrator;
 
@@ -66,6 +67,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261208_000025_step_facts::Migration),
             Box::new(m20261209_000026_merchants::Migration),
             Box::new(m20261209_000027_merchant_channels::Migration),
+            Box::new(m20261210_000028_webhook_subscriptions::Migration),
         ]
     }
 }

@@ -26,6 +26,7 @@ pub mod entity {
     /// A membership: `<merchantId>:<subject>`.
     pub const MEMBER: &str = "merchant_member";
     pub const API_KEY: &str = "api_key";
+    pub const WEBHOOK_ENDPOINT: &str = "webhook_endpoint";
 }
 
 /// An actor's free-text reason, as its audit row will keep it — checked before the action it

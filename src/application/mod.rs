@@ -25,6 +25,7 @@ pub mod ports;
 pub mod queries;
 pub mod recovery;
 pub mod settlement_retry;
+pub mod webhooks;
 
 pub use actor::{Access, Actor};
 pub use error::{AppError, ORDER_BUSY};

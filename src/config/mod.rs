@@ -23,6 +23,7 @@ mod resolve;
 mod retention;
 mod secrets;
 mod telemetry;
+mod webhooks;
 mod worker;
 
 use std::fmt;
@@ -41,6 +42,7 @@ use resolve::{address, duration, positive, redact};
 use retention::resolve_idempotency;
 use secrets::resolve_secrets;
 use telemetry::{resolve_log, resolve_telemetry};
+use webhooks::resolve_webhooks;
 use worker::resolve_worker;
 
 use crate::adapters::http::auth::AuthSettings;
@@ -56,6 +58,7 @@ pub use payment::{PaymentSettings, ProviderKind, TossConfig};
 pub use retention::{AuditSettings, IdempotencySettings};
 pub use secrets::SecretsSettings;
 pub use telemetry::LogSettings;
+pub use webhooks::WebhooksSettings;
 pub use worker::WorkerSettings;
 
 /// A configuration problem, naming the key.
@@ -122,6 +125,7 @@ pub struct Settings {
     pub telemetry: TelemetrySettings,
     pub meetings: MeetingsSettings,
     pub secrets: SecretsSettings,
+    pub webhooks: WebhooksSettings,
 }
 
 impl Settings {
@@ -272,10 +276,12 @@ impl Settings {
         let idempotency = p.take(resolve_idempotency(raw.idempotency));
         let telemetry = p.take(resolve_telemetry(raw.telemetry));
         let secrets = p.take(resolve_secrets(raw.secrets));
+        let webhooks = p.take(resolve_webhooks(raw.webhooks));
         p.finish()?;
         Ok(Settings {
             meetings: resolved(meetings)?,
             secrets: resolved(secrets)?,
+            webhooks: resolved(webhooks)?,
             http: HttpSettings {
                 bind: resolved(http)?,
                 commerce: resolved(commerce)?,

@@ -42,6 +42,7 @@ pub(super) struct Raw {
     pub(super) meetings: RawMeetings,
     #[serde(default)]
     pub(super) secrets: super::secrets::RawSecrets,
+    pub(super) webhooks: super::webhooks::RawWebhooks,
 }
 
 /// Every fixed default, in the shape of a configuration file (docs/configuration.md lists
@@ -173,6 +174,10 @@ retention = "365d"
 
 [idempotency]
 retention = "24h"
+
+[webhooks]
+allow_http = false
+rotation_overlap = "24h"
 
 [meetings]
 fee_source = "message"

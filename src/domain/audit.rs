@@ -71,5 +71,10 @@ spelled!(
         ApiKeyRevoked => "API_KEY_REVOKED",
         MerchantChannelsSet => "MERCHANT_CHANNELS_SET",
         MerchantChannelsResealed => "MERCHANT_CHANNELS_RESEALED",
+        WebhookEndpointCreated => "WEBHOOK_ENDPOINT_CREATED",
+        WebhookEndpointUpdated => "WEBHOOK_ENDPOINT_UPDATED",
+        WebhookEndpointDeleted => "WEBHOOK_ENDPOINT_DELETED",
+        WebhookEndpointEnabled => "WEBHOOK_ENDPOINT_ENABLED",
+        WebhookSecretRotated => "WEBHOOK_SECRET_ROTATED",
     }
 );

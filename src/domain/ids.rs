@@ -92,3 +92,7 @@ typed_id!(
     /// Identifies a merchant's API key (not the key: its row).
     ApiKeyId
 );
+typed_id!(
+    /// Identifies a merchant's webhook endpoint (docs/spec.md §16).
+    WebhookEndpointId
+);

@@ -53,3 +53,4 @@ mod proptests;
 pub mod retry;
 pub mod settlement;
 pub mod text;
+pub mod webhook;

@@ -144,6 +144,8 @@ pub struct Services {
     /// The merchants the doors' orders are (`meetings.merchant`,
     /// `http.dialects.commerce.merchant`), found when the service starts.
     pub owners: Owners,
+    /// Merchants' webhook endpoints (docs/spec.md §16).
+    pub webhooks: Arc<crate::application::webhooks::WebhookEndpoints>,
     pub recovery: Arc<Recovery>,
     pub meeting_events: Arc<MeetingEvents>,
     pub publishers: PublisherFactory,

@@ -123,6 +123,7 @@ pub(super) fn http_state(services: &Services, role: Role) -> web::Data<HttpState
         metrics: services.metrics.clone(),
         wire: Arc::new(wire_view(&services.settings)),
         merchants: services.merchants.clone(),
+        webhooks: services.webhooks.clone(),
     })
 }
 

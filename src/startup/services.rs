@@ -38,11 +38,12 @@ use crate::application::outbox::{Housekeeping, OutboxAdmin};
 use crate::application::ports::{
     CardKeyIn, Clock, IdempotencyStore, LedgerStore, MeetingFees, MeetingPayments, Notifier, OrderRepository,
     OutboxStore, PaymentGateway, PaymentMethodRepository, PaymentRepository, PayoutStore, ProviderCustomers,
-    ProviderLedger, SagaRuns, SettlementGateway, UnitOfWork,
+    ProviderLedger, SagaRuns, SecretBox, SettlementGateway, UnitOfWork,
 };
 use crate::application::queries::OrderQueries;
 use crate::application::recovery::Recovery;
 use crate::application::settlement_retry::{SettlementRetries, SettlementRetrySettings};
+use crate::application::webhooks::{WebhookEndpoints, WebhookSettings};
 use crate::config::{FeeSource, NotificationChannel, ProviderKind, Settings, SettlementChannel};
 use crate::domain::ids::MerchantId;
 use crate::domain::merchant::DEFAULT_CODE;
@@ -376,6 +377,16 @@ pub async fn build_services_with_clock(
     let fees = meeting_fees(settings).await?;
     let key_in = key_in(settings, &orchestrator, &orders, fees.clone())?;
     let owners = owners(settings, &merchants).await?;
+    let webhooks = Arc::new(WebhookEndpoints::new(
+        merchants.clone(),
+        orders.clone(),
+        sealer(settings),
+        clock.clone(),
+        WebhookSettings {
+            allow_http: settings.webhooks.allow_http,
+            rotation_overlap: settings.webhooks.rotation_overlap,
+        },
+    ));
     let meeting_events =
         meeting_events(&orchestrator, &money.refunds, &orders, &clock, fees, owners.meetings);
     let (recovery, settlements) = repairs(settings, &orchestrator, &money.refunds, &orders, &clock, meter);
@@ -414,6 +425,7 @@ pub async fn build_services_with_clock(
         key_in,
         merchants,
         owners,
+        webhooks,
         recovery,
         meeting_events,
         publishers,
@@ -463,10 +475,13 @@ async fn owners(settings: &Settings, merchants: &Merchants) -> Result<super::Own
 /// Merchants, their people, keys and reports; their own channels sealed under
 /// `secrets.key`.
 fn merchants(settings: &Settings, orders: &Arc<SeaOrmStore>, clock: &Arc<dyn Clock>) -> Arc<Merchants> {
-    let secrets = settings.secrets.key.as_ref();
-    let sealer = XChaChaBox::new(secrets, settings.secrets.previous_key.as_ref());
-    let vault = ChannelVault { store: orders.clone(), secrets: Arc::new(sealer) };
+    let vault = ChannelVault { store: orders.clone(), secrets: sealer(settings) };
     Arc::new(
         Merchants::new(orders.clone(), orders.clone(), orders.clone(), clock.clone()).with_channels(vault),
     )
+}
+
+/// What seals secrets at rest: `secrets.key` (and `secrets.previous_key`).
+fn sealer(settings: &Settings) -> Arc<dyn SecretBox> {
+    Arc::new(XChaChaBox::new(settings.secrets.key.as_ref(), settings.secrets.previous_key.as_ref()))
 }

@@ -45,6 +45,7 @@ mod refunds;
 mod relay;
 mod repository_contract;
 mod schemathesis;
+mod subscriptions;
 mod toss;
 mod toss_edges;
 mod traces;

@@ -367,7 +367,10 @@ fn expected_on_own_path(credential: Credential, method: &Method, path: &str) -> 
         || path.ends_with("/resume")
         || path.ends_with("/channels")
         || (path == "/api/merchants" && *method == Method::POST);
-    let need = if *method == Method::GET {
+    // An endpoint's secret is an OPERATOR's to read.
+    let need = if path.ends_with("/secret") {
+        Need::Write
+    } else if *method == Method::GET {
         Need::Read
     } else if path.ends_with("/orders") {
         Need::PlaceOrders
@@ -382,9 +385,10 @@ fn expected_on_own_path(credential: Credential, method: &Method, path: &str) -> 
         Credential::OperatorKey => KeyRole::Operator.allows(need),
         _ => false,
     };
-    let child = ["{order}", "{storeId}", "{keyId}", "{eventId}", "{settlementId}", "{subject}"]
-        .iter()
-        .any(|c| path.contains(c));
+    let child =
+        ["{order}", "{storeId}", "{keyId}", "{eventId}", "{settlementId}", "{subject}", "{endpointId}"]
+            .iter()
+            .any(|c| path.contains(c));
     match (operator_only, allowed, child) {
         (true, _, _) | (false, false, _) => Own::Forbidden,
         (false, true, true) => Own::NotThere,
@@ -401,6 +405,7 @@ fn fill(path: &str, merchant: &Side, child: &Side, by_number: bool) -> String {
         .replace("{keyId}", &child.key_id)
         .replace("{eventId}", &child.notification)
         .replace("{settlementId}", &child.settlement)
+        .replace("{endpointId}", "0000000f-0000-4000-8000-000000000001")
         .replace("{subject}", "carol")
         .replace("{refundId}", &child.order)
 }
@@ -410,13 +415,15 @@ async fn call(app: &TestApp, method: &Method, path: &str, token: &str) -> (Statu
         json!({ "role": "VIEWER" })
     } else if path.ends_with("/orders") || path == "/api/orders" {
         order_body()
+    } else if *method == Method::PATCH {
+        json!({ "description": "isolation" })
     } else {
         // A reason: the repairs that require one then answer for their target, not their body.
         json!({ "reason": "isolation" })
     };
     let mut request = app.client.request(method.clone(), format!("{}{path}", app.base)).bearer_auth(token);
     request = request.header("Idempotency-Key", format!("iso-{}", uuid::Uuid::new_v4()));
-    if *method == Method::POST || *method == Method::PUT {
+    if [Method::POST, Method::PUT, Method::PATCH].contains(method) {
         request = request.json(&body);
     }
     let answer = request.send().await.unwrap();

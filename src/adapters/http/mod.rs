@@ -72,6 +72,8 @@ pub struct HttpState {
     pub wire: Arc<crate::adapters::messaging::contract::WireView>,
     /// Merchants, their people and keys (docs/spec.md §15).
     pub merchants: Arc<crate::application::merchants::Merchants>,
+    /// Merchants' webhook endpoints (docs/spec.md §16).
+    pub webhooks: Arc<crate::application::webhooks::WebhookEndpoints>,
 }
 
 pub(crate) struct BearerAuth;
@@ -196,6 +198,14 @@ impl utoipa::Modify for BearerAuth {
         merchants::channels,
         merchants::set_channels,
         merchants::members,
+        merchants::webhooks::list,
+        merchants::webhooks::create,
+        merchants::webhooks::get,
+        merchants::webhooks::update,
+        merchants::webhooks::delete,
+        merchants::webhooks::secret,
+        merchants::webhooks::rotate,
+        merchants::webhooks::enable,
         merchants::repairs::notification_events,
         merchants::repairs::reprocess,
         merchants::repairs::ignore,
@@ -373,10 +383,33 @@ fn merchant_routes(cfg: &mut web::ServiceConfig) {
     .configure(merchant_repair_routes);
 }
 
-/// A merchant's repairs under its path.
+/// A merchant's repairs and webhook endpoints under its path.
 fn merchant_repair_routes(cfg: &mut web::ServiceConfig) {
-    use merchants::repairs;
+    use merchants::{repairs, webhooks};
     cfg.service(
+        resource("/api/merchants/{id}/webhook-endpoints", "GET, POST")
+            .route(web::get().to(webhooks::list))
+            .route(web::post().to(webhooks::create)),
+    )
+    .service(
+        resource("/api/merchants/{id}/webhook-endpoints/{endpointId}", "GET, PATCH, DELETE")
+            .route(web::get().to(webhooks::get))
+            .route(web::patch().to(webhooks::update))
+            .route(web::delete().to(webhooks::delete)),
+    )
+    .service(
+        resource("/api/merchants/{id}/webhook-endpoints/{endpointId}/secret", "GET")
+            .route(web::get().to(webhooks::secret)),
+    )
+    .service(
+        resource("/api/merchants/{id}/webhook-endpoints/{endpointId}/secret/rotate", "POST")
+            .route(web::post().to(webhooks::rotate)),
+    )
+    .service(
+        resource("/api/merchants/{id}/webhook-endpoints/{endpointId}/enable", "POST")
+            .route(web::post().to(webhooks::enable)),
+    )
+    .service(
         resource("/api/merchants/{id}/notification-events", "GET")
             .route(web::get().to(repairs::notification_events)),
     )

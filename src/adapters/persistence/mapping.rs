@@ -32,7 +32,7 @@ pub(super) fn parse<T>(column: &str, value: &str, f: impl Fn(&str) -> Option<T>)
     f(value).ok_or_else(|| corrupt(column, value))
 }
 
-fn parse_opt<T>(
+pub(super) fn parse_opt<T>(
     column: &str,
     value: Option<&str>,
     f: impl Fn(&str) -> Option<T>,

@@ -22,6 +22,7 @@ mod payments;
 mod settlements;
 mod store;
 mod unit_of_work;
+mod webhook_endpoints;
 
 use std::path::Path;
 use std::time::Duration;

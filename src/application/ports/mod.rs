@@ -26,6 +26,7 @@
 //! - [`merchant_store`](MerchantDirectory, [`MerchantAccessStore`]) — merchants, stores,
 //!   memberships and API keys.
 //! - [`secret_box`](SecretBox) — what is sealed at rest under `secrets.key`.
+//! - [`webhook_store`](WebhookEndpointStore) — merchants' webhook endpoints (§16).
 //! - [`clock`](Clock) — time.
 
 mod audit_log;
@@ -49,6 +50,7 @@ mod secret_box;
 mod settlement_gateway;
 mod settlement_repository;
 mod unit_of_work;
+mod webhook_store;
 
 pub use audit_log::{AuditLog, AuditRecord};
 pub use clock::Clock;
@@ -85,6 +87,7 @@ pub use secret_box::{SealError, Sealed, SecretBox};
 pub use settlement_gateway::{SettlementGateway, SettlementOutcome, SettlementRequest};
 pub use settlement_repository::{ListedSettlement, SettlementRepository};
 pub use unit_of_work::{Changes, NewStep, Placed, UnitOfWork, Write};
+pub use webhook_store::{EndpointSecrets, WebhookEndpointStore};
 
 #[cfg(test)]
 pub use clock::MockClock;

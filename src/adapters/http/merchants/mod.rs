@@ -6,6 +6,7 @@
 pub mod dto;
 pub mod orders;
 pub mod repairs;
+pub mod webhooks;
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
@@ -482,6 +483,7 @@ pub async fn set_channels(
     Then(caller, body): Then<PlatformOperator, JsonBody<ChannelsRequest>>,
 ) -> Result<HttpResponse, ApiError> {
     let id = merchant_id(&caller.0, &path)?;
+    body.require_object()?;
     let view = state.merchants.set_channels(&caller.0, id, body.value.into()).await?;
     Ok(HttpResponse::Ok().json(ChannelsResponse::from(&view)))
 }

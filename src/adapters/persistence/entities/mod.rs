@@ -21,3 +21,4 @@ pub mod payouts;
 pub mod refunds;
 pub mod settlements;
 pub mod stores;
+pub mod webhook_endpoints;

@@ -1,0 +1,305 @@
+//! The endpoints' use cases: checked by the domain's rules, authorized by the merchant's,
+//! audited with their actor.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+
+use crate::application::audit::{self, entity};
+use crate::application::merchants::Merchants;
+use crate::application::merchants::channels::SECRETS_KEY_REQUIRED;
+use crate::application::ports::{Clock, EndpointSecrets, SealError, SecretBox, WebhookEndpointStore};
+use crate::application::{Actor, AppError};
+use crate::domain::audit::AuditAction;
+use crate::domain::ids::{MerchantId, WebhookEndpointId};
+use crate::domain::merchant::Need;
+use crate::domain::text;
+use crate::domain::webhook::{self, Endpoint, EventFilter, MAX_DESCRIPTION, WebhookError};
+
+/// `webhooks.*` as the endpoints' rules read them.
+#[derive(Debug, Clone)]
+pub struct WebhookSettings {
+    /// `http://` endpoints allowed (development).
+    pub allow_http: bool,
+    /// How long a rotated secret keeps signing beside the new one.
+    pub rotation_overlap: Duration,
+}
+
+/// An endpoint as asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewEndpoint {
+    pub url: String,
+    pub description: Option<String>,
+    pub event_types: Vec<String>,
+}
+
+/// Random bytes of a secret: within the specification's 24 to 64.
+const SECRET_BYTES: usize = 32;
+
+impl From<WebhookError> for AppError {
+    fn from(err: WebhookError) -> Self {
+        match err {
+            WebhookError::Invalid { field, message } => AppError::Validation { field, message },
+        }
+    }
+}
+
+fn sealing(err: SealError) -> AppError {
+    match err {
+        SealError::NoKey => AppError::Conflict {
+            code: SECRETS_KEY_REQUIRED,
+            message: "set secrets.key (32 random bytes, base64) before an endpoint holds a secret".into(),
+        },
+        other => AppError::internal(other.to_string()),
+    }
+}
+
+pub struct WebhookEndpoints {
+    merchants: Arc<Merchants>,
+    store: Arc<dyn WebhookEndpointStore>,
+    secrets: Arc<dyn SecretBox>,
+    clock: Arc<dyn Clock>,
+    settings: WebhookSettings,
+}
+
+impl WebhookEndpoints {
+    pub fn new(
+        merchants: Arc<Merchants>,
+        store: Arc<dyn WebhookEndpointStore>,
+        secrets: Arc<dyn SecretBox>,
+        clock: Arc<dyn Clock>,
+        settings: WebhookSettings,
+    ) -> Self {
+        WebhookEndpoints { merchants, store, secrets, clock, settings }
+    }
+
+    /// A fresh `whsec_` secret, sealed, and the plain one.
+    fn fresh_secret(&self) -> Result<(String, crate::application::ports::Sealed), AppError> {
+        let mut bytes = [0u8; SECRET_BYTES];
+        getrandom::fill(&mut bytes)
+            .map_err(|e| AppError::unavailable(format!("no randomness for a secret: {e}")))?;
+        let plain = format!("whsec_{}", base64::engine::general_purpose::STANDARD.encode(bytes));
+        let sealed = self.secrets.seal(plain.as_bytes()).map_err(sealing)?;
+        Ok((plain, sealed))
+    }
+
+    fn description(raw: Option<String>) -> Result<String, AppError> {
+        let description = raw.unwrap_or_default();
+        text::check("description", &description, MAX_DESCRIPTION)?;
+        Ok(description)
+    }
+
+    /// A new endpoint of the merchant (an `OPERATOR`), and its secret — shown to its maker.
+    ///
+    /// # Errors
+    /// As `Merchants::authorize`; `Validation` naming the field; `Conflict`
+    /// `SECRETS_KEY_REQUIRED` without `secrets.key`.
+    pub async fn create(
+        &self,
+        actor: &Actor,
+        merchant: MerchantId,
+        new: NewEndpoint,
+    ) -> Result<(Endpoint, String), AppError> {
+        self.merchants.authorize(actor, merchant, Need::Write).await?;
+        webhook::check_url(&new.url, self.settings.allow_http)?;
+        let filter = EventFilter::parse(&new.event_types, webhook::known_event_type)?;
+        let now = self.clock.now();
+        let endpoint = Endpoint {
+            id: WebhookEndpointId::new(),
+            merchant_id: merchant,
+            url: new.url,
+            description: Self::description(new.description)?,
+            filter,
+            disabled: None,
+            created_at: now,
+            last_success_at: None,
+            failing_since: None,
+        };
+        let (plain, sealed) = self.fresh_secret()?;
+        let audit = audit::record(
+            AuditAction::WebhookEndpointCreated,
+            entity::WEBHOOK_ENDPOINT,
+            endpoint.id,
+            actor,
+            Some(format!("merchant {merchant}, events {}", endpoint.filter.names().join(","))),
+            now,
+        );
+        self.store
+            .insert_endpoint(&endpoint, &EndpointSecrets { current: sealed, previous: None }, &audit)
+            .await?;
+        Ok((endpoint, plain))
+    }
+
+    /// The merchant's endpoints (anyone who may read the merchant).
+    ///
+    /// # Errors
+    /// As `Merchants::authorize`.
+    pub async fn list(&self, actor: &Actor, merchant: MerchantId) -> Result<Vec<Endpoint>, AppError> {
+        self.merchants.authorize(actor, merchant, Need::Read).await?;
+        Ok(self.store.endpoints(merchant).await?)
+    }
+
+    /// One of the merchant's endpoints; another merchant's is `NotFound`.
+    ///
+    /// # Errors
+    /// As `Merchants::authorize`, then `NotFound`.
+    pub async fn get(
+        &self,
+        actor: &Actor,
+        merchant: MerchantId,
+        id: WebhookEndpointId,
+    ) -> Result<Endpoint, AppError> {
+        self.merchants.authorize(actor, merchant, Need::Read).await?;
+        Ok(self.found(merchant, id).await?.0)
+    }
+
+    async fn found(
+        &self,
+        merchant: MerchantId,
+        id: WebhookEndpointId,
+    ) -> Result<(Endpoint, EndpointSecrets), AppError> {
+        self.store.endpoint(merchant, id).await?.ok_or(AppError::NotFound("webhook endpoint"))
+    }
+
+    /// Changes an endpoint's URL, description or events (an `OPERATOR`); what is `None`
+    /// stays.
+    ///
+    /// # Errors
+    /// As [`Self::create`], then `NotFound`.
+    pub async fn update(
+        &self,
+        actor: &Actor,
+        merchant: MerchantId,
+        id: WebhookEndpointId,
+        url: Option<String>,
+        description: Option<String>,
+        event_types: Option<Vec<String>>,
+    ) -> Result<Endpoint, AppError> {
+        self.merchants.authorize(actor, merchant, Need::Write).await?;
+        let (mut endpoint, _) = self.found(merchant, id).await?;
+        if let Some(url) = url {
+            webhook::check_url(&url, self.settings.allow_http)?;
+            endpoint.url = url;
+        }
+        if let Some(description) = description {
+            endpoint.description = Self::description(Some(description))?;
+        }
+        if let Some(types) = event_types {
+            endpoint.filter = EventFilter::parse(&types, webhook::known_event_type)?;
+        }
+        let now = self.clock.now();
+        let audit = audit::record(
+            AuditAction::WebhookEndpointUpdated,
+            entity::WEBHOOK_ENDPOINT,
+            id,
+            actor,
+            None,
+            now,
+        );
+        self.store.update_endpoint(&endpoint, Some(audit)).await?;
+        Ok(endpoint)
+    }
+
+    /// Turns a disabled endpoint back on (an `OPERATOR`).
+    ///
+    /// # Errors
+    /// As [`Self::update`].
+    pub async fn enable(
+        &self,
+        actor: &Actor,
+        merchant: MerchantId,
+        id: WebhookEndpointId,
+    ) -> Result<Endpoint, AppError> {
+        self.merchants.authorize(actor, merchant, Need::Write).await?;
+        let (mut endpoint, _) = self.found(merchant, id).await?;
+        let was = endpoint.disabled;
+        endpoint.enable();
+        let now = self.clock.now();
+        let detail = was.map(|r| format!("was disabled: {r}"));
+        let audit = audit::record(
+            AuditAction::WebhookEndpointEnabled,
+            entity::WEBHOOK_ENDPOINT,
+            id,
+            actor,
+            detail,
+            now,
+        );
+        self.store.update_endpoint(&endpoint, Some(audit)).await?;
+        Ok(endpoint)
+    }
+
+    /// Deletes an endpoint and its messages (an `OPERATOR`).
+    ///
+    /// # Errors
+    /// As [`Self::update`].
+    pub async fn delete(
+        &self,
+        actor: &Actor,
+        merchant: MerchantId,
+        id: WebhookEndpointId,
+    ) -> Result<(), AppError> {
+        self.merchants.authorize(actor, merchant, Need::Write).await?;
+        let now = self.clock.now();
+        let audit = audit::record(
+            AuditAction::WebhookEndpointDeleted,
+            entity::WEBHOOK_ENDPOINT,
+            id,
+            actor,
+            None,
+            now,
+        );
+        if self.store.delete_endpoint(merchant, id, &audit).await? {
+            Ok(())
+        } else {
+            Err(AppError::NotFound("webhook endpoint"))
+        }
+    }
+
+    /// The endpoint's current secret (an `OPERATOR`).
+    ///
+    /// # Errors
+    /// As [`Self::update`]; `Internal` when it does not open.
+    pub async fn secret(
+        &self,
+        actor: &Actor,
+        merchant: MerchantId,
+        id: WebhookEndpointId,
+    ) -> Result<String, AppError> {
+        self.merchants.authorize(actor, merchant, Need::Write).await?;
+        let (_, secrets) = self.found(merchant, id).await?;
+        let plain = self.secrets.open(&secrets.current).map_err(|e| AppError::internal(e.to_string()))?;
+        String::from_utf8(plain).map_err(|_| AppError::internal("a sealed secret is not text"))
+    }
+
+    /// A new secret (an `OPERATOR`); the current one keeps signing beside it for
+    /// `webhooks.rotation_overlap`. The new one is in the answer.
+    ///
+    /// # Errors
+    /// As [`Self::create`], then `NotFound`.
+    pub async fn rotate_secret(
+        &self,
+        actor: &Actor,
+        merchant: MerchantId,
+        id: WebhookEndpointId,
+    ) -> Result<String, AppError> {
+        self.merchants.authorize(actor, merchant, Need::Write).await?;
+        let (_, secrets) = self.found(merchant, id).await?;
+        let (plain, sealed) = self.fresh_secret()?;
+        let now = self.clock.now();
+        let overlap =
+            chrono::Duration::from_std(self.settings.rotation_overlap).unwrap_or(chrono::Duration::days(1));
+        let rotated = EndpointSecrets { current: sealed, previous: Some((secrets.current, now + overlap)) };
+        let detail = Some(format!("the previous secret signs until {}", now + overlap));
+        let audit = audit::record(
+            AuditAction::WebhookSecretRotated,
+            entity::WEBHOOK_ENDPOINT,
+            id,
+            actor,
+            detail,
+            now,
+        );
+        self.store.set_secrets(id, &rotated, &audit).await?;
+        Ok(plain)
+    }
+}
