@@ -361,7 +361,8 @@ pub async fn build_services_with_clock(
     let payments: Arc<dyn PaymentGateway> =
         Arc::new(Measured::new(payments, payment_provider(settings), meter.clone()));
     let capabilities = capabilities.measured(payment_provider(settings), &meter);
-    let merchants = merchants(settings, &orders, &clock);
+    let sealer = sealer(settings);
+    let merchants = merchants(&orders, &sealer, &clock);
     let (settlements, notifier) = channels(settings, &calls, &meter)?;
     // A merchant's own channels before the deployment's (docs/spec.md §15).
     let settlements: Arc<dyn SettlementGateway> =
@@ -378,9 +379,8 @@ pub async fn build_services_with_clock(
     let key_in = key_in(settings, &orchestrator, &orders, fees.clone())?;
     let owners = owners(settings, &merchants).await?;
     let webhooks = Arc::new(WebhookEndpoints::new(
-        merchants.clone(),
         orders.clone(),
-        sealer(settings),
+        sealer.clone(),
         clock.clone(),
         WebhookSettings {
             allow_http: settings.webhooks.allow_http,
@@ -474,8 +474,12 @@ async fn owners(settings: &Settings, merchants: &Merchants) -> Result<super::Own
 
 /// Merchants, their people, keys and reports; their own channels sealed under
 /// `secrets.key`.
-fn merchants(settings: &Settings, orders: &Arc<SeaOrmStore>, clock: &Arc<dyn Clock>) -> Arc<Merchants> {
-    let vault = ChannelVault { store: orders.clone(), secrets: sealer(settings) };
+fn merchants(
+    orders: &Arc<SeaOrmStore>,
+    sealer: &Arc<dyn SecretBox>,
+    clock: &Arc<dyn Clock>,
+) -> Arc<Merchants> {
+    let vault = ChannelVault { store: orders.clone(), secrets: sealer.clone() };
     Arc::new(
         Merchants::new(orders.clone(), orders.clone(), orders.clone(), clock.clone()).with_channels(vault),
     )

@@ -14,6 +14,31 @@ fn forbidden() -> AppError {
     AppError::Forbidden { code: FORBIDDEN, message: "not allowed for this merchant".into() }
 }
 
+/// Proof that a caller was let in under a merchant for a need: only
+/// [`Merchants::authorize`] makes one, so a use case handed one need not ask again (one
+/// look-up a request, not one per use case).
+#[derive(Debug, Clone)]
+pub struct Authorized {
+    pub merchant: Merchant,
+    /// The caller as the order use cases see it under this path: scoped to the merchant,
+    /// with any-order access to it (the operator keeps its role).
+    pub actor: Actor,
+    need: Need,
+}
+
+impl Authorized {
+    /// `Ok` when what it was let in for covers `need`: an `OPERATOR` (let in to write) may
+    /// do everything, a placer also reads, anyone let in reads.
+    ///
+    /// # Errors
+    /// `Forbidden` `FORBIDDEN` otherwise.
+    pub fn require(&self, need: Need) -> Result<(), AppError> {
+        let covered =
+            self.actor.is_admin || self.need == need || self.need == Need::Write || need == Need::Read;
+        if covered { Ok(()) } else { Err(forbidden()) }
+    }
+}
+
 impl Merchants {
     /// The merchant, and the caller as the order use cases should see it under that
     /// merchant's path: scoped to it, with any-order access to it (the operator keeps its
@@ -23,15 +48,10 @@ impl Merchants {
     /// `Forbidden` `FORBIDDEN`, the same for a caller who is not a member, a key of another
     /// merchant, a role too low, a suspended merchant and a merchant that does not exist;
     /// `NotFound` only for the platform operator asking for a merchant that does not exist.
-    pub async fn authorize(
-        &self,
-        actor: &Actor,
-        id: MerchantId,
-        need: Need,
-    ) -> Result<(Merchant, Actor), AppError> {
+    pub async fn authorize(&self, actor: &Actor, id: MerchantId, need: Need) -> Result<Authorized, AppError> {
         if actor.is_admin {
             let merchant = self.directory.merchant(id).await?.ok_or(AppError::NotFound("merchant"))?;
-            return Ok((merchant, actor.clone().in_merchant(Some(id))));
+            return Ok(Authorized { merchant, actor: actor.clone().in_merchant(Some(id)), need });
         }
         // (may do what is asked, may repair)
         let (allowed, operator) = match actor.key {
@@ -51,7 +71,7 @@ impl Merchants {
         let mut scoped = Actor::any_order(actor.subject.clone()).with_email(actor.email.clone());
         scoped.key = actor.key;
         scoped.under = Some(MerchantPath { merchant: id, operator });
-        Ok((merchant, scoped.in_merchant(Some(id))))
+        Ok(Authorized { merchant, actor: scoped.in_merchant(Some(id)), need })
     }
 
     /// The caller a merchant API key stands for, if `token` is one that lets its bearer in:

@@ -6,6 +6,7 @@
 //! out of reach.
 
 mod access;
+pub use access::Authorized;
 pub mod channels;
 pub mod keys;
 pub mod report;
@@ -179,35 +180,22 @@ impl Merchants {
         Ok(merchant)
     }
 
-    /// The merchant, to anyone who may read it.
-    ///
-    /// # Errors
-    /// As [`Self::authorize`].
-    pub async fn get(&self, actor: &Actor, id: MerchantId) -> Result<Merchant, AppError> {
-        Ok(self.authorize(actor, id, Need::Read).await?.0)
-    }
-
     /// A new store of the merchant (the platform operator or an `OPERATOR`).
     ///
     /// # Errors
-    /// As [`Self::authorize`]; `Conflict` `INVALID_MERCHANT_STATE` unless the merchant is
-    /// `ACTIVE`, `DUPLICATE_STORE_CODE`; `Validation` naming the field.
-    pub async fn register_store(
-        &self,
-        actor: &Actor,
-        id: MerchantId,
-        code: &str,
-        name: &str,
-    ) -> Result<Store, AppError> {
-        let (merchant, _) = self.authorize(actor, id, Need::Write).await?;
+    /// `Forbidden` unless let in to write; `Conflict` `INVALID_MERCHANT_STATE` unless the
+    /// merchant is `ACTIVE`, `DUPLICATE_STORE_CODE`; `Validation` naming the field.
+    pub async fn register_store(&self, auth: &Authorized, code: &str, name: &str) -> Result<Store, AppError> {
+        auth.require(Need::Write)?;
         let now = self.clock.now();
+        let merchant = &auth.merchant;
         let store = merchant.register_store(StoreId::new(), code, name, now)?;
         let audit = audit::record(
             AuditAction::StoreRegistered,
             entity::STORE,
             store.id,
-            actor,
-            Some(format!("merchant {id} code {}", store.code)),
+            &auth.actor,
+            Some(format!("merchant {} code {}", merchant.id, store.code)),
             now,
         );
         self.directory
@@ -217,22 +205,20 @@ impl Merchants {
         Ok(store)
     }
 
-    /// The merchant's stores.
+    /// The merchant's stores, to anyone let in.
     ///
     /// # Errors
-    /// As [`Self::authorize`].
-    pub async fn stores(&self, actor: &Actor, id: MerchantId) -> Result<Vec<Store>, AppError> {
-        self.authorize(actor, id, Need::Read).await?;
-        Ok(self.directory.stores(id).await?)
+    /// `Unavailable` when the database fails.
+    pub async fn stores(&self, auth: &Authorized) -> Result<Vec<Store>, AppError> {
+        Ok(self.directory.stores(auth.merchant.id).await?)
     }
 
     /// One of the merchant's stores; another merchant's is `NotFound`.
     ///
     /// # Errors
-    /// As [`Self::authorize`], then `NotFound`.
-    pub async fn store(&self, actor: &Actor, id: MerchantId, store: StoreId) -> Result<Store, AppError> {
-        self.authorize(actor, id, Need::Read).await?;
-        self.directory.store(id, store).await?.ok_or(AppError::NotFound("store"))
+    /// `NotFound`; `Unavailable` when the database fails.
+    pub async fn store(&self, auth: &Authorized, store: StoreId) -> Result<Store, AppError> {
+        self.directory.store(auth.merchant.id, store).await?.ok_or(AppError::NotFound("store"))
     }
 
     /// Gives `subject` `role` in the merchant, or changes its role (platform operator).

@@ -4,11 +4,10 @@
 
 use chrono::{DateTime, NaiveDate, TimeZone, Utc};
 
-use super::Merchants;
+use super::{Authorized, Merchants};
+use crate::application::AppError;
 use crate::application::ports::ReportLine;
-use crate::application::{Actor, AppError};
-use crate::domain::ids::MerchantId;
-use crate::domain::merchant::{Merchant, Need};
+use crate::domain::merchant::Merchant;
 
 /// The report of one day.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,17 +62,13 @@ fn add(a: Option<i64>, b: Option<i64>) -> Option<i64> {
 }
 
 impl Merchants {
-    /// The merchant's report of `date`, in its timezone.
+    /// The merchant's report of `date`, in its timezone, to anyone let in.
     ///
     /// # Errors
-    /// As [`Self::authorize`]; `Internal` when the stored timezone is no zone.
-    pub async fn daily_report(
-        &self,
-        actor: &Actor,
-        id: MerchantId,
-        date: NaiveDate,
-    ) -> Result<DailyReport, AppError> {
-        let (merchant, _) = self.authorize(actor, id, Need::Read).await?;
+    /// `Internal` when the stored timezone is no zone; `Unavailable`.
+    pub async fn daily_report(&self, auth: &Authorized, date: NaiveDate) -> Result<DailyReport, AppError> {
+        let merchant = auth.merchant.clone();
+        let id = merchant.id;
         let zone: chrono_tz::Tz = merchant
             .timezone
             .parse()

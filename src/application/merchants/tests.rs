@@ -39,7 +39,7 @@ fn key_actor(merchant: MerchantId, role: KeyRole) -> Actor {
     actor
 }
 
-fn is_forbidden(result: Result<(Merchant, Actor), AppError>) -> bool {
+fn is_forbidden(result: Result<Authorized, AppError>) -> bool {
     matches!(result, Err(AppError::Forbidden { code: FORBIDDEN, .. }))
 }
 
@@ -80,7 +80,11 @@ async fn every_no_under_a_merchant_is_the_same_403() {
     ] {
         let result = merchants.authorize(&actor, id, need).await;
         if allowed {
-            let (found, scoped) = result.unwrap_or_else(|e| panic!("{actor:?} {need:?}: {e}"));
+            let auth = result.unwrap_or_else(|e| panic!("{actor:?} {need:?}: {e}"));
+            // What it was let in for is what it may do with the proof, no more.
+            assert!(auth.require(need).is_ok() && auth.require(Need::Read).is_ok());
+            assert_eq!(auth.require(Need::Write).is_ok(), need == Need::Write, "{actor:?} {need:?}");
+            let (found, scoped) = (auth.merchant, auth.actor);
             assert_eq!(found.id, id);
             assert_eq!((scoped.merchant, scoped.is_admin, scoped.key), (Some(id), false, actor.key));
         } else {
@@ -88,7 +92,7 @@ async fn every_no_under_a_merchant_is_the_same_403() {
         }
     }
     // The operator: every merchant, suspended too; one that does not exist is a 404.
-    let (_, scoped) = merchants.authorize(&Actor::admin("ops"), suspended.id, Need::Write).await.unwrap();
+    let scoped = merchants.authorize(&Actor::admin("ops"), suspended.id, Need::Write).await.unwrap().actor;
     assert!(scoped.is_admin);
     assert!(matches!(
         merchants.authorize(&Actor::admin("ops"), nowhere, Need::Read).await,

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use base64::Engine;
 
+use crate::application::AppError;
 use crate::application::audit::{self, entity};
-use crate::application::merchants::Merchants;
+use crate::application::merchants::Authorized;
 use crate::application::merchants::channels::SECRETS_KEY_REQUIRED;
 use crate::application::ports::{Clock, EndpointSecrets, SealError, SecretBox, WebhookEndpointStore};
-use crate::application::{Actor, AppError};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::{MerchantId, WebhookEndpointId};
 use crate::domain::merchant::Need;
@@ -56,7 +56,6 @@ fn sealing(err: SealError) -> AppError {
 }
 
 pub struct WebhookEndpoints {
-    merchants: Arc<Merchants>,
     store: Arc<dyn WebhookEndpointStore>,
     secrets: Arc<dyn SecretBox>,
     clock: Arc<dyn Clock>,
@@ -65,13 +64,12 @@ pub struct WebhookEndpoints {
 
 impl WebhookEndpoints {
     pub fn new(
-        merchants: Arc<Merchants>,
         store: Arc<dyn WebhookEndpointStore>,
         secrets: Arc<dyn SecretBox>,
         clock: Arc<dyn Clock>,
         settings: WebhookSettings,
     ) -> Self {
-        WebhookEndpoints { merchants, store, secrets, clock, settings }
+        WebhookEndpoints { store, secrets, clock, settings }
     }
 
     /// A fresh `whsec_` secret, sealed, and the plain one.
@@ -93,15 +91,11 @@ impl WebhookEndpoints {
     /// A new endpoint of the merchant (an `OPERATOR`), and its secret — shown to its maker.
     ///
     /// # Errors
-    /// As `Merchants::authorize`; `Validation` naming the field; `Conflict`
+    /// `Forbidden` unless let in to write; `Validation` naming the field; `Conflict`
     /// `SECRETS_KEY_REQUIRED` without `secrets.key`.
-    pub async fn create(
-        &self,
-        actor: &Actor,
-        merchant: MerchantId,
-        new: NewEndpoint,
-    ) -> Result<(Endpoint, String), AppError> {
-        self.merchants.authorize(actor, merchant, Need::Write).await?;
+    pub async fn create(&self, auth: &Authorized, new: NewEndpoint) -> Result<(Endpoint, String), AppError> {
+        auth.require(Need::Write)?;
+        let merchant = auth.merchant.id;
         webhook::check_url(&new.url, self.settings.allow_http)?;
         let filter = EventFilter::parse(&new.event_types, webhook::known_event_type)?;
         let now = self.clock.now();
@@ -121,7 +115,7 @@ impl WebhookEndpoints {
             AuditAction::WebhookEndpointCreated,
             entity::WEBHOOK_ENDPOINT,
             endpoint.id,
-            actor,
+            &auth.actor,
             Some(format!("merchant {merchant}, events {}", endpoint.filter.names().join(","))),
             now,
         );
@@ -134,23 +128,20 @@ impl WebhookEndpoints {
     /// The merchant's endpoints (anyone who may read the merchant).
     ///
     /// # Errors
-    /// As `Merchants::authorize`.
-    pub async fn list(&self, actor: &Actor, merchant: MerchantId) -> Result<Vec<Endpoint>, AppError> {
-        self.merchants.authorize(actor, merchant, Need::Read).await?;
+    /// `Unavailable` when the database fails.
+    pub async fn list(&self, auth: &Authorized) -> Result<Vec<Endpoint>, AppError> {
+        auth.require(Need::Read)?;
+        let merchant = auth.merchant.id;
         Ok(self.store.endpoints(merchant).await?)
     }
 
     /// One of the merchant's endpoints; another merchant's is `NotFound`.
     ///
     /// # Errors
-    /// As `Merchants::authorize`, then `NotFound`.
-    pub async fn get(
-        &self,
-        actor: &Actor,
-        merchant: MerchantId,
-        id: WebhookEndpointId,
-    ) -> Result<Endpoint, AppError> {
-        self.merchants.authorize(actor, merchant, Need::Read).await?;
+    /// `NotFound`.
+    pub async fn get(&self, auth: &Authorized, id: WebhookEndpointId) -> Result<Endpoint, AppError> {
+        auth.require(Need::Read)?;
+        let merchant = auth.merchant.id;
         Ok(self.found(merchant, id).await?.0)
     }
 
@@ -169,14 +160,14 @@ impl WebhookEndpoints {
     /// As [`Self::create`], then `NotFound`.
     pub async fn update(
         &self,
-        actor: &Actor,
-        merchant: MerchantId,
+        auth: &Authorized,
         id: WebhookEndpointId,
         url: Option<String>,
         description: Option<String>,
         event_types: Option<Vec<String>>,
     ) -> Result<Endpoint, AppError> {
-        self.merchants.authorize(actor, merchant, Need::Write).await?;
+        auth.require(Need::Write)?;
+        let merchant = auth.merchant.id;
         let (mut endpoint, _) = self.found(merchant, id).await?;
         if let Some(url) = url {
             webhook::check_url(&url, self.settings.allow_http)?;
@@ -193,7 +184,7 @@ impl WebhookEndpoints {
             AuditAction::WebhookEndpointUpdated,
             entity::WEBHOOK_ENDPOINT,
             id,
-            actor,
+            &auth.actor,
             None,
             now,
         );
@@ -205,13 +196,9 @@ impl WebhookEndpoints {
     ///
     /// # Errors
     /// As [`Self::update`].
-    pub async fn enable(
-        &self,
-        actor: &Actor,
-        merchant: MerchantId,
-        id: WebhookEndpointId,
-    ) -> Result<Endpoint, AppError> {
-        self.merchants.authorize(actor, merchant, Need::Write).await?;
+    pub async fn enable(&self, auth: &Authorized, id: WebhookEndpointId) -> Result<Endpoint, AppError> {
+        auth.require(Need::Write)?;
+        let merchant = auth.merchant.id;
         let (mut endpoint, _) = self.found(merchant, id).await?;
         let was = endpoint.disabled;
         endpoint.enable();
@@ -221,7 +208,7 @@ impl WebhookEndpoints {
             AuditAction::WebhookEndpointEnabled,
             entity::WEBHOOK_ENDPOINT,
             id,
-            actor,
+            &auth.actor,
             detail,
             now,
         );
@@ -233,19 +220,15 @@ impl WebhookEndpoints {
     ///
     /// # Errors
     /// As [`Self::update`].
-    pub async fn delete(
-        &self,
-        actor: &Actor,
-        merchant: MerchantId,
-        id: WebhookEndpointId,
-    ) -> Result<(), AppError> {
-        self.merchants.authorize(actor, merchant, Need::Write).await?;
+    pub async fn delete(&self, auth: &Authorized, id: WebhookEndpointId) -> Result<(), AppError> {
+        auth.require(Need::Write)?;
+        let merchant = auth.merchant.id;
         let now = self.clock.now();
         let audit = audit::record(
             AuditAction::WebhookEndpointDeleted,
             entity::WEBHOOK_ENDPOINT,
             id,
-            actor,
+            &auth.actor,
             None,
             now,
         );
@@ -260,13 +243,9 @@ impl WebhookEndpoints {
     ///
     /// # Errors
     /// As [`Self::update`]; `Internal` when it does not open.
-    pub async fn secret(
-        &self,
-        actor: &Actor,
-        merchant: MerchantId,
-        id: WebhookEndpointId,
-    ) -> Result<String, AppError> {
-        self.merchants.authorize(actor, merchant, Need::Write).await?;
+    pub async fn secret(&self, auth: &Authorized, id: WebhookEndpointId) -> Result<String, AppError> {
+        auth.require(Need::Write)?;
+        let merchant = auth.merchant.id;
         let (_, secrets) = self.found(merchant, id).await?;
         let plain = self.secrets.open(&secrets.current).map_err(|e| AppError::internal(e.to_string()))?;
         String::from_utf8(plain).map_err(|_| AppError::internal("a sealed secret is not text"))
@@ -277,13 +256,9 @@ impl WebhookEndpoints {
     ///
     /// # Errors
     /// As [`Self::create`], then `NotFound`.
-    pub async fn rotate_secret(
-        &self,
-        actor: &Actor,
-        merchant: MerchantId,
-        id: WebhookEndpointId,
-    ) -> Result<String, AppError> {
-        self.merchants.authorize(actor, merchant, Need::Write).await?;
+    pub async fn rotate_secret(&self, auth: &Authorized, id: WebhookEndpointId) -> Result<String, AppError> {
+        auth.require(Need::Write)?;
+        let merchant = auth.merchant.id;
         let (_, secrets) = self.found(merchant, id).await?;
         let (plain, sealed) = self.fresh_secret()?;
         let now = self.clock.now();
@@ -295,7 +270,7 @@ impl WebhookEndpoints {
             AuditAction::WebhookSecretRotated,
             entity::WEBHOOK_ENDPOINT,
             id,
-            actor,
+            &auth.actor,
             detail,
             now,
         );

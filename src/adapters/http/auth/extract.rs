@@ -15,9 +15,9 @@ use crate::adapters::http::problem::ApiError;
 use crate::adapters::http::HttpState;
 use crate::adapters::http::merchants::merchant_id;
 use crate::application::Actor;
-use crate::application::merchants::FORBIDDEN;
 use crate::application::merchants::keys::{self, KEY_MARK};
-use crate::domain::merchant::{Merchant, Need};
+use crate::application::merchants::{Authorized, FORBIDDEN};
+use crate::domain::merchant::Need;
 
 /// The token of an `Authorization` value whose scheme is `Bearer` in any case (RFC 9110:
 /// auth schemes are case-insensitive).
@@ -159,12 +159,17 @@ impl Needs for Writes {
 /// merchant (`403`, the one answer to every "no") before anything else of the request is
 /// read — its body included: the commerce backend's order of checks.
 pub struct InMerchant<N> {
-    pub merchant: Merchant,
-    /// The caller as the order use cases see it under this path (scoped to the merchant).
-    pub actor: Actor,
-    /// The caller as it came.
-    pub caller: Actor,
+    /// The merchant and the caller scoped to it, handed to the use cases as it is.
+    pub auth: Authorized,
     need: PhantomData<N>,
+}
+
+impl<N> std::ops::Deref for InMerchant<N> {
+    type Target = Authorized;
+
+    fn deref(&self) -> &Authorized {
+        &self.auth
+    }
 }
 
 impl<N: Needs + 'static> FromRequest for InMerchant<N> {
@@ -179,8 +184,8 @@ impl<N: Needs + 'static> FromRequest for InMerchant<N> {
             let caller = actor.await?;
             let merchants = merchants.ok_or_else(|| ApiError::forbidden("merchants are not served here"))?;
             let id = merchant_id(&caller, &raw)?;
-            let (merchant, actor) = merchants.authorize(&caller, id, N::NEED).await?;
-            Ok(InMerchant { merchant, actor, caller, need: PhantomData })
+            let auth = merchants.authorize(&caller, id, N::NEED).await?;
+            Ok(InMerchant { auth, need: PhantomData })
         })
     }
 }

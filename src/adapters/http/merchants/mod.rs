@@ -180,7 +180,7 @@ pub async fn stores(
     state: web::Data<HttpState>,
     caller: InMerchant<Reads>,
 ) -> Result<HttpResponse, ApiError> {
-    let stores = state.merchants.stores(&caller.caller, caller.merchant.id).await?;
+    let stores = state.merchants.stores(&caller).await?;
     Ok(HttpResponse::Ok().json(stores.iter().map(StoreResponse::from).collect::<Vec<_>>()))
 }
 
@@ -205,8 +205,8 @@ pub async fn register_store(
     state: web::Data<HttpState>,
     Then(caller, body): Then<InMerchant<Writes>, JsonBody<CreateStoreRequest>>,
 ) -> Result<HttpResponse, ApiError> {
-    let (id, request) = (caller.merchant.id, body.value);
-    let store = state.merchants.register_store(&caller.caller, id, &request.code, &request.name).await?;
+    let request = body.value;
+    let store = state.merchants.register_store(&caller, &request.code, &request.name).await?;
     Ok(HttpResponse::Created().json(StoreResponse::from(&store)))
 }
 
@@ -229,10 +229,9 @@ pub async fn store(
     caller: InMerchant<Reads>,
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = caller.merchant.id;
     // A store id that is no id is no store of this merchant: a fresh id finds nothing.
     let store_id = path.1.parse::<StoreId>().unwrap_or_default();
-    let store = state.merchants.store(&caller.caller, id, store_id).await?;
+    let store = state.merchants.store(&caller, store_id).await?;
     Ok(HttpResponse::Ok().json(StoreResponse::from(&store)))
 }
 
@@ -430,7 +429,7 @@ pub async fn daily_report(
     let date = super::query_param("date", query.into_inner().date, 10)?
         .and_then(|d| chrono::NaiveDate::parse_from_str(&d, "%Y-%m-%d").ok())
         .ok_or_else(|| unprocessable("date", "must be a day, YYYY-MM-DD"))?;
-    let report = state.merchants.daily_report(&caller.caller, caller.merchant.id, date).await?;
+    let report = state.merchants.daily_report(&caller, date).await?;
     Ok(HttpResponse::Ok().json(DailyReportResponse::from(&report)))
 }
 

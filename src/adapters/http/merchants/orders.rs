@@ -74,7 +74,7 @@ pub async fn place_order(
         None => None,
         Some(raw) => {
             let store_id = raw.parse::<StoreId>().map_err(|_| ApiError::not_found("store"))?;
-            let store = state.merchants.store(&caller.caller, caller.merchant.id, store_id).await?;
+            let store = state.merchants.store(&caller, store_id).await?;
             if store.status != StoreStatus::Active {
                 return Err(unprocessable("storeId", "the store is not ACTIVE"));
             }
@@ -132,7 +132,7 @@ pub async fn list_orders(
     caller: InMerchant<Reads>,
     query: web::Query<MerchantOrdersQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let actor = caller.actor;
+    let actor = caller.auth.actor;
     let q = query.into_inner();
     let status = query_param("status", q.status, 32)?
         .map(|s| OrderStatus::parse(&s).ok_or_else(|| unprocessable("status", "not an order status")))
@@ -238,7 +238,7 @@ pub async fn refund(
     path: web::Path<(String, String)>,
     Then(caller, body): Then<InMerchant<Writes>, MaybeJson<RefundBody>>,
 ) -> Result<HttpResponse, ApiError> {
-    let actor = caller.actor;
+    let actor = caller.auth.actor;
     let id = order_ref(&state, &path.1).await?;
     // Another merchant's order is not there (404), before anything is asked of it.
     state.queries.get_order(&actor, id).await?;

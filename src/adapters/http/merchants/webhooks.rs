@@ -109,7 +109,7 @@ fn no_store(mut response: HttpResponse) -> HttpResponse {
     security(("bearer" = []))
 )]
 pub async fn list(state: web::Data<HttpState>, caller: InMerchant<Reads>) -> Result<HttpResponse, ApiError> {
-    let endpoints = state.webhooks.list(&caller.caller, caller.merchant.id).await?;
+    let endpoints = state.webhooks.list(&caller).await?;
     Ok(HttpResponse::Ok().json(endpoints.iter().map(EndpointResponse::from).collect::<Vec<_>>()))
 }
 
@@ -135,7 +135,7 @@ pub async fn create(
 ) -> Result<HttpResponse, ApiError> {
     let EndpointRequest { url, description, event_types } = body.value;
     let new = NewEndpoint { url, description, event_types };
-    let (endpoint, secret) = state.webhooks.create(&caller.caller, caller.merchant.id, new).await?;
+    let (endpoint, secret) = state.webhooks.create(&caller, new).await?;
     let body = CreatedEndpointResponse { endpoint: EndpointResponse::from(&endpoint), secret };
     Ok(no_store(HttpResponse::Created().json(body)))
 }
@@ -159,7 +159,7 @@ pub async fn get(
     caller: InMerchant<Reads>,
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
-    let endpoint = state.webhooks.get(&caller.caller, caller.merchant.id, endpoint_id(&path.1)).await?;
+    let endpoint = state.webhooks.get(&caller, endpoint_id(&path.1)).await?;
     Ok(HttpResponse::Ok().json(EndpointResponse::from(&endpoint)))
 }
 
@@ -187,8 +187,7 @@ pub async fn update(
     body.require_object()?;
     let EndpointPatch { url, description, event_types } = body.value;
     let id = endpoint_id(&path.1);
-    let endpoint =
-        state.webhooks.update(&caller.caller, caller.merchant.id, id, url, description, event_types).await?;
+    let endpoint = state.webhooks.update(&caller, id, url, description, event_types).await?;
     Ok(HttpResponse::Ok().json(EndpointResponse::from(&endpoint)))
 }
 
@@ -211,7 +210,7 @@ pub async fn delete(
     caller: InMerchant<Writes>,
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
-    state.webhooks.delete(&caller.caller, caller.merchant.id, endpoint_id(&path.1)).await?;
+    state.webhooks.delete(&caller, endpoint_id(&path.1)).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -234,7 +233,7 @@ pub async fn secret(
     caller: InMerchant<Writes>,
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
-    let secret = state.webhooks.secret(&caller.caller, caller.merchant.id, endpoint_id(&path.1)).await?;
+    let secret = state.webhooks.secret(&caller, endpoint_id(&path.1)).await?;
     Ok(no_store(HttpResponse::Ok().json(SecretResponse { secret })))
 }
 
@@ -258,8 +257,7 @@ pub async fn rotate(
     caller: InMerchant<Writes>,
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
-    let secret =
-        state.webhooks.rotate_secret(&caller.caller, caller.merchant.id, endpoint_id(&path.1)).await?;
+    let secret = state.webhooks.rotate_secret(&caller, endpoint_id(&path.1)).await?;
     Ok(no_store(HttpResponse::Ok().json(SecretResponse { secret })))
 }
 
@@ -282,6 +280,6 @@ pub async fn enable(
     caller: InMerchant<Writes>,
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
-    let endpoint = state.webhooks.enable(&caller.caller, caller.merchant.id, endpoint_id(&path.1)).await?;
+    let endpoint = state.webhooks.enable(&caller, endpoint_id(&path.1)).await?;
     Ok(HttpResponse::Ok().json(EndpointResponse::from(&endpoint)))
 }
