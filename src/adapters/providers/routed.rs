@@ -1,12 +1,12 @@
 //! A merchant's own channels in front of the deployment's (docs/spec.md §15): a settlement
 //! or a notification of an order whose merchant set its own webhook goes there, signed with
 //! its secret; anything else goes the deployment's way. The merchant's settings are read
-//! (and opened) on each call — a change applies to the next delivery — and the HTTP client
-//! built for them is kept while they stay the same.
+//! (and opened) at most once every few seconds — a change applies within them — and the
+//! HTTP client built for them is kept while they stay the same.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
@@ -26,14 +26,31 @@ use crate::domain::notification::FailurePolicy;
 /// How long a merchant's webhook may take to answer.
 pub const MERCHANT_WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The webhook clients of merchants' own channels, kept per merchant while its sealed
-/// settings (their version) stay the same.
+/// How long what a merchant's channels were read as is used before they are read again.
+pub const CHANNELS_FRESH_FOR: Duration = Duration::from_secs(5);
+
+/// What a merchant's channel was read as: when, its sealed settings' version, and the
+/// client built for them (`None`: it has no such channel of its own).
+struct Known<T: ?Sized> {
+    read_at: Instant,
+    version: Option<String>,
+    client: Option<Arc<T>>,
+}
+
+/// The webhook clients of merchants' own channels, per merchant. Each is read at most once
+/// every [`CHANNELS_FRESH_FOR`] (a delivery is not a database read), its client kept while
+/// its settings stay the same, and what was last read is used while the database cannot
+/// be: a database outage never turns into a failed delivery.
 struct Clients<T: ?Sized> {
     merchants: Arc<Merchants>,
-    built: Mutex<HashMap<MerchantId, (String, Arc<T>)>>,
+    known: Mutex<HashMap<MerchantId, Known<T>>>,
 }
 
 impl<T: ?Sized> Clients<T> {
+    fn new(merchants: Arc<Merchants>) -> Self {
+        Clients { merchants, known: Mutex::default() }
+    }
+
     /// The merchant's own channel, built by `build` from the endpoint `pick` chooses; `None`
     /// when it set none.
     async fn of(
@@ -42,29 +59,45 @@ impl<T: ?Sized> Clients<T> {
         pick: fn(crate::domain::merchant::MerchantChannels) -> Option<WebhookEndpoint>,
         build: fn(WebhookClient) -> Arc<T>,
     ) -> Result<Option<Arc<T>>, SetupError> {
-        let Some((version, channels)) =
-            self.merchants.channels_of(merchant).await.map_err(|e| SetupError(Chain(&e).to_string()))?
-        else {
-            return Ok(None);
+        let last = {
+            let known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+            known
+                .get(&merchant)
+                .map(|k| (k.read_at.elapsed() < CHANNELS_FRESH_FOR, k.version.clone(), k.client.clone()))
         };
-        {
-            let built = self.built.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some((v, client)) = built.get(&merchant)
-                && *v == version
-            {
-                return Ok(Some(client.clone()));
-            }
+        if let Some((true, _, client)) = &last {
+            return Ok(client.clone());
         }
-        let Some(endpoint) = pick(channels) else { return Ok(None) };
-        let secret = WebhookSecret::parse(&endpoint.secret)?;
-        let settings = WebhookSettings {
-            url: Secret::new(endpoint.url),
-            secrets: vec![secret],
-            timeout: MERCHANT_WEBHOOK_TIMEOUT,
+        let read = match self.merchants.channels_of(merchant).await {
+            Ok(read) => read,
+            Err(e) => match last {
+                Some((_, _, client)) => {
+                    tracing::warn!(%merchant, error = %Chain(&e), "a merchant's channels could not be read: the last read stands");
+                    return Ok(client);
+                }
+                None => return Err(SetupError(Chain(&e).to_string())),
+            },
         };
-        let client = build(WebhookClient::new(settings)?);
-        self.built.lock().unwrap_or_else(|e| e.into_inner()).insert(merchant, (version, client.clone()));
-        Ok(Some(client))
+        let version = read.as_ref().map(|(v, _)| v.clone());
+        let client = match (read, last) {
+            (None, _) => None,
+            // The same settings: the client already built.
+            (Some((v, _)), Some((_, Some(was), client))) if v == was => client,
+            (Some((_, channels)), _) => match pick(channels) {
+                None => None,
+                Some(endpoint) => {
+                    let settings = WebhookSettings {
+                        url: Secret::new(endpoint.url),
+                        secrets: vec![WebhookSecret::parse(&endpoint.secret)?],
+                        timeout: MERCHANT_WEBHOOK_TIMEOUT,
+                    };
+                    Some(build(WebhookClient::new(settings)?))
+                }
+            },
+        };
+        let known = Known { read_at: Instant::now(), version, client: client.clone() };
+        self.known.lock().unwrap_or_else(|e| e.into_inner()).insert(merchant, known);
+        Ok(client)
     }
 }
 
@@ -76,7 +109,7 @@ pub struct RoutedSettlements {
 
 impl RoutedSettlements {
     pub fn new(default: Arc<dyn SettlementGateway>, merchants: Arc<Merchants>) -> Self {
-        RoutedSettlements { default, clients: Clients { merchants, built: Mutex::default() } }
+        RoutedSettlements { default, clients: Clients::new(merchants) }
     }
 }
 
@@ -103,7 +136,7 @@ pub struct RoutedNotifier {
 
 impl RoutedNotifier {
     pub fn new(default: Arc<dyn Notifier>, merchants: Arc<Merchants>) -> Self {
-        RoutedNotifier { default, clients: Clients { merchants, built: Mutex::default() } }
+        RoutedNotifier { default, clients: Clients::new(merchants) }
     }
 }
 
