@@ -15,7 +15,8 @@
 //!   steps), `payment` (with refunds), `settlement`, `notification`, `outbox` (delivery
 //!   states, lanes), `ledger` (matching a provider's day against our books), `payout` (its
 //!   settlements against our transactions), `merchant` (merchants, their stores and who may
-//!   do what, docs/spec.md §15), `webhook` (subscriptions' filters and delivery rules, §16),
+//!   do what, docs/spec.md §15), `webhook` (subscriptions' filters and delivery rules, §16), `webhook_message` (one
+//!   event's delivery to one endpoint),
 //!   plus `money`,
 //!   `text` (input rules), `backoff` (the one doubling backoff), `retry` (the one retry
 //!   policy), `ids` and `audit` actions; `proptests` holds the transitions' property tests.
@@ -26,7 +27,8 @@
 //!     `payment_methods`, …), the broker (`event_publisher`), the providers
 //!     (`payment_gateway` with `ProviderRecords`, `ProviderLedger` and `ProviderCustomers`
 //!     beside it for the providers that have them, `settlement_gateway`, `notifier`,
-//!     `meeting_fees`, `merchant_store`, `webhook_store`), `secret_box`, `clock`.
+//!     `meeting_fees`, `merchant_store`, `webhook_store`, `webhook_delivery`), `secret_box`,
+//!     `clock`.
 //!   - `orchestration/` — the saga: `steps` (what runs next), one pure decision per step
 //!     (`payment`, `settlement`, `compensation`, `notify`), `outcome` (a step's commit and
 //!     the next step's intent in it), `orchestrator` (the `Orchestrator`), `service`
@@ -47,19 +49,22 @@
 //!     may act on a merchant, every "no" one `403`, and a merchant API key read —,
 //!     `keys`: made, shown once, checked by hash, `report`: the daily report, and
 //!     `channels`: a merchant's own channels, sealed), `webhooks/` (merchants' webhook
-//!     endpoints, §16: `endpoints`),
+//!     endpoints, §16: `endpoints`, the `fanout` from the outbox, the `delivery` workers,
+//!     the `messages`' log, replays and upkeep),
 //!     `jobs` (the periodic jobs' runner, below), `idempotency`, `queries`, `envelopes`
 //!     (the outbox event writer every use case shares), `commit`, `input`, `health`,
 //!     `meter`, `audit`, `actor`, `error`.
 //! - [`adapters`] — the outside world behind the ports:
 //!   - `persistence` — SeaORM on PostgreSQL and SQLite (`unit_of_work`: a change set as
 //!     one statement on PostgreSQL; `orders`, `payments`, `settlements`, `notifications`,
-//!     `ledger`, `payment_methods`, `merchants`, `merchant_channels`, `webhook_endpoints`, `audit`, `idempotency`, `outbox/`) on one `store`, rows
+//!     `ledger`, `payment_methods`, `merchants`, `merchant_channels`, `webhook_endpoints`, `webhook_fanout` (its cursor over
+//!     the outbox), `webhook_messages`, `audit`, `idempotency`, `outbox/`) on one `store`, rows
 //!     in `entities/` read into the domain by `mapping`, PostgreSQL's `NOTIFY` heard by
 //!     `listener`, and the meeting service's MariaDB fee table (`meeting_fees`).
 //!   - `http` — actix-web handlers per resource (`orders`, `payments`, `settlements`,
 //!     `notifications`, `ledger`, `payment_methods`, `webhooks` (Toss's), `outbox_admin`,
-//!     `ops`, `console`, `merchants/`: management, `orders`, `repairs` and `webhooks` under a merchant's path, `dto`),
+//!     `ops`, `console`, `merchants/`: management, `orders`, `repairs`, `webhooks` and `webhook_messages`
+//!     under a merchant's path, `dto`),
 //!     with `auth/` (settings, keys, JWKS, extractors), `problem`
 //!     (RFC 7807), `body`, `dto`, `correlation` (the request's id), and each dialect's
 //!     listener with its settings (`commerce/`, `momo/`).
@@ -74,7 +79,8 @@
 //!     (every call timed), `routed` (a merchant's own webhooks before the deployment's
 //!     channels), `transport` (the HTTP scaffolding both HTTP providers share).
 //!   - `jackson` (the platforms' Java readers and writers, in one place), `clock`, `secret`,
-//!     `secret_box` (XChaCha20-Poly1305 under `secrets.key`),
+//!     `secret_box` (XChaCha20-Poly1305 under `secrets.key`), `webhook_sender` (merchants'
+//!     webhooks over HTTP, through a resolver that refuses private addresses),
 //!     `http_client` (where every outbound HTTP client is built, on one TLS provider).
 //! - [`config`] — layered configuration (built-in defaults, file, environment) resolved
 //!   into each part's settings: `raw` (the sources' shape, `DEFAULTS`), `resolve`.
@@ -97,7 +103,8 @@
 //! "outbox lease recovery" and "outbox clean-up" (`outbox/housekeeping`);
 //! "payment reconciliation", "stalled sagas", "unpaid orders", "held orders",
 //! "pending refunds" and "compensation retries" (`recovery/jobs`); "settlement retries", "notification retries",
-//! and "the provider's ledger" (`money/ledger`, with Toss). The outbox relay and the
+//! "the provider's ledger" (`money/ledger`, with Toss), "webhook fan-out" and
+//! "webhook upkeep" (`webhooks/`). The outbox relay, the webhook deliveries and the
 //! meeting-service consumers are loops of their own (docs/architecture.md, "Who runs what").
 //!
 //! Binaries: `src/bin/app.rs` (the `app` CLI: `serve`, `worker`, operator commands);

@@ -10,5 +10,6 @@ pub mod persistence;
 pub mod providers;
 pub mod secret;
 pub mod secret_box;
+pub mod webhook_sender;
 
 pub use secret::Secret;

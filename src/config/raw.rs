@@ -177,7 +177,14 @@ retention = "24h"
 
 [webhooks]
 allow_http = false
+allow_private_networks = false
 rotation_overlap = "24h"
+schedule = "5s,5m,30m,2h,5h,10h,10h"
+timeout = "15s"
+max_in_flight = 8
+workers = 64
+disable_after = "5d"
+retention = "30d"
 
 [meetings]
 fee_source = "message"

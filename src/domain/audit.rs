@@ -76,5 +76,8 @@ spelled!(
         WebhookEndpointDeleted => "WEBHOOK_ENDPOINT_DELETED",
         WebhookEndpointEnabled => "WEBHOOK_ENDPOINT_ENABLED",
         WebhookSecretRotated => "WEBHOOK_SECRET_ROTATED",
+        WebhookEndpointDisabled => "WEBHOOK_ENDPOINT_DISABLED",
+        WebhookMessageResent => "WEBHOOK_MESSAGE_RESENT",
+        WebhookMessagesRecovered => "WEBHOOK_MESSAGES_RECOVERED",
     }
 );

@@ -54,3 +54,4 @@ pub mod retry;
 pub mod settlement;
 pub mod text;
 pub mod webhook;
+pub mod webhook_message;

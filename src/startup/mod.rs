@@ -6,6 +6,7 @@ mod adapters;
 mod run;
 mod services;
 mod settings;
+mod webhooks;
 
 use std::sync::Arc;
 use std::time::Duration as StdDuration;
@@ -146,6 +147,14 @@ pub struct Services {
     pub owners: Owners,
     /// Merchants' webhook endpoints (docs/spec.md §16).
     pub webhooks: Arc<crate::application::webhooks::WebhookEndpoints>,
+    /// Their messages' log and replays.
+    pub webhook_messages: Arc<crate::application::webhooks::WebhookMessages>,
+    /// The fan-out from the outbox to the endpoints' messages.
+    pub webhook_fanout: Arc<crate::application::webhooks::FanOut>,
+    /// The delivery workers.
+    pub webhook_deliveries: Arc<crate::application::webhooks::Deliveries>,
+    /// The oldest undelivered message's age and the retention.
+    pub webhook_upkeep: Arc<crate::application::webhooks::WebhookUpkeep>,
     pub recovery: Arc<Recovery>,
     pub meeting_events: Arc<MeetingEvents>,
     pub publishers: PublisherFactory,

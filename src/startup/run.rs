@@ -50,6 +50,11 @@ impl Workers {
         if services.settings.payment.provider == ProviderKind::Toss {
             periodic.push(services.ledger.clone());
         }
+        periodic.push(services.webhook_fanout.clone());
+        periodic.push(services.webhook_upkeep.clone());
+        let deliveries = services.webhook_deliveries.clone();
+        handles.push(tokio::spawn(deliveries.run_until_stopped(stop.clone())));
+        loops.push("webhook deliveries");
         for job in periodic {
             loops.push(job.name());
             handles.push(tokio::spawn(jobs::run(job, Some(services.loops.clone()), stop.clone())));
@@ -124,6 +129,7 @@ pub(super) fn http_state(services: &Services, role: Role) -> web::Data<HttpState
         wire: Arc::new(wire_view(&services.settings)),
         merchants: services.merchants.clone(),
         webhooks: services.webhooks.clone(),
+        webhook_messages: services.webhook_messages.clone(),
     })
 }
 

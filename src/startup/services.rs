@@ -43,7 +43,6 @@ use crate::application::ports::{
 use crate::application::queries::OrderQueries;
 use crate::application::recovery::Recovery;
 use crate::application::settlement_retry::{SettlementRetries, SettlementRetrySettings};
-use crate::application::webhooks::{WebhookEndpoints, WebhookSettings};
 use crate::config::{FeeSource, NotificationChannel, ProviderKind, Settings, SettlementChannel};
 use crate::domain::ids::MerchantId;
 use crate::domain::merchant::DEFAULT_CODE;
@@ -378,15 +377,7 @@ pub async fn build_services_with_clock(
     let fees = meeting_fees(settings).await?;
     let key_in = key_in(settings, &orchestrator, &orders, fees.clone())?;
     let owners = owners(settings, &merchants).await?;
-    let webhooks = Arc::new(WebhookEndpoints::new(
-        orders.clone(),
-        sealer.clone(),
-        clock.clone(),
-        WebhookSettings {
-            allow_http: settings.webhooks.allow_http,
-            rotation_overlap: settings.webhooks.rotation_overlap,
-        },
-    ));
+    let webhooks = super::webhooks::webhooks(settings, &orders, &sealer, &clock, &meter)?;
     let meeting_events =
         meeting_events(&orchestrator, &money.refunds, &orders, &clock, fees, owners.meetings);
     let (recovery, settlements) = repairs(settings, &orchestrator, &money.refunds, &orders, &clock, meter);
@@ -425,7 +416,11 @@ pub async fn build_services_with_clock(
         key_in,
         merchants,
         owners,
-        webhooks,
+        webhooks: webhooks.endpoints,
+        webhook_messages: webhooks.messages,
+        webhook_fanout: webhooks.fanout,
+        webhook_deliveries: webhooks.deliveries,
+        webhook_upkeep: webhooks.upkeep,
         recovery,
         meeting_events,
         publishers,

@@ -49,4 +49,5 @@ mod subscriptions;
 mod toss;
 mod toss_edges;
 mod traces;
+mod webhook_delivery;
 mod webhooks;

@@ -417,6 +417,8 @@ async fn call(app: &TestApp, method: &Method, path: &str, token: &str) -> (Statu
         order_body()
     } else if *method == Method::PATCH {
         json!({ "description": "isolation" })
+    } else if path.ends_with("/recover") {
+        json!({ "since": "2026-01-01T00:00:00Z" })
     } else {
         // A reason: the repairs that require one then answer for their target, not their body.
         json!({ "reason": "isolation" })

@@ -74,6 +74,8 @@ pub struct HttpState {
     pub merchants: Arc<crate::application::merchants::Merchants>,
     /// Merchants' webhook endpoints (docs/spec.md §16).
     pub webhooks: Arc<crate::application::webhooks::WebhookEndpoints>,
+    /// Their messages' log and replays.
+    pub webhook_messages: Arc<crate::application::webhooks::WebhookMessages>,
 }
 
 pub(crate) struct BearerAuth;
@@ -206,6 +208,10 @@ impl utoipa::Modify for BearerAuth {
         merchants::webhooks::secret,
         merchants::webhooks::rotate,
         merchants::webhooks::enable,
+        merchants::webhook_messages::messages,
+        merchants::webhook_messages::attempts,
+        merchants::webhook_messages::resend,
+        merchants::webhook_messages::recover,
         merchants::repairs::notification_events,
         merchants::repairs::reprocess,
         merchants::repairs::ignore,
@@ -383,9 +389,9 @@ fn merchant_routes(cfg: &mut web::ServiceConfig) {
     .configure(merchant_repair_routes);
 }
 
-/// A merchant's repairs and webhook endpoints under its path.
-fn merchant_repair_routes(cfg: &mut web::ServiceConfig) {
-    use merchants::{repairs, webhooks};
+/// A merchant's webhook endpoints and their messages under its path.
+fn merchant_webhook_routes(cfg: &mut web::ServiceConfig) {
+    use merchants::{webhook_messages, webhooks};
     cfg.service(
         resource("/api/merchants/{id}/webhook-endpoints", "GET, POST")
             .route(web::get().to(webhooks::list))
@@ -410,28 +416,50 @@ fn merchant_repair_routes(cfg: &mut web::ServiceConfig) {
             .route(web::post().to(webhooks::enable)),
     )
     .service(
-        resource("/api/merchants/{id}/notification-events", "GET")
-            .route(web::get().to(repairs::notification_events)),
+        resource("/api/merchants/{id}/webhook-endpoints/{endpointId}/messages", "GET")
+            .route(web::get().to(webhook_messages::messages)),
     )
     .service(
-        resource("/api/merchants/{id}/notification-events/{eventId}/reprocess", "POST")
-            .route(web::post().to(repairs::reprocess)),
+        resource("/api/merchants/{id}/webhook-endpoints/{endpointId}/messages/{eventId}/attempts", "GET")
+            .route(web::get().to(webhook_messages::attempts)),
     )
     .service(
-        resource("/api/merchants/{id}/notification-events/{eventId}/ignore", "POST")
-            .route(web::post().to(repairs::ignore)),
+        resource("/api/merchants/{id}/webhook-endpoints/{endpointId}/messages/{eventId}/resend", "POST")
+            .route(web::post().to(webhook_messages::resend)),
     )
     .service(
-        resource("/api/merchants/{id}/settlements", "GET").route(web::get().to(repairs::settlement_list)),
-    )
-    .service(
-        resource("/api/merchants/{id}/settlements/{settlementId}/retry", "POST")
-            .route(web::post().to(repairs::settlement_retry)),
-    )
-    .service(
-        resource("/api/merchants/{id}/settlements/{settlementId}/mark-settled", "POST")
-            .route(web::post().to(repairs::settlement_mark_settled)),
+        resource("/api/merchants/{id}/webhook-endpoints/{endpointId}/recover", "POST")
+            .route(web::post().to(webhook_messages::recover)),
     );
+}
+
+/// A merchant's repairs under its path.
+fn merchant_repair_routes(cfg: &mut web::ServiceConfig) {
+    use merchants::repairs;
+    cfg.configure(merchant_webhook_routes)
+        .service(
+            resource("/api/merchants/{id}/notification-events", "GET")
+                .route(web::get().to(repairs::notification_events)),
+        )
+        .service(
+            resource("/api/merchants/{id}/notification-events/{eventId}/reprocess", "POST")
+                .route(web::post().to(repairs::reprocess)),
+        )
+        .service(
+            resource("/api/merchants/{id}/notification-events/{eventId}/ignore", "POST")
+                .route(web::post().to(repairs::ignore)),
+        )
+        .service(
+            resource("/api/merchants/{id}/settlements", "GET").route(web::get().to(repairs::settlement_list)),
+        )
+        .service(
+            resource("/api/merchants/{id}/settlements/{settlementId}/retry", "POST")
+                .route(web::post().to(repairs::settlement_retry)),
+        )
+        .service(
+            resource("/api/merchants/{id}/settlements/{settlementId}/mark-settled", "POST")
+                .route(web::post().to(repairs::settlement_mark_settled)),
+        );
 }
 
 /// A query parameter as docs/spec.md §5 reads it: an empty one is absent; one with a control

@@ -23,6 +23,8 @@ mod settlements;
 mod store;
 mod unit_of_work;
 mod webhook_endpoints;
+mod webhook_fanout;
+mod webhook_messages;
 
 use std::path::Path;
 use std::time::Duration;

@@ -19,7 +19,7 @@ fn filter_to_text(filter: &EventFilter) -> String {
     filter.names().join(",")
 }
 
-fn endpoint_from_row(row: &webhook_endpoints::Model) -> Result<Endpoint, RepoError> {
+pub(super) fn endpoint_from_row(row: &webhook_endpoints::Model) -> Result<Endpoint, RepoError> {
     let types: Vec<String> = row.event_types.split(',').map(str::to_owned).collect();
     // Stored as the domain checked it: read back whatever it names.
     let filter = EventFilter::parse(&types, |_| true)
@@ -41,7 +41,7 @@ fn endpoint_from_row(row: &webhook_endpoints::Model) -> Result<Endpoint, RepoErr
     })
 }
 
-fn secrets_from_row(row: &webhook_endpoints::Model) -> EndpointSecrets {
+pub(super) fn secrets_from_row(row: &webhook_endpoints::Model) -> EndpointSecrets {
     let previous = match (&row.previous_secret_key_id, &row.previous_secret, row.previous_secret_until) {
         (Some(key_id), Some(data), Some(until)) => {
             Some((Sealed { key_id: key_id.clone(), data: data.clone() }, until))

@@ -27,6 +27,8 @@
 //!   memberships and API keys.
 //! - [`secret_box`](SecretBox) — what is sealed at rest under `secrets.key`.
 //! - [`webhook_store`](WebhookEndpointStore) — merchants' webhook endpoints (§16).
+//! - [`webhook_delivery`](WebhookFanoutStore, [`WebhookDeliveryStore`],
+//!   [`WebhookMessageStore`], [`WebhookSender`]) — their messages, attempts and the call.
 //! - [`clock`](Clock) — time.
 
 mod audit_log;
@@ -50,6 +52,7 @@ mod secret_box;
 mod settlement_gateway;
 mod settlement_repository;
 mod unit_of_work;
+mod webhook_delivery;
 mod webhook_store;
 
 pub use audit_log::{AuditLog, AuditRecord};
@@ -87,6 +90,11 @@ pub use secret_box::{SealError, Sealed, SecretBox};
 pub use settlement_gateway::{SettlementGateway, SettlementOutcome, SettlementRequest};
 pub use settlement_repository::{ListedSettlement, SettlementRepository};
 pub use unit_of_work::{Changes, NewStep, Placed, UnitOfWork, Write};
+pub use webhook_delivery::{
+    AttemptRecord, DeliveryRecord, DueMessage, EndpointChange, FanoutBatch, FanoutPosition, MessageQuery,
+    MessageView, OutboxEventView, PostAnswer, PostError, WebhookDeliveryStore, WebhookEvent,
+    WebhookFanoutStore, WebhookMessageStore, WebhookPost, WebhookSender,
+};
 pub use webhook_store::{EndpointSecrets, WebhookEndpointStore};
 
 #[cfg(test)]
@@ -117,3 +125,7 @@ pub use payment_repository::{MockMeetingPayments, MockPaymentRepository};
 pub use settlement_gateway::MockSettlementGateway;
 #[cfg(test)]
 pub use unit_of_work::MockUnitOfWork;
+#[cfg(test)]
+pub use webhook_delivery::{
+    MockWebhookDeliveryStore, MockWebhookFanoutStore, MockWebhookMessageStore, MockWebhookSender,
+};

@@ -10,7 +10,9 @@ use crate::application::AppError;
 use crate::application::audit::{self, entity};
 use crate::application::merchants::Authorized;
 use crate::application::merchants::channels::SECRETS_KEY_REQUIRED;
-use crate::application::ports::{Clock, EndpointSecrets, SealError, SecretBox, WebhookEndpointStore};
+use crate::application::ports::{
+    Clock, EndpointSecrets, SealError, SecretBox, WebhookEndpointStore, WebhookSender,
+};
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::{MerchantId, WebhookEndpointId};
 use crate::domain::merchant::Need;
@@ -60,6 +62,8 @@ pub struct WebhookEndpoints {
     secrets: Arc<dyn SecretBox>,
     clock: Arc<dyn Clock>,
     settings: WebhookSettings,
+    /// Where an endpoint's host resolves, checked when it is made or moved.
+    guard: Option<Arc<dyn WebhookSender>>,
 }
 
 impl WebhookEndpoints {
@@ -69,7 +73,26 @@ impl WebhookEndpoints {
         clock: Arc<dyn Clock>,
         settings: WebhookSettings,
     ) -> Self {
-        WebhookEndpoints { store, secrets, clock, settings }
+        WebhookEndpoints { store, secrets, clock, settings, guard: None }
+    }
+
+    /// Refuses URLs whose host `guard` would not deliver to.
+    #[must_use]
+    pub fn with_guard(mut self, guard: Arc<dyn WebhookSender>) -> Self {
+        self.guard = Some(guard);
+        self
+    }
+
+    /// The URL's rules, then where its host resolves now.
+    async fn check_url(&self, url: &str) -> Result<(), AppError> {
+        webhook::check_url(url, self.settings.allow_http)?;
+        if let Some(guard) = &self.guard {
+            guard
+                .check_host(url)
+                .await
+                .map_err(|why| AppError::Validation { field: "url".into(), message: why })?;
+        }
+        Ok(())
     }
 
     /// A fresh `whsec_` secret, sealed, and the plain one.
@@ -96,7 +119,7 @@ impl WebhookEndpoints {
     pub async fn create(&self, auth: &Authorized, new: NewEndpoint) -> Result<(Endpoint, String), AppError> {
         auth.require(Need::Write)?;
         let merchant = auth.merchant.id;
-        webhook::check_url(&new.url, self.settings.allow_http)?;
+        self.check_url(&new.url).await?;
         let filter = EventFilter::parse(&new.event_types, webhook::known_event_type)?;
         let now = self.clock.now();
         let endpoint = Endpoint {
@@ -170,7 +193,7 @@ impl WebhookEndpoints {
         let merchant = auth.merchant.id;
         let (mut endpoint, _) = self.found(merchant, id).await?;
         if let Some(url) = url {
-            webhook::check_url(&url, self.settings.allow_http)?;
+            self.check_url(&url).await?;
             endpoint.url = url;
         }
         if let Some(description) = description {

@@ -6,6 +6,7 @@
 pub mod dto;
 pub mod orders;
 pub mod repairs;
+pub mod webhook_messages;
 pub mod webhooks;
 
 use actix_web::http::StatusCode;

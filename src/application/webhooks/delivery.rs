@@ -1,0 +1,393 @@
+//! Delivery (docs/spec.md §16): workers claim the messages due, at most
+//! `webhooks.max_in_flight` of an endpoint at once in this process, each attempt its own
+//! task — a slow or dead endpoint holds its own slots and nobody else's. An attempt is signed
+//! now (the timestamp is the attempt's, so a receiver's replay window holds), sent under the
+//! event's id, and its outcome — the domain's — written with the attempt in one transaction,
+//! conditional on the claim still being held.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::application::Actor;
+use crate::application::AppError;
+use crate::application::audit::{self, entity};
+use crate::application::envelopes::timestamp;
+use crate::application::meter::Meter;
+use crate::application::ports::{
+    AttemptRecord, Clock, DeliveryRecord, DueMessage, EndpointChange, EndpointSecrets, NewOutboxEvent,
+    PostAnswer, RepoError, SecretBox, WebhookDeliveryStore, WebhookPost, WebhookSender,
+};
+use crate::domain::audit::AuditAction;
+use crate::domain::ids::{EventId, WebhookEndpointId};
+use crate::domain::webhook::{Answer, DisabledReason, Endpoint, Schedule};
+use crate::domain::webhook_message::{Attempted, Message};
+
+/// The aggregate our delivery events are ordered under.
+pub const ENDPOINT_AGGREGATE: &str = "webhook_endpoint";
+/// How long a worker waits for work when nobody wakes it.
+const POLL: Duration = Duration::from_millis(500);
+/// A claim outlives the attempt's timeout by this much.
+const CLAIM_MARGIN: Duration = Duration::from_secs(5);
+
+/// `webhooks.*` as delivery reads them.
+#[derive(Debug, Clone)]
+pub struct DeliverySettings {
+    pub schedule: Schedule,
+    /// How long an attempt waits for its answer.
+    pub timeout: Duration,
+    /// Attempts in flight to one endpoint at once (per worker process).
+    pub max_in_flight: u32,
+    /// An endpoint failing this long with no success is turned off.
+    pub disable_after: Duration,
+    /// Attempts in flight at once in all (per worker process).
+    pub workers: u32,
+}
+
+pub struct Deliveries {
+    store: Arc<dyn WebhookDeliveryStore>,
+    sender: Arc<dyn WebhookSender>,
+    secrets: Arc<dyn SecretBox>,
+    clock: Arc<dyn Clock>,
+    meter: Meter,
+    settings: DeliverySettings,
+    /// Attempts in flight per endpoint.
+    busy: Mutex<HashMap<WebhookEndpointId, u32>>,
+    wake: Arc<Notify>,
+}
+
+/// One of an endpoint's slots, given back when the attempt ends however it ends.
+struct Slot {
+    deliveries: Arc<Deliveries>,
+    endpoint: WebhookEndpointId,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut busy = self.deliveries.busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = busy.get_mut(&self.endpoint) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                busy.remove(&self.endpoint);
+            }
+        }
+    }
+}
+
+/// A draw in `[-1, 1]` for the schedule's jitter (0 when the system has no randomness).
+fn jitter() -> f64 {
+    let mut bytes = [0u8; 4];
+    if getrandom::fill(&mut bytes).is_err() {
+        return 0.0;
+    }
+    f64::from(u32::from_le_bytes(bytes)) / f64::from(u32::MAX) * 2.0 - 1.0
+}
+
+/// An event of ours about delivery, as every event is enveloped (docs/spec.md §6).
+pub fn delivery_event(
+    event_type: &str,
+    endpoint: &Endpoint,
+    extra: Value,
+    now: DateTime<Utc>,
+) -> NewOutboxEvent {
+    let event_id = EventId::new();
+    let mut payload = json!({
+        "merchantId": endpoint.merchant_id.to_string(),
+        "endpointId": endpoint.id.to_string(),
+    });
+    if let (Some(p), Value::Object(extra)) = (payload.as_object_mut(), extra) {
+        p.extend(extra);
+    }
+    let envelope = json!({
+        "eventId": event_id.to_string(),
+        "eventType": event_type,
+        "aggregateType": ENDPOINT_AGGREGATE,
+        "aggregateId": endpoint.id.to_string(),
+        "correlationId": null,
+        "occurredAt": timestamp(now),
+        "payload": payload,
+    });
+    NewOutboxEvent {
+        event_id,
+        aggregate_type: ENDPOINT_AGGREGATE.into(),
+        aggregate_id: endpoint.id.to_string(),
+        event_type: event_type.into(),
+        routing_key: event_type.into(),
+        payload: envelope.to_string(),
+        correlation_id: None,
+        created_at: now,
+    }
+}
+
+/// The endpoint's change after `outcome`, with the disabling's event and audit row.
+fn endpoint_change(
+    endpoint: &mut Endpoint,
+    outcome: Attempted,
+    at: DateTime<Utc>,
+    disable_after: Duration,
+) -> EndpointChange {
+    if outcome == Attempted::Delivered {
+        endpoint.record_success(at);
+        return EndpointChange::Succeeded;
+    }
+    let Some(reason) = endpoint.record_failure(at, outcome == Attempted::Gone, disable_after) else {
+        return EndpointChange::Failed;
+    };
+    let extra = json!({ "reason": reason.as_str(), "failingSince": endpoint.failing_since.map(timestamp) });
+    let event = delivery_event("webhook.endpoint.disabled", endpoint, extra, at);
+    let detail = match reason {
+        DisabledReason::Gone => "its receiver answered 410 Gone".to_owned(),
+        DisabledReason::Failing => format!("failing with no success for {}", humantime(disable_after)),
+    };
+    let audit = audit::record(
+        AuditAction::WebhookEndpointDisabled,
+        entity::WEBHOOK_ENDPOINT,
+        endpoint.id,
+        &Actor::system("webhooks"),
+        Some(detail),
+        at,
+    );
+    EndpointChange::Disabled { reason, event: Box::new(event), audit: Box::new(audit) }
+}
+
+fn humantime(d: Duration) -> String {
+    let s = d.as_secs();
+    if s.is_multiple_of(86_400) {
+        format!("{}d", s / 86_400)
+    } else if s.is_multiple_of(3600) {
+        format!("{}h", s / 3600)
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// The first 4 KiB of `text`, cut on a character boundary.
+pub fn first_4k(text: &str) -> String {
+    let mut end = text.len().min(4096);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}
+
+impl Deliveries {
+    pub fn new(
+        store: Arc<dyn WebhookDeliveryStore>,
+        sender: Arc<dyn WebhookSender>,
+        secrets: Arc<dyn SecretBox>,
+        clock: Arc<dyn Clock>,
+        meter: Meter,
+        settings: DeliverySettings,
+        wake: Arc<Notify>,
+    ) -> Self {
+        Deliveries { store, sender, secrets, clock, meter, settings, busy: Mutex::default(), wake }
+    }
+
+    /// A slot of `endpoint`, if it has one free.
+    fn slot(self: &Arc<Self>, endpoint: WebhookEndpointId) -> Option<Slot> {
+        let mut busy = self.busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = busy.entry(endpoint).or_default();
+        if *n >= self.settings.max_in_flight {
+            return None;
+        }
+        *n += 1;
+        Some(Slot { deliveries: self.clone(), endpoint })
+    }
+
+    /// Claims at most `limit` due messages, each with a slot of its endpoint; those beyond an
+    /// endpoint's free slots are given back.
+    async fn claim(self: &Arc<Self>, limit: u32) -> Result<Vec<(DueMessage, Slot)>, AppError> {
+        let full: Vec<WebhookEndpointId> = {
+            let busy = self.busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            busy.iter().filter(|(_, n)| **n >= self.settings.max_in_flight).map(|(e, _)| *e).collect()
+        };
+        let now = self.clock.now();
+        let hold =
+            chrono::Duration::from_std(self.settings.timeout + CLAIM_MARGIN).unwrap_or(chrono::Duration::MAX);
+        let until = now + hold;
+        let due = self.store.claim_due(now, until, limit, self.settings.max_in_flight, &full).await?;
+        let mut claimed = Vec::with_capacity(due.len());
+        let mut extra = Vec::new();
+        for d in due {
+            match self.slot(d.endpoint.id) {
+                Some(slot) => claimed.push((d, slot)),
+                None => extra.push((d.endpoint.id, d.message.event_id)),
+            }
+        }
+        if !extra.is_empty() {
+            self.store.release(&extra, until).await?;
+        }
+        Ok(claimed)
+    }
+
+    /// Claims what is due and attempts all of it before returning: how many were attempted
+    /// (the tests' and the operator's one round; workers run [`Self::run_until_stopped`]).
+    ///
+    /// # Errors
+    /// `Unavailable` when the claim fails.
+    pub async fn deliver_due(self: &Arc<Self>) -> Result<usize, AppError> {
+        let claimed = self.claim(self.settings.workers).await?;
+        let n = claimed.len();
+        futures_util::future::join_all(claimed.into_iter().map(|(due, slot)| self.deliver(due, slot))).await;
+        Ok(n)
+    }
+
+    /// The delivery workers: claim as slots free up, each attempt its own task, until `stop`;
+    /// then the attempts in flight finish (each bounded by the timeout).
+    pub async fn run_until_stopped(self: Arc<Self>, stop: CancellationToken) {
+        let mut tasks = tokio::task::JoinSet::new();
+        loop {
+            while tasks.try_join_next().is_some() {}
+            let free = self.settings.workers.saturating_sub(u32::try_from(tasks.len()).unwrap_or(u32::MAX));
+            let mut pause = POLL;
+            if free > 0 {
+                match self.claim(free).await {
+                    Ok(claimed) => {
+                        for (due, slot) in claimed {
+                            let me = self.clone();
+                            tasks.spawn(async move { me.deliver(due, slot).await });
+                        }
+                    }
+                    Err(err) => {
+                        tracing::warn!(error = %crate::application::error::Chain(&err), "webhook claim failed");
+                        pause = Duration::from_secs(1);
+                    }
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(pause) => {}
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            }
+        }
+        while tasks.join_next().await.is_some() {}
+    }
+
+    async fn deliver(&self, due: DueMessage, slot: Slot) {
+        let (endpoint, event) = (due.endpoint.id, due.message.event_id);
+        if let Err(err) = self.attempt(due).await {
+            tracing::warn!(%endpoint, %event, error = %crate::application::error::Chain(&err), "a webhook attempt was not recorded");
+        }
+        drop(slot);
+    }
+
+    /// The secrets that sign now: the current one, and the previous one until its end.
+    fn signing(&self, secrets: &EndpointSecrets, now: DateTime<Utc>) -> Result<Vec<String>, AppError> {
+        let open = |sealed| {
+            let plain = self.secrets.open(sealed).map_err(|e| AppError::internal(e.to_string()))?;
+            String::from_utf8(plain).map_err(|_| AppError::internal("a sealed secret is not text"))
+        };
+        let mut out = vec![open(&secrets.current)?];
+        if let Some((previous, until)) = &secrets.previous
+            && *until > now
+        {
+            out.push(open(previous)?);
+        }
+        Ok(out)
+    }
+
+    /// What an attempt writes: the message, its attempt, its endpoint's change and our events.
+    fn record_of(
+        &self,
+        due: &DueMessage,
+        message: Message,
+        outcome: Attempted,
+        answer: &PostAnswer,
+        status: String,
+        at: DateTime<Utc>,
+    ) -> DeliveryRecord {
+        let mut endpoint = due.endpoint.clone();
+        let change = endpoint_change(&mut endpoint, outcome, at, self.settings.disable_after);
+        let exhausted = (outcome == Attempted::Exhausted).then(|| {
+            let extra = json!({
+                "eventId": message.event_id.to_string(),
+                "eventType": message.event_type,
+                "attempts": message.attempts,
+                "lastStatus": status,
+            });
+            delivery_event("webhook.message.exhausted", &endpoint, extra, at)
+        });
+        DeliveryRecord {
+            attempt: AttemptRecord {
+                endpoint_id: endpoint.id,
+                event_id: message.event_id,
+                attempt: message.attempts,
+                at,
+                status,
+                duration_ms: u64::try_from(answer.duration.as_millis()).unwrap_or(u64::MAX),
+                response: first_4k(&answer.body),
+            },
+            message,
+            claimed_until: due.claimed_until,
+            endpoint: change,
+            exhausted,
+        }
+    }
+
+    async fn attempt(&self, due: DueMessage) -> Result<(), AppError> {
+        if due.reclaimed {
+            self.meter.record(|| metrics::counter!("webhook_reclaimed_total").increment(1));
+        }
+        let now = self.clock.now();
+        let post = WebhookPost {
+            url: due.endpoint.url.clone(),
+            id: due.message.event_id.to_string(),
+            timestamp: now.timestamp(),
+            body: due.body.clone(),
+            secrets: self.signing(&due.secrets, now)?,
+        };
+        let answer = self.sender.post(&post).await;
+        let at = self.clock.now();
+        let (read, status) = match answer.status {
+            Ok(code) => (Answer::of_status(code, answer.retry_after), code.to_string()),
+            Err(e) => (Answer::Failure { retry_after: None }, e.as_str().to_owned()),
+        };
+        let mut message: Message = due.message.clone();
+        let outcome = message
+            .attempted(read, &self.settings.schedule, jitter(), at)
+            .map_err(|e| AppError::internal(e.to_string()))?;
+        let record = self.record_of(&due, message, outcome, &answer, status, at);
+        let endpoint = &due.endpoint;
+        let label = outcome_label(outcome);
+        let seconds = answer.duration.as_secs_f64();
+        self.meter.record(|| {
+            metrics::counter!("webhook_attempts_total", "outcome" => label).increment(1);
+            metrics::histogram!("webhook_attempt_duration_seconds").record(seconds);
+        });
+        match self.store.record(&record).await {
+            Ok(disabled) => {
+                if let (true, EndpointChange::Disabled { reason, .. }) = (disabled, &record.endpoint) {
+                    let reason = reason.as_str();
+                    self.meter.record(|| {
+                        metrics::counter!("webhook_endpoints_disabled_total", "reason" => reason).increment(1)
+                    });
+                    tracing::warn!(endpoint = %endpoint.id, reason, "a webhook endpoint was disabled");
+                }
+                Ok(())
+            }
+            Err(RepoError::Conflict) => {
+                // The claim ran out mid-attempt and another worker took the message: its
+                // attempt stands; this one was a duplicate, as the specification allows.
+                self.meter.record(|| metrics::counter!("webhook_claims_lost_total").increment(1));
+                Ok(())
+            }
+            Err(err) => Err(err.into()),
+        }
+    }
+}
+
+fn outcome_label(outcome: Attempted) -> &'static str {
+    match outcome {
+        Attempted::Delivered => "delivered",
+        Attempted::RetryAt(_) => "retry",
+        Attempted::Exhausted => "exhausted",
+        Attempted::Failed => "failed",
+        Attempted::Gone => "gone",
+    }
+}
