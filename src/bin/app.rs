@@ -387,7 +387,7 @@ async fn worker(settings: Settings) -> Result<(), Failure> {
     tracing::info!(
         health = %format!("http://{address}/health/ready"),
         metrics = %format!("http://{address}/metrics"),
-        "worker running: outbox relay, meeting consumers, notification retries, payment \
+        "worker running: outbox relay, webhook fan-out and deliveries, meeting consumers, notification retries, payment \
          reconciliation and refunds, saga recovery, lease recovery, clean-up"
     );
     let ops_handle = ops.handle();

@@ -70,7 +70,7 @@ impl Drop for Receiver {
 
 /// A token of the test keys with `claims` (and `exp`, `iat`): for an app run as a process,
 /// or with claims `TestApp::token` does not set.
-fn signed_token(mut claims: Value) -> String {
+pub(crate) fn signed_token(mut claims: Value) -> String {
     let now = chrono::Utc::now().timestamp();
     claims["exp"] = json!(now + 600);
     claims["iat"] = json!(now);

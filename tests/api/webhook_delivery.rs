@@ -438,3 +438,214 @@ async fn a_name_rebound_to_loopback_is_refused_at_delivery() {
     assert_eq!(sender.post(&post).await.status, Ok(200));
     assert_eq!(receiver.deliveries().await.len(), 1);
 }
+
+/// PostgreSQL hands out an event's id when it is inserted, not when its transaction
+/// commits: an event that took its id first and committed last is fanned out all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_committed_after_a_later_one_is_fanned_out_all_the_same() {
+    use sea_orm::{ConnectionTrait, TransactionTrait};
+    let Some(receiver) = Receiver::start(&[]) else { return };
+    let Some(app) = webhook_app(Backend::Postgres, &[]).await else { return };
+    let (m, operator, orders) = merchant(&app, "WH-LATE").await;
+    let (_, secret) =
+        endpoint(&app, &m, &operator, &format!("{}/late", receiver.url), &["order.completed"]).await;
+    tell(&receiver, "/secrets", json!([secret])).await;
+    place(&app, &orders, &m).await;
+    round(&app).await;
+    assert_eq!(receiver.deliveries().await.len(), 1);
+    // Copies of that event under new ids: one in a transaction left open, one committed.
+    let columns: Vec<String> = sea_orm::JsonValue::find_by_statement(sea_orm::Statement::from_string(
+        sea_orm::DatabaseBackend::Postgres,
+        "SELECT column_name AS c FROM information_schema.columns WHERE table_name = 'outbox_events' \
+         AND column_name NOT IN ('id', 'event_id', 'txid')",
+    ))
+    .all(&app.db)
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|row| row["c"].as_str().unwrap().to_owned())
+    .collect();
+    let copy = |event: uuid::Uuid| {
+        let list = columns.join(", ");
+        format!(
+            "INSERT INTO outbox_events (event_id, {list}) SELECT '{event}', {list} FROM outbox_events \
+             WHERE event_type = 'order.completed' ORDER BY id LIMIT 1"
+        )
+    };
+    let (early, late) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
+    let open = app.db.begin().await.unwrap();
+    open.execute_unprepared(&copy(early)).await.unwrap();
+    app.db.execute_unprepared(&copy(late)).await.unwrap();
+    round(&app).await;
+    let ids: Vec<Value> = receiver.deliveries().await.iter().map(|d| d["id"].clone()).collect();
+    assert_eq!(ids.len(), 2, "the committed one: {ids:?}");
+    assert_eq!(ids[1], late.to_string());
+    open.commit().await.unwrap();
+    round(&app).await;
+    let ids: Vec<Value> = receiver.deliveries().await.iter().map(|d| d["id"].clone()).collect();
+    assert_eq!(ids.len(), 3, "then the one that took its id first: {ids:?}");
+    assert_eq!(ids[2], early.to_string());
+    round(&app).await;
+    assert_eq!(receiver.deliveries().await.len(), 3, "each once");
+}
+
+/// A slow endpoint (answering after 14 s) and a dead one hold their own slots only: with the
+/// delivery workers running, a healthy endpoint of the same merchant receives every message
+/// while the slow one still holds its first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_or_dead_endpoint_never_delays_another() {
+    let Some(receiver) = Receiver::start(&[]) else { return };
+    let extra = [("APP__WEBHOOKS__MAX_IN_FLIGHT", "2"), ("APP__WEBHOOKS__TIMEOUT", "15s")];
+    let Some(app) = webhook_app(Backend::Sqlite, &extra).await else { return };
+    let (m, operator, orders) = merchant(&app, "WH-SLOW").await;
+    let url = |p: &str| format!("{}{p}", receiver.url);
+    endpoint(&app, &m, &operator, &url("/slow"), &["*"]).await;
+    endpoint(&app, &m, &operator, "http://127.0.0.1:9/dead", &["*"]).await;
+    endpoint(&app, &m, &operator, &url("/good"), &["*"]).await;
+    tell(&receiver, "/always/slow", json!([200, null, 14])).await;
+    for _ in 0..10 {
+        place(&app, &orders, &m).await;
+    }
+    let stop = tokio_util::sync::CancellationToken::new();
+    let workers = tokio::spawn(app.services.webhook_deliveries.clone().run_until_stopped(stop.clone()));
+    app.services.webhook_fanout.run_once().await.unwrap();
+    let expected = events_of(&app, &m).await.len();
+    crate::helpers::until_within(
+        "every message at the healthy endpoint",
+        Duration::from_secs(10),
+        || async { at_path(&receiver.deliveries().await, "/good").len() == expected },
+    )
+    .await;
+    let deliveries = receiver.deliveries().await;
+    assert_eq!(at_path(&deliveries, "/slow").len(), 2, "the slow one holds its two slots, no more");
+    stop.cancel();
+    drop(workers);
+}
+
+#[derive(FromQueryResult)]
+struct Count {
+    n: i64,
+}
+
+/// docs/spec.md §16, for real: a worker SIGKILLed while an attempt is being received (sent,
+/// never recorded) and with messages committed but not yet sent. The next worker sends the
+/// unsent ones once and the unrecorded one again under the same `webhook-id` once its claim
+/// has run out — the one duplicate the specification allows, counted in
+/// `webhook_reclaimed_total`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_delivery_sends_again_under_the_same_id() {
+    use std::process::{Command, Stdio};
+
+    use crate::channels::signed_token;
+    use crate::cli::{app, served_port, temp_dir, wait_ready};
+    let Some(receiver) = Receiver::start(&[]) else { return };
+    let dir = temp_dir();
+    let db_url = format!("sqlite://{}/app.db?mode=rwc", dir.0.display());
+    let env = |cmd: &mut Command| {
+        cmd.env("APP__DATABASE__URL", &db_url)
+            .env("APP__AUTH__KEYS", crate::helpers::TEST_KEYS)
+            .env("APP__SECRETS__KEY", SECRETS_KEY)
+            .env("APP__WEBHOOKS__ALLOW_HTTP", "true")
+            .env("APP__WEBHOOKS__ALLOW_PRIVATE_NETWORKS", "true")
+            .env("APP__WEBHOOKS__MAX_IN_FLIGHT", "1")
+            .env("APP__WEBHOOKS__TIMEOUT", "2s")
+            .env("APP__SETTLEMENT__CHANNEL", "simulated")
+            .env("APP__NOTIFICATION__CHANNEL", "simulated")
+            .env("APP__WORKER__EMBEDDED", "false");
+    };
+    // `serve`: the merchant, its endpoint and an order; its events committed.
+    let log_path = dir.0.join("serve.log");
+    let mut cmd = app(&dir.0);
+    env(&mut cmd);
+    cmd.env("APP__HTTP__BIND", "127.0.0.1:0")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log_path).unwrap());
+    let mut serve = crate::helpers::Process::spawn(cmd.arg("serve"));
+    let port = served_port(&log_path).await;
+    wait_ready(port).await;
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let admin = signed_token(json!({ "sub": "ops", "roles": ["admin"] }));
+    let made = client
+        .post(format!("{base}/api/merchants"))
+        .bearer_auth(&admin)
+        .json(&json!({ "code": "CRASH", "name": "Crash" }));
+    let m = json(made.send().await.unwrap(), StatusCode::CREATED).await["id"].as_str().unwrap().to_owned();
+    let mut keys = Vec::new();
+    for role in ["OPERATOR", "ORDERS"] {
+        let made = client
+            .post(format!("{base}/api/merchants/{m}/api-keys"))
+            .bearer_auth(&admin)
+            .json(&json!({ "name": role, "role": role }));
+        keys.push(
+            json(made.send().await.unwrap(), StatusCode::CREATED).await["key"].as_str().unwrap().to_owned(),
+        );
+    }
+    let made = client
+        .post(format!("{base}/api/merchants/{m}/webhook-endpoints"))
+        .bearer_auth(&keys[0])
+        .json(&json!({ "url": format!("{}/crash", receiver.url), "eventTypes": ["*"] }));
+    let secret =
+        json(made.send().await.unwrap(), StatusCode::CREATED).await["secret"].as_str().unwrap().to_owned();
+    tell(&receiver, "/secrets", json!([secret])).await;
+    let placed =
+        client.post(format!("{base}/api/merchants/{m}/orders")).bearer_auth(&keys[1]).json(&order_body());
+    json(placed.send().await.unwrap(), StatusCode::CREATED).await;
+    serve.kill().unwrap();
+    serve.wait().unwrap();
+    // Worker 1: the first attempt held by the receiver, then killed.
+    tell(&receiver, "/plan/crash", json!([[0, null]])).await;
+    let mut cmd = app(&dir.0);
+    env(&mut cmd);
+    cmd.env("APP__WORKER__HTTP__BIND", "127.0.0.1:0")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.0.join("w1.log")).unwrap());
+    let mut first = crate::helpers::Process::spawn(cmd.arg("worker"));
+    crate::helpers::until("the first attempt received (and held)", || async {
+        !receiver.deliveries().await.is_empty()
+    })
+    .await;
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let db = sea_orm::Database::connect(db_url.as_str()).await.unwrap();
+    let messages = count_where(&db, "webhook_messages", "1 = 1").await;
+    assert!(messages >= 2, "an order makes several events: {messages}");
+    assert_eq!(count_where(&db, "webhook_attempts", "1 = 1").await, 0, "nothing recorded before the kill");
+    // Worker 2: everything delivered.
+    let w2_log = dir.0.join("w2.log");
+    let mut cmd = app(&dir.0);
+    env(&mut cmd);
+    cmd.env("APP__WORKER__HTTP__BIND", "127.0.0.1:0")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&w2_log).unwrap());
+    let _second = crate::helpers::Process::spawn(cmd.arg("worker"));
+    crate::helpers::until_within("every message delivered", Duration::from_secs(60), || async {
+        count_where(&db, "webhook_messages", "status = 'DELIVERED'").await == messages
+    })
+    .await;
+    let deliveries = receiver.deliveries().await;
+    let first_id = deliveries[0]["id"].clone();
+    assert_eq!(deliveries.len() as i64, messages + 1, "each once, the held one twice: {deliveries:?}");
+    assert_eq!(deliveries.iter().filter(|d| d["id"] == first_id).count(), 2, "the same webhook-id again");
+    assert!(deliveries.iter().all(|d| d["verified"] == json!([0])));
+    let attempts = Count::find_by_statement(sea_orm::Statement::from_string(
+        db.get_database_backend(),
+        "SELECT COUNT(*) AS n FROM webhook_attempts",
+    ))
+    .one(&db)
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(attempts.n, messages, "the send the kill interrupted was never recorded");
+    let metrics_url: String =
+        crate::helpers::until_some("the worker's metrics address", Duration::from_secs(10), || async {
+            std::fs::read_to_string(&w2_log)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .find_map(|l| l["metrics"].as_str().map(str::to_owned))
+        })
+        .await;
+    let metrics = client.get(metrics_url).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("webhook_reclaimed_total 1"), "{metrics}");
+}
