@@ -234,9 +234,16 @@ pub fn registry() -> Registry {
             "outbox_retries_total",
             "compensations_exhausted_total",
             "payment_callbacks_rejected_total",
+            "webhook_messages_total",
+            "webhook_reclaimed_total",
+            "webhook_claims_lost_total",
         ] {
             metrics::counter!(name).absolute(0);
         }
+        for reason in ["GONE", "FAILING"] {
+            metrics::counter!("webhook_endpoints_disabled_total", "reason" => reason).absolute(0);
+        }
+        metrics::gauge!("webhook_oldest_undelivered_seconds").set(0.0);
         metrics::counter!("outbox_confirms_total", "outcome" => "ack").absolute(0);
         for outcome in ["succeeded", "failed", "skipped"] {
             metrics::counter!("notification_retries_total", "outcome" => outcome).absolute(0);
