@@ -549,6 +549,7 @@ async function merchantPage(id) {
         catch (e) { say(e.message); }
       } }, "Revoke")])));
   }
+  await merchantWebhooks(m.id);
   const form = $("mm-report-form");
   if (!form.elements.date.value) form.elements.date.value = today(m.timezone);
   await merchantReport(m.id, form.elements.date.value, stores);
@@ -600,6 +601,71 @@ $("mm-report-form").addEventListener("submit", async (event) => {
   } catch (e) { say(e.message); }
 });
 
+// ---- merchants' webhooks (docs/webhooks.md) ---------------------------------------------
+
+function endpointState(e) {
+  return e.enabled ? "enabled" : el("strong", { class: "attention" }, `DISABLED: ${e.disabledReason}`);
+}
+
+async function merchantWebhooks(id) {
+  const endpoints = await api("GET", `/api/merchants/${id}/webhook-endpoints`);
+  $("mm-webhooks").replaceChildren(table(["URL", "Events", "State", "Created", ""], endpoints.map((e) => [
+    e.url, e.eventTypes.join(", "), endpointState(e), e.createdAt,
+    el("a", { href: `#webhook/${id}/${e.id}` }, "Messages")])));
+}
+
+let currentEndpoint = null;
+
+async function webhookAttempts(m, e, eventId) {
+  const log = await api("GET", `/api/merchants/${m}/webhook-endpoints/${e}/messages/${eventId}/attempts`);
+  $("wh-attempts").replaceChildren(el("h4", {}, `Attempts of ${eventId}`),
+    table(["#", "At", "Status", "ms", "Answer (first 4 KiB)"], log.attempts.map((a) => [
+      String(a.attempt), a.at, a.status, String(a.durationMs), el("code", {}, a.response.slice(0, 200))])));
+}
+
+async function webhookPage() {
+  const [, m, e] = location.hash.slice(1).split("/");
+  currentEndpoint = { m, e };
+  $("wh-back").setAttribute("href", `#merchant/${m}`);
+  const endpoint = await api("GET", `/api/merchants/${m}/webhook-endpoints/${e}`);
+  $("wh-title").textContent = `Webhook endpoint ${endpoint.url}`;
+  $("wh-summary").replaceChildren(table(["Id", "Events", "State", "Description", "Created"],
+    [[endpoint.id, endpoint.eventTypes.join(", "), endpointState(endpoint), endpoint.description, endpoint.createdAt]]));
+  $("wh-actions").replaceChildren(endpoint.enabled ? "" : el("button", { type: "button", id: "wh-enable", onclick: async () => {
+    try { await api("POST", `/api/merchants/${m}/webhook-endpoints/${e}/enable`); say("Endpoint enabled."); await webhookPage(); }
+    catch (err) { say(err.message); }
+  } }, "Enable"));
+  await webhookMessages();
+}
+
+async function webhookMessages() {
+  const { m, e } = currentEndpoint;
+  const status = $("wh-filter").elements.status.value;
+  const page = await api("GET", `/api/merchants/${m}/webhook-endpoints/${e}/messages?limit=50${status ? `&status=${status}` : ""}`);
+  $("wh-messages").replaceChildren(table(["Event", "Type", "Status", "Attempts", "Last answer", "Last attempt", "Next attempt", "", ""],
+    page.items.map((x) => [x.eventId, x.eventType,
+      x.status === "FAILED" ? el("strong", { class: "attention" }, x.status) : x.status,
+      String(x.attempts), x.lastStatus || "", x.lastAttemptAt || "", x.nextAttemptAt || "",
+      el("button", { type: "button", onclick: () => webhookAttempts(m, e, x.eventId).catch((err) => say(err.message)) }, "Attempts"),
+      el("button", { type: "button", onclick: async () => {
+        try { await api("POST", `/api/merchants/${m}/webhook-endpoints/${e}/messages/${x.eventId}/resend`); say(`Message ${x.eventId} resent.`); await webhookMessages(); }
+        catch (err) { say(err.message); }
+      } }, "Resend")])));
+}
+
+$("wh-filter").addEventListener("submit", (event) => { event.preventDefault(); webhookMessages().catch((e) => say(e.message)); });
+
+$("wh-recover").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const { m, e } = currentEndpoint;
+  const since = new Date($("wh-recover").elements.since.value).toISOString();
+  try {
+    const r = await api("POST", `/api/merchants/${m}/webhook-endpoints/${e}/recover`, { since });
+    say(`${r.recovered} failed message(s) resent.`);
+    await webhookMessages();
+  } catch (err) { say(err.message); }
+});
+
 // ---- routing ---------------------------------------------------------------------------
 
 let refresh = null;
@@ -645,6 +711,7 @@ async function route() {
     }
     else if (show === "merchants") await merchantsPage();
     else if (show === "merchant") await merchantPage(arg);
+    else if (show === "webhook") await webhookPage();
     else if (show === "order" && arg) {
       $("o-form").elements.id.value = arg;
       await order(arg);

@@ -131,7 +131,13 @@ async fn merchants_are_managed_from_the_console_and_a_member_sees_only_its_own()
     if !browser_available() {
         return;
     }
-    let Some(app) = TestApp::spawn(Backend::Sqlite).await else { return };
+    let Some(receiver) = crate::channels::Receiver::start(&[]) else { return };
+    let env = [
+        ("APP__SECRETS__KEY", "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="),
+        ("APP__WEBHOOKS__ALLOW_HTTP", "true"),
+        ("APP__WEBHOOKS__ALLOW_PRIVATE_NETWORKS", "true"),
+    ];
+    let Some(app) = TestApp::spawn_with(Backend::Sqlite, &env).await else { return };
     let admin = app.admin_token("ops");
     let mut ids = Vec::new();
     for code in ["CONSOLE-A", "CONSOLE-B"] {
@@ -150,6 +156,23 @@ async fn merchants_are_managed_from_the_console_and_a_member_sees_only_its_own()
     let member =
         app.client.put(format!("{}/api/merchants/{}/members/carol", app.base, ids[0])).bearer_auth(&admin);
     json(member.json(&serde_json::json!({ "role": "VIEWER" })).send().await.unwrap(), StatusCode::OK).await;
+    // A webhook endpoint whose receiver answered 410: disabled, its message FAILED.
+    let url = format!("{}/gone", receiver.url);
+    let endpoint = serde_json::json!({ "url": url, "eventTypes": ["order.completed"] });
+    let path = format!("/api/merchants/{}/webhook-endpoints", ids[0]);
+    let endpoint =
+        json(app.post(&path, &admin).json(&endpoint).send().await.unwrap(), StatusCode::CREATED).await;
+    reqwest::Client::new()
+        .post(format!("{}/plan/gone", receiver.url))
+        .json(&serde_json::json!([[410, null]]))
+        .send()
+        .await
+        .unwrap();
+    let placed =
+        app.post(&format!("/api/merchants/{}/orders", ids[0]), &admin).json(&crate::helpers::order_body());
+    json(placed.send().await.unwrap(), StatusCode::CREATED).await;
+    app.services.webhook_fanout.run_once().await.unwrap();
+    app.services.webhook_deliveries.deliver_due().await.unwrap();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser/console_merchants.py");
     let shots = concat!(env!("CARGO_MANIFEST_DIR"), "/target/console-screens");
     let args = [
@@ -177,4 +200,16 @@ async fn merchants_are_managed_from_the_console_and_a_member_sees_only_its_own()
     )
     .await;
     assert_eq!(keys[0]["name"], "console key", "the key the page made: {keys}");
+    // What the webhook page's buttons did: enabled, and the message resent.
+    let endpoint_path = format!("{path}/{}", endpoint["id"].as_str().unwrap());
+    let now = json(app.get(&endpoint_path, &admin).send().await.unwrap(), StatusCode::OK).await;
+    assert_eq!(now["enabled"], true, "{now}");
+    let messages =
+        json(app.get(&format!("{endpoint_path}/messages"), &admin).send().await.unwrap(), StatusCode::OK)
+            .await;
+    assert_eq!(messages["items"][0]["status"], "PENDING", "resent from the page: {messages}");
+    assert_eq!(
+        crate::helpers::count_where(&app.db, "audit_log", "action = 'WEBHOOK_MESSAGE_RESENT'").await,
+        1
+    );
 }

@@ -6,7 +6,9 @@ The operator signs in and sees every merchant in the list and the picker; opens 
 (its stores, members, keys and daily report); makes an API key from the page and sees it
 once — gone once the page is shown again, only its prefix listed. The member of CODE signs
 in: only the Merchants link shows, the list holds CODE and never OTHER_CODE, and its
-merchant's page has no members or keys. Exits 0 when every check holds; otherwise prints
+merchant's page has no members or keys. The operator also opens CODE's webhook endpoint
+(disabled by a 410, marked so), its FAILED message and that message's attempts (410),
+enables the endpoint and resends the message from the page. Exits 0 when every check holds; otherwise prints
 what failed and exits 1.
 """
 
@@ -76,6 +78,20 @@ def main() -> int:
         if shown[3:15] not in driver.find_element(By.ID, "mm-keys").text:
             raise AssertionError("the new key's prefix is not listed")
 
+        # Its webhook endpoint: disabled (410), its message FAILED; enabled and resent here.
+        wait.until(ec.text_to_be_present_in_element((By.ID, "mm-webhooks"), "DISABLED: GONE"))
+        driver.find_element(By.ID, "mm-webhooks").find_element(By.LINK_TEXT, "Messages").click()
+        wait.until(ec.text_to_be_present_in_element((By.ID, "wh-messages"), "FAILED"))
+        driver.save_screenshot(f"{shots}/webhook.png")
+        row = driver.find_elements(By.CSS_SELECTOR, "#wh-messages tbody tr")[0]
+        row.find_element(By.XPATH, ".//button[text()='Attempts']").click()
+        wait.until(ec.text_to_be_present_in_element((By.ID, "wh-attempts"), "410"))
+        wait.until(ec.element_to_be_clickable((By.ID, "wh-enable"))).click()
+        wait.until(ec.text_to_be_present_in_element((By.ID, "wh-summary"), "enabled"))
+        row = driver.find_elements(By.CSS_SELECTOR, "#wh-messages tbody tr")[0]
+        row.find_element(By.XPATH, ".//button[text()='Resend']").click()
+        wait.until(ec.text_to_be_present_in_element((By.ID, "wh-messages"), "PENDING"))
+
         # The member: its merchant only.
         sign_in(member)
         wait.until(ec.text_to_be_present_in_element((By.ID, "m-body"), code))
@@ -91,7 +107,8 @@ def main() -> int:
         if other in driver.find_element(By.ID, "mm-picker").text:
             raise AssertionError("a member's picker offers another merchant")
         driver.save_screenshot(f"{shots}/member.png")
-        print(f"ok: operator saw {code} and {other}, made a key shown once; the member saw {code} only")
+        print(f"ok: operator saw {code} and {other}, made a key shown once, enabled a webhook endpoint "
+              f"and resent its message; the member saw {code} only")
         return 0
     except Exception as e:  # noqa: BLE001 - reported as the failure
         print(f"{type(e).__name__}: {e}\n{body() if driver else ''}")
