@@ -33,6 +33,9 @@
 //!
 //! - `merchants` (`merchants.rs`): orders through a merchant API key against the native
 //!   token path, then beside 1 000 merchants of 10 keys each; the key table's updates.
+//! - `webhooks` (`webhooks.rs`): saga-shaped commits at a steady event rate with the relay,
+//!   without and with merchants' webhook endpoints (one slow, one dead): the commits'
+//!   latency, commit -> consume and the relay's rate in the same run.
 //!
 //! `fixture.rs` holds what they share: the per-run database and broker objects, seeding,
 //! CPU accounting from `/proc`, percentiles and the JSON results.
@@ -49,6 +52,7 @@ mod relay;
 mod scale;
 mod soak;
 mod toss;
+mod webhooks;
 
 use clap::{Parser, Subcommand};
 use orchestrator::startup;
@@ -135,6 +139,20 @@ enum Scenario {
         clients: usize,
         #[arg(long, default_value_t = 10)]
         seconds: u64,
+    },
+    /// Saga commits and the relay with and without merchants' webhook endpoints (one slow,
+    /// one dead), in one run (docs/spec.md §16).
+    Webhooks {
+        /// Events per second (saga-shaped commits).
+        #[arg(long, default_value_t = 1000)]
+        rate: u32,
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
+        #[arg(long, default_value_t = 10)]
+        endpoints: usize,
+        /// How long the slow endpoint takes to answer.
+        #[arg(long, default_value_t = 14_000)]
+        slow_ms: u64,
     },
     /// The daily ledger run of a day of `rows` Toss settlements (pages of 5 000), as
     /// `app reconcile ledger` runs it: its peak RSS and time (needs `cargo build --release`).
@@ -236,6 +254,9 @@ async fn main() -> Result<(), BoxError> {
         Scenario::Toss { clients, seconds } => toss::toss_scenario(clients, seconds).await,
         Scenario::Dialect { clients, seconds } => dialect::dialect_scenario(clients, seconds).await,
         Scenario::Merchants { clients, seconds } => merchants::merchants_scenario(clients, seconds).await,
+        Scenario::Webhooks { rate, seconds, endpoints, slow_ms } => {
+            webhooks::webhooks_scenario(rate, seconds, endpoints, slow_ms).await
+        }
         Scenario::Payouts { rows, runs } => payouts::payouts_scenario(rows, runs).await,
         Scenario::Horizon { rate, seconds } => latency::horizon_scenario(rate, seconds).await,
         Scenario::Soak { minutes, rate } => soak::soak(minutes, rate).await,

@@ -1,5 +1,6 @@
 //! `bench orders`: `POST /api/orders` at rising concurrency, against pgbench on the same server.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -165,11 +166,17 @@ pub(crate) async fn orders_scenario(levels: &str, seconds: u64) -> Result<(), Bo
 /// A webhook receiver as fast as one can be: reads each request (headers and
 /// `Content-Length` body) and answers `204` on the same connection. Returns its port.
 async fn fast_receiver() -> Result<u16, BoxError> {
+    receiver(Duration::ZERO, Arc::default()).await
+}
+
+/// [`fast_receiver`], answering each request after `delay` and counting them in `count`.
+pub(crate) async fn receiver(delay: Duration, count: Arc<AtomicU64>) -> Result<u16, BoxError> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
     tokio::spawn(async move {
         while let Ok((mut socket, _)) = listener.accept().await {
+            let count = count.clone();
             tokio::spawn(async move {
                 let mut buffer = Vec::with_capacity(4096);
                 let mut chunk = [0u8; 4096];
@@ -197,6 +204,10 @@ async fn fast_receiver() -> Result<u16, BoxError> {
                         }
                     }
                     buffer.drain(..end + length);
+                    count.fetch_add(1, Ordering::Relaxed);
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
                     if socket
                         .write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
                         .await

@@ -49,6 +49,17 @@ impl MigrationTrait for Migration {
         for (table, mut column) in columns {
             m.alter_table(Table::alter().table(a(table)).add_column(&mut column).to_owned()).await?;
         }
+        // A claim's read of each endpoint's oldest due messages.
+        m.create_index(
+            Index::create()
+                .name("idx_webhook_messages_endpoint_due")
+                .table(a("webhook_messages"))
+                .col(a("endpoint_id"))
+                .col(a("status"))
+                .col(a("next_attempt_at"))
+                .to_owned(),
+        )
+        .await?;
         m.create_index(
             Index::create()
                 .name("idx_webhook_messages_endpoint_created")
@@ -86,6 +97,10 @@ impl MigrationTrait for Migration {
             m.get_connection().execute_unprepared("DROP INDEX IF EXISTS idx_outbox_txid").await?;
         }
         m.get_connection().execute_unprepared("DELETE FROM webhook_cursor WHERE name = 'fanout'").await?;
+        m.drop_index(
+            Index::drop().name("idx_webhook_messages_endpoint_due").table(a("webhook_messages")).to_owned(),
+        )
+        .await?;
         m.drop_index(
             Index::drop()
                 .name("idx_webhook_messages_endpoint_created")

@@ -16,6 +16,7 @@ import os
 import sys
 
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
@@ -83,13 +84,23 @@ def main() -> int:
         driver.find_element(By.ID, "mm-webhooks").find_element(By.LINK_TEXT, "Messages").click()
         wait.until(ec.text_to_be_present_in_element((By.ID, "wh-messages"), "FAILED"))
         driver.save_screenshot(f"{shots}/webhook.png")
-        row = driver.find_elements(By.CSS_SELECTOR, "#wh-messages tbody tr")[0]
-        row.find_element(By.XPATH, ".//button[text()='Attempts']").click()
+        def press(button):
+            # The table is drawn again after each action: find the row afresh until it holds.
+            def clicked(d):
+                try:
+                    row = d.find_elements(By.CSS_SELECTOR, "#wh-messages tbody tr")[0]
+                    row.find_element(By.XPATH, f".//button[text()='{button}']").click()
+                    return True
+                except (StaleElementReferenceException, IndexError):
+                    return False
+            wait.until(clicked)
+
+        press("Attempts")
         wait.until(ec.text_to_be_present_in_element((By.ID, "wh-attempts"), "410"))
         wait.until(ec.element_to_be_clickable((By.ID, "wh-enable"))).click()
         wait.until(ec.text_to_be_present_in_element((By.ID, "wh-summary"), "enabled"))
-        row = driver.find_elements(By.CSS_SELECTOR, "#wh-messages tbody tr")[0]
-        row.find_element(By.XPATH, ".//button[text()='Resend']").click()
+        wait.until(ec.text_to_be_present_in_element((By.ID, "status"), "Endpoint enabled."))
+        press("Resend")
         wait.until(ec.text_to_be_present_in_element((By.ID, "wh-messages"), "PENDING"))
 
         # The member: its merchant only.

@@ -25,6 +25,7 @@ mod unit_of_work;
 mod webhook_endpoints;
 mod webhook_fanout;
 mod webhook_messages;
+mod webhook_records;
 
 use std::path::Path;
 use std::time::Duration;

@@ -8,21 +8,20 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use chrono::{DateTime, SubsecRound, Utc};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseBackend, EntityTrait, FromQueryResult, QueryFilter, QueryTrait,
+    ColumnTrait, ConnectionTrait, DatabaseBackend, EntityTrait, FromQueryResult, QueryFilter,
     TransactionTrait, Value,
 };
 
 use super::audit::insert_audit;
-use super::entities::{outbox_events, webhook_endpoints};
-use super::listener::OUTBOX_CHANNEL;
-use super::mapping::{corrupt, outbox_row};
+use super::entities::webhook_endpoints;
+use super::mapping::corrupt;
 use super::repo_err;
 use super::store::SeaOrmStore;
 use super::webhook_endpoints::{endpoint_from_row, secrets_from_row};
 use super::webhook_fanout::statement;
 use crate::application::ports::{
-    AttemptRecord, AuditRecord, DeliveryRecord, DueMessage, EndpointChange, MessageQuery, MessageView,
-    NewOutboxEvent, RepoError, WebhookDeliveryStore, WebhookMessageStore,
+    AttemptRecord, AuditRecord, DeliveryRecord, DueMessage, MessageQuery, MessageView, Recorded, RepoError,
+    WebhookDeliveryStore, WebhookMessageStore,
 };
 use crate::domain::ids::{EventId, WebhookEndpointId};
 use crate::domain::webhook::MessageStatus;
@@ -135,16 +134,31 @@ impl SeaOrmStore {
                 .collect();
             format!("AND m.endpoint_id NOT IN ({})", marks.join(", "))
         };
-        let sql = format!(
-            "SELECT endpoint_id, event_id, claimed_until FROM (\
-               SELECT m.endpoint_id, m.event_id, m.claimed_until, m.next_attempt_at, \
-                 ROW_NUMBER() OVER (PARTITION BY m.endpoint_id ORDER BY m.next_attempt_at) AS rn \
-               FROM webhook_messages m JOIN webhook_endpoints e ON e.id = m.endpoint_id \
-               WHERE m.status = '{}' AND m.next_attempt_at <= $1 \
-                 AND (m.claimed_until IS NULL OR m.claimed_until < $1) AND e.disabled_reason IS NULL {skip}\
-             ) x WHERE rn <= $2 ORDER BY next_attempt_at LIMIT $3",
+        let due = format!(
+            "m.status = '{}' AND m.next_attempt_at <= $1 AND (m.claimed_until IS NULL OR m.claimed_until < $1)",
             pending()
         );
+        let sql = if self.db.get_database_backend() == DatabaseBackend::Postgres {
+            // Each enabled endpoint's oldest due messages, by index: a flood at one endpoint
+            // costs a claim `per_endpoint` rows of it, whatever its backlog.
+            format!(
+                "SELECT m.endpoint_id, m.event_id, m.claimed_until FROM webhook_endpoints e \
+                 CROSS JOIN LATERAL (SELECT m.endpoint_id, m.event_id, m.claimed_until, m.next_attempt_at \
+                   FROM webhook_messages m WHERE m.endpoint_id = e.id AND {due} \
+                   ORDER BY m.next_attempt_at LIMIT $2) m \
+                 WHERE e.disabled_reason IS NULL {} ORDER BY m.next_attempt_at LIMIT $3",
+                skip.replace("m.endpoint_id", "e.id")
+            )
+        } else {
+            format!(
+                "SELECT endpoint_id, event_id, claimed_until FROM (\
+                   SELECT m.endpoint_id, m.event_id, m.claimed_until, m.next_attempt_at, \
+                     ROW_NUMBER() OVER (PARTITION BY m.endpoint_id ORDER BY m.next_attempt_at) AS rn \
+                   FROM webhook_messages m JOIN webhook_endpoints e ON e.id = m.endpoint_id \
+                   WHERE {due} AND e.disabled_reason IS NULL {skip}\
+                 ) x WHERE rn <= $2 ORDER BY next_attempt_at LIMIT $3"
+            )
+        };
         Candidate::find_by_statement(statement(self.db.get_database_backend(), &sql, values))
             .all(&self.db)
             .await
@@ -206,75 +220,6 @@ impl SeaOrmStore {
         }
         Ok(due)
     }
-
-    /// Our delivery events into the outbox, within `conn`'s transaction.
-    async fn append_events<C: ConnectionTrait>(
-        &self,
-        conn: &C,
-        events: &[&NewOutboxEvent],
-    ) -> Result<(), RepoError> {
-        if events.is_empty() {
-            return Ok(());
-        }
-        let backend = conn.get_database_backend();
-        let insert = outbox_events::Entity::insert_many(events.iter().map(|e| outbox_row(e, self.lanes)));
-        conn.execute_raw(insert.build(backend)).await.map_err(repo_err)?;
-        if backend == DatabaseBackend::Postgres {
-            conn.execute_unprepared(&format!("NOTIFY {OUTBOX_CHANNEL}")).await.map_err(repo_err)?;
-        }
-        Ok(())
-    }
-
-    /// The endpoint's change; whether it turned it off.
-    async fn change_endpoint<C: ConnectionTrait>(
-        &self,
-        conn: &C,
-        id: WebhookEndpointId,
-        change: &EndpointChange,
-        at: DateTime<Utc>,
-    ) -> Result<bool, RepoError> {
-        let backend = conn.get_database_backend();
-        let (sql, values): (&str, Vec<Value>) = match change {
-            EndpointChange::Succeeded => (
-                "UPDATE webhook_endpoints SET last_success_at = $1, failing_since = NULL WHERE id = $2",
-                vec![at.into(), id.as_uuid().into()],
-            ),
-            EndpointChange::Failed => (
-                "UPDATE webhook_endpoints SET failing_since = COALESCE(failing_since, $1) WHERE id = $2",
-                vec![at.into(), id.as_uuid().into()],
-            ),
-            EndpointChange::Disabled { reason, .. } => (
-                "UPDATE webhook_endpoints SET disabled_reason = $1, failing_since = COALESCE(failing_since, $2), \
-                   updated_at = $2 WHERE id = $3 AND disabled_reason IS NULL",
-                vec![reason.as_str().into(), at.into(), id.as_uuid().into()],
-            ),
-        };
-        let changed =
-            conn.execute_raw(statement(backend, sql, values)).await.map_err(repo_err)?.rows_affected() == 1;
-        let EndpointChange::Disabled { event, audit, .. } = change else { return Ok(false) };
-        if !changed {
-            return Ok(false);
-        }
-        self.append_events(conn, &[event.as_ref()]).await?;
-        insert_audit(conn, std::slice::from_ref(audit.as_ref())).await?;
-        Ok(true)
-    }
-}
-
-async fn insert_attempt<C: ConnectionTrait>(conn: &C, a: &AttemptRecord) -> Result<(), RepoError> {
-    let sql = "INSERT INTO webhook_attempts (endpoint_id, event_id, attempt, at, status, duration_ms, response) \
-               VALUES ($1, $2, $3, $4, $5, $6, $7)";
-    let values: Vec<Value> = vec![
-        a.endpoint_id.as_uuid().into(),
-        a.event_id.as_uuid().into(),
-        i32::try_from(a.attempt).unwrap_or(i32::MAX).into(),
-        a.at.into(),
-        a.status.clone().into(),
-        i64::try_from(a.duration_ms).unwrap_or(i64::MAX).into(),
-        a.response.clone().into(),
-    ];
-    conn.execute_raw(statement(conn.get_database_backend(), sql, values)).await.map_err(repo_err)?;
-    Ok(())
 }
 
 #[async_trait]
@@ -341,42 +286,8 @@ impl WebhookDeliveryStore for SeaOrmStore {
         Ok(())
     }
 
-    async fn record(&self, record: &DeliveryRecord) -> Result<bool, RepoError> {
-        let backend = self.db.get_database_backend();
-        let m = &record.message;
-        let at = record.attempt.at;
-        let sql = format!(
-            "UPDATE webhook_messages SET status = $1, attempts = $2, manual = $3, next_attempt_at = $4, \
-               claimed_until = NULL, last_status = $5, last_attempt_at = $6, updated_at = $6 \
-             WHERE endpoint_id = $7 AND event_id = $8 AND status = '{}' AND claimed_until = $9",
-            pending()
-        );
-        let values: Vec<Value> = vec![
-            m.status.as_str().into(),
-            i32::try_from(m.attempts).unwrap_or(i32::MAX).into(),
-            m.manual.into(),
-            m.next_attempt_at.into(),
-            record.attempt.status.clone().into(),
-            at.into(),
-            m.endpoint_id.as_uuid().into(),
-            m.event_id.as_uuid().into(),
-            record.claimed_until.trunc_subsecs(6).into(),
-        ];
-        let txn = self.db.begin().await.map_err(repo_err)?;
-        let updated = txn.execute_raw(statement(backend, &sql, values)).await.map_err(repo_err)?;
-        if updated.rows_affected() != 1 {
-            let _ = txn.rollback().await;
-            return Err(RepoError::Conflict);
-        }
-        insert_attempt(&txn, &record.attempt).await?;
-        let disabled = self.change_endpoint(&txn, m.endpoint_id, &record.endpoint, at).await?;
-        let exhausted: Vec<&NewOutboxEvent> = record.exhausted.iter().collect();
-        self.append_events(&txn, &exhausted).await?;
-        txn.commit().await.map_err(repo_err)?;
-        if disabled || !exhausted.is_empty() {
-            self.relay_wake.notify_one();
-        }
-        Ok(disabled)
+    async fn record(&self, records: &[DeliveryRecord]) -> Result<Vec<Recorded>, RepoError> {
+        self.record_batch(records).await
     }
 }
 

@@ -133,6 +133,15 @@ pub struct DeliveryRecord {
     pub exhausted: Option<NewOutboxEvent>,
 }
 
+/// What became of one record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    /// Written; `disabled` when it turned its endpoint off.
+    Done { disabled: bool },
+    /// Its claim had run out: nothing of it written.
+    ClaimLost,
+}
+
 #[cfg_attr(test, mockall::automock)]
 #[async_trait]
 pub trait WebhookDeliveryStore: Send + Sync {
@@ -154,10 +163,11 @@ pub trait WebhookDeliveryStore: Send + Sync {
         claimed_until: DateTime<Utc>,
     ) -> Result<(), RepoError>;
 
-    /// Writes the attempt, the message as it now is and its endpoint's change; `Conflict`,
-    /// having written nothing, when the claim is no longer held (it ran out and another
-    /// worker took the message). `Ok(true)` when the endpoint was turned off by it.
-    async fn record(&self, record: &DeliveryRecord) -> Result<bool, RepoError>;
+    /// Writes each record — the attempt, the message as it now is, its endpoint's change and
+    /// its events — all in one transaction; a record whose claim is no longer held (it ran
+    /// out and another worker took the message) writes nothing and is `ClaimLost`. One
+    /// answer per record, in order.
+    async fn record(&self, records: &[DeliveryRecord]) -> Result<Vec<Recorded>, RepoError>;
 }
 
 /// A message as the log lists it.

@@ -21,7 +21,7 @@ use crate::application::envelopes::timestamp;
 use crate::application::meter::Meter;
 use crate::application::ports::{
     AttemptRecord, Clock, DeliveryRecord, DueMessage, EndpointChange, EndpointSecrets, NewOutboxEvent,
-    PostAnswer, RepoError, SecretBox, WebhookDeliveryStore, WebhookPost, WebhookSender,
+    PostAnswer, Recorded, SecretBox, WebhookDeliveryStore, WebhookPost, WebhookSender,
 };
 use crate::domain::audit::AuditAction;
 use crate::domain::ids::{EventId, WebhookEndpointId};
@@ -32,6 +32,10 @@ use crate::domain::webhook_message::{Attempted, Message};
 pub const ENDPOINT_AGGREGATE: &str = "webhook_endpoint";
 /// How long a worker waits for work when nobody wakes it.
 const POLL: Duration = Duration::from_millis(500);
+/// Attempts written per transaction at most.
+const RECORD_BATCH: usize = 256;
+/// How long a made attempt may wait to be written (a crash in between sends it again).
+const RECORD_EVERY: Duration = Duration::from_millis(20);
 /// A claim outlives the attempt's timeout by this much.
 const CLAIM_MARGIN: Duration = Duration::from_secs(5);
 
@@ -59,6 +63,9 @@ pub struct Deliveries {
     /// Attempts in flight per endpoint.
     busy: Mutex<HashMap<WebhookEndpointId, u32>>,
     wake: Arc<Notify>,
+    /// Attempts made and not yet written, written in batches by [`Self::flush`].
+    unrecorded: Mutex<Vec<DeliveryRecord>>,
+    recorded: Notify,
 }
 
 /// One of an endpoint's slots, given back when the attempt ends however it ends.
@@ -185,7 +192,18 @@ impl Deliveries {
         settings: DeliverySettings,
         wake: Arc<Notify>,
     ) -> Self {
-        Deliveries { store, sender, secrets, clock, meter, settings, busy: Mutex::default(), wake }
+        Deliveries {
+            store,
+            sender,
+            secrets,
+            clock,
+            meter,
+            settings,
+            busy: Mutex::default(),
+            wake,
+            unrecorded: Mutex::default(),
+            recorded: Notify::new(),
+        }
     }
 
     /// A slot of `endpoint`, if it has one free.
@@ -234,18 +252,92 @@ impl Deliveries {
         let claimed = self.claim(self.settings.workers).await?;
         let n = claimed.len();
         futures_util::future::join_all(claimed.into_iter().map(|(due, slot)| self.deliver(due, slot))).await;
+        self.flush().await?;
         Ok(n)
+    }
+
+    /// Writes the attempts made so far, a batch per transaction: how many.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database fails (the batch is kept for the next flush).
+    pub async fn flush(&self) -> Result<usize, AppError> {
+        let mut written = 0;
+        loop {
+            let batch: Vec<DeliveryRecord> = {
+                let mut pending = self.unrecorded.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let n = pending.len().min(RECORD_BATCH);
+                pending.drain(..n).collect()
+            };
+            if batch.is_empty() {
+                return Ok(written);
+            }
+            let answers = match self.store.record(&batch).await {
+                Ok(answers) => answers,
+                Err(err) => {
+                    let mut pending =
+                        self.unrecorded.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    pending.splice(0..0, batch);
+                    return Err(err.into());
+                }
+            };
+            written += batch.len();
+            for (record, answer) in batch.iter().zip(answers) {
+                self.count_recorded(record, answer);
+            }
+        }
+    }
+
+    fn count_recorded(&self, record: &DeliveryRecord, answer: Recorded) {
+        match (answer, &record.endpoint) {
+            (Recorded::Done { disabled: true }, EndpointChange::Disabled { reason, .. }) => {
+                let reason = reason.as_str();
+                self.meter.record(|| {
+                    metrics::counter!("webhook_endpoints_disabled_total", "reason" => reason).increment(1)
+                });
+                tracing::warn!(endpoint = %record.message.endpoint_id, reason, "a webhook endpoint was disabled");
+            }
+            // The claim ran out mid-attempt and another worker took the message: its attempt
+            // stands; this one was a duplicate, as the specification allows.
+            (Recorded::ClaimLost, _) => {
+                self.meter.record(|| metrics::counter!("webhook_claims_lost_total").increment(1));
+            }
+            _ => {}
+        }
+    }
+
+    /// Writes attempts as they come, until `stop` and the last one written.
+    async fn recorder(self: Arc<Self>, stop: CancellationToken) {
+        loop {
+            let stopping = tokio::select! {
+                _ = stop.cancelled() => true,
+                _ = self.recorded.notified() => false,
+                _ = tokio::time::sleep(RECORD_EVERY) => false,
+            };
+            if let Err(err) = self.flush().await {
+                tracing::warn!(error = %crate::application::error::Chain(&err), "webhook attempts not recorded yet");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            if stopping
+                && self.unrecorded.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_empty()
+            {
+                return;
+            }
+        }
     }
 
     /// The delivery workers: claim as slots free up, each attempt its own task, until `stop`;
     /// then the attempts in flight finish (each bounded by the timeout).
     pub async fn run_until_stopped(self: Arc<Self>, stop: CancellationToken) {
+        let recording = CancellationToken::new();
+        let recorder = tokio::spawn(self.clone().recorder(recording.clone()));
         let mut tasks = tokio::task::JoinSet::new();
         loop {
             while tasks.try_join_next().is_some() {}
             let free = self.settings.workers.saturating_sub(u32::try_from(tasks.len()).unwrap_or(u32::MAX));
             let mut pause = POLL;
-            if free > 0 {
+            // Claims in batches (a quarter of the slots at least, or when idle): one claim per
+            // finished attempt would be a query per message.
+            if free > 0 && (free >= self.settings.workers.div_ceil(4) || tasks.is_empty()) {
                 match self.claim(free).await {
                     Ok(claimed) => {
                         for (due, slot) in claimed {
@@ -267,12 +359,23 @@ impl Deliveries {
             }
         }
         while tasks.join_next().await.is_some() {}
+        recording.cancel();
+        let _ = recorder.await;
     }
 
     async fn deliver(&self, due: DueMessage, slot: Slot) {
         let (endpoint, event) = (due.endpoint.id, due.message.event_id);
-        if let Err(err) = self.attempt(due).await {
-            tracing::warn!(%endpoint, %event, error = %crate::application::error::Chain(&err), "a webhook attempt was not recorded");
+        match self.attempt(due).await {
+            Ok(record) => {
+                let mut pending = self.unrecorded.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                pending.push(record);
+                if pending.len() >= RECORD_BATCH {
+                    self.recorded.notify_one();
+                }
+            }
+            Err(err) => {
+                tracing::warn!(%endpoint, %event, error = %crate::application::error::Chain(&err), "a webhook attempt was not made");
+            }
         }
         drop(slot);
     }
@@ -330,7 +433,8 @@ impl Deliveries {
         }
     }
 
-    async fn attempt(&self, due: DueMessage) -> Result<(), AppError> {
+    /// One attempt: signed now, sent, and what it makes of the message and its endpoint.
+    async fn attempt(&self, due: DueMessage) -> Result<DeliveryRecord, AppError> {
         if due.reclaimed {
             self.meter.record(|| metrics::counter!("webhook_reclaimed_total").increment(1));
         }
@@ -353,32 +457,13 @@ impl Deliveries {
             .attempted(read, &self.settings.schedule, jitter(), at)
             .map_err(|e| AppError::internal(e.to_string()))?;
         let record = self.record_of(&due, message, outcome, &answer, status, at);
-        let endpoint = &due.endpoint;
         let label = outcome_label(outcome);
         let seconds = answer.duration.as_secs_f64();
         self.meter.record(|| {
             metrics::counter!("webhook_attempts_total", "outcome" => label).increment(1);
             metrics::histogram!("webhook_attempt_duration_seconds").record(seconds);
         });
-        match self.store.record(&record).await {
-            Ok(disabled) => {
-                if let (true, EndpointChange::Disabled { reason, .. }) = (disabled, &record.endpoint) {
-                    let reason = reason.as_str();
-                    self.meter.record(|| {
-                        metrics::counter!("webhook_endpoints_disabled_total", "reason" => reason).increment(1)
-                    });
-                    tracing::warn!(endpoint = %endpoint.id, reason, "a webhook endpoint was disabled");
-                }
-                Ok(())
-            }
-            Err(RepoError::Conflict) => {
-                // The claim ran out mid-attempt and another worker took the message: its
-                // attempt stands; this one was a duplicate, as the specification allows.
-                self.meter.record(|| metrics::counter!("webhook_claims_lost_total").increment(1));
-                Ok(())
-            }
-            Err(err) => Err(err.into()),
-        }
+        Ok(record)
     }
 }
 
