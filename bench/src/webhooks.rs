@@ -99,6 +99,7 @@ async fn phase(rate: u32, seconds: u64, endpoints: usize, slow: Duration) -> Res
         let commits_per_s = f64::from(rate);
         let per_task = Duration::from_secs_f64(producers as f64 / commits_per_s);
         let deadline = Instant::now() + Duration::from_secs(seconds);
+        let cpu = Cpu::now();
         let started = Instant::now();
         let mut tasks = Vec::new();
         for p in 0..producers {
@@ -130,6 +131,7 @@ async fn phase(rate: u32, seconds: u64, endpoints: usize, slow: Duration) -> Res
         let window = started.elapsed().as_secs_f64();
         let delivered = fast.load(Ordering::Relaxed);
         let events = committed.lock().unwrap_or_else(|e| e.into_inner()).len();
+        let cpu = Cpu::now().per_thousand(&cpu, events);
         let drain = Instant::now() + Duration::from_secs(30);
         while arrivals.lock().unwrap_or_else(|e| e.into_inner()).len() < events && Instant::now() < drain {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -150,7 +152,7 @@ async fn phase(rate: u32, seconds: u64, endpoints: usize, slow: Duration) -> Res
             .collect();
         consume.sort_by(f64::total_cmp);
         println!(
-            "  {} endpoints: {events} events in {window:.1}s ({:.0}/s), {} consumed, {delivered} webhooks delivered to the fast receivers, {messages} messages made, {due} still due",
+            "  {} endpoints: {events} events in {window:.1}s ({:.0}/s), {} consumed, {delivered} webhooks delivered to the fast receivers, {messages} messages made, {due} still due; CPU per 1 000 events: {cpu}",
             endpoints,
             events as f64 / window,
             consume.len()

@@ -37,7 +37,7 @@ pub struct WebhooksSettings {
     pub timeout: Duration,
     /// Attempts in flight to one endpoint at once, per worker process.
     pub max_in_flight: u32,
-    /// Attempts in flight in all, per worker process.
+    /// Messages claimed at once, per worker process (in flight: 16 times that at most).
     pub workers: u32,
     /// An endpoint failing this long with no success is disabled.
     pub disable_after: Duration,

@@ -495,7 +495,12 @@ async fn an_event_committed_after_a_later_one_is_fanned_out_all_the_same() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_or_dead_endpoint_never_delays_another() {
     let Some(receiver) = Receiver::start(&[]) else { return };
-    let extra = [("APP__WEBHOOKS__MAX_IN_FLIGHT", "2"), ("APP__WEBHOOKS__TIMEOUT", "15s")];
+    // As many claims as the slow endpoint has slots: its waiting attempts must not hold them.
+    let extra = [
+        ("APP__WEBHOOKS__MAX_IN_FLIGHT", "2"),
+        ("APP__WEBHOOKS__WORKERS", "2"),
+        ("APP__WEBHOOKS__TIMEOUT", "15s"),
+    ];
     let Some(app) = webhook_app(Backend::Sqlite, &extra).await else { return };
     let (m, operator, orders) = merchant(&app, "WH-SLOW").await;
     let url = |p: &str| format!("{}{p}", receiver.url);

@@ -23,6 +23,18 @@ use crate::domain::ids::{EventId, MerchantId};
 use crate::domain::webhook::Endpoint;
 use crate::domain::webhook_message::Message;
 
+/// On PostgreSQL, lets `txn` commit without waiting for the WAL flush. The webhooks' own
+/// transactions may: a crash that loses one only does its work again (the fan-out reads the
+/// same events and makes the same messages; a lost record sends its attempt again under
+/// the same `webhook-id`), and one that survives has all the WAL before it. The saga's
+/// commits then never queue behind the webhooks' flushes.
+pub(super) async fn commit_without_waiting<C: ConnectionTrait>(txn: &C) -> Result<(), RepoError> {
+    if txn.get_database_backend() == DatabaseBackend::Postgres {
+        txn.execute_unprepared("SET LOCAL synchronous_commit = off").await.map_err(repo_err)?;
+    }
+    Ok(())
+}
+
 /// The cursor's row.
 const NAME: &str = "fanout";
 /// Rows per insert statement (within both databases' bounds on parameters).
@@ -324,6 +336,7 @@ impl WebhookFanoutStore for SeaOrmStore {
             read.current.clone().into(),
         ];
         let txn = self.db.begin().await.map_err(repo_err)?;
+        commit_without_waiting(&txn).await?;
         let moved = txn.execute_raw(statement(backend, &sql, values)).await.map_err(repo_err)?;
         if moved.rows_affected() != 1 {
             let _ = txn.rollback().await;

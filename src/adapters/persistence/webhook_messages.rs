@@ -94,8 +94,10 @@ struct Oldest {
     value: Option<DateTime<Utc>>,
 }
 
-/// `({table}endpoint_id, {table}event_id) IN (($n, $n+1), …)`, the keys appended to `values`.
-fn keys_in(table: &str, keys: &[(uuid::Uuid, uuid::Uuid)], values: &mut Vec<Value>) -> String {
+/// `(VALUES ($n, $n+1), …) AS k`, the keys appended to `values`: joined on the primary key
+/// (`k.column1`, `k.column2`), which PostgreSQL plans as index probes where a row-value
+/// `IN` list of many pairs can be a scan of the table.
+fn keys_table(keys: &[(uuid::Uuid, uuid::Uuid)], values: &mut Vec<Value>) -> String {
     let cells: Vec<String> = keys
         .iter()
         .map(|(endpoint, event)| {
@@ -104,7 +106,12 @@ fn keys_in(table: &str, keys: &[(uuid::Uuid, uuid::Uuid)], values: &mut Vec<Valu
             format!("(${}, ${})", values.len() - 1, values.len())
         })
         .collect();
-    format!("({table}endpoint_id, {table}event_id) IN ({})", cells.join(", "))
+    format!("(VALUES {}) AS k", cells.join(", "))
+}
+
+/// The join of `table` to [`keys_table`]'s `k`.
+fn on_keys(table: &str) -> String {
+    format!("{table}.endpoint_id = k.column1 AND {table}.event_id = k.column2")
 }
 
 fn pending() -> &'static str {
@@ -175,8 +182,9 @@ impl SeaOrmStore {
         let backend = self.db.get_database_backend();
         let mut values = Vec::new();
         let sql = format!(
-            "SELECT {MESSAGE_COLUMNS} FROM webhook_messages m WHERE {}",
-            keys_in("m.", claimed, &mut values)
+            "SELECT {MESSAGE_COLUMNS} FROM webhook_messages m JOIN {} ON {}",
+            keys_table(claimed, &mut values),
+            on_keys("m")
         );
         let rows = MessageRow::find_by_statement(statement(backend, &sql, values))
             .all(&self.db)
@@ -245,9 +253,10 @@ impl WebhookDeliveryStore for SeaOrmStore {
             candidates.iter().map(|c| ((c.endpoint_id, c.event_id), c.claimed_until.is_some())).collect();
         let mut values: Vec<Value> = vec![until.into(), now.into()];
         let sql = format!(
-            "UPDATE webhook_messages SET claimed_until = $1 WHERE {} AND status = '{}' \
+            "UPDATE webhook_messages SET claimed_until = $1 FROM {} WHERE {} AND status = '{}' \
                AND (claimed_until IS NULL OR claimed_until < $2) RETURNING endpoint_id, event_id",
-            keys_in("", &keys, &mut values),
+            keys_table(&keys, &mut values),
+            on_keys("webhook_messages"),
             pending()
         );
         #[derive(FromQueryResult)]
@@ -276,8 +285,9 @@ impl WebhookDeliveryStore for SeaOrmStore {
         let keys: Vec<_> = claims.iter().map(|(e, v)| (e.as_uuid(), v.as_uuid())).collect();
         let mut values: Vec<Value> = vec![claimed_until.trunc_subsecs(6).into()];
         let sql = format!(
-            "UPDATE webhook_messages SET claimed_until = NULL WHERE {} AND claimed_until = $1",
-            keys_in("", &keys, &mut values)
+            "UPDATE webhook_messages SET claimed_until = NULL FROM {} WHERE {} AND claimed_until = $1",
+            keys_table(&keys, &mut values),
+            on_keys("webhook_messages")
         );
         self.db
             .execute_raw(statement(self.db.get_database_backend(), &sql, values))

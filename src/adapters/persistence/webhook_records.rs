@@ -17,7 +17,7 @@ use super::listener::OUTBOX_CHANNEL;
 use super::mapping::outbox_row;
 use super::repo_err;
 use super::store::SeaOrmStore;
-use super::webhook_fanout::statement;
+use super::webhook_fanout::{commit_without_waiting, statement};
 use crate::application::ports::{
     AttemptRecord, DeliveryRecord, EndpointChange, NewOutboxEvent, Recorded, RepoError,
 };
@@ -214,6 +214,7 @@ impl SeaOrmStore {
             return Ok(Vec::new());
         }
         let txn = self.db.begin().await.map_err(repo_err)?;
+        commit_without_waiting(&txn).await?;
         let written = update_messages(&txn, records).await?;
         let held = |r: &DeliveryRecord| {
             written.contains(&(r.message.endpoint_id.as_uuid(), r.message.event_id.as_uuid()))

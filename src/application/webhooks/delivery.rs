@@ -32,6 +32,9 @@ use crate::domain::webhook_message::{Attempted, Message};
 pub const ENDPOINT_AGGREGATE: &str = "webhook_endpoint";
 /// How long a worker waits for work when nobody wakes it.
 const POLL: Duration = Duration::from_millis(500);
+/// Attempts in flight per worker process, as a multiple of `webhooks.workers` (a bound on
+/// sockets and memory; each endpoint's own slots are the bound that matters).
+const IN_FLIGHT_PER_WORKER: usize = 16;
 /// Attempts written per transaction at most.
 const RECORD_BATCH: usize = 256;
 /// How long a made attempt may wait to be written (a crash in between sends it again).
@@ -49,7 +52,7 @@ pub struct DeliverySettings {
     pub max_in_flight: u32,
     /// An endpoint failing this long with no success is turned off.
     pub disable_after: Duration,
-    /// Attempts in flight at once in all (per worker process).
+    /// Messages claimed at once (per worker process); in flight at most 16 times that.
     pub workers: u32,
 }
 
@@ -327,18 +330,29 @@ impl Deliveries {
 
     /// The delivery workers: claim as slots free up, each attempt its own task, until `stop`;
     /// then the attempts in flight finish (each bounded by the timeout).
+    ///
+    /// A claim takes at most `workers` messages, and is made once a quarter of them have
+    /// finished, when nothing is in flight, or every [`POLL`]. In flight there may be
+    /// [`IN_FLIGHT_PER_WORKER`] × `workers`: only an endpoint's own slots bound what is sent to
+    /// it, so slow endpoints waiting on their answers never hold the claims of the others.
     pub async fn run_until_stopped(self: Arc<Self>, stop: CancellationToken) {
         let recording = CancellationToken::new();
         let recorder = tokio::spawn(self.clone().recorder(recording.clone()));
         let mut tasks = tokio::task::JoinSet::new();
+        let batch = self.settings.workers as usize;
+        let cap = batch.saturating_mul(IN_FLIGHT_PER_WORKER);
+        let mut finished = batch;
+        let mut last = tokio::time::Instant::now();
         loop {
-            while tasks.try_join_next().is_some() {}
-            let free = self.settings.workers.saturating_sub(u32::try_from(tasks.len()).unwrap_or(u32::MAX));
+            while tasks.try_join_next().is_some() {
+                finished += 1;
+            }
+            let room = cap.saturating_sub(tasks.len()).min(batch);
             let mut pause = POLL;
-            // Claims in batches (a quarter of the slots at least, or when idle): one claim per
-            // finished attempt would be a query per message.
-            if free > 0 && (free >= self.settings.workers.div_ceil(4) || tasks.is_empty()) {
-                match self.claim(free).await {
+            let due = finished >= batch.div_ceil(4) || tasks.is_empty() || last.elapsed() >= POLL;
+            if room > 0 && due {
+                (finished, last) = (0, tokio::time::Instant::now());
+                match self.claim(u32::try_from(room).unwrap_or(u32::MAX)).await {
                     Ok(claimed) => {
                         for (due, slot) in claimed {
                             let me = self.clone();
@@ -353,9 +367,9 @@ impl Deliveries {
             }
             tokio::select! {
                 _ = stop.cancelled() => break,
-                _ = self.wake.notified() => {}
+                _ = self.wake.notified() => finished = batch,
                 _ = tokio::time::sleep(pause) => {}
-                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => finished += 1,
             }
         }
         while tasks.join_next().await.is_some() {}
