@@ -58,7 +58,7 @@
 //!   - `persistence` — SeaORM on PostgreSQL and SQLite (`unit_of_work`: a change set as
 //!     one statement on PostgreSQL; `orders`, `payments`, `settlements`, `notifications`,
 //!     `ledger`, `payment_methods`, `merchants`, `merchant_channels`, `webhook_endpoints`, `webhook_fanout` (its cursor over
-//!     the outbox), `webhook_messages`, `audit`, `idempotency`, `outbox/`) on one `store`, rows
+//!     the outbox), `webhook_messages`, `webhook_records` (attempts written in batches), `audit`, `idempotency`, `outbox/`) on one `store`, rows
 //!     in `entities/` read into the domain by `mapping`, PostgreSQL's `NOTIFY` heard by
 //!     `listener`, and the meeting service's MariaDB fee table (`meeting_fees`).
 //!   - `http` — actix-web handlers per resource (`orders`, `payments`, `settlements`,

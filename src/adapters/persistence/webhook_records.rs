@@ -32,6 +32,41 @@ struct Updated {
     event_id: uuid::Uuid,
 }
 
+/// One record's message as a `SELECT` of its new values (`v_…`), its values appended.
+fn message_row(r: &DeliveryRecord, pg: bool, values: &mut Vec<Value>) -> String {
+    let cast = |t: &str| if pg { format!("::{t}") } else { String::new() };
+    let m = &r.message;
+    let first = values.len() + 1;
+    values.extend([
+        m.endpoint_id.as_uuid().into(),
+        m.event_id.as_uuid().into(),
+        m.status.as_str().into(),
+        i32::try_from(m.attempts).unwrap_or(i32::MAX).into(),
+        m.manual.into(),
+        m.next_attempt_at.into(),
+        r.attempt.status.clone().into(),
+        r.attempt.at.into(),
+        r.claimed_until.trunc_subsecs(6).into(),
+    ]);
+    let names = [
+        ("v_endpoint", "uuid"),
+        ("v_event", "uuid"),
+        ("v_status", "text"),
+        ("v_attempts", "int"),
+        ("v_manual", "bool"),
+        ("v_next", "timestamptz"),
+        ("v_last", "text"),
+        ("v_at", "timestamptz"),
+        ("v_claimed", "timestamptz"),
+    ];
+    let cells: Vec<String> = names
+        .iter()
+        .enumerate()
+        .map(|(i, (name, t))| format!("${}{} AS {name}", first + i, cast(t)))
+        .collect();
+    format!("SELECT {}", cells.join(", "))
+}
+
 /// Each record's message written as it now is, only where its claim still holds: the keys
 /// written.
 async fn update_messages<C: ConnectionTrait>(
@@ -40,49 +75,8 @@ async fn update_messages<C: ConnectionTrait>(
 ) -> Result<HashSet<Key>, RepoError> {
     let backend = conn.get_database_backend();
     let pg = backend == DatabaseBackend::Postgres;
-    let cast = |t: &str| if pg { format!("::{t}") } else { String::new() };
-    let mut values: Vec<Value> = Vec::with_capacity(records.len() * 8);
-    let rows: Vec<String> = records
-        .iter()
-        .map(|r| {
-            let m = &r.message;
-            let first = values.len() + 1;
-            values.extend([
-                m.endpoint_id.as_uuid().into(),
-                m.event_id.as_uuid().into(),
-                m.status.as_str().into(),
-                i32::try_from(m.attempts).unwrap_or(i32::MAX).into(),
-                m.manual.into(),
-                m.next_attempt_at.into(),
-                r.attempt.status.clone().into(),
-                r.attempt.at.into(),
-                r.claimed_until.trunc_subsecs(6).into(),
-            ]);
-            let p = |i: usize| format!("${}", first + i);
-            format!(
-                "SELECT {}{} AS v_endpoint, {}{} AS v_event, {}{} AS v_status, {}{} AS v_attempts, \
-                 {}{} AS v_manual, {}{} AS v_next, {}{} AS v_last, {}{} AS v_at, {}{} AS v_claimed",
-                p(0),
-                cast("uuid"),
-                p(1),
-                cast("uuid"),
-                p(2),
-                cast("text"),
-                p(3),
-                cast("int"),
-                p(4),
-                cast("bool"),
-                p(5),
-                cast("timestamptz"),
-                p(6),
-                cast("text"),
-                p(7),
-                cast("timestamptz"),
-                p(8),
-                cast("timestamptz")
-            )
-        })
-        .collect();
+    let mut values: Vec<Value> = Vec::with_capacity(records.len() * 9);
+    let rows: Vec<String> = records.iter().map(|r| message_row(r, pg, &mut values)).collect();
     let sql = format!(
         "UPDATE webhook_messages SET status = v.v_status, attempts = v.v_attempts, manual = v.v_manual, \
            next_attempt_at = v.v_next, claimed_until = NULL, last_status = v.v_last, \
@@ -242,7 +236,7 @@ impl SeaOrmStore {
         write_outcomes(&txn, &outcomes).await?;
         append_events(&txn, self.lanes, &events).await?;
         txn.commit().await.map_err(repo_err)?;
-        if !events.is_empty() || answers.iter().any(|a| *a == Recorded::Done { disabled: true }) {
+        if !events.is_empty() || answers.contains(&Recorded::Done { disabled: true }) {
             self.relay_wake.notify_one();
         }
         Ok(answers)
