@@ -19,6 +19,7 @@ on_both_databases!(
     a_rotated_secret_signs_beside_the_new_one_for_the_overlap_only,
     a_receiver_down_for_the_whole_schedule_then_recovered,
     gone_disables_at_once_and_retry_after_never_parks_a_message,
+    finished_messages_and_attempts_go_after_the_retention,
 );
 
 const SECRETS_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
@@ -358,6 +359,37 @@ async fn gone_disables_at_once_and_retry_after_never_parks_a_message(backend: Ba
     assert_eq!(at_path(&deliveries, "/parked").len(), 3, "its retry, and the next order's");
     let enable = app.post(&format!("{path}/enable"), &operator).send().await.unwrap();
     assert_eq!(json(enable, StatusCode::OK).await["enabled"], true);
+}
+
+/// `webhooks.retention`: attempts, finished messages and the bodies nobody needs go; a
+/// message still to deliver stays, and its age is the lag gauge's.
+async fn finished_messages_and_attempts_go_after_the_retention(backend: Backend) {
+    let Some(receiver) = Receiver::start(&[]) else { return };
+    let Some(app) = webhook_app(backend, &[("APP__WEBHOOKS__RETENTION", "1d")]).await else { return };
+    let (m, operator, orders) = merchant(&app, "WH-KEEP").await;
+    endpoint(&app, &m, &operator, &format!("{}/ok", receiver.url), &["*"]).await;
+    endpoint(&app, &m, &operator, &format!("{}/down", receiver.url), &["order.completed"]).await;
+    tell(&receiver, "/always/down", json!([503, null])).await;
+    place(&app, &orders, &m).await;
+    round(&app).await;
+    let upkeep = &app.services.webhook_upkeep;
+    assert_eq!(upkeep.run_once().await.unwrap(), 0, "nothing is old yet");
+    let (messages, attempts) = (app.count("webhook_messages").await, app.count("webhook_attempts").await);
+    assert!(messages >= 3 && attempts == messages, "{messages} messages, {attempts} attempts");
+    app.advance(Duration::from_secs(2 * 24 * 3600));
+    let removed = upkeep.run_once().await.unwrap();
+    assert_eq!(app.count("webhook_attempts").await, 0);
+    assert_eq!(app.count("webhook_messages").await, 1, "the undelivered one stays");
+    assert_eq!(count_where(&app.db, "webhook_messages", "status = 'PENDING'").await, 1);
+    assert_eq!(app.count("webhook_events").await, 1, "its body stays; the others' go");
+    assert_eq!(removed as i64, attempts + (messages - 1) + (events_of(&app, &m).await.len() as i64 - 1));
+    let metrics = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
+    let age: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("webhook_oldest_undelivered_seconds "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no lag gauge: {metrics}"));
+    assert!((2.0 * 24.0 * 3600.0..2.0 * 24.0 * 3600.0 + 60.0).contains(&age), "{age}");
 }
 
 /// The host guard: with private networks off, an address or a name of loopback is refused

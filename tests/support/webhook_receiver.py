@@ -54,11 +54,12 @@ class Handler(BaseHTTPRequestHandler):
 
     def _next_answer(self):
         """(status, retry_after, delay) for this delivery; the caller holds LOCK."""
-        plan = PLANS.get(self.path)
+        path = self.path.split("?", 1)[0]
+        plan = PLANS.get(path)
         if plan:
             answer = plan.pop(0)
-        elif self.path in ALWAYS:
-            answer = ALWAYS[self.path]
+        elif path in ALWAYS:
+            answer = ALWAYS[path]
         elif PLAN:
             answer = PLAN.pop(0)
         else:
@@ -103,7 +104,8 @@ class Handler(BaseHTTPRequestHandler):
             status, retry_after, delay = self._next_answer()
             DELIVERIES.append({
                 "id": headers.get("webhook-id") or headers.get("Webhook-Id"),
-                "path": self.path,
+                # Without the query: a URL's token is the sender's to send, not ours to keep.
+                "path": self.path.split("?", 1)[0],
                 "timestamp": headers.get("webhook-timestamp") or headers.get("Webhook-Timestamp"),
                 "verified": verified,
                 "error": None if verified else error,

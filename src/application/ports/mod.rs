@@ -122,6 +122,8 @@ pub use payment_methods::MockPaymentMethodRepository;
 #[cfg(test)]
 pub use payment_repository::{MockMeetingPayments, MockPaymentRepository};
 #[cfg(test)]
+pub use secret_box::MockSecretBox;
+#[cfg(test)]
 pub use settlement_gateway::MockSettlementGateway;
 #[cfg(test)]
 pub use unit_of_work::MockUnitOfWork;

@@ -9,6 +9,8 @@ pub mod delivery;
 pub mod endpoints;
 pub mod fanout;
 pub mod messages;
+#[cfg(test)]
+mod tests;
 
 pub use delivery::{Deliveries, DeliverySettings};
 pub use endpoints::{NewEndpoint, WebhookEndpoints, WebhookSettings};
