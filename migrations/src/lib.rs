@@ -33,7 +33,7 @@ mod m20261208_000025_step_facts;
 mod m20261209_000026_merchants;
 mod m20261209_000027_merchant_channels;
 mod m20261210_000028_webhook_subscriptions;
-mod m20261211_000029_webhook_delivery;
+pub mod m20261211_000029_webhook_delivery;
 
 pub struct Migrator;
 

@@ -353,6 +353,16 @@ impl WebhookFanoutStore for SeaOrmStore {
 mod tests {
     use super::*;
 
+    /// Migration 29's partial index on `txid` serves the fan-out's read only if it names the
+    /// same events.
+    #[test]
+    fn the_fanouts_index_names_the_events_it_reads() {
+        assert_eq!(
+            migrations::m20261211_000029_webhook_delivery::WEBHOOK_EVENT_TYPES,
+            crate::domain::webhook::EVENT_TYPES
+        );
+    }
+
     #[test]
     fn value_rows_number_every_cell() {
         assert_eq!(value_rows(2, 3), "($1, $2, $3), ($4, $5, $6)");
