@@ -248,6 +248,16 @@ pub fn is_postgres(db: &DatabaseConnection) -> bool {
     db.get_database_backend() == DatabaseBackend::Postgres
 }
 
+/// A raw statement written with `$n` placeholders, as SQLite's `?n` there.
+pub(super) fn statement(
+    backend: DatabaseBackend,
+    sql: &str,
+    values: Vec<sea_orm::Value>,
+) -> sea_orm::Statement {
+    let sql = if backend == DatabaseBackend::Sqlite { sql.replace('$', "?") } else { sql.to_owned() };
+    sea_orm::Statement::from_sql_and_values(backend, sql, values)
+}
+
 pub(crate) fn repo_err(err: DbErr) -> RepoError {
     match err.sql_err() {
         Some(SqlErr::UniqueConstraintViolation(_)) => RepoError::Conflict,

@@ -9,8 +9,8 @@ use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, TransactionTrai
 use super::audit::insert_audit;
 use super::entities::webhook_endpoints;
 use super::mapping::{corrupt, parse_opt};
-use super::repo_err;
 use super::store::SeaOrmStore;
+use super::{repo_err, statement};
 use crate::application::ports::{AuditRecord, EndpointSecrets, RepoError, Sealed, WebhookEndpointStore};
 use crate::domain::ids::{MerchantId, WebhookEndpointId};
 use crate::domain::webhook::{DisabledReason, Endpoint, EventFilter};
@@ -130,13 +130,9 @@ impl WebhookEndpointStore for SeaOrmStore {
         let backend = self.db.get_database_backend();
         for table in ["webhook_messages", "webhook_attempts"] {
             let sql = format!("DELETE FROM {table} WHERE endpoint_id = $1");
-            let sql = if backend == sea_orm::DatabaseBackend::Sqlite { sql.replace('$', "?") } else { sql };
-            sea_orm::ConnectionTrait::execute_raw(
-                &txn,
-                sea_orm::Statement::from_sql_and_values(backend, sql, [id.as_uuid().into()]),
-            )
-            .await
-            .map_err(repo_err)?;
+            sea_orm::ConnectionTrait::execute_raw(&txn, statement(backend, &sql, vec![id.as_uuid().into()]))
+                .await
+                .map_err(repo_err)?;
         }
         insert_audit(&txn, std::slice::from_ref(audit)).await?;
         txn.commit().await.map_err(repo_err)?;

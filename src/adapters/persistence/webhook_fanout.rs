@@ -10,12 +10,12 @@
 //! commit in order and the cursor is the last id read.
 
 use async_trait::async_trait;
-use sea_orm::{ConnectionTrait, DatabaseBackend, FromQueryResult, Statement, TransactionTrait, Value};
+use sea_orm::{ConnectionTrait, DatabaseBackend, FromQueryResult, TransactionTrait, Value};
 
 use super::entities::webhook_endpoints;
-use super::repo_err;
 use super::store::SeaOrmStore;
 use super::webhook_endpoints::endpoint_from_row;
+use super::{repo_err, statement};
 use crate::application::ports::{
     FanoutBatch, FanoutPosition, OutboxEventView, RepoError, WebhookEvent, WebhookFanoutStore,
 };
@@ -39,12 +39,6 @@ pub(super) async fn commit_without_waiting<C: ConnectionTrait>(txn: &C) -> Resul
 const NAME: &str = "fanout";
 /// Rows per insert statement (within both databases' bounds on parameters).
 const ROWS_PER_INSERT: usize = 500;
-
-/// Writes `$n` as SQLite's `?n`.
-pub(super) fn statement(backend: DatabaseBackend, sql: &str, values: Vec<Value>) -> Statement {
-    let sql = if backend == DatabaseBackend::Sqlite { sql.replace('$', "?") } else { sql.to_owned() };
-    Statement::from_sql_and_values(backend, sql, values)
-}
 
 #[derive(FromQueryResult)]
 struct CursorRow {

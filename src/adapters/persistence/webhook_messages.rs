@@ -15,10 +15,9 @@ use sea_orm::{
 use super::audit::insert_audit;
 use super::entities::webhook_endpoints;
 use super::mapping::corrupt;
-use super::repo_err;
 use super::store::SeaOrmStore;
 use super::webhook_endpoints::{endpoint_from_row, secrets_from_row};
-use super::webhook_fanout::statement;
+use super::{repo_err, statement};
 use crate::application::ports::{
     AttemptRecord, AuditRecord, DeliveryRecord, DueMessage, MessageQuery, MessageView, Recorded, RepoError,
     WebhookDeliveryStore, WebhookMessageStore,

@@ -16,8 +16,9 @@ use super::entities::outbox_events;
 use super::listener::OUTBOX_CHANNEL;
 use super::mapping::outbox_row;
 use super::repo_err;
+use super::statement;
 use super::store::SeaOrmStore;
-use super::webhook_fanout::{commit_without_waiting, statement};
+use super::webhook_fanout::commit_without_waiting;
 use crate::application::ports::{
     AttemptRecord, DeliveryRecord, EndpointChange, NewOutboxEvent, Recorded, RepoError,
 };
