@@ -13,6 +13,13 @@ use crate::application::error::Chain;
 use crate::application::ports::{Clock, SagaLease, SagaRuns};
 use crate::domain::ids::OrderId;
 
+/// How long giving a lease back may hold a run's answer. A run that a failing database cut
+/// short has already waited out one pool timeout; its release, sent to the same database,
+/// would make the caller wait out a second (`failover::the_database_server_crashes_and_returns_under_load`
+/// saw 20 s). Past this the lease is left to run out (`saga.lease`): the worker's
+/// stalled-saga query waits for that anyway.
+pub const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 #[derive(Clone)]
 pub struct SagaLeases {
     runs: Arc<dyn SagaRuns>,
@@ -94,10 +101,18 @@ impl SagaLeases {
         out
     }
 
-    /// Gives the lease back. Not fatal when it fails: the lease runs out by itself.
+    /// Gives the lease back, waiting at most [`RELEASE_WAIT`]. Not fatal when it fails or
+    /// takes longer: the lease runs out by itself.
     pub(super) async fn release(&self, order_id: OrderId, owner: &str) {
-        if let Err(err) = self.runs.release_saga(order_id, owner).await {
-            tracing::warn!(order = %order_id, error = %Chain(&err), "could not release the saga lease");
+        match tokio::time::timeout(RELEASE_WAIT, self.runs.release_saga(order_id, owner)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => {
+                tracing::warn!(order = %order_id, error = %Chain(&err), "could not release the saga lease");
+            }
+            Err(_) => tracing::warn!(
+                order = %order_id,
+                "the saga lease was not given back within {RELEASE_WAIT:?}; it runs out by itself"
+            ),
         }
     }
 }

@@ -82,12 +82,18 @@ impl Mocks {
         }
     }
 
-    fn build(self) -> (Orchestrator, Arc<Mutex<Vec<Changes>>>) {
+    fn build(mut self) -> (Orchestrator, Arc<Mutex<Vec<Changes>>>) {
+        let runs = Arc::new(std::mem::take(&mut self.runs));
+        self.build_on(runs)
+    }
+
+    /// The saga on these mocks, with `runs` for its leases.
+    fn build_on(self, runs: Arc<dyn SagaRuns>) -> (Orchestrator, Arc<Mutex<Vec<Changes>>>) {
         let mut clock = MockClock::new();
         clock.expect_now().returning(now);
         let orchestrator = Orchestrator::new(
             Arc::new(self.orders),
-            Arc::new(self.runs),
+            runs,
             Arc::new(self.uow),
             Arc::new(self.payments),
             Arc::new(self.settlements),
@@ -332,4 +338,57 @@ async fn a_description_longer_than_its_column_is_refused() {
     let err = saga.place_order(&Actor::customer("alice"), cmd).await.unwrap_err();
     assert!(matches!(err, AppError::Validation { ref field, .. } if field == "description"), "{err:?}");
     assert!(committed.lock().unwrap().is_empty());
+}
+
+/// A saga lease store whose release never answers (the database gone, the pool waiting
+/// for a connection); it grants every lease.
+struct ReleaseHangs;
+
+#[async_trait::async_trait]
+impl SagaRuns for ReleaseHangs {
+    async fn lease_saga(&self, _: OrderId, _: &SagaLease, _: DateTime<Utc>) -> Result<bool, RepoError> {
+        Ok(true)
+    }
+
+    async fn release_saga(&self, _: OrderId, _: &str) -> Result<(), RepoError> {
+        std::future::pending().await
+    }
+
+    async fn stalled(
+        &self,
+        _: DateTime<Utc>,
+        _: DateTime<Utc>,
+        _: i32,
+        _: u32,
+    ) -> Result<Vec<(OrderId, i32)>, RepoError> {
+        Ok(Vec::new())
+    }
+
+    async fn note_resume(&self, _: OrderId, _: DateTime<Utc>) -> Result<(), RepoError> {
+        Ok(())
+    }
+
+    async fn stalled_for_operator(&self, _: i32, _: u32) -> Result<Vec<Order>, RepoError> {
+        Ok(Vec::new())
+    }
+}
+
+/// The database failing under a run: the order was committed, so it is the answer, and
+/// giving the lease back does not hold it behind a second pool timeout (it is given up
+/// after `RELEASE_WAIT`; the lease runs out by itself and the worker resumes the order).
+#[tokio::test(start_paused = true)]
+async fn a_lease_that_cannot_be_given_back_does_not_hold_the_answer() {
+    let mut m = Mocks::new();
+    let mut uow = MockUnitOfWork::new();
+    placing(&mut uow, None);
+    uow.expect_commit().returning(|_| Err(RepoError::unavailable("the database went away")));
+    m.uow = uow;
+    m.payments.expect_approve().returning(|_| approved());
+    let (saga, _) = m.build_on(Arc::new(ReleaseHangs));
+    let started = tokio::time::Instant::now();
+
+    let record = saga.place_order(&Actor::customer("alice"), command()).await.unwrap();
+
+    assert_eq!(record.order.status, OrderStatus::Created, "the order as committed");
+    assert_eq!(started.elapsed(), crate::application::orchestration::lease::RELEASE_WAIT, "virtual time");
 }
