@@ -92,9 +92,9 @@
 //!
 //! The core never branches on the door an order came through: how it starts
 //! (`PlaceOrder::start`, stored as `orders.start`) and whether its payment was keyed in
-//! (`Payment::keyed_in`) are facts the adapter sets. The source is read in one place:
-//! `OrderSource::is_meeting` (a registration, with its saved card). docs/architecture.md
-//! has the detail.
+//! (`Payment::keyed_in`) are facts the adapter sets. The source is read in one place,
+//! `impl OrderSource` in `domain/order/status.rs`: `is_meeting` (a registration) and
+//! `pays_with_saved_card`. docs/architecture.md has the detail.
 //!
 //! # Jobs
 //!

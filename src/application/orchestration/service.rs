@@ -94,7 +94,7 @@ impl Orchestrator {
         if let Some(given) = authorization_of(payment) {
             return Ok(Some(given));
         }
-        let Some(cards) = self.cards.as_ref().filter(|_| record.order.source == OrderSource::Meeting) else {
+        let Some(cards) = self.cards.as_ref().filter(|_| record.order.source.pays_with_saved_card()) else {
             return Ok(None);
         };
         Ok(cards.saved_card(&record.order.customer_id).await?.map(|card| PaymentAuthorization::SavedCard {

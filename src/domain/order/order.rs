@@ -100,12 +100,10 @@ impl Order {
     /// (`items[2].quantity`, `currency`, ...); nothing is created.
     pub fn place(id: OrderId, input: NewOrder, now: DateTime<Utc>) -> Result<Order, OrderError> {
         check_id("customerId", &input.customer_id)?;
-        match (&input.source, &input.meeting_id) {
-            (OrderSource::Meeting | OrderSource::Momo, None) => {
-                return Err(OrderError::invalid("meetingId", "is required for a meeting order"));
-            }
+        match (input.source.is_meeting(), &input.meeting_id) {
+            (true, None) => return Err(OrderError::invalid("meetingId", "is required for a meeting order")),
             (_, Some(meeting)) => check_id("meetingId", meeting)?,
-            (OrderSource::Api | OrderSource::Commerce, None) => {}
+            (false, None) => {}
         }
         let currency: Currency = input
             .currency

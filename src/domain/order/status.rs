@@ -86,6 +86,12 @@ impl OrderSource {
     pub fn is_meeting(&self) -> bool {
         matches!(self, OrderSource::Meeting | OrderSource::Momo)
     }
+
+    /// A registration the meeting service sent: paid with the member's saved card
+    /// (docs/spec.md §10); a key-in (`MOMO`) brings its own card.
+    pub fn pays_with_saved_card(&self) -> bool {
+        matches!(self, OrderSource::Meeting)
+    }
 }
 
 impl OrderStart {
@@ -103,5 +109,26 @@ impl OrderStatus {
     /// No saga step will move the order on by itself (only an operator or a refund can).
     pub fn is_terminal(&self) -> bool {
         matches!(self, OrderStatus::Completed | OrderStatus::Cancelled)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_each_source_means_to_the_core() {
+        // (source, a meeting's registration, paid with the member's saved card)
+        let table = [
+            (OrderSource::Api, false, false),
+            (OrderSource::Meeting, true, true),
+            (OrderSource::Commerce, false, false),
+            (OrderSource::Momo, true, false),
+        ];
+        assert_eq!(table.len(), OrderSource::ALL.len(), "every source is in the table");
+        for (source, meeting, saved_card) in table {
+            assert_eq!(source.is_meeting(), meeting, "{source}");
+            assert_eq!(source.pays_with_saved_card(), saved_card, "{source}");
+        }
     }
 }
