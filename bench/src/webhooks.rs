@@ -74,7 +74,7 @@ async fn phase(rate: u32, seconds: u64, endpoints: usize, slow: Duration) -> Res
             let auth = services.merchants.authorize(&actor, default_merchant_id(), Need::Write).await?;
             for url in &urls {
                 let new = NewEndpoint { url: url.clone(), description: None, event_types: vec!["*".into()] };
-                services.webhooks.create(&auth, new).await?;
+                services.webhooks.endpoints.create(&auth, new).await?;
             }
         }
         let workers = startup::Workers::spawn(&services);

@@ -13,3 +13,22 @@ pub mod secret_box;
 pub mod webhook_sender;
 
 pub use secret::Secret;
+
+/// Why an adapter cannot be set up: its settings (a key, a URL, a client) or what it must
+/// reach when the service starts. Named for the operator then, never at a call; the edges'
+/// causes are typed (docs/architecture.md, "Limits").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SetupError(pub String);
+
+impl From<&str> for SetupError {
+    fn from(why: &str) -> Self {
+        SetupError(why.to_owned())
+    }
+}
+
+impl From<String> for SetupError {
+    fn from(why: String) -> Self {
+        SetupError(why)
+    }
+}

@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 use crate::adapters::providers::{WebhookSecret, signature};
-use crate::application::ports::{PostAnswer, PostError, WebhookPost, WebhookSender};
+use crate::application::ports::{PostAnswer, PostError, RefusedHost, WebhookPost, WebhookSender};
 
 /// The most of an answer kept.
 const KEPT: usize = 4096;
@@ -230,21 +230,21 @@ impl WebhookSender for HttpWebhookSender {
         }
     }
 
-    async fn check_host(&self, url: &str) -> Result<(), String> {
-        let url = reqwest::Url::parse(url).map_err(|e| format!("does not parse: {e}"))?;
+    async fn check_host(&self, url: &str) -> Result<(), RefusedHost> {
+        let url = reqwest::Url::parse(url).map_err(|e| RefusedHost(format!("does not parse: {e}")))?;
         if let Some(ip) = literal_ip(&url) {
             return if self.refused(ip) {
-                Err(format!("{ip} is an address webhooks may not reach"))
+                Err(RefusedHost(format!("{ip} is an address webhooks may not reach")))
             } else {
                 Ok(())
             };
         }
-        let Some(host) = url.host_str() else { return Err("names no host".into()) };
+        let Some(host) = url.host_str() else { return Err(RefusedHost("names no host".into())) };
         match self.lookup.lookup(host.to_owned()).await {
             // Not resolvable yet: every delivery checks again.
             Err(_) => Ok(()),
             Ok(all) if !all.is_empty() && all.iter().all(|ip| self.refused(*ip)) => {
-                Err(format!("{host} resolves only to addresses webhooks may not reach"))
+                Err(RefusedHost(format!("{host} resolves only to addresses webhooks may not reach")))
             }
             Ok(_) => Ok(()),
         }

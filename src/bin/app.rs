@@ -292,7 +292,7 @@ fn require_existing_database(settings: &Settings) -> Result<(), Failure> {
 async fn open(settings: &Settings) -> Result<sea_orm::DatabaseConnection, Failure> {
     persistence::probe(settings.database.url.expose(), settings.database.connect_timeout)
         .await
-        .map_err(Failure::Runtime)?;
+        .map_err(|e| Failure::Runtime(e.0))?;
     persistence::connect(settings.database.url.expose(), 2)
         .await
         .map_err(|e| Failure::Runtime(format!("cannot open the database: {}", persistence::describe(&e))))
@@ -478,7 +478,7 @@ async fn outbox(settings: &Settings, command: OutboxCommand) -> Result<(), Failu
 async fn reconcile_ledger(settings: &Settings, date: chrono::NaiveDate) -> Result<(), Failure> {
     require_existing_database(settings)?;
     let services = startup::build_services(settings).await?;
-    let report = services.ledger.reconcile_day(&operator(), date).await.map_err(|e| match e {
+    let report = services.money.ledger.reconcile_day(&operator(), date).await.map_err(|e| match e {
         AppError::Conflict { message, .. } => Failure::Usage(format!("payment.provider: {message}")),
         other => Failure::Runtime(Chain(&other).to_string()),
     })?;

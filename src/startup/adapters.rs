@@ -41,67 +41,70 @@ pub(super) fn contract(settings: &Settings) -> Result<Contract, StartupError> {
 }
 
 /// The publisher factory and the broker's readiness probe for `broker.kind`.
-pub(super) fn publishers(
-    settings: &Settings,
-    meter: &Meter,
-) -> Result<(PublisherFactory, Arc<dyn HealthProbe>), StartupError> {
+pub(super) fn publishers(settings: &Settings, meter: &Meter) -> Result<Publishers, StartupError> {
     match settings.broker.kind {
         BrokerKind::Log => {
             let factory: PublisherFactory =
                 Arc::new(|_: &str| Arc::new(LogEventPublisher) as Arc<dyn EventPublisher>);
             Ok((factory, Arc::new(LogEventPublisher)))
         }
-        BrokerKind::Amqp => {
-            let nodes = AmqpNodes::parse(settings.broker.urls.iter().map(Secret::expose))
-                .map_err(|e| StartupError::Config(format!("`broker.urls`: {e}")))?;
-            let base = AmqpPublisherSettings {
-                exchange: settings.broker.exchange.clone(),
-                window: settings.outbox.publish_window as usize,
-                confirm_timeout: settings.broker.confirm_timeout,
-                unroutable_ok: UNROUTABLE_OK.iter().map(|t| t.to_string()).collect(),
-                connection_name: "orchestrator-readiness".into(),
-                contract: contract(settings)?,
-                meter: meter.clone(),
-            };
-            let probe = Arc::new(AmqpEventPublisher::new(nodes.clone(), base.clone()));
-            let factory: PublisherFactory = Arc::new(move |worker: &str| {
-                let settings = AmqpPublisherSettings {
-                    connection_name: format!("orchestrator-relay-{worker}"),
-                    ..base.clone()
-                };
-                Arc::new(AmqpEventPublisher::new(nodes.clone(), settings)) as Arc<dyn EventPublisher>
-            });
-            Ok((factory, probe))
-        }
-        BrokerKind::Kafka => {
-            let base = KafkaPublisherSettings {
-                connection: kafka_connection(settings),
-                topic: settings.broker.kafka.topic.clone(),
-                partitions: settings.broker.kafka.partitions,
-                window: settings.outbox.publish_window as usize,
-                confirm_timeout: settings.broker.confirm_timeout,
-                contract: contract(settings)?,
-            };
-            let probe = Arc::new(
-                KafkaEventPublisher::new(base.clone())
-                    .map_err(|e| StartupError::Config(format!("`broker.kafka`: {e}")))?,
-            );
-            let factory: PublisherFactory = Arc::new(move |worker: &str| {
-                let settings = KafkaPublisherSettings {
-                    connection: KafkaConnection {
-                        client_id: format!("{}-relay-{worker}", base.connection.client_id),
-                        ..base.connection.clone()
-                    },
-                    ..base.clone()
-                };
-                // The probe was made from the same settings (only the client id differs), so
-                // the client accepts them; making a client fails on nothing else.
-                let publisher = KafkaEventPublisher::new(settings).expect("settings accepted for the probe");
-                Arc::new(publisher) as Arc<dyn EventPublisher>
-            });
-            Ok((factory, probe))
-        }
+        BrokerKind::Amqp => amqp_publishers(settings, meter),
+        BrokerKind::Kafka => kafka_publishers(settings),
     }
+}
+
+type Publishers = (PublisherFactory, Arc<dyn HealthProbe>);
+
+/// Each relay's own connection to `broker.urls`' nodes, and one for readiness.
+fn amqp_publishers(settings: &Settings, meter: &Meter) -> Result<Publishers, StartupError> {
+    let nodes = AmqpNodes::parse(settings.broker.urls.iter().map(Secret::expose))
+        .map_err(|e| StartupError::Config(format!("`broker.urls`: {e}")))?;
+    let base = AmqpPublisherSettings {
+        exchange: settings.broker.exchange.clone(),
+        window: settings.outbox.publish_window as usize,
+        confirm_timeout: settings.broker.confirm_timeout,
+        unroutable_ok: UNROUTABLE_OK.iter().map(|t| t.to_string()).collect(),
+        connection_name: "orchestrator-readiness".into(),
+        contract: contract(settings)?,
+        meter: meter.clone(),
+    };
+    let probe = Arc::new(AmqpEventPublisher::new(nodes.clone(), base.clone()));
+    let factory: PublisherFactory = Arc::new(move |worker: &str| {
+        let settings =
+            AmqpPublisherSettings { connection_name: format!("orchestrator-relay-{worker}"), ..base.clone() };
+        Arc::new(AmqpEventPublisher::new(nodes.clone(), settings)) as Arc<dyn EventPublisher>
+    });
+    Ok((factory, probe))
+}
+
+/// Each relay's own Kafka client (its client id), and one for readiness.
+fn kafka_publishers(settings: &Settings) -> Result<Publishers, StartupError> {
+    let base = KafkaPublisherSettings {
+        connection: kafka_connection(settings),
+        topic: settings.broker.kafka.topic.clone(),
+        partitions: settings.broker.kafka.partitions,
+        window: settings.outbox.publish_window as usize,
+        confirm_timeout: settings.broker.confirm_timeout,
+        contract: contract(settings)?,
+    };
+    let probe = Arc::new(
+        KafkaEventPublisher::new(base.clone())
+            .map_err(|e| StartupError::Config(format!("`broker.kafka`: {e}")))?,
+    );
+    let factory: PublisherFactory = Arc::new(move |worker: &str| {
+        let settings = KafkaPublisherSettings {
+            connection: KafkaConnection {
+                client_id: format!("{}-relay-{worker}", base.connection.client_id),
+                ..base.connection.clone()
+            },
+            ..base.clone()
+        };
+        // The probe was made from the same settings (only the client id differs), so
+        // the client accepts them; making a client fails on nothing else.
+        let publisher = KafkaEventPublisher::new(settings).expect("settings accepted for the probe");
+        Arc::new(publisher) as Arc<dyn EventPublisher>
+    });
+    Ok((factory, probe))
 }
 
 /// The service's database: reachable within `database.connect_timeout`, bounded sessions,
@@ -109,7 +112,7 @@ pub(super) fn publishers(
 pub(super) async fn database(settings: &Settings) -> Result<DatabaseConnection, StartupError> {
     persistence::probe(settings.database.url.expose(), settings.database.connect_timeout)
         .await
-        .map_err(StartupError::failed)?;
+        .map_err(|e| StartupError::failed(e.0))?;
     let db = persistence::connect_limited(
         settings.database.url.expose(),
         settings.database.max_connections,

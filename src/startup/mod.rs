@@ -25,10 +25,6 @@ use crate::adapters::providers::ProviderCalls;
 use crate::application::health::{LoopProgress, Readiness};
 use crate::application::idempotency::IdempotencyService;
 use crate::application::inbound::MeetingEvents;
-use crate::application::money::ledger::Ledger;
-use crate::application::money::payment_methods::PaymentMethods;
-use crate::application::money::provider_view::ProviderView;
-use crate::application::money::refunds::Refunds;
 use crate::application::notification_retry::NotificationRetry;
 use crate::application::orchestration::Orchestrator;
 use crate::application::outbox::{Housekeeping, OutboxAdmin, OutboxRelay, RelaySettings};
@@ -47,8 +43,9 @@ pub use crate::adapters::http_client::install_tls_provider;
 use adapters::*;
 use run::*;
 pub use run::{Application, Workers, ops_server, shutdown_signal};
-pub use services::{build_services, build_services_with_clock};
+pub use services::{Money, build_services, build_services_with_clock};
 use settings::*;
+pub use webhooks::Webhooks;
 
 /// Why the service could not start.
 #[derive(Debug, thiserror::Error)]
@@ -131,13 +128,8 @@ pub struct Services {
     pub notifications: Arc<NotificationRetry>,
     /// Undelivered settlements: the retry processor and the operator's repairs.
     pub settlements: Arc<SettlementRetries>,
-    pub refunds: Arc<Refunds>,
-    /// The provider's ledger, reconciled daily (Toss only).
-    pub ledger: Arc<Ledger>,
-    pub payment_methods: Arc<PaymentMethods>,
-    pub provider_view: Arc<ProviderView>,
-    /// A member's own payments (the momo dialect).
-    pub member_payments: Arc<crate::application::money::member_payments::MemberPayments>,
+    /// The money's use cases beside the saga.
+    pub money: Money,
     /// The momo dialect's key-in.
     pub key_in: Arc<crate::application::money::key_in::KeyIn>,
     /// Merchants, their stores, people and keys (docs/spec.md §15).
@@ -145,16 +137,8 @@ pub struct Services {
     /// The merchants the doors' orders are (`meetings.merchant`,
     /// `http.dialects.commerce.merchant`), found when the service starts.
     pub owners: Owners,
-    /// Merchants' webhook endpoints (docs/spec.md §16).
-    pub webhooks: Arc<crate::application::webhooks::WebhookEndpoints>,
-    /// Their messages' log and replays.
-    pub webhook_messages: Arc<crate::application::webhooks::WebhookMessages>,
-    /// The fan-out from the outbox to the endpoints' messages.
-    pub webhook_fanout: Arc<crate::application::webhooks::FanOut>,
-    /// The delivery workers.
-    pub webhook_deliveries: Arc<crate::application::webhooks::Deliveries>,
-    /// The oldest undelivered message's age and the retention.
-    pub webhook_upkeep: Arc<crate::application::webhooks::WebhookUpkeep>,
+    /// Merchants' webhooks (docs/spec.md §16).
+    pub webhooks: Webhooks,
     pub recovery: Arc<Recovery>,
     pub meeting_events: Arc<MeetingEvents>,
     pub publishers: PublisherFactory,

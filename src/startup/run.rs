@@ -46,13 +46,13 @@ impl Workers {
         if services.settings.notification.retry_enabled {
             periodic.push(services.notifications.clone());
         }
-        periodic.extend(recovery_jobs(&services.recovery, &services.orchestrator, &services.refunds));
+        periodic.extend(recovery_jobs(&services.recovery, &services.orchestrator, &services.money.refunds));
         if services.settings.payment.provider == ProviderKind::Toss {
-            periodic.push(services.ledger.clone());
+            periodic.push(services.money.ledger.clone());
         }
-        periodic.push(services.webhook_fanout.clone());
-        periodic.push(services.webhook_upkeep.clone());
-        let deliveries = services.webhook_deliveries.clone();
+        periodic.push(services.webhooks.fanout.clone());
+        periodic.push(services.webhooks.upkeep.clone());
+        let deliveries = services.webhooks.deliveries.clone();
         handles.push(tokio::spawn(deliveries.run_until_stopped(stop.clone())));
         loops.push("webhook deliveries");
         for job in periodic {
@@ -112,11 +112,11 @@ pub(super) fn http_state(services: &Services, role: Role) -> web::Data<HttpState
         outbox_admin: services.outbox_admin.clone(),
         notifications: services.notifications.clone(),
         settlements: services.settlements.clone(),
-        refunds: services.refunds.clone(),
-        ledger: services.ledger.clone(),
-        payment_methods: services.payment_methods.clone(),
-        provider_view: services.provider_view.clone(),
-        member_payments: services.member_payments.clone(),
+        refunds: services.money.refunds.clone(),
+        ledger: services.money.ledger.clone(),
+        payment_methods: services.money.payment_methods.clone(),
+        provider_view: services.money.provider_view.clone(),
+        member_payments: services.money.member_payments.clone(),
         key_in: services.key_in.clone(),
         // Far above what Toss sends for one shop: docs/operations.md, "Toss's webhooks".
         webhook_limits: Arc::new(crate::adapters::http::webhooks::WebhookLimits::default()),
@@ -128,8 +128,8 @@ pub(super) fn http_state(services: &Services, role: Role) -> web::Data<HttpState
         metrics: services.metrics.clone(),
         wire: Arc::new(wire_view(&services.settings)),
         merchants: services.merchants.clone(),
-        webhooks: services.webhooks.clone(),
-        webhook_messages: services.webhook_messages.clone(),
+        webhooks: services.webhooks.endpoints.clone(),
+        webhook_messages: services.webhooks.messages.clone(),
     })
 }
 
@@ -213,7 +213,7 @@ fn commerce_server(
     dialect: &crate::adapters::http::commerce::CommerceDialectSettings,
 ) -> Result<(u16, Server), StartupError> {
     let api = http::commerce::CommerceApi::new(dialect.clone(), services.owners.commerce)
-        .map_err(StartupError::Config)?;
+        .map_err(|e| StartupError::Config(e.0))?;
     let api = web::Data::from(api);
     let state = http_state(services, Role::Serve);
     dialect_server("commerce", dialect.bind, move || {
@@ -234,8 +234,8 @@ fn momo_server(
     dialect: &crate::adapters::http::momo::MomoDialectSettings,
 ) -> Result<(u16, Server), StartupError> {
     let zone = services.settings.meetings.timezone;
-    let api =
-        http::momo::MomoApi::new(dialect, zone, services.owners.meetings).map_err(StartupError::Config)?;
+    let api = http::momo::MomoApi::new(dialect, zone, services.owners.meetings)
+        .map_err(|e| StartupError::Config(e.0))?;
     let api = web::Data::from(api);
     let state = http_state(services, Role::Serve);
     dialect_server("momo", dialect.bind, move || {

@@ -116,12 +116,15 @@ impl Capabilities {
 }
 
 /// The money's use cases beside the saga.
-pub(super) struct Money {
-    ledger: Arc<Ledger>,
-    provider_view: Arc<ProviderView>,
-    payment_methods: Arc<PaymentMethods>,
-    refunds: Arc<Refunds>,
-    member_payments: Arc<MemberPayments>,
+#[derive(Clone)]
+pub struct Money {
+    pub refunds: Arc<Refunds>,
+    /// The provider's ledger, reconciled daily (Toss only).
+    pub ledger: Arc<Ledger>,
+    pub payment_methods: Arc<PaymentMethods>,
+    pub provider_view: Arc<ProviderView>,
+    /// A member's own payments (the momo dialect).
+    pub member_payments: Arc<MemberPayments>,
 }
 
 /// The ledger run, the provider's view, saved cards and refunds, each with the provider's
@@ -332,6 +335,89 @@ pub(super) fn readiness(
     )
 }
 
+/// The database and the stores on it.
+struct Stores {
+    db: DatabaseConnection,
+    /// Woken after each commit that appended outbox events.
+    relay_wake: Arc<Notify>,
+    orders: Arc<SeaOrmStore>,
+    outbox: Arc<dyn OutboxStore>,
+    idempotency: Arc<dyn IdempotencyStore>,
+}
+
+/// Connects (and migrates SQLite, or checks PostgreSQL's schema) and opens the stores.
+async fn stores(settings: &Settings) -> Result<Stores, StartupError> {
+    let db = database(settings).await?;
+    let relay_wake = Arc::new(Notify::new());
+    let orders = Arc::new(SeaOrmStore::new(db.clone(), relay_wake.clone()).with_lanes(settings.outbox.lanes));
+    let outbox: Arc<dyn OutboxStore> = Arc::new(outbox_store(settings, &db, relay_wake.clone()).await?);
+    let idempotency: Arc<dyn IdempotencyStore> = Arc::new(SeaOrmIdempotencyStore::new(db.clone()));
+    Ok(Stores { db, relay_wake, orders, outbox, idempotency })
+}
+
+/// The payment provider and its capabilities, every call timed and counted whichever
+/// provider it is.
+fn measured_providers(
+    settings: &Settings,
+    calls: &Arc<ProviderCalls>,
+    meter: &crate::application::meter::Meter,
+) -> Result<(Arc<dyn PaymentGateway>, Capabilities), StartupError> {
+    let (payments, capabilities) = providers(settings, calls)?;
+    let provider = payment_provider(settings);
+    let payments: Arc<dyn PaymentGateway> = Arc::new(Measured::new(payments, provider, meter.clone()));
+    Ok((payments, capabilities.measured(provider, meter)))
+}
+
+/// The deployment's channels, with a merchant's own before them (docs/spec.md §15).
+fn routed_channels(
+    settings: &Settings,
+    calls: &Arc<ProviderCalls>,
+    meter: &crate::application::meter::Meter,
+    merchants: &Arc<Merchants>,
+) -> Result<Channels, StartupError> {
+    let (settlements, notifier) = channels(settings, calls, meter)?;
+    Ok((
+        Arc::new(RoutedSettlements::new(settlements, merchants.clone())),
+        Arc::new(RoutedNotifier::new(notifier, merchants.clone())),
+    ))
+}
+
+/// The operator's reads and the upkeep of the stores: queries, the outbox's admin,
+/// idempotency and housekeeping.
+struct Bookkeeping {
+    queries: Arc<OrderQueries>,
+    outbox_admin: Arc<OutboxAdmin>,
+    idempotency: Arc<IdempotencyService>,
+    housekeeping: Arc<Housekeeping>,
+}
+
+fn bookkeeping(settings: &Settings, stores: &Stores, clock: &Arc<dyn Clock>) -> Bookkeeping {
+    Bookkeeping {
+        queries: Arc::new(OrderQueries::new(stores.orders.clone(), stores.outbox.clone())),
+        outbox_admin: Arc::new(OutboxAdmin::new(stores.outbox.clone(), clock.clone())),
+        idempotency: Arc::new(IdempotencyService::new(
+            stores.idempotency.clone(),
+            stores.orders.clone(),
+            clock.clone(),
+            chrono(settings.worker.saga_lease),
+        )),
+        housekeeping: Arc::new(Housekeeping::new(
+            stores.outbox.clone(),
+            stores.idempotency.clone(),
+            stores.orders.clone(),
+            clock.clone(),
+            housekeeping_settings(settings),
+        )),
+    }
+}
+
+/// The keys bearer tokens are checked (and the CLI's signed) with, on `clock`.
+fn jwt(settings: &Settings, clock: &Arc<dyn Clock>) -> Result<Arc<JwtKeys>, StartupError> {
+    JwtKeys::from_settings_with_clock(&settings.auth, clock.clone())
+        .map(Arc::new)
+        .map_err(|e| StartupError::Config(e.to_string()))
+}
+
 /// [`build_services`] on `clock` (tests pass a `ManualClock` and drive time by hand).
 ///
 /// # Errors
@@ -341,94 +427,56 @@ pub async fn build_services_with_clock(
     clock: Arc<dyn Clock>,
 ) -> Result<Services, StartupError> {
     install_tls_provider();
-    let jwt = Arc::new(
-        JwtKeys::from_settings_with_clock(&settings.auth, clock.clone())
-            .map_err(|e| StartupError::Config(e.to_string()))?,
-    );
-    let db = database(settings).await?;
-    let relay_wake = Arc::new(Notify::new());
-    let orders = Arc::new(SeaOrmStore::new(db.clone(), relay_wake.clone()).with_lanes(settings.outbox.lanes));
-    let outbox_store: Arc<dyn OutboxStore> = Arc::new(outbox_store(settings, &db, relay_wake.clone()).await?);
-    let idempotency_store: Arc<dyn IdempotencyStore> = Arc::new(SeaOrmIdempotencyStore::new(db.clone()));
+    let jwt = jwt(settings, &clock)?;
+    let stores = stores(settings).await?;
+    let orders = &stores.orders;
     // What the simulated parts record: the mock provider and the simulated channels share it.
     let calls = Arc::new(ProviderCalls::default());
-    let (payments, capabilities) = providers(settings, &calls)?;
     let metrics = crate::telemetry::registry();
     let meter = metrics.meter.clone();
+    let (payments, capabilities) = measured_providers(settings, &calls, &meter)?;
     let (publishers, broker_probe) = publishers(settings, &meter)?;
-    // Every provider call timed and counted, whichever provider it is.
-    let payments: Arc<dyn PaymentGateway> =
-        Arc::new(Measured::new(payments, payment_provider(settings), meter.clone()));
-    let capabilities = capabilities.measured(payment_provider(settings), &meter);
     let sealer = sealer(settings);
-    let merchants = merchants(&orders, &sealer, &clock);
-    let (settlements, notifier) = channels(settings, &calls, &meter)?;
-    // A merchant's own channels before the deployment's (docs/spec.md §15).
-    let settlements: Arc<dyn SettlementGateway> =
-        Arc::new(RoutedSettlements::new(settlements, merchants.clone()));
-    let notifier: Arc<dyn Notifier> = Arc::new(RoutedNotifier::new(notifier, merchants.clone()));
-    let shutdown = CancellationToken::new();
-    let loops = Arc::new(LoopProgress::new(settings.worker.stuck_after));
+    let merchants = merchants(orders, &sealer, &clock);
+    let (settlements, notifier) = routed_channels(settings, &calls, &meter, &merchants)?;
+    let (shutdown, loops) =
+        (CancellationToken::new(), Arc::new(LoopProgress::new(settings.worker.stuck_after)));
     upkeep_metrics(&metrics, shutdown.clone());
-    let notifications = notification_retries(settings, &orders, &notifier, &clock, &meter);
-    let money = money(settings, &orders, &payments, &capabilities, &clock);
-    let orchestrator =
-        saga(settings, &orders, payments.clone(), settlements, notifier, &capabilities, &clock, &meter);
+    let notifications = notification_retries(settings, orders, &notifier, &clock, &meter);
+    let money = money(settings, orders, &payments, &capabilities, &clock);
+    let orchestrator = saga(settings, orders, payments, settlements, notifier, &capabilities, &clock, &meter);
     let fees = meeting_fees(settings).await?;
-    let key_in = key_in(settings, &orchestrator, &orders, fees.clone())?;
+    let key_in = key_in(settings, &orchestrator, orders, fees.clone())?;
     let owners = owners(settings, &merchants).await?;
-    let webhooks = super::webhooks::webhooks(settings, &orders, &sealer, &clock, &meter)?;
-    let meeting_events =
-        meeting_events(&orchestrator, &money.refunds, &orders, &clock, fees, owners.meetings);
-    let (recovery, settlements) = repairs(settings, &orchestrator, &money.refunds, &orders, &clock, meter);
-    let queries = Arc::new(OrderQueries::new(orders.clone(), outbox_store.clone()));
-    let outbox_admin = Arc::new(OutboxAdmin::new(outbox_store.clone(), clock.clone()));
-    let idempotency = Arc::new(IdempotencyService::new(
-        idempotency_store.clone(),
-        orders.clone(),
-        clock.clone(),
-        chrono(settings.worker.saga_lease),
-    ));
-    let readiness = readiness(settings, &db, broker_probe, &loops);
-    let housekeeping = Arc::new(Housekeeping::new(
-        outbox_store.clone(),
-        idempotency_store.clone(),
-        orders.clone(),
-        clock.clone(),
-        housekeeping_settings(settings),
-    ));
+    let webhooks = super::webhooks::webhooks(settings, orders, &sealer, &clock, &meter)?;
+    let meeting_events = meeting_events(&orchestrator, &money.refunds, orders, &clock, fees, owners.meetings);
+    let (recovery, settlements) = repairs(settings, &orchestrator, &money.refunds, orders, &clock, meter);
+    let readiness = readiness(settings, &stores.db, broker_probe, &loops);
+    let books = bookkeeping(settings, &stores, &clock);
     Ok(Services {
-        db,
+        db: stores.db,
         orchestrator,
-        queries,
-        idempotency,
-        idempotency_store,
+        queries: books.queries,
+        idempotency: books.idempotency,
+        idempotency_store: stores.idempotency,
         readiness,
-        outbox_store,
-        outbox_admin,
+        outbox_store: stores.outbox,
+        outbox_admin: books.outbox_admin,
         notifications,
         settlements,
-        refunds: money.refunds,
-        ledger: money.ledger,
-        payment_methods: money.payment_methods,
-        provider_view: money.provider_view,
-        member_payments: money.member_payments,
+        money,
         key_in,
         merchants,
         owners,
-        webhooks: webhooks.endpoints,
-        webhook_messages: webhooks.messages,
-        webhook_fanout: webhooks.fanout,
-        webhook_deliveries: webhooks.deliveries,
-        webhook_upkeep: webhooks.upkeep,
+        webhooks,
         recovery,
         meeting_events,
         publishers,
-        housekeeping,
+        housekeeping: books.housekeeping,
         clock,
         jwt,
         provider_calls: Some(calls),
-        relay_wake,
+        relay_wake: stores.relay_wake,
         settings: settings.clone(),
         metrics,
         shutdown,

@@ -21,12 +21,18 @@ use crate::domain::webhook::Schedule;
 /// How often the fan-out reads the outbox.
 const FANOUT_INTERVAL: Duration = Duration::from_millis(250);
 
-/// The webhook services.
-pub(super) struct Webhooks {
+/// Merchants' webhooks (docs/spec.md §16).
+#[derive(Clone)]
+pub struct Webhooks {
+    /// The endpoints' use cases.
     pub endpoints: Arc<WebhookEndpoints>,
+    /// Their messages' log and replays.
     pub messages: Arc<WebhookMessages>,
+    /// The fan-out from the outbox to the endpoints' messages.
     pub fanout: Arc<FanOut>,
+    /// The delivery workers.
     pub deliveries: Arc<Deliveries>,
+    /// The oldest undelivered message's age and the retention.
     pub upkeep: Arc<WebhookUpkeep>,
 }
 

@@ -171,8 +171,8 @@ async fn merchants_are_managed_from_the_console_and_a_member_sees_only_its_own()
     let placed =
         app.post(&format!("/api/merchants/{}/orders", ids[0]), &admin).json(&crate::helpers::order_body());
     json(placed.send().await.unwrap(), StatusCode::CREATED).await;
-    app.services.webhook_fanout.run_once().await.unwrap();
-    app.services.webhook_deliveries.deliver_due().await.unwrap();
+    app.services.webhooks.fanout.run_once().await.unwrap();
+    app.services.webhooks.deliveries.deliver_due().await.unwrap();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser/console_merchants.py");
     let shots = concat!(env!("CARGO_MANIFEST_DIR"), "/target/console-screens");
     let args = [

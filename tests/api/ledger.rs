@@ -74,11 +74,11 @@ async fn a_day_of_twelve_thousand_findings_is_stored_and_a_rerun_audited_once(ba
     let Some(app) = spawn_against(backend, &server).await else { return };
     let day = chrono::NaiveDate::from_ymd_opt(2026, 12, 1).unwrap();
     let actor = orchestrator::application::Actor::system("test");
-    let report = app.services.ledger.reconcile_day(&actor, day).await.unwrap();
+    let report = app.services.money.ledger.reconcile_day(&actor, day).await.unwrap();
     assert_eq!((report.run.transactions, report.findings.len()), (12_000, 12_000));
     assert_eq!(count_where(&app.db, "ledger_findings", "kind = 'MISSING_HERE'").await, 12_000);
     assert_eq!(count_where(&app.db, "audit_log", "action = 'LEDGER_FINDING'").await, 12_000);
-    app.services.ledger.reconcile_day(&actor, day).await.unwrap();
+    app.services.money.ledger.reconcile_day(&actor, day).await.unwrap();
     assert_eq!(count_where(&app.db, "ledger_findings", "1 = 1").await, 12_000, "replaced, not added");
     assert_eq!(count_where(&app.db, "audit_log", "action = 'LEDGER_FINDING'").await, 12_000, "audited once");
     assert_eq!(count_where(&app.db, "audit_log", "action = 'LEDGER_RECONCILED'").await, 2, "each run once");
@@ -97,6 +97,7 @@ async fn an_unreadable_row_is_a_finding_of_its_own(backend: Backend) {
     let day = chrono::NaiveDate::from_ymd_opt(2026, 12, 1).unwrap();
     let report = app
         .services
+        .money
         .ledger
         .reconcile_day(&orchestrator::application::Actor::system("test"), day)
         .await
@@ -131,7 +132,7 @@ async fn a_cursor_that_repeats_ends_the_run() {
     let Some(app) = spawn_against(Backend::Sqlite, &server).await else { return };
     let day = chrono::NaiveDate::from_ymd_opt(2026, 12, 1).unwrap();
     let failed =
-        app.services.ledger.reconcile_day(&orchestrator::application::Actor::system("test"), day).await;
+        app.services.money.ledger.reconcile_day(&orchestrator::application::Actor::system("test"), day).await;
     assert!(matches!(failed, Err(orchestrator::application::AppError::Unavailable(_))), "{failed:?}");
     assert_eq!(
         server.received_requests().await.unwrap().len(),
@@ -173,7 +174,7 @@ async fn the_ledger_of_a_day_is_matched_with_our_books(backend: Backend) {
         .unwrap();
     assert_eq!(refunded.status(), StatusCode::OK);
     let actor = orchestrator::application::Actor::system("test");
-    let clean = app.services.ledger.reconcile_day(&actor, day).await.unwrap();
+    let clean = app.services.money.ledger.reconcile_day(&actor, day).await.unwrap();
     assert_eq!((clean.run.transactions, clean.findings.len()), (2, 0), "{:?}", clean.findings);
     let shown = findings(&app, &date).await;
     assert_eq!(shown["run"]["clean"], true, "{shown}");
@@ -189,7 +190,7 @@ async fn the_ledger_of_a_day_is_matched_with_our_books(backend: Backend) {
         .await
         .unwrap();
     assert!(confirmed.status().is_success());
-    let report = app.services.ledger.reconcile_day(&actor, day).await.unwrap();
+    let report = app.services.money.ledger.reconcile_day(&actor, day).await.unwrap();
     assert_eq!(report.run.transactions, 3);
     let shown = findings(&app, &date).await;
     assert_eq!(shown["run"]["clean"], false);
@@ -206,7 +207,7 @@ async fn the_ledger_of_a_day_is_matched_with_our_books(backend: Backend) {
     assert!(metrics.contains(r#"ledger_findings{kind="MISSING_HERE"} 1"#), "{metrics}");
 
     // Running the day again replaces its findings: still two.
-    app.services.ledger.reconcile_day(&actor, day).await.unwrap();
+    app.services.money.ledger.reconcile_day(&actor, day).await.unwrap();
     assert_eq!(findings(&app, &date).await["findings"].as_array().unwrap().len(), 2);
     assert_eq!(count_where(&app.db, "ledger_findings", "1 = 1").await, 2);
     assert_eq!(count_where(&app.db, "ledger_runs", "1 = 1").await, 1);
@@ -256,7 +257,7 @@ async fn the_worker_reconciles_the_previous_day_once_its_time_has_come() {
         return;
     };
     // 00:00 has passed in Seoul whatever the time: yesterday is due, once.
-    let ran = app.services.ledger.run_due().await.unwrap();
+    let ran = app.services.money.ledger.run_due().await.unwrap();
     let run = ran.expect("the previous day was due").run;
     assert_eq!(
         run.day,
@@ -268,14 +269,14 @@ async fn the_worker_reconciles_the_previous_day_once_its_time_has_come() {
             .pred_opt()
             .unwrap()
     );
-    assert!(app.services.ledger.run_due().await.unwrap().is_none(), "a day already run is left alone");
+    assert!(app.services.money.ledger.run_due().await.unwrap().is_none(), "a day already run is left alone");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provider_without_a_ledger_says_so() {
     let Some(app) = TestApp::spawn(Backend::Sqlite).await else { return };
     let actor = orchestrator::application::Actor::system("test");
-    let refused = app.services.ledger.reconcile_day(&actor, toss_today()).await.unwrap_err();
+    let refused = app.services.money.ledger.reconcile_day(&actor, toss_today()).await.unwrap_err();
     assert!(
         matches!(&refused, orchestrator::application::AppError::Conflict { code: "NOT_SUPPORTED", .. }),
         "{refused:?}"
@@ -310,7 +311,12 @@ async fn the_console_shows_refunds_the_providers_record_and_the_ledger() {
         .unwrap();
     assert!(confirmed.status().is_success());
     let day = toss_today();
-    app.services.ledger.reconcile_day(&orchestrator::application::Actor::system("test"), day).await.unwrap();
+    app.services
+        .money
+        .ledger
+        .reconcile_day(&orchestrator::application::Actor::system("test"), day)
+        .await
+        .unwrap();
 
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser/console_toss_page.py");
     let shots = concat!(env!("CARGO_MANIFEST_DIR"), "/target/console-screens");

@@ -150,7 +150,7 @@ async fn a_refund_whose_outcome_commit_fails_is_finished_by_the_worker(backend: 
     assert_eq!(listed[0]["status"], "REFUND_PENDING");
 
     refuse_payment_status(&app, None).await;
-    let report = app.services.refunds.resolve_pending().await.unwrap();
+    let report = app.services.money.refunds.resolve_pending().await.unwrap();
     assert_eq!(report.refunded, 1, "{report:?}");
     let done = detail(&app, &order["id"]).await;
     assert_eq!(done["status"], "CANCELLED");
@@ -158,7 +158,11 @@ async fn a_refund_whose_outcome_commit_fails_is_finished_by_the_worker(backend: 
     assert_eq!(count_where(&app.db, "outbox_events", "event_type = 'payment.refunded'").await, 1);
     assert_eq!(count_where(&app.db, "audit_log", "action = 'REFUNDED'").await, 1);
     assert_eq!(requests_to(&server, "POST", "/cancel").await, 1, "the money moved once");
-    assert_eq!(app.services.refunds.resolve_pending().await.unwrap(), Default::default(), "nothing left");
+    assert_eq!(
+        app.services.money.refunds.resolve_pending().await.unwrap(),
+        Default::default(),
+        "nothing left"
+    );
 }
 
 /// A provider that never confirms a refund: bounded attempts, then audited and listed.
@@ -189,7 +193,7 @@ async fn a_refund_the_provider_never_confirms_is_left_to_an_operator(backend: Ba
     assert_eq!(pending["payment"]["status"], "REFUND_PENDING", "{pending}");
     assert_eq!(pending["refunds"][0]["status"], "PENDING", "{pending}");
     for _ in 0..20 {
-        app.services.refunds.resolve_pending().await.unwrap();
+        app.services.money.refunds.resolve_pending().await.unwrap();
         app.advance(PAST_THE_BACKOFF);
     }
     let d = detail(&app, &order["id"]).await;

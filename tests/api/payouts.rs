@@ -41,7 +41,7 @@ fn date(day: chrono::NaiveDate) -> String {
 
 async fn run_day(app: &TestApp) -> Vec<String> {
     let actor = orchestrator::application::Actor::system("test");
-    let report = app.services.ledger.reconcile_day(&actor, toss_today()).await.unwrap();
+    let report = app.services.money.ledger.reconcile_day(&actor, toss_today()).await.unwrap();
     report.findings.iter().map(|f| f.kind.to_string()).collect()
 }
 
@@ -209,13 +209,13 @@ async fn the_worker_runs_a_day_again_once_its_grace_has_ended() {
     // Nine days on: yesterday is run first (never run), then the sold day, whose 7 days of
     // grace have ended since it was last run, once more.
     app.advance(std::time::Duration::from_secs(9 * 86_400));
-    let first = app.services.ledger.run_due().await.unwrap().expect("yesterday was due");
+    let first = app.services.money.ledger.run_due().await.unwrap().expect("yesterday was due");
     assert_eq!(first.run.day, sold + chrono::Duration::days(8));
-    let again = app.services.ledger.run_due().await.unwrap().expect("the sold day's grace has ended");
+    let again = app.services.money.ledger.run_due().await.unwrap().expect("the sold day's grace has ended");
     assert_eq!(again.run.day, sold);
     let kinds: Vec<String> = again.findings.iter().map(|f| f.kind.to_string()).collect();
     assert_eq!(kinds, ["SETTLEMENT_MISSING"]);
-    assert!(app.services.ledger.run_due().await.unwrap().is_none(), "once");
+    assert!(app.services.money.ledger.run_due().await.unwrap().is_none(), "once");
 }
 
 /// Issue 67: a provider whose pages never end (here: rows of payments we never had, more

@@ -74,8 +74,8 @@ async fn place(app: &TestApp, key: &str, merchant: &str) -> Value {
 
 /// One fan-out round, then every due attempt.
 async fn round(app: &TestApp) {
-    app.services.webhook_fanout.run_once().await.unwrap();
-    app.services.webhook_deliveries.deliver_due().await.unwrap();
+    app.services.webhooks.fanout.run_once().await.unwrap();
+    app.services.webhooks.deliveries.deliver_due().await.unwrap();
 }
 
 async fn tell(receiver: &Receiver, path: &str, body: Value) {
@@ -372,7 +372,7 @@ async fn finished_messages_and_attempts_go_after_the_retention(backend: Backend)
     tell(&receiver, "/always/down", json!([503, null])).await;
     place(&app, &orders, &m).await;
     round(&app).await;
-    let upkeep = &app.services.webhook_upkeep;
+    let upkeep = &app.services.webhooks.upkeep;
     assert_eq!(upkeep.run_once().await.unwrap(), 0, "nothing is old yet");
     let (messages, attempts) = (app.count("webhook_messages").await, app.count("webhook_attempts").await);
     assert!(messages >= 3 && attempts == messages, "{messages} messages, {attempts} attempts");
@@ -544,8 +544,8 @@ async fn a_slow_or_dead_endpoint_never_delays_another() {
         place(&app, &orders, &m).await;
     }
     let stop = tokio_util::sync::CancellationToken::new();
-    let workers = tokio::spawn(app.services.webhook_deliveries.clone().run_until_stopped(stop.clone()));
-    app.services.webhook_fanout.run_once().await.unwrap();
+    let workers = tokio::spawn(app.services.webhooks.deliveries.clone().run_until_stopped(stop.clone()));
+    app.services.webhooks.fanout.run_once().await.unwrap();
     let expected = events_of(&app, &m).await.len();
     crate::helpers::until_within(
         "every message at the healthy endpoint",

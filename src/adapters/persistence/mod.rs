@@ -200,7 +200,7 @@ pub const PLAN_CACHE_MODE: &str = "force_custom_plan";
 ///
 /// # Errors
 /// One line naming `host:port` and the cause; never the credentials.
-pub async fn probe(url: &str, timeout: Duration) -> Result<(), String> {
+pub async fn probe(url: &str, timeout: Duration) -> Result<(), crate::adapters::SetupError> {
     let Some(rest) = url.strip_prefix("postgres://").or_else(|| url.strip_prefix("postgresql://")) else {
         return Ok(());
     };
@@ -214,8 +214,8 @@ pub async fn probe(url: &str, timeout: Duration) -> Result<(), String> {
     };
     match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(&address)).await {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(format!("cannot reach the database at {address}: {e}")),
-        Err(_) => Err(format!("cannot reach the database at {address}: no answer within {timeout:?}")),
+        Ok(Err(e)) => Err(format!("cannot reach the database at {address}: {e}").into()),
+        Err(_) => Err(format!("cannot reach the database at {address}: no answer within {timeout:?}").into()),
     }
 }
 

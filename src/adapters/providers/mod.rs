@@ -21,11 +21,7 @@ pub use webhook::{
     Delivery, WebhookClient, WebhookNotifier, WebhookSecret, WebhookSettings, WebhookSettlements, signature,
 };
 
-/// Why a provider's client cannot be built from its settings: named for the operator when the
-/// service starts, never at a call.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct SetupError(pub String);
+pub use crate::adapters::SetupError;
 
 /// How a provider's answer breaks its protocol (unreadable, over-long, out of range, a
 /// control character): the caller treats such an answer as an unknown outcome, never as a

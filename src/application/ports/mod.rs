@@ -92,8 +92,8 @@ pub use settlement_repository::{ListedSettlement, SettlementRepository};
 pub use unit_of_work::{Changes, NewStep, Placed, UnitOfWork, Write};
 pub use webhook_delivery::{
     AttemptRecord, DeliveryRecord, DueMessage, EndpointChange, FanoutBatch, FanoutPosition, MessageQuery,
-    MessageView, OutboxEventView, PostAnswer, PostError, Recorded, WebhookDeliveryStore, WebhookEvent,
-    WebhookFanoutStore, WebhookMessageStore, WebhookPost, WebhookSender,
+    MessageView, OutboxEventView, PostAnswer, PostError, Recorded, RefusedHost, WebhookDeliveryStore,
+    WebhookEvent, WebhookFanoutStore, WebhookMessageStore, WebhookPost, WebhookSender,
 };
 pub use webhook_store::{EndpointSecrets, WebhookEndpointStore};
 

@@ -291,5 +291,11 @@ pub trait WebhookSender: Send + Sync {
     /// Whether `url`'s host may be delivered to as it resolves now: `Err` with why when it
     /// resolves to a loopback, private, link-local or metadata address (a host that does
     /// not resolve yet is let through: each delivery checks again).
-    async fn check_host(&self, url: &str) -> Result<(), String>;
+    async fn check_host(&self, url: &str) -> Result<(), RefusedHost>;
 }
+
+/// Why a URL's host may not be delivered to, for the merchant who gave it (answered as the
+/// `url` field's error).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct RefusedHost(pub String);

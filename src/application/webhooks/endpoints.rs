@@ -90,7 +90,7 @@ impl WebhookEndpoints {
             guard
                 .check_host(url)
                 .await
-                .map_err(|why| AppError::Validation { field: "url".into(), message: why })?;
+                .map_err(|why| AppError::Validation { field: "url".into(), message: why.0 })?;
         }
         Ok(())
     }

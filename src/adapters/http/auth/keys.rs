@@ -14,8 +14,8 @@ use super::settings::{ADMIN_ROLE, AuthSettings, KeySettings};
 use super::verifying::{VerifyingKey, validation};
 use crate::adapters::http::problem::ApiError;
 
-use crate::adapters::Secret;
 use crate::adapters::clock::SystemClock;
+use crate::adapters::{Secret, SetupError};
 use crate::application::Actor;
 use crate::application::ports::Clock;
 use crate::domain::ids::MerchantId;
@@ -116,7 +116,7 @@ impl JwtKeys {
                 return Err(invalid(&format!("kid `{}` is used by an earlier key", k.kid)));
             }
             let alg = k.algorithm.jwt();
-            let (decoding, encoding) = Self::material(k, alg).map_err(|e| invalid(&e))?;
+            let (decoding, encoding) = Self::material(k, alg).map_err(|e| invalid(&e.0))?;
             let validation = validation(alg, settings.issuer.as_deref(), settings.audience.as_deref());
             verifying.insert(k.kid.clone(), VerifyingKey { key: decoding, validation });
             if let (None, Some(encoding)) = (&signing, encoding) {
@@ -151,8 +151,9 @@ impl JwtKeys {
     pub(super) fn material(
         k: &KeySettings,
         alg: Algorithm,
-    ) -> Result<(DecodingKey, Option<EncodingKey>), String> {
-        let describe = |e: jsonwebtoken::errors::Error| format!("invalid key material ({:?})", e.kind());
+    ) -> Result<(DecodingKey, Option<EncodingKey>), SetupError> {
+        let describe =
+            |e: jsonwebtoken::errors::Error| SetupError(format!("invalid key material ({:?})", e.kind()));
         let private = |parse: fn(&[u8]) -> jsonwebtoken::errors::Result<EncodingKey>| {
             k.private_key.as_ref().map(|p| parse(p.expose().as_bytes())).transpose().map_err(describe)
         };

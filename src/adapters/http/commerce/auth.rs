@@ -50,13 +50,15 @@ struct Claims {
 impl CommerceKeys {
     /// # Errors
     /// The key cannot be made from the secret.
-    pub fn new(settings: &CommerceDialectSettings) -> Result<Self, String> {
+    pub fn new(settings: &CommerceDialectSettings) -> Result<Self, crate::adapters::SetupError> {
         let secret = settings.jwt_secret.expose().as_bytes();
         let accepted = crate::adapters::http::auth::hmac_algorithms(secret.len());
         // The strongest the key allows signs, as the platform's library picks it; the
         // settings refuse a key under 32 bytes, so there is always one.
         let strongest = accepted.first().copied().unwrap_or(Algorithm::HS256);
-        let bad = |e: jsonwebtoken::errors::Error| format!("http.dialects.commerce.jwt_secret: {e}");
+        let bad = |e: jsonwebtoken::errors::Error| {
+            crate::adapters::SetupError(format!("http.dialects.commerce.jwt_secret: {e}"))
+        };
         Ok(CommerceKeys {
             signing: (strongest, EncodingKey::from_secret(secret).map_err(bad)?),
             decoding: DecodingKey::from_secret(secret).map_err(bad)?,

@@ -62,7 +62,7 @@ impl CommerceApi {
     pub fn new(
         settings: CommerceDialectSettings,
         merchant: Option<crate::domain::ids::MerchantId>,
-    ) -> Result<Arc<Self>, String> {
+    ) -> Result<Arc<Self>, crate::adapters::SetupError> {
         let keys = CommerceKeys::new(&settings)?;
         Ok(Arc::new(CommerceApi { settings, keys, merchant }))
     }

@@ -28,10 +28,10 @@ pub struct MomoKeys {
 impl MomoKeys {
     /// # Errors
     /// The key cannot be made from the secret.
-    pub fn new(secret: &[u8]) -> Result<Self, String> {
+    pub fn new(secret: &[u8]) -> Result<Self, crate::adapters::SetupError> {
         let accepted = crate::adapters::http::auth::hmac_algorithms(secret.len());
-        let decoding =
-            DecodingKey::from_secret(secret).map_err(|e| format!("http.dialects.momo.jwt_secret: {e}"))?;
+        let decoding = DecodingKey::from_secret(secret)
+            .map_err(|e| crate::adapters::SetupError(format!("http.dialects.momo.jwt_secret: {e}")))?;
         Ok(MomoKeys { decoding, accepted })
     }
 

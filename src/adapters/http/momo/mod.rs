@@ -53,7 +53,7 @@ impl MomoApi {
         settings: &MomoDialectSettings,
         zone: chrono_tz::Tz,
         merchant: Option<crate::domain::ids::MerchantId>,
-    ) -> Result<Arc<Self>, String> {
+    ) -> Result<Arc<Self>, crate::adapters::SetupError> {
         let keys = MomoKeys::new(settings.jwt_secret.expose().as_bytes())?;
         Ok(Arc::new(MomoApi { keys, zone, merchant }))
     }

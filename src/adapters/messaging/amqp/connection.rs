@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use amqprs::connection::{Connection, OpenConnectionArguments};
 
+use crate::adapters::SetupError;
+
 /// What went wrong talking to RabbitMQ, with the error underneath. No text of it carries a
 /// secret: amqprs's error for a failed connect or a refused login may quote the URL's
 /// password, so of that error only its text, redacted, is kept ([`Redacted`]).
@@ -66,7 +68,7 @@ impl std::fmt::Debug for AmqpEndpoint {
     }
 }
 
-fn percent_decode(text: &str) -> Result<String, String> {
+fn percent_decode(text: &str) -> Result<String, SetupError> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -88,7 +90,7 @@ impl AmqpEndpoint {
     ///
     /// # Errors
     /// A description of what is wrong, without the URL's secrets.
-    pub fn parse(url: &str) -> Result<AmqpEndpoint, String> {
+    pub fn parse(url: &str) -> Result<AmqpEndpoint, SetupError> {
         let rest = url.strip_prefix("amqp://").ok_or("broker.url must start with amqp://")?;
         let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
         let path = path.split('?').next().unwrap_or_default();
@@ -150,7 +152,7 @@ pub struct AmqpNodes {
 impl AmqpNodes {
     /// # Errors
     /// No endpoint given.
-    pub fn new(endpoints: Vec<AmqpEndpoint>) -> Result<AmqpNodes, String> {
+    pub fn new(endpoints: Vec<AmqpEndpoint>) -> Result<AmqpNodes, SetupError> {
         if endpoints.is_empty() {
             return Err("no broker node given".into());
         }
@@ -165,11 +167,11 @@ impl AmqpNodes {
     ///
     /// # Errors
     /// Which URL (by position, never by content) is malformed, and how.
-    pub fn parse<'a>(urls: impl IntoIterator<Item = &'a str>) -> Result<AmqpNodes, String> {
+    pub fn parse<'a>(urls: impl IntoIterator<Item = &'a str>) -> Result<AmqpNodes, SetupError> {
         let endpoints = urls
             .into_iter()
             .enumerate()
-            .map(|(i, url)| AmqpEndpoint::parse(url).map_err(|e| format!("node {}: {e}", i + 1)))
+            .map(|(i, url)| AmqpEndpoint::parse(url).map_err(|e| SetupError(format!("node {}: {e}", i + 1))))
             .collect::<Result<Vec<_>, _>>()?;
         AmqpNodes::new(endpoints)
     }
@@ -332,7 +334,7 @@ mod tests {
         nodes.lost(2);
         assert_eq!(nodes.current.load(Ordering::Acquire), 0, "round the list");
         let err = AmqpNodes::parse(["amqp://a", "http://b"]).unwrap_err();
-        assert!(err.starts_with("node 2:"), "{err}");
+        assert!(err.0.starts_with("node 2:"), "{err}");
         assert!(AmqpNodes::parse(Vec::<&str>::new()).is_err());
     }
 
