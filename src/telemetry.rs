@@ -244,6 +244,7 @@ pub fn registry() -> Registry {
             metrics::counter!("webhook_endpoints_disabled_total", "reason" => reason).absolute(0);
         }
         metrics::gauge!("webhook_oldest_undelivered_seconds").set(0.0);
+        metrics::gauge!("webhook_fanout_behind_seconds").set(0.0);
         metrics::counter!("outbox_confirms_total", "outcome" => "ack").absolute(0);
         for outcome in ["succeeded", "failed", "skipped"] {
             metrics::counter!("notification_retries_total", "outcome" => outcome).absolute(0);

@@ -153,6 +153,12 @@ enum Scenario {
         /// How long the slow endpoint takes to answer.
         #[arg(long, default_value_t = 14_000)]
         slow_ms: u64,
+        /// `webhooks.max_rate` (0: no bound).
+        #[arg(long, default_value_t = 0)]
+        max_rate: u32,
+        /// Without and with, alternately, this many times (the ratios' median is reported).
+        #[arg(long, default_value_t = 1)]
+        rounds: usize,
     },
     /// The daily ledger run of a day of `rows` Toss settlements (pages of 5 000), as
     /// `app reconcile ledger` runs it: its peak RSS and time (needs `cargo build --release`).
@@ -254,8 +260,9 @@ async fn main() -> Result<(), BoxError> {
         Scenario::Toss { clients, seconds } => toss::toss_scenario(clients, seconds).await,
         Scenario::Dialect { clients, seconds } => dialect::dialect_scenario(clients, seconds).await,
         Scenario::Merchants { clients, seconds } => merchants::merchants_scenario(clients, seconds).await,
-        Scenario::Webhooks { rate, seconds, endpoints, slow_ms } => {
-            webhooks::webhooks_scenario(rate, seconds, endpoints, slow_ms).await
+        Scenario::Webhooks { rate, seconds, endpoints, slow_ms, max_rate, rounds } => {
+            let shape = webhooks::Shape { rate, seconds, endpoints, slow_ms, max_rate };
+            webhooks::webhooks_scenario(shape, rounds).await
         }
         Scenario::Payouts { rows, runs } => payouts::payouts_scenario(rows, runs).await,
         Scenario::Horizon { rate, seconds } => latency::horizon_scenario(rate, seconds).await,

@@ -58,14 +58,33 @@ async fn count(db: &sea_orm::DatabaseConnection, sql: &str) -> Result<i64, BoxEr
     Ok(row.try_get("", "n")?)
 }
 
-async fn phase(rate: u32, seconds: u64, endpoints: usize, slow: Duration) -> Result<Phase, BoxError> {
+/// What one run measures: `rate` events a second for `seconds`, to `endpoints` (the slow
+/// one answering after `slow_ms`), with `webhooks.max_rate` `max_rate`.
+#[derive(Clone, Copy)]
+pub(crate) struct Shape {
+    pub rate: u32,
+    pub seconds: u64,
+    pub endpoints: usize,
+    pub slow_ms: u64,
+    pub max_rate: u32,
+}
+
+async fn phase(
+    rate: u32,
+    seconds: u64,
+    endpoints: usize,
+    slow: Duration,
+    max_rate: u32,
+) -> Result<Phase, BoxError> {
     let fixture = Fixture::create().await?;
     let result = async {
+        let max_rate = max_rate.to_string();
         let env = [
             ("APP__OUTBOX__POLL_INTERVAL", "1s"),
             ("APP__SECRETS__KEY", SECRETS_KEY),
             ("APP__WEBHOOKS__ALLOW_HTTP", "true"),
             ("APP__WEBHOOKS__ALLOW_PRIVATE_NETWORKS", "true"),
+            ("APP__WEBHOOKS__MAX_RATE", max_rate.as_str()),
         ];
         let services = startup::build_services(&fixture.settings(&env)?).await.map_err(|e| e.to_string())?;
         let (urls, fast) = receivers(endpoints, slow).await?;
@@ -164,19 +183,15 @@ async fn phase(rate: u32, seconds: u64, endpoints: usize, slow: Duration) -> Res
     result
 }
 
-pub(crate) async fn webhooks_scenario(
-    rate: u32,
-    seconds: u64,
-    endpoints: usize,
-    slow_ms: u64,
-) -> Result<(), BoxError> {
-    println!(
-        "webhooks: {rate} events/s of saga commits for {seconds}s, PostgreSQL and RabbitMQ, the worker's loops in-process; \
-         without endpoints, then with {endpoints} (one answering after {slow_ms} ms, one dead)"
-    );
+/// The ratios with / without of one round: commit p50, commit p99, commit -> consume p99,
+/// relay rate.
+type Ratios = [f64; 4];
+
+async fn round(shape: Shape) -> Result<Ratios, BoxError> {
+    let Shape { rate, seconds, endpoints, slow_ms, max_rate } = shape;
     let slow = Duration::from_millis(slow_ms);
-    let without = phase(rate, seconds, 0, slow).await?;
-    let with = phase(rate, seconds, endpoints, slow).await?;
+    let without = phase(rate, seconds, 0, slow, max_rate).await?;
+    let with = phase(rate, seconds, endpoints, slow, max_rate).await?;
     println!(
         "\n| phase | events | commit p50 ms | commit p99 ms | commit -> consume p50 ms | p99 ms | relay events/s | webhooks delivered | messages made | still due |"
     );
@@ -196,10 +211,13 @@ pub(crate) async fn webhooks_scenario(
         );
     }
     let ratio = |a: f64, b: f64| b / a;
-    let commit_p99 = ratio(percentile(&without.commit, 99.0), percentile(&with.commit, 99.0));
-    let commit_p50 = ratio(percentile(&without.commit, 50.0), percentile(&with.commit, 50.0));
-    let consume_p99 = ratio(percentile(&without.consume, 99.0), percentile(&with.consume, 99.0));
-    let relay = ratio(without.relay_rate, with.relay_rate);
+    let ratios = [
+        ratio(percentile(&without.commit, 50.0), percentile(&with.commit, 50.0)),
+        ratio(percentile(&without.commit, 99.0), percentile(&with.commit, 99.0)),
+        ratio(percentile(&without.consume, 99.0), percentile(&with.consume, 99.0)),
+        ratio(without.relay_rate, with.relay_rate),
+    ];
+    let [commit_p50, commit_p99, consume_p99, relay] = ratios;
     println!(
         "\nwith / without: commit p50 {commit_p50:.2}, commit p99 {commit_p99:.2}, commit -> consume p99 {consume_p99:.2}, relay rate {relay:.2}"
     );
@@ -210,9 +228,37 @@ pub(crate) async fn webhooks_scenario(
     };
     write_json(
         "webhooks",
-        &json!({ "rate": rate, "seconds": seconds, "endpoints": endpoints, "slowMs": slow_ms,
+        &json!({ "rate": rate, "seconds": seconds, "endpoints": endpoints, "slowMs": slow_ms, "maxRate": max_rate,
             "without": phase_json(&without), "with": phase_json(&with),
             "ratios": { "commitP50": commit_p50, "commitP99": commit_p99, "consumeP99": consume_p99, "relayRate": relay } }),
     )?;
+    Ok(ratios)
+}
+
+pub(crate) async fn webhooks_scenario(shape: Shape, rounds: usize) -> Result<(), BoxError> {
+    let Shape { rate, seconds, endpoints, slow_ms, max_rate } = shape;
+    println!(
+        "webhooks: {rate} events/s of saga commits for {seconds}s, PostgreSQL and RabbitMQ, the worker's loops in-process; \
+         without endpoints, then with {endpoints} (one answering after {slow_ms} ms, one dead); webhooks.max_rate {max_rate}; {rounds} round(s)"
+    );
+    let mut all = Vec::new();
+    for _ in 0..rounds.max(1) {
+        all.push(round(shape).await?);
+    }
+    if all.len() > 1 {
+        let median = |i: usize| {
+            let mut v: Vec<f64> = all.iter().map(|r| r[i]).collect();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        println!(
+            "\nmedian of {} rounds, with / without: commit p50 {:.2}, commit p99 {:.2}, commit -> consume p99 {:.2}, relay rate {:.2}",
+            all.len(),
+            median(0),
+            median(1),
+            median(2),
+            median(3)
+        );
+    }
     Ok(())
 }

@@ -183,6 +183,7 @@ schedule = "5s,5m,30m,2h,5h,10h,10h"
 timeout = "15s"
 max_in_flight = 8
 workers = 64
+max_rate = 0
 disable_after = "5d"
 retention = "30d"
 

@@ -18,6 +18,7 @@ pub(super) struct RawWebhooks {
     pub(super) timeout: String,
     pub(super) max_in_flight: u32,
     pub(super) workers: u32,
+    pub(super) max_rate: u32,
     pub(super) disable_after: String,
     pub(super) retention: String,
 }
@@ -39,6 +40,8 @@ pub struct WebhooksSettings {
     pub max_in_flight: u32,
     /// Messages claimed at once, per worker process (in flight: 16 times that at most).
     pub workers: u32,
+    /// Messages a second a worker process makes and attempts at most (0: no bound).
+    pub max_rate: u32,
     /// An endpoint failing this long with no success is disabled.
     pub disable_after: Duration,
     /// How long attempts and finished messages are kept.
@@ -74,6 +77,7 @@ pub(super) fn resolve_webhooks(raw: RawWebhooks) -> Result<WebhooksSettings, Con
         timeout,
         max_in_flight: at_least_one("webhooks.max_in_flight", raw.max_in_flight)?,
         workers: at_least_one("webhooks.workers", raw.workers)?,
+        max_rate: raw.max_rate,
         disable_after: positive("webhooks.disable_after", &raw.disable_after)?,
         retention: positive("webhooks.retention", &raw.retention)?,
     })

@@ -13,7 +13,8 @@ use crate::adapters::webhook_sender::{HttpWebhookSender, SystemLookup};
 use crate::application::meter::Meter;
 use crate::application::ports::{Clock, SecretBox, WebhookSender};
 use crate::application::webhooks::{
-    Deliveries, DeliverySettings, FanOut, WebhookEndpoints, WebhookMessages, WebhookSettings, WebhookUpkeep,
+    Budget, Deliveries, DeliverySettings, FanOut, WebhookEndpoints, WebhookMessages, WebhookSettings,
+    WebhookUpkeep,
 };
 use crate::config::Settings;
 use crate::domain::webhook::Schedule;
@@ -66,22 +67,22 @@ pub(super) fn webhooks(
     Ok(Webhooks {
         endpoints: Arc::new(endpoints),
         messages: Arc::new(WebhookMessages::new(store.clone(), store.clone(), clock.clone(), wake.clone())),
-        fanout: Arc::new(FanOut::new(
-            store.clone(),
-            clock.clone(),
-            meter.clone(),
-            wake.clone(),
-            FANOUT_INTERVAL,
-        )),
-        deliveries: Arc::new(Deliveries::new(
-            store.clone(),
-            sender,
-            sealer.clone(),
-            clock.clone(),
-            meter.clone(),
-            delivery,
-            wake,
-        )),
+        fanout: Arc::new(
+            FanOut::new(store.clone(), clock.clone(), meter.clone(), wake.clone(), FANOUT_INTERVAL)
+                .with_budget(Arc::new(Budget::new(w.max_rate))),
+        ),
+        deliveries: Arc::new(
+            Deliveries::new(
+                store.clone(),
+                sender,
+                sealer.clone(),
+                clock.clone(),
+                meter.clone(),
+                delivery,
+                wake,
+            )
+            .with_budget(Arc::new(Budget::new(w.max_rate))),
+        ),
         upkeep: Arc::new(WebhookUpkeep::new(store.clone(), clock.clone(), meter.clone(), w.retention)),
     })
 }

@@ -10,26 +10,22 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::application::Actor;
+use super::budget::Budget;
+use super::outcomes::{delivery_event, endpoint_change, first_4k};
 use crate::application::AppError;
-use crate::application::audit::{self, entity};
-use crate::application::envelopes::timestamp;
 use crate::application::meter::Meter;
 use crate::application::ports::{
-    AttemptRecord, Clock, DeliveryRecord, DueMessage, EndpointChange, EndpointSecrets, NewOutboxEvent,
-    PostAnswer, Recorded, SecretBox, WebhookDeliveryStore, WebhookPost, WebhookSender,
+    AttemptRecord, Clock, DeliveryRecord, DueMessage, EndpointChange, EndpointSecrets, PostAnswer, Recorded,
+    SecretBox, WebhookDeliveryStore, WebhookPost, WebhookSender,
 };
-use crate::domain::audit::AuditAction;
-use crate::domain::ids::{EventId, WebhookEndpointId};
-use crate::domain::webhook::{Answer, DisabledReason, Endpoint, Schedule};
+use crate::domain::ids::WebhookEndpointId;
+use crate::domain::webhook::{Answer, Schedule};
 use crate::domain::webhook_message::{Attempted, Message};
 
-/// The aggregate our delivery events are ordered under.
-pub const ENDPOINT_AGGREGATE: &str = "webhook_endpoint";
 /// How long a worker waits for work when nobody wakes it.
 const POLL: Duration = Duration::from_millis(500);
 /// Attempts in flight per worker process, as a multiple of `webhooks.workers` (a bound on
@@ -39,6 +35,9 @@ const IN_FLIGHT_PER_WORKER: usize = 16;
 const RECORD_BATCH: usize = 256;
 /// How long a made attempt may wait to be written (a crash in between sends it again).
 const RECORD_EVERY: Duration = Duration::from_millis(20);
+/// How long workers over `webhooks.max_rate` wait before claiming again, at least (a claim
+/// then takes what the budget gathered meanwhile, not one message at a time).
+const BUDGET_PAUSE: Duration = Duration::from_millis(50);
 /// A claim outlives the attempt's timeout by this much.
 const CLAIM_MARGIN: Duration = Duration::from_secs(5);
 
@@ -69,6 +68,8 @@ pub struct Deliveries {
     /// Attempts made and not yet written, written in batches by [`Self::flush`].
     unrecorded: Mutex<Vec<DeliveryRecord>>,
     recorded: Notify,
+    /// `webhooks.max_rate`: attempts a second at most.
+    budget: Arc<Budget>,
 }
 
 /// One of an endpoint's slots, given back when the attempt ends however it ends.
@@ -98,93 +99,6 @@ fn jitter() -> f64 {
     f64::from(u32::from_le_bytes(bytes)) / f64::from(u32::MAX) * 2.0 - 1.0
 }
 
-/// An event of ours about delivery, as every event is enveloped (docs/spec.md §6).
-pub fn delivery_event(
-    event_type: &str,
-    endpoint: &Endpoint,
-    extra: Value,
-    now: DateTime<Utc>,
-) -> NewOutboxEvent {
-    let event_id = EventId::new();
-    let mut payload = json!({
-        "merchantId": endpoint.merchant_id.to_string(),
-        "endpointId": endpoint.id.to_string(),
-    });
-    if let (Some(p), Value::Object(extra)) = (payload.as_object_mut(), extra) {
-        p.extend(extra);
-    }
-    let envelope = json!({
-        "eventId": event_id.to_string(),
-        "eventType": event_type,
-        "aggregateType": ENDPOINT_AGGREGATE,
-        "aggregateId": endpoint.id.to_string(),
-        "correlationId": null,
-        "occurredAt": timestamp(now),
-        "payload": payload,
-    });
-    NewOutboxEvent {
-        event_id,
-        aggregate_type: ENDPOINT_AGGREGATE.into(),
-        aggregate_id: endpoint.id.to_string(),
-        event_type: event_type.into(),
-        routing_key: event_type.into(),
-        payload: envelope.to_string(),
-        correlation_id: None,
-        created_at: now,
-    }
-}
-
-/// The endpoint's change after `outcome`, with the disabling's event and audit row.
-fn endpoint_change(
-    endpoint: &mut Endpoint,
-    outcome: Attempted,
-    at: DateTime<Utc>,
-    disable_after: Duration,
-) -> EndpointChange {
-    if outcome == Attempted::Delivered {
-        endpoint.record_success(at);
-        return EndpointChange::Succeeded;
-    }
-    let Some(reason) = endpoint.record_failure(at, outcome == Attempted::Gone, disable_after) else {
-        return EndpointChange::Failed;
-    };
-    let extra = json!({ "reason": reason.as_str(), "failingSince": endpoint.failing_since.map(timestamp) });
-    let event = delivery_event("webhook.endpoint.disabled", endpoint, extra, at);
-    let detail = match reason {
-        DisabledReason::Gone => "its receiver answered 410 Gone".to_owned(),
-        DisabledReason::Failing => format!("failing with no success for {}", humantime(disable_after)),
-    };
-    let audit = audit::record(
-        AuditAction::WebhookEndpointDisabled,
-        entity::WEBHOOK_ENDPOINT,
-        endpoint.id,
-        &Actor::system("webhooks"),
-        Some(detail),
-        at,
-    );
-    EndpointChange::Disabled { reason, event: Box::new(event), audit: Box::new(audit) }
-}
-
-fn humantime(d: Duration) -> String {
-    let s = d.as_secs();
-    if s.is_multiple_of(86_400) {
-        format!("{}d", s / 86_400)
-    } else if s.is_multiple_of(3600) {
-        format!("{}h", s / 3600)
-    } else {
-        format!("{s}s")
-    }
-}
-
-/// The first 4 KiB of `text`, cut on a character boundary.
-pub fn first_4k(text: &str) -> String {
-    let mut end = text.len().min(4096);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_owned()
-}
-
 impl Deliveries {
     pub fn new(
         store: Arc<dyn WebhookDeliveryStore>,
@@ -206,7 +120,15 @@ impl Deliveries {
             wake,
             unrecorded: Mutex::default(),
             recorded: Notify::new(),
+            budget: Arc::new(Budget::new(0)),
         }
+    }
+
+    /// Attempts at most `budget`'s messages a second; the rest stay due.
+    #[must_use]
+    pub fn with_budget(mut self, budget: Arc<Budget>) -> Self {
+        self.budget = budget;
+        self
     }
 
     /// A slot of `endpoint`, if it has one free.
@@ -223,6 +145,18 @@ impl Deliveries {
     /// Claims at most `limit` due messages, each with a slot of its endpoint; those beyond an
     /// endpoint's free slots are given back.
     async fn claim(self: &Arc<Self>, limit: u32) -> Result<Vec<(DueMessage, Slot)>, AppError> {
+        let allowed = self.budget.take(limit as usize);
+        if allowed == 0 {
+            return Ok(Vec::new());
+        }
+        let claimed = self.claim_within(u32::try_from(allowed).unwrap_or(limit)).await;
+        let used = claimed.as_ref().map_or(0, Vec::len);
+        self.budget.give_back(allowed - used);
+        claimed
+    }
+
+    /// [`Self::claim`] within the budget's `limit`.
+    async fn claim_within(self: &Arc<Self>, limit: u32) -> Result<Vec<(DueMessage, Slot)>, AppError> {
         let full: Vec<WebhookEndpointId> = {
             let busy = self.busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             busy.iter().filter(|(_, n)| **n >= self.settings.max_in_flight).map(|(e, _)| *e).collect()
@@ -365,10 +299,15 @@ impl Deliveries {
                     }
                 }
             }
+            // Over the budget: the next claim once it has room for a few at least.
+            let over = self.budget.wait();
+            if !over.is_zero() {
+                pause = over.max(BUDGET_PAUSE);
+            }
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = self.wake.notified() => finished = batch,
-                _ = tokio::time::sleep(pause) => {}
+                _ = tokio::time::sleep(pause) => if !over.is_zero() { finished = batch },
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => finished += 1,
             }
         }

@@ -6,16 +6,18 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
+use super::budget::Budget;
 use crate::application::AppError;
 use crate::application::jobs::PeriodicJob;
 use crate::application::meter::Meter;
-use crate::application::ports::{Clock, OutboxEventView, WebhookEvent, WebhookFanoutStore};
+use crate::application::ports::{Clock, FanoutBatch, OutboxEventView, WebhookEvent, WebhookFanoutStore};
 use crate::domain::ids::MerchantId;
 use crate::domain::merchant::default_merchant_id;
 use crate::domain::webhook::{EVENT_TYPES, Endpoint};
@@ -33,6 +35,11 @@ pub struct FanOut {
     /// The delivery workers of this process, woken when messages were made.
     deliveries: Arc<Notify>,
     interval: Duration,
+    /// `webhooks.max_rate`: messages made a second at most.
+    budget: Arc<Budget>,
+    /// Messages an event made in the last batch that made any (at least 1): how many events
+    /// the budget's room is.
+    per_event: AtomicUsize,
 }
 
 /// An event read from its envelope: its merchant, the endpoint it is about (our own
@@ -86,7 +93,22 @@ impl FanOut {
         deliveries: Arc<Notify>,
         interval: Duration,
     ) -> Self {
-        FanOut { store, clock, meter, deliveries, interval }
+        FanOut {
+            store,
+            clock,
+            meter,
+            deliveries,
+            interval,
+            budget: Arc::new(Budget::new(0)),
+            per_event: AtomicUsize::new(1),
+        }
+    }
+
+    /// Makes at most `budget`'s messages a second; the events past it wait in the outbox.
+    #[must_use]
+    pub fn with_budget(mut self, budget: Arc<Budget>) -> Self {
+        self.budget = budget;
+        self
     }
 
     /// Fans out what has been committed since the last round: how many messages were made.
@@ -95,58 +117,82 @@ impl FanOut {
     /// `Unavailable` when the database fails (the cursor stays; the next round reads again).
     pub async fn run_once(&self) -> Result<usize, AppError> {
         let mut made = 0;
+        // The last event read while more were waiting (how far behind the round left the
+        // cursor), once a batch was read: a round the budget let read nothing leaves the
+        // gauge as the last one set it.
+        let mut behind = None;
+        let mut read_any = false;
         for _ in 0..BATCHES_PER_ROUND {
-            let batch = self.store.next_events(EVENT_TYPES, BATCH).await?;
-            let full = batch.events.len() >= BATCH as usize;
-            let reads: Vec<(OutboxEventView, Read)> = batch
-                .events
-                .into_iter()
-                .filter_map(|view| {
-                    let read = read_envelope(&view);
-                    if read.is_none() {
-                        tracing::warn!(event_id = %view.event_id, "an outbox event is no envelope: not fanned out");
-                    }
-                    read.map(|r| (view, r))
-                })
-                .collect();
-            let merchants: BTreeSet<MerchantId> = reads.iter().map(|(_, r)| r.merchant).collect();
-            let merchants: Vec<MerchantId> = merchants.into_iter().collect();
-            let endpoints = if merchants.is_empty() {
-                Vec::new()
-            } else {
-                self.store.enabled_endpoints(&merchants).await?
-            };
-            let now = self.clock.now();
-            let mut events = Vec::new();
-            let mut messages = Vec::new();
-            for (view, read) in &reads {
-                let made = messages_for(view, read, &endpoints, now);
-                if !made.is_empty() {
-                    events.push(WebhookEvent {
-                        event_id: view.event_id,
-                        merchant_id: read.merchant,
-                        event_type: view.event_type.clone(),
-                        body: read.body.clone(),
-                        created_at: view.created_at,
-                    });
-                    messages.extend(made);
-                }
-            }
-            if !self.store.fan_out(&batch.read, &batch.next, &events, &messages).await? {
-                // Another fan-out moved the cursor: its messages stand, read again next round.
+            let room = self.budget.available();
+            if room == 0 {
                 break;
             }
-            made += messages.len();
-            if !messages.is_empty() {
-                let n = messages.len() as u64;
-                self.meter.record(|| metrics::counter!("webhook_messages_total").increment(n));
+            let per_event = self.per_event.load(Ordering::Relaxed).max(1);
+            let limit = u32::try_from(room / per_event).unwrap_or(BATCH).clamp(1, BATCH);
+            let batch = self.store.next_events(EVENT_TYPES, limit).await?;
+            let full = batch.events.len() >= limit as usize;
+            read_any = true;
+            behind = batch.events.last().filter(|_| full).map(|e| e.created_at);
+            let read = batch.events.len();
+            let Some(messages) = self.fan_out_batch(batch).await? else {
+                // Another fan-out moved the cursor: its messages stand, read again next round.
+                break;
+            };
+            made += messages;
+            self.budget.spend(messages);
+            if messages > 0 {
+                self.per_event.store(messages.div_ceil(read.max(1)), Ordering::Relaxed);
+                self.meter.record(|| metrics::counter!("webhook_messages_total").increment(messages as u64));
                 self.deliveries.notify_one();
             }
             if !full {
                 break;
             }
         }
+        if read_any {
+            let behind =
+                behind.map_or(0.0, |at| (self.clock.now() - at).num_milliseconds().max(0) as f64 / 1000.0);
+            self.meter.record(|| metrics::gauge!("webhook_fanout_behind_seconds").set(behind));
+        }
         Ok(made)
+    }
+
+    /// One batch's messages made and the cursor moved past it, in one transaction: how many
+    /// messages, or `None` when another fan-out moved the cursor first.
+    async fn fan_out_batch(&self, batch: FanoutBatch) -> Result<Option<usize>, AppError> {
+        let reads: Vec<(OutboxEventView, Read)> = batch
+            .events
+            .into_iter()
+            .filter_map(|view| {
+                let read = read_envelope(&view);
+                if read.is_none() {
+                    tracing::warn!(event_id = %view.event_id, "an outbox event is no envelope: not fanned out");
+                }
+                read.map(|r| (view, r))
+            })
+            .collect();
+        let merchants: BTreeSet<MerchantId> = reads.iter().map(|(_, r)| r.merchant).collect();
+        let merchants: Vec<MerchantId> = merchants.into_iter().collect();
+        let endpoints =
+            if merchants.is_empty() { Vec::new() } else { self.store.enabled_endpoints(&merchants).await? };
+        let now = self.clock.now();
+        let mut events = Vec::new();
+        let mut messages = Vec::new();
+        for (view, read) in &reads {
+            let made = messages_for(view, read, &endpoints, now);
+            if !made.is_empty() {
+                events.push(WebhookEvent {
+                    event_id: view.event_id,
+                    merchant_id: read.merchant,
+                    event_type: view.event_type.clone(),
+                    body: read.body.clone(),
+                    created_at: view.created_at,
+                });
+                messages.extend(made);
+            }
+        }
+        let moved = self.store.fan_out(&batch.read, &batch.next, &events, &messages).await?;
+        Ok(moved.then_some(messages.len()))
     }
 }
 
@@ -245,5 +291,46 @@ mod tests {
         assert_eq!(made.iter().map(|m| m.endpoint_id).collect::<Vec<_>>(), vec![two.id]);
         let garbage = OutboxEventView { envelope: "not json".into(), ..view("order.failed", json!({}), 0) };
         assert_eq!(read_envelope(&garbage), None);
+    }
+
+    /// `webhooks.max_rate` 100 with five endpoints taking every event, and a backlog: the
+    /// first round reads a second's worth of events as if each made one message, makes five
+    /// times that (a debt), and the next rounds read nothing until the debt is paid; then
+    /// they read as many events as their room over five.
+    #[tokio::test(start_paused = true)]
+    async fn the_budget_bounds_the_messages_made_and_the_backlog_waits_in_the_outbox() {
+        use std::sync::Mutex;
+
+        use crate::application::ports::{FanoutBatch, MockClock, MockWebhookFanoutStore};
+        let merchant = MerchantId::new();
+        let endpoints: Vec<Endpoint> = (0..5).map(|_| endpoint(merchant, EventFilter::All, 0)).collect();
+        let limits: Arc<Mutex<Vec<u32>>> = Arc::default();
+        let mut store = MockWebhookFanoutStore::new();
+        let seen = limits.clone();
+        store.expect_next_events().returning(move |_, limit| {
+            seen.lock().unwrap().push(limit);
+            let events = (0..limit)
+                .map(|_| view("order.completed", json!({ "merchantId": merchant.to_string() }), 1))
+                .collect();
+            Ok(FanoutBatch { events, ..FanoutBatch::default() })
+        });
+        store.expect_enabled_endpoints().returning(move |_| Ok(endpoints.clone()));
+        store.expect_fan_out().returning(|_, _, _, _| Ok(true));
+        let mut clock = MockClock::new();
+        clock.expect_now().returning(|| at(10));
+        let fanout = FanOut::new(
+            Arc::new(store),
+            Arc::new(clock),
+            Meter::default(),
+            Arc::default(),
+            Duration::from_millis(250),
+        )
+        .with_budget(Arc::new(Budget::new(100)));
+
+        assert_eq!(fanout.run_once().await.unwrap(), 500, "100 events read, five messages each");
+        assert_eq!(fanout.run_once().await.unwrap(), 0, "400 owed: nothing read");
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(fanout.run_once().await.unwrap(), 100, "the room (100) over five: 20 events");
+        assert_eq!(*limits.lock().unwrap(), vec![100, 20]);
     }
 }

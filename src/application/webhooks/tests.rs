@@ -157,3 +157,59 @@ async fn a_lost_claim_is_no_error() {
     );
     assert_eq!(recorded.lock().unwrap()[0].endpoint, EndpointChange::Succeeded);
 }
+
+/// `webhooks.max_rate` 3 with `workers` 4: a claim asks for what the budget allows, a round
+/// over it claims nothing (the messages stay due), and what a claim did not find is given
+/// back to the budget.
+#[tokio::test(start_paused = true)]
+async fn claims_stay_within_the_budget_and_give_back_what_they_did_not_find() {
+    let mut clock = MockClock::new();
+    clock.expect_now().returning(|| at(10));
+    let mut secrets = MockSecretBox::new();
+    secrets.expect_open().returning(|s| Ok(s.data.clone().into_bytes()));
+    let mut sender = MockWebhookSender::new();
+    sender.expect_post().returning(|_| PostAnswer {
+        status: Ok(204),
+        retry_after: None,
+        body: String::new(),
+        duration: Duration::from_millis(1),
+    });
+    let limits: Shared<u32> = Arc::default();
+    let backlog = Arc::new(Mutex::new(4u32));
+    let mut store = MockWebhookDeliveryStore::new();
+    let (seen, left) = (limits.clone(), backlog.clone());
+    store.expect_claim_due().returning(move |_, _, limit, _, _| {
+        seen.lock().unwrap().push(limit);
+        let mut left = left.lock().unwrap();
+        let n = limit.min(*left);
+        *left -= n;
+        Ok((0..n).map(|_| due(None)).collect())
+    });
+    store.expect_record().returning(|records| Ok(vec![Recorded::Done { disabled: false }; records.len()]));
+    let settings = DeliverySettings {
+        schedule: Schedule(vec![Duration::from_secs(5)]),
+        timeout: Duration::from_secs(15),
+        max_in_flight: 8,
+        disable_after: Duration::from_secs(3600),
+        workers: 4,
+    };
+    let workers = Arc::new(
+        Deliveries::new(
+            Arc::new(store),
+            Arc::new(sender),
+            Arc::new(secrets),
+            Arc::new(clock),
+            Meter::default(),
+            settings,
+            Arc::new(Notify::new()),
+        )
+        .with_budget(Arc::new(super::Budget::new(3))),
+    );
+
+    assert_eq!(workers.deliver_due().await.unwrap(), 3, "the budget's 3 of the 4 a claim takes");
+    assert_eq!(workers.deliver_due().await.unwrap(), 0, "over the budget: no claim at all");
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(workers.deliver_due().await.unwrap(), 1, "the last of the backlog");
+    assert_eq!(workers.deliver_due().await.unwrap(), 0, "the 2 not found were given back, and found nothing");
+    assert_eq!(*limits.lock().unwrap(), vec![3, 3, 2]);
+}
