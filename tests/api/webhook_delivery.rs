@@ -686,3 +686,40 @@ async fn a_worker_killed_mid_delivery_sends_again_under_the_same_id() {
     let metrics = client.get(metrics_url).send().await.unwrap().text().await.unwrap();
     assert!(metrics.contains("webhook_reclaimed_total 1"), "{metrics}");
 }
+
+/// `webhooks.max_rate` 2 (issue 70): the fan-out makes a bucket's worth and leaves the other
+/// events in the outbox, the workers attempt a bucket's worth and leave the other messages
+/// due; as the buckets refill, every message reaches its endpoint, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_budget_holds_webhooks_back_then_every_one_is_delivered_once() {
+    let Some(receiver) = Receiver::start(&[]) else { return };
+    let Some(app) = webhook_app(Backend::Postgres, &[("APP__WEBHOOKS__MAX_RATE", "2")]).await else { return };
+    let (m, operator, orders) = merchant(&app, "WH-BUDGET").await;
+    for i in 0..3 {
+        endpoint(&app, &m, &operator, &format!("{}/b{i}", receiver.url), &["*"]).await;
+    }
+    for _ in 0..3 {
+        place(&app, &orders, &m).await;
+    }
+    let events = events_of(&app, &m).await;
+    assert!(events.len() > 2, "more events than the bucket holds: {events:?}");
+    // Two events (the bucket), three endpoints each.
+    assert_eq!(app.services.webhooks.fanout.run_once().await.unwrap(), 6);
+    // Two attempts (the workers' bucket) of the six due.
+    assert_eq!(app.services.webhooks.deliveries.deliver_due().await.unwrap(), 2);
+    assert_eq!(receiver.deliveries().await.len(), 2);
+    let expected = events.len() * 3;
+    crate::helpers::until_within("every message", Duration::from_secs(60), || async {
+        round(&app).await;
+        receiver.deliveries().await.len() >= expected
+    })
+    .await;
+    let deliveries = receiver.deliveries().await;
+    assert_eq!(deliveries.len(), expected, "each message once");
+    for i in 0..3 {
+        let ids: Vec<&Value> = at_path(&deliveries, &format!("/b{i}")).iter().map(|d| &d["id"]).collect();
+        let wanted: Vec<Value> = events.iter().map(|(id, _)| Value::from(id.as_str())).collect();
+        assert_eq!(ids.len(), wanted.len(), "/b{i}");
+        assert!(wanted.iter().all(|id| ids.contains(&id)), "/b{i}: every event: {ids:?}");
+    }
+}
