@@ -20,6 +20,7 @@ on_both_databases!(
     a_receiver_down_for_the_whole_schedule_then_recovered,
     gone_disables_at_once_and_retry_after_never_parks_a_message,
     finished_messages_and_attempts_go_after_the_retention,
+    an_edit_never_undoes_what_a_delivery_recorded_meanwhile,
 );
 
 const SECRETS_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
@@ -722,4 +723,32 @@ async fn the_budget_holds_webhooks_back_then_every_one_is_delivered_once() {
         assert_eq!(ids.len(), wanted.len(), "/b{i}");
         assert!(wanted.iter().all(|id| ids.contains(&id)), "/b{i}: every event: {ids:?}");
     }
+}
+
+/// An operator's edit reads the endpoint, then writes it: a delivery recorded in between (a
+/// `410` that disabled it) stands — the edit writes only what it changes.
+async fn an_edit_never_undoes_what_a_delivery_recorded_meanwhile(backend: Backend) {
+    use orchestrator::adapters::persistence::SeaOrmStore;
+    use orchestrator::application::ports::WebhookEndpointStore;
+    use orchestrator::domain::ids::{MerchantId, WebhookEndpointId};
+    let Some(receiver) = Receiver::start(&[]) else { return };
+    let Some(app) = webhook_app(backend, &[]).await else { return };
+    let (m, operator, orders) = merchant(&app, "WH-EDIT").await;
+    let (id, _) = endpoint(&app, &m, &operator, &format!("{}/edited", receiver.url), &["*"]).await;
+    let store = SeaOrmStore::new(app.db.clone(), app.services.relay_wake.clone());
+    let (merchant_id, endpoint_id): (MerchantId, WebhookEndpointId) =
+        (m.parse().unwrap(), id.parse().unwrap());
+    // The edit's read ...
+    let (mut edited, _) = store.endpoint(merchant_id, endpoint_id).await.unwrap().unwrap();
+    // ... a delivery meanwhile, answered 410 ...
+    tell(&receiver, "/always/edited", json!([410, null])).await;
+    place(&app, &orders, &m).await;
+    round(&app).await;
+    // ... and the edit's write.
+    edited.description = "renamed".into();
+    store.update_endpoint(&edited, None).await.unwrap();
+    let path = format!("/api/merchants/{m}/webhook-endpoints/{id}");
+    let e = json(app.get(&path, &operator).send().await.unwrap(), StatusCode::OK).await;
+    assert_eq!(e["description"], "renamed", "{e}");
+    assert_eq!((e["enabled"].clone(), e["disabledReason"].clone()), (json!(false), json!("GONE")), "{e}");
 }

@@ -98,16 +98,29 @@ impl WebhookEndpointStore for SeaOrmStore {
             url: Set(endpoint.url.clone()),
             description: Set(endpoint.description.clone()),
             event_types: Set(filter_to_text(&endpoint.filter)),
-            disabled_reason: Set(endpoint.disabled.map(|r| r.as_str().to_owned())),
             updated_at: Set(Utc::now()),
-            last_success_at: Set(endpoint.last_success_at),
-            failing_since: Set(endpoint.failing_since),
             ..Default::default()
         })
         .exec(&txn)
         .await
         .map_err(repo_err)?;
         insert_audit(&txn, audit.as_slice()).await?;
+        txn.commit().await.map_err(repo_err)
+    }
+
+    async fn enable_endpoint(&self, id: WebhookEndpointId, audit: AuditRecord) -> Result<(), RepoError> {
+        let txn = self.db.begin().await.map_err(repo_err)?;
+        webhook_endpoints::Entity::update(webhook_endpoints::ActiveModel {
+            id: Set(id.as_uuid()),
+            disabled_reason: Set(None),
+            failing_since: Set(None),
+            updated_at: Set(Utc::now()),
+            ..Default::default()
+        })
+        .exec(&txn)
+        .await
+        .map_err(repo_err)?;
+        insert_audit(&txn, std::slice::from_ref(&audit)).await?;
         txn.commit().await.map_err(repo_err)
     }
 

@@ -27,10 +27,15 @@ pub trait WebhookEndpointStore: Send + Sync {
         audit: &AuditRecord,
     ) -> Result<(), RepoError>;
 
-    /// Writes what may change of `endpoint` (URL, description, filter, disabled, its success
-    /// and failure times), with `audit` when there is one.
+    /// Writes what an operator changes of `endpoint` — its URL, description and filter — and
+    /// nothing else, with `audit` when there is one: what deliveries record on the row
+    /// (disabled, its success and failure times) stands, however old the caller's copy.
     async fn update_endpoint(&self, endpoint: &Endpoint, audit: Option<AuditRecord>)
     -> Result<(), RepoError>;
+
+    /// Turns the endpoint on and forgets its failures (no longer disabled, not failing since),
+    /// with `audit`; its other fields stand.
+    async fn enable_endpoint(&self, id: WebhookEndpointId, audit: AuditRecord) -> Result<(), RepoError>;
 
     /// Removes it with its messages; whether it was `merchant`'s and there.
     async fn delete_endpoint(

@@ -235,7 +235,7 @@ impl WebhookEndpoints {
             detail,
             now,
         );
-        self.store.update_endpoint(&endpoint, Some(audit)).await?;
+        self.store.enable_endpoint(id, audit).await?;
         Ok(endpoint)
     }
 
