@@ -61,10 +61,6 @@ fn deliveries(
     status: Result<u16, PostError>,
     answer: Recorded,
 ) -> (Arc<Deliveries>, Shared<DeliveryRecord>, Shared<Vec<String>>) {
-    let mut clock = MockClock::new();
-    clock.expect_now().returning(|| at(10));
-    let mut secrets = MockSecretBox::new();
-    secrets.expect_open().returning(|s| Ok(s.data.clone().into_bytes()));
     let signed: Shared<Vec<String>> = Arc::default();
     let mut sender = MockWebhookSender::new();
     let seen = signed.clone();
@@ -83,6 +79,16 @@ fn deliveries(
         kept.lock().unwrap().extend(records.iter().cloned());
         Ok(vec![answer; records.len()])
     });
+    (Arc::new(on_mocks(store, sender)), recorded, signed)
+}
+
+/// The workers on `store` and `sender`: the clock at `at(10)`, secrets opened as their
+/// sealed text, 4 claimed at once.
+fn on_mocks(store: MockWebhookDeliveryStore, sender: MockWebhookSender) -> Deliveries {
+    let mut clock = MockClock::new();
+    clock.expect_now().returning(|| at(10));
+    let mut secrets = MockSecretBox::new();
+    secrets.expect_open().returning(|s| Ok(s.data.clone().into_bytes()));
     let settings = DeliverySettings {
         schedule: Schedule(vec![Duration::from_secs(5), Duration::from_secs(300)]),
         timeout: Duration::from_secs(15),
@@ -90,7 +96,7 @@ fn deliveries(
         disable_after: Duration::from_secs(5 * 24 * 3600),
         workers: 4,
     };
-    let workers = Deliveries::new(
+    Deliveries::new(
         Arc::new(store),
         Arc::new(sender),
         Arc::new(secrets),
@@ -98,8 +104,7 @@ fn deliveries(
         Meter::default(),
         settings,
         Arc::new(Notify::new()),
-    );
-    (Arc::new(workers), recorded, signed)
+    )
 }
 
 #[tokio::test]
@@ -163,10 +168,6 @@ async fn a_lost_claim_is_no_error() {
 /// back to the budget.
 #[tokio::test(start_paused = true)]
 async fn claims_stay_within_the_budget_and_give_back_what_they_did_not_find() {
-    let mut clock = MockClock::new();
-    clock.expect_now().returning(|| at(10));
-    let mut secrets = MockSecretBox::new();
-    secrets.expect_open().returning(|s| Ok(s.data.clone().into_bytes()));
     let mut sender = MockWebhookSender::new();
     sender.expect_post().returning(|_| PostAnswer {
         status: Ok(204),
@@ -186,25 +187,7 @@ async fn claims_stay_within_the_budget_and_give_back_what_they_did_not_find() {
         Ok((0..n).map(|_| due(None)).collect())
     });
     store.expect_record().returning(|records| Ok(vec![Recorded::Done { disabled: false }; records.len()]));
-    let settings = DeliverySettings {
-        schedule: Schedule(vec![Duration::from_secs(5)]),
-        timeout: Duration::from_secs(15),
-        max_in_flight: 8,
-        disable_after: Duration::from_secs(3600),
-        workers: 4,
-    };
-    let workers = Arc::new(
-        Deliveries::new(
-            Arc::new(store),
-            Arc::new(sender),
-            Arc::new(secrets),
-            Arc::new(clock),
-            Meter::default(),
-            settings,
-            Arc::new(Notify::new()),
-        )
-        .with_budget(Arc::new(super::Budget::new(3))),
-    );
+    let workers = Arc::new(on_mocks(store, sender).with_budget(Arc::new(super::Budget::new(3))));
 
     assert_eq!(workers.deliver_due().await.unwrap(), 3, "the budget's 3 of the 4 a claim takes");
     assert_eq!(workers.deliver_due().await.unwrap(), 0, "over the budget: no claim at all");
